@@ -1,0 +1,225 @@
+#include "checkpoint/h5_file.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace multiscreen {
+namespace {
+
+// Silences HDF5's own error stack printing; we report errors ourselves.
+void QuietHdf5() {
+  static const bool once = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
+  (void)once;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+template <typename T>
+hid_t NativeType();
+template <>
+hid_t NativeType<float>() { return H5T_NATIVE_FLOAT; }
+template <>
+hid_t NativeType<double>() { return H5T_NATIVE_DOUBLE; }
+
+template <typename T>
+absl::Status WriteDataset(hid_t file, const std::string& path, const std::string& name,
+                          const std::vector<int64_t>& shape, const T* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  const hid_t space = shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  const hid_t set = H5Dcreate2(file, name.c_str(), NativeType<T>(), space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t err = set < 0 ? -1 : H5Dwrite(set, NativeType<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  if (set >= 0) H5Dclose(set);
+  H5Pclose(lcpl);
+  H5Sclose(space);
+  if (err < 0) return absl::InternalError(absl::StrCat(path, ": cannot write dataset ", name));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+H5Writer::H5Writer(std::string path, int64_t file) : path_(std::move(path)), tmp_(path_ + ".tmp"), file_(file) {}
+
+absl::StatusOr<std::unique_ptr<H5Writer>> H5Writer::Create(const std::string& path) {
+  QuietHdf5();
+  const std::string tmp = path + ".tmp";
+  const hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file < 0) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create HDF5 file"));
+  return std::unique_ptr<H5Writer>(new H5Writer(path, file));
+}
+
+H5Writer::~H5Writer() {
+  if (file_ >= 0) {
+    H5Fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+absl::Status H5Writer::Write(const std::string& name, const std::vector<int64_t>& shape, const float* data) {
+  return WriteDataset(file_, tmp_, name, shape, data);
+}
+absl::Status H5Writer::Write(const std::string& name, const std::vector<int64_t>& shape, const double* data) {
+  return WriteDataset(file_, tmp_, name, shape, data);
+}
+
+absl::Status H5Writer::WriteAttribute(const std::string& name, int64_t value) {
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(file_, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t err = attr < 0 ? -1 : H5Awrite(attr, H5T_NATIVE_INT64, &value);
+  if (attr >= 0) H5Aclose(attr);
+  H5Sclose(space);
+  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write attribute ", name));
+  return absl::OkStatus();
+}
+
+absl::Status H5Writer::WriteAttribute(const std::string& name, double value) {
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(file_, name.c_str(), H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t err = attr < 0 ? -1 : H5Awrite(attr, H5T_NATIVE_DOUBLE, &value);
+  if (attr >= 0) H5Aclose(attr);
+  H5Sclose(space);
+  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write attribute ", name));
+  return absl::OkStatus();
+}
+
+absl::Status H5Writer::WriteAttribute(const std::string& name, const std::string& value) {
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, value.empty() ? 1 : value.size());
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  const herr_t err = attr < 0 ? -1 : H5Awrite(attr, type, padded.data());
+  if (attr >= 0) H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write attribute ", name));
+  return absl::OkStatus();
+}
+
+absl::Status H5Writer::Commit() {
+  const herr_t err = H5Fclose(file_);
+  file_ = -1;
+  if (err < 0) {
+    std::remove(tmp_.c_str());
+    return absl::DataLossError(absl::StrCat(tmp_, ": closing the HDF5 file failed"));
+  }
+  const int fd = ::open(tmp_.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    std::remove(tmp_.c_str());
+    return absl::DataLossError(absl::StrCat(tmp_, ": fsync failed"));
+  }
+  ::close(fd);
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    std::remove(tmp_.c_str());
+    return absl::DataLossError(absl::StrCat(path_, ": cannot rename ", tmp_, " into place"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<H5Reader>> H5Reader::Open(const std::string& path) {
+  QuietHdf5();
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": missing or not an HDF5 file"));
+  }
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open HDF5 file"));
+  return std::unique_ptr<H5Reader>(new H5Reader(path, file));
+}
+
+H5Reader::~H5Reader() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+bool H5Reader::Has(const std::string& name) const {
+  // Check each path component, since H5Lexists fails on a missing parent.
+  size_t pos = 0;
+  while (true) {
+    pos = name.find('/', pos + 1);
+    const std::string prefix = name.substr(0, pos);
+    if (H5Lexists(file_, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (pos == std::string::npos) return true;
+  }
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> H5Reader::Read(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (!Has(name)) return absl::NotFoundError(absl::StrCat(path_, ": missing dataset ", name));
+  const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  if (set < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", name, " is not a dataset"));
+  const hid_t space = H5Dget_space(set);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
+  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  H5Sclose(space);
+  const std::vector<int64_t> got(dims.begin(), dims.end());
+  if (got != shape) {
+    H5Dclose(set);
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": dataset ", name, " has shape ", ShapeString(got),
+                                                   ", expected ", ShapeString(shape)));
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<T> out(n);
+  const herr_t err = H5Dread(set, NativeType<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  H5Dclose(set);
+  if (err < 0) return absl::DataLossError(absl::StrCat(path_, ": cannot read dataset ", name));
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> H5Reader::ReadFloat(const std::string& name, const std::vector<int64_t>& shape) const {
+  return Read<float>(name, shape);
+}
+absl::StatusOr<std::vector<double>> H5Reader::ReadDouble(const std::string& name, const std::vector<int64_t>& shape) const {
+  return Read<double>(name, shape);
+}
+
+absl::StatusOr<int64_t> H5Reader::ReadIntAttribute(const std::string& name) const {
+  if (H5Aexists(file_, name.c_str()) <= 0) return absl::NotFoundError(absl::StrCat(path_, ": missing attribute ", name));
+  const hid_t attr = H5Aopen(file_, name.c_str(), H5P_DEFAULT);
+  int64_t value = 0;
+  const herr_t err = H5Aread(attr, H5T_NATIVE_INT64, &value);
+  H5Aclose(attr);
+  if (err < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": attribute ", name, " is not an integer"));
+  return value;
+}
+
+absl::StatusOr<double> H5Reader::ReadDoubleAttribute(const std::string& name) const {
+  if (H5Aexists(file_, name.c_str()) <= 0) return absl::NotFoundError(absl::StrCat(path_, ": missing attribute ", name));
+  const hid_t attr = H5Aopen(file_, name.c_str(), H5P_DEFAULT);
+  double value = 0;
+  const herr_t err = H5Aread(attr, H5T_NATIVE_DOUBLE, &value);
+  H5Aclose(attr);
+  if (err < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": attribute ", name, " is not a number"));
+  return value;
+}
+
+absl::StatusOr<std::string> H5Reader::ReadStringAttribute(const std::string& name) const {
+  if (H5Aexists(file_, name.c_str()) <= 0) return absl::NotFoundError(absl::StrCat(path_, ": missing attribute ", name));
+  const hid_t attr = H5Aopen(file_, name.c_str(), H5P_DEFAULT);
+  const hid_t type = H5Aget_type(attr);
+  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0) {
+    H5Tclose(type);
+    H5Aclose(attr);
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": attribute ", name, " is not a fixed-length string"));
+  }
+  std::string value(H5Tget_size(type), '\0');
+  const herr_t err = H5Aread(attr, type, value.data());
+  H5Tclose(type);
+  H5Aclose(attr);
+  if (err < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": cannot read attribute ", name));
+  value.resize(value.find_last_not_of('\0') + 1);
+  return value;
+}
+
+}  // namespace multiscreen

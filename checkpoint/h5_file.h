@@ -1,0 +1,61 @@
+// A thin, error-checked layer over the HDF5 C API: write a file atomically
+// (into "<path>.tmp", flushed, then renamed), read datasets with their shapes
+// checked. Every error names the file and the dataset or attribute.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace multiscreen {
+
+// Writes datasets and root attributes; nothing is visible at `path` until
+// Commit() succeeds. Destroying an uncommitted writer removes the temporary.
+class H5Writer {
+ public:
+  static absl::StatusOr<std::unique_ptr<H5Writer>> Create(const std::string& path);
+  ~H5Writer();
+
+  // A dataset `name` ("a/b/c", groups created) of `shape` ([] = scalar), fp32 or fp64.
+  absl::Status Write(const std::string& name, const std::vector<int64_t>& shape, const float* data);
+  absl::Status Write(const std::string& name, const std::vector<int64_t>& shape, const double* data);
+  absl::Status WriteAttribute(const std::string& name, int64_t value);
+  absl::Status WriteAttribute(const std::string& name, double value);
+  absl::Status WriteAttribute(const std::string& name, const std::string& value);
+  // Closes, fsyncs and renames into place.
+  absl::Status Commit();
+
+ private:
+  H5Writer(std::string path, int64_t file);
+  std::string path_, tmp_;
+  int64_t file_ = -1;
+};
+
+// Reads datasets and root attributes of an existing file.
+class H5Reader {
+ public:
+  static absl::StatusOr<std::unique_ptr<H5Reader>> Open(const std::string& path);
+  ~H5Reader();
+
+  bool Has(const std::string& name) const;
+  // Reads dataset `name` as fp32 (converted by HDF5 from its stored type);
+  // an error when it is missing or its shape is not `shape`.
+  absl::StatusOr<std::vector<float>> ReadFloat(const std::string& name, const std::vector<int64_t>& shape) const;
+  absl::StatusOr<std::vector<double>> ReadDouble(const std::string& name, const std::vector<int64_t>& shape) const;
+  absl::StatusOr<int64_t> ReadIntAttribute(const std::string& name) const;
+  absl::StatusOr<double> ReadDoubleAttribute(const std::string& name) const;
+  absl::StatusOr<std::string> ReadStringAttribute(const std::string& name) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  H5Reader(std::string path, int64_t file) : path_(std::move(path)), file_(file) {}
+  template <typename T>
+  absl::StatusOr<std::vector<T>> Read(const std::string& name, const std::vector<int64_t>& shape) const;
+  std::string path_;
+  int64_t file_ = -1;
+};
+
+}  // namespace multiscreen

@@ -1,0 +1,12 @@
+// The subcommands of build/multiscreen. Each takes the arguments after its
+// name (argv[0] is the subcommand) and returns the process exit code; errors
+// are printed as one line on stderr.
+#pragma once
+
+namespace multiscreen::cli {
+
+int ParamsCommand(int argc, char** argv);   // parameter counts of a model
+int InitCommand(int argc, char** argv);     // write an initialized weights file
+int ForwardCommand(int argc, char** argv);  // loss and gradients of a batch (parity hook)
+
+}  // namespace multiscreen::cli

@@ -1,0 +1,34 @@
+#include "cli/flags.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, model, "psi8", "model name under configs/models/ or a .textproto path");
+ABSL_FLAG(std::string, out, "", "output file");
+ABSL_FLAG(int64_t, seed, 0, "random seed");
+ABSL_FLAG(int64_t, micro_batch, 1, "sequences per micro-batch (B)");
+ABSL_FLAG(int64_t, seq_len, 0, "tokens per sequence (T)");
+ABSL_FLAG(std::string, precision, "fp32", "fp32 | bf16 | fp64 (fp64: the double-precision reference)");
+
+namespace multiscreen::cli {
+
+absl::Status ParseFlags(int argc, char** argv, const char* usage) {
+  absl::SetProgramUsageMessage(usage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "' (flags are --name=value)"));
+  }
+  return absl::OkStatus();
+}
+
+int Fail(const char* command, const absl::Status& status) {
+  std::fprintf(stderr, "multiscreen %s: %s\n", command, std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace multiscreen::cli

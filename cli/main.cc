@@ -1,0 +1,47 @@
+// build/multiscreen: one binary with subcommands (like git). See README.md and
+// shared/DESIGN.md ("Command-line contract").
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+
+constexpr Command kCommands[] = {
+    {"params", multiscreen::cli::ParamsCommand, "parameter counts: --model=psi8 [--json]"},
+    {"init", multiscreen::cli::InitCommand, "initialize a model: --model=psi8 --seed=S --out=FILE.h5"},
+    {"forward", multiscreen::cli::ForwardCommand,
+     "loss and gradients: --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B --seq_len=T --out=OUT.h5"},
+};
+
+void Usage(FILE* out) {
+  std::fprintf(out, "usage: multiscreen <command> [--flags]\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
+  std::fprintf(out, "\n'multiscreen <command> --help' lists a command's flags.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    Usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    Usage(stdout);
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (name == c.name) return c.run(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "multiscreen: unknown command '%s' (try 'multiscreen --help')\n", name.c_str());
+  return 2;
+}

@@ -1,0 +1,50 @@
+// `multiscreen params --model=NAME [--json]`: parameter counts from the layout
+// the model uses (model/param_layout.h), with a per-group breakdown.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "common/config.h"
+#include "model/param_layout.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(bool, json, false, "print one JSON object instead of a table");
+
+namespace multiscreen::cli {
+
+int ParamsCommand(int argc, char** argv) {
+  if (auto s = ParseFlags(argc, argv, "multiscreen params --model=psi8 [--json]"); !s.ok()) return Fail("params", s);
+  auto dims = LoadModel(absl::GetFlag(FLAGS_model));
+  if (!dims.ok()) return Fail("params", dims.status());
+  const ParamCounts c = CountParams(*dims);
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json j = {{"model", dims->name},
+                        {"total", c.total},
+                        {"non_embedding", c.non_embedding},
+                        {"embedding", c.embedding},
+                        {"embed_head_scalars", c.embed_head_scalars},
+                        {"tile_matrices", c.tile_matrices},
+                        {"tile_scalars", c.tile_scalars},
+                        {"n_layers", dims->n_layers},
+                        {"n_heads", dims->n_heads},
+                        {"d_e", dims->d_e},
+                        {"d_k", dims->d_k},
+                        {"d_v", dims->d_v},
+                        {"vocab", dims->vocab}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("model %s: N_L=%lld N_H=%lld d_E=%lld d_K=%lld d_V=%lld V=%lld\n", dims->name.c_str(),
+              (long long)dims->n_layers, (long long)dims->n_heads, (long long)dims->d_e, (long long)dims->d_k,
+              (long long)dims->d_v, (long long)dims->vocab);
+  std::printf("  %-34s %15lld\n", "embedding W_E", (long long)c.embedding);
+  std::printf("  %-34s %15lld\n", "s_E, s_F", (long long)c.embed_head_scalars);
+  std::printf("  %-34s %15lld\n", "tile matrices W_Q W_K W_V W_G W_O", (long long)c.tile_matrices);
+  std::printf("  %-34s %15lld\n", "tile scalars s_w s_r s_O", (long long)c.tile_scalars);
+  std::printf("  %-34s %15lld\n", "non-embedding", (long long)c.non_embedding);
+  std::printf("  %-34s %15lld\n", "total", (long long)c.total);
+  return 0;
+}
+
+}  // namespace multiscreen::cli

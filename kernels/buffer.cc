@@ -1,0 +1,113 @@
+#include "kernels/buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+#ifdef MULTISCREEN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace multiscreen {
+
+std::string DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
+bool CudaAvailable() {
+#ifdef MULTISCREEN_HAVE_CUDA
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<Buffer> Buffer::Allocate(Device device, size_t bytes) {
+  Buffer b;
+  b.device_ = device;
+  b.bytes_ = bytes;
+  if (bytes == 0) return b;
+  if (device == Device::kCpu) {
+    b.data_ = std::calloc(bytes, 1);
+    if (b.data_ == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " host bytes"));
+    return b;
+  }
+#ifdef MULTISCREEN_HAVE_CUDA
+  if (!CudaAvailable()) return absl::FailedPreconditionError("no CUDA device is visible");
+  if (cudaError_t e = cudaMalloc(&b.data_, bytes); e != cudaSuccess) {
+    b.data_ = nullptr;
+    return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc(", bytes, "): ", cudaGetErrorString(e)));
+  }
+  cudaMemset(b.data_, 0, bytes);
+  return b;
+#else
+  return absl::FailedPreconditionError("this build has no CUDA support (configure with MULTISCREEN_CUDA=ON)");
+#endif
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : device_(other.device_), bytes_(std::exchange(other.bytes_, 0)), data_(std::exchange(other.data_, nullptr)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    device_ = other.device_;
+    bytes_ = std::exchange(other.bytes_, 0);
+    data_ = std::exchange(other.data_, nullptr);
+  }
+  return *this;
+}
+
+Buffer::~Buffer() { Release(); }
+
+void Buffer::Release() {
+  if (data_ == nullptr) return;
+  if (device_ == Device::kCpu) {
+    std::free(data_);
+  } else {
+#ifdef MULTISCREEN_HAVE_CUDA
+    cudaFree(data_);
+#endif
+  }
+  data_ = nullptr;
+}
+
+namespace {
+
+absl::Status Copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (dst_device == Device::kCpu && src_device == Device::kCpu) {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+#ifdef MULTISCREEN_HAVE_CUDA
+  const cudaMemcpyKind kind = dst_device == Device::kCpu   ? cudaMemcpyDeviceToHost
+                              : src_device == Device::kCpu ? cudaMemcpyHostToDevice
+                                                           : cudaMemcpyDeviceToDevice;
+  if (cudaError_t e = cudaMemcpy(dst, src, bytes, kind); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaMemcpy: ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError("this build has no CUDA support");
+#endif
+}
+
+}  // namespace
+
+absl::Status Buffer::CopyFrom(const Buffer& src) {
+  return Copy(data_, device_, src.data_, src.device_, std::min(bytes_, src.bytes_));
+}
+
+absl::Status Buffer::Upload(const void* host, size_t bytes) {
+  if (bytes > bytes_) return absl::OutOfRangeError(absl::StrCat("upload of ", bytes, " bytes into ", bytes_));
+  return Copy(data_, device_, host, Device::kCpu, bytes);
+}
+
+absl::Status Buffer::Download(void* host, size_t bytes) const {
+  if (bytes > bytes_) return absl::OutOfRangeError(absl::StrCat("download of ", bytes, " bytes from ", bytes_));
+  return Copy(host, Device::kCpu, data_, device_, bytes);
+}
+
+}  // namespace multiscreen

@@ -1,0 +1,53 @@
+// Device-tagged memory: a Buffer knows whether its bytes live in host memory or
+// on a CUDA device, so later code can run either way and refuse a mix-up.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace multiscreen {
+
+enum class Device { kCpu, kCuda };
+
+std::string DeviceName(Device device);
+
+// True when this build has the CUDA kernels and a CUDA device is visible.
+bool CudaAvailable();
+
+// Owns `bytes` bytes on `device` (zero-initialized). Move-only.
+class Buffer {
+ public:
+  // Errors: a CUDA buffer in a build without CUDA or without a device, or an
+  // allocation failure (with the size).
+  static absl::StatusOr<Buffer> Allocate(Device device, size_t bytes);
+  Buffer() = default;
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  Device device() const { return device_; }
+  size_t bytes() const { return bytes_; }
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  template <typename T>
+  T* as() { return static_cast<T*>(data_); }
+
+  // Copies min(bytes) from `src` into this buffer, across devices as needed.
+  absl::Status CopyFrom(const Buffer& src);
+  // Copies `bytes` from host memory into this buffer / from it into host memory.
+  absl::Status Upload(const void* host, size_t bytes);
+  absl::Status Download(void* host, size_t bytes) const;
+
+ private:
+  void Release();
+  Device device_ = Device::kCpu;
+  size_t bytes_ = 0;
+  void* data_ = nullptr;
+};
+
+}  // namespace multiscreen

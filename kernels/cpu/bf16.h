@@ -1,0 +1,32 @@
+// bfloat16 storage for the mixed-precision path on the CPU: values are kept as
+// uint16 bit patterns and converted to fp32 for compute (DESIGN "Precision").
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace multiscreen::kernels::cpu {
+
+// fp32 → bf16 bits, rounding to nearest even; NaN stays NaN.
+inline uint16_t FloatToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// bf16 bits → fp32 (exact).
+inline float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+// x[i] ← fp32(bf16(x[i])): what a bf16 compute copy of x holds.
+inline void RoundToBf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = Bf16ToFloat(FloatToBf16(x[i]));
+}
+
+}  // namespace multiscreen::kernels::cpu

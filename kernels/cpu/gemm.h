@@ -1,0 +1,16 @@
+// General matrix multiply through OpenBLAS (cblas), row-major, for fp32 and fp64.
+#pragma once
+
+#include <cstdint>
+
+namespace multiscreen::kernels::cpu {
+
+// C[M, N] = alpha · op(A) · op(B) + beta · C, all row-major.
+//   op(A) is [M, K] (A stored [K, M] when trans_a), op(B) is [K, N] (B stored
+//   [N, K] when trans_b); lda/ldb/ldc are the stored row strides in elements.
+// Real: float or double.
+template <typename Real>
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a,
+          int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc);
+
+}  // namespace multiscreen::kernels::cpu

@@ -1,0 +1,79 @@
+// Screening (spec steps 5–13), the fused per-layer kernel: from the projections
+// P = x·[W_Q|W_K|W_V|W_G] of a layer's local tiles to the gated, scaled tile
+// outputs U, and back. Windowed: each query visits only the ⌈w⌉ keys its
+// Softmask can reach, pairs rejected by Trim (s ≤ 1 − r) skip the value work,
+// and the backward recomputes relevance instead of storing [T, w] maps.
+// Threaded over (batch, tile).
+#pragma once
+
+#include <cstdint>
+
+namespace multiscreen::kernels::cpu {
+
+// Sizes of one layer call. Rows of P and U are tokens b·T + t.
+struct ScreeningShape {
+  int64_t batch = 0;  // B sequences
+  int64_t seq = 0;    // T tokens per sequence
+  int64_t tiles = 0;  // local tiles of the layer
+  int64_t d_k = 0;
+  int64_t d_v = 0;
+  int64_t pos0 = 0;   // absolute position of token 0 (MiPE)
+  double w_th = 256;  // MiPE threshold
+  // Columns per tile in P: [q (d_k) | k (d_k) | v (d_v) | g (d_v)].
+  int64_t p_cols() const { return 2 * d_k + 2 * d_v; }
+};
+
+// One tile's learned scalars, already mapped: w = e^{s_w} + 1 (or +inf when the
+// window is expanded at inference), r = σ(s_r), scale = e^{s_O}.
+struct TileScalars {
+  double w = 1;
+  double r = 1;
+  double scale = 1;
+  double mipe_w = 1;  // the w MiPE uses (the learned one, even when w is expanded)
+};
+
+// Per-tile gradients with respect to w, r and scale (sums over the batch).
+struct TileScalarGrads {
+  double w = 0;
+  double r = 0;
+  double scale = 0;
+};
+
+// What the forward keeps for the backward, per (b, tile) in [B, tiles, T, ·]:
+// q̃ and k̃ (unit length, rotated by MiPE), v̄, the norms of q, k, v, and the
+// aggregate h before TanhNorm.
+template <typename Real>
+struct ScreeningSaved {
+  Real* q_tilde = nullptr;  // [B, tiles, T, d_k]
+  Real* k_tilde = nullptr;  // [B, tiles, T, d_k]
+  Real* v_bar = nullptr;    // [B, tiles, T, d_v]
+  Real* q_norm = nullptr;   // [B, tiles, T]
+  Real* k_norm = nullptr;
+  Real* v_norm = nullptr;
+  Real* h = nullptr;        // [B, tiles, T, d_v]
+};
+
+// Forward. P: [B·T, tiles·p_cols()] read. U: [B·T, tiles·d_v] written,
+// U = scale · TanhNorm(h) ⊙ tanh(SiLU(g)). `saved` buffers are all written.
+template <typename Real>
+void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                      const ScreeningSaved<Real>& saved, Real* U);
+
+// Backward. dU: [B·T, tiles·d_v] read; dP: [B·T, tiles·p_cols()] written
+// (q, k, v and g columns). grads[tile] receives (=, not +=) the tile's
+// gradients with respect to w (through Softmask and MiPE), r and scale,
+// accumulated in fp64.
+template <typename Real>
+void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                       const ScreeningSaved<Real>& saved, const Real* dU, Real* dP,
+                       TileScalarGrads* grads);
+
+// The aggregate of one query (spec steps 7–10) over n keys at distances
+// dist[j] ≥ 0 from it: h = Σ_j α_j m(dist_j) v̄_j. h is written. Used by the
+// decoding cache; the batched forward computes the same sums.
+//   q: [d_k]; k: [n, d_k]; v: [n, d_v]; mask: m(d) for d < mask_len (0 beyond).
+template <typename Real>
+void ScreenOneQuery(const Real* q, const Real* k, const Real* v, const int64_t* dist, int64_t n,
+                    int64_t d_k, int64_t d_v, Real r, const Real* mask, int64_t mask_len, Real* h);
+
+}  // namespace multiscreen::kernels::cpu

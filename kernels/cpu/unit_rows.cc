@@ -1,0 +1,49 @@
+#include "kernels/cpu/unit_rows.h"
+
+#include <cmath>
+
+namespace multiscreen::kernels::cpu {
+
+template <typename Real>
+void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows,
+                     int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const Real* xr = x + r * ldx;
+    Real* yr = y + r * ldy;
+    Real sq = 0;
+    for (int64_t c = 0; c < d; ++c) sq += xr[c] * xr[c];
+    const Real n = std::sqrt(sq);
+    const Real inv = Real(1) / std::max(n, Real(kUnitNormFloor));
+    for (int64_t c = 0; c < d; ++c) yr[c] = xr[c] * inv;
+    if (norm != nullptr) norm[r] = n;
+  }
+}
+
+template <typename Real>
+void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy,
+                      Real* dx, int64_t lddx, int64_t rows, int64_t d, bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const Real* yr = y + r * ldy;
+    const Real* dyr = dy + r * lddy;
+    Real* dxr = dx + r * lddx;
+    const bool clamped = !(norm[r] > Real(kUnitNormFloor));
+    const Real inv = Real(1) / (clamped ? Real(kUnitNormFloor) : norm[r]);
+    Real dot = 0;
+    if (!clamped) {
+      for (int64_t c = 0; c < d; ++c) dot += yr[c] * dyr[c];
+    }
+    for (int64_t c = 0; c < d; ++c) {
+      const Real g = (dyr[c] - yr[c] * dot) * inv;
+      dxr[c] = accumulate ? dxr[c] + g : g;
+    }
+  }
+}
+
+template void UnitRowsForward<float>(const float*, int64_t, float*, int64_t, float*, int64_t, int64_t);
+template void UnitRowsForward<double>(const double*, int64_t, double*, int64_t, double*, int64_t, int64_t);
+template void UnitRowsBackward<float>(const float*, int64_t, const float*, const float*, int64_t, float*,
+                                      int64_t, int64_t, int64_t, bool);
+template void UnitRowsBackward<double>(const double*, int64_t, const double*, const double*, int64_t,
+                                       double*, int64_t, int64_t, int64_t, bool);
+
+}  // namespace multiscreen::kernels::cpu

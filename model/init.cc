@@ -1,0 +1,72 @@
+#include "model/init.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace multiscreen {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// A uniform in (0, 1] from 53 random bits.
+double Uniform(uint64_t bits) { return (static_cast<double>(bits >> 11) + 1.0) * 0x1.0p-53; }
+
+}  // namespace
+
+double InitNormal(uint64_t seed, std::string_view name, int64_t index) {
+  const uint64_t key = SplitMix64(seed ^ SplitMix64(Fnv1a(name)));
+  const double u1 = Uniform(SplitMix64(key + 2 * static_cast<uint64_t>(index)));
+  const double u2 = Uniform(SplitMix64(key + 2 * static_cast<uint64_t>(index) + 1));
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+template <typename Real>
+void InitParams(const ParamLayout& layout, uint64_t seed, Real* params) {
+  const ModelDims& d = layout.dims();
+  for (const ParamEntry& e : layout.entries()) {
+    Real* out = params + e.buffer_offset;
+    const int64_t n = e.size();
+    // Elements are local slices of dimension 0: global index = offset[0]·inner + local index.
+    const int64_t inner = e.shape.empty() || e.shape[0] == 0 ? 0 : n / e.shape[0];
+    const int64_t first = e.offset.empty() ? 0 : e.offset[0] * inner;
+    double std_dev = 0;
+    switch (e.kind) {
+      case ParamKind::kW_E: std_dev = 0.1 / std::sqrt(double(d.d_e)); break;
+      case ParamKind::kW_Q: case ParamKind::kW_K: std_dev = 0.1 / std::sqrt(double(d.d_k)); break;
+      case ParamKind::kW_V: std_dev = 0.1 / std::sqrt(double(d.d_v)); break;
+      case ParamKind::kW_G: std_dev = 0.1; break;
+      case ParamKind::kW_O: std_dev = 0.1 / std::sqrt(double(d.d_e)); break;
+      case ParamKind::kS_E: out[0] = 0; continue;
+      case ParamKind::kS_F: out[0] = static_cast<Real>(std::log(std::sqrt(double(d.d_e)))); continue;
+      case ParamKind::kS_w:
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t h = e.offset[0] + i;
+          out[i] = d.n_heads > 1 ? static_cast<Real>(std::log(d.w_th) * double(h) / double(d.n_heads - 1)) : Real(0);
+        }
+        continue;
+      case ParamKind::kS_r:
+        for (int64_t i = 0; i < n; ++i) out[i] = 0;
+        continue;
+      case ParamKind::kS_O:
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Real>(std::log(1.0 / std::sqrt(double(d.n_heads * d.n_layers))));
+        continue;
+    }
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Real>(std_dev * InitNormal(seed, e.name, first + i));
+  }
+}
+
+template void InitParams<float>(const ParamLayout&, uint64_t, float*);
+template void InitParams<double>(const ParamLayout&, uint64_t, double*);
+
+}  // namespace multiscreen

@@ -1,0 +1,22 @@
+// Initialization (spec "Parameters and initialization"), seeded, and a pure
+// function of (seed, parameter name, global element index): any parallel
+// layout initializes exactly the same model.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "model/param_layout.h"
+
+namespace multiscreen {
+
+// A standard normal draw from a counter-based generator keyed by (seed, name, index).
+double InitNormal(uint64_t seed, std::string_view name, int64_t index);
+
+// Fills the layout's flat buffer: normal matrices with the spec's std, and the
+// scalars s_E = 0, s_F = log √d_E, s_w = log(w_th)·h/(N_H − 1) for global tile h,
+// s_r = 0, s_O = log(1/√(N_H·N_L)).
+template <typename Real>
+void InitParams(const ParamLayout& layout, uint64_t seed, Real* params);
+
+}  // namespace multiscreen

@@ -1,0 +1,112 @@
+// The Multiscreen model (shared/spec/MULTISCREEN.md) on one shard: the tiles
+// [h0, h1) of layers [l0, l1) and the vocabulary rows [v0, v1) given by a
+// ShardSpec; with ShardSpec::Full it is the single-process model. Training
+// forward and backward, and the inference forward. All arithmetic goes through
+// kernels/; the only communication is the tensor-parallel all-reduce of a
+// layer's output (and of the vocabulary-parallel embedding and head), through
+// the Communicator it is given. It knows nothing of pipelines or data
+// parallelism: the trainer composes the stage pieces below.
+//
+// Not thread-safe: one instance holds the activations of one micro-batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "kernels/cpu/screening.h"
+#include "model/param_layout.h"
+#include "parallel/communicator.h"
+
+namespace multiscreen {
+
+enum class Precision {
+  kFp32,  // everything in Real
+  kBf16,  // fp32 masters; GEMM operands (weights, Ē, projections) rounded to bf16
+};
+
+struct ModelOptions {
+  Precision precision = Precision::kFp32;
+  int64_t head_chunk_rows = 256;  // tokens per logits chunk: [chunk, V] is the largest logits block
+};
+
+// Inference-time window rule (spec "Inference").
+struct InferenceOptions {
+  bool expand_windows = true;  // w → ∞ for tiles whose w exceeds train_len
+  int64_t train_len = 4096;    // longest training sequence length
+};
+
+template <typename Real>
+class Multiscreen {
+ public:
+  // `tp` is the tensor-parallel group of this shard (null: a group of one).
+  Multiscreen(const ModelDims& dims, const ShardSpec& shard, ModelOptions options = {},
+              Communicator* tp = nullptr);
+
+  const ParamLayout& layout() const { return layout_; }
+  const ModelDims& dims() const { return layout_.dims(); }
+
+  // ---- the whole model (a shard with embed and head) --------------------------------
+  // One micro-batch: tokens [B, T+1] (sequence b is tokens[b(T+1) .. (b+1)(T+1))),
+  // inputs are the first T of each, targets the last T. Returns the mean next-token
+  // cross-entropy over the B·T positions; adds grad_scale · ∂loss/∂params into grads
+  // (the layout's flat buffer); writes token_losses [B, T] when non-null.
+  double ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
+                         Real* token_losses = nullptr, double grad_scale = 1.0);
+
+  // The same loss without gradients.
+  double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses = nullptr);
+
+  // Inference forward of one sequence: ids [T] at absolute positions pos0.., logits
+  // [T, V] written (the full vocabulary; shards must own it all).
+  void Logits(const Real* params, const int32_t* ids, int64_t T, const InferenceOptions& options, Real* logits);
+
+  // ---- stage pieces (pipeline stages call these) ----------------------------------
+  // Prepares Ē (unit rows of W_E) and the layers' packed compute weights for `params`.
+  void BeginStep(const Real* params);
+  // x[n, d_E] = e^{s_E} · Ē[ids] (all-reduced over tp). Needs shard.embed.
+  void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x);
+  // x ← x^{l1} from x^{l0} over the shard's layers for B sequences of T tokens.
+  // Keeps what the backward needs. `inference` selects windows per `options`.
+  void LayersForward(const Real* params, int64_t B, int64_t T, Real* x, const InferenceOptions* inference = nullptr);
+  // Loss of x^{N_L} [n, d_E] against targets [n]; when dx is non-null also the
+  // gradient: dx [n, d_E] written, head grads (s_F, W_E through Ē) added, all
+  // scaled by grad_scale/n. Needs shard.head.
+  double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
+                  Real* grads, double grad_scale, Real* token_losses);
+  // dx ← ∂L/∂x^{l0} from ∂L/∂x^{l1}; adds the layers' parameter gradients.
+  void LayersBackward(const Real* params, Real* dx, Real* grads);
+  // Adds the embedding's gradients (s_E, and W_E through Ē) from dx [n, d_E].
+  void EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads);
+  // Moves the Ē gradient gathered by HeadLoss/EmbedBackward into W_E's slot of grads.
+  void EndStep(Real* grads);
+
+ private:
+  struct LayerActivations {
+    std::vector<Real> x_in, P, U;
+    std::vector<Real> q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
+    kernels::cpu::ScreeningSaved<Real> saved();
+  };
+  struct LayerWeights {
+    std::vector<Real> w_cat;  // [d_E, tiles·p_cols]: per tile [W_Q | W_K | W_V | W_G]
+    std::vector<Real> w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
+  };
+  void PackLayer(const Real* params, int64_t local_layer);
+  std::vector<kernels::cpu::TileScalars> TileScalarsOf(const Real* params, int64_t local_layer,
+                                                       const InferenceOptions* inference) const;
+  kernels::cpu::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
+  void MaybeRoundBf16(Real* data, int64_t n) const;
+
+  ParamLayout layout_;
+  ModelOptions options_;
+  SingleProcessCommunicator single_;
+  Communicator* tp_;
+  int64_t batch_ = 0, seq_ = 0;
+  std::vector<Real> e_bar_, e_norm_, d_e_bar_;  // Ē [V_local, d_E], row norms, ∂L/∂Ē
+  std::vector<Real> e_bar_compute_;            // Ē as the GEMMs see it (bf16-rounded under kBf16)
+  std::vector<LayerWeights> weights_;
+  std::vector<LayerActivations> acts_;
+  std::vector<Real> d_u_, d_p_, d_w_cat_, scratch_x_;
+};
+
+}  // namespace multiscreen

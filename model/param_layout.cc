@@ -1,0 +1,111 @@
+#include "model/param_layout.h"
+
+#include <cstdio>
+
+namespace multiscreen {
+
+ShardSpec ShardSpec::Full(const ModelDims& dims) {
+  ShardSpec s;
+  s.layer_end = dims.n_layers;
+  s.tile_end = dims.n_heads;
+  s.vocab_end = dims.vocab;
+  return s;
+}
+
+int64_t ParamEntry::size() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t ParamEntry::global_size() const {
+  int64_t n = 1;
+  for (int64_t d : global_shape) n *= d;
+  return n;
+}
+
+bool ParamEntry::is_scalar() const {
+  switch (kind) {
+    case ParamKind::kS_E: case ParamKind::kS_F: case ParamKind::kS_w: case ParamKind::kS_r:
+    case ParamKind::kS_O:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string ParamLayout::LayerPrefix(int64_t layer) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "layers/%03lld/", static_cast<long long>(layer));
+  return buf;
+}
+
+void ParamLayout::Add(std::string name, ParamKind kind, int64_t layer, std::vector<int64_t> global_shape,
+                      int64_t split_begin, int64_t split_end) {
+  ParamEntry e;
+  e.name = std::move(name);
+  e.kind = kind;
+  e.layer = layer;
+  e.global_shape = std::move(global_shape);
+  e.offset.assign(e.global_shape.size(), 0);
+  e.shape = e.global_shape;
+  if (!e.global_shape.empty()) {  // the first dimension (tiles or vocabulary rows) is split
+    e.offset[0] = split_begin;
+    e.shape[0] = split_end - split_begin;
+  }
+  e.buffer_offset = size_;
+  size_ += e.size();
+  entries_.push_back(std::move(e));
+}
+
+ParamLayout::ParamLayout(const ModelDims& dims, const ShardSpec& shard) : dims_(dims), shard_(shard) {
+  const int64_t V = dims.vocab, dE = dims.d_e, dK = dims.d_k, dV = dims.d_v, NH = dims.n_heads;
+  if (shard.embed || shard.head) {
+    Add("embed/W_E", ParamKind::kW_E, -1, {V, dE}, shard.vocab_begin, shard.vocab_end);
+  }
+  if (shard.embed) Add("embed/s_E", ParamKind::kS_E, -1, {}, 0, 0);
+  if (shard.head) Add("head/s_F", ParamKind::kS_F, -1, {}, 0, 0);
+  const int64_t h0 = shard.tile_begin, h1 = shard.tile_end;
+  for (int64_t l = shard.layer_begin; l < shard.layer_end; ++l) {
+    const std::string p = LayerPrefix(l);
+    Add(p + "W_Q", ParamKind::kW_Q, l, {NH, dE, dK}, h0, h1);
+    Add(p + "W_K", ParamKind::kW_K, l, {NH, dE, dK}, h0, h1);
+    Add(p + "W_V", ParamKind::kW_V, l, {NH, dE, dV}, h0, h1);
+    Add(p + "W_G", ParamKind::kW_G, l, {NH, dE, dV}, h0, h1);
+    Add(p + "W_O", ParamKind::kW_O, l, {NH, dV, dE}, h0, h1);
+    Add(p + "s_w", ParamKind::kS_w, l, {NH}, h0, h1);
+    Add(p + "s_r", ParamKind::kS_r, l, {NH}, h0, h1);
+    Add(p + "s_O", ParamKind::kS_O, l, {NH}, h0, h1);
+  }
+}
+
+const ParamEntry* ParamLayout::Find(const std::string& name) const {
+  for (const ParamEntry& e : entries_) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+int64_t ParamLayout::LayerEntry(int64_t layer) const {
+  const int64_t first = (shard_.embed || shard_.head ? 1 : 0) + (shard_.embed ? 1 : 0) + (shard_.head ? 1 : 0);
+  return first + (layer - shard_.layer_begin) * 8;
+}
+
+ParamCounts CountParams(const ModelDims& dims) {
+  const ParamLayout layout(dims, ShardSpec::Full(dims));
+  ParamCounts c;
+  for (const ParamEntry& e : layout.entries()) {
+    const int64_t n = e.global_size();
+    c.total += n;
+    switch (e.kind) {
+      case ParamKind::kW_E: c.embedding += n; break;
+      case ParamKind::kS_E: case ParamKind::kS_F: c.embed_head_scalars += n; break;
+      case ParamKind::kS_w: case ParamKind::kS_r: case ParamKind::kS_O: c.tile_scalars += n; break;
+      default: c.tile_matrices += n; break;
+    }
+  }
+  c.non_embedding = c.total - c.embedding;
+  return c;
+}
+
+}  // namespace multiscreen

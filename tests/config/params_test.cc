@@ -1,0 +1,63 @@
+// Parameter counts against the paper's table (spec "Parameters and initialization").
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "model/param_layout.h"
+
+namespace multiscreen {
+namespace {
+
+struct PaperRow {
+  const char* model;
+  int64_t total;
+  int64_t non_embedding;
+};
+
+class PaperTableTest : public ::testing::TestWithParam<PaperRow> {};
+
+TEST_P(PaperTableTest, LayoutReproducesThePapersCounts) {
+  const PaperRow row = GetParam();
+  auto dims = LoadModel(row.model);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  const ParamCounts c = CountParams(*dims);
+  EXPECT_EQ(c.total, row.total);
+  EXPECT_EQ(c.non_embedding, row.non_embedding);
+  EXPECT_EQ(c.embedding + c.embed_head_scalars + c.tile_matrices + c.tile_scalars, c.total);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paper, PaperTableTest,
+                         ::testing::Values(PaperRow{"psi8", 4134146, 917698}, PaperRow{"psi16", 27546626, 14680834},
+                                           PaperRow{"psi32", 286347266, 234884098},
+                                           PaperRow{"psi48", 1304884226, 1189092098},
+                                           PaperRow{"psi64", 3963961346, 3758108674}));
+
+TEST(ParamLayoutTest, ShardsTileTheFullLayoutExactly) {
+  auto dims = LoadModel("tiny_psi4");
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  const ParamLayout full(*dims, ShardSpec::Full(*dims));
+  // Two tiles of layers 1..3 and vocabulary rows 10..50: every entry is the slice asked for.
+  ShardSpec shard = ShardSpec::Full(*dims);
+  shard.layer_begin = 1;
+  shard.layer_end = 3;
+  shard.tile_begin = 2;
+  shard.tile_end = 4;
+  shard.vocab_begin = 10;
+  shard.vocab_end = 50;
+  shard.embed = false;
+  const ParamLayout part(*dims, shard);
+  ASSERT_NE(part.Find("layers/001/W_Q"), nullptr);
+  EXPECT_EQ(part.Find("layers/000/W_Q"), nullptr);
+  EXPECT_EQ(part.Find("embed/s_E"), nullptr);
+  ASSERT_NE(part.Find("head/s_F"), nullptr);
+  const ParamEntry* w_q = part.Find("layers/002/W_Q");
+  EXPECT_EQ(w_q->global_shape, (std::vector<int64_t>{4, 16, 8}));
+  EXPECT_EQ(w_q->offset, (std::vector<int64_t>{2, 0, 0}));
+  EXPECT_EQ(w_q->shape, (std::vector<int64_t>{2, 16, 8}));
+  const ParamEntry* w_e = part.Find("embed/W_E");
+  EXPECT_EQ(w_e->shape, (std::vector<int64_t>{40, 16}));
+  EXPECT_EQ(part.entries()[part.LayerEntry(2)].name, "layers/002/W_Q");
+  EXPECT_EQ(part.entries()[part.LayerEntry(1) + 7].name, "layers/001/s_O");
+}
+
+}  // namespace
+}  // namespace multiscreen
