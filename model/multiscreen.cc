@@ -15,9 +15,6 @@ namespace multiscreen {
 
 namespace k = kernels::cpu;
 
-// Offsets of a layer's tensors relative to ParamLayout::LayerEntry.
-enum LayerTensor { kWQ = 0, kWK, kWV, kWG, kWO, kSw, kSr, kSO };
-
 template <typename Real>
 kernels::cpu::ScreeningSaved<Real> Multiscreen<Real>::LayerActivations::saved() {
   return {q_tilde.data(), k_tilde.data(), v_bar.data(), q_norm.data(), k_norm.data(), v_norm.data(), h.data()};
@@ -50,54 +47,6 @@ kernels::cpu::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) co
 }
 
 template <typename Real>
-void Multiscreen<Real>::PackLayer(const Real* params, int64_t li) {
-  const ModelDims& d = dims();
-  const int64_t nt = layout_.shard().tiles(), dE = d.d_e, dK = d.d_k, dV = d.d_v;
-  const int64_t C = 2 * dK + 2 * dV;
-  const auto& entries = layout_.entries();
-  const int64_t first = layout_.LayerEntry(layout_.shard().layer_begin + li);
-  LayerWeights& w = weights_[li];
-  w.w_cat.resize(dE * nt * C);
-  const int64_t widths[4] = {dK, dK, dV, dV};
-  int64_t col = 0;
-  for (int64_t t = 0; t < nt; ++t) {
-    for (int part = 0; part < 4; ++part) {
-      const Real* src = params + entries[first + part].buffer_offset + t * dE * widths[part];
-      for (int64_t e = 0; e < dE; ++e) {
-        std::copy(src + e * widths[part], src + (e + 1) * widths[part], w.w_cat.data() + e * nt * C + col);
-      }
-      col += widths[part];
-    }
-  }
-  const Real* w_o = params + entries[first + kWO].buffer_offset;
-  w.w_o.assign(w_o, w_o + nt * dV * dE);
-  MaybeRoundBf16(w.w_cat.data(), w.w_cat.size());
-  MaybeRoundBf16(w.w_o.data(), w.w_o.size());
-}
-
-template <typename Real>
-std::vector<kernels::cpu::TileScalars> Multiscreen<Real>::TileScalarsOf(const Real* params, int64_t li,
-                                                                        const InferenceOptions* inference) const {
-  const auto& entries = layout_.entries();
-  const int64_t first = layout_.LayerEntry(layout_.shard().layer_begin + li);
-  const Real* s_w = params + entries[first + kSw].buffer_offset;
-  const Real* s_r = params + entries[first + kSr].buffer_offset;
-  const Real* s_o = params + entries[first + kSO].buffer_offset;
-  std::vector<k::TileScalars> tiles(layout_.shard().tiles());
-  for (size_t t = 0; t < tiles.size(); ++t) {
-    const double w = std::exp(double(s_w[t])) + 1.0;
-    tiles[t].w = w;
-    tiles[t].mipe_w = w;
-    tiles[t].r = 1.0 / (1.0 + std::exp(-double(s_r[t])));
-    tiles[t].scale = std::exp(double(s_o[t]));
-    if (inference != nullptr && inference->expand_windows && w > double(inference->train_len)) {
-      tiles[t].w = std::numeric_limits<double>::infinity();
-    }
-  }
-  return tiles;
-}
-
-template <typename Real>
 void Multiscreen<Real>::BeginStep(const Real* params) {
   const ShardSpec& shard = layout_.shard();
   const int64_t dE = dims().d_e;
@@ -111,7 +60,15 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     e_bar_compute_ = e_bar_;
     MaybeRoundBf16(e_bar_compute_.data(), e_bar_compute_.size());
   }
-  for (int64_t li = 0; li < shard.layers(); ++li) PackLayer(params, li);
+  for (int64_t li = 0; li < shard.layers(); ++li) {
+    LayerWeights& w = weights_[li];
+    const int64_t layer = shard.layer_begin + li;
+    PackProjections(layout_, params, layer, &w.w_cat);
+    const Real* w_o = params + layout_.entries()[layout_.LayerEntry(layer) + kWO].buffer_offset;
+    w.w_o.assign(w_o, w_o + layout_.entries()[layout_.LayerEntry(layer) + kWO].size());
+    MaybeRoundBf16(w.w_cat.data(), w.w_cat.size());
+    MaybeRoundBf16(w.w_o.data(), w.w_o.size());
+  }
 }
 
 template <typename Real>
@@ -149,7 +106,7 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     MaybeRoundBf16(x_in.data(), x_in.size());
     k::Gemm<Real>(false, false, rows, nt * C, dE, 1, x_in.data(), dE, w.w_cat.data(), nt * C, 0, a.P.data(), nt * C);
     MaybeRoundBf16(a.P.data(), a.P.size());
-    const auto tiles = TileScalarsOf(params, li, inference);
+    const auto tiles = MapTileScalars(layout_, params, layout_.shard().layer_begin + li, inference);
     k::ScreeningForward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), a.U.data());
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
     std::vector<Real> u = a.U;
@@ -260,7 +217,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     k::Gemm<Real>(false, true, rows, nt * dV, dE, 1, dx, dE, w.w_o.data(), dE, 0, d_u_.data(), nt * dV);
     k::Gemm<Real>(true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, dx, dE, 1,
                   grads + entries[first + kWO].buffer_offset, dE);
-    const auto tiles = TileScalarsOf(params, li, nullptr);
+    const auto tiles = MapTileScalars(layout_, params, layout_.shard().layer_begin + li, nullptr);
     k::ScreeningBackward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(), d_p_.data(),
                          tile_grads.data());
     // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}.
@@ -274,18 +231,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     }
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
     k::Gemm<Real>(true, false, dE, nt * C, rows, 1, a.x_in.data(), dE, d_p_.data(), nt * C, 0, d_w_cat_.data(), nt * C);
-    const int64_t widths[4] = {dK, dK, dV, dV};
-    int64_t col = 0;
-    for (int64_t t = 0; t < nt; ++t) {
-      for (int part = 0; part < 4; ++part) {
-        Real* dst = grads + entries[first + part].buffer_offset + t * dE * widths[part];
-        for (int64_t e = 0; e < dE; ++e) {
-          const Real* src = d_w_cat_.data() + e * nt * C + col;
-          for (int64_t c = 0; c < widths[part]; ++c) dst[e * widths[part] + c] += src[c];
-        }
-        col += widths[part];
-      }
-    }
+    UnpackProjectionsAdd(layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
     k::Gemm<Real>(false, true, rows, dE, nt * C, 1, d_p_.data(), nt * C, w.w_cat.data(), nt * C, 0,
                   scratch_x_.data(), dE);
     tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);

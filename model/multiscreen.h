@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "kernels/cpu/screening.h"
 #include "model/param_layout.h"
+#include "model/tile_weights.h"
 #include "parallel/communicator.h"
 
 namespace multiscreen {
@@ -28,12 +29,6 @@ enum class Precision {
 struct ModelOptions {
   Precision precision = Precision::kFp32;
   int64_t head_chunk_rows = 256;  // tokens per logits chunk: [chunk, V] is the largest logits block
-};
-
-// Inference-time window rule (spec "Inference").
-struct InferenceOptions {
-  bool expand_windows = true;  // w → ∞ for tiles whose w exceeds train_len
-  int64_t train_len = 4096;    // longest training sequence length
 };
 
 template <typename Real>
@@ -91,9 +86,6 @@ class Multiscreen {
     std::vector<Real> w_cat;  // [d_E, tiles·p_cols]: per tile [W_Q | W_K | W_V | W_G]
     std::vector<Real> w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
   };
-  void PackLayer(const Real* params, int64_t local_layer);
-  std::vector<kernels::cpu::TileScalars> TileScalarsOf(const Real* params, int64_t local_layer,
-                                                       const InferenceOptions* inference) const;
   kernels::cpu::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
   void MaybeRoundBf16(Real* data, int64_t n) const;
 

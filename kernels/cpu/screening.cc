@@ -108,12 +108,21 @@ void ScreenOneQuery(const Real* q, const Real* k, const Real* v, const int64_t* 
                     int64_t d_k, int64_t d_v, Real r, const Real* mask, int64_t mask_len, Real* h) {
   std::fill(h, h + d_v, Real(0));
   for (int64_t j = 0; j < n; ++j) {
-    if (dist[j] < 0 || dist[j] >= mask_len) continue;
+    if (dist[j] < 0 || (mask != nullptr && dist[j] >= mask_len)) continue;
     const Real a = TrimBase(Dot(q, k + j * d_k, d_k), r);
     if (a <= 0) continue;
-    const Real weight = a * a * mask[dist[j]];
+    const Real weight = a * a * (mask != nullptr ? mask[dist[j]] : Real(1));
     if (weight != 0) Axpy(weight, v + j * d_v, h, d_v);
   }
+}
+
+template <typename Real>
+void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, Real* out) {
+  Real sq = 0;
+  for (int64_t c = 0; c < d_v; ++c) sq += h[c] * h[c];
+  Real f, unused;
+  TanhNormScale(std::sqrt(sq), &f, &unused);
+  for (int64_t c = 0; c < d_v; ++c) out[c] = scale * h[c] * f * GateForward(g[c]);
 }
 
 template <typename Real>
@@ -140,12 +149,9 @@ void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScal
     MipeRotateForward(kt, dk, T, shape.pos0, rate);
     AggregateForward(qt, kt, vb, h, T, dk, dv, static_cast<Real>(tile.r), tables.m[t].data(),
                      tables.keys[t]);
-    std::vector<Real> u(dv);
     for (int64_t i = 0; i < T; ++i) {
-      TanhNormForward(h + i * dv, u.data(), 1, dv);
-      const Real* g = Pb + i * ldp + 2 * dk + dv;
-      Real* out = U + (b * T + i) * ldu + t * dv;
-      for (int64_t c = 0; c < dv; ++c) out[c] = static_cast<Real>(tile.scale) * u[c] * GateForward(g[c]);
+      TileOutputRow(h + i * dv, Pb + i * ldp + 2 * dk + dv, static_cast<Real>(tile.scale), dv,
+                    U + (b * T + i) * ldu + t * dv);
     }
   }
 }
@@ -227,7 +233,8 @@ void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileSca
                                         const ScreeningSaved<Real>&, const Real*, Real*,         \
                                         TileScalarGrads*);                                       \
   template void ScreenOneQuery<Real>(const Real*, const Real*, const Real*, const int64_t*,      \
-                                     int64_t, int64_t, int64_t, Real, const Real*, int64_t, Real*);
+                                     int64_t, int64_t, int64_t, Real, const Real*, int64_t, Real*); \
+  template void TileOutputRow<Real>(const Real*, const Real*, Real, int64_t, Real*);
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)
 #undef MS_INSTANTIATE

@@ -71,9 +71,15 @@ void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileSca
 // The aggregate of one query (spec steps 7–10) over n keys at distances
 // dist[j] ≥ 0 from it: h = Σ_j α_j m(dist_j) v̄_j. h is written. Used by the
 // decoding cache; the batched forward computes the same sums.
-//   q: [d_k]; k: [n, d_k]; v: [n, d_v]; mask: m(d) for d < mask_len (0 beyond).
+//   q: [d_k]; k: [n, d_k]; v: [n, d_v]; mask: m(d) for d < mask_len (0 beyond),
+//   or null for an infinite window (m = 1 at every distance).
 template <typename Real>
 void ScreenOneQuery(const Real* q, const Real* k, const Real* v, const int64_t* dist, int64_t n,
                     int64_t d_k, int64_t d_v, Real r, const Real* mask, int64_t mask_len, Real* h);
+
+// One token's tile output (spec steps 11–13): out = scale · TanhNorm(h) ⊙ tanh(SiLU(g)).
+//   h, g, out: [d_v].
+template <typename Real>
+void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, Real* out);
 
 }  // namespace multiscreen::kernels::cpu

@@ -1,0 +1,44 @@
+// Token-by-token inference with a decoding cache (spec "Inference"): per tile
+// the k̃ (normalized, rotated by MiPE at its absolute position) and v̄ of past
+// tokens; a finite-window tile keeps only its last ⌈w⌉ keys in a ring buffer,
+// an infinite-window tile (window expansion) keeps all. Logits equal those of
+// Multiscreen::Logits over the whole prefix.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "model/param_layout.h"
+#include "model/tile_weights.h"
+
+namespace multiscreen {
+
+template <typename Real>
+class DecodeSession {
+ public:
+  // `params`: the full layout's buffer (ShardSpec::Full), read during the session.
+  DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options);
+
+  // Feeds the token at absolute position position(); writes logits [V] for the next token.
+  void Step(int32_t token, Real* logits);
+  int64_t position() const { return position_; }
+  // Keys held by (layer, tile)'s cache: min(position, ⌈w⌉), or position for w = ∞.
+  int64_t CachedKeys(int64_t layer, int64_t tile) const;
+
+ private:
+  struct TileCache {
+    int64_t capacity = 0;            // ring slots; 0 = unbounded (grows)
+    std::vector<Real> k, v, mask;    // [slots, d_K], [slots, d_V], m(d) for d < ⌈w⌉
+    std::vector<int64_t> position;   // absolute position of each slot's key
+    kernels::cpu::TileScalars scalars;
+  };
+  ParamLayout layout_;
+  const Real* params_;
+  std::vector<Real> e_bar_;                  // Ē [V, d_E]
+  std::vector<std::vector<Real>> w_cat_;     // per layer, PackProjections
+  std::vector<std::vector<TileCache>> caches_;  // [layer][tile]
+  int64_t position_ = 0;
+};
+
+}  // namespace multiscreen

@@ -1,0 +1,118 @@
+// The small CPU kernels against closed forms and their own derivatives.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/mipe.h"
+#include "kernels/cpu/softmask.h"
+#include "kernels/cpu/tanh_norm.h"
+#include "kernels/cpu/unit_rows.h"
+
+namespace multiscreen::kernels::cpu {
+namespace {
+
+TEST(TanhNormTest, SeriesAndClosedFormAgreeWhereTheySwitch) {
+  for (double n : {0.0999999, 0.1, 0.1000001}) {
+    double f, g;
+    TanhNormScale(n, &f, &g);
+    EXPECT_NEAR(f, std::tanh(n) / n, 1e-12) << n;  // series truncated after n⁸: error ~9e-13 at 0.1
+    const double g_exact = (n * (1 - std::tanh(n) * std::tanh(n)) - std::tanh(n)) / (n * n * n);
+    EXPECT_NEAR(g, g_exact, 1e-9) << n;
+  }
+  float f32, g32;
+  TanhNormScale(0.09f, &f32, &g32);
+  EXPECT_NEAR(f32, std::tanh(0.09) / 0.09, 1e-7);
+  const double t = std::tanh(0.09);
+  EXPECT_NEAR(g32, (0.09 * (1 - t * t) - t) / (0.09 * 0.09 * 0.09), 1e-6);
+}
+
+TEST(TanhNormTest, ZeroRowsStayZeroAndOutputsStayInsideTheUnitBall) {
+  std::vector<double> h = {0, 0, 0, 3, 4, 0, 1e-9, 0, 0};
+  std::vector<double> u(9);
+  TanhNormForward(h.data(), u.data(), 3, 3);
+  EXPECT_EQ(u[0], 0.0);
+  EXPECT_NEAR(std::hypot(u[3], u[4]), std::tanh(5.0), 1e-15);
+  EXPECT_NEAR(u[6], 1e-9, 1e-24);
+}
+
+TEST(TanhNormTest, BackwardMatchesFiniteDifferences) {
+  const std::vector<double> h = {0.3, -0.2, 0.5, 0.01, 0.02, -0.03, 2.0, 1.0, -1.5};
+  const std::vector<double> du = {0.7, -1.1, 0.4, 0.2, -0.3, 0.9, 0.5, 0.25, -0.8};
+  std::vector<double> dh(9);
+  TanhNormBackward(h.data(), du.data(), dh.data(), 3, 3);
+  for (int i = 0; i < 9; ++i) {
+    std::vector<double> up = h, down = h, u_up(9), u_down(9);
+    up[i] += 1e-7;
+    down[i] -= 1e-7;
+    TanhNormForward(up.data(), u_up.data(), 3, 3);
+    TanhNormForward(down.data(), u_down.data(), 3, 3);
+    double fd = 0;
+    for (int j = 0; j < 9; ++j) fd += du[j] * (u_up[j] - u_down[j]) / 2e-7;
+    EXPECT_NEAR(dh[i], fd, 1e-7) << i;
+  }
+}
+
+TEST(SoftmaskTest, ReachesExactlyZeroAtTheWindowAndSeesCeilWKeys) {
+  EXPECT_EQ(SoftmaskKeys(4.0, 100), 4);
+  EXPECT_EQ(SoftmaskKeys(4.2, 100), 5);
+  EXPECT_EQ(SoftmaskKeys(4.2, 3), 3);
+  EXPECT_EQ(SoftmaskKeys(INFINITY, 7), 7);
+  std::vector<double> m(5), dm(5);
+  SoftmaskTable(4.2, 5, m.data(), dm.data());
+  EXPECT_EQ(m[0], 1.0);
+  EXPECT_NEAR(m[2], 0.5 * (std::cos(std::numbers::pi * 2 / 4.2) + 1), 1e-15);
+  EXPECT_GT(m[4], 0.0);
+  // ∂m/∂w against a central difference.
+  std::vector<double> m_up(5), m_down(5), unused(5);
+  SoftmaskTable(4.2 + 1e-6, 5, m_up.data(), unused.data());
+  SoftmaskTable(4.2 - 1e-6, 5, m_down.data(), unused.data());
+  for (int d = 0; d < 5; ++d) EXPECT_NEAR(dm[d], (m_up[d] - m_down[d]) / 2e-6, 1e-8) << d;
+}
+
+TEST(MipeTest, NoPositionalSignalAtOrPastTheThreshold) {
+  double rate, rate_dw;
+  MipeRate(256.0, 256.0, &rate, &rate_dw);
+  EXPECT_EQ(rate, 0.0);
+  MipeRate(300.0, 256.0, &rate, &rate_dw);
+  EXPECT_EQ(rate, 0.0);
+  MipeRate(16.0, 256.0, &rate, &rate_dw);
+  const double gamma = 0.5 * (std::cos(std::numbers::pi * 16 / 256) + 1);
+  EXPECT_NEAR(rate, std::numbers::pi * gamma / 16, 1e-15);
+  double up, down, unused;
+  MipeRate(16.0 + 1e-6, 256.0, &up, &unused);
+  MipeRate(16.0 - 1e-6, 256.0, &down, &unused);
+  EXPECT_NEAR(rate_dw, (up - down) / 2e-6, 1e-9);
+}
+
+TEST(MipeTest, RotationAtLargePositionsUsesFp64Angles) {
+  // Position 2^20 with an fp32 vector: the angle must be exact to fp64, so the
+  // rotation of (1, 0) equals (cos φ, sin φ) to fp32 rounding.
+  float z[2] = {1.0f, 0.0f};
+  const double rate = 0.01;
+  MipeRotateForward(z, 2, 1, int64_t{1} << 20, rate);
+  const double phi = double(1 << 20) * rate;
+  EXPECT_NEAR(z[0], std::cos(phi), 1e-7);
+  EXPECT_NEAR(z[1], std::sin(phi), 1e-7);
+}
+
+TEST(UnitRowsTest, FloorKeepsZeroRowsFinite) {
+  std::vector<float> x = {0, 0, 3, 4}, y(4), n(2);
+  UnitRowsForward(x.data(), 2, y.data(), 2, n.data(), 2, 2);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_FLOAT_EQ(y[2], 0.6f);
+  EXPECT_FLOAT_EQ(n[1], 5.0f);
+}
+
+TEST(Bf16Test, RoundsToNearestEven) {
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f)), 1.0f);
+  // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties to even (1).
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 0x1.0p-8f)), 1.0f);
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 0x1.8p-8f)), 1.0f + 0x1.0p-7f);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(NAN))));
+}
+
+}  // namespace
+}  // namespace multiscreen::kernels::cpu
