@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""End-to-end checks of build/multiscreen's command-line contract (DESIGN
+"Command-line contract"): params, init and forward, and a one-line error with
+a non-zero exit for every bad input.
+
+Run: /usr/bin/python3 tests/cli/cli_test.py --multiscreen=build/multiscreen
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+from random_tokens import write_tokens  # noqa: E402
+
+BIN = None
+
+PAPER = {
+    "psi8": (4134146, 917698),
+    "psi16": (27546626, 14680834),
+    "psi32": (286347266, 234884098),
+    "psi48": (1304884226, 1189092098),
+    "psi64": (3963961346, 3758108674),
+}
+
+
+def run(*args):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120)
+
+
+class CliTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def assert_one_line_error(self, result, *fragments):
+        self.assertNotEqual(result.returncode, 0, result.stdout)
+        lines = [l for l in result.stderr.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, result.stderr)
+        for f in fragments:
+            self.assertIn(f, lines[0])
+
+    def test_params_json_reproduces_the_paper_table(self):
+        for model, (total, non_embedding) in PAPER.items():
+            r = run("params", f"--model={model}", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout)
+            self.assertEqual(j["total"], total, model)
+            self.assertEqual(j["non_embedding"], non_embedding, model)
+
+    def test_params_table_lists_the_groups(self):
+        r = run("params", "--model=psi16")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("27546626", r.stdout)
+        self.assertIn("tile matrices", r.stdout)
+
+    def test_unknown_model_is_one_line_naming_it(self):
+        self.assert_one_line_error(run("params", "--model=psi9"), "unknown model 'psi9'")
+
+    def test_malformed_model_file_names_file_line_and_column(self):
+        path = os.path.join(self.dir, "bad.textproto")
+        with open(path, "w") as f:
+            f.write("psi: 8\nd_k: x\n")
+        self.assert_one_line_error(run("params", f"--model={path}"), f"{path}:2:")
+
+    def test_unknown_command_and_stray_arguments_fail(self):
+        self.assertNotEqual(run("frobnicate").returncode, 0)
+        self.assert_one_line_error(run("params", "psi8"), "unexpected argument 'psi8'")
+
+    def _init_and_tokens(self, count, vocab=37, model="tiny_psi2"):
+        w = os.path.join(self.dir, "w.h5")
+        r = run("init", f"--model={model}", "--seed=3", f"--out={w}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        t = os.path.join(self.dir, "t.bin")
+        write_tokens(t, np.random.default_rng(0).integers(0, vocab, size=count))
+        return w, t
+
+    def test_forward_writes_loss_token_losses_and_every_gradient(self):
+        w, t = self._init_and_tokens(3 * 9)
+        out = os.path.join(self.dir, "out.h5")
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with h5py.File(out) as f, h5py.File(w) as wf:
+            self.assertEqual(f["token_losses"].shape, (3, 8))
+            self.assertAlmostEqual(float(f["loss"][()]), float(np.mean(f["token_losses"][()])), places=5)
+            names = []
+            wf.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+            self.assertEqual(len(names), 3 + 2 * 8)
+            for n in names:
+                self.assertEqual(f["grad/" + n].shape, wf[n].shape, n)
+                self.assertTrue(np.all(np.isfinite(f["grad/" + n][()])), n)
+
+    def test_forward_refuses_a_short_token_file(self):
+        w, t = self._init_and_tokens(20)
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                f"--out={self.dir}/o.h5")
+        self.assert_one_line_error(r, t, "20 tokens", "27 needed")
+        self.assertFalse(os.path.exists(f"{self.dir}/o.h5"))
+
+    def test_forward_refuses_token_ids_past_the_vocabulary(self):
+        w, t = self._init_and_tokens(27, vocab=40)
+        write_tokens(t, [39] * 27)
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                f"--out={self.dir}/o.h5")
+        self.assert_one_line_error(r, t, "39", "V = 37")
+
+    def test_forward_names_a_missing_dataset(self):
+        w, t = self._init_and_tokens(27)
+        with h5py.File(w, "r+") as f:
+            del f["layers/001/W_G"]
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                f"--out={self.dir}/o.h5")
+        self.assert_one_line_error(r, w, "layers/001/W_G")
+
+    def test_forward_names_a_misshaped_dataset(self):
+        w, t = self._init_and_tokens(27)
+        with h5py.File(w, "r+") as f:
+            del f["layers/000/W_O"]
+            f["layers/000/W_O"] = np.zeros((2, 5, 8), dtype=np.float32)
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                f"--out={self.dir}/o.h5")
+        self.assert_one_line_error(r, w, "layers/000/W_O", "[2, 5, 8]", "[2, 6, 8]")
+
+    def test_forward_refuses_a_bad_token_header(self):
+        w, t = self._init_and_tokens(27)
+        with open(t, "r+b") as f:
+            f.write(np.int32(12345).tobytes())
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                f"--out={self.dir}/o.h5")
+        self.assert_one_line_error(r, t, "magic")
+
+    def test_forward_refuses_a_file_that_is_not_hdf5(self):
+        _, t = self._init_and_tokens(27)
+        r = run("forward", f"--weights={t}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                f"--out={self.dir}/o.h5")
+        self.assert_one_line_error(r, t, "HDF5")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    args, rest = p.parse_known_args()
+    BIN = os.path.abspath(args.multiscreen)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
