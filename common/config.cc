@@ -133,6 +133,21 @@ absl::StatusOr<config::RunConfig> LoadRunConfig(const std::string& path) {
   return run;
 }
 
+void ApplyRunDefaults(config::RunConfig* r) {
+  if (r->grad_accum() == 0) r->set_grad_accum(1);
+  auto* par = r->mutable_parallel();
+  if (par->tp() == 0) par->set_tp(1);
+  if (par->pp() == 0) par->set_pp(1);
+  auto* o = r->mutable_optimizer();
+  if (!o->has_beta1()) o->set_beta1(0.9);
+  if (!o->has_beta2()) o->set_beta2(0.95);
+  if (!o->has_eps()) o->set_eps(1e-8);
+  if (r->eval().batches() == 0) r->mutable_eval()->set_batches(4);
+  if (r->checkpoint().keep_last() == 0) r->mutable_checkpoint()->set_keep_last(3);
+  if (r->logging().console_every() == 0) r->mutable_logging()->set_console_every(1);
+  if (r->max_nonfinite_steps() == 0) r->set_max_nonfinite_steps(10);
+}
+
 absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d) {
   auto bad = [](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
@@ -162,6 +177,8 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d) {
   }
   if (r.checkpoint().every() < 0) return bad("checkpoint.every", "is negative");
   if (r.eval().every() < 0) return bad("eval.every", "is negative");
+  if (r.eval().batches() < 0) return bad("eval.batches", "is negative");
+  if (r.max_nonfinite_steps() < 0) return bad("max_nonfinite_steps", "is negative");
   return absl::OkStatus();
 }
 

@@ -49,6 +49,11 @@ absl::StatusOr<ModelDims> LoadModel(const std::string& name_or_path);
 // Reads a run file (RunConfig in text format).
 absl::StatusOr<config::RunConfig> LoadRunConfig(const std::string& path);
 
+// Fills the run's unset fields with their defaults: grad_accum 1, tp = pp = 1,
+// β = (0.9, 0.95), ε = 1e-8, eval batches 4, keep_last 3, console_every 1,
+// max_nonfinite_steps 10.
+void ApplyRunDefaults(config::RunConfig* run);
+
 // Semantic checks of a run against its model: positive sizes, tp | N_H,
 // pp | N_L, lr ≥ 0, betas in [0, 1), ... Errors name the field, e.g.
 // "parallel.tp = 3 does not divide N_H = 8".

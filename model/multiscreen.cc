@@ -28,9 +28,17 @@ Multiscreen<Real>::Multiscreen(const ModelDims& dims, const ShardSpec& shard, Mo
 }
 
 template <typename Real>
-void Multiscreen<Real>::MaybeRoundBf16(Real* data, int64_t n) const {
+void Multiscreen<Real>::RoundToCompute(Real* data, int64_t n) const {
   if constexpr (std::is_same_v<Real, float>) {
     if (options_.precision == Precision::kBf16) k::RoundToBf16(data, n);
+    if (options_.precision == Precision::kFp16) k::RoundToFp16(data, n);
+  }
+}
+
+template <typename Real>
+void Multiscreen<Real>::RoundGradientToCompute(Real* data, int64_t n) const {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (options_.precision == Precision::kFp16) k::RoundToFp16(data, n);
   }
 }
 
@@ -58,7 +66,7 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     d_e_bar_.assign(rows * dE, Real(0));
     k::UnitRowsForward(params + w_e->buffer_offset, dE, e_bar_.data(), dE, e_norm_.data(), rows, dE);
     e_bar_compute_ = e_bar_;
-    MaybeRoundBf16(e_bar_compute_.data(), e_bar_compute_.size());
+    RoundToCompute(e_bar_compute_.data(), e_bar_compute_.size());
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
@@ -66,8 +74,8 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     PackProjections(layout_, params, layer, &w.w_cat);
     const Real* w_o = params + layout_.entries()[layout_.LayerEntry(layer) + kWO].buffer_offset;
     w.w_o.assign(w_o, w_o + layout_.entries()[layout_.LayerEntry(layer) + kWO].size());
-    MaybeRoundBf16(w.w_cat.data(), w.w_cat.size());
-    MaybeRoundBf16(w.w_o.data(), w.w_o.size());
+    RoundToCompute(w.w_cat.data(), w.w_cat.size());
+    RoundToCompute(w.w_o.data(), w.w_o.size());
   }
 }
 
@@ -101,17 +109,16 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     a.q_norm.resize(rows * nt);
     a.k_norm.resize(rows * nt);
     a.v_norm.resize(rows * nt);
-    // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3).
-    std::vector<Real> x_in = a.x_in;
-    MaybeRoundBf16(x_in.data(), x_in.size());
-    k::Gemm<Real>(false, false, rows, nt * C, dE, 1, x_in.data(), dE, w.w_cat.data(), nt * C, 0, a.P.data(), nt * C);
-    MaybeRoundBf16(a.P.data(), a.P.size());
+    // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3). The
+    // stored x_in and U are the GEMM operands, so they hold the compute precision.
+    RoundToCompute(a.x_in.data(), a.x_in.size());
+    k::Gemm<Real>(false, false, rows, nt * C, dE, 1, a.x_in.data(), dE, w.w_cat.data(), nt * C, 0, a.P.data(), nt * C);
+    RoundToCompute(a.P.data(), a.P.size());
     const auto tiles = MapTileScalars(layout_, params, layout_.shard().layer_begin + li, inference);
     k::ScreeningForward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), a.U.data());
+    RoundToCompute(a.U.data(), a.U.size());
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
-    std::vector<Real> u = a.U;
-    MaybeRoundBf16(u.data(), u.size());
-    k::Gemm<Real>(false, false, rows, dE, nt * dV, 1, u.data(), nt * dV, w.w_o.data(), dE, 0, scratch_x_.data(), dE);
+    k::Gemm<Real>(false, false, rows, dE, nt * dV, 1, a.U.data(), nt * dV, w.w_o.data(), dE, 0, scratch_x_.data(), dE);
     tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
     for (int64_t i = 0; i < rows * dE; ++i) x[i] += scratch_x_[i];
   }
@@ -128,8 +135,8 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   // PLNorm (step 14): y = x/‖x‖.
   std::vector<Real> y(x, x + n * dE), y_norm(n);
   if (d.pl_norm) k::UnitRowsForward(x, dE, y.data(), dE, y_norm.data(), n, dE);
-  std::vector<Real> y_c = y;
-  MaybeRoundBf16(y_c.data(), y_c.size());
+  std::vector<Real> y_c = y;  // the head GEMMs' operand
+  RoundToCompute(y_c.data(), y_c.size());
   const Real* e_bar = e_bar_compute_.data();
 
   const int64_t chunk = std::max<int64_t>(1, options_.head_chunk_rows);
@@ -214,8 +221,14 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     const LayerWeights& w = weights_[li];
     const int64_t first = layout_.LayerEntry(layout_.shard().layer_begin + li);
     // Δ = U · W_O: dU = dΔ · W_Oᵀ, dW_O += Uᵀ dΔ (dΔ = dx, the residual passes it through).
-    k::Gemm<Real>(false, true, rows, nt * dV, dE, 1, dx, dE, w.w_o.data(), dE, 0, d_u_.data(), nt * dV);
-    k::Gemm<Real>(true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, dx, dE, 1,
+    const Real* d_delta = dx;
+    if (options_.precision == Precision::kFp16) {
+      d_delta_.assign(dx, dx + rows * dE);
+      RoundGradientToCompute(d_delta_.data(), d_delta_.size());
+      d_delta = d_delta_.data();
+    }
+    k::Gemm<Real>(false, true, rows, nt * dV, dE, 1, d_delta, dE, w.w_o.data(), dE, 0, d_u_.data(), nt * dV);
+    k::Gemm<Real>(true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, d_delta, dE, 1,
                   grads + entries[first + kWO].buffer_offset, dE);
     const auto tiles = MapTileScalars(layout_, params, layout_.shard().layer_begin + li, nullptr);
     k::ScreeningBackward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(), d_p_.data(),
@@ -230,6 +243,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       g_so[t] += static_cast<Real>(tile_grads[t].scale * tiles[t].scale);
     }
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
+    RoundGradientToCompute(d_p_.data(), d_p_.size());
     k::Gemm<Real>(true, false, dE, nt * C, rows, 1, a.x_in.data(), dE, d_p_.data(), nt * C, 0, d_w_cat_.data(), nt * C);
     UnpackProjectionsAdd(layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
     k::Gemm<Real>(false, true, rows, dE, nt * C, 1, d_p_.data(), nt * C, w.w_cat.data(), nt * C, 0,

@@ -23,7 +23,8 @@ namespace multiscreen {
 
 enum class Precision {
   kFp32,  // everything in Real
-  kBf16,  // fp32 masters; GEMM operands (weights, Ē, projections) rounded to bf16
+  kBf16,  // fp32 masters; GEMM operands (weights, Ē, activations) rounded to bf16
+  kFp16,  // as kBf16 in IEEE half, backward GEMM operands too (so scaled gradients can overflow)
 };
 
 struct ModelOptions {
@@ -87,7 +88,10 @@ class Multiscreen {
     std::vector<Real> w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
   };
   kernels::cpu::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
-  void MaybeRoundBf16(Real* data, int64_t n) const;
+  // Rounds a GEMM operand to the compute precision (no-op for kFp32).
+  void RoundToCompute(Real* data, int64_t n) const;
+  // Rounds a backward GEMM operand (only kFp16 stores gradients in 16 bits).
+  void RoundGradientToCompute(Real* data, int64_t n) const;
 
   ParamLayout layout_;
   ModelOptions options_;
@@ -98,7 +102,7 @@ class Multiscreen {
   std::vector<Real> e_bar_compute_;            // Ē as the GEMMs see it (bf16-rounded under kBf16)
   std::vector<LayerWeights> weights_;
   std::vector<LayerActivations> acts_;
-  std::vector<Real> d_u_, d_p_, d_w_cat_, scratch_x_;
+  std::vector<Real> d_u_, d_p_, d_w_cat_, d_delta_, scratch_x_;
 };
 
 }  // namespace multiscreen

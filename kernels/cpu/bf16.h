@@ -1,5 +1,6 @@
-// bfloat16 storage for the mixed-precision path on the CPU: values are kept as
-// uint16 bit patterns and converted to fp32 for compute (DESIGN "Precision").
+// bfloat16 and fp16 storage for the mixed-precision path on the CPU: values are
+// kept as 16-bit patterns (or rounded in place) and computed on in fp32
+// (DESIGN "Precision").
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,12 @@ inline float Bf16ToFloat(uint16_t b) {
 // x[i] ← fp32(bf16(x[i])): what a bf16 compute copy of x holds.
 inline void RoundToBf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = Bf16ToFloat(FloatToBf16(x[i]));
+}
+
+// x[i] ← fp32(fp16(x[i])): what an IEEE half compute copy of x holds (round to
+// nearest even; magnitudes past 65504 become ±inf, which loss scaling detects).
+inline void RoundToFp16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
 }
 
 }  // namespace multiscreen::kernels::cpu

@@ -1,0 +1,44 @@
+#include "trainer/flops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace multiscreen {
+
+double ForwardFlopsPerToken(const ModelDims& d, int64_t T, const std::vector<double>& windows) {
+  const double tiles = double(d.n_layers) * double(d.n_heads);
+  double flops = tiles * (2.0 * d.d_e * (2 * d.d_k + 2 * d.d_v) + 2.0 * d.d_v * d.d_e) + 2.0 * d.d_e * d.vocab;
+  const int64_t n = windows.empty() ? int64_t(tiles) : int64_t(windows.size());
+  for (int64_t t = 0; t < n; ++t) {
+    const double keys = windows.empty() || std::isinf(windows[t]) ? double(T) : std::ceil(windows[t]);
+    // Σ_{i<T} min(keys, i + 1) / T
+    const double k = std::min(keys, double(T));
+    const double pairs = (k * (k + 1) / 2 + (double(T) - k) * k) / double(T);
+    flops += 2.0 * (d.d_k + d.d_v) * pairs;
+  }
+  return flops;
+}
+
+}  // namespace multiscreen
+
+#include <chrono>
+
+#include "kernels/cpu/gemm.h"
+
+namespace multiscreen {
+
+double MeasureSgemmGflops(int64_t n, double seconds) {
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.f);
+  kernels::cpu::Gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);  // warm-up
+  const auto start = std::chrono::steady_clock::now();
+  int64_t reps = 0;
+  double elapsed = 0;
+  do {
+    kernels::cpu::Gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    ++reps;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while (elapsed < seconds);
+  return 2.0 * double(n) * n * n * reps / elapsed / 1e9;
+}
+
+}  // namespace multiscreen

@@ -1,0 +1,37 @@
+// Model FLOPs per token, for tokens/s → GFLOP/s → MFU (DESIGN "Precision",
+// issue 5). Counts multiply-adds as 2 FLOPs, per token of a sequence of T:
+//   projections  2·d_E·(2d_K + 2d_V)   per tile and layer
+//   W_O          2·d_V·d_E             per tile and layer
+//   screening    2·(d_K + d_V)·P_h     per tile and layer, where P_h is the mean
+//                number of key pairs inside the tile's window per query:
+//                P_h = (1/T)·Σ_{i<T} min(⌈w_h⌉, i + 1)  (only in-window pairs count)
+//   head         2·d_E·V
+// A training step costs 3× the forward (forward, and the backward's two GEMMs
+// per forward GEMM); element-wise work is not counted.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+
+namespace multiscreen {
+
+// Forward FLOPs per token. `windows` holds w for every tile of every layer
+// (N_L·N_H values); empty means every window covers the whole sequence.
+double ForwardFlopsPerToken(const ModelDims& dims, int64_t T, const std::vector<double>& windows);
+
+// Training FLOPs per token = 3 × forward.
+inline double TrainingFlopsPerToken(const ModelDims& dims, int64_t T, const std::vector<double>& windows) {
+  return 3.0 * ForwardFlopsPerToken(dims, T, windows);
+}
+
+}  // namespace multiscreen
+
+namespace multiscreen {
+
+// The machine's single-precision GEMM rate in GFLOP/s, measured through the
+// BLAS library on n×n×n products for about `seconds` (the MFU denominator on CPUs).
+double MeasureSgemmGflops(int64_t n = 512, double seconds = 0.3);
+
+}  // namespace multiscreen

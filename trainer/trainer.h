@@ -1,0 +1,82 @@
+// The training loop (issue 5): micro-batches with gradient accumulation,
+// AdamW on fp32 masters, lr schedule, mixed precision with loss scaling,
+// validation, metrics (metrics.jsonl, TensorBoard, console), clean stops on
+// signals. One process holds the whole model here; the parallel layouts plug
+// in through parallel/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "configs/config.pb.h"
+#include "model/multiscreen.h"
+#include "trainer/adamw.h"
+#include "trainer/loss_scaler.h"
+#include "trainer/tensorboard_writer.h"
+#include "trainer/token_source.h"
+
+namespace multiscreen {
+
+// Everything a checkpoint must hold to continue a run exactly.
+struct TrainState {
+  int64_t step = 0;     // optimizer steps done
+  int64_t samples = 0;  // global samples consumed (the loader's only state)
+  int64_t tokens = 0;   // training tokens consumed
+  int64_t nonfinite_in_a_row = 0;
+  std::vector<float> params;  // fp32 masters, the model's flat layout
+  LossScalerState scaler;
+};
+
+class Trainer {
+ public:
+  struct Sources {
+    TokenSource* train = nullptr;
+    TokenSource* val = nullptr;  // may be null: no validation
+    int64_t val_samples = 0;     // samples the validation pass may use
+  };
+  // `run` has defaults applied and is validated against `dims`.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::RunConfig& run, const ModelDims& dims,
+                                                         Sources sources);
+
+  // Trains from state().step to run.steps(), or until a stop signal (then
+  // returns OK after the current step). Writes metrics under run_dir.
+  absl::Status Run();
+
+  // Mean validation loss over run.eval().batches() micro-batches of the held-out samples.
+  absl::StatusOr<double> Validate();
+
+  TrainState& state() { return state_; }
+  AdamW& optimizer() { return *optimizer_; }
+  const ParamLayout& layout() const { return model_->layout(); }
+  double last_loss() const { return last_loss_; }
+  double last_val_loss() const { return last_val_loss_; }
+  bool stopped_by_signal() const { return stopped_by_signal_; }
+
+ private:
+  Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources);
+  // One optimizer step; returns the mean training loss of the global batch.
+  absl::StatusOr<double> Step(double lr, double* grad_norm, bool* applied);
+  absl::Status LogStep(double loss, double lr, double grad_norm, bool applied, double seconds);
+  absl::Status AppendMetrics(const std::string& json_line);
+
+  config::RunConfig run_;
+  ModelDims dims_;
+  Sources sources_;
+  std::unique_ptr<Multiscreen<float>> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  DynamicLossScaler scaler_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  TrainState state_;
+  std::vector<float> grads_;
+  std::vector<int32_t> tokens_;
+  double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
+  bool stopped_by_signal_ = false;
+  double run_seconds_ = 0;
+  int64_t run_steps_ = 0;
+};
+
+}  // namespace multiscreen
