@@ -1,12 +1,40 @@
 #include "data/token_file.h"
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 
 namespace multiscreen {
+
+absl::StatusOr<TokenFileInfo> CheckTokenFileHeader(const std::string& path, const int32_t* header,
+                                                   int64_t file_size) {
+  const int64_t header_bytes = kTokenFileHeaderInts * 4;
+  if (file_size < header_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", file_size, " bytes, shorter than the 1024-byte llm.c header"));
+  }
+  if (header[0] != kTokenFileMagic) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": bad magic ", header[0], " (expected ", kTokenFileMagic, ", llm.c .bin)"));
+  }
+  TokenFileInfo info;
+  info.version = header[1];
+  if (info.version != 1 && info.version != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": unsupported version ", info.version, " (expected 1 or 2)"));
+  }
+  info.count = header[2];
+  info.width = info.version == 1 ? 2 : 4;
+  if (info.count < 0 || file_size != header_bytes + info.count * info.width) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": header says ", info.count, " tokens of ", info.width,
+                                                   " bytes but the file holds ", file_size - header_bytes,
+                                                   " bytes after the header"));
+  }
+  return info;
+}
 
 absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int64_t max_tokens) {
   std::ifstream in(path, std::ios::binary);
@@ -15,23 +43,13 @@ absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int6
   if (!in.read(reinterpret_cast<char*>(header), sizeof(header))) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": shorter than the 1024-byte llm.c header"));
   }
-  if (header[0] != kTokenFileMagic) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": bad magic ", header[0], " (expected ", kTokenFileMagic, ", llm.c .bin)"));
-  }
-  const int32_t version = header[1];
-  if (version != 1 && version != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported version ", version, " (expected 1 or 2)"));
-  }
-  const int64_t count = header[2];
-  const int64_t width = version == 1 ? 2 : 4;
   std::error_code ec;
   const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-  if (ec || count < 0 || file_size != static_cast<int64_t>(sizeof(header)) + count * width) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": header says ", count, " tokens of ", width,
-                                                   " bytes but the file holds ", file_size - int64_t(sizeof(header)),
-                                                   " bytes after the header"));
-  }
+  if (ec) return absl::NotFoundError(absl::StrCat(path, ": cannot stat token file"));
+  auto info = CheckTokenFileHeader(path, header, file_size);
+  if (!info.ok()) return info.status();
+  const int32_t version = info->version;
+  const int64_t count = info->count;
   const int64_t n = max_tokens < 0 ? count : max_tokens;
   if (n > count) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", count, " tokens, ", n, " needed"));
@@ -69,6 +87,66 @@ absl::Status WriteTokenFile(const std::string& path, const std::vector<int32_t>&
   }
   out.close();
   if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TokenFileWriter>> TokenFileWriter::Create(const std::string& path, int version) {
+  if (version != 1 && version != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": token file version ", version, " (expected 1 or 2)"));
+  }
+  std::unique_ptr<TokenFileWriter> w(new TokenFileWriter());
+  w->path_ = path;
+  w->version_ = version;
+  w->file_ = std::fopen(path.c_str(), "wb");
+  if (w->file_ == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create token file"));
+  const int32_t header[kTokenFileHeaderInts] = {};
+  if (std::fwrite(header, sizeof(header), 1, w->file_) != 1) {
+    return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  }
+  return w;
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+absl::Status TokenFileWriter::Append(const int32_t* ids, int64_t n) {
+  if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(path_, ": appended after Finish"));
+  if (count_ + n > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": more than 2^31 - 1 tokens in one shard"));
+  }
+  const int64_t width = version_ == 1 ? 2 : 4;
+  const uint32_t limit = version_ == 1 ? 0xffffu : 0x7fffffffu;
+  buffer_.resize(static_cast<size_t>(n * width));
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) > limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": token id ", ids[i], " does not fit version ", version_, " (max ", limit, ")"));
+    }
+    if (version_ == 1) {
+      const auto v = static_cast<uint16_t>(ids[i]);
+      std::memcpy(buffer_.data() + i * 2, &v, 2);
+    } else {
+      std::memcpy(buffer_.data() + i * 4, &ids[i], 4);
+    }
+  }
+  if (n > 0 && std::fwrite(buffer_.data(), buffer_.size(), 1, file_) != 1) {
+    return absl::DataLossError(absl::StrCat(path_, ": write failed"));
+  }
+  count_ += n;
+  return absl::OkStatus();
+}
+
+absl::Status TokenFileWriter::Finish() {
+  if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(path_, ": finished twice"));
+  int32_t header[kTokenFileHeaderInts] = {};
+  header[0] = kTokenFileMagic;
+  header[1] = version_;
+  header[2] = static_cast<int32_t>(count_);
+  const bool ok = std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(header, sizeof(header), 1, file_) == 1;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  if (!ok || !closed) return absl::DataLossError(absl::StrCat(path_, ": write failed"));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,313 @@
+#include "data/loader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "data/token_file.h"
+
+namespace multiscreen {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The epoch's base key: splitmix64(splitmix64(seed) ^ epoch).
+uint64_t EpochKey(uint64_t seed, int64_t epoch) { return SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(epoch)); }
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+absl::Status CheckLayout(int64_t seq_len, int64_t global_batch, int dp_rank, int dp_size) {
+  if (seq_len < 1) return absl::InvalidArgumentError(absl::StrCat("seq_len ", seq_len, " (expected >= 1)"));
+  if (global_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("global batch ", global_batch, " (expected >= 1)"));
+  }
+  if (dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size) {
+    return absl::InvalidArgumentError(absl::StrCat("dp rank ", dp_rank, " of ", dp_size));
+  }
+  if (global_batch % dp_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("global batch ", global_batch, " is not divisible by the data-parallel degree ", dp_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return std::vector<std::string>{path};
+  if (!fs::is_directory(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such shard file or directory"));
+  std::vector<std::string> shards;
+  const std::string prefix = split + "_", infix = "_" + split + "_";
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (EndsWith(name, ".bin") && (name.rfind(prefix, 0) == 0 || name.find(infix) != std::string::npos)) {
+      shards.push_back(entry.path().string());
+    }
+  }
+  if (shards.empty()) {
+    return absl::NotFoundError(absl::StrCat(path, ": no ", split, " shards (", split, "_*.bin) in the directory"));
+  }
+  std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
+absl::StatusOr<std::unique_ptr<TokenStream>> TokenStream::Open(const std::vector<std::string>& paths,
+                                                               int64_t min_tokens_per_shard) {
+  if (paths.empty()) return absl::InvalidArgumentError("no token shards given");
+  std::unique_ptr<TokenStream> stream(new TokenStream());
+  stream->paths_ = paths;
+  for (const std::string& path : paths) {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open token shard"));
+    struct stat st = {};
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      return absl::NotFoundError(absl::StrCat(path, ": cannot stat token shard"));
+    }
+    int32_t header[kTokenFileHeaderInts] = {};
+    const ssize_t got = ::pread(fd, header, sizeof(header), 0);
+    (void)got;  // a short read leaves zeros; CheckTokenFileHeader rejects the size
+    auto info = CheckTokenFileHeader(path, header, static_cast<int64_t>(st.st_size));
+    if (!info.ok()) {
+      ::close(fd);
+      return info.status();
+    }
+    if (info->count < min_tokens_per_shard) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", info->count, " tokens, fewer than the ",
+                                                     min_tokens_per_shard, " a window needs (seq_len + 1)"));
+    }
+    void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
+    Shard shard;
+    shard.map = map;
+    shard.map_bytes = static_cast<size_t>(st.st_size);
+    shard.tokens = static_cast<const uint8_t*>(map) + kTokenFileHeaderInts * 4;
+    shard.count = info->count;
+    shard.width = info->width;
+    shard.first = stream->size_;
+    stream->size_ += info->count;
+    stream->shards_.push_back(shard);
+  }
+  return stream;
+}
+
+TokenStream::~TokenStream() {
+  for (const Shard& s : shards_) ::munmap(s.map, s.map_bytes);
+}
+
+void TokenStream::Read(int64_t start, int64_t n, int32_t* out) const {
+  // The shard holding `start`: the last one whose first token is <= start.
+  auto it = std::upper_bound(shards_.begin(), shards_.end(), start,
+                             [](int64_t v, const Shard& s) { return v < s.first; });
+  size_t k = static_cast<size_t>(it - shards_.begin()) - 1;
+  while (n > 0) {
+    const Shard& s = shards_[k];
+    const int64_t at = start - s.first;
+    const int64_t take = std::min(n, s.count - at);
+    if (s.width == 2) {
+      const uint8_t* p = s.tokens + at * 2;
+      for (int64_t i = 0; i < take; ++i) {
+        uint16_t v;
+        std::memcpy(&v, p + i * 2, 2);
+        out[i] = v;
+      }
+    } else {
+      std::memcpy(out, s.tokens + at * 4, static_cast<size_t>(take) * 4);
+    }
+    out += take;
+    start += take;
+    n -= take;
+    ++k;
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<WindowSampler> WindowSampler::Create(int64_t num_tokens, int64_t seq_len, uint64_t seed) {
+  if (seq_len < 1) return absl::InvalidArgumentError(absl::StrCat("seq_len ", seq_len, " (expected >= 1)"));
+  if (num_tokens < seq_len + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the token stream holds ", num_tokens,
+                                                   " tokens, fewer than one window of seq_len + 1 = ", seq_len + 1));
+  }
+  WindowSampler s;
+  s.num_tokens_ = num_tokens;
+  s.seq_len_ = seq_len;
+  s.seed_ = seed;
+  s.windows_ = std::max<int64_t>(1, num_tokens / seq_len - 1);
+  s.slack_ = num_tokens - 1 - s.windows_ * seq_len;
+  int bits = 0;
+  while ((int64_t{1} << bits) < s.windows_) ++bits;
+  s.half_bits_ = std::max(1, (bits + 1) / 2);
+  return s;
+}
+
+int64_t WindowSampler::EpochOffset(int64_t epoch) const {
+  const unsigned __int128 r = static_cast<unsigned __int128>(EpochKey(seed_, epoch)) *
+                              static_cast<unsigned __int128>(slack_ + 1);
+  return static_cast<int64_t>(r >> 64);
+}
+
+int64_t WindowSampler::Permute(int64_t epoch, int64_t j) const {
+  if (windows_ == 1) return 0;
+  const uint64_t key = EpochKey(seed_, epoch);
+  const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
+  auto encrypt = [&](uint64_t x) {
+    uint64_t left = x >> half_bits_, right = x & mask;
+    for (uint64_t round = 0; round < 6; ++round) {
+      const uint64_t f = SplitMix64(right ^ SplitMix64(key + round + 1)) & mask;
+      const uint64_t next = left ^ f;
+      left = right;
+      right = next;
+    }
+    return (left << half_bits_) | right;
+  };
+  uint64_t y = encrypt(static_cast<uint64_t>(j));
+  while (y >= static_cast<uint64_t>(windows_)) y = encrypt(y);  // cycle-walk into [0, W)
+  return static_cast<int64_t>(y);
+}
+
+int64_t WindowSampler::Start(int64_t sample) const {
+  const int64_t epoch = sample / windows_;
+  const int64_t j = sample % windows_;
+  return EpochOffset(epoch) + Permute(epoch, j) * seq_len_;
+}
+
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<TrainLoader>> TrainLoader::Create(std::shared_ptr<const TokenStream> stream,
+                                                                 const LoaderOptions& options) {
+  MS_RETURN_IF_ERROR(CheckLayout(options.seq_len, options.global_batch, options.dp_rank, options.dp_size));
+  if (options.start_sample < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("start sample ", options.start_sample, " (expected >= 0)"));
+  }
+  auto sampler = WindowSampler::Create(stream->size(), options.seq_len, options.seed);
+  if (!sampler.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(stream->paths().front(), stream->paths().size() > 1 ? " ..." : "",
+                                                   ": ", sampler.status().message()));
+  }
+  return std::unique_ptr<TrainLoader>(new TrainLoader(std::move(stream), options, *sampler));
+}
+
+TrainLoader::TrainLoader(std::shared_ptr<const TokenStream> stream, const LoaderOptions& options,
+                         WindowSampler sampler)
+    : stream_(std::move(stream)), options_(options), sampler_(sampler), consumed_(options.start_sample),
+      next_to_make_(options.start_sample) {
+  if (options_.prefetch > 0) thread_ = std::thread([this] { Prefetch(); });
+}
+
+TrainLoader::~TrainLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Batch TrainLoader::Make(int64_t batch_start) const {
+  const int64_t rows = options_.global_batch / options_.dp_size;
+  const int64_t width = options_.seq_len + 1;
+  Batch b;
+  b.first_sample = batch_start + options_.dp_rank * rows;
+  b.rows = rows;
+  b.seq_len = options_.seq_len;
+  b.tokens.resize(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r) {
+    stream_->Read(sampler_.Start(b.first_sample + r), width, b.tokens.data() + r * width);
+  }
+  return b;
+}
+
+void TrainLoader::Prefetch() {
+  while (true) {
+    int64_t start;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || static_cast<int>(ready_.size()) < options_.prefetch; });
+      if (stop_) return;
+      start = next_to_make_;
+      next_to_make_ += options_.global_batch;
+    }
+    Batch b = Make(start);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.push_back(std::move(b));
+    }
+    cv_.notify_all();
+  }
+}
+
+Batch TrainLoader::Next() {
+  Batch b;
+  if (options_.prefetch <= 0) {
+    b = Make(consumed_);
+  } else {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !ready_.empty(); });
+    b = std::move(ready_.front());
+    ready_.pop_front();
+    cv_.notify_all();
+  }
+  consumed_ += options_.global_batch;
+  return b;
+}
+
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<ValidationLoader>> ValidationLoader::Create(std::shared_ptr<const TokenStream> stream,
+                                                                           const ValidationOptions& options) {
+  MS_RETURN_IF_ERROR(CheckLayout(options.seq_len, options.global_batch, options.dp_rank, options.dp_size));
+  const int64_t windows = (stream->size() - 1) / options.seq_len;
+  int64_t batches = windows / options.global_batch;
+  if (batches == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        stream->paths().front(), stream->paths().size() > 1 ? " ..." : "", ": ", stream->size(), " tokens make ",
+        windows, " validation windows of seq_len + 1 = ", options.seq_len + 1, ", fewer than one batch of ",
+        options.global_batch));
+  }
+  if (options.max_batches > 0) batches = std::min(batches, options.max_batches);
+  return std::unique_ptr<ValidationLoader>(new ValidationLoader(std::move(stream), options, batches));
+}
+
+Batch ValidationLoader::Get(int64_t b) const {
+  const int64_t rows = options_.global_batch / options_.dp_size;
+  const int64_t width = options_.seq_len + 1;
+  Batch out;
+  out.first_sample = b * options_.global_batch + options_.dp_rank * rows;
+  out.rows = rows;
+  out.seq_len = options_.seq_len;
+  out.tokens.resize(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r) {
+    stream_->Read((out.first_sample + r) * options_.seq_len, width, out.tokens.data() + r * width);
+  }
+  return out;
+}
+
+bool ValidationLoader::Next(Batch* batch) {
+  if (next_ >= num_batches_) return false;
+  *batch = Get(next_++);
+  return true;
+}
+
+}  // namespace multiscreen

@@ -1,0 +1,184 @@
+// The streaming data loader: token shards memory-mapped as one stream, training windows
+// chosen by a pure function of (seed, sample index), a background prefetch thread, and a
+// deterministic walk over the held-out shard. Knows nothing about models or devices.
+//
+// Training windows (WindowSampler). Let N be the stream's token count, T the sequence
+// length (a window is T + 1 tokens: inputs and shifted targets), and
+//   W     = max(1, floor(N / T) - 1)        windows per epoch
+//   slack = N - 1 - W * T                   (>= 0, since N >= T + 1)
+// Sample i belongs to epoch e = i / W, slot j = i mod W, and its window starts at
+//   start(i) = o_e + pi_e(j) * T,
+// where o_e in [0, slack] is the epoch's random offset (so successive epochs cut the
+// stream at different places, as in the paper's "windows at random offsets") and pi_e is a
+// permutation of [0, W): a 6-round balanced Feistel network on the smallest even number
+// of bits covering W, cycle-walked into [0, W). o_e and the round keys come from
+// splitmix64 of (seed, e). So every epoch visits W non-overlapping windows in a fresh
+// order; windows span shard and document boundaries (documents are joined by EOS).
+//
+// Batches. Global batch b after `start_sample` holds samples
+//   s_b = start_sample + b * global_batch, ..., s_b + global_batch - 1,
+// whatever the data-parallel degree; dp rank r takes the contiguous slice of
+// global_batch / dp_size samples beginning at s_b + r * global_batch / dp_size. The only
+// state to checkpoint is samples_consumed(); a loader created with start_sample = k
+// yields exactly what one that consumed k samples yields next.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace multiscreen {
+
+// The shards of one split: `path` is a .bin file (itself) or a directory, whose files
+// named "<split>_*.bin" or "*_<split>_*.bin" (llm.c's naming) are returned sorted.
+// Errors: no such path, a directory with no such shard.
+absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split);
+
+// Token shards (llm.c .bin, version 1 or 2, mixed freely) memory-mapped read-only and
+// seen as one stream of size() tokens. Thread-safe for concurrent reads.
+class TokenStream {
+ public:
+  // Opens `paths` in order. Every shard must hold at least `min_tokens_per_shard` tokens.
+  // Errors name the file: missing, unreadable, wrong magic or version, a header count that
+  // disagrees with the file size, too few tokens; also an empty `paths`.
+  static absl::StatusOr<std::unique_ptr<TokenStream>> Open(const std::vector<std::string>& paths,
+                                                           int64_t min_tokens_per_shard = 1);
+  ~TokenStream();
+  TokenStream(const TokenStream&) = delete;
+  TokenStream& operator=(const TokenStream&) = delete;
+
+  int64_t size() const { return size_; }
+  const std::vector<std::string>& paths() const { return paths_; }
+
+  // Copies tokens [start, start + n) of the stream into out[0, n) as int32, crossing
+  // shard boundaries as needed. Requires 0 <= start and start + n <= size().
+  void Read(int64_t start, int64_t n, int32_t* out) const;
+
+ private:
+  struct Shard {
+    const uint8_t* tokens = nullptr;  // first token (after the 1024-byte header)
+    int64_t count = 0;
+    int64_t width = 2;
+    int64_t first = 0;                // stream index of the shard's first token
+    void* map = nullptr;
+    size_t map_bytes = 0;
+  };
+  TokenStream() = default;
+  std::vector<std::string> paths_;
+  std::vector<Shard> shards_;
+  int64_t size_ = 0;
+};
+
+// The window definition above, as a pure function.
+class WindowSampler {
+ public:
+  // Errors: seq_len < 1, num_tokens < seq_len + 1.
+  static absl::StatusOr<WindowSampler> Create(int64_t num_tokens, int64_t seq_len, uint64_t seed);
+
+  int64_t windows_per_epoch() const { return windows_; }
+  int64_t seq_len() const { return seq_len_; }
+  // o_e: the epoch's offset, in [0, slack].
+  int64_t EpochOffset(int64_t epoch) const;
+  // pi_e(j) for 0 <= j < windows_per_epoch().
+  int64_t Permute(int64_t epoch, int64_t j) const;
+  // First token of sample i's window (i >= 0); the window is [start, start + T + 1).
+  int64_t Start(int64_t sample) const;
+
+ private:
+  int64_t num_tokens_ = 0, seq_len_ = 0, windows_ = 0, slack_ = 0;
+  uint64_t seed_ = 0;
+  int half_bits_ = 1;
+};
+
+// One rank's rows of a batch.
+struct Batch {
+  int64_t first_sample = 0;     // sample index (train) or window index (validation) of row 0
+  int64_t rows = 0;             // global_batch / dp_size
+  int64_t seq_len = 0;          // T
+  std::vector<int32_t> tokens;  // [rows, T + 1]: row r is the window of sample first_sample + r
+};
+
+struct LoaderOptions {
+  int64_t seq_len = 0;       // T
+  int64_t global_batch = 0;  // windows per global batch, all dp ranks together
+  int dp_rank = 0;
+  int dp_size = 1;           // must divide global_batch
+  uint64_t seed = 0;
+  int64_t start_sample = 0;  // samples already consumed (restored from a checkpoint)
+  int prefetch = 2;          // batches prepared ahead by a background thread (0: none)
+};
+
+// Training batches, endlessly (epochs follow each other).
+class TrainLoader {
+ public:
+  // Errors: bad options (seq_len, batch, dp layout), a stream shorter than T + 1.
+  static absl::StatusOr<std::unique_ptr<TrainLoader>> Create(std::shared_ptr<const TokenStream> stream,
+                                                             const LoaderOptions& options);
+  ~TrainLoader();
+
+  // This rank's slice of the next global batch; samples_consumed() grows by global_batch.
+  Batch Next();
+  // Samples of all ranks handed out so far, start_sample included: the checkpoint state.
+  int64_t samples_consumed() const { return consumed_; }
+  const WindowSampler& sampler() const { return sampler_; }
+
+  // Fills this rank's slice of the global batch that starts at sample `batch_start`.
+  Batch Make(int64_t batch_start) const;
+
+ private:
+  TrainLoader(std::shared_ptr<const TokenStream> stream, const LoaderOptions& options, WindowSampler sampler);
+  void Prefetch();
+
+  std::shared_ptr<const TokenStream> stream_;
+  const LoaderOptions options_;
+  const WindowSampler sampler_;
+  int64_t consumed_ = 0;
+  // Prefetch state.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> ready_;
+  int64_t next_to_make_ = 0;  // batch_start of the next batch the thread makes
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct ValidationOptions {
+  int64_t seq_len = 0;       // T
+  int64_t global_batch = 0;  // windows per global batch
+  int dp_rank = 0;
+  int dp_size = 1;
+  int64_t max_batches = 0;   // 0: every full batch
+};
+
+// The held-out stream walked in order: window k covers tokens [k * T, k * T + T + 1),
+// k < floor((N - 1) / T); batch b holds windows [b * global_batch, (b + 1) * global_batch)
+// (rank r its slice, as in training); only full batches are used.
+class ValidationLoader {
+ public:
+  // Errors: bad options, fewer windows than one global batch (names the shards).
+  static absl::StatusOr<std::unique_ptr<ValidationLoader>> Create(std::shared_ptr<const TokenStream> stream,
+                                                                  const ValidationOptions& options);
+  int64_t num_batches() const { return num_batches_; }
+  // Batch b (0 <= b < num_batches()) for this rank.
+  Batch Get(int64_t b) const;
+  // Walks batches 0, 1, ...; false after the last one. Reset() starts over.
+  bool Next(Batch* batch);
+  void Reset() { next_ = 0; }
+
+ private:
+  ValidationLoader(std::shared_ptr<const TokenStream> stream, const ValidationOptions& options, int64_t batches)
+      : stream_(std::move(stream)), options_(options), num_batches_(batches) {}
+  std::shared_ptr<const TokenStream> stream_;
+  const ValidationOptions options_;
+  const int64_t num_batches_;
+  int64_t next_ = 0;
+};
+
+}  // namespace multiscreen

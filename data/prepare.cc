@@ -1,0 +1,584 @@
+#include "data/prepare.h"
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "data/token_file.h"
+#include "nlohmann/json.hpp"
+
+namespace multiscreen {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// ---------------------------------------------------------------------------
+// Byte sources: plain, gzip, zstd.
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Reads up to `cap` bytes; 0 at the end.
+  virtual absl::StatusOr<size_t> Read(char* buf, size_t cap) = 0;
+};
+
+class FileSource : public ByteSource {
+ public:
+  FileSource(std::string path, std::FILE* f) : path_(std::move(path)), f_(f) {}
+  ~FileSource() override { std::fclose(f_); }
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
+    const size_t n = std::fread(buf, 1, cap, f_);
+    if (n == 0 && std::ferror(f_)) return absl::DataLossError(absl::StrCat(path_, ": read failed"));
+    return n;
+  }
+
+ private:
+  std::string path_;
+  std::FILE* f_;
+};
+
+class GzipSource : public ByteSource {
+ public:
+  GzipSource(std::string path, gzFile f) : path_(std::move(path)), f_(f) { gzbuffer(f_, 1 << 17); }
+  ~GzipSource() override { gzclose(f_); }
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
+    const int n = gzread(f_, buf, static_cast<unsigned>(std::min<size_t>(cap, 1 << 30)));
+    int err = Z_OK;
+    const char* message = gzerror(f_, &err);
+    if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
+      return absl::DataLossError(absl::StrCat(path_, ": corrupt gzip data (", message, ")"));
+    }
+    if (n > 0 && !checked_) {
+      checked_ = true;
+      if (gzdirect(f_)) return absl::InvalidArgumentError(absl::StrCat(path_, ": not gzip data"));
+    }
+    return static_cast<size_t>(n);
+  }
+
+ private:
+  std::string path_;
+  gzFile f_;
+  bool checked_ = false;
+};
+
+class ZstdSource : public ByteSource {
+ public:
+  ZstdSource(std::string path, std::FILE* f) : path_(std::move(path)), f_(f), in_(ZSTD_DStreamInSize()) {
+    stream_ = ZSTD_createDStream();
+    ZSTD_initDStream(stream_);
+  }
+  ~ZstdSource() override {
+    ZSTD_freeDStream(stream_);
+    std::fclose(f_);
+  }
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
+    ZSTD_outBuffer out = {buf, cap, 0};
+    while (out.pos == 0) {
+      if (input_.pos == input_.size) {
+        const size_t n = std::fread(in_.data(), 1, in_.size(), f_);
+        if (n == 0) {
+          if (std::ferror(f_)) return absl::DataLossError(absl::StrCat(path_, ": read failed"));
+          if (!frame_done_) return absl::DataLossError(absl::StrCat(path_, ": truncated zstd data"));
+          return size_t{0};
+        }
+        input_ = {in_.data(), n, 0};
+      }
+      const size_t rc = ZSTD_decompressStream(stream_, &out, &input_);
+      if (ZSTD_isError(rc)) {
+        return absl::DataLossError(absl::StrCat(path_, ": corrupt zstd data (", ZSTD_getErrorName(rc), ")"));
+      }
+      frame_done_ = rc == 0;
+    }
+    return out.pos;
+  }
+
+ private:
+  std::string path_;
+  std::FILE* f_;
+  ZSTD_DStream* stream_ = nullptr;
+  std::vector<char> in_;
+  ZSTD_inBuffer input_ = {nullptr, 0, 0};
+  bool frame_done_ = true;
+};
+
+absl::StatusOr<std::unique_ptr<ByteSource>> OpenSource(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such input file"));
+  if (fs::is_directory(path, ec)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory"));
+  if (EndsWith(path, ".gz")) {
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+    return std::unique_ptr<ByteSource>(new GzipSource(path, f));
+  }
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  if (EndsWith(path, ".zst")) return std::unique_ptr<ByteSource>(new ZstdSource(path, f));
+  return std::unique_ptr<ByteSource>(new FileSource(path, f));
+}
+
+absl::StatusOr<std::string> ReadAll(ByteSource& source) {
+  std::string out;
+  std::vector<char> buf(1 << 20);
+  while (true) {
+    MS_ASSIGN_OR_RETURN(const size_t n, source.Read(buf.data(), buf.size()));
+    if (n == 0) break;
+    out.append(buf.data(), n);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Readers.
+
+InputFormat FormatOf(const std::string& path, InputFormat requested) {
+  if (requested != InputFormat::kAuto) return requested;
+  std::string name = path;
+  for (const char* z : {".gz", ".zst"}) {
+    if (EndsWith(name, z)) name.resize(name.size() - std::string(z).size());
+  }
+  if (EndsWith(name, ".jsonl") || EndsWith(name, ".ndjson")) return InputFormat::kJsonl;
+  if (EndsWith(name, ".json")) return InputFormat::kJsonArray;
+  return InputFormat::kText;
+}
+
+bool IsBlank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
+}
+
+std::string JsonError(const nlohmann::json::exception& e) {
+  // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> from "parse error".
+  std::string m = e.what();
+  if (const size_t p = m.find("] "); p != std::string::npos) m = m.substr(p + 2);
+  return m;
+}
+
+// The text of one JSON value: a string, or an object's `field` holding a string.
+absl::StatusOr<std::string> TextOf(nlohmann::json& value, const std::string& field, const std::string& where,
+                                   bool allow_string) {
+  if (allow_string && value.is_string()) return std::move(value.get_ref<std::string&>());
+  if (!value.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": expected a JSON object", allow_string ? " or string" : "",
+                                                   ", got ", value.type_name()));
+  }
+  auto it = value.find(field);
+  if (it == value.end()) return absl::InvalidArgumentError(absl::StrCat(where, ": no field '", field, "'"));
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field '", field, "' is a ", it->type_name(), ", not a string"));
+  }
+  return std::move(it->get_ref<std::string&>());
+}
+
+absl::Status JsonlLine(std::string_view line, int64_t line_no, const std::string& path,
+                       const ReadOptions& options, const DocumentFn& on_document, int64_t* docs) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (IsBlank(line)) return absl::OkStatus();
+  const std::string where = absl::StrCat(path, ":", line_no);
+  nlohmann::json value;
+  try {
+    value = nlohmann::json::parse(line.begin(), line.end());
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON (", JsonError(e), ")"));
+  }
+  MS_ASSIGN_OR_RETURN(std::string text, TextOf(value, options.text_field, where, /*allow_string=*/false));
+  ++*docs;
+  return on_document(std::move(text), where);
+}
+
+absl::Status ReadJsonl(ByteSource& source, const std::string& path, const ReadOptions& options,
+                       const DocumentFn& on_document, int64_t* docs) {
+  std::string pending;
+  std::vector<char> buf(1 << 20);
+  int64_t line_no = 0;
+  while (true) {
+    MS_ASSIGN_OR_RETURN(const size_t n, source.Read(buf.data(), buf.size()));
+    if (n == 0) break;
+    pending.append(buf.data(), n);
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      MS_RETURN_IF_ERROR(JsonlLine(std::string_view(pending).substr(start, nl - start), ++line_no, path, options,
+                                   on_document, docs));
+    }
+    pending.erase(0, start);
+  }
+  return JsonlLine(pending, ++line_no, path, options, on_document, docs);
+}
+
+}  // namespace
+
+absl::StatusOr<InputFormat> ParseInputFormat(const std::string& name) {
+  if (name == "auto") return InputFormat::kAuto;
+  if (name == "text") return InputFormat::kText;
+  if (name == "jsonl") return InputFormat::kJsonl;
+  if (name == "json") return InputFormat::kJsonArray;
+  return absl::InvalidArgumentError(absl::StrCat("input format '", name, "' (expected auto, text, jsonl or json)"));
+}
+
+absl::Status ReadDocuments(const std::string& path, const ReadOptions& options, const DocumentFn& on_document) {
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenSource(path));
+  const InputFormat format = FormatOf(path, options.format);
+  int64_t docs = 0;
+  if (format == InputFormat::kJsonl) {
+    MS_RETURN_IF_ERROR(ReadJsonl(*source, path, options, on_document, &docs));
+  } else {
+    MS_ASSIGN_OR_RETURN(std::string content, ReadAll(*source));
+    if (format == InputFormat::kText) {
+      if (content.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty input"));
+      return on_document(std::move(content), path);
+    }
+    // JSON: an array of documents, or JSONL under a .json name.
+    const size_t first = content.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && content[first] == '{') {
+      struct StringSource : ByteSource {
+        std::string data;
+        size_t pos = 0;
+        absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
+          const size_t n = std::min(cap, data.size() - pos);
+          std::copy_n(data.data() + pos, n, buf);
+          pos += n;
+          return n;
+        }
+      } lines;
+      lines.data = std::move(content);
+      MS_RETURN_IF_ERROR(ReadJsonl(lines, path, options, on_document, &docs));
+    } else if (first != std::string::npos) {
+      nlohmann::json array;
+      try {
+        array = nlohmann::json::parse(content);
+      } catch (const nlohmann::json::exception& e) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON (", JsonError(e), ")"));
+      }
+      content.clear();
+      content.shrink_to_fit();
+      if (!array.is_array()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON array of documents, got ",
+                                                       array.type_name()));
+      }
+      for (size_t i = 0; i < array.size(); ++i) {
+        const std::string where = absl::StrCat(path, "[", i, "]");
+        MS_ASSIGN_OR_RETURN(std::string text, TextOf(array[i], options.text_field, where, /*allow_string=*/true));
+        ++docs;
+        MS_RETURN_IF_ERROR(on_document(std::move(text), where));
+      }
+    }
+  }
+  if (docs == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": empty input (no documents)"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(input, ec)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(input, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (!name.empty() && name[0] != '.' && entry.is_regular_file()) found.push_back(entry.path().string());
+      }
+      if (ec) return absl::NotFoundError(absl::StrCat(input, ": cannot list directory (", ec.message(), ")"));
+      if (found.empty()) return absl::InvalidArgumentError(absl::StrCat(input, ": empty input (no files)"));
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::exists(input, ec)) {
+      files.push_back(input);
+    } else {
+      return absl::NotFoundError(absl::StrCat(input, ": no such input file or directory"));
+    }
+  }
+  if (files.empty()) return absl::InvalidArgumentError("no input files (--input)");
+  return files;
+}
+
+// ---------------------------------------------------------------------------
+// Prepare: a reader thread, `threads` tokenizer threads, this thread writing in order.
+
+namespace {
+
+struct Doc {
+  std::string text;
+  std::string where;
+};
+
+struct Chunk {
+  std::vector<Doc> docs;
+  int64_t bytes = 0;
+  absl::Status status;  // a read error after these documents
+};
+
+struct Encoded {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> doc_ends;  // end offset in `tokens` of each document (after its EOS)
+  int64_t bytes = 0;
+  absl::Status status;
+};
+
+class Pipeline {
+ public:
+  Pipeline(const Gpt2Tokenizer& tokenizer, std::vector<std::string> files, const ReadOptions& read, int threads)
+      : tokenizer_(tokenizer), files_(std::move(files)), read_(read), max_inflight_(4 * threads) {
+    reader_ = std::thread([this] { Read(); });
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  }
+  ~Pipeline() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    reader_.join();
+    for (auto& w : workers_) w.join();
+  }
+
+  // The next chunk's tokens in input order; false at the end of the input.
+  bool Next(Encoded* out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return results_.count(consumed_) > 0 || (reader_done_ && consumed_ == produced_); });
+    auto it = results_.find(consumed_);
+    if (it == results_.end()) return false;
+    *out = std::move(it->second);
+    results_.erase(it);
+    ++consumed_;
+    cv_.notify_all();
+    return true;
+  }
+
+ private:
+  void Submit(Chunk chunk) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return stop_ || produced_ - consumed_ < max_inflight_; });
+    work_.emplace_back(produced_++, std::move(chunk));
+    cv_.notify_all();
+  }
+
+  void Read() {
+    Chunk chunk;
+    absl::Status status;
+    for (const std::string& file : files_) {
+      status = ReadDocuments(file, read_, [&](std::string text, const std::string& where) -> absl::Status {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (stop_) return absl::CancelledError("stopped");
+        }
+        chunk.bytes += static_cast<int64_t>(text.size());
+        chunk.docs.push_back({std::move(text), where});
+        if (chunk.bytes >= (1 << 20) || chunk.docs.size() >= 8192) {
+          Submit(std::move(chunk));
+          chunk = Chunk();
+        }
+        return absl::OkStatus();
+      });
+      if (!status.ok()) break;
+    }
+    chunk.status = status;
+    if (!chunk.docs.empty() || !status.ok()) Submit(std::move(chunk));
+    std::lock_guard<std::mutex> lock(mu_);
+    reader_done_ = true;
+    cv_.notify_all();
+  }
+
+  void Work() {
+    while (true) {
+      std::pair<int64_t, Chunk> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !work_.empty() || reader_done_; });
+        if (stop_ || work_.empty()) return;
+        job = std::move(work_.front());
+        work_.pop_front();
+      }
+      Encoded enc;
+      enc.bytes = job.second.bytes;
+      for (const Doc& doc : job.second.docs) {
+        const absl::Status s = tokenizer_.Encode(doc.text, &enc.tokens);
+        if (!s.ok()) {
+          enc.status = absl::Status(s.code(), absl::StrCat(doc.where, ": ", s.message()));
+          break;
+        }
+        enc.tokens.push_back(tokenizer_.eos_id());
+        enc.doc_ends.push_back(static_cast<int64_t>(enc.tokens.size()));
+      }
+      if (enc.status.ok()) enc.status = job.second.status;
+      std::lock_guard<std::mutex> lock(mu_);
+      results_[job.first] = std::move(enc);
+      cv_.notify_all();
+    }
+  }
+
+  const Gpt2Tokenizer& tokenizer_;
+  const std::vector<std::string> files_;
+  const ReadOptions read_;
+  const int64_t max_inflight_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int64_t, Chunk>> work_;
+  std::map<int64_t, Encoded> results_;
+  int64_t produced_ = 0, consumed_ = 0;
+  bool reader_done_ = false, stop_ = false;
+  std::thread reader_;
+  std::vector<std::thread> workers_;
+};
+
+std::string ShardName(const char* split, int64_t index) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s_%06lld.bin", split, static_cast<long long>(index));
+  return name;
+}
+
+// Index of "<split>_NNNNNN.bin", or -1 for any other name.
+int64_t ShardIndex(const std::string& name, const std::string& split) {
+  const std::string prefix = split + "_";
+  if (name.size() != prefix.size() + 6 + 4 || name.compare(0, prefix.size(), prefix) != 0 || !EndsWith(name, ".bin")) {
+    return -1;
+  }
+  int64_t index = 0;
+  for (size_t i = prefix.size(); i < prefix.size() + 6; ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    index = index * 10 + (name[i] - '0');
+  }
+  return index;
+}
+
+}  // namespace
+
+absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const PrepareOptions& options) {
+  if (tokenizer.eos_id() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(tokenizer.source(), ": vocabulary has no <|endoftext|> token"));
+  }
+  if (options.shard_tokens < 1 || options.shard_tokens > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard_tokens=", options.shard_tokens, " (expected 1 to 2147483647)"));
+  }
+  if (options.val_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--val_tokens=", options.val_tokens, " (expected >= 0)"));
+  }
+  if (options.output_dir.empty()) return absl::InvalidArgumentError("--output=DIR is required");
+  MS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandInputs(options.inputs));
+  std::error_code ec;
+  fs::create_directories(options.output_dir, ec);
+  if (ec || !fs::is_directory(options.output_dir)) {
+    return absl::PermissionDeniedError(absl::StrCat(options.output_dir, ": cannot create output directory"));
+  }
+  const int version = tokenizer.vocab_size() <= 65536 ? 1 : 2;
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const fs::path out_dir(options.output_dir);
+
+  PrepareSummary summary;
+  std::vector<std::unique_ptr<TokenFileWriter>> written;  // finished, still *.tmp
+  std::unique_ptr<TokenFileWriter> val, train;
+  auto cleanup = [&](absl::Status status) {
+    val.reset();
+    train.reset();
+    for (const auto& w : written) fs::remove(w->path(), ec);
+    for (int64_t i = 0; i <= static_cast<int64_t>(summary.train_shards.size()); ++i) {
+      fs::remove(out_dir / (ShardName("train", i) + ".tmp"), ec);
+    }
+    fs::remove(out_dir / (ShardName("val", 0) + ".tmp"), ec);
+    return status;
+  };
+  if (options.val_tokens > 0) {
+    auto w = TokenFileWriter::Create((out_dir / (ShardName("val", 0) + ".tmp")).string(), version);
+    if (!w.ok()) return cleanup(w.status());
+    val = *std::move(w);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  double last_report = 0;
+  auto report = [&] {
+    if (options.on_progress) options.on_progress({summary.bytes, summary.tokens, summary.documents, seconds()});
+  };
+
+  {
+    Pipeline pipeline(tokenizer, files, options.read, threads);
+    Encoded enc;
+    while (pipeline.Next(&enc)) {
+      if (!enc.status.ok()) return cleanup(enc.status);
+      int64_t begin = 0;
+      for (const int64_t end : enc.doc_ends) {
+        const int32_t* ids = enc.tokens.data() + begin;
+        const int64_t n = end - begin;
+        begin = end;
+        ++summary.documents;
+        summary.tokens += n;
+        if (val != nullptr && summary.val_tokens < options.val_tokens) {
+          if (absl::Status s = val->Append(ids, n); !s.ok()) return cleanup(s);
+          summary.val_tokens += n;
+          ++summary.val_documents;
+          continue;
+        }
+        for (int64_t done = 0; done < n;) {
+          if (train == nullptr || train->count() == options.shard_tokens) {
+            if (train != nullptr) {
+              if (absl::Status s = train->Finish(); !s.ok()) return cleanup(s);
+              written.push_back(std::move(train));
+            }
+            const std::string name = ShardName("train", static_cast<int64_t>(summary.train_shards.size()));
+            auto w = TokenFileWriter::Create((out_dir / (name + ".tmp")).string(), version);
+            if (!w.ok()) return cleanup(w.status());
+            train = *std::move(w);
+            summary.train_shards.push_back((out_dir / name).string());
+          }
+          const int64_t take = std::min(n - done, options.shard_tokens - train->count());
+          if (absl::Status s = train->Append(ids + done, take); !s.ok()) return cleanup(s);
+          done += take;
+          summary.train_tokens += take;
+        }
+      }
+      summary.bytes += enc.bytes;
+      if (seconds() - last_report >= 0.2) {
+        last_report = seconds();
+        report();
+      }
+    }
+  }
+  if (summary.train_tokens == 0) {
+    return cleanup(absl::InvalidArgumentError(absl::StrCat(
+        "all ", summary.documents, " documents (", summary.tokens, " tokens) went to the validation shard; ",
+        "lower --val_tokens (now ", options.val_tokens, ") or add input")));
+  }
+  if (absl::Status s = train->Finish(); !s.ok()) return cleanup(s);
+  written.push_back(std::move(train));
+  if (val != nullptr) {
+    if (absl::Status s = val->Finish(); !s.ok()) return cleanup(s);
+    written.push_back(std::move(val));
+    summary.val_shard = (out_dir / ShardName("val", 0)).string();
+  }
+  // All shards are complete: move them into place, then drop stale ones.
+  for (const auto& w : written) {
+    const std::string& tmp = w->path();
+    fs::rename(tmp, tmp.substr(0, tmp.size() - 4), ec);
+    if (ec) return cleanup(absl::DataLossError(absl::StrCat(tmp, ": cannot rename into place (", ec.message(), ")")));
+  }
+  for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const int64_t train_index = ShardIndex(name, "train");
+    const int64_t val_index = ShardIndex(name, "val");
+    if (train_index >= static_cast<int64_t>(summary.train_shards.size()) ||
+        (val_index >= 0 && (summary.val_shard.empty() || val_index > 0))) {
+      fs::remove(entry.path(), ec);
+    }
+  }
+  summary.seconds = seconds();
+  report();
+  return summary;
+}
+
+}  // namespace multiscreen

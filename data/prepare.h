@@ -1,0 +1,92 @@
+// `multiscreen prepare`: text corpora -> GPT-2 token shards in llm.c's .bin layout.
+//
+// Inputs (format from the name, after stripping .gz / .zst, which are decompressed):
+//   *.jsonl, *.ndjson   one JSON object per line, the document in a string field
+//                       (`text` by default); blank lines are allowed and skipped.
+//   *.json              a JSON array whose elements are strings (each a document) or
+//                       objects with the text field; a .json file that starts with '{'
+//                       is read as JSONL.
+//   anything else       plain UTF-8 text, the whole file one document.
+// A directory stands for its regular files (not hidden, not recursive), sorted by name.
+//
+// Output: every document's tokens followed by EOS, in input order. The first documents
+// go to the held-out `val_000000.bin` until it holds at least `val_tokens` tokens; the
+// rest fill `train_000000.bin`, `train_000001.bin`, ... of exactly `shard_tokens` tokens
+// (the last one shorter; documents may continue into the next shard). Shards are version
+// 1 (uint16) when the vocabulary fits 65,536 ids, else version 2 (uint32). The output
+// is a pure function of the inputs and options (not of the thread count): re-running
+// gives byte-identical shards. Shards are written as *.tmp and renamed only when all
+// succeeded; stale shards of a previous, longer run in the same directory are removed.
+//
+// Errors are one line naming the file (and line for JSONL, element for JSON arrays):
+// unreadable or empty input, malformed JSON, a missing or non-string text field,
+// invalid UTF-8 (with its byte offset), corrupt compressed data.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data/gpt2_tokenizer.h"
+
+namespace multiscreen {
+
+enum class InputFormat { kAuto, kText, kJsonl, kJsonArray };
+
+// Parses "auto" | "text" | "jsonl" | "json".
+absl::StatusOr<InputFormat> ParseInputFormat(const std::string& name);
+
+struct ReadOptions {
+  InputFormat format = InputFormat::kAuto;  // kAuto: from the file name (see above)
+  std::string text_field = "text";          // JSONL / JSON-object field holding the text
+};
+
+// Called once per document in file order. `where` locates it for error messages
+// ("FILE", "FILE:LINE" or "FILE[INDEX]"). A non-OK return stops the read and is returned.
+using DocumentFn = std::function<absl::Status(std::string text, const std::string& where)>;
+
+// Reads the documents of one input file (decompressing .gz / .zst). Errors as above;
+// a file with no documents (zero bytes, an empty array, only blank lines) is an error.
+absl::Status ReadDocuments(const std::string& path, const ReadOptions& options, const DocumentFn& on_document);
+
+// Expands directories in `inputs` (see above); errors name a missing input.
+absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs);
+
+struct PrepareProgress {
+  int64_t bytes = 0;      // input bytes (decompressed) tokenized so far
+  int64_t tokens = 0;     // tokens written so far, EOS included
+  int64_t documents = 0;
+  double seconds = 0;
+};
+
+struct PrepareOptions {
+  std::vector<std::string> inputs;  // files or directories, in order
+  std::string output_dir;           // created if missing
+  ReadOptions read;
+  int64_t shard_tokens = 100'000'000;  // tokens per train shard (llm.c's size); <= 2^31 - 1
+  int64_t val_tokens = 131'072;        // held-out tokens (whole documents); 0: no val shard
+  int threads = 0;                     // tokenizer threads; 0: all cores
+  // Called from the writing thread about 5 times a second, and once at the end.
+  std::function<void(const PrepareProgress&)> on_progress;
+};
+
+struct PrepareSummary {
+  int64_t documents = 0;
+  int64_t tokens = 0;          // all tokens written, EOS included
+  int64_t val_documents = 0;
+  int64_t val_tokens = 0;
+  int64_t train_tokens = 0;
+  int64_t bytes = 0;           // input bytes (decompressed)
+  double seconds = 0;
+  std::vector<std::string> train_shards;  // paths, in order
+  std::string val_shard;                  // "" when val_tokens == 0
+};
+
+// Tokenizes `options.inputs` with `tokenizer` into shards under `options.output_dir`.
+// Needs a tokenizer with an EOS token. Besides the input errors above: no training
+// documents left after the validation split, an unwritable output directory.
+absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const PrepareOptions& options);
+
+}  // namespace multiscreen

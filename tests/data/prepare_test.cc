@@ -1,0 +1,274 @@
+// prepare: readers (text, JSONL, JSON arrays; plain, .gz, .zst), sharding, the
+// validation split, determinism, and one-line errors naming the file and line.
+#include "data/prepare.h"
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "data/token_file.h"
+#include "data_test_util.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace multiscreen {
+namespace {
+
+using testing::ReadFile;
+using testing::TempDir;
+using testing::WriteFile;
+
+void WriteGzip(const std::string& path, const std::string& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+void WriteZstd(const std::string& path, const std::string& bytes) {
+  std::string out(ZSTD_compressBound(bytes.size()), '\0');
+  out.resize(ZSTD_compress(out.data(), out.size(), bytes.data(), bytes.size(), 3));
+  WriteFile(path, out);
+}
+
+// Every token of the prepared shards in order: val first, then train.
+std::vector<int32_t> AllTokens(const PrepareSummary& s) {
+  std::vector<int32_t> all;
+  std::vector<std::string> shards = s.train_shards;
+  if (!s.val_shard.empty()) shards.insert(shards.begin(), s.val_shard);
+  for (const std::string& path : shards) {
+    auto t = ReadTokenFile(path);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (t.ok()) all.insert(all.end(), t->begin(), t->end());
+  }
+  return all;
+}
+
+std::string PrepareError(const Gpt2Tokenizer& tok, const std::vector<std::string>& inputs, const std::string& out,
+                         const std::string& field = "text") {
+  PrepareOptions o;
+  o.inputs = inputs;
+  o.output_dir = out;
+  o.read.text_field = field;
+  o.val_tokens = 0;
+  auto s = Prepare(tok, o);
+  EXPECT_FALSE(s.ok());
+  return s.ok() ? "" : std::string(s.status().message());
+}
+
+const std::vector<std::string> kDocs = {
+    "the first document, plain text\nwith two lines\n",
+    "JSONL one: the theory",
+    "JSONL two: caf\u00e9 \u4f60\u597d \U0001F44D",
+    "",  // an empty document still gets its EOS
+    "array string one",
+    "array object two, with \"quotes\" and \\backslash",
+    "gzip jsonl: thee thou",
+    "zstd array: tether",
+    "gzip text: the end",
+};
+
+// Writes kDocs across every supported format, in an order the inputs list keeps.
+std::vector<std::string> WriteAllFormats(const TempDir& dir) {
+  WriteFile(dir.path("a.txt"), kDocs[0]);
+  WriteFile(dir.path("b.jsonl"), absl::StrCat(nlohmann::json({{"text", kDocs[1]}, {"id", 1}}).dump(), "\n\n",
+                                              nlohmann::json({{"text", kDocs[2]}}).dump(), "\r\n",
+                                              nlohmann::json({{"text", kDocs[3]}}).dump()));
+  WriteFile(dir.path("c.json"), nlohmann::json::array({kDocs[4], {{"text", kDocs[5]}}}).dump());
+  WriteGzip(dir.path("d.jsonl.gz"), nlohmann::json({{"text", kDocs[6]}}).dump() + "\n");
+  WriteZstd(dir.path("e.json.zst"), nlohmann::json::array({kDocs[7]}).dump());
+  WriteGzip(dir.path("f.txt.gz"), kDocs[8]);
+  return {dir.path("a.txt"), dir.path("b.jsonl"), dir.path("c.json"), dir.path("d.jsonl.gz"),
+          dir.path("e.json.zst"), dir.path("f.txt.gz")};
+}
+
+TEST(PrepareTest, ShardsDecodeToTheDocumentsJoinedByEos) {
+  auto tok = testing::TinyTokenizer();
+  ASSERT_NE(tok, nullptr);
+  TempDir dir;
+  PrepareOptions o;
+  o.inputs = WriteAllFormats(dir);
+  o.output_dir = dir.path("out");
+  o.shard_tokens = 37;
+  o.val_tokens = 40;
+  auto s = Prepare(*tok, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->documents, static_cast<int64_t>(kDocs.size()));
+
+  std::string joined;
+  for (const std::string& d : kDocs) joined += d + "<|endoftext|>";
+  const std::vector<int32_t> all = AllTokens(*s);
+  EXPECT_EQ(*tok->Decode(all), joined);
+  EXPECT_EQ(static_cast<int64_t>(all.size()), s->tokens);
+  EXPECT_EQ(s->tokens, s->val_tokens + s->train_tokens);
+
+  // The validation shard holds whole documents, at least val_tokens of them.
+  auto val = ReadTokenFile(s->val_shard);
+  ASSERT_TRUE(val.ok());
+  EXPECT_GE(static_cast<int64_t>(val->size()), 40);
+  EXPECT_EQ(val->back(), tok->eos_id());
+  EXPECT_EQ(std::filesystem::path(s->val_shard).filename(), "val_000000.bin");
+  // Train shards are exactly shard_tokens long but the last.
+  ASSERT_GE(s->train_shards.size(), 2u);
+  for (size_t i = 0; i < s->train_shards.size(); ++i) {
+    EXPECT_EQ(std::filesystem::path(s->train_shards[i]).filename(), absl::StrCat("train_00000", i, ".bin"));
+    const int64_t n = ReadTokenFile(s->train_shards[i])->size();
+    if (i + 1 < s->train_shards.size()) EXPECT_EQ(n, 37);
+  }
+  EXPECT_EQ(ReadFile(s->val_shard).substr(4, 4), std::string("\x01\0\0\0", 4)) << "version 1 (uint16)";
+}
+
+TEST(PrepareTest, TheGpt2StreamOfTheNlpCorpusMatchesTheGoldens) {
+  auto tok = testing::LoadGpt2OrFail();
+  ASSERT_NE(tok, nullptr);
+  TempDir dir;
+  PrepareOptions o;
+  o.inputs = {testing::DataCacheDir() + "/nlp-corpus"};
+  o.output_dir = dir.path("out");
+  o.shard_tokens = 500'000;
+  o.val_tokens = 100'000;
+  int64_t progress_calls = 0;
+  o.on_progress = [&](const PrepareProgress&) { ++progress_calls; };
+  auto s = Prepare(*tok, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_GE(progress_calls, 1);
+  const nlohmann::json goldens = nlohmann::json::parse(ReadFile(testing::TestDataDir() + "/gpt2_goldens.json"));
+  const std::vector<int32_t> all = AllTokens(*s);
+  int64_t at = 0, documents = 0;
+  for (const auto& f : goldens["corpus"]) {
+    uint32_t h = 2166136261u;
+    const int64_t n = f["tokens"];
+    ASSERT_LE(at + n, static_cast<int64_t>(all.size()));
+    for (int64_t i = at; i < at + n; ++i) h = (h ^ static_cast<uint32_t>(all[i])) * 16777619u;
+    EXPECT_EQ(h, f["fnv1a"].get<uint32_t>()) << f["file"];
+    at += n;
+    documents += f["documents"].get<int64_t>();
+  }
+  EXPECT_EQ(at, static_cast<int64_t>(all.size()));
+  EXPECT_EQ(s->documents, documents);
+  EXPECT_EQ(s->train_shards.size(), static_cast<size_t>((s->train_tokens + 499'999) / 500'000));
+}
+
+TEST(PrepareTest, RerunsGiveByteIdenticalShardsWhateverTheThreadCount) {
+  auto tok = testing::LoadGpt2OrFail();
+  ASSERT_NE(tok, nullptr);
+  TempDir dir;
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 6; ++i) inputs.push_back(absl::StrCat(testing::DataCacheDir(), "/nlp-corpus/doc-", i, ".json"));
+  std::vector<std::string> contents[2];
+  for (int run = 0; run < 2; ++run) {
+    PrepareOptions o;
+    o.inputs = inputs;
+    o.output_dir = dir.path(absl::StrCat("out", run));
+    o.shard_tokens = 20'000;
+    o.val_tokens = 5'000;
+    o.threads = run == 0 ? 1 : 3;
+    auto s = Prepare(*tok, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    contents[run].push_back(ReadFile(s->val_shard));
+    for (const auto& p : s->train_shards) contents[run].push_back(ReadFile(p));
+  }
+  EXPECT_GT(contents[0].size(), 3u);
+  EXPECT_TRUE(contents[0] == contents[1]);
+}
+
+TEST(PrepareTest, ARerunIntoTheSameDirectoryRemovesStaleShards) {
+  auto tok = testing::TinyTokenizer();
+  TempDir dir;
+  WriteFile(dir.path("in.txt"), std::string(200, 'x'));
+  std::filesystem::create_directories(dir.path("out"));
+  WriteFile(dir.path("out/notes.txt"), "kept");
+  PrepareOptions o;
+  o.inputs = {dir.path("in.txt")};
+  o.output_dir = dir.path("out");
+  o.val_tokens = 0;
+  o.shard_tokens = 50;
+  ASSERT_EQ(Prepare(*tok, o)->train_shards.size(), 5u);  // 201 tokens
+  o.shard_tokens = 100;
+  ASSERT_EQ(Prepare(*tok, o)->train_shards.size(), 3u);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path("out"))) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"notes.txt", "train_000000.bin", "train_000001.bin", "train_000002.bin"}));
+}
+
+TEST(PrepareTest, WideVocabulariesGetVersion2Shards) {
+  auto tok = testing::TinyTokenizer(/*eos_id=*/70000);
+  TempDir dir;
+  WriteFile(dir.path("in.txt"), "the wide one");
+  PrepareOptions o;
+  o.inputs = {dir.path("in.txt")};
+  o.output_dir = dir.path("out");
+  o.val_tokens = 0;
+  auto s = Prepare(*tok, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(ReadFile(s->train_shards[0]).substr(4, 4), std::string("\x02\0\0\0", 4));
+  auto t = ReadTokenFile(s->train_shards[0]);
+  EXPECT_EQ(t->back(), 70000);
+  EXPECT_EQ(*tok->Decode(*t), "the wide one<|endoftext|>");
+}
+
+TEST(PrepareTest, BadInputIsAOneLineErrorNamingTheFileAndLine) {
+  auto tok = testing::TinyTokenizer();
+  TempDir dir;
+  const std::string out = dir.path("out");
+  auto p = [&](const std::string& name) { return dir.path(name); };
+
+  WriteFile(p("missing_field.jsonl"), "{\"text\": \"ok\"}\n{\"body\": \"no text\"}\n");
+  EXPECT_EQ(PrepareError(*tok, {p("missing_field.jsonl")}, out), p("missing_field.jsonl") + ":2: no field 'text'");
+  WriteFile(p("other_field.jsonl"), "{\"body\": \"fine\"}\n");
+  EXPECT_EQ(PrepareError(*tok, {p("other_field.jsonl")}, out, "content"),
+            p("other_field.jsonl") + ":1: no field 'content'");
+  WriteFile(p("number.jsonl"), "\n\n{\"text\": 5}\n");
+  EXPECT_EQ(PrepareError(*tok, {p("number.jsonl")}, out), p("number.jsonl") + ":3: field 'text' is a number, not a string");
+  WriteFile(p("broken.jsonl"), "{\"text\": \"a\"}\n{\"text\": \"b\n");
+  EXPECT_EQ(PrepareError(*tok, {p("broken.jsonl")}, out).rfind(p("broken.jsonl") + ":2: not valid JSON (", 0), 0u);
+  WriteFile(p("list.jsonl"), "[\"not an object\"]\n");
+  EXPECT_EQ(PrepareError(*tok, {p("list.jsonl")}, out), p("list.jsonl") + ":1: expected a JSON object, got array");
+  WriteFile(p("empty.txt"), "");
+  EXPECT_EQ(PrepareError(*tok, {p("empty.txt")}, out), p("empty.txt") + ": empty input");
+  WriteFile(p("blank.jsonl"), "\n  \n");
+  EXPECT_EQ(PrepareError(*tok, {p("blank.jsonl")}, out), p("blank.jsonl") + ": empty input (no documents)");
+  WriteFile(p("empty.json"), "[]");
+  EXPECT_EQ(PrepareError(*tok, {p("empty.json")}, out), p("empty.json") + ": empty input (no documents)");
+  WriteFile(p("nested.json"), "[\"ok\", [1]]");
+  EXPECT_EQ(PrepareError(*tok, {p("nested.json")}, out),
+            p("nested.json") + "[1]: expected a JSON object or string, got array");
+  WriteFile(p("bad_utf8.txt"), "caf\xc3\xa9 \xff!");
+  EXPECT_EQ(PrepareError(*tok, {p("bad_utf8.txt")}, out), p("bad_utf8.txt") + ": invalid UTF-8 at byte 6");
+  WriteFile(p("bad_utf8.jsonl"), "{\"text\": \"ok\"}\n{\"text\": \"\xff\"}\n");
+  EXPECT_EQ(PrepareError(*tok, {p("bad_utf8.jsonl")}, out).rfind(p("bad_utf8.jsonl") + ":2: not valid JSON", 0), 0u);
+  WriteFile(p("not.gz"), "plain bytes");
+  EXPECT_EQ(PrepareError(*tok, {p("not.gz")}, out), p("not.gz") + ": not gzip data");
+  WriteGzip(p("cut.txt.gz"), std::string(100000, 'z'));
+  WriteFile(p("cut.txt.gz"), ReadFile(p("cut.txt.gz")).substr(0, 60));
+  EXPECT_EQ(PrepareError(*tok, {p("cut.txt.gz")}, out).rfind(p("cut.txt.gz") + ": corrupt gzip data", 0), 0u);
+  WriteZstd(p("cut.txt.zst"), std::string(100000, 'z') + "tail");
+  WriteFile(p("cut.txt.zst"), ReadFile(p("cut.txt.zst")).substr(0, 20));
+  EXPECT_EQ(PrepareError(*tok, {p("cut.txt.zst")}, out), p("cut.txt.zst") + ": truncated zstd data");
+  EXPECT_EQ(PrepareError(*tok, {p("nowhere.txt")}, out), p("nowhere.txt") + ": no such input file or directory");
+  // The first bad file in input order is the one reported, after good ones.
+  WriteFile(p("good.jsonl"), "{\"text\": \"fine\"}\n");
+  EXPECT_EQ(PrepareError(*tok, {p("good.jsonl"), p("missing_field.jsonl")}, out),
+            p("missing_field.jsonl") + ":2: no field 'text'");
+  // Nothing was written by any failed run.
+  EXPECT_FALSE(std::filesystem::exists(out) && !std::filesystem::is_empty(out));
+}
+
+TEST(PrepareTest, AValidationSplitThatLeavesNoTrainingDataIsAnError) {
+  auto tok = testing::TinyTokenizer();
+  TempDir dir;
+  WriteFile(dir.path("in.txt"), "short");
+  PrepareOptions o;
+  o.inputs = {dir.path("in.txt")};
+  o.output_dir = dir.path("out");
+  o.val_tokens = 1000;
+  auto s = Prepare(*tok, o);
+  EXPECT_EQ(s.status().message(),
+            "all 1 documents (6 tokens) went to the validation shard; lower --val_tokens (now 1000) or add input");
+}
+
+}  // namespace
+}  // namespace multiscreen
