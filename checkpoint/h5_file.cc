@@ -71,6 +71,26 @@ absl::Status H5Writer::Write(const std::string& name, const std::vector<int64_t>
   return WriteDataset(file_, tmp_, name, shape, data);
 }
 
+absl::Status H5Writer::WriteSlice(const std::string& name, const std::vector<int64_t>& shape,
+                                  const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offset,
+                                  const float* data) {
+  if (auto s = WriteDataset(file_, tmp_, name, shape, data); !s.ok()) return s;
+  const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  if (set < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot reopen dataset ", name));
+  herr_t err = 0;
+  for (const auto& [attr_name, values] : {std::pair{"global_shape", global_shape}, std::pair{"offset", offset}}) {
+    const hsize_t n = values.size();
+    const hid_t space = n == 0 ? H5Screate(H5S_NULL) : H5Screate_simple(1, &n, nullptr);
+    const hid_t attr = H5Acreate2(set, attr_name, H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (attr < 0 || (n > 0 && H5Awrite(attr, H5T_NATIVE_INT64, values.data()) < 0)) err = -1;
+    if (attr >= 0) H5Aclose(attr);
+    H5Sclose(space);
+  }
+  H5Dclose(set);
+  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write slice attributes of ", name));
+  return absl::OkStatus();
+}
+
 absl::Status H5Writer::WriteAttribute(const std::string& name, int64_t value) {
   const hid_t space = H5Screate(H5S_SCALAR);
   const hid_t attr = H5Acreate2(file_, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
@@ -182,6 +202,81 @@ absl::StatusOr<std::vector<float>> H5Reader::ReadFloat(const std::string& name, 
 }
 absl::StatusOr<std::vector<double>> H5Reader::ReadDouble(const std::string& name, const std::vector<int64_t>& shape) const {
   return Read<double>(name, shape);
+}
+
+absl::StatusOr<std::vector<int64_t>> H5Reader::Shape(const std::string& name) const {
+  if (!Has(name)) return absl::NotFoundError(absl::StrCat(path_, ": missing dataset ", name));
+  const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  if (set < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", name, " is not a dataset"));
+  const hid_t space = H5Dget_space(set);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
+  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  H5Sclose(space);
+  H5Dclose(set);
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+absl::StatusOr<std::vector<int64_t>> H5Reader::ReadDatasetAttribute(const std::string& dataset,
+                                                                    const std::string& attr_name) const {
+  if (!Has(dataset)) return absl::NotFoundError(absl::StrCat(path_, ": missing dataset ", dataset));
+  const hid_t set = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
+  if (set < 0 || H5Aexists(set, attr_name.c_str()) <= 0) {
+    if (set >= 0) H5Dclose(set);
+    return absl::NotFoundError(absl::StrCat(path_, ": dataset ", dataset, " has no attribute ", attr_name));
+  }
+  const hid_t attr = H5Aopen(set, attr_name.c_str(), H5P_DEFAULT);
+  const hid_t space = H5Aget_space(attr);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  std::vector<int64_t> values(n > 0 ? n : 0);
+  const herr_t err = n > 0 ? H5Aread(attr, H5T_NATIVE_INT64, values.data()) : 0;
+  H5Sclose(space);
+  H5Aclose(attr);
+  H5Dclose(set);
+  if (err < 0) return absl::DataLossError(absl::StrCat(path_, ": cannot read ", dataset, "@", attr_name));
+  return values;
+}
+
+absl::Status H5Reader::ReadRows(const std::string& name, int64_t row_begin, int64_t rows, float* out) const {
+  auto shape = Shape(name);
+  if (!shape.ok()) return shape.status();
+  if (shape->empty()) {
+    if (row_begin != 0 || rows != 1) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", name, " is a scalar"));
+    auto v = ReadFloat(name, {});
+    if (!v.ok()) return v.status();
+    out[0] = (*v)[0];
+    return absl::OkStatus();
+  }
+  if (row_begin < 0 || rows < 0 || row_begin + rows > (*shape)[0]) {
+    return absl::OutOfRangeError(absl::StrCat(path_, ": rows [", row_begin, ", ", row_begin + rows, ") of ", name,
+                                              " outside its ", (*shape)[0], " rows"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  const hid_t file_space = H5Dget_space(set);
+  std::vector<hsize_t> start(shape->size(), 0), count(shape->begin(), shape->end());
+  start[0] = row_begin;
+  count[0] = rows;
+  H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+  const hid_t mem_space = H5Screate_simple(int(count.size()), count.data(), nullptr);
+  const herr_t err = H5Dread(set, H5T_NATIVE_FLOAT, mem_space, file_space, H5P_DEFAULT, out);
+  H5Sclose(mem_space);
+  H5Sclose(file_space);
+  H5Dclose(set);
+  if (err < 0) return absl::DataLossError(absl::StrCat(path_, ": cannot read rows of ", name));
+  return absl::OkStatus();
+}
+
+std::vector<std::string> H5Reader::DatasetNames() const {
+  std::vector<std::string> names;
+  H5Ovisit(
+      file_, H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+        if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(name);
+        return 0;
+      },
+      &names);
+  return names;
 }
 
 absl::StatusOr<int64_t> H5Reader::ReadIntAttribute(const std::string& name) const {

@@ -22,6 +22,11 @@ class H5Writer {
   // A dataset `name` ("a/b/c", groups created) of `shape` ([] = scalar), fp32 or fp64.
   absl::Status Write(const std::string& name, const std::vector<int64_t>& shape, const float* data);
   absl::Status Write(const std::string& name, const std::vector<int64_t>& shape, const double* data);
+  // A dataset holding rows [offset[0], offset[0] + shape[0]) of a tensor of
+  // `global_shape`: attributes `global_shape` and `offset` say so.
+  absl::Status WriteSlice(const std::string& name, const std::vector<int64_t>& shape,
+                          const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offset,
+                          const float* data);
   absl::Status WriteAttribute(const std::string& name, int64_t value);
   absl::Status WriteAttribute(const std::string& name, double value);
   absl::Status WriteAttribute(const std::string& name, const std::string& value);
@@ -45,6 +50,15 @@ class H5Reader {
   // an error when it is missing or its shape is not `shape`.
   absl::StatusOr<std::vector<float>> ReadFloat(const std::string& name, const std::vector<int64_t>& shape) const;
   absl::StatusOr<std::vector<double>> ReadDouble(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The shape of dataset `name`.
+  absl::StatusOr<std::vector<int64_t>> Shape(const std::string& name) const;
+  // An int64 array attribute of dataset `dataset` (e.g. global_shape, offset).
+  absl::StatusOr<std::vector<int64_t>> ReadDatasetAttribute(const std::string& dataset, const std::string& attr) const;
+  // Rows [row_begin, row_begin + rows) of dataset `name` (dimension 0), read
+  // through an HDF5 hyperslab into `out` (rows × the product of the other dims).
+  absl::Status ReadRows(const std::string& name, int64_t row_begin, int64_t rows, float* out) const;
+  // All dataset names (full paths, no leading '/').
+  std::vector<std::string> DatasetNames() const;
   absl::StatusOr<int64_t> ReadIntAttribute(const std::string& name) const;
   absl::StatusOr<double> ReadDoubleAttribute(const std::string& name) const;
   absl::StatusOr<std::string> ReadStringAttribute(const std::string& name) const;

@@ -8,5 +8,9 @@ namespace multiscreen::cli {
 int ParamsCommand(int argc, char** argv);   // parameter counts of a model
 int InitCommand(int argc, char** argv);     // write an initialized weights file
 int ForwardCommand(int argc, char** argv);  // loss and gradients of a batch (parity hook)
+int TokenizeCommand(int argc, char** argv);  // GPT-2 ids of stdin, or text of ids
+int PrepareCommand(int argc, char** argv);   // corpora -> token shards
+int TrainCommand(int argc, char** argv);    // the training loop
+int CkptCommand(int argc, char** argv);     // checkpoint plan / export / inspect
 
 }  // namespace multiscreen::cli

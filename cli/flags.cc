@@ -13,6 +13,11 @@ ABSL_FLAG(std::string, out, "", "output file");
 ABSL_FLAG(int64_t, seed, 0, "random seed");
 ABSL_FLAG(int64_t, micro_batch, 1, "sequences per micro-batch (B)");
 ABSL_FLAG(int64_t, seq_len, 0, "tokens per sequence (T)");
+ABSL_FLAG(std::string, tokenizer, "data_cache/gpt2",
+          "directory with vocab.json (or encoder.json) and merges.txt (or vocab.bpe)");
+ABSL_FLAG(std::vector<std::string>, input, {}, "input files or directories, comma-separated");
+ABSL_FLAG(std::string, output, "", "output directory");
+ABSL_FLAG(int32_t, threads, 0, "worker threads (0: all cores)");
 ABSL_FLAG(std::string, precision, "fp32", "fp32 | bf16 | fp64 (fp64: the double-precision reference)");
 
 namespace multiscreen::cli {
@@ -23,6 +28,13 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage) {
   if (rest.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "' (flags are --name=value)"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::vector<std::string>* args) {
+  absl::SetProgramUsageMessage(usage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  args->assign(rest.begin() + 1, rest.end());
   return absl::OkStatus();
 }
 

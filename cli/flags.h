@@ -1,7 +1,9 @@
 // Flag parsing shared by the subcommands: absl flags, positional arguments refused.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
@@ -13,12 +15,19 @@ ABSL_DECLARE_FLAG(int64_t, seed);
 ABSL_DECLARE_FLAG(int64_t, micro_batch);
 ABSL_DECLARE_FLAG(int64_t, seq_len);
 ABSL_DECLARE_FLAG(std::string, precision);
+ABSL_DECLARE_FLAG(std::string, tokenizer);
+ABSL_DECLARE_FLAG(std::vector<std::string>, input);
+ABSL_DECLARE_FLAG(std::string, output);
+ABSL_DECLARE_FLAG(int32_t, threads);
 
 namespace multiscreen::cli {
 
 // Parses absl flags from argv (argv[0] is the subcommand name). Returns an
 // error naming a stray positional argument. absl itself exits on an unknown flag.
 absl::Status ParseFlags(int argc, char** argv, const char* usage);
+
+// As ParseFlags, but positional arguments are returned in `args` instead of refused.
+absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::vector<std::string>* args);
 
 // Prints "multiscreen <command>: <message>" on stderr and returns 1.
 int Fail(const char* command, const absl::Status& status);

@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/weights_file.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -15,6 +16,7 @@
 
 ABSL_FLAG(std::string, weights, "", "consolidated weights file (.h5) from init or ckpt export");
 ABSL_FLAG(std::string, tokens, "", "llm.c token file (.bin)");
+ABSL_FLAG(std::string, checkpoint, "", "a checkpoint directory or a run directory (its latest checkpoint)");
 
 namespace multiscreen::cli {
 namespace {
@@ -43,7 +45,7 @@ absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B
 
 int ForwardCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
-                          "multiscreen forward --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B --seq_len=T "
+                          "multiscreen forward (--weights=FILE.h5 | --checkpoint=DIR) --tokens=FILE.bin --micro_batch=B --seq_len=T "
                           "--out=OUT.h5");
       !s.ok()) {
     return Fail("forward", s);
@@ -51,7 +53,10 @@ int ForwardCommand(int argc, char** argv) {
   const std::string weights_path = absl::GetFlag(FLAGS_weights), tokens_path = absl::GetFlag(FLAGS_tokens);
   const std::string out = absl::GetFlag(FLAGS_out), precision = absl::GetFlag(FLAGS_precision);
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);
-  if (weights_path.empty()) return Fail("forward", absl::InvalidArgumentError("--weights: a weights .h5 file is required"));
+  const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint);
+  if (weights_path.empty() == checkpoint.empty()) {
+    return Fail("forward", absl::InvalidArgumentError("give exactly one of --weights=FILE.h5 and --checkpoint=DIR"));
+  }
   if (tokens_path.empty()) return Fail("forward", absl::InvalidArgumentError("--tokens: a token .bin file is required"));
   if (out.empty()) return Fail("forward", absl::InvalidArgumentError("--out: an output .h5 path is required"));
   if (B <= 0) return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " must be positive")));
@@ -59,7 +64,13 @@ int ForwardCommand(int argc, char** argv) {
   if (precision != "fp32" && precision != "bf16" && precision != "fp64") {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--precision=", precision, ": expected fp32, bf16 or fp64")));
   }
-  auto weights = ReadWeightsFile(weights_path);
+  absl::StatusOr<Weights> weights;
+  if (checkpoint.empty()) {
+    weights = ReadWeightsFile(weights_path);
+  } else {
+    auto ckpt = OpenCheckpointOrRun(checkpoint);
+    weights = ckpt.ok() ? ConsolidatedWeights(*ckpt) : absl::StatusOr<Weights>(ckpt.status());
+  }
   if (!weights.ok()) return Fail("forward", weights.status());
   auto tokens = ReadTokenFile(tokens_path, B * (T + 1));
   if (!tokens.ok()) return Fail("forward", tokens.status());

@@ -16,7 +16,14 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"params", multiscreen::cli::ParamsCommand, "parameter counts: --model=psi8 [--json]"},
+    {"tokenize", multiscreen::cli::TokenizeCommand, "GPT-2 ids of stdin: --tokenizer=DIR [--decode]"},
+    {"prepare", multiscreen::cli::PrepareCommand,
+     "corpora to token shards: --tokenizer=DIR --input=FILES... --output=DIR [--val_tokens= --shard_tokens=]"},
     {"init", multiscreen::cli::InitCommand, "initialize a model: --model=psi8 --seed=S --out=FILE.h5"},
+    {"train", multiscreen::cli::TrainCommand,
+     "train a model: --config=FILE [--run_dir=DIR --data=DIR --steps=N --lr=X ...]; resumes from run_dir"},
+    {"ckpt", multiscreen::cli::CkptCommand,
+     "checkpoints: plan --model=psi64 --tp=8 --pp=8 | export --checkpoint=DIR --out=W.h5 | inspect --checkpoint=DIR"},
     {"forward", multiscreen::cli::ForwardCommand,
      "loss and gradients: --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B --seq_len=T --out=OUT.h5"},
 };

@@ -12,6 +12,20 @@ ShardSpec ShardSpec::Full(const ModelDims& dims) {
   return s;
 }
 
+ShardSpec ShardSpec::ForRank(const ModelDims& dims, int64_t tp, int64_t pp, int64_t tp_rank, int64_t pp_rank) {
+  ShardSpec s;
+  const int64_t layers = dims.n_layers / pp, tiles = dims.n_heads / tp;
+  s.layer_begin = pp_rank * layers;
+  s.layer_end = s.layer_begin + layers;
+  s.tile_begin = tp_rank * tiles;
+  s.tile_end = s.tile_begin + tiles;
+  s.vocab_begin = dims.vocab * tp_rank / tp;
+  s.vocab_end = dims.vocab * (tp_rank + 1) / tp;
+  s.embed = pp_rank == 0;
+  s.head = pp_rank == pp - 1;
+  return s;
+}
+
 int64_t ParamEntry::size() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

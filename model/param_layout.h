@@ -25,6 +25,11 @@ struct ShardSpec {
 
   // The whole model on one rank.
   static ShardSpec Full(const ModelDims& dims);
+  // Model-parallel rank (tp_rank, pp_rank) of a tp × pp split: tiles split
+  // evenly over tp (tp divides N_H), vocabulary rows [⌊V·t/tp⌋, ⌊V·(t+1)/tp⌋),
+  // layers split evenly over pp (pp divides N_L); stage 0 embeds, the last
+  // stage holds the head.
+  static ShardSpec ForRank(const ModelDims& dims, int64_t tp, int64_t pp, int64_t tp_rank, int64_t pp_rank);
   int64_t layers() const { return layer_end - layer_begin; }
   int64_t tiles() const { return tile_end - tile_begin; }
   int64_t vocab() const { return vocab_end - vocab_begin; }

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <boost/crc.hpp>
 #include <chrono>
 #include <filesystem>
 
@@ -17,12 +16,6 @@ double WallTime() {
 }
 
 }  // namespace
-
-uint32_t Crc32c(const void* data, size_t size) {
-  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
-  crc.process_bytes(data, size);
-  return crc.checksum();
-}
 
 uint32_t MaskedCrc32c(const void* data, size_t size) {
   const uint32_t crc = Crc32c(data, size);

@@ -9,11 +9,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/crc32c.h"
 
 namespace multiscreen {
 
-// CRC-32C (Castagnoli) of `size` bytes (Boost.CRC), and TFRecord's mask of it.
-uint32_t Crc32c(const void* data, size_t size);
+// TFRecord's mask of the CRC-32C of `size` bytes.
 uint32_t MaskedCrc32c(const void* data, size_t size);
 
 class TensorBoardWriter {

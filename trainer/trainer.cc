@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint.h"
 #include "common/log.h"
 #include "model/init.h"
 #include "nlohmann/json.hpp"
@@ -41,7 +42,7 @@ Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, Sources so
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig& run, const ModelDims& dims,
                                                          Sources sources) {
-  if (sources.train == nullptr) return absl::InvalidArgumentError("data: no training data");
+  if (sources.train == nullptr) return absl::InvalidArgumentError("data: no training shards");
   std::unique_ptr<Trainer> t(new Trainer(run, dims, sources));
   ModelOptions options;
   options.precision = ModelPrecision(run.precision());
@@ -59,7 +60,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   t->optimizer_ = std::make_unique<AdamW>(layout.size(), AdamWHyper{o.beta1(), o.beta2(), o.eps(), o.weight_decay()},
                                           std::move(decay));
   t->grads_.resize(layout.size());
-  t->tokens_.resize(run.micro_batch() * (run.seq_len() + 1));
   // MFU: FLOPs at the initial windows (the learned windows move; this is the
   // spec's count at initialization) against the measured GEMM rate.
   std::vector<double> windows;
@@ -72,12 +72,98 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   std::error_code ec;
   std::filesystem::create_directories(run.run_dir(), ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("--run_dir=", run.run_dir(), ": ", ec.message()));
+  if (auto s = t->ResumeIfPresent(); !s.ok()) return s;
+  // The loader starts where the checkpoint (if any) left off: its only state.
+  LoaderOptions lo;
+  lo.seq_len = run.seq_len();
+  lo.global_batch = run.micro_batch() * run.grad_accum();
+  lo.seed = static_cast<uint64_t>(run.seed());
+  lo.start_sample = t->state_.samples;
+  auto loader = TrainLoader::Create(sources.train, lo);
+  if (!loader.ok()) return loader.status();
+  t->loader_ = std::move(*loader);
+  if (sources.val != nullptr && run.eval().every() > 0) {
+    ValidationOptions vo;
+    vo.seq_len = run.seq_len();
+    vo.global_batch = run.micro_batch();
+    vo.max_batches = run.eval().batches();
+    auto val = ValidationLoader::Create(sources.val, vo);
+    if (!val.ok()) return val.status();
+    t->val_loader_ = std::move(*val);
+  }
   if (run.logging().tensorboard()) {
     auto tb = TensorBoardWriter::Open(run.run_dir() + "/tb");
     if (!tb.ok()) return tb.status();
     t->tensorboard_ = std::move(*tb);
   }
   return t;
+}
+
+absl::Status Trainer::ResumeIfPresent() {
+  const std::string metrics = run_.run_dir() + "/metrics.jsonl";
+  const bool has_checkpoints = std::filesystem::exists(run_.run_dir() + "/checkpoints");
+  if (!has_checkpoints) {
+    if (std::filesystem::exists(metrics) && std::filesystem::file_size(metrics) > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--run_dir=", run_.run_dir(), " already holds a run (", metrics,
+          ") but no checkpoint to resume from; choose a new --run_dir or remove the old one"));
+    }
+    return absl::OkStatus();
+  }
+  auto ckpt = FindLatestCheckpoint(run_.run_dir());
+  if (!ckpt.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("--run_dir=", run_.run_dir(), ": cannot resume: ",
+                                                      ckpt.status().message()));
+  }
+  const CheckpointMeta& m = ckpt->meta;
+  if (m.seed != run_.seed()) {
+    return absl::FailedPreconditionError(absl::StrCat(ckpt->dir, ": saved with seed ", m.seed, ", the run asks for ",
+                                                      run_.seed(), " (the data order depends on it)"));
+  }
+  if (auto s = LoadShard(*ckpt, model_->layout(), state_.params.data(), optimizer_->m().data(), optimizer_->v().data());
+      !s.ok()) {
+    return s;
+  }
+  optimizer_->set_step(m.adam_step);
+  state_.step = m.step;
+  state_.samples = m.samples;
+  state_.tokens = m.tokens;
+  state_.nonfinite_in_a_row = m.nonfinite_in_a_row;
+  state_.scaler = {m.loss_scale, m.loss_scale_good_steps, m.loss_scale_skipped};
+  scaler_.set_state(state_.scaler);
+  resumed_ = true;
+  // Drop metrics of steps after the checkpoint: they are about to be redone.
+  std::ifstream in(metrics);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= m.step) kept += line + "\n";
+  }
+  in.close();
+  std::ofstream(metrics, std::ios::trunc) << kept;
+  LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed)");
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveCheckpointNow() {
+  CheckpointMeta m;
+  m.step = state_.step;
+  m.samples = state_.samples;
+  m.tokens = state_.tokens;
+  m.adam_step = optimizer_->step();
+  m.seed = run_.seed();
+  m.nonfinite_in_a_row = state_.nonfinite_in_a_row;
+  m.loss_scale = scaler_.scale();  // 1 when loss scaling is off
+  m.loss_scale_good_steps = state_.scaler.good_steps;
+  m.loss_scale_skipped = state_.scaler.skipped;
+  m.dims = dims_;
+  ShardTensors shard{&model_->layout(), state_.params.data(), optimizer_->m().data(), optimizer_->v().data(), 0, 0};
+  const auto start = std::chrono::steady_clock::now();
+  auto dir = SaveCheckpoint(run_.run_dir(), m, {shard}, run_.checkpoint().keep_last(), run_.checkpoint().keep_every());
+  if (!dir.ok()) return dir.status();
+  LogInfo("saved ", *dir, " in ",
+          absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::AppendMetrics(const std::string& line) {
@@ -94,10 +180,10 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
   std::fill(grads_.begin(), grads_.end(), 0.f);
   const double scale = scaler_.scale();
   double loss = 0;
+  const Batch batch = loader_->Next();  // accum micro-batches of B windows
   for (int64_t a = 0; a < accum; ++a) {
-    if (auto s = sources_.train->Fill(state_.samples + a * B, B, T, tokens_.data()); !s.ok()) return s;
-    loss += model_->ForwardBackward(state_.params.data(), tokens_.data(), B, T, grads_.data(), nullptr,
-                                    scale / double(accum));
+    loss += model_->ForwardBackward(state_.params.data(), batch.tokens.data() + a * B * (T + 1), B, T, grads_.data(),
+                                    nullptr, scale / double(accum));
   }
   loss /= double(accum);
   // Unscale, and check that the step is finite.
@@ -128,21 +214,14 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
 }
 
 absl::StatusOr<double> Trainer::Validate() {
-  if (sources_.val == nullptr) return absl::FailedPreconditionError("no validation data");
+  if (val_loader_ == nullptr) return absl::FailedPreconditionError("no validation data");
   const int64_t B = run_.micro_batch(), T = run_.seq_len();
-  const int64_t batches = std::min<int64_t>(run_.eval().batches(), sources_.val_samples / B);
-  if (batches <= 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("validation data holds ", sources_.val_samples, " samples of T + 1 = ", T + 1,
-                     " tokens, fewer than one micro-batch of ", B));
-  }
   Multiscreen<float> eval_model(dims_, ShardSpec::Full(dims_));
   double loss = 0;
-  for (int64_t b = 0; b < batches; ++b) {
-    if (auto s = sources_.val->Fill(b * B, B, T, tokens_.data()); !s.ok()) return s;
-    loss += eval_model.Loss(state_.params.data(), tokens_.data(), B, T);
+  for (int64_t b = 0; b < val_loader_->num_batches(); ++b) {
+    loss += eval_model.Loss(state_.params.data(), val_loader_->Get(b).tokens.data(), B, T);
   }
-  return loss / double(batches);
+  return loss / double(val_loader_->num_batches());
 }
 
 absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool applied, double seconds) {
@@ -199,7 +278,7 @@ absl::Status Trainer::Run() {
     }
     const bool eval_now = run_.eval().every() > 0 &&
                           (state_.step % run_.eval().every() == 0 || state_.step == run_.steps());
-    if (eval_now && sources_.val != nullptr) {
+    if (eval_now && val_loader_ != nullptr) {
       auto val = Validate();
       if (!val.ok()) return val.status();
       last_val_loss_ = *val;
@@ -207,9 +286,14 @@ absl::Status Trainer::Run() {
       if (tensorboard_ != nullptr) (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
       std::fprintf(stderr, "step %lld/%lld | val_loss %.4f\n", (long long)state_.step, (long long)run_.steps(), *val);
     }
-    if (StopRequested()) {
+    const bool stop = StopRequested();
+    const bool periodic = run_.checkpoint().every() > 0 && state_.step % run_.checkpoint().every() == 0;
+    if (stop || periodic || state_.step == run_.steps()) {
+      if (auto s = SaveCheckpointNow(); !s.ok()) return s;
+    }
+    if (stop) {
       stopped_by_signal_ = true;
-      LogInfo("signal ", StopSignal(), ": stopping after step ", state_.step);
+      LogInfo("signal ", StopSignal(), ": stopped after step ", state_.step, " with a checkpoint saved");
       break;
     }
   }

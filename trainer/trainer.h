@@ -17,7 +17,7 @@
 #include "trainer/adamw.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/tensorboard_writer.h"
-#include "trainer/token_source.h"
+#include "data/loader.h"
 
 namespace multiscreen {
 
@@ -34,19 +34,22 @@ struct TrainState {
 class Trainer {
  public:
   struct Sources {
-    TokenSource* train = nullptr;
-    TokenSource* val = nullptr;  // may be null: no validation
-    int64_t val_samples = 0;     // samples the validation pass may use
+    std::shared_ptr<const TokenStream> train;  // training shards (windows by data/loader.h)
+    std::shared_ptr<const TokenStream> val;    // held-out shard; may be null: no validation
   };
   // `run` has defaults applied and is validated against `dims`.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::RunConfig& run, const ModelDims& dims,
                                                          Sources sources);
 
   // Trains from state().step to run.steps(), or until a stop signal (then
-  // returns OK after the current step). Writes metrics under run_dir.
+  // returns OK after the current step). Writes metrics under run_dir, and a
+  // checkpoint every checkpoint.every steps, at the end, and on a stop signal.
   absl::Status Run();
 
-  // Mean validation loss over run.eval().batches() micro-batches of the held-out samples.
+  // Saves a checkpoint of the current state (checkpoint/checkpoint.h).
+  absl::Status SaveCheckpointNow();
+
+  // Mean validation loss over the first run.eval().batches() micro-batches of the held-out stream.
   absl::StatusOr<double> Validate();
 
   TrainState& state() { return state_; }
@@ -55,6 +58,7 @@ class Trainer {
   double last_loss() const { return last_loss_; }
   double last_val_loss() const { return last_val_loss_; }
   bool stopped_by_signal() const { return stopped_by_signal_; }
+  bool resumed() const { return resumed_; }
 
  private:
   Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources);
@@ -62,19 +66,24 @@ class Trainer {
   absl::StatusOr<double> Step(double lr, double* grad_norm, bool* applied);
   absl::Status LogStep(double loss, double lr, double grad_norm, bool applied, double seconds);
   absl::Status AppendMetrics(const std::string& json_line);
+  // Continues from run_dir's newest complete checkpoint, if any; refuses a
+  // run_dir that holds metrics but no checkpoint.
+  absl::Status ResumeIfPresent();
 
   config::RunConfig run_;
   ModelDims dims_;
   Sources sources_;
+  std::unique_ptr<TrainLoader> loader_;
+  std::unique_ptr<ValidationLoader> val_loader_;
   std::unique_ptr<Multiscreen<float>> model_;
   std::unique_ptr<AdamW> optimizer_;
   DynamicLossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   TrainState state_;
   std::vector<float> grads_;
-  std::vector<int32_t> tokens_;
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
   bool stopped_by_signal_ = false;
+  bool resumed_ = false;
   double run_seconds_ = 0;
   int64_t run_steps_ = 0;
 };

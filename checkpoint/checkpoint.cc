@@ -1,0 +1,397 @@
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/h5_file.h"
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace multiscreen {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr char kManifest[] = "manifest.json";
+constexpr char kLatest[] = "latest";
+
+absl::Status FsyncPath(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return absl::DataLossError(absl::StrCat(path, ": cannot open for fsync"));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::DataLossError(absl::StrCat(path, ": fsync failed"));
+  return absl::OkStatus();
+}
+
+// Writes `text` to `path` atomically (temporary file, fsync, rename, fsync dir).
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
+  }
+  MS_RETURN_IF_ERROR(FsyncPath(tmp));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::DataLossError(absl::StrCat(path, ": rename failed"));
+  return FsyncPath(fs::path(path).parent_path().string());
+}
+
+json DimsToJson(const ModelDims& d) {
+  return {{"name", d.name}, {"n_layers", d.n_layers}, {"n_heads", d.n_heads}, {"d_e", d.d_e},
+          {"d_k", d.d_k},   {"d_v", d.d_v},           {"vocab", d.vocab},     {"w_th", d.w_th},
+          {"pl_norm", d.pl_norm}, {"eos_token", d.eos_token}};
+}
+
+ModelDims DimsFromJson(const json& j) {
+  ModelDims d;
+  d.name = j.at("name");
+  d.n_layers = j.at("n_layers");
+  d.n_heads = j.at("n_heads");
+  d.d_e = j.at("d_e");
+  d.d_k = j.at("d_k");
+  d.d_v = j.at("d_v");
+  d.vocab = j.at("vocab");
+  d.w_th = j.at("w_th");
+  d.pl_norm = j.at("pl_norm");
+  d.eos_token = j.at("eos_token");
+  return d;
+}
+
+json MetaToJson(const CheckpointMeta& m) {
+  return {{"format", "multiscreen-checkpoint"},
+          {"format_version", 1},
+          {"step", m.step},
+          {"samples", m.samples},
+          {"tokens", m.tokens},
+          {"lr_schedule", {{"step", m.step}}},
+          {"optimizer", {{"adam_step", m.adam_step}}},
+          {"loss_scaler", {{"scale", m.loss_scale}, {"good_steps", m.loss_scale_good_steps}, {"skipped", m.loss_scale_skipped}}},
+          {"nonfinite_in_a_row", m.nonfinite_in_a_row},
+          // Initialization and data windows are pure functions of (seed, index):
+          // the seed and the samples counter are the whole random state.
+          {"rng", {{"seed", m.seed}, {"data_samples_consumed", m.samples}}},
+          {"layout", {{"tp", m.layout.tp}, {"pp", m.layout.pp}, {"dp", m.layout.dp}, {"zero", m.layout.zero}}},
+          {"model", DimsToJson(m.dims)}};
+}
+
+absl::StatusOr<CheckpointMeta> MetaFromJson(const json& j, const std::string& path) {
+  try {
+    if (j.at("format") != "multiscreen-checkpoint") {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a multiscreen checkpoint manifest"));
+    }
+    CheckpointMeta m;
+    m.step = j.at("step");
+    m.samples = j.at("samples");
+    m.tokens = j.at("tokens");
+    m.adam_step = j.at("optimizer").at("adam_step");
+    m.loss_scale = j.at("loss_scaler").at("scale");
+    m.loss_scale_good_steps = j.at("loss_scaler").at("good_steps");
+    m.loss_scale_skipped = j.at("loss_scaler").at("skipped");
+    m.nonfinite_in_a_row = j.at("nonfinite_in_a_row");
+    m.seed = j.at("rng").at("seed");
+    const json& l = j.at("layout");
+    m.layout = {l.at("tp"), l.at("pp"), l.at("dp"), l.at("zero")};
+    m.dims = DimsFromJson(j.at("model"));
+    return m;
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": malformed manifest: ", e.what()));
+  }
+}
+
+// Step of a "step_NNNNNNNN" directory name, or −1.
+int64_t StepOf(const std::string& name) {
+  long long step = -1;
+  if (std::sscanf(name.c_str(), "step_%lld", &step) != 1 || name != StepDirName(step)) return -1;
+  return step;
+}
+
+std::vector<int64_t> CompleteSteps(const std::string& ckpt_root) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(ckpt_root, ec)) {
+    const int64_t s = StepOf(e.path().filename().string());
+    if (s >= 0 && fs::exists(e.path() / kManifest)) steps.push_back(s);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void Prune(const std::string& ckpt_root, int64_t newest, int64_t keep_last, int64_t keep_every) {
+  const std::vector<int64_t> steps = CompleteSteps(ckpt_root);
+  const int64_t n = static_cast<int64_t>(steps.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = steps[i];
+    const bool recent = i >= n - std::max<int64_t>(keep_last, 1);
+    const bool milestone = keep_every > 0 && s % keep_every == 0;
+    if (recent || milestone || s == newest) continue;
+    std::error_code ec;
+    fs::remove_all(fs::path(ckpt_root) / StepDirName(s), ec);
+  }
+}
+
+// The entries' element counts of dims under layout, per shard file.
+template <typename F>
+void ForEachShard(const ModelDims& dims, const ParallelLayout& layout, F&& f) {
+  for (int64_t p = 0; p < layout.pp; ++p) {
+    for (int64_t t = 0; t < layout.tp; ++t) f(p, t, ParamLayout(dims, ShardSpec::ForRank(dims, layout.tp, layout.pp, t, p)));
+  }
+}
+
+}  // namespace
+
+std::string ShardFileName(int64_t pp_rank, int64_t tp_rank) {
+  return absl::StrCat("shard_pp", pp_rank, "_tp", tp_rank, ".h5");
+}
+
+std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
+
+absl::StatusOr<std::string> BeginCheckpoint(const std::string& run_dir, int64_t step) {
+  const fs::path tmp = fs::path(run_dir) / "checkpoints" / (".tmp-" + StepDirName(step));
+  std::error_code ec;
+  fs::remove_all(tmp, ec);  // a leftover of a crash mid-write
+  fs::create_directories(tmp, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(tmp.string(), ": cannot create: ", ec.message()));
+  return tmp.string();
+}
+
+absl::StatusOr<json> WriteShard(const std::string& tmp_dir, const ShardTensors& shard) {
+  const std::string path = (fs::path(tmp_dir) / ShardFileName(shard.pp_rank, shard.tp_rank)).string();
+  MS_ASSIGN_OR_RETURN(auto out, H5Writer::Create(path));
+  MS_RETURN_IF_ERROR(out->WriteAttribute("format", std::string("multiscreen-checkpoint-shard")));
+  MS_RETURN_IF_ERROR(out->WriteAttribute("pp_rank", shard.pp_rank));
+  MS_RETURN_IF_ERROR(out->WriteAttribute("tp_rank", shard.tp_rank));
+  json datasets = json::object();
+  auto write = [&](const std::string& name, const ParamEntry& e, const float* base) -> absl::Status {
+    const float* data = base + e.buffer_offset;
+    MS_RETURN_IF_ERROR(out->WriteSlice(name, e.shape, e.global_shape, e.offset, data));
+    datasets[name] = Crc32c(data, e.size() * sizeof(float));
+    return absl::OkStatus();
+  };
+  for (const ParamEntry& e : shard.layout->entries()) {
+    MS_RETURN_IF_ERROR(write(e.name, e, shard.params));
+    if (shard.adam_m != nullptr) MS_RETURN_IF_ERROR(write("adam_m/" + e.name, e, shard.adam_m));
+    if (shard.adam_v != nullptr) MS_RETURN_IF_ERROR(write("adam_v/" + e.name, e, shard.adam_v));
+  }
+  MS_RETURN_IF_ERROR(out->Commit());
+  return json{{"bytes", static_cast<int64_t>(fs::file_size(path))}, {"datasets", datasets}};
+}
+
+absl::StatusOr<std::string> CommitCheckpoint(const std::string& run_dir, const std::string& tmp_dir,
+                                             const CheckpointMeta& meta, const json& files, int64_t keep_last,
+                                             int64_t keep_every) {
+  json manifest = MetaToJson(meta);
+  manifest["files"] = files;
+  MS_RETURN_IF_ERROR(WriteFileAtomically((fs::path(tmp_dir) / kManifest).string(), manifest.dump(1)));
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const fs::path final_dir = root / StepDirName(meta.step);
+  std::error_code ec;
+  if (fs::exists(final_dir)) {
+    // Re-saving the same step (e.g. a signal right after a periodic save):
+    // move the old one aside first, and drop it only once the new one is in place.
+    const fs::path old = root / (".old-" + StepDirName(meta.step));
+    fs::remove_all(old, ec);
+    fs::rename(final_dir, old, ec);
+    if (ec) return absl::DataLossError(absl::StrCat(final_dir.string(), ": cannot move aside: ", ec.message()));
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec) return absl::DataLossError(absl::StrCat(final_dir.string(), ": rename failed: ", ec.message()));
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec) return absl::DataLossError(absl::StrCat(final_dir.string(), ": rename failed: ", ec.message()));
+  }
+  MS_RETURN_IF_ERROR(FsyncPath(root.string()));
+  MS_RETURN_IF_ERROR(WriteFileAtomically((root / kLatest).string(), StepDirName(meta.step) + "\n"));
+  Prune(root.string(), meta.step, keep_last, keep_every);
+  return final_dir.string();
+}
+
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& run_dir, const CheckpointMeta& meta,
+                                           const std::vector<ShardTensors>& shards, int64_t keep_last,
+                                           int64_t keep_every) {
+  MS_ASSIGN_OR_RETURN(const std::string tmp, BeginCheckpoint(run_dir, meta.step));
+  json files = json::object();
+  for (const ShardTensors& s : shards) {
+    MS_ASSIGN_OR_RETURN(files[ShardFileName(s.pp_rank, s.tp_rank)], WriteShard(tmp, s));
+  }
+  return CommitCheckpoint(run_dir, tmp, meta, files, keep_last, keep_every);
+}
+
+absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifest).string();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": missing (incomplete checkpoint)"));
+  CheckpointRef ref;
+  ref.dir = dir;
+  ref.manifest = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (ref.manifest.is_discarded()) return absl::DataLossError(absl::StrCat(path, ": not valid JSON"));
+  MS_ASSIGN_OR_RETURN(ref.meta, MetaFromJson(ref.manifest, path));
+  if (!ref.manifest.contains("files") || !ref.manifest["files"].is_object()) {
+    return absl::DataLossError(absl::StrCat(path, ": lists no files"));
+  }
+  for (const auto& [name, record] : ref.manifest["files"].items()) {
+    const fs::path file = fs::path(dir) / name;
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    if (ec) return absl::DataLossError(absl::StrCat(file.string(), ": missing"));
+    if (static_cast<int64_t>(size) != record.value("bytes", int64_t{-1})) {
+      return absl::DataLossError(absl::StrCat(file.string(), ": ", size, " bytes, the manifest says ",
+                                              record.value("bytes", int64_t{-1}), " (truncated?)"));
+    }
+  }
+  return ref;
+}
+
+absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::vector<std::string> candidates;
+  std::ifstream latest(root / kLatest);
+  std::string name;
+  if (latest >> name) candidates.push_back(name);
+  std::vector<int64_t> steps = CompleteSteps(root.string());
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (StepDirName(*it) != name) candidates.push_back(StepDirName(*it));
+  }
+  for (const std::string& c : candidates) {
+    auto ref = OpenCheckpoint((root / c).string());
+    if (ref.ok()) {
+      const std::vector<std::string> problems = VerifyCheckpoint(*ref);
+      if (problems.empty()) return ref;
+      LogWarning("skipping checkpoint ", ref->dir, ": ", problems.front());
+      continue;
+    }
+    LogWarning("skipping checkpoint ", (root / c).string(), ": ", ref.status().message());
+  }
+  return absl::NotFoundError(absl::StrCat(root.string(), ": no complete checkpoint"));
+}
+
+std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt) {
+  std::vector<std::string> problems;
+  for (const auto& [file, record] : ckpt.manifest["files"].items()) {
+    const std::string path = (fs::path(ckpt.dir) / file).string();
+    auto in = H5Reader::Open(path);
+    if (!in.ok()) {
+      problems.push_back(std::string(in.status().message()));
+      continue;
+    }
+    for (const auto& [name, crc] : record["datasets"].items()) {
+      auto shape = (*in)->Shape(name);
+      if (!shape.ok()) {
+        problems.push_back(std::string(shape.status().message()));
+        continue;
+      }
+      int64_t n = 1;
+      for (int64_t d : *shape) n *= d;
+      std::vector<float> data(n);
+      const int64_t rows = shape->empty() ? 1 : (*shape)[0];
+      if (auto s = (*in)->ReadRows(name, 0, rows, data.data()); !s.ok()) {
+        problems.push_back(std::string(s.message()));
+      } else if (Crc32c(data.data(), n * sizeof(float)) != crc.get<uint32_t>()) {
+        problems.push_back(absl::StrCat(path, ": dataset ", name, " fails its checksum (corrupted)"));
+      }
+    }
+  }
+  return problems;
+}
+
+absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, float* params, float* adam_m,
+                       float* adam_v) {
+  const ModelDims& saved = ckpt.meta.dims;
+  const ModelDims& want = target.dims();
+  if (saved.n_layers != want.n_layers || saved.n_heads != want.n_heads || saved.d_e != want.d_e ||
+      saved.d_k != want.d_k || saved.d_v != want.d_v || saved.vocab != want.vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(ckpt.dir, ": checkpoint of model '", saved.name,
+                                                   "' does not match the model being loaded ('", want.name, "')"));
+  }
+  // Open every shard file once; for each target entry read the overlapping rows.
+  std::vector<std::unique_ptr<H5Reader>> files;
+  std::vector<std::string> names;
+  for (const auto& [file, record] : ckpt.manifest["files"].items()) {
+    MS_ASSIGN_OR_RETURN(auto r, H5Reader::Open((fs::path(ckpt.dir) / file).string()));
+    files.push_back(std::move(r));
+    names.push_back(file);
+  }
+  auto load = [&](const std::string& name, const ParamEntry& e, float* base) -> absl::Status {
+    const int64_t want_begin = e.offset.empty() ? 0 : e.offset[0];
+    const int64_t want_rows = e.shape.empty() ? 1 : e.shape[0];
+    const int64_t inner = want_rows == 0 ? 0 : e.size() / want_rows;
+    // Replicated data (W_E on the first and last stage, scalars on every tp
+    // rank) appears in several files: the first file that holds a row wins.
+    std::vector<bool> covered(want_rows, false);
+    int64_t n_covered = 0;
+    for (size_t f = 0; f < files.size() && n_covered < want_rows; ++f) {
+      if (!files[f]->Has(name)) continue;
+      const json& record = ckpt.manifest["files"][names[f]]["datasets"];
+      MS_ASSIGN_OR_RETURN(const auto shape, files[f]->Shape(name));
+      MS_ASSIGN_OR_RETURN(const auto offset, files[f]->ReadDatasetAttribute(name, "offset"));
+      const int64_t have_begin = offset.empty() ? 0 : offset[0];
+      const int64_t have_rows = shape.empty() ? 1 : shape[0];
+      const int64_t begin = std::max(want_begin, have_begin);
+      const int64_t end = std::min(want_begin + want_rows, have_begin + have_rows);
+      bool needed = false;
+      for (int64_t r = begin; r < end && !needed; ++r) needed = !covered[r - want_begin];
+      if (!needed) continue;
+      // Verify the whole dataset, then copy the rows still missing.
+      std::vector<float> all(have_rows * inner);
+      MS_RETURN_IF_ERROR(files[f]->ReadRows(name, 0, have_rows, all.data()));
+      if (!record.contains(name) || Crc32c(all.data(), all.size() * sizeof(float)) != record[name].get<uint32_t>()) {
+        return absl::DataLossError(absl::StrCat(files[f]->path(), ": dataset ", name, " fails its checksum"));
+      }
+      for (int64_t r = begin; r < end; ++r) {
+        if (covered[r - want_begin]) continue;
+        std::copy(all.begin() + (r - have_begin) * inner, all.begin() + (r - have_begin + 1) * inner,
+                  base + e.buffer_offset + (r - want_begin) * inner);
+        covered[r - want_begin] = true;
+        ++n_covered;
+      }
+    }
+    if (n_covered != want_rows) {
+      return absl::DataLossError(absl::StrCat(ckpt.dir, ": dataset ", name, " covers ", n_covered, " of the ",
+                                              want_rows, " rows needed"));
+    }
+    return absl::OkStatus();
+  };
+  for (const ParamEntry& e : target.entries()) {
+    MS_RETURN_IF_ERROR(load(e.name, e, params));
+    if (adam_m != nullptr) MS_RETURN_IF_ERROR(load("adam_m/" + e.name, e, adam_m));
+    if (adam_v != nullptr) MS_RETURN_IF_ERROR(load("adam_v/" + e.name, e, adam_v));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointRef> OpenCheckpointOrRun(const std::string& path) {
+  if (fs::exists(fs::path(path) / kManifest)) return OpenCheckpoint(path);
+  if (fs::exists(fs::path(path) / "checkpoints")) return FindLatestCheckpoint(path);
+  return absl::NotFoundError(
+      absl::StrCat(path, ": neither a checkpoint (no manifest.json) nor a run directory (no checkpoints/)"));
+}
+
+absl::StatusOr<Weights> ConsolidatedWeights(const CheckpointRef& ckpt) {
+  Weights w;
+  w.dims = ckpt.meta.dims;
+  const ParamLayout full(w.dims, ShardSpec::Full(w.dims));
+  w.params.resize(full.size());
+  MS_RETURN_IF_ERROR(LoadShard(ckpt, full, w.params.data(), nullptr, nullptr));
+  return w;
+}
+
+std::vector<ShardPlan> PlanCheckpoint(const ModelDims& dims, const ParallelLayout& layout) {
+  std::vector<ShardPlan> plan;
+  ForEachShard(dims, layout, [&](int64_t p, int64_t t, const ParamLayout& l) {
+    plan.push_back({ShardFileName(p, t), l.size() * int64_t(sizeof(float)), 2 * l.size() * int64_t(sizeof(float))});
+  });
+  return plan;
+}
+
+}  // namespace multiscreen

@@ -1,0 +1,127 @@
+// Sharded HDF5 checkpoints (DESIGN "Checkpoints", issue 6).
+//
+//   <run_dir>/checkpoints/step_NNNNNNNN/
+//     shard_pp{p}_tp{t}.h5   one per model-parallel rank: every parameter slice
+//                            the rank owns under its logical name, and Adam's
+//                            moments under adam_m/<name>, adam_v/<name>; each
+//                            dataset has attributes global_shape and offset
+//     manifest.json          model, layout, step, samples, tokens, optimizer
+//                            step, loss-scaler state, seeds, and a CRC-32C per
+//                            dataset per file
+//   <run_dir>/checkpoints/latest   the name of the newest complete checkpoint
+//
+// A checkpoint is written into checkpoints/.tmp-step_NNNNNNNN/, every file
+// fsynced, the manifest written last, then the directory renamed into place and
+// `latest` replaced atomically. Old checkpoints are pruned only after that.
+// Loading verifies the manifest and the checksums of what it reads, and falls
+// back (with a warning) to the newest complete checkpoint that verifies.
+// Any layout reads any other: each rank reads the row ranges it needs from
+// whichever shard files hold them (HDF5 hyperslabs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/weights_file.h"
+#include "common/config.h"
+#include "model/param_layout.h"
+#include "nlohmann/json.hpp"
+
+namespace multiscreen {
+
+struct ParallelLayout {
+  int64_t tp = 1, pp = 1, dp = 1, zero = 0;
+};
+
+// Run-level state stored in the manifest.
+struct CheckpointMeta {
+  int64_t step = 0;
+  int64_t samples = 0;
+  int64_t tokens = 0;
+  int64_t adam_step = 0;
+  int64_t seed = 0;
+  int64_t nonfinite_in_a_row = 0;
+  double loss_scale = 1.0;
+  int64_t loss_scale_good_steps = 0;
+  int64_t loss_scale_skipped = 0;
+  ParallelLayout layout;
+  ModelDims dims;
+};
+
+// One model-parallel rank's tensors, in its layout's flat order.
+struct ShardTensors {
+  const ParamLayout* layout = nullptr;
+  const float* params = nullptr;
+  const float* adam_m = nullptr;  // may be null (weights only)
+  const float* adam_v = nullptr;
+  int64_t pp_rank = 0, tp_rank = 0;
+};
+
+// The file name of a model-parallel rank's shard.
+std::string ShardFileName(int64_t pp_rank, int64_t tp_rank);
+// "step_00001000".
+std::string StepDirName(int64_t step);
+
+// Writes a complete checkpoint of a single-process (or already gathered) run:
+// BeginCheckpoint, WriteShard for each shard, CommitCheckpoint. Returns the
+// checkpoint directory. Keeps the last keep_last checkpoints plus every
+// keep_every-th step (0 = none) after the new one is in place.
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& run_dir, const CheckpointMeta& meta,
+                                           const std::vector<ShardTensors>& shards, int64_t keep_last,
+                                           int64_t keep_every);
+
+// The pieces, for ranks that write their own shard into a shared directory.
+absl::StatusOr<std::string> BeginCheckpoint(const std::string& run_dir, int64_t step);
+// Writes one shard file into tmp_dir; returns its manifest record
+// {"bytes": N, "datasets": {name: crc32c}}.
+absl::StatusOr<nlohmann::json> WriteShard(const std::string& tmp_dir, const ShardTensors& shard);
+absl::StatusOr<std::string> CommitCheckpoint(const std::string& run_dir, const std::string& tmp_dir,
+                                             const CheckpointMeta& meta, const nlohmann::json& files,
+                                             int64_t keep_last, int64_t keep_every);
+
+// A verified checkpoint on disk.
+struct CheckpointRef {
+  std::string dir;
+  CheckpointMeta meta;
+  nlohmann::json manifest;
+};
+
+// Reads and checks `dir`'s manifest (present, parseable, every listed file
+// present with its recorded size). Errors name the file.
+absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir);
+
+// The newest loadable checkpoint of run_dir: `latest` first, then every
+// step_* directory newest first; each skipped one is reported with a warning.
+// NotFound when the run has none.
+absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir);
+
+// `path` is a checkpoint directory (holding manifest.json) or a run directory
+// (its newest loadable checkpoint). Errors name the path.
+absl::StatusOr<CheckpointRef> OpenCheckpointOrRun(const std::string& path);
+
+// The full model's weights of a checkpoint of any layout.
+absl::StatusOr<Weights> ConsolidatedWeights(const CheckpointRef& ckpt);
+
+// Fills a target layout's buffers from a checkpoint saved under any layout:
+// for every entry, the rows it owns are read from the shard files whose
+// slices overlap them, with every dataset read checked against its CRC-32C.
+// adam_m/adam_v may be null. Errors name the file and dataset.
+absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, float* params, float* adam_m,
+                       float* adam_v);
+
+// Verifies every dataset of every file against the manifest; returns one
+// line per problem (empty when all is well).
+std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt);
+
+// Bytes of each shard file of `dims` under `layout` (weights, and Adam's two
+// moments unless weights_only), computed from the layouts without allocating.
+struct ShardPlan {
+  std::string file;
+  int64_t weight_bytes = 0;
+  int64_t moment_bytes = 0;
+};
+std::vector<ShardPlan> PlanCheckpoint(const ModelDims& dims, const ParallelLayout& layout);
+
+}  // namespace multiscreen

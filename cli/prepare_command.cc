@@ -1,0 +1,74 @@
+// `multiscreen prepare --tokenizer=DIR --input=FILES... --output=DIR`: text, JSONL and
+// JSON-array corpora (plain, .gz, .zst) -> llm.c token shards (data/prepare.h).
+// Inputs are comma-separated and/or follow the flags (so a shell glob works).
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/prepare.h"
+
+ABSL_FLAG(std::string, text_field, "text", "JSONL / JSON-object field holding a document's text");
+ABSL_FLAG(std::string, input_format, "auto", "auto (from the file name) | text | jsonl | json");
+ABSL_FLAG(int64_t, shard_tokens, 100'000'000, "tokens per train shard");
+ABSL_FLAG(int64_t, val_tokens, 131'072, "held-out tokens (whole documents) in val_000000.bin; 0: none");
+
+namespace multiscreen::cli {
+
+int PrepareCommand(int argc, char** argv) {
+  std::vector<std::string> args;
+  if (auto s = ParseFlagsAndArgs(
+          argc, argv, "multiscreen prepare --tokenizer=DIR --input=FILE[,FILE...] [FILE...] --output=DIR", &args);
+      !s.ok()) {
+    return Fail("prepare", s);
+  }
+  PrepareOptions options;
+  options.inputs = absl::GetFlag(FLAGS_input);
+  options.inputs.insert(options.inputs.end(), args.begin(), args.end());
+  options.output_dir = absl::GetFlag(FLAGS_output);
+  options.read.text_field = absl::GetFlag(FLAGS_text_field);
+  auto format = ParseInputFormat(absl::GetFlag(FLAGS_input_format));
+  if (!format.ok()) return Fail("prepare", absl::InvalidArgumentError(absl::StrCat("--", format.status().message())));
+  options.read.format = *format;
+  options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
+  options.val_tokens = absl::GetFlag(FLAGS_val_tokens);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  if (options.inputs.empty()) return Fail("prepare", absl::InvalidArgumentError("--input=FILES is required"));
+  if (options.output_dir.empty()) return Fail("prepare", absl::InvalidArgumentError("--output=DIR is required"));
+
+  auto tok = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
+  if (!tok.ok()) return Fail("prepare", tok.status());
+
+  const bool terminal = isatty(fileno(stderr)) != 0;
+  bool printed = false;
+  if (terminal) {
+    options.on_progress = [&](const PrepareProgress& p) {
+      const double mb = p.bytes / 1e6;
+      std::fprintf(stderr, "\rprepare: %.1f MB, %lld documents, %lld tokens, %.1f MB/s   ", mb,
+                   static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
+                   p.seconds > 0 ? mb / p.seconds : 0.0);
+      std::fflush(stderr);
+      printed = true;
+    };
+  }
+  auto summary = Prepare(**tok, options);
+  if (printed) std::fprintf(stderr, "\n");
+  if (!summary.ok()) return Fail("prepare", summary.status());
+  const PrepareSummary& s = *summary;
+  std::printf("prepare: %lld documents, %lld tokens: train %lld in %zu shard%s, val %lld (%lld documents)%s; "
+              "%.1f MB in %.1f s (%.1f MB/s) -> %s\n",
+              static_cast<long long>(s.documents), static_cast<long long>(s.tokens),
+              static_cast<long long>(s.train_tokens), s.train_shards.size(), s.train_shards.size() == 1 ? "" : "s",
+              static_cast<long long>(s.val_tokens), static_cast<long long>(s.val_documents),
+              s.val_shard.empty() ? " (no val shard)" : " in val_000000.bin", s.bytes / 1e6, s.seconds,
+              s.seconds > 0 ? s.bytes / 1e6 / s.seconds : 0.0, options.output_dir.c_str());
+  return 0;
+}
+
+}  // namespace multiscreen::cli

@@ -1,0 +1,132 @@
+// `multiscreen train --config=FILE [--run_dir= --steps= --seed= --tp= --pp=
+// --micro_batch= --grad_accum= --seq_len= --lr= --precision= --checkpoint_every=
+// --eval_every= --data= --model= --zero=]`: the main job. Flags override the
+// run file's fields. A run_dir with a checkpoint is resumed.
+#include <cstring>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "data/loader.h"
+#include "trainer/trainer.h"
+
+ABSL_FLAG(std::string, config, "", "run configuration (RunConfig text proto), e.g. configs/train/psi8_demo.textproto");
+ABSL_FLAG(std::string, run_dir, "", "directory for metrics, TensorBoard events and checkpoints");
+ABSL_FLAG(int64_t, steps, 0, "optimizer steps");
+ABSL_FLAG(int64_t, tp, 1, "tensor-parallel degree");
+ABSL_FLAG(int64_t, pp, 1, "pipeline stages");
+ABSL_FLAG(int64_t, grad_accum, 1, "micro-batches per optimizer step");
+ABSL_FLAG(double, lr, 0.0625, "peak learning rate");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "steps between checkpoints (0: at the end and on signals only)");
+ABSL_FLAG(int64_t, eval_every, 0, "steps between validation passes (0: never)");
+ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (train_*.bin, val_*.bin)");
+ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ranks (ZeRO-1)");
+
+namespace multiscreen::cli {
+namespace {
+
+// True when --name or --name=... appears in argv (flags override the run file
+// only when given).
+bool Given(int argc, char** argv, const char* name) {
+  const std::string flag = absl::StrCat("--", name);
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == flag || std::strncmp(argv[i], (flag + "=").c_str(), flag.size() + 1) == 0) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
+  config::RunConfig run;
+  if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
+    auto parsed = LoadRunConfig(path);
+    if (!parsed.ok()) return parsed.status();
+    run = *parsed;
+  }
+  if (Given(argc, argv, "run_dir")) run.set_run_dir(absl::GetFlag(FLAGS_run_dir));
+  if (Given(argc, argv, "steps")) run.set_steps(absl::GetFlag(FLAGS_steps));
+  if (Given(argc, argv, "seed")) run.set_seed(absl::GetFlag(FLAGS_seed));
+  if (Given(argc, argv, "tp")) run.mutable_parallel()->set_tp(absl::GetFlag(FLAGS_tp));
+  if (Given(argc, argv, "pp")) run.mutable_parallel()->set_pp(absl::GetFlag(FLAGS_pp));
+  if (Given(argc, argv, "zero")) run.mutable_parallel()->set_zero(absl::GetFlag(FLAGS_zero));
+  if (Given(argc, argv, "micro_batch")) run.set_micro_batch(absl::GetFlag(FLAGS_micro_batch));
+  if (Given(argc, argv, "grad_accum")) run.set_grad_accum(absl::GetFlag(FLAGS_grad_accum));
+  if (Given(argc, argv, "seq_len")) run.set_seq_len(absl::GetFlag(FLAGS_seq_len));
+  if (Given(argc, argv, "lr")) run.mutable_optimizer()->set_lr(absl::GetFlag(FLAGS_lr));
+  if (Given(argc, argv, "checkpoint_every")) run.mutable_checkpoint()->set_every(absl::GetFlag(FLAGS_checkpoint_every));
+  if (Given(argc, argv, "eval_every")) run.mutable_eval()->set_every(absl::GetFlag(FLAGS_eval_every));
+  if (Given(argc, argv, "model")) run.set_model(absl::GetFlag(FLAGS_model));
+  if (Given(argc, argv, "data")) {
+    run.mutable_data()->clear_train_shards();
+    run.mutable_data()->add_train_shards(absl::GetFlag(FLAGS_data));
+    run.mutable_data()->set_val_shard(absl::GetFlag(FLAGS_data));
+  }
+  if (Given(argc, argv, "precision")) {
+    const std::string p = absl::GetFlag(FLAGS_precision);
+    config::RunConfig::Precision value;
+    if (!config::RunConfig::Precision_Parse(absl::AsciiStrToUpper(p), &value) || value == config::RunConfig::PRECISION_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat("--precision=", p, ": expected fp32, bf16 or fp16"));
+    }
+    run.set_precision(value);
+  }
+  if (run.run_dir().empty()) return absl::InvalidArgumentError("--run_dir: required (or run_dir in --config)");
+  if (run.data().train_shards().empty()) return absl::InvalidArgumentError("--data: required (or data.train_shards in --config)");
+  ApplyRunDefaults(&run);
+  return run;
+}
+
+absl::StatusOr<std::shared_ptr<const TokenStream>> OpenSplit(const std::vector<std::string>& paths,
+                                                             const std::string& split) {
+  std::vector<std::string> shards;
+  for (const std::string& p : paths) {
+    auto found = ListShards(p, split);
+    if (!found.ok()) return found.status();
+    shards.insert(shards.end(), found->begin(), found->end());
+  }
+  auto stream = TokenStream::Open(shards);
+  if (!stream.ok()) return stream.status();
+  return std::shared_ptr<const TokenStream>(std::move(*stream));
+}
+
+}  // namespace
+
+int TrainCommand(int argc, char** argv) {
+  if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]"); !s.ok()) {
+    return Fail("train", s);
+  }
+  auto run = BuildRun(argc, argv);
+  if (!run.ok()) return Fail("train", run.status());
+  absl::StatusOr<ModelDims> dims = run->model().empty() ? ResolveModel(run->model_config(), "model_config")
+                                                        : LoadModel(run->model());
+  if (!dims.ok()) return Fail("train", dims.status());
+  if (auto s = ValidateRun(*run, *dims); !s.ok()) return Fail("train", s);
+  if (run->parallel().tp() * run->parallel().pp() != 1) {
+    return Fail("train", absl::UnimplementedError(absl::StrCat(
+                             "--tp=", run->parallel().tp(), " --pp=", run->parallel().pp(),
+                             ": model-parallel training under mpirun is not wired into `train` yet; use tp = pp = 1")));
+  }
+  Trainer::Sources sources;
+  auto train = OpenSplit({run->data().train_shards().begin(), run->data().train_shards().end()}, "train");
+  if (!train.ok()) return Fail("train", train.status());
+  sources.train = *train;
+  if (!run->data().val_shard().empty()) {
+    auto val = OpenSplit({run->data().val_shard()}, "val");
+    if (!val.ok()) return Fail("train", val.status());
+    sources.val = *val;
+  }
+  LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", run->grad_accum(), " x ", run->micro_batch(),
+          " x ", run->seq_len(), " tokens into ", run->run_dir());
+  auto trainer = Trainer::Create(*run, *dims, sources);
+  if (!trainer.ok()) return Fail("train", trainer.status());
+  if (auto s = (*trainer)->Run(); !s.ok()) return Fail("train", s);
+  std::printf("final train_loss %.4f", (*trainer)->last_loss());
+  if ((*trainer)->last_val_loss() > 0) std::printf(" val_loss %.4f", (*trainer)->last_val_loss());
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace multiscreen::cli

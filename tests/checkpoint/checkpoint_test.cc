@@ -1,0 +1,190 @@
+// Sharded checkpoints: round trips across layouts, corruption and truncation
+// detected by name, partial checkpoints ignored, pruning, and the 4B plan.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint/checkpoint.h"
+#include "model/init.h"
+
+namespace multiscreen {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string FreshDir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("ms_ckpt_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+ModelDims Dims(const char* name) { return *LoadModel(name); }
+
+// Saves a model initialized with `seed` under (tp, pp), moments set to
+// recognizable functions of the parameters.
+std::string SaveUnder(const std::string& run_dir, const ModelDims& dims, int64_t tp, int64_t pp, int64_t step,
+                      uint64_t seed = 5, int64_t keep_last = 3, int64_t keep_every = 0) {
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.samples = 10 * step;
+  meta.dims = dims;
+  meta.layout = {tp, pp, 1, 0};
+  std::vector<ParamLayout> layouts;
+  std::vector<std::vector<float>> p, m, v;
+  for (int64_t r = 0; r < pp; ++r) {
+    for (int64_t t = 0; t < tp; ++t) {
+      layouts.emplace_back(dims, ShardSpec::ForRank(dims, tp, pp, t, r));
+      p.emplace_back(layouts.back().size());
+      InitParams(layouts.back(), seed, p.back().data());
+      m.emplace_back(p.back());
+      v.emplace_back(p.back());
+      for (auto& x : m.back()) x *= 2;
+      for (auto& x : v.back()) x = x * x;
+    }
+  }
+  std::vector<ShardTensors> shards;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    shards.push_back({&layouts[i], p[i].data(), m[i].data(), v[i].data(), int64_t(i) / tp, int64_t(i) % tp});
+  }
+  auto dir = SaveCheckpoint(run_dir, meta, shards, keep_last, keep_every);
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return dir.ok() ? *dir : "";
+}
+
+void ExpectLoadsExactly(const std::string& run_dir, const ModelDims& dims, int64_t tp, int64_t pp) {
+  auto ckpt = FindLatestCheckpoint(run_dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  for (int64_t r = 0; r < pp; ++r) {
+    for (int64_t t = 0; t < tp; ++t) {
+      const ParamLayout layout(dims, ShardSpec::ForRank(dims, tp, pp, t, r));
+      std::vector<float> want(layout.size()), p(layout.size()), m(layout.size()), v(layout.size());
+      InitParams(layout, 5, want.data());
+      const absl::Status loaded = LoadShard(*ckpt, layout, p.data(), m.data(), v.data());
+      ASSERT_TRUE(loaded.ok()) << loaded;
+      for (int64_t i = 0; i < layout.size(); ++i) {
+        ASSERT_EQ(p[i], want[i]) << "tp" << t << " pp" << r << " element " << i;
+        ASSERT_EQ(m[i], 2 * want[i]);
+        ASSERT_EQ(v[i], want[i] * want[i]);
+      }
+    }
+  }
+}
+
+TEST(CheckpointTest, AnyLayoutLoadsWhatAnyOtherSaved) {
+  const ModelDims dims = Dims("tiny_psi4");
+  const std::pair<int64_t, int64_t> layouts[] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {4, 4}};
+  for (auto [tp, pp] : layouts) {
+    const std::string run = FreshDir("reshard");
+    SaveUnder(run, dims, tp, pp, 7);
+    for (auto [tp2, pp2] : layouts) ExpectLoadsExactly(run, dims, tp2, pp2);
+  }
+}
+
+TEST(CheckpointTest, Psi16RoundTripsUnderSeveralLayouts) {
+  const ModelDims dims = Dims("psi16");
+  const std::string run = FreshDir("psi16");
+  SaveUnder(run, dims, 2, 2, 1);
+  ExpectLoadsExactly(run, dims, 1, 1);
+  ExpectLoadsExactly(run, dims, 4, 1);
+}
+
+TEST(CheckpointTest, CorruptedDatasetIsNamedAndTheRunFallsBack) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("corrupt");
+  SaveUnder(run, dims, 1, 1, 5);
+  const std::string newest = SaveUnder(run, dims, 1, 1, 10);
+  // Flip bytes inside the file (past the HDF5 superblock: in the data).
+  const std::string shard = newest + "/" + ShardFileName(0, 0);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(0, std::ios::end);
+    const auto size = static_cast<int64_t>(f.tellg());
+    std::vector<char> bytes(size);
+    f.seekg(0);
+    f.read(bytes.data(), size);
+    // The W_E values are the largest block: corrupt the middle of the file's last quarter.
+    for (int64_t i = size * 3 / 4; i < size * 3 / 4 + 64; ++i) bytes[i] ^= 0x5a;
+    f.seekp(0);
+    f.write(bytes.data(), size);
+  }
+  auto opened = OpenCheckpoint(newest);
+  ASSERT_TRUE(opened.ok());
+  const auto problems = VerifyCheckpoint(*opened);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems.front().find(shard), std::string::npos) << problems.front();
+  EXPECT_NE(problems.front().find("dataset"), std::string::npos) << problems.front();
+  auto latest = FindLatestCheckpoint(run);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->meta.step, 5);
+}
+
+TEST(CheckpointTest, TruncatedFileIsRefusedWithItsName) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("truncated");
+  SaveUnder(run, dims, 1, 1, 3);
+  const std::string newest = SaveUnder(run, dims, 1, 1, 6);
+  const std::string shard = newest + "/" + ShardFileName(0, 0);
+  fs::resize_file(shard, fs::file_size(shard) / 2);
+  auto opened = OpenCheckpoint(newest);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.status().message().find(shard), std::string::npos) << opened.status();
+  EXPECT_NE(opened.status().message().find("truncated"), std::string::npos) << opened.status();
+  EXPECT_EQ(FindLatestCheckpoint(run)->meta.step, 3);
+}
+
+TEST(CheckpointTest, APartialCheckpointNeverReplacesAGoodOne) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("partial");
+  SaveUnder(run, dims, 1, 1, 4);
+  // A crash mid-write leaves a temporary directory and no manifest.
+  auto tmp = BeginCheckpoint(run, 8);
+  ASSERT_TRUE(tmp.ok());
+  std::ofstream(*tmp + "/" + ShardFileName(0, 0)) << "half";
+  auto latest = FindLatestCheckpoint(run);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->meta.step, 4);
+  // A step directory without a manifest is not a checkpoint either.
+  fs::create_directories(run + "/checkpoints/step_00000009");
+  EXPECT_EQ(FindLatestCheckpoint(run)->meta.step, 4);
+}
+
+TEST(CheckpointTest, KeepsTheLastKAndEveryNth) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("prune");
+  for (int64_t step = 1; step <= 9; ++step) SaveUnder(run, dims, 1, 1, step, 5, /*keep_last=*/2, /*keep_every=*/4);
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints")) {
+    if (e.is_directory()) kept.push_back(e.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"step_00000004", "step_00000008", "step_00000009"}));
+}
+
+TEST(CheckpointTest, ThePlanForTheFourBillionModelAddsUp) {
+  const ModelDims dims = Dims("psi64");
+  const auto plan = PlanCheckpoint(dims, {8, 8, 1, 0});
+  ASSERT_EQ(plan.size(), 64u);
+  // Each tp rank of each stage: 8 layers × 8 tiles × (d_E(2d_K + 3d_V) + 3) elements;
+  // stage 0 and 7 add their vocabulary rows of W_E (⌊V·t/8⌋ split) and s_E / s_F.
+  const int64_t tiles = 8 * 8 * (4096LL * (2 * 16 + 3 * 64) + 3);
+  int64_t total = 0;
+  for (int64_t p = 0; p < 8; ++p) {
+    for (int64_t t = 0; t < 8; ++t) {
+      int64_t elements = tiles;
+      const int64_t rows = 50257 * (t + 1) / 8 - 50257 * t / 8;
+      if (p == 0 || p == 7) elements += rows * 4096 + 1;
+      EXPECT_EQ(plan[p * 8 + t].weight_bytes, 4 * elements) << plan[p * 8 + t].file;
+      EXPECT_EQ(plan[p * 8 + t].moment_bytes, 8 * elements);
+      total += elements;
+    }
+  }
+  // The paper's 3,963,961,346 parameters, plus the tied W_E held by both the
+  // first and the last stage, plus s_E/s_F replicated on the 8 tp ranks.
+  EXPECT_EQ(total, 3963961346LL + 50257LL * 4096 + 14);
+  EXPECT_EQ(plan[0].weight_bytes, 4 * (tiles + 6282LL * 4096 + 1));
+}
+
+}  // namespace
+}  // namespace multiscreen
