@@ -181,12 +181,14 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(const std::st
   namespace fs = std::filesystem;
   auto pick = [&](const char* a, const char* b) -> std::string {
     const fs::path pa = fs::path(dir) / a;
-    if (fs::exists(pa)) return pa.string();
+    std::error_code ec;
+    if (fs::exists(pa, ec)) return pa.string();
     const fs::path pb = fs::path(dir) / b;
-    if (fs::exists(pb)) return pb.string();
+    if (fs::exists(pb, ec)) return pb.string();
     return "";
   };
-  if (!fs::is_directory(dir)) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(
         absl::StrCat(dir, ": tokenizer directory not found (run scripts/setup, which fetches data_cache/gpt2)"));
   }

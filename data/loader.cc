@@ -91,11 +91,6 @@ absl::StatusOr<std::unique_ptr<TokenStream>> TokenStream::Open(const std::vector
       ::close(fd);
       return info.status();
     }
-    if (info->count < min_tokens_per_shard) {
-      ::close(fd);
-      return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", info->count, " tokens, fewer than the ",
-                                                     min_tokens_per_shard, " a window needs (seq_len + 1)"));
-    }
     void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
     ::close(fd);
     if (map == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
@@ -109,7 +104,19 @@ absl::StatusOr<std::unique_ptr<TokenStream>> TokenStream::Open(const std::vector
     stream->size_ += info->count;
     stream->shards_.push_back(shard);
   }
+  MS_RETURN_IF_ERROR(stream->CheckShardSizes(min_tokens_per_shard));
   return stream;
+}
+
+absl::Status TokenStream::CheckShardSizes(int64_t min_tokens) const {
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (shards_[i].count < min_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(paths_[i], ": holds ", shards_[i].count,
+                                                     " tokens, fewer than the ", min_tokens,
+                                                     " a window needs (seq_len + 1)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 TokenStream::~TokenStream() {
@@ -201,6 +208,7 @@ absl::StatusOr<std::unique_ptr<TrainLoader>> TrainLoader::Create(std::shared_ptr
   if (options.start_sample < 0) {
     return absl::InvalidArgumentError(absl::StrCat("start sample ", options.start_sample, " (expected >= 0)"));
   }
+  MS_RETURN_IF_ERROR(stream->CheckShardSizes(options.seq_len + 1));
   auto sampler = WindowSampler::Create(stream->size(), options.seq_len, options.seed);
   if (!sampler.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(stream->paths().front(), stream->paths().size() > 1 ? " ..." : "",
@@ -278,6 +286,7 @@ Batch TrainLoader::Next() {
 absl::StatusOr<std::unique_ptr<ValidationLoader>> ValidationLoader::Create(std::shared_ptr<const TokenStream> stream,
                                                                            const ValidationOptions& options) {
   MS_RETURN_IF_ERROR(CheckLayout(options.seq_len, options.global_batch, options.dp_rank, options.dp_size));
+  MS_RETURN_IF_ERROR(stream->CheckShardSizes(options.seq_len + 1));
   const int64_t windows = (stream->size() - 1) / options.seq_len;
   int64_t batches = windows / options.global_batch;
   if (batches == 0) {

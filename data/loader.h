@@ -56,6 +56,10 @@ class TokenStream {
 
   int64_t size() const { return size_; }
   const std::vector<std::string>& paths() const { return paths_; }
+  // Token count of shard i (paths()[i]).
+  int64_t shard_size(size_t i) const { return shards_[i].count; }
+  // Error naming the first shard with fewer than `min_tokens` tokens, else OK.
+  absl::Status CheckShardSizes(int64_t min_tokens) const;
 
   // Copies tokens [start, start + n) of the stream into out[0, n) as int32, crossing
   // shard boundaries as needed. Requires 0 <= start and start + n <= size().
@@ -118,7 +122,8 @@ struct LoaderOptions {
 // Training batches, endlessly (epochs follow each other).
 class TrainLoader {
  public:
-  // Errors: bad options (seq_len, batch, dp layout), a stream shorter than T + 1.
+  // Errors: bad options (seq_len, batch, dp layout), a shard shorter than T + 1 tokens
+  // (named).
   static absl::StatusOr<std::unique_ptr<TrainLoader>> Create(std::shared_ptr<const TokenStream> stream,
                                                              const LoaderOptions& options);
   ~TrainLoader();
@@ -162,7 +167,8 @@ struct ValidationOptions {
 // (rank r its slice, as in training); only full batches are used.
 class ValidationLoader {
  public:
-  // Errors: bad options, fewer windows than one global batch (names the shards).
+  // Errors: bad options, a shard shorter than T + 1 tokens, fewer windows than one
+  // global batch (names the shards).
   static absl::StatusOr<std::unique_ptr<ValidationLoader>> Create(std::shared_ptr<const TokenStream> stream,
                                                                   const ValidationOptions& options);
   int64_t num_batches() const { return num_batches_; }

@@ -290,7 +290,8 @@ absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::str
       std::vector<std::string> found;
       for (const auto& entry : fs::directory_iterator(input, ec)) {
         const std::string name = entry.path().filename().string();
-        if (!name.empty() && name[0] != '.' && entry.is_regular_file()) found.push_back(entry.path().string());
+        std::error_code file_ec;
+        if (!name.empty() && name[0] != '.' && entry.is_regular_file(file_ec)) found.push_back(entry.path().string());
       }
       if (ec) return absl::NotFoundError(absl::StrCat(input, ": cannot list directory (", ec.message(), ")"));
       if (found.empty()) return absl::InvalidArgumentError(absl::StrCat(input, ": empty input (no files)"));
@@ -472,7 +473,7 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
   MS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandInputs(options.inputs));
   std::error_code ec;
   fs::create_directories(options.output_dir, ec);
-  if (ec || !fs::is_directory(options.output_dir)) {
+  if (ec || !fs::is_directory(options.output_dir, ec)) {
     return absl::PermissionDeniedError(absl::StrCat(options.output_dir, ": cannot create output directory"));
   }
   const int version = tokenizer.vocab_size() <= 65536 ? 1 : 2;

@@ -246,7 +246,18 @@ TEST(LoaderErrorsTest, BadShardsAreOneLineErrorsNamingTheFile) {
 
   auto stream = std::shared_ptr<TokenStream>(*TokenStream::Open({good}));
   EXPECT_EQ(TrainLoader::Create(stream, Options(100, 4, 0)).status().message(),
-            good + ": the token stream holds 100 tokens, fewer than one window of seq_len + 1 = 101");
+            good + ": holds 100 tokens, fewer than the 101 a window needs (seq_len + 1)");
+  // However the stream was opened, the loaders name a shard too short for one window.
+  const std::string short_shard = dir.path("train_000001.bin");
+  ASSERT_TRUE(WriteTokenFile(short_shard, std::vector<int32_t>(30, 1)).ok());
+  auto two = std::shared_ptr<TokenStream>(*TokenStream::Open({good, short_shard}));
+  EXPECT_EQ(TrainLoader::Create(two, Options(40, 4, 0)).status().message(),
+            short_shard + ": holds 30 tokens, fewer than the 41 a window needs (seq_len + 1)");
+  ValidationOptions v40;
+  v40.seq_len = 40;
+  v40.global_batch = 1;
+  EXPECT_EQ(ValidationLoader::Create(two, v40).status().message(),
+            short_shard + ": holds 30 tokens, fewer than the 41 a window needs (seq_len + 1)");
   EXPECT_EQ(TrainLoader::Create(stream, Options(10, 6, 0, 0, 4)).status().message(),
             "global batch 6 is not divisible by the data-parallel degree 4");
   ValidationOptions v;
