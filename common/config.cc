@@ -146,6 +146,7 @@ void ApplyRunDefaults(config::RunConfig* r) {
   if (r->checkpoint().keep_last() == 0) r->mutable_checkpoint()->set_keep_last(3);
   if (r->logging().console_every() == 0) r->mutable_logging()->set_console_every(1);
   if (r->max_nonfinite_steps() == 0) r->set_max_nonfinite_steps(10);
+  if (r->initial_loss_scale() == 0) r->set_initial_loss_scale(65536.0);
 }
 
 absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d) {
@@ -179,6 +180,7 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d) {
   if (r.eval().every() < 0) return bad("eval.every", "is negative");
   if (r.eval().batches() < 0) return bad("eval.batches", "is negative");
   if (r.max_nonfinite_steps() < 0) return bad("max_nonfinite_steps", "is negative");
+  if (r.initial_loss_scale() < 0) return bad("initial_loss_scale", "is negative");
   return absl::OkStatus();
 }
 

@@ -51,7 +51,7 @@ absl::StatusOr<config::RunConfig> LoadRunConfig(const std::string& path);
 
 // Fills the run's unset fields with their defaults: grad_accum 1, tp = pp = 1,
 // β = (0.9, 0.95), ε = 1e-8, eval batches 4, keep_last 3, console_every 1,
-// max_nonfinite_steps 10.
+// max_nonfinite_steps 10, initial_loss_scale 65536.
 void ApplyRunDefaults(config::RunConfig* run);
 
 // Semantic checks of a run against its model: positive sizes, tp | N_H,

@@ -38,7 +38,7 @@ std::string Eta(double seconds) {
 }  // namespace
 
 Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources)
-    : run_(run), dims_(dims), sources_(sources), scaler_(run.precision() == config::RunConfig::FP16) {}
+    : run_(run), dims_(dims), sources_(sources), scaler_(run.precision() == config::RunConfig::FP16, run.initial_loss_scale()) {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig& run, const ModelDims& dims,
                                                          Sources sources) {
