@@ -12,5 +12,6 @@ int TokenizeCommand(int argc, char** argv);  // GPT-2 ids of stdin, or text of i
 int PrepareCommand(int argc, char** argv);   // corpora -> token shards
 int TrainCommand(int argc, char** argv);    // the training loop
 int CkptCommand(int argc, char** argv);     // checkpoint plan / export / inspect
+int GenerateCommand(int argc, char** argv); // greedy decoding with the cache
 
 }  // namespace multiscreen::cli

@@ -15,8 +15,8 @@
 #include "model/multiscreen.h"
 
 ABSL_FLAG(std::string, weights, "", "consolidated weights file (.h5) from init or ckpt export");
-ABSL_FLAG(std::string, tokens, "", "llm.c token file (.bin)");
 ABSL_FLAG(std::string, checkpoint, "", "a checkpoint directory or a run directory (its latest checkpoint)");
+ABSL_FLAG(std::string, tokens, "", "llm.c token file (.bin)");
 
 namespace multiscreen::cli {
 namespace {

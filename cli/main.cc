@@ -24,6 +24,8 @@ constexpr Command kCommands[] = {
      "train a model: --config=FILE [--run_dir=DIR --data=DIR --steps=N --lr=X ...]; resumes from run_dir"},
     {"ckpt", multiscreen::cli::CkptCommand,
      "checkpoints: plan --model=psi64 --tp=8 --pp=8 | export --checkpoint=DIR --out=W.h5 | inspect --checkpoint=DIR"},
+    {"generate", multiscreen::cli::GenerateCommand,
+     "greedy decoding: --checkpoint=DIR --prompt=TEXT [--max_tokens=N --train_len=T --as_learned]"},
     {"forward", multiscreen::cli::ForwardCommand,
      "loss and gradients: --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B --seq_len=T --out=OUT.h5"},
 };

@@ -10,10 +10,11 @@ void SoftmaxStats(const Real* z, int64_t ld, int64_t rows, int64_t V, double* ro
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     const Real* zr = z + r * ld;
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(zr[v]));
+    Real mx = -std::numeric_limits<Real>::infinity();
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, zr[v]);
+    // exp in Real (fp32 exp is ample for probabilities), the sum in fp64.
     double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(zr[v]) - mx);
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(zr[v] - mx);
     row_max[r] = mx;
     row_sum[r] = sum;
   }
@@ -25,9 +26,8 @@ void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     Real* zr = z + r * ld;
-    for (int64_t v = 0; v < V; ++v) {
-      zr[v] = static_cast<Real>(std::exp(double(zr[v]) - lse[r])) * coef[r];
-    }
+    const Real l = static_cast<Real>(lse[r]);
+    for (int64_t v = 0; v < V; ++v) zr[v] = std::exp(zr[v] - l) * coef[r];
     if (target[r] >= 0) zr[target[r]] -= coef[r];
   }
 }

@@ -1,0 +1,74 @@
+// `multiscreen generate (--checkpoint=DIR | --weights=FILE.h5) --prompt=TEXT
+// [--max_tokens=N --tokenizer=DIR --train_len=T --as_learned]`: greedy decoding
+// with the decoding cache (model/decode.h) and the window-expansion rule
+// (spec "Inference"). Prints the prompt followed by the continuation.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/weights_file.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "data/gpt2_tokenizer.h"
+#include "model/decode.h"
+
+ABSL_FLAG(std::string, prompt, "", "text to continue");
+ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate");
+ABSL_FLAG(int64_t, train_len, 4096, "longest training sequence length (window expansion past it)");
+ABSL_FLAG(bool, as_learned, false, "keep every learned window (no window expansion)");
+
+ABSL_DECLARE_FLAG(std::string, checkpoint);
+ABSL_DECLARE_FLAG(std::string, weights);
+
+namespace multiscreen::cli {
+
+int GenerateCommand(int argc, char** argv) {
+  if (auto s = ParseFlags(argc, argv, "multiscreen generate --checkpoint=DIR --prompt=TEXT [--max_tokens=N]"); !s.ok()) {
+    return Fail("generate", s);
+  }
+  const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint), weights_path = absl::GetFlag(FLAGS_weights);
+  if (checkpoint.empty() == weights_path.empty()) {
+    return Fail("generate", absl::InvalidArgumentError("give exactly one of --checkpoint=DIR and --weights=FILE.h5"));
+  }
+  if (absl::GetFlag(FLAGS_max_tokens) < 0) return Fail("generate", absl::InvalidArgumentError("--max_tokens must be >= 0"));
+  absl::StatusOr<Weights> weights;
+  if (checkpoint.empty()) {
+    weights = ReadWeightsFile(weights_path);
+  } else {
+    auto ckpt = OpenCheckpointOrRun(checkpoint);
+    weights = ckpt.ok() ? ConsolidatedWeights(*ckpt) : absl::StatusOr<Weights>(ckpt.status());
+  }
+  if (!weights.ok()) return Fail("generate", weights.status());
+  auto tokenizer = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
+  if (!tokenizer.ok()) return Fail("generate", tokenizer.status());
+  auto prompt = (*tokenizer)->Encode(absl::GetFlag(FLAGS_prompt));
+  if (!prompt.ok()) return Fail("generate", prompt.status());
+  if (prompt->empty()) prompt->push_back(static_cast<int32_t>(weights->dims.eos_token));
+  for (int32_t id : *prompt) {
+    if (id >= weights->dims.vocab) {
+      return Fail("generate", absl::InvalidArgumentError(absl::StrCat("--prompt: token ", id, " is past the model's V = ",
+                                                                      weights->dims.vocab, " (wrong --tokenizer?)")));
+    }
+  }
+  InferenceOptions options;
+  options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
+  options.train_len = absl::GetFlag(FLAGS_train_len);
+  DecodeSession<float> session(weights->dims, weights->params.data(), options);
+  std::vector<float> logits(weights->dims.vocab);
+  for (int32_t id : *prompt) session.Step(id, logits.data());
+  std::vector<int32_t> generated;
+  for (int64_t i = 0; i < absl::GetFlag(FLAGS_max_tokens); ++i) {
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    generated.push_back(next);
+    if (i + 1 < absl::GetFlag(FLAGS_max_tokens)) session.Step(next, logits.data());
+  }
+  auto text = (*tokenizer)->Decode(generated);
+  if (!text.ok()) return Fail("generate", text.status());
+  std::printf("%s%s\n", absl::GetFlag(FLAGS_prompt).c_str(), text->c_str());
+  return 0;
+}
+
+}  // namespace multiscreen::cli
