@@ -1,33 +1,110 @@
-// The collective-communication interface the model and trainer use, independent
-// of the transport. MPI (CPU buffers) and NCCL (GPU buffers) implementations
-// come with the parallel work; SingleProcessCommunicator is the group of one.
+// The collective-communication interface the model, the pipeline and the trainer
+// use, independent of the transport: MpiCommunicator (CPU buffers,
+// parallel/mpi_communicator.h), NcclCommunicator (GPU buffers,
+// parallel/nccl_communicator.h) and SingleProcessCommunicator, the group of one.
+//
+// Every call is complete when it returns (the buffers may be reused). A failure
+// inside a call (a transport error, a timeout) is fatal for the whole job: the
+// implementation prints the rank and the reason and aborts every process
+// (parallel/fatal.h), since one rank returning an error while its peers wait
+// in the same collective would hang the job.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <vector>
 
 namespace multiscreen {
 
 enum class ReduceOp { kSum, kMax };
 
 // A group of ranks. Buffers are on the device the implementation serves.
-// Every rank of the group must make the same calls in the same order.
+// Every rank of the group must make the same calls in the same order
+// (point-to-point calls: in matching order per pair of ranks).
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // In place over `count` elements.
+
+  // In place over `count` elements; every rank gets the reduction.
   virtual void AllReduce(float* data, int64_t count, ReduceOp op) = 0;
   virtual void AllReduce(double* data, int64_t count, ReduceOp op) = 0;
+
+  // send [size()·count] → recv [count]: rank r gets the reduction of every
+  // rank's block r. In place when recv == send + rank()·count; the rest of
+  // send is then undefined afterwards.
+  virtual void ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) = 0;
+
+  // send [count] → recv [size()·count]: block r is rank r's send. In place
+  // when send == recv + rank()·count.
+  virtual void AllGather(const float* send, float* recv, int64_t count) = 0;
+
+  // `bytes` bytes from rank `root` to every rank (e.g. an ncclUniqueId, a
+  // configuration); typed wrappers below.
+  virtual void Broadcast(void* data, int64_t bytes, int root) = 0;
+  void Broadcast(float* data, int64_t count, int root) { Broadcast(static_cast<void*>(data), count * 4, root); }
+  void Broadcast(double* data, int64_t count, int root) { Broadcast(static_cast<void*>(data), count * 8, root); }
+
+  // Point to point (pipeline activations): blocking; messages between one pair
+  // of ranks arrive in the order sent. Counts must match on both sides.
+  virtual void Send(const float* data, int64_t count, int peer) = 0;
+  virtual void Recv(float* data, int64_t count, int peer) = 0;
+  // Send to send_peer and receive from recv_peer at once (MPI_Sendrecv): the
+  // exchange the 1F1B schedule needs to stay deadlock-free.
+  virtual void SendRecv(const float* send, int64_t send_count, int send_peer, float* recv, int64_t recv_count,
+                        int recv_peer) = 0;
+
+  virtual void Barrier() = 0;
 };
 
-// The group of one rank: every collective is the identity.
+// The group of one rank on host memory: reductions are the identity, gathers
+// and scatters copies, and a Send to itself is queued for the next Recv.
 class SingleProcessCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void AllReduce(float*, int64_t, ReduceOp) override {}
   void AllReduce(double*, int64_t, ReduceOp) override {}
+  void ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp) override { Copy(send, recv, count); }
+  void AllGather(const float* send, float* recv, int64_t count) override { Copy(send, recv, count); }
+  void Broadcast(void*, int64_t, int root) override { CheckPeer(root); }
+  using Communicator::Broadcast;
+  void Send(const float* data, int64_t count, int peer) override {
+    CheckPeer(peer);
+    queue_.emplace_back(data, data + count);
+  }
+  void Recv(float* data, int64_t count, int peer) override {
+    CheckPeer(peer);
+    if (queue_.empty() || static_cast<int64_t>(queue_.front().size()) != count) {
+      Die("SingleProcessCommunicator: Recv without a matching Send of the same count");
+    }
+    std::memcpy(data, queue_.front().data(), count * sizeof(float));
+    queue_.pop_front();
+  }
+  void SendRecv(const float* send, int64_t send_count, int send_peer, float* recv, int64_t recv_count,
+                int recv_peer) override {
+    Send(send, send_count, send_peer);
+    Recv(recv, recv_count, recv_peer);
+  }
+  void Barrier() override {}
+
+ private:
+  static void Copy(const float* from, float* to, int64_t count) {
+    if (from != to && count > 0) std::memmove(to, from, count * sizeof(float));
+  }
+  static void CheckPeer(int peer) {
+    if (peer != 0) Die("SingleProcessCommunicator: peer/root must be 0 in a group of one");
+  }
+  [[noreturn]] static void Die(const char* reason) {
+    std::fprintf(stderr, "multiscreen: fatal: %s\n", reason);
+    std::fflush(stderr);
+    std::abort();
+  }
+  std::deque<std::vector<float>> queue_;
 };
 
 }  // namespace multiscreen

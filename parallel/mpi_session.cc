@@ -1,0 +1,28 @@
+#include "parallel/mpi_session.h"
+
+#include <mpi.h>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/fatal.h"
+
+namespace multiscreen {
+
+absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return absl::FailedPreconditionError("MpiSession::Init: MPI is already initialized");
+  int provided = 0;
+  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) return absl::InternalError(absl::StrCat("MPI_Init_thread failed with code ", rc));
+  MS_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  InstallFatalTerminateHandler();
+  return std::unique_ptr<MpiSession>(new MpiSession());
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace multiscreen

@@ -1,0 +1,26 @@
+// The process's MPI lifetime: MPI_Init_thread at start, MPI_Finalize at the end,
+// with MPI errors returned to MS_MPI_CHECK (parallel/fatal.h) instead of MPI's
+// default handler, and uncaught exceptions turned into a job-wide abort.
+// Works under mpirun, srun --mpi=pmix, and as a singleton (one process).
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace multiscreen {
+
+class MpiSession {
+ public:
+  // Initializes MPI (thread level FUNNELED: only the main thread calls MPI).
+  // Errors: MPI already initialized, or initialization failed.
+  static absl::StatusOr<std::unique_ptr<MpiSession>> Init(int* argc, char*** argv);
+  ~MpiSession();  // MPI_Finalize
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  MpiSession() = default;
+};
+
+}  // namespace multiscreen

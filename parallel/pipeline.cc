@@ -1,0 +1,97 @@
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace multiscreen {
+
+PipelineStage::PipelineStage(const ModelDims& dims, const ShardSpec& shard, ModelOptions options, Communicator* tp,
+                             Communicator* pp)
+    : dims_(dims),
+      shard_(shard),
+      options_(options),
+      layout_(dims, shard),
+      tp_(tp != nullptr ? tp : &single_),
+      pp_(pp != nullptr ? pp : &single_) {}
+
+absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* tokens, int64_t micro_batches,
+                                          int64_t B, int64_t T, float* grads, double grad_scale) {
+  if (micro_batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--grad_accum=", micro_batches, ": need at least 1 micro-batch"));
+  }
+  if (B < 1) return absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " must be at least 1"));
+  if (T < 1) return absl::InvalidArgumentError(absl::StrCat("--seq_len=", T, " must be at least 1"));
+  const int s = stage(), S = stages();
+  if (shard_.embed != (s == 0) || shard_.head != (s == S - 1)) {
+    return absl::FailedPreconditionError(absl::StrCat("pipeline stage ", s, " of ", S, ": shard has embed=",
+                                                      shard_.embed, " head=", shard_.head,
+                                                      "; the first stage must embed and the last own the head"));
+  }
+  const int64_t M = micro_batches, rows = B * T, dE = dims_.d_e, n = rows * dE;
+  const int64_t slots = InFlightLimit(s, S, M);
+  while (instances() < slots) {
+    models_.push_back(std::make_unique<Multiscreen<float>>(dims_, shard_, options_, tp_));
+  }
+  x_.resize(slots);
+  dx_.resize(slots);
+  for (int64_t i = 0; i < slots; ++i) {
+    x_[i].resize(n);
+    dx_[i].resize(n);
+  }
+  // Inputs are the first T tokens of each sequence, targets the last T.
+  inputs_.resize(M * rows);
+  targets_.resize(M * rows);
+  for (int64_t b = 0; b < M * B; ++b) {
+    const int32_t* seq = tokens + b * (T + 1);
+    std::copy(seq, seq + T, inputs_.begin() + b * T);
+    std::copy(seq + 1, seq + T + 1, targets_.begin() + b * T);
+  }
+  for (int64_t i = 0; i < slots; ++i) models_[i]->BeginStep(params);
+
+  double loss_sum = 0;
+  const int prev = s - 1, next = s + 1;
+  for (const PipeOp& op : OneFOneBSchedule(s, S, M)) {
+    const int64_t m = op.micro_batch, slot = m % slots, other = op.other >= 0 ? op.other % slots : -1;
+    Multiscreen<float>& model = *models_[slot];
+    const int32_t* ids = inputs_.data() + m * rows;
+    switch (op.kind) {
+      case PipeOpKind::kRecvForward:
+        pp_->Recv(x_[slot].data(), n, prev);
+        break;
+      case PipeOpKind::kForward:
+        if (shard_.embed) model.Embed(params, ids, rows, x_[slot].data());
+        model.LayersForward(params, B, T, x_[slot].data());
+        if (shard_.head) {
+          loss_sum += model.HeadLoss(params, x_[slot].data(), targets_.data() + m * rows, rows, dx_[slot].data(),
+                                     grads, grad_scale, nullptr);
+        }
+        break;
+      case PipeOpKind::kSendForward:
+        pp_->Send(x_[slot].data(), n, next);
+        break;
+      case PipeOpKind::kSendForwardRecvBackward:
+        pp_->SendRecv(x_[slot].data(), n, next, dx_[other].data(), n, next);
+        break;
+      case PipeOpKind::kRecvBackward:
+        pp_->Recv(dx_[slot].data(), n, next);
+        break;
+      case PipeOpKind::kBackward:
+        model.LayersBackward(params, dx_[slot].data(), grads);
+        if (shard_.embed) model.EmbedBackward(params, ids, rows, dx_[slot].data(), grads);
+        break;
+      case PipeOpKind::kSendBackward:
+        pp_->Send(dx_[slot].data(), n, prev);
+        break;
+      case PipeOpKind::kSendBackwardRecvForward:
+        pp_->SendRecv(dx_[slot].data(), n, prev, x_[other].data(), n, prev);
+        break;
+    }
+  }
+  // Each instance gathered the Ē gradient of its own micro-batches.
+  for (int64_t i = 0; i < slots; ++i) models_[i]->EndStep(grads);
+  return shard_.head ? loss_sum : 0.0;
+}
+
+}  // namespace multiscreen

@@ -1,0 +1,61 @@
+// One pipeline stage of one model replica, running M micro-batches through the
+// 1F1B schedule (parallel/pipeline_schedule.h; DESIGN "Data flow of one
+// training step"): activations x and their gradients dx, [micro_batch·T, d_E]
+// fp32, go to and from the neighbouring stages over the pp communicator.
+// The stage's tensor parallelism lives inside Multiscreen (its tp all-reduces);
+// the tied W_E gradient and data parallelism are the caller's (parallel/step.h).
+//
+// A Multiscreen instance holds the activations of one micro-batch, so a stage
+// keeps one instance per micro-batch in flight (slot m mod InFlightLimit).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/multiscreen.h"
+#include "parallel/communicator.h"
+
+namespace multiscreen {
+
+class PipelineStage {
+ public:
+  // `shard` must embed iff this is the first stage and own the head iff it is
+  // the last (ShardForCoord does so). `tp`: this stage's tensor-parallel group;
+  // `pp`: the stages of this replica, with rank = stage (null: one stage).
+  PipelineStage(const ModelDims& dims, const ShardSpec& shard, ModelOptions options, Communicator* tp,
+                Communicator* pp);
+
+  const ParamLayout& layout() const { return layout_; }
+  int stage() const { return pp_->rank(); }
+  int stages() const { return pp_->size(); }
+
+  // Forward and backward of M = micro_batches micro-batches of B sequences of
+  // T tokens: tokens [M][B, T+1] (every stage of the replica passes the same;
+  // the first reads the inputs, the last the targets). Adds grad_scale ×
+  // ∂(Σ_m loss_m)/∂params into grads (the layout's flat buffer; W_E's slot
+  // holds this stage's part only). Returns Σ_m loss_m, each the mean over B·T
+  // positions, on the last stage, and 0 on the others.
+  // Errors: M, B or T below 1 (naming --grad_accum, --micro_batch, --seq_len), or a
+  // shard whose embed/head flags do not match the stage.
+  absl::StatusOr<double> Run(const float* params, const int32_t* tokens, int64_t micro_batches, int64_t B,
+                             int64_t T, float* grads, double grad_scale);
+
+  // Multiscreen instances allocated so far (the most micro-batches ever in flight).
+  int64_t instances() const { return static_cast<int64_t>(models_.size()); }
+
+ private:
+  ModelDims dims_;
+  ShardSpec shard_;
+  ModelOptions options_;
+  ParamLayout layout_;
+  SingleProcessCommunicator single_;
+  Communicator* tp_;
+  Communicator* pp_;
+  std::vector<std::unique_ptr<Multiscreen<float>>> models_;
+  std::vector<std::vector<float>> x_, dx_;  // per slot: [B·T, d_E]
+  std::vector<int32_t> inputs_, targets_;   // [M][B·T]
+};
+
+}  // namespace multiscreen

@@ -1,0 +1,82 @@
+#include "parallel/process_grid.h"
+
+#include "absl/strings/str_cat.h"
+#include "parallel/fatal.h"
+#include "parallel/mpi_communicator.h"
+
+namespace multiscreen {
+
+int GridRank(const GridShape& shape, const GridCoord& c) { return (c.dp * shape.pp + c.pp) * shape.tp + c.tp; }
+
+GridCoord GridCoordOf(const GridShape& shape, int rank) {
+  GridCoord c;
+  c.tp = rank % shape.tp;
+  c.pp = (rank / shape.tp) % shape.pp;
+  c.dp = rank / (shape.tp * shape.pp);
+  return c;
+}
+
+namespace {
+
+// A communicator over the ranks of `world` with the same `color`, ordered by `key`;
+// null for MPI_UNDEFINED.
+std::unique_ptr<Communicator> Split(MPI_Comm world, int color, int key) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MS_MPI_CHECK(MPI_Comm_split(world, color, key, &comm));
+  if (comm == MPI_COMM_NULL) return nullptr;
+  return MpiCommunicator::Adopt(comm);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(int tp, int pp, MPI_Comm world) {
+  int world_size = 0, world_rank = 0;
+  MS_MPI_CHECK(MPI_Comm_size(world, &world_size));
+  MS_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
+  if (tp < 1) return absl::InvalidArgumentError(absl::StrCat("--tp=", tp, " must be at least 1"));
+  if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("--pp=", pp, " must be at least 1"));
+  if (world_size % (tp * pp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp=", tp, " × --pp=", pp, " = ", tp * pp,
+                                                   " does not divide the ", world_size, " ranks of this job"));
+  }
+  std::unique_ptr<ProcessGrid> g(new ProcessGrid());
+  g->shape_ = GridShape{tp, pp, world_size / (tp * pp)};
+  g->world_rank_ = world_rank;
+  g->coord_ = GridCoordOf(g->shape_, world_rank);
+  const GridShape& s = g->shape_;
+  const GridCoord& c = g->coord_;
+
+  auto world_comm = MpiCommunicator::Duplicate(world);
+  MPI_Comm base = world_comm->comm();
+  MPI_Comm node = MPI_COMM_NULL;
+  MS_MPI_CHECK(MPI_Comm_split_type(base, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
+  MS_MPI_CHECK(MPI_Comm_rank(node, &g->local_rank_));
+  MS_MPI_CHECK(MPI_Comm_size(node, &g->local_size_));
+  MS_MPI_CHECK(MPI_Comm_free(&node));
+
+  // Colors name the group; keys order it by the coordinate that varies inside.
+  g->tp_ = Split(base, c.dp * s.pp + c.pp, c.tp);
+  g->pp_ = Split(base, c.dp * s.tp + c.tp, c.pp);
+  g->dp_ = Split(base, c.pp * s.tp + c.tp, c.dp);
+  const bool in_embed = s.pp > 1 && (c.pp == 0 || c.pp == s.pp - 1);
+  g->embed_ = Split(base, in_embed ? c.dp * s.tp + c.tp : MPI_UNDEFINED, c.pp);
+  g->world_ = std::move(world_comm);
+  SetFatalContext(absl::StrCat("dp ", c.dp, ", pp ", c.pp, ", tp ", c.tp));
+  return g;
+}
+
+std::unique_ptr<ProcessGrid> ProcessGrid::Single() {
+  std::unique_ptr<ProcessGrid> g(new ProcessGrid());
+  g->world_ = std::make_unique<SingleProcessCommunicator>();
+  g->tp_ = std::make_unique<SingleProcessCommunicator>();
+  g->pp_ = std::make_unique<SingleProcessCommunicator>();
+  g->dp_ = std::make_unique<SingleProcessCommunicator>();
+  return g;
+}
+
+std::string ProcessGrid::Describe() const {
+  return absl::StrCat("rank ", world_rank_, " of ", world_size(), ": dp ", coord_.dp, ", pp ", coord_.pp, ", tp ",
+                      coord_.tp, " (local rank ", local_rank_, " of ", local_size_, ")");
+}
+
+}  // namespace multiscreen

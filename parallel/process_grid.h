@@ -1,0 +1,73 @@
+// The dp × pp × tp process grid (DESIGN "Layout", parallel/): world rank
+// r = (dp_i·pp + pp_i)·tp + tp_i, so the tp group (the most traffic: two
+// all-reduces per layer) is made of neighbouring ranks, usually one node.
+// Each rank gets communicators for its tp group, its pp group (the stages of
+// one model replica, for activations), its dp group (the replicas of the same
+// shard, for gradients) and its embedding group (first and last stage of the
+// same tp rank, for the tied W_E gradient).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <mpi.h>
+
+#include "absl/status/statusor.h"
+#include "parallel/communicator.h"
+
+namespace multiscreen {
+
+struct GridShape {
+  int tp = 1, pp = 1, dp = 1;
+  int world() const { return tp * pp * dp; }
+};
+
+struct GridCoord {
+  int tp = 0, pp = 0, dp = 0;  // pp is the pipeline stage
+};
+
+// r = (dp·pp_size + pp)·tp_size + tp, and back.
+int GridRank(const GridShape& shape, const GridCoord& coord);
+GridCoord GridCoordOf(const GridShape& shape, int rank);
+
+class ProcessGrid {
+ public:
+  // Splits `world` (every rank calls this) into the grid for --tp and --pp,
+  // with dp = world size / (tp·pp). Reads the node-local rank through
+  // MPI_COMM_TYPE_SHARED, so it works under mpirun and srun --mpi=pmix alike.
+  // Errors: tp or pp below 1, or tp·pp not dividing the number of ranks
+  // ("--tp=2 × --pp=3 = 6 does not divide the 8 ranks of this job").
+  static absl::StatusOr<std::unique_ptr<ProcessGrid>> Create(int tp, int pp, MPI_Comm world = MPI_COMM_WORLD);
+
+  // The grid of one process, without MPI: every group is a SingleProcessCommunicator.
+  static std::unique_ptr<ProcessGrid> Single();
+
+  const GridShape& shape() const { return shape_; }
+  const GridCoord& coord() const { return coord_; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return shape_.world(); }
+  int local_rank() const { return local_rank_; }  // rank among the processes of this node (its GPU)
+  int local_size() const { return local_size_; }
+  bool first_stage() const { return coord_.pp == 0; }
+  bool last_stage() const { return coord_.pp == shape_.pp - 1; }
+
+  Communicator& world() { return *world_; }
+  Communicator& tp() { return *tp_; }  // rank = coord().tp
+  Communicator& pp() { return *pp_; }  // rank = coord().pp, the stage
+  Communicator& dp() { return *dp_; }  // rank = coord().dp
+  // {first stage, last stage} of this (dp, tp): rank 0 is the first stage.
+  // Null on middle stages and when pp = 1 (W_E then lives on one stage only).
+  Communicator* embed() { return embed_.get(); }
+
+  // "rank 5 of 8: dp 1, pp 0, tp 1 (local rank 1 of 4)".
+  std::string Describe() const;
+
+ private:
+  ProcessGrid() = default;
+  GridShape shape_;
+  GridCoord coord_;
+  int world_rank_ = 0, local_rank_ = 0, local_size_ = 1;
+  std::unique_ptr<Communicator> world_, tp_, pp_, dp_, embed_;
+};
+
+}  // namespace multiscreen

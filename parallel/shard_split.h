@@ -1,0 +1,26 @@
+// Which part of the model each grid position computes (DESIGN "Data flow of one
+// training step"): tiles of every layer and rows of the tied vocabulary table
+// split over tp, contiguous blocks of layers over pp; the first stage embeds
+// (s_E), the last owns the head (s_F); both hold their tp rank's W_E rows.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "model/param_layout.h"
+#include "parallel/process_grid.h"
+
+namespace multiscreen {
+
+// Part i of n items cut into `parts` contiguous near-equal parts (the first
+// n mod parts get one more): [begin, end).
+std::pair<int64_t, int64_t> SplitRange(int64_t n, int64_t parts, int64_t i);
+
+// The ShardSpec of grid position `coord`. Errors: a split that leaves a rank
+// nothing ("--tp=8 exceeds N_H = 4 tiles per layer", "--pp=8 exceeds N_L = 4
+// layers"), or a coordinate outside the shape.
+absl::StatusOr<ShardSpec> ShardForCoord(const ModelDims& dims, const GridShape& shape, const GridCoord& coord);
+
+}  // namespace multiscreen

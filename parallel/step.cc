@@ -1,0 +1,72 @@
+#include "parallel/step.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/shard_split.h"
+
+namespace multiscreen {
+
+absl::StatusOr<std::unique_ptr<ParallelModel>> ParallelModel::Create(ProcessGrid& grid, const ModelDims& dims,
+                                                                     ModelOptions model_options,
+                                                                     DataParallelOptions dp_options) {
+  auto shard = ShardForCoord(dims, grid.shape(), grid.coord());
+  if (!shard.ok()) return shard.status();
+  std::unique_ptr<ParallelModel> m(new ParallelModel());
+  m->shard_ = *shard;
+  m->stage_ = std::make_unique<PipelineStage>(dims, *shard, model_options, &grid.tp(), &grid.pp());
+  m->dp_ = std::make_unique<DataParallel>(&grid.dp(), m->stage_->layout().size(), dp_options);
+  return m;
+}
+
+absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model, const float* params,
+                                        const int32_t* tokens, const StepShape& shape, float* grads,
+                                        double loss_scale) {
+  const ParamLayout& layout = model.layout();
+  std::fill(grads, grads + layout.size(), 0.0f);
+  // Each micro-batch's loss is a mean over its B·T positions; 1/M makes the
+  // replica's gradient that of its M-micro-batch mean, and DataParallel's
+  // mean over dp that of the global batch.
+  const double grad_scale = loss_scale / static_cast<double>(std::max<int64_t>(1, shape.micro_batches));
+  auto loss_sum = model.stage().Run(params, tokens, shape.micro_batches, shape.micro_batch, shape.seq_len, grads,
+                                    grad_scale);
+  if (!loss_sum.ok()) return loss_sum.status();
+
+  // Tied embedding: the first stage's W_E gradient (embedding) plus the last's (head).
+  if (Communicator* embed = grid.embed()) {
+    const ParamEntry* w_e = layout.Find("embed/W_E");
+    embed->AllReduce(grads + w_e->buffer_offset, w_e->size(), ReduceOp::kSum);
+  }
+  // s_E and s_F are replicated over tp and computed from replicated values;
+  // broadcasting tp rank 0's keeps the replicas bit-identical step after step.
+  if (grid.shape().tp > 1) {
+    for (const char* name : {"embed/s_E", "head/s_F"}) {
+      if (const ParamEntry* e = layout.Find(name)) grid.tp().Broadcast(grads + e->buffer_offset, 1, 0);
+    }
+  }
+  model.data_parallel().ReduceGradients(grads);
+
+  // The last stage's loss to every stage, then the mean over dp.
+  double loss = *loss_sum / static_cast<double>(shape.micro_batches);
+  grid.pp().AllReduce(&loss, 1, ReduceOp::kSum);
+  grid.dp().AllReduce(&loss, 1, ReduceOp::kSum);
+  return loss / static_cast<double>(grid.shape().dp);
+}
+
+double GlobalGradNorm(ProcessGrid& grid, ParallelModel& model, const float* grads) {
+  const ParamLayout& layout = model.layout();
+  const auto [begin, end] = model.data_parallel().OwnedRange();
+  double sum = 0;
+  for (const ParamEntry& e : layout.entries()) {
+    // Count replicas once: W_E on the first stage only, s_E and s_F on tp rank 0 only.
+    if (e.kind == ParamKind::kW_E && !grid.first_stage()) continue;
+    if ((e.kind == ParamKind::kS_E || e.kind == ParamKind::kS_F) && grid.coord().tp != 0) continue;
+    const int64_t b = std::max(begin, e.buffer_offset), f = std::min(end, e.buffer_offset + e.size());
+    for (int64_t i = b; i < f; ++i) sum += double(grads[i]) * grads[i];
+  }
+  grid.world().AllReduce(&sum, 1, ReduceOp::kSum);
+  return std::sqrt(sum);
+}
+
+}  // namespace multiscreen

@@ -1,0 +1,71 @@
+// The gradient computation of one optimizer step under 3D parallelism (DESIGN
+// "Data flow of one training step", "Layout"): the trainer's entry point.
+// On every rank: the 1F1B pipeline over this dp rank's micro-batches
+// (tensor parallelism inside each stage), the tied W_E gradient summed between
+// the first and last stage, and the data-parallel mean. The result is the
+// gradient of the global-batch mean loss, so that (tp, pp, dp) = (1, 1, 1) is
+// the single-process model and every layout agrees with it.
+// The optimizer, the data loader and metrics are the trainer's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "model/multiscreen.h"
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline.h"
+#include "parallel/process_grid.h"
+
+namespace multiscreen {
+
+struct StepShape {
+  int64_t micro_batches = 1;  // M (--grad_accum): micro-batches per dp rank per step
+  int64_t micro_batch = 1;    // B (--micro_batch): sequences per micro-batch
+  int64_t seq_len = 1;        // T (--seq_len): tokens per sequence
+};
+
+// This rank's part of the model: its shard, pipeline stage and data-parallel
+// reducer, built from the grid.
+class ParallelModel {
+ public:
+  // Errors: the grid does not fit the model (ShardForCoord: --tp above N_H, --pp above N_L).
+  static absl::StatusOr<std::unique_ptr<ParallelModel>> Create(ProcessGrid& grid, const ModelDims& dims,
+                                                               ModelOptions model_options = {},
+                                                               DataParallelOptions dp_options = {});
+  const ShardSpec& shard() const { return shard_; }
+  // The layout of params and grads on this rank (logical names, slices, offsets).
+  const ParamLayout& layout() const { return stage_->layout(); }
+  PipelineStage& stage() { return *stage_; }
+  DataParallel& data_parallel() { return *dp_; }
+
+ private:
+  ParallelModel() = default;
+  ShardSpec shard_;
+  std::unique_ptr<PipelineStage> stage_;
+  std::unique_ptr<DataParallel> dp_;
+};
+
+// One step's gradients. Every rank calls it with the same shape.
+//   params [layout().size()]: this rank's shard (W_E rows replicated on the
+//     first and last stage; s_E, s_F replicated over tp).
+//   tokens [M][B, T+1] int32: this dp rank's micro-batches (every pp and tp rank
+//     of the replica passes the same); the global batch is dp·M·B sequences,
+//     dp rank d holding global micro-batches [d·M, (d+1)·M).
+//   grads [layout().size()], written (not accumulated): ∂/∂params of
+//     loss_scale × the mean loss over all dp·M·B·T positions (loss_scale: the
+//     fp16 loss scale, 1 otherwise; the caller unscales). Under ZeRO-1 only
+//     model.data_parallel().OwnedRange() holds it afterwards.
+// Returns that global mean loss (nats per token, unscaled), identical on every rank.
+// Errors: shape fields below 1, naming the flag (--grad_accum, --micro_batch, --seq_len).
+absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model, const float* params,
+                                        const int32_t* tokens, const StepShape& shape, float* grads,
+                                        double loss_scale = 1.0);
+
+// ‖grads‖₂ over the whole model, each logical parameter counted once
+// (replicated W_E, s_E, s_F included once), after ComputeGradients, plain or
+// ZeRO-1; identical on every rank. A collective over the world.
+double GlobalGradNorm(ProcessGrid& grid, ParallelModel& model, const float* grads);
+
+}  // namespace multiscreen
