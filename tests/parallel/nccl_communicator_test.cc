@@ -1,0 +1,140 @@
+// NcclCommunicator on GPU buffers: every operation against values each rank
+// computes alone, and the timeout that turns a stuck operation into a prompt
+// job abort. Needs one CUDA device per rank; skipped (loudly) without.
+// Runs as a single process (bootstrap: SingleProcessCommunicator) or under
+// mpirun (bootstrap: MPI, so the ncclUniqueId travels over MPI).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "kernels/buffer.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/nccl_communicator.h"
+
+namespace multiscreen {
+namespace {
+
+float ValueOf(int rank, int64_t i) { return static_cast<float>(rank * 100 + i % 89) * 0.25f; }
+
+bool MpiActive() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
+
+class NcclCommunicatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (MpiActive()) {
+      bootstrap_ = MpiCommunicator::Duplicate(MPI_COMM_WORLD);
+    } else {
+      bootstrap_ = std::make_unique<SingleProcessCommunicator>();
+    }
+    int devices = 0;
+    if (!CudaAvailable() || cudaGetDeviceCount(&devices) != cudaSuccess || devices < bootstrap_->size()) {
+      std::fprintf(stderr,
+                   "\n*** SKIPPED: NcclCommunicator needs %d CUDA device(s) and this machine has %d: the NCCL path "
+                   "is compiled but NOT tested here ***\n\n",
+                   bootstrap_->size(), devices);
+      GTEST_SKIP() << "no CUDA device per rank";
+    }
+    auto comm = NcclCommunicator::Create(*bootstrap_, bootstrap_->rank() % devices, NcclOptions{60});
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    comm_ = std::move(*comm);
+  }
+
+  // Device copies of host vectors and back.
+  template <typename T>
+  Buffer Up(const std::vector<T>& host) {
+    auto b = Buffer::Allocate(Device::kCuda, host.size() * sizeof(T));
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(b->Upload(host.data(), host.size() * sizeof(T)).ok());
+    return std::move(*b);
+  }
+  template <typename T>
+  std::vector<T> Down(const Buffer& b) {
+    std::vector<T> host(b.bytes() / sizeof(T));
+    EXPECT_TRUE(b.Download(host.data(), b.bytes()).ok());
+    return host;
+  }
+
+  std::unique_ptr<Communicator> bootstrap_;
+  std::unique_ptr<NcclCommunicator> comm_;
+};
+
+TEST_F(NcclCommunicatorTest, AllReduceSumsFloatsAndMaxesDoubles) {
+  const int n = comm_->size(), r = comm_->rank();
+  std::vector<float> f(1000);
+  std::vector<double> d(10);
+  for (int i = 0; i < 1000; ++i) f[i] = ValueOf(r, i);
+  for (int i = 0; i < 10; ++i) d[i] = r * 0.5 + i;
+  Buffer fb = Up(f), db = Up(d);
+  comm_->AllReduce(fb.as<float>(), 1000, ReduceOp::kSum);
+  comm_->AllReduce(db.as<double>(), 10, ReduceOp::kMax);
+  const auto fs = Down<float>(fb);
+  const auto ds = Down<double>(db);
+  for (int i = 0; i < 1000; ++i) {
+    float sum = 0;
+    for (int k = 0; k < n; ++k) sum += ValueOf(k, i);
+    EXPECT_FLOAT_EQ(fs[i], sum);
+  }
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(ds[i], (n - 1) * 0.5 + i);
+}
+
+TEST_F(NcclCommunicatorTest, ReduceScatterThenAllGatherInPlaceIsTheAllReduce) {
+  const int n = comm_->size(), r = comm_->rank();
+  const int64_t count = 257;
+  std::vector<float> v(n * count);
+  for (int64_t i = 0; i < n * count; ++i) v[i] = ValueOf(r, i);
+  Buffer b = Up(v);
+  float* p = b.as<float>();
+  comm_->ReduceScatter(p, p + r * count, count, ReduceOp::kSum);
+  comm_->AllGather(p + r * count, p, count);
+  const auto got = Down<float>(b);
+  for (int64_t i = 0; i < n * count; ++i) {
+    float sum = 0;
+    for (int k = 0; k < n; ++k) sum += ValueOf(k, i);
+    EXPECT_FLOAT_EQ(got[i], sum) << i;
+  }
+}
+
+TEST_F(NcclCommunicatorTest, BroadcastAndRingExchangeDeliverTheRightRanksData) {
+  const int n = comm_->size(), r = comm_->rank();
+  std::vector<float> root_data(64, r == 0 ? 3.5f : 0.0f);
+  Buffer bb = Up(root_data);
+  comm_->Broadcast(bb.as<float>(), 64, 0);
+  for (float x : Down<float>(bb)) EXPECT_EQ(x, 3.5f);
+
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::vector<float> send(4096);
+  for (int i = 0; i < 4096; ++i) send[i] = ValueOf(r, i);
+  Buffer sb = Up(send), rb = Up(std::vector<float>(4096, 0.0f));
+  comm_->SendRecv(sb.as<float>(), 4096, next, rb.as<float>(), 4096, prev);
+  const auto got = Down<float>(rb);
+  for (int i = 0; i < 4096; i += 97) EXPECT_EQ(got[i], ValueOf(prev, i));
+  comm_->Barrier();
+}
+
+// A receive nobody sends to must not hang: the timeout aborts the
+// communicator and the process with the operation named. Single process only
+// (a death test forks; under mpirun that would take the job down).
+TEST_F(NcclCommunicatorTest, AStuckOperationEndsTheProcessAfterTheTimeout) {
+  if (MpiActive()) GTEST_SKIP() << "death test runs without mpirun only";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto comm = NcclCommunicator::Create(*bootstrap_, 0, NcclOptions{2});
+        if (!comm.ok()) std::_Exit(7);
+        Buffer b = Up(std::vector<float>(16, 0.0f));
+        (*comm)->Recv(b.as<float>(), 16, 0);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(1), "NCCL Recv .*timed out after 2 s");
+}
+
+}  // namespace
+}  // namespace multiscreen
