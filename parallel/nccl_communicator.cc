@@ -1,6 +1,8 @@
 #include "parallel/nccl_communicator.h"
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -86,8 +88,19 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::Fail(const std::string& what, const std::string& reason) {
-  if (comm_ != nullptr) ncclCommAbort(comm_);
-  comm_ = nullptr;
+  // ncclCommAbort frees the communicator and stops its kernels, but it can
+  // itself wait for work stuck on the stream: give it a few seconds on the
+  // side, then end the job regardless (process exit releases the GPU).
+  if (comm_ != nullptr) {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread([comm = comm_, done] {
+      ncclCommAbort(comm);
+      done->store(true);
+    }).detach();
+    const Clock::time_point give_up = Clock::now() + std::chrono::seconds(5);
+    while (!done->load() && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    comm_ = nullptr;
+  }
   FatalError(absl::StrCat("NCCL ", what, " (rank ", rank_, " of ", size_, ", GPU ", device_, "): ", reason));
 }
 

@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "kernels/buffer.h"
@@ -119,21 +121,69 @@ TEST_F(NcclCommunicatorTest, BroadcastAndRingExchangeDeliverTheRightRanksData) {
   comm_->Barrier();
 }
 
-// A receive nobody sends to must not hang: the timeout aborts the
-// communicator and the process with the operation named. Single process only
-// (a death test forks; under mpirun that would take the job down).
+// An operation stuck behind 10 s of host work on the communicator's stream
+// (as when a peer never arrives) must not hang: after the timeout it aborts
+// the communicator and the process, naming the operation. Death tests fork, so
+// single process only (under mpirun that would take the job down).
 TEST_F(NcclCommunicatorTest, AStuckOperationEndsTheProcessAfterTheTimeout) {
   if (MpiActive()) GTEST_SKIP() << "death test runs without mpirun only";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EXIT(
       {
         auto comm = NcclCommunicator::Create(*bootstrap_, 0, NcclOptions{2});
         if (!comm.ok()) std::_Exit(7);
         Buffer b = Up(std::vector<float>(16, 0.0f));
-        (*comm)->Recv(b.as<float>(), 16, 0);
+        cudaLaunchHostFunc((*comm)->stream(), [](void*) { std::this_thread::sleep_for(std::chrono::seconds(10)); },
+                           nullptr);
+        (*comm)->AllReduce(b.as<float>(), 16, ReduceOp::kSum);
         std::_Exit(0);
       },
-      ::testing::ExitedWithCode(1), "NCCL Recv .*timed out after 2 s");
+      ::testing::ExitedWithCode(1), "NCCL AllReduce\\(float\\) .*timed out after 2 s");
+  // Well before the stuck work would have finished by itself.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 9.0);
+}
+
+// NCCL's own errors end the process too, with NCCL's reason: a receive from
+// itself without a matching send is invalid usage.
+TEST_F(NcclCommunicatorTest, AnNcclErrorEndsTheProcessWithNcclsReason) {
+  if (MpiActive()) GTEST_SKIP() << "death test runs without mpirun only";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Buffer b = Up(std::vector<float>(16, 0.0f));
+        comm_->Recv(b.as<float>(), 16, 0);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(1), "fatal on .*NCCL Recv \\(rank 0 of 1, GPU 0\\): invalid usage");
+}
+
+// A bootstrap group that claims a second rank which never shows up.
+class MissingPeerBootstrap final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void AllReduce(float*, int64_t, ReduceOp) override {}
+  void AllReduce(double*, int64_t, ReduceOp) override {}
+  void ReduceScatter(const float*, float*, int64_t, ReduceOp) override {}
+  void AllGather(const float*, float*, int64_t) override {}
+  void Broadcast(void*, int64_t, int) override {}
+  void Send(const float*, int64_t, int) override {}
+  void Recv(float*, int64_t, int) override {}
+  void SendRecv(const float*, int64_t, int, float*, int64_t, int) override {}
+  void Barrier() override {}
+};
+
+TEST_F(NcclCommunicatorTest, InitializationWaitingForAMissingRankTimesOutWithAnError) {
+  if (MpiActive()) GTEST_SKIP() << "single process only";
+  MissingPeerBootstrap missing;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto comm = NcclCommunicator::Create(missing, 0, NcclOptions{2});
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+  EXPECT_NE(comm.status().message().find("timed out after 2 s"), std::string::npos) << comm.status();
+  EXPECT_LT(waited, 30.0);
 }
 
 }  // namespace
