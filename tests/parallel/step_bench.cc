@@ -49,8 +49,12 @@ int main(int argc, char** argv) {
   const ParamLayout& layout = (*model)->layout();
   std::vector<float> params(layout.size()), grads(layout.size());
   InitParams(layout, 1, params.data());
-  std::vector<int32_t> tokens(M * B * (T + 1));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 2654435761u) % dims->vocab);
+  // This dp rank's slice of one global batch: the loss is the same for every layout.
+  const int64_t per_rank = M * B * (T + 1), first = (*grid)->coord().dp * per_rank;
+  std::vector<int32_t> tokens(per_rank);
+  for (int64_t i = 0; i < per_rank; ++i) {
+    tokens[i] = static_cast<int32_t>((uint64_t(first + i) * 2654435761u) % uint64_t(dims->vocab));
+  }
   std::vector<double> times;
   double loss = 0;
   for (int s = 0; s < steps + 1; ++s) {
