@@ -157,8 +157,12 @@ std::string ShardFileName(int64_t pp_rank, int64_t tp_rank) {
 
 std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
 
+std::string TempCheckpointDir(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / "checkpoints" / (".tmp-" + StepDirName(step))).string();
+}
+
 absl::StatusOr<std::string> BeginCheckpoint(const std::string& run_dir, int64_t step) {
-  const fs::path tmp = fs::path(run_dir) / "checkpoints" / (".tmp-" + StepDirName(step));
+  const fs::path tmp = TempCheckpointDir(run_dir, step);
   std::error_code ec;
   fs::remove_all(tmp, ec);  // a leftover of a crash mid-write
   fs::create_directories(tmp, ec);
@@ -186,6 +190,29 @@ absl::StatusOr<json> WriteShard(const std::string& tmp_dir, const ShardTensors& 
   }
   MS_RETURN_IF_ERROR(out->Commit());
   return json{{"bytes", static_cast<int64_t>(fs::file_size(path))}, {"datasets", datasets}};
+}
+
+absl::Status WriteShardRecord(const std::string& tmp_dir, const ShardTensors& shard, const json& record) {
+  const std::string path = (fs::path(tmp_dir) / (ShardFileName(shard.pp_rank, shard.tp_rank) + ".json")).string();
+  return WriteFileAtomically(path, record.dump());
+}
+
+absl::StatusOr<json> ReadShardRecords(const std::string& tmp_dir, int64_t tp, int64_t pp) {
+  json files = json::object();
+  for (int64_t p = 0; p < pp; ++p) {
+    for (int64_t t = 0; t < tp; ++t) {
+      const std::string name = ShardFileName(p, t);
+      const fs::path path = fs::path(tmp_dir) / (name + ".json");
+      std::ifstream in(path);
+      if (!in) return absl::DataLossError(absl::StrCat(path.string(), ": missing (shard pp", p, " tp", t, " not written)"));
+      files[name] = json::parse(in, nullptr, false);
+      if (files[name].is_discarded()) return absl::DataLossError(absl::StrCat(path.string(), ": not valid JSON"));
+      in.close();
+      std::error_code ec;
+      fs::remove(path, ec);
+    }
+  }
+  return files;
 }
 
 absl::StatusOr<std::string> CommitCheckpoint(const std::string& run_dir, const std::string& tmp_dir,

@@ -72,11 +72,20 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& run_dir, const Che
                                            const std::vector<ShardTensors>& shards, int64_t keep_last,
                                            int64_t keep_every);
 
-// The pieces, for ranks that write their own shard into a shared directory.
+// The pieces, for ranks that write their own shard into a shared directory:
+// one rank calls BeginCheckpoint, every writer WriteShard + WriteShardRecord
+// into TempCheckpointDir, then (after a barrier) one rank ReadShardRecords and
+// CommitCheckpoint.
+std::string TempCheckpointDir(const std::string& run_dir, int64_t step);
 absl::StatusOr<std::string> BeginCheckpoint(const std::string& run_dir, int64_t step);
 // Writes one shard file into tmp_dir; returns its manifest record
 // {"bytes": N, "datasets": {name: crc32c}}.
 absl::StatusOr<nlohmann::json> WriteShard(const std::string& tmp_dir, const ShardTensors& shard);
+// Leaves a shard's manifest record beside it (<shard>.json) for the committer.
+absl::Status WriteShardRecord(const std::string& tmp_dir, const ShardTensors& shard, const nlohmann::json& record);
+// The records of all tp × pp shards, as CommitCheckpoint's `files`; removes the
+// record files. Errors name a missing shard.
+absl::StatusOr<nlohmann::json> ReadShardRecords(const std::string& tmp_dir, int64_t tp, int64_t pp);
 absl::StatusOr<std::string> CommitCheckpoint(const std::string& run_dir, const std::string& tmp_dir,
                                              const CheckpointMeta& meta, const nlohmann::json& files,
                                              int64_t keep_last, int64_t keep_every);

@@ -2,6 +2,7 @@
 // --micro_batch= --grad_accum= --seq_len= --lr= --precision= --checkpoint_every=
 // --eval_every= --data= --model= --zero=]`: the main job. Flags override the
 // run file's fields. A run_dir with a checkpoint is resumed.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -13,6 +14,9 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "data/loader.h"
+#include "parallel/fatal.h"
+#include "parallel/mpi_session.h"
+#include "parallel/process_grid.h"
 #include "trainer/trainer.h"
 
 ABSL_FLAG(std::string, config, "", "run configuration (RunConfig text proto), e.g. configs/train/psi8_demo.textproto");
@@ -79,6 +83,14 @@ absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
   return run;
 }
 
+// True when an MPI launcher started this process (mpirun, srun --mpi=pmix, …).
+bool LaunchedByMpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<std::shared_ptr<const TokenStream>> OpenSplit(const std::vector<std::string>& paths,
                                                              const std::string& split) {
   std::vector<std::string> shards;
@@ -104,28 +116,54 @@ int TrainCommand(int argc, char** argv) {
                                                         : LoadModel(run->model());
   if (!dims.ok()) return Fail("train", dims.status());
   if (auto s = ValidateRun(*run, *dims); !s.ok()) return Fail("train", s);
-  if (run->parallel().tp() * run->parallel().pp() != 1) {
-    return Fail("train", absl::UnimplementedError(absl::StrCat(
-                             "--tp=", run->parallel().tp(), " --pp=", run->parallel().pp(),
-                             ": model-parallel training under mpirun is not wired into `train` yet; use tp = pp = 1")));
+  // Under mpirun / srun every rank runs this; alone, the grid is one process.
+  std::unique_ptr<MpiSession> mpi;
+  std::unique_ptr<ProcessGrid> grid;
+  if (LaunchedByMpi()) {
+    auto session = MpiSession::Init(&argc, &argv);
+    if (!session.ok()) return Fail("train", session.status());
+    mpi = std::move(*session);
+    auto made = ProcessGrid::Create(int(run->parallel().tp()), int(run->parallel().pp()));
+    AbortJobIfError(made.status());
+    grid = std::move(*made);
+    SetFatalContext(grid->Describe());
+    if (grid->world_rank() == 0) LogInfo("process grid: ", grid->world_size(), " ranks, tp=", grid->shape().tp,
+                                         " pp=", grid->shape().pp, " dp=", grid->shape().dp, "; ", grid->Describe());
+  } else {
+    if (run->parallel().tp() * run->parallel().pp() != 1) {
+      return Fail("train", absl::InvalidArgumentError(absl::StrCat(
+                               "--tp=", run->parallel().tp(), " --pp=", run->parallel().pp(),
+                               " needs tp·pp·dp processes: start it under mpirun -np N or srun --mpi=pmix")));
+    }
+    grid = ProcessGrid::Single();
   }
+  const bool logger = grid->world_rank() == 0;
+  // Under MPI an error on any rank ends the whole job (never a hang).
+  auto fail = [&](const absl::Status& status) {
+    if (mpi != nullptr) AbortJobIfError(status);
+    return Fail("train", status);
+  };
   Trainer::Sources sources;
   auto train = OpenSplit({run->data().train_shards().begin(), run->data().train_shards().end()}, "train");
-  if (!train.ok()) return Fail("train", train.status());
+  if (!train.ok()) return fail(train.status());
   sources.train = *train;
   if (!run->data().val_shard().empty()) {
     auto val = OpenSplit({run->data().val_shard()}, "val");
-    if (!val.ok()) return Fail("train", val.status());
+    if (!val.ok()) return fail(val.status());
     sources.val = *val;
   }
-  LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", run->grad_accum(), " x ", run->micro_batch(),
-          " x ", run->seq_len(), " tokens into ", run->run_dir());
-  auto trainer = Trainer::Create(*run, *dims, sources);
-  if (!trainer.ok()) return Fail("train", trainer.status());
-  if (auto s = (*trainer)->Run(); !s.ok()) return Fail("train", s);
-  std::printf("final train_loss %.4f", (*trainer)->last_loss());
-  if ((*trainer)->last_val_loss() > 0) std::printf(" val_loss %.4f", (*trainer)->last_val_loss());
-  std::printf("\n");
+  if (logger) {
+    LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
+            " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
+  }
+  auto trainer = Trainer::Create(*run, *dims, sources, grid.get());
+  if (!trainer.ok()) return fail(trainer.status());
+  if (auto s = (*trainer)->Run(); !s.ok()) return fail(s);
+  if (logger) {
+    std::printf("final train_loss %.4f", (*trainer)->last_loss());
+    if ((*trainer)->last_val_loss() > 0) std::printf(" val_loss %.4f", (*trainer)->last_val_loss());
+    std::printf("\n");
+  }
   return 0;
 }
 

@@ -1,6 +1,8 @@
 #include "model/param_layout.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 namespace multiscreen {
 
@@ -12,15 +14,17 @@ ShardSpec ShardSpec::Full(const ModelDims& dims) {
   return s;
 }
 
+std::pair<int64_t, int64_t> SplitRange(int64_t n, int64_t parts, int64_t i) {
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t begin = i * base + std::min(i, extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
 ShardSpec ShardSpec::ForRank(const ModelDims& dims, int64_t tp, int64_t pp, int64_t tp_rank, int64_t pp_rank) {
   ShardSpec s;
-  const int64_t layers = dims.n_layers / pp, tiles = dims.n_heads / tp;
-  s.layer_begin = pp_rank * layers;
-  s.layer_end = s.layer_begin + layers;
-  s.tile_begin = tp_rank * tiles;
-  s.tile_end = s.tile_begin + tiles;
-  s.vocab_begin = dims.vocab * tp_rank / tp;
-  s.vocab_end = dims.vocab * (tp_rank + 1) / tp;
+  std::tie(s.layer_begin, s.layer_end) = SplitRange(dims.n_layers, pp, pp_rank);
+  std::tie(s.tile_begin, s.tile_end) = SplitRange(dims.n_heads, tp, tp_rank);
+  std::tie(s.vocab_begin, s.vocab_end) = SplitRange(dims.vocab, tp, tp_rank);
   s.embed = pp_rank == 0;
   s.head = pp_rank == pp - 1;
   return s;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
@@ -25,15 +26,18 @@ struct ShardSpec {
 
   // The whole model on one rank.
   static ShardSpec Full(const ModelDims& dims);
-  // Model-parallel rank (tp_rank, pp_rank) of a tp × pp split: tiles split
-  // evenly over tp (tp divides N_H), vocabulary rows [⌊V·t/tp⌋, ⌊V·(t+1)/tp⌋),
-  // layers split evenly over pp (pp divides N_L); stage 0 embeds, the last
-  // stage holds the head.
+  // Model-parallel rank (tp_rank, pp_rank) of a tp × pp split (SplitRange):
+  // tiles and vocabulary rows over tp, layers over pp; stage 0 embeds, the
+  // last stage holds the head.
   static ShardSpec ForRank(const ModelDims& dims, int64_t tp, int64_t pp, int64_t tp_rank, int64_t pp_rank);
   int64_t layers() const { return layer_end - layer_begin; }
   int64_t tiles() const { return tile_end - tile_begin; }
   int64_t vocab() const { return vocab_end - vocab_begin; }
 };
+
+// [begin, end) of part i when n items are split into `parts` contiguous runs,
+// the first n mod parts runs one longer.
+std::pair<int64_t, int64_t> SplitRange(int64_t n, int64_t parts, int64_t i);
 
 // What a tensor is, for initialization (spec "Parameters and initialization")
 // and for optimizer grouping (scalars may be exempt from weight decay).

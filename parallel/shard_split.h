@@ -14,11 +14,8 @@
 
 namespace multiscreen {
 
-// Part i of n items cut into `parts` contiguous near-equal parts (the first
-// n mod parts get one more): [begin, end).
-std::pair<int64_t, int64_t> SplitRange(int64_t n, int64_t parts, int64_t i);
-
-// The ShardSpec of grid position `coord`. Errors: a split that leaves a rank
+// The ShardSpec of grid position `coord` (ShardSpec::ForRank, whose
+// SplitRange rule model/param_layout.h defines). Errors: a split that leaves a rank
 // nothing ("--tp=8 exceeds N_H = 4 tiles per layer", "--pp=8 exceeds N_L = 4
 // layers"), or a coordinate outside the shape.
 absl::StatusOr<ShardSpec> ShardForCoord(const ModelDims& dims, const GridShape& shape, const GridCoord& coord);

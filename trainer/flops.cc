@@ -5,6 +5,17 @@
 
 namespace multiscreen {
 
+std::vector<double> InitialWindows(const ModelDims& d) {
+  std::vector<double> w;
+  for (int64_t l = 0; l < d.n_layers; ++l) {
+    for (int64_t h = 0; h < d.n_heads; ++h) {
+      const double s_w = d.n_heads > 1 ? std::log(d.w_th) * double(h) / double(d.n_heads - 1) : 0.0;
+      w.push_back(std::exp(s_w) + 1.0);
+    }
+  }
+  return w;
+}
+
 double ForwardFlopsPerToken(const ModelDims& d, int64_t T, const std::vector<double>& windows) {
   const double tiles = double(d.n_layers) * double(d.n_heads);
   double flops = tiles * (2.0 * d.d_e * (2 * d.d_k + 2 * d.d_v) + 2.0 * d.d_v * d.d_e) + 2.0 * d.d_e * d.vocab;

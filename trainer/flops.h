@@ -21,6 +21,10 @@ namespace multiscreen {
 // (N_L·N_H values); empty means every window covers the whole sequence.
 double ForwardFlopsPerToken(const ModelDims& dims, int64_t T, const std::vector<double>& windows);
 
+// The windows w = e^{s_w} + 1 of every tile of every layer at initialization
+// (s_w = log(w_th)·h/(N_H − 1), the same in every layer), N_L·N_H values.
+std::vector<double> InitialWindows(const ModelDims& dims);
+
 // Training FLOPs per token = 3 × forward.
 inline double TrainingFlopsPerToken(const ModelDims& dims, int64_t T, const std::vector<double>& windows) {
   return 3.0 * ForwardFlopsPerToken(dims, T, windows);

@@ -37,46 +37,62 @@ std::string Eta(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources)
-    : run_(run), dims_(dims), sources_(sources), scaler_(run.precision() == config::RunConfig::FP16, run.initial_loss_scale()) {}
+Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources, ProcessGrid* grid)
+    : run_(run), dims_(dims), sources_(sources), grid_(grid),
+      scaler_(run.precision() == config::RunConfig::FP16, run.initial_loss_scale()) {}
+
+std::pair<int64_t, int64_t> Trainer::OptimizerRange() {
+  if (model_->data_parallel().options().zero1) return model_->data_parallel().OwnedRange();
+  return {0, model_->layout().size()};
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig& run, const ModelDims& dims,
-                                                         Sources sources) {
+                                                         Sources sources, ProcessGrid* grid) {
   if (sources.train == nullptr) return absl::InvalidArgumentError("data: no training shards");
-  std::unique_ptr<Trainer> t(new Trainer(run, dims, sources));
+  std::unique_ptr<Trainer> t(new Trainer(run, dims, sources, grid));
   ModelOptions options;
   options.precision = ModelPrecision(run.precision());
-  t->model_ = std::make_unique<Multiscreen<float>>(dims, ShardSpec::Full(dims), options);
+  DataParallelOptions dp_options;
+  dp_options.zero1 = run.parallel().zero() == 1;
+  auto model = ParallelModel::Create(*grid, dims, options, dp_options);
+  if (!model.ok()) return model.status();
+  t->model_ = std::move(*model);
   const ParamLayout& layout = t->model_->layout();
   t->state_.params.resize(layout.size());
   InitParams(layout, static_cast<uint64_t>(run.seed()), t->state_.params.data());
-  std::vector<uint8_t> decay(layout.size(), 1);
+  // AdamW over the range this rank updates; scalars exempt from decay unless asked.
+  const auto [begin, end] = t->OptimizerRange();
+  std::vector<uint8_t> decay(end - begin, 1);
   if (!run.optimizer().decay_scalars()) {
     for (const ParamEntry& e : layout.entries()) {
-      if (e.is_scalar()) std::fill(decay.begin() + e.buffer_offset, decay.begin() + e.buffer_offset + e.size(), 0);
+      if (!e.is_scalar()) continue;
+      for (int64_t i = std::max(begin, e.buffer_offset); i < std::min(end, e.buffer_offset + e.size()); ++i) {
+        decay[i - begin] = 0;
+      }
     }
   }
   const auto& o = run.optimizer();
-  t->optimizer_ = std::make_unique<AdamW>(layout.size(), AdamWHyper{o.beta1(), o.beta2(), o.eps(), o.weight_decay()},
+  t->optimizer_ = std::make_unique<AdamW>(end - begin, AdamWHyper{o.beta1(), o.beta2(), o.eps(), o.weight_decay()},
                                           std::move(decay));
   t->grads_.resize(layout.size());
   // MFU: FLOPs at the initial windows (the learned windows move; this is the
-  // spec's count at initialization) against the measured GEMM rate.
-  std::vector<double> windows;
-  for (const ParamEntry& e : layout.entries()) {
-    if (e.kind != ParamKind::kS_w) continue;
-    for (int64_t i = 0; i < e.size(); ++i) windows.push_back(std::exp(double(t->state_.params[e.buffer_offset + i])) + 1);
-  }
-  t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), windows);
-  t->peak_gflops_ = MeasureSgemmGflops();
+  // spec's count at initialization) against the GEMM rate measured per process.
+  t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), InitialWindows(dims));
+  t->peak_gflops_ = MeasureSgemmGflops() * grid->world_size();
   std::error_code ec;
   std::filesystem::create_directories(run.run_dir(), ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("--run_dir=", run.run_dir(), ": ", ec.message()));
+  grid->world().Barrier();
   if (auto s = t->ResumeIfPresent(); !s.ok()) return s;
   // The loader starts where the checkpoint (if any) left off: its only state.
+  // The global batch is dp · grad_accum · micro_batch windows; this dp rank
+  // takes its contiguous slice (micro-batches [d·M, (d+1)·M)).
+  const int dp = grid->shape().dp, dp_rank = grid->coord().dp;
   LoaderOptions lo;
   lo.seq_len = run.seq_len();
-  lo.global_batch = run.micro_batch() * run.grad_accum();
+  lo.global_batch = dp * run.micro_batch() * run.grad_accum();
+  lo.dp_rank = dp_rank;
+  lo.dp_size = dp;
   lo.seed = static_cast<uint64_t>(run.seed());
   lo.start_sample = t->state_.samples;
   auto loader = TrainLoader::Create(sources.train, lo);
@@ -85,13 +101,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   if (sources.val != nullptr && run.eval().every() > 0) {
     ValidationOptions vo;
     vo.seq_len = run.seq_len();
-    vo.global_batch = run.micro_batch();
-    vo.max_batches = run.eval().batches();
+    vo.global_batch = dp * run.micro_batch();
+    vo.dp_rank = dp_rank;
+    vo.dp_size = dp;
+    // eval.batches micro-batches of windows in all, dp of them per global
+    // batch: the same held-out windows for every layout when dp divides it.
+    vo.max_batches = (run.eval().batches() + dp - 1) / dp;
     auto val = ValidationLoader::Create(sources.val, vo);
     if (!val.ok()) return val.status();
     t->val_loader_ = std::move(*val);
   }
-  if (run.logging().tensorboard()) {
+  if (t->is_logger() && run.logging().tensorboard()) {
     auto tb = TensorBoardWriter::Open(run.run_dir() + "/tb");
     if (!tb.ok()) return tb.status();
     t->tensorboard_ = std::move(*tb);
@@ -120,10 +140,16 @@ absl::Status Trainer::ResumeIfPresent() {
     return absl::FailedPreconditionError(absl::StrCat(ckpt->dir, ": saved with seed ", m.seed, ", the run asks for ",
                                                       run_.seed(), " (the data order depends on it)"));
   }
-  if (auto s = LoadShard(*ckpt, model_->layout(), state_.params.data(), optimizer_->m().data(), optimizer_->v().data());
-      !s.ok()) {
+  // Any saved layout loads into this one; the moments are read whole for this
+  // rank's shard, then cut to the range its optimizer owns (ZeRO-1).
+  const int64_t size = model_->layout().size();
+  std::vector<float> m_full(size), v_full(size);
+  if (auto s = LoadShard(*ckpt, model_->layout(), state_.params.data(), m_full.data(), v_full.data()); !s.ok()) {
     return s;
   }
+  const auto [begin, end] = OptimizerRange();
+  std::copy(m_full.begin() + begin, m_full.begin() + end, optimizer_->m().begin());
+  std::copy(v_full.begin() + begin, v_full.begin() + end, optimizer_->v().begin());
   optimizer_->set_step(m.adam_step);
   state_.step = m.step;
   state_.samples = m.samples;
@@ -132,16 +158,19 @@ absl::Status Trainer::ResumeIfPresent() {
   state_.scaler = {m.loss_scale, m.loss_scale_good_steps, m.loss_scale_skipped};
   scaler_.set_state(state_.scaler);
   resumed_ = true;
-  // Drop metrics of steps after the checkpoint: they are about to be redone.
-  std::ifstream in(metrics);
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= m.step) kept += line + "\n";
+  if (is_logger()) {
+    // Drop metrics of steps after the checkpoint: they are about to be redone.
+    std::ifstream in(metrics);
+    std::string kept, line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= m.step) kept += line + "\n";
+    }
+    in.close();
+    std::ofstream(metrics, std::ios::trunc) << kept;
+    LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed; saved under tp=",
+            m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ")");
   }
-  in.close();
-  std::ofstream(metrics, std::ios::trunc) << kept;
-  LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed)");
   return absl::OkStatus();
 }
 
@@ -157,12 +186,49 @@ absl::Status Trainer::SaveCheckpointNow() {
   m.loss_scale_good_steps = state_.scaler.good_steps;
   m.loss_scale_skipped = state_.scaler.skipped;
   m.dims = dims_;
-  ShardTensors shard{&model_->layout(), state_.params.data(), optimizer_->m().data(), optimizer_->v().data(), 0, 0};
+  const GridShape& shape = grid_->shape();
+  m.layout = {shape.tp, shape.pp, shape.dp, run_.parallel().zero()};
   const auto start = std::chrono::steady_clock::now();
-  auto dir = SaveCheckpoint(run_.run_dir(), m, {shard}, run_.checkpoint().keep_last(), run_.checkpoint().keep_every());
-  if (!dir.ok()) return dir.status();
-  LogInfo("saved ", *dir, " in ",
-          absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  // The moments of this rank's whole shard: under ZeRO-1 gathered over dp.
+  const int64_t size = model_->layout().size();
+  const auto [begin, end] = OptimizerRange();
+  std::vector<float> m_full, v_full;
+  const float* moment_m = optimizer_->m().data();
+  const float* moment_v = optimizer_->v().data();
+  if (begin != 0 || end != size) {
+    m_full.assign(size, 0.f);
+    v_full.assign(size, 0.f);
+    std::copy(optimizer_->m().begin(), optimizer_->m().end(), m_full.begin() + begin);
+    std::copy(optimizer_->v().begin(), optimizer_->v().end(), v_full.begin() + begin);
+    model_->data_parallel().AllGatherParams(m_full.data());
+    model_->data_parallel().AllGatherParams(v_full.data());
+    moment_m = m_full.data();
+    moment_v = v_full.data();
+  }
+  // Rank 0 prepares the temporary directory; dp replica 0 writes one shard per
+  // model-parallel rank; rank 0 gathers their records and commits.
+  const std::string tmp = TempCheckpointDir(run_.run_dir(), m.step);
+  if (is_logger()) {
+    if (auto made = BeginCheckpoint(run_.run_dir(), m.step); !made.ok()) return made.status();
+  }
+  grid_->world().Barrier();
+  if (grid_->coord().dp == 0) {
+    ShardTensors shard{&model_->layout(), state_.params.data(), moment_m, moment_v, grid_->coord().pp, grid_->coord().tp};
+    auto record = WriteShard(tmp, shard);
+    if (!record.ok()) return record.status();
+    if (auto s = WriteShardRecord(tmp, shard, *record); !s.ok()) return s;
+  }
+  grid_->world().Barrier();
+  if (is_logger()) {
+    auto files = ReadShardRecords(tmp, shape.tp, shape.pp);
+    if (!files.ok()) return files.status();
+    auto dir = CommitCheckpoint(run_.run_dir(), tmp, m, *files, run_.checkpoint().keep_last(),
+                                run_.checkpoint().keep_every());
+    if (!dir.ok()) return dir.status();
+    LogInfo("saved ", *dir, " in ",
+            absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  }
+  grid_->world().Barrier();
   return absl::OkStatus();
 }
 
@@ -177,55 +243,57 @@ absl::Status Trainer::AppendMetrics(const std::string& line) {
 
 absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied) {
   const int64_t B = run_.micro_batch(), T = run_.seq_len(), accum = run_.grad_accum();
-  std::fill(grads_.begin(), grads_.end(), 0.f);
   const double scale = scaler_.scale();
-  double loss = 0;
-  const Batch batch = loader_->Next();  // accum micro-batches of B windows
-  for (int64_t a = 0; a < accum; ++a) {
-    loss += model_->ForwardBackward(state_.params.data(), batch.tokens.data() + a * B * (T + 1), B, T, grads_.data(),
-                                    nullptr, scale / double(accum));
-  }
-  loss /= double(accum);
-  // Unscale, and check that the step is finite.
-  double sq = 0;
+  const Batch batch = loader_->Next();  // this dp rank's accum micro-batches of B windows
+  auto loss = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(), {accum, B, T},
+                               grads_.data(), scale);
+  if (!loss.ok()) return loss.status();
+  // Unscale, and check that the step is finite (the norm is a collective, so
+  // every rank decides alike).
   const float inv = static_cast<float>(1.0 / scale);
-  for (float& g : grads_) {
-    g *= inv;
-    sq += double(g) * g;
-  }
-  *grad_norm = std::sqrt(sq);
-  const bool finite = std::isfinite(loss) && std::isfinite(sq);
+  for (float& g : grads_) g *= inv;
+  *grad_norm = GlobalGradNorm(*grid_, *model_, grads_.data());
+  const bool finite = std::isfinite(*loss) && std::isfinite(*grad_norm);
   *applied = scaler_.Update(finite);
   state_.scaler = scaler_.state();
   if (*applied) {
+    const auto [begin, end] = OptimizerRange();
     if (run_.optimizer().grad_clip() > 0 && *grad_norm > run_.optimizer().grad_clip()) {
       const float c = static_cast<float>(run_.optimizer().grad_clip() / *grad_norm);
-      for (float& g : grads_) g *= c;
+      for (int64_t i = begin; i < end; ++i) grads_[i] *= c;
     }
-    optimizer_->Step(state_.params.data(), grads_.data(), lr);
+    optimizer_->Step(state_.params.data() + begin, grads_.data() + begin, lr);
+    if (model_->data_parallel().options().zero1) model_->data_parallel().AllGatherParams(state_.params.data());
     state_.nonfinite_in_a_row = 0;
   } else {
     ++state_.nonfinite_in_a_row;
   }
-  state_.samples += accum * B;
-  state_.tokens += accum * B * T;
+  const int64_t global = grid_->shape().dp * accum * B;
+  state_.samples += global;
+  state_.tokens += global * T;
   ++state_.step;
-  return loss;
+  return *loss;
 }
 
 absl::StatusOr<double> Trainer::Validate() {
   if (val_loader_ == nullptr) return absl::FailedPreconditionError("no validation data");
-  const int64_t B = run_.micro_batch(), T = run_.seq_len();
-  Multiscreen<float> eval_model(dims_, ShardSpec::Full(dims_));
+  // The loss comes through the same pipeline as training (so every layout
+  // agrees); the gradients it also computes are discarded.
+  scratch_grads_.resize(grads_.size());
   double loss = 0;
   for (int64_t b = 0; b < val_loader_->num_batches(); ++b) {
-    loss += eval_model.Loss(state_.params.data(), val_loader_->Get(b).tokens.data(), B, T);
+    const Batch batch = val_loader_->Get(b);
+    auto l = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(),
+                              {1, run_.micro_batch(), run_.seq_len()}, scratch_grads_.data());
+    if (!l.ok()) return l.status();
+    loss += *l;
   }
   return loss / double(val_loader_->num_batches());
 }
 
 absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool applied, double seconds) {
-  const int64_t step_tokens = run_.grad_accum() * run_.micro_batch() * run_.seq_len();
+  if (!is_logger()) return absl::OkStatus();
+  const int64_t step_tokens = grid_->shape().dp * run_.grad_accum() * run_.micro_batch() * run_.seq_len();
   const double tokens_per_s = double(step_tokens) / seconds;
   const double mfu = tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9);
   nlohmann::json j = {{"step", state_.step},       {"loss", loss},
@@ -282,18 +350,24 @@ absl::Status Trainer::Run() {
       auto val = Validate();
       if (!val.ok()) return val.status();
       last_val_loss_ = *val;
-      if (auto s = AppendMetrics(nlohmann::json{{"step", state_.step}, {"val_loss", *val}}.dump()); !s.ok()) return s;
-      if (tensorboard_ != nullptr) (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
-      std::fprintf(stderr, "step %lld/%lld | val_loss %.4f\n", (long long)state_.step, (long long)run_.steps(), *val);
+      if (is_logger()) {
+        if (auto s = AppendMetrics(nlohmann::json{{"step", state_.step}, {"val_loss", *val}}.dump()); !s.ok()) return s;
+        if (tensorboard_ != nullptr) (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
+        std::fprintf(stderr, "step %lld/%lld | val_loss %.4f\n", (long long)state_.step, (long long)run_.steps(), *val);
+      }
     }
-    const bool stop = StopRequested();
+    // Every rank must agree to stop at the same step (signals reach ranks at
+    // different moments): the world's maximum decides.
+    double stop_flag = StopRequested() ? 1.0 : 0.0;
+    grid_->world().AllReduce(&stop_flag, 1, ReduceOp::kMax);
+    const bool stop = stop_flag > 0;
     const bool periodic = run_.checkpoint().every() > 0 && state_.step % run_.checkpoint().every() == 0;
     if (stop || periodic || state_.step == run_.steps()) {
       if (auto s = SaveCheckpointNow(); !s.ok()) return s;
     }
     if (stop) {
       stopped_by_signal_ = true;
-      LogInfo("signal ", StopSignal(), ": stopped after step ", state_.step, " with a checkpoint saved");
+      if (is_logger()) LogInfo("signal received: stopped after step ", state_.step, " with a checkpoint saved");
       break;
     }
   }

@@ -1,8 +1,9 @@
-// The training loop (issue 5): micro-batches with gradient accumulation,
+// The training loop (issues 5–7): micro-batches with gradient accumulation,
 // AdamW on fp32 masters, lr schedule, mixed precision with loss scaling,
-// validation, metrics (metrics.jsonl, TensorBoard, console), clean stops on
-// signals. One process holds the whole model here; the parallel layouts plug
-// in through parallel/.
+// validation, metrics (metrics.jsonl, TensorBoard, console), checkpoints, and
+// clean stops on signals — on one process or on every rank of a dp × pp × tp
+// grid (parallel/step.h computes the gradients; this file owns the optimizer,
+// the data order and what is written). World rank 0 writes metrics.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,8 @@
 #include "common/config.h"
 #include "configs/config.pb.h"
 #include "model/multiscreen.h"
+#include "parallel/process_grid.h"
+#include "parallel/step.h"
 #include "trainer/adamw.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/tensorboard_writer.h"
@@ -27,7 +30,7 @@ struct TrainState {
   int64_t samples = 0;  // global samples consumed (the loader's only state)
   int64_t tokens = 0;   // training tokens consumed
   int64_t nonfinite_in_a_row = 0;
-  std::vector<float> params;  // fp32 masters, the model's flat layout
+  std::vector<float> params;  // fp32 masters, this rank's flat layout
   LossScalerState scaler;
 };
 
@@ -37,19 +40,24 @@ class Trainer {
     std::shared_ptr<const TokenStream> train;  // training shards (windows by data/loader.h)
     std::shared_ptr<const TokenStream> val;    // held-out shard; may be null: no validation
   };
-  // `run` has defaults applied and is validated against `dims`.
+  // `run` has defaults applied and is validated against `dims`; `grid` is
+  // this process's place in the layout (ProcessGrid::Single() for one
+  // process) and outlives the trainer. Every rank calls every method.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::RunConfig& run, const ModelDims& dims,
-                                                         Sources sources);
+                                                         Sources sources, ProcessGrid* grid);
 
   // Trains from state().step to run.steps(), or until a stop signal (then
   // returns OK after the current step). Writes metrics under run_dir, and a
   // checkpoint every checkpoint.every steps, at the end, and on a stop signal.
   absl::Status Run();
 
-  // Saves a checkpoint of the current state (checkpoint/checkpoint.h).
+  // Saves a checkpoint of the current state (checkpoint/checkpoint.h): each
+  // model-parallel rank of dp replica 0 writes its shard, world rank 0 the
+  // manifest. A collective.
   absl::Status SaveCheckpointNow();
 
-  // Mean validation loss over the first run.eval().batches() micro-batches of the held-out stream.
+  // Mean validation loss over the first run.eval().batches() micro-batches of
+  // the held-out stream, taken dp at a time (rounded up to a multiple of dp).
   absl::StatusOr<double> Validate();
 
   TrainState& state() { return state_; }
@@ -61,7 +69,10 @@ class Trainer {
   bool resumed() const { return resumed_; }
 
  private:
-  Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources);
+  Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources, ProcessGrid* grid);
+  bool is_logger() const { return grid_->world_rank() == 0; }
+  // The flat range this rank's optimizer updates: OwnedRange() under ZeRO-1, else all.
+  std::pair<int64_t, int64_t> OptimizerRange();
   // One optimizer step; returns the mean training loss of the global batch.
   absl::StatusOr<double> Step(double lr, double* grad_norm, bool* applied);
   absl::Status LogStep(double loss, double lr, double grad_norm, bool applied, double seconds);
@@ -75,12 +86,13 @@ class Trainer {
   Sources sources_;
   std::unique_ptr<TrainLoader> loader_;
   std::unique_ptr<ValidationLoader> val_loader_;
-  std::unique_ptr<Multiscreen<float>> model_;
+  ProcessGrid* grid_;
+  std::unique_ptr<ParallelModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   DynamicLossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   TrainState state_;
-  std::vector<float> grads_;
+  std::vector<float> grads_, scratch_grads_;
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;

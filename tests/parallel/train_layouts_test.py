@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""`multiscreen train` under mpirun (ctest label mpi): every (tp, pp, dp) layout,
+with and without ZeRO-1, trains the same global batch to the same per-step
+losses as one process; a checkpoint saved under one layout resumes under
+another (tp=2,pp=2 -> tp=1,pp=1 and -> pp=2,dp=2) on the same trajectory.
+
+Run: /usr/bin/python3 tests/parallel/train_layouts_test.py --multiscreen=build/multiscreen --source=.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BIN = SRC = MPIRUN = None
+TOL = 1e-5  # relative, per logged loss (issue 7)
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        out = {}
+        for line in f:
+            m = json.loads(line)
+            out[(m["step"], "val" if "val_loss" in m else "train")] = m.get("loss", m.get("val_loss"))
+        return out
+
+
+class TrainLayoutsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
+        import train_e2e_test
+        train_e2e_test.SRC = SRC
+        cls.data = os.path.join(cls.tmp.name, "data")
+        train_e2e_test.synthetic_shards(cls.data)
+        cls.config = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
+        # The reference: one process, global batch 16 = grad_accum 4 x micro_batch 4.
+        cls.reference = os.path.join(cls.tmp.name, "single")
+        cls.train(cls, cls.reference, 1, "--grad_accum=4", "--steps=20")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, run_dir, np, *flags):
+        cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}",
+               "--eval_every=5", "--checkpoint_every=10", *flags]
+        if np > 1:
+            cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np), *cmd]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        if r.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+        return r
+
+    def assert_same_trajectory(self, run_dir, steps):
+        ref, got = metrics(self.reference), metrics(run_dir)
+        for key in steps:
+            self.assertIn(key, got, key)
+            self.assertLessEqual(abs(got[key] - ref[key]), TOL * abs(ref[key]), f"{key}: {got[key]} vs {ref[key]}")
+
+    def test_every_layout_matches_the_single_process(self):
+        layouts = [(2, 1, 1), (1, 2, 1), (1, 1, 2), (2, 2, 1), (1, 2, 2), (2, 2, 2)]
+        keys = [(s, "train") for s in range(1, 11)] + [(5, "val"), (10, "val")]
+        for tp, pp, dp in layouts:
+            for zero in (0, 1) if dp > 1 else (0,):
+                with self.subTest(tp=tp, pp=pp, dp=dp, zero=zero):
+                    d = os.path.join(self.tmp.name, f"layout_{tp}{pp}{dp}_z{zero}")
+                    # Same global batch: dp x grad_accum x micro_batch = 16.
+                    self.train(d, tp * pp * dp, f"--tp={tp}", f"--pp={pp}", f"--grad_accum={4 // dp}",
+                               f"--zero={zero}", "--steps=10")
+                    self.assert_same_trajectory(d, keys)
+
+    def test_a_checkpoint_resumes_under_other_layouts(self):
+        saved = os.path.join(self.tmp.name, "saved_tp2_pp2")
+        self.train(saved, 4, "--tp=2", "--pp=2", "--grad_accum=4", "--steps=10")
+        with open(os.path.join(saved, "checkpoints", "step_00000010", "manifest.json")) as f:
+            layout = json.load(f)["layout"]
+        self.assertEqual((layout["tp"], layout["pp"], layout["dp"]), (2, 2, 1))
+        for name, np, flags in [("to_single", 1, ["--grad_accum=4"]),
+                                ("to_pp2_dp2", 4, ["--pp=2", "--grad_accum=2"])]:
+            with self.subTest(name):
+                d = os.path.join(self.tmp.name, name)
+                shutil.copytree(saved, d)
+                r = self.train(d, np, *flags, "--steps=20")
+                self.assertIn("resumed from", r.stderr)
+                self.assertIn("saved under tp=2 pp=2 dp=1", r.stderr)
+                self.assert_same_trajectory(d, [(s, "train") for s in range(11, 21)] + [(15, "val"), (20, "val")])
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--mpirun", default="mpirun")
+    args, rest = p.parse_known_args()
+    BIN, SRC, MPIRUN = os.path.abspath(args.multiscreen), os.path.abspath(args.source), args.mpirun
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
