@@ -371,6 +371,23 @@ absl::Status Trainer::Run() {
       break;
     }
   }
+  return WriteRunStatus();
+}
+
+absl::Status Trainer::WriteRunStatus() {
+  if (!is_logger()) return absl::OkStatus();
+  const std::string path = run_.run_dir() + "/status.json";
+  const nlohmann::json status = {{"state", stopped_by_signal_ ? "stopped" : "finished"},
+                                 {"step", state_.step},
+                                 {"steps", run_.steps()}};
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << status.dump() << "\n";
+    if (!out) return absl::DataLossError(absl::StrCat(path, ".tmp: write failed"));
+  }
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": rename failed"));
+  }
   return absl::OkStatus();
 }
 

@@ -49,6 +49,8 @@ class Trainer {
   // Trains from state().step to run.steps(), or until a stop signal (then
   // returns OK after the current step). Writes metrics under run_dir, and a
   // checkpoint every checkpoint.every steps, at the end, and on a stop signal.
+  // Ends by writing <run_dir>/status.json: {"state": "finished" | "stopped",
+  // "step": N, "steps": total}; launch scripts requeue a stopped run.
   absl::Status Run();
 
   // Saves a checkpoint of the current state (checkpoint/checkpoint.h): each
@@ -77,6 +79,7 @@ class Trainer {
   absl::StatusOr<double> Step(double lr, double* grad_norm, bool* applied);
   absl::Status LogStep(double loss, double lr, double grad_norm, bool applied, double seconds);
   absl::Status AppendMetrics(const std::string& json_line);
+  absl::Status WriteRunStatus();
   // Continues from run_dir's newest complete checkpoint, if any; refuses a
   // run_dir that holds metrics but no checkpoint.
   absl::Status ResumeIfPresent();

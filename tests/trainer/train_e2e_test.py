@@ -89,6 +89,8 @@ class TrainTest(unittest.TestCase):
         tb = os.listdir(os.path.join(d, "tb"))
         self.assertTrue(any(f.startswith("events.out.tfevents.") for f in tb))
         self.assertTrue(os.path.isdir(os.path.join(d, "checkpoints", "step_00000040")))
+        with open(os.path.join(d, "status.json")) as f:
+            self.assertEqual(json.load(f), {"state": "finished", "step": 40, "steps": 40})
 
     def test_sigkill_after_a_checkpoint_resumes_bit_identically(self):
         straight = self.run_dir("straight")
@@ -137,6 +139,8 @@ class TrainTest(unittest.TestCase):
         last = max(train_losses(d))
         with open(os.path.join(d, "checkpoints", "latest")) as f:
             self.assertEqual(f.read().strip(), f"step_{last:08d}")
+        with open(os.path.join(d, "status.json")) as f:
+            self.assertEqual(json.load(f), {"state": "stopped", "step": last, "steps": 100000})
 
     def test_a_corrupted_newest_checkpoint_falls_back_with_a_warning(self):
         d = self.run_dir("fallback")
