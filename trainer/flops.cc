@@ -41,15 +41,22 @@ namespace multiscreen {
 double MeasureSgemmGflops(int64_t n, double seconds) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.f);
   kernels::cpu::Gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);  // warm-up
-  const auto start = std::chrono::steady_clock::now();
-  int64_t reps = 0;
-  double elapsed = 0;
-  do {
-    kernels::cpu::Gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-    ++reps;
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  } while (elapsed < seconds);
-  return 2.0 * double(n) * n * n * reps / elapsed / 1e9;
+  // The best of several short trials: on a shared machine the slowest trials
+  // measure the neighbours, not the BLAS.
+  constexpr int kTrials = 5;
+  double best = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const auto start = std::chrono::steady_clock::now();
+    int64_t reps = 0;
+    double elapsed = 0;
+    do {
+      kernels::cpu::Gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+      ++reps;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } while (elapsed < seconds / kTrials);
+    best = std::max(best, 2.0 * double(n) * n * n * reps / elapsed / 1e9);
+  }
+  return best;
 }
 
 }  // namespace multiscreen

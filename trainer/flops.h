@@ -35,7 +35,9 @@ inline double TrainingFlopsPerToken(const ModelDims& dims, int64_t T, const std:
 namespace multiscreen {
 
 // The machine's single-precision GEMM rate in GFLOP/s, measured through the
-// BLAS library on n×n×n products for about `seconds` (the MFU denominator on CPUs).
+// BLAS library on n×n×n products for about `seconds`, the best of 5 trials
+// (the MFU denominator on CPUs; on a loaded machine it still reads low, so MFU
+// reads high).
 double MeasureSgemmGflops(int64_t n = 512, double seconds = 0.3);
 
 }  // namespace multiscreen
