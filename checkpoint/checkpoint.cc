@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -108,6 +109,29 @@ absl::StatusOr<CheckpointMeta> MetaFromJson(const json& j, const std::string& pa
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": malformed manifest: ", e.what()));
   }
+}
+
+// Reads dataset `name` of `file` in chunks of rows (at most kChunkBytes each, so
+// memory stays bounded whatever the tensor), handing each chunk to on_rows
+// (first row, row count, data) and returning the CRC-32C of the whole.
+constexpr int64_t kChunkBytes = int64_t{16} << 20;
+
+absl::StatusOr<uint32_t> StreamDataset(const H5Reader& file, const std::string& name,
+                                       const std::function<void(int64_t, int64_t, const float*)>& on_rows) {
+  MS_ASSIGN_OR_RETURN(const auto shape, file.Shape(name));
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  int64_t inner = 1;
+  for (size_t d = 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, inner * 4));
+  std::vector<float> buffer(std::min(rows, chunk_rows) * inner);
+  Crc32cStream crc;
+  for (int64_t r = 0; r < rows; r += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - r);
+    MS_RETURN_IF_ERROR(file.ReadRows(name, r, n, buffer.data()));
+    crc.Update(buffer.data(), n * inner * sizeof(float));
+    on_rows(r, n, buffer.data());
+  }
+  return crc.value();
 }
 
 // Step of a "step_NNNNNNNN" directory name, or −1.
@@ -313,18 +337,10 @@ std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt) {
       continue;
     }
     for (const auto& [name, crc] : record["datasets"].items()) {
-      auto shape = (*in)->Shape(name);
-      if (!shape.ok()) {
-        problems.push_back(std::string(shape.status().message()));
-        continue;
-      }
-      int64_t n = 1;
-      for (int64_t d : *shape) n *= d;
-      std::vector<float> data(n);
-      const int64_t rows = shape->empty() ? 1 : (*shape)[0];
-      if (auto s = (*in)->ReadRows(name, 0, rows, data.data()); !s.ok()) {
-        problems.push_back(std::string(s.message()));
-      } else if (Crc32c(data.data(), n * sizeof(float)) != crc.get<uint32_t>()) {
+      auto got = StreamDataset(**in, name, [](int64_t, int64_t, const float*) {});
+      if (!got.ok()) {
+        problems.push_back(std::string(got.status().message()));
+      } else if (*got != crc.get<uint32_t>()) {
         problems.push_back(absl::StrCat(path, ": dataset ", name, " fails its checksum (corrupted)"));
       }
     }
@@ -369,16 +385,23 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
       bool needed = false;
       for (int64_t r = begin; r < end && !needed; ++r) needed = !covered[r - want_begin];
       if (!needed) continue;
-      // Verify the whole dataset, then copy the rows still missing.
-      std::vector<float> all(have_rows * inner);
-      MS_RETURN_IF_ERROR(files[f]->ReadRows(name, 0, have_rows, all.data()));
-      if (!record.contains(name) || Crc32c(all.data(), all.size() * sizeof(float)) != record[name].get<uint32_t>()) {
+      // Stream the dataset (bounded memory), copying the rows still missing,
+      // and check its checksum before trusting them.
+      std::vector<int64_t> copied;  // global rows taken from this file
+      auto crc = StreamDataset(*files[f], name, [&](int64_t first, int64_t n, const float* data) {
+        const int64_t chunk_begin = have_begin + first;  // global row of data[0]
+        for (int64_t r = std::max(chunk_begin, begin); r < std::min(chunk_begin + n, end); ++r) {
+          if (covered[r - want_begin]) continue;
+          std::copy(data + (r - chunk_begin) * inner, data + (r - chunk_begin + 1) * inner,
+                    base + e.buffer_offset + (r - want_begin) * inner);
+          copied.push_back(r);
+        }
+      });
+      if (!crc.ok()) return crc.status();
+      if (!record.contains(name) || *crc != record[name].get<uint32_t>()) {
         return absl::DataLossError(absl::StrCat(files[f]->path(), ": dataset ", name, " fails its checksum"));
       }
-      for (int64_t r = begin; r < end; ++r) {
-        if (covered[r - want_begin]) continue;
-        std::copy(all.begin() + (r - have_begin) * inner, all.begin() + (r - have_begin + 1) * inner,
-                  base + e.buffer_offset + (r - want_begin) * inner);
+      for (const int64_t r : copied) {
         covered[r - want_begin] = true;
         ++n_covered;
       }

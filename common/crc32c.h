@@ -9,10 +9,20 @@
 
 namespace multiscreen {
 
+// CRC-32C of a byte stream fed in pieces: Crc32c(whole) == Update(a), Update(b), value().
+class Crc32cStream {
+ public:
+  void Update(const void* data, size_t size) { crc_.process_bytes(data, size); }
+  uint32_t value() const { return crc_.checksum(); }
+
+ private:
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc_;
+};
+
 inline uint32_t Crc32c(const void* data, size_t size) {
-  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
-  crc.process_bytes(data, size);
-  return crc.checksum();
+  Crc32cStream crc;
+  crc.Update(data, size);
+  return crc.value();
 }
 
 }  // namespace multiscreen

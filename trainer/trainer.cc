@@ -130,10 +130,24 @@ absl::Status Trainer::ResumeIfPresent() {
     }
     return absl::OkStatus();
   }
-  auto ckpt = FindLatestCheckpoint(run_.run_dir());
-  if (!ckpt.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("--run_dir=", run_.run_dir(), ": cannot resume: ",
-                                                      ckpt.status().message()));
+  // Rank 0 picks the newest checkpoint that verifies (reading every dataset
+  // once) and tells the others which; each then reads only its own slices.
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<CheckpointRef> ckpt = absl::UnknownError("not chosen");
+  double chosen = -1;
+  if (is_logger()) {
+    ckpt = FindLatestCheckpoint(run_.run_dir());
+    if (ckpt.ok()) chosen = double(ckpt->meta.step);
+  }
+  grid_->world().Broadcast(&chosen, 1, 0);
+  if (chosen < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--run_dir=", run_.run_dir(), ": cannot resume: ",
+        is_logger() ? std::string(ckpt.status().message()) : std::string("rank 0 found no loadable checkpoint")));
+  }
+  if (!is_logger()) {
+    ckpt = OpenCheckpoint(run_.run_dir() + "/checkpoints/" + StepDirName(static_cast<int64_t>(chosen)));
+    if (!ckpt.ok()) return ckpt.status();
   }
   const CheckpointMeta& m = ckpt->meta;
   if (m.seed != run_.seed()) {
@@ -169,7 +183,8 @@ absl::Status Trainer::ResumeIfPresent() {
     in.close();
     std::ofstream(metrics, std::ios::trunc) << kept;
     LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed; saved under tp=",
-            m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ")");
+            m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ") in ",
+            absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
   }
   return absl::OkStatus();
 }
