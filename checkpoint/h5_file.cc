@@ -91,24 +91,22 @@ absl::Status H5Writer::WriteSlice(const std::string& name, const std::vector<int
   return absl::OkStatus();
 }
 
-absl::Status H5Writer::WriteAttribute(const std::string& name, int64_t value) {
+absl::Status H5Writer::WriteScalarAttribute(const std::string& name, int64_t type, const void* value) {
   const hid_t space = H5Screate(H5S_SCALAR);
-  const hid_t attr = H5Acreate2(file_, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
-  const herr_t err = attr < 0 ? -1 : H5Awrite(attr, H5T_NATIVE_INT64, &value);
+  const hid_t attr = H5Acreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const herr_t err = attr < 0 ? -1 : H5Awrite(attr, type, value);
   if (attr >= 0) H5Aclose(attr);
   H5Sclose(space);
   if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write attribute ", name));
   return absl::OkStatus();
 }
 
+absl::Status H5Writer::WriteAttribute(const std::string& name, int64_t value) {
+  return WriteScalarAttribute(name, H5T_NATIVE_INT64, &value);
+}
+
 absl::Status H5Writer::WriteAttribute(const std::string& name, double value) {
-  const hid_t space = H5Screate(H5S_SCALAR);
-  const hid_t attr = H5Acreate2(file_, name.c_str(), H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT);
-  const herr_t err = attr < 0 ? -1 : H5Awrite(attr, H5T_NATIVE_DOUBLE, &value);
-  if (attr >= 0) H5Aclose(attr);
-  H5Sclose(space);
-  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write attribute ", name));
-  return absl::OkStatus();
+  return WriteScalarAttribute(name, H5T_NATIVE_DOUBLE, &value);
 }
 
 absl::Status H5Writer::WriteAttribute(const std::string& name, const std::string& value) {

@@ -35,6 +35,8 @@ class H5Writer {
 
  private:
   H5Writer(std::string path, int64_t file);
+  // `type` is an HDF5 native type id (hid_t).
+  absl::Status WriteScalarAttribute(const std::string& name, int64_t type, const void* value);
   std::string path_, tmp_;
   int64_t file_ = -1;
 };

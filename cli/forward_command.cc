@@ -7,8 +7,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "checkpoint/checkpoint.h"
 #include "checkpoint/weights_file.h"
+#include "cli/weights_source.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "data/token_file.h"
@@ -53,10 +53,6 @@ int ForwardCommand(int argc, char** argv) {
   const std::string weights_path = absl::GetFlag(FLAGS_weights), tokens_path = absl::GetFlag(FLAGS_tokens);
   const std::string out = absl::GetFlag(FLAGS_out), precision = absl::GetFlag(FLAGS_precision);
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);
-  const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint);
-  if (weights_path.empty() == checkpoint.empty()) {
-    return Fail("forward", absl::InvalidArgumentError("give exactly one of --weights=FILE.h5 and --checkpoint=DIR"));
-  }
   if (tokens_path.empty()) return Fail("forward", absl::InvalidArgumentError("--tokens: a token .bin file is required"));
   if (out.empty()) return Fail("forward", absl::InvalidArgumentError("--out: an output .h5 path is required"));
   if (B <= 0) return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " must be positive")));
@@ -64,13 +60,7 @@ int ForwardCommand(int argc, char** argv) {
   if (precision != "fp32" && precision != "bf16" && precision != "fp64") {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--precision=", precision, ": expected fp32, bf16 or fp64")));
   }
-  absl::StatusOr<Weights> weights;
-  if (checkpoint.empty()) {
-    weights = ReadWeightsFile(weights_path);
-  } else {
-    auto ckpt = OpenCheckpointOrRun(checkpoint);
-    weights = ckpt.ok() ? ConsolidatedWeights(*ckpt) : absl::StatusOr<Weights>(ckpt.status());
-  }
+  auto weights = LoadWeights(weights_path, absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("forward", weights.status());
   auto tokens = ReadTokenFile(tokens_path, B * (T + 1));
   if (!tokens.ok()) return Fail("forward", tokens.status());

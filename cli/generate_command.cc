@@ -8,8 +8,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/weights_file.h"
+#include "cli/weights_source.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "data/gpt2_tokenizer.h"
@@ -29,18 +28,8 @@ int GenerateCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, "multiscreen generate --checkpoint=DIR --prompt=TEXT [--max_tokens=N]"); !s.ok()) {
     return Fail("generate", s);
   }
-  const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint), weights_path = absl::GetFlag(FLAGS_weights);
-  if (checkpoint.empty() == weights_path.empty()) {
-    return Fail("generate", absl::InvalidArgumentError("give exactly one of --checkpoint=DIR and --weights=FILE.h5"));
-  }
   if (absl::GetFlag(FLAGS_max_tokens) < 0) return Fail("generate", absl::InvalidArgumentError("--max_tokens must be >= 0"));
-  absl::StatusOr<Weights> weights;
-  if (checkpoint.empty()) {
-    weights = ReadWeightsFile(weights_path);
-  } else {
-    auto ckpt = OpenCheckpointOrRun(checkpoint);
-    weights = ckpt.ok() ? ConsolidatedWeights(*ckpt) : absl::StatusOr<Weights>(ckpt.status());
-  }
+  auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
   auto tokenizer = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
   if (!tokenizer.ok()) return Fail("generate", tokenizer.status());

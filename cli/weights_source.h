@@ -1,0 +1,15 @@
+// Where a command's model weights come from: --weights=FILE.h5 (a consolidated
+// weights file) or --checkpoint=DIR (a checkpoint or run directory, any layout).
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/weights_file.h"
+
+namespace multiscreen::cli {
+
+// Exactly one of the two must be given; errors name the flag, file or dataset.
+absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::string& checkpoint);
+
+}  // namespace multiscreen::cli
