@@ -179,6 +179,22 @@ std::string ShardFileName(int64_t pp_rank, int64_t tp_rank) {
   return absl::StrCat("shard_pp", pp_rank, "_tp", tp_rank, ".h5");
 }
 
+std::string OptimizerFileName(int64_t pp_rank, int64_t tp_rank, int64_t dp_rank) {
+  return absl::StrCat("optim_pp", pp_rank, "_tp", tp_rank, "_dp", dp_rank, ".h5");
+}
+
+std::vector<std::string> CheckpointFiles(const ParallelLayout& layout) {
+  std::vector<std::string> files;
+  for (int64_t p = 0; p < layout.pp; ++p) {
+    for (int64_t t = 0; t < layout.tp; ++t) {
+      files.push_back(ShardFileName(p, t));
+      if (layout.zero == 0) continue;
+      for (int64_t d = 0; d < layout.dp; ++d) files.push_back(OptimizerFileName(p, t, d));
+    }
+  }
+  return files;
+}
+
 std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
 
 std::string TempCheckpointDir(const std::string& run_dir, int64_t step) {
@@ -216,25 +232,46 @@ absl::StatusOr<json> WriteShard(const std::string& tmp_dir, const ShardTensors& 
   return json{{"bytes", static_cast<int64_t>(fs::file_size(path))}, {"datasets", datasets}};
 }
 
-absl::Status WriteShardRecord(const std::string& tmp_dir, const ShardTensors& shard, const json& record) {
-  const std::string path = (fs::path(tmp_dir) / (ShardFileName(shard.pp_rank, shard.tp_rank) + ".json")).string();
-  return WriteFileAtomically(path, record.dump());
+absl::StatusOr<json> WriteOptimizerPiece(const std::string& tmp_dir, const OptimizerPiece& piece) {
+  const std::string path =
+      (fs::path(tmp_dir) / OptimizerFileName(piece.pp_rank, piece.tp_rank, piece.dp_rank)).string();
+  MS_ASSIGN_OR_RETURN(auto out, H5Writer::Create(path));
+  MS_RETURN_IF_ERROR(out->WriteAttribute("format", std::string("multiscreen-checkpoint-optimizer")));
+  MS_RETURN_IF_ERROR(out->WriteAttribute("flat_begin", piece.begin));
+  MS_RETURN_IF_ERROR(out->WriteAttribute("flat_end", piece.end));
+  json datasets = json::object();
+  for (const ParamEntry& e : piece.layout->entries()) {
+    // The part of this entry inside [begin, end), as a run of its global elements.
+    const int64_t lo = std::max(piece.begin, e.buffer_offset), hi = std::min(piece.end, e.buffer_offset + e.size());
+    if (lo >= hi) continue;
+    const int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+    const int64_t inner = rows == 0 ? 0 : e.size() / rows;
+    const int64_t flat_offset = (e.offset.empty() ? 0 : e.offset[0]) * inner + (lo - e.buffer_offset);
+    for (const auto& [prefix, base] : {std::pair{"adam_m/", piece.adam_m}, std::pair{"adam_v/", piece.adam_v}}) {
+      const float* data = base + (lo - piece.begin);
+      MS_RETURN_IF_ERROR(out->WritePiece(prefix + e.name, hi - lo, e.global_shape, flat_offset, data));
+      datasets[prefix + e.name] = Crc32c(data, (hi - lo) * sizeof(float));
+    }
+  }
+  MS_RETURN_IF_ERROR(out->Commit());
+  return json{{"bytes", static_cast<int64_t>(fs::file_size(path))}, {"datasets", datasets}};
 }
 
-absl::StatusOr<json> ReadShardRecords(const std::string& tmp_dir, int64_t tp, int64_t pp) {
+absl::Status WriteFileRecord(const std::string& tmp_dir, const std::string& file, const json& record) {
+  return WriteFileAtomically((fs::path(tmp_dir) / (file + ".json")).string(), record.dump());
+}
+
+absl::StatusOr<json> ReadFileRecords(const std::string& tmp_dir, const std::vector<std::string>& names) {
   json files = json::object();
-  for (int64_t p = 0; p < pp; ++p) {
-    for (int64_t t = 0; t < tp; ++t) {
-      const std::string name = ShardFileName(p, t);
-      const fs::path path = fs::path(tmp_dir) / (name + ".json");
-      std::ifstream in(path);
-      if (!in) return absl::DataLossError(absl::StrCat(path.string(), ": missing (shard pp", p, " tp", t, " not written)"));
-      files[name] = json::parse(in, nullptr, false);
-      if (files[name].is_discarded()) return absl::DataLossError(absl::StrCat(path.string(), ": not valid JSON"));
-      in.close();
-      std::error_code ec;
-      fs::remove(path, ec);
-    }
+  for (const std::string& name : names) {
+    const fs::path path = fs::path(tmp_dir) / (name + ".json");
+    std::ifstream in(path);
+    if (!in) return absl::DataLossError(absl::StrCat(path.string(), ": missing (", name, " was not written)"));
+    files[name] = json::parse(in, nullptr, false);
+    if (files[name].is_discarded()) return absl::DataLossError(absl::StrCat(path.string(), ": not valid JSON"));
+    in.close();
+    std::error_code ec;
+    fs::remove(path, ec);
   }
   return files;
 }
@@ -349,7 +386,7 @@ std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt) {
 }
 
 absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, float* params, float* adam_m,
-                       float* adam_v) {
+                       float* adam_v, std::pair<int64_t, int64_t> moment_range) {
   const ModelDims& saved = ckpt.meta.dims;
   const ModelDims& want = target.dims();
   if (saved.n_layers != want.n_layers || saved.n_heads != want.n_heads || saved.d_e != want.d_e ||
@@ -357,7 +394,7 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
     return absl::InvalidArgumentError(absl::StrCat(ckpt.dir, ": checkpoint of model '", saved.name,
                                                    "' does not match the model being loaded ('", want.name, "')"));
   }
-  // Open every shard file once; for each target entry read the overlapping rows.
+  if (moment_range.second < 0) moment_range.second = target.size();
   std::vector<std::unique_ptr<H5Reader>> files;
   std::vector<std::string> names;
   for (const auto& [file, record] : ckpt.manifest["files"].items()) {
@@ -365,57 +402,77 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
     files.push_back(std::move(r));
     names.push_back(file);
   }
-  auto load = [&](const std::string& name, const ParamEntry& e, float* base) -> absl::Status {
-    const int64_t want_begin = e.offset.empty() ? 0 : e.offset[0];
-    const int64_t want_rows = e.shape.empty() ? 1 : e.shape[0];
-    const int64_t inner = want_rows == 0 ? 0 : e.size() / want_rows;
+  // Everything is placed by global row-major element index: a row slice with
+  // offset[0] = o covers [o·inner, (o + rows)·inner); a ZeRO-1 piece covers
+  // [flat_offset, flat_offset + count). `want` is the run of global elements
+  // wanted, written to out[0, want_end − want_begin).
+  auto load = [&](const std::string& name, int64_t want_begin, int64_t want_end, float* out) -> absl::Status {
+    const int64_t wanted = want_end - want_begin;
+    if (wanted <= 0) return absl::OkStatus();
     // Replicated data (W_E on the first and last stage, scalars on every tp
-    // rank) appears in several files: the first file that holds a row wins.
-    std::vector<bool> covered(want_rows, false);
+    // rank) appears in several files: the first file that holds an element wins.
+    std::vector<bool> covered(wanted, false);
     int64_t n_covered = 0;
-    for (size_t f = 0; f < files.size() && n_covered < want_rows; ++f) {
+    for (size_t f = 0; f < files.size() && n_covered < wanted; ++f) {
       if (!files[f]->Has(name)) continue;
-      const json& record = ckpt.manifest["files"][names[f]]["datasets"];
       MS_ASSIGN_OR_RETURN(const auto shape, files[f]->Shape(name));
-      MS_ASSIGN_OR_RETURN(const auto offset, files[f]->ReadDatasetAttribute(name, "offset"));
-      const int64_t have_begin = offset.empty() ? 0 : offset[0];
-      const int64_t have_rows = shape.empty() ? 1 : shape[0];
-      const int64_t begin = std::max(want_begin, have_begin);
-      const int64_t end = std::min(want_begin + want_rows, have_begin + have_rows);
+      int64_t inner = 1;
+      for (size_t d = 1; d < shape.size(); ++d) inner *= shape[d];
+      const int64_t count = (shape.empty() ? 1 : shape[0]) * inner;
+      int64_t have_begin;
+      if (auto flat = files[f]->ReadDatasetAttribute(name, "flat_offset"); flat.ok() && flat->size() == 1) {
+        have_begin = (*flat)[0];
+      } else {
+        MS_ASSIGN_OR_RETURN(const auto offset, files[f]->ReadDatasetAttribute(name, "offset"));
+        have_begin = (offset.empty() ? 0 : offset[0]) * inner;
+      }
+      const int64_t begin = std::max(want_begin, have_begin), end = std::min(want_end, have_begin + count);
       bool needed = false;
-      for (int64_t r = begin; r < end && !needed; ++r) needed = !covered[r - want_begin];
+      for (int64_t g = begin; g < end && !needed; ++g) needed = !covered[g - want_begin];
       if (!needed) continue;
-      // Stream the dataset (bounded memory), copying the rows still missing,
-      // and check its checksum before trusting them.
-      std::vector<int64_t> copied;  // global rows taken from this file
-      auto crc = StreamDataset(*files[f], name, [&](int64_t first, int64_t n, const float* data) {
-        const int64_t chunk_begin = have_begin + first;  // global row of data[0]
-        for (int64_t r = std::max(chunk_begin, begin); r < std::min(chunk_begin + n, end); ++r) {
-          if (covered[r - want_begin]) continue;
-          std::copy(data + (r - chunk_begin) * inner, data + (r - chunk_begin + 1) * inner,
-                    base + e.buffer_offset + (r - want_begin) * inner);
-          copied.push_back(r);
+      // Stream the dataset (bounded memory), copying the elements still
+      // missing, and check its checksum before trusting them.
+      std::vector<std::pair<int64_t, int64_t>> copied;  // [first, last) global runs
+      auto crc = StreamDataset(*files[f], name, [&](int64_t first_row, int64_t rows, const float* data) {
+        const int64_t chunk_begin = have_begin + first_row * inner;
+        const int64_t lo = std::max(chunk_begin, begin), hi = std::min(chunk_begin + rows * inner, end);
+        for (int64_t g = lo; g < hi; ++g) {
+          if (!covered[g - want_begin]) out[g - want_begin] = data[g - chunk_begin];
         }
+        if (lo < hi) copied.push_back({lo, hi});
       });
       if (!crc.ok()) return crc.status();
+      const json& record = ckpt.manifest["files"][names[f]]["datasets"];
       if (!record.contains(name) || *crc != record[name].get<uint32_t>()) {
         return absl::DataLossError(absl::StrCat(files[f]->path(), ": dataset ", name, " fails its checksum"));
       }
-      for (const int64_t r : copied) {
-        covered[r - want_begin] = true;
-        ++n_covered;
+      for (const auto& [lo, hi] : copied) {
+        for (int64_t g = lo; g < hi; ++g) {
+          if (!covered[g - want_begin]) {
+            covered[g - want_begin] = true;
+            ++n_covered;
+          }
+        }
       }
     }
-    if (n_covered != want_rows) {
-      return absl::DataLossError(absl::StrCat(ckpt.dir, ": dataset ", name, " covers ", n_covered, " of the ",
-                                              want_rows, " rows needed"));
+    if (n_covered != wanted) {
+      return absl::DataLossError(absl::StrCat(ckpt.dir, ": ", name, " covers ", n_covered, " of the ", wanted,
+                                              " elements needed"));
     }
     return absl::OkStatus();
   };
   for (const ParamEntry& e : target.entries()) {
-    MS_RETURN_IF_ERROR(load(e.name, e, params));
-    if (adam_m != nullptr) MS_RETURN_IF_ERROR(load("adam_m/" + e.name, e, adam_m));
-    if (adam_v != nullptr) MS_RETURN_IF_ERROR(load("adam_v/" + e.name, e, adam_v));
+    const int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+    const int64_t inner = rows == 0 ? 0 : e.size() / rows;
+    const int64_t first = (e.offset.empty() ? 0 : e.offset[0]) * inner;  // global index of the slice's element 0
+    MS_RETURN_IF_ERROR(load(e.name, first, first + e.size(), params + e.buffer_offset));
+    // The moments only for this entry's part of moment_range.
+    const int64_t lo = std::max(moment_range.first, e.buffer_offset);
+    const int64_t hi = std::min(moment_range.second, e.buffer_offset + e.size());
+    if (lo >= hi) continue;
+    const int64_t g0 = first + (lo - e.buffer_offset), g1 = first + (hi - e.buffer_offset);
+    if (adam_m != nullptr) MS_RETURN_IF_ERROR(load("adam_m/" + e.name, g0, g1, adam_m + (lo - moment_range.first)));
+    if (adam_v != nullptr) MS_RETURN_IF_ERROR(load("adam_v/" + e.name, g0, g1, adam_v + (lo - moment_range.first)));
   }
   return absl::OkStatus();
 }
@@ -439,7 +496,7 @@ absl::StatusOr<Weights> ConsolidatedWeights(const CheckpointRef& ckpt) {
 std::vector<ShardPlan> PlanCheckpoint(const ModelDims& dims, const ParallelLayout& layout) {
   std::vector<ShardPlan> plan;
   ForEachShard(dims, layout, [&](int64_t p, int64_t t, const ParamLayout& l) {
-    plan.push_back({ShardFileName(p, t), l.size() * int64_t(sizeof(float)), 2 * l.size() * int64_t(sizeof(float))});
+    plan.push_back({ShardFileName(p, t), p, t, l.size() * int64_t(sizeof(float)), 2 * l.size() * int64_t(sizeof(float))});
   });
   return plan;
 }

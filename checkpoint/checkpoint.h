@@ -5,6 +5,11 @@
 //                            the rank owns under its logical name, and Adam's
 //                            moments under adam_m/<name>, adam_v/<name>; each
 //                            dataset has attributes global_shape and offset
+//     optim_pp{p}_tp{t}_dp{d}.h5  under ZeRO-1 the moments live here instead,
+//                            one file per dp rank: the pieces of each tensor
+//                            its flat range covers, as 1-D datasets with
+//                            attributes global_shape and flat_offset (the
+//                            global row-major index of their first element)
 //     manifest.json          model, layout, step, samples, tokens, optimizer
 //                            step, loss-scaler state, seeds, and a CRC-32C per
 //                            dataset per file
@@ -59,8 +64,19 @@ struct ShardTensors {
   int64_t pp_rank = 0, tp_rank = 0;
 };
 
-// The file name of a model-parallel rank's shard.
+// Adam's moments for flat elements [begin, end) of a model-parallel rank's
+// layout (a ZeRO-1 dp rank's share): m and v hold end − begin values.
+struct OptimizerPiece {
+  const ParamLayout* layout = nullptr;
+  int64_t begin = 0, end = 0;
+  const float* adam_m = nullptr;
+  const float* adam_v = nullptr;
+  int64_t pp_rank = 0, tp_rank = 0, dp_rank = 0;
+};
+
+// The file name of a model-parallel rank's shard, and of a dp rank's optimizer piece.
 std::string ShardFileName(int64_t pp_rank, int64_t tp_rank);
+std::string OptimizerFileName(int64_t pp_rank, int64_t tp_rank, int64_t dp_rank);
 // "step_00001000".
 std::string StepDirName(int64_t step);
 
@@ -73,19 +89,23 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& run_dir, const Che
                                            int64_t keep_every);
 
 // The pieces, for ranks that write their own shard into a shared directory:
-// one rank calls BeginCheckpoint, every writer WriteShard + WriteShardRecord
-// into TempCheckpointDir, then (after a barrier) one rank ReadShardRecords and
-// CommitCheckpoint.
+// one rank calls BeginCheckpoint, every writer WriteShard (or
+// WriteOptimizerPiece) + WriteFileRecord into TempCheckpointDir, then (after a
+// barrier) one rank ReadFileRecords(CheckpointFiles(layout)) and CommitCheckpoint.
 std::string TempCheckpointDir(const std::string& run_dir, int64_t step);
 absl::StatusOr<std::string> BeginCheckpoint(const std::string& run_dir, int64_t step);
 // Writes one shard file into tmp_dir; returns its manifest record
 // {"bytes": N, "datasets": {name: crc32c}}.
 absl::StatusOr<nlohmann::json> WriteShard(const std::string& tmp_dir, const ShardTensors& shard);
-// Leaves a shard's manifest record beside it (<shard>.json) for the committer.
-absl::Status WriteShardRecord(const std::string& tmp_dir, const ShardTensors& shard, const nlohmann::json& record);
-// The records of all tp × pp shards, as CommitCheckpoint's `files`; removes the
-// record files. Errors name a missing shard.
-absl::StatusOr<nlohmann::json> ReadShardRecords(const std::string& tmp_dir, int64_t tp, int64_t pp);
+// Writes a ZeRO-1 optimizer piece into tmp_dir; returns its manifest record.
+absl::StatusOr<nlohmann::json> WriteOptimizerPiece(const std::string& tmp_dir, const OptimizerPiece& piece);
+// Leaves a file's manifest record beside it (<file>.json) for the committer.
+absl::Status WriteFileRecord(const std::string& tmp_dir, const std::string& file, const nlohmann::json& record);
+// The records of `files`, as CommitCheckpoint's `files`; removes the record
+// files. Errors name a file whose record is missing (its writer failed).
+absl::StatusOr<nlohmann::json> ReadFileRecords(const std::string& tmp_dir, const std::vector<std::string>& files);
+// The files a layout writes: its shards, and its optimizer pieces under ZeRO-1.
+std::vector<std::string> CheckpointFiles(const ParallelLayout& layout);
 absl::StatusOr<std::string> CommitCheckpoint(const std::string& run_dir, const std::string& tmp_dir,
                                              const CheckpointMeta& meta, const nlohmann::json& files,
                                              int64_t keep_last, int64_t keep_every);
@@ -113,12 +133,15 @@ absl::StatusOr<CheckpointRef> OpenCheckpointOrRun(const std::string& path);
 // The full model's weights of a checkpoint of any layout.
 absl::StatusOr<Weights> ConsolidatedWeights(const CheckpointRef& ckpt);
 
-// Fills a target layout's buffers from a checkpoint saved under any layout:
-// for every entry, the rows it owns are read from the shard files whose
-// slices overlap them, with every dataset read checked against its CRC-32C.
-// adam_m/adam_v may be null. Errors name the file and dataset.
+// Fills a target layout's buffers from a checkpoint saved under any layout
+// (with or without ZeRO-1): every tensor is located by global row-major
+// element index, each dataset streamed in bounded chunks and checked against
+// its CRC-32C, and the overlap copied. params covers the whole layout; adam_m
+// and adam_v (may be null) cover flat elements moment_range = [begin, end) of
+// it (end < 0: to the end), so a ZeRO-1 rank reads only its share.
+// Errors name the file and dataset.
 absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, float* params, float* adam_m,
-                       float* adam_v);
+                       float* adam_v, std::pair<int64_t, int64_t> moment_range = {0, -1});
 
 // Verifies every dataset of every file against the manifest; returns one
 // line per problem (empty when all is well).
@@ -128,6 +151,7 @@ std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt);
 // moments unless weights_only), computed from the layouts without allocating.
 struct ShardPlan {
   std::string file;
+  int64_t pp_rank = 0, tp_rank = 0;
   int64_t weight_bytes = 0;
   int64_t moment_bytes = 0;
 };

@@ -71,14 +71,12 @@ absl::Status H5Writer::Write(const std::string& name, const std::vector<int64_t>
   return WriteDataset(file_, tmp_, name, shape, data);
 }
 
-absl::Status H5Writer::WriteSlice(const std::string& name, const std::vector<int64_t>& shape,
-                                  const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offset,
-                                  const float* data) {
-  if (auto s = WriteDataset(file_, tmp_, name, shape, data); !s.ok()) return s;
+absl::Status H5Writer::WriteDatasetAttributes(
+    const std::string& name, const std::vector<std::pair<const char*, std::vector<int64_t>>>& attributes) {
   const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
   if (set < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot reopen dataset ", name));
   herr_t err = 0;
-  for (const auto& [attr_name, values] : {std::pair{"global_shape", global_shape}, std::pair{"offset", offset}}) {
+  for (const auto& [attr_name, values] : attributes) {
     const hsize_t n = values.size();
     const hid_t space = n == 0 ? H5Screate(H5S_NULL) : H5Screate_simple(1, &n, nullptr);
     const hid_t attr = H5Acreate2(set, attr_name, H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
@@ -87,8 +85,21 @@ absl::Status H5Writer::WriteSlice(const std::string& name, const std::vector<int
     H5Sclose(space);
   }
   H5Dclose(set);
-  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write slice attributes of ", name));
+  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write the attributes of ", name));
   return absl::OkStatus();
+}
+
+absl::Status H5Writer::WriteSlice(const std::string& name, const std::vector<int64_t>& shape,
+                                  const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offset,
+                                  const float* data) {
+  if (auto s = WriteDataset(file_, tmp_, name, shape, data); !s.ok()) return s;
+  return WriteDatasetAttributes(name, {{"global_shape", global_shape}, {"offset", offset}});
+}
+
+absl::Status H5Writer::WritePiece(const std::string& name, int64_t count, const std::vector<int64_t>& global_shape,
+                                  int64_t flat_offset, const float* data) {
+  if (auto s = WriteDataset(file_, tmp_, name, {count}, data); !s.ok()) return s;
+  return WriteDatasetAttributes(name, {{"global_shape", global_shape}, {"flat_offset", {flat_offset}}});
 }
 
 absl::Status H5Writer::WriteScalarAttribute(const std::string& name, int64_t type, const void* value) {

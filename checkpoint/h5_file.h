@@ -27,6 +27,11 @@ class H5Writer {
   absl::Status WriteSlice(const std::string& name, const std::vector<int64_t>& shape,
                           const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offset,
                           const float* data);
+  // A 1-D dataset of `count` elements holding a run of a tensor of
+  // `global_shape` that starts at global row-major index flat_offset:
+  // attributes `global_shape` and `flat_offset` say so.
+  absl::Status WritePiece(const std::string& name, int64_t count, const std::vector<int64_t>& global_shape,
+                          int64_t flat_offset, const float* data);
   absl::Status WriteAttribute(const std::string& name, int64_t value);
   absl::Status WriteAttribute(const std::string& name, double value);
   absl::Status WriteAttribute(const std::string& name, const std::string& value);
@@ -37,6 +42,9 @@ class H5Writer {
   H5Writer(std::string path, int64_t file);
   // `type` is an HDF5 native type id (hid_t).
   absl::Status WriteScalarAttribute(const std::string& name, int64_t type, const void* value);
+  // Int64 array attributes of dataset `name`.
+  absl::Status WriteDatasetAttributes(const std::string& name,
+                                      const std::vector<std::pair<const char*, std::vector<int64_t>>>& attributes);
   std::string path_, tmp_;
   int64_t file_ = -1;
 };

@@ -2,6 +2,7 @@
 //   plan    --model=psi64 --tp=8 --pp=8 [--dp=N] [--zero=1]  file sizes, without allocating the model
 //   export  --checkpoint=DIR --out=FILE.h5                   the consolidated weights file
 //   inspect --checkpoint=DIR                                  step, layout, sizes, checksum status
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -42,13 +43,15 @@ int Plan() {
   std::printf("%-28s %16s %16s\n", "file", "weights", "adam m+v");
   for (const ShardPlan& s : PlanCheckpoint(*dims, layout)) {
     if (layout.zero) {
-      // ZeRO-1: the moments of each model-parallel shard are split over dp ranks.
+      // ZeRO-1: each dp rank writes the moments of its flat range (DataParallel's
+      // ⌈size/dp⌉ split), the shard file holds the weights only.
       std::printf("%-28s %16lld %16s\n", s.file.c_str(), (long long)s.weight_bytes, "-");
       const int64_t elements = s.weight_bytes / int64_t(sizeof(float));
+      const int64_t per_rank = (elements + layout.dp - 1) / layout.dp;
       for (int64_t d = 0; d < layout.dp; ++d) {
-        const int64_t mine = elements * (d + 1) / layout.dp - elements * d / layout.dp;
+        const int64_t mine = std::max<int64_t>(0, std::min(elements, (d + 1) * per_rank) - d * per_rank);
         const int64_t bytes = 2 * mine * int64_t(sizeof(float));
-        std::printf("  %-26s %16s %16lld\n", absl::StrCat("optim dp", d).c_str(), "-", (long long)bytes);
+        std::printf("  %-26s %16s %16lld\n", OptimizerFileName(s.pp_rank, s.tp_rank, d).c_str(), "-", (long long)bytes);
       }
     } else {
       std::printf("%-28s %16lld %16lld\n", s.file.c_str(), (long long)s.weight_bytes, (long long)s.moment_bytes);

@@ -154,16 +154,13 @@ absl::Status Trainer::ResumeIfPresent() {
     return absl::FailedPreconditionError(absl::StrCat(ckpt->dir, ": saved with seed ", m.seed, ", the run asks for ",
                                                       run_.seed(), " (the data order depends on it)"));
   }
-  // Any saved layout loads into this one; the moments are read whole for this
-  // rank's shard, then cut to the range its optimizer owns (ZeRO-1).
-  const int64_t size = model_->layout().size();
-  std::vector<float> m_full(size), v_full(size);
-  if (auto s = LoadShard(*ckpt, model_->layout(), state_.params.data(), m_full.data(), v_full.data()); !s.ok()) {
+  // Any saved layout loads into this one; each rank reads the moments of the
+  // range its optimizer owns (all of its shard, or its ZeRO-1 share).
+  if (auto s = LoadShard(*ckpt, model_->layout(), state_.params.data(), optimizer_->m().data(),
+                         optimizer_->v().data(), OptimizerRange());
+      !s.ok()) {
     return s;
   }
-  const auto [begin, end] = OptimizerRange();
-  std::copy(m_full.begin() + begin, m_full.begin() + end, optimizer_->m().begin());
-  std::copy(v_full.begin() + begin, v_full.begin() + end, optimizer_->v().begin());
   optimizer_->set_step(m.adam_step);
   state_.step = m.step;
   state_.samples = m.samples;
@@ -204,38 +201,35 @@ absl::Status Trainer::SaveCheckpointNow() {
   const GridShape& shape = grid_->shape();
   m.layout = {shape.tp, shape.pp, shape.dp, run_.parallel().zero()};
   const auto start = std::chrono::steady_clock::now();
-  // The moments of this rank's whole shard: under ZeRO-1 gathered over dp.
-  const int64_t size = model_->layout().size();
-  const auto [begin, end] = OptimizerRange();
-  std::vector<float> m_full, v_full;
-  const float* moment_m = optimizer_->m().data();
-  const float* moment_v = optimizer_->v().data();
-  if (begin != 0 || end != size) {
-    m_full.assign(size, 0.f);
-    v_full.assign(size, 0.f);
-    std::copy(optimizer_->m().begin(), optimizer_->m().end(), m_full.begin() + begin);
-    std::copy(optimizer_->v().begin(), optimizer_->v().end(), v_full.begin() + begin);
-    model_->data_parallel().AllGatherParams(m_full.data());
-    model_->data_parallel().AllGatherParams(v_full.data());
-    moment_m = m_full.data();
-    moment_v = v_full.data();
-  }
   // Rank 0 prepares the temporary directory; dp replica 0 writes one shard per
-  // model-parallel rank; rank 0 gathers their records and commits.
+  // model-parallel rank (with the moments, unless ZeRO-1 spread them); under
+  // ZeRO-1 every dp rank writes its own optimizer piece. Rank 0 then gathers
+  // the files' records and commits.
   const std::string tmp = TempCheckpointDir(run_.run_dir(), m.step);
   if (is_logger()) {
     if (auto made = BeginCheckpoint(run_.run_dir(), m.step); !made.ok()) return made.status();
   }
   grid_->world().Barrier();
-  if (grid_->coord().dp == 0) {
-    ShardTensors shard{&model_->layout(), state_.params.data(), moment_m, moment_v, grid_->coord().pp, grid_->coord().tp};
+  const bool zero = model_->data_parallel().options().zero1;
+  const GridCoord& c = grid_->coord();
+  if (c.dp == 0) {
+    ShardTensors shard{&model_->layout(), state_.params.data(), zero ? nullptr : optimizer_->m().data(),
+                       zero ? nullptr : optimizer_->v().data(), c.pp, c.tp};
     auto record = WriteShard(tmp, shard);
     if (!record.ok()) return record.status();
-    if (auto s = WriteShardRecord(tmp, shard, *record); !s.ok()) return s;
+    if (auto s = WriteFileRecord(tmp, ShardFileName(c.pp, c.tp), *record); !s.ok()) return s;
+  }
+  if (zero) {
+    const auto [begin, end] = OptimizerRange();
+    OptimizerPiece piece{&model_->layout(), begin, end, optimizer_->m().data(), optimizer_->v().data(),
+                         c.pp, c.tp, c.dp};
+    auto record = WriteOptimizerPiece(tmp, piece);
+    if (!record.ok()) return record.status();
+    if (auto s = WriteFileRecord(tmp, OptimizerFileName(c.pp, c.tp, c.dp), *record); !s.ok()) return s;
   }
   grid_->world().Barrier();
   if (is_logger()) {
-    auto files = ReadShardRecords(tmp, shape.tp, shape.pp);
+    auto files = ReadFileRecords(tmp, CheckpointFiles(m.layout));
     if (!files.ok()) return files.status();
     auto dir = CommitCheckpoint(run_.run_dir(), tmp, m, *files, run_.checkpoint().keep_last(),
                                 run_.checkpoint().keep_every());

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <hdf5.h>
+
 #include "checkpoint/checkpoint.h"
 #include "model/init.h"
 
@@ -82,6 +84,58 @@ TEST(CheckpointTest, AnyLayoutLoadsWhatAnyOtherSaved) {
   }
 }
 
+TEST(CheckpointTest, ZeroOnePiecesLoadUnderAnyLayoutAndAnyOwnedRange) {
+  const ModelDims dims = Dims("tiny_psi4");
+  const std::string run = FreshDir("zero");
+  // Save tp=2, pp=1, dp=3 under ZeRO-1: weights in the shard files, the moments
+  // in three optimizer pieces per shard, cut at ⌈size/3⌉ across tensor boundaries.
+  const int64_t tp = 2, dp = 3;
+  CheckpointMeta meta;
+  meta.step = 3;
+  meta.dims = dims;
+  meta.layout = {tp, 1, dp, 1};
+  auto tmp = BeginCheckpoint(run, 3);
+  ASSERT_TRUE(tmp.ok());
+  std::vector<std::string> files;
+  nlohmann::json records = nlohmann::json::object();
+  for (int64_t t = 0; t < tp; ++t) {
+    const ParamLayout layout(dims, ShardSpec::ForRank(dims, tp, 1, t, 0));
+    std::vector<float> p(layout.size()), m(layout.size()), v(layout.size());
+    InitParams(layout, 5, p.data());
+    for (int64_t i = 0; i < layout.size(); ++i) {
+      m[i] = 2 * p[i];
+      v[i] = p[i] * p[i];
+    }
+    auto rec = WriteShard(*tmp, {&layout, p.data(), nullptr, nullptr, 0, t});
+    ASSERT_TRUE(rec.ok()) << rec.status();
+    records[ShardFileName(0, t)] = *rec;
+    const int64_t per = (layout.size() + dp - 1) / dp;
+    for (int64_t d = 0; d < dp; ++d) {
+      const int64_t b = std::min(layout.size(), d * per), e = std::min(layout.size(), (d + 1) * per);
+      auto piece = WriteOptimizerPiece(*tmp, {&layout, b, e, m.data() + b, v.data() + b, 0, t, d});
+      ASSERT_TRUE(piece.ok()) << piece.status();
+      records[OptimizerFileName(0, t, d)] = *piece;
+    }
+  }
+  ASSERT_EQ(records.size(), CheckpointFiles(meta.layout).size());
+  ASSERT_TRUE(CommitCheckpoint(run, *tmp, meta, records, 3, 0).ok());
+  // Whole shards under other layouts, and a ZeRO-1 share of one.
+  ExpectLoadsExactly(run, dims, 1, 1);
+  ExpectLoadsExactly(run, dims, 4, 2);
+  auto ckpt = FindLatestCheckpoint(run);
+  ASSERT_TRUE(ckpt.ok());
+  const ParamLayout full(dims, ShardSpec::Full(dims));
+  std::vector<float> want(full.size()), p(full.size());
+  InitParams(full, 5, want.data());
+  const int64_t b = full.size() / 3, e = 2 * full.size() / 3 + 7;
+  std::vector<float> m(e - b), v(e - b);
+  ASSERT_TRUE(LoadShard(*ckpt, full, p.data(), m.data(), v.data(), {b, e}).ok());
+  for (int64_t i = b; i < e; ++i) {
+    ASSERT_EQ(m[i - b], 2 * want[i]) << i;
+    ASSERT_EQ(v[i - b], want[i] * want[i]) << i;
+  }
+}
+
 TEST(CheckpointTest, Psi16RoundTripsUnderSeveralLayouts) {
   const ModelDims dims = Dims("psi16");
   const std::string run = FreshDir("psi16");
@@ -95,26 +149,32 @@ TEST(CheckpointTest, CorruptedDatasetIsNamedAndTheRunFallsBack) {
   const std::string run = FreshDir("corrupt");
   SaveUnder(run, dims, 1, 1, 5);
   const std::string newest = SaveUnder(run, dims, 1, 1, 10);
-  // Flip bytes inside the file (past the HDF5 superblock: in the data).
   const std::string shard = newest + "/" + ShardFileName(0, 0);
+  // Flip bytes inside W_E's stored values (found through HDF5), not its metadata.
+  haddr_t offset;
+  {
+    const hid_t file = H5Fopen(shard.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t set = H5Dopen2(file, "embed/W_E", H5P_DEFAULT);
+    offset = H5Dget_offset(set);
+    H5Dclose(set);
+    H5Fclose(file);
+  }
+  ASSERT_NE(offset, HADDR_UNDEF);
   {
     std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(0, std::ios::end);
-    const auto size = static_cast<int64_t>(f.tellg());
-    std::vector<char> bytes(size);
-    f.seekg(0);
-    f.read(bytes.data(), size);
-    // The W_E values are the largest block: corrupt the middle of the file's last quarter.
-    for (int64_t i = size * 3 / 4; i < size * 3 / 4 + 64; ++i) bytes[i] ^= 0x5a;
-    f.seekp(0);
-    f.write(bytes.data(), size);
+    f.seekg(offset + 40);
+    char bytes[16];
+    f.read(bytes, 16);
+    for (char& b : bytes) b ^= 0x5a;
+    f.seekp(offset + 40);
+    f.write(bytes, 16);
   }
   auto opened = OpenCheckpoint(newest);
   ASSERT_TRUE(opened.ok());
   const auto problems = VerifyCheckpoint(*opened);
   ASSERT_FALSE(problems.empty());
   EXPECT_NE(problems.front().find(shard), std::string::npos) << problems.front();
-  EXPECT_NE(problems.front().find("dataset"), std::string::npos) << problems.front();
+  EXPECT_NE(problems.front().find("dataset embed/W_E fails its checksum"), std::string::npos) << problems.front();
   auto latest = FindLatestCheckpoint(run);
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(latest->meta.step, 5);

@@ -81,14 +81,21 @@ class TrainLayoutsTest(unittest.TestCase):
         with open(os.path.join(saved, "checkpoints", "step_00000010", "manifest.json")) as f:
             layout = json.load(f)["layout"]
         self.assertEqual((layout["tp"], layout["pp"], layout["dp"]), (2, 2, 1))
+        # And a ZeRO-1 checkpoint (optimizer pieces per dp rank) resumed without ZeRO.
+        zero = os.path.join(self.tmp.name, "saved_pp2_dp2_zero")
+        self.train(zero, 4, "--pp=2", "--grad_accum=2", "--zero=1", "--steps=10")
+        self.assertTrue(os.path.exists(os.path.join(zero, "checkpoints", "step_00000010", "optim_pp1_tp0_dp1.h5")))
         for name, np, flags in [("to_single", 1, ["--grad_accum=4"]),
-                                ("to_pp2_dp2", 4, ["--pp=2", "--grad_accum=2"])]:
+                                ("to_pp2_dp2", 4, ["--pp=2", "--grad_accum=2"]),
+                                ("zero_to_tp2_dp2", 4, ["--tp=2", "--grad_accum=2", "--zero=1"]),
+                                ("zero_to_single", 1, ["--grad_accum=4"])]:
             with self.subTest(name):
                 d = os.path.join(self.tmp.name, name)
-                shutil.copytree(saved, d)
+                source = zero if name.startswith("zero") else saved
+                shutil.copytree(source, d)
                 r = self.train(d, np, *flags, "--steps=20")
                 self.assertIn("resumed from", r.stderr)
-                self.assertIn("saved under tp=2 pp=2 dp=1", r.stderr)
+                self.assertIn("saved under tp=1 pp=2 dp=2" if source == zero else "saved under tp=2 pp=2 dp=1", r.stderr)
                 self.assert_same_trajectory(d, [(s, "train") for s in range(11, 21)] + [(15, "val"), (20, "val")])
 
 
