@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "kernels/cpu/bf16.h"
@@ -56,6 +57,7 @@ kernels::cpu::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) co
 
 template <typename Real>
 void Multiscreen<Real>::BeginStep(const Real* params) {
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   const ShardSpec& shard = layout_.shard();
   const int64_t dE = dims().d_e;
   if (shard.embed || shard.head) {
@@ -65,8 +67,10 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     e_norm_.resize(rows);
     d_e_bar_.assign(rows * dE, Real(0));
     k::UnitRowsForward(params + w_e->buffer_offset, dE, e_bar_.data(), dE, e_norm_.data(), rows, dE);
-    e_bar_compute_ = e_bar_;
-    RoundToCompute(e_bar_compute_.data(), e_bar_compute_.size());
+    if (options_.precision != Precision::kFp32) {
+      e_bar_compute_ = e_bar_;
+      RoundToCompute(e_bar_compute_.data(), e_bar_compute_.size());
+    }
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
@@ -81,9 +85,10 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
 
 template <typename Real>
 void Multiscreen<Real>::Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) {
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   const ShardSpec& shard = layout_.shard();
   const Real scale = static_cast<Real>(std::exp(double(params[layout_.Find("embed/s_E")->buffer_offset])));
-  k::EmbeddingForward(e_bar_compute_.data(), shard.vocab_begin, shard.vocab_end, dims().d_e, ids, n, scale, x);
+  k::EmbeddingForward(EBarCompute(), shard.vocab_begin, shard.vocab_end, dims().d_e, ids, n, scale, x);
   tp_->AllReduce(x, n * dims().d_e, ReduceOp::kSum);
 }
 
@@ -96,9 +101,11 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   batch_ = B;
   seq_ = T;
   scratch_x_.resize(rows * dE);
+  StepProfile* profile = options_.profile;
   for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
+    std::optional<PhaseTimer> timer(std::in_place, profile, StepProfile::kProjections);
     a.x_in.assign(x, x + rows * dE);
     a.P.resize(rows * nt * C);
     a.U.resize(rows * nt * dV);
@@ -114,9 +121,11 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     RoundToCompute(a.x_in.data(), a.x_in.size());
     k::Gemm<Real>(false, false, rows, nt * C, dE, 1, a.x_in.data(), dE, w.w_cat.data(), nt * C, 0, a.P.data(), nt * C);
     RoundToCompute(a.P.data(), a.P.size());
+    timer.emplace(profile, StepProfile::kScreeningForward);
     const auto tiles = MapTileScalars(layout_, params, layout_.shard().layer_begin + li, inference);
-    k::ScreeningForward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), a.U.data());
+    k::ScreeningForward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), a.U.data(), &screening_ws_);
     RoundToCompute(a.U.data(), a.U.size());
+    timer.emplace(profile, StepProfile::kOutputGemm);
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
     k::Gemm<Real>(false, false, rows, dE, nt * dV, 1, a.U.data(), nt * dV, w.w_o.data(), dE, 0, scratch_x_.data(), dE);
     tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
@@ -127,60 +136,80 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
 template <typename Real>
 double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
                                    Real* grads, double grad_scale, Real* token_losses) {
+  PhaseTimer timer(options_.profile, StepProfile::kHead);
   const ModelDims& d = dims();
   const ShardSpec& shard = layout_.shard();
   const int64_t dE = d.d_e, Vl = shard.vocab();
   const Real s_f = params[layout_.Find("head/s_F")->buffer_offset];
   const Real scale = static_cast<Real>(std::exp(double(s_f)));
+  HeadBuffers& hb = head_;
   // PLNorm (step 14): y = x/‖x‖.
-  std::vector<Real> y(x, x + n * dE), y_norm(n);
-  if (d.pl_norm) k::UnitRowsForward(x, dE, y.data(), dE, y_norm.data(), n, dE);
-  std::vector<Real> y_c = y;  // the head GEMMs' operand
-  RoundToCompute(y_c.data(), y_c.size());
-  const Real* e_bar = e_bar_compute_.data();
+  hb.y.assign(x, x + n * dE);
+  hb.y_norm.resize(n);
+  if (d.pl_norm) k::UnitRowsForward(x, dE, hb.y.data(), dE, hb.y_norm.data(), n, dE);
+  const Real* y_c = hb.y.data();  // the head GEMMs' operand
+  if (options_.precision != Precision::kFp32) {
+    hb.y_c.assign(hb.y.begin(), hb.y.end());
+    RoundToCompute(hb.y_c.data(), hb.y_c.size());
+    y_c = hb.y_c.data();
+  }
+  const Real* e_bar = EBarCompute();
 
-  const int64_t chunk = std::max<int64_t>(1, options_.head_chunk_rows);
-  std::vector<Real> z(std::min(chunk, n) * Vl);
-  std::vector<double> row_max(n), row_sum(n), target_logit(n, 0.0), lse(n);
-  std::vector<int64_t> local_target(n);
+  const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
+  hb.z.resize(chunk * Vl);
+  hb.row_max.resize(n);
+  hb.row_sum.resize(n);
+  hb.lse.resize(n);
+  hb.target_logit.assign(n, 0.0);
+  hb.local_target.resize(n);
   for (int64_t r = 0; r < n; ++r) {
-    local_target[r] = targets[r] >= shard.vocab_begin && targets[r] < shard.vocab_end ? targets[r] - shard.vocab_begin : -1;
+    hb.local_target[r] =
+        targets[r] >= shard.vocab_begin && targets[r] < shard.vocab_end ? targets[r] - shard.vocab_begin : -1;
   }
   const bool distributed = tp_->size() > 1;
-  std::vector<Real> dy(dx != nullptr ? n * dE : 0);
-  std::vector<Real> coef(std::min(chunk, n), static_cast<Real>(grad_scale / double(n)));
+  hb.dy.resize(dx != nullptr ? n * dE : 0);
+  hb.coef.assign(chunk, static_cast<Real>(grad_scale / double(n)));
+  Real* z = hb.z.data();
+  double *lse = hb.lse.data(), *target_logit = hb.target_logit.data();
+  const int64_t* local_target = hb.local_target.data();
   // Logits of rows [r0, r0 + rc): z = e^{s_F} · y Ēᵀ on the local vocabulary.
   auto logits = [&](int64_t r0, int64_t rc) {
-    k::Gemm<Real>(false, true, rc, Vl, dE, scale, y_c.data() + r0 * dE, dE, e_bar, dE, 0, z.data(), Vl);
+    k::Gemm<Real>(false, true, rc, Vl, dE, scale, y_c + r0 * dE, dE, e_bar, dE, 0, z, Vl);
   };
-  auto backward = [&](int64_t r0, int64_t rc) {
-    k::CrossEntropyGrad(z.data(), Vl, rc, Vl, lse.data() + r0, local_target.data() + r0, coef.data());
-    k::Gemm<Real>(true, false, Vl, dE, rc, scale, z.data(), Vl, y_c.data() + r0 * dE, dE, 1, d_e_bar_.data(), dE);
-    k::Gemm<Real>(false, false, rc, dE, Vl, scale, z.data(), Vl, e_bar, dE, 0, dy.data() + r0 * dE, dE);
+  // With z holding ∂L/∂z/e^{s_F}: dĒ += e^{s_F} zᵀ y, dy = e^{s_F} z Ē.
+  auto backward_gemms = [&](int64_t r0, int64_t rc) {
+    k::Gemm<Real>(true, false, Vl, dE, rc, scale, z, Vl, y_c + r0 * dE, dE, 1, d_e_bar_.data(), dE);
+    k::Gemm<Real>(false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, hb.dy.data() + r0 * dE, dE);
   };
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
     logits(r0, rc);
-    k::SoftmaxStats(z.data(), Vl, rc, Vl, row_max.data() + r0, row_sum.data() + r0);
+    if (!distributed && dx != nullptr) {
+      // One vocabulary: the softmax, the loss and ∂L/∂z in one pass over each row.
+      k::SoftmaxCrossEntropy(z, Vl, rc, Vl, local_target + r0, hb.coef.data(), lse + r0, target_logit + r0);
+      backward_gemms(r0, rc);
+      continue;
+    }
+    k::SoftmaxStats(z, Vl, rc, Vl, hb.row_max.data() + r0, hb.row_sum.data() + r0);
     for (int64_t r = 0; r < rc; ++r) {
       if (local_target[r0 + r] >= 0) target_logit[r0 + r] = z[r * Vl + local_target[r0 + r]];
-      lse[r0 + r] = row_max[r0 + r] + std::log(row_sum[r0 + r]);
+      lse[r0 + r] = hb.row_max[r0 + r] + std::log(hb.row_sum[r0 + r]);
     }
-    if (!distributed && dx != nullptr) backward(r0, rc);
   }
   if (distributed) {
     // Vocabulary-parallel softmax: global max, then the rescaled sums, then the target logit.
-    std::vector<double> global_max = row_max;
+    std::vector<double> global_max = hb.row_max;
     tp_->AllReduce(global_max.data(), n, ReduceOp::kMax);
-    for (int64_t r = 0; r < n; ++r) row_sum[r] *= std::exp(row_max[r] - global_max[r]);
-    tp_->AllReduce(row_sum.data(), n, ReduceOp::kSum);
-    tp_->AllReduce(target_logit.data(), n, ReduceOp::kSum);
-    for (int64_t r = 0; r < n; ++r) lse[r] = global_max[r] + std::log(row_sum[r]);
+    for (int64_t r = 0; r < n; ++r) hb.row_sum[r] *= std::exp(hb.row_max[r] - global_max[r]);
+    tp_->AllReduce(hb.row_sum.data(), n, ReduceOp::kSum);
+    tp_->AllReduce(target_logit, n, ReduceOp::kSum);
+    for (int64_t r = 0; r < n; ++r) lse[r] = global_max[r] + std::log(hb.row_sum[r]);
     if (dx != nullptr) {
       for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rc = std::min(chunk, n - r0);
         logits(r0, rc);
-        backward(r0, rc);
+        k::CrossEntropyGrad(z, Vl, rc, Vl, lse + r0, local_target + r0, hb.coef.data());
+        backward_gemms(r0, rc);
       }
     }
   }
@@ -192,15 +221,15 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   }
   loss /= double(n);
   if (dx == nullptr) return loss;
-  tp_->AllReduce(dy.data(), n * dE, ReduceOp::kSum);
+  tp_->AllReduce(hb.dy.data(), n * dE, ReduceOp::kSum);
   // ∂L/∂s_F = Σ_r y_r · ∂L/∂y_r, since z = e^{s_F} y Ēᵀ.
   double d_sf = 0;
-  for (int64_t i = 0; i < n * dE; ++i) d_sf += double(y[i]) * dy[i];
+  for (int64_t i = 0; i < n * dE; ++i) d_sf += double(hb.y[i]) * hb.dy[i];
   grads[layout_.Find("head/s_F")->buffer_offset] += static_cast<Real>(d_sf);
   if (d.pl_norm) {
-    k::UnitRowsBackward(y.data(), dE, y_norm.data(), dy.data(), dE, dx, dE, n, dE, false);
+    k::UnitRowsBackward(hb.y.data(), dE, hb.y_norm.data(), hb.dy.data(), dE, dx, dE, n, dE, false);
   } else {
-    std::copy(dy.begin(), dy.end(), dx);
+    std::copy(hb.dy.begin(), hb.dy.end(), dx);
   }
   return loss;
 }
@@ -220,6 +249,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
     const int64_t first = layout_.LayerEntry(layout_.shard().layer_begin + li);
+    std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kOutputGemm);
     // Δ = U · W_O: dU = dΔ · W_Oᵀ, dW_O += Uᵀ dΔ (dΔ = dx, the residual passes it through).
     const Real* d_delta = dx;
     if (options_.precision == Precision::kFp16) {
@@ -230,9 +260,10 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     k::Gemm<Real>(false, true, rows, nt * dV, dE, 1, d_delta, dE, w.w_o.data(), dE, 0, d_u_.data(), nt * dV);
     k::Gemm<Real>(true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, d_delta, dE, 1,
                   grads + entries[first + kWO].buffer_offset, dE);
+    timer.emplace(options_.profile, StepProfile::kScreeningBackward);
     const auto tiles = MapTileScalars(layout_, params, layout_.shard().layer_begin + li, nullptr);
     k::ScreeningBackward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(), d_p_.data(),
-                         tile_grads.data());
+                         tile_grads.data(), &screening_ws_);
     // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}.
     Real* g_sw = grads + entries[first + kSw].buffer_offset;
     Real* g_sr = grads + entries[first + kSr].buffer_offset;
@@ -243,6 +274,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       g_so[t] += static_cast<Real>(tile_grads[t].scale * tiles[t].scale);
     }
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
+    timer.emplace(options_.profile, StepProfile::kProjections);
     RoundGradientToCompute(d_p_.data(), d_p_.size());
     k::Gemm<Real>(true, false, dE, nt * C, rows, 1, a.x_in.data(), dE, d_p_.data(), nt * C, 0, d_w_cat_.data(), nt * C);
     UnpackProjectionsAdd(layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
@@ -259,11 +291,16 @@ void Multiscreen<Real>::EmbedBackward(const Real* params, const int32_t* ids, in
   const int64_t dE = dims().d_e;
   const int64_t s_e = layout_.Find("embed/s_E")->buffer_offset;
   const Real scale = static_cast<Real>(std::exp(double(params[s_e])));
-  k::EmbeddingBackward(dx, ids, n, shard.vocab_begin, shard.vocab_end, dE, scale, d_e_bar_.data());
+  {
+    PhaseTimer timer(options_.profile, StepProfile::kEmbed);
+    k::EmbeddingBackward(dx, ids, n, shard.vocab_begin, shard.vocab_end, dE, scale, d_e_bar_.data());
+  }
   // ∂L/∂s_E = Σ dx · x⁰ with x⁰ = e^{s_E} Ē[ids]; dx and x⁰ are replicated over tp,
   // so the local rows alone would miss the other shards' ids: recompute x⁰ whole.
-  std::vector<Real> x0(n * dE);
+  std::vector<Real>& x0 = step_x0_;
+  x0.resize(n * dE);
   Embed(params, ids, n, x0.data());
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   double d_se = 0;
   for (int64_t i = 0; i < n * dE; ++i) d_se += double(dx[i]) * x0[i];
   grads[s_e] += static_cast<Real>(d_se);
@@ -271,25 +308,29 @@ void Multiscreen<Real>::EmbedBackward(const Real* params, const int32_t* ids, in
 
 template <typename Real>
 void Multiscreen<Real>::EndStep(Real* grads) {
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   const ShardSpec& shard = layout_.shard();
   if (!(shard.embed || shard.head)) return;
   const int64_t dE = dims().d_e;
   k::UnitRowsBackward(e_bar_.data(), dE, e_norm_.data(), d_e_bar_.data(), dE,
                       grads + layout_.Find("embed/W_E")->buffer_offset, dE, shard.vocab(), dE, true);
-  std::fill(d_e_bar_.begin(), d_e_bar_.end(), Real(0));
 }
 
 template <typename Real>
 double Multiscreen<Real>::ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
                                           Real* token_losses, double grad_scale) {
   const int64_t rows = B * T, dE = dims().d_e;
-  std::vector<int32_t> inputs(rows), targets(rows);
+  std::vector<int32_t>&inputs = step_inputs_, &targets = step_targets_;
+  inputs.resize(rows);
+  targets.resize(rows);
   for (int64_t b = 0; b < B; ++b) {
     std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, inputs.begin() + b * T);
     std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), targets.begin() + b * T);
   }
   BeginStep(params);
-  std::vector<Real> x(rows * dE), dx(rows * dE);
+  std::vector<Real>&x = step_x_, &dx = step_dx_;
+  x.resize(rows * dE);
+  dx.resize(rows * dE);
   Embed(params, inputs.data(), rows, x.data());
   LayersForward(params, B, T, x.data());
   const double loss = HeadLoss(params, x.data(), targets.data(), rows, dx.data(), grads, grad_scale, token_losses);
@@ -325,7 +366,7 @@ void Multiscreen<Real>::Logits(const Real* params, const int32_t* ids, int64_t T
   LayersForward(params, 1, T, x.data(), &options);
   if (d.pl_norm) k::UnitRowsForward(x.data(), dE, x.data(), dE, static_cast<Real*>(nullptr), T, dE);
   const Real scale = static_cast<Real>(std::exp(double(params[layout_.Find("head/s_F")->buffer_offset])));
-  k::Gemm<Real>(false, true, T, V, dE, scale, x.data(), dE, e_bar_compute_.data(), dE, 0, logits, V);
+  k::Gemm<Real>(false, true, T, V, dE, scale, x.data(), dE, EBarCompute(), dE, 0, logits, V);
 }
 
 template class Multiscreen<float>;

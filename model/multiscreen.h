@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "kernels/cpu/screening.h"
 #include "model/param_layout.h"
+#include "model/step_profile.h"
 #include "model/tile_weights.h"
 #include "parallel/communicator.h"
 
@@ -30,6 +31,7 @@ enum class Precision {
 struct ModelOptions {
   Precision precision = Precision::kFp32;
   int64_t head_chunk_rows = 256;  // tokens per logits chunk: [chunk, V] is the largest logits block
+  StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
 };
 
 template <typename Real>
@@ -87,6 +89,11 @@ class Multiscreen {
     std::vector<Real> w_cat;  // [d_E, tiles·p_cols]: per tile [W_Q | W_K | W_V | W_G]
     std::vector<Real> w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
   };
+  struct HeadBuffers {  // HeadLoss's buffers, kept between steps
+    std::vector<Real> y, y_norm, y_c, z, dy, coef;
+    std::vector<double> row_max, row_sum, target_logit, lse;
+    std::vector<int64_t> local_target;
+  };
   kernels::cpu::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
   // Rounds a GEMM operand to the compute precision (no-op for kFp32).
   void RoundToCompute(Real* data, int64_t n) const;
@@ -99,10 +106,17 @@ class Multiscreen {
   Communicator* tp_;
   int64_t batch_ = 0, seq_ = 0;
   std::vector<Real> e_bar_, e_norm_, d_e_bar_;  // Ē [V_local, d_E], row norms, ∂L/∂Ē
-  std::vector<Real> e_bar_compute_;            // Ē as the GEMMs see it (bf16-rounded under kBf16)
+  std::vector<Real> e_bar_compute_;            // Ē rounded for the GEMMs (kBf16, kFp16; unused under kFp32)
+  const Real* EBarCompute() const {
+    return options_.precision == Precision::kFp32 ? e_bar_.data() : e_bar_compute_.data();
+  }
   std::vector<LayerWeights> weights_;
   std::vector<LayerActivations> acts_;
   std::vector<Real> d_u_, d_p_, d_w_cat_, d_delta_, scratch_x_;
+  HeadBuffers head_;
+  kernels::cpu::ScreeningWorkspace<Real> screening_ws_;
+  std::vector<Real> step_x_, step_dx_, step_x0_;        // ForwardBackward's activations, EmbedBackward's x⁰
+  std::vector<int32_t> step_inputs_, step_targets_;
 };
 
 }  // namespace multiscreen

@@ -3,20 +3,46 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/simd.h"
+
 namespace multiscreen::kernels::cpu {
+namespace {
+
+// max_v z[v] (NaNs are skipped here and surface in the sum).
+template <typename Real>
+MS_SIMD_CLONES Real RowMax(const Real* z, int64_t V) {
+  Real mx = -std::numeric_limits<Real>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t v = 0; v < V; ++v) mx = z[v] > mx ? z[v] : mx;
+  return mx;
+}
+
+// Σ_v exp(z[v] − mx): exp in Real (fp32 exp is ample for probabilities), the sum in fp64.
+template <typename Real>
+MS_SIMD_CLONES double RowSumExp(const Real* z, int64_t V, Real mx) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t v = 0; v < V; ++v) sum += static_cast<double>(ExpFast(z[v] - mx));
+  return sum;
+}
+
+// z[v] ← exp(z[v] − l) · c.
+template <typename Real>
+MS_SIMD_CLONES void RowSoftmaxScaled(Real* z, int64_t V, Real l, Real c) {
+#pragma omp simd
+  for (int64_t v = 0; v < V; ++v) z[v] = ExpFast(z[v] - l) * c;
+}
+
+}  // namespace
 
 template <typename Real>
 void SoftmaxStats(const Real* z, int64_t ld, int64_t rows, int64_t V, double* row_max, double* row_sum) {
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     const Real* zr = z + r * ld;
-    Real mx = -std::numeric_limits<Real>::infinity();
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, zr[v]);
-    // exp in Real (fp32 exp is ample for probabilities), the sum in fp64.
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(zr[v] - mx);
+    const Real mx = RowMax(zr, V);
     row_max[r] = mx;
-    row_sum[r] = sum;
+    row_sum[r] = RowSumExp(zr, V, mx);
   }
 }
 
@@ -26,15 +52,33 @@ void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     Real* zr = z + r * ld;
-    const Real l = static_cast<Real>(lse[r]);
-    for (int64_t v = 0; v < V; ++v) zr[v] = std::exp(zr[v] - l) * coef[r];
+    RowSoftmaxScaled(zr, V, static_cast<Real>(lse[r]), coef[r]);
     if (target[r] >= 0) zr[target[r]] -= coef[r];
   }
 }
 
-template void SoftmaxStats<float>(const float*, int64_t, int64_t, int64_t, double*, double*);
-template void SoftmaxStats<double>(const double*, int64_t, int64_t, int64_t, double*, double*);
-template void CrossEntropyGrad<float>(float*, int64_t, int64_t, int64_t, const double*, const int64_t*, const float*);
-template void CrossEntropyGrad<double>(double*, int64_t, int64_t, int64_t, const double*, const int64_t*, const double*);
+template <typename Real>
+void SoftmaxCrossEntropy(Real* z, int64_t ld, int64_t rows, int64_t V, const int64_t* target, const Real* coef,
+                         double* lse, double* target_logit) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    Real* zr = z + r * ld;
+    const Real mx = RowMax(zr, V);
+    lse[r] = static_cast<double>(mx) + std::log(RowSumExp(zr, V, mx));
+    target_logit[r] = target[r] >= 0 ? static_cast<double>(zr[target[r]]) : 0.0;
+    RowSoftmaxScaled(zr, V, static_cast<Real>(lse[r]), coef[r]);
+    if (target[r] >= 0) zr[target[r]] -= coef[r];
+  }
+}
+
+#define MS_INSTANTIATE(Real)                                                                              \
+  template void SoftmaxStats<Real>(const Real*, int64_t, int64_t, int64_t, double*, double*);             \
+  template void CrossEntropyGrad<Real>(Real*, int64_t, int64_t, int64_t, const double*, const int64_t*,   \
+                                       const Real*);                                                      \
+  template void SoftmaxCrossEntropy<Real>(Real*, int64_t, int64_t, int64_t, const int64_t*, const Real*, \
+                                          double*, double*);
+MS_INSTANTIATE(float)
+MS_INSTANTIATE(double)
+#undef MS_INSTANTIATE
 
 }  // namespace multiscreen::kernels::cpu

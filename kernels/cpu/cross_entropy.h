@@ -19,4 +19,11 @@ template <typename Real>
 void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double* lse,
                       const int64_t* target, const Real* coef);
 
+// Both at once on a vocabulary that is not sharded, one row at a time while the row is
+// in cache: lse[r] = log Σ_v exp(z[r, v]), target_logit[r] = z[r, target[r]] (0 when
+// target[r] < 0), then z in place as CrossEntropyGrad leaves it.
+template <typename Real>
+void SoftmaxCrossEntropy(Real* z, int64_t ld, int64_t rows, int64_t V, const int64_t* target, const Real* coef,
+                         double* lse, double* target_logit);
+
 }  // namespace multiscreen::kernels::cpu

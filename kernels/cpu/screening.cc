@@ -1,11 +1,15 @@
 #include "kernels/cpu/screening.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/gate.h"
 #include "kernels/cpu/mipe.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/softmask.h"
 #include "kernels/cpu/tanh_norm.h"
 #include "kernels/cpu/unit_rows.h"
@@ -31,74 +35,424 @@ inline Real TrimBase(Real s, Real r) {
   return Real(1) - (Real(1) - s) / r;
 }
 
-// Softmask tables of every tile, [tiles][keys].
 template <typename Real>
-struct MaskTables {
-  std::vector<int64_t> keys;
-  std::vector<std::vector<Real>> m, dm;
-  MaskTables(const ScreeningShape& shape, const TileScalars* tiles) {
-    keys.resize(shape.tiles);
-    m.resize(shape.tiles);
-    dm.resize(shape.tiles);
-    for (int64_t t = 0; t < shape.tiles; ++t) {
-      keys[t] = SoftmaskKeys(tiles[t].w, shape.seq);
-      m[t].resize(keys[t]);
-      dm[t].resize(keys[t]);
-      SoftmaskTable(tiles[t].w, keys[t], m[t].data(), dm[t].data());
-    }
-  }
+using Thread = typename ScreeningWorkspace<Real>::Thread;
+
+// What every task of one call reads (and where it writes).
+template <typename Real>
+struct Call {
+  const ScreeningShape& shape;
+  const Real* P;
+  const TileScalars* tiles;
+  const ScreeningSaved<Real>& saved;
+  const ScreeningWorkspace<Real>& ws;
+  Real* U = nullptr;          // forward
+  const Real* dU = nullptr;   // backward
+  Real* dP = nullptr;         // backward
 };
 
-// h_i = Σ_{j in window} α_ij m_ij v̄_j for one (sequence, tile); h written.
+// ---- row helpers (D > 0: the width as a compile-time constant; 0: d_rt) ----------
+
+// Spec step 5 on one row: y = x/max(‖x‖, floor); returns ‖x‖.
+template <typename Real, int D>
+inline Real NormalizeRow(const Real* x, Real* y, int64_t d_rt) {
+  const int64_t d = D > 0 ? D : d_rt;
+  Real sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t c = 0; c < d; ++c) sq += x[c] * x[c];
+  const Real n = std::sqrt(sq);
+  const Real inv = Real(1) / std::max(n, Real(kUnitNormFloor));
+#pragma omp simd
+  for (int64_t c = 0; c < d; ++c) y[c] = x[c] * inv;
+  return n;
+}
+
+// Spec step 6 on one row: coordinates (0, 1) rotated by φ (cos φ = c, sin φ = s), in fp64.
 template <typename Real>
-void AggregateForward(const Real* q, const Real* k, const Real* v, Real* h, int64_t T, int64_t dk,
-                      int64_t dv, Real r, const Real* mask, int64_t keys) {
+inline void RotateRow(Real* z, double c, double s) {
+  const double z0 = z[0], z1 = z[1];
+  z[0] = static_cast<Real>(z0 * c - z1 * s);
+  z[1] = static_cast<Real>(z0 * s + z1 * c);
+}
+
+// Backward of NormalizeRow then RotateRow for one row of q̃ or k̃ (or of v̄ with
+// rotate = false): dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x. Adds the row's
+// ∂L/∂rate to *d_rate (MipeRotateBackward's sum).
+template <typename Real, int D>
+inline void NormalizeRotateBackwardRow(const Real* z, Real norm, Real* dz, bool rotate, double c, double s, double pos,
+                                       Real* dx, int64_t d_rt, double* d_rate) {
+  const int64_t d = D > 0 ? D : d_rt;
+  Real y0 = z[0], y1 = d > 1 ? z[1] : Real(0);
+  if (rotate) {
+    const double g0 = dz[0], g1 = dz[1];
+    *d_rate += pos * (-g0 * z[1] + g1 * z[0]);
+    dz[0] = static_cast<Real>(g0 * c + g1 * s);
+    dz[1] = static_cast<Real>(-g0 * s + g1 * c);
+    y0 = static_cast<Real>(double(z[0]) * c + double(z[1]) * s);  // z̄ = R(−φ) z̃
+    y1 = static_cast<Real>(-double(z[0]) * s + double(z[1]) * c);
+  }
+  const bool clamped = !(norm > Real(kUnitNormFloor));
+  const Real inv = Real(1) / (clamped ? Real(kUnitNormFloor) : norm);
+  Real dot = 0;
+  if (!clamped) {
+    dot = y0 * dz[0] + (d > 1 ? y1 * dz[1] : Real(0));
+#pragma omp simd reduction(+ : dot)
+    for (int64_t i = 2; i < d; ++i) dot += z[i] * dz[i];
+  }
+  dx[0] = (dz[0] - y0 * dot) * inv;
+  if (d > 1) dx[1] = (dz[1] - y1 * dot) * inv;
+#pragma omp simd
+  for (int64_t i = 2; i < d; ++i) dx[i] = (dz[i] - z[i] * dot) * inv;
+}
+
+// s[jj] = q · k̃_{j0+jj} for jj < n, from k̃ transposed (k_t[c·ld + j]), summed over
+// c in order. With d_k fixed, 64 bytes of keys at a time in a vector register.
+template <typename Real, int DK>
+inline void Similarities(const Real* q, const Real* k_t, int64_t ld, int64_t n, int64_t dk_rt, Real* s) {
+  int64_t jj = 0;
+  if constexpr (DK > 0) {
+    using V = typename Vec64<Real>::type;
+    constexpr int64_t L = sizeof(V) / sizeof(Real);
+    for (; jj + L <= n; jj += L) {
+      V acc = {};
+      for (int c = 0; c < DK; ++c) {
+        V k;
+        std::memcpy(&k, k_t + c * ld + jj, sizeof(V));
+        acc += q[c] * k;
+      }
+      std::memcpy(s + jj, &acc, sizeof(V));
+    }
+  }
+  const int64_t dk = DK > 0 ? DK : dk_rt;
+  for (; jj < n; ++jj) {
+    Real acc = 0;
+    for (int64_t c = 0; c < dk; ++c) acc += q[c] * k_t[c * ld + jj];
+    s[jj] = acc;
+  }
+}
+
+// Offsets jj < n where keep(x[jj]), in order; returns how many. 32 at a time: one
+// vector compare makes a bit mask, and only its set bits cost a step.
+template <typename Real, typename Keep>
+inline int32_t Compact(const Real* x, int64_t n, Keep keep, int32_t* out) {
+  int32_t count = 0;
+  for (int64_t jb = 0; jb < n; jb += 32) {
+    uint32_t bits = 0;
+    if (n - jb >= 32) {
+#pragma omp simd reduction(| : bits)
+      for (int l = 0; l < 32; ++l) bits |= uint32_t(keep(x[jb + l]) ? 1 : 0) << l;
+    } else {
+      for (int l = 0; l < n - jb; ++l) bits |= uint32_t(keep(x[jb + l]) ? 1 : 0) << l;
+    }
+    while (bits != 0) {
+      out[count++] = static_cast<int32_t>(jb + __builtin_ctz(bits));
+      bits &= bits - 1;
+    }
+  }
+  return count;
+}
+
+// Row stride of the transposed keys: at least T, and an odd number of 64-byte lines,
+// so that the d_k rows a query's window reads fall in different L1 sets (a stride
+// of a multiple of 4 KiB would put all 16 in one set and thrash it).
+template <typename Real>
+int64_t TransposedStride(int64_t T) {
+  constexpr int64_t line = 64 / sizeof(Real);
+  int64_t lines = (T + line - 1) / line;
+  if (lines % 2 == 0) ++lines;
+  return lines * line;
+}
+
+// Slots of the backward's ring of key gradients: a power of two ≥ keys.
+inline int64_t RingSlots(int64_t keys) {
+  int64_t slots = 1;
+  while (slots < keys) slots *= 2;
+  return slots;
+}
+
+// ---- one (sequence, tile) task ----------------------------------------------------
+// One pass over the tokens: token i is normalized (and becomes key i), then queries
+// its window, then produces its output, while its rows are in cache.
+
+// Asks for the next token's row of a strided matrix (the prefetchers do not follow
+// strides of kilobytes well).
+template <typename Real>
+inline void PrefetchRow(const Real* row, int64_t n) {
+  for (int64_t c = 0; c < n; c += 64 / sizeof(Real)) __builtin_prefetch(row + c);
+}
+
+template <typename Real, int DK, int DV>
+MS_SIMD_CLONES void ForwardTask(const Call<Real>& call, int64_t task, Thread<Real>& th) {
+  const ScreeningShape& shape = call.shape;
+  const ScreeningWorkspace<Real>& ws = call.ws;
+  const int64_t T = shape.seq, nt = shape.tiles, b = task / nt, t = task % nt;
+  const int64_t dk = DK > 0 ? DK : shape.d_k, dv = DV > 0 ? DV : shape.d_v;
+  const int64_t C = shape.p_cols(), ldp = nt * C, ldu = nt * dv;
+  const Real* Pb = call.P + b * T * ldp + t * C;
+  Real* qt = call.saved.q_tilde + task * T * dk;
+  Real* kt = call.saved.k_tilde + task * T * dk;
+  Real* vb = call.saved.v_bar + task * T * dv;
+  Real* qn = call.saved.q_norm + task * T;
+  Real* kn = call.saved.k_norm + task * T;
+  Real* vn = call.saved.v_norm + task * T;
+  Real* h = call.saved.h + task * T * dv;
+  const bool rotate = ws.rate[t] != 0;
+  const double* rot = ws.rotation.data() + t * T * 2;
+  const int64_t keys = ws.keys[t];
+  const Real* mask = ws.mask.data() + t * ws.mask_ld;
+  const Real r = static_cast<Real>(call.tiles[t].r), scale = static_cast<Real>(call.tiles[t].scale);
+  Real* k_t = th.k_t.data();
+  const int64_t ld_t = TransposedStride<Real>(T);
+  Real *s = th.s.data(), *weight = th.weight.data();
+  int32_t* accepted = th.accepted.data();
+  Real h_fixed[DV > 0 ? DV : 1];
+  Real* hi = DV > 0 ? h_fixed : th.row.data();
   for (int64_t i = 0; i < T; ++i) {
-    Real* hi = h + i * dv;
-    std::fill(hi, hi + dv, Real(0));
-    const Real* qi = q + i * dk;
-    for (int64_t j = std::max<int64_t>(0, i - keys + 1); j <= i; ++j) {
-      const Real a = TrimBase(Dot(qi, k + j * dk, dk), r);
-      if (a <= 0) continue;
-      const Real weight = a * a * mask[i - j];
-      if (weight != 0) Axpy(weight, v + j * dv, hi, dv);
+    const Real* row = Pb + i * ldp;
+    if (i + 1 < T) PrefetchRow(row + ldp, C);
+    // Steps 5–6: unit rows; MiPE on q̃ and k̃; k̃_i joins the transposed keys.
+    qn[i] = NormalizeRow<Real, DK>(row, qt + i * dk, dk);
+    kn[i] = NormalizeRow<Real, DK>(row + dk, kt + i * dk, dk);
+    vn[i] = NormalizeRow<Real, DV>(row + 2 * dk, vb + i * dv, dv);
+    if (rotate) {
+      RotateRow(qt + i * dk, rot[2 * i], rot[2 * i + 1]);
+      RotateRow(kt + i * dk, rot[2 * i], rot[2 * i + 1]);
+    }
+    for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
+    // Steps 7–10 over the window [j0, i].
+    const int64_t j0 = std::max<int64_t>(0, i - keys + 1), n = i - j0 + 1;
+    const Real* m = mask + (keys - 1 - (i - j0));  // m[jj] = m(i − j0 − jj)
+    Similarities<Real, DK>(qt + i * dk, k_t + j0, ld_t, n, dk, s);
+#pragma omp simd
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const Real a = TrimBase(s[jj], r);
+      weight[jj] = a <= 0 ? Real(0) : a * a * m[jj];  // NaN stays NaN
+    }
+    const int32_t count = Compact(weight, n, [](Real x) { return x != 0; }, accepted);
+#pragma omp simd
+    for (int64_t c = 0; c < dv; ++c) hi[c] = 0;
+    for (int32_t e = 0; e < count; ++e) {
+      const Real wj = weight[accepted[e]];
+      const Real* vj = vb + (j0 + accepted[e]) * dv;
+#pragma omp simd
+      for (int64_t c = 0; c < dv; ++c) hi[c] += wj * vj[c];
+    }
+    // Steps 11–13.
+    Real sq = 0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
+    Real f, unused;
+    TanhNormScale(std::sqrt(sq), &f, &unused);
+    const Real* g = row + 2 * dk + dv;
+    Real* out = call.U + (b * T + i) * ldu + t * dv;
+    Real* h_out = h + i * dv;
+#pragma omp simd
+    for (int64_t c = 0; c < dv; ++c) {
+      h_out[c] = hi[c];
+      out[c] = scale * hi[c] * f * GateForward(g[c]);
     }
   }
 }
 
-// Backward of AggregateForward: dq, dk, dv accumulated (+=); returns ∂L/∂r and
-// the Softmask part of ∂L/∂w through *dr and *dw (fp64 sums over all pairs).
-template <typename Real>
-void AggregateBackward(const Real* q, const Real* k, const Real* v, const Real* dh, Real* dq,
-                       Real* dkey, Real* dval, int64_t T, int64_t dk, int64_t dv, Real r,
-                       const Real* mask, const Real* dmask, int64_t keys, double* dr, double* dw) {
-  double sum_r = 0, sum_w = 0;
+// The backward, one pass as well: query i's output, gate and TanhNorm backward give
+// ∂L/∂h_i, its window's pairs are recomputed, and q̃_i is finished at once; key j
+// collects from queries j … j + keys − 1 in a ring of key slots and is finished as
+// soon as the last of them is done.
+template <typename Real, int DK, int DV>
+MS_SIMD_CLONES void BackwardTask(const Call<Real>& call, int64_t task, Thread<Real>& th, TileScalarGrads* grads) {
+  const ScreeningShape& shape = call.shape;
+  const ScreeningWorkspace<Real>& ws = call.ws;
+  const int64_t T = shape.seq, nt = shape.tiles, b = task / nt, t = task % nt;
+  const int64_t dk = DK > 0 ? DK : shape.d_k, dv = DV > 0 ? DV : shape.d_v;
+  const int64_t C = shape.p_cols(), ldp = nt * C, ldu = nt * dv;
+  const Real* Pb = call.P + b * T * ldp + t * C;
+  Real* dPb = call.dP + b * T * ldp + t * C;
+  const Real* qt = call.saved.q_tilde + task * T * dk;
+  const Real* kt = call.saved.k_tilde + task * T * dk;
+  const Real* vb = call.saved.v_bar + task * T * dv;
+  const Real* qn = call.saved.q_norm + task * T;
+  const Real* kn = call.saved.k_norm + task * T;
+  const Real* vn = call.saved.v_norm + task * T;
+  const Real* h = call.saved.h + task * T * dv;
+  const bool rotate = ws.rate[t] != 0;
+  const double* rot = ws.rotation.data() + t * T * 2;
+  const int64_t keys = ws.keys[t];
+  const Real* mask = ws.mask.data() + t * ws.mask_ld;
+  const Real* dmask = ws.dmask.data() + t * ws.mask_ld;
+  const Real r = static_cast<Real>(call.tiles[t].r), scale = static_cast<Real>(call.tiles[t].scale);
+
+  Real* k_t = th.k_t.data();
+  const int64_t ld_t = TransposedStride<Real>(T);
+  const int64_t ring = RingSlots(keys), slot_mask = ring - 1;
+  Real* dkey = th.dkey.data();  // [ring, d_k]: ∂L/∂k̃_j in slot j mod ring
+  Real* dval = th.dval.data();  // [ring, d_v]: ∂L/∂v̄_j
+  std::fill(dkey, dkey + ring * dk, Real(0));
+  std::fill(dval, dval + ring * dv, Real(0));
+  Real *s = th.s.data(), *trim = th.weight.data();
+  int32_t* accepted = th.accepted.data();
+  Real dh_fixed[DV > 0 ? DV : 1], dtn_fixed[DV > 0 ? DV : 1], dq_fixed[DK > 0 ? DK : 1];
+  Real* dh = DV > 0 ? dh_fixed : th.row.data();
+  Real* d_tn = DV > 0 ? dtn_fixed : th.row.data() + dv;
+  Real* dq = DK > 0 ? dq_fixed : th.row.data() + 2 * dv;
+
+  double d_scale = 0, sum_r = 0, sum_w = 0, d_rate_q = 0, d_rate_k = 0;
+  // Key j is complete: MiPE and unit normalization backward of k̃_j and v̄_j into dP.
+  auto finish_key = [&](int64_t j) {
+    Real* dkj = dkey + (j & slot_mask) * dk;
+    Real* dvj = dval + (j & slot_mask) * dv;
+    NormalizeRotateBackwardRow<Real, DK>(kt + j * dk, kn[j], dkj, rotate, rot[2 * j], rot[2 * j + 1],
+                                         static_cast<double>(shape.pos0 + j), dPb + j * ldp + dk, dk, &d_rate_k);
+    double unused = 0;
+    NormalizeRotateBackwardRow<Real, DV>(vb + j * dv, vn[j], dvj, false, 1, 0, 0, dPb + j * ldp + 2 * dk, dv,
+                                         &unused);
+    std::fill(dkj, dkj + dk, Real(0));
+    std::fill(dvj, dvj + dv, Real(0));
+  };
   for (int64_t i = 0; i < T; ++i) {
-    const Real* qi = q + i * dk;
-    const Real* dhi = dh + i * dv;
-    Real* dqi = dq + i * dk;
-    for (int64_t j = std::max<int64_t>(0, i - keys + 1); j <= i; ++j) {
-      const Real* kj = k + j * dk;
-      const Real s = Dot(qi, kj, dk);
-      const Real a = TrimBase(s, r);
-      if (a <= 0) continue;
-      const int64_t d = i - j;
-      const Real m = mask[d];
-      const Real* vj = v + j * dv;
-      const Real d_weight = Dot(dhi, vj, dv);  // ∂L/∂(α m)
-      const Real weight = a * a * m;
-      if (weight != 0) Axpy(weight, dhi, dval + j * dv, dv);
-      const Real ds = d_weight * m * Real(2) * a / r;
-      sum_r += static_cast<double>(d_weight) * m * 2.0 * a * (1.0 - s) / (double(r) * r);
-      sum_w += static_cast<double>(d_weight) * a * a * dmask[d];
+    if (i + 1 < T) {
+      PrefetchRow(Pb + (i + 1) * ldp + 2 * dk + dv, dv);
+      PrefetchRow(call.dU + (b * T + i + 1) * ldu + t * dv, dv);
+    }
+    for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
+    // Output scale and gate (steps 12–13), then TanhNorm (step 11): ∂L/∂h_i.
+    const Real* hi = h + i * dv;
+    const Real* g = Pb + i * ldp + 2 * dk + dv;
+    const Real* dUi = call.dU + (b * T + i) * ldu + t * dv;
+    Real* dg = dPb + i * ldp + 2 * dk + dv;
+    Real sq = 0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
+    Real f, f_dn;
+    TanhNormScale(std::sqrt(sq), &f, &f_dn);
+    double row_scale = 0;
+    Real dot = 0;
+#pragma omp simd reduction(+ : row_scale, dot)
+    for (int64_t c = 0; c < dv; ++c) {
+      Real gate, gate_dg;
+      GateForwardAndDerivative(g[c], &gate, &gate_dg);
+      const Real tn = hi[c] * f;
+      row_scale += static_cast<double>(dUi[c]) * tn * gate;
+      d_tn[c] = scale * dUi[c] * gate;
+      dg[c] = scale * dUi[c] * tn * gate_dg;
+      dot += hi[c] * d_tn[c];
+    }
+    d_scale += row_scale;
+#pragma omp simd
+    for (int64_t c = 0; c < dv; ++c) dh[c] = f * d_tn[c] + f_dn * dot * hi[c];
+
+    // Aggregate, Trim, Softmask (steps 7–10), relevance recomputed.
+    const int64_t j0 = std::max<int64_t>(0, i - keys + 1), n = i - j0 + 1;
+    const Real* m = mask + (keys - 1 - (i - j0));
+    const Real* dm = dmask + (keys - 1 - (i - j0));
+    const Real* qi = qt + i * dk;
+    Similarities<Real, DK>(qi, k_t + j0, ld_t, n, dk, s);
+#pragma omp simd
+    for (int64_t jj = 0; jj < n; ++jj) trim[jj] = TrimBase(s[jj], r);
+    const int32_t count = Compact(trim, n, [](Real a) { return !(a <= 0); }, accepted);
+#pragma omp simd
+    for (int64_t c = 0; c < dk; ++c) dq[c] = 0;
+    for (int32_t e = 0; e < count; ++e) {
+      const int64_t jj = accepted[e], j = j0 + jj;
+      const Real a = trim[jj], mj = m[jj];
+      const Real* vj = vb + j * dv;
+      Real d_weight = 0;  // ∂L/∂(α m)
+#pragma omp simd reduction(+ : d_weight)
+      for (int64_t c = 0; c < dv; ++c) d_weight += dh[c] * vj[c];
+      const Real weight = a * a * mj;
+      if (weight != 0) {
+        Real* dvj = dval + (j & slot_mask) * dv;
+#pragma omp simd
+        for (int64_t c = 0; c < dv; ++c) dvj[c] += weight * dh[c];
+      }
+      const Real ds = d_weight * mj * Real(2) * a / r;
+      sum_r += static_cast<double>(d_weight) * mj * 2.0 * a * (1.0 - s[jj]) / (double(r) * r);
+      sum_w += static_cast<double>(d_weight) * a * a * dm[jj];
       if (ds != 0) {
-        Axpy(ds, kj, dqi, dk);
-        Axpy(ds, qi, dkey + j * dk, dk);
+        const Real* kj = kt + j * dk;
+        Real* dkj = dkey + (j & slot_mask) * dk;
+#pragma omp simd
+        for (int64_t c = 0; c < dk; ++c) {
+          dq[c] += ds * kj[c];
+          dkj[c] += ds * qi[c];
+        }
       }
     }
+    // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
+    NormalizeRotateBackwardRow<Real, DK>(qi, qn[i], dq, rotate, rot[2 * i], rot[2 * i + 1],
+                                         static_cast<double>(shape.pos0 + i), dPb + i * ldp, dk, &d_rate_q);
+    if (i - keys + 1 >= 0) finish_key(i - keys + 1);
   }
-  *dr = sum_r;
-  *dw = sum_w;
+  for (int64_t j = std::max<int64_t>(0, T - keys + 1); j < T; ++j) finish_key(j);
+  grads->scale = d_scale;
+  grads->r = sum_r;
+  grads->w = sum_w + (d_rate_q + d_rate_k) * ws.rate_dw[t];
+}
+
+// ---- the call: tables, scratch, tasks ---------------------------------------------
+
+// Sizes the workspace for this call and fills the per-tile scalars (serial, cheap).
+template <typename Real>
+void Prepare(const ScreeningShape& shape, const TileScalars* tiles, ScreeningWorkspace<Real>& ws) {
+  const int64_t nt = shape.tiles, T = shape.seq, tasks = shape.batch * nt;
+  ws.keys.resize(nt);
+  ws.rate.resize(nt);
+  ws.rate_dw.resize(nt);
+  ws.mask_ld = 1;
+  for (int64_t t = 0; t < nt; ++t) {
+    ws.keys[t] = SoftmaskKeys(tiles[t].w, T);
+    ws.mask_ld = std::max(ws.mask_ld, ws.keys[t]);
+    MipeRate(tiles[t].mipe_w, shape.w_th, &ws.rate[t], &ws.rate_dw[t]);
+  }
+  ws.mask.resize(nt * ws.mask_ld);
+  ws.dmask.resize(nt * ws.mask_ld);
+  ws.rotation.resize(nt * T * 2);
+  ws.order.resize(tasks);
+  for (int64_t i = 0; i < tasks; ++i) ws.order[i] = i;
+  // Largest windows first, so that the dynamic schedule ends with small tasks.
+  std::stable_sort(ws.order.begin(), ws.order.end(),
+                   [&](int64_t a, int64_t b) { return ws.keys[a % nt] > ws.keys[b % nt]; });
+  ws.partial.resize(tasks);
+  ws.threads.resize(std::max<size_t>(ws.threads.size(), omp_get_max_threads()));
+}
+
+// Tile t's tables: the Softmask (reversed: index keys − 1 − d) and the MiPE rotations.
+template <typename Real>
+void FillTables(const ScreeningShape& shape, const TileScalars* tiles, int64_t t, ScreeningWorkspace<Real>& ws) {
+  const int64_t keys = ws.keys[t], T = shape.seq;
+  Real* m = ws.mask.data() + t * ws.mask_ld;
+  Real* dm = ws.dmask.data() + t * ws.mask_ld;
+  SoftmaskTable(tiles[t].w, keys, m, dm);
+  std::reverse(m, m + keys);
+  std::reverse(dm, dm + keys);
+  double* rot = ws.rotation.data() + t * T * 2;
+  for (int64_t i = 0; i < T; ++i) {
+    const double phi = static_cast<double>(shape.pos0 + i) * ws.rate[t];
+    rot[2 * i] = std::cos(phi);
+    rot[2 * i + 1] = std::sin(phi);
+  }
+}
+
+// Runs task(thread scratch, task index) over all (b, tile), threaded.
+template <typename Real, typename Task>
+void RunTasks(const ScreeningShape& shape, const TileScalars* tiles, ScreeningWorkspace<Real>& ws, Task&& task) {
+  Prepare(shape, tiles, ws);
+  const int64_t T = shape.seq, tasks = shape.batch * shape.tiles;
+  const int64_t dk = shape.d_k, dv = shape.d_v;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < shape.tiles; ++t) FillTables(shape, tiles, t, ws);
+    Thread<Real>& th = ws.threads[omp_get_thread_num()];
+    th.k_t.resize(dk * TransposedStride<Real>(T));
+    th.s.resize(ws.mask_ld);
+    th.weight.resize(ws.mask_ld);
+    th.accepted.resize(ws.mask_ld);
+    th.dkey.resize(RingSlots(ws.mask_ld) * dk);
+    th.dval.resize(RingSlots(ws.mask_ld) * dv);
+    th.row.resize(2 * dv + dk);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t n = 0; n < tasks; ++n) task(th, ws.order[n]);
+  }
 }
 
 }  // namespace
@@ -127,113 +481,58 @@ void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, Real* 
 
 template <typename Real>
 void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
-                      const ScreeningSaved<Real>& saved, Real* U) {
-  const int64_t T = shape.seq, dk = shape.d_k, dv = shape.d_v, nt = shape.tiles;
-  const int64_t C = shape.p_cols(), ldp = nt * C, ldu = nt * dv;
-  const MaskTables<Real> tables(shape, tiles);
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t task = 0; task < shape.batch * nt; ++task) {
-    const int64_t b = task / nt, t = task % nt;
-    const TileScalars& tile = tiles[t];
-    const Real* Pb = P + b * T * ldp + t * C;
-    Real* qt = saved.q_tilde + task * T * dk;
-    Real* kt = saved.k_tilde + task * T * dk;
-    Real* vb = saved.v_bar + task * T * dv;
-    Real* h = saved.h + task * T * dv;
-    double rate, rate_dw;
-    MipeRate(tile.mipe_w, shape.w_th, &rate, &rate_dw);
-    UnitRowsForward(Pb, ldp, qt, dk, saved.q_norm + task * T, T, dk);
-    UnitRowsForward(Pb + dk, ldp, kt, dk, saved.k_norm + task * T, T, dk);
-    UnitRowsForward(Pb + 2 * dk, ldp, vb, dv, saved.v_norm + task * T, T, dv);
-    MipeRotateForward(qt, dk, T, shape.pos0, rate);
-    MipeRotateForward(kt, dk, T, shape.pos0, rate);
-    AggregateForward(qt, kt, vb, h, T, dk, dv, static_cast<Real>(tile.r), tables.m[t].data(),
-                     tables.keys[t]);
-    for (int64_t i = 0; i < T; ++i) {
-      TileOutputRow(h + i * dv, Pb + i * ldp + 2 * dk + dv, static_cast<Real>(tile.scale), dv,
-                    U + (b * T + i) * ldu + t * dv);
+                      const ScreeningSaved<Real>& saved, Real* U, ScreeningWorkspace<Real>* ws) {
+  ScreeningWorkspace<Real> temporary;
+  if (ws == nullptr) ws = &temporary;
+  Call<Real> call{shape, P, tiles, saved, *ws};
+  call.U = U;
+  const bool fixed = shape.d_k == 16 && shape.d_v == 64;
+  RunTasks(shape, tiles, *ws, [&](Thread<Real>& th, int64_t task) {
+    if (fixed) {
+      ForwardTask<Real, 16, 64>(call, task, th);
+    } else {
+      ForwardTask<Real, 0, 0>(call, task, th);
     }
-  }
+  });
 }
 
 template <typename Real>
 void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                        const ScreeningSaved<Real>& saved, const Real* dU, Real* dP,
-                       TileScalarGrads* grads) {
-  const int64_t T = shape.seq, dk = shape.d_k, dv = shape.d_v, nt = shape.tiles;
-  const int64_t C = shape.p_cols(), ldp = nt * C, ldu = nt * dv;
-  const MaskTables<Real> tables(shape, tiles);
-  std::vector<TileScalarGrads> partial(shape.batch * nt);
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t task = 0; task < shape.batch * nt; ++task) {
-    const int64_t b = task / nt, t = task % nt;
-    const TileScalars& tile = tiles[t];
-    const Real scale = static_cast<Real>(tile.scale);
-    const Real* Pb = P + b * T * ldp + t * C;
-    Real* dPb = dP + b * T * ldp + t * C;
-    const Real* qt = saved.q_tilde + task * T * dk;
-    const Real* kt = saved.k_tilde + task * T * dk;
-    const Real* vb = saved.v_bar + task * T * dv;
-    const Real* h = saved.h + task * T * dv;
-    std::vector<Real> d_tn(T * dv), dh(T * dv), dq(T * dk, 0), dkey(T * dk, 0), dval(T * dv, 0), bar(T * dk);
-    TileScalarGrads& g_out = partial[task];
-    // Output scale and gate (steps 12–13), then TanhNorm (step 11).
-    double d_scale = 0;
-    for (int64_t i = 0; i < T; ++i) {
-      const Real* hi = h + i * dv;
-      Real f, unused;
-      TanhNormScale(std::sqrt(Dot(hi, hi, dv)), &f, &unused);
-      const Real* g = Pb + i * ldp + 2 * dk + dv;
-      const Real* dUi = dU + (b * T + i) * ldu + t * dv;
-      Real* dg = dPb + i * ldp + 2 * dk + dv;
-      for (int64_t c = 0; c < dv; ++c) {
-        const Real tn = hi[c] * f, gate = GateForward(g[c]);
-        d_scale += static_cast<double>(dUi[c]) * tn * gate;
-        d_tn[i * dv + c] = scale * dUi[c] * gate;
-        dg[c] = scale * dUi[c] * tn * GateDerivative(g[c]);
-      }
+                       TileScalarGrads* grads, ScreeningWorkspace<Real>* ws) {
+  ScreeningWorkspace<Real> temporary;
+  if (ws == nullptr) ws = &temporary;
+  Call<Real> call{shape, P, tiles, saved, *ws};
+  call.dU = dU;
+  call.dP = dP;
+  const bool fixed = shape.d_k == 16 && shape.d_v == 64;
+  RunTasks(shape, tiles, *ws, [&](Thread<Real>& th, int64_t task) {
+    if (fixed) {
+      BackwardTask<Real, 16, 64>(call, task, th, &ws->partial[task]);
+    } else {
+      BackwardTask<Real, 0, 0>(call, task, th, &ws->partial[task]);
     }
-    g_out.scale = d_scale;
-    TanhNormBackward(h, d_tn.data(), dh.data(), T, dv);
-    // Aggregate, Trim, Softmask (steps 7–10).
-    double dr, dw;
-    AggregateBackward(qt, kt, vb, dh.data(), dq.data(), dkey.data(), dval.data(), T, dk, dv,
-                      static_cast<Real>(tile.r), tables.m[t].data(), tables.dm[t].data(), tables.keys[t],
-                      &dr, &dw);
-    // MiPE (step 6), then unit normalization (step 5), into dP.
-    double rate, rate_dw;
-    MipeRate(tile.mipe_w, shape.w_th, &rate, &rate_dw);
-    const double d_rate = MipeRotateBackward(qt, dk, dq.data(), dk, T, shape.pos0, rate) +
-                          MipeRotateBackward(kt, dk, dkey.data(), dk, T, shape.pos0, rate);
-    g_out.r = dr;
-    g_out.w = dw + d_rate * rate_dw;
-    std::copy(qt, qt + T * dk, bar.begin());
-    MipeRotateForward(bar.data(), dk, T, shape.pos0, -rate);
-    UnitRowsBackward(bar.data(), dk, saved.q_norm + task * T, dq.data(), dk, dPb, ldp, T, dk, false);
-    std::copy(kt, kt + T * dk, bar.begin());
-    MipeRotateForward(bar.data(), dk, T, shape.pos0, -rate);
-    UnitRowsBackward(bar.data(), dk, saved.k_norm + task * T, dkey.data(), dk, dPb + dk, ldp, T, dk, false);
-    UnitRowsBackward(vb, dv, saved.v_norm + task * T, dval.data(), dv, dPb + 2 * dk, ldp, T, dv, false);
-  }
+  });
   // Sum over the batch in a fixed order (deterministic whatever the threads).
+  const int64_t nt = shape.tiles;
   for (int64_t t = 0; t < nt; ++t) {
     grads[t] = TileScalarGrads{};
     for (int64_t b = 0; b < shape.batch; ++b) {
-      grads[t].w += partial[b * nt + t].w;
-      grads[t].r += partial[b * nt + t].r;
-      grads[t].scale += partial[b * nt + t].scale;
+      grads[t].w += ws->partial[b * nt + t].w;
+      grads[t].r += ws->partial[b * nt + t].r;
+      grads[t].scale += ws->partial[b * nt + t].scale;
     }
   }
 }
 
-#define MS_INSTANTIATE(Real)                                                                     \
-  template void ScreeningForward<Real>(const ScreeningShape&, const Real*, const TileScalars*,   \
-                                       const ScreeningSaved<Real>&, Real*);                      \
-  template void ScreeningBackward<Real>(const ScreeningShape&, const Real*, const TileScalars*,  \
-                                        const ScreeningSaved<Real>&, const Real*, Real*,         \
-                                        TileScalarGrads*);                                       \
-  template void ScreenOneQuery<Real>(const Real*, const Real*, const Real*, const int64_t*,      \
-                                     int64_t, int64_t, int64_t, Real, const Real*, int64_t, Real*); \
+#define MS_INSTANTIATE(Real)                                                                         \
+  template void ScreeningForward<Real>(const ScreeningShape&, const Real*, const TileScalars*,       \
+                                       const ScreeningSaved<Real>&, Real*, ScreeningWorkspace<Real>*); \
+  template void ScreeningBackward<Real>(const ScreeningShape&, const Real*, const TileScalars*,      \
+                                        const ScreeningSaved<Real>&, const Real*, Real*,             \
+                                        TileScalarGrads*, ScreeningWorkspace<Real>*);                \
+  template void ScreenOneQuery<Real>(const Real*, const Real*, const Real*, const int64_t*, int64_t, \
+                                     int64_t, int64_t, Real, const Real*, int64_t, Real*);           \
   template void TileOutputRow<Real>(const Real*, const Real*, Real, int64_t, Real*);
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)

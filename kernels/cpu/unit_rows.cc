@@ -1,27 +1,32 @@
 #include "kernels/cpu/unit_rows.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "kernels/cpu/simd.h"
 
 namespace multiscreen::kernels::cpu {
 
 template <typename Real>
-void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows,
-                     int64_t d) {
+MS_SIMD_CLONES void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows,
+                                    int64_t d) {
   for (int64_t r = 0; r < rows; ++r) {
     const Real* xr = x + r * ldx;
     Real* yr = y + r * ldy;
     Real sq = 0;
+#pragma omp simd reduction(+ : sq)
     for (int64_t c = 0; c < d; ++c) sq += xr[c] * xr[c];
     const Real n = std::sqrt(sq);
     const Real inv = Real(1) / std::max(n, Real(kUnitNormFloor));
+#pragma omp simd
     for (int64_t c = 0; c < d; ++c) yr[c] = xr[c] * inv;
     if (norm != nullptr) norm[r] = n;
   }
 }
 
 template <typename Real>
-void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy,
-                      Real* dx, int64_t lddx, int64_t rows, int64_t d, bool accumulate) {
+MS_SIMD_CLONES void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy,
+                                     Real* dx, int64_t lddx, int64_t rows, int64_t d, bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
     const Real* yr = y + r * ldy;
     const Real* dyr = dy + r * lddy;
@@ -30,11 +35,15 @@ void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* 
     const Real inv = Real(1) / (clamped ? Real(kUnitNormFloor) : norm[r]);
     Real dot = 0;
     if (!clamped) {
+#pragma omp simd reduction(+ : dot)
       for (int64_t c = 0; c < d; ++c) dot += yr[c] * dyr[c];
     }
-    for (int64_t c = 0; c < d; ++c) {
-      const Real g = (dyr[c] - yr[c] * dot) * inv;
-      dxr[c] = accumulate ? dxr[c] + g : g;
+    if (accumulate) {
+#pragma omp simd
+      for (int64_t c = 0; c < d; ++c) dxr[c] += (dyr[c] - yr[c] * dot) * inv;
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < d; ++c) dxr[c] = (dyr[c] - yr[c] * dot) * inv;
     }
   }
 }

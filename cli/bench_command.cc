@@ -1,0 +1,347 @@
+// `multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64]
+//   [--steps=N --warmup=N --threads=N --json]`: warm-up steps, then timed training steps
+// (forward, backward and AdamW on random tokens). Prints tokens/s, achieved GFLOP/s
+// (trainer/flops.h's count), MFU against the machine's single-precision GEMM rate
+// measured here through the same BLAS, peak resident memory, and the median time of
+// each phase of a step (model/step_profile.h).
+//
+// `multiscreen bench screening --T=N --w=W [--micro_batch=B --tiles=N --r=R --model=psi8
+//   --json]`: the screening kernel alone (forward and backward) on random projections,
+// every tile with window w and acceptance width r; times per token and tile.
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "common/config.h"
+#include "kernels/cpu/screening.h"
+#include "model/init.h"
+#include "model/multiscreen.h"
+#include "nlohmann/json.hpp"
+#include "trainer/adamw.h"
+#include "trainer/flops.h"
+
+ABSL_DECLARE_FLAG(bool, json);     // params_command.cc
+ABSL_DECLARE_FLAG(int64_t, steps);  // train_command.cc
+ABSL_DECLARE_FLAG(double, lr);      // train_command.cc
+ABSL_FLAG(int64_t, warmup, 2, "bench: untimed steps before the timed ones");
+ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
+ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
+ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
+ABSL_FLAG(double, r, 0.5, "bench screening: acceptance width r = σ(s_r) of every tile (0.5 at initialization)");
+ABSL_FLAG(double, min_seconds, 1.0, "bench screening: time each direction for at least this long");
+
+namespace multiscreen::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int64_t PeakRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// The best single-precision GEMM rate of the BLAS over a few square sizes.
+double BestSgemmGflops(int64_t* best_n) {
+  double best = 0;
+  for (int64_t n : {512, 1024, 2048}) {
+    const double rate = MeasureSgemmGflops(n, 0.4);
+    if (rate > best) {
+      best = rate;
+      *best_n = n;
+    }
+  }
+  return best;
+}
+
+absl::Status SetThreads() {
+  const int32_t threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0) return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, " must be >= 0"));
+  if (threads > 0) omp_set_num_threads(threads);
+  return absl::OkStatus();
+}
+
+// ---- bench train -----------------------------------------------------------------
+
+struct TrainResult {
+  std::vector<double> step_seconds, losses;
+  std::vector<StepProfile> profiles;
+  std::vector<double> windows;  // w of every tile at initialization (the FLOP count's windows)
+};
+
+// AdamW keeps fp32 masters; the fp64 reference model steps a double copy of them.
+void OptimizerStep(AdamW& adam, std::vector<float>& params, const std::vector<float>& grads, std::vector<float>*,
+                   std::vector<float>*, double lr) {
+  adam.Step(params.data(), grads.data(), lr);
+}
+void OptimizerStep(AdamW& adam, std::vector<double>& params, const std::vector<double>& grads,
+                   std::vector<float>* master, std::vector<float>* grads32, double lr) {
+  std::copy(grads.begin(), grads.end(), grads32->begin());
+  adam.Step(master->data(), grads32->data(), lr);
+  std::copy(master->begin(), master->end(), params.begin());
+}
+
+template <typename Real>
+TrainResult RunTrain(const ModelDims& dims, Precision precision, int64_t B, int64_t T, int64_t warmup, int64_t steps,
+                     uint64_t seed, double lr) {
+  StepProfile profile;
+  ModelOptions options;
+  options.precision = precision;
+  options.profile = &profile;
+  Multiscreen<Real> model(dims, ShardSpec::Full(dims), options);
+  const ParamLayout& layout = model.layout();
+  std::vector<float> master(layout.size()), grads32(layout.size());
+  InitParams(layout, seed, master.data());
+  std::vector<Real> params(master.begin(), master.end()), grads(layout.size());
+  AdamW adam(layout.size(), AdamWHyper{});
+  TrainResult result;
+  for (const ParamEntry& e : layout.entries()) {
+    if (e.kind != ParamKind::kS_w) continue;
+    for (int64_t i = 0; i < e.size(); ++i) result.windows.push_back(std::exp(double(master[e.buffer_offset + i])) + 1);
+  }
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(dims.vocab - 1));
+  std::vector<int32_t> tokens(B * (T + 1));
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    for (int32_t& t : tokens) t = id(rng);
+    profile.Clear();
+    const auto start = Clock::now();
+    std::fill(grads.begin(), grads.end(), Real(0));
+    const double loss = model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data());
+    {
+      PhaseTimer timer(&profile, StepProfile::kOptimizer);
+      OptimizerStep(adam, params, grads, &master, &grads32, lr);
+    }
+    const double seconds = Seconds(start);
+    if (step < warmup) continue;
+    result.step_seconds.push_back(seconds);
+    result.losses.push_back(loss);
+    result.profiles.push_back(profile);
+  }
+  return result;
+}
+
+int BenchTrain(int argc, char** argv) {
+  const char* usage =
+      "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
+      "--warmup=N --threads=N --json]";
+  if (auto s = ParseFlags(argc, argv, usage); !s.ok()) return Fail("bench", s);
+  if (auto s = SetThreads(); !s.ok()) return Fail("bench", s);
+  auto dims = LoadModel(absl::GetFlag(FLAGS_model));
+  if (!dims.ok()) return Fail("bench", dims.status());
+  const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : 256;
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_steps) > 0 ? absl::GetFlag(FLAGS_steps) : 10;
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (B <= 0) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " must be positive")));
+  if (warmup < 0) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--warmup=", warmup, " must be >= 0")));
+  Precision p = Precision::kFp32;
+  if (precision == "bf16") {
+    p = Precision::kBf16;
+  } else if (precision == "fp16") {
+    p = Precision::kFp16;
+  } else if (precision != "fp32" && precision != "fp64") {
+    return Fail("bench", absl::InvalidArgumentError(
+                             absl::StrCat("--precision=", precision, ": expected fp32, bf16, fp16 or fp64")));
+  }
+  const uint64_t seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  const double lr = absl::GetFlag(FLAGS_lr);
+  const TrainResult r = precision == "fp64" ? RunTrain<double>(*dims, p, B, T, warmup, steps, seed, lr)
+                                            : RunTrain<float>(*dims, p, B, T, warmup, steps, seed, lr);
+  const int64_t peak_rss = PeakRssBytes();
+  int64_t sgemm_n = 0;
+  const double sgemm = BestSgemmGflops(&sgemm_n);
+
+  const double step = Median(r.step_seconds);
+  const double tokens_per_s = double(B * T) / step;
+  const double flops_per_token = TrainingFlopsPerToken(*dims, T, r.windows);
+  const double gflops = flops_per_token * tokens_per_s / 1e9;
+  const double mfu = gflops / sgemm;
+  double phase[StepProfile::kPhases], accounted = 0;
+  for (int ph = 0; ph < StepProfile::kPhases; ++ph) {
+    std::vector<double> v;
+    for (const StepProfile& prof : r.profiles) v.push_back(prof.seconds[ph]);
+    phase[ph] = Median(v);
+    accounted += phase[ph];
+  }
+  const double other = std::max(0.0, step - accounted);
+  const int threads = omp_get_max_threads();
+
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json breakdown;
+    for (int ph = 0; ph < StepProfile::kPhases; ++ph) breakdown[StepProfile::kNames[ph]] = phase[ph];
+    breakdown["other"] = other;
+    nlohmann::json j = {{"command", "bench train"},
+                        {"model", dims->name},
+                        {"seq_len", T},
+                        {"micro_batch", B},
+                        {"precision", precision},
+                        {"threads", threads},
+                        {"warmup", warmup},
+                        {"steps", steps},
+                        {"step_seconds", step},
+                        {"step_seconds_all", r.step_seconds},
+                        {"tokens_per_s", tokens_per_s},
+                        {"flops_per_token", flops_per_token},
+                        {"gflops", gflops},
+                        {"sgemm_gflops", sgemm},
+                        {"sgemm_n", sgemm_n},
+                        {"mfu", mfu},
+                        {"peak_rss_bytes", peak_rss},
+                        {"loss_first", r.losses.front()},
+                        {"loss_last", r.losses.back()},
+                        {"breakdown_seconds", breakdown}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("bench train: %s, T=%lld, B=%lld, %s, %d threads; %lld timed steps after %lld warm-up\n",
+              dims->name.c_str(), (long long)T, (long long)B, precision.c_str(), threads, (long long)steps,
+              (long long)warmup);
+  std::printf("  step (median)   %10.4f s     loss %.4f -> %.4f\n", step, r.losses.front(), r.losses.back());
+  std::printf("  tokens/s        %10.0f\n", tokens_per_s);
+  std::printf("  model FLOPs     %10.3f GFLOP/step (%.4g per token)\n", flops_per_token * B * T / 1e9, flops_per_token);
+  std::printf("  achieved        %10.2f GFLOP/s\n", gflops);
+  std::printf("  SGEMM rate      %10.2f GFLOP/s (BLAS, n=%lld)\n", sgemm, (long long)sgemm_n);
+  std::printf("  MFU             %10.1f %%\n", 100 * mfu);
+  std::printf("  peak RSS        %10.1f MiB\n", peak_rss / 1048576.0);
+  std::printf("  breakdown (median per step):\n");
+  for (int ph = 0; ph < StepProfile::kPhases; ++ph) {
+    std::printf("    %-20s %9.2f ms  %5.1f %%\n", StepProfile::kNames[ph], 1e3 * phase[ph], 100 * phase[ph] / step);
+  }
+  std::printf("    %-20s %9.2f ms  %5.1f %%\n", "other", 1e3 * other, 100 * other / step);
+  return 0;
+}
+
+// ---- bench screening -------------------------------------------------------------
+
+int BenchScreening(int argc, char** argv) {
+  const char* usage =
+      "multiscreen bench screening --T=N --w=W [--micro_batch=B --tiles=N --r=R --model=psi8 --threads=N --json]";
+  if (auto s = ParseFlags(argc, argv, usage); !s.ok()) return Fail("bench", s);
+  if (auto s = SetThreads(); !s.ok()) return Fail("bench", s);
+  auto dims = LoadModel(absl::GetFlag(FLAGS_model));
+  if (!dims.ok()) return Fail("bench", dims.status());
+  const int64_t T = absl::GetFlag(FLAGS_T), B = absl::GetFlag(FLAGS_micro_batch), nt = absl::GetFlag(FLAGS_tiles);
+  const double w = absl::GetFlag(FLAGS_w), r = absl::GetFlag(FLAGS_r), min_seconds = absl::GetFlag(FLAGS_min_seconds);
+  if (T <= 0 || B <= 0 || nt <= 0) {
+    return Fail("bench", absl::InvalidArgumentError("--T, --micro_batch and --tiles must be positive"));
+  }
+  if (!(w >= 1)) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--w=", w, " must be >= 1")));
+  if (!(r > 0 && r <= 1)) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--r=", r, " must be in (0, 1]")));
+
+  kernels::cpu::ScreeningShape shape;
+  shape.batch = B;
+  shape.seq = T;
+  shape.tiles = nt;
+  shape.d_k = dims->d_k;
+  shape.d_v = dims->d_v;
+  shape.w_th = dims->w_th;
+  const int64_t rows = B * T, C = shape.p_cols(), dk = shape.d_k, dv = shape.d_v;
+  std::vector<float> P(rows * nt * C), U(rows * nt * dv), dU(rows * nt * dv), dP(rows * nt * C);
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (float& x : P) x = normal(rng);
+  for (float& x : dU) x = normal(rng);
+  std::vector<float> qt(rows * nt * dk), kt(rows * nt * dk), vb(rows * nt * dv), qn(rows * nt), kn(rows * nt),
+      vn(rows * nt), h(rows * nt * dv);
+  const kernels::cpu::ScreeningSaved<float> saved{qt.data(), kt.data(), vb.data(), qn.data(), kn.data(), vn.data(), h.data()};
+  std::vector<kernels::cpu::TileScalars> scalars(nt, kernels::cpu::TileScalars{w, r, 1.0, w});
+  std::vector<kernels::cpu::TileScalarGrads> grads(nt);
+  kernels::cpu::ScreeningWorkspace<float> workspace;
+
+  auto forward = [&] { kernels::cpu::ScreeningForward(shape, P.data(), scalars.data(), saved, U.data(), &workspace); };
+  auto backward = [&] {
+    kernels::cpu::ScreeningBackward(shape, P.data(), scalars.data(), saved, dU.data(), dP.data(), grads.data(), &workspace);
+  };
+  // Repeats fn (after one warm-up call) for at least min_seconds; the median call.
+  auto time = [&](auto&& fn) {
+    fn();
+    std::vector<double> calls;
+    const auto start = Clock::now();
+    do {
+      const auto t0 = Clock::now();
+      fn();
+      calls.push_back(Seconds(t0));
+    } while (Seconds(start) < min_seconds || calls.size() < 3);
+    return Median(calls);
+  };
+  const double fwd = time(forward), bwd = time(backward);
+
+  // The work that exists: in-window pairs, and the fraction Trim accepts (s > 1 − r).
+  const int64_t keys = std::isinf(w) ? T : std::min<int64_t>(T, static_cast<int64_t>(std::ceil(w)));
+  int64_t pairs = 0, accepted = 0;
+  for (int64_t task = 0; task < B * nt; ++task) {
+    const float* q = qt.data() + task * T * dk;
+    const float* k = kt.data() + task * T * dk;
+    for (int64_t i = 0; i < T; ++i) {
+      for (int64_t j = std::max<int64_t>(0, i - keys + 1); j <= i; ++j) {
+        float s = 0;
+        for (int64_t c = 0; c < dk; ++c) s += q[i * dk + c] * k[j * dk + c];
+        ++pairs;
+        accepted += s > float(1 - r);
+      }
+    }
+  }
+  const double tile_tokens = double(rows * nt);
+  const double fwd_ns = 1e9 * fwd / tile_tokens, bwd_ns = 1e9 * bwd / tile_tokens;
+  const int threads = omp_get_max_threads();
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json j = {{"command", "bench screening"},
+                        {"T", T},
+                        {"w", w},
+                        {"r", r},
+                        {"micro_batch", B},
+                        {"tiles", nt},
+                        {"d_k", dk},
+                        {"d_v", dv},
+                        {"threads", threads},
+                        {"keys", keys},
+                        {"pairs_per_token", double(pairs) / tile_tokens},
+                        {"accepted_fraction", pairs > 0 ? double(accepted) / double(pairs) : 0.0},
+                        {"forward_seconds", fwd},
+                        {"backward_seconds", bwd},
+                        {"forward_ns_per_tile_token", fwd_ns},
+                        {"backward_ns_per_tile_token", bwd_ns}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("bench screening: T=%lld, w=%g (%lld keys), r=%g, B=%lld, %lld tiles, d_K=%lld, d_V=%lld, %d threads\n",
+              (long long)T, w, (long long)keys, r, (long long)B, (long long)nt, (long long)dk, (long long)dv, threads);
+  std::printf("  in-window pairs per token %.1f, accepted by Trim %.2f %%\n", double(pairs) / tile_tokens,
+              pairs > 0 ? 100.0 * double(accepted) / double(pairs) : 0.0);
+  std::printf("  forward   %10.3f ms   %8.1f ns per token and tile\n", 1e3 * fwd, fwd_ns);
+  std::printf("  backward  %10.3f ms   %8.1f ns per token and tile\n", 1e3 * bwd, bwd_ns);
+  return 0;
+}
+
+}  // namespace
+
+int BenchCommand(int argc, char** argv) {
+  const std::string what = argc >= 2 ? argv[1] : "";
+  if (what == "train") return BenchTrain(argc - 1, argv + 1);
+  if (what == "screening") return BenchScreening(argc - 1, argv + 1);
+  std::fprintf(stderr, "multiscreen bench: expected 'train' or 'screening' (got '%s')\n", what.c_str());
+  return 2;
+}
+
+}  // namespace multiscreen::cli

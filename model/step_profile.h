@@ -1,0 +1,51 @@
+// Wall time of a training step, split by phase, for `multiscreen bench train`.
+// The model adds to a StepProfile when ModelOptions::profile points at one;
+// with a null profile a PhaseTimer reads no clock, so the step costs the same.
+#pragma once
+
+#include <chrono>
+
+namespace multiscreen {
+
+struct StepProfile {
+  enum Phase {
+    kEmbed,              // BeginStep (Ē, packed weights), Embed, EmbedBackward, EndStep
+    kProjections,        // P = x·[W_Q|W_K|W_V|W_G] and its two backward GEMMs
+    kScreeningForward,   // the fused screening kernel, forward
+    kScreeningBackward,  // its backward (relevance recomputed)
+    kOutputGemm,         // Δ = U·W_O, its two backward GEMMs, the residual adds
+    kHead,               // PLNorm, logits, cross-entropy and their backward (chunked)
+    kOptimizer,          // AdamW (timed by the caller, which owns the optimizer)
+    kPhases
+  };
+  static constexpr const char* kNames[kPhases] = {"embed", "projections_gemm", "screening_forward",
+                                                  "screening_backward", "w_o_gemm", "head_loss", "optimizer"};
+
+  double seconds[kPhases] = {};
+  void Clear() {
+    for (double& s : seconds) s = 0;
+  }
+};
+
+// Adds the time from construction to destruction to profile->seconds[phase];
+// does nothing at all when profile is null.
+class PhaseTimer {
+ public:
+  PhaseTimer(StepProfile* profile, StepProfile::Phase phase) : profile_(profile), phase_(phase) {
+    if (profile_ != nullptr) start_ = std::chrono::steady_clock::now();
+  }
+  ~PhaseTimer() {
+    if (profile_ != nullptr) {
+      profile_->seconds[phase_] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  StepProfile* profile_;
+  StepProfile::Phase phase_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace multiscreen

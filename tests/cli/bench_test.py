@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""End-to-end checks of `multiscreen bench`: the shape of `bench train --json` and
+`bench screening --json` on a tiny model, the text output, and one-line errors.
+(Only the shape and the arithmetic between fields are checked: speeds depend on
+the machine.)
+
+Run: /usr/bin/python3 tests/cli/bench_test.py --multiscreen=build/multiscreen
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import unittest
+
+BIN = None
+
+PHASES = ("embed", "projections_gemm", "screening_forward", "screening_backward", "w_o_gemm",
+          "head_loss", "optimizer", "other")
+
+
+def run(*args):
+    return subprocess.run([BIN, "bench", *args], capture_output=True, text=True, timeout=300)
+
+
+class BenchTest(unittest.TestCase):
+    def assert_one_line_error(self, result, *fragments):
+        self.assertNotEqual(result.returncode, 0, result.stdout)
+        lines = [l for l in result.stderr.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, result.stderr)
+        for f in fragments:
+            self.assertIn(f, lines[0])
+
+    def test_train_json_has_speed_mfu_memory_and_a_breakdown(self):
+        r = run("train", "--model=tiny_psi2", "--seq_len=16", "--micro_batch=2", "--steps=3", "--warmup=1",
+                "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["model"], "tiny_psi2")
+        self.assertEqual((j["seq_len"], j["micro_batch"], j["steps"], j["warmup"]), (16, 2, 3, 1))
+        self.assertEqual(len(j["step_seconds_all"]), 3)
+        self.assertGreater(j["step_seconds"], 0)
+        self.assertAlmostEqual(j["tokens_per_s"], 32 / j["step_seconds"], delta=1e-6 * j["tokens_per_s"])
+        self.assertAlmostEqual(j["gflops"], j["flops_per_token"] * j["tokens_per_s"] / 1e9,
+                               delta=1e-6 * j["gflops"])
+        self.assertGreater(j["sgemm_gflops"], 0)
+        self.assertAlmostEqual(j["mfu"], j["gflops"] / j["sgemm_gflops"], delta=1e-9)
+        self.assertGreater(j["peak_rss_bytes"], 1 << 20)
+        self.assertTrue(math.isfinite(j["loss_first"]) and math.isfinite(j["loss_last"]))
+        b = j["breakdown_seconds"]
+        self.assertEqual(set(b), set(PHASES))
+        self.assertTrue(all(v >= 0 for v in b.values()), b)
+        self.assertGreater(b["head_loss"], 0)
+        self.assertGreater(b["screening_forward"], 0)
+        # Phase medians are taken separately, so their sum only roughly matches the step.
+        self.assertLess(sum(b.values()), 1.5 * j["step_seconds"] + 1e-3)
+
+    def test_train_text_names_the_targets(self):
+        r = run("train", "--model=tiny_psi2", "--seq_len=8", "--micro_batch=1", "--steps=1", "--warmup=0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for word in ("tokens/s", "GFLOP/s", "MFU", "peak RSS", "screening_backward", "optimizer"):
+            self.assertIn(word, r.stdout)
+
+    def test_fp64_and_bf16_steps_run(self):
+        for precision in ("fp64", "bf16"):
+            r = run("train", "--model=tiny_psi2", "--seq_len=8", "--micro_batch=1", "--steps=1", "--warmup=0",
+                    f"--precision={precision}", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["precision"], precision)
+
+    def test_screening_json_counts_the_pairs_in_the_window(self):
+        r = run("screening", "--T=64", "--w=8", "--tiles=2", "--micro_batch=2", "--min_seconds=0.01", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual((j["T"], j["keys"], j["tiles"], j["d_k"], j["d_v"]), (64, 8, 2, 16, 64))
+        # Σ_i min(8, i + 1) / T: 1 + 2 + … + 8, then 8 for the other 56 queries.
+        self.assertAlmostEqual(j["pairs_per_token"], (36 + 56 * 8) / 64)
+        self.assertTrue(0 <= j["accepted_fraction"] <= 1)
+        self.assertGreater(j["forward_ns_per_tile_token"], 0)
+        self.assertGreater(j["backward_ns_per_tile_token"], 0)
+
+    def test_bad_input_is_one_line(self):
+        self.assert_one_line_error(run("train", "--model=tiny_psi2", "--micro_batch=0"), "--micro_batch")
+        self.assert_one_line_error(run("train", "--model=tiny_psi2", "--precision=fp8"), "--precision")
+        self.assert_one_line_error(run("screening", "--w=0.5"), "--w")
+        self.assert_one_line_error(run("screening", "--r=2"), "--r")
+        self.assert_one_line_error(run("nonsense"), "train", "screening")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    args, rest = p.parse_known_args()
+    BIN = os.path.abspath(args.multiscreen)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

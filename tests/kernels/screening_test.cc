@@ -1,0 +1,260 @@
+// The screening kernel at the paper's widths (d_K = 16, d_V = 64, compiled as
+// constants): forward against a dense reference written from the spec, backward
+// against central differences, fp32 against fp64, and workspace reuse. (The model
+// tests use tiny widths, which take the kernel's generic path.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/mipe.h"
+#include "kernels/cpu/screening.h"
+
+namespace multiscreen::kernels::cpu {
+namespace {
+
+constexpr int64_t kDk = 16, kDv = 64;
+
+template <typename Real>
+struct Problem {
+  ScreeningShape shape;
+  std::vector<TileScalars> tiles;
+  std::vector<Real> P;
+  std::vector<Real> U, qt, kt, vb, qn, kn, vn, h;
+  std::vector<Real> dP;
+  std::vector<TileScalarGrads> grads;
+
+  Problem(int64_t B, int64_t T, std::vector<TileScalars> tile_scalars, uint64_t seed) : tiles(tile_scalars) {
+    shape.batch = B;
+    shape.seq = T;
+    shape.tiles = static_cast<int64_t>(tiles.size());
+    shape.d_k = kDk;
+    shape.d_v = kDv;
+    shape.pos0 = 5;
+    shape.w_th = 16;
+    const int64_t rows = B * T, C = shape.p_cols(), nt = shape.tiles;
+    P.resize(rows * nt * C);
+    // Queries and keys share a direction per tile, so that similarities spread over
+    // [−1, 1] and Trim accepts a real fraction of the pairs; values and gates random.
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0, 1);
+    for (int64_t t = 0; t < nt; ++t) {
+      std::vector<double> u(kDk);
+      for (double& x : u) x = normal(rng);
+      for (int64_t i = 0; i < rows; ++i) {
+        Real* row = P.data() + i * nt * C + t * C;
+        for (int64_t c = 0; c < 2 * kDk; ++c) row[c] = static_cast<Real>(u[c % kDk] + 0.6 * normal(rng));
+        for (int64_t c = 2 * kDk; c < C; ++c) row[c] = static_cast<Real>(normal(rng));
+      }
+    }
+    U.resize(rows * nt * kDv);
+    qt.resize(rows * nt * kDk);
+    kt.resize(rows * nt * kDk);
+    vb.resize(rows * nt * kDv);
+    qn.resize(rows * nt);
+    kn.resize(rows * nt);
+    vn.resize(rows * nt);
+    h.resize(rows * nt * kDv);
+    dP.resize(P.size());
+    grads.resize(nt);
+  }
+  ScreeningSaved<Real> saved() {
+    return {qt.data(), kt.data(), vb.data(), qn.data(), kn.data(), vn.data(), h.data()};
+  }
+  void Forward(ScreeningWorkspace<Real>* ws = nullptr) {
+    ScreeningForward(shape, P.data(), tiles.data(), saved(), U.data(), ws);
+  }
+  void Backward(const std::vector<Real>& dU, ScreeningWorkspace<Real>* ws = nullptr) {
+    ScreeningBackward(shape, P.data(), tiles.data(), saved(), dU.data(), dP.data(), grads.data(), ws);
+  }
+};
+
+// Windows below T with MiPE on (w < w_th = 16), above w_th without it, and infinite
+// (inference expansion); acceptance widths from strict to loose.
+std::vector<TileScalars> SomeTiles() {
+  const double inf = std::numeric_limits<double>::infinity();
+  return {{3.7, 0.55, 0.8, 3.7}, {11.3, 0.9, 1.3, 11.3}, {21.6, 0.35, 0.6, 21.6}, {inf, 0.75, 1.1, 40.0}};
+}
+
+std::vector<double> Unit(const double* x, int64_t d, double* norm) {
+  double sq = 0;
+  for (int64_t c = 0; c < d; ++c) sq += x[c] * x[c];
+  *norm = std::sqrt(sq);
+  std::vector<double> y(x, x + d);
+  for (double& v : y) v /= std::max(*norm, 1e-12);
+  return y;
+}
+
+// Spec steps 5–13 written out densely (every j ≤ i visited), in fp64.
+std::vector<double> DenseReference(const Problem<double>& p) {
+  const ScreeningShape& s = p.shape;
+  const int64_t T = s.seq, nt = s.tiles, C = s.p_cols();
+  std::vector<double> U(s.batch * T * nt * kDv);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t t = 0; t < nt; ++t) {
+      const TileScalars& tile = p.tiles[t];
+      double rate, rate_dw, norm;
+      MipeRate(tile.mipe_w, s.w_th, &rate, &rate_dw);
+      std::vector<std::vector<double>> q(T), k(T), v(T);
+      for (int64_t i = 0; i < T; ++i) {
+        const double* row = p.P.data() + (b * T + i) * nt * C + t * C;
+        q[i] = Unit(row, kDk, &norm);
+        k[i] = Unit(row + kDk, kDk, &norm);
+        v[i] = Unit(row + 2 * kDk, kDv, &norm);
+        const double phi = double(s.pos0 + i) * rate;
+        for (auto* z : {&q[i], &k[i]}) {
+          const double z0 = (*z)[0], z1 = (*z)[1];
+          (*z)[0] = z0 * std::cos(phi) - z1 * std::sin(phi);
+          (*z)[1] = z0 * std::sin(phi) + z1 * std::cos(phi);
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> h(kDv, 0.0);
+        for (int64_t j = 0; j <= i; ++j) {
+          const double d = double(i - j);
+          if (!std::isinf(tile.w) && d >= tile.w) continue;
+          const double m = std::isinf(tile.w) ? 1.0 : 0.5 * (std::cos(std::numbers::pi * d / tile.w) + 1.0);
+          double sim = 0;
+          for (int64_t c = 0; c < kDk; ++c) sim += q[i][c] * k[j][c];
+          const double a = std::max(1.0 - (1.0 - sim) / tile.r, 0.0);
+          for (int64_t c = 0; c < kDv; ++c) h[c] += a * a * m * v[j][c];
+        }
+        double n2 = 0;
+        for (double x : h) n2 += x * x;
+        const double n = std::sqrt(n2), f = n > 0 ? std::tanh(n) / n : 1.0;
+        const double* g = p.P.data() + (b * T + i) * nt * C + t * C + 2 * kDk + kDv;
+        for (int64_t c = 0; c < kDv; ++c) {
+          const double gate = std::tanh(g[c] / (1.0 + std::exp(-g[c])));
+          U[(b * T + i) * nt * kDv + t * kDv + c] = tile.scale * h[c] * f * gate;
+        }
+      }
+    }
+  }
+  return U;
+}
+
+TEST(ScreeningKernelTest, FixedWidthForwardMatchesADenseReference) {
+  Problem<double> p(2, 40, SomeTiles(), 1);
+  p.Forward();
+  const std::vector<double> want = DenseReference(p);
+  double max_abs = 0;
+  for (double x : want) max_abs = std::max(max_abs, std::abs(x));
+  ASSERT_GT(max_abs, 0.05);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(p.U[i], want[i], 1e-12) << i;
+}
+
+double Objective(Problem<double>& p, const std::vector<double>& R) {
+  p.Forward();
+  double sum = 0;
+  for (size_t i = 0; i < R.size(); ++i) sum += R[i] * p.U[i];
+  return sum;
+}
+
+TEST(ScreeningKernelTest, FixedWidthBackwardMatchesCentralDifferences) {
+  Problem<double> p(1, 24, SomeTiles(), 2);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> R(p.U.size());
+  for (double& x : R) x = normal(rng);
+  p.Forward();
+  p.Backward(R);
+  const double eps = 1e-6;
+  // Every column kind (q, k, v, g) of every tile, at a spread of rows.
+  const int64_t C = p.shape.p_cols(), ld = p.shape.tiles * C;
+  for (int64_t row : {0, 3, 11, 23}) {
+    for (int64_t col = 0; col < ld; col += 5) {
+      double& x = p.P[row * ld + col];
+      const double keep = x;
+      x = keep + eps;
+      const double up = Objective(p, R);
+      x = keep - eps;
+      const double down = Objective(p, R);
+      x = keep;
+      const double fd = (up - down) / (2 * eps);
+      EXPECT_NEAR(p.dP[row * ld + col], fd, 1e-6 * std::max(1.0, std::abs(fd))) << row << "," << col;
+    }
+  }
+  // The tile scalars: w (Softmask and MiPE together), r and the output scale.
+  for (int64_t t = 0; t < p.shape.tiles; ++t) {
+    TileScalars& tile = p.tiles[t];
+    const TileScalars keep = tile;
+    auto diff = [&](auto set) {
+      set(eps);
+      const double up = Objective(p, R);
+      tile = keep;
+      set(-eps);
+      const double down = Objective(p, R);
+      tile = keep;
+      return (up - down) / (2 * eps);
+    };
+    const double fd_r = diff([&](double e) { tile.r = keep.r + e; });
+    const double fd_scale = diff([&](double e) { tile.scale = keep.scale + e; });
+    EXPECT_NEAR(p.grads[t].r, fd_r, 1e-6 * std::max(1.0, std::abs(fd_r))) << t;
+    EXPECT_NEAR(p.grads[t].scale, fd_scale, 1e-6 * std::max(1.0, std::abs(fd_scale))) << t;
+    if (!std::isinf(keep.w)) {
+      const double fd_w = diff([&](double e) {
+        tile.w = keep.w + e;
+        tile.mipe_w = keep.mipe_w + e;
+      });
+      EXPECT_NEAR(p.grads[t].w, fd_w, 1e-6 * std::max(1.0, std::abs(fd_w))) << t;
+    }
+  }
+}
+
+TEST(ScreeningKernelTest, Fp32FixedWidthPathAgreesWithFp64) {
+  Problem<double> p64(2, 64, SomeTiles(), 4);
+  Problem<float> p32(2, 64, SomeTiles(), 4);
+  for (size_t i = 0; i < p64.P.size(); ++i) p64.P[i] = p32.P[i];  // the same fp32-representable inputs
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> R64(p64.U.size());
+  for (double& x : R64) x = static_cast<float>(normal(rng));
+  const std::vector<float> R32(R64.begin(), R64.end());
+  p64.Forward();
+  p64.Backward(R64);
+  p32.Forward();
+  p32.Backward(R32);
+  auto rel = [](const auto& a, const std::vector<double>& b) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < b.size(); ++i) {
+      diff += (a[i] - b[i]) * (a[i] - b[i]);
+      norm += b[i] * b[i];
+    }
+    return std::sqrt(diff / norm);
+  };
+  EXPECT_LT(rel(p32.U, p64.U), 1e-5);
+  EXPECT_LT(rel(p32.dP, p64.dP), 1e-4);
+  for (int64_t t = 0; t < p64.shape.tiles; ++t) {
+    EXPECT_NEAR(p32.grads[t].r, p64.grads[t].r, 1e-4 * std::max(1.0, std::abs(p64.grads[t].r))) << t;
+    EXPECT_NEAR(p32.grads[t].w, p64.grads[t].w, 1e-4 * std::max(1.0, std::abs(p64.grads[t].w))) << t;
+  }
+}
+
+TEST(ScreeningKernelTest, AReusedWorkspaceGivesTheResultsOfAFreshOne) {
+  ScreeningWorkspace<float> ws;
+  Problem<float> big(2, 50, SomeTiles(), 6);
+  std::vector<float> dU_big(big.U.size(), 0.5f);
+  big.Forward(&ws);
+  big.Backward(dU_big, &ws);
+  // A smaller call through the same (now larger) workspace, against a fresh one.
+  std::vector<TileScalars> tiles = SomeTiles();
+  tiles.resize(3);
+  Problem<float> reused(1, 30, tiles, 7), fresh(1, 30, tiles, 7);
+  std::vector<float> dU(reused.U.size(), -0.25f);
+  reused.Forward(&ws);
+  reused.Backward(dU, &ws);
+  fresh.Forward();
+  fresh.Backward(dU);
+  EXPECT_EQ(reused.U, fresh.U);
+  EXPECT_EQ(reused.dP, fresh.dP);
+  for (int64_t t = 0; t < 3; ++t) {
+    EXPECT_EQ(reused.grads[t].w, fresh.grads[t].w);
+    EXPECT_EQ(reused.grads[t].r, fresh.grads[t].r);
+  }
+}
+
+}  // namespace
+}  // namespace multiscreen::kernels::cpu
