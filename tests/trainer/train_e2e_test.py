@@ -142,6 +142,26 @@ class TrainTest(unittest.TestCase):
         with open(os.path.join(d, "status.json")) as f:
             self.assertEqual(json.load(f), {"state": "stopped", "step": last, "steps": 100000})
 
+    def test_a_second_sigint_exits_at_once(self):
+        d = self.run_dir("sigint2")
+        cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
+               "--steps=100000", "--seq_len=512", "--micro_batch=8", "--checkpoint_every=0"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if max(train_losses(d), default=0) >= 1:
+                    break
+            except (FileNotFoundError, json.JSONDecodeError):
+                pass
+            time.sleep(0.01)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.02)  # two pending SIGINTs would merge into one
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 130, err[-2000:])
+        self.assertIn("second SIGINT", err)
+
     def test_a_corrupted_newest_checkpoint_falls_back_with_a_warning(self):
         d = self.run_dir("fallback")
         self.train(d, "--steps=20")
