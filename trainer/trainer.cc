@@ -37,8 +37,8 @@ std::string Eta(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources, ProcessGrid* grid)
-    : run_(run), dims_(dims), sources_(sources), grid_(grid),
+Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, ProcessGrid* grid)
+    : run_(run), dims_(dims), grid_(grid),
       scaler_(run.precision() == config::RunConfig::FP16, run.initial_loss_scale()) {}
 
 std::pair<int64_t, int64_t> Trainer::OptimizerRange() {
@@ -49,7 +49,7 @@ std::pair<int64_t, int64_t> Trainer::OptimizerRange() {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig& run, const ModelDims& dims,
                                                          Sources sources, ProcessGrid* grid) {
   if (sources.train == nullptr) return absl::InvalidArgumentError("data: no training shards");
-  std::unique_ptr<Trainer> t(new Trainer(run, dims, sources, grid));
+  std::unique_ptr<Trainer> t(new Trainer(run, dims, grid));
   ModelOptions options;
   options.precision = ModelPrecision(run.precision());
   DataParallelOptions dp_options;

@@ -71,7 +71,7 @@ class Trainer {
   bool resumed() const { return resumed_; }
 
  private:
-  Trainer(const config::RunConfig& run, const ModelDims& dims, Sources sources, ProcessGrid* grid);
+  Trainer(const config::RunConfig& run, const ModelDims& dims, ProcessGrid* grid);
   bool is_logger() const { return grid_->world_rank() == 0; }
   // The flat range this rank's optimizer updates: OwnedRange() under ZeRO-1, else all.
   std::pair<int64_t, int64_t> OptimizerRange();
@@ -86,7 +86,6 @@ class Trainer {
 
   config::RunConfig run_;
   ModelDims dims_;
-  Sources sources_;
   std::unique_ptr<TrainLoader> loader_;
   std::unique_ptr<ValidationLoader> val_loader_;
   ProcessGrid* grid_;
