@@ -14,10 +14,16 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "data/loader.h"
+#include "kernels/buffer.h"
 #include "parallel/fatal.h"
 #include "parallel/mpi_session.h"
 #include "parallel/process_grid.h"
+#include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
+
+#ifdef MULTISCREEN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 ABSL_FLAG(std::string, config, "", "run configuration (RunConfig text proto), e.g. configs/train/psi8_demo.textproto");
 ABSL_FLAG(std::string, run_dir, "", "directory for metrics, TensorBoard events and checkpoints");
@@ -91,6 +97,37 @@ bool LaunchedByMpi() {
   return false;
 }
 
+// What the launcher says about this process, for the log: "SLURM_PROCID=1
+// SLURM_NTASKS=2 ..." (the variables that are set), or "none".
+std::string LauncherEnv() {
+  std::string out;
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_RANK",
+                          "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_RESTART_COUNT",
+                          "CUDA_VISIBLE_DEVICES"}) {
+    if (const char* value = std::getenv(var)) absl::StrAppend(&out, out.empty() ? "" : " ", var, "=", value);
+  }
+  return out.empty() ? "none" : out;
+}
+
+// One GPU per local rank: device local_rank % count, so it works whether the
+// launcher shows each process all of the node's GPUs or only its own. Returns
+// "cuda:N", or "cpu" when the build has no CUDA or no device is visible.
+absl::StatusOr<std::string> BindDevice(int local_rank) {
+#ifdef MULTISCREEN_HAVE_CUDA
+  int count = 0;
+  if (CudaAvailable() && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+    const int device = local_rank % count;
+    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaSetDevice(", device, ") for local rank ", local_rank, ": ",
+                                              cudaGetErrorString(e)));
+    }
+    return absl::StrCat("cuda:", device);
+  }
+#endif
+  (void)local_rank;
+  return std::string("cpu");
+}
+
 absl::StatusOr<std::shared_ptr<const TokenStream>> OpenSplit(const std::vector<std::string>& paths,
                                                              const std::string& split) {
   std::vector<std::string> shards;
@@ -107,6 +144,10 @@ absl::StatusOr<std::shared_ptr<const TokenStream>> OpenSplit(const std::vector<s
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
+  // Caught from the first instant: a preemption signal during start-up (MPI,
+  // loading a checkpoint) then stops the run after its first step instead of
+  // killing the process without a checkpoint.
+  InstallStopHandlers();
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]"); !s.ok()) {
     return Fail("train", s);
   }
@@ -127,6 +168,9 @@ int TrainCommand(int argc, char** argv) {
     AbortJobIfError(made.status());
     grid = std::move(*made);
     SetFatalContext(grid->Describe());
+    auto device = BindDevice(grid->local_rank());
+    AbortJobIfError(device.status());
+    LogInfo(grid->Describe(), ", device ", *device, "; launcher: ", LauncherEnv());
     if (grid->world_rank() == 0) LogInfo("process grid: ", grid->world_size(), " ranks, tp=", grid->shape().tp,
                                          " pp=", grid->shape().pp, " dp=", grid->shape().dp, "; ", grid->Describe());
   } else {
@@ -136,6 +180,7 @@ int TrainCommand(int argc, char** argv) {
                                " needs tp·pp·dp processes: start it under mpirun -np N or srun --mpi=pmix")));
     }
     grid = ProcessGrid::Single();
+    if (auto device = BindDevice(0); !device.ok()) return Fail("train", device.status());
   }
   const bool logger = grid->world_rank() == 0;
   // Under MPI an error on any rank ends the whole job (never a hang).

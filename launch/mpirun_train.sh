@@ -1,0 +1,74 @@
+#!/bin/bash
+# Starts `multiscreen train` with Open MPI's mpirun on a list of hosts, one rank
+# per GPU (ranks fill a node before the next: keep tp within a node).
+#
+#   launch/mpirun_train.sh --hosts=node1,node2 --ranks_per_node=8 -- \
+#       --config=configs/train/psi32.textproto --data=/shared/shards --run_dir=/shared/runs/psi32 --tp=8 --pp=2
+#   launch/mpirun_train.sh --ranks_per_node=2 -- --config=configs/train/tiny_test.textproto ...   # this machine
+#
+# Options, before `--` (everything after it goes to `train`):
+#   --hosts=H1,H2,...     hosts to run on                 [this machine]
+#   --hostfile=FILE       one host per line (# comments); instead of --hosts
+#   --ranks_per_node=N    ranks on each host              [GPUs that nvidia-smi lists, else 1]
+#   --bin=PATH            the binary                      [build/multiscreen]
+#   --dry_run             print the mpirun command, run nothing
+# MPIRUN_ARGS (environment) adds mpirun options, e.g. "--mca btl_tcp_if_include eth0".
+# The binary, the data and the run directory must be at the same paths on every
+# host (a shared file system); ranks start in the current directory, with this
+# shell's OMP_*, NCCL_*, CUDA_*, UCX_* and MULTISCREEN_* variables.
+#
+# Stopping: `kill -USR1 <mpirun pid>` (or SIGTERM, or Ctrl-C) reaches every rank;
+# the run ends after the current step with a checkpoint. Running the same
+# command again resumes from <run_dir>/checkpoints/latest.
+set -euo pipefail
+
+die() { echo "mpirun_train.sh: $*" >&2; exit 2; }
+
+hosts="" hostfile="" rpn="" bin="build/multiscreen" dry_run=0
+while (($#)); do
+  case "$1" in
+    --hosts=*) hosts=${1#*=} ;;
+    --hostfile=*) hostfile=${1#*=} ;;
+    --ranks_per_node=*) rpn=${1#*=} ;;
+    --bin=*) bin=${1#*=} ;;
+    --dry_run) dry_run=1 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (train flags go after --)" ;;
+  esac
+  shift
+done
+
+if [[ -n $hostfile ]]; then
+  [[ -r $hostfile ]] || die "--hostfile=$hostfile: cannot read it"
+  hosts=$(sed 's/#.*//; s/[[:space:]].*//' "$hostfile" | grep -v '^$' | paste -sd, -)
+  [[ -n $hosts ]] || die "--hostfile=$hostfile: no hosts in it"
+fi
+if [[ -z $rpn ]]; then
+  rpn=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  ((rpn > 0)) || rpn=1
+fi
+[[ $rpn =~ ^[1-9][0-9]*$ ]] || die "--ranks_per_node=$rpn: expected a positive integer"
+command -v mpirun >/dev/null || die "mpirun not found (Debian: apt-get install openmpi-bin)"
+
+cmd=(mpirun --wdir "$PWD" --bind-to none)
+if [[ -n $hosts ]]; then
+  IFS=, read -r -a list <<< "$hosts"
+  slots=()
+  for h in "${list[@]}"; do slots+=("$h:$rpn"); done
+  cmd+=(-np $((${#list[@]} * rpn)) --host "$(IFS=,; echo "${slots[*]}")" --map-by "ppr:$rpn:node")
+else
+  cmd+=(-np "$rpn")
+  (($(nproc) >= rpn)) || cmd+=(--oversubscribe)
+fi
+[[ $(id -u) -ne 0 ]] || cmd+=(--allow-run-as-root)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+for var in $(compgen -e); do
+  case "$var" in OMP_*|NCCL_*|CUDA_*|UCX_*|MULTISCREEN_*) cmd+=(-x "$var") ;; esac
+done
+read -r -a extra <<< "${MPIRUN_ARGS:-}"
+cmd+=("${extra[@]}" "$bin" train "$@")
+
+echo "[launch] ${cmd[*]}" >&2
+((dry_run)) && exit 0
+exec "${cmd[@]}"
