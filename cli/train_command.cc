@@ -204,7 +204,7 @@ int TrainCommand(int argc, char** argv) {
   auto trainer = Trainer::Create(*run, *dims, sources, grid.get());
   if (!trainer.ok()) return fail(trainer.status());
   if (auto s = (*trainer)->Run(); !s.ok()) return fail(s);
-  if (logger) {
+  if (logger && (*trainer)->steps_run() > 0) {
     std::printf("final train_loss %.4f", (*trainer)->last_loss());
     if ((*trainer)->last_val_loss() > 0) std::printf(" val_loss %.4f", (*trainer)->last_val_loss());
     std::printf("\n");

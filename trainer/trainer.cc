@@ -121,30 +121,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
 
 absl::Status Trainer::ResumeIfPresent() {
   const std::string metrics = run_.run_dir() + "/metrics.jsonl";
-  const bool has_checkpoints = std::filesystem::exists(run_.run_dir() + "/checkpoints");
-  if (!has_checkpoints) {
-    if (std::filesystem::exists(metrics) && std::filesystem::file_size(metrics) > 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--run_dir=", run_.run_dir(), " already holds a run (", metrics,
-          ") but no checkpoint to resume from; choose a new --run_dir or remove the old one"));
-    }
-    return absl::OkStatus();
-  }
   // Rank 0 picks the newest checkpoint that verifies (reading every dataset
   // once) and tells the others which; each then reads only its own slices.
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<CheckpointRef> ckpt = absl::UnknownError("not chosen");
+  const bool has_checkpoints = std::filesystem::exists(run_.run_dir() + "/checkpoints");
+  absl::StatusOr<CheckpointRef> ckpt = absl::NotFoundError("no checkpoints directory");
   double chosen = -1;
-  if (is_logger()) {
+  if (is_logger() && has_checkpoints) {
     ckpt = FindLatestCheckpoint(run_.run_dir());
     if (ckpt.ok()) chosen = double(ckpt->meta.step);
   }
   grid_->world().Broadcast(&chosen, 1, 0);
-  if (chosen < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--run_dir=", run_.run_dir(), ": cannot resume: ",
-        is_logger() ? std::string(ckpt.status().message()) : std::string("rank 0 found no loadable checkpoint")));
-  }
+  if (chosen < 0) return StartFresh(metrics, ckpt.status());
   if (!is_logger()) {
     ckpt = OpenCheckpoint(run_.run_dir() + "/checkpoints/" + StepDirName(static_cast<int64_t>(chosen)));
     if (!ckpt.ok()) return ckpt.status();
@@ -182,6 +170,37 @@ absl::Status Trainer::ResumeIfPresent() {
     LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed; saved under tp=",
             m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ") in ",
             absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  }
+  return absl::OkStatus();
+}
+
+// The identity of a run: what must match for its metrics to be redone from
+// step 0 when it was stopped before its first checkpoint.
+nlohmann::json Trainer::RunIdentity() const {
+  return {{"model", dims_.name}, {"seed", run_.seed()}, {"seq_len", run_.seq_len()},
+          {"global_batch", grid_->shape().dp * run_.grad_accum() * run_.micro_batch()}};
+}
+
+absl::Status Trainer::StartFresh(const std::string& metrics, const absl::Status& why_no_checkpoint) {
+  const std::string identity_path = run_.run_dir() + "/run.json";
+  const bool has_metrics = std::filesystem::exists(metrics) && std::filesystem::file_size(metrics) > 0;
+  std::ifstream in(identity_path);
+  const nlohmann::json saved = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  if (has_metrics && saved != RunIdentity()) {
+    // Metrics of another run (or of one we cannot tell is this one): keep them.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--run_dir=", run_.run_dir(), " already holds a run (", metrics, ") with no checkpoint to resume from (",
+        why_no_checkpoint.message(), ")", saved.is_object() ? " and a different model, seed or batch" : "",
+        "; choose a new --run_dir or remove the old one"));
+  }
+  if (is_logger()) {
+    if (has_metrics) {
+      // The same run, stopped before its first checkpoint: from step 0 it
+      // retraces the same steps, so its metrics are redone, not lost.
+      LogWarning("--run_dir=", run_.run_dir(), ": no checkpoint was saved before the run stopped; restarting it from step 0");
+      std::ofstream(metrics, std::ios::trunc);
+    }
+    std::ofstream(identity_path, std::ios::trunc) << RunIdentity().dump() << "\n";
   }
   return absl::OkStatus();
 }
@@ -336,6 +355,9 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
 
 absl::Status Trainer::Run() {
   InstallStopHandlers();
+  if (state_.step >= run_.steps() && is_logger()) {
+    LogInfo("nothing to do: the run already reached step ", state_.step, " of ", run_.steps());
+  }
   while (state_.step < run_.steps()) {
     const double lr = LearningRate(run_.schedule(), run_.optimizer().lr(), state_.step, run_.steps());
     const auto start = std::chrono::steady_clock::now();

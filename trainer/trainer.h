@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "configs/config.pb.h"
 #include "model/multiscreen.h"
+#include "nlohmann/json.hpp"
 #include "parallel/process_grid.h"
 #include "parallel/step.h"
 #include "trainer/adamw.h"
@@ -69,6 +70,7 @@ class Trainer {
   double last_val_loss() const { return last_val_loss_; }
   bool stopped_by_signal() const { return stopped_by_signal_; }
   bool resumed() const { return resumed_; }
+  int64_t steps_run() const { return run_steps_; }  // optimizer steps taken by Run() in this process
 
  private:
   Trainer(const config::RunConfig& run, const ModelDims& dims, ProcessGrid* grid);
@@ -80,9 +82,13 @@ class Trainer {
   absl::Status LogStep(double loss, double lr, double grad_norm, bool applied, double seconds);
   absl::Status AppendMetrics(const std::string& json_line);
   absl::Status WriteRunStatus();
-  // Continues from run_dir's newest complete checkpoint, if any; refuses a
-  // run_dir that holds metrics but no checkpoint.
+  // Continues from run_dir's newest complete checkpoint, if any. Without one,
+  // StartFresh: a run_dir holding metrics of this same run (run.json: model,
+  // seed, T, global batch) restarts from step 0; one holding another run's
+  // metrics is refused.
   absl::Status ResumeIfPresent();
+  absl::Status StartFresh(const std::string& metrics, const absl::Status& why_no_checkpoint);
+  nlohmann::json RunIdentity() const;
 
   config::RunConfig run_;
   ModelDims dims_;

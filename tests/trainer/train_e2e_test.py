@@ -119,6 +119,32 @@ class TrainTest(unittest.TestCase):
         for step in range(1, 31):
             self.assertEqual(a[step], b[step], f"step {step}")  # exact equality of the logged values
 
+    def test_a_run_killed_before_its_first_checkpoint_restarts_from_step_0(self):
+        flags = ["--steps=25", "--seq_len=64", "--micro_batch=8", "--checkpoint_every=0"]
+        straight = self.run_dir("early_straight")
+        self.train(straight, *flags)
+        killed = self.run_dir("early_killed")
+        cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={killed}", *flags]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if max(train_losses(killed), default=0) >= 5:
+                    break
+            except (FileNotFoundError, json.JSONDecodeError):
+                pass
+            time.sleep(0.005)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        self.assertFalse(os.path.exists(os.path.join(killed, "checkpoints", "latest")))
+        r = self.train(killed, *flags)
+        self.assertIn("restarting it from step 0", r.stderr)
+        self.assertEqual(train_losses(straight), train_losses(killed))
+        # A finished run asked again has nothing to do, and says so.
+        r = self.train(killed, *flags)
+        self.assertIn("nothing to do", r.stderr)
+        self.assertNotIn("final train_loss", r.stdout)
+
     def test_sigterm_stops_after_the_step_with_a_checkpoint_and_exit_0(self):
         d = self.run_dir("sigterm")
         cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
