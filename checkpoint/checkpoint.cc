@@ -329,6 +329,16 @@ absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
     return absl::DataLossError(absl::StrCat(path, ": lists no files"));
   }
   for (const auto& [name, record] : ref.manifest["files"].items()) {
+    // The types every reader relies on, checked once here.
+    bool well_formed = record.is_object() && record.contains("bytes") && record["bytes"].is_number_integer() &&
+                       record.contains("datasets") && record["datasets"].is_object();
+    for (const auto& [dataset, crc] : well_formed ? record["datasets"].items() : json::object().items()) {
+      well_formed = well_formed && crc.is_number_unsigned() && crc.get<uint64_t>() <= 0xffffffffu;
+    }
+    if (!well_formed || name.find('/') != std::string::npos) {
+      return absl::DataLossError(absl::StrCat(path, ": malformed record for file '", name,
+                                              "' (expected {\"bytes\": int, \"datasets\": {name: crc32c}})"));
+    }
     const fs::path file = fs::path(dir) / name;
     std::error_code ec;
     const auto size = fs::file_size(file, ec);
@@ -390,9 +400,11 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
   const ModelDims& saved = ckpt.meta.dims;
   const ModelDims& want = target.dims();
   if (saved.n_layers != want.n_layers || saved.n_heads != want.n_heads || saved.d_e != want.d_e ||
-      saved.d_k != want.d_k || saved.d_v != want.d_v || saved.vocab != want.vocab) {
+      saved.d_k != want.d_k || saved.d_v != want.d_v || saved.vocab != want.vocab || saved.w_th != want.w_th ||
+      saved.pl_norm != want.pl_norm) {
     return absl::InvalidArgumentError(absl::StrCat(ckpt.dir, ": checkpoint of model '", saved.name,
-                                                   "' does not match the model being loaded ('", want.name, "')"));
+                                                   "' does not match the model being loaded ('", want.name,
+                                                   "': sizes, w_th and pl_norm must all agree)"));
   }
   if (moment_range.second < 0) moment_range.second = target.size();
   std::vector<std::unique_ptr<H5Reader>> files;

@@ -39,6 +39,9 @@ int Plan() {
     return Fail("ckpt plan", absl::InvalidArgumentError(absl::StrCat("--pp=", layout.pp, " does not divide N_L = ", dims->n_layers)));
   }
   if (layout.dp < 1) return Fail("ckpt plan", absl::InvalidArgumentError("--dp must be >= 1"));
+  if (layout.zero != 0 && layout.zero != 1) {
+    return Fail("ckpt plan", absl::InvalidArgumentError(absl::StrCat("--zero=", layout.zero, ": expected 0 or 1")));
+  }
   int64_t weights = 0, moments = 0;
   std::printf("%-28s %16s %16s\n", "file", "weights", "adam m+v");
   for (const ShardPlan& s : PlanCheckpoint(*dims, layout)) {

@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 
 ABSL_FLAG(std::string, model, "psi8", "model name under configs/models/ or a .textproto path");
@@ -22,8 +23,22 @@ ABSL_FLAG(std::string, precision, "fp32", "fp32 | bf16 | fp64 (fp64: the double-
 
 namespace multiscreen::cli {
 
-absl::Status ParseFlags(int argc, char** argv, const char* usage) {
+namespace {
+
+// --help lists the flags defined under cli/ (shared by all subcommands, since
+// absl flags are process-global), not absl's own.
+void SetUsage(const char* usage) {
   absl::SetProgramUsageMessage(usage);
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view path) { return path.find("cli/") != absl::string_view::npos; };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
+}
+
+}  // namespace
+
+absl::Status ParseFlags(int argc, char** argv, const char* usage) {
+  SetUsage(usage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "' (flags are --name=value)"));
@@ -32,7 +47,7 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage) {
 }
 
 absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::vector<std::string>* args) {
-  absl::SetProgramUsageMessage(usage);
+  SetUsage(usage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   args->assign(rest.begin() + 1, rest.end());
   return absl::OkStatus();

@@ -29,12 +29,13 @@ int GenerateCommand(int argc, char** argv) {
     return Fail("generate", s);
   }
   if (absl::GetFlag(FLAGS_max_tokens) < 0) return Fail("generate", absl::InvalidArgumentError("--max_tokens must be >= 0"));
+  if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
   auto tokenizer = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
   if (!tokenizer.ok()) return Fail("generate", tokenizer.status());
   auto prompt = (*tokenizer)->Encode(absl::GetFlag(FLAGS_prompt));
-  if (!prompt.ok()) return Fail("generate", prompt.status());
+  if (!prompt.ok()) return Fail("generate", absl::InvalidArgumentError(absl::StrCat("--prompt: ", prompt.status().message())));
   if (prompt->empty()) prompt->push_back(static_cast<int32_t>(weights->dims.eos_token));
   for (int32_t id : *prompt) {
     if (id >= weights->dims.vocab) {

@@ -2,6 +2,8 @@
 // shared/DESIGN.md ("Command-line contract").
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "cli/commands.h"
@@ -51,7 +53,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const Command& c : kCommands) {
-    if (name == c.name) return c.run(argc - 1, argv + 1);
+    if (name != c.name) continue;
+    // Library code reports errors as Status; what still escapes as an
+    // exception (allocation failure, a thread that cannot start) is reported
+    // in one line too, never as an abort.
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "multiscreen %s: out of memory (reduce --micro_batch, --seq_len or the model)\n", c.name);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "multiscreen %s: %s\n", c.name, e.what());
+    }
+    return 1;
   }
   std::fprintf(stderr, "multiscreen: unknown command '%s' (try 'multiscreen --help')\n", name.c_str());
   return 2;

@@ -39,6 +39,10 @@ int PrepareCommand(int argc, char** argv) {
   options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
   options.val_tokens = absl::GetFlag(FLAGS_val_tokens);
   options.threads = absl::GetFlag(FLAGS_threads);
+  if (options.threads < 0 || options.threads > 1024) {
+    return Fail("prepare", absl::InvalidArgumentError(
+                               absl::StrCat("--threads=", options.threads, ": expected 0 (all cores) to 1024")));
+  }
   if (options.inputs.empty()) return Fail("prepare", absl::InvalidArgumentError("--input=FILES is required"));
   if (options.output_dir.empty()) return Fail("prepare", absl::InvalidArgumentError("--output=DIR is required"));
 

@@ -4,6 +4,7 @@
 // run file's fields. A run_dir with a checkpoint is resumed.
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -42,10 +43,12 @@ namespace {
 
 // True when --name or --name=... appears in argv (flags override the run file
 // only when given).
+// absl accepts both --name and -name.
 bool Given(int argc, char** argv, const char* name) {
-  const std::string flag = absl::StrCat("--", name);
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i] == flag || std::strncmp(argv[i], (flag + "=").c_str(), flag.size() + 1) == 0) return true;
+  for (const std::string flag : {absl::StrCat("--", name), absl::StrCat("-", name)}) {
+    for (int i = 1; i < argc; ++i) {
+      if (argv[i] == flag || std::strncmp(argv[i], (flag + "=").c_str(), flag.size() + 1) == 0) return true;
+    }
   }
   return false;
 }
@@ -73,7 +76,13 @@ absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
   if (Given(argc, argv, "data")) {
     run.mutable_data()->clear_train_shards();
     run.mutable_data()->add_train_shards(absl::GetFlag(FLAGS_data));
-    run.mutable_data()->set_val_shard(absl::GetFlag(FLAGS_data));
+    // A directory holds train_*.bin and (usually) val_*.bin; a single file is
+    // training data only, never its own validation set.
+    if (std::filesystem::is_directory(absl::GetFlag(FLAGS_data))) {
+      run.mutable_data()->set_val_shard(absl::GetFlag(FLAGS_data));
+    } else {
+      run.mutable_data()->clear_val_shard();
+    }
   }
   if (Given(argc, argv, "precision")) {
     const std::string p = absl::GetFlag(FLAGS_precision);
@@ -153,7 +162,10 @@ int TrainCommand(int argc, char** argv) {
   }
   auto run = BuildRun(argc, argv);
   if (!run.ok()) return Fail("train", run.status());
-  absl::StatusOr<ModelDims> dims = run->model().empty() ? ResolveModel(run->model_config(), "model_config")
+  absl::StatusOr<ModelDims> dims = run->model().empty()
+                                       ? ResolveModel(run->model_config(),
+                                                      absl::StrCat("--config=", absl::GetFlag(FLAGS_config),
+                                                                   ": model_config (or --model)"))
                                                         : LoadModel(run->model());
   if (!dims.ok()) return Fail("train", dims.status());
   if (auto s = ValidateRun(*run, *dims); !s.ok()) return Fail("train", s);
@@ -194,8 +206,14 @@ int TrainCommand(int argc, char** argv) {
   sources.train = *train;
   if (!run->data().val_shard().empty()) {
     auto val = OpenSplit({run->data().val_shard()}, "val");
-    if (!val.ok()) return fail(val.status());
-    sources.val = *val;
+    if (val.ok()) {
+      sources.val = *val;
+    } else if (std::filesystem::is_directory(run->data().val_shard()) && absl::IsNotFound(val.status())) {
+      // prepare --val_tokens=0 leaves no held-out shard: train without validation.
+      if (logger) LogWarning("no validation shard in ", run->data().val_shard(), ": validation is off");
+    } else {
+      return fail(val.status());
+    }
   }
   if (logger) {
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),

@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +140,7 @@ void ApplyRunDefaults(config::RunConfig* r) {
   if (par->tp() == 0) par->set_tp(1);
   if (par->pp() == 0) par->set_pp(1);
   auto* o = r->mutable_optimizer();
+  if (!o->has_lr()) o->set_lr(0.0625);
   if (!o->has_beta1()) o->set_beta1(0.9);
   if (!o->has_beta2()) o->set_beta2(0.95);
   if (!o->has_eps()) o->set_eps(1e-8);
@@ -153,12 +155,12 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d) {
   auto bad = [](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
   };
-  if (r.steps() < 0) return bad("steps", absl::StrCat(r.steps(), " is negative"));
+  if (r.steps() <= 0) return bad("steps", absl::StrCat(r.steps(), " must be positive (--steps or steps in --config)"));
   if (r.micro_batch() <= 0) return bad("micro_batch", absl::StrCat(r.micro_batch(), " must be positive"));
   if (r.grad_accum() < 0) return bad("grad_accum", absl::StrCat(r.grad_accum(), " is negative"));
   if (r.seq_len() <= 0) return bad("seq_len", absl::StrCat(r.seq_len(), " must be positive"));
   const auto& o = r.optimizer();
-  if (!(o.lr() >= 0)) return bad("optimizer.lr", absl::StrCat(o.lr(), " must be >= 0"));
+  if (!(o.lr() >= 0) || std::isinf(o.lr())) return bad("optimizer.lr", absl::StrCat(o.lr(), " must be finite and >= 0"));
   if (!(o.beta1() >= 0 && o.beta1() < 1)) return bad("optimizer.beta1", absl::StrCat(o.beta1(), " must be in [0, 1)"));
   if (!(o.beta2() >= 0 && o.beta2() < 1)) return bad("optimizer.beta2", absl::StrCat(o.beta2(), " must be in [0, 1)"));
   if (!(o.eps() >= 0)) return bad("optimizer.eps", absl::StrCat(o.eps(), " must be >= 0"));
@@ -177,6 +179,8 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d) {
     return bad("parallel.zero", absl::StrCat(r.parallel().zero(), " must be 0 or 1"));
   }
   if (r.checkpoint().every() < 0) return bad("checkpoint.every", "is negative");
+  if (r.checkpoint().keep_last() < 0) return bad("checkpoint.keep_last", "is negative");
+  if (r.checkpoint().keep_every() < 0) return bad("checkpoint.keep_every", "is negative");
   if (r.eval().every() < 0) return bad("eval.every", "is negative");
   if (r.eval().batches() < 0) return bad("eval.batches", "is negative");
   if (r.max_nonfinite_steps() < 0) return bad("max_nonfinite_steps", "is negative");

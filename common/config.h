@@ -49,7 +49,7 @@ absl::StatusOr<ModelDims> LoadModel(const std::string& name_or_path);
 // Reads a run file (RunConfig in text format).
 absl::StatusOr<config::RunConfig> LoadRunConfig(const std::string& path);
 
-// Fills the run's unset fields with their defaults: grad_accum 1, tp = pp = 1,
+// Fills the run's unset fields with their defaults: lr 2^-4, grad_accum 1, tp = pp = 1,
 // β = (0.9, 0.95), ε = 1e-8, eval batches 4, keep_last 3, console_every 1,
 // max_nonfinite_steps 10, initial_loss_scale 65536.
 void ApplyRunDefaults(config::RunConfig* run);

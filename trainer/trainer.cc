@@ -1,5 +1,9 @@
 #include "trainer/trainer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +31,20 @@ Precision ModelPrecision(config::RunConfig::Precision p) {
   }
 }
 
+// Token ids past the model's vocabulary would be embedded as zeros and scored
+// against a logit that does not exist: refuse them, naming where they came from.
+absl::Status CheckTokenIds(const Batch& batch, int64_t vocab, const std::string& model, const char* split) {
+  const int64_t width = batch.seq_len + 1;
+  for (size_t i = 0; i < batch.tokens.size(); ++i) {
+    const int32_t id = batch.tokens[i];
+    if (id >= 0 && id < vocab) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: ", split, " window ", batch.first_sample + int64_t(i) / width, " holds token id ", id,
+        ", outside the vocabulary V = ", vocab, " of model ", model, " (shards made with another tokenizer?)"));
+  }
+  return absl::OkStatus();
+}
+
 std::string Eta(double seconds) {
   if (!(seconds >= 0) || std::isinf(seconds)) return "?";
   const int64_t s = static_cast<int64_t>(seconds);
@@ -40,6 +58,10 @@ std::string Eta(double seconds) {
 Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, ProcessGrid* grid)
     : run_(run), dims_(dims), grid_(grid),
       scaler_(run.precision() == config::RunConfig::FP16, run.initial_loss_scale()) {}
+
+Trainer::~Trainer() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the run directory's lock
+}
 
 std::pair<int64_t, int64_t> Trainer::OptimizerRange() {
   if (model_->data_parallel().options().zero1) return model_->data_parallel().OwnedRange();
@@ -82,6 +104,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   std::error_code ec;
   std::filesystem::create_directories(run.run_dir(), ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("--run_dir=", run.run_dir(), ": ", ec.message()));
+  if (t->is_logger()) {
+    // One training process per run directory: a second one would interleave
+    // metrics and race on checkpoints.
+    const std::string lock_path = run.run_dir() + "/.lock";
+    t->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (t->lock_fd_ < 0 || ::flock(t->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--run_dir=", run.run_dir(), ": another train process is using it (", lock_path, " is locked)"));
+    }
+  }
   grid->world().Barrier();
   if (auto s = t->ResumeIfPresent(); !s.ok()) return s;
   // The loader starts where the checkpoint (if any) left off: its only state.
@@ -154,8 +186,12 @@ absl::Status Trainer::ResumeIfPresent() {
   state_.samples = m.samples;
   state_.tokens = m.tokens;
   state_.nonfinite_in_a_row = m.nonfinite_in_a_row;
-  state_.scaler = {m.loss_scale, m.loss_scale_good_steps, m.loss_scale_skipped};
-  scaler_.set_state(state_.scaler);
+  // A saved scale of 1 means loss scaling was off (fp32/bf16): a run that turns
+  // fp16 on keeps its initial scale.
+  if (!(scaler_.enabled() && m.loss_scale == 1.0)) {
+    state_.scaler = {m.loss_scale, m.loss_scale_good_steps, m.loss_scale_skipped};
+    scaler_.set_state(state_.scaler);
+  }
   resumed_ = true;
   if (is_logger()) {
     // Drop metrics of steps after the checkpoint: they are about to be redone.
@@ -273,6 +309,7 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
   const int64_t B = run_.micro_batch(), T = run_.seq_len(), accum = run_.grad_accum();
   const double scale = scaler_.scale();
   const Batch batch = loader_->Next();  // this dp rank's accum micro-batches of B windows
+  if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "training"); !s.ok()) return s;
   auto loss = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(), {accum, B, T},
                                grads_.data(), scale);
   if (!loss.ok()) return loss.status();
@@ -311,6 +348,7 @@ absl::StatusOr<double> Trainer::Validate() {
   double loss = 0;
   for (int64_t b = 0; b < val_loader_->num_batches(); ++b) {
     const Batch batch = val_loader_->Get(b);
+    if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "validation"); !s.ok()) return s;
     auto l = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(),
                               {1, run_.micro_batch(), run_.seq_len()}, scratch_grads_.data());
     if (!l.ok()) return l.status();

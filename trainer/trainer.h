@@ -47,6 +47,8 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::RunConfig& run, const ModelDims& dims,
                                                          Sources sources, ProcessGrid* grid);
 
+  ~Trainer();
+
   // Trains from state().step to run.steps(), or until a stop signal (then
   // returns OK after the current step). Writes metrics under run_dir, and a
   // checkpoint every checkpoint.every steps, at the end, and on a stop signal.
@@ -104,6 +106,7 @@ class Trainer {
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;
+  int lock_fd_ = -1;  // flock on <run_dir>/.lock, held by world rank 0
   double run_seconds_ = 0;
   int64_t run_steps_ = 0;
 };

@@ -215,6 +215,43 @@ class TrainTest(unittest.TestCase):
         with open(os.path.join(d, "metrics.jsonl")) as f:
             self.assertEqual(f.read(), '{"step": 1, "loss": 3.0}\n')
 
+    def test_token_ids_past_the_vocabulary_are_refused(self):
+        data = os.path.join(self.tmp.name, "wide_vocab")
+        synthetic_shards(data, vocab=200)
+        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={data}",
+                            f"--run_dir={self.run_dir('wide')}"], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("outside the vocabulary V = 97", r.stderr)
+
+    def test_a_second_train_on_the_same_run_directory_is_refused(self):
+        d = self.run_dir("locked")
+        cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}", "--steps=100000"]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline and not os.path.exists(os.path.join(d, "metrics.jsonl")):
+                time.sleep(0.01)
+            r = self.train(d, check=False)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("another train process is using it", r.stderr)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=60)
+
+    def test_defaults_give_the_papers_learning_rate_and_a_single_file_has_no_validation(self):
+        d = self.run_dir("defaults")
+        r = subprocess.run([BIN, "train", "--model=tiny_psi4", f"--data={self.data}/train_000000.bin",
+                            f"--run_dir={d}", "--steps=3", "--seq_len=32", "--micro_batch=4", "--eval_every=1"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        m = metrics(d)
+        self.assertEqual([x["lr"] for x in m if "lr" in x], [0.0625] * 3)
+        self.assertFalse(any("val_loss" in x for x in m))
+        r = subprocess.run([BIN, "train", "--model=tiny_psi4", f"--data={self.data}", f"--run_dir={d}x",
+                            "--seq_len=32", "--micro_batch=4"], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("steps", r.stderr)
+
     def test_fp16_overflow_skips_steps_and_the_scale_backs_off(self):
         d = self.run_dir("fp16")
         cfg = os.path.join(self.tmp.name, "fp16.textproto")
