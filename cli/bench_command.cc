@@ -36,6 +36,7 @@ ABSL_DECLARE_FLAG(bool, json);     // params_command.cc
 ABSL_DECLARE_FLAG(int64_t, steps);  // train_command.cc
 ABSL_DECLARE_FLAG(double, lr);      // train_command.cc
 ABSL_FLAG(int64_t, warmup, 2, "bench: untimed steps before the timed ones");
+ABSL_FLAG(int64_t, head_chunk_rows, 0, "bench train: tokens per logits chunk of the head (0: the model's default)");
 ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
@@ -109,6 +110,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, int64_t B, int6
   ModelOptions options;
   options.precision = precision;
   options.profile = &profile;
+  if (absl::GetFlag(FLAGS_head_chunk_rows) > 0) options.head_chunk_rows = absl::GetFlag(FLAGS_head_chunk_rows);
   Multiscreen<Real> model(dims, ShardSpec::Full(dims), options);
   const ParamLayout& layout = model.layout();
   std::vector<float> master(layout.size()), grads32(layout.size());
@@ -199,6 +201,8 @@ int BenchTrain(int argc, char** argv) {
                         {"threads", threads},
                         {"warmup", warmup},
                         {"steps", steps},
+                        {"head_chunk_rows", absl::GetFlag(FLAGS_head_chunk_rows) > 0 ? absl::GetFlag(FLAGS_head_chunk_rows)
+                                                                                    : ModelOptions{}.head_chunk_rows},
                         {"step_seconds", step},
                         {"step_seconds_all", r.step_seconds},
                         {"tokens_per_s", tokens_per_s},

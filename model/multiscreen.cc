@@ -176,20 +176,27 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   auto logits = [&](int64_t r0, int64_t rc) {
     k::Gemm<Real>(false, true, rc, Vl, dE, scale, y_c + r0 * dE, dE, e_bar, dE, 0, z, Vl);
   };
-  // With z holding ∂L/∂z/e^{s_F}: dĒ += e^{s_F} zᵀ y, dy = e^{s_F} z Ē.
+  // With z holding ∂L/∂z/e^{s_F}: dĒ += e^{s_F} zᵀ y, dy = e^{s_F} z Ē. dĒ is gathered
+  // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), and added
+  // into d_e_bar_ once at the end.
+  bool first_chunk = true;
+  hb.d_e_bar_t.resize(dx != nullptr ? dE * Vl : 0);
   auto backward_gemms = [&](int64_t r0, int64_t rc) {
-    k::Gemm<Real>(true, false, Vl, dE, rc, scale, z, Vl, y_c + r0 * dE, dE, 1, d_e_bar_.data(), dE);
+    k::Gemm<Real>(true, false, dE, Vl, rc, scale, y_c + r0 * dE, dE, z, Vl, first_chunk ? 0 : 1, hb.d_e_bar_t.data(),
+                  Vl);
+    first_chunk = false;
     k::Gemm<Real>(false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, hb.dy.data() + r0 * dE, dE);
   };
+  // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
+  // is a safe softmax shift and the max pass is not needed.
+  const double shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
-    logits(r0, rc);
     if (!distributed && dx != nullptr) {
-      // One vocabulary: the softmax, the loss and ∂L/∂z in one pass over each row.
-      k::SoftmaxCrossEntropy(z, Vl, rc, Vl, local_target + r0, hb.coef.data(), lse + r0, target_logit + r0);
-      backward_gemms(r0, rc);
+      FusedHeadChunk(Vl, rc, r0, y_c, e_bar, scale, shift, lse + r0, target_logit + r0, &first_chunk);
       continue;
     }
+    logits(r0, rc);
     k::SoftmaxStats(z, Vl, rc, Vl, hb.row_max.data() + r0, hb.row_sum.data() + r0);
     for (int64_t r = 0; r < rc; ++r) {
       if (local_target[r0 + r] >= 0) target_logit[r0 + r] = z[r * Vl + local_target[r0 + r]];
@@ -221,6 +228,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   }
   loss /= double(n);
   if (dx == nullptr) return loss;
+  k::AddTransposed(hb.d_e_bar_t.data(), dE, Vl, Vl, d_e_bar_.data(), dE);
   tp_->AllReduce(hb.dy.data(), n * dE, ReduceOp::kSum);
   // ∂L/∂s_F = Σ_r y_r · ∂L/∂y_r, since z = e^{s_F} y Ēᵀ.
   double d_sf = 0;
@@ -232,6 +240,76 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     std::copy(hb.dy.begin(), hb.dy.end(), dx);
   }
   return loss;
+}
+
+template <typename Real>
+void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
+                                       double shift, double* lse, double* target_logit, bool* first_chunk) {
+  // The softmax's numerators z ← exp(z − m) replace the logits; the softmax's 1/Σ_v and
+  // the loss's coefficient c are folded into the backward GEMMs' small operands, and
+  // the targets' one-hot part of ∂L/∂z = c (softmax − onehot) is added apart:
+  //   dĒᵀ += e^{s_F} (c/Σ ⊙ y)ᵀ z − one-hot,   dy = c/Σ ⊙ e^{s_F} z Ē − one-hot.
+  HeadBuffers& hb = head_;
+  const int64_t dE = dims().d_e;
+  const int64_t* target = hb.local_target.data() + r0;
+  const Real* y = y_c + r0 * dE;
+  Real* z = hb.z.data();
+  Real* dy = hb.dy.data() + r0 * dE;
+  hb.row_scale.resize(rc);
+  hb.y_scaled.resize(rc * dE);
+  if (std::isnan(shift)) {
+    // The logits whole, then the softmax with each row's max.
+    k::Gemm<Real>(false, true, rc, Vl, dE, scale, y, dE, e_bar, dE, 0, z, Vl);
+    k::SoftmaxNumerators(z, Vl, rc, Vl, shift, target, lse, target_logit, hb.row_scale.data());
+    k::Gemm<Real>(false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, dy, dE);
+  } else {
+    // A fixed shift needs no pass over whole rows first, so the vocabulary goes in
+    // blocks, each thread on its own, while a block is in cache: its logits, their
+    // exponentials, the block's row sums and its part of z Ē (single-threaded BLAS
+    // inside the parallel loop). Blocks are summed in order, whatever the threads.
+    const int64_t block = std::max<int64_t>(1, options_.head_vocab_block);
+    const int64_t nb = (Vl + block - 1) / block;
+    hb.block_sum.resize(nb * rc);
+    hb.block_dy.resize(nb * rc * dE);
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      const int64_t v0 = blk * block, vb = std::min(block, Vl - v0);
+      k::Gemm<Real>(false, true, rc, vb, dE, scale, y, dE, e_bar + v0 * dE, dE, 0, z + v0, Vl);
+      k::SoftmaxNumeratorsBlock(z + v0, Vl, rc, vb, v0, static_cast<Real>(shift), target, hb.block_sum.data() + blk * rc,
+                                target_logit);
+      k::Gemm<Real>(false, false, rc, dE, vb, scale, z + v0, Vl, e_bar + v0 * dE, dE, 0,
+                    hb.block_dy.data() + blk * rc * dE, dE);
+    }
+    for (int64_t r = 0; r < rc; ++r) {
+      double sum = 0;
+      for (int64_t blk = 0; blk < nb; ++blk) sum += hb.block_sum[blk * rc + r];
+      lse[r] = shift + std::log(sum);
+      hb.row_scale[r] = 1.0 / sum;
+    }
+    std::fill(dy, dy + rc * dE, Real(0));
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      const Real* part = hb.block_dy.data() + blk * rc * dE;
+      for (int64_t i = 0; i < rc * dE; ++i) dy[i] += part[i];
+    }
+  }
+  for (int64_t r = 0; r < rc; ++r) {
+    const Real c = static_cast<Real>(double(hb.coef[r]) * hb.row_scale[r]);
+    for (int64_t j = 0; j < dE; ++j) hb.y_scaled[r * dE + j] = c * y[r * dE + j];
+  }
+  k::Gemm<Real>(true, false, dE, Vl, rc, scale, hb.y_scaled.data(), dE, z, Vl, *first_chunk ? 0 : 1,
+                hb.d_e_bar_t.data(), Vl);
+  *first_chunk = false;
+  for (int64_t r = 0; r < rc; ++r) {
+    const Real c = static_cast<Real>(double(hb.coef[r]) * hb.row_scale[r]), c_target = scale * hb.coef[r];
+    for (int64_t j = 0; j < dE; ++j) dy[r * dE + j] *= c;
+    if (target[r] < 0) continue;
+    const Real* e_t = e_bar + target[r] * dE;
+    Real* de_t = d_e_bar_.data() + target[r] * dE;
+    for (int64_t j = 0; j < dE; ++j) {
+      dy[r * dE + j] -= c_target * e_t[j];
+      de_t[j] -= c_target * y[r * dE + j];
+    }
+  }
 }
 
 template <typename Real>

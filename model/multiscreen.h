@@ -31,6 +31,7 @@ enum class Precision {
 struct ModelOptions {
   Precision precision = Precision::kFp32;
   int64_t head_chunk_rows = 256;  // tokens per logits chunk: [chunk, V] is the largest logits block
+  int64_t head_vocab_block = 1024;  // vocabulary columns a thread takes at a time in the fused head
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
 };
 
@@ -90,11 +91,17 @@ class Multiscreen {
     std::vector<Real> w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
   };
   struct HeadBuffers {  // HeadLoss's buffers, kept between steps
-    std::vector<Real> y, y_norm, y_c, z, dy, coef;
-    std::vector<double> row_max, row_sum, target_logit, lse;
+    std::vector<Real> y, y_norm, y_c, z, dy, coef, d_e_bar_t, y_scaled;
+    std::vector<double> row_max, row_sum, target_logit, lse, row_scale, block_sum;
+    std::vector<Real> block_dy;
     std::vector<int64_t> local_target;
   };
   kernels::cpu::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
+  // HeadLoss with gradients for one chunk of rows [r0, r0 + rc) when the vocabulary is
+  // not sharded: logits, softmax and the backward GEMMs. shift: a bound on the logits
+  // that serves as the softmax shift (NaN: use each row's max).
+  void FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
+                      double shift, double* lse, double* target_logit, bool* first_chunk);
   // Rounds a GEMM operand to the compute precision (no-op for kFp32).
   void RoundToCompute(Real* data, int64_t n) const;
   // Rounds a backward GEMM operand (only kFp16 stores gradients in 16 bits).

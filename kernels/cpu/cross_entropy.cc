@@ -26,6 +26,19 @@ MS_SIMD_CLONES double RowSumExp(const Real* z, int64_t V, Real mx) {
   return sum;
 }
 
+// z[v] ← exp(z[v] − mx); returns Σ_v of them (in fp64).
+template <typename Real>
+MS_SIMD_CLONES double RowExpSum(Real* z, int64_t V, Real mx) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t v = 0; v < V; ++v) {
+    const Real e = ExpFast(z[v] - mx);
+    z[v] = e;
+    sum += static_cast<double>(e);
+  }
+  return sum;
+}
+
 // z[v] ← exp(z[v] − l) · c.
 template <typename Real>
 MS_SIMD_CLONES void RowSoftmaxScaled(Real* z, int64_t V, Real l, Real c) {
@@ -58,16 +71,27 @@ void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double
 }
 
 template <typename Real>
-void SoftmaxCrossEntropy(Real* z, int64_t ld, int64_t rows, int64_t V, const int64_t* target, const Real* coef,
-                         double* lse, double* target_logit) {
+void SoftmaxNumerators(Real* z, int64_t ld, int64_t rows, int64_t V, double shift, const int64_t* target,
+                       double* lse, double* target_logit, double* row_scale) {
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     Real* zr = z + r * ld;
-    const Real mx = RowMax(zr, V);
-    lse[r] = static_cast<double>(mx) + std::log(RowSumExp(zr, V, mx));
+    const Real m = std::isnan(shift) ? RowMax(zr, V) : static_cast<Real>(shift);
     target_logit[r] = target[r] >= 0 ? static_cast<double>(zr[target[r]]) : 0.0;
-    RowSoftmaxScaled(zr, V, static_cast<Real>(lse[r]), coef[r]);
-    if (target[r] >= 0) zr[target[r]] -= coef[r];
+    const double sum = RowExpSum(zr, V, m);
+    lse[r] = static_cast<double>(m) + std::log(sum);
+    row_scale[r] = 1.0 / sum;
+  }
+}
+
+template <typename Real>
+void SoftmaxNumeratorsBlock(Real* z, int64_t ld, int64_t rows, int64_t V, int64_t v0, Real shift,
+                            const int64_t* target, double* block_sum, double* target_logit) {
+  for (int64_t r = 0; r < rows; ++r) {
+    Real* zr = z + r * ld;
+    const int64_t t = target[r] - v0;
+    if (target[r] >= 0 && t >= 0 && t < V) target_logit[r] = static_cast<double>(zr[t]);
+    block_sum[r] = RowExpSum(zr, V, shift);
   }
 }
 
@@ -75,8 +99,10 @@ void SoftmaxCrossEntropy(Real* z, int64_t ld, int64_t rows, int64_t V, const int
   template void SoftmaxStats<Real>(const Real*, int64_t, int64_t, int64_t, double*, double*);             \
   template void CrossEntropyGrad<Real>(Real*, int64_t, int64_t, int64_t, const double*, const int64_t*,   \
                                        const Real*);                                                      \
-  template void SoftmaxCrossEntropy<Real>(Real*, int64_t, int64_t, int64_t, const int64_t*, const Real*, \
-                                          double*, double*);
+  template void SoftmaxNumerators<Real>(Real*, int64_t, int64_t, int64_t, double, const int64_t*, double*, \
+                                        double*, double*);                                                \
+  template void SoftmaxNumeratorsBlock<Real>(Real*, int64_t, int64_t, int64_t, int64_t, Real, const int64_t*,  \
+                                             double*, double*);
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)
 #undef MS_INSTANTIATE

@@ -19,11 +19,24 @@ template <typename Real>
 void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double* lse,
                       const int64_t* target, const Real* coef);
 
-// Both at once on a vocabulary that is not sharded, one row at a time while the row is
-// in cache: lse[r] = log Σ_v exp(z[r, v]), target_logit[r] = z[r, target[r]] (0 when
-// target[r] < 0), then z in place as CrossEntropyGrad leaves it.
+// The softmax's numerators in place, for a head whose vocabulary is not sharded (one
+// pass per row while the row is in cache): z[r, v] ← exp(z[r, v] − m_r), where m_r is
+// `shift` when that is not NaN (the caller guarantees z ≤ shift and shift < 40, so that
+// no exponential leaves fp32's normal range) and the row max otherwise. Writes
+// row_scale[r] = 1/Σ_v exp(z[r, v] − m_r) (so the softmax is z · row_scale),
+// lse[r] = m_r + log Σ_v exp(z[r, v] − m_r), and target_logit[r] = z[r, target[r]]
+// as it was (0 where target[r] < 0).
 template <typename Real>
-void SoftmaxCrossEntropy(Real* z, int64_t ld, int64_t rows, int64_t V, const int64_t* target, const Real* coef,
-                         double* lse, double* target_logit);
+void SoftmaxNumerators(Real* z, int64_t ld, int64_t rows, int64_t V, double shift, const int64_t* target,
+                       double* lse, double* target_logit, double* row_scale);
+
+// SoftmaxNumerators with a fixed shift on one block of vocabulary columns [v0, v0 + V)
+// of a chunk (z points at column v0): z ← exp(z − shift) in place, block_sum[r] = the
+// block's Σ, and target_logit[r] = z[r, target[r]] as it was for targets inside the
+// block (others untouched). Serial: threads call it on blocks of their own, so that a
+// block's logits are used while they are in cache.
+template <typename Real>
+void SoftmaxNumeratorsBlock(Real* z, int64_t ld, int64_t rows, int64_t V, int64_t v0, Real shift,
+                            const int64_t* target, double* block_sum, double* target_logit);
 
 }  // namespace multiscreen::kernels::cpu

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
 namespace multiscreen::kernels::cpu {
 
 template <>
@@ -21,5 +23,23 @@ void Gemm<double>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+template <typename Real>
+void AddTransposed(const Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) {
+  constexpr int64_t kBlock = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < cols; j0 += kBlock) {
+    const int64_t j1 = std::min(cols, j0 + kBlock);
+    for (int64_t i0 = 0; i0 < rows; i0 += kBlock) {
+      const int64_t i1 = std::min(rows, i0 + kBlock);
+      for (int64_t j = j0; j < j1; ++j) {
+        for (int64_t i = i0; i < i1; ++i) b[j * ldb + i] += a[i * lda + j];
+      }
+    }
+  }
+}
+
+template void AddTransposed<float>(const float*, int64_t, int64_t, int64_t, float*, int64_t);
+template void AddTransposed<double>(const double*, int64_t, int64_t, int64_t, double*, int64_t);
 
 }  // namespace multiscreen::kernels::cpu

@@ -106,14 +106,16 @@ inline void NormalizeRotateBackwardRow(const Real* z, Real norm, Real* dz, bool 
 }
 
 // s[jj] = q · k̃_{j0+jj} for jj < n, from k̃ transposed (k_t[c·ld + j]), summed over
-// c in order. With d_k fixed, 64 bytes of keys at a time in a vector register.
+// c in order. With d_k fixed, 64 bytes of keys at a time in a vector register; the
+// last block runs past n (into columns of k_t that hold zeros or older keys, and
+// entries of s that nobody reads), which TransposedStride and kSimilarityPad allow.
 template <typename Real, int DK>
 inline void Similarities(const Real* q, const Real* k_t, int64_t ld, int64_t n, int64_t dk_rt, Real* s) {
   int64_t jj = 0;
   if constexpr (DK > 0) {
     using V = typename Vec64<Real>::type;
     constexpr int64_t L = sizeof(V) / sizeof(Real);
-    for (; jj + L <= n; jj += L) {
+    for (; jj < n; jj += L) {
       V acc = {};
       for (int c = 0; c < DK; ++c) {
         V k;
@@ -152,13 +154,16 @@ inline int32_t Compact(const Real* x, int64_t n, Keep keep, int32_t* out) {
   return count;
 }
 
+// Similarities writes up to this many entries of s past n.
+constexpr int64_t kSimilarityPad = 16;
+
 // Row stride of the transposed keys: at least T, and an odd number of 64-byte lines,
 // so that the d_k rows a query's window reads fall in different L1 sets (a stride
 // of a multiple of 4 KiB would put all 16 in one set and thrash it).
 template <typename Real>
 int64_t TransposedStride(int64_t T) {
   constexpr int64_t line = 64 / sizeof(Real);
-  int64_t lines = (T + line - 1) / line;
+  int64_t lines = (T + line + line - 1) / line;  // room for Similarities' last block
   if (lines % 2 == 0) ++lines;
   return lines * line;
 }
@@ -179,6 +184,10 @@ inline int64_t RingSlots(int64_t keys) {
 template <typename Real>
 inline void PrefetchRow(const Real* row, int64_t n) {
   for (int64_t c = 0; c < n; c += 64 / sizeof(Real)) __builtin_prefetch(row + c);
+}
+template <typename Real>
+inline void PrefetchRowForWrite(Real* row, int64_t n) {
+  for (int64_t c = 0; c < n; c += 64 / sizeof(Real)) __builtin_prefetch(row + c, 1);
 }
 
 template <typename Real, int DK, int DV>
@@ -209,7 +218,10 @@ MS_SIMD_CLONES void ForwardTask(const Call<Real>& call, int64_t task, Thread<Rea
   Real* hi = DV > 0 ? h_fixed : th.row.data();
   for (int64_t i = 0; i < T; ++i) {
     const Real* row = Pb + i * ldp;
-    if (i + 1 < T) PrefetchRow(row + ldp, C);
+    if (i + 1 < T) {
+      PrefetchRow(row + ldp, C);
+      PrefetchRowForWrite(call.U + (b * T + i + 1) * ldu + t * dv, dv);
+    }
     // Steps 5–6: unit rows; MiPE on q̃ and k̃; k̃_i joins the transposed keys.
     qn[i] = NormalizeRow<Real, DK>(row, qt + i * dk, dk);
     kn[i] = NormalizeRow<Real, DK>(row + dk, kt + i * dk, dk);
@@ -312,6 +324,9 @@ MS_SIMD_CLONES void BackwardTask(const Call<Real>& call, int64_t task, Thread<Re
     if (i + 1 < T) {
       PrefetchRow(Pb + (i + 1) * ldp + 2 * dk + dv, dv);
       PrefetchRow(call.dU + (b * T + i + 1) * ldu + t * dv, dv);
+      PrefetchRowForWrite(dPb + (i + 1) * ldp, dk);
+      PrefetchRowForWrite(dPb + (i + 1) * ldp + 2 * dk + dv, dv);
+      if (i + 2 - keys >= 0) PrefetchRowForWrite(dPb + (i + 2 - keys) * ldp + dk, dk + dv);
     }
     for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
     // Output scale and gate (steps 12–13), then TanhNorm (step 11): ∂L/∂h_i.
@@ -424,11 +439,20 @@ void FillTables(const ScreeningShape& shape, const TileScalars* tiles, int64_t t
   SoftmaskTable(tiles[t].w, keys, m, dm);
   std::reverse(m, m + keys);
   std::reverse(dm, dm + keys);
+  // φ_i = (pos0 + i)·rate in fp64: exact sines and cosines every 32 positions, and
+  // the angle-addition recurrence by one step in between (error < 1e-14).
   double* rot = ws.rotation.data() + t * T * 2;
+  const double rate = ws.rate[t], c1 = std::cos(rate), s1 = std::sin(rate);
   for (int64_t i = 0; i < T; ++i) {
-    const double phi = static_cast<double>(shape.pos0 + i) * ws.rate[t];
-    rot[2 * i] = std::cos(phi);
-    rot[2 * i + 1] = std::sin(phi);
+    if (i % 32 == 0) {
+      const double phi = static_cast<double>(shape.pos0 + i) * rate;
+      rot[2 * i] = std::cos(phi);
+      rot[2 * i + 1] = std::sin(phi);
+    } else {
+      const double c = rot[2 * i - 2], s = rot[2 * i - 1];
+      rot[2 * i] = c * c1 - s * s1;
+      rot[2 * i + 1] = s * c1 + c * s1;
+    }
   }
 }
 
@@ -444,7 +468,7 @@ void RunTasks(const ScreeningShape& shape, const TileScalars* tiles, ScreeningWo
     for (int64_t t = 0; t < shape.tiles; ++t) FillTables(shape, tiles, t, ws);
     Thread<Real>& th = ws.threads[omp_get_thread_num()];
     th.k_t.resize(dk * TransposedStride<Real>(T));
-    th.s.resize(ws.mask_ld);
+    th.s.resize(ws.mask_ld + kSimilarityPad);
     th.weight.resize(ws.mask_ld);
     th.accepted.resize(ws.mask_ld);
     th.dkey.resize(RingSlots(ws.mask_ld) * dk);

@@ -6,11 +6,15 @@
 #include "kernels/cpu/simd.h"
 
 namespace multiscreen::kernels::cpu {
+namespace {
+
+// Rows per task when a call is split over threads (the vocabulary-sized calls).
+constexpr int64_t kRowsPerTask = 1024;
 
 template <typename Real>
-MS_SIMD_CLONES void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows,
-                                    int64_t d) {
-  for (int64_t r = 0; r < rows; ++r) {
+MS_SIMD_CLONES void ForwardRows(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t r0,
+                                int64_t r1, int64_t d) {
+  for (int64_t r = r0; r < r1; ++r) {
     const Real* xr = x + r * ldx;
     Real* yr = y + r * ldy;
     Real sq = 0;
@@ -25,9 +29,9 @@ MS_SIMD_CLONES void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t
 }
 
 template <typename Real>
-MS_SIMD_CLONES void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy,
-                                     Real* dx, int64_t lddx, int64_t rows, int64_t d, bool accumulate) {
-  for (int64_t r = 0; r < rows; ++r) {
+MS_SIMD_CLONES void BackwardRows(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy, Real* dx,
+                                 int64_t lddx, int64_t r0, int64_t r1, int64_t d, bool accumulate) {
+  for (int64_t r = r0; r < r1; ++r) {
     const Real* yr = y + r * ldy;
     const Real* dyr = dy + r * lddy;
     Real* dxr = dx + r * lddx;
@@ -45,6 +49,25 @@ MS_SIMD_CLONES void UnitRowsBackward(const Real* y, int64_t ldy, const Real* nor
 #pragma omp simd
       for (int64_t c = 0; c < d; ++c) dxr[c] = (dyr[c] - yr[c] * dot) * inv;
     }
+  }
+}
+
+}  // namespace
+
+template <typename Real>
+void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows, int64_t d) {
+#pragma omp parallel for schedule(static) if (rows > kRowsPerTask)
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerTask) {
+    ForwardRows(x, ldx, y, ldy, norm, r0, std::min(rows, r0 + kRowsPerTask), d);
+  }
+}
+
+template <typename Real>
+void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy,
+                      Real* dx, int64_t lddx, int64_t rows, int64_t d, bool accumulate) {
+#pragma omp parallel for schedule(static) if (rows > kRowsPerTask)
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerTask) {
+    BackwardRows(y, ldy, norm, dy, lddy, dx, lddx, r0, std::min(rows, r0 + kRowsPerTask), d, accumulate);
   }
 }
 
