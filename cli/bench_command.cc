@@ -37,6 +37,7 @@ ABSL_DECLARE_FLAG(int64_t, steps);  // train_command.cc
 ABSL_DECLARE_FLAG(double, lr);      // train_command.cc
 ABSL_FLAG(int64_t, warmup, 2, "bench: untimed steps before the timed ones");
 ABSL_FLAG(int64_t, head_chunk_rows, 0, "bench train: tokens per logits chunk of the head (0: the model's default)");
+ABSL_FLAG(int64_t, head_vocab_block, 0, "bench train: vocabulary columns per block of the head (0: the model's default)");
 ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
@@ -111,6 +112,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, int64_t B, int6
   options.precision = precision;
   options.profile = &profile;
   if (absl::GetFlag(FLAGS_head_chunk_rows) > 0) options.head_chunk_rows = absl::GetFlag(FLAGS_head_chunk_rows);
+  if (absl::GetFlag(FLAGS_head_vocab_block) > 0) options.head_vocab_block = absl::GetFlag(FLAGS_head_vocab_block);
   Multiscreen<Real> model(dims, ShardSpec::Full(dims), options);
   const ParamLayout& layout = model.layout();
   std::vector<float> master(layout.size()), grads32(layout.size());
@@ -203,6 +205,9 @@ int BenchTrain(int argc, char** argv) {
                         {"steps", steps},
                         {"head_chunk_rows", absl::GetFlag(FLAGS_head_chunk_rows) > 0 ? absl::GetFlag(FLAGS_head_chunk_rows)
                                                                                     : ModelOptions{}.head_chunk_rows},
+                        {"head_vocab_block", absl::GetFlag(FLAGS_head_vocab_block) > 0
+                                                 ? absl::GetFlag(FLAGS_head_vocab_block)
+                                                 : ModelOptions{}.head_vocab_block},
                         {"step_seconds", step},
                         {"step_seconds_all", r.step_seconds},
                         {"tokens_per_s", tokens_per_s},

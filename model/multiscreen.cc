@@ -177,14 +177,11 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     k::Gemm<Real>(false, true, rc, Vl, dE, scale, y_c + r0 * dE, dE, e_bar, dE, 0, z, Vl);
   };
   // With z holding ∂L/∂z/e^{s_F}: dĒ += e^{s_F} zᵀ y, dy = e^{s_F} z Ē. dĒ is gathered
-  // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), and added
-  // into d_e_bar_ once at the end.
-  bool first_chunk = true;
-  hb.d_e_bar_t.resize(dx != nullptr ? dE * Vl : 0);
+  // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), in a buffer
+  // that is all zeros between calls, and moved into d_e_bar_ once at the end.
+  if (dx != nullptr) hb.d_e_bar_t.resize(dE * Vl);
   auto backward_gemms = [&](int64_t r0, int64_t rc) {
-    k::Gemm<Real>(true, false, dE, Vl, rc, scale, y_c + r0 * dE, dE, z, Vl, first_chunk ? 0 : 1, hb.d_e_bar_t.data(),
-                  Vl);
-    first_chunk = false;
+    k::Gemm<Real>(true, false, dE, Vl, rc, scale, y_c + r0 * dE, dE, z, Vl, 1, hb.d_e_bar_t.data(), Vl);
     k::Gemm<Real>(false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, hb.dy.data() + r0 * dE, dE);
   };
   // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
@@ -193,7 +190,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
     if (!distributed && dx != nullptr) {
-      FusedHeadChunk(Vl, rc, r0, y_c, e_bar, scale, shift, lse + r0, target_logit + r0, &first_chunk);
+      FusedHeadChunk(Vl, rc, r0, y_c, e_bar, scale, shift, lse + r0, target_logit + r0);
       continue;
     }
     logits(r0, rc);
@@ -228,7 +225,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   }
   loss /= double(n);
   if (dx == nullptr) return loss;
-  k::AddTransposed(hb.d_e_bar_t.data(), dE, Vl, Vl, d_e_bar_.data(), dE);
+  k::MoveAddTransposed(hb.d_e_bar_t.data(), dE, Vl, Vl, d_e_bar_.data(), dE);
   tp_->AllReduce(hb.dy.data(), n * dE, ReduceOp::kSum);
   // ∂L/∂s_F = Σ_r y_r · ∂L/∂y_r, since z = e^{s_F} y Ēᵀ.
   double d_sf = 0;
@@ -244,7 +241,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
 
 template <typename Real>
 void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
-                                       double shift, double* lse, double* target_logit, bool* first_chunk) {
+                                       double shift, double* lse, double* target_logit) {
   // The softmax's numerators z ← exp(z − m) replace the logits; the softmax's 1/Σ_v and
   // the loss's coefficient c are folded into the backward GEMMs' small operands, and
   // the targets' one-hot part of ∂L/∂z = c (softmax − onehot) is added apart:
@@ -296,9 +293,7 @@ void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const
     const Real c = static_cast<Real>(double(hb.coef[r]) * hb.row_scale[r]);
     for (int64_t j = 0; j < dE; ++j) hb.y_scaled[r * dE + j] = c * y[r * dE + j];
   }
-  k::Gemm<Real>(true, false, dE, Vl, rc, scale, hb.y_scaled.data(), dE, z, Vl, *first_chunk ? 0 : 1,
-                hb.d_e_bar_t.data(), Vl);
-  *first_chunk = false;
+  k::Gemm<Real>(true, false, dE, Vl, rc, scale, hb.y_scaled.data(), dE, z, Vl, 1, hb.d_e_bar_t.data(), Vl);
   for (int64_t r = 0; r < rc; ++r) {
     const Real c = static_cast<Real>(double(hb.coef[r]) * hb.row_scale[r]), c_target = scale * hb.coef[r];
     for (int64_t j = 0; j < dE; ++j) dy[r * dE + j] *= c;

@@ -101,7 +101,7 @@ class Multiscreen {
   // not sharded: logits, softmax and the backward GEMMs. shift: a bound on the logits
   // that serves as the softmax shift (NaN: use each row's max).
   void FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
-                      double shift, double* lse, double* target_logit, bool* first_chunk);
+                      double shift, double* lse, double* target_logit);
   // Rounds a GEMM operand to the compute precision (no-op for kFp32).
   void RoundToCompute(Real* data, int64_t n) const;
   // Rounds a backward GEMM operand (only kFp16 stores gradients in 16 bits).

@@ -25,7 +25,7 @@ void Gemm<double>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
 }
 
 template <typename Real>
-void AddTransposed(const Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) {
+void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) {
   constexpr int64_t kBlock = 64;
 #pragma omp parallel for schedule(static)
   for (int64_t j0 = 0; j0 < cols; j0 += kBlock) {
@@ -35,11 +35,12 @@ void AddTransposed(const Real* a, int64_t rows, int64_t cols, int64_t lda, Real*
       for (int64_t j = j0; j < j1; ++j) {
         for (int64_t i = i0; i < i1; ++i) b[j * ldb + i] += a[i * lda + j];
       }
+      for (int64_t i = i0; i < i1; ++i) std::fill(a + i * lda + j0, a + i * lda + j1, Real(0));
     }
   }
 }
 
-template void AddTransposed<float>(const float*, int64_t, int64_t, int64_t, float*, int64_t);
-template void AddTransposed<double>(const double*, int64_t, int64_t, int64_t, double*, int64_t);
+template void MoveAddTransposed<float>(float*, int64_t, int64_t, int64_t, float*, int64_t);
+template void MoveAddTransposed<double>(double*, int64_t, int64_t, int64_t, double*, int64_t);
 
 }  // namespace multiscreen::kernels::cpu

@@ -13,9 +13,10 @@ template <typename Real>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a,
           int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc);
 
-// b[j, i] += a[i, j] for a [rows, cols] (row stride lda) and b [cols, rows] (ldb),
-// in cache-sized blocks, threaded.
+// b[j, i] += a[i, j], then a[i, j] = 0, for a [rows, cols] (row stride lda) and
+// b [cols, rows] (ldb); in cache-sized blocks, threaded. (An accumulator emptied
+// this way is ready for GEMMs with beta = 1.)
 template <typename Real>
-void AddTransposed(const Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb);
+void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb);
 
 }  // namespace multiscreen::kernels::cpu
