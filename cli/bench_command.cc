@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -58,10 +59,17 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Peak resident memory of this process: VmHWM (getrusage's ru_maxrss would carry
+// over the peak of a parent that forked and exec'ed us).
 int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  123 kB"
+  }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
 }
 
 // The best single-precision GEMM rate of the BLAS over a few square sizes.

@@ -181,6 +181,8 @@ inline int64_t RingSlots(int64_t keys) {
 
 // Asks for the next token's row of a strided matrix (the prefetchers do not follow
 // strides of kilobytes well).
+constexpr int64_t kAhead = 2;  // tokens ahead
+
 template <typename Real>
 inline void PrefetchRow(const Real* row, int64_t n) {
   for (int64_t c = 0; c < n; c += 64 / sizeof(Real)) __builtin_prefetch(row + c);
@@ -218,9 +220,9 @@ MS_SIMD_CLONES void ForwardTask(const Call<Real>& call, int64_t task, Thread<Rea
   Real* hi = DV > 0 ? h_fixed : th.row.data();
   for (int64_t i = 0; i < T; ++i) {
     const Real* row = Pb + i * ldp;
-    if (i + 1 < T) {
-      PrefetchRow(row + ldp, C);
-      PrefetchRowForWrite(call.U + (b * T + i + 1) * ldu + t * dv, dv);
+    if (i + kAhead < T) {
+      PrefetchRow(row + kAhead * ldp, C);
+      PrefetchRowForWrite(call.U + (b * T + i + kAhead) * ldu + t * dv, dv);
     }
     // Steps 5–6: unit rows; MiPE on q̃ and k̃; k̃_i joins the transposed keys.
     qn[i] = NormalizeRow<Real, DK>(row, qt + i * dk, dk);
@@ -321,12 +323,15 @@ MS_SIMD_CLONES void BackwardTask(const Call<Real>& call, int64_t task, Thread<Re
     std::fill(dvj, dvj + dv, Real(0));
   };
   for (int64_t i = 0; i < T; ++i) {
-    if (i + 1 < T) {
-      PrefetchRow(Pb + (i + 1) * ldp + 2 * dk + dv, dv);
-      PrefetchRow(call.dU + (b * T + i + 1) * ldu + t * dv, dv);
-      PrefetchRowForWrite(dPb + (i + 1) * ldp, dk);
-      PrefetchRowForWrite(dPb + (i + 1) * ldp + 2 * dk + dv, dv);
-      if (i + 2 - keys >= 0) PrefetchRowForWrite(dPb + (i + 2 - keys) * ldp + dk, dk + dv);
+    if (i + kAhead < T) {
+      const int64_t ia = i + kAhead;
+      PrefetchRow(Pb + ia * ldp + 2 * dk + dv, dv);
+      PrefetchRow(call.dU + (b * T + ia) * ldu + t * dv, dv);
+      PrefetchRow(h + ia * dv, dv);
+      PrefetchRow(vb + ia * dv, dv);
+      PrefetchRowForWrite(dPb + ia * ldp, dk);
+      PrefetchRowForWrite(dPb + ia * ldp + 2 * dk + dv, dv);
+      if (ia + 1 - keys >= 0) PrefetchRowForWrite(dPb + (ia + 1 - keys) * ldp + dk, dk + dv);
     }
     for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
     // Output scale and gate (steps 12–13), then TanhNorm (step 11): ∂L/∂h_i.
