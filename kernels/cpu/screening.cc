@@ -428,9 +428,11 @@ void Prepare(const ScreeningShape& shape, const TileScalars* tiles, ScreeningWor
   ws.rotation.resize(nt * T * 2);
   ws.order.resize(tasks);
   for (int64_t i = 0; i < tasks; ++i) ws.order[i] = i;
-  // Largest windows first, so that the dynamic schedule ends with small tasks.
-  std::stable_sort(ws.order.begin(), ws.order.end(),
-                   [&](int64_t a, int64_t b) { return ws.keys[a % nt] > ws.keys[b % nt]; });
+  // Largest windows first, so that the dynamic schedule ends with small tasks
+  // (std::sort with a total order: stable_sort may allocate).
+  std::sort(ws.order.begin(), ws.order.end(), [&](int64_t a, int64_t b) {
+    return ws.keys[a % nt] != ws.keys[b % nt] ? ws.keys[a % nt] > ws.keys[b % nt] : a < b;
+  });
   ws.partial.resize(tasks);
   ws.threads.resize(std::max<size_t>(ws.threads.size(), omp_get_max_threads()));
 }

@@ -5,13 +5,28 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <numbers>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/mipe.h"
 #include "kernels/cpu/screening.h"
+
+// Counts operator new calls while g_counting is set (for the no-allocation test).
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+void* operator new(std::size_t n) {
+  if (g_counting) ++g_allocations;
+  if (void* p = std::malloc(n > 0 ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace multiscreen::kernels::cpu {
 namespace {
@@ -254,6 +269,20 @@ TEST(ScreeningKernelTest, AReusedWorkspaceGivesTheResultsOfAFreshOne) {
     EXPECT_EQ(reused.grads[t].w, fresh.grads[t].w);
     EXPECT_EQ(reused.grads[t].r, fresh.grads[t].r);
   }
+}
+
+TEST(ScreeningKernelTest, ASizedWorkspaceMakesTheKernelsAllocateNothing) {
+  ScreeningWorkspace<float> ws;
+  Problem<float> p(2, 96, SomeTiles(), 8);
+  std::vector<float> dU(p.U.size(), 0.5f);
+  p.Forward(&ws);
+  p.Backward(dU, &ws);
+  g_allocations = 0;
+  g_counting = true;
+  p.Forward(&ws);
+  p.Backward(dU, &ws);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
 }
 
 }  // namespace
