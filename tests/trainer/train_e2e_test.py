@@ -48,6 +48,18 @@ def train_losses(run_dir):
     return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
 
 
+def wait_for_step(run_dir, step, timeout):
+    """Polls metrics.jsonl until `step` is logged (or the timeout passes)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if max(train_losses(run_dir), default=0) >= step:
+                return
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass  # not written yet, or a line half-written
+        time.sleep(0.005)
+
+
 class TrainTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -100,14 +112,7 @@ class TrainTest(unittest.TestCase):
                "--steps=30", "--seq_len=64", "--micro_batch=8"]
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Kill at an arbitrary point after the step-10 checkpoint: once step 13 is logged.
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if max(train_losses(killed), default=0) >= 13:
-                    break
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            time.sleep(0.005)
+        wait_for_step(killed, 13, timeout=120)
         p.send_signal(signal.SIGKILL)
         p.wait()
         logged = max(train_losses(killed))
@@ -126,14 +131,7 @@ class TrainTest(unittest.TestCase):
         killed = self.run_dir("early_killed")
         cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={killed}", *flags]
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if max(train_losses(killed), default=0) >= 5:
-                    break
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            time.sleep(0.005)
+        wait_for_step(killed, 5, timeout=120)
         p.send_signal(signal.SIGKILL)
         p.wait()
         self.assertFalse(os.path.exists(os.path.join(killed, "checkpoints", "latest")))
@@ -150,14 +148,7 @@ class TrainTest(unittest.TestCase):
         cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
                "--steps=100000", "--checkpoint_every=0"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if max(train_losses(d), default=0) >= 3:
-                    break
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            time.sleep(0.01)
+        wait_for_step(d, 3, timeout=60)
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 0, err[-2000:])
@@ -173,14 +164,7 @@ class TrainTest(unittest.TestCase):
         cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
                "--steps=100000", "--seq_len=512", "--micro_batch=8", "--checkpoint_every=0"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if max(train_losses(d), default=0) >= 1:
-                    break
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            time.sleep(0.01)
+        wait_for_step(d, 1, timeout=60)
         p.send_signal(signal.SIGINT)
         time.sleep(0.02)  # two pending SIGINTs would merge into one
         p.send_signal(signal.SIGINT)
