@@ -133,6 +133,41 @@ inline void Similarities(const Real* q, const Real* k_t, int64_t ld, int64_t n, 
   }
 }
 
+// A row of D values held in vector registers across a loop (D fixed, a whole number
+// of 64-byte vectors), so that a sum over keys does not go through memory each step.
+template <typename Real, int D>
+struct VecRow {
+  using V = typename Vec64<Real>::type;
+  static constexpr int kL = sizeof(V) / sizeof(Real), kN = D / kL;
+  static_assert(D % kL == 0);
+  V v[kN];
+  void Zero() {
+    for (int u = 0; u < kN; ++u) v[u] = V{};
+  }
+  void Load(const Real* x) {
+    for (int u = 0; u < kN; ++u) std::memcpy(&v[u], x + u * kL, sizeof(V));
+  }
+  void Store(Real* x) const {
+    for (int u = 0; u < kN; ++u) std::memcpy(x + u * kL, &v[u], sizeof(V));
+  }
+  void AddScaled(Real a, const Real* x) {  // this += a · x
+    for (int u = 0; u < kN; ++u) {
+      V t;
+      std::memcpy(&t, x + u * kL, sizeof(V));
+      v[u] += a * t;
+    }
+  }
+  Real Dot(const Real* x) const {
+    V sum = {};
+    for (int u = 0; u < kN; ++u) {
+      V t;
+      std::memcpy(&t, x + u * kL, sizeof(V));
+      sum += v[u] * t;
+    }
+    return HorizontalSum<Real>(sum);
+  }
+};
+
 // Offsets jj < n where keep(x[jj]), in order; returns how many. 32 at a time: one
 // vector compare makes a bit mask, and only its set bits cost a step.
 template <typename Real, typename Keep>
@@ -243,13 +278,19 @@ MS_SIMD_CLONES void ForwardTask(const Call<Real>& call, int64_t task, Thread<Rea
       weight[jj] = a <= 0 ? Real(0) : a * a * m[jj];  // NaN stays NaN
     }
     const int32_t count = Compact(weight, n, [](Real x) { return x != 0; }, accepted);
+    if constexpr (DV > 0) {
+      VecRow<Real, DV> acc;
+      acc.Zero();
+      for (int32_t e = 0; e < count; ++e) acc.AddScaled(weight[accepted[e]], vb + (j0 + accepted[e]) * DV);
+      acc.Store(hi);
+    } else {
+      std::fill(hi, hi + dv, Real(0));
+      for (int32_t e = 0; e < count; ++e) {
+        const Real wj = weight[accepted[e]];
+        const Real* vj = vb + (j0 + accepted[e]) * dv;
 #pragma omp simd
-    for (int64_t c = 0; c < dv; ++c) hi[c] = 0;
-    for (int32_t e = 0; e < count; ++e) {
-      const Real wj = weight[accepted[e]];
-      const Real* vj = vb + (j0 + accepted[e]) * dv;
-#pragma omp simd
-      for (int64_t c = 0; c < dv; ++c) hi[c] += wj * vj[c];
+        for (int64_t c = 0; c < dv; ++c) hi[c] += wj * vj[c];
+      }
     }
     // Steps 11–13.
     Real sq = 0;
@@ -369,34 +410,50 @@ MS_SIMD_CLONES void BackwardTask(const Call<Real>& call, int64_t task, Thread<Re
 #pragma omp simd
     for (int64_t jj = 0; jj < n; ++jj) trim[jj] = TrimBase(s[jj], r);
     const int32_t count = Compact(trim, n, [](Real a) { return !(a <= 0); }, accepted);
-#pragma omp simd
-    for (int64_t c = 0; c < dk; ++c) dq[c] = 0;
+    constexpr bool kFixed = DK > 0 && DV > 0;
+    const Real two_over_r = Real(2) / r;
+    const double inv_r2 = 1.0 / (double(r) * r);
+    // With fixed widths ∂L/∂h_i and ∂L/∂q̃_i stay in vector registers over the keys.
+    VecRow<Real, kFixed ? DV : 64 / sizeof(Real)> dh_reg;
+    VecRow<Real, kFixed ? DK : 64 / sizeof(Real)> dq_reg;
+    if constexpr (kFixed) {
+      dh_reg.Load(dh);
+      dq_reg.Zero();
+    } else {
+      std::fill(dq, dq + dk, Real(0));
+    }
     for (int32_t e = 0; e < count; ++e) {
       const int64_t jj = accepted[e], j = j0 + jj;
       const Real a = trim[jj], mj = m[jj];
       const Real* vj = vb + j * dv;
       Real d_weight = 0;  // ∂L/∂(α m)
+      if constexpr (kFixed) {
+        d_weight = dh_reg.Dot(vj);
+      } else {
 #pragma omp simd reduction(+ : d_weight)
-      for (int64_t c = 0; c < dv; ++c) d_weight += dh[c] * vj[c];
+        for (int64_t c = 0; c < dv; ++c) d_weight += dh[c] * vj[c];
+      }
       const Real weight = a * a * mj;
       if (weight != 0) {
         Real* dvj = dval + (j & slot_mask) * dv;
 #pragma omp simd
         for (int64_t c = 0; c < dv; ++c) dvj[c] += weight * dh[c];
       }
-      const Real ds = d_weight * mj * Real(2) * a / r;
-      sum_r += static_cast<double>(d_weight) * mj * 2.0 * a * (1.0 - s[jj]) / (double(r) * r);
+      const Real ds = d_weight * mj * a * two_over_r;
+      sum_r += static_cast<double>(d_weight) * mj * 2.0 * a * (1.0 - s[jj]) * inv_r2;
       sum_w += static_cast<double>(d_weight) * a * a * dm[jj];
       if (ds != 0) {
         const Real* kj = kt + j * dk;
         Real* dkj = dkey + (j & slot_mask) * dk;
+        if constexpr (kFixed) dq_reg.AddScaled(ds, kj);
 #pragma omp simd
         for (int64_t c = 0; c < dk; ++c) {
-          dq[c] += ds * kj[c];
+          if constexpr (!kFixed) dq[c] += ds * kj[c];
           dkj[c] += ds * qi[c];
         }
       }
     }
+    if constexpr (kFixed) dq_reg.Store(dq);
     // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
     NormalizeRotateBackwardRow<Real, DK>(qi, qn[i], dq, rotate, rot[2 * i], rot[2 * i + 1],
                                          static_cast<double>(shape.pos0 + i), dPb + i * ldp, dk, &d_rate_q);

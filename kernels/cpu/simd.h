@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(MULTISCREEN_NATIVE) && !defined(__CUDACC__)
 #define MS_SIMD_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
@@ -35,6 +36,24 @@ template <>
 struct Vec64<double> {
   typedef double type __attribute__((vector_size(64)));
 };
+
+// The sum of a Vec64's lanes as a tree of halves (log2 of the lanes in dependent adds).
+template <typename Real>
+__attribute__((always_inline)) inline Real HorizontalSum(typename Vec64<Real>::type v) {
+  typedef Real V32 __attribute__((vector_size(32)));
+  typedef Real V16 __attribute__((vector_size(16)));
+  V32 lo, hi;
+  std::memcpy(&lo, &v, 32);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + 32, 32);
+  const V32 s32 = lo + hi;
+  V16 a, b;
+  std::memcpy(&a, &s32, 16);
+  std::memcpy(&b, reinterpret_cast<const char*>(&s32) + 16, 16);
+  const V16 s16 = a + b;
+  Real r = s16[0];
+  for (int l = 1; l < int(16 / sizeof(Real)); ++l) r += s16[l];
+  return r;
+}
 
 // e^x in fp32 without a library call (Cephes expf: x = n ln2 + r, |r| ≤ ln2/2, a
 // degree-6 polynomial for e^r, then 2^n through the exponent bits); within 2 ulp of
