@@ -183,20 +183,13 @@ bool H5Reader::Has(const std::string& name) const {
 
 template <typename T>
 absl::StatusOr<std::vector<T>> H5Reader::Read(const std::string& name, const std::vector<int64_t>& shape) const {
-  if (!Has(name)) return absl::NotFoundError(absl::StrCat(path_, ": missing dataset ", name));
-  const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
-  if (set < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", name, " is not a dataset"));
-  const hid_t space = H5Dget_space(set);
-  const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
-  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  H5Sclose(space);
-  const std::vector<int64_t> got(dims.begin(), dims.end());
-  if (got != shape) {
-    H5Dclose(set);
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": dataset ", name, " has shape ", ShapeString(got),
+  auto got = Shape(name);
+  if (!got.ok()) return got.status();
+  if (*got != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": dataset ", name, " has shape ", ShapeString(*got),
                                                    ", expected ", ShapeString(shape)));
   }
+  const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   std::vector<T> out(n);

@@ -389,17 +389,24 @@ void Multiscreen<Real>::EndStep(Real* grads) {
                       grads + layout_.Find("embed/W_E")->buffer_offset, dE, shard.vocab(), dE, true);
 }
 
+// Windows [B, T+1] → inputs (the first T of each) and next-token targets
+// (the last T), both [B·T], into the step's reused buffers.
+template <typename Real>
+void Multiscreen<Real>::SplitWindows(const int32_t* tokens, int64_t B, int64_t T) {
+  step_inputs_.resize(B * T);
+  step_targets_.resize(B * T);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, step_inputs_.begin() + b * T);
+    std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), step_targets_.begin() + b * T);
+  }
+}
+
 template <typename Real>
 double Multiscreen<Real>::ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
                                           Real* token_losses, double grad_scale) {
   const int64_t rows = B * T, dE = dims().d_e;
-  std::vector<int32_t>&inputs = step_inputs_, &targets = step_targets_;
-  inputs.resize(rows);
-  targets.resize(rows);
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, inputs.begin() + b * T);
-    std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), targets.begin() + b * T);
-  }
+  SplitWindows(tokens, B, T);
+  const std::vector<int32_t>&inputs = step_inputs_, &targets = step_targets_;
   BeginStep(params);
   std::vector<Real>&x = step_x_, &dx = step_dx_;
   x.resize(rows * dE);
@@ -416,16 +423,12 @@ double Multiscreen<Real>::ForwardBackward(const Real* params, const int32_t* tok
 template <typename Real>
 double Multiscreen<Real>::Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses) {
   const int64_t rows = B * T, dE = dims().d_e;
-  std::vector<int32_t> inputs(rows), targets(rows);
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, inputs.begin() + b * T);
-    std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), targets.begin() + b * T);
-  }
+  SplitWindows(tokens, B, T);
   BeginStep(params);
   std::vector<Real> x(rows * dE);
-  Embed(params, inputs.data(), rows, x.data());
+  Embed(params, step_inputs_.data(), rows, x.data());
   LayersForward(params, B, T, x.data());
-  return HeadLoss(params, x.data(), targets.data(), rows, nullptr, nullptr, 1.0, token_losses);
+  return HeadLoss(params, x.data(), step_targets_.data(), rows, nullptr, nullptr, 1.0, token_losses);
 }
 
 template <typename Real>

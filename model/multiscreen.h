@@ -97,6 +97,7 @@ class Multiscreen {
     std::vector<int64_t> local_target;
   };
   kernels::cpu::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
+  void SplitWindows(const int32_t* tokens, int64_t B, int64_t T);
   // HeadLoss with gradients for one chunk of rows [r0, r0 + rc) when the vocabulary is
   // not sharded: logits, softmax and the backward GEMMs. shift: a bound on the logits
   // that serves as the softmax shift (NaN: use each row's max).
