@@ -10,6 +10,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/head_panels.h"
 #include "kernels/cpu/unit_rows.h"
 
 namespace multiscreen {
@@ -155,8 +156,13 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   }
   const Real* e_bar = EBarCompute();
 
+  const bool distributed = tp_->size() > 1;
+  // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
+  // is a safe softmax shift and the max pass is not needed.
+  const double shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
+  const bool panels = !distributed && dx != nullptr && UsesHeadPanels(shift);
   const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
-  hb.z.resize(chunk * Vl);
+  hb.z.resize(chunk * (panels ? k::HeadPanelCount(Vl) * k::kHeadPanel : Vl));
   hb.row_max.resize(n);
   hb.row_sum.resize(n);
   hb.lse.resize(n);
@@ -166,7 +172,6 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     hb.local_target[r] =
         targets[r] >= shard.vocab_begin && targets[r] < shard.vocab_end ? targets[r] - shard.vocab_begin : -1;
   }
-  const bool distributed = tp_->size() > 1;
   hb.dy.resize(dx != nullptr ? n * dE : 0);
   hb.coef.assign(chunk, static_cast<Real>(grad_scale / double(n)));
   Real* z = hb.z.data();
@@ -177,16 +182,21 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     k::Gemm<Real>(false, true, rc, Vl, dE, scale, y_c + r0 * dE, dE, e_bar, dE, 0, z, Vl);
   };
   // With z holding ∂L/∂z/e^{s_F}: dĒ += e^{s_F} zᵀ y, dy = e^{s_F} z Ē. dĒ is gathered
-  // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), in a buffer
-  // that is all zeros between calls, and moved into d_e_bar_ once at the end.
-  if (dx != nullptr) hb.d_e_bar_t.resize(dE * Vl);
+  // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), or in Ē's
+  // panels, in a buffer that is all zeros between calls, and moved into d_e_bar_ once
+  // at the end.
+  if (panels) {
+    const int64_t panel_elems = k::HeadPanelCount(Vl) * dE * k::kHeadPanel;
+    hb.e_bar_panels.resize(panel_elems);
+    k::PackHeadPanels(e_bar, Vl, dE, hb.e_bar_panels.data());
+    hb.d_e_bar_panels.resize(panel_elems);
+  } else if (dx != nullptr) {
+    hb.d_e_bar_t.resize(dE * Vl);
+  }
   auto backward_gemms = [&](int64_t r0, int64_t rc) {
     k::Gemm<Real>(true, false, dE, Vl, rc, scale, y_c + r0 * dE, dE, z, Vl, 1, hb.d_e_bar_t.data(), Vl);
     k::Gemm<Real>(false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, hb.dy.data() + r0 * dE, dE);
   };
-  // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
-  // is a safe softmax shift and the max pass is not needed.
-  const double shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
     if (!distributed && dx != nullptr) {
@@ -225,7 +235,11 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   }
   loss /= double(n);
   if (dx == nullptr) return loss;
-  k::MoveAddTransposed(hb.d_e_bar_t.data(), dE, Vl, Vl, d_e_bar_.data(), dE);
+  if (panels) {
+    k::UnpackHeadPanelsAdd(hb.d_e_bar_panels.data(), Vl, dE, d_e_bar_.data());
+  } else {
+    k::MoveAddTransposed(hb.d_e_bar_t.data(), dE, Vl, Vl, d_e_bar_.data(), dE);
+  }
   tp_->AllReduce(hb.dy.data(), n * dE, ReduceOp::kSum);
   // ∂L/∂s_F = Σ_r y_r · ∂L/∂y_r, since z = e^{s_F} y Ēᵀ.
   double d_sf = 0;
@@ -243,9 +257,9 @@ template <typename Real>
 void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
                                        double shift, double* lse, double* target_logit) {
   // The softmax's numerators z ← exp(z − m) replace the logits; the softmax's 1/Σ_v and
-  // the loss's coefficient c are folded into the backward GEMMs' small operands, and
-  // the targets' one-hot part of ∂L/∂z = c (softmax − onehot) is added apart:
-  //   dĒᵀ += e^{s_F} (c/Σ ⊙ y)ᵀ z − one-hot,   dy = c/Σ ⊙ e^{s_F} z Ē − one-hot.
+  // the loss's coefficient c are folded into the backward contractions' small operands,
+  // and the targets' one-hot part of ∂L/∂z = c (softmax − onehot) is added apart:
+  //   dĒ += e^{s_F} (c/Σ ⊙ y)ᵀ z − one-hot,   dy = c/Σ ⊙ e^{s_F} z Ē − one-hot.
   HeadBuffers& hb = head_;
   const int64_t dE = dims().d_e;
   const int64_t* target = hb.local_target.data() + r0;
@@ -254,34 +268,38 @@ void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const
   Real* dy = hb.dy.data() + r0 * dE;
   hb.row_scale.resize(rc);
   hb.y_scaled.resize(rc * dE);
-  if (std::isnan(shift)) {
-    // The logits whole, then the softmax with each row's max.
+  const bool panels = UsesHeadPanels(shift);
+  const int64_t np = k::HeadPanelCount(Vl);
+  if (!panels) {
+    // The logits whole (GEMM), then the softmax with the fixed shift or each row's max.
     k::Gemm<Real>(false, true, rc, Vl, dE, scale, y, dE, e_bar, dE, 0, z, Vl);
     k::SoftmaxNumerators(z, Vl, rc, Vl, shift, target, lse, target_logit, hb.row_scale.data());
-    k::Gemm<Real>(false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, dy, dE);
+    k::Gemm<Real>(false, false, rc, dE, Vl, 1, z, Vl, e_bar, dE, 0, dy, dE);
   } else {
-    // A fixed shift needs no pass over whole rows first, so the vocabulary goes in
-    // blocks, each thread on its own, while a block is in cache: its logits, their
-    // exponentials, the block's row sums and its part of z Ē (single-threaded BLAS
-    // inside the parallel loop). Blocks are summed in order, whatever the threads.
-    const int64_t block = std::max<int64_t>(1, options_.head_vocab_block);
-    const int64_t nb = (Vl + block - 1) / block;
-    hb.block_sum.resize(nb * rc);
+    // A fixed shift needs no pass over whole rows first, so the vocabulary goes in blocks
+    // of panels, each thread on its own, while a block is in cache: its numerators, their
+    // row sums and its part of z Ē. Blocks are summed in order, whatever the threads.
+    const int64_t per_block = std::max<int64_t>(1, (options_.head_vocab_block + k::kHeadPanel - 1) / k::kHeadPanel);
+    const int64_t nb = (np + per_block - 1) / per_block;
+    hb.block_sum.assign(nb * rc, 0.0);
     hb.block_dy.resize(nb * rc * dE);
 #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nb; ++blk) {
-      const int64_t v0 = blk * block, vb = std::min(block, Vl - v0);
-      k::Gemm<Real>(false, true, rc, vb, dE, scale, y, dE, e_bar + v0 * dE, dE, 0, z + v0, Vl);
-      k::SoftmaxNumeratorsBlock(z + v0, Vl, rc, vb, v0, static_cast<Real>(shift), target, hb.block_sum.data() + blk * rc,
-                                target_logit);
-      k::Gemm<Real>(false, false, rc, dE, vb, scale, z + v0, Vl, e_bar + v0 * dE, dE, 0,
-                    hb.block_dy.data() + blk * rc * dE, dE);
+      const int64_t p0 = blk * per_block, p1 = std::min(np, p0 + per_block);
+      Real* z_block = z + p0 * rc * k::kHeadPanel;
+      k::HeadNumerators(y, rc, dE, hb.e_bar_panels.data(), p0, p1, Vl, scale, static_cast<Real>(shift), z_block,
+                        hb.block_sum.data() + blk * rc);
+      k::HeadNumeratorsEBar(z_block, rc, dE, e_bar, p0, p1, Vl, hb.block_dy.data() + blk * rc * dE);
     }
     for (int64_t r = 0; r < rc; ++r) {
       double sum = 0;
       for (int64_t blk = 0; blk < nb; ++blk) sum += hb.block_sum[blk * rc + r];
       lse[r] = shift + std::log(sum);
       hb.row_scale[r] = 1.0 / sum;
+      if (target[r] < 0) continue;
+      double dot = 0;
+      for (int64_t j = 0; j < dE; ++j) dot += double(y[r * dE + j]) * double(e_bar[target[r] * dE + j]);
+      target_logit[r] = double(scale) * dot;
     }
     std::fill(dy, dy + rc * dE, Real(0));
     for (int64_t blk = 0; blk < nb; ++blk) {
@@ -289,15 +307,14 @@ void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const
       for (int64_t i = 0; i < rc * dE; ++i) dy[i] += part[i];
     }
   }
-  for (int64_t r = 0; r < rc; ++r) {
-    const Real c = static_cast<Real>(double(hb.coef[r]) * hb.row_scale[r]);
-    for (int64_t j = 0; j < dE; ++j) hb.y_scaled[r * dE + j] = c * y[r * dE + j];
-  }
-  k::Gemm<Real>(true, false, dE, Vl, rc, scale, hb.y_scaled.data(), dE, z, Vl, 1, hb.d_e_bar_t.data(), Vl);
-  for (int64_t r = 0; r < rc; ++r) {
-    const Real c = static_cast<Real>(double(hb.coef[r]) * hb.row_scale[r]), c_target = scale * hb.coef[r];
-    for (int64_t j = 0; j < dE; ++j) dy[r * dE + j] *= c;
+  for (int64_t r = 0; r < rc; ++r) {  // c e^{s_F}/Σ_r, then the one-hot part
+    const Real c = static_cast<Real>(double(scale) * double(hb.coef[r]) * hb.row_scale[r]);
+    for (int64_t j = 0; j < dE; ++j) {
+      hb.y_scaled[r * dE + j] = c * y[r * dE + j];
+      dy[r * dE + j] *= c;
+    }
     if (target[r] < 0) continue;
+    const Real c_target = scale * hb.coef[r];
     const Real* e_t = e_bar + target[r] * dE;
     Real* de_t = d_e_bar_.data() + target[r] * dE;
     for (int64_t j = 0; j < dE; ++j) {
@@ -305,6 +322,19 @@ void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const
       de_t[j] -= c_target * y[r * dE + j];
     }
   }
+  if (panels) {
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < np; ++p) {
+      k::HeadPanelsGradAdd(hb.y_scaled.data(), rc, dE, z + p * rc * k::kHeadPanel, p, p + 1, hb.d_e_bar_panels.data());
+    }
+  } else {
+    k::Gemm<Real>(true, false, dE, Vl, rc, 1, hb.y_scaled.data(), dE, z, Vl, 1, hb.d_e_bar_t.data(), Vl);
+  }
+}
+
+template <typename Real>
+bool Multiscreen<Real>::UsesHeadPanels(double shift) const {
+  return !std::isnan(shift) && k::HeadPanelsSupport<Real>(dims().d_e);
 }
 
 template <typename Real>

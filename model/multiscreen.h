@@ -31,7 +31,7 @@ enum class Precision {
 struct ModelOptions {
   Precision precision = Precision::kFp32;
   int64_t head_chunk_rows = 256;  // tokens per logits chunk: [chunk, V] is the largest logits block
-  int64_t head_vocab_block = 1024;  // vocabulary columns a thread takes at a time in the fused head
+  int64_t head_vocab_block = 1024;  // vocabulary columns a thread takes at a time in the fused head (whole panels of 32)
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
 };
 
@@ -92,6 +92,7 @@ class Multiscreen {
   };
   struct HeadBuffers {  // HeadLoss's buffers, kept between steps
     std::vector<Real> y, y_norm, y_c, z, dy, coef, d_e_bar_t, y_scaled;
+    std::vector<Real> e_bar_panels, d_e_bar_panels;  // Ē and ∂L/∂Ē in kernels/cpu/head_panels.h's layout
     std::vector<double> row_max, row_sum, target_logit, lse, row_scale, block_sum;
     std::vector<Real> block_dy;
     std::vector<int64_t> local_target;
@@ -103,6 +104,9 @@ class Multiscreen {
   // that serves as the softmax shift (NaN: use each row's max).
   void FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
                       double shift, double* lse, double* target_logit);
+  // Whether FusedHeadChunk runs the panel kernels (a fixed shift and a d_E they take)
+  // rather than whole-row GEMMs.
+  bool UsesHeadPanels(double shift) const;
   // Rounds a GEMM operand to the compute precision (no-op for kFp32).
   void RoundToCompute(Real* data, int64_t n) const;
   // Rounds a backward GEMM operand (only kFp16 stores gradients in 16 bits).

@@ -84,25 +84,12 @@ void SoftmaxNumerators(Real* z, int64_t ld, int64_t rows, int64_t V, double shif
   }
 }
 
-template <typename Real>
-void SoftmaxNumeratorsBlock(Real* z, int64_t ld, int64_t rows, int64_t V, int64_t v0, Real shift,
-                            const int64_t* target, double* block_sum, double* target_logit) {
-  for (int64_t r = 0; r < rows; ++r) {
-    Real* zr = z + r * ld;
-    const int64_t t = target[r] - v0;
-    if (target[r] >= 0 && t >= 0 && t < V) target_logit[r] = static_cast<double>(zr[t]);
-    block_sum[r] = RowExpSum(zr, V, shift);
-  }
-}
-
 #define MS_INSTANTIATE(Real)                                                                              \
   template void SoftmaxStats<Real>(const Real*, int64_t, int64_t, int64_t, double*, double*);             \
   template void CrossEntropyGrad<Real>(Real*, int64_t, int64_t, int64_t, const double*, const int64_t*,   \
                                        const Real*);                                                      \
   template void SoftmaxNumerators<Real>(Real*, int64_t, int64_t, int64_t, double, const int64_t*, double*, \
-                                        double*, double*);                                                \
-  template void SoftmaxNumeratorsBlock<Real>(Real*, int64_t, int64_t, int64_t, int64_t, Real, const int64_t*,  \
-                                             double*, double*);
+                                        double*, double*);
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)
 #undef MS_INSTANTIATE

@@ -30,13 +30,4 @@ template <typename Real>
 void SoftmaxNumerators(Real* z, int64_t ld, int64_t rows, int64_t V, double shift, const int64_t* target,
                        double* lse, double* target_logit, double* row_scale);
 
-// SoftmaxNumerators with a fixed shift on one block of vocabulary columns [v0, v0 + V)
-// of a chunk (z points at column v0): z ← exp(z − shift) in place, block_sum[r] = the
-// block's Σ, and target_logit[r] = z[r, target[r]] as it was for targets inside the
-// block (others untouched). Serial: threads call it on blocks of their own, so that a
-// block's logits are used while they are in cache.
-template <typename Real>
-void SoftmaxNumeratorsBlock(Real* z, int64_t ld, int64_t rows, int64_t V, int64_t v0, Real shift,
-                            const int64_t* target, double* block_sum, double* target_logit);
-
 }  // namespace multiscreen::kernels::cpu
