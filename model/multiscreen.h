@@ -30,8 +30,8 @@ enum class Precision {
 
 struct ModelOptions {
   Precision precision = Precision::kFp32;
-  int64_t head_chunk_rows = 256;  // tokens per logits chunk: [chunk, V] is the largest logits block
-  int64_t head_vocab_block = 1024;  // vocabulary columns a thread takes at a time in the fused head (whole panels of 32)
+  int64_t head_chunk_rows = 512;  // tokens per logits chunk: [chunk, V] is the largest logits block
+  int64_t head_vocab_block = 512;  // vocabulary columns a thread takes at a time in the fused head (whole panels of 32)
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
 };
 

@@ -18,15 +18,20 @@ void AdamW::Step(float* params, const float* grads, double lr) {
   const float one_minus_b1 = static_cast<float>(1.0 - hyper_.beta1), one_minus_b2 = static_cast<float>(1.0 - hyper_.beta2);
   const float eps = static_cast<float>(hyper_.eps);
   const int64_t n = size();
-#pragma omp parallel for schedule(static)
+  const bool decays = hyper_.weight_decay != 0.0;
+  const uint8_t* decay = decay_.empty() ? nullptr : decay_.data();
+  float* __restrict m = m_.data();
+  float* __restrict v = v_.data();
+  // Memory-bound (28 bytes per parameter): vectorized, both moments in one pass.
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float p = params[i];
-    if (hyper_.weight_decay != 0.0 && (decay_.empty() || decay_[i] != 0)) p *= decay_factor;
+    if (decays && (decay == nullptr || decay[i] != 0)) p *= decay_factor;
     const float g = grads[i];
-    m_[i] = m_[i] * b1 + g * one_minus_b1;
-    v_[i] = v_[i] * b2 + g * g * one_minus_b2;
-    const float denom = std::sqrt(v_[i]) / bias2_sqrt + eps;
-    params[i] = p - step_size * (m_[i] / denom);
+    m[i] = m[i] * b1 + g * one_minus_b1;
+    v[i] = v[i] * b2 + g * g * one_minus_b2;
+    const float denom = std::sqrt(v[i]) / bias2_sqrt + eps;
+    params[i] = p - step_size * (m[i] / denom);
   }
 }
 

@@ -57,7 +57,7 @@ __attribute__((always_inline)) inline void NumeratorsTile(const Real* y, int64_t
   for (int i = 0; i < MR; ++i) {
     Vec<Real> sum = {};
     for (int c = 0; c < NV; ++c) {
-      Vec<Real> e = ExpFastVec<Real>(acc[i][c] * scale - shift);
+      Vec<Real> e = ExpFastVec<Real, true>(acc[i][c] * scale - shift);  // in [−2.01 · shift, 0]
       if (keep != nullptr) e *= Load(keep + c * kLanes<Real>);  // columns past V
       Store(z + i * kHeadPanel + c * kLanes<Real>, e);
       sum += e;

@@ -39,7 +39,8 @@ void PackHeadPanels(const Real* e_bar, int64_t V, int64_t d_e, Real* panels);
 //   z_p[p − p0][r][c] = exp(scale · y_r · Ē_v − shift),  v = 32p + c  (0 where v ≥ V),
 // and row_sum[r] += Σ of row r's numerators over these panels (fp64, in panel order).
 //   y: [rows, d_E];  panels: PackHeadPanels' output;  z_p: [(p1 − p0)][rows][32] written.
-// The caller guarantees scale · y_r · Ē_v ≤ shift + 88 (PLNorm: |z| ≤ scale ≤ shift).
+// The caller guarantees |scale · y_r · Ē_v| ≤ shift < 43 (PLNorm: |z| ≤ scale, and the
+// shift 1.01 · scale below 39), so that every exponent lies in [−87, 0].
 template <typename Real>
 void HeadNumerators(const Real* y, int64_t rows, int64_t d_e, const Real* panels, int64_t p0, int64_t p1,
                     int64_t V, Real scale, Real shift, Real* z_p, double* row_sum);

@@ -149,6 +149,12 @@ TEST(HeadPanelsTest, ExpFastVecIsExpFastLaneByLane) {
   }
   EXPECT_TRUE(std::isnan(e[15]));
   EXPECT_EQ(e[0], 0.0f);
+  // Without the clamps: the same inside the range, and NaN still NaN.
+  for (int l = 0; l < 16; ++l) x[l] = -87.3f + 11.6f * l;
+  x[15] = std::nanf("");
+  const V e_in = ExpFastVec<float, true>(x);
+  for (int l = 0; l < 15; ++l) EXPECT_EQ(e_in[l], ExpFastVec<float>(x)[l]) << x[l];
+  EXPECT_TRUE(std::isnan(e_in[15]));
 }
 
 }  // namespace
