@@ -106,6 +106,31 @@ TEST(UnitRowsTest, FloorKeepsZeroRowsFinite) {
   EXPECT_FLOAT_EQ(n[1], 5.0f);
 }
 
+TEST(Fp16Test, RoundingMatchesTheCompilersHalfConversionOnEveryPath) {
+  // Values across fp16's range: normals, subnormals, ties, overflow, zeros, NaN; 37 of
+  // them so that the vector loop and its scalar tail both run.
+  std::vector<float> x = {0.f, -0.f, 1.f, 1.0009765625f, 1.00048828125f, 1.00146484375f, 65504.f, 65519.f,
+                          65520.f, -70000.f, 6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f, 2.98023259e-08f,
+                          1e-10f, 3.14159265f, -2.71828f, 1e5f, std::nanf(""), 0.1f, 0.2f, 0.3f, 1000.7f,
+                          -1000.3f, 12345.678f, 7.6293945e-06f, 4.5e-07f, 0.5f, -0.25f, 2049.f, 2051.f,
+                          4097.f, 4099.f, 8193.f, -8195.f, 1.f / 3.f, 123.456f};
+  std::vector<float> expected(x.size());
+  for (size_t i = 0; i < x.size(); ++i) expected[i] = static_cast<float>(static_cast<_Float16>(x[i]));
+  RoundToFp16(x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      EXPECT_TRUE(std::isnan(x[i])) << i;
+    } else {
+      EXPECT_EQ(x[i], expected[i]) << i;
+    }
+  }
+  EXPECT_EQ(x[2], 1.f);
+  EXPECT_EQ(x[4], 1.f);              // a tie rounds to even
+  EXPECT_EQ(x[5], 1.001953125f);     // the other tie rounds up to even
+  EXPECT_TRUE(std::isinf(x[8]));     // 65520 rounds past the largest half
+  EXPECT_EQ(x[12], 0.f);             // half of the smallest subnormal ties to zero
+}
+
 TEST(Bf16Test, RoundsToNearestEven) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f)), 1.0f);
   // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties to even (1).
