@@ -30,7 +30,8 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
                                                       "; the first stage must embed and the last own the head"));
   }
   const int64_t M = micro_batches, rows = B * T, dE = dims_.d_e, n = rows * dE;
-  const int64_t slots = InFlightLimit(s, S, M);
+  const bool train = grads != nullptr;
+  const int64_t slots = train ? InFlightLimit(s, S, M) : 1;
   while (instances() < slots) {
     models_.push_back(std::make_unique<Multiscreen<float>>(dims_, shard_, options_, tp_));
   }
@@ -38,7 +39,7 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
   dx_.resize(slots);
   for (int64_t i = 0; i < slots; ++i) {
     x_[i].resize(n);
-    dx_[i].resize(n);
+    dx_[i].resize(train ? n : 0);
   }
   // Inputs are the first T tokens of each sequence, targets the last T.
   inputs_.resize(M * rows);
@@ -52,7 +53,7 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
 
   double loss_sum = 0;
   const int prev = s - 1, next = s + 1;
-  for (const PipeOp& op : OneFOneBSchedule(s, S, M)) {
+  for (const PipeOp& op : train ? OneFOneBSchedule(s, S, M) : ForwardOnlySchedule(s, S, M)) {
     const int64_t m = op.micro_batch, slot = m % slots, other = op.other >= 0 ? op.other % slots : -1;
     Multiscreen<float>& model = *models_[slot];
     const int32_t* ids = inputs_.data() + m * rows;
@@ -64,8 +65,8 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
         if (shard_.embed) model.Embed(params, ids, rows, x_[slot].data());
         model.LayersForward(params, B, T, x_[slot].data());
         if (shard_.head) {
-          loss_sum += model.HeadLoss(params, x_[slot].data(), targets_.data() + m * rows, rows, dx_[slot].data(),
-                                     grads, grad_scale, nullptr);
+          loss_sum += model.HeadLoss(params, x_[slot].data(), targets_.data() + m * rows, rows,
+                                     train ? dx_[slot].data() : nullptr, grads, grad_scale, nullptr);
         }
         break;
       case PipeOpKind::kSendForward:
@@ -90,7 +91,9 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
     }
   }
   // Each instance gathered the Ē gradient of its own micro-batches.
-  for (int64_t i = 0; i < slots; ++i) models_[i]->EndStep(grads);
+  if (train) {
+    for (int64_t i = 0; i < slots; ++i) models_[i]->EndStep(grads);
+  }
   return shard_.head ? loss_sum : 0.0;
 }
 

@@ -36,7 +36,8 @@ class PipelineStage {
   // the first reads the inputs, the last the targets). Adds grad_scale ×
   // ∂(Σ_m loss_m)/∂params into grads (the layout's flat buffer; W_E's slot
   // holds this stage's part only). Returns Σ_m loss_m, each the mean over B·T
-  // positions, on the last stage, and 0 on the others.
+  // positions, on the last stage, and 0 on the others. grads null: evaluation, the
+  // forwards only (ForwardOnlySchedule, no activation gradients, one slot).
   // Errors: M, B or T below 1 (naming --grad_accum, --micro_batch, --seq_len), or a
   // shard whose embed/head flags do not match the stage.
   absl::StatusOr<double> Run(const float* params, const int32_t* tokens, int64_t micro_batches, int64_t B,

@@ -44,6 +44,16 @@ std::vector<PipeOp> OneFOneBSchedule(int stage, int stages, int64_t micro_batche
   return ops;
 }
 
+std::vector<PipeOp> ForwardOnlySchedule(int stage, int stages, int64_t micro_batches) {
+  std::vector<PipeOp> ops;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    if (stage > 0) ops.push_back({PipeOpKind::kRecvForward, m});
+    ops.push_back({PipeOpKind::kForward, m});
+    if (stage < stages - 1) ops.push_back({PipeOpKind::kSendForward, m});
+  }
+  return ops;
+}
+
 std::string ToString(const PipeOp& op) {
   switch (op.kind) {
     case PipeOpKind::kRecvForward: return absl::StrCat("recvF", op.micro_batch);

@@ -33,6 +33,10 @@ struct PipeOp {
 // after the last) is left out.
 std::vector<PipeOp> OneFOneBSchedule(int stage, int stages, int64_t micro_batches);
 
+// Forwards only (evaluation: no backward, no gradients): each micro-batch is
+// received, run and sent on before the next, so one activation slot suffices.
+std::vector<PipeOp> ForwardOnlySchedule(int stage, int stages, int64_t micro_batches);
+
 // Micro-batches in flight at most on `stage`: min(stages − stage, M). Micro-batch
 // m uses activation slot m mod this.
 int64_t InFlightLimit(int stage, int stages, int64_t micro_batches);

@@ -20,6 +20,18 @@ absl::StatusOr<std::unique_ptr<ParallelModel>> ParallelModel::Create(ProcessGrid
   return m;
 }
 
+namespace {
+
+// The last stage's Σ_m loss_m to every stage, then the mean over micro-batches and dp.
+double MeanOverReplicas(ProcessGrid& grid, double loss_sum, const StepShape& shape) {
+  double loss = loss_sum / static_cast<double>(shape.micro_batches);
+  grid.pp().AllReduce(&loss, 1, ReduceOp::kSum);
+  grid.dp().AllReduce(&loss, 1, ReduceOp::kSum);
+  return loss / static_cast<double>(grid.shape().dp);
+}
+
+}  // namespace
+
 absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model, const float* params,
                                         const int32_t* tokens, const StepShape& shape, float* grads,
                                         double loss_scale) {
@@ -46,12 +58,15 @@ absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model,
     }
   }
   model.data_parallel().ReduceGradients(grads);
+  return MeanOverReplicas(grid, *loss_sum, shape);
+}
 
-  // The last stage's loss to every stage, then the mean over dp.
-  double loss = *loss_sum / static_cast<double>(shape.micro_batches);
-  grid.pp().AllReduce(&loss, 1, ReduceOp::kSum);
-  grid.dp().AllReduce(&loss, 1, ReduceOp::kSum);
-  return loss / static_cast<double>(grid.shape().dp);
+absl::StatusOr<double> EvaluateLoss(ProcessGrid& grid, ParallelModel& model, const float* params,
+                                    const int32_t* tokens, const StepShape& shape) {
+  auto loss_sum =
+      model.stage().Run(params, tokens, shape.micro_batches, shape.micro_batch, shape.seq_len, nullptr, 0.0);
+  if (!loss_sum.ok()) return loss_sum.status();
+  return MeanOverReplicas(grid, *loss_sum, shape);
 }
 
 double GlobalGradNorm(ProcessGrid& grid, ParallelModel& model, const float* grads) {

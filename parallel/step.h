@@ -63,6 +63,14 @@ absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model,
                                         const int32_t* tokens, const StepShape& shape, float* grads,
                                         double loss_scale = 1.0);
 
+// The global mean loss of one batch without gradients (validation): the
+// forwards only through the pipeline, no backward and no gradient traffic.
+// Same arguments and result as ComputeGradients, which it equals to rounding
+// (the loss-only head takes each row's max as the softmax shift;
+// tests/parallel/parallel_step_test.cc). Every rank calls it.
+absl::StatusOr<double> EvaluateLoss(ProcessGrid& grid, ParallelModel& model, const float* params,
+                                    const int32_t* tokens, const StepShape& shape);
+
 // ‖grads‖₂ over the whole model, each logical parameter counted once
 // (replicated W_E, s_E, s_F included once), after ComputeGradients, plain or
 // ZeRO-1; identical on every rank. A collective over the world.

@@ -342,15 +342,13 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
 
 absl::StatusOr<double> Trainer::Validate() {
   if (val_loader_ == nullptr) return absl::FailedPreconditionError("no validation data");
-  // The loss comes through the same pipeline as training (so every layout
-  // agrees); the gradients it also computes are discarded.
-  scratch_grads_.resize(grads_.size());
+  // The loss comes through the same pipeline as training, forwards only.
   double loss = 0;
   for (int64_t b = 0; b < val_loader_->num_batches(); ++b) {
     const Batch batch = val_loader_->Get(b);
     if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "validation"); !s.ok()) return s;
-    auto l = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(),
-                              {1, run_.micro_batch(), run_.seq_len()}, scratch_grads_.data());
+    auto l = EvaluateLoss(*grid_, *model_, state_.params.data(), batch.tokens.data(),
+                          {1, run_.micro_batch(), run_.seq_len()});
     if (!l.ok()) return l.status();
     loss += *l;
   }

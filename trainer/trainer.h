@@ -102,7 +102,7 @@ class Trainer {
   DynamicLossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   TrainState state_;
-  std::vector<float> grads_, scratch_grads_;
+  std::vector<float> grads_;
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;

@@ -1,5 +1,5 @@
-// ComputeGradients under mpirun on the layout given by --tp= and --pp= (dp =
-// ranks / (tp·pp)): on tiny_psi4 with perturbed scalars, the loss and every
+// ComputeGradients (and EvaluateLoss) under mpirun on the layout given by --tp=
+// and --pp= (dp = ranks / (tp·pp)): on tiny_psi4 with perturbed scalars, the loss and every
 // parameter's gradient equal a single-process run over the same global batch,
 // for M = 1, 2 and 4 micro-batches per dp rank, with plain data parallelism and
 // with ZeRO-1: within 1e-5 of each tensor's scale (its largest |value|).
@@ -116,6 +116,18 @@ TEST_P(ParallelStepTest, LossAndEveryGradientEqualTheSingleProcess) {
   for (float g : ref_grads) ref_norm += double(g) * g;
   ref_norm = std::sqrt(ref_norm);
   EXPECT_NEAR(norm, ref_norm, kTolerance * ref_norm);
+
+  // Validation's forwards-only pass gives the same loss, and leaves nothing behind
+  // that changes the next training step.
+  auto eval = EvaluateLoss(grid, model, params.data(), tokens.data() + grid.coord().dp * M * seq, StepShape{M, B, T});
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_NEAR(*eval, ref_loss, kTolerance * ref_loss);
+  std::vector<float> again(model.layout().size());
+  auto loss_again = ComputeGradients(grid, model, params.data(), tokens.data() + grid.coord().dp * M * seq,
+                                     StepShape{M, B, T}, again.data());
+  ASSERT_TRUE(loss_again.ok()) << loss_again.status();
+  EXPECT_EQ(*loss_again, *loss);
+  EXPECT_EQ(again, grads);
 }
 
 INSTANTIATE_TEST_SUITE_P(MicroBatches, ParallelStepTest,

@@ -42,15 +42,19 @@ std::vector<Part> PartsOf(const PipeOp& op, int stage) {
   }
 }
 
-// Runs all stages; returns "" or the first problem found.
-std::string Simulate(int stages, int64_t M) {
+// Runs all stages; returns "" or the first problem found. forward_only: the
+// evaluation schedule, one activation slot per stage, freed once the forward's
+// output is sent on (or, on the last stage, consumed by the loss).
+std::string Simulate(int stages, int64_t M, bool forward_only = false) {
   std::vector<std::vector<PipeOp>> programs(stages);
-  for (int s = 0; s < stages; ++s) programs[s] = OneFOneBSchedule(s, stages, M);
+  for (int s = 0; s < stages; ++s) {
+    programs[s] = forward_only ? ForwardOnlySchedule(s, stages, M) : OneFOneBSchedule(s, stages, M);
+  }
   std::vector<size_t> pc(stages, 0);
   std::vector<std::vector<Part>> pending(stages);
   std::vector<std::vector<int64_t>> slot_owner(stages);
   std::vector<int64_t> forwards(stages, 0), backwards(stages, 0);
-  for (int s = 0; s < stages; ++s) slot_owner[s].assign(InFlightLimit(s, stages, M), -1);
+  for (int s = 0; s < stages; ++s) slot_owner[s].assign(forward_only ? 1 : InFlightLimit(s, stages, M), -1);
   auto where = [&](int s) {
     return " (stage " + std::to_string(s) + " of " + std::to_string(stages) + ", M = " + std::to_string(M) + ")";
   };
@@ -72,6 +76,7 @@ std::string Simulate(int stages, int64_t M) {
         if (op.kind == PipeOpKind::kForward) {
           if (op.micro_batch != forwards[s]++) return "forward out of order" + where(s);
           if (std::string e = claim(s, op.micro_batch); !e.empty()) return e;
+          if (forward_only && s == stages - 1) slot_owner[s][0] = -1;
         } else if (op.kind == PipeOpKind::kBackward) {
           if (op.micro_batch != backwards[s]++) return "backward out of order" + where(s);
           int64_t& owner = slot_owner[s][op.micro_batch % slot_owner[s].size()];
@@ -86,6 +91,8 @@ std::string Simulate(int stages, int64_t M) {
               if (std::string e = claim(s, p.micro_batch); !e.empty()) return e;
             }
           }
+          // A stage runs its list in order, so the slot is free again once the send is posted.
+          if (forward_only && op.kind == PipeOpKind::kSendForward) slot_owner[s][0] = -1;
         }
       }
       if (!pending[s].empty() || pc[s] < programs[s].size()) all_done = false;
@@ -122,7 +129,7 @@ std::string Simulate(int stages, int64_t M) {
     }
   }
   for (int s = 0; s < stages; ++s) {
-    if (forwards[s] != M || backwards[s] != M) return "not every micro-batch ran" + where(s);
+    if (forwards[s] != M || backwards[s] != (forward_only ? 0 : M)) return "not every micro-batch ran" + where(s);
   }
   return "";
 }
@@ -142,6 +149,15 @@ TEST(PipelineScheduleTest, TwoStagesFourMicroBatchesFollowOneForwardOneBackward)
   EXPECT_EQ(names(0), "F0 sendF0 F1 sendF1/recvB0 B0 F2 sendF2/recvB1 B1 F3 sendF3/recvB2 B2 recvB3 B3 ");
   EXPECT_EQ(names(1),
             "recvF0 F0 B0 sendB0/recvF1 F1 B1 sendB1/recvF2 F2 B2 sendB2/recvF3 F3 B3 sendB3 ");
+}
+
+TEST(PipelineScheduleTest, ForwardOnlyRunsEveryMicroBatchOnceWithoutDeadlock) {
+  for (int stages = 1; stages <= 8; ++stages) {
+    for (int64_t M = 1; M <= 6; ++M) EXPECT_EQ(Simulate(stages, M, true), "") << stages << " stages, M = " << M;
+  }
+  std::string middle;
+  for (const PipeOp& op : ForwardOnlySchedule(1, 3, 2)) middle += ToString(op) + " ";
+  EXPECT_EQ(middle, "recvF0 F0 sendF0 recvF1 F1 sendF1 ");
 }
 
 TEST(PipelineScheduleTest, InFlightMicroBatchesAreBoundedByTheStagesBehind) {
