@@ -55,26 +55,40 @@ __attribute__((always_inline)) inline Real HorizontalSum(typename Vec64<Real>::t
   return r;
 }
 
-// e^x in fp32 without a library call (Cephes expf: x = n ln2 + r, |r| ≤ ln2/2, a
-// degree-6 polynomial for e^r, then 2^n through the exponent bits); within 2 ulp of
-// expf (1 ulp measured). Inputs below ln(FLT_MIN) ≈ −87.34 give 0, above 88.7 give
-// e^88.7; NaN stays NaN. The fp64 overload is std::exp.
-inline float ExpFast(float x) {
-  const float xc = x < -87.33654f ? -87.33654f : (x > 88.7f ? 88.7f : x);
+template <typename To, typename From>
+__attribute__((always_inline)) inline To BitCast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
+// The core of ExpFast on an argument already inside [−87.34, 88.7] (Cephes expf:
+// x = n ln2 + r, |r| ≤ ln2/2, a degree-6 polynomial for e^r, then 2^n through the
+// exponent bits). F: float or a vector of floats; I: int32 of the same shape.
+template <typename F, typename I>
+__attribute__((always_inline)) inline F ExpCore(F xc) {
   constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
-  const float t = xc * 1.44269504088896341f + kMagic;
-  const int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kMagic);
-  const float nf = t - kMagic;
-  float r = xc - nf * 0.693359375f;
+  const F t = xc * 1.44269504088896341f + kMagic;
+  const I n = BitCast<I>(t) - std::bit_cast<int32_t>(kMagic);
+  const F nf = t - kMagic;
+  F r = xc - nf * 0.693359375f;
   r = r + nf * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
+  F p = r * 1.9875691500e-4f + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const float e = std::bit_cast<float>(std::bit_cast<int32_t>(p) + (n << 23));
+  return BitCast<F>(BitCast<I>(p) + (n << 23));
+}
+
+// e^x in fp32 without a library call (ExpCore); within 2 ulp of expf (1 ulp
+// measured). Inputs below ln(FLT_MIN) ≈ −87.34 give 0, above 88.7 give e^88.7;
+// NaN stays NaN. The fp64 overload is std::exp.
+inline float ExpFast(float x) {
+  const float xc = x < -87.33654f ? -87.33654f : (x > 88.7f ? 88.7f : x);
+  const float e = ExpCore<float, int32_t>(xc);
   return x == x ? (x < -87.33654f ? 0.0f : e) : x;
 }
 inline double ExpFast(double x) { return std::exp(x); }
@@ -94,21 +108,7 @@ __attribute__((always_inline)) inline typename Vec64<Real>::type ExpFastVec(type
     const V lo = V{} - 87.33654f, hi = V{} + 88.7f;
     V xc = x;
     if constexpr (!kInRange) xc = x < lo ? lo : (x > hi ? hi : x);
-    constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23, as in ExpFast
-    const V t = xc * 1.44269504088896341f + kMagic;
-    const I n = reinterpret_cast<const I&>(t) - std::bit_cast<int32_t>(kMagic);
-    const V nf = t - kMagic;
-    V r = xc - nf * 0.693359375f;
-    r = r + nf * 2.12194440e-4f;
-    V p = V{} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    const I bits = reinterpret_cast<const I&>(p) + (n << 23);
-    const V e = reinterpret_cast<const V&>(bits);
+    const V e = ExpCore<V, I>(xc);
     if constexpr (kInRange) return x == x ? e : x;
     return x == x ? (x < lo ? V{} : e) : x;
   }
