@@ -85,10 +85,9 @@ double BestSgemmGflops(int64_t* best_n) {
   return best;
 }
 
-absl::Status SetThreads() {
-  const int32_t threads = absl::GetFlag(FLAGS_threads);
-  if (threads < 0) return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, " must be >= 0"));
-  if (threads > 0) omp_set_num_threads(threads);
+// Refuses a product of sizes past 2^31 tokens (or rows), before it overflows an index.
+absl::Status CheckTokens(double a, double b, const char* what) {
+  if (a * b > 2147483648.0) return absl::InvalidArgumentError(absl::StrCat(what, " is ", a * b, ", above 2^31"));
   return absl::OkStatus();
 }
 
@@ -113,14 +112,11 @@ void OptimizerStep(AdamW& adam, std::vector<double>& params, const std::vector<d
 }
 
 template <typename Real>
-TrainResult RunTrain(const ModelDims& dims, Precision precision, int64_t B, int64_t T, int64_t warmup, int64_t steps,
-                     uint64_t seed, double lr) {
+TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions options, int64_t B, int64_t T,
+                     int64_t warmup, int64_t steps, uint64_t seed, double lr) {
   StepProfile profile;
-  ModelOptions options;
   options.precision = precision;
   options.profile = &profile;
-  if (absl::GetFlag(FLAGS_head_chunk_rows) > 0) options.head_chunk_rows = absl::GetFlag(FLAGS_head_chunk_rows);
-  if (absl::GetFlag(FLAGS_head_vocab_block) > 0) options.head_vocab_block = absl::GetFlag(FLAGS_head_vocab_block);
   Multiscreen<Real> model(dims, ShardSpec::Full(dims), options);
   const ParamLayout& layout = model.layout();
   std::vector<float> master(layout.size()), grads32(layout.size());
@@ -157,15 +153,29 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, int64_t B, int6
 int BenchTrain(int argc, char** argv) {
   const char* usage =
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
-      "--warmup=N --threads=N --json]";
-  if (auto s = ParseFlags(argc, argv, usage); !s.ok()) return Fail("bench", s);
-  if (auto s = SetThreads(); !s.ok()) return Fail("bench", s);
+      "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --json]";
+  if (auto s = ParseFlags(argc, argv, usage,
+                          {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
+                           "lr", "head_chunk_rows", "head_vocab_block"});
+      !s.ok()) {
+    return Fail("bench", s);
+  }
+  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("bench", dims.status());
-  const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : 256;
-  const int64_t warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_steps) > 0 ? absl::GetFlag(FLAGS_steps) : 10;
+  // Unset: T = 256, 10 steps, the model's head blocking. Given: at least 1.
+  auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(argc, argv, name) ? value : unset; };
+  const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = given_or("seq_len", absl::GetFlag(FLAGS_seq_len), 256);
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup), steps = given_or("steps", absl::GetFlag(FLAGS_steps), 10);
+  ModelOptions head;
+  head.head_chunk_rows = given_or("head_chunk_rows", absl::GetFlag(FLAGS_head_chunk_rows), head.head_chunk_rows);
+  head.head_vocab_block = given_or("head_vocab_block", absl::GetFlag(FLAGS_head_vocab_block), head.head_vocab_block);
   const std::string precision = absl::GetFlag(FLAGS_precision);
-  if (B <= 0) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " must be positive")));
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"micro_batch", B}, {"seq_len", T}, {"steps", steps},
+                                    {"head_chunk_rows", head.head_chunk_rows}, {"head_vocab_block", head.head_vocab_block}}) {
+    if (value < 1) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " must be at least 1")));
+  }
+  if (auto s = CheckTokens(double(B), double(T) + 1, "--micro_batch × (--seq_len + 1)"); !s.ok()) return Fail("bench", s);
   if (warmup < 0) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--warmup=", warmup, " must be >= 0")));
   Precision p = Precision::kFp32;
   if (precision == "bf16") {
@@ -178,8 +188,11 @@ int BenchTrain(int argc, char** argv) {
   }
   const uint64_t seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   const double lr = absl::GetFlag(FLAGS_lr);
-  const TrainResult r = precision == "fp64" ? RunTrain<double>(*dims, p, B, T, warmup, steps, seed, lr)
-                                            : RunTrain<float>(*dims, p, B, T, warmup, steps, seed, lr);
+  if (!(lr >= 0 && std::isfinite(lr))) {
+    return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
+  }
+  const TrainResult r = precision == "fp64" ? RunTrain<double>(*dims, p, head, B, T, warmup, steps, seed, lr)
+                                            : RunTrain<float>(*dims, p, head, B, T, warmup, steps, seed, lr);
   const int64_t peak_rss = PeakRssBytes();
   int64_t sgemm_n = 0;
   const double sgemm = BestSgemmGflops(&sgemm_n);
@@ -211,11 +224,8 @@ int BenchTrain(int argc, char** argv) {
                         {"threads", threads},
                         {"warmup", warmup},
                         {"steps", steps},
-                        {"head_chunk_rows", absl::GetFlag(FLAGS_head_chunk_rows) > 0 ? absl::GetFlag(FLAGS_head_chunk_rows)
-                                                                                    : ModelOptions{}.head_chunk_rows},
-                        {"head_vocab_block", absl::GetFlag(FLAGS_head_vocab_block) > 0
-                                                 ? absl::GetFlag(FLAGS_head_vocab_block)
-                                                 : ModelOptions{}.head_vocab_block},
+                        {"head_chunk_rows", head.head_chunk_rows},
+                        {"head_vocab_block", head.head_vocab_block},
                         {"step_seconds", step},
                         {"step_seconds_all", r.step_seconds},
                         {"tokens_per_s", tokens_per_s},
@@ -253,9 +263,14 @@ int BenchTrain(int argc, char** argv) {
 
 int BenchScreening(int argc, char** argv) {
   const char* usage =
-      "multiscreen bench screening --T=N --w=W [--micro_batch=B --tiles=N --r=R --model=psi8 --threads=N --json]";
-  if (auto s = ParseFlags(argc, argv, usage); !s.ok()) return Fail("bench", s);
-  if (auto s = SetThreads(); !s.ok()) return Fail("bench", s);
+      "multiscreen bench screening --T=N --w=W [--micro_batch=B --tiles=N --r=R --model=psi8 --threads=N --seed=S "
+      "--min_seconds=X --json]";
+  if (auto s = ParseFlags(argc, argv, usage,
+                          {"T", "w", "r", "tiles", "micro_batch", "min_seconds", "model", "threads", "seed", "json"});
+      !s.ok()) {
+    return Fail("bench", s);
+  }
+  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("bench", dims.status());
   const int64_t T = absl::GetFlag(FLAGS_T), B = absl::GetFlag(FLAGS_micro_batch), nt = absl::GetFlag(FLAGS_tiles);
@@ -263,6 +278,7 @@ int BenchScreening(int argc, char** argv) {
   if (T <= 0 || B <= 0 || nt <= 0) {
     return Fail("bench", absl::InvalidArgumentError("--T, --micro_batch and --tiles must be positive"));
   }
+  if (auto s = CheckTokens(double(B) * double(T), double(nt), "--micro_batch × --T × --tiles"); !s.ok()) return Fail("bench", s);
   if (!(w >= 1)) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--w=", w, " must be >= 1")));
   if (!(r > 0 && r <= 1)) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--r=", r, " must be in (0, 1]")));
 
@@ -305,7 +321,7 @@ int BenchScreening(int argc, char** argv) {
   const double fwd = time(forward), bwd = time(backward);
 
   // The work that exists: in-window pairs, and the fraction Trim accepts (s > 1 − r).
-  const int64_t keys = std::isinf(w) ? T : std::min<int64_t>(T, static_cast<int64_t>(std::ceil(w)));
+  const int64_t keys = static_cast<int64_t>(std::min(double(T), std::ceil(w)));
   int64_t pairs = 0, accepted = 0;
   for (int64_t task = 0; task < B * nt; ++task) {
     const float* q = qt.data() + task * T * dk;
@@ -325,7 +341,7 @@ int BenchScreening(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json j = {{"command", "bench screening"},
                         {"T", T},
-                        {"w", w},
+                        {"w", std::isinf(w) ? nlohmann::json("inf") : nlohmann::json(w)},
                         {"r", r},
                         {"micro_batch", B},
                         {"tiles", nt},

@@ -113,7 +113,12 @@ int CkptCommand(int argc, char** argv) {
   const char* usage = "multiscreen ckpt plan|export|inspect [--flags]";
   if (argc < 2) return Fail("ckpt", absl::InvalidArgumentError("expected a subcommand: plan, export or inspect"));
   const std::string sub = argv[1];
-  if (auto s = ParseFlags(argc - 1, argv + 1, usage); !s.ok()) return Fail("ckpt", s);
+  const std::initializer_list<std::string_view> plan = {"model", "tp", "pp", "dp", "zero"}, export_flags = {"checkpoint", "out"},
+                                                inspect = {"checkpoint"};
+  if (auto s = ParseFlags(argc - 1, argv + 1, usage, sub == "plan" ? plan : sub == "export" ? export_flags : inspect);
+      !s.ok()) {
+    return Fail("ckpt", s);
+  }
   if (sub == "plan") return Plan();
   if (sub == "export") return Export();
   if (sub == "inspect") return Inspect();

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/flags/declare.h"
@@ -23,11 +25,24 @@ ABSL_DECLARE_FLAG(int32_t, threads);
 namespace multiscreen::cli {
 
 // Parses absl flags from argv (argv[0] is the subcommand name). Returns an
-// error naming a stray positional argument. absl itself exits on an unknown flag.
-absl::Status ParseFlags(int argc, char** argv, const char* usage);
+// error naming a stray positional argument, or a flag given that is not in
+// `accepted` (another subcommand's). absl itself exits on an unknown flag.
+absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted);
 
 // As ParseFlags, but positional arguments are returned in `args` instead of refused.
-absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::vector<std::string>* args);
+absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted,
+                               std::vector<std::string>* args);
+
+// The names of this program's flags given in argv (--name, --name=v, -name, --noname),
+// in order; absl's own flags (--help, --flagfile, ...) are left out.
+std::vector<std::string> GivenFlags(int argc, char** argv);
+
+// Whether --name was given in argv (so that it overrides a run file's value).
+bool Given(int argc, char** argv, std::string_view name);
+
+// --threads: OpenMP's (and so OpenBLAS's) thread count; 0 keeps the default
+// (OMP_NUM_THREADS, else every core). Errors: a negative count.
+absl::Status ApplyThreadsFlag();
 
 // Prints "multiscreen <command>: <message>" on stderr and returns 1.
 int Fail(const char* command, const absl::Status& status);

@@ -46,7 +46,8 @@ absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B
 int ForwardCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
                           "multiscreen forward (--weights=FILE.h5 | --checkpoint=DIR) --tokens=FILE.bin --micro_batch=B --seq_len=T "
-                          "--out=OUT.h5");
+                          "--out=OUT.h5",
+                          {"weights", "checkpoint", "tokens", "micro_batch", "seq_len", "precision", "out"});
       !s.ok()) {
     return Fail("forward", s);
   }

@@ -25,7 +25,8 @@ ABSL_DECLARE_FLAG(std::string, weights);
 namespace multiscreen::cli {
 
 int GenerateCommand(int argc, char** argv) {
-  if (auto s = ParseFlags(argc, argv, "multiscreen generate --checkpoint=DIR --prompt=TEXT [--max_tokens=N]"); !s.ok()) {
+  if (auto s = ParseFlags(argc, argv, "multiscreen generate --checkpoint=DIR --prompt=TEXT [--max_tokens=N]",
+                            {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer"}); !s.ok()) {
     return Fail("generate", s);
   }
   if (absl::GetFlag(FLAGS_max_tokens) < 0) return Fail("generate", absl::InvalidArgumentError("--max_tokens must be >= 0"));

@@ -12,7 +12,7 @@
 namespace multiscreen::cli {
 
 int InitCommand(int argc, char** argv) {
-  if (auto s = ParseFlags(argc, argv, "multiscreen init --model=psi8 --seed=S --out=FILE.h5"); !s.ok()) {
+  if (auto s = ParseFlags(argc, argv, "multiscreen init --model=psi8 --seed=S --out=FILE.h5", {"model", "seed", "out"}); !s.ok()) {
     return Fail("init", s);
   }
   const std::string out = absl::GetFlag(FLAGS_out);

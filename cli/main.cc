@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     try {
       return c.run(argc - 1, argv + 1);
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "multiscreen %s: out of memory (reduce --micro_batch, --seq_len or the model)\n", c.name);
+      std::fprintf(stderr, "multiscreen %s: out of memory (reduce the batch, the sequence length or the model)\n", c.name);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "multiscreen %s: %s\n", c.name, e.what());
     }

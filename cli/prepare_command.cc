@@ -24,7 +24,8 @@ namespace multiscreen::cli {
 int PrepareCommand(int argc, char** argv) {
   std::vector<std::string> args;
   if (auto s = ParseFlagsAndArgs(
-          argc, argv, "multiscreen prepare --tokenizer=DIR --input=FILE[,FILE...] [FILE...] --output=DIR", &args);
+          argc, argv, "multiscreen prepare --tokenizer=DIR --input=FILE[,FILE...] [FILE...] --output=DIR",
+          {"tokenizer", "input", "output", "input_format", "text_field", "shard_tokens", "val_tokens", "threads"}, &args);
       !s.ok()) {
     return Fail("prepare", s);
   }

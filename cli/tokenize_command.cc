@@ -25,7 +25,7 @@ std::string ReadStdin() {
 }  // namespace
 
 int TokenizeCommand(int argc, char** argv) {
-  if (auto s = ParseFlags(argc, argv, "multiscreen tokenize --tokenizer=DIR [--decode] < INPUT"); !s.ok()) {
+  if (auto s = ParseFlags(argc, argv, "multiscreen tokenize --tokenizer=DIR [--decode] < INPUT", {"tokenizer", "decode"}); !s.ok()) {
     return Fail("tokenize", s);
   }
   auto tok = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));

@@ -41,18 +41,6 @@ ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ran
 namespace multiscreen::cli {
 namespace {
 
-// True when --name or --name=... appears in argv (flags override the run file
-// only when given).
-// absl accepts both --name and -name.
-bool Given(int argc, char** argv, const char* name) {
-  for (const std::string flag : {absl::StrCat("--", name), absl::StrCat("-", name)}) {
-    for (int i = 1; i < argc; ++i) {
-      if (argv[i] == flag || std::strncmp(argv[i], (flag + "=").c_str(), flag.size() + 1) == 0) return true;
-    }
-  }
-  return false;
-}
-
 absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
   config::RunConfig run;
   if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
@@ -157,9 +145,12 @@ int TrainCommand(int argc, char** argv) {
   // loading a checkpoint) then stops the run after its first step instead of
   // killing the process without a checkpoint.
   InstallStopHandlers();
-  if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]"); !s.ok()) {
+  if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
+                            {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
+                             "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads"}); !s.ok()) {
     return Fail("train", s);
   }
+  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
   auto run = BuildRun(argc, argv);
   if (!run.ok()) return Fail("train", run.status());
   absl::StatusOr<ModelDims> dims = run->model().empty()

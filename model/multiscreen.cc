@@ -279,7 +279,8 @@ void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const
     // A fixed shift needs no pass over whole rows first, so the vocabulary goes in blocks
     // of panels, each thread on its own, while a block is in cache: its numerators, their
     // row sums and its part of z Ē. Blocks are summed in order, whatever the threads.
-    const int64_t per_block = std::max<int64_t>(1, (options_.head_vocab_block + k::kHeadPanel - 1) / k::kHeadPanel);
+    const int64_t block = std::max<int64_t>(1, options_.head_vocab_block);  // whole panels, at least one
+    const int64_t per_block = block / k::kHeadPanel + (block % k::kHeadPanel != 0);
     const int64_t nb = (np + per_block - 1) / per_block;
     hb.block_sum.assign(nb * rc, 0.0);
     hb.block_dy.resize(nb * rc * dE);
