@@ -86,6 +86,26 @@ class BenchTest(unittest.TestCase):
         self.assert_one_line_error(run("screening", "--w=0.5"), "--w")
         self.assert_one_line_error(run("screening", "--r=2"), "--r")
         self.assert_one_line_error(run("nonsense"), "train", "screening")
+        # Given sizes are checked, not replaced by defaults; products past 2^31 are refused before they overflow.
+        for flag in ("--seq_len=0", "--steps=-3", "--head_chunk_rows=0", "--head_vocab_block=-1"):
+            self.assert_one_line_error(run("train", "--model=tiny_psi2", flag), flag)
+        self.assert_one_line_error(run("train", "--model=tiny_psi2", "--seq_len=4611686018427387904"), "above 2^31")
+        self.assert_one_line_error(run("train", "--model=tiny_psi2", "--lr=nan"), "--lr=nan")
+        self.assert_one_line_error(run("screening", "--T=100000", "--micro_batch=100000"), "above 2^31")
+
+    def test_another_subcommands_flag_is_refused(self):
+        self.assert_one_line_error(run("train", "--model=tiny_psi2", "--T=64"), "--T is not a flag of this command")
+        self.assert_one_line_error(run("screening", "--seq_len=64"), "--seq_len is not a flag of this command")
+
+    def test_huge_head_blocks_and_an_infinite_window_run(self):
+        r = run("train", "--model=tiny_psi4", "--seq_len=8", "--micro_batch=1", "--steps=1", "--warmup=0",
+                "--head_vocab_block=9223372036854775807", "--head_chunk_rows=9223372036854775807", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(math.isfinite(json.loads(r.stdout)["loss_first"]))
+        for w, keys in (("inf", 16), ("1e300", 16)):
+            r = run("screening", "--T=16", f"--w={w}", "--tiles=1", "--min_seconds=0.01", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["keys"], keys)
 
 
 if __name__ == "__main__":
