@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
@@ -170,7 +171,7 @@ int BenchTrain(int argc, char** argv) {
   ModelOptions head;
   head.head_chunk_rows = given_or("head_chunk_rows", absl::GetFlag(FLAGS_head_chunk_rows), head.head_chunk_rows);
   head.head_vocab_block = given_or("head_vocab_block", absl::GetFlag(FLAGS_head_vocab_block), head.head_vocab_block);
-  const std::string precision = absl::GetFlag(FLAGS_precision);
+  const std::string precision = absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision));  // as train: FP16 = fp16
   for (const auto& [name, value] : {std::pair<const char*, int64_t>{"micro_batch", B}, {"seq_len", T}, {"steps", steps},
                                     {"head_chunk_rows", head.head_chunk_rows}, {"head_vocab_block", head.head_vocab_block}}) {
     if (value < 1) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " must be at least 1")));

@@ -48,6 +48,14 @@ absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
     if (!parsed.ok()) return parsed.status();
     run = *parsed;
   }
+  // In the run file 0 means "the default" (1) for these; on the command line it is a mistake.
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"grad_accum", absl::GetFlag(FLAGS_grad_accum)},
+                                    {"tp", absl::GetFlag(FLAGS_tp)},
+                                    {"pp", absl::GetFlag(FLAGS_pp)}}) {
+    if (Given(argc, argv, name) && value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " must be at least 1"));
+    }
+  }
   if (Given(argc, argv, "run_dir")) run.set_run_dir(absl::GetFlag(FLAGS_run_dir));
   if (Given(argc, argv, "steps")) run.set_steps(absl::GetFlag(FLAGS_steps));
   if (Given(argc, argv, "seed")) run.set_seed(absl::GetFlag(FLAGS_seed));
