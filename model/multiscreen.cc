@@ -160,7 +160,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
   // is a safe softmax shift and the max pass is not needed.
   const double shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
-  const bool panels = !distributed && dx != nullptr && UsesHeadPanels(shift);
+  const bool panels = !distributed && UsesHeadPanels(shift);
   const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
   hb.z.resize(chunk * (panels ? k::HeadPanelCount(Vl) * k::kHeadPanel : Vl));
   hb.row_max.resize(n);
@@ -189,7 +189,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     const int64_t panel_elems = k::HeadPanelCount(Vl) * dE * k::kHeadPanel;
     hb.e_bar_panels.resize(panel_elems);
     k::PackHeadPanels(e_bar, Vl, dE, hb.e_bar_panels.data());
-    hb.d_e_bar_panels.resize(panel_elems);
+    hb.d_e_bar_panels.resize(dx != nullptr ? panel_elems : 0);
   } else if (dx != nullptr) {
     hb.d_e_bar_t.resize(dE * Vl);
   }
@@ -201,6 +201,10 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     const int64_t rc = std::min(chunk, n - r0);
     if (!distributed && dx != nullptr) {
       FusedHeadChunk(Vl, rc, r0, y_c, e_bar, scale, shift, lse + r0, target_logit + r0);
+      continue;
+    }
+    if (panels) {  // the loss alone
+      PanelSoftmax(Vl, rc, r0, y_c, e_bar, scale, shift, lse + r0, target_logit + r0, nullptr);
       continue;
     }
     logits(r0, rc);
@@ -276,37 +280,7 @@ void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const
     k::SoftmaxNumerators(z, Vl, rc, Vl, shift, target, lse, target_logit, hb.row_scale.data());
     k::Gemm<Real>(false, false, rc, dE, Vl, 1, z, Vl, e_bar, dE, 0, dy, dE);
   } else {
-    // A fixed shift needs no pass over whole rows first, so the vocabulary goes in blocks
-    // of panels, each thread on its own, while a block is in cache: its numerators, their
-    // row sums and its part of z Ē. Blocks are summed in order, whatever the threads.
-    const int64_t block = std::max<int64_t>(1, options_.head_vocab_block);  // whole panels, at least one
-    const int64_t per_block = block / k::kHeadPanel + (block % k::kHeadPanel != 0);
-    const int64_t nb = (np + per_block - 1) / per_block;
-    hb.block_sum.assign(nb * rc, 0.0);
-    hb.block_dy.resize(nb * rc * dE);
-#pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nb; ++blk) {
-      const int64_t p0 = blk * per_block, p1 = std::min(np, p0 + per_block);
-      Real* z_block = z + p0 * rc * k::kHeadPanel;
-      k::HeadNumerators(y, rc, dE, hb.e_bar_panels.data(), p0, p1, Vl, scale, static_cast<Real>(shift), z_block,
-                        hb.block_sum.data() + blk * rc);
-      k::HeadNumeratorsEBar(z_block, rc, dE, e_bar, p0, p1, Vl, hb.block_dy.data() + blk * rc * dE);
-    }
-    for (int64_t r = 0; r < rc; ++r) {
-      double sum = 0;
-      for (int64_t blk = 0; blk < nb; ++blk) sum += hb.block_sum[blk * rc + r];
-      lse[r] = shift + std::log(sum);
-      hb.row_scale[r] = 1.0 / sum;
-      if (target[r] < 0) continue;
-      double dot = 0;
-      for (int64_t j = 0; j < dE; ++j) dot += double(y[r * dE + j]) * double(e_bar[target[r] * dE + j]);
-      target_logit[r] = double(scale) * dot;
-    }
-    std::fill(dy, dy + rc * dE, Real(0));
-    for (int64_t blk = 0; blk < nb; ++blk) {
-      const Real* part = hb.block_dy.data() + blk * rc * dE;
-      for (int64_t i = 0; i < rc * dE; ++i) dy[i] += part[i];
-    }
+    PanelSoftmax(Vl, rc, r0, y_c, e_bar, scale, shift, lse, target_logit, dy);
   }
   for (int64_t r = 0; r < rc; ++r) {  // c e^{s_F}/Σ_r, then the one-hot part
     const Real c = static_cast<Real>(double(scale) * double(hb.coef[r]) * hb.row_scale[r]);
@@ -330,6 +304,50 @@ void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const
     }
   } else {
     k::Gemm<Real>(true, false, dE, Vl, rc, 1, hb.y_scaled.data(), dE, z, Vl, 1, hb.d_e_bar_t.data(), Vl);
+  }
+}
+
+template <typename Real>
+void Multiscreen<Real>::PanelSoftmax(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
+                                     double shift, double* lse, double* target_logit, Real* dy) {
+  // A fixed shift needs no pass over whole rows first, so the vocabulary goes in blocks
+  // of panels, each thread on its own, while a block is in cache: its numerators, their
+  // row sums and (for gradients) its part of z Ē. Blocks are summed in order, whatever
+  // the threads.
+  HeadBuffers& hb = head_;
+  const int64_t dE = dims().d_e, np = k::HeadPanelCount(Vl);
+  const int64_t* target = hb.local_target.data() + r0;
+  const Real* y = y_c + r0 * dE;
+  Real* z = hb.z.data();
+  const int64_t block = std::max<int64_t>(1, options_.head_vocab_block);  // whole panels, at least one
+  const int64_t per_block = block / k::kHeadPanel + (block % k::kHeadPanel != 0);
+  const int64_t nb = (np + per_block - 1) / per_block;
+  hb.block_sum.assign(nb * rc, 0.0);
+  hb.block_dy.resize(dy != nullptr ? nb * rc * dE : 0);
+  hb.row_scale.resize(rc);
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const int64_t p0 = blk * per_block, p1 = std::min(np, p0 + per_block);
+    Real* z_block = z + p0 * rc * k::kHeadPanel;
+    k::HeadNumerators(y, rc, dE, hb.e_bar_panels.data(), p0, p1, Vl, scale, static_cast<Real>(shift), z_block,
+                      hb.block_sum.data() + blk * rc);
+    if (dy != nullptr) k::HeadNumeratorsEBar(z_block, rc, dE, e_bar, p0, p1, Vl, hb.block_dy.data() + blk * rc * dE);
+  }
+  for (int64_t r = 0; r < rc; ++r) {
+    double sum = 0;
+    for (int64_t blk = 0; blk < nb; ++blk) sum += hb.block_sum[blk * rc + r];
+    lse[r] = shift + std::log(sum);
+    hb.row_scale[r] = 1.0 / sum;
+    if (target[r] < 0) continue;
+    double dot = 0;
+    for (int64_t j = 0; j < dE; ++j) dot += double(y[r * dE + j]) * double(e_bar[target[r] * dE + j]);
+    target_logit[r] = double(scale) * dot;
+  }
+  if (dy == nullptr) return;
+  std::fill(dy, dy + rc * dE, Real(0));
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const Real* part = hb.block_dy.data() + blk * rc * dE;
+    for (int64_t i = 0; i < rc * dE; ++i) dy[i] += part[i];
   }
 }
 

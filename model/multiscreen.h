@@ -104,6 +104,11 @@ class Multiscreen {
   // that serves as the softmax shift (NaN: use each row's max).
   void FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
                       double shift, double* lse, double* target_logit);
+  // The panel kernels' softmax statistics of rows [r0, r0 + rc) with the fixed shift:
+  // lse, target_logit and head_.row_scale (1/Σ); with dy, also dy = z Ē for those rows
+  // (head_.z then holds the numerators, in panels).
+  void PanelSoftmax(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale, double shift,
+                    double* lse, double* target_logit, Real* dy);
   // Whether FusedHeadChunk runs the panel kernels (a fixed shift and a d_E they take)
   // rather than whole-row GEMMs.
   bool UsesHeadPanels(double shift) const;
