@@ -374,6 +374,12 @@ int BenchCommand(int argc, char** argv) {
   const std::string what = argc >= 2 ? argv[1] : "";
   if (what == "train") return BenchTrain(argc - 1, argv + 1);
   if (what == "screening") return BenchScreening(argc - 1, argv + 1);
+  if (what == "--help" || what == "-h" || what == "help") {
+    std::printf("usage: multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [...]\n"
+                "       multiscreen bench screening --T=N --w=W [...]\n"
+                "'multiscreen bench train --help' lists the flags.\n");
+    return 0;
+  }
   std::fprintf(stderr, "multiscreen bench: expected 'train' or 'screening' (got '%s')\n", what.c_str());
   return 2;
 }

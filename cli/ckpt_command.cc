@@ -113,6 +113,15 @@ int CkptCommand(int argc, char** argv) {
   const char* usage = "multiscreen ckpt plan|export|inspect [--flags]";
   if (argc < 2) return Fail("ckpt", absl::InvalidArgumentError("expected a subcommand: plan, export or inspect"));
   const std::string sub = argv[1];
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    std::printf("usage: multiscreen ckpt plan --model=M --tp=N --pp=N [--dp=N --zero=1]\n"
+                "       multiscreen ckpt export --checkpoint=DIR --out=FILE.h5\n"
+                "       multiscreen ckpt inspect --checkpoint=DIR\n");
+    return 0;
+  }
+  if (sub != "plan" && sub != "export" && sub != "inspect") {
+    return Fail("ckpt", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub, "': expected plan, export or inspect")));
+  }
   const std::initializer_list<std::string_view> plan = {"model", "tp", "pp", "dp", "zero"}, export_flags = {"checkpoint", "out"},
                                                 inspect = {"checkpoint"};
   if (auto s = ParseFlags(argc - 1, argv + 1, usage, sub == "plan" ? plan : sub == "export" ? export_flags : inspect);
@@ -121,8 +130,7 @@ int CkptCommand(int argc, char** argv) {
   }
   if (sub == "plan") return Plan();
   if (sub == "export") return Export();
-  if (sub == "inspect") return Inspect();
-  return Fail("ckpt", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub, "' (plan, export, inspect)")));
+  return Inspect();
 }
 
 }  // namespace multiscreen::cli

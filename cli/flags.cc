@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -11,8 +13,10 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 ABSL_FLAG(std::string, model, "psi8", "model name under configs/models/ or a .textproto path");
 ABSL_FLAG(std::string, out, "", "output file");
@@ -53,20 +57,57 @@ absl::Status RefuseOtherFlags(int argc, char** argv, const char* usage, std::ini
 
 }  // namespace
 
-std::vector<std::string> GivenFlags(int argc, char** argv) {
+namespace {
+
+// Adds to `names` this program's flags that `args` sets, reading --flagfile files
+// (nested up to a depth) and --fromenv/--tryfromenv lists as absl does.
+void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vector<std::string>* names) {
   const auto all = absl::GetAllFlags();
-  std::vector<std::string> names;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];  // Debian's Abseil has its own string_view
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];  // Debian's Abseil has its own string_view
     if (arg == "--") break;
     if (arg.size() < 2 || arg[0] != '-') continue;
     arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-    arg = arg.substr(0, arg.find('='));
-    auto it = all.find(arg);
-    if (it == all.end() && absl::StartsWith(arg, "no")) it = all.find(arg.substr(2));  // --noflag
-    if (it == all.end() || it->second->Filename().find("cli/") == std::string::npos) continue;
-    names.emplace_back(it->first);
+    const size_t eq = arg.find('=');
+    const absl::string_view name = arg.substr(0, eq);
+    const bool has_value = eq != absl::string_view::npos;
+    const std::string value = has_value ? std::string(arg.substr(eq + 1))
+                                        : (i + 1 < args.size() ? args[i + 1] : std::string());
+    if (name == "flagfile" || name == "fromenv" || name == "tryfromenv") {
+      if (!has_value) ++i;  // "--flagfile FILE"
+      for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        if (name != "flagfile") {
+          const std::string env = absl::StrCat("FLAGS_", item);
+          if (name == "fromenv" || std::getenv(env.c_str()) != nullptr) {
+            if (auto it = all.find(item); it != all.end()) names->emplace_back(it->first);
+          }
+          continue;
+        }
+        if (depth >= 8) continue;
+        std::ifstream file{std::string(item)};
+        std::vector<std::string> lines;
+        for (std::string line; std::getline(file, line);) {
+          if (absl::string_view t = absl::StripAsciiWhitespace(line); !t.empty()) lines.emplace_back(t);
+        }
+        CollectGivenFlags(lines, depth + 1, names);
+      }
+      continue;
+    }
+    auto it = all.find(name);
+    if (it == all.end() && absl::StartsWith(name, "no")) it = all.find(name.substr(2));  // --noflag
+    if (it == all.end()) continue;
+    // "--name value" for a non-boolean flag: the next argument is the value, even if it starts with '-'.
+    if (!has_value && !it->second->IsOfType<bool>()) ++i;
+    if (it->second->Filename().find("cli/") == std::string::npos) continue;
+    names->emplace_back(it->first);
   }
+}
+
+}  // namespace
+
+std::vector<std::string> GivenFlags(int argc, char** argv) {
+  std::vector<std::string> names;
+  CollectGivenFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc), 0, &names);
   return names;
 }
 

@@ -33,8 +33,9 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializ
 absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted,
                                std::vector<std::string>* args);
 
-// The names of this program's flags given in argv (--name, --name=v, -name, --noname),
-// in order; absl's own flags (--help, --flagfile, ...) are left out.
+// The names of this program's flags given in argv (--name, --name=v, --name v, -name,
+// --noname), in order, including those set through --flagfile files and
+// --fromenv/--tryfromenv; absl's own flags (--help, --flagfile, ...) are left out.
 std::vector<std::string> GivenFlags(int argc, char** argv);
 
 // Whether --name was given in argv (so that it overrides a run file's value).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/weights_file.h"
 #include "cli/weights_source.h"
@@ -52,7 +53,7 @@ int ForwardCommand(int argc, char** argv) {
     return Fail("forward", s);
   }
   const std::string weights_path = absl::GetFlag(FLAGS_weights), tokens_path = absl::GetFlag(FLAGS_tokens);
-  const std::string out = absl::GetFlag(FLAGS_out), precision = absl::GetFlag(FLAGS_precision);
+  const std::string out = absl::GetFlag(FLAGS_out), precision = absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision));
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);
   if (tokens_path.empty()) return Fail("forward", absl::InvalidArgumentError("--tokens: a token .bin file is required"));
   if (out.empty()) return Fail("forward", absl::InvalidArgumentError("--out: an output .h5 path is required"));

@@ -139,6 +139,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
     // eval.batches micro-batches of windows in all, dp of them per global
     // batch: the same held-out windows for every layout when dp divides it.
     vo.max_batches = (run.eval().batches() + dp - 1) / dp;
+    if (t->is_logger() && run.eval().batches() % dp != 0) {
+      LogWarning("eval.batches=", run.eval().batches(), " is not a multiple of dp=", dp, ": validation takes ",
+                 vo.max_batches * dp, " micro-batches, so its loss is not comparable with other layouts'");
+    }
     auto val = ValidationLoader::Create(sources.val, vo);
     if (!val.ok()) return val.status();
     t->val_loader_ = std::move(*val);

@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 BIN = None
@@ -96,6 +97,19 @@ class BenchTest(unittest.TestCase):
     def test_another_subcommands_flag_is_refused(self):
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--T=64"), "--T is not a flag of this command")
         self.assert_one_line_error(run("screening", "--seq_len=64"), "--seq_len is not a flag of this command")
+
+    def test_flags_from_a_flagfile_count_as_given(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "flags")
+            with open(path, "w") as f:
+                f.write("--model=tiny_psi2\n--seq_len=7\n--steps=2\n")
+            r = run("train", f"--flagfile={path}", "--warmup=0", "--micro_batch", "3", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout)
+            self.assertEqual((j["seq_len"], j["steps"], j["micro_batch"]), (7, 2, 3))
+            with open(path, "w") as f:
+                f.write("--T=64\n")
+            self.assert_one_line_error(run("train", "--model=tiny_psi2", f"--flagfile={path}"), "--T is not a flag")
 
     def test_huge_head_blocks_and_an_infinite_window_run(self):
         r = run("train", "--model=tiny_psi4", "--seq_len=8", "--micro_batch=1", "--steps=1", "--warmup=0",
