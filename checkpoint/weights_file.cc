@@ -1,6 +1,7 @@
 #include "checkpoint/weights_file.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
 #include "common/status.h"
 
 namespace multiscreen {
@@ -60,6 +61,7 @@ absl::Status WriteWeightsFile(const std::string& path, const ParamLayout& full, 
   for (const ParamEntry& e : full.entries()) {
     MS_RETURN_IF_ERROR(out->Write(e.name, e.global_shape, params + e.buffer_offset));
   }
+  MS_RETURN_IF_ERROR(out->WriteAttribute("params_crc32c", int64_t{Crc32c(params, full.size() * sizeof(float))}));
   return out->Commit();
 }
 
@@ -72,6 +74,15 @@ absl::StatusOr<Weights> ReadWeightsFile(const std::string& path) {
   for (const ParamEntry& e : layout.entries()) {
     MS_ASSIGN_OR_RETURN(std::vector<float> data, in->ReadFloat(e.name, e.global_shape));
     std::copy(data.begin(), data.end(), w.params.begin() + e.buffer_offset);
+  }
+  // Files written before the checksum existed have no params_crc32c; they load unchecked.
+  if (auto stored = in->ReadIntAttribute("params_crc32c"); stored.ok()) {
+    const int64_t computed = Crc32c(w.params.data(), w.params.size() * sizeof(float));
+    if (*stored != computed) {
+      return absl::DataLossError(absl::StrCat(path, ": the parameters fail their CRC-32C (stored ", *stored,
+                                              ", computed ", computed,
+                                              "): the file is corrupted, or was edited without deleting that attribute"));
+    }
   }
   return w;
 }

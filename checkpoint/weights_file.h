@@ -1,7 +1,8 @@
 // The consolidated weights file: what `multiscreen init` and `ckpt export`
 // write and `forward --weights` reads. Root attributes give the model sizes
 // (format = "multiscreen-weights", format_version = 1, name, n_layers, n_heads,
-// d_e, d_k, d_v, vocab, w_th, pl_norm, eos_token); one fp32 dataset per
+// d_e, d_k, d_v, vocab, w_th, pl_norm, eos_token, and params_crc32c: the CRC-32C
+// of all parameters' fp32 bytes in ParamLayout order); one fp32 dataset per
 // parameter under its logical name, with its full global shape.
 #pragma once
 
@@ -29,7 +30,8 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in);
 absl::Status WriteWeightsFile(const std::string& path, const ParamLayout& full, const float* params);
 
 // Reads `path`. Errors: not a weights file, a missing dataset or one of the
-// wrong shape (both named with the file).
+// wrong shape (both named with the file), parameters that fail params_crc32c
+// (DataLoss; files without the attribute load unchecked).
 absl::StatusOr<Weights> ReadWeightsFile(const std::string& path);
 
 }  // namespace multiscreen

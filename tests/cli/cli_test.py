@@ -130,6 +130,20 @@ class CliTest(unittest.TestCase):
                 f"--out={self.dir}/o.h5")
         self.assert_one_line_error(r, w, "layers/000/W_O", "[2, 5, 8]", "[2, 6, 8]")
 
+    def test_forward_refuses_weights_that_fail_their_checksum(self):
+        w, t = self._init_and_tokens(27)
+        with h5py.File(w, "r+") as f:
+            self.assertIn("params_crc32c", f.attrs)
+            f["layers/000/W_O"][0, 0, 0] += 1e-3  # one value changed after the file was written
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                f"--out={self.dir}/o.h5")
+        self.assert_one_line_error(r, w, "CRC-32C", "corrupted")
+        with h5py.File(w, "r+") as f:  # a file from before the checksum: loads unchecked
+            del f.attrs["params_crc32c"]
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                f"--out={self.dir}/o.h5")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_forward_refuses_a_bad_token_header(self):
         w, t = self._init_and_tokens(27)
         with open(t, "r+b") as f:
