@@ -15,6 +15,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from cli_errors import OneLineErrors  # noqa: E402
+
 BIN = None
 
 PHASES = ("embed", "projections_gemm", "screening_forward", "screening_backward", "w_o_gemm",
@@ -25,14 +28,7 @@ def run(*args):
     return subprocess.run([BIN, "bench", *args], capture_output=True, text=True, timeout=300)
 
 
-class BenchTest(unittest.TestCase):
-    def assert_one_line_error(self, result, *fragments):
-        self.assertNotEqual(result.returncode, 0, result.stdout)
-        lines = [l for l in result.stderr.splitlines() if l.strip()]
-        self.assertEqual(len(lines), 1, result.stderr)
-        for f in fragments:
-            self.assertIn(f, lines[0])
-
+class BenchTest(OneLineErrors):
     def test_train_json_has_speed_mfu_memory_and_a_breakdown(self):
         r = run("train", "--model=tiny_psi2", "--seq_len=16", "--micro_batch=2", "--steps=3", "--warmup=1",
                 "--json")

@@ -18,6 +18,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 from random_tokens import write_tokens  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from cli_errors import OneLineErrors  # noqa: E402
 
 BIN = None
 
@@ -34,20 +36,13 @@ def run(*args):
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120)
 
 
-class CliTest(unittest.TestCase):
+class CliTest(OneLineErrors):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
 
     def tearDown(self):
         self.tmp.cleanup()
-
-    def assert_one_line_error(self, result, *fragments):
-        self.assertNotEqual(result.returncode, 0, result.stdout)
-        lines = [l for l in result.stderr.splitlines() if l.strip()]
-        self.assertEqual(len(lines), 1, result.stderr)
-        for f in fragments:
-            self.assertIn(f, lines[0])
 
     def test_params_json_reproduces_the_paper_table(self):
         for model, (total, non_embedding) in PAPER.items():

@@ -16,6 +16,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from cli_errors import OneLineErrors  # noqa: E402
+
 BIN = None
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CACHE = os.environ.get("MULTISCREEN_DATA_CACHE", os.path.join(ROOT, "data_cache"))
@@ -40,7 +43,7 @@ def read_shard(path):
     return list(struct.unpack(f"<{count}{fmt}", data[1024:]))
 
 
-class DataCliTest(unittest.TestCase):
+class DataCliTest(OneLineErrors):
     @classmethod
     def setUpClass(cls):
         if not os.path.isfile(os.path.join(TOKENIZER, "encoder.json")):
@@ -55,13 +58,6 @@ class DataCliTest(unittest.TestCase):
 
     def path(self, name):
         return os.path.join(self.dir, name)
-
-    def assert_one_line_error(self, result, *fragments):
-        self.assertNotEqual(result.returncode, 0, result.stdout)
-        lines = [l for l in result.stderr.decode().splitlines() if l.strip()]
-        self.assertEqual(len(lines), 1, result.stderr)
-        for f in fragments:
-            self.assertIn(f, lines[0])
 
     def test_tokenize_writes_gpt2_ids_and_decode_inverts_them(self):
         r = run("tokenize", f"--tokenizer={TOKENIZER}", stdin="Hello world".encode())
