@@ -55,14 +55,6 @@ __attribute__((always_inline)) inline Real HorizontalSum(typename Vec64<Real>::t
   return r;
 }
 
-template <typename To, typename From>
-__attribute__((always_inline)) inline To BitCast(const From& from) {
-  static_assert(sizeof(To) == sizeof(From));
-  To to;
-  std::memcpy(&to, &from, sizeof(To));
-  return to;
-}
-
 // The core of ExpFast on an argument already inside [−87.34, 88.7] (Cephes expf:
 // x = n ln2 + r, |r| ≤ ln2/2, a degree-6 polynomial for e^r, then 2^n through the
 // exponent bits). F: float or a vector of floats; I: int32 of the same shape.
@@ -70,7 +62,7 @@ template <typename F, typename I>
 __attribute__((always_inline)) inline F ExpCore(F xc) {
   constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
   const F t = xc * 1.44269504088896341f + kMagic;
-  const I n = BitCast<I>(t) - std::bit_cast<int32_t>(kMagic);
+  const I n = std::bit_cast<I>(t) - std::bit_cast<int32_t>(kMagic);
   const F nf = t - kMagic;
   F r = xc - nf * 0.693359375f;
   r = r + nf * 2.12194440e-4f;
@@ -80,7 +72,7 @@ __attribute__((always_inline)) inline F ExpCore(F xc) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  return BitCast<F>(BitCast<I>(p) + (n << 23));
+  return std::bit_cast<F>(std::bit_cast<I>(p) + (n << 23));
 }
 
 // e^x in fp32 without a library call (ExpCore); within 2 ulp of expf (1 ulp
