@@ -165,7 +165,8 @@ int BenchTrain(int argc, char** argv) {
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("bench", dims.status());
   // Unset: T = 256, 10 steps, the model's head blocking. Given: at least 1.
-  auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(argc, argv, name) ? value : unset; };
+  const std::vector<std::string> given = GivenFlags(argc, argv);
+  auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(given, name) ? value : unset; };
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = given_or("seq_len", absl::GetFlag(FLAGS_seq_len), 256);
   const int64_t warmup = absl::GetFlag(FLAGS_warmup), steps = given_or("steps", absl::GetFlag(FLAGS_steps), 10);
   ModelOptions head;

@@ -111,9 +111,8 @@ std::vector<std::string> GivenFlags(int argc, char** argv) {
   return names;
 }
 
-bool Given(int argc, char** argv, std::string_view name) {
-  const std::vector<std::string> names = GivenFlags(argc, argv);
-  return std::find(names.begin(), names.end(), name) != names.end();
+bool Given(const std::vector<std::string>& given, std::string_view name) {
+  return std::find(given.begin(), given.end(), name) != given.end();
 }
 
 absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted) {

@@ -38,8 +38,9 @@ absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::in
 // --fromenv/--tryfromenv; absl's own flags (--help, --flagfile, ...) are left out.
 std::vector<std::string> GivenFlags(int argc, char** argv);
 
-// Whether --name was given in argv (so that it overrides a run file's value).
-bool Given(int argc, char** argv, std::string_view name);
+// Whether --name is among `given` (GivenFlags' result), e.g. so that it overrides a
+// run file's value.
+bool Given(const std::vector<std::string>& given, std::string_view name);
 
 // --threads: OpenMP's (and so OpenBLAS's) thread count; 0 keeps the default
 // (OMP_NUM_THREADS, else every core). Errors: a negative count.

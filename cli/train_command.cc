@@ -42,6 +42,7 @@ namespace multiscreen::cli {
 namespace {
 
 absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
+  const std::vector<std::string> given = GivenFlags(argc, argv);
   config::RunConfig run;
   if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
     auto parsed = LoadRunConfig(path);
@@ -52,24 +53,24 @@ absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
   for (const auto& [name, value] : {std::pair<const char*, int64_t>{"grad_accum", absl::GetFlag(FLAGS_grad_accum)},
                                     {"tp", absl::GetFlag(FLAGS_tp)},
                                     {"pp", absl::GetFlag(FLAGS_pp)}}) {
-    if (Given(argc, argv, name) && value < 1) {
+    if (Given(given, name) && value < 1) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " must be at least 1"));
     }
   }
-  if (Given(argc, argv, "run_dir")) run.set_run_dir(absl::GetFlag(FLAGS_run_dir));
-  if (Given(argc, argv, "steps")) run.set_steps(absl::GetFlag(FLAGS_steps));
-  if (Given(argc, argv, "seed")) run.set_seed(absl::GetFlag(FLAGS_seed));
-  if (Given(argc, argv, "tp")) run.mutable_parallel()->set_tp(absl::GetFlag(FLAGS_tp));
-  if (Given(argc, argv, "pp")) run.mutable_parallel()->set_pp(absl::GetFlag(FLAGS_pp));
-  if (Given(argc, argv, "zero")) run.mutable_parallel()->set_zero(absl::GetFlag(FLAGS_zero));
-  if (Given(argc, argv, "micro_batch")) run.set_micro_batch(absl::GetFlag(FLAGS_micro_batch));
-  if (Given(argc, argv, "grad_accum")) run.set_grad_accum(absl::GetFlag(FLAGS_grad_accum));
-  if (Given(argc, argv, "seq_len")) run.set_seq_len(absl::GetFlag(FLAGS_seq_len));
-  if (Given(argc, argv, "lr")) run.mutable_optimizer()->set_lr(absl::GetFlag(FLAGS_lr));
-  if (Given(argc, argv, "checkpoint_every")) run.mutable_checkpoint()->set_every(absl::GetFlag(FLAGS_checkpoint_every));
-  if (Given(argc, argv, "eval_every")) run.mutable_eval()->set_every(absl::GetFlag(FLAGS_eval_every));
-  if (Given(argc, argv, "model")) run.set_model(absl::GetFlag(FLAGS_model));
-  if (Given(argc, argv, "data")) {
+  if (Given(given, "run_dir")) run.set_run_dir(absl::GetFlag(FLAGS_run_dir));
+  if (Given(given, "steps")) run.set_steps(absl::GetFlag(FLAGS_steps));
+  if (Given(given, "seed")) run.set_seed(absl::GetFlag(FLAGS_seed));
+  if (Given(given, "tp")) run.mutable_parallel()->set_tp(absl::GetFlag(FLAGS_tp));
+  if (Given(given, "pp")) run.mutable_parallel()->set_pp(absl::GetFlag(FLAGS_pp));
+  if (Given(given, "zero")) run.mutable_parallel()->set_zero(absl::GetFlag(FLAGS_zero));
+  if (Given(given, "micro_batch")) run.set_micro_batch(absl::GetFlag(FLAGS_micro_batch));
+  if (Given(given, "grad_accum")) run.set_grad_accum(absl::GetFlag(FLAGS_grad_accum));
+  if (Given(given, "seq_len")) run.set_seq_len(absl::GetFlag(FLAGS_seq_len));
+  if (Given(given, "lr")) run.mutable_optimizer()->set_lr(absl::GetFlag(FLAGS_lr));
+  if (Given(given, "checkpoint_every")) run.mutable_checkpoint()->set_every(absl::GetFlag(FLAGS_checkpoint_every));
+  if (Given(given, "eval_every")) run.mutable_eval()->set_every(absl::GetFlag(FLAGS_eval_every));
+  if (Given(given, "model")) run.set_model(absl::GetFlag(FLAGS_model));
+  if (Given(given, "data")) {
     run.mutable_data()->clear_train_shards();
     run.mutable_data()->add_train_shards(absl::GetFlag(FLAGS_data));
     // A directory holds train_*.bin and (usually) val_*.bin; a single file is
@@ -80,7 +81,7 @@ absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
       run.mutable_data()->clear_val_shard();
     }
   }
-  if (Given(argc, argv, "precision")) {
+  if (Given(given, "precision")) {
     const std::string p = absl::GetFlag(FLAGS_precision);
     config::RunConfig::Precision value;
     if (!config::RunConfig::Precision_Parse(absl::AsciiStrToUpper(p), &value) || value == config::RunConfig::PRECISION_UNSPECIFIED) {
