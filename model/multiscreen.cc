@@ -72,6 +72,12 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
       e_bar_compute_ = e_bar_;
       RoundToCompute(e_bar_compute_.data(), e_bar_compute_.size());
     }
+    // Ē in panels for the head's kernels, once per step however many micro-batches
+    // (HeadLoss uses them when e^{s_F} also allows the fixed shift).
+    if (shard.head && dims().pl_norm && tp_->size() == 1 && k::HeadPanelsSupport<Real>(dE)) {
+      head_.e_bar_panels.resize(k::HeadPanelCount(rows) * dE * k::kHeadPanel);
+      k::PackHeadPanels(EBarCompute(), rows, dE, head_.e_bar_panels.data());
+    }
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
@@ -185,11 +191,8 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), or in Ē's
   // panels, in a buffer that is all zeros between calls, and moved into d_e_bar_ once
   // at the end.
-  if (panels) {
-    const int64_t panel_elems = k::HeadPanelCount(Vl) * dE * k::kHeadPanel;
-    hb.e_bar_panels.resize(panel_elems);
-    k::PackHeadPanels(e_bar, Vl, dE, hb.e_bar_panels.data());
-    hb.d_e_bar_panels.resize(dx != nullptr ? panel_elems : 0);
+  if (panels) {  // Ē's panels were packed by BeginStep
+    hb.d_e_bar_panels.resize(dx != nullptr ? hb.e_bar_panels.size() : 0);
   } else if (dx != nullptr) {
     hb.d_e_bar_t.resize(dE * Vl);
   }
