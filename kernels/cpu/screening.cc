@@ -53,20 +53,6 @@ struct Call {
 
 // ---- row helpers (D > 0: the width as a compile-time constant; 0: d_rt) ----------
 
-// Spec step 5 on one row: y = x/max(‖x‖, floor); returns ‖x‖.
-template <typename Real, int D>
-inline Real NormalizeRow(const Real* x, Real* y, int64_t d_rt) {
-  const int64_t d = D > 0 ? D : d_rt;
-  Real sq = 0;
-#pragma omp simd reduction(+ : sq)
-  for (int64_t c = 0; c < d; ++c) sq += x[c] * x[c];
-  const Real n = std::sqrt(sq);
-  const Real inv = Real(1) / std::max(n, Real(kUnitNormFloor));
-#pragma omp simd
-  for (int64_t c = 0; c < d; ++c) y[c] = x[c] * inv;
-  return n;
-}
-
 // Spec step 6 on one row: coordinates (0, 1) rotated by φ (cos φ = c, sin φ = s), in fp64.
 template <typename Real>
 inline void RotateRow(Real* z, double c, double s) {
@@ -75,8 +61,8 @@ inline void RotateRow(Real* z, double c, double s) {
   z[1] = static_cast<Real>(z0 * s + z1 * c);
 }
 
-// Backward of NormalizeRow then RotateRow for one row of q̃ or k̃ (or of v̄ with
-// rotate = false): dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x. Adds the row's
+// Backward of UnitRow (unit_rows.h) then RotateRow for one row of q̃ or k̃ (or of
+// v̄ with rotate = false): dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x. Adds the row's
 // ∂L/∂rate to *d_rate (MipeRotateBackward's sum).
 template <typename Real, int D>
 inline void NormalizeRotateBackwardRow(const Real* z, Real norm, Real* dz, bool rotate, double c, double s, double pos,
@@ -260,9 +246,9 @@ MS_SIMD_CLONES void ForwardTask(const Call<Real>& call, int64_t task, Thread<Rea
       PrefetchRowForWrite(call.U + (b * T + i + kAhead) * ldu + t * dv, dv);
     }
     // Steps 5–6: unit rows; MiPE on q̃ and k̃; k̃_i joins the transposed keys.
-    qn[i] = NormalizeRow<Real, DK>(row, qt + i * dk, dk);
-    kn[i] = NormalizeRow<Real, DK>(row + dk, kt + i * dk, dk);
-    vn[i] = NormalizeRow<Real, DV>(row + 2 * dk, vb + i * dv, dv);
+    qn[i] = UnitRow<Real, DK>(row, qt + i * dk, dk);
+    kn[i] = UnitRow<Real, DK>(row + dk, kt + i * dk, dk);
+    vn[i] = UnitRow<Real, DV>(row + 2 * dk, vb + i * dv, dv);
     if (rotate) {
       RotateRow(qt + i * dk, rot[2 * i], rot[2 * i + 1]);
       RotateRow(kt + i * dk, rot[2 * i], rot[2 * i + 1]);

@@ -15,15 +15,7 @@ template <typename Real>
 MS_SIMD_CLONES void ForwardRows(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t r0,
                                 int64_t r1, int64_t d) {
   for (int64_t r = r0; r < r1; ++r) {
-    const Real* xr = x + r * ldx;
-    Real* yr = y + r * ldy;
-    Real sq = 0;
-#pragma omp simd reduction(+ : sq)
-    for (int64_t c = 0; c < d; ++c) sq += xr[c] * xr[c];
-    const Real n = std::sqrt(sq);
-    const Real inv = Real(1) / std::max(n, Real(kUnitNormFloor));
-#pragma omp simd
-    for (int64_t c = 0; c < d; ++c) yr[c] = xr[c] * inv;
+    const Real n = UnitRow(x + r * ldx, y + r * ldy, d);
     if (norm != nullptr) norm[r] = n;
   }
 }

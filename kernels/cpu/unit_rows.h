@@ -3,12 +3,29 @@
 // PLNorm (step 14).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace multiscreen::kernels::cpu {
 
 // The norm floor of spec step 5 (1e-12 in fp32; the same value in fp64).
 inline constexpr double kUnitNormFloor = 1e-12;
+
+// One row: y = x / max(‖x‖, kUnitNormFloor) over d values (D > 0: d as a compile-time
+// constant, for callers' hot loops); returns ‖x‖. y may alias x.
+template <typename Real, int D = 0>
+__attribute__((always_inline)) inline Real UnitRow(const Real* x, Real* y, int64_t d_rt) {
+  const int64_t d = D > 0 ? D : d_rt;
+  Real sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t c = 0; c < d; ++c) sq += x[c] * x[c];
+  const Real n = std::sqrt(sq);
+  const Real inv = Real(1) / std::max(n, Real(kUnitNormFloor));
+#pragma omp simd
+  for (int64_t c = 0; c < d; ++c) y[c] = x[c] * inv;
+  return n;
+}
 
 // y[r, :] = x[r, :] / max(‖x[r, :]‖, kUnitNormFloor); norm[r] = ‖x[r, :]‖.
 //   x: rows of d values with row stride ldx; y: row stride ldy (may alias x);
