@@ -12,21 +12,14 @@
 #include <cuda_runtime.h>
 
 #include "kernels/buffer.h"
+#include "tests/cuda/cuda_test.h"
 #include "kernels/cpu/screening.h"
 #include "kernels/cuda/screening.h"
 
 namespace multiscreen {
 namespace {
 
-class CudaScreeningTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!CudaAvailable()) {
-      std::fprintf(stderr, "\n*** SKIPPED: no CUDA device visible; CUDA kernels were compiled but not run ***\n\n");
-      GTEST_SKIP() << "no CUDA device visible";
-    }
-  }
-};
+class CudaScreeningTest : public CudaTest {};
 
 struct Problem {
   kernels::cpu::ScreeningShape shape;

@@ -1,26 +1,16 @@
 // CUDA TanhNorm against the CPU reference. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <random>
 #include <vector>
 
 #include "kernels/buffer.h"
+#include "tests/cuda/cuda_test.h"
 #include "kernels/cpu/tanh_norm.h"
 #include "kernels/cuda/tanh_norm.h"
 
 namespace multiscreen {
 namespace {
-
-class CudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!CudaAvailable()) {
-      std::fprintf(stderr, "\n*** SKIPPED: no CUDA device visible; CUDA kernels were compiled but not run ***\n\n");
-      GTEST_SKIP() << "no CUDA device visible";
-    }
-  }
-};
 
 TEST_F(CudaTest, TanhNormForwardAndBackwardMatchTheCpu) {
   const int64_t rows = 1000, d = 64;
