@@ -27,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/config.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/screening.h"
 #include "model/init.h"
 #include "model/multiscreen.h"
@@ -40,6 +41,10 @@ ABSL_DECLARE_FLAG(double, lr);      // train_command.cc
 ABSL_FLAG(int64_t, warmup, 2, "bench: untimed steps before the timed ones");
 ABSL_FLAG(int64_t, head_chunk_rows, 0, "bench train: tokens per logits chunk of the head (0: the model's default)");
 ABSL_FLAG(int64_t, head_vocab_block, 0, "bench train: vocabulary columns per block of the head (0: the model's default)");
+ABSL_FLAG(std::string, head_path, "panels", "bench train: panels (the panel kernels where the head allows) | blas");
+ABSL_FLAG(bool, compare_paths, false,
+          "bench train: time the step on every instruction-set path this CPU runs, with the panel head and the "
+          "BLAS head, side by side");
 ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
@@ -151,17 +156,70 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   return result;
 }
 
+// --compare_paths: the step on every instruction-set path this CPU runs, with the panel
+// head and with the BLAS head, each the median of its timed steps; the ratio is the BLAS
+// head's step time over this row's on the same path (above 1: the row is faster), so a
+// path slower than BLAS shows at once.
+template <typename Run, typename HeadUsed>
+int ComparePaths(const ModelDims& dims, const std::string& precision, const ModelOptions& base, int64_t B, int64_t T,
+                 Run run, HeadUsed head_used) {
+  const kernels::cpu::Isa saved = kernels::cpu::ActiveIsa();
+  nlohmann::json rows = nlohmann::json::array();
+  if (!absl::GetFlag(FLAGS_json)) {
+    std::printf("bench train --compare_paths: %s, T=%lld, B=%lld, %s, %d threads; CPU %s (best path %s)\n",
+                dims.name.c_str(), (long long)T, (long long)B, precision.c_str(), omp_get_max_threads(),
+                kernels::cpu::CpuModel().c_str(), kernels::cpu::IsaName(kernels::cpu::CpuIsa()));
+    std::printf("  %-8s %-7s %12s %12s %10s\n", "path", "head", "step ms", "tokens/s", "vs blas");
+  }
+  for (kernels::cpu::Isa isa : kernels::cpu::SupportedIsas()) {
+    if (auto s = kernels::cpu::SetIsaCap(isa); !s.ok()) return Fail("bench", s);
+    double blas_step = 0;
+    for (HeadPath path : {HeadPath::kBlas, HeadPath::kPanels}) {
+      ModelOptions options = base;
+      options.head_path = path;
+      const double step = Median(run(options).step_seconds);
+      if (path == HeadPath::kBlas) blas_step = step;
+      const char* head = path == HeadPath::kBlas ? "blas" : head_used(options);
+      rows.push_back({{"isa", kernels::cpu::IsaName(isa)},
+                      {"head_path", head},
+                      {"step_seconds", step},
+                      {"tokens_per_s", double(B * T) / step},
+                      {"blas_over_this", blas_step / step}});
+      if (!absl::GetFlag(FLAGS_json)) {
+        std::printf("  %-8s %-7s %12.2f %12.0f %9.2fx\n", kernels::cpu::IsaName(isa), head, 1e3 * step,
+                    double(B * T) / step, blas_step / step);
+      }
+    }
+  }
+  if (auto s = kernels::cpu::SetIsaCap(saved); !s.ok()) return Fail("bench", s);
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json j = {{"command", "bench train --compare_paths"},
+                        {"model", dims.name},
+                        {"seq_len", T},
+                        {"micro_batch", B},
+                        {"precision", precision},
+                        {"threads", omp_get_max_threads()},
+                        {"cpu", kernels::cpu::CpuModel()},
+                        {"cpu_best_isa", kernels::cpu::IsaName(kernels::cpu::CpuIsa())},
+                        {"paths", rows}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 int BenchTrain(int argc, char** argv) {
   const char* usage =
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
-      "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --json]";
+      "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --isa=PATH "
+      "--head_path=panels|blas --compare_paths --json]";
   if (auto s = ParseFlags(argc, argv, usage,
                           {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
-                           "lr", "head_chunk_rows", "head_vocab_block"});
+                           "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths"});
       !s.ok()) {
     return Fail("bench", s);
   }
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench", s);
+  if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("bench", dims.status());
   // Unset: T = 256, 10 steps, the model's head blocking. Given: at least 1.
@@ -172,6 +230,11 @@ int BenchTrain(int argc, char** argv) {
   ModelOptions head;
   head.head_chunk_rows = given_or("head_chunk_rows", absl::GetFlag(FLAGS_head_chunk_rows), head.head_chunk_rows);
   head.head_vocab_block = given_or("head_vocab_block", absl::GetFlag(FLAGS_head_vocab_block), head.head_vocab_block);
+  const std::string head_path = absl::AsciiStrToLower(absl::GetFlag(FLAGS_head_path));
+  if (head_path != "panels" && head_path != "blas") {
+    return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--head_path=", head_path, ": expected panels or blas")));
+  }
+  head.head_path = head_path == "blas" ? HeadPath::kBlas : HeadPath::kPanels;
   const std::string precision = absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision));  // as train: FP16 = fp16
   for (const auto& [name, value] : {std::pair<const char*, int64_t>{"micro_batch", B}, {"seq_len", T}, {"steps", steps},
                                     {"head_chunk_rows", head.head_chunk_rows}, {"head_vocab_block", head.head_vocab_block}}) {
@@ -193,8 +256,16 @@ int BenchTrain(int argc, char** argv) {
   if (!(lr >= 0 && std::isfinite(lr))) {
     return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
   }
-  const TrainResult r = precision == "fp64" ? RunTrain<double>(*dims, p, head, B, T, warmup, steps, seed, lr)
-                                            : RunTrain<float>(*dims, p, head, B, T, warmup, steps, seed, lr);
+  auto run = [&](const ModelOptions& options) {
+    return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr)
+                               : RunTrain<float>(*dims, p, options, B, T, warmup, steps, seed, lr);
+  };
+  auto head_used = [&](const ModelOptions& options) {
+    return precision == "fp64" ? HeadPathName<double>(*dims, 1, options.head_path)
+                               : HeadPathName<float>(*dims, 1, options.head_path);
+  };
+  if (absl::GetFlag(FLAGS_compare_paths)) return ComparePaths(*dims, precision, head, B, T, run, head_used);
+  const TrainResult r = run(head);
   const int64_t peak_rss = PeakRssBytes();
   int64_t sgemm_n = 0;
   const double sgemm = BestSgemmGflops(&sgemm_n);
@@ -228,6 +299,10 @@ int BenchTrain(int argc, char** argv) {
                         {"steps", steps},
                         {"head_chunk_rows", head.head_chunk_rows},
                         {"head_vocab_block", head.head_vocab_block},
+                        {"isa", kernels::cpu::IsaName(kernels::cpu::ActiveIsa())},
+                        {"cpu_best_isa", kernels::cpu::IsaName(kernels::cpu::CpuIsa())},
+                        {"cpu", kernels::cpu::CpuModel()},
+                        {"head_path", head_used(head)},
                         {"step_seconds", step},
                         {"step_seconds_all", r.step_seconds},
                         {"tokens_per_s", tokens_per_s},
@@ -246,6 +321,8 @@ int BenchTrain(int argc, char** argv) {
   std::printf("bench train: %s, T=%lld, B=%lld, %s, %d threads; %lld timed steps after %lld warm-up\n",
               dims->name.c_str(), (long long)T, (long long)B, precision.c_str(), threads, (long long)steps,
               (long long)warmup);
+  std::printf("  CPU kernels     %s path (%s, best %s); head: %s\n", kernels::cpu::IsaName(kernels::cpu::ActiveIsa()),
+              kernels::cpu::CpuModel().c_str(), kernels::cpu::IsaName(kernels::cpu::CpuIsa()), head_used(head));
   std::printf("  step (median)   %10.4f s     loss %.4f -> %.4f\n", step, r.losses.front(), r.losses.back());
   std::printf("  tokens/s        %10.0f\n", tokens_per_s);
   std::printf("  model FLOPs     %10.3f GFLOP/step (%.4g per token)\n", flops_per_token * B * T / 1e9, flops_per_token);
@@ -266,13 +343,15 @@ int BenchTrain(int argc, char** argv) {
 int BenchScreening(int argc, char** argv) {
   const char* usage =
       "multiscreen bench screening --T=N --w=W [--micro_batch=B --tiles=N --r=R --model=psi8 --threads=N --seed=S "
-      "--min_seconds=X --json]";
+      "--min_seconds=X --isa=PATH --json]";
   if (auto s = ParseFlags(argc, argv, usage,
-                          {"T", "w", "r", "tiles", "micro_batch", "min_seconds", "model", "threads", "seed", "json"});
+                          {"T", "w", "r", "tiles", "micro_batch", "min_seconds", "model", "threads", "seed", "json",
+                           "isa"});
       !s.ok()) {
     return Fail("bench", s);
   }
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench", s);
+  if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("bench", dims.status());
   const int64_t T = absl::GetFlag(FLAGS_T), B = absl::GetFlag(FLAGS_micro_batch), nt = absl::GetFlag(FLAGS_tiles);
@@ -350,6 +429,8 @@ int BenchScreening(int argc, char** argv) {
                         {"d_k", dk},
                         {"d_v", dv},
                         {"threads", threads},
+                        {"isa", kernels::cpu::IsaName(kernels::cpu::ActiveIsa())},
+                        {"cpu", kernels::cpu::CpuModel()},
                         {"keys", keys},
                         {"pairs_per_token", double(pairs) / tile_tokens},
                         {"accepted_fraction", pairs > 0 ? double(accepted) / double(pairs) : 0.0},
@@ -362,6 +443,8 @@ int BenchScreening(int argc, char** argv) {
   }
   std::printf("bench screening: T=%lld, w=%g (%lld keys), r=%g, B=%lld, %lld tiles, d_K=%lld, d_V=%lld, %d threads\n",
               (long long)T, w, (long long)keys, r, (long long)B, (long long)nt, (long long)dk, (long long)dv, threads);
+  std::printf("  CPU kernels: %s path (%s, best %s)\n", kernels::cpu::IsaName(kernels::cpu::ActiveIsa()),
+              kernels::cpu::CpuModel().c_str(), kernels::cpu::IsaName(kernels::cpu::CpuIsa()));
   std::printf("  in-window pairs per token %.1f, accepted by Trim %.2f %%\n", double(pairs) / tile_tokens,
               pairs > 0 ? 100.0 * double(accepted) / double(pairs) : 0.0);
   std::printf("  forward   %10.3f ms   %8.1f ns per token and tile\n", 1e3 * fwd, fwd_ns);

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kernels/cpu/isa.h"
 
 ABSL_FLAG(std::string, model, "psi8", "model name under configs/models/ or a .textproto path");
 ABSL_FLAG(std::string, out, "", "output file");
@@ -28,6 +29,9 @@ ABSL_FLAG(std::string, tokenizer, "data_cache/gpt2",
 ABSL_FLAG(std::vector<std::string>, input, {}, "input files or directories, comma-separated");
 ABSL_FLAG(std::string, output, "", "output directory");
 ABSL_FLAG(int32_t, threads, 0, "worker threads (0: all cores)");
+ABSL_FLAG(std::string, isa, "",
+          "CPU kernels' instruction-set path: generic | avx2 | avx512 | native (default: $MULTISCREEN_ISA, else the "
+          "CPU's best)");
 ABSL_FLAG(std::string, precision, "fp32", "fp32 | bf16 | fp16 | fp64 (fp64: the double-precision reference)");
 
 namespace multiscreen::cli {
@@ -136,6 +140,18 @@ absl::Status ApplyThreadsFlag() {
   const int32_t threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, " must be >= 0"));
   if (threads > 0) omp_set_num_threads(threads);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyIsaFlag() {
+  const std::string name = absl::GetFlag(FLAGS_isa);
+  if (name.empty()) {
+    kernels::cpu::ActiveIsa();  // reads MULTISCREEN_ISA now: a bad value ends the process before any work
+    return absl::OkStatus();
+  }
+  absl::StatusOr<kernels::cpu::Isa> isa = kernels::cpu::ParseIsa(name);
+  absl::Status s = isa.ok() ? kernels::cpu::SetIsaCap(*isa) : isa.status();
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--isa=", name, ": ", s.message()));
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@ ABSL_DECLARE_FLAG(std::string, tokenizer);
 ABSL_DECLARE_FLAG(std::vector<std::string>, input);
 ABSL_DECLARE_FLAG(std::string, output);
 ABSL_DECLARE_FLAG(int32_t, threads);
+ABSL_DECLARE_FLAG(std::string, isa);
 
 namespace multiscreen::cli {
 
@@ -45,6 +46,10 @@ bool Given(const std::vector<std::string>& given, std::string_view name);
 // --threads: OpenMP's (and so OpenBLAS's) thread count; 0 keeps the default
 // (OMP_NUM_THREADS, else every core). Errors: a negative count.
 absl::Status ApplyThreadsFlag();
+
+// --isa: caps the CPU kernels to that instruction-set path (kernels/cpu/isa.h); unset
+// keeps MULTISCREEN_ISA or the CPU's best. Errors: an unknown name, a path the CPU lacks.
+absl::Status ApplyIsaFlag();
 
 // Prints "multiscreen <command>: <message>" on stderr and returns 1.
 int Fail(const char* command, const absl::Status& status);

@@ -16,6 +16,8 @@
 #include "common/log.h"
 #include "data/loader.h"
 #include "kernels/buffer.h"
+#include "kernels/cpu/isa.h"
+#include "model/multiscreen.h"
 #include "parallel/fatal.h"
 #include "parallel/mpi_session.h"
 #include "parallel/process_grid.h"
@@ -156,10 +158,11 @@ int TrainCommand(int argc, char** argv) {
   InstallStopHandlers();
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
-                             "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads"}); !s.ok()) {
+                             "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads", "isa"}); !s.ok()) {
     return Fail("train", s);
   }
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
+  if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("train", s);
   auto run = BuildRun(argc, argv);
   if (!run.ok()) return Fail("train", run.status());
   absl::StatusOr<ModelDims> dims = run->model().empty()
@@ -218,6 +221,9 @@ int TrainCommand(int argc, char** argv) {
   if (logger) {
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
+    LogInfo("CPU kernels: ", kernels::cpu::IsaName(kernels::cpu::ActiveIsa()), " path (", kernels::cpu::CpuModel(),
+            ", best ", kernels::cpu::IsaName(kernels::cpu::CpuIsa()), "); head: ",
+            HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels));
   }
   auto trainer = Trainer::Create(*run, *dims, sources, grid.get());
   if (!trainer.ok()) return fail(trainer.status());

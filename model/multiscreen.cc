@@ -74,7 +74,7 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     }
     // Ē in panels for the head's kernels, once per step however many micro-batches
     // (HeadLoss uses them when e^{s_F} also allows the fixed shift).
-    if (shard.head && dims().pl_norm && tp_->size() == 1 && k::HeadPanelsSupport<Real>(dE)) {
+    if (PanelsAllowed()) {
       head_.e_bar_panels.resize(k::HeadPanelCount(rows) * dE * k::kHeadPanel);
       k::PackHeadPanels(EBarCompute(), rows, dE, head_.e_bar_panels.data());
     }
@@ -356,8 +356,20 @@ void Multiscreen<Real>::PanelSoftmax(int64_t Vl, int64_t rc, int64_t r0, const R
 
 template <typename Real>
 bool Multiscreen<Real>::UsesHeadPanels(double shift) const {
-  return !std::isnan(shift) && k::HeadPanelsSupport<Real>(dims().d_e);
+  return !std::isnan(shift) && PanelsAllowed();
 }
+
+template <typename Real>
+bool Multiscreen<Real>::PanelsAllowed() const {
+  return layout_.shard().head && HeadPanelsAllowed<Real>(dims(), tp_->size(), options_.head_path);
+}
+
+template <typename Real>
+bool HeadPanelsAllowed(const ModelDims& dims, int64_t tp, HeadPath path) {
+  return path == HeadPath::kPanels && dims.pl_norm && tp == 1 && k::HeadPanelsSupport<Real>(dims.d_e);
+}
+template bool HeadPanelsAllowed<float>(const ModelDims&, int64_t, HeadPath);
+template bool HeadPanelsAllowed<double>(const ModelDims&, int64_t, HeadPath);
 
 template <typename Real>
 void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads) {

@@ -28,12 +28,31 @@ enum class Precision {
   kFp16,  // as kBf16 in IEEE half, backward GEMM operands too (so scaled gradients can overflow)
 };
 
+// How the vocabulary head computes its three products (logits, ∂L/∂y, ∂L/∂Ē).
+enum class HeadPath {
+  kPanels,  // the panel kernels (kernels/cpu/head_panels.h) where the head allows them, else BLAS
+  kBlas,    // whole-row OpenBLAS GEMMs always (the baseline bench compares the panels with)
+};
+
 struct ModelOptions {
   Precision precision = Precision::kFp32;
+  HeadPath head_path = HeadPath::kPanels;
   int64_t head_chunk_rows = 512;  // tokens per logits chunk: [chunk, V] is the largest logits block
   int64_t head_vocab_block = 512;  // vocabulary columns a thread takes at a time in the fused head (whole panels of 32)
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
 };
+
+// Whether the vocabulary head runs the panel kernels: HeadPath::kPanels, PLNorm, a
+// vocabulary on one tp rank and d_E a whole number of 64-byte vectors of Real (and, at
+// run time, e^{s_F} < 39 so that the softmax shift is known). For start-up logs, bench.
+template <typename Real>
+bool HeadPanelsAllowed(const ModelDims& dims, int64_t tp, HeadPath path);
+
+// "panels" or "blas", as HeadPanelsAllowed says.
+template <typename Real>
+const char* HeadPathName(const ModelDims& dims, int64_t tp, HeadPath path) {
+  return HeadPanelsAllowed<Real>(dims, tp, path) ? "panels" : "blas";
+}
 
 template <typename Real>
 class Multiscreen {
@@ -109,9 +128,11 @@ class Multiscreen {
   // (head_.z then holds the numerators, in panels).
   void PanelSoftmax(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale, double shift,
                     double* lse, double* target_logit, Real* dy);
-  // Whether FusedHeadChunk runs the panel kernels (a fixed shift and a d_E they take)
+  // Whether FusedHeadChunk runs the panel kernels (PanelsAllowed and a fixed shift)
   // rather than whole-row GEMMs.
   bool UsesHeadPanels(double shift) const;
+  // This shard holds the head and HeadPanelsAllowed says yes.
+  bool PanelsAllowed() const;
   // Rounds a GEMM operand to the compute precision (no-op for kFp32).
   void RoundToCompute(Real* data, int64_t n) const;
   // Rounds a backward GEMM operand (only kFp16 stores gradients in 16 bits).

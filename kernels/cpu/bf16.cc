@@ -1,5 +1,7 @@
 #include "kernels/cpu/bf16.h"
 
+#include "kernels/cpu/isa.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MS_HAVE_F16C_PATH 1
@@ -28,8 +30,8 @@ __attribute__((target("avx,f16c"))) void RoundToFp16F16c(float* x, int64_t n) {
 
 void RoundToFp16(float* x, int64_t n) {
 #ifdef MS_HAVE_F16C_PATH
-  static const bool f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  if (f16c) return RoundToFp16F16c(x, n);
+  // F16C is part of the avx2 path (x86-64-v3); capped to generic, the scalar loop.
+  if (ActiveIsa() != Isa::kGeneric) return RoundToFp16F16c(x, n);
 #endif
   RoundToFp16Scalar(x, n);
 }

@@ -32,7 +32,8 @@ inline void RoundToBf16(float* x, int64_t n) {
 
 // x[i] ← fp32(fp16(x[i])): what an IEEE half compute copy of x holds (round to
 // nearest even; magnitudes past 65504 become ±inf, which loss scaling detects).
-// Eight at a time through F16C where the CPU has it (bf16.cc), else one at a time.
+// Eight at a time through F16C on the avx2 and avx512 paths (kernels/cpu/isa.h), else one
+// at a time.
 void RoundToFp16(float* x, int64_t n);
 
 }  // namespace multiscreen::kernels::cpu

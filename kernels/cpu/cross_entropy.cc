@@ -8,43 +8,57 @@
 namespace multiscreen::kernels::cpu {
 namespace {
 
+// Each row kernel is a body per instruction-set path (isa.h), run through IsaDispatch.
+
 // max_v z[v] (NaNs are skipped here and surface in the sum).
 template <typename Real>
-MS_SIMD_CLONES Real RowMax(const Real* z, int64_t V) {
-  Real mx = -std::numeric_limits<Real>::infinity();
+struct RowMax {
+  template <typename Target>
+  MS_ALWAYS_INLINE static Real Run(const Real* z, int64_t V) {
+    Real mx = -std::numeric_limits<Real>::infinity();
 #pragma omp simd reduction(max : mx)
-  for (int64_t v = 0; v < V; ++v) mx = z[v] > mx ? z[v] : mx;
-  return mx;
-}
+    for (int64_t v = 0; v < V; ++v) mx = z[v] > mx ? z[v] : mx;
+    return mx;
+  }
+};
 
 // Σ_v exp(z[v] − mx): exp in Real (fp32 exp is ample for probabilities), the sum in fp64.
 template <typename Real>
-MS_SIMD_CLONES double RowSumExp(const Real* z, int64_t V, Real mx) {
-  double sum = 0;
+struct RowSumExp {
+  template <typename Target>
+  MS_ALWAYS_INLINE static double Run(const Real* z, int64_t V, Real mx) {
+    double sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t v = 0; v < V; ++v) sum += static_cast<double>(ExpFast(z[v] - mx));
-  return sum;
-}
+    for (int64_t v = 0; v < V; ++v) sum += static_cast<double>(ExpFast(z[v] - mx));
+    return sum;
+  }
+};
 
 // z[v] ← exp(z[v] − mx); returns Σ_v of them (in fp64).
 template <typename Real>
-MS_SIMD_CLONES double RowExpSum(Real* z, int64_t V, Real mx) {
-  double sum = 0;
+struct RowExpSum {
+  template <typename Target>
+  MS_ALWAYS_INLINE static double Run(Real* z, int64_t V, Real mx) {
+    double sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t v = 0; v < V; ++v) {
-    const Real e = ExpFast(z[v] - mx);
-    z[v] = e;
-    sum += static_cast<double>(e);
+    for (int64_t v = 0; v < V; ++v) {
+      const Real e = ExpFast(z[v] - mx);
+      z[v] = e;
+      sum += static_cast<double>(e);
+    }
+    return sum;
   }
-  return sum;
-}
+};
 
 // z[v] ← exp(z[v] − l) · c.
 template <typename Real>
-MS_SIMD_CLONES void RowSoftmaxScaled(Real* z, int64_t V, Real l, Real c) {
+struct RowSoftmaxScaled {
+  template <typename Target>
+  MS_ALWAYS_INLINE static void Run(Real* z, int64_t V, Real l, Real c) {
 #pragma omp simd
-  for (int64_t v = 0; v < V; ++v) z[v] = ExpFast(z[v] - l) * c;
-}
+    for (int64_t v = 0; v < V; ++v) z[v] = ExpFast(z[v] - l) * c;
+  }
+};
 
 }  // namespace
 
@@ -53,9 +67,9 @@ void SoftmaxStats(const Real* z, int64_t ld, int64_t rows, int64_t V, double* ro
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     const Real* zr = z + r * ld;
-    const Real mx = RowMax(zr, V);
+    const Real mx = IsaDispatch<RowMax<Real>>(zr, V);
     row_max[r] = mx;
-    row_sum[r] = RowSumExp(zr, V, mx);
+    row_sum[r] = IsaDispatch<RowSumExp<Real>>(zr, V, mx);
   }
 }
 
@@ -65,7 +79,7 @@ void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     Real* zr = z + r * ld;
-    RowSoftmaxScaled(zr, V, static_cast<Real>(lse[r]), coef[r]);
+    IsaDispatch<RowSoftmaxScaled<Real>>(zr, V, static_cast<Real>(lse[r]), coef[r]);
     if (target[r] >= 0) zr[target[r]] -= coef[r];
   }
 }
@@ -76,9 +90,9 @@ void SoftmaxNumerators(Real* z, int64_t ld, int64_t rows, int64_t V, double shif
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     Real* zr = z + r * ld;
-    const Real m = std::isnan(shift) ? RowMax(zr, V) : static_cast<Real>(shift);
+    const Real m = std::isnan(shift) ? IsaDispatch<RowMax<Real>>(zr, V) : static_cast<Real>(shift);
     target_logit[r] = target[r] >= 0 ? static_cast<double>(zr[target[r]]) : 0.0;
-    const double sum = RowExpSum(zr, V, m);
+    const double sum = IsaDispatch<RowExpSum<Real>>(zr, V, m);
     lse[r] = static_cast<double>(m) + std::log(sum);
     row_scale[r] = 1.0 / sum;
   }

@@ -7,8 +7,8 @@
 //   HeadNumerators      z = exp(e^{s_F} · y Ēᵀ − shift), and the row sums   (forward)
 //   HeadNumeratorsEBar  z Ē over a range of panels                          (→ ∂L/∂y)
 //   HeadPanelsGradAdd   ∂Ē_p += y_sᵀ z                                      (→ ∂L/∂Ē)
-// Each is serial: the caller splits panels among threads. The register tiles are sized
-// for AVX-512 and picked smaller when the CPU has narrower registers (kernels/cpu/simd.h).
+// Each is serial: the caller splits panels among threads. Each runs the active
+// instruction-set path (kernels/cpu/isa.h), with register tiles sized for its vectors.
 // Model code reaches these through Multiscreen::HeadLoss.
 #pragma once
 
@@ -23,12 +23,9 @@ inline constexpr int64_t kHeadPanel = 32;
 inline int64_t HeadPanelCount(int64_t V) { return (V + kHeadPanel - 1) / kHeadPanel; }
 
 // Whether the panel kernels take this d_E: a whole number of 64-byte vectors of Real
-// (16 floats, 8 doubles). Other widths use the general GEMM path.
+// (16 floats, 8 doubles), on every path alike. Other widths use the general GEMM path.
 template <typename Real>
 bool HeadPanelsSupport(int64_t d_e);
-
-// Tests only: use the narrow register tiles even where AVX-512 is available.
-void HeadPanelsForceNarrowTiles(bool narrow);
 
 // Packs Ē [V, d_E] (row-major) into panels [HeadPanelCount(V)][d_E][32]; the columns past
 // V in the last panel are zero. Threaded over panels.

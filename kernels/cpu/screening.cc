@@ -31,7 +31,7 @@ inline void Axpy(Real alpha, const Real* x, Real* y, int64_t n) {
 
 // Trim (spec step 8): α = a², a = 1 − (1 − s)/r; the pair is rejected when a ≤ 0.
 template <typename Real>
-inline Real TrimBase(Real s, Real r) {
+MS_ALWAYS_INLINE Real TrimBase(Real s, Real r) {
   return Real(1) - (Real(1) - s) / r;
 }
 
@@ -55,7 +55,7 @@ struct Call {
 
 // Spec step 6 on one row: coordinates (0, 1) rotated by φ (cos φ = c, sin φ = s), in fp64.
 template <typename Real>
-inline void RotateRow(Real* z, double c, double s) {
+MS_ALWAYS_INLINE void RotateRow(Real* z, double c, double s) {
   const double z0 = z[0], z1 = z[1];
   z[0] = static_cast<Real>(z0 * c - z1 * s);
   z[1] = static_cast<Real>(z0 * s + z1 * c);
@@ -65,8 +65,8 @@ inline void RotateRow(Real* z, double c, double s) {
 // v̄ with rotate = false): dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x. Adds the row's
 // ∂L/∂rate to *d_rate (MipeRotateBackward's sum).
 template <typename Real, int D>
-inline void NormalizeRotateBackwardRow(const Real* z, Real norm, Real* dz, bool rotate, double c, double s, double pos,
-                                       Real* dx, int64_t d_rt, double* d_rate) {
+MS_ALWAYS_INLINE void NormalizeRotateBackwardRow(const Real* z, Real norm, Real* dz, bool rotate, double c, double s,
+                                                 double pos, Real* dx, int64_t d_rt, double* d_rate) {
   const int64_t d = D > 0 ? D : d_rt;
   Real y0 = z[0], y1 = d > 1 ? z[1] : Real(0);
   if (rotate) {
@@ -92,14 +92,14 @@ inline void NormalizeRotateBackwardRow(const Real* z, Real norm, Real* dz, bool 
 }
 
 // s[jj] = q · k̃_{j0+jj} for jj < n, from k̃ transposed (k_t[c·ld + j]), summed over
-// c in order. With d_k fixed, 64 bytes of keys at a time in a vector register; the
+// c in order. With d_k fixed, a vector register of keys at a time; the
 // last block runs past n (into columns of k_t that hold zeros or older keys, and
 // entries of s that nobody reads), which TransposedStride and kSimilarityPad allow.
-template <typename Real, int DK>
-inline void Similarities(const Real* q, const Real* k_t, int64_t ld, int64_t n, int64_t dk_rt, Real* s) {
+template <typename Target, typename Real, int DK>
+MS_ALWAYS_INLINE void Similarities(const Real* q, const Real* k_t, int64_t ld, int64_t n, int64_t dk_rt, Real* s) {
   int64_t jj = 0;
   if constexpr (DK > 0) {
-    using V = typename Vec64<Real>::type;
+    using V = Vec<Target, Real>;
     constexpr int64_t L = sizeof(V) / sizeof(Real);
     for (; jj < n; jj += L) {
       V acc = {};
@@ -120,44 +120,44 @@ inline void Similarities(const Real* q, const Real* k_t, int64_t ld, int64_t n, 
 }
 
 // A row of D values held in vector registers across a loop (D fixed, a whole number
-// of 64-byte vectors), so that a sum over keys does not go through memory each step.
-template <typename Real, int D>
+// of the Target's vectors), so that a sum over keys does not go through memory each step.
+template <typename Target, typename Real, int D>
 struct VecRow {
-  using V = typename Vec64<Real>::type;
+  using V = Vec<Target, Real>;
   static constexpr int kL = sizeof(V) / sizeof(Real), kN = D / kL;
   static_assert(D % kL == 0);
   V v[kN];
-  void Zero() {
+  MS_ALWAYS_INLINE void Zero() {
     for (int u = 0; u < kN; ++u) v[u] = V{};
   }
-  void Load(const Real* x) {
+  MS_ALWAYS_INLINE void Load(const Real* x) {
     for (int u = 0; u < kN; ++u) std::memcpy(&v[u], x + u * kL, sizeof(V));
   }
-  void Store(Real* x) const {
+  MS_ALWAYS_INLINE void Store(Real* x) const {
     for (int u = 0; u < kN; ++u) std::memcpy(x + u * kL, &v[u], sizeof(V));
   }
-  void AddScaled(Real a, const Real* x) {  // this += a · x
+  MS_ALWAYS_INLINE void AddScaled(Real a, const Real* x) {  // this += a · x
     for (int u = 0; u < kN; ++u) {
       V t;
       std::memcpy(&t, x + u * kL, sizeof(V));
       v[u] += a * t;
     }
   }
-  Real Dot(const Real* x) const {
+  MS_ALWAYS_INLINE Real Dot(const Real* x) const {
     V sum = {};
     for (int u = 0; u < kN; ++u) {
       V t;
       std::memcpy(&t, x + u * kL, sizeof(V));
       sum += v[u] * t;
     }
-    return HorizontalSum<Real>(sum);
+    return HorizontalSum<Target, Real>(sum);
   }
 };
 
 // Offsets jj < n where keep(x[jj]), in order; returns how many. 32 at a time: one
 // vector compare makes a bit mask, and only its set bits cost a step.
 template <typename Real, typename Keep>
-inline int32_t Compact(const Real* x, int64_t n, Keep keep, int32_t* out) {
+MS_ALWAYS_INLINE int32_t Compact(const Real* x, int64_t n, Keep keep, int32_t* out) {
   int32_t count = 0;
   for (int64_t jb = 0; jb < n; jb += 32) {
     uint32_t bits = 0;
@@ -175,7 +175,7 @@ inline int32_t Compact(const Real* x, int64_t n, Keep keep, int32_t* out) {
   return count;
 }
 
-// Similarities writes up to this many entries of s past n.
+// Similarities writes up to this many entries of s past n (a 64-byte vector of fp32).
 constexpr int64_t kSimilarityPad = 16;
 
 // Row stride of the transposed keys: at least T, and an odd number of 64-byte lines,
@@ -205,251 +205,257 @@ inline int64_t RingSlots(int64_t keys) {
 constexpr int64_t kAhead = 2;  // tokens ahead
 
 template <typename Real>
-inline void PrefetchRow(const Real* row, int64_t n) {
+MS_ALWAYS_INLINE void PrefetchRow(const Real* row, int64_t n) {
   for (int64_t c = 0; c < n; c += 64 / sizeof(Real)) __builtin_prefetch(row + c);
 }
 template <typename Real>
-inline void PrefetchRowForWrite(Real* row, int64_t n) {
+MS_ALWAYS_INLINE void PrefetchRowForWrite(Real* row, int64_t n) {
   for (int64_t c = 0; c < n; c += 64 / sizeof(Real)) __builtin_prefetch(row + c, 1);
 }
 
 template <typename Real, int DK, int DV>
-MS_SIMD_CLONES void ForwardTask(const Call<Real>& call, int64_t task, Thread<Real>& th) {
-  const ScreeningShape& shape = call.shape;
-  const ScreeningWorkspace<Real>& ws = call.ws;
-  const int64_t T = shape.seq, nt = shape.tiles, b = task / nt, t = task % nt;
-  const int64_t dk = DK > 0 ? DK : shape.d_k, dv = DV > 0 ? DV : shape.d_v;
-  const int64_t C = shape.p_cols(), ldp = nt * C, ldu = nt * dv;
-  const Real* Pb = call.P + b * T * ldp + t * C;
-  Real* qt = call.saved.q_tilde + task * T * dk;
-  Real* kt = call.saved.k_tilde + task * T * dk;
-  Real* vb = call.saved.v_bar + task * T * dv;
-  Real* qn = call.saved.q_norm + task * T;
-  Real* kn = call.saved.k_norm + task * T;
-  Real* vn = call.saved.v_norm + task * T;
-  Real* h = call.saved.h + task * T * dv;
-  const bool rotate = ws.rate[t] != 0;
-  const double* rot = ws.rotation.data() + t * T * 2;
-  const int64_t keys = ws.keys[t];
-  const Real* mask = ws.mask.data() + t * ws.mask_ld;
-  const Real r = static_cast<Real>(call.tiles[t].r), scale = static_cast<Real>(call.tiles[t].scale);
-  Real* k_t = th.k_t.data();
-  const int64_t ld_t = TransposedStride<Real>(T);
-  Real *s = th.s.data(), *weight = th.weight.data();
-  int32_t* accepted = th.accepted.data();
-  Real h_fixed[DV > 0 ? DV : 1];
-  Real* hi = DV > 0 ? h_fixed : th.row.data();
-  for (int64_t i = 0; i < T; ++i) {
-    const Real* row = Pb + i * ldp;
-    if (i + kAhead < T) {
-      PrefetchRow(row + kAhead * ldp, C);
-      PrefetchRowForWrite(call.U + (b * T + i + kAhead) * ldu + t * dv, dv);
-    }
-    // Steps 5–6: unit rows; MiPE on q̃ and k̃; k̃_i joins the transposed keys.
-    qn[i] = UnitRow<Real, DK>(row, qt + i * dk, dk);
-    kn[i] = UnitRow<Real, DK>(row + dk, kt + i * dk, dk);
-    vn[i] = UnitRow<Real, DV>(row + 2 * dk, vb + i * dv, dv);
-    if (rotate) {
-      RotateRow(qt + i * dk, rot[2 * i], rot[2 * i + 1]);
-      RotateRow(kt + i * dk, rot[2 * i], rot[2 * i + 1]);
-    }
-    for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
-    // Steps 7–10 over the window [j0, i].
-    const int64_t j0 = std::max<int64_t>(0, i - keys + 1), n = i - j0 + 1;
-    const Real* m = mask + (keys - 1 - (i - j0));  // m[jj] = m(i − j0 − jj)
-    Similarities<Real, DK>(qt + i * dk, k_t + j0, ld_t, n, dk, s);
+struct ForwardTask {
+  template <typename Target>
+  MS_ALWAYS_INLINE static void Run(const Call<Real>& call, int64_t task, Thread<Real>& th) {
+    const ScreeningShape& shape = call.shape;
+    const ScreeningWorkspace<Real>& ws = call.ws;
+    const int64_t T = shape.seq, nt = shape.tiles, b = task / nt, t = task % nt;
+    const int64_t dk = DK > 0 ? DK : shape.d_k, dv = DV > 0 ? DV : shape.d_v;
+    const int64_t C = shape.p_cols(), ldp = nt * C, ldu = nt * dv;
+    const Real* Pb = call.P + b * T * ldp + t * C;
+    Real* qt = call.saved.q_tilde + task * T * dk;
+    Real* kt = call.saved.k_tilde + task * T * dk;
+    Real* vb = call.saved.v_bar + task * T * dv;
+    Real* qn = call.saved.q_norm + task * T;
+    Real* kn = call.saved.k_norm + task * T;
+    Real* vn = call.saved.v_norm + task * T;
+    Real* h = call.saved.h + task * T * dv;
+    const bool rotate = ws.rate[t] != 0;
+    const double* rot = ws.rotation.data() + t * T * 2;
+    const int64_t keys = ws.keys[t];
+    const Real* mask = ws.mask.data() + t * ws.mask_ld;
+    const Real r = static_cast<Real>(call.tiles[t].r), scale = static_cast<Real>(call.tiles[t].scale);
+    Real* k_t = th.k_t.data();
+    const int64_t ld_t = TransposedStride<Real>(T);
+    Real *s = th.s.data(), *weight = th.weight.data();
+    int32_t* accepted = th.accepted.data();
+    Real h_fixed[DV > 0 ? DV : 1];
+    Real* hi = DV > 0 ? h_fixed : th.row.data();
+    for (int64_t i = 0; i < T; ++i) {
+      const Real* row = Pb + i * ldp;
+      if (i + kAhead < T) {
+        PrefetchRow(row + kAhead * ldp, C);
+        PrefetchRowForWrite(call.U + (b * T + i + kAhead) * ldu + t * dv, dv);
+      }
+      // Steps 5–6: unit rows; MiPE on q̃ and k̃; k̃_i joins the transposed keys.
+      qn[i] = UnitRow<Real, DK>(row, qt + i * dk, dk);
+      kn[i] = UnitRow<Real, DK>(row + dk, kt + i * dk, dk);
+      vn[i] = UnitRow<Real, DV>(row + 2 * dk, vb + i * dv, dv);
+      if (rotate) {
+        RotateRow(qt + i * dk, rot[2 * i], rot[2 * i + 1]);
+        RotateRow(kt + i * dk, rot[2 * i], rot[2 * i + 1]);
+      }
+      for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
+      // Steps 7–10 over the window [j0, i].
+      const int64_t j0 = std::max<int64_t>(0, i - keys + 1), n = i - j0 + 1;
+      const Real* m = mask + (keys - 1 - (i - j0));  // m[jj] = m(i − j0 − jj)
+      Similarities<Target, Real, DK>(qt + i * dk, k_t + j0, ld_t, n, dk, s);
 #pragma omp simd
-    for (int64_t jj = 0; jj < n; ++jj) {
-      const Real a = TrimBase(s[jj], r);
-      weight[jj] = a <= 0 ? Real(0) : a * a * m[jj];  // NaN stays NaN
-    }
-    const int32_t count = Compact(weight, n, [](Real x) { return x != 0; }, accepted);
-    if constexpr (DV > 0) {
-      VecRow<Real, DV> acc;
-      acc.Zero();
-      for (int32_t e = 0; e < count; ++e) acc.AddScaled(weight[accepted[e]], vb + (j0 + accepted[e]) * DV);
-      acc.Store(hi);
-    } else {
-      std::fill(hi, hi + dv, Real(0));
-      for (int32_t e = 0; e < count; ++e) {
-        const Real wj = weight[accepted[e]];
-        const Real* vj = vb + (j0 + accepted[e]) * dv;
+      for (int64_t jj = 0; jj < n; ++jj) {
+        const Real a = TrimBase(s[jj], r);
+        weight[jj] = a <= 0 ? Real(0) : a * a * m[jj];  // NaN stays NaN
+      }
+      const int32_t count = Compact(weight, n, [](Real x) { return x != 0; }, accepted);
+      if constexpr (DV > 0) {
+        VecRow<Target, Real, DV> acc;
+        acc.Zero();
+        for (int32_t e = 0; e < count; ++e) acc.AddScaled(weight[accepted[e]], vb + (j0 + accepted[e]) * DV);
+        acc.Store(hi);
+      } else {
+        std::fill(hi, hi + dv, Real(0));
+        for (int32_t e = 0; e < count; ++e) {
+          const Real wj = weight[accepted[e]];
+          const Real* vj = vb + (j0 + accepted[e]) * dv;
 #pragma omp simd
-        for (int64_t c = 0; c < dv; ++c) hi[c] += wj * vj[c];
+          for (int64_t c = 0; c < dv; ++c) hi[c] += wj * vj[c];
+        }
+      }
+      // Steps 11–13.
+      Real sq = 0;
+#pragma omp simd reduction(+ : sq)
+      for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
+      Real f, unused;
+      TanhNormScale(std::sqrt(sq), &f, &unused);
+      const Real* g = row + 2 * dk + dv;
+      Real* out = call.U + (b * T + i) * ldu + t * dv;
+      Real* h_out = h + i * dv;
+#pragma omp simd
+      for (int64_t c = 0; c < dv; ++c) {
+        h_out[c] = hi[c];
+        out[c] = scale * hi[c] * f * GateForward(g[c]);
       }
     }
-    // Steps 11–13.
-    Real sq = 0;
-#pragma omp simd reduction(+ : sq)
-    for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
-    Real f, unused;
-    TanhNormScale(std::sqrt(sq), &f, &unused);
-    const Real* g = row + 2 * dk + dv;
-    Real* out = call.U + (b * T + i) * ldu + t * dv;
-    Real* h_out = h + i * dv;
-#pragma omp simd
-    for (int64_t c = 0; c < dv; ++c) {
-      h_out[c] = hi[c];
-      out[c] = scale * hi[c] * f * GateForward(g[c]);
-    }
   }
-}
+};
 
 // The backward, one pass as well: query i's output, gate and TanhNorm backward give
 // ∂L/∂h_i, its window's pairs are recomputed, and q̃_i is finished at once; key j
 // collects from queries j … j + keys − 1 in a ring of key slots and is finished as
 // soon as the last of them is done.
 template <typename Real, int DK, int DV>
-MS_SIMD_CLONES void BackwardTask(const Call<Real>& call, int64_t task, Thread<Real>& th, TileScalarGrads* grads) {
-  const ScreeningShape& shape = call.shape;
-  const ScreeningWorkspace<Real>& ws = call.ws;
-  const int64_t T = shape.seq, nt = shape.tiles, b = task / nt, t = task % nt;
-  const int64_t dk = DK > 0 ? DK : shape.d_k, dv = DV > 0 ? DV : shape.d_v;
-  const int64_t C = shape.p_cols(), ldp = nt * C, ldu = nt * dv;
-  const Real* Pb = call.P + b * T * ldp + t * C;
-  Real* dPb = call.dP + b * T * ldp + t * C;
-  const Real* qt = call.saved.q_tilde + task * T * dk;
-  const Real* kt = call.saved.k_tilde + task * T * dk;
-  const Real* vb = call.saved.v_bar + task * T * dv;
-  const Real* qn = call.saved.q_norm + task * T;
-  const Real* kn = call.saved.k_norm + task * T;
-  const Real* vn = call.saved.v_norm + task * T;
-  const Real* h = call.saved.h + task * T * dv;
-  const bool rotate = ws.rate[t] != 0;
-  const double* rot = ws.rotation.data() + t * T * 2;
-  const int64_t keys = ws.keys[t];
-  const Real* mask = ws.mask.data() + t * ws.mask_ld;
-  const Real* dmask = ws.dmask.data() + t * ws.mask_ld;
-  const Real r = static_cast<Real>(call.tiles[t].r), scale = static_cast<Real>(call.tiles[t].scale);
+struct BackwardTask {
+  template <typename Target>
+  MS_ALWAYS_INLINE static void Run(const Call<Real>& call, int64_t task, Thread<Real>& th, TileScalarGrads* grads) {
+    const ScreeningShape& shape = call.shape;
+    const ScreeningWorkspace<Real>& ws = call.ws;
+    const int64_t T = shape.seq, nt = shape.tiles, b = task / nt, t = task % nt;
+    const int64_t dk = DK > 0 ? DK : shape.d_k, dv = DV > 0 ? DV : shape.d_v;
+    const int64_t C = shape.p_cols(), ldp = nt * C, ldu = nt * dv;
+    const Real* Pb = call.P + b * T * ldp + t * C;
+    Real* dPb = call.dP + b * T * ldp + t * C;
+    const Real* qt = call.saved.q_tilde + task * T * dk;
+    const Real* kt = call.saved.k_tilde + task * T * dk;
+    const Real* vb = call.saved.v_bar + task * T * dv;
+    const Real* qn = call.saved.q_norm + task * T;
+    const Real* kn = call.saved.k_norm + task * T;
+    const Real* vn = call.saved.v_norm + task * T;
+    const Real* h = call.saved.h + task * T * dv;
+    const bool rotate = ws.rate[t] != 0;
+    const double* rot = ws.rotation.data() + t * T * 2;
+    const int64_t keys = ws.keys[t];
+    const Real* mask = ws.mask.data() + t * ws.mask_ld;
+    const Real* dmask = ws.dmask.data() + t * ws.mask_ld;
+    const Real r = static_cast<Real>(call.tiles[t].r), scale = static_cast<Real>(call.tiles[t].scale);
 
-  Real* k_t = th.k_t.data();
-  const int64_t ld_t = TransposedStride<Real>(T);
-  const int64_t ring = RingSlots(keys), slot_mask = ring - 1;
-  Real* dkey = th.dkey.data();  // [ring, d_k]: ∂L/∂k̃_j in slot j mod ring
-  Real* dval = th.dval.data();  // [ring, d_v]: ∂L/∂v̄_j
-  std::fill(dkey, dkey + ring * dk, Real(0));
-  std::fill(dval, dval + ring * dv, Real(0));
-  Real *s = th.s.data(), *trim = th.weight.data();
-  int32_t* accepted = th.accepted.data();
-  Real dh_fixed[DV > 0 ? DV : 1], dtn_fixed[DV > 0 ? DV : 1], dq_fixed[DK > 0 ? DK : 1];
-  Real* dh = DV > 0 ? dh_fixed : th.row.data();
-  Real* d_tn = DV > 0 ? dtn_fixed : th.row.data() + dv;
-  Real* dq = DK > 0 ? dq_fixed : th.row.data() + 2 * dv;
+    Real* k_t = th.k_t.data();
+    const int64_t ld_t = TransposedStride<Real>(T);
+    const int64_t ring = RingSlots(keys), slot_mask = ring - 1;
+    Real* dkey = th.dkey.data();  // [ring, d_k]: ∂L/∂k̃_j in slot j mod ring
+    Real* dval = th.dval.data();  // [ring, d_v]: ∂L/∂v̄_j
+    std::fill(dkey, dkey + ring * dk, Real(0));
+    std::fill(dval, dval + ring * dv, Real(0));
+    Real *s = th.s.data(), *trim = th.weight.data();
+    int32_t* accepted = th.accepted.data();
+    Real dh_fixed[DV > 0 ? DV : 1], dtn_fixed[DV > 0 ? DV : 1], dq_fixed[DK > 0 ? DK : 1];
+    Real* dh = DV > 0 ? dh_fixed : th.row.data();
+    Real* d_tn = DV > 0 ? dtn_fixed : th.row.data() + dv;
+    Real* dq = DK > 0 ? dq_fixed : th.row.data() + 2 * dv;
 
-  double d_scale = 0, sum_r = 0, sum_w = 0, d_rate_q = 0, d_rate_k = 0;
-  // Key j is complete: MiPE and unit normalization backward of k̃_j and v̄_j into dP.
-  auto finish_key = [&](int64_t j) {
-    Real* dkj = dkey + (j & slot_mask) * dk;
-    Real* dvj = dval + (j & slot_mask) * dv;
-    NormalizeRotateBackwardRow<Real, DK>(kt + j * dk, kn[j], dkj, rotate, rot[2 * j], rot[2 * j + 1],
-                                         static_cast<double>(shape.pos0 + j), dPb + j * ldp + dk, dk, &d_rate_k);
-    double unused = 0;
-    NormalizeRotateBackwardRow<Real, DV>(vb + j * dv, vn[j], dvj, false, 1, 0, 0, dPb + j * ldp + 2 * dk, dv,
-                                         &unused);
-    std::fill(dkj, dkj + dk, Real(0));
-    std::fill(dvj, dvj + dv, Real(0));
-  };
-  for (int64_t i = 0; i < T; ++i) {
-    if (i + kAhead < T) {
-      const int64_t ia = i + kAhead;
-      PrefetchRow(Pb + ia * ldp + 2 * dk + dv, dv);
-      PrefetchRow(call.dU + (b * T + ia) * ldu + t * dv, dv);
-      PrefetchRow(h + ia * dv, dv);
-      PrefetchRow(vb + ia * dv, dv);
-      PrefetchRowForWrite(dPb + ia * ldp, dk);
-      PrefetchRowForWrite(dPb + ia * ldp + 2 * dk + dv, dv);
-      if (ia + 1 - keys >= 0) PrefetchRowForWrite(dPb + (ia + 1 - keys) * ldp + dk, dk + dv);
-    }
-    for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
-    // Output scale and gate (steps 12–13), then TanhNorm (step 11): ∂L/∂h_i.
-    const Real* hi = h + i * dv;
-    const Real* g = Pb + i * ldp + 2 * dk + dv;
-    const Real* dUi = call.dU + (b * T + i) * ldu + t * dv;
-    Real* dg = dPb + i * ldp + 2 * dk + dv;
-    Real sq = 0;
+    double d_scale = 0, sum_r = 0, sum_w = 0, d_rate_q = 0, d_rate_k = 0;
+    // Key j is complete: MiPE and unit normalization backward of k̃_j and v̄_j into dP.
+    auto finish_key = [&](int64_t j) {
+      Real* dkj = dkey + (j & slot_mask) * dk;
+      Real* dvj = dval + (j & slot_mask) * dv;
+      NormalizeRotateBackwardRow<Real, DK>(kt + j * dk, kn[j], dkj, rotate, rot[2 * j], rot[2 * j + 1],
+                                           static_cast<double>(shape.pos0 + j), dPb + j * ldp + dk, dk, &d_rate_k);
+      double unused = 0;
+      NormalizeRotateBackwardRow<Real, DV>(vb + j * dv, vn[j], dvj, false, 1, 0, 0, dPb + j * ldp + 2 * dk, dv,
+                                           &unused);
+      std::fill(dkj, dkj + dk, Real(0));
+      std::fill(dvj, dvj + dv, Real(0));
+    };
+    for (int64_t i = 0; i < T; ++i) {
+      if (i + kAhead < T) {
+        const int64_t ia = i + kAhead;
+        PrefetchRow(Pb + ia * ldp + 2 * dk + dv, dv);
+        PrefetchRow(call.dU + (b * T + ia) * ldu + t * dv, dv);
+        PrefetchRow(h + ia * dv, dv);
+        PrefetchRow(vb + ia * dv, dv);
+        PrefetchRowForWrite(dPb + ia * ldp, dk);
+        PrefetchRowForWrite(dPb + ia * ldp + 2 * dk + dv, dv);
+        if (ia + 1 - keys >= 0) PrefetchRowForWrite(dPb + (ia + 1 - keys) * ldp + dk, dk + dv);
+      }
+      for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
+      // Output scale and gate (steps 12–13), then TanhNorm (step 11): ∂L/∂h_i.
+      const Real* hi = h + i * dv;
+      const Real* g = Pb + i * ldp + 2 * dk + dv;
+      const Real* dUi = call.dU + (b * T + i) * ldu + t * dv;
+      Real* dg = dPb + i * ldp + 2 * dk + dv;
+      Real sq = 0;
 #pragma omp simd reduction(+ : sq)
-    for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
-    Real f, f_dn;
-    TanhNormScale(std::sqrt(sq), &f, &f_dn);
-    double row_scale = 0;
-    Real dot = 0;
+      for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
+      Real f, f_dn;
+      TanhNormScale(std::sqrt(sq), &f, &f_dn);
+      double row_scale = 0;
+      Real dot = 0;
 #pragma omp simd reduction(+ : row_scale, dot)
-    for (int64_t c = 0; c < dv; ++c) {
-      Real gate, gate_dg;
-      GateForwardAndDerivative(g[c], &gate, &gate_dg);
-      const Real tn = hi[c] * f;
-      row_scale += static_cast<double>(dUi[c]) * tn * gate;
-      d_tn[c] = scale * dUi[c] * gate;
-      dg[c] = scale * dUi[c] * tn * gate_dg;
-      dot += hi[c] * d_tn[c];
-    }
-    d_scale += row_scale;
+      for (int64_t c = 0; c < dv; ++c) {
+        Real gate, gate_dg;
+        GateForwardAndDerivative(g[c], &gate, &gate_dg);
+        const Real tn = hi[c] * f;
+        row_scale += static_cast<double>(dUi[c]) * tn * gate;
+        d_tn[c] = scale * dUi[c] * gate;
+        dg[c] = scale * dUi[c] * tn * gate_dg;
+        dot += hi[c] * d_tn[c];
+      }
+      d_scale += row_scale;
 #pragma omp simd
-    for (int64_t c = 0; c < dv; ++c) dh[c] = f * d_tn[c] + f_dn * dot * hi[c];
+      for (int64_t c = 0; c < dv; ++c) dh[c] = f * d_tn[c] + f_dn * dot * hi[c];
 
-    // Aggregate, Trim, Softmask (steps 7–10), relevance recomputed.
-    const int64_t j0 = std::max<int64_t>(0, i - keys + 1), n = i - j0 + 1;
-    const Real* m = mask + (keys - 1 - (i - j0));
-    const Real* dm = dmask + (keys - 1 - (i - j0));
-    const Real* qi = qt + i * dk;
-    Similarities<Real, DK>(qi, k_t + j0, ld_t, n, dk, s);
+      // Aggregate, Trim, Softmask (steps 7–10), relevance recomputed.
+      const int64_t j0 = std::max<int64_t>(0, i - keys + 1), n = i - j0 + 1;
+      const Real* m = mask + (keys - 1 - (i - j0));
+      const Real* dm = dmask + (keys - 1 - (i - j0));
+      const Real* qi = qt + i * dk;
+      Similarities<Target, Real, DK>(qi, k_t + j0, ld_t, n, dk, s);
 #pragma omp simd
-    for (int64_t jj = 0; jj < n; ++jj) trim[jj] = TrimBase(s[jj], r);
-    const int32_t count = Compact(trim, n, [](Real a) { return !(a <= 0); }, accepted);
-    constexpr bool kFixed = DK > 0 && DV > 0;
-    const Real two_over_r = Real(2) / r;
-    const double inv_r2 = 1.0 / (double(r) * r);
-    // With fixed widths ∂L/∂h_i and ∂L/∂q̃_i stay in vector registers over the keys.
-    VecRow<Real, kFixed ? DV : 64 / sizeof(Real)> dh_reg;
-    VecRow<Real, kFixed ? DK : 64 / sizeof(Real)> dq_reg;
-    if constexpr (kFixed) {
-      dh_reg.Load(dh);
-      dq_reg.Zero();
-    } else {
-      std::fill(dq, dq + dk, Real(0));
-    }
-    for (int32_t e = 0; e < count; ++e) {
-      const int64_t jj = accepted[e], j = j0 + jj;
-      const Real a = trim[jj], mj = m[jj];
-      const Real* vj = vb + j * dv;
-      Real d_weight = 0;  // ∂L/∂(α m)
+      for (int64_t jj = 0; jj < n; ++jj) trim[jj] = TrimBase(s[jj], r);
+      const int32_t count = Compact(trim, n, [](Real a) { return !(a <= 0); }, accepted);
+      constexpr bool kFixed = DK > 0 && DV > 0;
+      const Real two_over_r = Real(2) / r;
+      const double inv_r2 = 1.0 / (double(r) * r);
+      // With fixed widths ∂L/∂h_i and ∂L/∂q̃_i stay in vector registers over the keys.
+      VecRow<Target, Real, kFixed ? DV : kLanes<Target, Real>> dh_reg;
+      VecRow<Target, Real, kFixed ? DK : kLanes<Target, Real>> dq_reg;
       if constexpr (kFixed) {
-        d_weight = dh_reg.Dot(vj);
+        dh_reg.Load(dh);
+        dq_reg.Zero();
       } else {
+        std::fill(dq, dq + dk, Real(0));
+      }
+      for (int32_t e = 0; e < count; ++e) {
+        const int64_t jj = accepted[e], j = j0 + jj;
+        const Real a = trim[jj], mj = m[jj];
+        const Real* vj = vb + j * dv;
+        Real d_weight = 0;  // ∂L/∂(α m)
+        if constexpr (kFixed) {
+          d_weight = dh_reg.Dot(vj);
+        } else {
 #pragma omp simd reduction(+ : d_weight)
-        for (int64_t c = 0; c < dv; ++c) d_weight += dh[c] * vj[c];
-      }
-      const Real weight = a * a * mj;
-      if (weight != 0) {
-        Real* dvj = dval + (j & slot_mask) * dv;
+          for (int64_t c = 0; c < dv; ++c) d_weight += dh[c] * vj[c];
+        }
+        const Real weight = a * a * mj;
+        if (weight != 0) {
+          Real* dvj = dval + (j & slot_mask) * dv;
 #pragma omp simd
-        for (int64_t c = 0; c < dv; ++c) dvj[c] += weight * dh[c];
-      }
-      const Real ds = d_weight * mj * a * two_over_r;
-      sum_r += static_cast<double>(d_weight) * mj * 2.0 * a * (1.0 - s[jj]) * inv_r2;
-      sum_w += static_cast<double>(d_weight) * a * a * dm[jj];
-      if (ds != 0) {
-        const Real* kj = kt + j * dk;
-        Real* dkj = dkey + (j & slot_mask) * dk;
-        if constexpr (kFixed) dq_reg.AddScaled(ds, kj);
+          for (int64_t c = 0; c < dv; ++c) dvj[c] += weight * dh[c];
+        }
+        const Real ds = d_weight * mj * a * two_over_r;
+        sum_r += static_cast<double>(d_weight) * mj * 2.0 * a * (1.0 - s[jj]) * inv_r2;
+        sum_w += static_cast<double>(d_weight) * a * a * dm[jj];
+        if (ds != 0) {
+          const Real* kj = kt + j * dk;
+          Real* dkj = dkey + (j & slot_mask) * dk;
+          if constexpr (kFixed) dq_reg.AddScaled(ds, kj);
 #pragma omp simd
-        for (int64_t c = 0; c < dk; ++c) {
-          if constexpr (!kFixed) dq[c] += ds * kj[c];
-          dkj[c] += ds * qi[c];
+          for (int64_t c = 0; c < dk; ++c) {
+            if constexpr (!kFixed) dq[c] += ds * kj[c];
+            dkj[c] += ds * qi[c];
+          }
         }
       }
+      if constexpr (kFixed) dq_reg.Store(dq);
+      // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
+      NormalizeRotateBackwardRow<Real, DK>(qi, qn[i], dq, rotate, rot[2 * i], rot[2 * i + 1],
+                                           static_cast<double>(shape.pos0 + i), dPb + i * ldp, dk, &d_rate_q);
+      if (i - keys + 1 >= 0) finish_key(i - keys + 1);
     }
-    if constexpr (kFixed) dq_reg.Store(dq);
-    // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
-    NormalizeRotateBackwardRow<Real, DK>(qi, qn[i], dq, rotate, rot[2 * i], rot[2 * i + 1],
-                                         static_cast<double>(shape.pos0 + i), dPb + i * ldp, dk, &d_rate_q);
-    if (i - keys + 1 >= 0) finish_key(i - keys + 1);
+    for (int64_t j = std::max<int64_t>(0, T - keys + 1); j < T; ++j) finish_key(j);
+    grads->scale = d_scale;
+    grads->r = sum_r;
+    grads->w = sum_w + (d_rate_q + d_rate_k) * ws.rate_dw[t];
   }
-  for (int64_t j = std::max<int64_t>(0, T - keys + 1); j < T; ++j) finish_key(j);
-  grads->scale = d_scale;
-  grads->r = sum_r;
-  grads->w = sum_w + (d_rate_q + d_rate_k) * ws.rate_dw[t];
-}
+};
 
 // ---- the call: tables, scratch, tasks ---------------------------------------------
 
@@ -563,9 +569,9 @@ void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScal
   const bool fixed = shape.d_k == 16 && shape.d_v == 64;
   RunTasks(shape, tiles, *ws, [&](Thread<Real>& th, int64_t task) {
     if (fixed) {
-      ForwardTask<Real, 16, 64>(call, task, th);
+      IsaDispatch<ForwardTask<Real, 16, 64>>(call, task, th);
     } else {
-      ForwardTask<Real, 0, 0>(call, task, th);
+      IsaDispatch<ForwardTask<Real, 0, 0>>(call, task, th);
     }
   });
 }
@@ -582,9 +588,9 @@ void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileSca
   const bool fixed = shape.d_k == 16 && shape.d_v == 64;
   RunTasks(shape, tiles, *ws, [&](Thread<Real>& th, int64_t task) {
     if (fixed) {
-      BackwardTask<Real, 16, 64>(call, task, th, &ws->partial[task]);
+      IsaDispatch<BackwardTask<Real, 16, 64>>(call, task, th, &ws->partial[task]);
     } else {
-      BackwardTask<Real, 0, 0>(call, task, th, &ws->partial[task]);
+      IsaDispatch<BackwardTask<Real, 0, 0>>(call, task, th, &ws->partial[task]);
     }
   });
   // Sum over the batch in a fixed order (deterministic whatever the threads).

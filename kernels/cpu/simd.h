@@ -1,13 +1,6 @@
-// Helpers for the CPU kernels' hot loops: dispatch to the machine's vector width, and
-// exp/tanh written so that the compiler vectorizes them (`#pragma omp simd` loops).
-//
-// A default build targets baseline x86-64 (SSE2), since CI machines differ. Functions
-// marked MS_SIMD_CLONES are compiled three times — baseline, x86-64-v3 (AVX2 + FMA)
-// and x86-64-v4 (AVX-512) — and the loader picks the best one for the CPU it runs on
-// (GCC function multiversioning). With -DMULTISCREEN_NATIVE=ON the whole build uses
-// -march=native instead and the clones are dropped. Results may differ in the last
-// bits between machines (FMA contraction, vector reduction order); on one machine
-// they are deterministic.
+// Helpers for the CPU kernels' hot loops: vector values of a path's width (kernels/cpu/isa.h
+// says how a kernel body is compiled for each path), and exp/tanh written so that the
+// compiler vectorizes them (`#pragma omp simd` loops) or runs them on those vectors.
 #pragma once
 
 #include <bit>
@@ -15,51 +8,65 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(MULTISCREEN_NATIVE) && !defined(__CUDACC__)
-#define MS_SIMD_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define MS_SIMD_CLONES
-#endif
+#include "kernels/cpu/isa.h"
 
 namespace multiscreen::kernels::cpu {
 
-// 64 bytes of Real as one value (GCC/Clang vector extension): one AVX-512 register,
-// or two AVX2 or four SSE registers, whichever clone runs. Keep such values inside
-// one function (passing them by value across clones changes the ABI).
-template <typename Real>
-struct Vec64;
-template <>
-struct Vec64<float> {
-  typedef float type __attribute__((vector_size(64)));
-};
-template <>
-struct Vec64<double> {
-  typedef double type __attribute__((vector_size(64)));
-};
+// Bytes of Real as one value (GCC/Clang vector extension): 16 (SSE2), 32 (AVX2) or 64
+// (AVX-512). Keep such values inside one path's function (their calling convention
+// differs between targets).
+template <typename Real, int Bytes>
+struct VecOf;
+#define MS_VEC_OF(T, N)                                  \
+  template <>                                            \
+  struct VecOf<T, N> {                                   \
+    typedef T type __attribute__((vector_size(N)));      \
+  };
+MS_VEC_OF(float, 16)
+MS_VEC_OF(float, 32)
+MS_VEC_OF(float, 64)
+MS_VEC_OF(double, 16)
+MS_VEC_OF(double, 32)
+MS_VEC_OF(double, 64)
+MS_VEC_OF(int32_t, 16)
+MS_VEC_OF(int32_t, 32)
+MS_VEC_OF(int32_t, 64)
+#undef MS_VEC_OF
 
-// The sum of a Vec64's lanes as a tree of halves (log2 of the lanes in dependent adds).
-template <typename Real>
-__attribute__((always_inline)) inline Real HorizontalSum(typename Vec64<Real>::type v) {
-  typedef Real V32 __attribute__((vector_size(32)));
-  typedef Real V16 __attribute__((vector_size(16)));
-  V32 lo, hi;
-  std::memcpy(&lo, &v, 32);
-  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + 32, 32);
-  const V32 s32 = lo + hi;
-  V16 a, b;
-  std::memcpy(&a, &s32, 16);
-  std::memcpy(&b, reinterpret_cast<const char*>(&s32) + 16, 16);
-  const V16 s16 = a + b;
-  Real r = s16[0];
-  for (int l = 1; l < int(16 / sizeof(Real)); ++l) r += s16[l];
-  return r;
+// A Target's vector of Real (one register of its path).
+template <typename Target, typename Real>
+using Vec = typename VecOf<Real, Target::kVecBytes>::type;
+// Lanes of a Target's vector of Real.
+template <typename Target, typename Real>
+inline constexpr int kLanes = Target::kVecBytes / int(sizeof(Real));
+
+// The sum of a vector's lanes as a tree of halves down to 16 bytes, then in lane order.
+// The order depends on the width, so paths differ in the last bits.
+template <typename Real, int Bytes>
+MS_ALWAYS_INLINE Real HorizontalSum(typename VecOf<Real, Bytes>::type v) {
+  if constexpr (Bytes > 16) {
+    typedef typename VecOf<Real, Bytes / 2>::type Half;
+    Half lo, hi;
+    std::memcpy(&lo, &v, Bytes / 2);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + Bytes / 2, Bytes / 2);
+    return HorizontalSum<Real, Bytes / 2>(lo + hi);
+  } else {
+    Real r = v[0];
+    for (int l = 1; l < Bytes / int(sizeof(Real)); ++l) r += v[l];
+    return r;
+  }
+}
+// HorizontalSum of a Target's vector.
+template <typename Target, typename Real>
+MS_ALWAYS_INLINE Real HorizontalSum(Vec<Target, Real> v) {
+  return HorizontalSum<Real, Target::kVecBytes>(v);
 }
 
 // The core of ExpFast on an argument already inside [−87.34, 88.7] (Cephes expf:
 // x = n ln2 + r, |r| ≤ ln2/2, a degree-6 polynomial for e^r, then 2^n through the
 // exponent bits). F: float or a vector of floats; I: int32 of the same shape.
 template <typename F, typename I>
-__attribute__((always_inline)) inline F ExpCore(F xc) {
+MS_ALWAYS_INLINE F ExpCore(F xc) {
   constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
   const F t = xc * 1.44269504088896341f + kMagic;
   const I n = std::bit_cast<I>(t) - std::bit_cast<int32_t>(kMagic);
@@ -85,18 +92,18 @@ inline float ExpFast(float x) {
 }
 inline double ExpFast(double x) { return std::exp(x); }
 
-// ExpFast on each lane of a Vec64 (fp32: the same steps in vector registers; fp64:
-// std::exp lane by lane). NaN lanes stay NaN. kInRange: the caller guarantees every
+// ExpFast on each lane of a Target's vector (fp32: the same steps in vector registers;
+// fp64: std::exp lane by lane). NaN lanes stay NaN. kInRange: the caller guarantees every
 // lane is NaN or inside [−87.33, 88.7], so the clamps are skipped (a third of the work).
-template <typename Real, bool kInRange = false>
-__attribute__((always_inline)) inline typename Vec64<Real>::type ExpFastVec(typename Vec64<Real>::type x) {
-  typedef typename Vec64<Real>::type V;
+template <typename Target, typename Real, bool kInRange = false>
+MS_ALWAYS_INLINE Vec<Target, Real> ExpFastVec(Vec<Target, Real> x) {
+  typedef Vec<Target, Real> V;
   if constexpr (sizeof(Real) == 8) {
     V e;
-    for (int l = 0; l < 8; ++l) e[l] = std::exp(x[l]);
+    for (int l = 0; l < kLanes<Target, Real>; ++l) e[l] = std::exp(x[l]);
     return e;
   } else {
-    typedef int32_t I __attribute__((vector_size(64)));
+    typedef typename VecOf<int32_t, Target::kVecBytes>::type I;
     const V lo = V{} - 87.33654f, hi = V{} + 88.7f;
     V xc = x;
     if constexpr (!kInRange) xc = x < lo ? lo : (x > hi ? hi : x);

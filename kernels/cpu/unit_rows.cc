@@ -11,38 +11,45 @@ namespace {
 // Rows per task when a call is split over threads (the vocabulary-sized calls).
 constexpr int64_t kRowsPerTask = 1024;
 
+// Rows [r0, r1), a body per instruction-set path (isa.h).
 template <typename Real>
-MS_SIMD_CLONES void ForwardRows(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t r0,
-                                int64_t r1, int64_t d) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const Real n = UnitRow(x + r * ldx, y + r * ldy, d);
-    if (norm != nullptr) norm[r] = n;
+struct ForwardRows {
+  template <typename Target>
+  MS_ALWAYS_INLINE static void Run(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t r0,
+                                   int64_t r1, int64_t d) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const Real n = UnitRow(x + r * ldx, y + r * ldy, d);
+      if (norm != nullptr) norm[r] = n;
+    }
   }
-}
+};
 
 template <typename Real>
-MS_SIMD_CLONES void BackwardRows(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy, Real* dx,
-                                 int64_t lddx, int64_t r0, int64_t r1, int64_t d, bool accumulate) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const Real* yr = y + r * ldy;
-    const Real* dyr = dy + r * lddy;
-    Real* dxr = dx + r * lddx;
-    const bool clamped = !(norm[r] > Real(kUnitNormFloor));
-    const Real inv = Real(1) / (clamped ? Real(kUnitNormFloor) : norm[r]);
-    Real dot = 0;
-    if (!clamped) {
+struct BackwardRows {
+  template <typename Target>
+  MS_ALWAYS_INLINE static void Run(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy,
+                                   Real* dx, int64_t lddx, int64_t r0, int64_t r1, int64_t d, bool accumulate) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const Real* yr = y + r * ldy;
+      const Real* dyr = dy + r * lddy;
+      Real* dxr = dx + r * lddx;
+      const bool clamped = !(norm[r] > Real(kUnitNormFloor));
+      const Real inv = Real(1) / (clamped ? Real(kUnitNormFloor) : norm[r]);
+      Real dot = 0;
+      if (!clamped) {
 #pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < d; ++c) dot += yr[c] * dyr[c];
-    }
-    if (accumulate) {
+        for (int64_t c = 0; c < d; ++c) dot += yr[c] * dyr[c];
+      }
+      if (accumulate) {
 #pragma omp simd
-      for (int64_t c = 0; c < d; ++c) dxr[c] += (dyr[c] - yr[c] * dot) * inv;
-    } else {
+        for (int64_t c = 0; c < d; ++c) dxr[c] += (dyr[c] - yr[c] * dot) * inv;
+      } else {
 #pragma omp simd
-      for (int64_t c = 0; c < d; ++c) dxr[c] = (dyr[c] - yr[c] * dot) * inv;
+        for (int64_t c = 0; c < d; ++c) dxr[c] = (dyr[c] - yr[c] * dot) * inv;
+      }
     }
   }
-}
+};
 
 }  // namespace
 
@@ -50,7 +57,7 @@ template <typename Real>
 void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows, int64_t d) {
 #pragma omp parallel for schedule(static) if (rows > kRowsPerTask)
   for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerTask) {
-    ForwardRows(x, ldx, y, ldy, norm, r0, std::min(rows, r0 + kRowsPerTask), d);
+    IsaDispatch<ForwardRows<Real>>(x, ldx, y, ldy, norm, r0, std::min(rows, r0 + kRowsPerTask), d);
   }
 }
 
@@ -59,7 +66,7 @@ void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* 
                       Real* dx, int64_t lddx, int64_t rows, int64_t d, bool accumulate) {
 #pragma omp parallel for schedule(static) if (rows > kRowsPerTask)
   for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerTask) {
-    BackwardRows(y, ldy, norm, dy, lddy, dx, lddx, r0, std::min(rows, r0 + kRowsPerTask), d, accumulate);
+    IsaDispatch<BackwardRows<Real>>(y, ldy, norm, dy, lddy, dx, lddx, r0, std::min(rows, r0 + kRowsPerTask), d, accumulate);
   }
 }
 

@@ -90,6 +90,61 @@ class BenchTest(OneLineErrors):
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--lr=nan"), "--lr=nan")
         self.assert_one_line_error(run("screening", "--T=100000", "--micro_batch=100000"), "above 2^31")
 
+    def test_every_instruction_set_path_and_head_path_is_named_and_runs(self):
+        # psi8's d_E = 64 takes the panel head; each path this CPU runs (--isa), and the
+        # BLAS head, must train to the same losses up to rounding.
+        best = None
+        losses = {}
+        for isa in ("generic", "avx2", "avx512"):
+            for head in ("panels", "blas"):
+                r = run("train", "--model=psi8", "--seq_len=16", "--micro_batch=1", "--steps=2", "--warmup=0",
+                        f"--isa={isa}", f"--head_path={head}", "--json")
+                if r.returncode != 0:
+                    self.assertIn("this CPU cannot run the", r.stderr)  # a path the CPU lacks: one line
+                    self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                    continue
+                j = json.loads(r.stdout)
+                self.assertEqual((j["isa"], j["head_path"]), (isa, head))
+                self.assertIn(j["cpu_best_isa"], ("generic", "avx2", "avx512"))
+                self.assertTrue(j["cpu"])
+                best = j["cpu_best_isa"]
+                losses[(isa, head)] = j["loss_last"]
+        self.assertIn(("generic", "panels"), losses)
+        ref = losses[("generic", "blas")]
+        for key, loss in losses.items():
+            self.assertAlmostEqual(loss, ref, delta=1e-4 * abs(ref), msg=key)
+        if best == "avx512":
+            self.assertEqual(len(losses), 6)
+        # Below psi8's 64-wide head, the tiny model's head is BLAS whatever was asked.
+        r = run("train", "--model=tiny_psi2", "--seq_len=8", "--steps=1", "--warmup=0", "--json")
+        self.assertEqual(json.loads(r.stdout)["head_path"], "blas")
+
+    def test_compare_paths_prints_every_path_beside_blas(self):
+        r = run("train", "--model=psi8", "--seq_len=16", "--micro_batch=1", "--steps=1", "--warmup=0",
+                "--compare_paths", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        paths = [(p["isa"], p["head_path"]) for p in j["paths"]]
+        self.assertIn(("generic", "blas"), paths)
+        self.assertIn(("generic", "panels"), paths)
+        self.assertIn((j["cpu_best_isa"], "panels"), paths)
+        for p in j["paths"]:
+            self.assertGreater(p["step_seconds"], 0)
+            if p["head_path"] == "blas":
+                self.assertAlmostEqual(p["blas_over_this"], 1.0)
+        r = run("train", "--model=psi8", "--seq_len=16", "--steps=1", "--warmup=0", "--compare_paths")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("vs blas", r.stdout)
+
+    def test_a_bad_instruction_set_path_is_one_line(self):
+        self.assert_one_line_error(run("train", "--model=tiny_psi2", "--isa=avx9"), "--isa=avx9")
+        self.assert_one_line_error(run("train", "--model=tiny_psi2", "--head_path=gpu"), "--head_path=gpu")
+        r = subprocess.run([BIN, "bench", "train", "--model=tiny_psi2", "--steps=1", "--warmup=0"],
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, MULTISCREEN_ISA="sse9"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("MULTISCREEN_ISA=sse9", r.stderr)
+
     def test_another_subcommands_flag_is_refused(self):
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--T=64"), "--T is not a flag of this command")
         self.assert_one_line_error(run("screening", "--seq_len=64"), "--seq_len is not a flag of this command")

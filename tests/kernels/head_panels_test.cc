@@ -1,15 +1,18 @@
-// The head's panel kernels against plain loops in fp64: every register tile and its
+// The head's panel kernels against plain loops in fp64, on every instruction-set path
+// (each has its own register tiles): every register tile and its
 // tails (rows not a multiple of the tile, a vocabulary that ends inside a panel, panel
 // ranges that start past 0), in fp32 and fp64, for d_E of one, two and four vectors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/head_panels.h"
 #include "kernels/cpu/simd.h"
+#include "tests/kernels/isa_test.h"
 
 namespace multiscreen::kernels::cpu {
 namespace {
@@ -106,29 +109,23 @@ void CheckPanels(int64_t rows, int64_t d_e, int64_t V, int64_t p0, int64_t p1, d
   }
 }
 
-TEST(HeadPanelsTest, Fp32KernelsMatchPlainLoops) {
+class HeadPanelsTest : public IsaTest {};
+MS_INSTANTIATE_ON_EVERY_ISA(HeadPanelsTest);
+
+TEST_P(HeadPanelsTest, Fp32KernelsMatchPlainLoops) {
   CheckPanels<float>(13, 64, 100, 0, 4, 2e-6);   // 13 rows: one 8-row tile and tails; V ends inside panel 3
   CheckPanels<float>(8, 16, 70, 1, 3, 2e-6);     // one vector of d_E; panels [1, 3)
   CheckPanels<float>(3, 32, 32, 0, 1, 2e-6);     // two vectors of d_E; one full panel
   CheckPanels<float>(20, 64, 200, 2, 7, 2e-6);   // d_E = 64 as in Ψ = 8; the last panel is partial
 }
 
-TEST(HeadPanelsTest, Fp64KernelsMatchPlainLoops) {
+TEST_P(HeadPanelsTest, Fp64KernelsMatchPlainLoops) {
   CheckPanels<double>(13, 16, 100, 0, 4, 1e-13);
   CheckPanels<double>(7, 8, 45, 1, 2, 1e-13);
   CheckPanels<double>(9, 64, 96, 0, 3, 1e-13);
 }
 
-TEST(HeadPanelsTest, NarrowRegisterTilesMatchPlainLoops) {  // the tiles CPUs without AVX-512 take
-  HeadPanelsForceNarrowTiles(true);
-  CheckPanels<float>(13, 64, 100, 0, 4, 2e-6);
-  CheckPanels<float>(5, 16, 70, 1, 3, 2e-6);
-  CheckPanels<double>(7, 8, 45, 1, 2, 1e-13);
-  CheckPanels<double>(9, 64, 96, 0, 3, 1e-13);
-  HeadPanelsForceNarrowTiles(false);
-}
-
-TEST(HeadPanelsTest, WidthsThatAreNotWholeVectorsAreRefused) {
+TEST(HeadPanelsSupportTest, WidthsThatAreNotWholeVectorsAreRefused) {
   EXPECT_FALSE(HeadPanelsSupport<float>(4));
   EXPECT_FALSE(HeadPanelsSupport<float>(24));
   EXPECT_TRUE(HeadPanelsSupport<float>(16));
@@ -136,13 +133,26 @@ TEST(HeadPanelsTest, WidthsThatAreNotWholeVectorsAreRefused) {
   EXPECT_FALSE(HeadPanelsSupport<double>(4));
 }
 
-TEST(HeadPanelsTest, ExpFastVecIsExpFastLaneByLane) {
-  typedef Vec64<float>::type V;
-  V x;
+// ExpFastVec on one Target's vectors, lane by lane against ExpFast (compiled for that path).
+struct ExpFastVecLanes {
+  template <typename Target>
+  MS_ALWAYS_INLINE static void Run(const float* x, float* clamped, float* in_range) {
+    constexpr int L = kLanes<Target, float>;
+    for (int i = 0; i < 16; i += L) {
+      Vec<Target, float> v;
+      std::memcpy(&v, x + i, sizeof(v));
+      const Vec<Target, float> e = ExpFastVec<Target, float>(v), e_in = ExpFastVec<Target, float, true>(v);
+      std::memcpy(clamped + i, &e, sizeof(e));
+      std::memcpy(in_range + i, &e_in, sizeof(e_in));
+    }
+  }
+};
+
+TEST_P(HeadPanelsTest, ExpFastVecIsExpFastLaneByLane) {
   const float inputs[16] = {-100.f, -87.4f, -87.3f, -20.f, -1.f, -1e-8f, 0.f, 1e-8f,
                             0.5f,   1.f,    10.f,   50.f,  88.f, 88.7f, 95.f, std::nanf("")};
-  for (int l = 0; l < 16; ++l) x[l] = inputs[l];
-  const V e = ExpFastVec<float>(x);
+  float e[16], unused[16];
+  IsaDispatch<ExpFastVecLanes>(inputs, e, unused);
   for (int l = 0; l < 15; ++l) {
     const float ref = ExpFast(inputs[l]);
     EXPECT_NEAR(e[l], ref, 2e-7f * ref) << inputs[l];
@@ -150,10 +160,11 @@ TEST(HeadPanelsTest, ExpFastVecIsExpFastLaneByLane) {
   EXPECT_TRUE(std::isnan(e[15]));
   EXPECT_EQ(e[0], 0.0f);
   // Without the clamps: the same inside the range, and NaN still NaN.
+  float x[16], clamped[16], e_in[16];
   for (int l = 0; l < 16; ++l) x[l] = -87.3f + 11.6f * l;
   x[15] = std::nanf("");
-  const V e_in = ExpFastVec<float, true>(x);
-  for (int l = 0; l < 15; ++l) EXPECT_EQ(e_in[l], ExpFastVec<float>(x)[l]) << x[l];
+  IsaDispatch<ExpFastVecLanes>(x, clamped, e_in);
+  for (int l = 0; l < 15; ++l) EXPECT_EQ(e_in[l], clamped[l]) << x[l];
   EXPECT_TRUE(std::isnan(e_in[15]));
 }
 

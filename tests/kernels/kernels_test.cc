@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
@@ -10,6 +11,7 @@
 #include "kernels/cpu/softmask.h"
 #include "kernels/cpu/tanh_norm.h"
 #include "kernels/cpu/unit_rows.h"
+#include "tests/kernels/isa_test.h"
 
 namespace multiscreen::kernels::cpu {
 namespace {
@@ -106,7 +108,10 @@ TEST(UnitRowsTest, FloorKeepsZeroRowsFinite) {
   EXPECT_FLOAT_EQ(n[1], 5.0f);
 }
 
-TEST(Fp16Test, RoundingMatchesTheCompilersHalfConversionOnEveryPath) {
+class Fp16Test : public IsaTest {};  // F16C on the avx2 and avx512 paths, scalar on generic
+MS_INSTANTIATE_ON_EVERY_ISA(Fp16Test);
+
+TEST_P(Fp16Test, RoundingMatchesTheCompilersHalfConversionOnEveryPath) {
   // Values across fp16's range: normals, subnormals, ties, overflow, zeros, NaN; 37 of
   // them so that the vector loop and its scalar tail both run.
   std::vector<float> x = {0.f, -0.f, 1.f, 1.0009765625f, 1.00048828125f, 1.00146484375f, 65504.f, 65519.f,
@@ -129,6 +134,32 @@ TEST(Fp16Test, RoundingMatchesTheCompilersHalfConversionOnEveryPath) {
   EXPECT_EQ(x[5], 1.001953125f);     // the other tie rounds up to even
   EXPECT_TRUE(std::isinf(x[8]));     // 65520 rounds past the largest half
   EXPECT_EQ(x[12], 0.f);             // half of the smallest subnormal ties to zero
+}
+
+TEST(IsaSelectionTest, NamesParseAndTheCapHoldsOnlyForPathsTheCpuRuns) {
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    auto parsed = ParseIsa(IsaName(isa));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, isa);
+  }
+  EXPECT_EQ(*ParseIsa("AVX2"), Isa::kAvx2);
+  EXPECT_EQ(*ParseIsa("native"), CpuIsa());
+  EXPECT_FALSE(ParseIsa("sse9").ok());
+  const std::vector<Isa> supported = SupportedIsas();
+  ASSERT_FALSE(supported.empty());
+  EXPECT_EQ(supported.front(), Isa::kGeneric);
+  EXPECT_EQ(supported.back(), CpuIsa());
+  const Isa saved = ActiveIsa();
+  for (Isa isa : supported) {
+    ASSERT_TRUE(SetIsaCap(isa).ok());
+    EXPECT_EQ(ActiveIsa(), isa);
+  }
+  if (CpuIsa() != Isa::kAvx512) {
+    const absl::Status s = SetIsaCap(Isa::kAvx512);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(std::string(s.message()).find("this CPU cannot run the avx512 path"), std::string::npos) << s;
+  }
+  ASSERT_TRUE(SetIsaCap(saved).ok());
 }
 
 TEST(Bf16Test, RoundsToNearestEven) {

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/mipe.h"
 #include "kernels/cpu/screening.h"
+#include "tests/kernels/isa_test.h"
 
 // Counts operator new calls while g_counting is set (for the no-allocation test).
 std::atomic<bool> g_counting{false};
@@ -151,7 +152,11 @@ std::vector<double> DenseReference(const Problem<double>& p) {
   return U;
 }
 
-TEST(ScreeningKernelTest, FixedWidthForwardMatchesADenseReference) {
+// The kernels' tests run on every instruction-set path (each has its own vector width).
+class ScreeningKernelTest : public IsaTest {};
+MS_INSTANTIATE_ON_EVERY_ISA(ScreeningKernelTest);
+
+TEST_P(ScreeningKernelTest, FixedWidthForwardMatchesADenseReference) {
   Problem<double> p(2, 40, SomeTiles(), 1);
   p.Forward();
   const std::vector<double> want = DenseReference(p);
@@ -168,7 +173,7 @@ double Objective(Problem<double>& p, const std::vector<double>& R) {
   return sum;
 }
 
-TEST(ScreeningKernelTest, FixedWidthBackwardMatchesCentralDifferences) {
+TEST_P(ScreeningKernelTest, FixedWidthBackwardMatchesCentralDifferences) {
   Problem<double> p(1, 24, SomeTiles(), 2);
   std::mt19937_64 rng(3);
   std::normal_distribution<double> normal(0, 1);
@@ -219,7 +224,7 @@ TEST(ScreeningKernelTest, FixedWidthBackwardMatchesCentralDifferences) {
   }
 }
 
-TEST(ScreeningKernelTest, Fp32FixedWidthPathAgreesWithFp64) {
+TEST_P(ScreeningKernelTest, Fp32FixedWidthPathAgreesWithFp64) {
   Problem<double> p64(2, 64, SomeTiles(), 4);
   Problem<float> p32(2, 64, SomeTiles(), 4);
   for (size_t i = 0; i < p64.P.size(); ++i) p64.P[i] = p32.P[i];  // the same fp32-representable inputs
@@ -248,7 +253,7 @@ TEST(ScreeningKernelTest, Fp32FixedWidthPathAgreesWithFp64) {
   }
 }
 
-TEST(ScreeningKernelTest, AReusedWorkspaceGivesTheResultsOfAFreshOne) {
+TEST_P(ScreeningKernelTest, AReusedWorkspaceGivesTheResultsOfAFreshOne) {
   ScreeningWorkspace<float> ws;
   Problem<float> big(2, 50, SomeTiles(), 6);
   std::vector<float> dU_big(big.U.size(), 0.5f);
@@ -271,7 +276,7 @@ TEST(ScreeningKernelTest, AReusedWorkspaceGivesTheResultsOfAFreshOne) {
   }
 }
 
-TEST(ScreeningKernelTest, ASizedWorkspaceMakesTheKernelsAllocateNothing) {
+TEST_P(ScreeningKernelTest, ASizedWorkspaceMakesTheKernelsAllocateNothing) {
   ScreeningWorkspace<float> ws;
   Problem<float> p(2, 96, SomeTiles(), 8);
   std::vector<float> dU(p.U.size(), 0.5f);

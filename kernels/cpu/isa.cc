@@ -1,0 +1,109 @@
+#include "kernels/cpu/isa.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace multiscreen::kernels::cpu {
+namespace {
+
+constexpr int kUnset = -1;
+std::atomic<int> active{kUnset};
+
+Isa DetectCpuIsa() {
+#if MS_ISA_X86
+  __builtin_cpu_init();
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                  __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi") &&
+                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("movbe");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512cd");
+  return v4 ? Isa::kAvx512 : (v3 ? Isa::kAvx2 : Isa::kGeneric);
+#else
+  return Isa::kGeneric;
+#endif
+}
+
+// The first use: MULTISCREEN_ISA, or the CPU's best.
+int FromEnvironment() {
+  const char* env = std::getenv("MULTISCREEN_ISA");
+  if (env == nullptr || *env == '\0') return static_cast<int>(CpuIsa());
+  absl::StatusOr<Isa> isa = ParseIsa(env);
+  absl::Status status = isa.ok() ? SetIsaCap(*isa) : isa.status();
+  if (!status.ok()) {
+    std::fprintf(stderr, "error: MULTISCREEN_ISA=%s: %s\n", env, std::string(status.message()).c_str());
+    std::exit(2);
+  }
+  return static_cast<int>(*isa);
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kGeneric: break;
+  }
+  return "generic";
+}
+
+absl::StatusOr<Isa> ParseIsa(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "native") return CpuIsa();
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    if (lower == IsaName(isa)) return isa;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown instruction-set path '", name, "' (expected generic, avx2, avx512 or native)"));
+}
+
+Isa CpuIsa() {
+  static const Isa cpu = DetectCpuIsa();
+  return cpu;
+}
+
+std::string CpuModel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return "unknown CPU";
+}
+
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> out;
+  for (int i = 0; i <= static_cast<int>(CpuIsa()); ++i) out.push_back(static_cast<Isa>(i));
+  return out;
+}
+
+Isa ActiveIsa() {
+  int isa = active.load(std::memory_order_relaxed);
+  if (isa == kUnset) {
+    static const int initial = FromEnvironment();  // once, thread-safe
+    int expected = kUnset;
+    active.compare_exchange_strong(expected, initial);
+    isa = active.load(std::memory_order_relaxed);
+  }
+  return static_cast<Isa>(isa);
+}
+
+absl::Status SetIsaCap(Isa isa) {
+  if (static_cast<int>(isa) > static_cast<int>(CpuIsa())) {
+    return absl::FailedPreconditionError(absl::StrCat("this CPU cannot run the ", IsaName(isa),
+                                                      " path (its best is ", IsaName(CpuIsa()), ")"));
+  }
+  active.store(static_cast<int>(isa), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+}  // namespace multiscreen::kernels::cpu
