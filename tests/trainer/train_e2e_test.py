@@ -3,7 +3,8 @@
 the paper's lr 2^-4 is stable at Psi = 8 on the default corpus; a run killed
 with SIGKILL resumes bit-identically; SIGTERM stops cleanly with a checkpoint;
 a corrupted newest checkpoint falls back to the previous one; fp16 loss scaling
-skips overflowed steps and recovers; a run directory is never overwritten.
+skips overflowed steps (which do not advance the lr schedule) and recovers; a run
+directory is never overwritten; Slurm tasks that MPI does not see are refused.
 
 Run: /usr/bin/python3 tests/trainer/train_e2e_test.py --multiscreen=build/multiscreen --source=.
 """
@@ -221,6 +222,21 @@ class TrainTest(unittest.TestCase):
         finally:
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=60)
+
+    def test_slurm_tasks_that_mpi_does_not_see_are_refused_before_the_run_directory(self):
+        # What `srun -n 2 --mpi=none` gives each of its two processes: Slurm's task
+        # count, no PMI, so MPI sees one process.
+        for var, count in (("SLURM_NTASKS", "2"), ("SLURM_NPROCS", "3")):
+            d = self.run_dir(f"srun_{var}")
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI"))}
+            env[var] = count
+            r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
+                                "--steps=1"], capture_output=True, text=True, timeout=120, env=env)
+            self.assertNotEqual(r.returncode, 0)
+            lines = [l for l in r.stderr.splitlines() if l.strip()]
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn(f"{var}={count} but MPI sees 1 process: srun needs --mpi=pmix", lines[0])
+            self.assertFalse(os.path.exists(d))
 
     def test_defaults_give_the_papers_learning_rate_and_a_single_file_has_no_validation(self):
         d = self.run_dir("defaults")
