@@ -18,14 +18,37 @@ ABSL_FLAG(std::string, text_field, "text", "JSONL / JSON-object field holding a 
 ABSL_FLAG(std::string, input_format, "auto", "auto (from the file name) | text | jsonl | json");
 ABSL_FLAG(int64_t, shard_tokens, 100'000'000, "tokens per train shard");
 ABSL_FLAG(int64_t, val_tokens, 131'072, "held-out tokens (whole documents) in val_000000.bin; 0: none");
+ABSL_FLAG(bool, strict_utf8, false,
+          "refuse invalid UTF-8 and JSON escapes of lone surrogates (FILE:LINE and byte) instead of replacing "
+          "them by U+FFFD");
 
 namespace multiscreen::cli {
+namespace {
+
+// One line per file whose invalid UTF-8 or lone surrogate escapes were replaced by
+// U+FFFD (the first 20 files, then how many more), after a line with the total.
+void PrintReplacements(const PrepareSummary& s) {
+  if (s.replacements == 0) return;
+  std::printf("prepare: replaced %lld invalid UTF-8 sequence%s or lone surrogate escape%s by U+FFFD in %zu file%s "
+              "(--strict_utf8 refuses them):\n",
+              static_cast<long long>(s.replacements), s.replacements == 1 ? "" : "s", s.replacements == 1 ? "" : "s",
+              s.replaced_files.size(), s.replaced_files.size() == 1 ? "" : "s");
+  constexpr size_t kShown = 20;
+  for (size_t i = 0; i < s.replaced_files.size() && i < kShown; ++i) {
+    std::printf("  %s: %lld\n", s.replaced_files[i].first.c_str(), static_cast<long long>(s.replaced_files[i].second));
+  }
+  if (s.replaced_files.size() > kShown) std::printf("  ... and %zu more files\n", s.replaced_files.size() - kShown);
+}
+
+}  // namespace
 
 int PrepareCommand(int argc, char** argv) {
   std::vector<std::string> args;
   if (auto s = ParseFlagsAndArgs(
           argc, argv, "multiscreen prepare --tokenizer=DIR --input=FILE[,FILE...] [FILE...] --output=DIR",
-          {"tokenizer", "input", "output", "input_format", "text_field", "shard_tokens", "val_tokens", "threads"}, &args);
+          {"tokenizer", "input", "output", "input_format", "text_field", "shard_tokens", "val_tokens", "threads",
+           "strict_utf8"},
+          &args);
       !s.ok()) {
     return Fail("prepare", s);
   }
@@ -37,6 +60,7 @@ int PrepareCommand(int argc, char** argv) {
   auto format = ParseInputFormat(absl::GetFlag(FLAGS_input_format));
   if (!format.ok()) return Fail("prepare", absl::InvalidArgumentError(absl::StrCat("--", format.status().message())));
   options.read.format = *format;
+  options.read.strict_utf8 = absl::GetFlag(FLAGS_strict_utf8);
   options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
   options.val_tokens = absl::GetFlag(FLAGS_val_tokens);
   options.threads = absl::GetFlag(FLAGS_threads);
@@ -73,6 +97,7 @@ int PrepareCommand(int argc, char** argv) {
               static_cast<long long>(s.val_tokens), static_cast<long long>(s.val_documents),
               s.val_shard.empty() ? " (no val shard)" : " in val_000000.bin", s.bytes / 1e6, s.seconds,
               s.seconds > 0 ? s.bytes / 1e6 / s.seconds : 0.0, options.output_dir.c_str());
+  PrintReplacements(s);
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "kernels/cpu/isa.h"
 #include "model/multiscreen.h"
 #include "parallel/fatal.h"
+#include "parallel/launcher.h"
 #include "parallel/mpi_session.h"
 #include "parallel/process_grid.h"
 #include "trainer/stop_signal.h"
@@ -97,26 +98,6 @@ absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
   return run;
 }
 
-// True when an MPI launcher started this process (mpirun, srun --mpi=pmix, …).
-bool LaunchedByMpi() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
-    if (std::getenv(var) != nullptr) return true;
-  }
-  return false;
-}
-
-// What the launcher says about this process, for the log: "SLURM_PROCID=1
-// SLURM_NTASKS=2 ..." (the variables that are set), or "none".
-std::string LauncherEnv() {
-  std::string out;
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_RANK",
-                          "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_RESTART_COUNT",
-                          "CUDA_VISIBLE_DEVICES"}) {
-    if (const char* value = std::getenv(var)) absl::StrAppend(&out, out.empty() ? "" : " ", var, "=", value);
-  }
-  return out.empty() ? "none" : out;
-}
-
 // One GPU per local rank: device local_rank % count, so it works whether the
 // launcher shows each process all of the node's GPUs or only its own. Returns
 // "cuda:N", or "cpu" when the build has no CUDA or no device is visible.
@@ -179,6 +160,7 @@ int TrainCommand(int argc, char** argv) {
     auto session = MpiSession::Init(&argc, &argv);
     if (!session.ok()) return Fail("train", session.status());
     mpi = std::move(*session);
+    if (auto s = CheckLauncherProcessCount(mpi->world_size()); !s.ok()) return Fail("train", s);
     auto made = ProcessGrid::Create(int(run->parallel().tp()), int(run->parallel().pp()));
     AbortJobIfError(made.status());
     grid = std::move(*made);
@@ -189,6 +171,8 @@ int TrainCommand(int argc, char** argv) {
     if (grid->world_rank() == 0) LogInfo("process grid: ", grid->world_size(), " ranks, tp=", grid->shape().tp,
                                          " pp=", grid->shape().pp, " dp=", grid->shape().dp, "; ", grid->Describe());
   } else {
+    // `srun -n 2 --mpi=none` lands here twice: say so before the run directory is touched.
+    if (auto s = CheckLauncherProcessCount(1); !s.ok()) return Fail("train", s);
     if (run->parallel().tp() * run->parallel().pp() != 1) {
       return Fail("train", absl::InvalidArgumentError(absl::StrCat(
                                "--tp=", run->parallel().tp(), " --pp=", run->parallel().pp(),

@@ -101,47 +101,6 @@ inline uint64_t PairKey(int32_t a, int32_t b) {
 
 }  // namespace
 
-int64_t FindInvalidUtf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    // Fast path over ASCII, eight bytes at a time.
-    while (i + 8 <= n) {
-      uint64_t w;
-      std::memcpy(&w, s + i, 8);
-      if (w & 0x8080808080808080ULL) break;
-      i += 8;
-    }
-    if (i >= n) break;
-    const uint8_t c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t min;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2, min = 0x80, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, min = 0x800, cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4, min = 0x10000, cp = c & 0x07;
-    } else {
-      return static_cast<int64_t>(i);
-    }
-    if (i + len > n) return static_cast<int64_t>(i);
-    for (int k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return static_cast<int64_t>(i);
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return static_cast<int64_t>(i);
-    i += len;
-  }
-  return -1;
-}
-
 // Per-thread state: PCRE2 match data and JIT stack, and a cache piece -> ids.
 struct Gpt2Tokenizer::Scratch {
   uint64_t owner = 0;

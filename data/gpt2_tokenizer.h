@@ -8,7 +8,8 @@
 // (the lowest-ranked adjacent pair first, all its occurrences left to right).
 // Special tokens such as <|endoftext|> are not recognized inside text: the string is
 // encoded as ordinary characters, as encoder.py does. Invalid UTF-8 is rejected with
-// the byte offset of the first bad sequence (the references accept only valid text).
+// the byte offset of the first bad sequence (the references accept only valid text;
+// `prepare` repairs corpora first, data/utf8.h).
 // Decoding concatenates the tokens' bytes, so decode(encode(s)) == s for valid UTF-8.
 //
 // A tokenizer is immutable after loading and safe to share between threads; each
@@ -23,6 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "data/utf8.h"  // FindInvalidUtf8
 
 namespace multiscreen {
 
@@ -100,9 +102,5 @@ class Gpt2Tokenizer {
 
   friend class Gpt2TokenizerTestPeer;
 };
-
-// Byte offset of the first invalid UTF-8 sequence in `text` (overlong forms,
-// surrogates and code points past U+10FFFF are invalid), or -1 when it is valid.
-int64_t FindInvalidUtf8(std::string_view text);
 
 }  // namespace multiscreen

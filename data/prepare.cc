@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "data/token_file.h"
+#include "data/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace multiscreen {
@@ -185,11 +186,47 @@ absl::StatusOr<std::string> TextOf(nlohmann::json& value, const std::string& fie
   return std::move(it->get_ref<std::string&>());
 }
 
-absl::Status JsonlLine(std::string_view line, int64_t line_no, const std::string& path,
-                       const ReadOptions& options, const DocumentFn& on_document, int64_t* docs) {
+// Where a piece of a file starts, for errors: its byte offset in the (decompressed) file
+// and its line.
+struct Place {
+  const std::string& path;
+  int64_t byte = 0;
+  int64_t line = 1;
+};
+
+// Makes `text` (which starts at `at`) valid UTF-8 and, when `json`, free of lone surrogate
+// escapes: replaces what is not by U+FFFD (data/utf8.h) and adds the count to `*replaced`,
+// or under options.strict_utf8 returns an error naming the line and the file byte.
+absl::Status MakeValid(std::string* text, bool json, const Place& at, const ReadOptions& options,
+                       int64_t* replaced) {
+  auto refuse = [&](int64_t bad, const std::string& what) {
+    const int64_t line = at.line + std::count(text->begin(), text->begin() + bad, '\n');
+    return absl::InvalidArgumentError(
+        absl::StrCat(at.path, ":", line, ": ", what, " at file byte ", at.byte + bad, " (--strict_utf8)"));
+  };
+  const int64_t bad_utf8 = FindInvalidUtf8(*text);
+  const int64_t bad_escape = json ? FindLoneSurrogateEscape(*text) : -1;
+  if (options.strict_utf8) {  // the first problem in the file
+    if (bad_utf8 >= 0 && (bad_escape < 0 || bad_utf8 < bad_escape)) return refuse(bad_utf8, "invalid UTF-8");
+    if (bad_escape >= 0) return refuse(bad_escape, absl::StrCat("lone surrogate escape ", text->substr(bad_escape, 6)));
+    return absl::OkStatus();
+  }
+  if (bad_utf8 >= 0) *replaced += ReplaceInvalidUtf8(text);
+  if (bad_escape >= 0) *replaced += ReplaceLoneSurrogateEscapes(text);  // U+FFFD bytes hold no backslash
+  return absl::OkStatus();
+}
+
+absl::Status JsonlLine(std::string_view line, const Place& at, const ReadOptions& options,
+                       const DocumentFn& on_document, ReadStats* stats) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (IsBlank(line)) return absl::OkStatus();
-  const std::string where = absl::StrCat(path, ":", line_no);
+  const std::string where = absl::StrCat(at.path, ":", at.line);
+  std::string repaired;
+  if (FindInvalidUtf8(line) >= 0 || FindLoneSurrogateEscape(line) >= 0) {
+    repaired.assign(line);
+    MS_RETURN_IF_ERROR(MakeValid(&repaired, /*json=*/true, at, options, &stats->replacements));
+    line = repaired;
+  }
   nlohmann::json value;
   try {
     value = nlohmann::json::parse(line.begin(), line.end());
@@ -197,13 +234,14 @@ absl::Status JsonlLine(std::string_view line, int64_t line_no, const std::string
     return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON (", JsonError(e), ")"));
   }
   MS_ASSIGN_OR_RETURN(std::string text, TextOf(value, options.text_field, where, /*allow_string=*/false));
-  ++*docs;
+  ++stats->documents;
   return on_document(std::move(text), where);
 }
 
 absl::Status ReadJsonl(ByteSource& source, const std::string& path, const ReadOptions& options,
-                       const DocumentFn& on_document, int64_t* docs) {
+                       const DocumentFn& on_document, ReadStats* stats) {
   std::string pending;
+  int64_t pending_byte = 0;  // file offset of pending[0]
   std::vector<char> buf(1 << 20);
   int64_t line_no = 0;
   while (true) {
@@ -212,12 +250,14 @@ absl::Status ReadJsonl(ByteSource& source, const std::string& path, const ReadOp
     pending.append(buf.data(), n);
     size_t start = 0;
     for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      MS_RETURN_IF_ERROR(JsonlLine(std::string_view(pending).substr(start, nl - start), ++line_no, path, options,
-                                   on_document, docs));
+      const Place at{path, pending_byte + static_cast<int64_t>(start), ++line_no};
+      MS_RETURN_IF_ERROR(
+          JsonlLine(std::string_view(pending).substr(start, nl - start), at, options, on_document, stats));
     }
     pending.erase(0, start);
+    pending_byte += static_cast<int64_t>(start);
   }
-  return JsonlLine(pending, ++line_no, path, options, on_document, docs);
+  return JsonlLine(pending, Place{path, pending_byte, ++line_no}, options, on_document, stats);
 }
 
 }  // namespace
@@ -230,17 +270,21 @@ absl::StatusOr<InputFormat> ParseInputFormat(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("input format '", name, "' (expected auto, text, jsonl or json)"));
 }
 
-absl::Status ReadDocuments(const std::string& path, const ReadOptions& options, const DocumentFn& on_document) {
+absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptions& options,
+                                        const DocumentFn& on_document) {
   MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenSource(path));
   const InputFormat format = FormatOf(path, options.format);
-  int64_t docs = 0;
+  ReadStats stats;
   if (format == InputFormat::kJsonl) {
-    MS_RETURN_IF_ERROR(ReadJsonl(*source, path, options, on_document, &docs));
+    MS_RETURN_IF_ERROR(ReadJsonl(*source, path, options, on_document, &stats));
   } else {
     MS_ASSIGN_OR_RETURN(std::string content, ReadAll(*source));
     if (format == InputFormat::kText) {
       if (content.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty input"));
-      return on_document(std::move(content), path);
+      MS_RETURN_IF_ERROR(MakeValid(&content, /*json=*/false, Place{path}, options, &stats.replacements));
+      stats.documents = 1;
+      MS_RETURN_IF_ERROR(on_document(std::move(content), path));
+      return stats;
     }
     // JSON: an array of documents, or JSONL under a .json name.
     const size_t first = content.find_first_not_of(" \t\r\n");
@@ -256,8 +300,9 @@ absl::Status ReadDocuments(const std::string& path, const ReadOptions& options, 
         }
       } lines;
       lines.data = std::move(content);
-      MS_RETURN_IF_ERROR(ReadJsonl(lines, path, options, on_document, &docs));
+      MS_RETURN_IF_ERROR(ReadJsonl(lines, path, options, on_document, &stats));
     } else if (first != std::string::npos) {
+      MS_RETURN_IF_ERROR(MakeValid(&content, /*json=*/true, Place{path}, options, &stats.replacements));
       nlohmann::json array;
       try {
         array = nlohmann::json::parse(content);
@@ -273,13 +318,13 @@ absl::Status ReadDocuments(const std::string& path, const ReadOptions& options, 
       for (size_t i = 0; i < array.size(); ++i) {
         const std::string where = absl::StrCat(path, "[", i, "]");
         MS_ASSIGN_OR_RETURN(std::string text, TextOf(array[i], options.text_field, where, /*allow_string=*/true));
-        ++docs;
+        ++stats.documents;
         MS_RETURN_IF_ERROR(on_document(std::move(text), where));
       }
     }
   }
-  if (docs == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": empty input (no documents)"));
-  return absl::OkStatus();
+  if (stats.documents == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": empty input (no documents)"));
+  return stats;
 }
 
 absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
@@ -347,6 +392,13 @@ class Pipeline {
     for (auto& w : workers_) w.join();
   }
 
+  // (path, replacements) of each file read so far with replacements > 0, in input order;
+  // all of them once Next has returned false.
+  std::vector<std::pair<std::string, int64_t>> replaced_files() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return replaced_files_;
+  }
+
   // The next chunk's tokens in input order; false at the end of the input.
   bool Next(Encoded* out) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -372,7 +424,7 @@ class Pipeline {
     Chunk chunk;
     absl::Status status;
     for (const std::string& file : files_) {
-      status = ReadDocuments(file, read_, [&](std::string text, const std::string& where) -> absl::Status {
+      auto stats = ReadDocuments(file, read_, [&](std::string text, const std::string& where) -> absl::Status {
         {
           std::lock_guard<std::mutex> lock(mu_);
           if (stop_) return absl::CancelledError("stopped");
@@ -385,7 +437,12 @@ class Pipeline {
         }
         return absl::OkStatus();
       });
+      status = stats.status();
       if (!status.ok()) break;
+      if (stats->replacements > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        replaced_files_.emplace_back(file, stats->replacements);
+      }
     }
     chunk.status = status;
     if (!chunk.docs.empty() || !status.ok()) Submit(std::move(chunk));
@@ -430,6 +487,7 @@ class Pipeline {
   std::condition_variable cv_;
   std::deque<std::pair<int64_t, Chunk>> work_;
   std::map<int64_t, Encoded> results_;
+  std::vector<std::pair<std::string, int64_t>> replaced_files_;
   int64_t produced_ = 0, consumed_ = 0;
   bool reader_done_ = false, stop_ = false;
   std::thread reader_;
@@ -549,6 +607,8 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
         report();
       }
     }
+    summary.replaced_files = pipeline.replaced_files();
+    for (const auto& [file, n] : summary.replaced_files) summary.replacements += n;
   }
   if (summary.train_tokens == 0) {
     return cleanup(absl::InvalidArgumentError(absl::StrCat(

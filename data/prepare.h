@@ -18,14 +18,21 @@
 // gives byte-identical shards. Shards are written as *.tmp and renamed only when all
 // succeeded; stale shards of a previous, longer run in the same directory are removed.
 //
+// Invalid UTF-8 and JSON escapes of lone UTF-16 surrogates ("\udbc0") are replaced by
+// U+FFFD (data/utf8.h: what Python's errors="replace" and tiktoken do), counted per file
+// in the summary; with `strict_utf8` they are errors instead.
+//
 // Errors are one line naming the file (and line for JSONL, element for JSON arrays):
 // unreadable or empty input, malformed JSON, a missing or non-string text field,
-// invalid UTF-8 (with its byte offset), corrupt compressed data.
+// corrupt compressed data; with `strict_utf8`, "FILE:LINE: invalid UTF-8 at file byte N"
+// or "FILE:LINE: lone surrogate escape \udbc0 at file byte N" (N counted from the start
+// of the decompressed file).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,15 +48,23 @@ absl::StatusOr<InputFormat> ParseInputFormat(const std::string& name);
 struct ReadOptions {
   InputFormat format = InputFormat::kAuto;  // kAuto: from the file name (see above)
   std::string text_field = "text";          // JSONL / JSON-object field holding the text
+  bool strict_utf8 = false;                 // refuse invalid UTF-8 / lone surrogates, not replace them
+};
+
+struct ReadStats {
+  int64_t documents = 0;
+  int64_t replacements = 0;  // U+FFFD put in place of invalid UTF-8 or lone surrogate escapes
 };
 
 // Called once per document in file order. `where` locates it for error messages
 // ("FILE", "FILE:LINE" or "FILE[INDEX]"). A non-OK return stops the read and is returned.
 using DocumentFn = std::function<absl::Status(std::string text, const std::string& where)>;
 
-// Reads the documents of one input file (decompressing .gz / .zst). Errors as above;
-// a file with no documents (zero bytes, an empty array, only blank lines) is an error.
-absl::Status ReadDocuments(const std::string& path, const ReadOptions& options, const DocumentFn& on_document);
+// Reads the documents of one input file (decompressing .gz / .zst), each as valid UTF-8.
+// Errors as above; a file with no documents (zero bytes, an empty array, only blank
+// lines) is an error.
+absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptions& options,
+                                        const DocumentFn& on_document);
 
 // Expands directories in `inputs` (see above); errors name a missing input.
 absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs);
@@ -82,6 +97,8 @@ struct PrepareSummary {
   double seconds = 0;
   std::vector<std::string> train_shards;  // paths, in order
   std::string val_shard;                  // "" when val_tokens == 0
+  int64_t replacements = 0;               // U+FFFD put in (ReadStats), all files
+  std::vector<std::pair<std::string, int64_t>> replaced_files;  // (path, replacements) where > 0, in input order
 };
 
 // Tokenizes `options.inputs` with `tokenizer` into shards under `options.output_dir`.

@@ -19,6 +19,12 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** 
   return std::unique_ptr<MpiSession>(new MpiSession());
 }
 
+int MpiSession::world_size() const {
+  int size = 0;
+  MS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  return size;
+}
+
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);

@@ -16,6 +16,8 @@ class MpiSession {
   // Errors: MPI already initialized, or initialization failed.
   static absl::StatusOr<std::unique_ptr<MpiSession>> Init(int* argc, char*** argv);
   ~MpiSession();  // MPI_Finalize
+  // The number of processes in MPI_COMM_WORLD.
+  int world_size() const;
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 

@@ -8,7 +8,9 @@
 
 namespace multiscreen {
 
-// The learning rate of optimizer step `step` (0-based) of `total_steps`.
+// The learning rate of optimizer step `step` (0-based) of `total_steps`. The trainer
+// passes the number of updates applied so far, so steps skipped for fp16 overflow
+// advance neither warmup nor decay.
 // Warmup: peak·(step + 1)/warmup_steps for step < warmup_steps.
 // After it: WARMUP_CONSTANT → peak; WARMUP_COSINE → floor + (peak − floor)·½(1 + cos(π·p)),
 // p = (step − warmup)/(total − warmup); WARMUP_STABLE_DECAY → peak until the last

@@ -382,7 +382,8 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
   }
   if (!applied) {
     LogWarning("step ", state_.step, ": non-finite loss or gradients, step skipped",
-               scaler_.enabled() ? absl::StrCat(" (loss scale now ", scaler_.scale(), ")") : "");
+               scaler_.enabled() ? absl::StrCat(" (loss scale now ", scaler_.scale(), ")") : "",
+               "; the lr schedule stays at ", optimizer_->step(), " applied steps");
   }
   if (state_.step % run_.logging().console_every() == 0 || state_.step == run_.steps()) {
     const double eta = run_seconds_ / double(std::max<int64_t>(1, run_steps_)) * double(run_.steps() - state_.step);
@@ -399,7 +400,9 @@ absl::Status Trainer::Run() {
     LogInfo("nothing to do: the run already reached step ", state_.step, " of ", run_.steps());
   }
   while (state_.step < run_.steps()) {
-    const double lr = LearningRate(run_.schedule(), run_.optimizer().lr(), state_.step, run_.steps());
+    // Warmup and decay count applied updates (AdamW's step count, saved in the
+    // manifest): a step skipped for overflow does not advance the schedule.
+    const double lr = LearningRate(run_.schedule(), run_.optimizer().lr(), optimizer_->step(), run_.steps());
     const auto start = std::chrono::steady_clock::now();
     double grad_norm = 0;
     bool applied = false;

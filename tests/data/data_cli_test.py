@@ -10,6 +10,7 @@ import argparse
 import gzip
 import json
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -127,6 +128,52 @@ class DataCliTest(OneLineErrors):
         self.assert_one_line_error(run(*base, f"--input={self.path('bad.jsonl')}", "--input_format=xml"),
                                    "input format 'xml'")
         self.assertFalse(os.path.exists(out) and os.listdir(out))
+
+    def test_prepare_replaces_invalid_utf8_as_python_reads_it(self):
+        """U+FFFD goes where Python's errors="replace" puts it (and, for JSON escapes of lone
+        surrogates, where tiktoken's repair does), so the ids are GPT-2's encoding of the text
+        a Python pipeline would have read; --strict_utf8 refuses the same input."""
+        rng = random.Random(13)
+        pieces = [b"a", b" the", b"\xc3\xa9", b"\xe4\xbd\xa0", b"\xf0\x9f\x91\x8d", b"\n", b"\xe6\xad", b"\xff",
+                  b"\x80", b"\xed\xa0\x80", b"\xf0\x9f", b"\xe0\x80", b"\xc0", b"\xf4\x90", b"\xef\xbf\xbd"]
+        docs = [b"ok \xe6\xad end"] + [b"".join(rng.choice(pieces) for _ in range(40)) for _ in range(30)]
+        os.mkdir(self.path("texts"))
+        for i, doc in enumerate(docs):
+            with open(self.path(f"texts/t{i:02}.txt"), "wb") as f:
+                f.write(doc)
+        line = '{"text":"a \\udbc0 b \\ud83d\\ude00"}'
+        with open(self.path("s.jsonl"), "w") as f:
+            f.write(line + "\n")
+        out = self.path("out")
+        args = ["prepare", f"--tokenizer={TOKENIZER}", f"--input={self.path('texts')},{self.path('s.jsonl')}",
+                f"--output={out}", "--val_tokens=0"]
+        r = run(*args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = [d.decode("utf-8", errors="replace") for d in docs]
+        expected.append(json.loads(line)["text"].encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+        tokens = read_shard(os.path.join(out, "train_000000.bin"))
+        text = run("tokenize", f"--tokenizer={TOKENIZER}", "--decode", stdin=" ".join(map(str, tokens)).encode())
+        self.assertEqual(text.stdout.decode(), "".join(e + "<|endoftext|>" for e in expected))
+        # The ids themselves: GPT-2's encoding of what Python read (the issue's two reports).
+        ends = [i for i, t in enumerate(tokens) if t == 50256]
+        for e, begin, end in ((expected[0], 0, ends[0]), (expected[-1], ends[-2] + 1, ends[-1])):
+            ids = run("tokenize", f"--tokenizer={TOKENIZER}", stdin=e.encode())
+            self.assertEqual(ids.stdout.decode().split(), [str(t) for t in tokens[begin:end]])
+        # The summary counts the replacements of each file.
+        stdout = r.stdout.decode()
+        total = sum(e.count("\ufffd") for e in expected) - sum(d.count(b"\xef\xbf\xbd") for d in docs)
+        self.assertIn(f"replaced {total} invalid UTF-8 sequences or lone surrogate escapes by U+FFFD", stdout)
+        self.assertIn(f"in 32 files (--strict_utf8 refuses them):\n  {self.path('texts/t00.txt')}: 1\n", stdout)
+        self.assertIn("  ... and 12 more files\n", stdout)  # 20 files are listed
+        alone = run(*args[:2], f"--input={self.path('s.jsonl')}", f"--output={out}", "--val_tokens=0")
+        self.assertIn(f"by U+FFFD in 1 file (--strict_utf8 refuses them):\n  {self.path('s.jsonl')}: 1\n",
+                      alone.stdout.decode())
+        # --strict_utf8: the first bad byte, with its file, line and offset.
+        self.assert_one_line_error(run(*args, "--strict_utf8"),
+                                   f"{self.path('texts/t00.txt')}:1: invalid UTF-8 at file byte 3 (--strict_utf8)")
+        self.assert_one_line_error(
+            run(*args[:2], f"--input={self.path('s.jsonl')}", f"--output={out}", "--val_tokens=0", "--strict_utf8"),
+            f"{self.path('s.jsonl')}:1: lone surrogate escape \\udbc0 at file byte 11 (--strict_utf8)")
 
 
 if __name__ == "__main__":

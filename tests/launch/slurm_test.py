@@ -16,7 +16,9 @@ job (tiny_psi4, tp=2, srun --mpi=pmix):
   4. preemption: a job in a higher-priority partition preempts it (SIGTERM),
      the tasks stop with a checkpoint, Slurm requeues it (PreemptMode=REQUEUE),
      and it resumes and ends with exactly the losses of run 1;
-  5. a plain `scancel` stops it with a checkpoint and it stays cancelled.
+  5. a plain `scancel` stops it with a checkpoint and it stays cancelled;
+  6. `srun -n 2 --mpi=none` (no PMIx: two one-process MPI worlds) is refused by
+     each task, naming the cause, before either touches the run directory.
 If the cluster cannot start (no munge, no slurm-wlm, not root) the test fails
 with the reason and the daemons' logs.
 
@@ -251,6 +253,22 @@ class SlurmLaunchTest(unittest.TestCase):
         self.assertEqual(status["state"], "stopped")
         self.assertTrue(os.path.isdir(os.path.join(run_dir, "checkpoints", f"step_{status['step']:08d}")))
         self.assertIn("not requeued here", text)
+
+    def test_6_srun_without_pmix_is_refused_by_each_task_naming_the_cause(self):
+        # --mpi=none makes each task a one-process MPI world: both would train on one
+        # run directory, and the second would only stop on its lock without saying why.
+        run_dir = os.path.join(self.work, "no_pmix")
+        r = self.cluster.run(["srun", "-n", "2", "--cpus-per-task=1", "--mpi=none", BIN, "train",
+                              f"--config={os.path.join(SRC, 'configs', 'train', 'tiny_test.textproto')}",
+                              f"--data={self.data}", f"--run_dir={run_dir}", "--steps=5"],
+                             env={"OMP_NUM_THREADS": "1"}, check=False, timeout=120, cwd=self.work)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        refused = [l for l in r.stderr.splitlines() if "but MPI sees" in l]
+        self.assertEqual(len(refused), 2, r.stderr)
+        for line in refused:
+            self.assertRegex(line, r"^multiscreen train: SLURM_(STEP_NUM_TASKS|NTASKS)=2 but MPI sees 1 process: "
+                                   r"srun needs --mpi=pmix")
+        self.assertFalse(os.path.exists(run_dir))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 the paper's lr 2^-4 is stable at Psi = 8 on the default corpus; a run killed
 with SIGKILL resumes bit-identically; SIGTERM stops cleanly with a checkpoint;
 a corrupted newest checkpoint falls back to the previous one; fp16 loss scaling
-skips overflowed steps and recovers; a run directory is never overwritten.
+skips overflowed steps (which do not advance the lr schedule) and recovers; a run
+directory is never overwritten; Slurm tasks that MPI does not see are refused.
 
 Run: /usr/bin/python3 tests/trainer/train_e2e_test.py --multiscreen=build/multiscreen --source=.
 """
@@ -222,6 +223,21 @@ class TrainTest(unittest.TestCase):
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=60)
 
+    def test_slurm_tasks_that_mpi_does_not_see_are_refused_before_the_run_directory(self):
+        # What `srun -n 2 --mpi=none` gives each of its two processes: Slurm's task
+        # count, no PMI, so MPI sees one process.
+        for var, count in (("SLURM_NTASKS", "2"), ("SLURM_NPROCS", "3")):
+            d = self.run_dir(f"srun_{var}")
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI"))}
+            env[var] = count
+            r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
+                                "--steps=1"], capture_output=True, text=True, timeout=120, env=env)
+            self.assertNotEqual(r.returncode, 0)
+            lines = [l for l in r.stderr.splitlines() if l.strip()]
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn(f"{var}={count} but MPI sees 1 process: srun needs --mpi=pmix", lines[0])
+            self.assertFalse(os.path.exists(d))
+
     def test_defaults_give_the_papers_learning_rate_and_a_single_file_has_no_validation(self):
         d = self.run_dir("defaults")
         r = subprocess.run([BIN, "train", "--model=tiny_psi4", f"--data={self.data}/train_000000.bin",
@@ -236,23 +252,50 @@ class TrainTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("steps", r.stderr)
 
-    def test_fp16_overflow_skips_steps_and_the_scale_backs_off(self):
-        d = self.run_dir("fp16")
+    def fp16_config(self):
+        """tiny_test in FP16 with a loss scale that overflows for the first ~18 steps."""
         cfg = os.path.join(self.tmp.name, "fp16.textproto")
         with open(self.config) as f, open(cfg, "w") as g:
             g.write(f.read().replace("precision: FP32", "precision: FP16") +
                     "initial_loss_scale: 1e12\nmax_nonfinite_steps: 40\n")
-        r = subprocess.run([BIN, "train", f"--config={cfg}", f"--data={self.data}", f"--run_dir={d}", "--steps=30"],
-                           capture_output=True, text=True, timeout=600)
+        return cfg
+
+    def test_fp16_overflow_skips_steps_and_the_scale_backs_off(self):
+        d = self.run_dir("fp16")
+        r = subprocess.run([BIN, "train", f"--config={self.fp16_config()}", f"--data={self.data}", f"--run_dir={d}",
+                            "--steps=30"], capture_output=True, text=True, timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         steps = [m for m in metrics(d) if "loss" in m]
         skipped = [m for m in steps if m["skipped"]]
         self.assertGreater(len(skipped), 0)
         self.assertIn("step skipped", r.stderr)
+        self.assertIn("the lr schedule stays at 0 applied steps", r.stderr)
         self.assertLess(steps[-1]["loss_scale"], 1e12)
         applied = [m for m in steps if not m["skipped"]]
         self.assertGreater(len(applied), 5)
         self.assertLess(applied[-1]["loss"], applied[0]["loss"])
+
+    def test_skipped_fp16_steps_do_not_advance_the_lr_schedule_across_a_resume(self):
+        # tiny_test: lr 0.0625, linear warmup over 4 steps. Each step's lr is that of
+        # the updates applied before it; here the first 18 steps are skipped.
+        cfg = self.fp16_config()
+        whole, resumed = self.run_dir("fp16_whole"), self.run_dir("fp16_resumed")
+        for d, stops in ((whole, [30]), (resumed, [20, 30])):
+            for steps in stops:  # the resumed run stops at 20 (a checkpoint) and continues
+                r = subprocess.run([BIN, "train", f"--config={cfg}", f"--data={self.data}", f"--run_dir={d}",
+                                    f"--steps={steps}"], capture_output=True, text=True, timeout=600)
+                self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        rows = [m for m in metrics(whole) if "loss" in m]
+        self.assertGreater(sum(m["skipped"] for m in rows[:20]), 10, "the test needs skipped steps in warmup")
+        self.assertIn(sum(not m["skipped"] for m in rows[:20]), (1, 2, 3),
+                      "the test needs the resume inside warmup, after an update")
+        applied = 0
+        for m in rows:
+            self.assertAlmostEqual(m["lr"], 0.0625 * min(1.0, (applied + 1) / 4), delta=1e-12, msg=m)
+            applied += not m["skipped"]
+        self.assertGreater(applied, 4, "the test needs warmup to end")
+        self.assertEqual([(m["lr"], m["skipped"]) for m in rows],
+                         [(m["lr"], m["skipped"]) for m in metrics(resumed) if "loss" in m])
 
     def test_bf16_trains_close_to_fp32(self):
         a, b = self.run_dir("fp32ref"), self.run_dir("bf16")
