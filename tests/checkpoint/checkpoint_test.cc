@@ -1,9 +1,17 @@
 // Sharded checkpoints: round trips across layouts, corruption and truncation
-// detected by name, partial checkpoints ignored, pruning, and the 4B plan.
+// detected by name, partial checkpoints ignored, pruning, checkpoints that all
+// fail to verify, setting them aside, file systems without flock, and the 4B plan.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 
 #include <hdf5.h>
 
@@ -220,6 +228,41 @@ TEST(CheckpointTest, KeepsTheLastKAndEveryNth) {
   }
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(kept, (std::vector<std::string>{"step_00000004", "step_00000008", "step_00000009"}));
+}
+
+// Run by ctest under tests/checkpoint/no_flock.c (flock() fails with ENOSYS, as
+// on Lustre without -o flock or NFS nolock): as checkpoint_without_flock, and as
+// checkpoint_without_flock_strict with HDF5_USE_FILE_LOCKING=TRUE, which
+// overrides our best-effort locking and shows what HDF5 1.10 does by default.
+TEST(CheckpointTest, SavesAndLoadsWhereTheFileSystemRefusesFlock) {
+  const fs::path probe = fs::temp_directory_path() / ("ms_ckpt_flock_probe_" + std::to_string(::getpid()));
+  std::ofstream(probe) << "x";
+  const int fd = ::open(probe.c_str(), O_RDONLY);
+  const int rc = ::flock(fd, LOCK_SH | LOCK_NB);
+  const int err = errno;
+  ::close(fd);
+  fs::remove(probe);
+  if (rc == 0) GTEST_SKIP() << "flock works here; ctest runs this test under the no_flock shim";
+  ASSERT_EQ(err, ENOSYS);
+  const ModelDims dims = Dims("tiny_psi2");
+  const char* env = std::getenv("HDF5_USE_FILE_LOCKING");
+  const bool strict = env != nullptr && std::string(env) == "TRUE";
+  const std::string run = FreshDir(strict ? "no_flock_strict" : "no_flock");
+  if (strict) {
+    CheckpointMeta meta;
+    meta.step = 1;
+    meta.dims = dims;
+    const ParamLayout layout(dims, ShardSpec::Full(dims));
+    std::vector<float> p(layout.size());
+    auto saved = SaveCheckpoint(run, meta, {{&layout, p.data(), nullptr, nullptr, 0, 0}}, 3, 0);
+    ASSERT_FALSE(saved.ok());
+    EXPECT_NE(saved.status().message().find("shard_pp0_tp0.h5.tmp: cannot create HDF5 file"), std::string::npos)
+        << saved.status();
+    EXPECT_FALSE(fs::exists(TempCheckpointDir(run, 1)));
+    return;
+  }
+  SaveUnder(run, dims, 2, 1, 1);
+  ExpectLoadsExactly(run, dims, 1, 1);
 }
 
 TEST(CheckpointTest, ThePlanForTheFourBillionModelAddsUp) {
