@@ -40,8 +40,10 @@ def synthetic_shards(directory, vocab=97, seed=0):
 
 
 def metrics(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(l) for l in f if l.strip()]
+    """The standing rows of run_dir's metrics.jsonl (tools/metrics.py)."""
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    from metrics import read_metrics
+    return read_metrics(os.path.join(run_dir, "metrics.jsonl"))
 
 
 def train_losses(run_dir):
