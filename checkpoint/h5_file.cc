@@ -25,11 +25,16 @@ namespace {
 // Silences HDF5's own error stack printing (we report errors ourselves) and,
 // where HDF5 has no file-locking property, asks for best-effort locking through
 // the environment before the library first reads it (a user's setting wins).
+// HDF5's exit-time clean-up is off: after an H5Fclose that failed to flush (a
+// full disk) 1.10 keeps a half-freed file id, and closing it again at exit
+// crashed the process (SIGSEGV in H5F__close_cb) after its error was reported.
+// Every file we open is closed by its H5Writer/H5Reader.
 void QuietHdf5() {
   static const bool once = [] {
 #ifndef MS_HDF5_HAS_FILE_LOCKING_PROPERTY
     setenv("HDF5_USE_FILE_LOCKING", "BEST_EFFORT", /*overwrite=*/0);
 #endif
+    H5dont_atexit();
     return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0;
   }();
   (void)once;

@@ -91,7 +91,7 @@ class ResumeSafetyTest(unittest.TestCase):
 
         # One process: exactly one line on stderr.
         r = self.train(d, "--steps=10", "--checkpoint_every=5", check=False)
-        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(r.returncode, 1)
         lines = r.stderr.splitlines()
         self.assertEqual(len(lines), 1, r.stderr)
         self.assertIn(want, lines[0])
@@ -165,34 +165,43 @@ class ResumeSafetyTest(unittest.TestCase):
             print(f"SKIPPED: {msg}", file=sys.stderr)
             self.skipTest(msg)
         try:
-            d = os.path.join(mount, "run")
-            self.train(d, "--steps=5", "--checkpoint_every=5")
-            ckpts = os.path.join(d, "checkpoints")
-            good = snapshot(os.path.join(ckpts, "step_00000005"))
-            checkpoint_bytes = sum(os.path.getsize(os.path.join(ckpts, "step_00000005", n))
-                                   for n in os.listdir(os.path.join(ckpts, "step_00000005")))
-            # Fill the file system but for a quarter of a checkpoint: room for
-            # five steps' metrics, not for the next checkpoint.
-            st = os.statvfs(mount)
-            with open(os.path.join(mount, "filler"), "wb") as f:
-                f.write(b"\0" * (st.f_bavail * st.f_frsize - checkpoint_bytes // 4))
-            r = self.train(d, "--steps=10", "--checkpoint_every=5", check=False)
-            self.assertNotEqual(r.returncode, 0)
-            lines = [l for l in r.stderr.splitlines() if l.startswith("multiscreen train:")]
-            self.assertEqual(len(lines), 1, r.stderr)
-            self.assertIn("No space left on device", lines[0])
-            self.assertRegex(lines[0], r"the checkpoint needs about \d+ bytes, \d+ are free in " + ckpts)
-            self.assertEqual([n for n in os.listdir(ckpts) if n.startswith(".tmp-")], [])
-            self.assertEqual(snapshot(os.path.join(ckpts, "step_00000005")), good)
-            with open(os.path.join(ckpts, "latest")) as f:
-                self.assertEqual(f.read().strip(), "step_00000005")
-            os.remove(os.path.join(mount, "filler"))
-            r = self.train(d, "--steps=10", "--checkpoint_every=5")
-            self.assertIn("resumed from", r.stderr)
-            self.assertIn("step_00000005", r.stderr)
+            for np, flags in [(1, []), (2, ["--pp=2"])]:
+                with self.subTest(np=np):
+                    self.check_full_disk(os.path.join(mount, f"run_np{np}"), np, flags)
         finally:
             subprocess.run(["umount", mount], check=False)
 
+    def check_full_disk(self, d, np, flags):
+        mount = os.path.dirname(d)
+        self.train(d, *flags, "--steps=5", "--checkpoint_every=5", np=np)
+        ckpts = os.path.join(d, "checkpoints")
+        good = snapshot(os.path.join(ckpts, "step_00000005"))
+        checkpoint_bytes = sum(os.path.getsize(os.path.join(ckpts, "step_00000005", n))
+                               for n in os.listdir(os.path.join(ckpts, "step_00000005")))
+        # Fill the file system but for a quarter of a checkpoint: room for
+        # five steps' metrics, not for the next checkpoint.
+        filler = os.path.join(mount, "filler")
+        st = os.statvfs(mount)
+        with open(filler, "wb") as f:
+            f.write(b"\0" * (st.f_bavail * st.f_frsize - checkpoint_bytes // 4))
+        try:
+            r = self.train(d, *flags, "--steps=10", "--checkpoint_every=5", np=np, check=False)
+        finally:
+            os.remove(filler)
+        # Exit code 1 (no crash on the way out), one line, from rank 0 only.
+        self.assertEqual(r.returncode, 1, r.stderr[-3000:])
+        lines = [l for l in r.stderr.splitlines() if l.startswith("multiscreen")]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("multiscreen train: "), lines[0])
+        self.assertIn("No space left on device", lines[0])
+        self.assertRegex(lines[0], r"the checkpoint needs about \d+ bytes, \d+ are free in " + ckpts)
+        self.assertEqual([n for n in os.listdir(ckpts) if n.startswith(".tmp-")], [])
+        self.assertEqual(snapshot(os.path.join(ckpts, "step_00000005")), good)
+        with open(os.path.join(ckpts, "latest")) as f:
+            self.assertEqual(f.read().strip(), "step_00000005")
+        r = self.train(d, *flags, "--steps=10", "--checkpoint_every=5", np=np)
+        self.assertIn("resumed from", r.stderr)
+        self.assertIn("step_00000005", r.stderr)
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
