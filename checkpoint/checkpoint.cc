@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "checkpoint/h5_file.h"
 #include "common/crc32c.h"
 #include "common/log.h"
@@ -25,27 +28,32 @@ using json = nlohmann::json;
 
 constexpr char kManifest[] = "manifest.json";
 constexpr char kLatest[] = "latest";
+constexpr char kUnverified[] = "unverified";
 
 absl::Status FsyncPath(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return absl::DataLossError(absl::StrCat(path, ": cannot open for fsync"));
+  if (fd < 0) return WriteError(path, "cannot open for fsync", errno);
   const int rc = ::fsync(fd);
+  const int err = errno;
   ::close(fd);
-  if (rc != 0) return absl::DataLossError(absl::StrCat(path, ": fsync failed"));
+  if (rc != 0) return WriteError(path, "fsync failed", err);
   return absl::OkStatus();
 }
 
 // Writes `text` to `path` atomically (temporary file, fsync, rename, fsync dir).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
+  std::FILE* out = std::fopen(tmp.c_str(), "w");
+  if (out == nullptr) return WriteError(tmp, "cannot create", errno);
+  const bool written = std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0;
+  const int err = errno;
+  std::fclose(out);
+  if (!written) {
+    std::remove(tmp.c_str());
+    return WriteError(tmp, "write failed", err);
   }
   MS_RETURN_IF_ERROR(FsyncPath(tmp));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::DataLossError(absl::StrCat(path, ": rename failed"));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return WriteError(path, "rename failed", errno);
   return FsyncPath(fs::path(path).parent_path().string());
 }
 
@@ -139,6 +147,18 @@ int64_t StepOf(const std::string& name) {
   long long step = -1;
   if (std::sscanf(name.c_str(), "step_%lld", &step) != 1 || name != StepDirName(step)) return -1;
   return step;
+}
+
+// Steps of every step_* directory of ckpt_root (complete or not), ascending.
+std::vector<int64_t> StepDirs(const std::string& ckpt_root) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(ckpt_root, ec)) {
+    const int64_t s = StepOf(e.path().filename().string());
+    if (s >= 0 && e.is_directory(ec)) steps.push_back(s);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
 }
 
 std::vector<int64_t> CompleteSteps(const std::string& ckpt_root) {
@@ -310,10 +330,28 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& run_dir, const Che
                                            int64_t keep_every) {
   MS_ASSIGN_OR_RETURN(const std::string tmp, BeginCheckpoint(run_dir, meta.step));
   json files = json::object();
+  int64_t bytes = 0;
   for (const ShardTensors& s : shards) {
-    MS_ASSIGN_OR_RETURN(files[ShardFileName(s.pp_rank, s.tp_rank)], WriteShard(tmp, s));
+    bytes += s.layout->size() * int64_t(sizeof(float)) * (s.adam_m != nullptr ? 3 : 1);
   }
-  return CommitCheckpoint(run_dir, tmp, meta, files, keep_last, keep_every);
+  for (const ShardTensors& s : shards) {
+    auto record = WriteShard(tmp, s);
+    if (!record.ok()) return AbandonCheckpoint(tmp, record.status(), bytes);
+    files[ShardFileName(s.pp_rank, s.tp_rank)] = *std::move(record);
+  }
+  auto dir = CommitCheckpoint(run_dir, tmp, meta, files, keep_last, keep_every);
+  if (!dir.ok() && fs::exists(tmp)) return AbandonCheckpoint(tmp, dir.status(), bytes);
+  return dir;
+}
+
+absl::Status AbandonCheckpoint(const std::string& tmp_dir, const absl::Status& error, int64_t bytes_needed) {
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  if (!absl::IsResourceExhausted(error)) return error;
+  const std::string root = fs::path(tmp_dir).parent_path().string();
+  return absl::Status(error.code(), absl::StrCat(error.message(), "; the checkpoint needs about ", bytes_needed,
+                                                 " bytes, ", FreeBytes(root), " are free in ", root,
+                                                 " with the partial one removed"));
 }
 
 absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
@@ -353,25 +391,64 @@ absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
 
 absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  std::vector<std::string> candidates;
-  std::ifstream latest(root / kLatest);
-  std::string name;
-  if (latest >> name) candidates.push_back(name);
-  std::vector<int64_t> steps = CompleteSteps(root.string());
+  // Newest first, every step_* directory (one without a manifest fails as
+  // incomplete); `latest` is only a pointer for people and tools.
+  const std::vector<int64_t> steps = StepDirs(root.string());
+  std::vector<std::string> failures;  // "step_N: first problem [(and K more)]"
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    if (StepDirName(*it) != name) candidates.push_back(StepDirName(*it));
-  }
-  for (const std::string& c : candidates) {
-    auto ref = OpenCheckpoint((root / c).string());
+    const std::string dir = (root / StepDirName(*it)).string();
+    std::vector<std::string> problems;
+    auto ref = OpenCheckpoint(dir);
     if (ref.ok()) {
-      const std::vector<std::string> problems = VerifyCheckpoint(*ref);
-      if (problems.empty()) return ref;
-      LogWarning("skipping checkpoint ", ref->dir, ": ", problems.front());
-      continue;
+      problems = VerifyCheckpoint(*ref);
+      if (problems.empty()) {
+        for (const std::string& f : failures) LogWarning("skipping checkpoint ", root.string(), "/", f);
+        return ref;
+      }
+    } else {
+      problems.emplace_back(ref.status().message());
     }
-    LogWarning("skipping checkpoint ", (root / c).string(), ": ", ref.status().message());
+    std::string failure =
+        absl::StrCat(StepDirName(*it), ": ", absl::StrReplaceAll(problems.front(), {{dir + "/", ""}}));
+    if (problems.size() > 1) absl::StrAppend(&failure, " (and ", problems.size() - 1, " more)");
+    failures.push_back(std::move(failure));
   }
-  return absl::NotFoundError(absl::StrCat(root.string(), ": no complete checkpoint"));
+  if (failures.empty()) return absl::NotFoundError(absl::StrCat(root.string(), ": no checkpoint"));
+  return absl::DataLossError(absl::StrCat(root.string(), ": ", failures.size(),
+                                          failures.size() == 1 ? " checkpoint found, it does not verify: "
+                                                               : " checkpoints found, none verifies: ",
+                                          absl::StrJoin(failures, "; ")));
+}
+
+absl::StatusOr<std::vector<std::string>> SetAsideCheckpoints(const std::string& run_dir, int64_t after_step) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const fs::path aside = root / kUnverified;
+  std::vector<std::string> moved;
+  std::error_code ec;
+  for (const int64_t step : StepDirs(root.string())) {
+    if (step <= after_step) continue;
+    fs::create_directories(aside, ec);
+    if (ec) return absl::PermissionDeniedError(absl::StrCat(aside.string(), ": cannot create: ", ec.message()));
+    // Never over another: step_N, then step_N.1, step_N.2, ...
+    fs::path to = aside / StepDirName(step);
+    for (int n = 1; fs::exists(to); ++n) to = aside / absl::StrCat(StepDirName(step), ".", n);
+    fs::rename(root / StepDirName(step), to, ec);
+    if (ec) {
+      return absl::DataLossError(
+          absl::StrCat((root / StepDirName(step)).string(), ": cannot move to ", to.string(), ": ", ec.message()));
+    }
+    moved.push_back(to.string());
+  }
+  if (moved.empty()) return moved;
+  // `latest` names the newest checkpoint left, if any.
+  const std::vector<int64_t> left = CompleteSteps(root.string());
+  if (left.empty()) {
+    fs::remove(root / kLatest, ec);
+  } else {
+    MS_RETURN_IF_ERROR(WriteFileAtomically((root / kLatest).string(), StepDirName(left.back()) + "\n"));
+  }
+  MS_RETURN_IF_ERROR(FsyncPath(root.string()));
+  return moved;
 }
 
 std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt) {

@@ -20,6 +20,9 @@
 // `latest` replaced atomically. Old checkpoints are pruned only after that.
 // Loading verifies the manifest and the checksums of what it reads, and falls
 // back (with a warning) to the newest complete checkpoint that verifies.
+// Checkpoints set aside (checkpoints/unverified/, by SetAsideCheckpoints) are
+// never read, pruned or overwritten. A failed save removes its temporary
+// directory, so the checkpoints already there are all that remains.
 // Any layout reads any other: each rank reads the row ranges it needs from
 // whichever shard files hold them (HDF5 hyperslabs).
 #pragma once
@@ -109,6 +112,10 @@ std::vector<std::string> CheckpointFiles(const ParallelLayout& layout);
 absl::StatusOr<std::string> CommitCheckpoint(const std::string& run_dir, const std::string& tmp_dir,
                                              const CheckpointMeta& meta, const nlohmann::json& files,
                                              int64_t keep_last, int64_t keep_every);
+// Ends a save that failed: removes tmp_dir and returns `error`, adding, when it
+// says the disk is full (RESOURCE_EXHAUSTED), the bytes the checkpoint needs
+// and the bytes free once its partial files are gone.
+absl::Status AbandonCheckpoint(const std::string& tmp_dir, const absl::Status& error, int64_t bytes_needed);
 
 // A verified checkpoint on disk.
 struct CheckpointRef {
@@ -121,10 +128,21 @@ struct CheckpointRef {
 // present with its recorded size). Errors name the file.
 absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir);
 
-// The newest loadable checkpoint of run_dir: `latest` first, then every
-// step_* directory newest first; each skipped one is reported with a warning.
-// NotFound when the run has none.
+// The newest checkpoint of run_dir that verifies (every step_* directory,
+// newest first; `latest` is not consulted); each newer one skipped is reported
+// with a warning. NotFound when the run has no step_* directory; DataLoss when
+// it has some and none verifies, in one line that names each with its first
+// problem ("<dir>: 2 checkpoints found, none verifies: step_00000010:
+// shard_pp1_tp0.h5: missing; step_00000005: ...").
 absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir);
+
+// Moves every step_* directory of run_dir/checkpoints with a step after
+// `after_step` (−1: all of them) into checkpoints/unverified/, keeping its name
+// (".1", ".2", … appended when the name is taken there), and points `latest`
+// at the newest checkpoint left (removing it when none is). Returns the new
+// paths. For checkpoints that failed to verify: kept for a person to inspect
+// or repair, out of the way of the run's own saves and of retention.
+absl::StatusOr<std::vector<std::string>> SetAsideCheckpoints(const std::string& run_dir, int64_t after_step);
 
 // `path` is a checkpoint directory (holding manifest.json) or a run directory
 // (its newest loadable checkpoint). Errors name the path.

@@ -2,9 +2,14 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,10 +17,68 @@
 namespace multiscreen {
 namespace {
 
-// Silences HDF5's own error stack printing; we report errors ourselves.
+// HDF5 1.10.7 and 1.12.1 added H5Pset_file_locking.
+#if (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7) || H5_VERSION_GE(1, 12, 1)
+#define MS_HDF5_HAS_FILE_LOCKING_PROPERTY 1
+#endif
+
+// Silences HDF5's own error stack printing (we report errors ourselves) and,
+// where HDF5 has no file-locking property, asks for best-effort locking through
+// the environment before the library first reads it (a user's setting wins).
+// HDF5's exit-time clean-up is off: after an H5Fclose that failed to flush (a
+// full disk) 1.10 keeps a half-freed file id, and closing it again at exit
+// crashed the process (SIGSEGV in H5F__close_cb) after its error was reported.
+// Every file we open is closed by its H5Writer/H5Reader.
 void QuietHdf5() {
-  static const bool once = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
+  static const bool once = [] {
+#ifndef MS_HDF5_HAS_FILE_LOCKING_PROPERTY
+    setenv("HDF5_USE_FILE_LOCKING", "BEST_EFFORT", /*overwrite=*/0);
+#endif
+    H5dont_atexit();
+    return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0;
+  }();
   (void)once;
+}
+
+// File access properties for every file we create or open: HDF5 1.10 locks
+// files with flock(), which parallel file systems mounted without it (Lustre
+// without -o flock, NFS with nolock) refuse with ENOSYS ("unable to lock
+// file"). Best effort: lock where the file system can, carry on where it
+// cannot. HDF5_USE_FILE_LOCKING in the environment still overrides this.
+hid_t FileAccess() {
+  QuietHdf5();
+  static const hid_t fapl = [] {
+    const hid_t p = H5Pcreate(H5P_FILE_ACCESS);
+#ifdef MS_HDF5_HAS_FILE_LOCKING_PROPERTY
+    H5Pset_file_locking(p, /*use_file_locking=*/true, /*ignore_when_disabled=*/true);
+#endif
+    return p;
+  }();
+  return fapl;
+}
+
+// The errno behind the HDF5 call that just failed: its file driver records
+// "errno = N" in the error stack. 0 when the stack names none (an HDF5-level
+// error). Call it before any other HDF5 call, which would clear the stack.
+int FailedCallErrno() {
+  int found = 0;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        const char* at = e->desc != nullptr ? std::strstr(e->desc, "errno = ") : nullptr;
+        if (at != nullptr && *static_cast<int*>(data) == 0) *static_cast<int*>(data) = std::atoi(at + 8);
+        return 0;
+      },
+      &found);
+  return found;
+}
+
+// ": <strerror(err)>", or "" when err is 0 (no cause known).
+std::string Cause(int err) { return err != 0 ? absl::StrCat(": ", std::strerror(err)) : ""; }
+
+// WriteError for the HDF5 call on `path` that just failed, with the cause it recorded.
+absl::Status H5WriteError(const std::string& path, const std::string& what) {
+  return WriteError(path, what, FailedCallErrno());
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -38,22 +101,41 @@ absl::Status WriteDataset(hid_t file, const std::string& path, const std::string
   H5Pset_create_intermediate_group(lcpl, 1);
   const hid_t set = H5Dcreate2(file, name.c_str(), NativeType<T>(), space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
   herr_t err = set < 0 ? -1 : H5Dwrite(set, NativeType<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  const absl::Status status =
+      err < 0 ? H5WriteError(path, absl::StrCat("cannot write dataset ", name)) : absl::OkStatus();
   if (set >= 0) H5Dclose(set);
   H5Pclose(lcpl);
   H5Sclose(space);
-  if (err < 0) return absl::InternalError(absl::StrCat(path, ": cannot write dataset ", name));
-  return absl::OkStatus();
+  return status;
 }
 
 }  // namespace
+
+absl::Status WriteError(const std::string& path, const std::string& what, int err) {
+  std::string text = absl::StrCat(path, ": ", what, Cause(err));
+  if (err != ENOSPC && err != EDQUOT && err != EFBIG) return absl::DataLossError(text);
+  // The file system (or a quota, or a file-size limit) is full: say how full.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (const int64_t free = FreeBytes(dir); free >= 0) absl::StrAppend(&text, " (", free, " bytes free in ", dir, ")");
+  return absl::ResourceExhaustedError(text);
+}
+
+int64_t FreeBytes(const std::string& dir) {
+  struct statvfs fs;
+  if (::statvfs(dir.c_str(), &fs) != 0) return -1;
+  return int64_t(fs.f_bavail) * int64_t(fs.f_frsize);
+}
 
 H5Writer::H5Writer(std::string path, int64_t file) : path_(std::move(path)), tmp_(path_ + ".tmp"), file_(file) {}
 
 absl::StatusOr<std::unique_ptr<H5Writer>> H5Writer::Create(const std::string& path) {
   QuietHdf5();
   const std::string tmp = path + ".tmp";
-  const hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file < 0) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create HDF5 file"));
+  const hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, FileAccess());
+  if (file < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create HDF5 file", Cause(FailedCallErrno())));
+  }
   return std::unique_ptr<H5Writer>(new H5Writer(path, file));
 }
 
@@ -76,16 +158,18 @@ absl::Status H5Writer::WriteDatasetAttributes(
   const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
   if (set < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot reopen dataset ", name));
   herr_t err = 0;
+  int cause = 0;
   for (const auto& [attr_name, values] : attributes) {
     const hsize_t n = values.size();
     const hid_t space = n == 0 ? H5Screate(H5S_NULL) : H5Screate_simple(1, &n, nullptr);
     const hid_t attr = H5Acreate2(set, attr_name, H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
     if (attr < 0 || (n > 0 && H5Awrite(attr, H5T_NATIVE_INT64, values.data()) < 0)) err = -1;
+    if (err < 0 && cause == 0) cause = FailedCallErrno();
     if (attr >= 0) H5Aclose(attr);
     H5Sclose(space);
   }
   H5Dclose(set);
-  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write the attributes of ", name));
+  if (err < 0) return WriteError(tmp_, absl::StrCat("cannot write the attributes of ", name), cause);
   return absl::OkStatus();
 }
 
@@ -106,9 +190,11 @@ absl::Status H5Writer::WriteScalarAttribute(const std::string& name, int64_t typ
   const hid_t space = H5Screate(H5S_SCALAR);
   const hid_t attr = H5Acreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
   const herr_t err = attr < 0 ? -1 : H5Awrite(attr, type, value);
+  const absl::Status status =
+      err < 0 ? H5WriteError(tmp_, absl::StrCat("cannot write attribute ", name)) : absl::OkStatus();
   if (attr >= 0) H5Aclose(attr);
   H5Sclose(space);
-  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write attribute ", name));
+  return status;
   return absl::OkStatus();
 }
 
@@ -128,25 +214,29 @@ absl::Status H5Writer::WriteAttribute(const std::string& name, const std::string
   const hid_t attr = H5Acreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
   const std::string padded = value.empty() ? std::string(1, '\0') : value;
   const herr_t err = attr < 0 ? -1 : H5Awrite(attr, type, padded.data());
+  const absl::Status status =
+      err < 0 ? H5WriteError(tmp_, absl::StrCat("cannot write attribute ", name)) : absl::OkStatus();
   if (attr >= 0) H5Aclose(attr);
   H5Sclose(space);
   H5Tclose(type);
-  if (err < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot write attribute ", name));
-  return absl::OkStatus();
+  return status;
 }
 
 absl::Status H5Writer::Commit() {
   const herr_t err = H5Fclose(file_);
   file_ = -1;
   if (err < 0) {
+    // HDF5 writes cached metadata and small datasets only now: a full disk often shows here.
+    const absl::Status status = H5WriteError(tmp_, "closing the HDF5 file failed");
     std::remove(tmp_.c_str());
-    return absl::DataLossError(absl::StrCat(tmp_, ": closing the HDF5 file failed"));
+    return status;
   }
   const int fd = ::open(tmp_.c_str(), O_RDONLY);
   if (fd < 0 || ::fsync(fd) != 0) {
+    const absl::Status status = WriteError(tmp_, "fsync failed", errno);
     if (fd >= 0) ::close(fd);
     std::remove(tmp_.c_str());
-    return absl::DataLossError(absl::StrCat(tmp_, ": fsync failed"));
+    return status;
   }
   ::close(fd);
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
@@ -161,8 +251,10 @@ absl::StatusOr<std::unique_ptr<H5Reader>> H5Reader::Open(const std::string& path
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     return absl::NotFoundError(absl::StrCat(path, ": missing or not an HDF5 file"));
   }
-  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open HDF5 file"));
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, FileAccess());
+  if (file < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open HDF5 file", Cause(FailedCallErrno())));
+  }
   return std::unique_ptr<H5Reader>(new H5Reader(path, file));
 }
 

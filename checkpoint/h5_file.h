@@ -1,6 +1,9 @@
 // A thin, error-checked layer over the HDF5 C API: write a file atomically
 // (into "<path>.tmp", flushed, then renamed), read datasets with their shapes
-// checked. Every error names the file and the dataset or attribute.
+// checked. Every error names the file and the dataset or attribute, and a
+// failed write its cause (strerror of the errno HDF5's file driver recorded).
+// Files are opened with best-effort locking: flock where the file system
+// supports it, none where it refuses (Lustre, NFS nolock).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,15 @@
 #include "absl/status/statusor.h"
 
 namespace multiscreen {
+
+// The error for a failed write of `path` ("<path>: <what>: <strerror(err)>"):
+// RESOURCE_EXHAUSTED, with the bytes still free in path's directory, when the
+// file system, a quota or a file-size limit is full (ENOSPC, EDQUOT, EFBIG);
+// DATA_LOSS otherwise, and without a cause when err is 0 (none known).
+absl::Status WriteError(const std::string& path, const std::string& what, int err);
+
+// Bytes available to this user on the file system holding `dir` (statvfs), or −1.
+int64_t FreeBytes(const std::string& dir);
 
 // Writes datasets and root attributes; nothing is visible at `path` until
 // Commit() succeeds. Destroying an uncommitted writer removes the temporary.

@@ -1,7 +1,8 @@
 // `multiscreen train --config=FILE [--run_dir= --steps= --seed= --tp= --pp=
 // --micro_batch= --grad_accum= --seq_len= --lr= --precision= --checkpoint_every=
-// --eval_every= --data= --model= --zero=]`: the main job. Flags override the
-// run file's fields. A run_dir with a checkpoint is resumed.
+// --eval_every= --data= --model= --zero= --restart]`: the main job. Flags
+// override the run file's fields. A run_dir with a checkpoint is resumed; one
+// whose checkpoints all fail to verify is refused unless --restart.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -40,6 +41,9 @@ ABSL_FLAG(int64_t, checkpoint_every, 0, "steps between checkpoints (0: at the en
 ABSL_FLAG(int64_t, eval_every, 0, "steps between validation passes (0: never)");
 ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (train_*.bin, val_*.bin)");
 ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ranks (ZeRO-1)");
+ABSL_FLAG(bool, restart, false,
+          "when none of run_dir's checkpoints verifies, move them to checkpoints/unverified/ and train from step 0 "
+          "(without it such a run is refused); a checkpoint that verifies is still resumed");
 
 namespace multiscreen::cli {
 namespace {
@@ -139,7 +143,8 @@ int TrainCommand(int argc, char** argv) {
   InstallStopHandlers();
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
-                             "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads", "isa"}); !s.ok()) {
+                             "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
+                             "isa", "restart"}); !s.ok()) {
     return Fail("train", s);
   }
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
@@ -182,8 +187,10 @@ int TrainCommand(int argc, char** argv) {
     if (auto device = BindDevice(0); !device.ok()) return Fail("train", device.status());
   }
   const bool logger = grid->world_rank() == 0;
-  // Under MPI an error on any rank ends the whole job (never a hang).
+  // Under MPI an error on any rank ends the whole job (never a hang); one that
+  // every rank returned alike is reported once, by rank 0, and every rank exits.
   auto fail = [&](const absl::Status& status) {
+    if (IsAgreedError(status)) return logger ? Fail("train", status) : 1;
     if (mpi != nullptr) AbortJobIfError(status);
     return Fail("train", status);
   };
@@ -202,6 +209,8 @@ int TrainCommand(int argc, char** argv) {
       return fail(val.status());
     }
   }
+  auto trainer = Trainer::Create(*run, *dims, sources, grid.get(), {.restart = absl::GetFlag(FLAGS_restart)});
+  if (!trainer.ok()) return fail(trainer.status());
   if (logger) {
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
@@ -209,8 +218,6 @@ int TrainCommand(int argc, char** argv) {
             ", best ", kernels::cpu::IsaName(kernels::cpu::CpuIsa()), "); head: ",
             HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels));
   }
-  auto trainer = Trainer::Create(*run, *dims, sources, grid.get());
-  if (!trainer.ok()) return fail(trainer.status());
   if (auto s = (*trainer)->Run(); !s.ok()) return fail(s);
   if (logger && (*trainer)->steps_run() > 0) {
     std::printf("final train_loss %.4f", (*trainer)->last_loss());

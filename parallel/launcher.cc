@@ -48,7 +48,9 @@ absl::Status CheckLauncherProcessCount(int mpi_world_size) {
   std::string cause;
   if (FirstCount({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &var, &count)) {
     cause = "the launcher and the MPI library this binary links do not match (an mpirun of another MPI?)";
-  } else if (FirstCount({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, &var, &count)) {
+  } else if (FirstCount({"SLURM_STEP_NUM_TASKS"}, &var, &count)) {
+    // Only srun's step count: a batch script or salloc shell (SLURM_NTASKS of the job, no
+    // step) may run one process on purpose.
     cause = "srun needs --mpi=pmix (srun --mpi=list shows what the cluster has); for one process, srun -n 1";
   } else {
     return absl::OkStatus();

@@ -20,10 +20,11 @@ std::string LauncherEnv();
 
 // OK when the launcher's process count equals `mpi_world_size` or no launcher variable
 // gives one; otherwise a one-line error naming the variable and the likely cause, e.g.
-// "SLURM_NTASKS=2 but MPI sees 1 process: srun needs --mpi=pmix ...". The count is
-// OMPI_COMM_WORLD_SIZE or PMI_SIZE when an MPI launcher set one (mpirun inside a Slurm
-// allocation), else Slurm's SLURM_STEP_NUM_TASKS, SLURM_NTASKS or SLURM_NPROCS, the
-// first that is set. Call it before anything is written.
+// "SLURM_STEP_NUM_TASKS=2 but MPI sees 1 process: srun needs --mpi=pmix ...". The count
+// is OMPI_COMM_WORLD_SIZE or PMI_SIZE when an MPI launcher set one (mpirun inside a Slurm
+// allocation), else the task count of the srun step this process belongs to
+// (SLURM_STEP_NUM_TASKS; the job's SLURM_NTASKS alone, in a batch script or salloc shell
+// without srun, is no error). Call it before anything is written.
 absl::Status CheckLauncherProcessCount(int mpi_world_size);
 
 }  // namespace multiscreen

@@ -4,16 +4,20 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "model/init.h"
 #include "nlohmann/json.hpp"
 #include "trainer/flops.h"
@@ -45,6 +49,48 @@ absl::Status CheckTokenIds(const Batch& batch, int64_t vocab, const std::string&
   return absl::OkStatus();
 }
 
+constexpr char kAgreedPayload[] = "multiscreen/agreed";
+
+absl::Status MarkAgreed(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kAgreedPayload, absl::Cord("1"));
+  return status;
+}
+
+// Every rank passes its own status and gets back, on every rank, the error of
+// the lowest-ranked rank that failed (OK when none did), marked as agreed. A
+// collective: a failure seen by some ranks ends every rank alike, with its
+// cause, instead of leaving the others waiting or aborting the job.
+absl::Status AgreeOnStatus(Communicator& world, const absl::Status& mine) {
+  double failed = mine.ok() ? 0 : double(world.size() - world.rank());
+  world.AllReduce(&failed, 1, ReduceOp::kMax);
+  if (failed == 0) return absl::OkStatus();
+  const int root = world.size() - static_cast<int>(failed);
+  std::string message(mine.message());
+  int64_t header[2] = {static_cast<int64_t>(mine.code()), static_cast<int64_t>(message.size())};
+  world.Broadcast(header, sizeof(header), root);
+  message.resize(header[1]);
+  if (header[1] > 0) world.Broadcast(message.data(), header[1], root);
+  return MarkAgreed(absl::Status(static_cast<absl::StatusCode>(header[0]), message));
+}
+
+// How many rows of a metrics.jsonl text stand (not superseded by a later
+// {"resumed_from": S} row, not cut short) with a step after `step`.
+int64_t StandingRowsAfter(const std::string& text, int64_t step) {
+  std::vector<int64_t> standing;  // the steps of the rows that stand
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!row.is_object()) continue;
+    if (row.contains("resumed_from") && row["resumed_from"].is_number_integer()) {
+      const int64_t from = row["resumed_from"].get<int64_t>();
+      std::erase_if(standing, [from](int64_t s) { return s > from; });
+    } else if (row.contains("step") && row["step"].is_number_integer()) {
+      standing.push_back(row["step"].get<int64_t>());
+    }
+  }
+  return std::count_if(standing.begin(), standing.end(), [step](int64_t s) { return s > step; });
+}
+
 std::string Eta(double seconds) {
   if (!(seconds >= 0) || std::isinf(seconds)) return "?";
   const int64_t s = static_cast<int64_t>(seconds);
@@ -54,6 +100,10 @@ std::string Eta(double seconds) {
 }
 
 }  // namespace
+
+bool IsAgreedError(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kAgreedPayload).has_value();
+}
 
 Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, ProcessGrid* grid)
     : run_(run), dims_(dims), grid_(grid),
@@ -69,7 +119,7 @@ std::pair<int64_t, int64_t> Trainer::OptimizerRange() {
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig& run, const ModelDims& dims,
-                                                         Sources sources, ProcessGrid* grid) {
+                                                         Sources sources, ProcessGrid* grid, StartOptions start) {
   if (sources.train == nullptr) return absl::InvalidArgumentError("data: no training shards");
   std::unique_ptr<Trainer> t(new Trainer(run, dims, grid));
   ModelOptions options;
@@ -115,7 +165,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
     }
   }
   grid->world().Barrier();
-  if (auto s = t->ResumeIfPresent(); !s.ok()) return s;
+  if (auto s = t->ResumeIfPresent(start.restart); !s.ok()) return s;
   // The loader starts where the checkpoint (if any) left off: its only state.
   // The global batch is dp · grad_accum · micro_batch windows; this dp rank
   // takes its contiguous slice (micro-batches [d·M, (d+1)·M)).
@@ -155,29 +205,29 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   return t;
 }
 
-absl::Status Trainer::ResumeIfPresent() {
-  const std::string metrics = run_.run_dir() + "/metrics.jsonl";
-  // Rank 0 picks the newest checkpoint that verifies (reading every dataset
-  // once) and tells the others which; each then reads only its own slices.
+absl::Status Trainer::ResumeIfPresent(bool restart) {
+  // Rank 0 decides (reading every dataset of the checkpoint it picks once) and
+  // tells the others the step to resume from, or −1: from step 0.
   const auto start = std::chrono::steady_clock::now();
-  const bool has_checkpoints = std::filesystem::exists(run_.run_dir() + "/checkpoints");
-  absl::StatusOr<CheckpointRef> ckpt = absl::NotFoundError("no checkpoints directory");
+  absl::StatusOr<CheckpointRef> ckpt = absl::NotFoundError("not rank 0");
   double chosen = -1;
-  if (is_logger() && has_checkpoints) {
-    ckpt = FindLatestCheckpoint(run_.run_dir());
-    if (ckpt.ok()) chosen = double(ckpt->meta.step);
+  absl::Status decided;
+  if (is_logger()) {
+    ckpt = ChooseStart(restart);
+    if (ckpt.ok()) {
+      chosen = double(ckpt->meta.step);
+    } else if (!absl::IsNotFound(ckpt.status())) {
+      decided = ckpt.status();
+    }
   }
+  if (auto s = AgreeOnStatus(grid_->world(), decided); !s.ok()) return s;
   grid_->world().Broadcast(&chosen, 1, 0);
-  if (chosen < 0) return StartFresh(metrics, ckpt.status());
+  if (chosen < 0) return absl::OkStatus();
   if (!is_logger()) {
     ckpt = OpenCheckpoint(run_.run_dir() + "/checkpoints/" + StepDirName(static_cast<int64_t>(chosen)));
     if (!ckpt.ok()) return ckpt.status();
   }
   const CheckpointMeta& m = ckpt->meta;
-  if (m.seed != run_.seed()) {
-    return absl::FailedPreconditionError(absl::StrCat(ckpt->dir, ": saved with seed ", m.seed, ", the run asks for ",
-                                                      run_.seed(), " (the data order depends on it)"));
-  }
   // Any saved layout loads into this one; each rank reads the moments of the
   // range its optimizer owns (all of its shard, or its ZeRO-1 share).
   if (auto s = LoadShard(*ckpt, model_->layout(), state_.params.data(), optimizer_->m().data(),
@@ -198,20 +248,53 @@ absl::Status Trainer::ResumeIfPresent() {
   }
   resumed_ = true;
   if (is_logger()) {
-    // Drop metrics of steps after the checkpoint: they are about to be redone.
-    std::ifstream in(metrics);
-    std::string kept, line;
-    while (std::getline(in, line)) {
-      const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= m.step) kept += line + "\n";
+    // Checkpoints newer than this one all failed to verify (the newest that
+    // verifies was chosen): out of the way of this run's saves and retention.
+    auto moved = SetAsideCheckpoints(run_.run_dir(), m.step);
+    if (!moved.ok()) return moved.status();
+    for (const std::string& dir : *moved) {
+      LogWarning("moved ", dir.substr(dir.rfind('/') + 1), ", newer than step ", m.step,
+                 " but not verifiable, to ", dir);
     }
-    in.close();
-    std::ofstream(metrics, std::ios::trunc) << kept;
+    // The steps after the checkpoint are about to be redone.
+    if (auto s = MarkSupersededMetrics(m.step); !s.ok()) return s;
     LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed; saved under tp=",
             m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ") in ",
             absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointRef> Trainer::ChooseStart(bool restart) {
+  const std::string root = run_.run_dir() + "/checkpoints";
+  absl::StatusOr<CheckpointRef> ckpt = std::filesystem::exists(root)
+                                           ? FindLatestCheckpoint(run_.run_dir())
+                                           : absl::NotFoundError(absl::StrCat(root, ": none"));
+  if (ckpt.ok()) {
+    if (ckpt->meta.seed != run_.seed()) {
+      return absl::FailedPreconditionError(absl::StrCat(ckpt->dir, ": saved with seed ", ckpt->meta.seed,
+                                                        ", the run asks for ", run_.seed(),
+                                                        " (the data order depends on it)"));
+    }
+    return ckpt;
+  }
+  if (absl::IsNotFound(ckpt.status())) {
+    MS_RETURN_IF_ERROR(StartFresh(ckpt.status(), "no checkpoint was saved before the run stopped"));
+    return ckpt.status();
+  }
+  // Checkpoints exist and none verifies (a shard on a file system that is not
+  // mounted, say): starting over would bury them, so only on request.
+  if (!restart) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ckpt.status().message(), "; nothing was changed: make them whole, or pass --restart to move them to ",
+        root, "/unverified/ and train from step 0"));
+  }
+  MS_RETURN_IF_ERROR(CheckSameRun(ckpt.status()));
+  auto moved = SetAsideCheckpoints(run_.run_dir(), -1);
+  if (!moved.ok()) return moved.status();
+  LogWarning("--restart: ", ckpt.status().message(), "; moved them to ", root, "/unverified/");
+  MS_RETURN_IF_ERROR(StartFresh(ckpt.status(), "--restart given and no checkpoint verifies"));
+  return absl::NotFoundError(absl::StrCat(root, ": set aside"));
 }
 
 // The identity of a run: what must match for its metrics to be redone from
@@ -221,10 +304,12 @@ nlohmann::json Trainer::RunIdentity() const {
           {"global_batch", grid_->shape().dp * run_.grad_accum() * run_.micro_batch()}};
 }
 
-absl::Status Trainer::StartFresh(const std::string& metrics, const absl::Status& why_no_checkpoint) {
-  const std::string identity_path = run_.run_dir() + "/run.json";
+std::string Trainer::MetricsPath() const { return run_.run_dir() + "/metrics.jsonl"; }
+
+absl::Status Trainer::CheckSameRun(const absl::Status& why_no_checkpoint) const {
+  const std::string metrics = MetricsPath();
   const bool has_metrics = std::filesystem::exists(metrics) && std::filesystem::file_size(metrics) > 0;
-  std::ifstream in(identity_path);
+  std::ifstream in(run_.run_dir() + "/run.json");
   const nlohmann::json saved = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
   if (has_metrics && saved != RunIdentity()) {
     // Metrics of another run (or of one we cannot tell is this one): keep them.
@@ -233,16 +318,41 @@ absl::Status Trainer::StartFresh(const std::string& metrics, const absl::Status&
         why_no_checkpoint.message(), ")", saved.is_object() ? " and a different model, seed or batch" : "",
         "; choose a new --run_dir or remove the old one"));
   }
-  if (is_logger()) {
-    if (has_metrics) {
-      // The same run, stopped before its first checkpoint: from step 0 it
-      // retraces the same steps, so its metrics are redone, not lost.
-      LogWarning("--run_dir=", run_.run_dir(), ": no checkpoint was saved before the run stopped; restarting it from step 0");
-      std::ofstream(metrics, std::ios::trunc);
-    }
-    std::ofstream(identity_path, std::ios::trunc) << RunIdentity().dump() << "\n";
-  }
   return absl::OkStatus();
+}
+
+absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const std::string& why_restart) {
+  MS_RETURN_IF_ERROR(CheckSameRun(why_no_checkpoint));
+  const std::string metrics = MetricsPath();
+  if (std::filesystem::exists(metrics) && std::filesystem::file_size(metrics) > 0) {
+    // The same run: from step 0 it retraces the same steps, so its metrics
+    // are redone; the old rows stay, marked superseded.
+    LogWarning("--run_dir=", run_.run_dir(), ": ", why_restart, "; restarting it from step 0");
+    MS_RETURN_IF_ERROR(MarkSupersededMetrics(0));
+  }
+  const std::string identity_path = run_.run_dir() + "/run.json";
+  std::ofstream out(identity_path, std::ios::trunc);
+  out << RunIdentity().dump() << "\n";
+  if (!out) return absl::DataLossError(absl::StrCat(identity_path, ": write failed"));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::MarkSupersededMetrics(int64_t step) {
+  const std::string path = MetricsPath();
+  int64_t superseded = 0;
+  bool ends_with_newline = true;
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.empty()) return absl::OkStatus();
+    ends_with_newline = text.back() == '\n';
+    superseded = StandingRowsAfter(text, step);
+  }
+  // A row cut short by a crash stays on a line of its own (readers skip it).
+  if (!ends_with_newline) MS_RETURN_IF_ERROR(AppendMetrics(""));
+  if (superseded == 0) return absl::OkStatus();
+  LogInfo(path, ": ", superseded, " rows of steps after ", step, " are superseded by this run's");
+  return AppendMetrics(nlohmann::json{{"resumed_from", step}, {"superseded_rows", superseded}}.dump());
 }
 
 absl::Status Trainer::SaveCheckpointNow() {
@@ -263,41 +373,47 @@ absl::Status Trainer::SaveCheckpointNow() {
   // Rank 0 prepares the temporary directory; dp replica 0 writes one shard per
   // model-parallel rank (with the moments, unless ZeRO-1 spread them); under
   // ZeRO-1 every dp rank writes its own optimizer piece. Rank 0 then gathers
-  // the files' records and commits.
+  // the files' records and commits. The ranks agree on each phase's outcome,
+  // so that a failure anywhere (a full disk) ends every rank with its cause,
+  // after rank 0 has removed the partial checkpoint.
   const std::string tmp = TempCheckpointDir(run_.run_dir(), m.step);
-  if (is_logger()) {
-    if (auto made = BeginCheckpoint(run_.run_dir(), m.step); !made.ok()) return made.status();
-  }
-  grid_->world().Barrier();
+  absl::Status status;
+  if (is_logger()) status = BeginCheckpoint(run_.run_dir(), m.step).status();
+  MS_RETURN_IF_ERROR(AgreeOnStatus(grid_->world(), status));
   const bool zero = model_->data_parallel().options().zero1;
   const GridCoord& c = grid_->coord();
   if (c.dp == 0) {
     ShardTensors shard{&model_->layout(), state_.params.data(), zero ? nullptr : optimizer_->m().data(),
                        zero ? nullptr : optimizer_->v().data(), c.pp, c.tp};
     auto record = WriteShard(tmp, shard);
-    if (!record.ok()) return record.status();
-    if (auto s = WriteFileRecord(tmp, ShardFileName(c.pp, c.tp), *record); !s.ok()) return s;
+    status = record.ok() ? WriteFileRecord(tmp, ShardFileName(c.pp, c.tp), *record) : record.status();
   }
-  if (zero) {
+  if (zero && status.ok()) {
     const auto [begin, end] = OptimizerRange();
     OptimizerPiece piece{&model_->layout(), begin, end, optimizer_->m().data(), optimizer_->v().data(),
                          c.pp, c.tp, c.dp};
     auto record = WriteOptimizerPiece(tmp, piece);
-    if (!record.ok()) return record.status();
-    if (auto s = WriteFileRecord(tmp, OptimizerFileName(c.pp, c.tp, c.dp), *record); !s.ok()) return s;
+    status = record.ok() ? WriteFileRecord(tmp, OptimizerFileName(c.pp, c.tp, c.dp), *record) : record.status();
   }
-  grid_->world().Barrier();
-  if (is_logger()) {
+  status = AgreeOnStatus(grid_->world(), status);
+  if (status.ok() && is_logger()) {
     auto files = ReadFileRecords(tmp, CheckpointFiles(m.layout));
-    if (!files.ok()) return files.status();
-    auto dir = CommitCheckpoint(run_.run_dir(), tmp, m, *files, run_.checkpoint().keep_last(),
-                                run_.checkpoint().keep_every());
-    if (!dir.ok()) return dir.status();
-    LogInfo("saved ", *dir, " in ",
-            absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    auto dir = files.ok() ? CommitCheckpoint(run_.run_dir(), tmp, m, *files, run_.checkpoint().keep_last(),
+                                             run_.checkpoint().keep_every())
+                          : files.status();
+    if (dir.ok()) {
+      LogInfo("saved ", *dir, " in ",
+              absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    }
+    status = dir.status();
   }
-  grid_->world().Barrier();
-  return absl::OkStatus();
+  if (!status.ok() && is_logger() && std::filesystem::exists(tmp)) {
+    int64_t bytes = 0;
+    for (const ShardPlan& p : PlanCheckpoint(dims_, m.layout)) bytes += p.weight_bytes + p.moment_bytes;
+    status = AbandonCheckpoint(tmp, status, bytes);
+  }
+  // Rank 0's outcome (with what AbandonCheckpoint added) is every rank's.
+  return AgreeOnStatus(grid_->world(), status);
 }
 
 absl::Status Trainer::AppendMetrics(const std::string& line) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/checkpoint.h"
 #include "common/config.h"
 #include "configs/config.pb.h"
 #include "model/multiscreen.h"
@@ -35,6 +36,20 @@ struct TrainState {
   LossScalerState scaler;
 };
 
+// Whether `status` is an error that every rank of the job returned alike (the
+// ranks agreed on it: a refusal to start, a failed checkpoint save): the
+// caller reports it once, from world rank 0, and every rank exits normally
+// instead of aborting the job.
+bool IsAgreedError(const absl::Status& status);
+
+// How a trainer starts on a run_dir that holds checkpoints.
+struct StartOptions {
+  // When run_dir has checkpoints and none verifies, move them all to
+  // checkpoints/unverified/ and train from step 0; without it such a start is
+  // refused (with each checkpoint's problem), changing nothing.
+  bool restart = false;
+};
+
 class Trainer {
  public:
   struct Sources {
@@ -44,8 +59,13 @@ class Trainer {
   // `run` has defaults applied and is validated against `dims`; `grid` is
   // this process's place in the layout (ProcessGrid::Single() for one
   // process) and outlives the trainer. Every rank calls every method.
+  // Resumes from run_dir's newest checkpoint that verifies; newer ones (which
+  // did not verify) are moved to checkpoints/unverified/, and the rows of
+  // metrics.jsonl of steps after it are marked superseded (an appended
+  // {"resumed_from": S, "superseded_rows": N} row; the file is only appended to).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::RunConfig& run, const ModelDims& dims,
-                                                         Sources sources, ProcessGrid* grid);
+                                                         Sources sources, ProcessGrid* grid,
+                                                         StartOptions start = {});
 
   ~Trainer();
 
@@ -58,7 +78,9 @@ class Trainer {
 
   // Saves a checkpoint of the current state (checkpoint/checkpoint.h): each
   // model-parallel rank of dp replica 0 writes its shard, world rank 0 the
-  // manifest. A collective.
+  // manifest. A collective; a failure on any rank (named with its cause:
+  // "No space left on device", the bytes needed and free) is returned on every
+  // rank, agreed (IsAgreedError), after the partial checkpoint is removed.
   absl::Status SaveCheckpointNow();
 
   // Mean validation loss over the first run.eval().batches() micro-batches of
@@ -84,12 +106,23 @@ class Trainer {
   absl::Status LogStep(double loss, double lr, double grad_norm, bool applied, double seconds);
   absl::Status AppendMetrics(const std::string& json_line);
   absl::Status WriteRunStatus();
-  // Continues from run_dir's newest complete checkpoint, if any. Without one,
-  // StartFresh: a run_dir holding metrics of this same run (run.json: model,
-  // seed, T, global batch) restarts from step 0; one holding another run's
-  // metrics is refused.
-  absl::Status ResumeIfPresent();
-  absl::Status StartFresh(const std::string& metrics, const absl::Status& why_no_checkpoint);
+  // Continues from run_dir's newest checkpoint that verifies, if any (rank 0
+  // chooses with ChooseStart, the others follow). A collective.
+  absl::Status ResumeIfPresent(bool restart);
+  // Rank 0: the checkpoint to resume from; NotFound to start from step 0 (after
+  // StartFresh); any other error refuses the start (checkpoints that all fail
+  // to verify, without `restart`).
+  absl::StatusOr<CheckpointRef> ChooseStart(bool restart);
+  // Without a checkpoint to resume from: a run_dir holding metrics of this same
+  // run (run.json: model, seed, T, global batch) restarts from step 0, its rows
+  // marked superseded (logging why_restart); one holding another run's metrics
+  // is refused (CheckSameRun).
+  absl::Status StartFresh(const absl::Status& why_no_checkpoint, const std::string& why_restart);
+  absl::Status CheckSameRun(const absl::Status& why_no_checkpoint) const;
+  // Appends {"resumed_from": step, "superseded_rows": N} to metrics.jsonl when N
+  // of its standing rows are of steps after `step` (and ends a row cut short).
+  absl::Status MarkSupersededMetrics(int64_t step);
+  std::string MetricsPath() const;
   nlohmann::json RunIdentity() const;
 
   config::RunConfig run_;

@@ -1,9 +1,17 @@
 // Sharded checkpoints: round trips across layouts, corruption and truncation
-// detected by name, partial checkpoints ignored, pruning, and the 4B plan.
+// detected by name, partial checkpoints ignored, pruning, checkpoints that all
+// fail to verify, setting them aside, file systems without flock, and the 4B plan.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 
 #include <hdf5.h>
 
@@ -220,6 +228,107 @@ TEST(CheckpointTest, KeepsTheLastKAndEveryNth) {
   }
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(kept, (std::vector<std::string>{"step_00000004", "step_00000008", "step_00000009"}));
+}
+
+// Every file under `dir` with its bytes, by relative path.
+std::map<std::string, std::string> Snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    files[fs::relative(e.path(), dir).string()] = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
+}
+
+TEST(CheckpointTest, CheckpointsThatAllFailToVerifyAreOneErrorNamingEach) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("none_verifies");
+  SaveUnder(run, dims, 1, 2, 5);
+  SaveUnder(run, dims, 1, 2, 10);
+  // The second stage's shard is gone from both (a node without the mount that held it).
+  for (const char* step : {"step_00000005", "step_00000010"}) {
+    fs::remove(run + "/checkpoints/" + step + "/" + ShardFileName(1, 0));
+  }
+  const auto before = Snapshot(run);
+  auto found = FindLatestCheckpoint(run);
+  ASSERT_FALSE(found.ok());
+  EXPECT_TRUE(absl::IsDataLoss(found.status())) << found.status();
+  EXPECT_EQ(std::string(found.status().message()),
+            run + "/checkpoints: 2 checkpoints found, none verifies: step_00000010: shard_pp1_tp0.h5: missing; "
+                  "step_00000005: shard_pp1_tp0.h5: missing");
+  EXPECT_EQ(Snapshot(run), before);
+  // A run without any checkpoint is another matter: NotFound.
+  EXPECT_TRUE(absl::IsNotFound(FindLatestCheckpoint(FreshDir("no_checkpoints")).status()));
+}
+
+TEST(CheckpointTest, CheckpointsSetAsideKeepTheirBytesAndAreNeverOverwrittenOrPruned) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("set_aside");
+  for (int64_t step = 1; step <= 3; ++step) SaveUnder(run, dims, 1, 1, step);
+  const std::string root = run + "/checkpoints";
+  const auto newer = Snapshot(root + "/step_00000003");
+  auto moved = SetAsideCheckpoints(run, 1);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, (std::vector<std::string>{root + "/unverified/step_00000002", root + "/unverified/step_00000003"}));
+  EXPECT_EQ(Snapshot(root + "/unverified/step_00000003"), newer);
+  std::ifstream latest(root + "/latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step_00000001");
+  EXPECT_EQ(FindLatestCheckpoint(run)->meta.step, 1);
+  // The same step set aside again gets a suffix instead of replacing the first.
+  SaveUnder(run, dims, 1, 1, 3);
+  moved = SetAsideCheckpoints(run, 2);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, (std::vector<std::string>{root + "/unverified/step_00000003.1"}));
+  EXPECT_EQ(Snapshot(root + "/unverified/step_00000003"), newer);
+  // Retention keeps one checkpoint and leaves unverified/ alone.
+  const auto aside = Snapshot(root + "/unverified");
+  for (int64_t step = 4; step <= 6; ++step) SaveUnder(run, dims, 1, 1, step, 5, /*keep_last=*/1);
+  EXPECT_EQ(Snapshot(root + "/unverified"), aside);
+  EXPECT_FALSE(fs::exists(root + "/step_00000005"));
+  EXPECT_TRUE(fs::exists(root + "/step_00000006"));
+  // With every checkpoint set aside, `latest` goes too.
+  ASSERT_TRUE(SetAsideCheckpoints(run, -1).ok());
+  EXPECT_FALSE(fs::exists(root + "/latest"));
+  EXPECT_TRUE(fs::exists(root + "/unverified/step_00000006"));
+  EXPECT_TRUE(absl::IsNotFound(FindLatestCheckpoint(run).status()));
+}
+
+// Run by ctest under tests/checkpoint/no_flock.c (flock() fails with ENOSYS, as
+// on Lustre without -o flock or NFS nolock): as checkpoint_without_flock, and as
+// checkpoint_without_flock_strict with HDF5_USE_FILE_LOCKING=TRUE, which
+// overrides our best-effort locking and shows what HDF5 1.10 does by default.
+TEST(CheckpointTest, SavesAndLoadsWhereTheFileSystemRefusesFlock) {
+  const fs::path probe = fs::temp_directory_path() / ("ms_ckpt_flock_probe_" + std::to_string(::getpid()));
+  std::ofstream(probe) << "x";
+  const int fd = ::open(probe.c_str(), O_RDONLY);
+  const int rc = ::flock(fd, LOCK_SH | LOCK_NB);
+  const int err = errno;
+  ::close(fd);
+  fs::remove(probe);
+  if (rc == 0) GTEST_SKIP() << "flock works here; ctest runs this test under the no_flock shim";
+  ASSERT_EQ(err, ENOSYS);
+  const ModelDims dims = Dims("tiny_psi2");
+  const char* env = std::getenv("HDF5_USE_FILE_LOCKING");
+  const bool strict = env != nullptr && std::string(env) == "TRUE";
+  const std::string run = FreshDir(strict ? "no_flock_strict" : "no_flock");
+  if (strict) {
+    CheckpointMeta meta;
+    meta.step = 1;
+    meta.dims = dims;
+    const ParamLayout layout(dims, ShardSpec::Full(dims));
+    std::vector<float> p(layout.size());
+    auto saved = SaveCheckpoint(run, meta, {{&layout, p.data(), nullptr, nullptr, 0, 0}}, 3, 0);
+    ASSERT_FALSE(saved.ok());
+    EXPECT_NE(saved.status().message().find("shard_pp0_tp0.h5.tmp: cannot create HDF5 file"), std::string::npos)
+        << saved.status();
+    EXPECT_FALSE(fs::exists(TempCheckpointDir(run, 1)));
+    return;
+  }
+  SaveUnder(run, dims, 2, 1, 1);
+  ExpectLoadsExactly(run, dims, 1, 1);
 }
 
 TEST(CheckpointTest, ThePlanForTheFourBillionModelAddsUp) {

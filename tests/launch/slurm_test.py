@@ -42,19 +42,15 @@ TRAIN_ARGS = "--checkpoint_every=200 --eval_every=200"
 
 
 def read_metrics(run_dir):
-    """{(step, 'train'|'val'): loss}; tolerates a line being written."""
-    out = {}
+    """{(step, 'train'|'val'): loss} of the standing rows (tools/metrics.py skips
+    a line being written and rows superseded by a resume)."""
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    from metrics import read_metrics as standing_rows
     try:
-        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            for line in f:
-                try:
-                    m = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                out[(m["step"], "val" if "val_loss" in m else "train")] = m.get("loss", m.get("val_loss"))
+        rows = standing_rows(os.path.join(run_dir, "metrics.jsonl"))
     except FileNotFoundError:
-        pass
-    return out
+        return {}
+    return {(m["step"], "val" if "val_loss" in m else "train"): m.get("loss", m.get("val_loss")) for m in rows}
 
 
 def read_json(path):

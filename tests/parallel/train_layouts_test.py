@@ -20,12 +20,11 @@ TOL = 1e-5  # relative, per logged loss (issue 7)
 
 
 def metrics(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        out = {}
-        for line in f:
-            m = json.loads(line)
-            out[(m["step"], "val" if "val_loss" in m else "train")] = m.get("loss", m.get("val_loss"))
-        return out
+    """{(step, 'train'|'val'): loss} of the standing rows (tools/metrics.py)."""
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    from metrics import read_metrics
+    return {(m["step"], "val" if "val_loss" in m else "train"): m.get("loss", m.get("val_loss"))
+            for m in read_metrics(os.path.join(run_dir, "metrics.jsonl"))}
 
 
 class TrainLayoutsTest(unittest.TestCase):

@@ -41,8 +41,10 @@ def synthetic_shards(directory, vocab=97, seed=0):
 
 
 def metrics(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(l) for l in f if l.strip()]
+    """The standing rows of run_dir's metrics.jsonl (tools/metrics.py)."""
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    from metrics import read_metrics
+    return read_metrics(os.path.join(run_dir, "metrics.jsonl"))
 
 
 def train_losses(run_dir):
@@ -224,19 +226,23 @@ class TrainTest(unittest.TestCase):
             p.wait(timeout=60)
 
     def test_slurm_tasks_that_mpi_does_not_see_are_refused_before_the_run_directory(self):
-        # What `srun -n 2 --mpi=none` gives each of its two processes: Slurm's task
+        # What `srun -n 2 --mpi=none` gives each of its two processes: the step's task
         # count, no PMI, so MPI sees one process.
-        for var, count in (("SLURM_NTASKS", "2"), ("SLURM_NPROCS", "3")):
-            d = self.run_dir(f"srun_{var}")
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI"))}
-            env[var] = count
-            r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
-                                "--steps=1"], capture_output=True, text=True, timeout=120, env=env)
-            self.assertNotEqual(r.returncode, 0)
-            lines = [l for l in r.stderr.splitlines() if l.strip()]
-            self.assertEqual(len(lines), 1, r.stderr)
-            self.assertIn(f"{var}={count} but MPI sees 1 process: srun needs --mpi=pmix", lines[0])
-            self.assertFalse(os.path.exists(d))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI"))}
+        def train(d, **extra):
+            return subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
+                                   "--steps=1"], capture_output=True, text=True, timeout=120, env=dict(env, **extra))
+        d = self.run_dir("srun_step")
+        r = train(d, SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2")
+        self.assertNotEqual(r.returncode, 0)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn("SLURM_STEP_NUM_TASKS=2 but MPI sees 1 process: srun needs --mpi=pmix", lines[0])
+        self.assertFalse(os.path.exists(d))
+        # A batch script of a 2-task job running train itself, without srun: one process on purpose.
+        d = self.run_dir("batch_shell")
+        r = train(d, SLURM_NTASKS="2", SLURM_NPROCS="2")
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
 
     def test_defaults_give_the_papers_learning_rate_and_a_single_file_has_no_validation(self):
         d = self.run_dir("defaults")

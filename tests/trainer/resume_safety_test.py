@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""`multiscreen train` never buries what a run directory holds (issue 13):
+checkpoints that all fail to verify refuse the start, in one line, changing
+nothing; --restart moves them to checkpoints/unverified/ and trains from step 0;
+checkpoints newer than the one resumed from are set aside, never overwritten or
+pruned; metrics.jsonl is only appended to, superseded rows marked; a checkpoint
+save that hits a full disk names the cause, removes its partial directory and
+leaves the previous checkpoint whole.
+
+Run: /usr/bin/python3 tests/trainer/resume_safety_test.py --multiscreen=build/multiscreen --source=. [--mpirun=mpirun]
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BIN = SRC = MPIRUN = None
+
+
+def snapshot(directory):
+    """{relative path: sha256} of every file under `directory`."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def standing(run_dir):
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    from metrics import read_metrics
+    return read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+
+
+def train_losses(run_dir):
+    return {m["step"]: m["loss"] for m in standing(run_dir) if "loss" in m}
+
+
+class ResumeSafetyTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
+        import train_e2e_test
+        train_e2e_test.SRC = SRC
+        cls.data = os.path.join(cls.tmp.name, "data")
+        train_e2e_test.synthetic_shards(cls.data)
+        cls.config = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, run_dir, *flags, np=1, check=True):
+        cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}", *flags]
+        if np > 1:
+            cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np), *cmd]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        if check:
+            self.assertEqual(r.returncode, 0, f"{' '.join(cmd)}:\n{r.stderr[-3000:]}")
+        return r
+
+    def test_a_pp2_run_whose_checkpoints_all_lost_a_shard_is_refused_until_restart(self):
+        d = os.path.join(self.tmp.name, "pp2")
+        flags = ["--pp=2", "--steps=10", "--checkpoint_every=5"]
+        self.train(d, *flags, np=2)
+        ckpts = os.path.join(d, "checkpoints")
+        self.assertEqual(sorted(n for n in os.listdir(ckpts) if n.startswith("step_")),
+                         ["step_00000005", "step_00000010"])
+        original = train_losses(d)
+        # The second stage's shard disappears from every checkpoint (a requeued
+        # job on a node without the mount that held it).
+        for step in ("step_00000005", "step_00000010"):
+            os.remove(os.path.join(ckpts, step, "shard_pp1_tp0.h5"))
+        before, metrics_before = snapshot(ckpts), read_bytes(os.path.join(d, "metrics.jsonl"))
+        want = (f"{ckpts}: 2 checkpoints found, none verifies: step_00000010: shard_pp1_tp0.h5: missing; "
+                "step_00000005: shard_pp1_tp0.h5: missing; nothing was changed")
+
+        # One process: exactly one line on stderr.
+        r = self.train(d, "--steps=10", "--checkpoint_every=5", check=False)
+        self.assertEqual(r.returncode, 1)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(want, lines[0])
+        self.assertIn("--restart", lines[0])
+        self.assertNotIn("no checkpoint was saved", r.stderr)
+        # Under mpirun with the same layout: the same line, once (rank 0's), no rank aborts.
+        r = self.train(d, *flags, np=2, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(sum(want in l for l in r.stderr.splitlines()), 1, r.stderr)
+        self.assertNotIn("fatal on rank", r.stderr)
+        self.assertEqual(snapshot(ckpts), before)
+        self.assertEqual(read_bytes(os.path.join(d, "metrics.jsonl")), metrics_before)
+
+        # --restart: the checkpoints move, whole, to checkpoints/unverified/; the run trains from step 0.
+        r = self.train(d, *flags, "--restart", np=2)
+        self.assertIn("--restart", r.stderr)
+        aside = os.path.join(ckpts, "unverified")
+        moved = {k: v for k, v in before.items() if k.startswith("step_")}
+        self.assertEqual(snapshot(aside), moved)
+        self.assertTrue(os.path.exists(os.path.join(ckpts, "step_00000010", "shard_pp1_tp0.h5")))
+        with open(os.path.join(ckpts, "latest")) as f:
+            self.assertEqual(f.read().strip(), "step_00000010")
+        # metrics.jsonl: the old rows, untouched, then a marker, then the new run's.
+        text = read_bytes(os.path.join(d, "metrics.jsonl"))
+        self.assertTrue(text.startswith(metrics_before))
+        marker = json.loads(text[len(metrics_before):].decode().splitlines()[0])
+        self.assertEqual(marker, {"resumed_from": 0, "superseded_rows": 11})  # 10 steps and a validation
+        self.assertEqual(train_losses(d), original)  # the same seed retraces the same steps
+        # A second --restart over the new, good checkpoint resumes from it and sets nothing aside.
+        r = self.train(d, "--pp=2", "--steps=12", "--checkpoint_every=5", "--restart", np=2)
+        self.assertIn("resumed from", r.stderr)
+        self.assertEqual(snapshot(aside), moved)
+
+    def test_checkpoints_newer_than_the_resumed_one_are_set_aside_not_overwritten_or_pruned(self):
+        d = os.path.join(self.tmp.name, "newer")
+        self.train(d, "--steps=30")  # checkpoints 10, 20, 30 (keep_last 3)
+        ckpts = os.path.join(d, "checkpoints")
+        original = train_losses(d)
+        shard = os.path.join(ckpts, "step_00000030", "shard_pp0_tp0.h5")
+        size = os.path.getsize(shard)
+        with open(shard, "r+b") as f:
+            f.seek(size * 3 // 4)
+            chunk = f.read(64)
+            f.seek(size * 3 // 4)
+            f.write(bytes(b ^ 0x5A for b in chunk))
+        corrupted = snapshot(os.path.join(ckpts, "step_00000030"))
+        metrics_before = read_bytes(os.path.join(d, "metrics.jsonl"))
+        # 30 more steps: saves 40, 50, 60 with keep_last 3, and would have
+        # rewritten step 30 over the corrupted one.
+        r = self.train(d, "--steps=60")
+        self.assertIn("resumed from", r.stderr)
+        self.assertIn("step_00000020", r.stderr)
+        self.assertEqual(snapshot(os.path.join(ckpts, "unverified", "step_00000030")), corrupted)
+        self.assertEqual(sorted(n for n in os.listdir(ckpts) if n.startswith("step_")),
+                         ["step_00000040", "step_00000050", "step_00000060"])
+        text = read_bytes(os.path.join(d, "metrics.jsonl"))
+        self.assertTrue(text.startswith(metrics_before))
+        marker = json.loads(text[len(metrics_before):].decode().splitlines()[0])
+        self.assertEqual(marker, {"resumed_from": 20, "superseded_rows": 11})  # steps 21-30 and a validation
+        losses = train_losses(d)
+        self.assertEqual(sorted(losses), list(range(1, 61)))
+        for step in range(1, 31):
+            self.assertEqual(losses[step], original[step], step)  # bit-identical resume
+
+    def test_a_save_on_a_full_disk_names_the_cause_and_keeps_the_previous_checkpoint(self):
+        mount = os.path.join(self.tmp.name, "small_fs")
+        os.makedirs(mount)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount], capture_output=True, text=True)
+        if r.returncode != 0:
+            msg = f"cannot mount a tmpfs to fill (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}"
+            print(f"SKIPPED: {msg}", file=sys.stderr)
+            self.skipTest(msg)
+        try:
+            for np, flags in [(1, []), (2, ["--pp=2"])]:
+                with self.subTest(np=np):
+                    self.check_full_disk(os.path.join(mount, f"run_np{np}"), np, flags)
+        finally:
+            subprocess.run(["umount", mount], check=False)
+
+    def check_full_disk(self, d, np, flags):
+        mount = os.path.dirname(d)
+        self.train(d, *flags, "--steps=5", "--checkpoint_every=5", np=np)
+        ckpts = os.path.join(d, "checkpoints")
+        good = snapshot(os.path.join(ckpts, "step_00000005"))
+        checkpoint_bytes = sum(os.path.getsize(os.path.join(ckpts, "step_00000005", n))
+                               for n in os.listdir(os.path.join(ckpts, "step_00000005")))
+        # Fill the file system but for a quarter of a checkpoint: room for
+        # five steps' metrics, not for the next checkpoint.
+        filler = os.path.join(mount, "filler")
+        st = os.statvfs(mount)
+        with open(filler, "wb") as f:
+            f.write(b"\0" * (st.f_bavail * st.f_frsize - checkpoint_bytes // 4))
+        try:
+            r = self.train(d, *flags, "--steps=10", "--checkpoint_every=5", np=np, check=False)
+        finally:
+            os.remove(filler)
+        # Exit code 1 (no crash on the way out), one line, from rank 0 only.
+        self.assertEqual(r.returncode, 1, r.stderr[-3000:])
+        lines = [l for l in r.stderr.splitlines() if l.startswith("multiscreen")]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("multiscreen train: "), lines[0])
+        self.assertIn("No space left on device", lines[0])
+        self.assertRegex(lines[0], r"the checkpoint needs about \d+ bytes, \d+ are free in " + ckpts)
+        self.assertEqual([n for n in os.listdir(ckpts) if n.startswith(".tmp-")], [])
+        self.assertEqual(snapshot(os.path.join(ckpts, "step_00000005")), good)
+        with open(os.path.join(ckpts, "latest")) as f:
+            self.assertEqual(f.read().strip(), "step_00000005")
+        r = self.train(d, *flags, "--steps=10", "--checkpoint_every=5", np=np)
+        self.assertIn("resumed from", r.stderr)
+        self.assertIn("step_00000005", r.stderr)
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--mpirun", default="mpirun")
+    args, rest = p.parse_known_args()
+    BIN, SRC, MPIRUN = os.path.abspath(args.multiscreen), os.path.abspath(args.source), args.mpirun
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
