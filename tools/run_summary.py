@@ -14,20 +14,14 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from metrics import read_metrics  # noqa: E402
 
-def read_metrics(path):
-    """The JSON objects of metrics.jsonl, in order; a line cut short by an interrupted
-    write (the last one) is left out. [] when the file does not exist."""
-    if not os.path.exists(path):
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
+
+def standing_rows(path):
+    """metrics.jsonl's standing rows (tools/metrics.py: superseded rows and cut lines left
+    out); [] when the file does not exist."""
+    return read_metrics(path) if os.path.exists(path) else []
 
 
 def unigram_entropy(shard):
@@ -42,7 +36,7 @@ def unigram_entropy(shard):
 
 def summary_lines(metrics_path, shard):
     """The summary as lines of text; every line is there whatever the run reached."""
-    rows = read_metrics(metrics_path)
+    rows = standing_rows(metrics_path)
     train = [r for r in rows if "loss" in r]
     val = [r for r in rows if "val_loss" in r]
     lines = []

@@ -59,6 +59,17 @@ class RunSummaryTest(unittest.TestCase):
         self.assertIn("final validation loss 4.250 nats (at step 12)\n", out)
         self.assertIn(f"unigram entropy       {self.entropy:.3f} nats", out)
 
+    def test_rows_superseded_by_a_resume_are_left_out(self):
+        # Steps 1-3 and a validation at 3, then a resume from step 2 (tools/metrics.py's marker).
+        rows = self.steps([9.0, 8.0, 99.0]) + [{"step": 3, "val_loss": 98.0},
+                                               {"resumed_from": 2, "superseded_rows": 2}]
+        rows += [{"step": 3, "loss": 7.0, "tokens": 3072, "skipped": False}]
+        self.write_metrics(rows)
+        out = summary(self.metrics, self.shard)
+        self.assertIn("steps 3, tokens 3,072\n", out)
+        self.assertIn("final training loss   8.000 nats (mean of the last 3 steps)\n", out)
+        self.assertIn("final validation loss none", out)
+
     def test_a_run_stopped_before_its_first_validation_pass_prints_what_exists(self):
         self.write_metrics(self.steps([9.0, None, 7.0]))  # a skipped (non-finite) step too
         out = summary(self.metrics, self.shard)
