@@ -134,7 +134,11 @@ absl::StatusOr<std::unique_ptr<H5Writer>> H5Writer::Create(const std::string& pa
   const std::string tmp = path + ".tmp";
   const hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, FileAccess());
   if (file < 0) {
-    return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create HDF5 file", Cause(FailedCallErrno())));
+    // A full disk can show here already (HDF5 writes the superblock on create): say so
+    // as a write failure does, with the free bytes; anything else is most likely access.
+    const int err = FailedCallErrno();
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG) return WriteError(tmp, "cannot create HDF5 file", err);
+    return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create HDF5 file", Cause(err)));
   }
   return std::unique_ptr<H5Writer>(new H5Writer(path, file));
 }
