@@ -18,7 +18,7 @@
 #include "model/param_layout.h"
 #include "model/step_profile.h"
 #include "model/tile_weights.h"
-#include "parallel/communicator.h"
+#include "kernels/communicator.h"
 
 namespace multiscreen {
 

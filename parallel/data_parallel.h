@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "kernels/communicator.h"
 
 namespace multiscreen {
 

@@ -7,7 +7,7 @@
 
 #include <mpi.h>
 
-#include "parallel/communicator.h"
+#include "kernels/communicator.h"
 
 namespace multiscreen {
 

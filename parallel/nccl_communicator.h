@@ -17,7 +17,7 @@
 #include <nccl.h>
 
 #include "absl/status/statusor.h"
-#include "parallel/communicator.h"
+#include "kernels/communicator.h"
 
 namespace multiscreen {
 

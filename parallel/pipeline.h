@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/multiscreen.h"
-#include "parallel/communicator.h"
+#include "kernels/communicator.h"
 
 namespace multiscreen {
 

@@ -13,7 +13,7 @@
 #include <mpi.h>
 
 #include "absl/status/statusor.h"
-#include "parallel/communicator.h"
+#include "kernels/communicator.h"
 
 namespace multiscreen {
 

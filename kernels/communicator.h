@@ -1,5 +1,6 @@
 // The collective-communication interface the model, the pipeline and the trainer
-// use, independent of the transport: MpiCommunicator (CPU buffers,
+// use, independent of the transport (here, below model/, so that the model depends
+// only on kernels/ and its interfaces; parallel/ implements it): MpiCommunicator (CPU buffers,
 // parallel/mpi_communicator.h), NcclCommunicator (GPU buffers,
 // parallel/nccl_communicator.h) and SingleProcessCommunicator, the group of one.
 //
