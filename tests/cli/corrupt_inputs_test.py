@@ -9,6 +9,7 @@ Run: /usr/bin/python3 tests/cli/corrupt_inputs_test.py --multiscreen=build/multi
 import argparse
 import json
 import os
+import resource
 import signal
 import struct
 import subprocess
@@ -222,6 +223,18 @@ class CorruptInputsTest(OneLineErrors):
         os.symlink("/dev/zero", encoder)  # was: read until memory ran out
         self.assert_one_line_error(run("tokenize", f"--tokenizer={d}", stdin="x", timeout=20), encoder,
                                    "is a character device, not a regular file")
+
+    def test_prepare_turns_an_exception_in_its_reader_thread_into_one_line(self):
+        # /dev/zero is one endless document: under a 1 GiB address-space cap reading it
+        # runs out of memory in prepare's reader thread, which called std::terminate.
+        d = self.tokenizer()
+        def cap():
+            resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        r = subprocess.run([BIN, "prepare", f"--tokenizer={d}", "--input=/dev/zero", "--input_format=text",
+                            f"--output={self.dir}/o", "--threads=1"], capture_output=True, text=True, timeout=60,
+                           preexec_fn=cap)
+        self.assert_one_line_error(r, "/dev/zero: out of memory reading it")
 
 
 if __name__ == "__main__":
