@@ -209,6 +209,13 @@ class CorruptInputsTest(OneLineErrors):
         self.assert_one_line_error(run("tokenize", f"--tokenizer={d}", stdin=" t"),
                                    f"{d}/vocab.bpe: is a directory, not a regular file")
 
+    def test_what_an_error_quotes_from_a_file_stays_on_one_line(self):
+        # Control characters and Unicode line breaks quoted from a merges file are
+        # escaped: a reader splitting lines (Python's splitlines) sees one.
+        d = self.tokenizer("#version: 0.2\nĠ t\nq\x0bz\x1c\u2028 x\n")
+        self.assert_one_line_error(run("tokenize", f"--tokenizer={d}", stdin=" t"),
+                                   f"{d}/vocab.bpe:3: token 'q\\x0bz\\x1c\\u2028' is not in {d}/encoder.json")
+
     def test_tokenizer_files_of_unbounded_size_are_refused(self):
         d = self.tokenizer()
         encoder = os.path.join(d, "encoder.json")
