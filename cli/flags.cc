@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cpu/isa.h"
 
@@ -155,8 +156,35 @@ absl::Status ApplyIsaFlag() {
   return absl::OkStatus();
 }
 
+std::string OneLine(const std::string& message) {
+  std::string out;
+  out.reserve(message.size());
+  for (size_t i = 0; i < message.size(); ++i) {
+    const auto c = static_cast<unsigned char>(message[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += absl::StrFormat("\\x%02x", c);
+    } else if (c == 0xc2 && i + 1 < message.size() && static_cast<unsigned char>(message[i + 1]) == 0x85) {
+      out += "\\u0085";  // NEL
+      ++i;
+    } else if (c == 0xe2 && i + 2 < message.size() && static_cast<unsigned char>(message[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(message[i + 2]) & 0xfe) == 0xa8) {
+      out += static_cast<unsigned char>(message[i + 2]) == 0xa8 ? "\\u2028" : "\\u2029";  // line, paragraph separator
+      i += 2;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 int Fail(const char* command, const absl::Status& status) {
-  std::fprintf(stderr, "multiscreen %s: %s\n", command, std::string(status.message()).c_str());
+  std::fprintf(stderr, "multiscreen %s: %s\n", command, OneLine(std::string(status.message())).c_str());
   return 1;
 }
 

@@ -54,4 +54,9 @@ absl::Status ApplyIsaFlag();
 // Prints "multiscreen <command>: <message>" on stderr and returns 1.
 int Fail(const char* command, const absl::Status& status);
 
+// `message` made one line whatever it quotes from a file: control characters as \n,
+// \r, \t or \xNN, and the Unicode line breaks NEL, U+2028 and U+2029 as \uNNNN. Fail
+// and main's last-resort handler print through it.
+std::string OneLine(const std::string& message);
+
 }  // namespace multiscreen::cli

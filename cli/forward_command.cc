@@ -64,15 +64,15 @@ int ForwardCommand(int argc, char** argv) {
   }
   auto weights = LoadWeights(weights_path, absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("forward", weights.status());
-  auto tokens = ReadTokenFile(tokens_path, B * (T + 1));
-  if (!tokens.ok()) return Fail("forward", tokens.status());
-  for (size_t i = 0; i < tokens->size(); ++i) {
-    if ((*tokens)[i] >= weights->dims.vocab) {
-      return Fail("forward", absl::InvalidArgumentError(absl::StrCat(tokens_path, ": token ", i, " is ", (*tokens)[i],
-                                                                     ", not below the model's vocabulary V = ",
-                                                                     weights->dims.vocab)));
-    }
+  // B·(T + 1) tokens index int32 arrays; the file's header bounds them further.
+  if (double(B) * (double(T) + 1) > double(INT32_MAX)) {
+    return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " --seq_len=", T, ": ",
+                                                                   "more than 2^31 - 1 tokens")));
   }
+  // Every id read is checked against the model's vocabulary (a version-2 id past
+  // 2^31 - 1 would be negative as int32).
+  auto tokens = ReadTokenFile(tokens_path, B * (T + 1), weights->dims.vocab);
+  if (!tokens.ok()) return Fail("forward", tokens.status());
   const absl::Status s = precision == "fp64"
                              ? Run<double>(*weights, *tokens, B, T, Precision::kFp32, out)
                              : Run<float>(*weights, *tokens, B, T,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 
 namespace {
 
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "multiscreen %s: out of memory (reduce the batch, the sequence length or the model)\n", c.name);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "multiscreen %s: %s\n", c.name, e.what());
+      std::fprintf(stderr, "multiscreen %s: %s\n", c.name, multiscreen::cli::OneLine(e.what()).c_str());
     }
     return 1;
   }

@@ -157,7 +157,20 @@ int TrainCommand(int argc, char** argv) {
                                                                    ": model_config (or --model)"))
                                                         : LoadModel(run->model());
   if (!dims.ok()) return Fail("train", dims.status());
-  if (auto s = ValidateRun(*run, *dims); !s.ok()) return Fail("train", s);
+  // Every field against its schema before anything is sized from it; errors name
+  // the run file, or the flag that set the field.
+  RunSource source{.file = absl::GetFlag(FLAGS_config), .flags = {}};
+  const std::vector<std::string> given = GivenFlags(argc, argv);
+  for (const auto& [flag, field] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"steps", "steps"},         {"micro_batch", "micro_batch"},
+           {"grad_accum", "grad_accum"}, {"seq_len", "seq_len"},
+           {"lr", "optimizer.lr"},     {"precision", "precision"},
+           {"tp", "parallel.tp"},      {"pp", "parallel.pp"},
+           {"zero", "parallel.zero"},  {"checkpoint_every", "checkpoint.every"},
+           {"eval_every", "eval.every"}}) {
+    if (Given(given, flag)) source.flags[field] = flag;
+  }
+  if (auto s = ValidateRun(*run, *dims, source); !s.ok()) return Fail("train", s);
   // Under mpirun / srun every rank runs this; alone, the grid is one process.
   std::unique_ptr<MpiSession> mpi;
   std::unique_ptr<ProcessGrid> grid;

@@ -1,5 +1,7 @@
 #include "common/config.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -8,7 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/input_file.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -49,14 +53,12 @@ std::string ConfigDir() {
 }
 
 absl::Status ParseTextFile(const std::string& path, google::protobuf::Message* message) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
-  std::stringstream text;
-  text << in.rdbuf();
+  auto text = ReadRegularFile(path, "text-format config file", kMaxConfigFileBytes);
+  if (!text.ok()) return text.status();
   google::protobuf::TextFormat::Parser parser;
   CollectFirstError errors(path);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), message)) {
+  if (!parser.ParseFromString(*text, message)) {
     return absl::InvalidArgumentError(errors.first().empty() ? absl::StrCat(path, ": parse error")
                                                              : errors.first());
   }
@@ -86,14 +88,25 @@ absl::StatusOr<config::ModelConfig> LoadModelConfig(const std::string& name_or_p
   return model;
 }
 
+double ModelParamCount(const ModelDims& d) {
+  // Embedding, and per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V], W_O [d_V, d_E].
+  return double(d.vocab) * double(d.d_e) +
+         double(d.n_layers) * double(d.n_heads) * double(d.d_e) * double(2 * d.d_k + 3 * d.d_v);
+}
+
 absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::string& source) {
+  if (!config::ModelConfig::Family_IsValid(m.family())) {
+    return Invalid(source, absl::StrCat("family = ", m.family(), " is not a known value (MULTISCREEN = 1)"));
+  }
   if (m.family() == config::ModelConfig::TRANSFORMER) {
     return Invalid(source, "family TRANSFORMER is not supported yet (only MULTISCREEN)");
   }
   ModelDims d;
   d.name = m.name();
   if (m.has_psi()) {
-    if (m.psi() <= 0) return Invalid(source, absl::StrCat("psi = ", m.psi(), " must be positive"));
+    if (m.psi() <= 0 || m.psi() > 4096) {
+      return Invalid(source, absl::StrCat("psi = ", m.psi(), " must be in [1, 4096]"));
+    }
     d.n_layers = d.n_heads = m.psi();
     d.d_e = m.psi() * m.psi();
   }
@@ -113,9 +126,25 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     if (value <= 0) {
       return Invalid(source, absl::StrCat(field, " = ", value, " must be positive (set psi or ", field, ")"));
     }
+    if (value > kMaxModelSize && std::string_view(field) != "vocab") {
+      return Invalid(source, absl::StrCat(field, " = ", value, " is more than ", kMaxModelSize));
+    }
   }
   if (d.d_k < 2) return Invalid(source, absl::StrCat("d_k = ", d.d_k, " must be at least 2 (MiPE rotates coordinates 0 and 1)"));
-  if (!(d.w_th > 0)) return Invalid(source, absl::StrCat("w_th = ", d.w_th, " must be positive"));
+  if (d.d_k > kMaxModelSize) return Invalid(source, absl::StrCat("d_k = ", d.d_k, " is more than ", kMaxModelSize));
+  if (d.vocab > INT32_MAX) {
+    return Invalid(source, absl::StrCat("vocab = ", d.vocab, " is more than 2^31 - 1 (token ids are int32)"));
+  }
+  const double params = ModelParamCount(d);
+  if (params > kMaxModelParams) {
+    return Invalid(source, absl::StrCat("the sizes (N_L = ", d.n_layers, ", N_H = ", d.n_heads, ", d_E = ", d.d_e,
+                                        ", d_K = ", d.d_k, ", d_V = ", d.d_v, ", V = ", d.vocab, ") make ",
+                                        absl::StrFormat("%.3g", params), " parameters, more than ",
+                                        absl::StrFormat("%.0g", kMaxModelParams)));
+  }
+  if (!(d.w_th > 0) || !std::isfinite(d.w_th)) {
+    return Invalid(source, absl::StrCat("w_th = ", d.w_th, " must be finite and positive"));
+  }
   if (d.eos_token < 0 || d.eos_token >= d.vocab) {
     d.eos_token = d.vocab - 1;  // tiny vocabularies: EOS is the last id
   }
@@ -151,40 +180,114 @@ void ApplyRunDefaults(config::RunConfig* r) {
   if (r->initial_loss_scale() == 0) r->set_initial_loss_scale(65536.0);
 }
 
-absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d) {
-  auto bad = [](const std::string& field, const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+std::string RunSource::Name(const std::string& field) const {
+  if (auto it = flags.find(field); it != flags.end()) return absl::StrCat("--", it->second, " (", field, ")");
+  return file.empty() ? field : absl::StrCat(file, ": ", field);
+}
+
+int64_t RunMemoryLowerBound(const ModelDims& d, int64_t tp, int64_t pp, int64_t tokens, int64_t step_tokens) {
+  // Kept per token and layer (model/multiscreen.h, LayerActivations): the layer's input
+  // [d_E], and per local tile P [2 d_K + 2 d_V], U, v̄, h [d_V each], q̃, k̃ [d_K each]
+  // and three norms; plus a few residual-width buffers per token for the whole model.
+  const double tiles = double(d.n_heads) / double(std::max<int64_t>(1, tp));
+  const double layers = double(d.n_layers) / double(std::max<int64_t>(1, pp));
+  const double per_token = layers * (double(d.d_e) + tiles * double(4 * d.d_k + 5 * d.d_v + 3)) + 4.0 * double(d.d_e);
+  // The loader keeps up to four batches of int32 tokens (two prefetched, one being
+  // made, one in use); the rank's parameters and gradients are fp32 (its AdamW moments
+  // too, but ZeRO-1 spreads those over the dp ranks, unknown here).
+  const double bytes = 4.0 * per_token * double(tokens) + 16.0 * double(step_tokens) +
+                       8.0 * ModelParamCount(d) / double(std::max<int64_t>(1, tp) * std::max<int64_t>(1, pp));
+  return bytes >= 9e18 ? INT64_MAX : static_cast<int64_t>(bytes);
+}
+
+namespace {
+
+int64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return INT64_MAX;
+  return static_cast<int64_t>(pages) * static_cast<int64_t>(page);
+}
+
+// "x must be finite and in [lo, hi]" as a check.
+bool InRange(double x, double lo, double hi) { return std::isfinite(x) && x >= lo && x <= hi; }
+
+}  // namespace
+
+absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const RunSource& source) {
+  auto bad = [&](const std::string& field, const auto&... why) {
+    return absl::InvalidArgumentError(absl::StrCat(source.Name(field), ": ", why...));
   };
-  if (r.steps() <= 0) return bad("steps", absl::StrCat(r.steps(), " must be positive (--steps or steps in --config)"));
-  if (r.micro_batch() <= 0) return bad("micro_batch", absl::StrCat(r.micro_batch(), " must be positive"));
-  if (r.grad_accum() < 0) return bad("grad_accum", absl::StrCat(r.grad_accum(), " is negative"));
-  if (r.seq_len() <= 0) return bad("seq_len", absl::StrCat(r.seq_len(), " must be positive"));
-  const auto& o = r.optimizer();
-  if (!(o.lr() >= 0) || std::isinf(o.lr())) return bad("optimizer.lr", absl::StrCat(o.lr(), " must be finite and >= 0"));
-  if (!(o.beta1() >= 0 && o.beta1() < 1)) return bad("optimizer.beta1", absl::StrCat(o.beta1(), " must be in [0, 1)"));
-  if (!(o.beta2() >= 0 && o.beta2() < 1)) return bad("optimizer.beta2", absl::StrCat(o.beta2(), " must be in [0, 1)"));
-  if (!(o.eps() >= 0)) return bad("optimizer.eps", absl::StrCat(o.eps(), " must be >= 0"));
-  if (!(o.weight_decay() >= 0)) return bad("optimizer.weight_decay", absl::StrCat(o.weight_decay(), " must be >= 0"));
-  if (!(o.grad_clip() >= 0)) return bad("optimizer.grad_clip", absl::StrCat(o.grad_clip(), " must be >= 0 (0 = off)"));
-  if (r.schedule().warmup_steps() < 0) return bad("schedule.warmup_steps", "is negative");
+  // Enums first: proto3's text format keeps numbers it does not know.
+  if (!config::RunConfig::Precision_IsValid(r.precision())) {
+    return bad("precision", r.precision(), " is not a known value (FP32 = 1, BF16 = 2, FP16 = 3)");
+  }
+  if (!config::ScheduleConfig::Kind_IsValid(r.schedule().kind())) {
+    return bad("schedule.kind", r.schedule().kind(),
+               " is not a known value (WARMUP_CONSTANT = 1, WARMUP_COSINE = 2, WARMUP_STABLE_DECAY = 3)");
+  }
+  // Sizes: positive, small enough to index with int32 and to fit this machine.
+  if (r.steps() <= 0) return bad("steps", r.steps(), " must be positive (--steps or steps in --config)");
+  if (r.micro_batch() <= 0) return bad("micro_batch", r.micro_batch(), " must be positive");
+  if (r.grad_accum() <= 0) return bad("grad_accum", r.grad_accum(), " must be positive (0 in a run file: 1)");
+  if (r.seq_len() <= 0) return bad("seq_len", r.seq_len(), " must be positive");
+  const double micro_tokens = double(r.micro_batch()) * double(r.seq_len() + 1);
+  if (micro_tokens > double(kMaxBatchTokens)) {
+    return bad("micro_batch", r.micro_batch(), " sequences of seq_len + 1 = ", r.seq_len() + 1, " tokens are ",
+               absl::StrFormat("%.4g", micro_tokens), " tokens per micro-batch, more than 2^31 - 1");
+  }
+  const double step_tokens = micro_tokens * double(r.grad_accum());
+  if (step_tokens > double(kMaxBatchTokens)) {
+    return bad("grad_accum", r.grad_accum(), " micro-batches of ", static_cast<int64_t>(micro_tokens), " tokens are ",
+               absl::StrFormat("%.4g", step_tokens), " tokens per step and rank, more than 2^31 - 1");
+  }
+  if (double(r.steps()) * step_tokens > 1e15) {
+    return bad("steps", r.steps(), " steps of ", static_cast<int64_t>(step_tokens),
+               " tokens are more than 10^15 tokens per rank");
+  }
   const int64_t tp = r.parallel().tp() == 0 ? 1 : r.parallel().tp();
   const int64_t pp = r.parallel().pp() == 0 ? 1 : r.parallel().pp();
-  if (tp < 1 || d.n_heads % tp != 0) {
-    return bad("parallel.tp", absl::StrCat("tp = ", tp, " does not divide N_H = ", d.n_heads));
+  if (tp < 1 || d.n_heads % tp != 0) return bad("parallel.tp", "tp = ", tp, " does not divide N_H = ", d.n_heads);
+  if (pp < 1 || d.n_layers % pp != 0) return bad("parallel.pp", "pp = ", pp, " does not divide N_L = ", d.n_layers);
+  if (r.parallel().zero() != 0 && r.parallel().zero() != 1) return bad("parallel.zero", r.parallel().zero(), " must be 0 or 1");
+  const int64_t memory = PhysicalMemoryBytes();
+  const int64_t need = RunMemoryLowerBound(d, tp, pp, r.micro_batch() * r.seq_len(),
+                                           static_cast<int64_t>(step_tokens));
+  if (need > memory) {
+    return bad("micro_batch", r.micro_batch(), " x seq_len ", r.seq_len(), " (x grad_accum ", r.grad_accum(),
+               ") needs at least ", ByteSize(need), " per process for model ", d.name, ", more than the ",
+               ByteSize(memory), " of memory this machine has");
   }
-  if (pp < 1 || d.n_layers % pp != 0) {
-    return bad("parallel.pp", absl::StrCat("pp = ", pp, " does not divide N_L = ", d.n_layers));
+  // The optimizer: every value finite, in the range where AdamW is defined.
+  const auto& o = r.optimizer();
+  if (!InRange(o.lr(), 0, 1)) return bad("optimizer.lr", o.lr(), " must be in [0, 1] (the paper's peak is 2^-4)");
+  if (!InRange(o.beta1(), 0, 1) || o.beta1() == 1) return bad("optimizer.beta1", o.beta1(), " must be in [0, 1)");
+  if (!InRange(o.beta2(), 0, 1) || o.beta2() == 1) return bad("optimizer.beta2", o.beta2(), " must be in [0, 1)");
+  if (!InRange(o.eps(), 0, 1) || o.eps() == 0) return bad("optimizer.eps", o.eps(), " must be in (0, 1] (default 1e-8)");
+  if (!InRange(o.weight_decay(), 0, 1e30) || o.lr() * o.weight_decay() > 1) {
+    return bad("optimizer.weight_decay", o.weight_decay(), " must be finite, >= 0 and at most 1 / lr = ",
+               o.lr() > 0 ? 1 / o.lr() : 0, " (decoupled decay scales weights by 1 - lr * weight_decay)");
   }
-  if (r.parallel().zero() != 0 && r.parallel().zero() != 1) {
-    return bad("parallel.zero", absl::StrCat(r.parallel().zero(), " must be 0 or 1"));
+  if (!InRange(o.grad_clip(), 0, 1e30)) return bad("optimizer.grad_clip", o.grad_clip(), " must be finite and >= 0 (0 = off)");
+  const auto& sc = r.schedule();
+  if (sc.warmup_steps() < 0 || sc.warmup_steps() > (int64_t{1} << 40)) {
+    return bad("schedule.warmup_steps", sc.warmup_steps(), " must be in [0, 2^40]");
   }
-  if (r.checkpoint().every() < 0) return bad("checkpoint.every", "is negative");
-  if (r.checkpoint().keep_last() < 0) return bad("checkpoint.keep_last", "is negative");
-  if (r.checkpoint().keep_every() < 0) return bad("checkpoint.keep_every", "is negative");
-  if (r.eval().every() < 0) return bad("eval.every", "is negative");
-  if (r.eval().batches() < 0) return bad("eval.batches", "is negative");
-  if (r.max_nonfinite_steps() < 0) return bad("max_nonfinite_steps", "is negative");
-  if (r.initial_loss_scale() < 0) return bad("initial_loss_scale", "is negative");
+  if (!InRange(sc.min_lr_ratio(), 0, 1)) return bad("schedule.min_lr_ratio", sc.min_lr_ratio(), " must be in [0, 1]");
+  if (!InRange(sc.decay_fraction(), 0, 1)) {
+    return bad("schedule.decay_fraction", sc.decay_fraction(), " must be in [0, 1]");
+  }
+  if (r.checkpoint().every() < 0) return bad("checkpoint.every", r.checkpoint().every(), " is negative");
+  if (r.checkpoint().keep_last() < 0) return bad("checkpoint.keep_last", r.checkpoint().keep_last(), " is negative");
+  if (r.checkpoint().keep_every() < 0) return bad("checkpoint.keep_every", r.checkpoint().keep_every(), " is negative");
+  if (r.eval().every() < 0) return bad("eval.every", r.eval().every(), " is negative");
+  if (r.eval().batches() < 0 || r.eval().batches() > kMaxEvalBatches) {
+    return bad("eval.batches", r.eval().batches(), " must be in [0, 2^20] (micro-batches per validation pass)");
+  }
+  if (r.logging().console_every() < 0) return bad("logging.console_every", r.logging().console_every(), " is negative");
+  if (r.max_nonfinite_steps() < 0) return bad("max_nonfinite_steps", r.max_nonfinite_steps(), " is negative");
+  if (!InRange(r.initial_loss_scale(), 0, 0x1p64) || r.initial_loss_scale() == 0) {
+    return bad("initial_loss_scale", r.initial_loss_scale(), " must be in (0, 2^64] (default 65536)");
+  }
   return absl::OkStatus();
 }
 

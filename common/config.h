@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
-
 
 #include "absl/status/statusor.h"
 #include "configs/config.pb.h"
@@ -31,7 +31,12 @@ struct ModelDims {
 // the source tree's configs/ compiled in).
 std::string ConfigDir();
 
-// Parses a text-format file into `message`. Errors name "file:line:column: message".
+// Largest run or model file read (they are a few hundred bytes).
+inline constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
+
+// Parses a text-format file into `message`. Errors name "file:line:column: message";
+// also a path that is not a regular file (a FIFO, a directory, /dev/zero) or is larger
+// than kMaxConfigFileBytes, refused before reading.
 absl::Status ParseTextFile(const std::string& path, google::protobuf::Message* message);
 
 // `name_or_path`: a file path (contains '/' or ends in .textproto) or a model
@@ -39,7 +44,10 @@ absl::Status ParseTextFile(const std::string& path, google::protobuf::Message* m
 // Errors: unknown name (lists the known ones), unreadable or malformed file.
 absl::StatusOr<config::ModelConfig> LoadModelConfig(const std::string& name_or_path);
 
-// Applies defaults (psi → N_L = N_H = psi, d_E = psi²) and checks every size.
+// Applies defaults (psi → N_L = N_H = psi, d_E = psi²) and checks every field against
+// its schema: `family` a known value (MULTISCREEN; proto3 text format accepts unknown
+// enum numbers), sizes positive and at most kMaxModelSize, d_K >= 2, V < 2^31 (token ids
+// are int32), at most kMaxModelParams parameters, w_th finite and positive.
 // `source` names the file or flag in error messages.
 absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& model, const std::string& source);
 
@@ -54,9 +62,47 @@ absl::StatusOr<config::RunConfig> LoadRunConfig(const std::string& path);
 // max_nonfinite_steps 10, initial_loss_scale 65536.
 void ApplyRunDefaults(config::RunConfig* run);
 
-// Semantic checks of a run against its model: positive sizes, tp | N_H,
-// pp | N_L, lr ≥ 0, betas in [0, 1), ... Errors name the field, e.g.
-// "parallel.tp = 3 does not divide N_H = 8".
-absl::Status ValidateRun(const config::RunConfig& run, const ModelDims& dims);
+// Bounds of ResolveModel: each size, and the parameter count (which keeps every
+// offset of the layout far from int64 overflow).
+inline constexpr int64_t kMaxModelSize = int64_t{1} << 24;
+inline constexpr double kMaxModelParams = 1e12;
+
+// Approximate parameter count of a model (embedding and tile matrices; the scalars
+// are negligible), as a double so that no size can overflow it.
+double ModelParamCount(const ModelDims& dims);
+
+// Where a run's fields came from, for ValidateRun's messages: the run file (may be
+// empty) and the fields that command-line flags set (field path -> flag name, e.g.
+// "optimizer.lr" -> "lr").
+struct RunSource {
+  std::string file;
+  std::map<std::string, std::string> flags;
+  // "--lr (optimizer.lr)" when a flag set `field`, else "FILE: optimizer.lr", or the
+  // bare field when there is no file.
+  std::string Name(const std::string& field) const;
+};
+
+// Tokens in one micro-batch (micro_batch · (seq_len + 1)) and in one step on one rank
+// (grad_accum times that) index int32 arrays: at most 2^31 - 1.
+inline constexpr int64_t kMaxBatchTokens = (int64_t{1} << 31) - 1;
+// eval.batches: validation micro-batches per pass.
+inline constexpr int64_t kMaxEvalBatches = int64_t{1} << 20;
+
+// Rough lower bound of the bytes one rank holds: its share of the parameters and
+// gradients (fp32), the activations one micro-batch of `tokens`
+// tokens keeps for the backward, and its loader's batches of `step_tokens` int32
+// tokens. What ValidateRun compares with the machine's memory.
+int64_t RunMemoryLowerBound(const ModelDims& dims, int64_t tp, int64_t pp, int64_t tokens, int64_t step_tokens);
+
+// Checks every field of a run (after ApplyRunDefaults) against its schema and its
+// model, so that no value can crash, hang or silently train on NaN: enums known
+// values; every number finite and in range (steps >= 1; micro_batch, seq_len >= 1
+// with micro_batch · (seq_len + 1) · grad_accum <= kMaxBatchTokens and
+// RunMemoryLowerBound within physical memory; lr in [0, 1]; betas in [0, 1); eps in
+// (0, 1]; weight_decay >= 0 with lr · weight_decay <= 1; grad_clip >= 0; schedule
+// ratios in [0, 1]; tp | N_H; pp | N_L; zero 0 or 1; eval.batches <=
+// kMaxEvalBatches; initial_loss_scale in (0, 2^64]). Errors are one line naming the
+// file and field (or flag), e.g. "run.textproto: parallel.tp = 3 does not divide N_H = 8".
+absl::Status ValidateRun(const config::RunConfig& run, const ModelDims& dims, const RunSource& source = {});
 
 }  // namespace multiscreen

@@ -7,11 +7,10 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <queue>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/input_file.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -86,15 +85,6 @@ bool KeyToBytes(std::string_view key, const absl::flat_hash_map<uint32_t, uint8_
   return true;
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return s.str();
-}
-
 inline uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
@@ -155,8 +145,10 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(const std::st
   const std::string merges_path = pick("merges.txt", "vocab.bpe");
   if (vocab_path.empty()) return absl::NotFoundError(absl::StrCat(dir, ": has no vocab.json or encoder.json"));
   if (merges_path.empty()) return absl::NotFoundError(absl::StrCat(dir, ": has no merges.txt or vocab.bpe"));
-  MS_ASSIGN_OR_RETURN(std::string vocab, ReadWholeFile(vocab_path));
-  MS_ASSIGN_OR_RETURN(std::string merges, ReadWholeFile(merges_path));
+  // Regular files only (a FIFO would block, /dev/zero never end, a directory read as
+  // empty), of a bounded size: GPT-2's are 1 MiB and 456 KiB.
+  MS_ASSIGN_OR_RETURN(std::string vocab, ReadRegularFile(vocab_path, "tokenizer vocabulary", kMaxTokenizerFileBytes));
+  MS_ASSIGN_OR_RETURN(std::string merges, ReadRegularFile(merges_path, "tokenizer merges file", kMaxTokenizerFileBytes));
   return Build(vocab, merges, vocab_path, merges_path, dir);
 }
 
@@ -191,11 +183,14 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Build(std::string_
   absl::flat_hash_map<std::string, int32_t> id_of;
   id_of.reserve(vocab.size());
   int64_t max_id = -1;
+  // The ids of n entries are 0 ... n - 1, each once (as in GPT-2's encoder.json): what
+  // is allocated per id is then bounded by the file's size.
+  const auto entries = static_cast<int64_t>(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX - 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(vocab_name, ": token '", it.key(), "' has id ", it.value().dump(), ", not an id >= 0"));
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() >= entries) {
+      return absl::InvalidArgumentError(absl::StrCat(vocab_name, ": token '", it.key(), "' has id ",
+                                                     it.value().dump(), ", not an id in [0, ", entries,
+                                                     ") (the file has ", entries, " entries)"));
     }
     const auto id = static_cast<int32_t>(it.value().get<int64_t>());
     id_of[it.key()] = id;
@@ -253,6 +248,11 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Build(std::string_
     }
     // As in encoder.py (a dict over the merge list), a repeated pair keeps its last rank.
     t->merges_[PairKey(ia->second, ib->second)] = Merge{rank++, iab->second};
+  }
+  if (rank == 0) {
+    // Without merges every text encodes to byte-level ids: a truncated or wrong file.
+    return absl::InvalidArgumentError(absl::StrCat(merges_name, ": no merges (expected \"a b\" lines after the "
+                                                   "optional #version line; an empty or truncated file?)"));
   }
   MS_RETURN_IF_ERROR(t->Compile());
   return t;

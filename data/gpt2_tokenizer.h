@@ -30,14 +30,21 @@ namespace multiscreen {
 
 class Gpt2Tokenizer {
  public:
+  // Largest vocabulary or merges file read (GPT-2's are 1 MiB and 456 KiB).
+  static constexpr int64_t kMaxTokenizerFileBytes = int64_t{64} << 20;
+
   // Loads `dir`/vocab.json (else encoder.json) and `dir`/merges.txt (else vocab.bpe).
-  // Errors name the file (and line for merges): missing files, malformed JSON, a merge
-  // whose parts or result are not in the vocabulary, a vocabulary without all 256 bytes.
+  // Errors name the file (and line for merges): missing files, not regular files (a
+  // directory, a FIFO, /dev/zero) or larger than kMaxTokenizerFileBytes, and the
+  // errors of FromStrings.
   static absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Load(const std::string& dir);
 
   // Builds a tokenizer from the contents of the two files (`vocab_json`: token string ->
   // id; `merges_txt`: "#version" line optional, then "a b" per line, rank = order).
-  // `source` names the origin in error messages.
+  // `source` names the origin in error messages. Errors: malformed JSON, ids that are
+  // not 0 ... n - 1 for n entries (each once), a token outside GPT-2's byte alphabet, a
+  // vocabulary without all 256 bytes, no merges, a merge whose parts or result are not
+  // in the vocabulary (with its line).
   static absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> FromStrings(std::string_view vocab_json,
                                                                     std::string_view merges_txt,
                                                                     const std::string& source = "<memory>");
@@ -56,10 +63,10 @@ class Gpt2Tokenizer {
   absl::StatusOr<std::vector<std::string_view>> Split(std::string_view text) const;
 
   // The bytes of `ids` concatenated (may be invalid UTF-8 when cut mid-character).
-  // Errors: an id outside [0, vocab_size()) or with no token (gap in the vocabulary).
+  // Errors: an id outside [0, vocab_size()).
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
 
-  // One past the largest id (50,257 for GPT-2).
+  // The number of tokens, one past the largest id (50,257 for GPT-2).
   int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
   // Id of "<|endoftext|>" (50,256 for GPT-2), or -1 when the vocabulary has none.
   int32_t eos_id() const { return eos_id_; }

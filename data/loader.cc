@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/input_file.h"
 #include "common/status.h"
 #include "data/token_file.h"
 
@@ -53,8 +55,9 @@ absl::Status CheckLayout(int64_t seq_len, int64_t global_batch, int dp_rank, int
 
 absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split) {
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return std::vector<std::string>{path};
-  if (!fs::is_directory(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such shard file or directory"));
+  // Anything but a directory is one shard: TokenStream::Open says what is wrong with it.
+  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such shard file or directory"));
+  if (!fs::is_directory(path, ec)) return std::vector<std::string>{path};
   std::vector<std::string> shards;
   const std::string prefix = split + "_", infix = "_" + split + "_";
   for (const auto& entry : fs::directory_iterator(path, ec)) {
@@ -76,27 +79,26 @@ absl::StatusOr<std::unique_ptr<TokenStream>> TokenStream::Open(const std::vector
   std::unique_ptr<TokenStream> stream(new TokenStream());
   stream->paths_ = paths;
   for (const std::string& path : paths) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open token shard"));
-    struct stat st = {};
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      return absl::NotFoundError(absl::StrCat(path, ": cannot stat token shard"));
-    }
+    // A regular file only (a FIFO would block, a device never end), no larger than
+    // the largest header count allows; then the header against the size.
+    int64_t file_size = 0;
+    auto opened = OpenRegularFile(path, "token shard", kMaxTokenFileBytes, &file_size);
+    if (!opened.ok()) return opened.status();
+    const int fd = *opened;
     int32_t header[kTokenFileHeaderInts] = {};
     const ssize_t got = ::pread(fd, header, sizeof(header), 0);
     (void)got;  // a short read leaves zeros; CheckTokenFileHeader rejects the size
-    auto info = CheckTokenFileHeader(path, header, static_cast<int64_t>(st.st_size));
+    auto info = CheckTokenFileHeader(path, header, file_size);
     if (!info.ok()) {
       ::close(fd);
       return info.status();
     }
-    void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+    void* map = ::mmap(nullptr, static_cast<size_t>(file_size), PROT_READ, MAP_SHARED, fd, 0);
     ::close(fd);
     if (map == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
     Shard shard;
     shard.map = map;
-    shard.map_bytes = static_cast<size_t>(st.st_size);
+    shard.map_bytes = static_cast<size_t>(file_size);
     shard.tokens = static_cast<const uint8_t*>(map) + kTokenFileHeaderInts * 4;
     shard.count = info->count;
     shard.width = info->width;
@@ -217,6 +219,18 @@ absl::StatusOr<std::unique_ptr<TrainLoader>> TrainLoader::Create(std::shared_ptr
   return std::unique_ptr<TrainLoader>(new TrainLoader(std::move(stream), options, *sampler));
 }
 
+namespace {
+
+// An exception out of Make (std::bad_alloc for a batch too large for the memory left)
+// as a Status naming the stream.
+absl::Status MakeFailed(const TokenStream& stream, const LoaderOptions& o, const char* what) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      stream.paths().front(), stream.paths().size() > 1 ? " ..." : "", ": cannot make a batch of ",
+      o.global_batch / o.dp_size, " windows of ", o.seq_len + 1, " tokens (", what, ")"));
+}
+
+}  // namespace
+
 TrainLoader::TrainLoader(std::shared_ptr<const TokenStream> stream, const LoaderOptions& options,
                          WindowSampler sampler)
     : stream_(std::move(stream)), options_(options), sampler_(sampler), consumed_(options.start_sample),
@@ -257,22 +271,44 @@ void TrainLoader::Prefetch() {
       start = next_to_make_;
       next_to_make_ += options_.global_batch;
     }
-    Batch b = Make(start);
+    // Nothing may escape a thread (std::terminate): a failure ends prefetching and
+    // Next() reports it on the caller's thread.
+    absl::Status failed;
+    Batch b;
+    try {
+      b = Make(start);
+    } catch (const std::bad_alloc&) {
+      failed = MakeFailed(*stream_, options_, "out of memory");
+    } catch (const std::exception& e) {
+      failed = MakeFailed(*stream_, options_, e.what());
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ready_.push_back(std::move(b));
+      if (failed.ok()) {
+        ready_.push_back(std::move(b));
+      } else {
+        error_ = failed;
+      }
     }
     cv_.notify_all();
+    if (!failed.ok()) return;
   }
 }
 
-Batch TrainLoader::Next() {
+absl::StatusOr<Batch> TrainLoader::Next() {
   Batch b;
   if (options_.prefetch <= 0) {
-    b = Make(consumed_);
+    try {
+      b = Make(consumed_);
+    } catch (const std::bad_alloc&) {
+      return MakeFailed(*stream_, options_, "out of memory");
+    } catch (const std::exception& e) {
+      return MakeFailed(*stream_, options_, e.what());
+    }
   } else {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !ready_.empty(); });
+    cv_.wait(lock, [&] { return !ready_.empty() || !error_.ok(); });
+    if (ready_.empty()) return error_;
     b = std::move(ready_.front());
     ready_.pop_front();
     cv_.notify_all();

@@ -129,7 +129,9 @@ class TrainLoader {
   ~TrainLoader();
 
   // This rank's slice of the next global batch; samples_consumed() grows by global_batch.
-  Batch Next();
+  // Errors: what went wrong making it, on whichever thread (an allocation that failed
+  // in the prefetch thread), as one line naming the shards; the loader stays failed.
+  absl::StatusOr<Batch> Next();
   // Samples of all ranks handed out so far, start_sample included: the checkpoint state.
   int64_t samples_consumed() const { return consumed_; }
   const WindowSampler& sampler() const { return sampler_; }
@@ -151,6 +153,7 @@ class TrainLoader {
   std::deque<Batch> ready_;
   int64_t next_to_make_ = 0;  // batch_start of the next batch the thread makes
   bool stop_ = false;
+  absl::Status error_;  // the prefetch thread's failure, handed to Next()
   std::thread thread_;
 };
 

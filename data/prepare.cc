@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -420,23 +421,36 @@ class Pipeline {
     cv_.notify_all();
   }
 
+  // What escapes a thread as an exception (std::bad_alloc for a document larger than
+  // memory) would call std::terminate: it becomes the status of the chunk instead.
+  static absl::Status Thrown(const std::string& where, const char* what) {
+    return absl::ResourceExhaustedError(absl::StrCat(where, ": ", what));
+  }
+
   void Read() {
     Chunk chunk;
     absl::Status status;
     for (const std::string& file : files_) {
-      auto stats = ReadDocuments(file, read_, [&](std::string text, const std::string& where) -> absl::Status {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (stop_) return absl::CancelledError("stopped");
-        }
-        chunk.bytes += static_cast<int64_t>(text.size());
-        chunk.docs.push_back({std::move(text), where});
-        if (chunk.bytes >= (1 << 20) || chunk.docs.size() >= 8192) {
-          Submit(std::move(chunk));
-          chunk = Chunk();
-        }
-        return absl::OkStatus();
-      });
+      absl::StatusOr<ReadStats> stats = absl::UnknownError("");
+      try {
+        stats = ReadDocuments(file, read_, [&](std::string text, const std::string& where) -> absl::Status {
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (stop_) return absl::CancelledError("stopped");
+          }
+          chunk.bytes += static_cast<int64_t>(text.size());
+          chunk.docs.push_back({std::move(text), where});
+          if (chunk.bytes >= (1 << 20) || chunk.docs.size() >= 8192) {
+            Submit(std::move(chunk));
+            chunk = Chunk();
+          }
+          return absl::OkStatus();
+        });
+      } catch (const std::bad_alloc&) {
+        stats = Thrown(file, "out of memory reading it (a document too large?)");
+      } catch (const std::exception& e) {
+        stats = Thrown(file, e.what());
+      }
       status = stats.status();
       if (!status.ok()) break;
       if (stats->replacements > 0) {
@@ -464,13 +478,22 @@ class Pipeline {
       Encoded enc;
       enc.bytes = job.second.bytes;
       for (const Doc& doc : job.second.docs) {
-        const absl::Status s = tokenizer_.Encode(doc.text, &enc.tokens);
+        absl::Status s;
+        try {
+          s = tokenizer_.Encode(doc.text, &enc.tokens);
+          enc.tokens.push_back(tokenizer_.eos_id());
+          enc.doc_ends.push_back(static_cast<int64_t>(enc.tokens.size()));
+        } catch (const std::bad_alloc&) {
+          s = Thrown(doc.where, "out of memory encoding it");
+        } catch (const std::exception& e) {
+          s = Thrown(doc.where, e.what());
+        }
         if (!s.ok()) {
-          enc.status = absl::Status(s.code(), absl::StrCat(doc.where, ": ", s.message()));
+          enc.status = s.message().rfind(doc.where, 0) == 0
+                           ? s
+                           : absl::Status(s.code(), absl::StrCat(doc.where, ": ", s.message()));
           break;
         }
-        enc.tokens.push_back(tokenizer_.eos_id());
-        enc.doc_ends.push_back(static_cast<int64_t>(enc.tokens.size()));
       }
       if (enc.status.ok()) enc.status = job.second.status;
       std::lock_guard<std::mutex> lock(mu_);

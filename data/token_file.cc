@@ -1,11 +1,15 @@
 #include "data/token_file.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/input_file.h"
 
 namespace multiscreen {
 
@@ -36,33 +40,60 @@ absl::StatusOr<TokenFileInfo> CheckTokenFileHeader(const std::string& path, cons
   return info;
 }
 
-absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int64_t max_tokens) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open token file"));
+absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int64_t max_tokens, int64_t vocab) {
+  int64_t file_size = 0;
+  auto fd = OpenRegularFile(path, "token file", kMaxTokenFileBytes, &file_size);
+  if (!fd.ok()) return fd.status();
+  // Reads `bytes` at `offset`, all of them or an error.
+  auto read_at = [&](void* out, int64_t bytes, int64_t offset) -> absl::Status {
+    auto* p = static_cast<char*>(out);
+    while (bytes > 0) {
+      const ssize_t n = ::pread(*fd, p, static_cast<size_t>(bytes), offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+      p += n, bytes -= n, offset += n;
+    }
+    return absl::OkStatus();
+  };
   int32_t header[kTokenFileHeaderInts] = {};
-  if (!in.read(reinterpret_cast<char*>(header), sizeof(header))) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": shorter than the 1024-byte llm.c header"));
+  if (file_size >= static_cast<int64_t>(sizeof(header))) {
+    if (auto s = read_at(header, sizeof(header), 0); !s.ok()) {
+      ::close(*fd);
+      return s;
+    }
   }
-  std::error_code ec;
-  const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-  if (ec) return absl::NotFoundError(absl::StrCat(path, ": cannot stat token file"));
   auto info = CheckTokenFileHeader(path, header, file_size);
-  if (!info.ok()) return info.status();
-  const int32_t version = info->version;
+  if (!info.ok()) {
+    ::close(*fd);
+    return info.status();
+  }
   const int64_t count = info->count;
   const int64_t n = max_tokens < 0 ? count : max_tokens;
   if (n > count) {
+    ::close(*fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", count, " tokens, ", n, " needed"));
   }
   std::vector<int32_t> tokens(n);
-  if (version == 1) {
+  absl::Status read;
+  if (info->version == 1) {
     std::vector<uint16_t> raw(n);
-    in.read(reinterpret_cast<char*>(raw.data()), n * 2);
+    read = read_at(raw.data(), n * 2, sizeof(header));
     for (int64_t i = 0; i < n; ++i) tokens[i] = raw[i];
   } else {
-    in.read(reinterpret_cast<char*>(tokens.data()), n * 4);
+    read = read_at(tokens.data(), n * 4, sizeof(header));
   }
-  if (!in) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+  ::close(*fd);
+  if (!read.ok()) return read;
+  const int64_t limit = vocab > 0 ? vocab : int64_t{INT32_MAX} + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    // A version-2 id past 2^31 - 1 reads as a negative int32.
+    const int64_t id = tokens[i] < 0 ? int64_t{static_cast<uint32_t>(tokens[i])} : tokens[i];
+    if (id >= limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": token ", i, " is ", id, ", not below ",
+          vocab > 0 ? absl::StrCat("the model's vocabulary V = ", vocab) : std::string("2^31")));
+    }
+  }
   return tokens;
 }
 

@@ -15,6 +15,8 @@ namespace multiscreen {
 
 inline constexpr int32_t kTokenFileMagic = 20240520;
 inline constexpr int kTokenFileHeaderInts = 256;
+// The largest well-formed file: the header's int32 count of 4-byte tokens.
+inline constexpr int64_t kMaxTokenFileBytes = kTokenFileHeaderInts * 4 + int64_t{INT32_MAX} * 4;
 
 // What a valid header says: version (1: uint16 tokens, 2: uint32), token count, and
 // the width in bytes of one token.
@@ -30,10 +32,13 @@ struct TokenFileInfo {
 absl::StatusOr<TokenFileInfo> CheckTokenFileHeader(const std::string& path, const int32_t* header,
                                                    int64_t file_size);
 
-// Reads the first `max_tokens` tokens (all when < 0) of `path`.
-// Errors name the file: unreadable, wrong magic or version, a header count that
-// disagrees with the file size, fewer tokens than asked for.
-absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int64_t max_tokens = -1);
+// Reads the first `max_tokens` tokens (all when < 0) of `path`, each checked to be
+// below `vocab` (when > 0; ids are never past 2^31 - 1, the int32 they become).
+// Errors name the file: missing, not a regular file (a FIFO, a directory), wrong magic
+// or version, a header count that disagrees with the file size, fewer tokens than
+// asked for, a token id out of range (with its index).
+absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int64_t max_tokens = -1,
+                                                   int64_t vocab = 0);
 
 // Writes `tokens` to `path` (version 1 when every id < 65,536, else 2).
 absl::Status WriteTokenFile(const std::string& path, const std::vector<int32_t>& tokens);

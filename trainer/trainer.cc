@@ -428,7 +428,9 @@ absl::Status Trainer::AppendMetrics(const std::string& line) {
 absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied) {
   const int64_t B = run_.micro_batch(), T = run_.seq_len(), accum = run_.grad_accum();
   const double scale = scaler_.scale();
-  const Batch batch = loader_->Next();  // this dp rank's accum micro-batches of B windows
+  auto next = loader_->Next();  // this dp rank's accum micro-batches of B windows
+  if (!next.ok()) return next.status();
+  const Batch& batch = *next;
   if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "training"); !s.ok()) return s;
   auto loss = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(), {accum, B, T},
                                grads_.data(), scale);
@@ -465,6 +467,11 @@ absl::StatusOr<double> Trainer::Validate() {
   // The loss comes through the same pipeline as training, forwards only.
   double loss = 0;
   for (int64_t b = 0; b < val_loader_->num_batches(); ++b) {
+    // A stop signal ends the pass (every rank alike: the world's maximum decides), so
+    // that a long validation cannot delay the checkpoint a preemption asks for.
+    double stop_flag = StopRequested() ? 1.0 : 0.0;
+    grid_->world().AllReduce(&stop_flag, 1, ReduceOp::kMax);
+    if (stop_flag > 0) return absl::CancelledError("validation stopped by a signal");
     const Batch batch = val_loader_->Get(b);
     if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "validation"); !s.ok()) return s;
     auto l = EvaluateLoss(*grid_, *model_, state_.params.data(), batch.tokens.data(),
@@ -538,9 +545,9 @@ absl::Status Trainer::Run() {
                           (state_.step % run_.eval().every() == 0 || state_.step == run_.steps());
     if (eval_now && val_loader_ != nullptr) {
       auto val = Validate();
-      if (!val.ok()) return val.status();
-      last_val_loss_ = *val;
-      if (is_logger()) {
+      if (!val.ok() && !absl::IsCancelled(val.status())) return val.status();
+      if (val.ok()) last_val_loss_ = *val;
+      if (val.ok() && is_logger()) {
         if (auto s = AppendMetrics(nlohmann::json{{"step", state_.step}, {"val_loss", *val}}.dump()); !s.ok()) return s;
         if (tensorboard_ != nullptr) (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
         std::fprintf(stderr, "step %lld/%lld | val_loss %.4f\n", (long long)state_.step, (long long)run_.steps(), *val);

@@ -85,6 +85,8 @@ class Trainer {
 
   // Mean validation loss over the first run.eval().batches() micro-batches of
   // the held-out stream, taken dp at a time (rounded up to a multiple of dp).
+  // A collective. Cancelled when a stop signal reached any rank (checked before
+  // each batch, so a long pass never delays a preemption's checkpoint).
   absl::StatusOr<double> Validate();
 
   TrainState& state() { return state_; }

@@ -1,9 +1,17 @@
 // Loading and checking configuration files.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/config.h"
 
 namespace multiscreen {
@@ -64,6 +72,7 @@ config::RunConfig ValidRun() {
   run.mutable_optimizer()->set_lr(0.0625);
   run.mutable_optimizer()->set_beta1(0.9);
   run.mutable_optimizer()->set_beta2(0.95);
+  ApplyRunDefaults(&run);
   return run;
 }
 
@@ -107,6 +116,129 @@ TEST(ConfigTest, RunFileParsesEveryModelFileShipped) {
     auto dims = LoadModel(name);
     EXPECT_TRUE(dims.ok()) << name << ": " << dims.status();
   }
+}
+
+
+// A run file like tiny_test.textproto, each line of `edit` replacing the line of the
+// same field (or added), loaded, defaulted and validated as `train` does; returns the
+// error message after the file name, or "ok".
+std::string RunFileError(const std::string& edit, const RunSource& flags = {}) {
+  std::vector<std::string> lines = {"model: \"tiny_psi4\"", "steps: 40", "seed: 1", "micro_batch: 4",
+                                    "grad_accum: 2", "seq_len: 32", "precision: FP32", "optimizer { lr: 0.0625 }",
+                                    "schedule { kind: WARMUP_CONSTANT warmup_steps: 4 }",
+                                    "eval { every: 10 batches: 2 }"};
+  for (const std::string& line : std::vector<std::string>(absl::StrSplit(edit, '\n', absl::SkipEmpty()))) {
+    const std::string field = line.substr(0, line.find_first_of(" :"));
+    auto same = std::find_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.substr(0, l.find_first_of(" :")) == field;
+    });
+    if (same != lines.end()) {
+      *same = line;
+    } else {
+      lines.push_back(line);
+    }
+  }
+  const std::string path =
+      WriteTemp(absl::StrCat("run_", ::getpid(), ".textproto"), absl::StrJoin(lines, "\n") + "\n");
+  auto run = LoadRunConfig(path);
+  if (!run.ok()) return std::string(run.status().message());
+  ApplyRunDefaults(&*run);
+  auto dims = LoadModel(run->model());
+  if (!dims.ok()) return std::string(dims.status().message());
+  RunSource source = flags;
+  source.file = path;
+  const absl::Status s = ValidateRun(*run, *dims, source);
+  const std::string message = s.ok() ? "ok" : std::string(s.message());
+  return message.rfind(path + ": ", 0) == 0 ? message.substr(path.size() + 2) : message;
+}
+
+TEST(RunValidationTest, ATinyRunLikeTinyTestPasses) { EXPECT_EQ(RunFileError(""), "ok"); }
+
+TEST(RunValidationTest, ValuesThatMakeTheLossNaNAreRefusedNamingTheField) {
+  EXPECT_EQ(RunFileError("optimizer { lr: 1e308 }"), "optimizer.lr: 1e+308 must be in [0, 1] (the paper's peak is 2^-4)");
+  EXPECT_EQ(RunFileError("optimizer { lr: nan }"), "optimizer.lr: nan must be in [0, 1] (the paper's peak is 2^-4)");
+  EXPECT_EQ(RunFileError("optimizer { eps: 0 }"), "optimizer.eps: 0 must be in (0, 1] (default 1e-8)");
+  EXPECT_EQ(RunFileError("optimizer { lr: 0.0625 eps: -1 }"), "optimizer.eps: -1 must be in (0, 1] (default 1e-8)");
+  EXPECT_EQ(RunFileError("optimizer { weight_decay: inf }"),
+            "optimizer.weight_decay: inf must be finite, >= 0 and at most 1 / lr = 16 (decoupled decay scales weights "
+            "by 1 - lr * weight_decay)");
+  EXPECT_EQ(RunFileError("optimizer { weight_decay: 20 }").substr(0, 29), "optimizer.weight_decay: 20 mu");
+  EXPECT_EQ(RunFileError("optimizer { weight_decay: 16 }"), "ok");
+  EXPECT_EQ(RunFileError("optimizer { beta2: 1 }"), "optimizer.beta2: 1 must be in [0, 1)");
+  EXPECT_EQ(RunFileError("optimizer { grad_clip: inf }"), "optimizer.grad_clip: inf must be finite and >= 0 (0 = off)");
+  EXPECT_EQ(RunFileError("schedule { min_lr_ratio: nan }"), "schedule.min_lr_ratio: nan must be in [0, 1]");
+  EXPECT_EQ(RunFileError("schedule { kind: WARMUP_STABLE_DECAY decay_fraction: 2 }"),
+            "schedule.decay_fraction: 2 must be in [0, 1]");
+  EXPECT_EQ(RunFileError("initial_loss_scale: inf"), "initial_loss_scale: inf must be in (0, 2^64] (default 65536)");
+}
+
+TEST(RunValidationTest, UnknownEnumNumbersAreRefused) {
+  // proto3's text format accepts a number that names no value.
+  EXPECT_EQ(RunFileError("precision: 99"), "precision: 99 is not a known value (FP32 = 1, BF16 = 2, FP16 = 3)");
+  EXPECT_EQ(RunFileError("schedule { kind: 99 }"),
+            "schedule.kind: 99 is not a known value (WARMUP_CONSTANT = 1, WARMUP_COSINE = 2, WARMUP_STABLE_DECAY = 3)");
+}
+
+TEST(RunValidationTest, SizesAreBoundedBeforeAnythingIsAllocated) {
+  EXPECT_EQ(RunFileError("micro_batch: 1000000000000"),
+            "micro_batch: 1000000000000 sequences of seq_len + 1 = 33 tokens are 3.3e+13 tokens per micro-batch, more "
+            "than 2^31 - 1");
+  EXPECT_EQ(RunFileError("grad_accum: 1000000000000"),
+            "grad_accum: 1000000000000 micro-batches of 132 tokens are 1.32e+14 tokens per step and rank, more than "
+            "2^31 - 1");
+  EXPECT_EQ(RunFileError("seq_len: 1000000000000"),
+            "micro_batch: 4 sequences of seq_len + 1 = 1000000000001 tokens are 4e+12 tokens per micro-batch, more "
+            "than 2^31 - 1");
+  // Within 2^31 - 1 but not within any machine's memory: refused by what it needs.
+  const std::string memory = RunFileError("micro_batch: 60000000\ngrad_accum: 1");
+  EXPECT_EQ(memory.rfind("micro_batch: 60000000 x seq_len 32 (x grad_accum 1) needs at least ", 0), 0u) << memory;
+  EXPECT_NE(memory.find(" per process for model tiny_psi4, more than the "), std::string::npos) << memory;
+  EXPECT_EQ(RunFileError("eval { batches: 1000000000000 }"),
+            "eval.batches: 1000000000000 must be in [0, 2^20] (micro-batches per validation pass)");
+  EXPECT_EQ(RunFileError("micro_batch: -1"), "micro_batch: -1 must be positive");
+  EXPECT_EQ(RunFileError("logging { console_every: -1 }"), "logging.console_every: -1 is negative");
+}
+
+TEST(RunValidationTest, AFieldSetByAFlagIsNamedByTheFlag) {
+  RunSource flags;
+  flags.flags["optimizer.lr"] = "lr";
+  // The flag's value is not applied here (RunFileError only loads the file): what
+  // matters is whom the message names.
+  EXPECT_EQ(RunFileError("optimizer { lr: 2 }", flags),
+            "--lr (optimizer.lr): 2 must be in [0, 1] (the paper's peak is 2^-4)");
+}
+
+TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
+  auto error = [](const std::string& text) {
+    const std::string path = WriteTemp(absl::StrCat("model_", ::getpid(), ".textproto"), text);
+    auto dims = LoadModel(path);
+    const std::string message = dims.ok() ? "ok" : std::string(dims.status().message());
+    return message.rfind(path + ": ", 0) == 0 ? message.substr(path.size() + 2) : message;
+  };
+  EXPECT_EQ(error("psi: 2 w_th: inf"), "w_th = inf must be finite and positive");
+  EXPECT_EQ(error("psi: 2 w_th: nan"), "w_th = nan must be finite and positive");
+  EXPECT_EQ(error("psi: 2 family: 99"), "family = 99 is not a known value (MULTISCREEN = 1)");
+  EXPECT_EQ(error("psi: 1000000000000"), "psi = 1000000000000 must be in [1, 4096]");
+  EXPECT_EQ(error("psi: 2 d_e: 100000000"), "d_e = 100000000 is more than 16777216");
+  EXPECT_EQ(error("psi: 2 vocab: 3000000000"), "vocab = 3000000000 is more than 2^31 - 1 (token ids are int32)");
+  EXPECT_EQ(error("psi: 2 d_e: 16777216 vocab: 1000000"),
+            "the sizes (N_L = 2, N_H = 2, d_E = 16777216, d_K = 16, d_V = 64, V = 1000000) make 1.68e+13 "
+            "parameters, more than 1e+12");
+  EXPECT_EQ(error("psi: 2"), "ok");
+}
+
+TEST(ModelValidationTest, ConfigFilesThatAreNotRegularFilesAreRefusedWithoutBlocking) {
+  const std::string fifo = (std::filesystem::temp_directory_path() / absl::StrCat("fifo_", ::getpid(), ".textproto")).string();
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(LoadRunConfig(fifo).status().message(),
+            fifo + ": is a FIFO (named pipe), not a regular file (expected a text-format config file)");
+  std::filesystem::remove(fifo);
+  EXPECT_EQ(LoadModel("/dev/zero").status().message(),
+            "/dev/zero: is a character device, not a regular file (expected a text-format config file)");
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  EXPECT_EQ(LoadRunConfig(dir).status().message(),
+            dir + ": is a directory, not a regular file (expected a text-format config file)");
 }
 
 }  // namespace

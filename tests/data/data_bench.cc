@@ -132,7 +132,7 @@ void BM_TrainLoaderNext(benchmark::State& state) {
   auto loader = *TrainLoader::Create(Stream(), o);
   int64_t tokens = 0;
   for (auto _ : state) {
-    Batch b = loader->Next();
+    Batch b = *loader->Next();
     benchmark::DoNotOptimize(b.tokens.data());
     tokens += static_cast<int64_t>(b.tokens.size());
   }

@@ -66,7 +66,8 @@ inline std::string ReadFile(const std::string& path) {
 
 // A tokenizer with GPT-2's 256 byte tokens (ids 0..255 in byte order), a few merges
 // ("t h" -> 256, "th e" -> 257, "Ġ th" -> 258) and <|endoftext|> = `eos_id` (a larger
-// id leaves a gap and makes the vocabulary wide, e.g. 70000 -> version 2 shards).
+// id makes the vocabulary wide, e.g. 70000 -> version 2 shards; ids 259 ... eos_id - 1
+// are then filler tokens "zz<id>", since a vocabulary's ids have no gaps).
 inline std::unique_ptr<Gpt2Tokenizer> TinyTokenizer(int eos_id = 259) {
   // bytes_to_unicode, as in encoder.py.
   std::vector<uint32_t> cp(256);
@@ -96,7 +97,9 @@ inline std::unique_ptr<Gpt2Tokenizer> TinyTokenizer(int eos_id = 259) {
   std::string vocab = "{";
   for (int b = 0; b < 256; ++b) absl::StrAppend(&vocab, quote(utf8(cp[b])), ": ", b, ", ");
   const std::string space = utf8(cp[' ']);
-  absl::StrAppend(&vocab, "\"th\": 256, \"the\": 257, ", quote(space + "th"), ": 258, \"<|endoftext|>\": ", eos_id, "}");
+  absl::StrAppend(&vocab, "\"th\": 256, \"the\": 257, ", quote(space + "th"), ": 258, ");
+  for (int id = 259; id < eos_id; ++id) absl::StrAppend(&vocab, "\"zz", id, "\": ", id, ", ");
+  absl::StrAppend(&vocab, "\"<|endoftext|>\": ", eos_id, "}");
   const std::string merges = absl::StrCat("#version: 0.2\nt h\nth e\n", space, " th\n");
   auto t = Gpt2Tokenizer::FromStrings(vocab, merges, "tiny");
   EXPECT_TRUE(t.ok()) << t.status();

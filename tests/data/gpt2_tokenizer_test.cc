@@ -3,6 +3,9 @@
 // gpt-3-encoder), plus invalid UTF-8, file loading and the two merge paths.
 #include "data/gpt2_tokenizer.h"
 
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -192,6 +195,73 @@ TEST(Gpt2TokenizerTest, LoadErrorsNameTheFileAndLine) {
   testing::WriteFile(dir.path("vocab.json"), "{\"a\": 0}");
   EXPECT_EQ(Gpt2Tokenizer::Load(dir.path()).status().message(),
             dir.path("vocab.json") + ": has no token for byte 0 ('Ā')");
+}
+
+
+// A directory with GPT-2's two files, then `name` replaced by `bytes`.
+std::string Gpt2DirWith(const testing::TempDir& dir, const std::string& name, const std::string& bytes) {
+  const std::string src = testing::DataCacheDir() + "/gpt2";
+  std::filesystem::remove_all(dir.path("encoder.json"));
+  std::filesystem::remove_all(dir.path("vocab.bpe"));
+  testing::WriteFile(dir.path("encoder.json"), testing::ReadFile(src + "/encoder.json"));
+  testing::WriteFile(dir.path("vocab.bpe"), testing::ReadFile(src + "/vocab.bpe"));
+  testing::WriteFile(dir.path(name), bytes);
+  return dir.path();
+}
+
+TEST(Gpt2TokenizerTest, MergesFilesWithoutMergesAreRefusedNotByteLevel) {
+  testing::TempDir dir;
+  const std::string merges = dir.path("vocab.bpe");
+  EXPECT_EQ(Gpt2Tokenizer::Load(Gpt2DirWith(dir, "vocab.bpe", "")).status().message(),
+            merges + ": no merges (expected \"a b\" lines after the optional #version line; an empty or truncated "
+                     "file?)");
+  EXPECT_EQ(Gpt2Tokenizer::Load(Gpt2DirWith(dir, "vocab.bpe", "#version: 0.2\n\n")).status().message(),
+            merges + ": no merges (expected \"a b\" lines after the optional #version line; an empty or truncated "
+                     "file?)");
+  auto one = Gpt2Tokenizer::Load(Gpt2DirWith(dir, "vocab.bpe", "#version: 0.2\nĠ t\n"));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*(*one)->Encode(" t"), (std::vector<int32_t>{256}));  // "Ġt" is id 256
+}
+
+TEST(Gpt2TokenizerTest, TokenizerFilesThatAreNotRegularFilesAreRefusedByName) {
+  testing::TempDir dir;
+  Gpt2DirWith(dir, "vocab.bpe", "");
+  std::filesystem::remove(dir.path("vocab.bpe"));
+  std::filesystem::create_directory(dir.path("vocab.bpe"));
+  EXPECT_EQ(Gpt2Tokenizer::Load(dir.path()).status().message(),
+            dir.path("vocab.bpe") + ": is a directory, not a regular file (expected a tokenizer merges file)");
+  std::filesystem::remove(dir.path("vocab.bpe"));
+  ASSERT_EQ(::mkfifo(dir.path("vocab.bpe").c_str(), 0600), 0);  // would block a plain open()
+  EXPECT_EQ(Gpt2Tokenizer::Load(dir.path()).status().message(),
+            dir.path("vocab.bpe") + ": is a FIFO (named pipe), not a regular file (expected a tokenizer merges file)");
+  Gpt2DirWith(dir, "vocab.bpe", "#version: 0.2\nĠ t\n");
+  std::filesystem::remove(dir.path("encoder.json"));
+  std::filesystem::create_symlink("/dev/zero", dir.path("encoder.json"));  // never ends
+  EXPECT_EQ(Gpt2Tokenizer::Load(dir.path()).status().message(),
+            dir.path("encoder.json") + ": is a character device, not a regular file (expected a tokenizer vocabulary)");
+  std::filesystem::remove(dir.path("encoder.json"));
+  {
+    std::ofstream big(dir.path("encoder.json"));  // sparse: 65 MiB of nothing, read by nobody
+  }
+  std::filesystem::resize_file(dir.path("encoder.json"), 65 << 20);
+  EXPECT_EQ(Gpt2Tokenizer::Load(dir.path()).status().message(),
+            dir.path("encoder.json") + ": 65 MiB, more than the 64 MiB a tokenizer vocabulary may be");
+}
+
+TEST(Gpt2TokenizerTest, VocabularyIdsMustBeTheEntriesNumberedOnce) {
+  testing::TempDir dir;
+  const std::string encoder = testing::ReadFile(testing::DataCacheDir() + "/gpt2/encoder.json");
+  ASSERT_EQ(encoder.rfind("{\"!\": 0, \"\\\"\": 1, ", 0), 0u);
+  // An id of 10^8 would size a 10^8-entry table (3 GB): bounded by the 50,257 entries.
+  std::string huge = encoder;
+  huge.replace(0, 7, "{\"!\": 100000000");
+  EXPECT_EQ(Gpt2Tokenizer::Load(Gpt2DirWith(dir, "encoder.json", huge)).status().message(),
+            dir.path("encoder.json") +
+                ": token '!' has id 100000000, not an id in [0, 50257) (the file has 50257 entries)");
+  std::string twice = encoder;
+  twice.replace(0, 16, "{\"!\": 0, \"\\\"\": 0");
+  EXPECT_EQ(Gpt2Tokenizer::Load(Gpt2DirWith(dir, "encoder.json", twice)).status().message(),
+            dir.path("encoder.json") + ": id 0 is used twice");
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // invariance, resume from a sample count, the validation walk, and bad shards.
 #include "data/loader.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -94,7 +97,7 @@ TEST(TrainLoaderTest, RowsAreTheSampledWindowsAcrossShardBoundaries) {
   ASSERT_TRUE(loader.ok()) << loader.status();
   bool spanned = false;
   for (int step = 0; step < 30; ++step) {
-    const Batch b = (*loader)->Next();
+    const Batch b = *(*loader)->Next();
     ASSERT_EQ(b.rows, 8);
     ASSERT_EQ(b.tokens.size(), 8u * 21);
     for (int64_t r = 0; r < b.rows; ++r) {
@@ -115,7 +118,7 @@ TEST(TrainLoaderTest, SameSeedGivesTheSameBatches) {
   auto c = *TrainLoader::Create(stream, Options(32, 4, 12));
   int differ = 0;
   for (int step = 0; step < 100; ++step) {  // several epochs (W = 155)
-    const Batch x = a->Next(), y = b->Next(), z = c->Next();
+    const Batch x = *a->Next(), y = *b->Next(), z = *c->Next();
     ASSERT_EQ(x.tokens, y.tokens);
     differ += x.tokens != z.tokens;
   }
@@ -132,12 +135,12 @@ TEST(TrainLoaderTest, DataParallelSlicesUnionToTheSingleRankBatch) {
     for (int r = 0; r < dp; ++r) layouts.back().push_back(*TrainLoader::Create(stream, Options(16, 8, 5, r, dp)));
   }
   for (int step = 0; step < 50; ++step) {
-    const Batch whole = single->Next();
+    const Batch whole = *single->Next();
     for (auto& ranks : layouts) {
       std::vector<int32_t> joined;
       int64_t expect_first = whole.first_sample;
       for (auto& rank : ranks) {
-        const Batch part = rank->Next();
+        const Batch part = *rank->Next();
         EXPECT_EQ(part.first_sample, expect_first);
         expect_first += part.rows;
         joined.insert(joined.end(), part.tokens.begin(), part.tokens.end());
@@ -155,7 +158,7 @@ TEST(TrainLoaderTest, ResumingAtKSamplesEqualsConsumingK) {
     LoaderOptions o = Options(24, 6, 9);
     o.prefetch = prefetch;
     auto first = *TrainLoader::Create(stream, o);
-    for (int i = 0; i < 37; ++i) first->Next();  // crosses into the second epoch (W = 212)
+    for (int i = 0; i < 37; ++i) (void)first->Next();  // crosses into the second epoch (W = 212)
     const int64_t k = first->samples_consumed();
     EXPECT_EQ(k, 37 * 6);
     o.start_sample = k;
@@ -163,14 +166,14 @@ TEST(TrainLoaderTest, ResumingAtKSamplesEqualsConsumingK) {
     auto resumed = *TrainLoader::Create(stream, o);
     EXPECT_EQ(resumed->samples_consumed(), k);
     for (int i = 0; i < 20; ++i) {
-      const Batch a = first->Next(), b = resumed->Next();
+      const Batch a = *first->Next(), b = *resumed->Next();
       ASSERT_EQ(a.first_sample, b.first_sample);
       ASSERT_EQ(a.tokens, b.tokens) << "prefetch " << prefetch << " batch " << i;
     }
   }
   // A resume point need not be a whole number of batches.
   auto odd = *TrainLoader::Create(stream, [] { LoaderOptions o = Options(24, 6, 9); o.start_sample = 5; return o; }());
-  EXPECT_EQ(odd->Next().first_sample, 5);
+  EXPECT_EQ(odd->Next()->first_sample, 5);
 }
 
 TEST(TrainLoaderTest, DestroyingWhilePrefetchingDoesNotHang) {
@@ -180,7 +183,7 @@ TEST(TrainLoaderTest, DestroyingWhilePrefetchingDoesNotHang) {
     LoaderOptions o = Options(8, 4, i);
     o.prefetch = 4;
     auto loader = *TrainLoader::Create(stream, o);
-    if (i % 2) loader->Next();
+    if (i % 2) (void)loader->Next();
   }
 }
 
@@ -239,7 +242,7 @@ TEST(LoaderErrorsTest, BadShardsAreOneLineErrorsNamingTheFile) {
   EXPECT_EQ(error({count}), count + ": header says 101 tokens of 2 bytes but the file holds 200 bytes after the header");
   testing::WriteFile(dir.path("tiny.bin"), "short");
   EXPECT_EQ(error({dir.path("tiny.bin")}), dir.path("tiny.bin") + ": 5 bytes, shorter than the 1024-byte llm.c header");
-  EXPECT_EQ(error({dir.path("none.bin")}), dir.path("none.bin") + ": cannot open token shard");
+  EXPECT_EQ(error({dir.path("none.bin")}), dir.path("none.bin") + ": cannot open token shard (No such file or directory)");
   EXPECT_EQ(error({good}, 101), good + ": holds 100 tokens, fewer than the 101 a window needs (seq_len + 1)");
   EXPECT_EQ(error({good}, 100), "ok");
   EXPECT_EQ(error({}), "no token shards given");
@@ -283,6 +286,64 @@ TEST(LoaderErrorsTest, ListShardsFindsOurAndLlmcNames) {
             dir.path("nowhere") + ": no such shard file or directory");
   EXPECT_EQ(ListShards(dir.path(), "test").status().message(),
             dir.path() + ": no test shards (test_*.bin) in the directory");
+}
+
+
+TEST(LoaderErrorsTest, AShardThatIsNotARegularFileIsRefusedWithoutBlocking) {
+  TempDir dir;
+  // A FIFO would block open() until a writer came; a directory listing finds it too.
+  ASSERT_EQ(::mkfifo(dir.path("train_000000.bin").c_str(), 0600), 0);
+  auto shards = ListShards(dir.path(), "train");
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  EXPECT_EQ(TokenStream::Open(*shards).status().message(),
+            dir.path("train_000000.bin") + ": is a FIFO (named pipe), not a regular file (expected a token shard)");
+  EXPECT_EQ(*ListShards(dir.path("train_000000.bin"), "train"), std::vector<std::string>{dir.path("train_000000.bin")});
+  EXPECT_EQ(TokenStream::Open({"/dev/zero"}).status().message(),
+            "/dev/zero: is a character device, not a regular file (expected a token shard)");
+  EXPECT_EQ(TokenStream::Open({dir.path()}).status().message(),
+            dir.path() + ": is a directory, not a regular file (expected a token shard)");
+  EXPECT_EQ(ReadTokenFile(dir.path("train_000000.bin")).status().message(),
+            dir.path("train_000000.bin") + ": is a FIFO (named pipe), not a regular file (expected a token file)");
+}
+
+TEST(LoaderErrorsTest, ABatchThatCannotBeMadeIsAnErrorOnTheCallersThread) {
+  TempDir dir;
+  auto stream = PositionStream(dir, {100});
+  // 2^40 windows of 11 tokens (44 TB): the allocation fails in the prefetch thread,
+  // which must not terminate the process but hand the failure to Next().
+  for (const int prefetch : {2, 0}) {
+    LoaderOptions o = Options(10, int64_t{1} << 40, 0);
+    o.prefetch = prefetch;
+    auto loader = TrainLoader::Create(stream, o);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    auto batch = (*loader)->Next();
+    EXPECT_EQ(batch.status().message(), dir.path("train_0.bin") +
+                                            ": cannot make a batch of 1099511627776 windows of 11 tokens "
+                                            "(out of memory)")
+        << "prefetch " << prefetch;
+    EXPECT_EQ((*loader)->samples_consumed(), 0);
+    EXPECT_FALSE((*loader)->Next().ok());  // stays failed, never waits forever
+  }
+}
+
+TEST(TokenFileTest, IdsPastTheVocabularyOrInt32AreRefusedWithTheirIndex) {
+  TempDir dir;
+  const std::string path = dir.path("wide.bin");
+  // Version 2 stores uint32: 2^31 and 2^32 - 1 would read as negative int32.
+  for (const uint32_t big : {0x80000000u, 0xffffffffu}) {
+    ASSERT_TRUE(WriteTokenFile(path, {1, 70000, 2, 3}).ok());
+    std::string bytes = testing::ReadFile(path);
+    std::memcpy(bytes.data() + 1024 + 2 * 4, &big, 4);
+    testing::WriteFile(path, bytes);
+    EXPECT_EQ(ReadTokenFile(path).status().message(), absl::StrCat(path, ": token 2 is ", big, ", not below 2^31"));
+    EXPECT_EQ(ReadTokenFile(path, 4, 100000).status().message(),
+              absl::StrCat(path, ": token 2 is ", big, ", not below the model's vocabulary V = 100000"));
+  }
+  ASSERT_TRUE(WriteTokenFile(path, {1, 70000, 2, 3}).ok());
+  EXPECT_EQ(ReadTokenFile(path, 4, 50257).status().message(),
+            path + ": token 1 is 70000, not below the model's vocabulary V = 50257");
+  EXPECT_EQ(*ReadTokenFile(path, 1, 50257), std::vector<int32_t>{1});  // only what is read is checked
+  EXPECT_EQ(*ReadTokenFile(path, -1, 70001), (std::vector<int32_t>{1, 70000, 2, 3}));
 }
 
 }  // namespace

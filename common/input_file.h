@@ -1,0 +1,29 @@
+// Opening the files a user names (run files, model files, token shards, tokenizer
+// files) so that a wrong kind of file is an error before anything is read or
+// allocated from it: a FIFO would block open() or read() forever, /dev/zero never
+// ends, a directory reads as empty. Knows nothing about any file format.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace multiscreen {
+
+// Opens `path` read-only without blocking (O_NONBLOCK, so a FIFO cannot hang the
+// open), checks that it is a regular file of at most `max_bytes` bytes, and returns
+// the descriptor (blocking again; the caller closes it); its size goes to *size.
+// `what` names the kind of file in errors ("token shard", "run file").
+// Errors name `path`: missing or unreadable, not a regular file (saying which kind:
+// a directory, a FIFO, a character device, ...), larger than `max_bytes`.
+absl::StatusOr<int> OpenRegularFile(const std::string& path, const char* what, int64_t max_bytes,
+                                    int64_t* size);
+
+// OpenRegularFile, then the whole file. Errors as OpenRegularFile, and a failed read.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const char* what, int64_t max_bytes);
+
+// A byte count for messages: "64 MiB", "1.5 GiB", "1024 bytes".
+std::string ByteSize(int64_t bytes);
+
+}  // namespace multiscreen
