@@ -269,6 +269,11 @@ absl::Status H5Writer::Commit() {
 
 absl::StatusOr<std::unique_ptr<H5Reader>> H5Reader::Open(const std::string& path) {
   QuietHdf5();
+  // A FIFO or device would block or stream forever inside HDF5.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     return absl::NotFoundError(absl::StrCat(path, ": missing or not an HDF5 file"));
   }

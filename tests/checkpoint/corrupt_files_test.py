@@ -340,6 +340,16 @@ class CorruptCheckpointTest(OneLineErrors):
                 self.assert_one_line_error(run_capped(cmd), weights, "attribute params_crc32c is a string, "
                                            "expected one integer")
 
+    def test_a_fifo_in_place_of_a_weights_file_is_refused_not_waited_on(self):
+        fifo = os.path.join(self.tmp.name, "fifo.h5")
+        os.mkfifo(fifo)
+        out = tempfile.mkdtemp(dir=self.tmp.name)
+        for name, cmd in self.fx.weights_commands(fifo, out).items():
+            with self.subTest(command=name):
+                r = run_capped(cmd)
+                self.assertIsNotNone(r, f"{name}: waited on the FIFO for {TIME_CAP_S} s")
+                self.assert_one_line_error(r, fifo, "not a regular file")
+
     def test_non_finite_weights_are_refused_naming_the_dataset(self):
         weights = self.fx.copy_weights("nan")
         with h5py.File(weights, "r+") as f:
