@@ -162,6 +162,8 @@ class ManifestFields {
 constexpr int64_t kMaxCount = int64_t{1} << 50;
 constexpr int64_t kMaxTokens = int64_t{1} << 62;
 constexpr int kFormatVersion = 1;
+// Far above the largest layout's manifest (psi64 at tp = 8, pp = 8: about 4 MB).
+constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
 
 }  // namespace
 
@@ -604,8 +606,14 @@ absl::Status AbandonCheckpoint(const std::string& tmp_dir, const absl::Status& e
 
 absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": missing (incomplete checkpoint)"));
+  // A FIFO or /dev/zero in its place would be read forever.
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > kMaxManifestBytes) {
+    return absl::DataLossError(absl::StrCat(path, ": not a regular file of at most ", kMaxManifestBytes, " bytes"));
+  }
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": missing (incomplete checkpoint)"));
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
   CheckpointRef ref;
   ref.dir = dir;
   ref.manifest = json::parse(in, nullptr, /*allow_exceptions=*/false);

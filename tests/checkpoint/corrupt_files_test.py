@@ -340,6 +340,18 @@ class CorruptCheckpointTest(OneLineErrors):
                 self.assert_one_line_error(run_capped(cmd), weights, "attribute params_crc32c is a string, "
                                            "expected one integer")
 
+    def test_a_manifest_that_is_a_fifo_or_endless_is_refused_not_read_forever(self):
+        for what in ("fifo", "/dev/zero"):
+            with self.subTest(what):
+                run, ckpt = self.fx.copy_run("manifest_" + what.strip("/").replace("/", "_"))
+                manifest = os.path.join(ckpt, "manifest.json")
+                os.remove(manifest)
+                if what == "fifo":
+                    os.mkfifo(manifest)
+                else:
+                    os.symlink(what, manifest)
+                self.assert_refused_everywhere(run, ckpt, "manifest.json", "not a regular file of at most")
+
     def test_a_fifo_in_place_of_a_weights_file_is_refused_not_waited_on(self):
         fifo = os.path.join(self.tmp.name, "fifo.h5")
         os.mkfifo(fifo)
