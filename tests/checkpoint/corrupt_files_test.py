@@ -389,25 +389,28 @@ class CorruptCheckpointTest(OneLineErrors):
                                    "dataset layers/000/s_w holds a non-finite value")
         self.assertFalse(os.path.exists(os.path.join(run, "metrics.jsonl")))
 
-    def test_fp32_training_that_diverges_stops_naming_the_step_and_keeps_the_last_good_checkpoint(self):
+    def test_fp32_and_bf16_training_that_diverges_stops_naming_the_step_and_keeps_the_last_good_checkpoint(self):
         # Finite weights so large that the first step's loss is not finite: before, the
         # run trained on to "final train_loss nan" and exit 0, saving NaN weights.
-        run, ckpt = self.fx.copy_run("diverge")
-        with h5py.File(os.path.join(ckpt, "shard_pp0_tp0.h5"), "r") as f:
-            values = f["embed/s_E"][...]
-        rewrite_dataset(ckpt, "embed/s_E", np.float32(200.0) + 0 * values)  # e^200 overflows fp32
-        with open(os.path.join(ckpt, "manifest.json")) as f:
-            manifest = f.read()
-        r = run_capped(self.fx.checkpoint_commands(run, ckpt, self.tmp.name)["train"])
-        self.assertEqual(r.returncode, 1, r.stderr)
-        errors = error_lines(r.stderr)
-        self.assertEqual(len(errors), 1, r.stderr)
-        self.assertIn(f"step {STEP + 1}: non-finite loss", errors[0])
-        self.assertIn("FP32 training; the run diverged, stopped without saving", errors[0])
-        self.assertEqual(sorted(os.listdir(os.path.join(run, "checkpoints"))), [f"step_{STEP:08d}"])
-        with open(os.path.join(ckpt, "manifest.json")) as f:
-            self.assertEqual(f.read(), manifest)
-        self.assertNotIn("final train_loss", r.stderr)
+        for precision in ("fp32", "bf16"):
+            with self.subTest(precision):
+                run, ckpt = self.fx.copy_run("diverge_" + precision)
+                with h5py.File(os.path.join(ckpt, "shard_pp0_tp0.h5"), "r") as f:
+                    values = f["embed/s_E"][...]
+                rewrite_dataset(ckpt, "embed/s_E", np.float32(200.0) + 0 * values)  # e^200 overflows fp32
+                with open(os.path.join(ckpt, "manifest.json")) as f:
+                    manifest = f.read()
+                r = run_capped(self.fx.checkpoint_commands(run, ckpt, self.tmp.name)["train"] +
+                               [f"--precision={precision}"])
+                self.assertEqual(r.returncode, 1, r.stderr)
+                errors = error_lines(r.stderr)
+                self.assertEqual(len(errors), 1, r.stderr)
+                self.assertIn(f"step {STEP + 1}: non-finite loss", errors[0])
+                self.assertIn(f"{precision.upper()} training; the run diverged, stopped without saving", errors[0])
+                self.assertEqual(sorted(os.listdir(os.path.join(run, "checkpoints"))), [f"step_{STEP:08d}"])
+                with open(os.path.join(ckpt, "manifest.json")) as f:
+                    self.assertEqual(f.read(), manifest)
+                self.assertNotIn("final train_loss", r.stderr)
 
 
 class FuzzTest(unittest.TestCase):
