@@ -200,14 +200,20 @@ absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string
   MS_ASSIGN_OR_RETURN(m.layout.pp, f.Int("layout.pp", 1, d.n_layers));
   MS_ASSIGN_OR_RETURN(m.layout.dp, f.Int("layout.dp", 1, int64_t{1} << 20));
   MS_ASSIGN_OR_RETURN(m.layout.zero, f.Int("layout.zero", 0, 1));
-  if (d.n_heads % m.layout.tp != 0) return f.Error("layout.tp", absl::StrCat("= ", m.layout.tp, " does not divide model.n_heads = ", d.n_heads));
-  if (d.n_layers % m.layout.pp != 0) return f.Error("layout.pp", absl::StrCat("= ", m.layout.pp, " does not divide model.n_layers = ", d.n_layers));
+  if (d.n_heads % m.layout.tp != 0) {
+    return f.Error("layout.tp", absl::StrCat("= ", m.layout.tp, " does not divide model.n_heads = ", d.n_heads));
+  }
+  if (d.n_layers % m.layout.pp != 0) {
+    return f.Error("layout.pp", absl::StrCat("= ", m.layout.pp, " does not divide model.n_layers = ", d.n_layers));
+  }
   // Run state.
   MS_ASSIGN_OR_RETURN(m.step, f.Int("step", 0, kMaxCount));
   MS_ASSIGN_OR_RETURN(m.samples, f.Int("samples", 0, kMaxCount));
   MS_ASSIGN_OR_RETURN(m.tokens, f.Int("tokens", 0, kMaxTokens));
   MS_ASSIGN_OR_RETURN(const int64_t schedule_step, f.Int("lr_schedule.step", 0, kMaxCount));
-  if (schedule_step != m.step) return f.Error("lr_schedule.step", absl::StrCat("= ", schedule_step, " differs from step = ", m.step));
+  if (schedule_step != m.step) {
+    return f.Error("lr_schedule.step", absl::StrCat("= ", schedule_step, " differs from step = ", m.step));
+  }
   MS_ASSIGN_OR_RETURN(m.adam_step, f.Int("optimizer.adam_step", 0, m.step));
   MS_ASSIGN_OR_RETURN(m.loss_scale, f.Positive("loss_scaler.scale"));
   MS_ASSIGN_OR_RETURN(m.loss_scale_good_steps, f.Int("loss_scaler.good_steps", 0, m.step));

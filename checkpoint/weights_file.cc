@@ -1,5 +1,6 @@
 #include "checkpoint/weights_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -130,6 +131,12 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, s.name, " = ", s.value,
                                                      " is outside [", s.lo, ", ", s.hi, "]"));
     }
+  }
+  // The name ends up in messages and file names: one short printable line.
+  if (d.name.size() > 256 ||
+      std::any_of(d.name.begin(), d.name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", field, "name is not a line of at most 256 printable characters"));
   }
   if (!std::isfinite(d.w_th) || !(d.w_th > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, "w_th = ", d.w_th, " must be finite and positive"));

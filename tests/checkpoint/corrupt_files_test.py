@@ -218,6 +218,12 @@ class CorruptCheckpointTest(OneLineErrors):
                 edit_manifest(ckpt, lambda m: m["model"].__setitem__(field, value))
                 self.assert_refused_everywhere(run, ckpt, "manifest.json", f"model.{field} = {value}")
 
+    def test_a_model_name_with_a_newline_cannot_split_an_error_line(self):
+        run, ckpt = self.fx.copy_run("name")
+        edit_manifest(ckpt, lambda m: m["model"].__setitem__("name", "tiny_psi2\nsecond line"))
+        self.assert_refused_everywhere(run, ckpt, "manifest.json", "model.name is not a line of at most 256 "
+                                       "printable characters")
+
     def test_a_samples_counter_near_int64_max_is_refused_at_once(self):
         # Was a hang ignoring SIGTERM: the window sampler's permutation spun after the
         # sample index overflowed.
