@@ -4,17 +4,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/h5_file.h"
 #include "common/crc32c.h"
 #include "common/log.h"
@@ -63,21 +66,6 @@ json DimsToJson(const ModelDims& d) {
           {"pl_norm", d.pl_norm}, {"eos_token", d.eos_token}};
 }
 
-ModelDims DimsFromJson(const json& j) {
-  ModelDims d;
-  d.name = j.at("name");
-  d.n_layers = j.at("n_layers");
-  d.n_heads = j.at("n_heads");
-  d.d_e = j.at("d_e");
-  d.d_k = j.at("d_k");
-  d.d_v = j.at("d_v");
-  d.vocab = j.at("vocab");
-  d.w_th = j.at("w_th");
-  d.pl_norm = j.at("pl_norm");
-  d.eos_token = j.at("eos_token");
-  return d;
-}
-
 json MetaToJson(const CheckpointMeta& m) {
   return {{"format", "multiscreen-checkpoint"},
           {"format_version", 1},
@@ -95,36 +83,289 @@ json MetaToJson(const CheckpointMeta& m) {
           {"model", DimsToJson(m.dims)}};
 }
 
-absl::StatusOr<CheckpointMeta> MetaFromJson(const json& j, const std::string& path) {
-  try {
-    if (j.at("format") != "multiscreen-checkpoint") {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not a multiscreen checkpoint manifest"));
-    }
-    CheckpointMeta m;
-    m.step = j.at("step");
-    m.samples = j.at("samples");
-    m.tokens = j.at("tokens");
-    m.adam_step = j.at("optimizer").at("adam_step");
-    m.loss_scale = j.at("loss_scaler").at("scale");
-    m.loss_scale_good_steps = j.at("loss_scaler").at("good_steps");
-    m.loss_scale_skipped = j.at("loss_scaler").at("skipped");
-    m.nonfinite_in_a_row = j.at("nonfinite_in_a_row");
-    m.seed = j.at("rng").at("seed");
-    const json& l = j.at("layout");
-    m.layout = {l.at("tp"), l.at("pp"), l.at("dp"), l.at("zero")};
-    m.dims = DimsFromJson(j.at("model"));
-    return m;
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": malformed manifest: ", e.what()));
+// The manifest's fields, read with their JSON types checked: every error is
+// one line naming the manifest and the field ("model.vocab is a string,
+// expected an integer").
+class ManifestFields {
+ public:
+  // `prefix` names `root` within the manifest ("files.shard_pp0_tp0.h5.").
+  ManifestFields(const json& root, std::string path, std::string prefix = "")
+      : root_(root), path_(std::move(path)), prefix_(std::move(prefix)) {}
+
+  absl::Status Error(const std::string& field, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": field ", prefix_, field, " ", what));
   }
+  // The value at a dotted path ("loss_scaler.scale").
+  absl::StatusOr<const json*> Get(const std::string& field) const {
+    const json* at = &root_;
+    for (const std::string& key : std::vector<std::string>(absl::StrSplit(field, '.'))) {
+      if (!at->is_object()) return Error(field, "cannot be read: its parent is not an object");
+      const auto it = at->find(key);
+      if (it == at->end()) return Error(field, "is missing");
+      at = &*it;
+    }
+    return at;
+  }
+  absl::StatusOr<const json*> Typed(const std::string& field, bool ok_type(const json&), const char* expected) const {
+    MS_ASSIGN_OR_RETURN(const json* v, Get(field));
+    if (!ok_type(*v)) return Error(field, absl::StrCat("is ", Describe(*v), ", expected ", expected));
+    return v;
+  }
+  // An integer (not a float, string or bool) in [lo, hi].
+  absl::StatusOr<int64_t> Int(const std::string& field, int64_t lo, int64_t hi) const {
+    MS_ASSIGN_OR_RETURN(const json* v, Typed(field, [](const json& j) { return j.is_number_integer(); }, "an integer"));
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) {
+      return Error(field, absl::StrCat("= ", v->dump(), " is outside [", lo, ", ", hi, "]"));
+    }
+    const int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) return Error(field, absl::StrCat("= ", x, " is outside [", lo, ", ", hi, "]"));
+    return x;
+  }
+  // A finite number (integer or float) > 0.
+  absl::StatusOr<double> Positive(const std::string& field) const {
+    MS_ASSIGN_OR_RETURN(const json* v, Typed(field, [](const json& j) { return j.is_number(); }, "a number"));
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || !(x > 0)) return Error(field, absl::StrCat("= ", x, " must be finite and positive"));
+    return x;
+  }
+  absl::StatusOr<std::string> String(const std::string& field) const {
+    MS_ASSIGN_OR_RETURN(const json* v, Typed(field, [](const json& j) { return j.is_string(); }, "a string"));
+    return v->get<std::string>();
+  }
+  absl::StatusOr<bool> Bool(const std::string& field) const {
+    MS_ASSIGN_OR_RETURN(const json* v, Typed(field, [](const json& j) { return j.is_boolean(); }, "true or false"));
+    return v->get<bool>();
+  }
+  absl::StatusOr<const json*> Object(const std::string& field) const {
+    return Typed(field, [](const json& j) { return j.is_object(); }, "an object");
+  }
+
+  static std::string Describe(const json& v) {
+    switch (v.type()) {
+      case json::value_t::number_float: return absl::StrCat("the float ", v.dump());
+      case json::value_t::string: return "a string";
+      case json::value_t::boolean: return "a boolean";
+      case json::value_t::null: return "null";
+      case json::value_t::array: return "an array";
+      case json::value_t::object: return "an object";
+      default: return absl::StrCat("the number ", v.dump());
+    }
+  }
+
+ private:
+  const json& root_;
+  std::string path_, prefix_;
+};
+
+// Counters in a manifest: 2^50 samples is far past any corpus (and leaves the
+// loader room to count on); tokens are samples × seq_len.
+constexpr int64_t kMaxCount = int64_t{1} << 50;
+constexpr int64_t kMaxTokens = int64_t{1} << 62;
+constexpr int kFormatVersion = 1;
+// Far above the largest layout's manifest (psi64 at tp = 8, pp = 8: about 4 MB).
+constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
+
+}  // namespace
+
+absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string& path) {
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  const ManifestFields f(j, path);
+  MS_ASSIGN_OR_RETURN(const std::string format, f.String("format"));
+  if (format != "multiscreen-checkpoint") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a multiscreen checkpoint manifest (format \"", format,
+                                                   "\")"));
+  }
+  MS_ASSIGN_OR_RETURN(const int64_t version, f.Int("format_version", 0, INT64_MAX));
+  if (version != kFormatVersion) {
+    return f.Error("format_version", absl::StrCat("= ", version, " is not one this build reads (", kFormatVersion, ")"));
+  }
+  CheckpointMeta m;
+  // The model first: the layout is checked against it.
+  ModelDims& d = m.dims;
+  MS_RETURN_IF_ERROR(f.Object("model").status());
+  MS_ASSIGN_OR_RETURN(d.name, f.String("model.name"));
+  // Wide bounds here (type and sign); CheckModelDims says which size is wrong.
+  MS_ASSIGN_OR_RETURN(d.n_layers, f.Int("model.n_layers", INT64_MIN, INT64_MAX));
+  MS_ASSIGN_OR_RETURN(d.n_heads, f.Int("model.n_heads", INT64_MIN, INT64_MAX));
+  MS_ASSIGN_OR_RETURN(d.d_e, f.Int("model.d_e", INT64_MIN, INT64_MAX));
+  MS_ASSIGN_OR_RETURN(d.d_k, f.Int("model.d_k", INT64_MIN, INT64_MAX));
+  MS_ASSIGN_OR_RETURN(d.d_v, f.Int("model.d_v", INT64_MIN, INT64_MAX));
+  MS_ASSIGN_OR_RETURN(d.vocab, f.Int("model.vocab", INT64_MIN, INT64_MAX));
+  MS_ASSIGN_OR_RETURN(d.w_th, f.Positive("model.w_th"));
+  MS_ASSIGN_OR_RETURN(d.pl_norm, f.Bool("model.pl_norm"));
+  MS_ASSIGN_OR_RETURN(d.eos_token, f.Int("model.eos_token", INT64_MIN, INT64_MAX));
+  MS_RETURN_IF_ERROR(CheckModelDims(d, path, "model."));
+  MS_RETURN_IF_ERROR(f.Object("layout").status());
+  MS_ASSIGN_OR_RETURN(m.layout.tp, f.Int("layout.tp", 1, d.n_heads));
+  MS_ASSIGN_OR_RETURN(m.layout.pp, f.Int("layout.pp", 1, d.n_layers));
+  MS_ASSIGN_OR_RETURN(m.layout.dp, f.Int("layout.dp", 1, int64_t{1} << 20));
+  MS_ASSIGN_OR_RETURN(m.layout.zero, f.Int("layout.zero", 0, 1));
+  if (d.n_heads % m.layout.tp != 0) {
+    return f.Error("layout.tp", absl::StrCat("= ", m.layout.tp, " does not divide model.n_heads = ", d.n_heads));
+  }
+  if (d.n_layers % m.layout.pp != 0) {
+    return f.Error("layout.pp", absl::StrCat("= ", m.layout.pp, " does not divide model.n_layers = ", d.n_layers));
+  }
+  // Run state.
+  MS_ASSIGN_OR_RETURN(m.step, f.Int("step", 0, kMaxCount));
+  MS_ASSIGN_OR_RETURN(m.samples, f.Int("samples", 0, kMaxCount));
+  MS_ASSIGN_OR_RETURN(m.tokens, f.Int("tokens", 0, kMaxTokens));
+  MS_ASSIGN_OR_RETURN(const int64_t schedule_step, f.Int("lr_schedule.step", 0, kMaxCount));
+  if (schedule_step != m.step) {
+    return f.Error("lr_schedule.step", absl::StrCat("= ", schedule_step, " differs from step = ", m.step));
+  }
+  MS_ASSIGN_OR_RETURN(m.adam_step, f.Int("optimizer.adam_step", 0, m.step));
+  MS_ASSIGN_OR_RETURN(m.loss_scale, f.Positive("loss_scaler.scale"));
+  MS_ASSIGN_OR_RETURN(m.loss_scale_good_steps, f.Int("loss_scaler.good_steps", 0, m.step));
+  MS_ASSIGN_OR_RETURN(m.loss_scale_skipped, f.Int("loss_scaler.skipped", 0, m.step));
+  MS_ASSIGN_OR_RETURN(m.nonfinite_in_a_row, f.Int("nonfinite_in_a_row", 0, m.step));
+  MS_ASSIGN_OR_RETURN(m.seed, f.Int("rng.seed", INT64_MIN, INT64_MAX));
+  MS_ASSIGN_OR_RETURN(const int64_t consumed, f.Int("rng.data_samples_consumed", 0, kMaxCount));
+  if (consumed != m.samples) {
+    return f.Error("rng.data_samples_consumed", absl::StrCat("= ", consumed, " differs from samples = ", m.samples));
+  }
+  return m;
+}
+
+namespace {
+
+// What one dataset of a checkpoint file must be: its shape, and where it sits
+// in its tensor (attributes global_shape and offset, or flat_offset for a
+// ZeRO-1 piece).
+struct ExpectedDataset {
+  std::vector<int64_t> shape, global_shape, offset;
+  int64_t flat_offset = -1;  // ≥ 0 for a piece
+};
+// In the order the writers write them: parameters before their moments.
+using ExpectedFile = std::vector<std::pair<std::string, ExpectedDataset>>;
+
+// Every file a checkpoint of `dims` under `layout` holds, with its datasets
+// (what WriteShard and WriteOptimizerPiece write).
+std::map<std::string, ExpectedFile> ExpectedContents(const ModelDims& dims, const ParallelLayout& layout) {
+  std::map<std::string, ExpectedFile> files;
+  for (int64_t p = 0; p < layout.pp; ++p) {
+    for (int64_t t = 0; t < layout.tp; ++t) {
+      const ParamLayout l(dims, ShardSpec::ForRank(dims, layout.tp, layout.pp, t, p));
+      ExpectedFile& shard = files[ShardFileName(p, t)];
+      for (const ParamEntry& e : l.entries()) {
+        const ExpectedDataset slice{e.shape, e.global_shape, e.offset};
+        shard.emplace_back(e.name, slice);
+        if (layout.zero == 0) {
+          shard.emplace_back("adam_m/" + e.name, slice);
+          shard.emplace_back("adam_v/" + e.name, slice);
+        }
+      }
+      if (layout.zero == 0) continue;
+      // DataParallel's split: dp rank d owns flat elements [d·S, (d+1)·S) ∩ [0, size), S = ⌈size/dp⌉.
+      const int64_t per_rank = (l.size() + layout.dp - 1) / layout.dp;
+      for (int64_t dp = 0; dp < layout.dp; ++dp) {
+        ExpectedFile& piece = files[OptimizerFileName(p, t, dp)];
+        const int64_t begin = std::min(l.size(), dp * per_rank), end = std::min(l.size(), begin + per_rank);
+        for (const ParamEntry& e : l.entries()) {
+          const int64_t lo = std::max(begin, e.buffer_offset), hi = std::min(end, e.buffer_offset + e.size());
+          if (lo >= hi) continue;
+          const int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+          const int64_t inner = rows == 0 ? 0 : e.size() / rows;
+          const int64_t flat = (e.offset.empty() ? 0 : e.offset[0]) * inner + (lo - e.buffer_offset);
+          const ExpectedDataset run{{hi - lo}, e.global_shape, {}, flat};
+          piece.emplace_back("adam_m/" + e.name, run);
+          piece.emplace_back("adam_v/" + e.name, run);
+        }
+      }
+    }
+  }
+  return files;
+}
+
+// The manifest's "files" against what its model and layout write: the same
+// files, each with the same datasets and a checksum for each. Before anything
+// is enumerated from the layout, its file count is checked against the
+// manifest's (bounded by the manifest's size).
+absl::Status CheckFileRecords(const json& manifest, const CheckpointMeta& m, const std::string& path,
+                              std::map<std::string, ExpectedFile>* expected) {
+  const ManifestFields f(manifest, path);
+  MS_ASSIGN_OR_RETURN(const json* files, f.Object("files"));
+  const double want_files = double(m.layout.tp) * double(m.layout.pp) * (1.0 + (m.layout.zero ? double(m.layout.dp) : 0.0));
+  if (double(files->size()) != want_files) {
+    return f.Error("files", absl::StrCat("lists ", files->size(), " files, the layout (tp=", m.layout.tp, " pp=",
+                                         m.layout.pp, " dp=", m.layout.dp, " zero=", m.layout.zero, ") writes ",
+                                         want_files));
+  }
+  *expected = ExpectedContents(m.dims, m.layout);
+  for (const auto& [file, datasets] : *expected) {
+    if (!files->contains(file)) return f.Error(absl::StrCat("files.", file), "is missing (the layout writes it)");
+    const json& record = (*files)[file];
+    const std::string field = absl::StrCat("files.", file);
+    if (!record.is_object() || record.size() != 2) {
+      return f.Error(field, absl::StrCat("is ", ManifestFields::Describe(record),
+                                         ", expected {\"bytes\": int, \"datasets\": {name: crc32c}}"));
+    }
+    const ManifestFields r(record, path, field + ".");
+    MS_RETURN_IF_ERROR(r.Int("bytes", 0, kMaxTokens).status());
+    MS_ASSIGN_OR_RETURN(const json* sums, r.Object("datasets"));
+    for (const auto& [name, want] : datasets) {
+      if (!sums->contains(name)) return r.Error("datasets", absl::StrCat("has no checksum for ", name));
+    }
+    std::set<std::string> written;
+    for (const auto& [name, want] : datasets) written.insert(name);
+    for (const auto& [name, crc] : sums->items()) {
+      if (!written.contains(name)) {
+        return r.Error("datasets", absl::StrCat("lists ", name, ", which the layout does not write there"));
+      }
+      if (!crc.is_number_integer() || (crc.is_number_unsigned() ? crc.get<uint64_t>() > 0xffffffffu : true)) {
+        return r.Error(absl::StrCat("datasets.", name),
+                       absl::StrCat("is ", ManifestFields::Describe(crc), ", expected a CRC-32C (0 to 2^32 - 1)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One checkpoint file's datasets against what the manifest's layout puts
+// there (shape, global_shape, offset or flat_offset, float storage fully
+// written), and its root attribute `format`; headers only, no data read.
+absl::Status CheckFileContents(const H5Reader& in, const ExpectedFile& datasets, bool optimizer) {
+  const std::string want_format = optimizer ? "multiscreen-checkpoint-optimizer" : "multiscreen-checkpoint-shard";
+  auto format = in.ReadStringAttribute("format");
+  if (!format.ok() || *format != want_format) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(in.path(), ": not a checkpoint ", optimizer ? "optimizer piece" : "shard", " (root attribute format != \"",
+                     want_format, "\")"));
+  }
+  auto text = [](const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); };
+  for (const auto& [name, want] : datasets) {
+    MS_RETURN_IF_ERROR(CheckDatasetHolds(in, name, want.shape));
+    MS_ASSIGN_OR_RETURN(const auto global_shape, in.ReadDatasetAttribute(name, "global_shape"));
+    if (global_shape != want.global_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(in.path(), ": dataset ", name, " has global_shape ",
+                                                     text(global_shape), ", the manifest's model says ",
+                                                     text(want.global_shape)));
+    }
+    if (want.flat_offset >= 0) {
+      MS_ASSIGN_OR_RETURN(const auto flat, in.ReadDatasetAttribute(name, "flat_offset"));
+      if (flat != std::vector<int64_t>{want.flat_offset}) {
+        return absl::InvalidArgumentError(absl::StrCat(in.path(), ": dataset ", name, " has flat_offset ", text(flat),
+                                                       ", the manifest's layout says ", want.flat_offset));
+      }
+    } else {
+      MS_ASSIGN_OR_RETURN(const auto offset, in.ReadDatasetAttribute(name, "offset"));
+      if (offset != want.offset) {
+        return absl::InvalidArgumentError(absl::StrCat(in.path(), ": dataset ", name, " has offset ", text(offset),
+                                                       ", the manifest's layout says ", text(want.offset)));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Reads dataset `name` of `file` in chunks of rows (at most kChunkBytes each, so
 // memory stays bounded whatever the tensor), handing each chunk to on_rows
-// (first row, row count, data) and returning the CRC-32C of the whole.
+// (first row, row count, data) and returning the CRC-32C of the whole. A
+// dataset that passes its checksum but holds NaN or ±inf is refused after it
+// (DataLoss naming file, dataset and element): a run cannot go on from it.
 constexpr int64_t kChunkBytes = int64_t{16} << 20;
 
-absl::StatusOr<uint32_t> StreamDataset(const H5Reader& file, const std::string& name,
+absl::StatusOr<uint32_t> StreamDataset(const H5Reader& file, const std::string& name, uint32_t expected_crc,
                                        const std::function<void(int64_t, int64_t, const float*)>& on_rows) {
   MS_ASSIGN_OR_RETURN(const auto shape, file.Shape(name));
   const int64_t rows = shape.empty() ? 1 : shape[0];
@@ -133,11 +374,26 @@ absl::StatusOr<uint32_t> StreamDataset(const H5Reader& file, const std::string& 
   const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, inner * 4));
   std::vector<float> buffer(std::min(rows, chunk_rows) * inner);
   Crc32cStream crc;
+  int64_t nonfinite = -1;  // first non-finite element
+  float nonfinite_value = 0;
   for (int64_t r = 0; r < rows; r += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - r);
     MS_RETURN_IF_ERROR(file.ReadRows(name, r, n, buffer.data()));
     crc.Update(buffer.data(), n * inner * sizeof(float));
+    for (int64_t i = 0; i < n * inner && nonfinite < 0; ++i) {
+      if (!std::isfinite(buffer[i])) {
+        nonfinite = r * inner + i;
+        nonfinite_value = buffer[i];
+      }
+    }
     on_rows(r, n, buffer.data());
+  }
+  if (crc.value() != expected_crc) {
+    return absl::DataLossError(absl::StrCat(file.path(), ": dataset ", name, " fails its checksum (corrupted)"));
+  }
+  if (nonfinite >= 0) {
+    return absl::DataLossError(absl::StrCat(file.path(), ": dataset ", name, " holds a non-finite value (",
+                                            nonfinite_value, ") at element ", nonfinite));
   }
   return crc.value();
 }
@@ -356,35 +612,50 @@ absl::Status AbandonCheckpoint(const std::string& tmp_dir, const absl::Status& e
 
 absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": missing (incomplete checkpoint)"));
+  // A FIFO or /dev/zero in its place would be read forever.
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > kMaxManifestBytes) {
+    return absl::DataLossError(absl::StrCat(path, ": not a regular file of at most ", kMaxManifestBytes, " bytes"));
+  }
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": missing (incomplete checkpoint)"));
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
   CheckpointRef ref;
   ref.dir = dir;
   ref.manifest = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (ref.manifest.is_discarded()) return absl::DataLossError(absl::StrCat(path, ": not valid JSON"));
-  MS_ASSIGN_OR_RETURN(ref.meta, MetaFromJson(ref.manifest, path));
-  if (!ref.manifest.contains("files") || !ref.manifest["files"].is_object()) {
-    return absl::DataLossError(absl::StrCat(path, ": lists no files"));
+  MS_ASSIGN_OR_RETURN(ref.meta, ValidateManifest(ref.manifest, path));
+  // A step_N directory holds step N (not a copy of another step or run).
+  const std::string name = fs::path(dir).lexically_normal().filename().string();
+  if (const int64_t named = StepOf(name.empty() ? fs::path(dir).lexically_normal().parent_path().filename().string() : name);
+      named >= 0 && named != ref.meta.step) {
+    return absl::DataLossError(absl::StrCat(path, ": field step = ", ref.meta.step, " but the directory is ",
+                                            StepDirName(named), " (copied from another checkpoint?)"));
   }
-  for (const auto& [name, record] : ref.manifest["files"].items()) {
-    // The types every reader relies on, checked once here.
-    bool well_formed = record.is_object() && record.contains("bytes") && record["bytes"].is_number_integer() &&
-                       record.contains("datasets") && record["datasets"].is_object();
-    for (const auto& [dataset, crc] : well_formed ? record["datasets"].items() : json::object().items()) {
-      well_formed = well_formed && crc.is_number_unsigned() && crc.get<uint64_t>() <= 0xffffffffu;
-    }
-    if (!well_formed || name.find('/') != std::string::npos) {
-      return absl::DataLossError(absl::StrCat(path, ": malformed record for file '", name,
-                                              "' (expected {\"bytes\": int, \"datasets\": {name: crc32c}})"));
-    }
+  std::map<std::string, ExpectedFile> expected;
+  MS_RETURN_IF_ERROR(CheckFileRecords(ref.manifest, ref.meta, path, &expected));
+  // Every file there, of its recorded size, together big enough to hold the
+  // model the manifest describes, and holding its datasets as the layout says.
+  double total_bytes = 0;
+  for (const auto& [name, datasets] : expected) {
     const fs::path file = fs::path(dir) / name;
     std::error_code ec;
     const auto size = fs::file_size(file, ec);
     if (ec) return absl::DataLossError(absl::StrCat(file.string(), ": missing"));
-    if (static_cast<int64_t>(size) != record.value("bytes", int64_t{-1})) {
-      return absl::DataLossError(absl::StrCat(file.string(), ": ", size, " bytes, the manifest says ",
-                                              record.value("bytes", int64_t{-1}), " (truncated?)"));
+    const int64_t recorded = ref.manifest["files"][name]["bytes"].get<int64_t>();
+    if (static_cast<int64_t>(size) != recorded) {
+      return absl::DataLossError(
+          absl::StrCat(file.string(), ": ", size, " bytes, the manifest says ", recorded, " (truncated?)"));
     }
+    total_bytes += double(size);
+  }
+  if (4 * ModelParamCount(ref.meta.dims) > total_bytes) {
+    return absl::DataLossError(absl::StrCat(path, ": its model needs ", 4 * ModelParamCount(ref.meta.dims),
+                                            " bytes of parameters, more than its files' ", total_bytes));
+  }
+  for (const auto& [name, datasets] : expected) {
+    MS_ASSIGN_OR_RETURN(auto file, H5Reader::Open((fs::path(dir) / name).string()));
+    MS_RETURN_IF_ERROR(CheckFileContents(*file, datasets, name.rfind("optim_", 0) == 0));
   }
   return ref;
 }
@@ -461,12 +732,8 @@ std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt) {
       continue;
     }
     for (const auto& [name, crc] : record["datasets"].items()) {
-      auto got = StreamDataset(**in, name, [](int64_t, int64_t, const float*) {});
-      if (!got.ok()) {
-        problems.push_back(std::string(got.status().message()));
-      } else if (*got != crc.get<uint32_t>()) {
-        problems.push_back(absl::StrCat(path, ": dataset ", name, " fails its checksum (corrupted)"));
-      }
+      auto got = StreamDataset(**in, name, crc.get<uint32_t>(), [](int64_t, int64_t, const float*) {});
+      if (!got.ok()) problems.push_back(std::string(got.status().message()));
     }
   }
   return problems;
@@ -522,7 +789,12 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
       // Stream the dataset (bounded memory), copying the elements still
       // missing, and check its checksum before trusting them.
       std::vector<std::pair<int64_t, int64_t>> copied;  // [first, last) global runs
-      auto crc = StreamDataset(*files[f], name, [&](int64_t first_row, int64_t rows, const float* data) {
+      const json& record = ckpt.manifest["files"][names[f]]["datasets"];
+      if (!record.contains(name)) {
+        return absl::DataLossError(absl::StrCat(files[f]->path(), ": dataset ", name, " has no checksum in the manifest"));
+      }
+      auto crc = StreamDataset(*files[f], name, record[name].get<uint32_t>(),
+                               [&](int64_t first_row, int64_t rows, const float* data) {
         const int64_t chunk_begin = have_begin + first_row * inner;
         const int64_t lo = std::max(chunk_begin, begin), hi = std::min(chunk_begin + rows * inner, end);
         for (int64_t g = lo; g < hi; ++g) {
@@ -531,10 +803,6 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
         if (lo < hi) copied.push_back({lo, hi});
       });
       if (!crc.ok()) return crc.status();
-      const json& record = ckpt.manifest["files"][names[f]]["datasets"];
-      if (!record.contains(name) || *crc != record[name].get<uint32_t>()) {
-        return absl::DataLossError(absl::StrCat(files[f]->path(), ": dataset ", name, " fails its checksum"));
-      }
       for (const auto& [lo, hi] : copied) {
         for (int64_t g = lo; g < hi; ++g) {
           if (!covered[g - want_begin]) {

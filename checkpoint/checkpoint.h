@@ -124,8 +124,24 @@ struct CheckpointRef {
   nlohmann::json manifest;
 };
 
-// Reads and checks `dir`'s manifest (present, parseable, every listed file
-// present with its recorded size). Errors name the file.
+// The manifest's schema: every field present with its JSON type (an integer is
+// not a float or a string), format "multiscreen-checkpoint", format_version 1,
+// model sizes that pass CheckModelDims, a layout whose tp divides N_H and pp
+// N_L (dp ≤ 2^20, zero 0 or 1), step, samples ≤ 2^50 and tokens ≤ 2^62 (so
+// that counting on from them cannot overflow), adam_step, loss_scaler counts
+// and nonfinite_in_a_row ≤ step, a finite positive loss scale,
+// lr_schedule.step = step and rng.data_samples_consumed = samples. Errors are
+// one line naming `path` and the field. Does not look at "files".
+absl::StatusOr<CheckpointMeta> ValidateManifest(const nlohmann::json& manifest, const std::string& path);
+
+// Reads and checks `dir`'s manifest against everything it must agree with
+// before any data is read or allocated: ValidateManifest; a directory named
+// step_N holds step N; "files" lists exactly the files the layout writes, each
+// {"bytes": int, "datasets": {name: crc32c}} with exactly the datasets the
+// layout puts there; every file present with its recorded size, the files
+// together at least the model's parameter bytes; every dataset's header (HDF5
+// float, shape, global_shape, offset or flat_offset, all of it stored) as the
+// manifest's model and layout say. Errors name the file and dataset or field.
 absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir);
 
 // The newest checkpoint of run_dir that verifies (every step_* directory,
@@ -154,15 +170,16 @@ absl::StatusOr<Weights> ConsolidatedWeights(const CheckpointRef& ckpt);
 // Fills a target layout's buffers from a checkpoint saved under any layout
 // (with or without ZeRO-1): every tensor is located by global row-major
 // element index, each dataset streamed in bounded chunks and checked against
-// its CRC-32C, and the overlap copied. params covers the whole layout; adam_m
+// its CRC-32C, refused when it holds NaN or ±inf, and the overlap copied. params covers the whole layout; adam_m
 // and adam_v (may be null) cover flat elements moment_range = [begin, end) of
 // it (end < 0: to the end), so a ZeRO-1 rank reads only its share.
 // Errors name the file and dataset.
 absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, float* params, float* adam_m,
                        float* adam_v, std::pair<int64_t, int64_t> moment_range = {0, -1});
 
-// Verifies every dataset of every file against the manifest; returns one
-// line per problem (empty when all is well).
+// Verifies every dataset of every file against its CRC-32C in the manifest,
+// and that it holds no NaN or ±inf; returns one line per problem (empty when
+// all is well).
 std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt);
 
 // Bytes of each shard file of `dims` under `layout` (weights, and Adam's two

@@ -85,6 +85,27 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// "an integer", "a string", ... for an HDF5 type class (H5T_class_t).
+std::string ClassName(int cls) {
+  switch (cls) {
+    case H5T_INTEGER: return "an integer";
+    case H5T_FLOAT: return "a float";
+    case H5T_STRING: return "a string";
+    case H5T_COMPOUND: return "a compound";
+    case H5T_ENUM: return "an enum";
+    case H5T_ARRAY: return "an array type";
+    default: return absl::StrCat("of HDF5 type class ", cls);
+  }
+}
+
+#define MS_H5_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                  \
+  if (!tmp.ok()) return tmp.status();                 \
+  lhs = std::move(tmp).value()
+#define MS_H5_CAT2_(a, b) a##b
+#define MS_H5_CAT_(a, b) MS_H5_CAT2_(a, b)
+#define MS_H5_ASSIGN_OR_RETURN(lhs, expr) MS_H5_ASSIGN_OR_RETURN_IMPL_(MS_H5_CAT_(ms_h5_, __LINE__), lhs, expr)
+
 template <typename T>
 hid_t NativeType();
 template <>
@@ -252,6 +273,11 @@ absl::Status H5Writer::Commit() {
 
 absl::StatusOr<std::unique_ptr<H5Reader>> H5Reader::Open(const std::string& path) {
   QuietHdf5();
+  // A FIFO or device would block or stream forever inside HDF5.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     return absl::NotFoundError(absl::StrCat(path, ": missing or not an HDF5 file"));
   }
@@ -303,16 +329,47 @@ absl::StatusOr<std::vector<double>> H5Reader::ReadDouble(const std::string& name
 }
 
 absl::StatusOr<std::vector<int64_t>> H5Reader::Shape(const std::string& name) const {
+  MS_H5_ASSIGN_OR_RETURN(const DatasetInfo info, Describe(name));
+  return info.shape;
+}
+
+absl::StatusOr<H5Reader::DatasetInfo> H5Reader::Describe(const std::string& name) const {
   if (!Has(name)) return absl::NotFoundError(absl::StrCat(path_, ": missing dataset ", name));
   const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
   if (set < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", name, " is not a dataset"));
+  DatasetInfo info;
   const hid_t space = H5Dget_space(set);
-  const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
-  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  H5Sclose(space);
+  const H5S_class_t space_class = space < 0 ? H5S_NO_CLASS : H5Sget_simple_extent_type(space);
+  const int rank = space_class == H5S_SIMPLE ? H5Sget_simple_extent_ndims(space) : 0;
+  bool ok = (space_class == H5S_SIMPLE && rank > 0 && rank <= H5S_MAX_RANK) || space_class == H5S_SCALAR;
+  if (ok && rank > 0) {
+    std::vector<hsize_t> dims(rank);
+    ok = H5Sget_simple_extent_dims(space, dims.data(), nullptr) == rank;
+    info.shape.assign(dims.begin(), dims.end());
+  }
+  if (space >= 0) H5Sclose(space);
+  const hid_t type = H5Dget_type(set);
+  info.is_float = type >= 0 && H5Tget_class(type) == H5T_FLOAT;
+  info.type_bytes = type >= 0 ? static_cast<int64_t>(H5Tget_size(type)) : 0;
+  if (type >= 0) H5Tclose(type);
+  info.storage_bytes = static_cast<int64_t>(H5Dget_storage_size(set));
+  const hid_t dcpl = H5Dget_create_plist(set);
+  info.filters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : 0;
+  if (dcpl >= 0) H5Pclose(dcpl);
   H5Dclose(set);
-  return std::vector<int64_t>(dims.begin(), dims.end());
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": dataset ", name, " has no usable dataspace (null, or rank outside 0..", H5S_MAX_RANK, ")"));
+  }
+  info.elements = 1;
+  for (const int64_t d : info.shape) {
+    if (d < 0 || (d > 0 && info.elements > INT64_MAX / d)) {
+      info.elements = INT64_MAX;
+      break;
+    }
+    info.elements *= d;
+  }
+  return info;
 }
 
 absl::StatusOr<std::vector<int64_t>> H5Reader::ReadDatasetAttribute(const std::string& dataset,
@@ -326,11 +383,20 @@ absl::StatusOr<std::vector<int64_t>> H5Reader::ReadDatasetAttribute(const std::s
   const hid_t attr = H5Aopen(set, attr_name.c_str(), H5P_DEFAULT);
   const hid_t space = H5Aget_space(attr);
   const hssize_t n = H5Sget_simple_extent_npoints(space);
-  std::vector<int64_t> values(n > 0 ? n : 0);
-  const herr_t err = n > 0 ? H5Aread(attr, H5T_NATIVE_INT64, values.data()) : 0;
-  H5Sclose(space);
+  const hid_t type = H5Aget_type(attr);
+  const bool integer = type >= 0 && H5Tget_class(type) == H5T_INTEGER;
+  if (type >= 0) H5Tclose(type);
+  // A shape or offset has at most H5S_MAX_RANK values: nothing larger is allocated.
+  const bool fits = integer && n >= 0 && n <= H5S_MAX_RANK;
+  std::vector<int64_t> values(fits ? n : 0);
+  const herr_t err = fits && n > 0 ? H5Aread(attr, H5T_NATIVE_INT64, values.data()) : 0;
+  if (space >= 0) H5Sclose(space);
   H5Aclose(attr);
   H5Dclose(set);
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": ", dataset, "@", attr_name, " is not an array of at most ",
+                                                   H5S_MAX_RANK, " integers"));
+  }
   if (err < 0) return absl::DataLossError(absl::StrCat(path_, ": cannot read ", dataset, "@", attr_name));
   return values;
 }
@@ -377,19 +443,41 @@ std::vector<std::string> H5Reader::DatasetNames() const {
   return names;
 }
 
-absl::StatusOr<int64_t> H5Reader::ReadIntAttribute(const std::string& name) const {
+// Opens root attribute `name` when it is a single value (scalar or one-element
+// array) whose class is one of `classes`; `what` describes them for the error.
+absl::StatusOr<int64_t> H5Reader::OpenScalarAttribute(const std::string& name, std::initializer_list<int> classes,
+                                                      const char* what) const {
   if (H5Aexists(file_, name.c_str()) <= 0) return absl::NotFoundError(absl::StrCat(path_, ": missing attribute ", name));
   const hid_t attr = H5Aopen(file_, name.c_str(), H5P_DEFAULT);
+  if (attr < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": cannot open attribute ", name));
+  const hid_t space = H5Aget_space(attr);
+  const hssize_t n = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+  if (space >= 0) H5Sclose(space);
+  const hid_t type = H5Aget_type(attr);
+  const int cls = type >= 0 ? static_cast<int>(H5Tget_class(type)) : -1;
+  if (type >= 0) H5Tclose(type);
+  bool class_ok = false;
+  for (const int c : classes) class_ok = class_ok || c == cls;
+  if (n != 1 || !class_ok) {
+    H5Aclose(attr);
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": attribute ", name, " is ",
+                                                   n != 1 ? absl::StrCat("an array of ", n, " values") : ClassName(cls),
+                                                   ", expected ", what));
+  }
+  return static_cast<int64_t>(attr);
+}
+
+absl::StatusOr<int64_t> H5Reader::ReadIntAttribute(const std::string& name) const {
+  MS_H5_ASSIGN_OR_RETURN(const int64_t attr, OpenScalarAttribute(name, {H5T_INTEGER}, "one integer"));
   int64_t value = 0;
   const herr_t err = H5Aread(attr, H5T_NATIVE_INT64, &value);
   H5Aclose(attr);
-  if (err < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": attribute ", name, " is not an integer"));
+  if (err < 0) return absl::InvalidArgumentError(absl::StrCat(path_, ": attribute ", name, " is not an int64"));
   return value;
 }
 
 absl::StatusOr<double> H5Reader::ReadDoubleAttribute(const std::string& name) const {
-  if (H5Aexists(file_, name.c_str()) <= 0) return absl::NotFoundError(absl::StrCat(path_, ": missing attribute ", name));
-  const hid_t attr = H5Aopen(file_, name.c_str(), H5P_DEFAULT);
+  MS_H5_ASSIGN_OR_RETURN(const int64_t attr, OpenScalarAttribute(name, {H5T_INTEGER, H5T_FLOAT}, "one number"));
   double value = 0;
   const herr_t err = H5Aread(attr, H5T_NATIVE_DOUBLE, &value);
   H5Aclose(attr);
@@ -398,10 +486,10 @@ absl::StatusOr<double> H5Reader::ReadDoubleAttribute(const std::string& name) co
 }
 
 absl::StatusOr<std::string> H5Reader::ReadStringAttribute(const std::string& name) const {
-  if (H5Aexists(file_, name.c_str()) <= 0) return absl::NotFoundError(absl::StrCat(path_, ": missing attribute ", name));
-  const hid_t attr = H5Aopen(file_, name.c_str(), H5P_DEFAULT);
+  MS_H5_ASSIGN_OR_RETURN(const int64_t attr,
+                         OpenScalarAttribute(name, {H5T_STRING}, "one fixed-length string"));
   const hid_t type = H5Aget_type(attr);
-  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0) {
+  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0 || H5Tget_size(type) > (1 << 16)) {
     H5Tclose(type);
     H5Aclose(attr);
     return absl::InvalidArgumentError(absl::StrCat(path_, ": attribute ", name, " is not a fixed-length string"));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,19 @@ class H5Reader {
   absl::StatusOr<std::vector<double>> ReadDouble(const std::string& name, const std::vector<int64_t>& shape) const;
   // The shape of dataset `name`.
   absl::StatusOr<std::vector<int64_t>> Shape(const std::string& name) const;
+  // What a dataset's header says, read without touching its data: for checking
+  // it against what it must hold before anything is allocated from its shape.
+  struct DatasetInfo {
+    std::vector<int64_t> shape;  // [] for a scalar
+    bool is_float = false;       // HDF5 class H5T_FLOAT (any width; read converted to fp32)
+    int64_t type_bytes = 0;      // bytes per stored element
+    int64_t elements = 0;        // product of shape (1 for a scalar), saturated at INT64_MAX
+    int64_t storage_bytes = 0;   // bytes allocated in the file (H5Dget_storage_size)
+    int filters = 0;             // compression and other filters in its pipeline
+  };
+  // Errors (naming file and dataset): missing, not a dataset, a null or
+  // non-simple dataspace.
+  absl::StatusOr<DatasetInfo> Describe(const std::string& name) const;
   // An int64 array attribute of dataset `dataset` (e.g. global_shape, offset).
   absl::StatusOr<std::vector<int64_t>> ReadDatasetAttribute(const std::string& dataset, const std::string& attr) const;
   // Rows [row_begin, row_begin + rows) of dataset `name` (dimension 0), read
@@ -81,6 +95,10 @@ class H5Reader {
   absl::Status ReadRows(const std::string& name, int64_t row_begin, int64_t rows, float* out) const;
   // All dataset names (full paths, no leading '/').
   std::vector<std::string> DatasetNames() const;
+  // Root attributes. Each must be a scalar (or a one-element array) of the
+  // right class: an integer attribute an HDF5 integer, a double one an integer
+  // or float; NotFound when missing, InvalidArgument (naming the attribute and
+  // what it is) otherwise.
   absl::StatusOr<int64_t> ReadIntAttribute(const std::string& name) const;
   absl::StatusOr<double> ReadDoubleAttribute(const std::string& name) const;
   absl::StatusOr<std::string> ReadStringAttribute(const std::string& name) const;
@@ -88,6 +106,9 @@ class H5Reader {
 
  private:
   H5Reader(std::string path, int64_t file) : path_(std::move(path)), file_(file) {}
+  // The open attribute id (hid_t), to be closed by the caller; see ReadIntAttribute.
+  absl::StatusOr<int64_t> OpenScalarAttribute(const std::string& name, std::initializer_list<int> classes,
+                                              const char* what) const;
   template <typename T>
   absl::StatusOr<std::vector<T>> Read(const std::string& name, const std::vector<int64_t>& shape) const;
   std::string path_;

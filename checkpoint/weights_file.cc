@@ -1,6 +1,11 @@
 #include "checkpoint/weights_file.h"
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/crc32c.h"
 #include "common/status.h"
 
@@ -28,6 +33,11 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
     return absl::InvalidArgumentError(
         absl::StrCat(in.path(), ": not a multiscreen weights file (root attribute format != \"multiscreen-weights\")"));
   }
+  MS_ASSIGN_OR_RETURN(const int64_t version, in.ReadIntAttribute("format_version"));
+  if (version != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(in.path(), ": format_version ", version, " is not one this build reads (1)"));
+  }
   ModelDims d;
   MS_ASSIGN_OR_RETURN(d.name, in.ReadStringAttribute("name"));
   MS_ASSIGN_OR_RETURN(d.n_layers, in.ReadIntAttribute("n_layers"));
@@ -40,6 +50,7 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   MS_ASSIGN_OR_RETURN(const int64_t pl_norm, in.ReadIntAttribute("pl_norm"));
   d.pl_norm = pl_norm != 0;
   MS_ASSIGN_OR_RETURN(d.eos_token, in.ReadIntAttribute("eos_token"));
+  MS_RETURN_IF_ERROR(CheckModelDims(d, in.path(), ""));
   // Re-check the sizes as a config would be checked.
   config::ModelConfig m;
   m.set_name(d.name);
@@ -69,22 +80,108 @@ absl::StatusOr<Weights> ReadWeightsFile(const std::string& path) {
   MS_ASSIGN_OR_RETURN(auto in, H5Reader::Open(path));
   Weights w;
   MS_ASSIGN_OR_RETURN(w.dims, ReadModelDims(*in));
+  // The sizes are bounded; the parameters must also fit in the file before a
+  // buffer is sized from them.
+  std::error_code ec;
+  const double file_bytes = double(std::filesystem::file_size(path, ec));
+  if (ec || 4 * ModelParamCount(w.dims) > file_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": its model sizes need ", 4 * ModelParamCount(w.dims),
+                                                   " bytes of parameters, more than the file's ", file_bytes));
+  }
   const ParamLayout layout(w.dims, ShardSpec::Full(w.dims));
+  for (const ParamEntry& e : layout.entries()) MS_RETURN_IF_ERROR(CheckDatasetHolds(*in, e.name, e.global_shape));
+  // A checksum retyped (a string, a float) is not a missing one.
+  int64_t stored = -1;
+  if (auto crc = in->ReadIntAttribute("params_crc32c"); crc.ok()) {
+    stored = *crc;
+    if (stored < 0 || stored > 0xffffffffLL) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": attribute params_crc32c is ", stored, ", not a CRC-32C (expected 0 to 2^32 - 1)"));
+    }
+  } else if (!absl::IsNotFound(crc.status())) {
+    return crc.status();
+  }
   w.params.resize(layout.size());
   for (const ParamEntry& e : layout.entries()) {
     MS_ASSIGN_OR_RETURN(std::vector<float> data, in->ReadFloat(e.name, e.global_shape));
+    MS_RETURN_IF_ERROR(CheckFinite(data.data(), int64_t(data.size()), path, e.name));
     std::copy(data.begin(), data.end(), w.params.begin() + e.buffer_offset);
   }
   // Files written before the checksum existed have no params_crc32c; they load unchecked.
-  if (auto stored = in->ReadIntAttribute("params_crc32c"); stored.ok()) {
+  if (stored >= 0) {
     const int64_t computed = Crc32c(w.params.data(), w.params.size() * sizeof(float));
-    if (*stored != computed) {
-      return absl::DataLossError(absl::StrCat(path, ": the parameters fail their CRC-32C (stored ", *stored,
+    if (stored != computed) {
+      return absl::DataLossError(absl::StrCat(path, ": the parameters fail their CRC-32C (stored ", stored,
                                               ", computed ", computed,
                                               "): the file is corrupted, or was edited without deleting that attribute"));
     }
   }
   return w;
+}
+
+absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const std::string& field) {
+  const struct {
+    const char* name;
+    int64_t value, lo, hi;
+  } sizes[] = {{"n_layers", d.n_layers, 1, int64_t{1} << 16}, {"n_heads", d.n_heads, 1, int64_t{1} << 16},
+               {"d_e", d.d_e, 1, int64_t{1} << 20},           {"d_k", d.d_k, 2, int64_t{1} << 20},
+               {"d_v", d.d_v, 1, int64_t{1} << 20},           {"vocab", d.vocab, 1, (int64_t{1} << 31) - 1}};
+  for (const auto& s : sizes) {
+    if (s.value < s.lo || s.value > s.hi) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, s.name, " = ", s.value,
+                                                     " is outside [", s.lo, ", ", s.hi, "]"));
+    }
+  }
+  // The name ends up in messages and file names: one short printable line.
+  if (d.name.size() > 256 ||
+      std::any_of(d.name.begin(), d.name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", field, "name is not a line of at most 256 printable characters"));
+  }
+  if (!std::isfinite(d.w_th) || !(d.w_th > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, "w_th = ", d.w_th, " must be finite and positive"));
+  }
+  if (d.eos_token < 0 || d.eos_token >= d.vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", field, "eos_token = ", d.eos_token, " is not a token id below vocab = ", d.vocab));
+  }
+  return absl::OkStatus();
+}
+
+double ModelParamCount(const ModelDims& d) {
+  return double(d.vocab) * double(d.d_e) + 2 +
+         double(d.n_layers) * double(d.n_heads) * (double(d.d_e) * (2.0 * double(d.d_k) + 3.0 * double(d.d_v)) + 3);
+}
+
+absl::Status CheckDatasetHolds(const H5Reader& in, const std::string& name, const std::vector<int64_t>& shape) {
+  MS_ASSIGN_OR_RETURN(const H5Reader::DatasetInfo info, in.Describe(name));
+  auto text = [](const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); };
+  if (info.shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(in.path(), ": dataset ", name, " has shape ", text(info.shape),
+                                                   ", expected ", text(shape)));
+  }
+  if (!info.is_float) {
+    return absl::InvalidArgumentError(absl::StrCat(in.path(), ": dataset ", name, " is not floating point"));
+  }
+  // Unallocated chunks read as fill values: every element must be stored.
+  // (Compressed datasets, which this project never writes, fail here too.)
+  const double needed = double(info.elements) * double(info.type_bytes);
+  if (double(info.storage_bytes) < needed) {
+    return absl::DataLossError(absl::StrCat(in.path(), ": dataset ", name, " stores ", info.storage_bytes,
+                                            " bytes of the ", needed, " its shape needs",
+                                            info.filters > 0 ? " (compressed: not supported)" : " (never written)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFinite(const float* data, int64_t n, const std::string& path, const std::string& dataset) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(data[i])) {
+      return absl::DataLossError(absl::StrCat(path, ": dataset ", dataset, " holds a non-finite value (", data[i],
+                                              ") at element ", i));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace multiscreen

@@ -23,15 +23,41 @@ struct Weights {
 
 // Writes the model sizes as root attributes of `out`.
 absl::Status WriteModelDims(H5Writer& out, const ModelDims& dims);
-// Reads them back; errors name the file and attribute.
+// Reads them back; errors name the file and attribute. Every attribute must
+// have its type (an integer size, a number w_th, a string name) and the sizes
+// pass CheckModelDims; format_version must be 1.
 absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in);
+
+// Model sizes read from a file (a weights file's attributes, a manifest's
+// "model"), checked before anything is sized from them: N_L, N_H in [1, 2^16],
+// d_E, d_V in [1, 2^20], d_K in [2, 2^20], V in [1, 2^31 − 1] (token ids are
+// int32), w_th finite and positive, eos_token in [0, V), a name of at most 256
+// characters and no control characters. `source` names the
+// file, `field` the prefix of the field names ("model." in a manifest).
+absl::Status CheckModelDims(const ModelDims& dims, const std::string& source, const std::string& field);
+
+// The parameter count of the whole model, in double (no overflow whatever the
+// sizes): V·d_E + 2 + N_L·N_H·(d_E·(2d_K + 3d_V) + 3), ParamLayout's total.
+double ModelParamCount(const ModelDims& dims);
+
+// Checks dataset `name` of `in` before it is read: an HDF5 float dataset of
+// exactly `shape`, with every element stored in the file (a dataset whose
+// chunks were never written reads as fill values: refused). Errors name the
+// file and dataset.
+absl::Status CheckDatasetHolds(const H5Reader& in, const std::string& name, const std::vector<int64_t>& shape);
+
+// Refuses NaN and ±inf: "<path>: dataset <name> holds a non-finite value (nan)
+// at element i". A model cannot start or resume from one.
+absl::Status CheckFinite(const float* data, int64_t n, const std::string& path, const std::string& dataset);
 
 // Writes a full-layout parameter buffer to `path` (atomically).
 absl::Status WriteWeightsFile(const std::string& path, const ParamLayout& full, const float* params);
 
-// Reads `path`. Errors: not a weights file, a missing dataset or one of the
-// wrong shape (both named with the file), parameters that fail params_crc32c
-// (DataLoss; files without the attribute load unchecked).
+// Reads `path`. Errors: not a weights file, model sizes that fail
+// CheckModelDims or need more bytes than the file has, a missing dataset or one
+// that fails CheckDatasetHolds (named with the file), a non-finite parameter,
+// parameters that fail params_crc32c (DataLoss; files without the attribute
+// load unchecked; one that is not an integer in [0, 2^32) is an error).
 absl::StatusOr<Weights> ReadWeightsFile(const std::string& path);
 
 }  // namespace multiscreen

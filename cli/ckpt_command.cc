@@ -104,7 +104,11 @@ int Inspect() {
   const std::vector<std::string> problems = VerifyCheckpoint(*ckpt);
   std::printf("  total %lld bytes; checksums: %s\n", (long long)total, problems.empty() ? "all OK" : "FAILED");
   for (const std::string& p : problems) std::printf("    %s\n", p.c_str());
-  return problems.empty() ? 0 : 1;
+  if (problems.empty()) return 0;
+  std::fflush(stdout);
+  return Fail("ckpt inspect", absl::DataLossError(absl::StrCat(ckpt->dir, ": ", problems.size(), " dataset",
+                                                               problems.size() == 1 ? "" : "s",
+                                                               " fail verification, first: ", problems.front())));
 }
 
 }  // namespace

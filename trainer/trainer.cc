@@ -177,6 +177,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   lo.dp_size = dp;
   lo.seed = static_cast<uint64_t>(run.seed());
   lo.start_sample = t->state_.samples;
+  // The loader counts samples on from the checkpoint's; the whole run must
+  // stay far inside int64 (a wrapped counter makes the window sampler spin).
+  const double last_sample = double(t->state_.samples) +
+                             double(std::max<int64_t>(0, run.steps() - t->state_.step)) * double(lo.global_batch);
+  if (last_sample > double(int64_t{1} << 62)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "steps: ", run.steps(), " steps of ", lo.global_batch, " windows after the ", t->state_.samples,
+        " samples already consumed would count past 2^62 samples"));
+  }
   auto loader = TrainLoader::Create(sources.train, lo);
   if (!loader.ok()) return loader.status();
   t->loader_ = std::move(*loader);
@@ -377,7 +386,18 @@ absl::Status Trainer::SaveCheckpointNow() {
   // so that a failure anywhere (a full disk) ends every rank with its cause,
   // after rank 0 has removed the partial checkpoint.
   const std::string tmp = TempCheckpointDir(run_.run_dir(), m.step);
+  // Never a checkpoint of diverged parameters over the last good one.
   absl::Status status;
+  for (const ParamEntry& e : model_->layout().entries()) {
+    const float* p = state_.params.data() + e.buffer_offset;
+    const auto bad = std::find_if(p, p + e.size(), [](float x) { return !std::isfinite(x); });
+    if (bad != p + e.size()) {
+      status = absl::AbortedError(absl::StrCat("step ", m.step, ": parameter ", e.name, " holds ", *bad,
+                                               "; the run diverged, not saving it (the last checkpoint stays the newest)"));
+      break;
+    }
+  }
+  MS_RETURN_IF_ERROR(AgreeOnStatus(grid_->world(), status));
   if (is_logger()) status = BeginCheckpoint(run_.run_dir(), m.step).status();
   MS_RETURN_IF_ERROR(AgreeOnStatus(grid_->world(), status));
   const bool zero = model_->data_parallel().options().zero1;
@@ -536,6 +556,13 @@ absl::Status Trainer::Run() {
     ++run_steps_;
     last_loss_ = *loss;
     if (auto s = LogStep(*loss, lr, grad_norm, applied, seconds); !s.ok()) return s;
+    if (!applied && !scaler_.enabled()) {
+      // fp32/bf16: nothing to back off, and every later step would be the same.
+      return absl::AbortedError(absl::StrCat(
+          "step ", state_.step, ": non-finite ", std::isfinite(*loss) ? "gradients" : "loss",
+          " (loss ", *loss, ", grad norm ", grad_norm, ") in ", config::RunConfig::Precision_Name(run_.precision()),
+          " training; the run diverged, stopped without saving (the last checkpoint stays the newest)"));
+    }
     if (state_.nonfinite_in_a_row >= run_.max_nonfinite_steps()) {
       return absl::AbortedError(absl::StrCat("step ", state_.step, ": ", state_.nonfinite_in_a_row,
                                              " non-finite steps in a row (max_nonfinite_steps = ",

@@ -70,7 +70,11 @@ class Trainer {
   ~Trainer();
 
   // Trains from state().step to run.steps(), or until a stop signal (then
-  // returns OK after the current step). Writes metrics under run_dir, and a
+  // returns OK after the current step). A non-finite loss or gradient norm in
+  // fp32/bf16 (no loss scaling to back off) ends the run at once, Aborted,
+  // naming the step, without a checkpoint: the last one saved stays the
+  // newest; under fp16 such steps are skipped, max_nonfinite_steps in a row
+  // at most. Writes metrics under run_dir, and a
   // checkpoint every checkpoint.every steps, at the end, and on a stop signal.
   // Ends by writing <run_dir>/status.json: {"state": "finished" | "stopped",
   // "step": N, "steps": total}; launch scripts requeue a stopped run.
@@ -81,6 +85,8 @@ class Trainer {
   // manifest. A collective; a failure on any rank (named with its cause:
   // "No space left on device", the bytes needed and free) is returned on every
   // rank, agreed (IsAgreedError), after the partial checkpoint is removed.
+  // Parameters holding NaN or ±inf are not saved (Aborted, naming the step and
+  // the tensor): the previous checkpoint stays the newest.
   absl::Status SaveCheckpointNow();
 
   // Mean validation loss over the first run.eval().batches() micro-batches of

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 
@@ -329,6 +330,69 @@ TEST(CheckpointTest, SavesAndLoadsWhereTheFileSystemRefusesFlock) {
   }
   SaveUnder(run, dims, 2, 1, 1);
   ExpectLoadsExactly(run, dims, 1, 1);
+}
+
+// ValidateManifest's message for `manifest` with one edit, or "OK".
+std::string ManifestError(nlohmann::json manifest, const std::function<void(nlohmann::json&)>& edit) {
+  edit(manifest);
+  auto meta = ValidateManifest(manifest, "m.json");
+  return meta.ok() ? "OK" : std::string(meta.status().message());
+}
+
+TEST(CheckpointTest, ManifestFieldsAreTypeCheckedAndBoundedByName) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("manifest_schema");
+  auto ckpt = OpenCheckpoint(SaveUnder(run, dims, 1, 1, 5));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const nlohmann::json& m = ckpt->manifest;
+  EXPECT_EQ(ManifestError(m, [](auto&) {}), "OK");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["model"]["vocab"] = -1; }),
+            "m.json: model.vocab = -1 is outside [1, 2147483647]");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["model"]["d_k"] = 0; }), "m.json: model.d_k = 0 is outside [2, 1048576]");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["model"]["w_th"] = "8"; }),
+            "m.json: field model.w_th is a string, expected a number");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["step"] = 5.0; }), "m.json: field step is the float 5.0, expected an integer");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["samples"] = INT64_MAX; }),
+            "m.json: field samples = 9223372036854775807 is outside [0, 1125899906842624]");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["optimizer"]["adam_step"] = 6; }),
+            "m.json: field optimizer.adam_step = 6 is outside [0, 5]");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["layout"]["tp"] = 3; }), "m.json: field layout.tp = 3 is outside [1, 2]");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["format_version"] = 2; }),
+            "m.json: field format_version = 2 is not one this build reads (1)");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["loss_scaler"].erase("scale"); }),
+            "m.json: field loss_scaler.scale is missing");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["rng"]["data_samples_consumed"] = 49; }),
+            "m.json: field rng.data_samples_consumed = 49 differs from samples = 50");
+}
+
+TEST(CheckpointTest, FilesAndDatasetsMustBeWhatTheLayoutWrites) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("manifest_files");
+  const std::string dir = SaveUnder(run, dims, 2, 1, 5);
+  const std::string path = dir + "/manifest.json";
+  auto rewrite = [&](const std::function<void(nlohmann::json&)>& edit) {
+    std::ifstream in(path);
+    nlohmann::json j = nlohmann::json::parse(in);
+    in.close();
+    edit(j);
+    std::ofstream(path) << j.dump();
+  };
+  auto error = [&] {
+    auto opened = OpenCheckpoint(dir);
+    return opened.ok() ? std::string("OK") : std::string(opened.status().message());
+  };
+  ASSERT_EQ(error(), "OK");
+  // tp = 1 in the manifest while the files are of tp = 2.
+  rewrite([](auto& j) { j["layout"]["tp"] = 1; });
+  EXPECT_EQ(error(), path + ": field files lists 2 files, the layout (tp=1 pp=1 dp=1 zero=0) writes 1");
+  rewrite([](auto& j) {
+    j["layout"]["tp"] = 2;
+    j["files"]["shard_pp0_tp1.h5"]["datasets"].erase("layers/001/W_O");
+  });
+  EXPECT_EQ(error(), path + ": field files.shard_pp0_tp1.h5.datasets has no checksum for layers/001/W_O");
+  rewrite([](auto& j) { j["files"]["shard_pp0_tp1.h5"]["datasets"]["layers/001/W_O"] = -3; });
+  EXPECT_EQ(error(), path + ": field files.shard_pp0_tp1.h5.datasets.layers/001/W_O is the number -3, expected a "
+                            "CRC-32C (0 to 2^32 - 1)");
 }
 
 TEST(CheckpointTest, ThePlanForTheFourBillionModelAddsUp) {
