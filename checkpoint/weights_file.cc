@@ -148,11 +148,6 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
   return absl::OkStatus();
 }
 
-double ModelParamCount(const ModelDims& d) {
-  return double(d.vocab) * double(d.d_e) + 2 +
-         double(d.n_layers) * double(d.n_heads) * (double(d.d_e) * (2.0 * double(d.d_k) + 3.0 * double(d.d_v)) + 3);
-}
-
 absl::Status CheckDatasetHolds(const H5Reader& in, const std::string& name, const std::vector<int64_t>& shape) {
   MS_ASSIGN_OR_RETURN(const H5Reader::DatasetInfo info, in.Describe(name));
   auto text = [](const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); };

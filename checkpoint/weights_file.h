@@ -36,10 +36,6 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in);
 // file, `field` the prefix of the field names ("model." in a manifest).
 absl::Status CheckModelDims(const ModelDims& dims, const std::string& source, const std::string& field);
 
-// The parameter count of the whole model, in double (no overflow whatever the
-// sizes): V·d_E + 2 + N_L·N_H·(d_E·(2d_K + 3d_V) + 3), ParamLayout's total.
-double ModelParamCount(const ModelDims& dims);
-
 // Checks dataset `name` of `in` before it is read: an HDF5 float dataset of
 // exactly `shape`, with every element stored in the file (a dataset whose
 // chunks were never written reads as fill values: refused). Errors name the

@@ -89,9 +89,10 @@ absl::StatusOr<config::ModelConfig> LoadModelConfig(const std::string& name_or_p
 }
 
 double ModelParamCount(const ModelDims& d) {
-  // Embedding, and per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V], W_O [d_V, d_E].
-  return double(d.vocab) * double(d.d_e) +
-         double(d.n_layers) * double(d.n_heads) * double(d.d_e) * double(2 * d.d_k + 3 * d.d_v);
+  // W_E and s_E, s_F; per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V],
+  // W_O [d_V, d_E] and s_w, s_r, s_O.
+  return double(d.vocab) * double(d.d_e) + 2 +
+         double(d.n_layers) * double(d.n_heads) * (double(d.d_e) * (2.0 * double(d.d_k) + 3.0 * double(d.d_v)) + 3);
 }
 
 absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::string& source) {

@@ -67,8 +67,9 @@ void ApplyRunDefaults(config::RunConfig* run);
 inline constexpr int64_t kMaxModelSize = int64_t{1} << 24;
 inline constexpr double kMaxModelParams = 1e12;
 
-// Approximate parameter count of a model (embedding and tile matrices; the scalars
-// are negligible), as a double so that no size can overflow it.
+// The parameter count of the whole model, in double (no overflow whatever the sizes):
+// V·d_E + 2 + N_L·N_H·(d_E·(2d_K + 3d_V) + 3), ParamLayout's total (spec "Parameter
+// count").
 double ModelParamCount(const ModelDims& dims);
 
 // Where a run's fields came from, for ValidateRun's messages: the run file (may be

@@ -23,6 +23,7 @@ TEST_P(PaperTableTest, LayoutReproducesThePapersCounts) {
   EXPECT_EQ(c.total, row.total);
   EXPECT_EQ(c.non_embedding, row.non_embedding);
   EXPECT_EQ(c.embedding + c.embed_head_scalars + c.tile_matrices + c.tile_scalars, c.total);
+  EXPECT_EQ(ModelParamCount(*dims), double(row.total));  // the bound the file checks use
 }
 
 INSTANTIATE_TEST_SUITE_P(Paper, PaperTableTest,
