@@ -91,13 +91,13 @@ class BenchTest(OneLineErrors):
         self.assert_one_line_error(run("screening", "--T=100000", "--micro_batch=100000"), "above 2^31")
 
     def test_every_instruction_set_path_and_head_path_is_named_and_runs(self):
-        # psi8's d_E = 64 takes the panel head; each path this CPU runs (--isa), and the
-        # BLAS head, must train to the same losses up to rounding.
+        # tiny_psi4's d_E = 16 (one 64-byte vector) takes the panel head; each path this
+        # CPU runs (--isa), and the BLAS head, must train to the same losses up to rounding.
         best = None
         losses = {}
         for isa in ("generic", "avx2", "avx512"):
             for head in ("panels", "blas"):
-                r = run("train", "--model=psi8", "--seq_len=16", "--micro_batch=1", "--steps=2", "--warmup=0",
+                r = run("train", "--model=tiny_psi4", "--seq_len=16", "--micro_batch=2", "--steps=2", "--warmup=0",
                         f"--isa={isa}", f"--head_path={head}", "--json")
                 if r.returncode != 0:
                     self.assertIn("this CPU cannot run the", r.stderr)  # a path the CPU lacks: one line
@@ -115,12 +115,12 @@ class BenchTest(OneLineErrors):
             self.assertAlmostEqual(loss, ref, delta=1e-4 * abs(ref), msg=key)
         if best == "avx512":
             self.assertEqual(len(losses), 6)
-        # Below psi8's 64-wide head, the tiny model's head is BLAS whatever was asked.
+        # tiny_psi2's d_E = 8 is not a whole vector: its head is BLAS whatever was asked.
         r = run("train", "--model=tiny_psi2", "--seq_len=8", "--steps=1", "--warmup=0", "--json")
         self.assertEqual(json.loads(r.stdout)["head_path"], "blas")
 
     def test_compare_paths_prints_every_path_beside_blas(self):
-        r = run("train", "--model=psi8", "--seq_len=16", "--micro_batch=1", "--steps=1", "--warmup=0",
+        r = run("train", "--model=tiny_psi4", "--seq_len=16", "--micro_batch=1", "--steps=1", "--warmup=0",
                 "--compare_paths", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         j = json.loads(r.stdout)
@@ -132,7 +132,7 @@ class BenchTest(OneLineErrors):
             self.assertGreater(p["step_seconds"], 0)
             if p["head_path"] == "blas":
                 self.assertAlmostEqual(p["blas_over_this"], 1.0)
-        r = run("train", "--model=psi8", "--seq_len=16", "--steps=1", "--warmup=0", "--compare_paths")
+        r = run("train", "--model=tiny_psi4", "--seq_len=16", "--steps=1", "--warmup=0", "--compare_paths")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("vs blas", r.stdout)
 
