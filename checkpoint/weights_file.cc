@@ -133,8 +133,7 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
     }
   }
   // The name ends up in messages and file names: one short printable line.
-  if (d.name.size() > 256 ||
-      std::any_of(d.name.begin(), d.name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+  if (!IsPrintableModelName(d.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": ", field, "name is not a line of at most 256 printable characters"));
   }

@@ -264,7 +264,15 @@ int BenchTrain(int argc, char** argv) {
     return precision == "fp64" ? HeadPathName<double>(*dims, 1, options.head_path)
                                : HeadPathName<float>(*dims, 1, options.head_path);
   };
-  if (absl::GetFlag(FLAGS_compare_paths)) return ComparePaths(*dims, precision, head, B, T, run, head_used);
+  if (absl::GetFlag(FLAGS_compare_paths)) {
+    for (const char* flag : {"isa", "head_path"}) {
+      if (Given(given, flag)) {
+        return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
+                                 "--compare_paths runs every path and both heads: --", flag, " does not apply")));
+      }
+    }
+    return ComparePaths(*dims, precision, head, B, T, run, head_used);
+  }
   const TrainResult r = run(head);
   const int64_t peak_rss = PeakRssBytes();
   int64_t sgemm_n = 0;
@@ -430,6 +438,7 @@ int BenchScreening(int argc, char** argv) {
                         {"d_v", dv},
                         {"threads", threads},
                         {"isa", kernels::cpu::IsaName(kernels::cpu::ActiveIsa())},
+                        {"cpu_best_isa", kernels::cpu::IsaName(kernels::cpu::CpuIsa())},
                         {"cpu", kernels::cpu::CpuModel()},
                         {"keys", keys},
                         {"pairs_per_token", double(pairs) / tile_tokens},

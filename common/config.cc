@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -88,6 +89,11 @@ absl::StatusOr<config::ModelConfig> LoadModelConfig(const std::string& name_or_p
   return model;
 }
 
+bool IsPrintableModelName(const std::string& name) {
+  return name.size() <= 256 &&
+         std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+}
+
 double ModelParamCount(const ModelDims& d) {
   // W_E and s_E, s_F; per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V],
   // W_O [d_V, d_E] and s_w, s_r, s_O.
@@ -104,6 +110,7 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
   }
   ModelDims d;
   d.name = m.name();
+  if (!IsPrintableModelName(d.name)) return Invalid(source, "name is not a line of at most 256 printable characters");
   if (m.has_psi()) {
     if (m.psi() <= 0 || m.psi() > 4096) {
       return Invalid(source, absl::StrCat("psi = ", m.psi(), " must be in [1, 4096]"));

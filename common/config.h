@@ -67,6 +67,10 @@ void ApplyRunDefaults(config::RunConfig* run);
 inline constexpr int64_t kMaxModelSize = int64_t{1} << 24;
 inline constexpr double kMaxModelParams = 1e12;
 
+// Whether a model name can go into messages and file names: one line of at most 256
+// characters, none of them a control character.
+bool IsPrintableModelName(const std::string& name);
+
 // The parameter count of the whole model, in double (no overflow whatever the sizes):
 // V·d_E + 2 + N_L·N_H·(d_E·(2d_K + 3d_V) + 3), ParamLayout's total (spec "Parameter
 // count").

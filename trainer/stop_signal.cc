@@ -25,7 +25,11 @@ void InstallStopHandlers() {
   struct sigaction sa {};
   sa.sa_handler = Handle;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &sa, nullptr);
+  // SIGHUP (a closed terminal or ssh session) stops the run like SIGTERM; SIGPIPE (a
+  // closed `| tee` or `| head` on the progress output) is ignored, so that the write
+  // fails instead of killing the run between checkpoints.
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) sigaction(sig, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
 }
 
 bool StopRequested() { return g_signal.load() != 0; }

@@ -1,6 +1,7 @@
-// Clean stops (issue 5): SIGINT, SIGTERM and SIGUSR1 ask the training loop to
+// Clean stops (issue 5): SIGINT, SIGTERM, SIGUSR1 and SIGHUP ask the training loop to
 // end after the current step (saving a checkpoint); a second SIGINT exits at
-// once with status 130.
+// once with status 130. SIGPIPE is ignored (a closed pipe on the console must not
+// end a run between checkpoints).
 #pragma once
 
 namespace multiscreen {

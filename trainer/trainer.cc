@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -91,6 +92,31 @@ int64_t StandingRowsAfter(const std::string& text, int64_t step) {
   return std::count_if(standing.begin(), standing.end(), [step](int64_t s) { return s > step; });
 }
 
+// What the run will write, checked before any step is computed: a run directory whose
+// `checkpoints` is a file, or read-only, or whose status.json or checkpoints/latest is a
+// directory, would otherwise fail at its first save, after the compute was spent.
+absl::Status CheckRunDirWritable(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  const fs::path root(run_dir), ckpts = root / "checkpoints";
+  std::error_code ec;
+  if (fs::exists(ckpts, ec) && !fs::is_directory(ckpts, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(ckpts.string(), ": exists and is not a directory"));
+  }
+  for (const fs::path& file : {root / "status.json", root / "metrics.jsonl", ckpts / "latest"}) {
+    if (fs::is_directory(fs::symlink_status(file, ec))) {
+      return absl::FailedPreconditionError(absl::StrCat(file.string(), ": is a directory (the run writes a file there)"));
+    }
+  }
+  fs::create_directories(ckpts, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(ckpts.string(), ": cannot create: ", ec.message()));
+  const std::string probe = (ckpts / ".write_probe").string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(ckpts.string(), ": cannot write: ", std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
 std::string Eta(double seconds) {
   if (!(seconds >= 0) || std::isinf(seconds)) return "?";
   const int64_t s = static_cast<int64_t>(seconds);
@@ -159,10 +185,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
     // metrics and race on checkpoints.
     const std::string lock_path = run.run_dir() + "/.lock";
     t->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (t->lock_fd_ < 0 || ::flock(t->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (t->lock_fd_ < 0) {  // a read-only run directory, say: not another process
+      return absl::PermissionDeniedError(
+          absl::StrCat("--run_dir=", run.run_dir(), ": cannot open ", lock_path, ": ", std::strerror(errno)));
+    }
+    if (::flock(t->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("--run_dir=", run.run_dir(), ": another train process is using it (", lock_path, " is locked)"));
     }
+    if (auto s = CheckRunDirWritable(run.run_dir()); !s.ok()) return s;
   }
   grid->world().Barrier();
   if (auto s = t->ResumeIfPresent(start.restart); !s.ok()) return s;

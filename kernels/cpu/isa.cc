@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace multiscreen::kernels::cpu {
@@ -37,7 +38,9 @@ int FromEnvironment() {
   absl::StatusOr<Isa> isa = ParseIsa(env);
   absl::Status status = isa.ok() ? SetIsaCap(*isa) : isa.status();
   if (!status.ok()) {
-    std::fprintf(stderr, "error: MULTISCREEN_ISA=%s: %s\n", env, std::string(status.message()).c_str());
+    // Escaped: the value is the user's, and the error must stay one line.
+    std::fprintf(stderr, "error: MULTISCREEN_ISA=%s: %s\n", absl::CHexEscape(env).c_str(),
+                 absl::CHexEscape(std::string(status.message())).c_str());
     std::exit(2);
   }
   return static_cast<int>(*isa);

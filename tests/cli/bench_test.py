@@ -135,6 +135,8 @@ class BenchTest(OneLineErrors):
         r = run("train", "--model=tiny_psi4", "--seq_len=16", "--steps=1", "--warmup=0", "--compare_paths")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("vs blas", r.stdout)
+        for flag in ("--isa=avx2", "--head_path=blas"):  # the comparison runs them all
+            self.assert_one_line_error(run("train", "--model=tiny_psi4", "--compare_paths", flag), flag.split("=")[0])
 
     def test_a_bad_instruction_set_path_is_one_line(self):
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--isa=avx9"), "--isa=avx9")
@@ -144,6 +146,10 @@ class BenchTest(OneLineErrors):
         self.assertNotEqual(r.returncode, 0)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertIn("MULTISCREEN_ISA=sse9", r.stderr)
+        r = subprocess.run([BIN, "bench", "screening", "--T=64", "--min_seconds=0.01"], capture_output=True, text=True,
+                           timeout=300, env=dict(os.environ, MULTISCREEN_ISA="avx2\nx"))  # still one line
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
     def test_another_subcommands_flag_is_refused(self):
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--T=64"), "--T is not a flag of this command")

@@ -218,6 +218,11 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
   EXPECT_EQ(error("psi: 2 w_th: inf"), "w_th = inf must be finite and positive");
   EXPECT_EQ(error("psi: 2 w_th: nan"), "w_th = nan must be finite and positive");
   EXPECT_EQ(error("psi: 2 family: 99"), "family = 99 is not a known value (MULTISCREEN = 1)");
+  // The name goes into logs, manifests and one-line errors: checkpoints refuse such a name,
+  // so training must not start with it.
+  EXPECT_EQ(error("name: \"a\\nb\" psi: 2"), "name is not a line of at most 256 printable characters");
+  EXPECT_EQ(error(absl::StrCat("name: \"", std::string(300, 'x'), "\" psi: 2")),
+            "name is not a line of at most 256 printable characters");
   EXPECT_EQ(error("psi: 1000000000000"), "psi = 1000000000000 must be in [1, 4096]");
   EXPECT_EQ(error("psi: 2 d_e: 100000000"), "d_e = 100000000 is more than 16777216");
   EXPECT_EQ(error("psi: 2 vocab: 3000000000"), "vocab = 3000000000 is more than 2^31 - 1 (token ids are int32)");

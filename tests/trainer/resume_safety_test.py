@@ -73,6 +73,35 @@ class ResumeSafetyTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, f"{' '.join(cmd)}:\n{r.stderr[-3000:]}")
         return r
 
+    def test_a_run_directory_it_cannot_save_into_is_refused_before_the_first_step(self):
+        # Each would otherwise train to the first save and fail there, the compute lost.
+        cases = {"checkpoints_is_a_file": ("checkpoints", "file", "checkpoints: exists and is not a directory"),
+                 "status_is_a_directory": ("status.json", "dir", "status.json: is a directory"),
+                 "latest_is_a_directory": ("checkpoints/latest", "dir", "latest: is a directory")}
+        for name, (path, kind, want) in cases.items():
+            with self.subTest(name):
+                d = os.path.join(self.tmp.name, name)
+                p = os.path.join(d, path)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                if kind == "dir":
+                    os.makedirs(p)
+                else:
+                    open(p, "w").close()
+                r = self.train(d, "--steps=2", check=False)
+                self.assertNotEqual(r.returncode, 0)
+                lines = [l for l in r.stderr.splitlines() if l.strip()]
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertIn(want, lines[0])
+                self.assertFalse(os.path.exists(os.path.join(d, "metrics.jsonl")))
+        # A run directory that cannot be written names the cause, not another process.
+        if os.geteuid() != 0:
+            d = os.path.join(self.tmp.name, "read_only")
+            os.makedirs(d)
+            os.chmod(d, 0o555)
+            r = self.train(d, "--steps=2", check=False)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertNotIn("another train process", r.stderr)
+
     def test_a_pp2_run_whose_checkpoints_all_lost_a_shard_is_refused_until_restart(self):
         d = os.path.join(self.tmp.name, "pp2")
         flags = ["--pp=2", "--steps=10", "--checkpoint_every=5"]
