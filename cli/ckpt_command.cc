@@ -77,6 +77,7 @@ absl::StatusOr<CheckpointRef> OpenGiven() {
 int Export() {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("ckpt export", absl::InvalidArgumentError("--out: an output .h5 path is required"));
+  if (auto s = CheckOutputPath("out", out, {absl::GetFlag(FLAGS_checkpoint)}); !s.ok()) return Fail("ckpt export", s);
   auto ckpt = OpenGiven();
   if (!ckpt.ok()) return Fail("ckpt export", ckpt.status());
   auto weights = ConsolidatedWeights(*ckpt);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -181,6 +182,25 @@ std::string OneLine(const std::string& message) {
     }
   }
   return out;
+}
+
+absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const std::string& in : inputs) {
+    if (!in.empty() && fs::exists(out, ec) && fs::exists(in, ec) && fs::equivalent(out, in, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " is the input ", in,
+                                                     ": writing it would destroy what is read; choose another path"));
+    }
+  }
+  for (fs::path dir = fs::weakly_canonical(fs::path(out), ec).parent_path(); !dir.empty(); dir = dir.parent_path()) {
+    if (dir.filename() == "checkpoints" || fs::exists(dir / "manifest.json", ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " lies inside the checkpoint directory ",
+                                                     dir.string(), ": choose a path outside it"));
+    }
+    if (dir == dir.root_path()) break;
+  }
+  return absl::OkStatus();
 }
 
 int Fail(const char* command, const absl::Status& status) {

@@ -51,6 +51,12 @@ absl::Status ApplyThreadsFlag();
 // keeps MULTISCREEN_ISA or the CPU's best. Errors: an unknown name, a path the CPU lacks.
 absl::Status ApplyIsaFlag();
 
+// Refuses an output path (`flag`=`out`) that would overwrite one of `inputs` (the same
+// file, through any link) or lies inside a checkpoint (a directory holding manifest.json,
+// or anywhere under a `checkpoints` directory), so that a command never replaces what it
+// reads or a run's checkpoint.
+absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs);
+
 // Prints "multiscreen <command>: <message>" on stderr and returns 1.
 int Fail(const char* command, const absl::Status& status);
 

@@ -17,6 +17,7 @@ int InitCommand(int argc, char** argv) {
   }
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("init", absl::InvalidArgumentError("--out: an output .h5 path is required"));
+  if (auto s = CheckOutputPath("out", out, {}); !s.ok()) return Fail("init", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("init", dims.status());
   const ParamLayout layout(*dims, ShardSpec::Full(*dims));

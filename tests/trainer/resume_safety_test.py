@@ -102,6 +102,29 @@ class ResumeSafetyTest(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0)
             self.assertNotIn("another train process", r.stderr)
 
+    def test_outputs_never_overwrite_an_input_or_a_checkpoint(self):
+        d = os.path.join(self.tmp.name, "outputs")
+        self.train(d, "--steps=10", "--checkpoint_every=10")
+        step = os.path.join(d, "checkpoints", "step_00000010")
+        shard = os.path.join(step, "shard_pp0_tp0.h5")
+        before = read_bytes(shard)
+        def run(*args):
+            return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120)
+        r = run("ckpt", "export", f"--checkpoint={d}", f"--out={shard}")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("lies inside the checkpoint directory", r.stderr)
+        self.assertEqual(read_bytes(shard), before)
+        weights = os.path.join(d, "w.h5")
+        self.assertEqual(run("ckpt", "export", f"--checkpoint={d}", f"--out={weights}").returncode, 0)
+        w_before = read_bytes(weights)
+        tokens = os.path.join(self.data, "val_000000.bin")
+        for out in (weights, tokens):
+            r = run("forward", f"--weights={weights}", f"--tokens={tokens}", "--seq_len=8", f"--out={out}")
+            self.assertNotEqual(r.returncode, 0)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn("is the input", r.stderr)
+        self.assertEqual(read_bytes(weights), w_before)
+
     def test_a_pp2_run_whose_checkpoints_all_lost_a_shard_is_refused_until_restart(self):
         d = os.path.join(self.tmp.name, "pp2")
         flags = ["--pp=2", "--steps=10", "--checkpoint_every=5"]
