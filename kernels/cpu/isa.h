@@ -97,9 +97,9 @@ MS_TARGET_AVX512 decltype(auto) RunAvx512(A&&... a) {
 }  // namespace isa_internal
 
 // Runs K::Run<Target>(a...) for the active path: K is a class with a static member
-// template `template <class Target> MS_ALWAYS_INLINE static R Run(...)`. Call it outside
-// OpenMP regions' bodies only through a function (a parallel region inside Run would be
-// outlined for the baseline target).
+// template `template <class Target> MS_ALWAYS_INLINE static R Run(...)`. Run must not
+// open an OpenMP parallel region (GCC outlines its body before inlining, for the
+// baseline target): call IsaDispatch inside the region, once per task or row block.
 template <typename K, typename... A>
 decltype(auto) IsaDispatch(A&&... a) {
 #if MS_ISA_X86
