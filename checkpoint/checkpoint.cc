@@ -640,8 +640,13 @@ absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
   for (const auto& [name, datasets] : expected) {
     const fs::path file = fs::path(dir) / name;
     std::error_code ec;
+    const fs::file_status status = fs::status(file, ec);
+    if (!fs::exists(status)) return absl::DataLossError(absl::StrCat(file.string(), ": missing"));
+    if (!fs::is_regular_file(status)) {  // a FIFO or a link to a device: never opened
+      return absl::DataLossError(absl::StrCat(file.string(), ": not a regular file"));
+    }
     const auto size = fs::file_size(file, ec);
-    if (ec) return absl::DataLossError(absl::StrCat(file.string(), ": missing"));
+    if (ec) return absl::DataLossError(absl::StrCat(file.string(), ": ", ec.message()));
     const int64_t recorded = ref.manifest["files"][name]["bytes"].get<int64_t>();
     if (static_cast<int64_t>(size) != recorded) {
       return absl::DataLossError(

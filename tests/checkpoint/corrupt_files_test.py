@@ -358,6 +358,18 @@ class CorruptCheckpointTest(OneLineErrors):
                     os.symlink(what, manifest)
                 self.assert_refused_everywhere(run, ckpt, "manifest.json", "not a regular file of at most")
 
+    def test_a_shard_that_is_a_fifo_or_a_device_is_named_as_such(self):
+        for what in ("fifo", "/dev/zero"):
+            with self.subTest(what):
+                run, ckpt = self.fx.copy_run("shard_" + what.strip("/").replace("/", "_"))
+                shard = os.path.join(ckpt, "shard_pp0_tp0.h5")
+                os.remove(shard)
+                if what == "fifo":
+                    os.mkfifo(shard)
+                else:
+                    os.symlink(what, shard)
+                self.assert_refused_everywhere(run, ckpt, "shard_pp0_tp0.h5", "not a regular file")
+
     def test_a_fifo_in_place_of_a_weights_file_is_refused_not_waited_on(self):
         fifo = os.path.join(self.tmp.name, "fifo.h5")
         os.mkfifo(fifo)
