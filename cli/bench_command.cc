@@ -329,8 +329,7 @@ int BenchTrain(int argc, char** argv) {
   std::printf("bench train: %s, T=%lld, B=%lld, %s, %d threads; %lld timed steps after %lld warm-up\n",
               dims->name.c_str(), (long long)T, (long long)B, precision.c_str(), threads, (long long)steps,
               (long long)warmup);
-  std::printf("  CPU kernels     %s path (%s, best %s); head: %s\n", kernels::cpu::IsaName(kernels::cpu::ActiveIsa()),
-              kernels::cpu::CpuModel().c_str(), kernels::cpu::IsaName(kernels::cpu::CpuIsa()), head_used(head));
+  std::printf("  CPU kernels     %s; head: %s\n", kernels::cpu::IsaDescription().c_str(), head_used(head));
   std::printf("  step (median)   %10.4f s     loss %.4f -> %.4f\n", step, r.losses.front(), r.losses.back());
   std::printf("  tokens/s        %10.0f\n", tokens_per_s);
   std::printf("  model FLOPs     %10.3f GFLOP/step (%.4g per token)\n", flops_per_token * B * T / 1e9, flops_per_token);
@@ -452,8 +451,7 @@ int BenchScreening(int argc, char** argv) {
   }
   std::printf("bench screening: T=%lld, w=%g (%lld keys), r=%g, B=%lld, %lld tiles, d_K=%lld, d_V=%lld, %d threads\n",
               (long long)T, w, (long long)keys, r, (long long)B, (long long)nt, (long long)dk, (long long)dv, threads);
-  std::printf("  CPU kernels: %s path (%s, best %s)\n", kernels::cpu::IsaName(kernels::cpu::ActiveIsa()),
-              kernels::cpu::CpuModel().c_str(), kernels::cpu::IsaName(kernels::cpu::CpuIsa()));
+  std::printf("  CPU kernels: %s\n", kernels::cpu::IsaDescription().c_str());
   std::printf("  in-window pairs per token %.1f, accepted by Trim %.2f %%\n", double(pairs) / tile_tokens,
               pairs > 0 ? 100.0 * double(accepted) / double(pairs) : 0.0);
   std::printf("  forward   %10.3f ms   %8.1f ns per token and tile\n", 1e3 * fwd, fwd_ns);

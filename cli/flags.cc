@@ -151,9 +151,9 @@ absl::Status ApplyIsaFlag() {
     kernels::cpu::ActiveIsa();  // reads MULTISCREEN_ISA now: a bad value ends the process before any work
     return absl::OkStatus();
   }
-  absl::StatusOr<kernels::cpu::Isa> isa = kernels::cpu::ParseIsa(name);
-  absl::Status s = isa.ok() ? kernels::cpu::SetIsaCap(*isa) : isa.status();
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--isa=", name, ": ", s.message()));
+  if (absl::Status s = kernels::cpu::SetIsaCap(name); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--isa=", name, ": ", s.message()));
+  }
   return absl::OkStatus();
 }
 

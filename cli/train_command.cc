@@ -48,9 +48,17 @@ ABSL_FLAG(bool, restart, false,
 namespace multiscreen::cli {
 namespace {
 
-absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
-  const std::vector<std::string> given = GivenFlags(argc, argv);
+// The run: --config's file with the given flags (GivenFlags) over its fields; *source
+// records which fields a flag set, so that ValidateRun's errors name that flag.
+absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given, RunSource* source) {
   config::RunConfig run;
+  source->file = absl::GetFlag(FLAGS_config);
+  // Whether --flag overrides the run file's `field`; if so, errors about the field name the flag.
+  auto from_flag = [&](const char* flag, const char* field) {
+    if (!Given(given, flag)) return false;
+    source->flags[field] = flag;
+    return true;
+  };
   if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
     auto parsed = LoadRunConfig(path);
     if (!parsed.ok()) return parsed.status();
@@ -65,17 +73,17 @@ absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
     }
   }
   if (Given(given, "run_dir")) run.set_run_dir(absl::GetFlag(FLAGS_run_dir));
-  if (Given(given, "steps")) run.set_steps(absl::GetFlag(FLAGS_steps));
+  if (from_flag("steps", "steps")) run.set_steps(absl::GetFlag(FLAGS_steps));
   if (Given(given, "seed")) run.set_seed(absl::GetFlag(FLAGS_seed));
-  if (Given(given, "tp")) run.mutable_parallel()->set_tp(absl::GetFlag(FLAGS_tp));
-  if (Given(given, "pp")) run.mutable_parallel()->set_pp(absl::GetFlag(FLAGS_pp));
-  if (Given(given, "zero")) run.mutable_parallel()->set_zero(absl::GetFlag(FLAGS_zero));
-  if (Given(given, "micro_batch")) run.set_micro_batch(absl::GetFlag(FLAGS_micro_batch));
-  if (Given(given, "grad_accum")) run.set_grad_accum(absl::GetFlag(FLAGS_grad_accum));
-  if (Given(given, "seq_len")) run.set_seq_len(absl::GetFlag(FLAGS_seq_len));
-  if (Given(given, "lr")) run.mutable_optimizer()->set_lr(absl::GetFlag(FLAGS_lr));
-  if (Given(given, "checkpoint_every")) run.mutable_checkpoint()->set_every(absl::GetFlag(FLAGS_checkpoint_every));
-  if (Given(given, "eval_every")) run.mutable_eval()->set_every(absl::GetFlag(FLAGS_eval_every));
+  if (from_flag("tp", "parallel.tp")) run.mutable_parallel()->set_tp(absl::GetFlag(FLAGS_tp));
+  if (from_flag("pp", "parallel.pp")) run.mutable_parallel()->set_pp(absl::GetFlag(FLAGS_pp));
+  if (from_flag("zero", "parallel.zero")) run.mutable_parallel()->set_zero(absl::GetFlag(FLAGS_zero));
+  if (from_flag("micro_batch", "micro_batch")) run.set_micro_batch(absl::GetFlag(FLAGS_micro_batch));
+  if (from_flag("grad_accum", "grad_accum")) run.set_grad_accum(absl::GetFlag(FLAGS_grad_accum));
+  if (from_flag("seq_len", "seq_len")) run.set_seq_len(absl::GetFlag(FLAGS_seq_len));
+  if (from_flag("lr", "optimizer.lr")) run.mutable_optimizer()->set_lr(absl::GetFlag(FLAGS_lr));
+  if (from_flag("checkpoint_every", "checkpoint.every")) run.mutable_checkpoint()->set_every(absl::GetFlag(FLAGS_checkpoint_every));
+  if (from_flag("eval_every", "eval.every")) run.mutable_eval()->set_every(absl::GetFlag(FLAGS_eval_every));
   if (Given(given, "model")) run.set_model(absl::GetFlag(FLAGS_model));
   if (Given(given, "data")) {
     run.mutable_data()->clear_train_shards();
@@ -88,7 +96,7 @@ absl::StatusOr<config::RunConfig> BuildRun(int argc, char** argv) {
       run.mutable_data()->clear_val_shard();
     }
   }
-  if (Given(given, "precision")) {
+  if (from_flag("precision", "precision")) {
     const std::string p = absl::GetFlag(FLAGS_precision);
     config::RunConfig::Precision value;
     if (!config::RunConfig::Precision_Parse(absl::AsciiStrToUpper(p), &value) || value == config::RunConfig::PRECISION_UNSPECIFIED) {
@@ -149,7 +157,8 @@ int TrainCommand(int argc, char** argv) {
   }
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
   if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("train", s);
-  auto run = BuildRun(argc, argv);
+  RunSource source;  // where each field came from, for ValidateRun's messages
+  auto run = BuildRun(GivenFlags(argc, argv), &source);
   if (!run.ok()) return Fail("train", run.status());
   absl::StatusOr<ModelDims> dims = run->model().empty()
                                        ? ResolveModel(run->model_config(),
@@ -159,17 +168,6 @@ int TrainCommand(int argc, char** argv) {
   if (!dims.ok()) return Fail("train", dims.status());
   // Every field against its schema before anything is sized from it; errors name
   // the run file, or the flag that set the field.
-  RunSource source{.file = absl::GetFlag(FLAGS_config), .flags = {}};
-  const std::vector<std::string> given = GivenFlags(argc, argv);
-  for (const auto& [flag, field] : std::initializer_list<std::pair<const char*, const char*>>{
-           {"steps", "steps"},         {"micro_batch", "micro_batch"},
-           {"grad_accum", "grad_accum"}, {"seq_len", "seq_len"},
-           {"lr", "optimizer.lr"},     {"precision", "precision"},
-           {"tp", "parallel.tp"},      {"pp", "parallel.pp"},
-           {"zero", "parallel.zero"},  {"checkpoint_every", "checkpoint.every"},
-           {"eval_every", "eval.every"}}) {
-    if (Given(given, flag)) source.flags[field] = flag;
-  }
   if (auto s = ValidateRun(*run, *dims, source); !s.ok()) return Fail("train", s);
   // Under mpirun / srun every rank runs this; alone, the grid is one process.
   std::unique_ptr<MpiSession> mpi;
@@ -227,8 +225,7 @@ int TrainCommand(int argc, char** argv) {
   if (logger) {
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
-    LogInfo("CPU kernels: ", kernels::cpu::IsaName(kernels::cpu::ActiveIsa()), " path (", kernels::cpu::CpuModel(),
-            ", best ", kernels::cpu::IsaName(kernels::cpu::CpuIsa()), "); head: ",
+    LogInfo("CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
             HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels));
   }
   if (auto s = (*trainer)->Run(); !s.ok()) return fail(s);

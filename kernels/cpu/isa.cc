@@ -31,16 +31,42 @@ Isa DetectCpuIsa() {
 #endif
 }
 
+std::string ReadCpuModel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return "unknown CPU";
+}
+
+// A path the CPU can run, else why not.
+absl::Status CheckCpuRuns(Isa isa) {
+  if (static_cast<int>(isa) <= static_cast<int>(CpuIsa())) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this CPU cannot run the ", IsaName(isa), " path (its best is ", IsaName(CpuIsa()), ")"));
+}
+
+// A path name the CPU can run (ParseIsa, then CheckCpuRuns).
+absl::StatusOr<Isa> ParseRunnableIsa(const std::string& name) {
+  absl::StatusOr<Isa> isa = ParseIsa(name);
+  if (!isa.ok()) return isa.status();
+  if (absl::Status s = CheckCpuRuns(*isa); !s.ok()) return s;
+  return isa;
+}
+
 // The first use: MULTISCREEN_ISA, or the CPU's best.
 int FromEnvironment() {
   const char* env = std::getenv("MULTISCREEN_ISA");
   if (env == nullptr || *env == '\0') return static_cast<int>(CpuIsa());
-  absl::StatusOr<Isa> isa = ParseIsa(env);
-  absl::Status status = isa.ok() ? SetIsaCap(*isa) : isa.status();
-  if (!status.ok()) {
-    // Escaped: the value is the user's, and the error must stay one line.
+  const absl::StatusOr<Isa> isa = ParseRunnableIsa(env);
+  if (!isa.ok()) {
+    // Escaped (here and in ParseIsa's message): the value is the user's, and the error
+    // must stay one line.
     std::fprintf(stderr, "error: MULTISCREEN_ISA=%s: %s\n", absl::CHexEscape(env).c_str(),
-                 absl::CHexEscape(std::string(status.message())).c_str());
+                 std::string(isa.status().message()).c_str());
     std::exit(2);
   }
   return static_cast<int>(*isa);
@@ -64,7 +90,8 @@ absl::StatusOr<Isa> ParseIsa(const std::string& name) {
     if (lower == IsaName(isa)) return isa;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown instruction-set path '", name, "' (expected generic, avx2, avx512 or native)"));
+      absl::StrCat("unknown instruction-set path '", absl::CHexEscape(name),
+                   "' (expected generic, avx2, avx512 or native)"));
 }
 
 Isa CpuIsa() {
@@ -73,14 +100,8 @@ Isa CpuIsa() {
 }
 
 std::string CpuModel() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-  }
-  return "unknown CPU";
+  static const std::string model = ReadCpuModel();
+  return model;
 }
 
 std::vector<Isa> SupportedIsas() {
@@ -101,12 +122,18 @@ Isa ActiveIsa() {
 }
 
 absl::Status SetIsaCap(Isa isa) {
-  if (static_cast<int>(isa) > static_cast<int>(CpuIsa())) {
-    return absl::FailedPreconditionError(absl::StrCat("this CPU cannot run the ", IsaName(isa),
-                                                      " path (its best is ", IsaName(CpuIsa()), ")"));
-  }
+  if (absl::Status s = CheckCpuRuns(isa); !s.ok()) return s;
   active.store(static_cast<int>(isa), std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::Status SetIsaCap(const std::string& name) {
+  const absl::StatusOr<Isa> isa = ParseRunnableIsa(name);
+  return isa.ok() ? SetIsaCap(*isa) : isa.status();
+}
+
+std::string IsaDescription() {
+  return absl::StrCat(IsaName(ActiveIsa()), " path (", CpuModel(), ", best ", IsaName(CpuIsa()), ")");
 }
 
 }  // namespace multiscreen::kernels::cpu

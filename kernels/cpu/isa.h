@@ -34,8 +34,8 @@ absl::StatusOr<Isa> ParseIsa(const std::string& name);
 // avx2 needs AVX2, FMA, F16C, BMI1/2, LZCNT and MOVBE (x86-64-v3). Not x86-64: generic.
 Isa CpuIsa();
 
-// The CPU's model name (/proc/cpuinfo's "model name"; "unknown CPU" where absent), to
-// name beside every figure.
+// The CPU's model name (/proc/cpuinfo's "model name", read once; "unknown CPU" where
+// absent), to name beside every figure.
 std::string CpuModel();
 
 // The paths this CPU runs, generic first.
@@ -49,6 +49,12 @@ Isa ActiveIsa();
 // Makes the kernels take `isa` from now on. Errors: the CPU lacks it (the message names
 // the CPU's best). Not for use while kernels run on other threads.
 absl::Status SetIsaCap(Isa isa);
+// SetIsaCap by name (ParseIsa's names). Errors: an unknown name, a path the CPU lacks.
+absl::Status SetIsaCap(const std::string& name);
+
+// "avx2 path (AMD EPYC, best avx512)": the active path, the CPU and its best path, for
+// start-up logs and benchmarks.
+std::string IsaDescription();
 
 // Targets: what a kernel body sizes its vectors and register tiles by.
 struct TargetGeneric {
