@@ -1,0 +1,61 @@
+// A typed, growable array on one device: the memory the model keeps between steps
+// (activations, packed weights, gradients of Ē), on the device of its kernel table.
+// Grow-only, so that after the first step of a shape no call allocates (the per-device
+// arena of the model: every array lives as long as its model, sized once).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "kernels/buffer.h"
+
+namespace multiscreen {
+
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(Device device = Device::kCpu) : device_(device) {}
+  DeviceArray(DeviceArray&&) noexcept = default;
+  DeviceArray& operator=(DeviceArray&&) noexcept = default;
+
+  Device device() const { return device_; }
+  int64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T* data() { return capacity_ > 0 ? buffer_.template as<T>() : nullptr; }
+  const T* data() const { return capacity_ > 0 ? static_cast<const T*>(buffer_.data()) : nullptr; }
+
+  // size() becomes n. Growing past the capacity reallocates and keeps the first size()
+  // elements; elements never used before are zero, ones reused within the capacity
+  // keep what they last held (fill them where it matters). Allocation failure is fatal (one line, the size and
+  // device), as for std::vector.
+  void Resize(int64_t n) {
+    if (n > capacity_) {
+      absl::StatusOr<Buffer> grown = Buffer::Allocate(device_, static_cast<size_t>(n) * sizeof(T));
+      if (!grown.ok()) {
+        std::fprintf(stderr, "multiscreen: fatal: %s array of %lld elements: %s\n", DeviceName(device_).c_str(),
+                     static_cast<long long>(n), std::string(grown.status().message()).c_str());
+        std::exit(1);
+      }
+      if (size_ > 0) {
+        absl::Status copied = grown->CopyFrom(buffer_);
+        if (!copied.ok()) {
+          std::fprintf(stderr, "multiscreen: fatal: growing a %s array: %s\n", DeviceName(device_).c_str(),
+                       std::string(copied.message()).c_str());
+          std::exit(1);
+        }
+      }
+      buffer_ = std::move(*grown);
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+
+ private:
+  Device device_;
+  Buffer buffer_;
+  int64_t size_ = 0, capacity_ = 0;
+};
+
+}  // namespace multiscreen

@@ -1,0 +1,177 @@
+// The kernel table: every operation of a training step that touches a tensor, behind
+// one interface with one implementation per device — kernels/cpu/cpu_kernel_table.h
+// (the CPU kernels, OpenBLAS) and kernels/cuda/cuda_kernel_table.h (CUDA kernels,
+// cuBLASLt). model/ orchestrates the step once against this table (forward order,
+// what is saved, the backward, the gradient layout), so the CPU tests of the model
+// (twin parity, finite differences, every parallel layout) test the orchestration the
+// GPU runs; each CUDA op is tested against its CPU twin (tests/cuda/).
+//
+// Conventions, the same for every implementation:
+// - Tensors (width d_E, d_K, d_V, V: activations, weights, gradients) are row-major
+//   arrays of Real on the table's device(), passed as pointers with their sizes and
+//   row strides (BLAS style); DeviceArray<Real> gives the model such memory.
+// - Integer indices (token ids, local targets) and per-row statistics (row max, sums,
+//   log-sum-exp, target logits: O(rows) doubles) live in host memory; an
+//   implementation on another device copies them itself. Tile scalars are host values.
+// - Host⇄device copies of tensors happen only in Upload/Download (parameters in,
+//   losses out, checkpoint staging) and the scalar reads named below.
+// - Ops run in order on the table's stream; results read on the host (Dot, the head's
+//   statistics, Download) are complete when the call returns.
+// - A failing device call (a launch error, an illegal address) is fatal: one line with
+//   the op and the device's message, then exit, as a communicator failure is — the
+//   step cannot go on with half its tensors written.
+// - A table holds scratch memory (the screening workspace, the head's buffers): one
+//   table per model instance; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/screening_types.h"
+
+namespace multiscreen {
+
+// Compute precision of the step (DESIGN "Precision"): fp32 masters always.
+enum class Precision {
+  kFp32,  // everything in Real
+  kBf16,  // fp32 masters; GEMM operands (weights, Ē, activations) rounded to bf16
+  kFp16,  // as kBf16 in IEEE half, backward GEMM operands too (so scaled gradients can overflow)
+};
+
+// How the CPU's vocabulary head computes its three products (logits, ∂L/∂y, ∂L/∂Ē).
+enum class HeadPath {
+  kPanels,  // the panel kernels (kernels/cpu/head_panels.h) where the head allows them, else BLAS
+  kBlas,    // whole-row OpenBLAS GEMMs always (the baseline bench compares the panels with)
+};
+
+// Options of a kernel table (the head's blocking is the CPU's; CUDA picks its own).
+struct KernelOptions {
+  HeadPath head_path = HeadPath::kPanels;
+  int64_t head_chunk_rows = 512;   // tokens per logits chunk: [chunk, V] is the largest logits block
+  int64_t head_vocab_block = 512;  // vocabulary columns a thread takes at a time (whole panels of 32)
+};
+
+namespace kernels {
+
+// The single-rank softmax cross-entropy head (spec steps 14–15 after PLNorm), fused over
+// row chunks so that no [rows, V] logits matrix is held whole:
+//   z = scale · y Ēᵀ, lse_r = log Σ_v exp z_rv, target_logit_r = z_{r,t_r};
+// with dy non-null also the gradient of Σ_r coef · (lse_r − target_logit_r):
+//   dy = coef · scale · (softmax − onehot) Ē written, d_e_bar += coef · scale ·
+//   (softmax − onehot)ᵀ y.
+template <typename Real>
+struct HeadLossArgs {
+  const Real* y = nullptr;        // [rows, d_e] device: the GEMM operand (compute precision)
+  const Real* e_bar = nullptr;    // [vocab, d_e] device: Ē as the GEMMs see it
+  int64_t rows = 0, vocab = 0, d_e = 0;
+  Real scale = 1;                 // e^{s_F}
+  double shift = 0;               // a bound ≥ every logit used as the softmax shift (< 40), or NaN: row max
+  const int64_t* target = nullptr;  // [rows] host: column of row r's target, or −1 (none)
+  Real coef = 0;                  // loss weight per row (grad_scale / rows)
+  double* lse = nullptr;          // [rows] host, written
+  double* target_logit = nullptr;  // [rows] host, written (0 where target < 0)
+  Real* dy = nullptr;             // [rows, d_e] device, written; null: the loss alone
+  Real* d_e_bar = nullptr;        // [vocab, d_e] device, added to (with dy)
+};
+
+// AdamW as trainer/adamw.h defines it (torch.optim.AdamW), one fused pass over
+// n fp32 masters, gradients and moments; the caller has counted the step.
+struct AdamWArgs {
+  double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0;
+  int64_t step = 1;                  // the update's number t ≥ 1 (bias corrections)
+  const uint8_t* decay = nullptr;    // [n] device: nonzero where weight decay applies; null: everywhere
+};
+
+template <typename Real>
+class KernelTable {
+ public:
+  virtual ~KernelTable() = default;
+  virtual Device device() const = 0;
+
+  // ---- memory (n elements; pointers on device() unless named host) ----------------
+  virtual void Upload(const Real* host, int64_t n, Real* dst) = 0;
+  virtual void Download(const Real* src, int64_t n, Real* host) = 0;
+  virtual void Copy(const Real* src, int64_t n, Real* dst) = 0;  // may not overlap
+  virtual void Fill(Real* dst, int64_t n, Real value) = 0;
+  // dst[i] += src[i].
+  virtual void AddInto(const Real* src, int64_t n, Real* dst) = 0;
+  // dst[i] += host[i] (a few gradient scalars computed on the host).
+  virtual void AddHost(const Real* host, int64_t n, Real* dst) = 0;
+  // Block [rows, cols] of src (row stride ld_src) copied into / added to dst (ld_dst).
+  virtual void Copy2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) = 0;
+  virtual void Add2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) = 0;
+  // Σ_i a_i b_i accumulated in fp64 (the order is the implementation's; the CPU's is i = 0, 1, …).
+  virtual double Dot(const Real* a, const Real* b, int64_t n) = 0;
+  // Σ_i x_i² in fp64 (the global gradient norm's part of this buffer).
+  virtual double SumSquares(const Real* x, int64_t n) = 0;
+  // Whether every x_i is finite (fp16 loss scaling's overflow check).
+  virtual bool AllFinite(const Real* x, int64_t n) = 0;
+  // x_i ← x_i · factor.
+  virtual void Scale(Real* x, int64_t n, Real factor) = 0;
+  // x[i] ← the value x[i] has in `precision`'s 16-bit format (no-op for kFp32 or double).
+  virtual void RoundTo(Precision precision, Real* x, int64_t n) = 0;
+
+  // ---- the model's kernels --------------------------------------------------------
+  // kernels/cpu/unit_rows.h: y = x/max(‖x‖, floor) per row, norm [rows] (may be null); backward.
+  virtual void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows,
+                               int64_t d) = 0;
+  virtual void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy, Real* dx,
+                                int64_t lddx, int64_t rows, int64_t d, bool accumulate) = 0;
+  // kernels/cpu/embedding.h: out [count, d] = scale · table[ids − v0] (0 outside [v0, v1));
+  // backward adds scale · dout into dtable rows, deterministically (repeated ids sum in
+  // one fixed order). ids: host.
+  virtual void EmbeddingForward(const Real* table, int64_t v0, int64_t v1, int64_t d, const int32_t* ids,
+                                int64_t count, Real scale, Real* out) = 0;
+  virtual void EmbeddingBackward(const Real* dout, const int32_t* ids, int64_t count, int64_t v0, int64_t v1,
+                                 int64_t d, Real scale, Real* dtable) = 0;
+  // C[m, n] = alpha · op(A) · op(B) + beta · C, row-major (kernels/cpu/gemm.h). `precision`
+  // is the step's: under kBf16/kFp16 the caller has rounded A and B to it where the CPU
+  // does, and a device may run the product on 16-bit operands with fp32 accumulation;
+  // under kFp32 the product is exact fp32 (no TF32).
+  virtual void Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+                    const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc) = 0;
+  // b[j, i] += a[i, j], then a = 0 (kernels/cpu/gemm.h).
+  virtual void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) = 0;
+  // kernels/cpu/screening.h: tiles and grads are host arrays of shape.tiles.
+  virtual void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                                const ScreeningSaved<Real>& saved, Real* U) = 0;
+  virtual void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                                 const ScreeningSaved<Real>& saved, const Real* dU, Real* dP,
+                                 TileScalarGrads* grads) = 0;
+
+  // ---- the vocabulary head ------------------------------------------------------------
+  // Called once per step with Ē as the head's GEMMs see it, before HeadLoss (the CPU
+  // packs it into panels here).
+  virtual void PrepareHead(const Real* e_bar, int64_t vocab, int64_t d_e) = 0;
+  // The single-rank fused head (HeadLossArgs).
+  virtual void HeadLoss(const HeadLossArgs<Real>& args) = 0;
+  // The vocabulary-parallel head's pieces (a tp group all-reduces between them):
+  // kernels/cpu/cross_entropy.h's SoftmaxStats and CrossEntropyGrad over logits z
+  // [rows, V] (device), with row_max, row_sum, lse and target host arrays; TargetLogits
+  // writes out[r] = z[r, target[r]] where target[r] ≥ 0.
+  virtual void SoftmaxStats(const Real* z, int64_t ld, int64_t rows, int64_t V, double* row_max,
+                            double* row_sum) = 0;
+  virtual void TargetLogits(const Real* z, int64_t ld, int64_t rows, const int64_t* target, double* out) = 0;
+  virtual void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double* lse,
+                                const int64_t* target, Real coef) = 0;
+
+  // ---- the optimizer ------------------------------------------------------------------
+  // One AdamW update of params [n] from grads [n] with moments m, v [n] (all device).
+  virtual void AdamW(const AdamWArgs& args, Real* params, const Real* grads, Real* m, Real* v, int64_t n) = 0;
+
+  // Waits for every op issued so far (for timers; host results already wait).
+  virtual void Synchronize() = 0;
+};
+
+}  // namespace kernels
+
+// The kernel table of `device` for Real. Errors: CUDA for double (the GPU path is fp32
+// with 16-bit compute), a build without CUDA, no device visible, a driver too old (with
+// the CUDA runtime's message).
+template <typename Real>
+absl::StatusOr<std::unique_ptr<kernels::KernelTable<Real>>> MakeKernelTable(Device device,
+                                                                            const KernelOptions& options = {});
+
+}  // namespace multiscreen
