@@ -18,6 +18,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -25,14 +26,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/flags.h"
 #include "common/config.h"
+#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/screening.h"
 #include "model/init.h"
 #include "model/multiscreen.h"
 #include "nlohmann/json.hpp"
-#include "trainer/adamw.h"
 #include "trainer/flops.h"
 
 ABSL_DECLARE_FLAG(bool, json);     // params_command.cc
@@ -91,6 +93,37 @@ double BestSgemmGflops(int64_t* best_n) {
   return best;
 }
 
+// The best GEMM rate of a device's kernel table in `precision` (square n × n products,
+// each size timed for at least `seconds`): the GPU's measured peak that MFU is taken
+// against, as the BLAS's SGEMM rate is on the CPU.
+double BestDeviceGemmGflops(Device device, Precision precision, int64_t* best_n) {
+  auto made = MakeKernelTable<float>(device);
+  if (!made.ok()) return 0;
+  kernels::KernelTable<float>& ops = **made;
+  double best = 0;
+  for (int64_t n : {4096, 8192}) {
+    DeviceArray<float> a(device), b(device), c(device);
+    for (DeviceArray<float>* m : {&a, &b, &c}) m->Resize(n * n);
+    ops.Fill(a.data(), n * n, 0.5f);
+    ops.Fill(b.data(), n * n, 0.25f);
+    ops.Gemm(precision, false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);  // warm-up
+    ops.Synchronize();
+    int64_t reps = 0;
+    const auto start = Clock::now();
+    do {
+      ops.Gemm(precision, false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+      ops.Synchronize();
+      ++reps;
+    } while (Seconds(start) < 0.3);
+    const double rate = 2.0 * double(n) * n * n * reps / Seconds(start) / 1e9;
+    if (rate > best) {
+      best = rate;
+      *best_n = n;
+    }
+  }
+  return best;
+}
+
 // Refuses a product of sizes past 2^31 tokens (or rows), before it overflows an index.
 absl::Status CheckTokens(double a, double b, const char* what) {
   if (a * b > 2147483648.0) return absl::InvalidArgumentError(absl::StrCat(what, " is ", a * b, ", above 2^31"));
@@ -105,16 +138,23 @@ struct TrainResult {
   std::vector<double> windows;  // w of every tile at initialization (the FLOP count's windows)
 };
 
-// AdamW keeps fp32 masters; the fp64 reference model steps a double copy of them.
-void OptimizerStep(AdamW& adam, std::vector<float>& params, const std::vector<float>& grads, std::vector<float>*,
-                   std::vector<float>*, double lr) {
-  adam.Step(params.data(), grads.data(), lr);
+// The step's optimizer on the model's device: AdamW through the kernel table over the
+// fp32 masters; the fp64 reference model steps fp32 masters on the host and copies them.
+struct BenchOptimizer {
+  kernels::AdamWArgs args;
+  DeviceArray<float> m, v;
+  std::vector<float> master, grads32;  // fp64 only
+};
+void OptimizerStep(kernels::KernelTable<float>& ops, BenchOptimizer& opt, float* params, const float* grads,
+                   int64_t n) {
+  ++opt.args.step;
+  ops.AdamW(opt.args, params, grads, opt.m.data(), opt.v.data(), n);
 }
-void OptimizerStep(AdamW& adam, std::vector<double>& params, const std::vector<double>& grads,
-                   std::vector<float>* master, std::vector<float>* grads32, double lr) {
-  std::copy(grads.begin(), grads.end(), grads32->begin());
-  adam.Step(master->data(), grads32->data(), lr);
-  std::copy(master->begin(), master->end(), params.begin());
+void OptimizerStep(kernels::KernelTable<double>&, BenchOptimizer& opt, double* params, const double* grads, int64_t n) {
+  ++opt.args.step;
+  std::copy(grads, grads + n, opt.grads32.begin());
+  kernels::cpu::AdamWUpdate(opt.args, opt.master.data(), opt.grads32.data(), opt.m.data(), opt.v.data(), n);
+  std::copy(opt.master.begin(), opt.master.end(), params);
 }
 
 template <typename Real>
@@ -125,10 +165,29 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   options.profile = &profile;
   Multiscreen<Real> model(dims, ShardSpec::Full(dims), options);
   const ParamLayout& layout = model.layout();
-  std::vector<float> master(layout.size()), grads32(layout.size());
+  const int64_t n = layout.size();
+  auto made = MakeKernelTable<Real>(options.device);  // the device was checked by ResolveDevice
+  if (!made.ok()) {
+    std::fprintf(stderr, "multiscreen bench: %s\n", std::string(made.status().message()).c_str());
+    std::exit(1);
+  }
+  kernels::KernelTable<Real>& ops = **made;
+  std::vector<float> master(n);
   InitParams(layout, seed, master.data());
-  std::vector<Real> params(master.begin(), master.end()), grads(layout.size());
-  AdamW adam(layout.size(), AdamWHyper{});
+  const std::vector<Real> initial(master.begin(), master.end());
+  DeviceArray<Real> params(options.device), grads(options.device);
+  params.Resize(n);
+  grads.Resize(n);
+  ops.Upload(initial.data(), n, params.data());
+  const Device optimizer_device = std::is_same_v<Real, float> ? options.device : Device::kCpu;
+  BenchOptimizer opt{.m = DeviceArray<float>(optimizer_device), .v = DeviceArray<float>(optimizer_device)};
+  opt.args.lr = lr;
+  opt.m.Resize(n);
+  opt.v.Resize(n);
+  if constexpr (std::is_same_v<Real, double>) {
+    opt.master = master;
+    opt.grads32.resize(n);
+  }
   TrainResult result;
   for (const ParamEntry& e : layout.entries()) {
     if (e.kind != ParamKind::kS_w) continue;
@@ -141,11 +200,12 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     for (int32_t& t : tokens) t = id(rng);
     profile.Clear();
     const auto start = Clock::now();
-    std::fill(grads.begin(), grads.end(), Real(0));
+    ops.Fill(grads.data(), n, Real(0));
     const double loss = model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data());
     {
       PhaseTimer timer(&profile, StepProfile::kOptimizer);
-      OptimizerStep(adam, params, grads, &master, &grads32, lr);
+      OptimizerStep(ops, opt, params.data(), grads.data(), n);
+      ops.Synchronize();
     }
     const double seconds = Seconds(start);
     if (step < warmup) continue;
@@ -211,10 +271,10 @@ int BenchTrain(int argc, char** argv) {
   const char* usage =
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
       "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --isa=PATH "
-      "--head_path=panels|blas --compare_paths --json]";
+      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --json]";
   if (auto s = ParseFlags(argc, argv, usage,
                           {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
-                           "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths"});
+                           "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device"});
       !s.ok()) {
     return Fail("bench", s);
   }
@@ -256,6 +316,9 @@ int BenchTrain(int argc, char** argv) {
   if (!(lr >= 0 && std::isfinite(lr))) {
     return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
   }
+  auto device = ResolveDevice(precision == "fp64", true);
+  if (!device.ok()) return Fail("bench", device.status());
+  head.device = *device;
   auto run = [&](const ModelOptions& options) {
     return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr)
                                : RunTrain<float>(*dims, p, options, B, T, warmup, steps, seed, lr);
@@ -271,12 +334,17 @@ int BenchTrain(int argc, char** argv) {
                                  "--compare_paths runs every path and both heads: --", flag, " does not apply")));
       }
     }
+    if (*device != Device::kCpu) {
+      return Fail("bench", absl::InvalidArgumentError("--compare_paths compares the CPU's paths: add --device=cpu"));
+    }
     return ComparePaths(*dims, precision, head, B, T, run, head_used);
   }
   const TrainResult r = run(head);
-  const int64_t peak_rss = PeakRssBytes();
+  const int64_t peak_rss = PeakRssBytes(), peak_device = BufferBytesPeak(*device);
+  const bool gpu = *device != Device::kCpu;
   int64_t sgemm_n = 0;
-  const double sgemm = BestSgemmGflops(&sgemm_n);
+  // MFU against the GEMM rate of the step's precision on its device.
+  const double sgemm = gpu ? BestDeviceGemmGflops(*device, p, &sgemm_n) : BestSgemmGflops(&sgemm_n);
 
   const double step = Median(r.step_seconds);
   const double tokens_per_s = double(B * T) / step;
@@ -302,6 +370,7 @@ int BenchTrain(int argc, char** argv) {
                         {"seq_len", T},
                         {"micro_batch", B},
                         {"precision", precision},
+                        {"device", gpu ? *BindDevice(0) : "cpu"},
                         {"threads", threads},
                         {"warmup", warmup},
                         {"steps", steps},
@@ -319,7 +388,9 @@ int BenchTrain(int argc, char** argv) {
                         {"sgemm_gflops", sgemm},
                         {"sgemm_n", sgemm_n},
                         {"mfu", mfu},
+                        {"gemm_rate_source", gpu ? "device GEMM in the step's precision" : "BLAS SGEMM"},
                         {"peak_rss_bytes", peak_rss},
+                        {"peak_device_bytes", gpu ? peak_device : 0},
                         {"loss_first", r.losses.front()},
                         {"loss_last", r.losses.back()},
                         {"breakdown_seconds", breakdown}};
@@ -329,14 +400,20 @@ int BenchTrain(int argc, char** argv) {
   std::printf("bench train: %s, T=%lld, B=%lld, %s, %d threads; %lld timed steps after %lld warm-up\n",
               dims->name.c_str(), (long long)T, (long long)B, precision.c_str(), threads, (long long)steps,
               (long long)warmup);
-  std::printf("  CPU kernels     %s; head: %s\n", kernels::cpu::IsaDescription().c_str(), head_used(head));
+  if (gpu) {
+    std::printf("  device          %s\n", BindDevice(0)->c_str());
+  } else {
+    std::printf("  CPU kernels     %s; head: %s\n", kernels::cpu::IsaDescription().c_str(), head_used(head));
+  }
   std::printf("  step (median)   %10.4f s     loss %.4f -> %.4f\n", step, r.losses.front(), r.losses.back());
   std::printf("  tokens/s        %10.0f\n", tokens_per_s);
   std::printf("  model FLOPs     %10.3f GFLOP/step (%.4g per token)\n", flops_per_token * B * T / 1e9, flops_per_token);
   std::printf("  achieved        %10.2f GFLOP/s\n", gflops);
-  std::printf("  SGEMM rate      %10.2f GFLOP/s (BLAS, n=%lld)\n", sgemm, (long long)sgemm_n);
+  std::printf("  GEMM rate       %10.2f GFLOP/s (%s, n=%lld)\n", sgemm, gpu ? "device" : "BLAS SGEMM",
+              (long long)sgemm_n);
   std::printf("  MFU             %10.1f %%\n", 100 * mfu);
   std::printf("  peak RSS        %10.1f MiB\n", peak_rss / 1048576.0);
+  if (gpu) std::printf("  peak device mem %10.1f MiB (the model's arrays)\n", peak_device / 1048576.0);
   std::printf("  breakdown (median per step):\n");
   for (int ph = 0; ph < StepProfile::kPhases; ++ph) {
     std::printf("    %-20s %9.2f ms  %5.1f %%\n", StepProfile::kNames[ph], 1e3 * phase[ph], 100 * phase[ph] / step);

@@ -1,5 +1,5 @@
 // `multiscreen forward --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B
-// --seq_len=T --out=OUT.h5 [--precision=fp32|bf16|fp64]`: the parity hook for
+// --seq_len=T --out=OUT.h5 [--precision=fp32|bf16|fp64 --device=cpu|cuda|auto]`: the parity hook for
 // reference implementations. Reads the first B·(T+1) tokens (sequence b is
 // tokens [b(T+1), (b+1)(T+1))) and writes `loss` (scalar), `token_losses`
 // [B, T] and `grad/<name>` (gradient of the mean loss) for every parameter.
@@ -11,8 +11,10 @@
 #include "checkpoint/weights_file.h"
 #include "cli/weights_source.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/flags.h"
 #include "data/token_file.h"
+#include "kernels/host_staging.h"
 #include "model/multiscreen.h"
 
 ABSL_FLAG(std::string, weights, "", "consolidated weights file (.h5) from init or ckpt export");
@@ -24,13 +26,18 @@ namespace {
 
 template <typename Real>
 absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B, int64_t T, Precision precision,
-                 const std::string& out_path) {
+                 Device device, const std::string& out_path) {
   ModelOptions options;
   options.precision = precision;
+  options.device = device;
+  auto staging = HostStaging<Real>::Create(device);
+  if (!staging.ok()) return staging.status();
   Multiscreen<Real> model(w.dims, ShardSpec::Full(w.dims), options);
   const ParamLayout& layout = model.layout();
   std::vector<Real> params(w.params.begin(), w.params.end()), grads(layout.size(), Real(0)), token_losses(B * T);
-  const double loss = model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data(), token_losses.data());
+  const double loss = model.ForwardBackward(staging->In(params.data(), layout.size()), tokens.data(), B, T,
+                                            staging->GradientsFor(grads.data(), layout.size()), token_losses.data());
+  staging->AddOut(grads.data());
   auto out = H5Writer::Create(out_path);
   if (!out.ok()) return out.status();
   H5Writer& h5 = **out;
@@ -47,8 +54,8 @@ absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B
 int ForwardCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
                           "multiscreen forward (--weights=FILE.h5 | --checkpoint=DIR) --tokens=FILE.bin --micro_batch=B --seq_len=T "
-                          "--out=OUT.h5",
-                          {"weights", "checkpoint", "tokens", "micro_batch", "seq_len", "precision", "out"});
+                          "--out=OUT.h5 [--precision=fp32|bf16|fp64 --device=cpu|cuda|auto]",
+                          {"weights", "checkpoint", "tokens", "micro_batch", "seq_len", "precision", "out", "device"});
       !s.ok()) {
     return Fail("forward", s);
   }
@@ -63,6 +70,8 @@ int ForwardCommand(int argc, char** argv) {
   if (precision != "fp32" && precision != "bf16" && precision != "fp64") {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--precision=", precision, ": expected fp32, bf16 or fp64")));
   }
+  auto device = ResolveDevice(precision == "fp64", true);
+  if (!device.ok()) return Fail("forward", device.status());
   auto weights = LoadWeights(weights_path, absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("forward", weights.status());
   // B·(T + 1) tokens index int32 arrays; the file's header bounds them further.
@@ -75,9 +84,9 @@ int ForwardCommand(int argc, char** argv) {
   auto tokens = ReadTokenFile(tokens_path, B * (T + 1), weights->dims.vocab);
   if (!tokens.ok()) return Fail("forward", tokens.status());
   const absl::Status s = precision == "fp64"
-                             ? Run<double>(*weights, *tokens, B, T, Precision::kFp32, out)
+                             ? Run<double>(*weights, *tokens, B, T, Precision::kFp32, *device, out)
                              : Run<float>(*weights, *tokens, B, T,
-                                          precision == "bf16" ? Precision::kBf16 : Precision::kFp32, out);
+                                          precision == "bf16" ? Precision::kBf16 : Precision::kFp32, *device, out);
   if (!s.ok()) return Fail("forward", s);
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "data/loader.h"
 #include "kernels/buffer.h"
+#include "cli/device.h"
 #include "kernels/cpu/isa.h"
 #include "model/multiscreen.h"
 #include "parallel/fatal.h"
@@ -25,10 +26,6 @@
 #include "parallel/process_grid.h"
 #include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
-
-#ifdef MULTISCREEN_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 ABSL_FLAG(std::string, config, "", "run configuration (RunConfig text proto), e.g. configs/train/psi8_demo.textproto");
 ABSL_FLAG(std::string, run_dir, "", "directory for metrics, TensorBoard events and checkpoints");
@@ -110,25 +107,6 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   return run;
 }
 
-// One GPU per local rank: device local_rank % count, so it works whether the
-// launcher shows each process all of the node's GPUs or only its own. Returns
-// "cuda:N", or "cpu" when the build has no CUDA or no device is visible.
-absl::StatusOr<std::string> BindDevice(int local_rank) {
-#ifdef MULTISCREEN_HAVE_CUDA
-  int count = 0;
-  if (CudaAvailable() && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
-    const int device = local_rank % count;
-    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-      return absl::InternalError(absl::StrCat("cudaSetDevice(", device, ") for local rank ", local_rank, ": ",
-                                              cudaGetErrorString(e)));
-    }
-    return absl::StrCat("cuda:", device);
-  }
-#endif
-  (void)local_rank;
-  return std::string("cpu");
-}
-
 absl::StatusOr<std::shared_ptr<const TokenStream>> OpenSplit(const std::vector<std::string>& paths,
                                                              const std::string& split) {
   std::vector<std::string> shards;
@@ -152,7 +130,7 @@ int TrainCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
                              "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
-                             "isa", "restart"}); !s.ok()) {
+                             "isa", "restart", "device"}); !s.ok()) {
     return Fail("train", s);
   }
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
@@ -220,13 +198,22 @@ int TrainCommand(int argc, char** argv) {
       return fail(val.status());
     }
   }
-  auto trainer = Trainer::Create(*run, *dims, sources, grid.get(), {.restart = absl::GetFlag(FLAGS_restart)});
+  // Every rank resolves its own device (its GPU was bound above); the step runs there.
+  auto device = ResolveDevice(false, grid->shape().tp * grid->shape().pp == 1);
+  if (!device.ok()) return fail(device.status());
+  auto trainer = Trainer::Create(*run, *dims, sources, grid.get(),
+                                 {.restart = absl::GetFlag(FLAGS_restart), .device = *device});
   if (!trainer.ok()) return fail(trainer.status());
   if (logger) {
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
-    LogInfo("CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
-            HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels));
+    if (*device == Device::kCpu) {
+      LogInfo("device: cpu; CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
+              HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels));
+    } else {
+      LogInfo("device: ", DeviceName(*device), " (", *BindDevice(grid->local_rank()),
+              "): the step on the GPU; optimizer and checkpoints on the host");
+    }
   }
   if (auto s = (*trainer)->Run(); !s.ok()) return fail(s);
   if (logger && (*trainer)->steps_run() > 0) {

@@ -1,5 +1,6 @@
 #include "kernels/buffer.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -11,6 +12,28 @@
 #endif
 
 namespace multiscreen {
+
+namespace {
+
+// Bytes held by Buffers per device now, and the most ever held (BufferBytesPeak).
+struct Usage {
+  std::atomic<int64_t> now{0}, peak{0};
+};
+Usage& UsageOf(Device device) {
+  static Usage usage[2];
+  return usage[device == Device::kCpu ? 0 : 1];
+}
+void Count(Device device, int64_t bytes) {
+  Usage& u = UsageOf(device);
+  const int64_t now = u.now.fetch_add(bytes) + bytes;
+  int64_t peak = u.peak.load();
+  while (now > peak && !u.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+}  // namespace
+
+int64_t BufferBytesPeak(Device device) { return UsageOf(device).peak.load(); }
 
 std::string DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
 
@@ -31,6 +54,7 @@ absl::StatusOr<Buffer> Buffer::Allocate(Device device, size_t bytes) {
   if (device == Device::kCpu) {
     b.data_ = std::calloc(bytes, 1);
     if (b.data_ == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " host bytes"));
+    Count(device, int64_t(bytes));
     return b;
   }
 #ifdef MULTISCREEN_HAVE_CUDA
@@ -40,6 +64,7 @@ absl::StatusOr<Buffer> Buffer::Allocate(Device device, size_t bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc(", bytes, "): ", cudaGetErrorString(e)));
   }
   cudaMemset(b.data_, 0, bytes);
+  Count(device, int64_t(bytes));
   return b;
 #else
   return absl::FailedPreconditionError("this build has no CUDA support (configure with MULTISCREEN_CUDA=ON)");
@@ -63,6 +88,7 @@ Buffer::~Buffer() { Release(); }
 
 void Buffer::Release() {
   if (data_ == nullptr) return;
+  Count(device_, -int64_t(bytes_));
   if (device_ == Device::kCpu) {
     std::free(data_);
   } else {

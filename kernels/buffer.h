@@ -14,6 +14,10 @@ enum class Device { kCpu, kCuda };
 
 std::string DeviceName(Device device);
 
+// The most bytes Buffers (and so DeviceArrays) held at once on `device` in this
+// process: a model's device memory, for bench's report.
+int64_t BufferBytesPeak(Device device);
+
 // True when this build has the CUDA kernels and a CUDA device is visible.
 bool CudaAvailable();
 

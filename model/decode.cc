@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/cpu/cpu_kernel_table.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/mipe.h"
 #include "kernels/cpu/softmask.h"
@@ -18,10 +19,11 @@ DecodeSession<Real>::DecodeSession(const ModelDims& dims, const Real* params, co
   e_bar_.resize(V * dE);
   k::UnitRowsForward(params + layout_.Find("embed/W_E")->buffer_offset, dE, e_bar_.data(), dE,
                      static_cast<Real*>(nullptr), V, dE);
-  w_cat_.resize(dims.n_layers);
   caches_.resize(dims.n_layers);
+  kernels::cpu::CpuKernelTable<Real> cpu;  // decoding runs on the CPU
   for (int64_t l = 0; l < dims.n_layers; ++l) {
-    PackProjections(layout_, params, l, &w_cat_[l]);
+    w_cat_.emplace_back(Device::kCpu);
+    PackProjections(cpu, layout_, params, l, &w_cat_[l]);
     const auto scalars = MapTileScalars(layout_, params, l, &options);
     caches_[l].resize(dims.n_heads);
     for (int64_t t = 0; t < dims.n_heads; ++t) {

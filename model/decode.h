@@ -31,12 +31,12 @@ class DecodeSession {
     int64_t capacity = 0;            // ring slots; 0 = unbounded (grows)
     std::vector<Real> k, v, mask;    // [slots, d_K], [slots, d_V], m(d) for d < ⌈w⌉
     std::vector<int64_t> position;   // absolute position of each slot's key
-    kernels::cpu::TileScalars scalars;
+    kernels::TileScalars scalars;
   };
   ParamLayout layout_;
   const Real* params_;
   std::vector<Real> e_bar_;                  // Ē [V, d_E]
-  std::vector<std::vector<Real>> w_cat_;     // per layer, PackProjections
+  std::vector<DeviceArray<Real>> w_cat_;     // per layer, PackProjections
   std::vector<std::vector<TileCache>> caches_;  // [layer][tile]
   int64_t position_ = 0;
 };

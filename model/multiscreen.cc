@@ -2,51 +2,88 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
-#include <type_traits>
+#include <string>
 
-#include "kernels/cpu/bf16.h"
-#include "kernels/cpu/cross_entropy.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/head_panels.h"
-#include "kernels/cpu/unit_rows.h"
 
 namespace multiscreen {
 
-namespace k = kernels::cpu;
+namespace {
+
+// The kernel table of options.device; a failure ends the process with its reason
+// (the command line checks the device before building a model).
+template <typename Real>
+std::unique_ptr<kernels::KernelTable<Real>> TableFor(const ModelOptions& options) {
+  KernelOptions k;
+  k.head_path = options.head_path;
+  k.head_chunk_rows = options.head_chunk_rows;
+  k.head_vocab_block = options.head_vocab_block;
+  absl::StatusOr<std::unique_ptr<kernels::KernelTable<Real>>> table = MakeKernelTable<Real>(options.device, k);
+  if (!table.ok()) {
+    std::fprintf(stderr, "multiscreen: fatal: --device=%s: %s\n", DeviceName(options.device).c_str(),
+                 std::string(table.status().message()).c_str());
+    std::exit(1);
+  }
+  return std::move(*table);
+}
+
+}  // namespace
 
 template <typename Real>
-kernels::cpu::ScreeningSaved<Real> Multiscreen<Real>::LayerActivations::saved() {
+kernels::ScreeningSaved<Real> Multiscreen<Real>::LayerActivations::saved() {
   return {q_tilde.data(), k_tilde.data(), v_bar.data(), q_norm.data(), k_norm.data(), v_norm.data(), h.data()};
 }
 
 template <typename Real>
 Multiscreen<Real>::Multiscreen(const ModelDims& dims, const ShardSpec& shard, ModelOptions options, Communicator* tp)
-    : layout_(dims, shard), options_(options), tp_(tp != nullptr ? tp : &single_) {
-  weights_.resize(shard.layers());
-  acts_.resize(shard.layers());
+    : layout_(dims, shard),
+      options_(options),
+      ops_(TableFor<Real>(options)),
+      tp_(tp != nullptr ? tp : &single_),
+      e_bar_(options.device),
+      e_norm_(options.device),
+      d_e_bar_(options.device),
+      e_bar_compute_(options.device),
+      d_u_(options.device),
+      d_p_(options.device),
+      d_w_cat_(options.device),
+      d_delta_(options.device),
+      scratch_x_(options.device),
+      head_(options.device),
+      step_x_(options.device),
+      step_dx_(options.device),
+      step_x0_(options.device),
+      logits_(options.device) {
+  for (int64_t li = 0; li < shard.layers(); ++li) {
+    weights_.emplace_back(options.device);
+    acts_.emplace_back(options.device);
+  }
 }
 
 template <typename Real>
 void Multiscreen<Real>::RoundToCompute(Real* data, int64_t n) const {
-  if constexpr (std::is_same_v<Real, float>) {
-    if (options_.precision == Precision::kBf16) k::RoundToBf16(data, n);
-    if (options_.precision == Precision::kFp16) k::RoundToFp16(data, n);
-  }
+  ops_->RoundTo(options_.precision, data, n);
 }
 
 template <typename Real>
 void Multiscreen<Real>::RoundGradientToCompute(Real* data, int64_t n) const {
-  if constexpr (std::is_same_v<Real, float>) {
-    if (options_.precision == Precision::kFp16) k::RoundToFp16(data, n);
-  }
+  if (options_.precision == Precision::kFp16) ops_->RoundTo(options_.precision, data, n);
 }
 
 template <typename Real>
-kernels::cpu::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) const {
-  k::ScreeningShape s;
+Real Multiscreen<Real>::ReadScalar(const Real* params, int64_t offset) const {
+  Real value;
+  ops_->Download(params + offset, 1, &value);
+  return value;
+}
+
+template <typename Real>
+kernels::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) const {
+  kernels::ScreeningShape s;
   s.batch = B;
   s.seq = T;
   s.tiles = layout_.shard().tiles();
@@ -57,120 +94,133 @@ kernels::cpu::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) co
 }
 
 template <typename Real>
+std::vector<kernels::TileScalars> Multiscreen<Real>::TileScalarsOf(int64_t li,
+                                                                   const InferenceOptions* inference) const {
+  const LayerWeights& w = weights_[li];
+  return MapTileScalars(w.s_w.data(), w.s_r.data(), w.s_o.data(), layout_.shard().tiles(), inference);
+}
+
+template <typename Real>
 void Multiscreen<Real>::BeginStep(const Real* params) {
   PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   const ShardSpec& shard = layout_.shard();
   const int64_t dE = dims().d_e;
+  if (shard.embed) s_e_ = ReadScalar(params, layout_.Find("embed/s_E")->buffer_offset);
+  if (shard.head) s_f_ = ReadScalar(params, layout_.Find("head/s_F")->buffer_offset);
   if (shard.embed || shard.head) {
     const ParamEntry* w_e = layout_.Find("embed/W_E");
     const int64_t rows = shard.vocab();
-    e_bar_.resize(rows * dE);
-    e_norm_.resize(rows);
-    d_e_bar_.assign(rows * dE, Real(0));
-    k::UnitRowsForward(params + w_e->buffer_offset, dE, e_bar_.data(), dE, e_norm_.data(), rows, dE);
+    e_bar_.Resize(rows * dE);
+    e_norm_.Resize(rows);
+    d_e_bar_.Resize(rows * dE);
+    ops_->Fill(d_e_bar_.data(), rows * dE, Real(0));
+    ops_->UnitRowsForward(params + w_e->buffer_offset, dE, e_bar_.data(), dE, e_norm_.data(), rows, dE);
     if (options_.precision != Precision::kFp32) {
-      e_bar_compute_ = e_bar_;
-      RoundToCompute(e_bar_compute_.data(), e_bar_compute_.size());
+      e_bar_compute_.Resize(rows * dE);
+      ops_->Copy(e_bar_.data(), rows * dE, e_bar_compute_.data());
+      RoundToCompute(e_bar_compute_.data(), rows * dE);
     }
-    // Ē in panels for the head's kernels, once per step however many micro-batches
-    // (HeadLoss uses them when e^{s_F} also allows the fixed shift).
-    if (PanelsAllowed()) {
-      head_.e_bar_panels.resize(k::HeadPanelCount(rows) * dE * k::kHeadPanel);
-      k::PackHeadPanels(EBarCompute(), rows, dE, head_.e_bar_panels.data());
-    }
+    // Ē as the single-rank head sees it, once per step however many micro-batches.
+    if (shard.head && tp_->size() == 1) ops_->PrepareHead(EBarCompute(), rows, dE);
   }
+  const auto& entries = layout_.entries();
+  const int64_t nt = shard.tiles();
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
-    const int64_t layer = shard.layer_begin + li;
-    PackProjections(layout_, params, layer, &w.w_cat);
-    const Real* w_o = params + layout_.entries()[layout_.LayerEntry(layer) + kWO].buffer_offset;
-    w.w_o.assign(w_o, w_o + layout_.entries()[layout_.LayerEntry(layer) + kWO].size());
+    const int64_t first = layout_.LayerEntry(shard.layer_begin + li);
+    PackProjections(*ops_, layout_, params, shard.layer_begin + li, &w.w_cat);
+    const ParamEntry& w_o = entries[first + kWO];
+    w.w_o.Resize(w_o.size());
+    ops_->Copy(params + w_o.buffer_offset, w_o.size(), w.w_o.data());
     RoundToCompute(w.w_cat.data(), w.w_cat.size());
     RoundToCompute(w.w_o.data(), w.w_o.size());
+    for (auto [slot, host] : {std::pair{kSw, &w.s_w}, std::pair{kSr, &w.s_r}, std::pair{kSO, &w.s_o}}) {
+      host->resize(nt);
+      ops_->Download(params + entries[first + slot].buffer_offset, nt, host->data());
+    }
   }
 }
 
 template <typename Real>
 void Multiscreen<Real>::Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) {
+  (void)params;  // s_E was read by BeginStep
   PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   const ShardSpec& shard = layout_.shard();
-  const Real scale = static_cast<Real>(std::exp(double(params[layout_.Find("embed/s_E")->buffer_offset])));
-  k::EmbeddingForward(EBarCompute(), shard.vocab_begin, shard.vocab_end, dims().d_e, ids, n, scale, x);
+  const Real scale = static_cast<Real>(std::exp(double(s_e_)));
+  ops_->EmbeddingForward(EBarCompute(), shard.vocab_begin, shard.vocab_end, dims().d_e, ids, n, scale, x);
   tp_->AllReduce(x, n * dims().d_e, ReduceOp::kSum);
 }
 
 template <typename Real>
 void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, Real* x,
                                       const InferenceOptions* inference) {
+  (void)params;  // BeginStep packed the weights and read the scalars
   const ModelDims& d = dims();
   const int64_t nt = layout_.shard().tiles(), dE = d.d_e, dK = d.d_k, dV = d.d_v;
   const int64_t rows = B * T, C = 2 * dK + 2 * dV;
   batch_ = B;
   seq_ = T;
-  scratch_x_.resize(rows * dE);
+  scratch_x_.Resize(rows * dE);
   StepProfile* profile = options_.profile;
   for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
     std::optional<PhaseTimer> timer(std::in_place, profile, StepProfile::kProjections);
-    a.x_in.assign(x, x + rows * dE);
-    a.P.resize(rows * nt * C);
-    a.U.resize(rows * nt * dV);
-    a.q_tilde.resize(rows * nt * dK);
-    a.k_tilde.resize(rows * nt * dK);
-    a.v_bar.resize(rows * nt * dV);
-    a.h.resize(rows * nt * dV);
-    a.q_norm.resize(rows * nt);
-    a.k_norm.resize(rows * nt);
-    a.v_norm.resize(rows * nt);
+    a.x_in.Resize(rows * dE);
+    ops_->Copy(x, rows * dE, a.x_in.data());
+    a.P.Resize(rows * nt * C);
+    a.U.Resize(rows * nt * dV);
+    a.q_tilde.Resize(rows * nt * dK);
+    a.k_tilde.Resize(rows * nt * dK);
+    a.v_bar.Resize(rows * nt * dV);
+    a.h.Resize(rows * nt * dV);
+    a.q_norm.Resize(rows * nt);
+    a.k_norm.Resize(rows * nt);
+    a.v_norm.Resize(rows * nt);
     // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3). The
     // stored x_in and U are the GEMM operands, so they hold the compute precision.
-    RoundToCompute(a.x_in.data(), a.x_in.size());
-    k::Gemm<Real>(false, false, rows, nt * C, dE, 1, a.x_in.data(), dE, w.w_cat.data(), nt * C, 0, a.P.data(), nt * C);
-    RoundToCompute(a.P.data(), a.P.size());
+    RoundToCompute(a.x_in.data(), rows * dE);
+    ops_->Gemm(options_.precision, false, false, rows, nt * C, dE, 1, a.x_in.data(), dE, w.w_cat.data(), nt * C, 0,
+               a.P.data(), nt * C);
+    RoundToCompute(a.P.data(), rows * nt * C);
     timer.emplace(profile, StepProfile::kScreeningForward);
-    const auto tiles = MapTileScalars(layout_, params, layout_.shard().layer_begin + li, inference);
-    k::ScreeningForward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), a.U.data(), &screening_ws_);
-    RoundToCompute(a.U.data(), a.U.size());
+    const auto tiles = TileScalarsOf(li, inference);
+    ops_->ScreeningForward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), a.U.data());
+    RoundToCompute(a.U.data(), rows * nt * dV);
     timer.emplace(profile, StepProfile::kOutputGemm);
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
-    k::Gemm<Real>(false, false, rows, dE, nt * dV, 1, a.U.data(), nt * dV, w.w_o.data(), dE, 0, scratch_x_.data(), dE);
+    ops_->Gemm(options_.precision, false, false, rows, dE, nt * dV, 1, a.U.data(), nt * dV, w.w_o.data(), dE, 0,
+               scratch_x_.data(), dE);
     tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
-    for (int64_t i = 0; i < rows * dE; ++i) x[i] += scratch_x_[i];
+    ops_->AddInto(scratch_x_.data(), rows * dE, x);
   }
 }
 
 template <typename Real>
 double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
                                    Real* grads, double grad_scale, Real* token_losses) {
+  (void)params;  // s_F was read by BeginStep
   PhaseTimer timer(options_.profile, StepProfile::kHead);
   const ModelDims& d = dims();
   const ShardSpec& shard = layout_.shard();
   const int64_t dE = d.d_e, Vl = shard.vocab();
-  const Real s_f = params[layout_.Find("head/s_F")->buffer_offset];
-  const Real scale = static_cast<Real>(std::exp(double(s_f)));
+  const Real scale = static_cast<Real>(std::exp(double(s_f_)));
   HeadBuffers& hb = head_;
   // PLNorm (step 14): y = x/‖x‖.
-  hb.y.assign(x, x + n * dE);
-  hb.y_norm.resize(n);
-  if (d.pl_norm) k::UnitRowsForward(x, dE, hb.y.data(), dE, hb.y_norm.data(), n, dE);
+  hb.y.Resize(n * dE);
+  hb.y_norm.Resize(n);
+  if (d.pl_norm) {
+    ops_->UnitRowsForward(x, dE, hb.y.data(), dE, hb.y_norm.data(), n, dE);
+  } else {
+    ops_->Copy(x, n * dE, hb.y.data());
+  }
   const Real* y_c = hb.y.data();  // the head GEMMs' operand
   if (options_.precision != Precision::kFp32) {
-    hb.y_c.assign(hb.y.begin(), hb.y.end());
-    RoundToCompute(hb.y_c.data(), hb.y_c.size());
+    hb.y_c.Resize(n * dE);
+    ops_->Copy(hb.y.data(), n * dE, hb.y_c.data());
+    RoundToCompute(hb.y_c.data(), n * dE);
     y_c = hb.y_c.data();
   }
-  const Real* e_bar = EBarCompute();
-
-  const bool distributed = tp_->size() > 1;
-  // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
-  // is a safe softmax shift and the max pass is not needed.
-  const double shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
-  const bool panels = !distributed && UsesHeadPanels(shift);
-  const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
-  hb.z.resize(chunk * (panels ? k::HeadPanelCount(Vl) * k::kHeadPanel : Vl));
-  hb.row_max.resize(n);
-  hb.row_sum.resize(n);
   hb.lse.resize(n);
   hb.target_logit.assign(n, 0.0);
   hb.local_target.resize(n);
@@ -178,210 +228,114 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     hb.local_target[r] =
         targets[r] >= shard.vocab_begin && targets[r] < shard.vocab_end ? targets[r] - shard.vocab_begin : -1;
   }
-  hb.dy.resize(dx != nullptr ? n * dE : 0);
-  hb.coef.assign(chunk, static_cast<Real>(grad_scale / double(n)));
-  Real* z = hb.z.data();
-  double *lse = hb.lse.data(), *target_logit = hb.target_logit.data();
-  const int64_t* local_target = hb.local_target.data();
-  // Logits of rows [r0, r0 + rc): z = e^{s_F} · y Ēᵀ on the local vocabulary.
-  auto logits = [&](int64_t r0, int64_t rc) {
-    k::Gemm<Real>(false, true, rc, Vl, dE, scale, y_c + r0 * dE, dE, e_bar, dE, 0, z, Vl);
-  };
-  // With z holding ∂L/∂z/e^{s_F}: dĒ += e^{s_F} zᵀ y, dy = e^{s_F} z Ē. dĒ is gathered
-  // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), or in Ē's
-  // panels, in a buffer that is all zeros between calls, and moved into d_e_bar_ once
-  // at the end.
-  if (panels) {  // Ē's panels were packed by BeginStep
-    hb.d_e_bar_panels.resize(dx != nullptr ? hb.e_bar_panels.size() : 0);
-  } else if (dx != nullptr) {
-    hb.d_e_bar_t.resize(dE * Vl);
-  }
-  auto backward_gemms = [&](int64_t r0, int64_t rc) {
-    k::Gemm<Real>(true, false, dE, Vl, rc, scale, y_c + r0 * dE, dE, z, Vl, 1, hb.d_e_bar_t.data(), Vl);
-    k::Gemm<Real>(false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, hb.dy.data() + r0 * dE, dE);
-  };
-  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-    const int64_t rc = std::min(chunk, n - r0);
-    if (!distributed && dx != nullptr) {
-      FusedHeadChunk(Vl, rc, r0, y_c, e_bar, scale, shift, lse + r0, target_logit + r0);
-      continue;
-    }
-    if (panels) {  // the loss alone
-      PanelSoftmax(Vl, rc, r0, y_c, e_bar, scale, shift, lse + r0, target_logit + r0, nullptr);
-      continue;
-    }
-    logits(r0, rc);
-    k::SoftmaxStats(z, Vl, rc, Vl, hb.row_max.data() + r0, hb.row_sum.data() + r0);
-    for (int64_t r = 0; r < rc; ++r) {
-      if (local_target[r0 + r] >= 0) target_logit[r0 + r] = z[r * Vl + local_target[r0 + r]];
-      lse[r0 + r] = hb.row_max[r0 + r] + std::log(hb.row_sum[r0 + r]);
-    }
-  }
-  if (distributed) {
-    // Vocabulary-parallel softmax: global max, then the rescaled sums, then the target logit.
-    std::vector<double> global_max = hb.row_max;
-    tp_->AllReduce(global_max.data(), n, ReduceOp::kMax);
-    for (int64_t r = 0; r < n; ++r) hb.row_sum[r] *= std::exp(hb.row_max[r] - global_max[r]);
-    tp_->AllReduce(hb.row_sum.data(), n, ReduceOp::kSum);
-    tp_->AllReduce(target_logit, n, ReduceOp::kSum);
-    for (int64_t r = 0; r < n; ++r) lse[r] = global_max[r] + std::log(hb.row_sum[r]);
-    if (dx != nullptr) {
-      for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-        const int64_t rc = std::min(chunk, n - r0);
-        logits(r0, rc);
-        k::CrossEntropyGrad(z, Vl, rc, Vl, lse + r0, local_target + r0, hb.coef.data());
-        backward_gemms(r0, rc);
-      }
-    }
+  hb.dy.Resize(dx != nullptr ? n * dE : 0);
+  const Real coef = static_cast<Real>(grad_scale / double(n));
+  if (tp_->size() > 1) {
+    ShardedHeadLoss(y_c, EBarCompute(), n, scale, dx != nullptr, coef);
+  } else {
+    kernels::HeadLossArgs<Real> args;
+    args.y = y_c;
+    args.e_bar = EBarCompute();
+    args.rows = n;
+    args.vocab = Vl;
+    args.d_e = dE;
+    args.scale = scale;
+    // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
+    // is a safe softmax shift and the max pass is not needed.
+    args.shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
+    args.target = hb.local_target.data();
+    args.coef = coef;
+    args.lse = hb.lse.data();
+    args.target_logit = hb.target_logit.data();
+    args.dy = dx != nullptr ? hb.dy.data() : nullptr;
+    args.d_e_bar = d_e_bar_.data();
+    ops_->HeadLoss(args);
   }
   double loss = 0;
   for (int64_t r = 0; r < n; ++r) {
-    const double l = lse[r] - target_logit[r];
+    const double l = hb.lse[r] - hb.target_logit[r];
     loss += l;
     if (token_losses != nullptr) token_losses[r] = static_cast<Real>(l);
   }
   loss /= double(n);
   if (dx == nullptr) return loss;
-  if (panels) {
-    k::UnpackHeadPanelsAdd(hb.d_e_bar_panels.data(), Vl, dE, d_e_bar_.data());
-  } else {
-    k::MoveAddTransposed(hb.d_e_bar_t.data(), dE, Vl, Vl, d_e_bar_.data(), dE);
-  }
   tp_->AllReduce(hb.dy.data(), n * dE, ReduceOp::kSum);
   // ∂L/∂s_F = Σ_r y_r · ∂L/∂y_r, since z = e^{s_F} y Ēᵀ.
-  double d_sf = 0;
-  for (int64_t i = 0; i < n * dE; ++i) d_sf += double(hb.y[i]) * hb.dy[i];
-  grads[layout_.Find("head/s_F")->buffer_offset] += static_cast<Real>(d_sf);
+  const Real d_sf = static_cast<Real>(ops_->Dot(hb.y.data(), hb.dy.data(), n * dE));
+  ops_->AddHost(&d_sf, 1, grads + layout_.Find("head/s_F")->buffer_offset);
   if (d.pl_norm) {
-    k::UnitRowsBackward(hb.y.data(), dE, hb.y_norm.data(), hb.dy.data(), dE, dx, dE, n, dE, false);
+    ops_->UnitRowsBackward(hb.y.data(), dE, hb.y_norm.data(), hb.dy.data(), dE, dx, dE, n, dE, false);
   } else {
-    std::copy(hb.dy.begin(), hb.dy.end(), dx);
+    ops_->Copy(hb.dy.data(), n * dE, dx);
   }
   return loss;
 }
 
 template <typename Real>
-void Multiscreen<Real>::FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
-                                       double shift, double* lse, double* target_logit) {
-  // The softmax's numerators z ← exp(z − m) replace the logits; the softmax's 1/Σ_v and
-  // the loss's coefficient c are folded into the backward contractions' small operands,
-  // and the targets' one-hot part of ∂L/∂z = c (softmax − onehot) is added apart:
-  //   dĒ += e^{s_F} (c/Σ ⊙ y)ᵀ z − one-hot,   dy = c/Σ ⊙ e^{s_F} z Ē − one-hot.
+void Multiscreen<Real>::ShardedHeadLoss(const Real* y_c, const Real* e_bar, int64_t n, Real scale, bool gradients,
+                                        Real coef) {
   HeadBuffers& hb = head_;
-  const int64_t dE = dims().d_e;
-  const int64_t* target = hb.local_target.data() + r0;
-  const Real* y = y_c + r0 * dE;
+  const int64_t dE = dims().d_e, Vl = layout_.shard().vocab();
+  const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
+  hb.z.Resize(chunk * Vl);
+  hb.row_max.resize(n);
+  hb.row_sum.resize(n);
+  double *lse = hb.lse.data(), *target_logit = hb.target_logit.data();
+  const int64_t* local_target = hb.local_target.data();
   Real* z = hb.z.data();
-  Real* dy = hb.dy.data() + r0 * dE;
-  hb.row_scale.resize(rc);
-  hb.y_scaled.resize(rc * dE);
-  const bool panels = UsesHeadPanels(shift);
-  const int64_t np = k::HeadPanelCount(Vl);
-  if (!panels) {
-    // The logits whole (GEMM), then the softmax with the fixed shift or each row's max.
-    k::Gemm<Real>(false, true, rc, Vl, dE, scale, y, dE, e_bar, dE, 0, z, Vl);
-    k::SoftmaxNumerators(z, Vl, rc, Vl, shift, target, lse, target_logit, hb.row_scale.data());
-    k::Gemm<Real>(false, false, rc, dE, Vl, 1, z, Vl, e_bar, dE, 0, dy, dE);
-  } else {
-    PanelSoftmax(Vl, rc, r0, y_c, e_bar, scale, shift, lse, target_logit, dy);
+  // Logits of rows [r0, r0 + rc): z = e^{s_F} · y Ēᵀ on the local vocabulary.
+  auto logits = [&](int64_t r0, int64_t rc) {
+    ops_->Gemm(options_.precision, false, true, rc, Vl, dE, scale, y_c + r0 * dE, dE, e_bar, dE, 0, z, Vl);
+  };
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rc = std::min(chunk, n - r0);
+    logits(r0, rc);
+    ops_->SoftmaxStats(z, Vl, rc, Vl, hb.row_max.data() + r0, hb.row_sum.data() + r0);
+    ops_->TargetLogits(z, Vl, rc, local_target + r0, target_logit + r0);
   }
-  for (int64_t r = 0; r < rc; ++r) {  // c e^{s_F}/Σ_r, then the one-hot part
-    const Real c = static_cast<Real>(double(scale) * double(hb.coef[r]) * hb.row_scale[r]);
-    for (int64_t j = 0; j < dE; ++j) {
-      hb.y_scaled[r * dE + j] = c * y[r * dE + j];
-      dy[r * dE + j] *= c;
-    }
-    if (target[r] < 0) continue;
-    const Real c_target = scale * hb.coef[r];
-    const Real* e_t = e_bar + target[r] * dE;
-    Real* de_t = d_e_bar_.data() + target[r] * dE;
-    for (int64_t j = 0; j < dE; ++j) {
-      dy[r * dE + j] -= c_target * e_t[j];
-      de_t[j] -= c_target * y[r * dE + j];
-    }
+  // Vocabulary-parallel softmax: global max, then the rescaled sums, then the target logit.
+  std::vector<double> global_max = hb.row_max;
+  tp_->AllReduce(global_max.data(), n, ReduceOp::kMax);
+  for (int64_t r = 0; r < n; ++r) hb.row_sum[r] *= std::exp(hb.row_max[r] - global_max[r]);
+  tp_->AllReduce(hb.row_sum.data(), n, ReduceOp::kSum);
+  tp_->AllReduce(target_logit, n, ReduceOp::kSum);
+  for (int64_t r = 0; r < n; ++r) lse[r] = global_max[r] + std::log(hb.row_sum[r]);
+  if (!gradients) return;
+  // With z holding ∂L/∂z/e^{s_F}: dĒ += e^{s_F} zᵀ y, dy = e^{s_F} z Ē. dĒ is gathered
+  // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), in a buffer
+  // that is all zeros between calls, and moved into d_e_bar_ once at the end.
+  hb.d_e_bar_t.Resize(dE * Vl);
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rc = std::min(chunk, n - r0);
+    logits(r0, rc);
+    ops_->CrossEntropyGrad(z, Vl, rc, Vl, lse + r0, local_target + r0, coef);
+    ops_->Gemm(options_.precision, true, false, dE, Vl, rc, scale, y_c + r0 * dE, dE, z, Vl, 1,
+               hb.d_e_bar_t.data(), Vl);
+    ops_->Gemm(options_.precision, false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, hb.dy.data() + r0 * dE, dE);
   }
-  if (panels) {
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < np; ++p) {
-      k::HeadPanelsGradAdd(hb.y_scaled.data(), rc, dE, z + p * rc * k::kHeadPanel, p, p + 1, hb.d_e_bar_panels.data());
-    }
-  } else {
-    k::Gemm<Real>(true, false, dE, Vl, rc, 1, hb.y_scaled.data(), dE, z, Vl, 1, hb.d_e_bar_t.data(), Vl);
-  }
-}
-
-template <typename Real>
-void Multiscreen<Real>::PanelSoftmax(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
-                                     double shift, double* lse, double* target_logit, Real* dy) {
-  // A fixed shift needs no pass over whole rows first, so the vocabulary goes in blocks
-  // of panels, each thread on its own, while a block is in cache: its numerators, their
-  // row sums and (for gradients) its part of z Ē. Blocks are summed in order, whatever
-  // the threads.
-  HeadBuffers& hb = head_;
-  const int64_t dE = dims().d_e, np = k::HeadPanelCount(Vl);
-  const int64_t* target = hb.local_target.data() + r0;
-  const Real* y = y_c + r0 * dE;
-  Real* z = hb.z.data();
-  const int64_t block = std::max<int64_t>(1, options_.head_vocab_block);  // whole panels, at least one
-  const int64_t per_block = block / k::kHeadPanel + (block % k::kHeadPanel != 0);
-  const int64_t nb = (np + per_block - 1) / per_block;
-  hb.block_sum.assign(nb * rc, 0.0);
-  hb.block_dy.resize(dy != nullptr ? nb * rc * dE : 0);
-  hb.row_scale.resize(rc);
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < nb; ++blk) {
-    const int64_t p0 = blk * per_block, p1 = std::min(np, p0 + per_block);
-    Real* z_block = z + p0 * rc * k::kHeadPanel;
-    k::HeadNumerators(y, rc, dE, hb.e_bar_panels.data(), p0, p1, Vl, scale, static_cast<Real>(shift), z_block,
-                      hb.block_sum.data() + blk * rc);
-    if (dy != nullptr) k::HeadNumeratorsEBar(z_block, rc, dE, e_bar, p0, p1, Vl, hb.block_dy.data() + blk * rc * dE);
-  }
-  for (int64_t r = 0; r < rc; ++r) {
-    double sum = 0;
-    for (int64_t blk = 0; blk < nb; ++blk) sum += hb.block_sum[blk * rc + r];
-    lse[r] = shift + std::log(sum);
-    hb.row_scale[r] = 1.0 / sum;
-    if (target[r] < 0) continue;
-    double dot = 0;
-    for (int64_t j = 0; j < dE; ++j) dot += double(y[r * dE + j]) * double(e_bar[target[r] * dE + j]);
-    target_logit[r] = double(scale) * dot;
-  }
-  if (dy == nullptr) return;
-  std::fill(dy, dy + rc * dE, Real(0));
-  for (int64_t blk = 0; blk < nb; ++blk) {
-    const Real* part = hb.block_dy.data() + blk * rc * dE;
-    for (int64_t i = 0; i < rc * dE; ++i) dy[i] += part[i];
-  }
-}
-
-template <typename Real>
-bool Multiscreen<Real>::UsesHeadPanels(double shift) const {
-  return !std::isnan(shift) && PanelsAllowed();
-}
-
-template <typename Real>
-bool Multiscreen<Real>::PanelsAllowed() const {
-  return layout_.shard().head && HeadPanelsAllowed<Real>(dims(), tp_->size(), options_.head_path);
+  ops_->MoveAddTransposed(hb.d_e_bar_t.data(), dE, Vl, Vl, d_e_bar_.data(), dE);
 }
 
 template <typename Real>
 bool HeadPanelsAllowed(const ModelDims& dims, int64_t tp, HeadPath path) {
-  return path == HeadPath::kPanels && dims.pl_norm && tp == 1 && k::HeadPanelsSupport<Real>(dims.d_e);
+  return path == HeadPath::kPanels && dims.pl_norm && tp == 1 && kernels::cpu::HeadPanelsSupport<Real>(dims.d_e);
 }
 template bool HeadPanelsAllowed<float>(const ModelDims&, int64_t, HeadPath);
 template bool HeadPanelsAllowed<double>(const ModelDims&, int64_t, HeadPath);
 
 template <typename Real>
 void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads) {
+  (void)params;  // BeginStep packed the weights and read the scalars
   const ModelDims& d = dims();
   const int64_t nt = layout_.shard().tiles(), dE = d.d_e, dK = d.d_k, dV = d.d_v;
   const int64_t B = batch_, T = seq_, rows = B * T, C = 2 * dK + 2 * dV;
   const auto& entries = layout_.entries();
-  d_u_.resize(rows * nt * dV);
-  d_p_.resize(rows * nt * C);
-  d_w_cat_.resize(dE * nt * C);
-  scratch_x_.resize(rows * dE);
-  std::vector<k::TileScalarGrads> tile_grads(nt);
+  d_u_.Resize(rows * nt * dV);
+  d_p_.Resize(rows * nt * C);
+  d_w_cat_.Resize(dE * nt * C);
+  scratch_x_.Resize(rows * dE);
+  std::vector<kernels::TileScalarGrads> tile_grads(nt);
+  std::vector<Real> g_scalars(nt);
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
@@ -390,35 +344,37 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     // Δ = U · W_O: dU = dΔ · W_Oᵀ, dW_O += Uᵀ dΔ (dΔ = dx, the residual passes it through).
     const Real* d_delta = dx;
     if (options_.precision == Precision::kFp16) {
-      d_delta_.assign(dx, dx + rows * dE);
-      RoundGradientToCompute(d_delta_.data(), d_delta_.size());
+      d_delta_.Resize(rows * dE);
+      ops_->Copy(dx, rows * dE, d_delta_.data());
+      RoundGradientToCompute(d_delta_.data(), rows * dE);
       d_delta = d_delta_.data();
     }
-    k::Gemm<Real>(false, true, rows, nt * dV, dE, 1, d_delta, dE, w.w_o.data(), dE, 0, d_u_.data(), nt * dV);
-    k::Gemm<Real>(true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, d_delta, dE, 1,
-                  grads + entries[first + kWO].buffer_offset, dE);
+    ops_->Gemm(options_.precision, false, true, rows, nt * dV, dE, 1, d_delta, dE, w.w_o.data(), dE, 0, d_u_.data(),
+               nt * dV);
+    ops_->Gemm(options_.precision, true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, d_delta, dE, 1,
+               grads + entries[first + kWO].buffer_offset, dE);
     timer.emplace(options_.profile, StepProfile::kScreeningBackward);
-    const auto tiles = MapTileScalars(layout_, params, layout_.shard().layer_begin + li, nullptr);
-    k::ScreeningBackward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(), d_p_.data(),
-                         tile_grads.data(), &screening_ws_);
-    // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}.
-    Real* g_sw = grads + entries[first + kSw].buffer_offset;
-    Real* g_sr = grads + entries[first + kSr].buffer_offset;
-    Real* g_so = grads + entries[first + kSO].buffer_offset;
-    for (int64_t t = 0; t < nt; ++t) {
-      g_sw[t] += static_cast<Real>(tile_grads[t].w * (tiles[t].w - 1.0));
-      g_sr[t] += static_cast<Real>(tile_grads[t].r * tiles[t].r * (1.0 - tiles[t].r));
-      g_so[t] += static_cast<Real>(tile_grads[t].scale * tiles[t].scale);
-    }
+    const auto tiles = TileScalarsOf(li, nullptr);
+    ops_->ScreeningBackward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(), d_p_.data(),
+                            tile_grads.data());
+    // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}; their gradients, computed
+    // on the host, are added to the device's.
+    for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].w * (tiles[t].w - 1.0));
+    ops_->AddHost(g_scalars.data(), nt, grads + entries[first + kSw].buffer_offset);
+    for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].r * tiles[t].r * (1.0 - tiles[t].r));
+    ops_->AddHost(g_scalars.data(), nt, grads + entries[first + kSr].buffer_offset);
+    for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].scale * tiles[t].scale);
+    ops_->AddHost(g_scalars.data(), nt, grads + entries[first + kSO].buffer_offset);
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
     timer.emplace(options_.profile, StepProfile::kProjections);
-    RoundGradientToCompute(d_p_.data(), d_p_.size());
-    k::Gemm<Real>(true, false, dE, nt * C, rows, 1, a.x_in.data(), dE, d_p_.data(), nt * C, 0, d_w_cat_.data(), nt * C);
-    UnpackProjectionsAdd(layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
-    k::Gemm<Real>(false, true, rows, dE, nt * C, 1, d_p_.data(), nt * C, w.w_cat.data(), nt * C, 0,
-                  scratch_x_.data(), dE);
+    RoundGradientToCompute(d_p_.data(), rows * nt * C);
+    ops_->Gemm(options_.precision, true, false, dE, nt * C, rows, 1, a.x_in.data(), dE, d_p_.data(), nt * C, 0,
+               d_w_cat_.data(), nt * C);
+    UnpackProjectionsAdd(*ops_, layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
+    ops_->Gemm(options_.precision, false, true, rows, dE, nt * C, 1, d_p_.data(), nt * C, w.w_cat.data(), nt * C, 0,
+               scratch_x_.data(), dE);
     tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
-    for (int64_t i = 0; i < rows * dE; ++i) dx[i] += scratch_x_[i];
+    ops_->AddInto(scratch_x_.data(), rows * dE, dx);
   }
 }
 
@@ -427,20 +383,18 @@ void Multiscreen<Real>::EmbedBackward(const Real* params, const int32_t* ids, in
   const ShardSpec& shard = layout_.shard();
   const int64_t dE = dims().d_e;
   const int64_t s_e = layout_.Find("embed/s_E")->buffer_offset;
-  const Real scale = static_cast<Real>(std::exp(double(params[s_e])));
+  const Real scale = static_cast<Real>(std::exp(double(s_e_)));
   {
     PhaseTimer timer(options_.profile, StepProfile::kEmbed);
-    k::EmbeddingBackward(dx, ids, n, shard.vocab_begin, shard.vocab_end, dE, scale, d_e_bar_.data());
+    ops_->EmbeddingBackward(dx, ids, n, shard.vocab_begin, shard.vocab_end, dE, scale, d_e_bar_.data());
   }
   // ∂L/∂s_E = Σ dx · x⁰ with x⁰ = e^{s_E} Ē[ids]; dx and x⁰ are replicated over tp,
   // so the local rows alone would miss the other shards' ids: recompute x⁰ whole.
-  std::vector<Real>& x0 = step_x0_;
-  x0.resize(n * dE);
-  Embed(params, ids, n, x0.data());
+  step_x0_.Resize(n * dE);
+  Embed(params, ids, n, step_x0_.data());
   PhaseTimer timer(options_.profile, StepProfile::kEmbed);
-  double d_se = 0;
-  for (int64_t i = 0; i < n * dE; ++i) d_se += double(dx[i]) * x0[i];
-  grads[s_e] += static_cast<Real>(d_se);
+  const Real d_se = static_cast<Real>(ops_->Dot(dx, step_x0_.data(), n * dE));
+  ops_->AddHost(&d_se, 1, grads + s_e);
 }
 
 template <typename Real>
@@ -449,12 +403,12 @@ void Multiscreen<Real>::EndStep(Real* grads) {
   const ShardSpec& shard = layout_.shard();
   if (!(shard.embed || shard.head)) return;
   const int64_t dE = dims().d_e;
-  k::UnitRowsBackward(e_bar_.data(), dE, e_norm_.data(), d_e_bar_.data(), dE,
-                      grads + layout_.Find("embed/W_E")->buffer_offset, dE, shard.vocab(), dE, true);
+  ops_->UnitRowsBackward(e_bar_.data(), dE, e_norm_.data(), d_e_bar_.data(), dE,
+                         grads + layout_.Find("embed/W_E")->buffer_offset, dE, shard.vocab(), dE, true);
 }
 
 // Windows [B, T+1] → inputs (the first T of each) and next-token targets
-// (the last T), both [B·T], into the step's reused buffers.
+// (the last T), both [B·T], into the step's reused host buffers.
 template <typename Real>
 void Multiscreen<Real>::SplitWindows(const int32_t* tokens, int64_t B, int64_t T) {
   step_inputs_.resize(B * T);
@@ -472,14 +426,14 @@ double Multiscreen<Real>::ForwardBackward(const Real* params, const int32_t* tok
   SplitWindows(tokens, B, T);
   const std::vector<int32_t>&inputs = step_inputs_, &targets = step_targets_;
   BeginStep(params);
-  std::vector<Real>&x = step_x_, &dx = step_dx_;
-  x.resize(rows * dE);
-  dx.resize(rows * dE);
-  Embed(params, inputs.data(), rows, x.data());
-  LayersForward(params, B, T, x.data());
-  const double loss = HeadLoss(params, x.data(), targets.data(), rows, dx.data(), grads, grad_scale, token_losses);
-  LayersBackward(params, dx.data(), grads);
-  EmbedBackward(params, inputs.data(), rows, dx.data(), grads);
+  step_x_.Resize(rows * dE);
+  step_dx_.Resize(rows * dE);
+  Real *x = step_x_.data(), *dx = step_dx_.data();
+  Embed(params, inputs.data(), rows, x);
+  LayersForward(params, B, T, x);
+  const double loss = HeadLoss(params, x, targets.data(), rows, dx, grads, grad_scale, token_losses);
+  LayersBackward(params, dx, grads);
+  EmbedBackward(params, inputs.data(), rows, dx, grads);
   EndStep(grads);
   return loss;
 }
@@ -489,10 +443,10 @@ double Multiscreen<Real>::Loss(const Real* params, const int32_t* tokens, int64_
   const int64_t rows = B * T, dE = dims().d_e;
   SplitWindows(tokens, B, T);
   BeginStep(params);
-  std::vector<Real> x(rows * dE);
-  Embed(params, step_inputs_.data(), rows, x.data());
-  LayersForward(params, B, T, x.data());
-  return HeadLoss(params, x.data(), step_targets_.data(), rows, nullptr, nullptr, 1.0, token_losses);
+  step_x_.Resize(rows * dE);
+  Embed(params, step_inputs_.data(), rows, step_x_.data());
+  LayersForward(params, B, T, step_x_.data());
+  return HeadLoss(params, step_x_.data(), step_targets_.data(), rows, nullptr, nullptr, 1.0, token_losses);
 }
 
 template <typename Real>
@@ -501,12 +455,18 @@ void Multiscreen<Real>::Logits(const Real* params, const int32_t* ids, int64_t T
   const ModelDims& d = dims();
   const int64_t dE = d.d_e, V = layout_.shard().vocab();
   BeginStep(params);
-  std::vector<Real> x(T * dE);
-  Embed(params, ids, T, x.data());
-  LayersForward(params, 1, T, x.data(), &options);
-  if (d.pl_norm) k::UnitRowsForward(x.data(), dE, x.data(), dE, static_cast<Real*>(nullptr), T, dE);
-  const Real scale = static_cast<Real>(std::exp(double(params[layout_.Find("head/s_F")->buffer_offset])));
-  k::Gemm<Real>(false, true, T, V, dE, scale, x.data(), dE, EBarCompute(), dE, 0, logits, V);
+  step_x_.Resize(T * dE);
+  Real* x = step_x_.data();
+  Embed(params, ids, T, x);
+  LayersForward(params, 1, T, x, &options);
+  if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, static_cast<Real*>(nullptr), T, dE);
+  const Real scale = static_cast<Real>(std::exp(double(s_f_)));
+  // Into the caller's host memory directly on the CPU; through a device array elsewhere.
+  const bool host = ops_->device() == Device::kCpu;
+  if (!host) logits_.Resize(T * V);
+  ops_->Gemm(options_.precision, false, true, T, V, dE, scale, x, dE, EBarCompute(), dE, 0,
+             host ? logits : logits_.data(), V);
+  if (!host) ops_->Download(logits_.data(), T * V, logits);
 }
 
 template class Multiscreen<float>;

@@ -7,14 +7,23 @@
 // the Communicator it is given. It knows nothing of pipelines or data
 // parallelism: the trainer composes the stage pieces below.
 //
+// The step is written once, over a kernel table (kernels/kernel_table.h): every op on a
+// tensor goes through it, and every tensor the model keeps is a DeviceArray on the
+// table's device (ModelOptions::device). Pointers to parameters, gradients and
+// activations (params, grads, x, dx) are on that device; token ids, targets and
+// per-token losses are host arrays. The learned scalars (s_E, s_F and the tiles'
+// s_w, s_r, s_O) are read to the host once per step, in BeginStep.
+//
 // Not thread-safe: one instance holds the activations of one micro-batch.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/config.h"
-#include "kernels/cpu/screening.h"
+#include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
 #include "model/param_layout.h"
 #include "model/step_profile.h"
 #include "model/tile_weights.h"
@@ -22,19 +31,8 @@
 
 namespace multiscreen {
 
-enum class Precision {
-  kFp32,  // everything in Real
-  kBf16,  // fp32 masters; GEMM operands (weights, Ē, activations) rounded to bf16
-  kFp16,  // as kBf16 in IEEE half, backward GEMM operands too (so scaled gradients can overflow)
-};
-
-// How the vocabulary head computes its three products (logits, ∂L/∂y, ∂L/∂Ē).
-enum class HeadPath {
-  kPanels,  // the panel kernels (kernels/cpu/head_panels.h) where the head allows them, else BLAS
-  kBlas,    // whole-row OpenBLAS GEMMs always (the baseline bench compares the panels with)
-};
-
 struct ModelOptions {
+  Device device = Device::kCpu;  // where the step computes (its kernel table's device)
   Precision precision = Precision::kFp32;
   HeadPath head_path = HeadPath::kPanels;
   int64_t head_chunk_rows = 512;  // tokens per logits chunk: [chunk, V] is the largest logits block
@@ -57,7 +55,9 @@ const char* HeadPathName(const ModelDims& dims, int64_t tp, HeadPath path) {
 template <typename Real>
 class Multiscreen {
  public:
-  // `tp` is the tensor-parallel group of this shard (null: a group of one).
+  // `tp` is the tensor-parallel group of this shard (null: a group of one). A device
+  // whose kernel table cannot be made (no CUDA in the build, no device visible; see
+  // MakeKernelTable) is fatal here: callers check it first (CheckDevice in cli/).
   Multiscreen(const ModelDims& dims, const ShardSpec& shard, ModelOptions options = {},
               Communicator* tp = nullptr);
 
@@ -76,7 +76,7 @@ class Multiscreen {
   double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses = nullptr);
 
   // Inference forward of one sequence: ids [T] at absolute positions pos0.., logits
-  // [T, V] written (the full vocabulary; shards must own it all).
+  // [T, V] written to host memory (the full vocabulary; shards must own it all).
   void Logits(const Real* params, const int32_t* ids, int64_t T, const InferenceOptions& options, Real* logits);
 
   // ---- stage pieces (pipeline stages call these) ----------------------------------
@@ -100,60 +100,57 @@ class Multiscreen {
   void EndStep(Real* grads);
 
  private:
+  using Array = DeviceArray<Real>;
   struct LayerActivations {
-    std::vector<Real> x_in, P, U;
-    std::vector<Real> q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
-    kernels::cpu::ScreeningSaved<Real> saved();
+    explicit LayerActivations(Device d)
+        : x_in(d), P(d), U(d), q_tilde(d), k_tilde(d), v_bar(d), q_norm(d), k_norm(d), v_norm(d), h(d) {}
+    Array x_in, P, U;
+    Array q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
+    kernels::ScreeningSaved<Real> saved();
   };
   struct LayerWeights {
-    std::vector<Real> w_cat;  // [d_E, tiles·p_cols]: per tile [W_Q | W_K | W_V | W_G]
-    std::vector<Real> w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
+    explicit LayerWeights(Device d) : w_cat(d), w_o(d) {}
+    Array w_cat;  // [d_E, tiles·p_cols]: per tile [W_Q | W_K | W_V | W_G]
+    Array w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
+    std::vector<Real> s_w, s_r, s_o;  // host copies of the tiles' scalars (BeginStep)
   };
   struct HeadBuffers {  // HeadLoss's buffers, kept between steps
-    std::vector<Real> y, y_norm, y_c, z, dy, coef, d_e_bar_t, y_scaled;
-    std::vector<Real> e_bar_panels, d_e_bar_panels;  // Ē and ∂L/∂Ē in kernels/cpu/head_panels.h's layout
-    std::vector<double> row_max, row_sum, target_logit, lse, row_scale, block_sum;
-    std::vector<Real> block_dy;
-    std::vector<int64_t> local_target;
+    explicit HeadBuffers(Device d) : y(d), y_norm(d), y_c(d), z(d), dy(d), d_e_bar_t(d) {}
+    Array y, y_norm, y_c, z, dy, d_e_bar_t;
+    std::vector<double> row_max, row_sum, target_logit, lse;  // host, per row
+    std::vector<int64_t> local_target;                          // host, per row
   };
-  kernels::cpu::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
+  kernels::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
   void SplitWindows(const int32_t* tokens, int64_t B, int64_t T);
-  // HeadLoss with gradients for one chunk of rows [r0, r0 + rc) when the vocabulary is
-  // not sharded: logits, softmax and the backward GEMMs. shift: a bound on the logits
-  // that serves as the softmax shift (NaN: use each row's max).
-  void FusedHeadChunk(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale,
-                      double shift, double* lse, double* target_logit);
-  // The panel kernels' softmax statistics of rows [r0, r0 + rc) with the fixed shift:
-  // lse, target_logit and head_.row_scale (1/Σ); with dy, also dy = z Ē for those rows
-  // (head_.z then holds the numerators, in panels).
-  void PanelSoftmax(int64_t Vl, int64_t rc, int64_t r0, const Real* y_c, const Real* e_bar, Real scale, double shift,
-                    double* lse, double* target_logit, Real* dy);
-  // Whether FusedHeadChunk runs the panel kernels (PanelsAllowed and a fixed shift)
-  // rather than whole-row GEMMs.
-  bool UsesHeadPanels(double shift) const;
-  // This shard holds the head and HeadPanelsAllowed says yes.
-  bool PanelsAllowed() const;
+  // The vocabulary-parallel head (tp > 1): local softmax statistics, their all-reduce,
+  // and the gradient from the global log-sum-exp.
+  void ShardedHeadLoss(const Real* y_c, const Real* e_bar, int64_t n, Real scale, bool gradients, Real coef);
+  // The local tiles' mapped scalars of local layer li (BeginStep read them).
+  std::vector<kernels::TileScalars> TileScalarsOf(int64_t li, const InferenceOptions* inference) const;
   // Rounds a GEMM operand to the compute precision (no-op for kFp32).
   void RoundToCompute(Real* data, int64_t n) const;
   // Rounds a backward GEMM operand (only kFp16 stores gradients in 16 bits).
   void RoundGradientToCompute(Real* data, int64_t n) const;
+  // The one host value params[offset].
+  Real ReadScalar(const Real* params, int64_t offset) const;
 
   ParamLayout layout_;
   ModelOptions options_;
+  std::unique_ptr<kernels::KernelTable<Real>> ops_;
   SingleProcessCommunicator single_;
   Communicator* tp_;
   int64_t batch_ = 0, seq_ = 0;
-  std::vector<Real> e_bar_, e_norm_, d_e_bar_;  // Ē [V_local, d_E], row norms, ∂L/∂Ē
-  std::vector<Real> e_bar_compute_;            // Ē rounded for the GEMMs (kBf16, kFp16; unused under kFp32)
+  Real s_e_ = 0, s_f_ = 0;                  // host copies (BeginStep)
+  Array e_bar_, e_norm_, d_e_bar_;          // Ē [V_local, d_E], row norms, ∂L/∂Ē
+  Array e_bar_compute_;                     // Ē rounded for the GEMMs (kBf16, kFp16; unused under kFp32)
   const Real* EBarCompute() const {
     return options_.precision == Precision::kFp32 ? e_bar_.data() : e_bar_compute_.data();
   }
   std::vector<LayerWeights> weights_;
   std::vector<LayerActivations> acts_;
-  std::vector<Real> d_u_, d_p_, d_w_cat_, d_delta_, scratch_x_;
+  Array d_u_, d_p_, d_w_cat_, d_delta_, scratch_x_;
   HeadBuffers head_;
-  kernels::cpu::ScreeningWorkspace<Real> screening_ws_;
-  std::vector<Real> step_x_, step_dx_, step_x0_;        // ForwardBackward's activations, EmbedBackward's x⁰
+  Array step_x_, step_dx_, step_x0_, logits_;  // ForwardBackward's activations, EmbedBackward's x⁰, Logits' output
   std::vector<int32_t> step_inputs_, step_targets_;
 };
 

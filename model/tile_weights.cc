@@ -1,58 +1,58 @@
 #include "model/tile_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace multiscreen {
+namespace {
 
-template <typename Real>
-void PackProjections(const ParamLayout& layout, const Real* params, int64_t layer, std::vector<Real>* w_cat) {
-  const ModelDims& d = layout.dims();
-  const int64_t nt = layout.shard().tiles(), dE = d.d_e, ldw = nt * (2 * d.d_k + 2 * d.d_v);
-  const int64_t widths[4] = {d.d_k, d.d_k, d.d_v, d.d_v};
-  const int64_t first = layout.LayerEntry(layer);
-  w_cat->resize(dE * ldw);
-  int64_t col = 0;
-  for (int64_t t = 0; t < nt; ++t) {
+// Calls f(part, tile, column of w_cat) for each of the [d_E, width] blocks of a layer's
+// packed projections, in column order; width = widths[part].
+template <typename F>
+void ForEachProjectionBlock(const ParamLayout& layout, F&& f) {
+  for (int64_t t = 0, col = 0; t < layout.shard().tiles(); ++t) {
     for (int part = 0; part < 4; ++part) {
-      const int64_t w = widths[part];
-      const Real* src = params + layout.entries()[first + part].buffer_offset + t * dE * w;
-      for (int64_t e = 0; e < dE; ++e) std::copy(src + e * w, src + (e + 1) * w, w_cat->data() + e * ldw + col);
-      col += w;
+      f(part, t, col);
+      col += part < 2 ? layout.dims().d_k : layout.dims().d_v;
     }
   }
 }
 
+int64_t PackedColumns(const ParamLayout& layout) {
+  return layout.shard().tiles() * (2 * layout.dims().d_k + 2 * layout.dims().d_v);
+}
+
+int64_t PartWidth(const ParamLayout& layout, int part) { return part < 2 ? layout.dims().d_k : layout.dims().d_v; }
+
+}  // namespace
+
 template <typename Real>
-void UnpackProjectionsAdd(const ParamLayout& layout, const Real* d_w_cat, int64_t layer, Real* grads) {
-  const ModelDims& d = layout.dims();
-  const int64_t nt = layout.shard().tiles(), dE = d.d_e, ldw = nt * (2 * d.d_k + 2 * d.d_v);
-  const int64_t widths[4] = {d.d_k, d.d_k, d.d_v, d.d_v};
-  const int64_t first = layout.LayerEntry(layer);
-  int64_t col = 0;
-  for (int64_t t = 0; t < nt; ++t) {
-    for (int part = 0; part < 4; ++part) {
-      const int64_t w = widths[part];
-      Real* dst = grads + layout.entries()[first + part].buffer_offset + t * dE * w;
-      for (int64_t e = 0; e < dE; ++e) {
-        const Real* src = d_w_cat + e * ldw + col;
-        for (int64_t c = 0; c < w; ++c) dst[e * w + c] += src[c];
-      }
-      col += w;
-    }
-  }
+void PackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params, int64_t layer,
+                     DeviceArray<Real>* w_cat) {
+  const int64_t dE = layout.dims().d_e, ldw = PackedColumns(layout), first = layout.LayerEntry(layer);
+  w_cat->Resize(dE * ldw);
+  ForEachProjectionBlock(layout, [&](int part, int64_t t, int64_t col) {
+    const int64_t w = PartWidth(layout, part);
+    ops.Copy2D(params + layout.entries()[first + part].buffer_offset + t * dE * w, w, dE, w, w_cat->data() + col, ldw);
+  });
 }
 
 template <typename Real>
-std::vector<kernels::cpu::TileScalars> MapTileScalars(const ParamLayout& layout, const Real* params, int64_t layer,
-                                                      const InferenceOptions* inference) {
-  const auto& entries = layout.entries();
-  const int64_t first = layout.LayerEntry(layer);
-  const Real* s_w = params + entries[first + kSw].buffer_offset;
-  const Real* s_r = params + entries[first + kSr].buffer_offset;
-  const Real* s_o = params + entries[first + kSO].buffer_offset;
-  std::vector<kernels::cpu::TileScalars> tiles(layout.shard().tiles());
-  for (size_t t = 0; t < tiles.size(); ++t) {
+void UnpackProjectionsAdd(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
+                          int64_t layer, Real* grads) {
+  const int64_t dE = layout.dims().d_e, ldw = PackedColumns(layout), first = layout.LayerEntry(layer);
+  ForEachProjectionBlock(layout, [&](int part, int64_t t, int64_t col) {
+    const int64_t w = PartWidth(layout, part);
+    ops.Add2D(d_w_cat + col, ldw, dE, w, grads + layout.entries()[first + part].buffer_offset + t * dE * w, w);
+  });
+}
+
+template <typename Real>
+std::vector<kernels::TileScalars> MapTileScalars(const Real* s_w, const Real* s_r, const Real* s_o, int64_t n,
+                                                 const InferenceOptions* inference) {
+  std::vector<kernels::TileScalars> tiles(n);
+  for (int64_t t = 0; t < n; ++t) {
     const double w = std::exp(double(s_w[t])) + 1.0;
     tiles[t].w = w;
     tiles[t].mipe_w = w;
@@ -65,11 +65,24 @@ std::vector<kernels::cpu::TileScalars> MapTileScalars(const ParamLayout& layout,
   return tiles;
 }
 
-#define MS_INSTANTIATE(Real)                                                                                    \
-  template void PackProjections<Real>(const ParamLayout&, const Real*, int64_t, std::vector<Real>*);            \
-  template void UnpackProjectionsAdd<Real>(const ParamLayout&, const Real*, int64_t, Real*);                    \
-  template std::vector<kernels::cpu::TileScalars> MapTileScalars<Real>(const ParamLayout&, const Real*, int64_t, \
-                                                                       const InferenceOptions*);
+template <typename Real>
+std::vector<kernels::TileScalars> MapTileScalars(const ParamLayout& layout, const Real* params, int64_t layer,
+                                                 const InferenceOptions* inference) {
+  const auto& entries = layout.entries();
+  const int64_t first = layout.LayerEntry(layer);
+  return MapTileScalars(params + entries[first + kSw].buffer_offset, params + entries[first + kSr].buffer_offset,
+                        params + entries[first + kSO].buffer_offset, layout.shard().tiles(), inference);
+}
+
+#define MS_INSTANTIATE(Real)                                                                                         \
+  template void PackProjections<Real>(kernels::KernelTable<Real>&, const ParamLayout&, const Real*, int64_t,         \
+                                      DeviceArray<Real>*);                                                           \
+  template void UnpackProjectionsAdd<Real>(kernels::KernelTable<Real>&, const ParamLayout&, const Real*, int64_t,    \
+                                           Real*);                                                                   \
+  template std::vector<kernels::TileScalars> MapTileScalars<Real>(const Real*, const Real*, const Real*, int64_t,    \
+                                                                  const InferenceOptions*);                          \
+  template std::vector<kernels::TileScalars> MapTileScalars<Real>(const ParamLayout&, const Real*, int64_t,          \
+                                                                  const InferenceOptions*);
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)
 #undef MS_INSTANTIATE

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/screening.h"
+#include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
+#include "kernels/screening_types.h"
 #include "model/param_layout.h"
 
 namespace multiscreen {
@@ -21,19 +23,26 @@ struct InferenceOptions {
 enum LayerTensor { kWQ = 0, kWK, kWV, kWG, kWO, kSw, kSr, kSO };
 
 // w_cat [d_E, tiles·(2d_K + 2d_V)] ← per local tile h the columns
-// [W_Q[h] | W_K[h] | W_V[h] | W_G[h]] of global layer `layer` (resized).
+// [W_Q[h] | W_K[h] | W_V[h] | W_G[h]] of global layer `layer` (resized), on the
+// kernel table's device (params there too).
 template <typename Real>
-void PackProjections(const ParamLayout& layout, const Real* params, int64_t layer, std::vector<Real>* w_cat);
+void PackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params, int64_t layer,
+                     DeviceArray<Real>* w_cat);
 
 // Adds the packed gradient d_w_cat (same layout as PackProjections) into the
-// W_Q, W_K, W_V, W_G slots of grads.
+// W_Q, W_K, W_V, W_G slots of grads (both on the table's device).
 template <typename Real>
-void UnpackProjectionsAdd(const ParamLayout& layout, const Real* d_w_cat, int64_t layer, Real* grads);
+void UnpackProjectionsAdd(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
+                          int64_t layer, Real* grads);
 
-// The local tiles' scalars of global layer `layer`; with `inference`, windows
-// longer than inference->train_len become infinite (MiPE keeps the learned w).
+// The scalars of `tiles` tiles from their host values s_w, s_r, s_o [tiles]; with
+// `inference`, windows longer than inference->train_len become infinite (MiPE keeps the
+// learned w). The second form reads them from a host params buffer, for global layer `layer`.
 template <typename Real>
-std::vector<kernels::cpu::TileScalars> MapTileScalars(const ParamLayout& layout, const Real* params, int64_t layer,
-                                                      const InferenceOptions* inference);
+std::vector<kernels::TileScalars> MapTileScalars(const Real* s_w, const Real* s_r, const Real* s_o, int64_t tiles,
+                                                 const InferenceOptions* inference);
+template <typename Real>
+std::vector<kernels::TileScalars> MapTileScalars(const ParamLayout& layout, const Real* params, int64_t layer,
+                                                 const InferenceOptions* inference);
 
 }  // namespace multiscreen

@@ -7,6 +7,12 @@
 //
 // A Multiscreen instance holds the activations of one micro-batch, so a stage
 // keeps one instance per micro-batch in flight (slot m mod InFlightLimit).
+//
+// On a device other than the CPU (ModelOptions::device) the stage's parameters are
+// uploaded once per Run and its gradients downloaded and added to the caller's at the
+// end: the named host⇄device points of the step while the optimizer and the
+// communicators work on host memory. Such a stage must be the whole model on one rank
+// (no tp, no pp) until the communicators move device buffers.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/host_staging.h"
 #include "model/multiscreen.h"
 #include "kernels/communicator.h"
 
@@ -38,8 +45,9 @@ class PipelineStage {
   // holds this stage's part only). Returns Σ_m loss_m, each the mean over B·T
   // positions, on the last stage, and 0 on the others. grads null: evaluation, the
   // forwards only (ForwardOnlySchedule, no activation gradients, one slot).
-  // Errors: M, B or T below 1 (naming --grad_accum, --micro_batch, --seq_len), or a
-  // shard whose embed/head flags do not match the stage.
+  // Errors: M, B or T below 1 (naming --grad_accum, --micro_batch, --seq_len), a
+  // shard whose embed/head flags do not match the stage, or a device stage with tp or
+  // pp peers.
   absl::StatusOr<double> Run(const float* params, const int32_t* tokens, int64_t micro_batches, int64_t B,
                              int64_t T, float* grads, double grad_scale);
 
@@ -55,7 +63,8 @@ class PipelineStage {
   Communicator* tp_;
   Communicator* pp_;
   std::vector<std::unique_ptr<Multiscreen<float>>> models_;
-  std::vector<std::vector<float>> x_, dx_;  // per slot: [B·T, d_E]
+  std::vector<DeviceArray<float>> x_, dx_;  // per slot: [B·T, d_E], on the models' device
+  std::unique_ptr<HostStaging<float>> staging_;  // parameters in, gradients out
   std::vector<int32_t> inputs_, targets_;   // [M][B·T]
 };
 

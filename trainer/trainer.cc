@@ -149,6 +149,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   if (sources.train == nullptr) return absl::InvalidArgumentError("data: no training shards");
   std::unique_ptr<Trainer> t(new Trainer(run, dims, grid));
   ModelOptions options;
+  options.device = start.device;
   options.precision = ModelPrecision(run.precision());
   DataParallelOptions dp_options;
   dp_options.zero1 = run.parallel().zero() == 1;

@@ -48,6 +48,9 @@ struct StartOptions {
   // checkpoints/unverified/ and train from step 0; without it such a start is
   // refused (with each checkpoint's problem), changing nothing.
   bool restart = false;
+  // Where the step computes (the model's kernel table; parameters and optimizer stay
+  // on the host, checkpoints unchanged).
+  Device device = Device::kCpu;
 };
 
 class Trainer {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/decode.h"
+#include "kernels/cpu/screening.h"
 #include "model/multiscreen.h"
 #include "tests/model/test_model.h"
 

@@ -1,0 +1,29 @@
+// --device: where a command computes (train, forward, bench train). The GPU of a rank
+// is chosen from its local rank; the device is checked once at start-up, so that a
+// missing GPU or driver is one line before any work, never a failure mid-step.
+#pragma once
+
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+
+ABSL_DECLARE_FLAG(std::string, device);
+
+namespace multiscreen::cli {
+
+// One GPU per local rank: device local_rank % count, so it works whether the launcher
+// shows each process all of the node's GPUs or only its own. Returns "cuda:N (name)",
+// or "cpu" when the build has no CUDA or no device is visible. Errors: cudaSetDevice's.
+absl::StatusOr<std::string> BindDevice(int local_rank);
+
+// The device --device names, for a command whose model computes in fp64 or not:
+//   cpu;  cuda (errors: no CUDA in this build, no device visible, a driver older than
+//   the runtime — with CUDA's message —, fp64, or `single_process_only` false: tp or pp
+//   above 1, which the GPU path does not run yet);  auto (the default): cuda where that
+//   would succeed, else cpu.
+// Errors name the flag: "--device=cuda: ...".
+absl::StatusOr<Device> ResolveDevice(bool fp64, bool single_process_only);
+
+}  // namespace multiscreen::cli

@@ -1,0 +1,151 @@
+#include "kernels/cpu/cpu_kernel_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/unit_rows.h"
+
+namespace multiscreen::kernels::cpu {
+
+template <typename Real>
+void CpuKernelTable<Real>::Copy(const Real* src, int64_t n, Real* dst) {
+  if (n > 0 && src != dst) std::memcpy(dst, src, n * sizeof(Real));
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::Fill(Real* dst, int64_t n, Real value) {
+  std::fill(dst, dst + n, value);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::AddInto(const Real* src, int64_t n, Real* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::Copy2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst,
+                                  int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * ld_src, src + r * ld_src + cols, dst + r * ld_dst);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::Add2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst,
+                                 int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * ld_dst + c] += src[r * ld_src + c];
+  }
+}
+
+template <typename Real>
+double CpuKernelTable<Real>::Dot(const Real* a, const Real* b, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += double(a[i]) * b[i];
+  return sum;
+}
+
+template <typename Real>
+bool CpuKernelTable<Real>::AllFinite(const Real* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return false;
+  }
+  return true;
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::Scale(Real* x, int64_t n, Real factor) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::RoundTo(Precision precision, Real* x, int64_t n) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (precision == Precision::kBf16) RoundToBf16(x, n);
+    if (precision == Precision::kFp16) RoundToFp16(x, n);
+  }
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows,
+                                           int64_t d) {
+  cpu::UnitRowsForward(x, ldx, y, ldy, norm, rows, d);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy,
+                                            Real* dx, int64_t lddx, int64_t rows, int64_t d, bool accumulate) {
+  cpu::UnitRowsBackward(y, ldy, norm, dy, lddy, dx, lddx, rows, d, accumulate);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::EmbeddingForward(const Real* table, int64_t v0, int64_t v1, int64_t d, const int32_t* ids,
+                                            int64_t count, Real scale, Real* out) {
+  cpu::EmbeddingForward(table, v0, v1, d, ids, count, scale, out);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::EmbeddingBackward(const Real* dout, const int32_t* ids, int64_t count, int64_t v0,
+                                             int64_t v1, int64_t d, Real scale, Real* dtable) {
+  cpu::EmbeddingBackward(dout, ids, count, v0, v1, d, scale, dtable);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::Gemm(Precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+                                const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c,
+                                int64_t ldc) {
+  cpu::Gemm<Real>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) {
+  cpu::MoveAddTransposed(a, rows, cols, lda, b, ldb);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                                            const ScreeningSaved<Real>& saved, Real* U) {
+  cpu::ScreeningForward(shape, P, tiles, saved, U, &screening_ws_);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                                             const ScreeningSaved<Real>& saved, const Real* dU, Real* dP,
+                                             TileScalarGrads* grads) {
+  cpu::ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, &screening_ws_);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::SoftmaxStats(const Real* z, int64_t ld, int64_t rows, int64_t V, double* row_max,
+                                        double* row_sum) {
+  cpu::SoftmaxStats(z, ld, rows, V, row_max, row_sum);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::TargetLogits(const Real* z, int64_t ld, int64_t rows, const int64_t* target, double* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (target[r] >= 0) out[r] = z[r * ld + target[r]];
+  }
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double* lse,
+                                            const int64_t* target, Real coef) {
+  coef_.assign(rows, coef);
+  cpu::CrossEntropyGrad(z, ld, rows, V, lse, target, coef_.data());
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::AdamW(const AdamWArgs& args, Real* params, const Real* grads, Real* m, Real* v, int64_t n) {
+  AdamWUpdate(args, params, grads, m, v, n);
+}
+
+template class CpuKernelTable<float>;
+template class CpuKernelTable<double>;
+
+}  // namespace multiscreen::kernels::cpu

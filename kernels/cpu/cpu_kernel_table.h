@@ -1,0 +1,66 @@
+// The kernel table on the CPU (kernels/kernel_table.h): each op is the CPU kernel of
+// kernels/cpu/ it names (OpenBLAS for GEMMs, the ISA-dispatched screening and head
+// kernels, OpenMP threads), on host memory. The reference the CUDA table is tested
+// against, and the CPU training path.
+#pragma once
+
+#include "kernels/cpu/head_loss.h"
+#include "kernels/cpu/screening.h"
+#include "kernels/kernel_table.h"
+
+namespace multiscreen::kernels::cpu {
+
+template <typename Real>
+class CpuKernelTable final : public KernelTable<Real> {
+ public:
+  explicit CpuKernelTable(const KernelOptions& options = {}) : head_(options) {}
+  Device device() const override { return Device::kCpu; }
+
+  void Upload(const Real* host, int64_t n, Real* dst) override { Copy(host, n, dst); }
+  void Download(const Real* src, int64_t n, Real* host) override { Copy(src, n, host); }
+  void Copy(const Real* src, int64_t n, Real* dst) override;
+  void Fill(Real* dst, int64_t n, Real value) override;
+  void AddInto(const Real* src, int64_t n, Real* dst) override;
+  void AddHost(const Real* host, int64_t n, Real* dst) override { AddInto(host, n, dst); }
+  void Copy2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) override;
+  void Add2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) override;
+  double Dot(const Real* a, const Real* b, int64_t n) override;
+  double SumSquares(const Real* x, int64_t n) override { return Dot(x, x, n); }
+  bool AllFinite(const Real* x, int64_t n) override;
+  void Scale(Real* x, int64_t n, Real factor) override;
+  void RoundTo(Precision precision, Real* x, int64_t n) override;
+
+  void UnitRowsForward(const Real* x, int64_t ldx, Real* y, int64_t ldy, Real* norm, int64_t rows,
+                       int64_t d) override;
+  void UnitRowsBackward(const Real* y, int64_t ldy, const Real* norm, const Real* dy, int64_t lddy, Real* dx,
+                        int64_t lddx, int64_t rows, int64_t d, bool accumulate) override;
+  void EmbeddingForward(const Real* table, int64_t v0, int64_t v1, int64_t d, const int32_t* ids, int64_t count,
+                        Real scale, Real* out) override;
+  void EmbeddingBackward(const Real* dout, const int32_t* ids, int64_t count, int64_t v0, int64_t v1, int64_t d,
+                         Real scale, Real* dtable) override;
+  void Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+            const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc) override;
+  void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) override;
+  void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                        const ScreeningSaved<Real>& saved, Real* U) override;
+  void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                         const ScreeningSaved<Real>& saved, const Real* dU, Real* dP,
+                         TileScalarGrads* grads) override;
+
+  void PrepareHead(const Real* e_bar, int64_t vocab, int64_t d_e) override { head_.Prepare(e_bar, vocab, d_e); }
+  void HeadLoss(const HeadLossArgs<Real>& args) override { head_.Run(args); }
+  void SoftmaxStats(const Real* z, int64_t ld, int64_t rows, int64_t V, double* row_max, double* row_sum) override;
+  void TargetLogits(const Real* z, int64_t ld, int64_t rows, const int64_t* target, double* out) override;
+  void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double* lse, const int64_t* target,
+                        Real coef) override;
+
+  void AdamW(const AdamWArgs& args, Real* params, const Real* grads, Real* m, Real* v, int64_t n) override;
+  void Synchronize() override {}
+
+ private:
+  FusedHead<Real> head_;
+  ScreeningWorkspace<Real> screening_ws_;
+  std::vector<Real> coef_;
+};
+
+}  // namespace multiscreen::kernels::cpu

@@ -1,0 +1,164 @@
+#include "kernels/cpu/head_loss.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/head_panels.h"
+
+namespace multiscreen::kernels::cpu {
+
+template <typename Real>
+bool FusedHead<Real>::PanelsAllowed(int64_t d_e) const {
+  return options_.head_path == HeadPath::kPanels && HeadPanelsSupport<Real>(d_e);
+}
+
+template <typename Real>
+void FusedHead<Real>::Prepare(const Real* e_bar, int64_t vocab, int64_t d_e) {
+  packed_ = PanelsAllowed(d_e);
+  if (!packed_) return;
+  e_bar_panels_.resize(HeadPanelCount(vocab) * d_e * kHeadPanel);
+  PackHeadPanels(e_bar, vocab, d_e, e_bar_panels_.data());
+}
+
+template <typename Real>
+void FusedHead<Real>::Run(const HeadLossArgs<Real>& a) {
+  const int64_t n = a.rows, V = a.vocab, dE = a.d_e;
+  const bool panels = !std::isnan(a.shift) && packed_ && PanelsAllowed(dE);
+  const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
+  z_.resize(chunk * (panels ? HeadPanelCount(V) * kHeadPanel : V));
+  // ∂Ē is gathered in Ē's panels, or transposed, ∂Ēᵀ [d_E, V] (BLAS runs that shape
+  // faster), in a buffer that is all zeros between calls, and moved into d_e_bar at the end.
+  if (a.dy != nullptr) {
+    if (panels) {
+      d_e_bar_panels_.resize(e_bar_panels_.size());
+    } else {
+      d_e_bar_t_.resize(dE * V);
+    }
+  }
+  row_max_.resize(n);
+  row_sum_.resize(n);
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rc = std::min(chunk, n - r0);
+    if (a.dy != nullptr) {
+      FusedChunk(a, r0, rc, panels);
+    } else if (panels) {  // the loss alone
+      PanelSoftmax(a, r0, rc, nullptr);
+    } else {
+      Real* z = z_.data();
+      Gemm<Real>(false, true, rc, V, dE, a.scale, a.y + r0 * dE, dE, a.e_bar, dE, 0, z, V);
+      SoftmaxStats(z, V, rc, V, row_max_.data() + r0, row_sum_.data() + r0);
+      for (int64_t r = 0; r < rc; ++r) {
+        const int64_t t = a.target[r0 + r];
+        a.target_logit[r0 + r] = t >= 0 ? double(z[r * V + t]) : 0.0;
+        a.lse[r0 + r] = row_max_[r0 + r] + std::log(row_sum_[r0 + r]);
+      }
+    }
+  }
+  if (a.dy == nullptr) return;
+  if (panels) {
+    UnpackHeadPanelsAdd(d_e_bar_panels_.data(), V, dE, a.d_e_bar);
+  } else {
+    MoveAddTransposed(d_e_bar_t_.data(), dE, V, V, a.d_e_bar, dE);
+  }
+}
+
+template <typename Real>
+void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_t rc, bool panels) {
+  // The softmax's numerators z ← exp(z − m) replace the logits; the softmax's 1/Σ_v and
+  // the loss's coefficient c are folded into the backward contractions' small operands,
+  // and the targets' one-hot part of ∂L/∂z = c (softmax − onehot) is added apart:
+  //   dĒ += e^{s_F} (c/Σ ⊙ y)ᵀ z − one-hot,   dy = c/Σ ⊙ e^{s_F} z Ē − one-hot.
+  const int64_t dE = a.d_e, V = a.vocab;
+  const int64_t* target = a.target + r0;
+  const Real* y = a.y + r0 * dE;
+  const Real* e_bar = a.e_bar;
+  const Real scale = a.scale;
+  Real* z = z_.data();
+  Real* dy = a.dy + r0 * dE;
+  row_scale_.resize(rc);
+  y_scaled_.resize(rc * dE);
+  const int64_t np = HeadPanelCount(V);
+  if (!panels) {
+    // The logits whole (GEMM), then the softmax with the fixed shift or each row's max.
+    Gemm<Real>(false, true, rc, V, dE, scale, y, dE, e_bar, dE, 0, z, V);
+    SoftmaxNumerators(z, V, rc, V, a.shift, target, a.lse + r0, a.target_logit + r0, row_scale_.data());
+    Gemm<Real>(false, false, rc, dE, V, 1, z, V, e_bar, dE, 0, dy, dE);
+  } else {
+    PanelSoftmax(a, r0, rc, dy);
+  }
+  for (int64_t r = 0; r < rc; ++r) {  // c e^{s_F}/Σ_r, then the one-hot part
+    const Real c = static_cast<Real>(double(scale) * double(a.coef) * row_scale_[r]);
+    for (int64_t j = 0; j < dE; ++j) {
+      y_scaled_[r * dE + j] = c * y[r * dE + j];
+      dy[r * dE + j] *= c;
+    }
+    if (target[r] < 0) continue;
+    const Real c_target = scale * a.coef;
+    const Real* e_t = e_bar + target[r] * dE;
+    Real* de_t = a.d_e_bar + target[r] * dE;
+    for (int64_t j = 0; j < dE; ++j) {
+      dy[r * dE + j] -= c_target * e_t[j];
+      de_t[j] -= c_target * y[r * dE + j];
+    }
+  }
+  if (panels) {
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < np; ++p) {
+      HeadPanelsGradAdd(y_scaled_.data(), rc, dE, z + p * rc * kHeadPanel, p, p + 1, d_e_bar_panels_.data());
+    }
+  } else {
+    Gemm<Real>(true, false, dE, V, rc, 1, y_scaled_.data(), dE, z, V, 1, d_e_bar_t_.data(), V);
+  }
+}
+
+template <typename Real>
+void FusedHead<Real>::PanelSoftmax(const HeadLossArgs<Real>& a, int64_t r0, int64_t rc, Real* dy) {
+  // A fixed shift needs no pass over whole rows first, so the vocabulary goes in blocks
+  // of panels, each thread on its own, while a block is in cache: its numerators, their
+  // row sums and (for gradients) its part of z Ē. Blocks are summed in order, whatever
+  // the threads.
+  const int64_t dE = a.d_e, V = a.vocab, np = HeadPanelCount(V);
+  const int64_t* target = a.target + r0;
+  const Real* y = a.y + r0 * dE;
+  const Real* e_bar = a.e_bar;
+  const double shift = a.shift;
+  Real* z = z_.data();
+  const int64_t block = std::max<int64_t>(1, options_.head_vocab_block);  // whole panels, at least one
+  const int64_t per_block = block / kHeadPanel + (block % kHeadPanel != 0);
+  const int64_t nb = (np + per_block - 1) / per_block;
+  block_sum_.assign(nb * rc, 0.0);
+  block_dy_.resize(dy != nullptr ? nb * rc * dE : 0);
+  row_scale_.resize(rc);
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const int64_t p0 = blk * per_block, p1 = std::min(np, p0 + per_block);
+    Real* z_block = z + p0 * rc * kHeadPanel;
+    HeadNumerators(y, rc, dE, e_bar_panels_.data(), p0, p1, V, a.scale, static_cast<Real>(shift), z_block,
+                   block_sum_.data() + blk * rc);
+    if (dy != nullptr) HeadNumeratorsEBar(z_block, rc, dE, e_bar, p0, p1, V, block_dy_.data() + blk * rc * dE);
+  }
+  for (int64_t r = 0; r < rc; ++r) {
+    double sum = 0;
+    for (int64_t blk = 0; blk < nb; ++blk) sum += block_sum_[blk * rc + r];
+    a.lse[r0 + r] = shift + std::log(sum);
+    row_scale_[r] = 1.0 / sum;
+    a.target_logit[r0 + r] = 0.0;
+    if (target[r] < 0) continue;
+    double dot = 0;
+    for (int64_t j = 0; j < dE; ++j) dot += double(y[r * dE + j]) * double(e_bar[target[r] * dE + j]);
+    a.target_logit[r0 + r] = double(a.scale) * dot;
+  }
+  if (dy == nullptr) return;
+  std::fill(dy, dy + rc * dE, Real(0));
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const Real* part = block_dy_.data() + blk * rc * dE;
+    for (int64_t i = 0; i < rc * dE; ++i) dy[i] += part[i];
+  }
+}
+
+template class FusedHead<float>;
+template class FusedHead<double>;
+
+}  // namespace multiscreen::kernels::cpu

@@ -1,0 +1,49 @@
+// The single-rank softmax cross-entropy head on the CPU (kernels::HeadLossArgs, spec
+// steps 14–15), fused over row chunks: the logits of a chunk are made, turned into the
+// softmax's numerators in place and contracted back while in cache, so no [rows, V]
+// matrix is ever held. Two ways of making them:
+// - panels (kernels/cpu/head_panels.h) when the softmax shift is fixed (PLNorm bounds
+//   the logits by e^{s_F}) and d_E is a whole number of 64-byte vectors: Ē packed once
+//   per step, logits, exp and both backward products in register tiles, the vocabulary
+//   in blocks of panels, one thread each, summed in order;
+// - whole rows through OpenBLAS otherwise (and always under HeadPath::kBlas).
+// The softmax's 1/Σ and the loss weight are folded into the backward products' small
+// operands, and the targets' one-hot part is added apart.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernel_table.h"
+
+namespace multiscreen::kernels::cpu {
+
+template <typename Real>
+class FusedHead {
+ public:
+  explicit FusedHead(const KernelOptions& options) : options_(options) {}
+
+  // Whether the panel kernels serve d_E under these options (the shift decides per call).
+  bool PanelsAllowed(int64_t d_e) const;
+  // Packs Ē [vocab, d_e] into panels when PanelsAllowed (once per step).
+  void Prepare(const Real* e_bar, int64_t vocab, int64_t d_e);
+  // kernels::HeadLossArgs's loss and gradient; args.e_bar must be what Prepare packed.
+  void Run(const HeadLossArgs<Real>& args);
+
+ private:
+  // Rows [r0, r0 + rc) with gradients: numerators, then dy and ∂Ē.
+  void FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_t rc, bool panels);
+  // The panel kernels' softmax statistics of rows [r0, r0 + rc) with the fixed shift:
+  // lse, target_logit and row_scale_ (1/Σ); with dy, also dy = z Ē for those rows
+  // (z_ then holds the numerators, in panels).
+  void PanelSoftmax(const HeadLossArgs<Real>& a, int64_t r0, int64_t rc, Real* dy);
+
+  KernelOptions options_;
+  bool packed_ = false;
+  std::vector<Real> z_, y_scaled_, d_e_bar_t_;
+  std::vector<Real> e_bar_panels_, d_e_bar_panels_;  // Ē and ∂L/∂Ē in head_panels.h's layout
+  std::vector<double> row_max_, row_sum_, row_scale_, block_sum_;
+  std::vector<Real> block_dy_;
+};
+
+}  // namespace multiscreen::kernels::cpu
