@@ -1,140 +1,430 @@
+// Screening forward and backward on a CUDA device (screening.h): one thread per
+// (sequence, tile, token) in every pass; per-tile tables (Softmask, MiPE rate) made on
+// the host with the CPU's own functions (screening_tables.h) and uploaded per call.
 #include "kernels/cuda/screening.h"
 
-#include <algorithm>
-#include <cmath>
-#include <vector>
+#include <string>
 
-#include "kernels/cpu/mipe.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/screening_tables.h"
 
 namespace multiscreen::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kBlock = 128;
 constexpr int kMaxDk = 64;
 constexpr int kMaxDv = 256;
+constexpr float kFloor = 1e-12f;  // cpu::kUnitNormFloor (that header is not included: OpenMP pragmas)
 
-struct TileParams {
-  float w;          // window (+inf: plain causal mask)
-  float r;          // acceptance width
-  float scale;      // e^{s_O}
-  double rate;      // MiPE angle per position, π γ(w)/w
-  int keys;         // ⌈w⌉ capped at T
+// The per-token parts of the tile-scalar gradients, summed per (sequence, tile).
+enum Part { kPartScale, kPartR, kPartW, kPartRateQ, kPartRateK, kParts };
+
+// Sizes every kernel reads. Tokens of a (b, tile) task lie at bt·T + i in the saved
+// arrays (bt = b·tiles + t) and at row b·T + i of P, dP, U and dU.
+struct Dims {
+  int64_t batch, seq, tiles, pos0, mask_ld;
+  int dk, dv;
+  __host__ __device__ int64_t p_cols() const { return 2 * int64_t(dk) + 2 * dv; }
 };
 
-// Unit rows of q, k (then MiPE) and v for every (token, tile): one thread each.
-__global__ void NormalizeKernel(const float* P, int64_t B, int64_t T, int tiles, int dk, int dv, int64_t pos0,
-                                const TileParams* params, float* qt, float* kt, float* vb) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= B * T * tiles) return;
-  const int t = int(idx % tiles);
-  const int64_t row = idx / tiles, b = row / T, i = row % T;
-  const int C = 2 * dk + 2 * dv;
-  const float* p = P + row * int64_t(tiles) * C + int64_t(t) * C;
-  const int64_t out = ((b * tiles + t) * T + i);
-  const double phi = double(pos0 + i) * params[t].rate;
-  const float c = float(cos(phi)), s = float(sin(phi));
-  for (int part = 0; part < 2; ++part) {
-    const float* src = p + part * dk;
-    float* dst = (part == 0 ? qt : kt) + out * dk;
-    float sq = 0.f;
-    for (int x = 0; x < dk; ++x) sq += src[x] * src[x];
-    const float inv = 1.f / fmaxf(sqrtf(sq), 1e-12f);
-    for (int x = 0; x < dk; ++x) dst[x] = src[x] * inv;
-    const float z0 = dst[0], z1 = dst[1];
-    dst[0] = z0 * c - z1 * s;
-    dst[1] = z0 * s + z1 * c;
-  }
-  const float* v = p + 2 * dk;
+// Index of one token: i (position in the sequence), bt, t (tile), b (sequence).
+struct Token {
+  int64_t i, bt, t, b;
+  __device__ Token(int64_t idx, const Dims& s) : i(idx % s.seq), bt(idx / s.seq), t(bt % s.tiles), b(bt / s.tiles) {}
+};
+
+// Spec step 5 on one row: y = x / max(‖x‖, floor) (fp32 sums, as cpu::UnitRow); returns ‖x‖.
+template <int D>
+__device__ inline float UnitRow(const float* x, float* y, int d_rt) {
+  const int d = D > 0 ? D : d_rt;
   float sq = 0.f;
-  for (int x = 0; x < dv; ++x) sq += v[x] * v[x];
-  const float inv = 1.f / fmaxf(sqrtf(sq), 1e-12f);
-  for (int x = 0; x < dv; ++x) vb[out * dv + x] = v[x] * inv;
+  #pragma unroll
+  for (int c = 0; c < d; ++c) sq += x[c] * x[c];
+  const float n = sqrtf(sq);
+  const float inv = 1.f / (n < kFloor ? kFloor : n);
+  #pragma unroll
+  for (int c = 0; c < d; ++c) y[c] = x[c] * inv;
+  return n;
 }
 
-// h_i = Σ_j α_ij m_ij v̄_j over the window, then U = scale · TanhNorm(h) ⊙ tanh(SiLU(g)).
-__global__ void AggregateKernel(const float* P, int64_t B, int64_t T, int tiles, int dk, int dv,
-                                const TileParams* params, const float* qt, const float* kt, const float* vb,
-                                float* U) {
+// Spec step 6 on one row: coordinates (0, 1) rotated by φ (cos φ = c, sin φ = s), in fp64.
+__device__ inline void RotateRow(float* z, double c, double s) {
+  const double z0 = z[0], z1 = z[1];
+  z[0] = static_cast<float>(z0 * c - z1 * s);
+  z[1] = static_cast<float>(z0 * s + z1 * c);
+}
+
+template <int D>
+__device__ inline float Dot(const float* a, const float* b, int d_rt) {
+  const int d = D > 0 ? D : d_rt;
+  float s = 0.f;
+  #pragma unroll
+  for (int c = 0; c < d; ++c) s += a[c] * b[c];
+  return s;
+}
+
+// Backward of UnitRow then RotateRow for one row (cpu::NormalizeRotateBackwardRow):
+// dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x; adds the row's ∂L/∂rate to *d_rate.
+template <int D>
+__device__ inline void NormalizeRotateBackwardRow(const float* z, float norm, float* dz, bool rotate, double c,
+                                                  double s, double pos, float* dx, int d_rt, double* d_rate) {
+  const int d = D > 0 ? D : d_rt;
+  float y0 = z[0], y1 = d > 1 ? z[1] : 0.f;
+  if (rotate) {
+    const double g0 = dz[0], g1 = dz[1];
+    *d_rate += pos * (-g0 * z[1] + g1 * z[0]);
+    dz[0] = static_cast<float>(g0 * c + g1 * s);
+    dz[1] = static_cast<float>(-g0 * s + g1 * c);
+    y0 = static_cast<float>(double(z[0]) * c + double(z[1]) * s);  // z̄ = R(−φ) z̃
+    y1 = static_cast<float>(-double(z[0]) * s + double(z[1]) * c);
+  }
+  const bool clamped = !(norm > kFloor);
+  const float inv = 1.f / (clamped ? kFloor : norm);
+  float dot = 0.f;
+  if (!clamped) {
+    dot = y0 * dz[0] + (d > 1 ? y1 * dz[1] : 0.f);
+    for (int i = 2; i < d; ++i) dot += z[i] * dz[i];
+  }
+  dx[0] = (dz[0] - y0 * dot) * inv;
+  if (d > 1) dx[1] = (dz[1] - y1 * dot) * inv;
+  for (int i = 2; i < d; ++i) dx[i] = (dz[i] - z[i] * dot) * inv;
+}
+
+// Trim (spec step 8): α = a², a = 1 − (1 − s)/r; the pair is rejected when a ≤ 0.
+__device__ inline float TrimBase(float s, float r) { return 1.f - (1.f - s) / r; }
+
+// Forward, pass 1: q̃, k̃ (unit, rotated), v̄ and the three norms of every token.
+template <int DK, int DV>
+__global__ void NormalizeKernel(Dims s, const float* P, const ScreeningTileParams* params, ScreeningSaved<float> saved) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= B * T * tiles) return;
-  const int64_t i = idx % T;
-  const int64_t bt = idx / T;  // b·tiles + t
-  const int t = int(bt % tiles);
-  const int64_t b = bt / tiles;
-  const TileParams tp = params[t];
-  const float* q = qt + (bt * T + i) * dk;
-  float qr[kMaxDk];
-  for (int x = 0; x < dk; ++x) qr[x] = q[x];
-  float h[kMaxDv];
-  for (int x = 0; x < dv; ++x) h[x] = 0.f;
-  const int64_t j0 = i - tp.keys + 1 > 0 ? i - tp.keys + 1 : 0;
-  for (int64_t j = j0; j <= i; ++j) {
-    const float* k = kt + (bt * T + j) * dk;
-    float s = 0.f;
-    for (int x = 0; x < dk; ++x) s += qr[x] * k[x];
-    const float a = 1.f - (1.f - s) / tp.r;
-    if (a <= 0.f) continue;  // Trim: exactly zero relevance, no value work
-    const float d = float(i - j);
-    const float m = isinf(tp.w) ? 1.f : 0.5f * (cospif(d / tp.w) + 1.f);
-    const float weight = a * a * m;
-    const float* v = vb + (bt * T + j) * dv;
-    for (int x = 0; x < dv; ++x) h[x] += weight * v[x];
-  }
-  float sq = 0.f;
-  for (int x = 0; x < dv; ++x) sq += h[x] * h[x];
-  const float n = sqrtf(sq);
-  float f;
-  if (n < 0.1f) {
-    const float n2 = n * n;
-    f = 1.f + n2 * (-1.f / 3 + n2 * (2.f / 15 + n2 * (-17.f / 315 + n2 * (62.f / 2835))));
-  } else {
-    f = tanhf(n) / n;
-  }
-  const int C = 2 * dk + 2 * dv;
-  const float* g = P + (b * T + i) * int64_t(tiles) * C + int64_t(t) * C + 2 * dk + dv;
-  float* out = U + (b * T + i) * int64_t(tiles) * dv + int64_t(t) * dv;
-  for (int x = 0; x < dv; ++x) {
-    const float sig = 1.f / (1.f + expf(-g[x]));
-    out[x] = tp.scale * h[x] * f * tanhf(g[x] * sig);
+  if (idx >= s.batch * s.tiles * s.seq) return;
+  const Token tok(idx, s);
+  const int dk = DK > 0 ? DK : s.dk, dv = DV > 0 ? DV : s.dv;
+  const int64_t C = s.p_cols();
+  const float* p = P + (tok.b * s.seq + tok.i) * s.tiles * C + tok.t * C;
+  saved.q_norm[idx] = UnitRow<DK>(p, saved.q_tilde + idx * dk, dk);
+  saved.k_norm[idx] = UnitRow<DK>(p + dk, saved.k_tilde + idx * dk, dk);
+  saved.v_norm[idx] = UnitRow<DV>(p + 2 * dk, saved.v_bar + idx * dv, dv);
+  const double rate = params[tok.t].rate;
+  if (rate != 0) {
+    const double phi = double(s.pos0 + tok.i) * rate;
+    const double c = cos(phi), sn = sin(phi);
+    RotateRow(saved.q_tilde + idx * dk, c, sn);
+    RotateRow(saved.k_tilde + idx * dk, c, sn);
   }
 }
+
+// Forward, pass 2: h_i = Σ_j α_ij m_ij v̄_j over the window (saved), then
+// U = scale · TanhNorm(h) ⊙ tanh(SiLU(g)).
+template <int DK, int DV>
+__global__ void AggregateKernel(Dims s, const float* P, const ScreeningTileParams* params, const float* mask,
+                                ScreeningSaved<float> saved, float* U) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= s.batch * s.tiles * s.seq) return;
+  const Token tok(idx, s);
+  const int dk = DK > 0 ? DK : s.dk, dv = DV > 0 ? DV : s.dv;
+  const ScreeningTileParams tp = params[tok.t];
+  const float* m = mask + tok.t * s.mask_ld;  // m[d], d = i − j
+  float q[DK > 0 ? DK : kMaxDk];
+  #pragma unroll
+  for (int x = 0; x < dk; ++x) q[x] = saved.q_tilde[idx * dk + x];
+  float h[DV > 0 ? DV : kMaxDv];
+  #pragma unroll
+  for (int x = 0; x < dv; ++x) h[x] = 0.f;
+  const int64_t base = tok.bt * s.seq;
+  const int64_t j0 = tok.i - tp.keys + 1 > 0 ? tok.i - tp.keys + 1 : 0;
+  for (int64_t j = j0; j <= tok.i; ++j) {
+    const float a = TrimBase(Dot<DK>(q, saved.k_tilde + (base + j) * dk, dk), tp.r);
+    const float weight = a <= 0.f ? 0.f : a * a * m[tok.i - j];  // NaN stays NaN
+    if (weight == 0.f) continue;  // rejected: no value work
+    const float* v = saved.v_bar + (base + j) * dv;
+    #pragma unroll
+    for (int x = 0; x < dv; ++x) h[x] += weight * v[x];
+  }
+  float* h_out = saved.h + idx * dv;
+  float sq = 0.f;
+  #pragma unroll
+  for (int x = 0; x < dv; ++x) {
+    h_out[x] = h[x];
+    sq += h[x] * h[x];
+  }
+  float f, unused;
+  TanhNormScale(sqrtf(sq), &f, &unused);
+  const int64_t C = s.p_cols();
+  const float* g = P + (tok.b * s.seq + tok.i) * s.tiles * C + tok.t * C + 2 * dk + dv;
+  float* out = U + (tok.b * s.seq + tok.i) * s.tiles * dv + tok.t * dv;
+  #pragma unroll
+  for (int x = 0; x < dv; ++x) {
+    float gate, gate_dg;
+    GateForwardAndDerivative(g[x], &gate, &gate_dg);
+    out[x] = tp.scale * h[x] * f * gate;
+  }
+}
+
+// Backward, query pass: output scale and gate (steps 12–13) and TanhNorm (step 11)
+// give ∂L/∂h_i (written to dh, ∂L/∂g into dP); the window's pairs are recomputed and
+// ∂L/∂q̃_i is finished through MiPE and the unit norm into dP. Writes the query's
+// parts of the scale, r and w gradients and of ∂L/∂rate.
+template <int DK, int DV>
+__global__ void QueryBackwardKernel(Dims s, const float* P, const float* dU, const ScreeningTileParams* params,
+                                   const float* mask, const float* dmask, ScreeningSaved<float> saved, float* dP,
+                                   float* dh_out, double* partial) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= s.batch * s.tiles * s.seq) return;
+  const Token tok(idx, s);
+  const int dk = DK > 0 ? DK : s.dk, dv = DV > 0 ? DV : s.dv;
+  const ScreeningTileParams tp = params[tok.t];
+  const int64_t C = s.p_cols(), ldp = s.tiles * C;
+  const int64_t row = tok.b * s.seq + tok.i;
+  const float* hi = saved.h + idx * dv;
+  const float* g = P + row * ldp + tok.t * C + 2 * dk + dv;
+  const float* dUi = dU + row * s.tiles * dv + tok.t * dv;
+  float* dg = dP + row * ldp + tok.t * C + 2 * dk + dv;
+  float sq = 0.f;
+  #pragma unroll
+  for (int c = 0; c < dv; ++c) sq += hi[c] * hi[c];
+  float f, f_dn;
+  TanhNormScale(sqrtf(sq), &f, &f_dn);
+  double row_scale = 0;
+  float dot = 0.f;
+  float dh[DV > 0 ? DV : kMaxDv];  // ∂L/∂TanhNorm(h) first, then ∂L/∂h
+  #pragma unroll
+  for (int c = 0; c < dv; ++c) {
+    float gate, gate_dg;
+    GateForwardAndDerivative(g[c], &gate, &gate_dg);
+    const float tn = hi[c] * f;
+    row_scale += static_cast<double>(dUi[c]) * tn * gate;
+    dh[c] = tp.scale * dUi[c] * gate;
+    dg[c] = tp.scale * dUi[c] * tn * gate_dg;
+    dot += hi[c] * dh[c];
+  }
+  #pragma unroll
+  for (int c = 0; c < dv; ++c) {
+    dh[c] = f * dh[c] + f_dn * dot * hi[c];
+    dh_out[idx * dv + c] = dh[c];
+  }
+  // Steps 7–10 over the window [j0, i], relevance recomputed.
+  const float* m = mask + tok.t * s.mask_ld;
+  const float* dm = dmask + tok.t * s.mask_ld;
+  float q[DK > 0 ? DK : kMaxDk], dq[DK > 0 ? DK : kMaxDk];
+  #pragma unroll
+  for (int x = 0; x < dk; ++x) {
+    q[x] = saved.q_tilde[idx * dk + x];
+    dq[x] = 0.f;
+  }
+  const float two_over_r = 2.f / tp.r;
+  const double inv_r2 = 1.0 / (double(tp.r) * tp.r);
+  double sum_r = 0, sum_w = 0;
+  const int64_t base = tok.bt * s.seq;
+  const int64_t j0 = tok.i - tp.keys + 1 > 0 ? tok.i - tp.keys + 1 : 0;
+  for (int64_t j = j0; j <= tok.i; ++j) {
+    const float* kj = saved.k_tilde + (base + j) * dk;
+    const float sim = Dot<DK>(q, kj, dk);
+    const float a = TrimBase(sim, tp.r);
+    if (a <= 0.f) continue;
+    const float mj = m[tok.i - j];
+    const float d_weight = Dot<DV>(dh, saved.v_bar + (base + j) * dv, dv);  // ∂L/∂(α m)
+    const float ds = d_weight * mj * a * two_over_r;
+    sum_r += static_cast<double>(d_weight) * mj * 2.0 * a * (1.0 - sim) * inv_r2;
+    sum_w += static_cast<double>(d_weight) * a * a * dm[tok.i - j];
+    if (ds != 0.f) {
+      #pragma unroll
+      for (int x = 0; x < dk; ++x) dq[x] += ds * kj[x];
+    }
+  }
+  // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
+  double d_rate = 0, c = 1, sn = 0;
+  const double pos = double(s.pos0 + tok.i);
+  if (tp.rate != 0) {
+    c = cos(pos * tp.rate);
+    sn = sin(pos * tp.rate);
+  }
+  NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dq, tp.rate != 0, c, sn, pos,
+                                 dP + row * ldp + tok.t * C, dk, &d_rate);
+  double* part = partial + idx * kParts;
+  part[kPartScale] = row_scale;
+  part[kPartR] = sum_r;
+  part[kPartW] = sum_w;
+  part[kPartRateQ] = d_rate;
+}
+
+// Backward, key pass: key j gathers ∂L/∂k̃_j and ∂L/∂v̄_j from its queries
+// i = j … j + keys − 1 in ascending order, then finishes both into dP (MiPE and the
+// unit norm for k̃, the unit norm for v̄) and writes its part of ∂L/∂rate.
+template <int DK, int DV>
+__global__ void KeyBackwardKernel(Dims s, const ScreeningTileParams* params, const float* mask,
+                                  ScreeningSaved<float> saved, const float* dh, float* dP, double* partial) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= s.batch * s.tiles * s.seq) return;
+  const Token tok(idx, s);  // tok.i is the key position j here
+  const int dk = DK > 0 ? DK : s.dk, dv = DV > 0 ? DV : s.dv;
+  const ScreeningTileParams tp = params[tok.t];
+  const int64_t C = s.p_cols(), ldp = s.tiles * C;
+  const float* m = mask + tok.t * s.mask_ld;
+  float k[DK > 0 ? DK : kMaxDk], dkey[DK > 0 ? DK : kMaxDk];
+  float v[DV > 0 ? DV : kMaxDv], dval[DV > 0 ? DV : kMaxDv];
+  #pragma unroll
+  for (int x = 0; x < dk; ++x) {
+    k[x] = saved.k_tilde[idx * dk + x];
+    dkey[x] = 0.f;
+  }
+  #pragma unroll
+  for (int x = 0; x < dv; ++x) {
+    v[x] = saved.v_bar[idx * dv + x];
+    dval[x] = 0.f;
+  }
+  const float two_over_r = 2.f / tp.r;
+  const int64_t base = tok.bt * s.seq, j = tok.i;
+  const int64_t i1 = j + tp.keys - 1 < s.seq - 1 ? j + tp.keys - 1 : s.seq - 1;
+  for (int64_t i = j; i <= i1; ++i) {
+    const float* qi = saved.q_tilde + (base + i) * dk;
+    const float a = TrimBase(Dot<DK>(qi, k, dk), tp.r);
+    if (a <= 0.f) continue;
+    const float mj = m[i - j];
+    const float* dhi = dh + (base + i) * dv;
+    const float weight = a * a * mj;
+    if (weight != 0.f) {
+      #pragma unroll
+      for (int x = 0; x < dv; ++x) dval[x] += weight * dhi[x];
+    }
+    const float d_weight = Dot<DV>(dhi, v, dv);
+    const float ds = d_weight * mj * a * two_over_r;
+    if (ds != 0.f) {
+      #pragma unroll
+      for (int x = 0; x < dk; ++x) dkey[x] += ds * qi[x];
+    }
+  }
+  double d_rate = 0, c = 1, sn = 0, unused = 0;
+  const double pos = double(s.pos0 + j);
+  if (tp.rate != 0) {
+    c = cos(pos * tp.rate);
+    sn = sin(pos * tp.rate);
+  }
+  float* dPj = dP + (tok.b * s.seq + j) * ldp + tok.t * C;
+  NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dkey, tp.rate != 0, c, sn, pos, dPj + dk,
+                                 dk, &d_rate);
+  NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dval, false, 1, 0, 0, dPj + 2 * dk, dv,
+                                 &unused);
+  partial[idx * kParts + kPartRateK] = d_rate;
+}
+
+// sums[bt, part] = Σ_i partial[bt, i, part]: one block per (b, tile), strided per-thread
+// sums in order, then a tree; the same order on every run.
+__global__ void ReducePartsKernel(const double* partial, int64_t seq, double* sums) {
+  __shared__ double tree[kParts][kBlock];
+  const double* p = partial + int64_t(blockIdx.x) * seq * kParts;
+  for (int part = 0; part < kParts; ++part) {
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < seq; i += kBlock) sum += p[i * kParts + part];
+    tree[part][threadIdx.x] = sum;
+  }
+  __syncthreads();
+  for (int half = kBlock / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      for (int part = 0; part < kParts; ++part) tree[part][threadIdx.x] += tree[part][threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < kParts) sums[int64_t(blockIdx.x) * kParts + threadIdx.x] = tree[threadIdx.x][0];
+}
+
+// Checks the shape, fills (screening_tables.h) and uploads the per-tile tables; returns
+// the kernels' sizes.
+Dims Prepare(const char* op, const ScreeningShape& shape, const TileScalars* tiles, ScreeningScratch* scratch,
+             cudaStream_t stream) {
+  if (shape.d_k < 2 || shape.d_k > kMaxDk || shape.d_v < 1 || shape.d_v > kMaxDv) {
+    const std::string message = absl::StrCat("d_k = ", shape.d_k, ", d_v = ", shape.d_v,
+                                              " is outside what the CUDA screening kernels take (2 <= d_k <= ", kMaxDk,
+                                              ", 1 <= d_v <= ", kMaxDv, ")");
+    FatalCudaError(op, message.c_str());
+  }
+  FillScreeningTables(shape, tiles, scratch);
+  const int64_t nt = shape.tiles, ld = scratch->mask_ld;
+  scratch->params.Resize(nt);
+  scratch->mask.Resize(nt * ld);
+  scratch->dmask.Resize(nt * ld);
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->params.data(), scratch->host_params.data(),
+                                    nt * sizeof(ScreeningTileParams), cudaMemcpyHostToDevice, stream));
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->mask.data(), scratch->host_mask.data(), nt * ld * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream));
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->dmask.data(), scratch->host_dmask.data(), nt * ld * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream));
+  return Dims{shape.batch, shape.seq, nt, shape.pos0, ld, static_cast<int>(shape.d_k), static_cast<int>(shape.d_v)};
+}
+
+unsigned Blocks(const Dims& s) { return static_cast<unsigned>((s.batch * s.tiles * s.seq + kBlock - 1) / kBlock); }
+
+template <int DK, int DV>
+void LaunchForward(const Dims& s, const float* P, const ScreeningScratch& scratch, const ScreeningSaved<float>& saved,
+                   float* U, cudaStream_t stream) {
+  NormalizeKernel<DK, DV><<<Blocks(s), kBlock, 0, stream>>>(s, P, scratch.params.data(), saved);
+  MS_CUDA_CHECK_LAUNCH("ScreeningForward");
+  AggregateKernel<DK, DV><<<Blocks(s), kBlock, 0, stream>>>(s, P, scratch.params.data(), scratch.mask.data(), saved, U);
+  MS_CUDA_CHECK_LAUNCH("ScreeningForward");
+}
+
+template <int DK, int DV>
+void LaunchBackward(const Dims& s, const float* P, const float* dU, ScreeningScratch& scratch,
+                    const ScreeningSaved<float>& saved, float* dP, cudaStream_t stream) {
+  QueryBackwardKernel<DK, DV><<<Blocks(s), kBlock, 0, stream>>>(s, P, dU, scratch.params.data(), scratch.mask.data(),
+                                                                scratch.dmask.data(), saved, dP, scratch.dh.data(),
+                                                                scratch.partial.data());
+  MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
+  KeyBackwardKernel<DK, DV><<<Blocks(s), kBlock, 0, stream>>>(s, scratch.params.data(), scratch.mask.data(), saved,
+                                                              scratch.dh.data(), dP, scratch.partial.data());
+  MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
+}
+
+bool FixedWidths(const Dims& s) { return s.dk == 16 && s.dv == 64; }
 
 }  // namespace
 
-absl::Status ScreeningForward(const cpu::ScreeningShape& shape, const float* P, const cpu::TileScalars* tiles,
-                              float* q_tilde, float* k_tilde, float* v_bar, float* U, void* stream) {
-  if (shape.d_k < 2 || shape.d_k > kMaxDk || shape.d_v > kMaxDv) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda::ScreeningForward: d_k = ", shape.d_k, ", d_v = ", shape.d_v,
-                                                   " outside [2, ", kMaxDk, "] / [1, ", kMaxDv, "]"));
+void ScreeningForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                      const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch, cudaStream_t stream) {
+  if (shape.batch <= 0 || shape.seq <= 0 || shape.tiles <= 0) return;
+  const Dims s = Prepare("ScreeningForward", shape, tiles, scratch, stream);
+  if (FixedWidths(s)) {
+    LaunchForward<16, 64>(s, P, *scratch, saved, U, stream);
+  } else {
+    LaunchForward<0, 0>(s, P, *scratch, saved, U, stream);
   }
-  std::vector<TileParams> host(shape.tiles);
-  for (int64_t t = 0; t < shape.tiles; ++t) {
-    const cpu::TileScalars& s = tiles[t];
-    host[t].w = static_cast<float>(s.w);
-    host[t].r = static_cast<float>(s.r);
-    host[t].scale = static_cast<float>(s.scale);
-    // The Softmask reaches ⌈w⌉ keys (all T for an infinite window), as cpu::SoftmaskKeys.
-    host[t].keys = static_cast<int>(std::isinf(s.w) ? shape.seq : std::min<double>(std::ceil(s.w), double(shape.seq)));
-    double rate_dw;
-    cpu::MipeRate(s.mipe_w, shape.w_th, &host[t].rate, &rate_dw);
+}
+
+void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                       const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                       ScreeningScratch* scratch, cudaStream_t stream) {
+  const int64_t nt = shape.tiles;
+  for (int64_t t = 0; t < nt; ++t) grads[t] = TileScalarGrads{};
+  if (shape.batch <= 0 || shape.seq <= 0 || nt <= 0) return;
+  const char* op = "ScreeningBackward";
+  const Dims s = Prepare(op, shape, tiles, scratch, stream);
+  const int64_t tasks = shape.batch * nt, tokens = tasks * shape.seq;
+  scratch->dh.Resize(tokens * shape.d_v);
+  scratch->partial.Resize(tokens * kParts);
+  scratch->sums.Resize(tasks * kParts);
+  if (FixedWidths(s)) {
+    LaunchBackward<16, 64>(s, P, dU, *scratch, saved, dP, stream);
+  } else {
+    LaunchBackward<0, 0>(s, P, dU, *scratch, saved, dP, stream);
   }
-  TileParams* device = nullptr;
-  MS_CUDA_RETURN_IF_ERROR(cudaMalloc(&device, host.size() * sizeof(TileParams)));
-  const cudaStream_t st = static_cast<cudaStream_t>(stream);
-  MS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, host.data(), host.size() * sizeof(TileParams),
-                                          cudaMemcpyHostToDevice, st));
-  const int64_t n = shape.batch * shape.seq * shape.tiles;
-  const unsigned blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
-  NormalizeKernel<<<blocks, kThreads, 0, st>>>(P, shape.batch, shape.seq, int(shape.tiles), int(shape.d_k),
-                                               int(shape.d_v), shape.pos0, device, q_tilde, k_tilde, v_bar);
-  AggregateKernel<<<blocks, kThreads, 0, st>>>(P, shape.batch, shape.seq, int(shape.tiles), int(shape.d_k),
-                                               int(shape.d_v), device, q_tilde, k_tilde, v_bar, U);
-  const cudaError_t launch = cudaGetLastError();
-  cudaStreamSynchronize(st);
-  cudaFree(device);
-  MS_CUDA_RETURN_IF_ERROR(launch);
-  return absl::OkStatus();
+  ReducePartsKernel<<<static_cast<unsigned>(tasks), kBlock, 0, stream>>>(scratch->partial.data(), shape.seq,
+                                                                         scratch->sums.data());
+  MS_CUDA_CHECK_LAUNCH(op);
+  scratch->host_sums.resize(tasks * kParts);
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->host_sums.data(), scratch->sums.data(), tasks * kParts * sizeof(double),
+                                    cudaMemcpyDeviceToHost, stream));
+  MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
+  // Per (b, tile) as the CPU's task sums, then over the batch in order.
+  for (int64_t t = 0; t < nt; ++t) {
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      const double* sum = scratch->host_sums.data() + (b * nt + t) * kParts;
+      grads[t].w += sum[kPartW] + (sum[kPartRateQ] + sum[kPartRateK]) * scratch->host_rate_dw[t];
+      grads[t].r += sum[kPartR];
+      grads[t].scale += sum[kPartScale];
+    }
+  }
 }
 
 }  // namespace multiscreen::kernels::cuda

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/buffer.h"
+#include "kernels/device_array.h"
 #include "tests/cuda/cuda_test.h"
 #include "kernels/cpu/screening.h"
 #include "kernels/cuda/screening.h"
@@ -52,18 +53,18 @@ std::vector<float> RunCpu(const Problem& p) {
 
 std::vector<float> RunCuda(const Problem& p, double* ms = nullptr) {
   const int64_t rows = p.shape.batch * p.shape.seq * p.shape.tiles;
-  auto P = Buffer::Allocate(Device::kCuda, p.P.size() * 4);
-  auto qt = Buffer::Allocate(Device::kCuda, rows * p.shape.d_k * 4);
-  auto kt = Buffer::Allocate(Device::kCuda, rows * p.shape.d_k * 4);
-  auto vb = Buffer::Allocate(Device::kCuda, rows * p.shape.d_v * 4);
-  auto U = Buffer::Allocate(Device::kCuda, rows * p.shape.d_v * 4);
-  EXPECT_TRUE(P.ok() && qt.ok() && kt.ok() && vb.ok() && U.ok());
-  EXPECT_TRUE(P->Upload(p.P.data(), p.P.size() * 4).ok());
-  auto run = [&] {
-    const absl::Status s = kernels::cuda::ScreeningForward(p.shape, P->as<float>(), p.tiles.data(), qt->as<float>(),
-                                                           kt->as<float>(), vb->as<float>(), U->as<float>());
-    EXPECT_TRUE(s.ok()) << s;
+  auto array = [](int64_t n) {
+    DeviceArray<float> a(Device::kCuda);
+    a.Resize(n);
+    return a;
   };
+  DeviceArray<float> P = array(p.P.size()), U = array(rows * p.shape.d_v);
+  DeviceArray<float> qt = array(rows * p.shape.d_k), kt = array(rows * p.shape.d_k), vb = array(rows * p.shape.d_v);
+  DeviceArray<float> qn = array(rows), kn = array(rows), vn = array(rows), h = array(rows * p.shape.d_v);
+  const kernels::ScreeningSaved<float> saved{qt.data(), kt.data(), vb.data(), qn.data(), kn.data(), vn.data(), h.data()};
+  EXPECT_EQ(cudaMemcpy(P.data(), p.P.data(), p.P.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  kernels::cuda::ScreeningScratch scratch;
+  auto run = [&] { kernels::cuda::ScreeningForward(p.shape, P.data(), p.tiles.data(), saved, U.data(), &scratch, 0); };
   run();
   if (ms != nullptr) {
     cudaDeviceSynchronize();
@@ -74,7 +75,7 @@ std::vector<float> RunCuda(const Problem& p, double* ms = nullptr) {
     *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / reps;
   }
   std::vector<float> out(rows * p.shape.d_v);
-  EXPECT_TRUE(U->Download(out.data(), out.size() * 4).ok());
+  EXPECT_EQ(cudaMemcpy(out.data(), U.data(), out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   return out;
 }
 

@@ -1,0 +1,196 @@
+// Softmax cross-entropy kernels and the fused head on a CUDA device (cross_entropy.h).
+#include "kernels/cuda/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/launch.h"
+
+namespace multiscreen::kernels::cuda {
+namespace {
+
+// max of a row's values (NaNs skipped: x > mx is false for them), over the block.
+__device__ float BlockMax(float v) {
+  __shared__ float shared[kThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half && shared[threadIdx.x + half] > shared[threadIdx.x]) {
+      shared[threadIdx.x] = shared[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  const float result = shared[0];
+  __syncthreads();  // the buffer may be reused by the next call
+  return result;
+}
+
+__device__ double BlockSum(double v) {
+  __shared__ double shared[kThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  const double result = shared[0];
+  __syncthreads();
+  return result;
+}
+
+__device__ float RowMax(const float* z, int64_t V) {
+  float mx = -INFINITY;
+  for (int64_t v = threadIdx.x; v < V; v += kThreads) mx = z[v] > mx ? z[v] : mx;
+  return BlockMax(mx);
+}
+
+__device__ double RowSumExp(const float* z, int64_t V, float mx) {
+  double sum = 0;
+  for (int64_t v = threadIdx.x; v < V; v += kThreads) sum += static_cast<double>(expf(z[v] - mx));
+  return BlockSum(sum);
+}
+
+// Block r: row_max[r], row_sum[r].
+__global__ void StatsKernel(const float* z, int64_t ld, int64_t V, double* row_max, double* row_sum) {
+  const float* zr = z + int64_t(blockIdx.x) * ld;
+  const float mx = RowMax(zr, V);
+  const double sum = RowSumExp(zr, V, mx);
+  if (threadIdx.x == 0) {
+    row_max[blockIdx.x] = mx;
+    row_sum[blockIdx.x] = sum;
+  }
+}
+
+__global__ void TargetKernel(const float* z, int64_t ld, int64_t rows, const int64_t* target, double* out) {
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows) out[r] = target[r] >= 0 ? static_cast<double>(z[r * ld + target[r]]) : 0.0;
+}
+
+// Row blockIdx.y, columns strided: z ← exp(z − lse)·coef − [v == target]·coef.
+__global__ void GradKernel(float* z, int64_t ld, int64_t V, const double* lse, const int64_t* target, float coef) {
+  const int64_t r = blockIdx.y;
+  float* zr = z + r * ld;
+  const float l = static_cast<float>(lse[r]);
+  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < V; v += int64_t(gridDim.x) * blockDim.x) {
+    float g = expf(zr[v] - l) * coef;
+    if (v == target[r]) g -= coef;
+    zr[v] = g;
+  }
+}
+
+// The head's row pass, block r of a chunk: the shift m (fixed, or the row max), the
+// target logit (read before anything is written), lse = m + log Σ exp(z − m), and with
+// grad z ← c · (exp(z − m)/Σ − [v == target]).
+__global__ void HeadRowKernel(float* z, int64_t V, double shift, const int64_t* target, float c, bool grad,
+                              double* lse, double* target_logit) {
+  float* zr = z + int64_t(blockIdx.x) * V;
+  const int64_t t = target[blockIdx.x];
+  const float m = isnan(shift) ? RowMax(zr, V) : static_cast<float>(shift);
+  const double tl = t >= 0 ? static_cast<double>(zr[t]) : 0.0;
+  const double sum = RowSumExp(zr, V, m);  // ends with a block barrier: every read of zr[t] is done
+  if (threadIdx.x == 0) {
+    lse[blockIdx.x] = static_cast<double>(m) + log(sum);
+    target_logit[blockIdx.x] = tl;
+  }
+  if (!grad) return;
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t v = threadIdx.x; v < V; v += kThreads) {
+    const float p = expf(zr[v] - m) * inv;
+    zr[v] = c * (v == t ? p - 1.f : p);
+  }
+}
+
+// Uploads host [rows] targets into scratch.
+const int64_t* UploadTargets(const char* op, const int64_t* target, int64_t rows, CrossEntropyScratch* scratch,
+                             cudaStream_t stream) {
+  scratch->target.Resize(rows);
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->target.data(), target, rows * sizeof(int64_t), cudaMemcpyHostToDevice,
+                                    stream));
+  return scratch->target.data();
+}
+
+// Copies [rows] device doubles to the host and waits.
+void DownloadDoubles(const char* op, const double* src, int64_t rows, double* host, cudaStream_t stream) {
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(host, src, rows * sizeof(double), cudaMemcpyDeviceToHost, stream));
+  MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
+}
+
+}  // namespace
+
+void SoftmaxStats(const float* z, int64_t ld, int64_t rows, int64_t V, double* row_max, double* row_sum,
+                  CrossEntropyScratch* scratch, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const char* op = "SoftmaxStats";
+  scratch->first.Resize(rows);
+  scratch->second.Resize(rows);
+  StatsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(z, ld, V, scratch->first.data(),
+                                                                    scratch->second.data());
+  MS_CUDA_CHECK_LAUNCH(op);
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(row_max, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,
+                                    stream));
+  DownloadDoubles(op, scratch->second.data(), rows, row_sum, stream);
+}
+
+void TargetLogits(const float* z, int64_t ld, int64_t rows, const int64_t* target, double* out,
+                  CrossEntropyScratch* scratch, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const char* op = "TargetLogits";
+  const int64_t* target_dev = UploadTargets(op, target, rows, scratch, stream);
+  scratch->first.Resize(rows);
+  TargetKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(z, ld, rows, target_dev, scratch->first.data());
+  MS_CUDA_CHECK_LAUNCH(op);
+  scratch->host.resize(rows);
+  DownloadDoubles(op, scratch->first.data(), rows, scratch->host.data(), stream);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (target[r] >= 0) out[r] = scratch->host[r];
+  }
+}
+
+void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const double* lse, const int64_t* target,
+                      float coef, CrossEntropyScratch* scratch, cudaStream_t stream) {
+  if (rows <= 0 || V <= 0) return;
+  const char* op = "CrossEntropyGrad";
+  const int64_t* target_dev = UploadTargets(op, target, rows, scratch, stream);
+  scratch->first.Resize(rows);
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->first.data(), lse, rows * sizeof(double), cudaMemcpyHostToDevice, stream));
+  const unsigned col_blocks = static_cast<unsigned>(std::min<int64_t>((V + kThreads - 1) / kThreads, 1024));
+  for (int64_t r0 = 0; r0 < rows; r0 += 65535) {  // gridDim.y is at most 65535
+    const int64_t nr = std::min<int64_t>(65535, rows - r0);
+    GradKernel<<<dim3(col_blocks, static_cast<unsigned>(nr)), kThreads, 0, stream>>>(
+        z + r0 * ld, ld, V, scratch->first.data() + r0, target_dev + r0, coef);
+    MS_CUDA_CHECK_LAUNCH(op);
+  }
+}
+
+void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream) {
+  const int64_t rows = args.rows, V = args.vocab, d_e = args.d_e;
+  if (rows <= 0) return;
+  const char* op = "HeadLoss";
+  const int64_t* target_dev = UploadTargets(op, args.target, rows, scratch, stream);
+  scratch->first.Resize(rows);
+  scratch->second.Resize(rows);
+  const int64_t chunk = std::min(rows, kHeadChunkRows);
+  scratch->logits.Resize(chunk * V);
+  float* z = scratch->logits.data();
+  const bool grad = args.dy != nullptr;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t nr = std::min(chunk, rows - r0);
+    const float* y = args.y + r0 * d_e;
+    gemm->Run(Precision::kFp32, false, true, nr, V, d_e, args.scale, y, d_e, args.e_bar, d_e, 0.f, z, V);
+    HeadRowKernel<<<static_cast<unsigned>(nr), kThreads, 0, stream>>>(z, V, args.shift, target_dev + r0,
+                                                                      args.coef * args.scale, grad,
+                                                                      scratch->first.data() + r0,
+                                                                      scratch->second.data() + r0);
+    MS_CUDA_CHECK_LAUNCH(op);
+    if (grad) {
+      gemm->Run(Precision::kFp32, false, false, nr, d_e, V, 1.f, z, V, args.e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);
+      gemm->Run(Precision::kFp32, true, false, V, d_e, nr, 1.f, z, V, y, d_e, 1.f, args.d_e_bar, d_e);
+    }
+  }
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(args.lse, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,
+                                    stream));
+  DownloadDoubles(op, scratch->second.data(), rows, args.target_logit, stream);
+}
+
+}  // namespace multiscreen::kernels::cuda

@@ -1,0 +1,52 @@
+// Softmax cross-entropy on a CUDA device (spec step 15): the twins of
+// kernels/cpu/cross_entropy.h's SoftmaxStats and CrossEntropyGrad, the target-logit
+// gather, and the fused single-rank head of kernels/kernel_table.h's HeadLossArgs
+// (spec steps 14–15 after PLNorm). Per-row statistics and targets are host arrays,
+// copied in and out here; functions that return statistics wait for them. One block
+// per row: row max in fp32 (NaNs skipped, as the CPU's), Σ exp in fp64 over fp32
+// exponentials, both as fixed-order block trees. Failures are fatal (check.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/gemm.h"
+#include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
+
+namespace multiscreen::kernels::cuda {
+
+// Device and host staging memory of the cross-entropy kernels, grown and kept.
+struct CrossEntropyScratch {
+  DeviceArray<double> first{Device::kCuda}, second{Device::kCuda};  // [rows] statistics
+  DeviceArray<int64_t> target{Device::kCuda};                       // [rows]
+  DeviceArray<float> logits{Device::kCuda};                         // the head's [chunk, V]
+  std::vector<double> host;                                         // [rows] staging
+};
+
+// Rows of logits the fused head computes at a time ([kHeadChunkRows, V] fp32 scratch).
+inline constexpr int64_t kHeadChunkRows = 512;
+
+// Per row r of z [rows, V] (device, row stride ld): row_max[r] = max_v z[r, v] and
+// row_sum[r] = Σ_v exp(z[r, v] − row_max[r]) (host arrays, written).
+void SoftmaxStats(const float* z, int64_t ld, int64_t rows, int64_t V, double* row_max, double* row_sum,
+                  CrossEntropyScratch* scratch, cudaStream_t stream);
+
+// out[r] = z[r, target[r]] where target[r] ≥ 0 (others untouched). target, out: host [rows].
+void TargetLogits(const float* z, int64_t ld, int64_t rows, const int64_t* target, double* out,
+                  CrossEntropyScratch* scratch, cudaStream_t stream);
+
+// In place: z[r, v] ← exp(z[r, v] − lse[r]) · coef − [v == target[r]] · coef.
+// lse, target: host [rows] (target −1: in another shard).
+void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const double* lse, const int64_t* target,
+                      float coef, CrossEntropyScratch* scratch, cudaStream_t stream);
+
+// The fused single-rank head (HeadLossArgs), in chunks of kHeadChunkRows rows:
+// z = scale · y Ēᵀ (fp32 GEMM into scratch), lse and target logits (row max or the
+// fixed shift, fp64 sums) copied to the host, and with args.dy the gradient
+// z ← coef · scale · (softmax − onehot), dy = z Ē, d_e_bar += zᵀ y. Waits for lse.
+void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream);
+
+}  // namespace multiscreen::kernels::cuda

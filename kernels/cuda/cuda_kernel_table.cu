@@ -1,0 +1,177 @@
+// The CUDA kernel table (cuda_kernel_table.h): the factory's checks, then one call
+// per op into kernels/cuda's op families, on the table's stream, with the table's
+// scratch. Host⇄device copies happen here (Upload, Download, AddHost) and in the ops
+// that take host arrays.
+#include "kernels/cuda/cuda_kernel_table.h"
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/screening.h"
+#include "kernels/cuda/unit_rows.h"
+
+namespace multiscreen::kernels::cuda {
+namespace {
+
+class CudaKernelTable final : public KernelTable<float> {
+ public:
+  CudaKernelTable(cudaStream_t stream, std::unique_ptr<GemmRunner> gemm) : stream_(stream), gemm_(std::move(gemm)) {
+    reduce_.Resize(kReduceScratch);
+  }
+  ~CudaKernelTable() override {
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::kCuda; }
+
+  // ---- memory ----
+  void Upload(const float* host, int64_t n, float* dst) override {
+    if (n <= 0) return;
+    MS_CUDA_CHECK("Upload", cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  }
+  void Download(const float* src, int64_t n, float* host) override {
+    if (n <= 0) return;
+    MS_CUDA_CHECK("Download", cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    MS_CUDA_CHECK("Download", cudaStreamSynchronize(stream_));
+  }
+  void Copy(const float* src, int64_t n, float* dst) override {
+    if (n <= 0) return;
+    MS_CUDA_CHECK("Copy", cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void Fill(float* dst, int64_t n, float value) override { cuda::Fill(dst, n, value, stream_); }
+  void AddInto(const float* src, int64_t n, float* dst) override { cuda::AddInto(src, n, dst, stream_); }
+  void AddHost(const float* host, int64_t n, float* dst) override {
+    if (n <= 0) return;
+    host_staging_.Resize(n);
+    MS_CUDA_CHECK("AddHost",
+                  cudaMemcpyAsync(host_staging_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    cuda::AddInto(host_staging_.data(), n, dst, stream_);
+  }
+  void Copy2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst) override {
+    cuda::Copy2D(src, ld_src, rows, cols, dst, ld_dst, /*accumulate=*/false, stream_);
+  }
+  void Add2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst) override {
+    cuda::Copy2D(src, ld_src, rows, cols, dst, ld_dst, /*accumulate=*/true, stream_);
+  }
+  double Dot(const float* a, const float* b, int64_t n) override { return cuda::Dot(a, b, n, reduce_.data(), stream_); }
+  double SumSquares(const float* x, int64_t n) override { return cuda::SumSquares(x, n, reduce_.data(), stream_); }
+  bool AllFinite(const float* x, int64_t n) override { return cuda::AllFinite(x, n, reduce_.data(), stream_); }
+  void Scale(float* x, int64_t n, float factor) override { cuda::Scale(x, n, factor, stream_); }
+  void RoundTo(Precision precision, float* x, int64_t n) override { cuda::RoundTo(precision, x, n, stream_); }
+
+  // ---- the model's kernels ----
+  void UnitRowsForward(const float* x, int64_t ldx, float* y, int64_t ldy, float* norm, int64_t rows,
+                       int64_t d) override {
+    cuda::UnitRowsForward(x, ldx, y, ldy, norm, rows, d, stream_);
+  }
+  void UnitRowsBackward(const float* y, int64_t ldy, const float* norm, const float* dy, int64_t lddy, float* dx,
+                        int64_t lddx, int64_t rows, int64_t d, bool accumulate) override {
+    cuda::UnitRowsBackward(y, ldy, norm, dy, lddy, dx, lddx, rows, d, accumulate, stream_);
+  }
+  void EmbeddingForward(const float* table, int64_t v0, int64_t v1, int64_t d, const int32_t* ids, int64_t count,
+                        float scale, float* out) override {
+    cuda::EmbeddingForward(table, v0, v1, d, ids, count, scale, out, &embedding_, stream_);
+  }
+  void EmbeddingBackward(const float* dout, const int32_t* ids, int64_t count, int64_t v0, int64_t v1, int64_t d,
+                         float scale, float* dtable) override {
+    cuda::EmbeddingBackward(dout, ids, count, v0, v1, d, scale, dtable, &embedding_, stream_);
+  }
+  void Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    gemm_->Run(precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void MoveAddTransposed(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb) override {
+    cuda::MoveAddTransposed(a, rows, cols, lda, b, ldb, stream_);
+  }
+  void ScreeningForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                        const ScreeningSaved<float>& saved, float* U) override {
+    cuda::ScreeningForward(shape, P, tiles, saved, U, &screening_, stream_);
+  }
+  void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                         const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                         TileScalarGrads* grads) override {
+    cuda::ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, &screening_, stream_);
+  }
+
+  // ---- the vocabulary head ----
+  void PrepareHead(const float*, int64_t, int64_t) override {}  // the head reads Ē as given
+  void HeadLoss(const HeadLossArgs<float>& args) override { cuda::HeadLoss(args, gemm_.get(), &cross_entropy_, stream_); }
+  void SoftmaxStats(const float* z, int64_t ld, int64_t rows, int64_t V, double* row_max, double* row_sum) override {
+    cuda::SoftmaxStats(z, ld, rows, V, row_max, row_sum, &cross_entropy_, stream_);
+  }
+  void TargetLogits(const float* z, int64_t ld, int64_t rows, const int64_t* target, double* out) override {
+    cuda::TargetLogits(z, ld, rows, target, out, &cross_entropy_, stream_);
+  }
+  void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const double* lse, const int64_t* target,
+                        float coef) override {
+    cuda::CrossEntropyGrad(z, ld, rows, V, lse, target, coef, &cross_entropy_, stream_);
+  }
+
+  // ---- the optimizer ----
+  void AdamW(const AdamWArgs& args, float* params, const float* grads, float* m, float* v, int64_t n) override {
+    cuda::AdamW(args, params, grads, m, v, n, stream_);
+  }
+
+  void Synchronize() override { MS_CUDA_CHECK("Synchronize", cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_;
+  std::unique_ptr<GemmRunner> gemm_;
+  DeviceArray<double> reduce_{Device::kCuda};       // kReduceScratch doubles for Dot and friends
+  DeviceArray<float> host_staging_{Device::kCuda};  // AddHost's uploaded values
+  EmbeddingScratch embedding_;
+  ScreeningScratch screening_;
+  CrossEntropyScratch cross_entropy_;
+};
+
+// "major.minor" of a CUDA version number (1000·major + 10·minor).
+std::string VersionName(int version) { return absl::StrCat(version / 1000, ".", (version % 1000) / 10); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const KernelOptions& /*options*/) {
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
+    return absl::FailedPreconditionError("no CUDA device is visible: no CUDA driver is loaded");
+  }
+  if (const cudaError_t e = cudaRuntimeGetVersion(&runtime); e != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot read the CUDA runtime version: ", cudaGetErrorString(e)));
+  }
+  if (driver < runtime) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the CUDA driver is too old: it supports CUDA ", VersionName(driver), ", this build's runtime is CUDA ",
+        VersionName(runtime), " (", cudaGetErrorString(cudaErrorInsufficientDriver), ")"));
+  }
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device is visible (cudaGetDeviceCount: ", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", ")"));
+  }
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot use the current CUDA device: ", cudaGetErrorString(e)));
+  }
+  cudaStream_t stream = nullptr;
+  if (const cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cannot create a CUDA stream on device ", device, ": ",
+                                            cudaGetErrorString(e)));
+  }
+  absl::StatusOr<std::unique_ptr<GemmRunner>> gemm = GemmRunner::Create(stream);
+  if (!gemm.ok()) {
+    cudaStreamDestroy(stream);
+    return gemm.status();
+  }
+  return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(stream, std::move(*gemm)));
+}
+
+}  // namespace multiscreen::kernels::cuda

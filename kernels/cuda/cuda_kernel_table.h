@@ -1,0 +1,22 @@
+// The CUDA kernel table: kernels::KernelTable<float> on the device current for the
+// process (cudaGetDevice), every op enqueued on one stream the table owns. A thin
+// class over the op families of kernels/cuda (elementwise, unit_rows, embedding,
+// gemm, screening, cross_entropy, adamw), each the twin of its kernels/cpu file and
+// tested against it (tests/cuda/kernel_table_cuda_test.cc). Only fp32: the GPU path
+// computes in fp32 with 16-bit GEMM operands; there is no CUDA table for double.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/kernel_table.h"
+
+namespace multiscreen::kernels::cuda {
+
+// A kernel table on the current CUDA device. Errors (one line each): no CUDA driver or
+// no device visible; a driver older than this build's runtime (with the runtime's
+// message); stream or cuBLAS(Lt) handle creation failure. options: the CPU's head
+// blocking does not apply; the CUDA head picks its own (cross_entropy.h).
+absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const KernelOptions& options = {});
+
+}  // namespace multiscreen::kernels::cuda

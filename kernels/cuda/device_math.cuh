@@ -1,0 +1,37 @@
+// Device functions shared by the CUDA kernels: the TanhNorm scale (spec step 11, the
+// twin of cpu::TanhNormScale with its series below ‖h‖ = 0.1), the output gate (spec
+// step 12, the twin of kernels/cpu/gate.h with the library's expf/tanhf) and a warp sum.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace multiscreen::kernels::cuda {
+
+// f(n) = tanh(n)/n and g(n) = f'(n)/n, with the CPU kernel's series below 0.1.
+__device__ inline void TanhNormScale(float n, float* f, float* g) {
+  if (n < 0.1f) {
+    const float n2 = n * n;
+    *f = 1.f + n2 * (-1.f / 3 + n2 * (2.f / 15 + n2 * (-17.f / 315 + n2 * (62.f / 2835))));
+    *g = -2.f / 3 + n2 * (8.f / 15 + n2 * (-102.f / 315 + n2 * (496.f / 2835)));
+    return;
+  }
+  const float t = tanhf(n);
+  *f = t / n;
+  *g = (n * (1.f - t * t) - t) / (n * n * n);
+}
+
+// ĝ = tanh(SiLU(g)) and dĝ/dg = (1 − ĝ²) · σ(g) · (1 + g (1 − σ(g))).
+__device__ inline void GateForwardAndDerivative(float g, float* gate, float* derivative) {
+  const float sig = 1.f / (1.f + expf(-g));
+  const float t = tanhf(g * sig);
+  *gate = t;
+  *derivative = (1.f - t * t) * sig * (1.f + g * (1.f - sig));
+}
+
+// Sum of v over the 32 lanes of a full warp (every lane gets it).
+__device__ inline float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+}  // namespace multiscreen::kernels::cuda

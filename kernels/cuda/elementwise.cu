@@ -1,0 +1,167 @@
+// Elementwise ops and fp64 reductions of the CUDA kernel table (elementwise.h):
+// grid-stride loops of kThreads-thread blocks; reductions in two fixed passes.
+#include "kernels/cuda/elementwise.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/launch.h"
+
+namespace multiscreen::kernels::cuda {
+namespace {
+
+// Most blocks of the first reduction pass (one partial sum each).
+constexpr int kReduceBlocks = int(kReduceScratch) - 1;
+
+__global__ void FillKernel(float* dst, int64_t n, float value) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] = value;
+  }
+}
+
+__global__ void AddIntoKernel(const float* src, int64_t n, float* dst) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] += src[i];
+  }
+}
+
+__global__ void ScaleKernel(float* x, int64_t n, float factor) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    x[i] *= factor;
+  }
+}
+
+__global__ void Copy2DKernel(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst,
+                             bool accumulate) {
+  const int64_t n = rows * cols;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    const float x = src[r * ld_src + c];
+    if (accumulate) {
+      dst[r * ld_dst + c] += x;
+    } else {
+      dst[r * ld_dst + c] = x;
+    }
+  }
+}
+
+// cpu::FloatToBf16 then cpu::Bf16ToFloat, bit for bit.
+__device__ inline float RoundBf16(float x) {
+  uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
+    return __uint_as_float(((bits >> 16) | 0x40u) << 16);
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return __uint_as_float((bits >> 16) << 16);
+}
+
+__global__ void RoundKernel(float* x, int64_t n, bool bf16) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    x[i] = bf16 ? RoundBf16(x[i]) : __half2float(__float2half_rn(x[i]));
+  }
+}
+
+// The terms the reductions sum, one per index.
+struct DotTerm {
+  const float* a;
+  const float* b;
+  __device__ double operator()(int64_t i) const { return double(a[i]) * double(b[i]); }
+};
+struct NonFiniteTerm {
+  const float* x;
+  __device__ double operator()(int64_t i) const { return isfinite(x[i]) ? 0.0 : 1.0; }
+};
+
+// In-block tree sum of one value per thread (blockDim.x == kThreads); thread 0 gets it.
+__device__ double BlockSum(double v) {
+  __shared__ double shared[kThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+// Pass 1: partial[block] = the block's terms, each thread summing its strided share in order.
+template <typename Term>
+__global__ void PartialSumKernel(Term term, int64_t n, double* partial) {
+  double sum = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    sum += term(i);
+  }
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// Pass 2 (one block): out = Σ partial[0, count).
+__global__ void FinalSumKernel(const double* partial, int count, double* out) {
+  double sum = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partial[i];
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) *out = sum;
+}
+
+template <typename Term>
+double Reduce(const char* op, Term term, int64_t n, double* scratch, cudaStream_t stream) {
+  if (n <= 0) return 0;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kReduceBlocks));
+  PartialSumKernel<<<blocks, kThreads, 0, stream>>>(term, n, scratch);
+  MS_CUDA_CHECK_LAUNCH(op);
+  FinalSumKernel<<<1, kThreads, 0, stream>>>(scratch, blocks, scratch + kReduceBlocks);
+  MS_CUDA_CHECK_LAUNCH(op);
+  double result = 0;
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(&result, scratch + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
+  return result;
+}
+
+}  // namespace
+
+void Fill(float* dst, int64_t n, float value, cudaStream_t stream) {
+  if (n <= 0) return;
+  FillKernel<<<BlocksFor(n), kThreads, 0, stream>>>(dst, n, value);
+  MS_CUDA_CHECK_LAUNCH("Fill");
+}
+
+void AddInto(const float* src, int64_t n, float* dst, cudaStream_t stream) {
+  if (n <= 0) return;
+  AddIntoKernel<<<BlocksFor(n), kThreads, 0, stream>>>(src, n, dst);
+  MS_CUDA_CHECK_LAUNCH("AddInto");
+}
+
+void Scale(float* x, int64_t n, float factor, cudaStream_t stream) {
+  if (n <= 0) return;
+  ScaleKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, factor);
+  MS_CUDA_CHECK_LAUNCH("Scale");
+}
+
+void Copy2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst, bool accumulate,
+            cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  Copy2DKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(src, ld_src, rows, cols, dst, ld_dst, accumulate);
+  MS_CUDA_CHECK_LAUNCH(accumulate ? "Add2D" : "Copy2D");
+}
+
+void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream) {
+  if (precision == Precision::kFp32 || n <= 0) return;
+  RoundKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, precision == Precision::kBf16);
+  MS_CUDA_CHECK_LAUNCH("RoundTo");
+}
+
+double Dot(const float* a, const float* b, int64_t n, double* scratch, cudaStream_t stream) {
+  return Reduce("Dot", DotTerm{a, b}, n, scratch, stream);
+}
+
+double SumSquares(const float* x, int64_t n, double* scratch, cudaStream_t stream) {
+  return Reduce("SumSquares", DotTerm{x, x}, n, scratch, stream);
+}
+
+bool AllFinite(const float* x, int64_t n, double* scratch, cudaStream_t stream) {
+  return Reduce("AllFinite", NonFiniteTerm{x}, n, scratch, stream) == 0;
+}
+
+}  // namespace multiscreen::kernels::cuda

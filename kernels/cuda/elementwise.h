@@ -1,0 +1,49 @@
+// Elementwise ops and reductions of the CUDA kernel table (kernels/kernel_table.h's
+// memory section) on fp32 device arrays: fill, add, strided 2-D copy/add, scale,
+// rounding to bf16/fp16 (the twin of kernels/cpu/bf16.h), and the fp64 reductions
+// Dot, SumSquares and the finiteness check. Every call is enqueued on `stream`; the
+// reductions wait for their result. A failing launch is fatal (kernels/cuda/check.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/kernel_table.h"
+
+namespace multiscreen::kernels::cuda {
+
+// dst[i] = value, i < n.
+void Fill(float* dst, int64_t n, float value, cudaStream_t stream);
+
+// dst[i] += src[i], i < n.
+void AddInto(const float* src, int64_t n, float* dst, cudaStream_t stream);
+
+// dst[i] ← dst[i] · factor, i < n.
+void Scale(float* x, int64_t n, float factor, cudaStream_t stream);
+
+// Block [rows, cols] of src (row stride ld_src) copied into dst (row stride ld_dst)
+// when !accumulate, added to it when accumulate. The two blocks may not overlap.
+void Copy2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst, bool accumulate,
+            cudaStream_t stream);
+
+// x[i] ← the value x[i] has in `precision`'s 16-bit format, round to nearest even:
+// bf16 bit-for-bit as cpu::FloatToBf16 (NaN stays NaN), fp16 as IEEE half (past
+// 65504: ±inf). No-op for kFp32.
+void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream);
+
+// Doubles of device scratch the reductions below need.
+inline constexpr int64_t kReduceScratch = 1025;
+
+// Σ_i a_i·b_i in fp64 (products exact in fp64). Deterministic: a fixed grid of
+// per-thread strided sums, block trees and one final block tree, all set by n alone.
+// scratch: kReduceScratch device doubles. Waits for the result.
+double Dot(const float* a, const float* b, int64_t n, double* scratch, cudaStream_t stream);
+
+// Σ_i x_i² in fp64, as Dot(x, x).
+double SumSquares(const float* x, int64_t n, double* scratch, cudaStream_t stream);
+
+// Whether every x_i is finite (counts the others, as Dot does its sum).
+bool AllFinite(const float* x, int64_t n, double* scratch, cudaStream_t stream);
+
+}  // namespace multiscreen::kernels::cuda

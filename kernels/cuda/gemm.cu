@@ -1,0 +1,201 @@
+// cuBLASLt GEMM with a cached plan per shape, and the transposed move-add (gemm.h).
+#include "kernels/cuda/gemm.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/launch.h"
+
+namespace multiscreen::kernels::cuda {
+namespace {
+
+constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;  // cuBLAS's recommendation for Hopper
+
+// Largest power of two (≤ 256) dividing the address: what cuBLASLt may assume.
+int Alignment(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+// x rounded to nearest even into the 16-bit format of *dst.
+__device__ inline void StoreHalf(float x, __nv_bfloat16* dst) { *dst = __float2bfloat16_rn(x); }
+__device__ inline void StoreHalf(float x, __half* dst) { *dst = __float2half_rn(x); }
+
+// dst[r, c] = 16-bit(src[r, c]) for the [rows, cols] block of src (row stride ld), packed.
+template <typename Half>
+__global__ void PackKernel(const float* src, int64_t ld, int64_t rows, int64_t cols, Half* dst) {
+  const int64_t n = rows * cols;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    StoreHalf(src[(i / cols) * ld + i % cols], dst + i);
+  }
+}
+
+// Packs [rows, cols] of src into *dst (grown as needed); returns the packed copy.
+const void* Pack(Precision precision, const float* src, int64_t ld, int64_t rows, int64_t cols,
+                 DeviceArray<uint16_t>* dst, cudaStream_t stream) {
+  dst->Resize(rows * cols);
+  if (precision == Precision::kBf16) {
+    PackKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(src, ld, rows, cols,
+                                                                reinterpret_cast<__nv_bfloat16*>(dst->data()));
+  } else {
+    PackKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(src, ld, rows, cols,
+                                                                reinterpret_cast<__half*>(dst->data()));
+  }
+  MS_CUDA_CHECK_LAUNCH("Gemm");
+  return dst->data();
+}
+
+constexpr int kTile = 32, kTileRows = 8;
+
+// One 32×32 tile of a per block: read rows of a (coalesced), write rows of b.
+__global__ void MoveAddTransposedKernel(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t i0 = int64_t(blockIdx.y) * kTile, j0 = int64_t(blockIdx.x) * kTile;
+  for (int y = threadIdx.y; y < kTile; y += kTileRows) {
+    const int64_t i = i0 + y, j = j0 + threadIdx.x;
+    if (i < rows && j < cols) {
+      tile[y][threadIdx.x] = a[i * lda + j];
+      a[i * lda + j] = 0.f;
+    }
+  }
+  __syncthreads();
+  for (int y = threadIdx.y; y < kTile; y += kTileRows) {
+    const int64_t j = j0 + y, i = i0 + threadIdx.x;
+    if (i < rows && j < cols) b[j * ldb + i] += tile[threadIdx.x][y];
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(cudaStream_t stream) {
+  cublasLtHandle_t lt = nullptr;
+  if (const cublasStatus_t s = cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cuBLASLt handle creation failed: ", cublasGetStatusString(s)));
+  }
+  cublasHandle_t blas = nullptr;
+  if (const cublasStatus_t s = cublasCreate(&blas); s != CUBLAS_STATUS_SUCCESS) {
+    cublasLtDestroy(lt);
+    return absl::InternalError(absl::StrCat("cuBLAS handle creation failed: ", cublasGetStatusString(s)));
+  }
+  cublasStatus_t s = cublasSetStream(blas, stream);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH);  // no TF32
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(blas);
+    cublasLtDestroy(lt);
+    return absl::InternalError(absl::StrCat("cuBLAS handle setup failed: ", cublasGetStatusString(s)));
+  }
+  std::unique_ptr<GemmRunner> runner(new GemmRunner(stream, lt, blas));
+  runner->workspace_.Resize(kWorkspaceBytes);
+  return runner;
+}
+
+GemmRunner::GemmRunner(cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas)
+    : stream_(stream), lt_(lt), blas_(blas) {}
+
+GemmRunner::~GemmRunner() {
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  }
+  cublasDestroy(blas_);
+  cublasLtDestroy(lt_);
+}
+
+GemmRunner::Plan& GemmRunner::PlanFor(const Key& key, Precision precision, bool trans_a, bool trans_b, int64_t m,
+                                      int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int align_a,
+                                      int align_b, int align_c) {
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  const char* op = "Gemm";
+  Plan& plan = plans_[key];
+  const cudaDataType_t ab_type =
+      precision == Precision::kFp32 ? CUDA_R_32F : (precision == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F);
+  MS_CUBLAS_CHECK(op, cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Column-major view: A' = B (op trans_b), B' = A (op trans_a), C' = Cᵀ [n, m].
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  MS_CUBLAS_CHECK(op, cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  MS_CUBLAS_CHECK(op, cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  // Stored shapes: B is [k, n] row-major ([n, k] when trans_b) = column-major [n, k] ([k, n]).
+  MS_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan.a, ab_type, trans_b ? k : n, trans_b ? n : k, ldb));
+  MS_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan.b, ab_type, trans_a ? m : k, trans_a ? k : m, lda));
+  MS_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, n, m, ldc));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t workspace = kWorkspaceBytes;
+  const uint32_t align_a_prime = align_b, align_b_prime = align_a, align_c_prime = align_c;
+  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                           sizeof(workspace)));
+  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                           &align_a_prime, sizeof(align_a_prime)));
+  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                           &align_b_prime, sizeof(align_b_prime)));
+  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                           &align_c_prime, sizeof(align_c_prime)));
+  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                           &align_c_prime, sizeof(align_c_prime)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  // No heuristic (NOT_SUPPORTED or none found) is not an error: Run falls back to cublasSgemm.
+  if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
+    plan.algo = result.algo;
+    plan.has_algo = true;
+  } else if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) {
+    FatalCudaError(op, cublasGetStatusString(s));
+  }
+  return plan;
+}
+
+void GemmRunner::Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  MS_CUBLAS_CHECK("Gemm", cublasSgemm_64(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+}
+
+void GemmRunner::Run(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const bool half = precision != Precision::kFp32;
+  // Operands as the library reads them: the caller's fp32, or packed 16-bit copies.
+  const int64_t rows_a = trans_a ? k : m, cols_a = trans_a ? m : k;
+  const int64_t rows_b = trans_b ? n : k, cols_b = trans_b ? k : n;
+  const int64_t lda_used = half ? cols_a : lda, ldb_used = half ? cols_b : ldb;
+  const int align_a = half ? 256 : Alignment(a), align_b = half ? 256 : Alignment(b), align_c = Alignment(c);
+  const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda_used, ldb_used, ldc,
+                align_a, align_b, align_c};
+  Plan& plan = PlanFor(key, precision, trans_a, trans_b, m, n, k, lda_used, ldb_used, ldc, align_a, align_b, align_c);
+  if (!plan.has_algo) return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const void* a_used = a;
+  const void* b_used = b;
+  if (half) {
+    a_used = Pack(precision, a, lda, rows_a, cols_a, &a16_, stream_);
+    b_used = Pack(precision, b, ldb, rows_b, cols_b, &b16_, stream_);
+  }
+  const cublasStatus_t s = cublasLtMatmul(lt_, plan.desc, &alpha, b_used, plan.a, a_used, plan.b, &beta, c, plan.c, c,
+                                          plan.c, &plan.algo, workspace_.data(), kWorkspaceBytes, stream_);
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) {  // the algorithm refuses this call after all: never again
+    plan.has_algo = false;
+    return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  MS_CUBLAS_CHECK("Gemm", s);
+}
+
+void MoveAddTransposed(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>((rows + kTile - 1) / kTile));
+  MoveAddTransposedKernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(a, rows, cols, lda, b, ldb);
+  MS_CUDA_CHECK_LAUNCH("MoveAddTransposed");
+}
+
+}  // namespace multiscreen::kernels::cuda

@@ -1,0 +1,74 @@
+// General matrix multiply on a CUDA device through cuBLASLt, the twin of
+// kernels/cpu/gemm.h (row-major C = alpha · op(A) · op(B) + beta · C), and the
+// transposed move-add beside it. Row-major operands are handed to the column-major
+// library as their transposes: C[m, n]ᵀ = op(B)ᵀ op(A)ᵀ, so A and B swap places and
+// m and n swap, with the same strides.
+//   kFp32: fp32 operands, CUBLAS_COMPUTE_32F (exact fp32 products, no TF32).
+//   kBf16 / kFp16: A and B converted into packed 16-bit scratch copies (exact where
+//   the caller rounded them; round to nearest even otherwise), fp32 accumulation and
+//   fp32 C, alpha and beta as given.
+// Matmul descriptors, layouts and the chosen algorithm are cached per shape, stride
+// and pointer alignment; a shape with no cuBLASLt heuristic (or k = 0) runs
+// cublasSgemm on the fp32 operands instead. Failures are fatal (check.h).
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/statusor.h"
+#include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
+
+namespace multiscreen::kernels::cuda {
+
+class GemmRunner {
+ public:
+  // Creates the cuBLASLt and cuBLAS handles and the workspace for `stream`.
+  // Errors: handle creation failure (with cuBLAS's status string).
+  static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(cudaStream_t stream);
+  ~GemmRunner();
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  // C[m, n] = alpha · op(A) · op(B) + beta · C, row-major: op(A) is [m, k] (A stored
+  // [k, m] when trans_a), op(B) is [k, n] (B stored [n, k] when trans_b); lda, ldb,
+  // ldc are the stored row strides in elements. All pointers on the device.
+  void Run(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+ private:
+  // What a cached plan depends on: precision, transposes, sizes, strides, alignments.
+  using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // the column-major A', B', C
+    cublasLtMatmulAlgo_t algo{};
+    bool has_algo = false;
+  };
+
+  GemmRunner(cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas);
+  Plan& PlanFor(const Key& key, Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                int64_t lda, int64_t ldb, int64_t ldc, int align_a, int align_b, int align_c);
+  void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t lt_;
+  cublasHandle_t blas_;
+  DeviceArray<uint8_t> workspace_{Device::kCuda};
+  DeviceArray<uint16_t> a16_{Device::kCuda}, b16_{Device::kCuda};  // packed 16-bit operand copies
+  std::map<Key, Plan> plans_;
+};
+
+// b[j, i] += a[i, j], then a[i, j] = 0, for a [rows, cols] (row stride lda) and
+// b [cols, rows] (ldb): 32×32 tiles through shared memory, each element owned by one
+// thread (kernels/cpu/gemm.h's MoveAddTransposed).
+void MoveAddTransposed(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb, cudaStream_t stream);
+
+}  // namespace multiscreen::kernels::cuda

@@ -1,0 +1,469 @@
+// The CUDA kernel table (kernels/cuda/cuda_kernel_table.h) against its CPU twins, op by
+// op: the kernels/cpu functions are called directly as the reference (and
+// trainer/adamw.cc for AdamW), on random inputs at several shapes — sequence lengths
+// that are not a multiple of any block, windows 1 < w < T and w = ∞, r near 0 and 1,
+// d_K = 16 / d_V = 64 and a generic width. fp32 ops agree within 1e-5 relative
+// (‖Δ‖/‖ref‖), 16-bit GEMMs within 1e-2. Skips, visibly, without a GPU; the factory's
+// error without a device is tested everywhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/screening.h"
+#include "kernels/cpu/unit_rows.h"
+#include "kernels/cuda/cuda_kernel_table.h"
+#include "kernels/device_array.h"
+#include "tests/cuda/cuda_test.h"
+#include "trainer/adamw.h"
+
+namespace multiscreen {
+namespace {
+
+using Floats = std::vector<float>;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Floats Random(int64_t n, uint64_t seed, float stddev = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, stddev);
+  Floats x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+// ‖got − ref‖ / ‖ref‖ (‖got‖ when ref is zero); infinity when got has a NaN and ref does not.
+double RelativeError(const Floats& got, const Floats& ref) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(got[i]) != std::isnan(ref[i])) return kInf;
+    if (std::isnan(ref[i])) continue;
+    diff += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    norm += double(ref[i]) * ref[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+#define EXPECT_CLOSE(got, ref, tol)                                                       \
+  do {                                                                                    \
+    ASSERT_EQ((got).size(), (ref).size());                                                \
+    const double err_ = RelativeError((got), (ref));                                      \
+    EXPECT_LE(err_, (tol)) << #got << " vs " << #ref << ": relative error " << err_;     \
+  } while (0)
+
+// |got − ref| ≤ tol · max(|ref|, floor), for scalars such as the tile gradients.
+#define EXPECT_SCALAR_CLOSE(got, ref, tol, floor) \
+  EXPECT_NEAR((got), (ref), (tol) * std::max(std::abs(double(ref)), double(floor))) << #got
+
+class CudaKernelTableTest : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    absl::StatusOr<std::unique_ptr<kernels::KernelTable<float>>> table = kernels::cuda::MakeCudaKernelTable();
+    ASSERT_TRUE(table.ok()) << table.status();
+    table_ = std::move(*table);
+  }
+
+  // A device array holding `host` (kept until the test ends).
+  float* Device(const Floats& host) {
+    float* p = Empty(static_cast<int64_t>(host.size()));
+    table_->Upload(host.data(), static_cast<int64_t>(host.size()), p);
+    return p;
+  }
+  // A device array of n zeros.
+  float* Empty(int64_t n) {
+    arrays_.emplace_back(multiscreen::Device::kCuda);
+    arrays_.back().Resize(std::max<int64_t>(n, 1));
+    return arrays_.back().data();
+  }
+  Floats Host(const float* p, int64_t n) {
+    Floats out(n);
+    table_->Download(p, n, out.data());
+    return out;
+  }
+
+  std::unique_ptr<kernels::KernelTable<float>> table_;
+  std::vector<DeviceArray<float>> arrays_;
+};
+
+TEST(CudaKernelTableFactoryTest, FailsWithOneClearLineWhenNoDeviceIsVisible) {
+  absl::StatusOr<std::unique_ptr<kernels::KernelTable<float>>> table = kernels::cuda::MakeCudaKernelTable();
+  if (CudaAvailable()) {
+    EXPECT_TRUE(table.ok()) << table.status();
+    return;
+  }
+  ASSERT_FALSE(table.ok());
+  const std::string message(table.status().message());
+  std::fprintf(stderr, "MakeCudaKernelTable without a device: %s\n", message.c_str());
+  EXPECT_FALSE(message.empty());
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  EXPECT_NE(message.find("CUDA"), std::string::npos);
+}
+
+TEST_F(CudaKernelTableTest, MemoryOpsMatchTheirDefinitions) {
+  const int64_t n = 1000;
+  const Floats a = Random(n, 1), b = Random(n, 2);
+  float* da = Device(a);
+  float* db = Device(b);
+  table_->AddInto(da, n, db);
+  Floats ref = b;
+  for (int64_t i = 0; i < n; ++i) ref[i] += a[i];
+  EXPECT_EQ(Host(db, n), ref);
+  table_->AddHost(a.data(), n, db);
+  for (int64_t i = 0; i < n; ++i) ref[i] += a[i];
+  EXPECT_EQ(Host(db, n), ref);
+  table_->Scale(db, n, 0.5f);
+  for (float& x : ref) x *= 0.5f;
+  EXPECT_EQ(Host(db, n), ref);
+  table_->Fill(db, n, 3.f);
+  EXPECT_EQ(Host(db, n), Floats(n, 3.f));
+  table_->Copy(da, n, db);
+  EXPECT_EQ(Host(db, n), a);
+  // A [7, 9] block between strides 40 and 25 (a is [25, 40], dst [40, 25]).
+  float* dst = Device(Floats(n, 1.f));
+  table_->Copy2D(da + 3, 40, 7, 9, dst + 2, 25);
+  table_->Add2D(da + 3, 40, 7, 9, dst + 2, 25);
+  Floats want(n, 1.f);
+  for (int r = 0; r < 7; ++r) {
+    for (int c = 0; c < 9; ++c) want[2 + r * 25 + c] = a[3 + r * 40 + c] + a[3 + r * 40 + c];
+  }
+  EXPECT_EQ(Host(dst, n), want);
+}
+
+TEST_F(CudaKernelTableTest, DotAndSumSquaresMatchAnFp64SumAndRepeatExactly) {
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(1) << 20 | 7}) {
+    const Floats a = Random(n, 3), b = Random(n, 4);
+    float* da = Device(a);
+    float* db = Device(b);
+    double dot = 0, sq = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      dot += double(a[i]) * b[i];
+      sq += double(a[i]) * a[i];
+    }
+    const double got = table_->Dot(da, db, n);
+    EXPECT_NEAR(got, dot, 1e-12 * std::max(1.0, sq)) << "n = " << n;
+    EXPECT_EQ(table_->Dot(da, db, n), got) << "the same sum twice";
+    EXPECT_NEAR(table_->SumSquares(da, n), sq, 1e-12 * sq) << "n = " << n;
+  }
+}
+
+TEST_F(CudaKernelTableTest, AllFiniteFindsOneInfOrNan) {
+  const int64_t n = 5000;
+  Floats x = Random(n, 5);
+  float* dx = Device(x);
+  EXPECT_TRUE(table_->AllFinite(dx, n));
+  x[4321] = std::numeric_limits<float>::infinity();
+  table_->Upload(x.data(), n, dx);
+  EXPECT_FALSE(table_->AllFinite(dx, n));
+  x[4321] = std::numeric_limits<float>::quiet_NaN();
+  table_->Upload(x.data(), n, dx);
+  EXPECT_FALSE(table_->AllFinite(dx, n));
+}
+
+TEST_F(CudaKernelTableTest, RoundToMatchesTheCpuBitForBit) {
+  Floats x = Random(4096, 6, 100.f);
+  const float specials[] = {0.f, -0.f, 1e-40f, 65504.f, 65520.f, 70000.f, 3.3895e38f,
+                            std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                            1.00390625f, 1.01171875f};  // ties for bf16
+  for (size_t i = 0; i < sizeof(specials) / sizeof(float); ++i) x[i] = specials[i];
+  for (Precision precision : {Precision::kBf16, Precision::kFp16, Precision::kFp32}) {
+    Floats ref = x;
+    if (precision == Precision::kBf16) kernels::cpu::RoundToBf16(ref.data(), ref.size());
+    if (precision == Precision::kFp16) kernels::cpu::RoundToFp16(ref.data(), ref.size());
+    float* dx = Device(x);
+    table_->RoundTo(precision, dx, x.size());
+    const Floats got = Host(dx, x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(ref[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << i;
+      } else {
+        EXPECT_EQ(std::memcmp(&got[i], &ref[i], 4), 0) << "x = " << x[i] << ": " << got[i] << " vs " << ref[i];
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelTableTest, UnitRowsMatchTheCpuWithStridesAndZeroRows) {
+  for (int64_t d : {16, 64, 37}) {
+    const int64_t rows = 301, ldx = d + 3, ldy = d + 5;
+    Floats x = Random(rows * ldx, 7 + d);
+    for (int64_t c = 0; c < d; ++c) x[10 * ldx + c] = 0.f;  // a zero row: the floor
+    Floats y(rows * ldy, 0.f), norm(rows), dx(rows * ldx, 0.5f);
+    const Floats dy = Random(rows * ldy, 8 + d);
+    kernels::cpu::UnitRowsForward(x.data(), ldx, y.data(), ldy, norm.data(), rows, d);
+    float* gx = Device(x);
+    float* gy = Device(Floats(rows * ldy, 0.f));
+    float* gnorm = Empty(rows);
+    table_->UnitRowsForward(gx, ldx, gy, ldy, gnorm, rows, d);
+    EXPECT_CLOSE(Host(gy, rows * ldy), y, 1e-6);
+    EXPECT_CLOSE(Host(gnorm, rows), norm, 1e-6);
+    for (bool accumulate : {false, true}) {
+      Floats ref = dx;
+      kernels::cpu::UnitRowsBackward(y.data(), ldy, norm.data(), dy.data(), ldy, ref.data(), ldx, rows, d, accumulate);
+      float* gdx = Device(dx);
+      table_->UnitRowsBackward(gy, ldy, gnorm, Device(dy), ldy, gdx, ldx, rows, d, accumulate);
+      EXPECT_CLOSE(Host(gdx, rows * ldx), ref, 1e-5);
+    }
+  }
+}
+
+TEST_F(CudaKernelTableTest, EmbeddingMatchesTheCpuWithRepeatsAndOtherShards) {
+  const int64_t v0 = 100, v1 = 160, d = 48, count = 777;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> id(80, 170);  // some below v0, some at or past v1
+  std::vector<int32_t> ids(count);
+  for (int32_t& i : ids) i = id(rng);
+  const Floats table = Random((v1 - v0) * d, 10), dout = Random(count * d, 11), dtable = Random((v1 - v0) * d, 12);
+  Floats out(count * d), ref = dtable;
+  kernels::cpu::EmbeddingForward(table.data(), v0, v1, d, ids.data(), count, 1.5f, out.data());
+  kernels::cpu::EmbeddingBackward(dout.data(), ids.data(), count, v0, v1, d, 0.75f, ref.data());
+  float* gout = Empty(count * d);
+  table_->EmbeddingForward(Device(table), v0, v1, d, ids.data(), count, 1.5f, gout);
+  EXPECT_EQ(Host(gout, count * d), out);
+  float* gdtable = Device(dtable);
+  table_->EmbeddingBackward(Device(dout), ids.data(), count, v0, v1, d, 0.75f, gdtable);
+  EXPECT_CLOSE(Host(gdtable, (v1 - v0) * d), ref, 1e-6);
+}
+
+TEST_F(CudaKernelTableTest, GemmMatchesTheCpuInEveryLayoutAndPrecision) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{7, 13, 5}, Shape{64, 48, 33}, Shape{130, 70, 257}}) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool ta = layout & 1, tb = layout & 2;
+      const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 1, ldc = s.n + 2;
+      Floats a = Random((ta ? s.k : s.m) * lda, 13), b = Random((tb ? s.n : s.k) * ldb, 14);
+      const Floats c = Random(s.m * ldc, 15);
+      for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+        Floats ra = a, rb = b;  // the caller rounds the operands under 16-bit precisions
+        if (precision == Precision::kBf16) {
+          kernels::cpu::RoundToBf16(ra.data(), ra.size());
+          kernels::cpu::RoundToBf16(rb.data(), rb.size());
+        } else if (precision == Precision::kFp16) {
+          kernels::cpu::RoundToFp16(ra.data(), ra.size());
+          kernels::cpu::RoundToFp16(rb.data(), rb.size());
+        }
+        Floats ref = c;
+        kernels::cpu::Gemm(ta, tb, s.m, s.n, s.k, 0.75f, ra.data(), lda, rb.data(), ldb, 0.5f, ref.data(), ldc);
+        float* gc = Device(c);
+        table_->Gemm(precision, ta, tb, s.m, s.n, s.k, 0.75f, Device(ra), lda, Device(rb), ldb, 0.5f, gc, ldc);
+        const double tol = precision == Precision::kFp32 ? 1e-5 : 1e-2;
+        SCOPED_TRACE(testing::Message() << "m n k = " << s.m << " " << s.n << " " << s.k << ", trans " << ta << tb
+                                        << ", precision " << int(precision));
+        EXPECT_CLOSE(Host(gc, s.m * ldc), ref, tol);
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelTableTest, MoveAddTransposedMatchesTheCpu) {
+  const int64_t rows = 70, cols = 45, lda = 50, ldb = 75;
+  const Floats a = Random(rows * lda, 16), b = Random(cols * ldb, 17);
+  Floats ra = a, rb = b;
+  kernels::cpu::MoveAddTransposed(ra.data(), rows, cols, lda, rb.data(), ldb);
+  float* ga = Device(a);
+  float* gb = Device(b);
+  table_->MoveAddTransposed(ga, rows, cols, lda, gb, ldb);
+  EXPECT_EQ(Host(ga, rows * lda), ra);
+  EXPECT_EQ(Host(gb, cols * ldb), rb);
+}
+
+// One screening problem: P, dU and tiles with windows below T, past T and infinite.
+struct ScreeningCase {
+  kernels::ScreeningShape shape;
+  std::vector<kernels::TileScalars> tiles;
+};
+
+TEST_F(CudaKernelTableTest, ScreeningForwardAndBackwardMatchTheCpu) {
+  const double ws[] = {3.5, 20.0, kInf, 1000.0, 1.5};
+  const double rs[] = {0.02, 0.5, 0.99, 0.3, 0.8};
+  std::vector<ScreeningCase> cases;
+  // d_K = 16, d_V = 64 (the fixed path) and a generic width; T not a multiple of 128.
+  for (auto [B, T, nt, dk, dv, pos0] : {std::tuple{2, 37, 5, 16, 64, 0}, std::tuple{1, 300, 3, 8, 24, 1000},
+                                        std::tuple{2, 130, 5, 16, 64, 7}}) {
+    ScreeningCase c;
+    c.shape = {B, T, nt, dk, dv, pos0, 256.0};
+    for (int t = 0; t < nt; ++t) {
+      const double w = ws[t % 5];
+      c.tiles.push_back({w, rs[t % 5], 0.5 + 0.1 * t, std::isinf(w) ? 40.0 : w});  // mipe_w: the learned w
+    }
+    cases.push_back(c);
+  }
+  for (const ScreeningCase& c : cases) {
+    const kernels::ScreeningShape& s = c.shape;
+    const int64_t tokens = s.batch * s.seq, saved_rows = tokens * s.tiles;
+    const Floats P = Random(tokens * s.tiles * s.p_cols(), 18 + s.seq, 0.7f);
+    const Floats dU = Random(tokens * s.tiles * s.d_v, 19 + s.seq);
+    // The CPU twin.
+    Floats qt(saved_rows * s.d_k), kt(saved_rows * s.d_k), vb(saved_rows * s.d_v), qn(saved_rows), kn(saved_rows),
+        vn(saved_rows), h(saved_rows * s.d_v), U(tokens * s.tiles * s.d_v), dP(P.size(), 0.f);
+    const kernels::ScreeningSaved<float> cpu_saved{qt.data(), kt.data(), vb.data(), qn.data(),
+                                                   kn.data(), vn.data(), h.data()};
+    std::vector<kernels::TileScalarGrads> grads(s.tiles);
+    kernels::cpu::ScreeningForward(s, P.data(), c.tiles.data(), cpu_saved, U.data());
+    kernels::cpu::ScreeningBackward(s, P.data(), c.tiles.data(), cpu_saved, dU.data(), dP.data(), grads.data());
+    // The table.
+    const kernels::ScreeningSaved<float> saved{Empty(qt.size()), Empty(kt.size()), Empty(vb.size()), Empty(qn.size()),
+                                               Empty(kn.size()),  Empty(vn.size()), Empty(h.size())};
+    float* gP = Device(P);
+    float* gU = Empty(U.size());
+    float* gdP = Device(Floats(P.size(), std::numeric_limits<float>::quiet_NaN()));  // every column is written
+    std::vector<kernels::TileScalarGrads> ggrads(s.tiles);
+    table_->ScreeningForward(s, gP, c.tiles.data(), saved, gU);
+    table_->ScreeningBackward(s, gP, c.tiles.data(), saved, Device(dU), gdP, ggrads.data());
+    SCOPED_TRACE(testing::Message() << "B T tiles d_k d_v = " << s.batch << " " << s.seq << " " << s.tiles << " "
+                                    << s.d_k << " " << s.d_v);
+    EXPECT_CLOSE(Host(saved.q_tilde, qt.size()), qt, 1e-6);
+    EXPECT_CLOSE(Host(saved.k_tilde, kt.size()), kt, 1e-6);
+    EXPECT_CLOSE(Host(saved.v_bar, vb.size()), vb, 1e-6);
+    EXPECT_CLOSE(Host(saved.q_norm, qn.size()), qn, 1e-6);
+    EXPECT_CLOSE(Host(saved.k_norm, kn.size()), kn, 1e-6);
+    EXPECT_CLOSE(Host(saved.v_norm, vn.size()), vn, 1e-6);
+    EXPECT_CLOSE(Host(saved.h, h.size()), h, 1e-5);
+    EXPECT_CLOSE(Host(gU, U.size()), U, 1e-5);
+    EXPECT_CLOSE(Host(gdP, dP.size()), dP, 1e-5);
+    for (int64_t t = 0; t < s.tiles; ++t) {
+      SCOPED_TRACE(testing::Message() << "tile " << t);
+      EXPECT_SCALAR_CLOSE(ggrads[t].w, grads[t].w, 1e-4, 1e-3);
+      EXPECT_SCALAR_CLOSE(ggrads[t].r, grads[t].r, 1e-4, 1e-3);
+      EXPECT_SCALAR_CLOSE(ggrads[t].scale, grads[t].scale, 1e-5, 1e-3);
+    }
+  }
+}
+
+TEST_F(CudaKernelTableTest, SoftmaxStatsTargetLogitsAndGradMatchTheCpu) {
+  const int64_t rows = 37, V = 1001, ld = 1010;
+  Floats z = Random(rows * ld, 20, 3.f);
+  std::vector<int64_t> target(rows);
+  for (int64_t r = 0; r < rows; ++r) target[r] = r % 5 == 0 ? -1 : (r * 97) % V;
+  std::vector<double> row_max(rows), row_sum(rows), lse(rows), tl(rows, -7.0);
+  kernels::cpu::SoftmaxStats(z.data(), ld, rows, V, row_max.data(), row_sum.data());
+  float* gz = Device(z);
+  std::vector<double> g_max(rows), g_sum(rows), g_tl(rows, -7.0);
+  table_->SoftmaxStats(gz, ld, rows, V, g_max.data(), g_sum.data());
+  table_->TargetLogits(gz, ld, rows, target.data(), g_tl.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(g_max[r], row_max[r]) << r;
+    EXPECT_NEAR(g_sum[r], row_sum[r], 1e-6 * row_sum[r]) << r;
+    EXPECT_EQ(g_tl[r], target[r] >= 0 ? double(z[r * ld + target[r]]) : -7.0) << r;
+    lse[r] = row_max[r] + std::log(row_sum[r]);
+  }
+  const Floats coef(rows, 0.125f);
+  Floats ref = z;
+  kernels::cpu::CrossEntropyGrad(ref.data(), ld, rows, V, lse.data(), target.data(), coef.data());
+  table_->CrossEntropyGrad(gz, ld, rows, V, lse.data(), target.data(), 0.125f);
+  Floats got = Host(gz, rows * ld);
+  for (int64_t r = 0; r < rows; ++r) {  // columns past V are untouched
+    for (int64_t c = V; c < ld; ++c) EXPECT_EQ(got[r * ld + c], z[r * ld + c]);
+  }
+  EXPECT_CLOSE(got, ref, 1e-5);
+}
+
+TEST_F(CudaKernelTableTest, HeadLossMatchesTheCpuOverSeveralChunks) {
+  const int64_t rows = 600, V = 1003, d_e = 32;  // rows > one chunk of 512
+  const float scale = 2.5f, coef = 1.f / rows;
+  Floats y = Random(rows * d_e, 21), e_bar = Random(V * d_e, 22);
+  kernels::cpu::UnitRowsForward<float>(y.data(), d_e, y.data(), d_e, nullptr, rows, d_e);
+  kernels::cpu::UnitRowsForward<float>(e_bar.data(), d_e, e_bar.data(), d_e, nullptr, V, d_e);
+  std::vector<int64_t> target(rows);
+  for (int64_t r = 0; r < rows; ++r) target[r] = r % 7 == 3 ? -1 : (r * 31) % V;
+  // The reference: the logits, their statistics, the gradient, and the two products.
+  Floats z(rows * V);
+  kernels::cpu::Gemm(false, true, rows, V, d_e, scale, y.data(), d_e, e_bar.data(), d_e, 0.f, z.data(), V);
+  std::vector<double> row_max(rows), row_sum(rows), lse(rows), tl(rows);
+  kernels::cpu::SoftmaxStats(z.data(), V, rows, V, row_max.data(), row_sum.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    lse[r] = row_max[r] + std::log(row_sum[r]);
+    tl[r] = target[r] >= 0 ? z[r * V + target[r]] : 0.0;
+  }
+  const Floats coefs(rows, coef * scale);
+  kernels::cpu::CrossEntropyGrad(z.data(), V, rows, V, lse.data(), target.data(), coefs.data());
+  const Floats d_e_bar0 = Random(V * d_e, 23);
+  Floats dy(rows * d_e), d_e_bar = d_e_bar0;
+  kernels::cpu::Gemm(false, false, rows, d_e, V, 1.f, z.data(), V, e_bar.data(), d_e, 0.f, dy.data(), d_e);
+  kernels::cpu::Gemm(true, false, V, d_e, rows, 1.f, z.data(), V, y.data(), d_e, 1.f, d_e_bar.data(), d_e);
+
+  for (double shift : {std::numeric_limits<double>::quiet_NaN(), double(scale)}) {  // row max; the bound e^{s_F}
+    for (bool with_grad : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "shift " << shift << ", gradient " << with_grad);
+      kernels::HeadLossArgs<float> args;
+      args.y = Device(y);
+      args.e_bar = Device(e_bar);
+      args.rows = rows;
+      args.vocab = V;
+      args.d_e = d_e;
+      args.scale = scale;
+      args.shift = shift;
+      args.target = target.data();
+      args.coef = coef;
+      std::vector<double> g_lse(rows), g_tl(rows, -1.0);
+      args.lse = g_lse.data();
+      args.target_logit = g_tl.data();
+      if (with_grad) {
+        args.dy = Empty(rows * d_e);
+        args.d_e_bar = Device(d_e_bar0);
+      }
+      table_->PrepareHead(args.e_bar, V, d_e);
+      table_->HeadLoss(args);
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_NEAR(g_lse[r], lse[r], 1e-5 * std::abs(lse[r])) << r;
+        EXPECT_NEAR(g_tl[r], tl[r], 1e-5 * std::max(1.0, std::abs(tl[r]))) << r;
+      }
+      if (with_grad) {
+        EXPECT_CLOSE(Host(args.dy, rows * d_e), dy, 1e-5);
+        EXPECT_CLOSE(Host(args.d_e_bar, V * d_e), d_e_bar, 1e-5);
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelTableTest, AdamWMatchesTheTrainerStepByStep) {
+  const int64_t n = 10007;
+  Floats params = Random(n, 24), gparams_host = params;
+  std::vector<uint8_t> decay(n);
+  for (int64_t i = 0; i < n; ++i) decay[i] = i % 3 != 0;
+  AdamWHyper hyper;
+  hyper.weight_decay = 0.1;
+  AdamW cpu(n, hyper, decay);
+  float* gp = Device(params);
+  float* gm = Empty(n);
+  float* gv = Empty(n);
+  arrays_.emplace_back(multiscreen::Device::kCuda);  // the decay mask, as bytes in a float array
+  arrays_.back().Resize((n + 3) / 4);
+  auto* gdecay = reinterpret_cast<uint8_t*>(arrays_.back().data());
+  ASSERT_EQ(cudaMemcpy(gdecay, decay.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  for (int64_t step = 1; step <= 3; ++step) {
+    const Floats grads = Random(n, 25 + step);
+    const double lr = 0.0625 / step;
+    cpu.Step(params.data(), grads.data(), lr);
+    kernels::AdamWArgs args;
+    args.lr = lr;
+    args.beta1 = hyper.beta1;
+    args.beta2 = hyper.beta2;
+    args.eps = hyper.eps;
+    args.weight_decay = hyper.weight_decay;
+    args.step = step;
+    args.decay = gdecay;
+    table_->AdamW(args, gp, Device(grads), gm, gv, n);
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    EXPECT_CLOSE(Host(gp, n), params, 1e-6);
+    EXPECT_CLOSE(Host(gm, n), cpu.m(), 1e-6);
+    EXPECT_CLOSE(Host(gv, n), cpu.v(), 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace multiscreen
