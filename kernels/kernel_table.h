@@ -74,6 +74,7 @@ struct HeadLossArgs {
   double* target_logit = nullptr;  // [rows] host, written (0 where target < 0)
   Real* dy = nullptr;             // [rows, d_e] device, written; null: the loss alone
   Real* d_e_bar = nullptr;        // [vocab, d_e] device, added to (with dy)
+  Precision precision = Precision::kFp32;  // the step's, as for Gemm (a device may run 16-bit products)
 };
 
 // AdamW as trainer/adamw.h defines it (torch.optim.AdamW), one fused pass over

@@ -249,6 +249,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     args.target_logit = hb.target_logit.data();
     args.dy = dx != nullptr ? hb.dy.data() : nullptr;
     args.d_e_bar = d_e_bar_.data();
+    args.precision = options_.precision;
     ops_->HeadLoss(args);
   }
   double loss = 0;

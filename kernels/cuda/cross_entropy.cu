@@ -177,15 +177,15 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t nr = std::min(chunk, rows - r0);
     const float* y = args.y + r0 * d_e;
-    gemm->Run(Precision::kFp32, false, true, nr, V, d_e, args.scale, y, d_e, args.e_bar, d_e, 0.f, z, V);
+    gemm->Run(args.precision, false, true, nr, V, d_e, args.scale, y, d_e, args.e_bar, d_e, 0.f, z, V);
     HeadRowKernel<<<static_cast<unsigned>(nr), kThreads, 0, stream>>>(z, V, args.shift, target_dev + r0,
                                                                       args.coef * args.scale, grad,
                                                                       scratch->first.data() + r0,
                                                                       scratch->second.data() + r0);
     MS_CUDA_CHECK_LAUNCH(op);
     if (grad) {
-      gemm->Run(Precision::kFp32, false, false, nr, d_e, V, 1.f, z, V, args.e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);
-      gemm->Run(Precision::kFp32, true, false, V, d_e, nr, 1.f, z, V, y, d_e, 1.f, args.d_e_bar, d_e);
+      gemm->Run(args.precision, false, false, nr, d_e, V, 1.f, z, V, args.e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);
+      gemm->Run(args.precision, true, false, V, d_e, nr, 1.f, z, V, y, d_e, 1.f, args.d_e_bar, d_e);
     }
   }
   MS_CUDA_CHECK(op, cudaMemcpyAsync(args.lse, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,

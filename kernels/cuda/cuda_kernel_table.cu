@@ -1,5 +1,5 @@
 // The CUDA kernel table (cuda_kernel_table.h): the factory's checks, then one call
-// per op into kernels/cuda's op families, on the table's stream, with the table's
+// per op into kernels/cuda's op families, on the legacy default stream, with the table's
 // scratch. Host⇄device copies happen here (Upload, Download, AddHost) and in the ops
 // that take host arrays.
 #include "kernels/cuda/cuda_kernel_table.h"
@@ -29,7 +29,6 @@ class CudaKernelTable final : public KernelTable<float> {
   ~CudaKernelTable() override {
     cudaStreamSynchronize(stream_);
     gemm_.reset();
-    cudaStreamDestroy(stream_);
   }
 
   Device device() const override { return Device::kCuda; }
@@ -161,16 +160,13 @@ absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const Ke
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
     return absl::FailedPreconditionError(absl::StrCat("cannot use the current CUDA device: ", cudaGetErrorString(e)));
   }
-  cudaStream_t stream = nullptr;
-  if (const cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("cannot create a CUDA stream on device ", device, ": ",
-                                            cudaGetErrorString(e)));
-  }
+  // Every table of a process issues on the legacy default stream, so that the ops of
+  // different tables — the model's, the stage's parameter upload, bench's optimizer —
+  // run in the order the host issues them, as on the CPU. (Overlap through streams of
+  // their own comes with the communication streams of multi-GPU training.)
+  cudaStream_t stream = cudaStreamLegacy;
   absl::StatusOr<std::unique_ptr<GemmRunner>> gemm = GemmRunner::Create(stream);
-  if (!gemm.ok()) {
-    cudaStreamDestroy(stream);
-    return gemm.status();
-  }
+  if (!gemm.ok()) return gemm.status();
   return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(stream, std::move(*gemm)));
 }
 
