@@ -153,6 +153,54 @@ class CliTest(OneLineErrors):
                 f"--out={self.dir}/o.h5")
         self.assert_one_line_error(r, t, "HDF5")
 
+    # ---- --device ------------------------------------------------------------------
+
+    CUDA_REASONS = ("no CUDA kernels", "no CUDA device is visible", "driver is too old")
+
+    def _forward(self, w, t, *flags):
+        out = os.path.join(self.dir, f"out{len(os.listdir(self.dir))}.h5")
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=2", "--seq_len=8", f"--out={out}", *flags)
+        return r, out
+
+    def test_device_cpu_is_the_default_here_and_gives_the_same_gradients(self):
+        w, t = self._init_and_tokens(2 * 9)
+        r_cpu, cpu = self._forward(w, t, "--device=cpu")
+        self.assertEqual(r_cpu.returncode, 0, r_cpu.stderr)
+        r_auto, auto = self._forward(w, t, "--device=auto")
+        self.assertEqual(r_auto.returncode, 0, r_auto.stderr)
+        with h5py.File(cpu) as a, h5py.File(auto) as b:
+            if subprocess.run(["sh", "-c", "command -v nvidia-smi && nvidia-smi -L"], capture_output=True).returncode:
+                # No GPU: auto is the CPU, so the outputs are the same bits.
+                self.assertEqual(float(a["loss"][()]), float(b["loss"][()]))
+            else:
+                self.assertAlmostEqual(float(a["loss"][()]), float(b["loss"][()]), delta=1e-5 * float(a["loss"][()]))
+
+    def test_device_cuda_fails_with_its_reason_or_matches_the_cpu(self):
+        w, t = self._init_and_tokens(2 * 9)
+        r_cpu, cpu = self._forward(w, t, "--device=cpu")
+        self.assertEqual(r_cpu.returncode, 0, r_cpu.stderr)
+        r, gpu = self._forward(w, t, "--device=cuda")
+        if r.returncode != 0:  # this machine: one line naming the flag and why
+            self.assert_one_line_error(r, "--device=cuda: ")
+            self.assertTrue(any(reason in r.stderr for reason in self.CUDA_REASONS), r.stderr)
+            self.assertFalse(os.path.exists(gpu))
+            return
+        with h5py.File(cpu) as a, h5py.File(gpu) as b:  # a machine with a GPU: fp32 within 1e-5
+            self.assertAlmostEqual(float(a["loss"][()]), float(b["loss"][()]), delta=1e-5 * float(a["loss"][()]))
+            for name in a["grad"]:
+                ref, got = a["grad"][name][()], b["grad"][name][()]
+                self.assertLessEqual(np.linalg.norm(got - ref), 1e-5 * max(np.linalg.norm(ref), 1e-30), name)
+
+    def test_device_flag_refuses_unknown_names_and_fp64_on_cuda(self):
+        w, t = self._init_and_tokens(2 * 9)
+        self.assert_one_line_error(self._forward(w, t, "--device=tpu")[0], "--device=tpu: expected cpu, cuda or auto")
+        self.assert_one_line_error(self._forward(w, t, "--device=cuda", "--precision=fp64")[0], "--device=cuda: ",
+                                   "fp64")
+        r = run("bench", "train", "--model=tiny_psi2", "--device=cuda", "--precision=fp64", "--steps=1")
+        self.assert_one_line_error(r, "--device=cuda: ", "fp64")
+        # fp64 with auto quietly takes the CPU.
+        self.assertEqual(self._forward(w, t, "--device=auto", "--precision=fp64")[0].returncode, 0)
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
