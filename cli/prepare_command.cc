@@ -80,7 +80,7 @@ int PrepareCommand(int argc, char** argv) {
   // second, elsewhere (a log file, Slurm's output) a line every 10 s, as train logs.
   const bool terminal = isatty(fileno(stderr)) != 0;
   bool printed = false;
-  double last_line = 0;
+  double last_line = -1e9;
   options.on_progress = [&](const PrepareProgress& p) {
     if (p.seconds < 3 || (!terminal && p.seconds - last_line < 10)) return;
     last_line = p.seconds;
