@@ -98,7 +98,8 @@ class CliTest(OneLineErrors):
         r, out = self._forward(w, t, "--device=cpu")
         self.assertEqual(r.returncode, 0, r.stderr)
         with h5py.File(out) as f, h5py.File(w) as wf:
-            self.assertEqual(wf.attrs["family"], "transformer")
+            family = wf.attrs["family"]
+            self.assertEqual(family.decode() if isinstance(family, bytes) else family, "transformer")
             names = []
             wf.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
             self.assertEqual(len(names), 3 + 2 * 10)  # W_E, s_E, s_F; 10 tensors per layer
