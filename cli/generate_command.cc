@@ -33,6 +33,10 @@ int GenerateCommand(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
+  if (weights->dims.transformer()) {
+    return Fail("generate", absl::UnimplementedError(absl::StrCat("model ", weights->dims.name,
+                                                                  " is a Transformer: generate (a KV cache) is not built for it yet")));
+  }
   auto tokenizer = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
   if (!tokenizer.ok()) return Fail("generate", tokenizer.status());
   auto prompt = (*tokenizer)->Encode(absl::GetFlag(FLAGS_prompt));

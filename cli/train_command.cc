@@ -190,6 +190,8 @@ int TrainCommand(int argc, char** argv) {
   // Every rank resolves its own device (its GPU was bound above); the step runs there.
   auto device = ResolveDevice(false, grid->shape().tp * grid->shape().pp == 1);
   if (!device.ok()) return fail(device.status());
+  device = DeviceForModel(*dims, *device);
+  if (!device.ok()) return fail(device.status());
   auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),
                                  {.restart = absl::GetFlag(FLAGS_restart), .device = *device});
   if (!trainer.ok()) return fail(trainer.status());

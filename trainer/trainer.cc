@@ -163,12 +163,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   const ParamLayout& layout = t->model_->layout();
   t->state_.params.resize(layout.size());
   InitParams(layout, static_cast<uint64_t>(run.seed()), t->state_.params.data());
-  // AdamW over the range this rank updates; scalars exempt from decay unless asked.
+  // AdamW over the range this rank updates; scalars (and the Transformer's norm gains)
+  // exempt from decay unless asked.
   const auto [begin, end] = t->OptimizerRange();
   std::vector<uint8_t> decay(end - begin, 1);
   if (!run.optimizer().decay_scalars()) {
     for (const ParamEntry& e : layout.entries()) {
-      if (!e.is_scalar()) continue;
+      if (!e.is_scalar() && !e.is_gain()) continue;
       for (int64_t i = std::max(begin, e.buffer_offset); i < std::min(end, e.buffer_offset + e.size()); ++i) {
         decay[i - begin] = 0;
       }
