@@ -11,9 +11,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "kernels/communicator.h"
+#include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
 #include "model/param_layout.h"
 #include "model/step_profile.h"
@@ -42,11 +45,11 @@ class ModelStage {
   // inputs the first T of each, targets the last T. Returns the mean next-token
   // cross-entropy over the B·T positions; adds grad_scale · ∂loss/∂params into grads;
   // writes token_losses [B, T] when non-null.
-  virtual double ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
-                                 Real* token_losses = nullptr, double grad_scale = 1.0) = 0;
+  // Composed once, here, from the stage pieces below.
+  double ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
+                         Real* token_losses = nullptr, double grad_scale = 1.0);
   // The same loss without gradients.
-  virtual double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T,
-                      Real* token_losses = nullptr) = 0;
+  double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses = nullptr);
 
   // ---- stage pieces (see each family's header for what they compute) ---------------
   virtual void BeginStep(const Real* params) = 0;
@@ -65,7 +68,25 @@ class ModelStage {
   virtual void EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) = 0;
   // Moves the tied table's gradient gathered over the step into W_E's slot of grads.
   virtual void EndStep(Real* grads) = 0;
+
+ protected:
+  explicit ModelStage(Device device) : step_x_(device), step_dx_(device) {}
+  // Windows [B, T+1] → inputs (the first T of each) and next-token targets (the last
+  // T), both [B·T], into step_inputs_ / step_targets_ (host).
+  void SplitWindows(const int32_t* tokens, int64_t B, int64_t T);
+
+  DeviceArray<Real> step_x_, step_dx_;  // the whole model's activations and their gradients
+  std::vector<int32_t> step_inputs_, step_targets_;
 };
+
+// The kernel table of options.device with the head options; a failure ends the process
+// with one line naming --device (the command line checks the device before building a
+// model). For the model families' constructors.
+template <typename Real>
+std::unique_ptr<kernels::KernelTable<Real>> KernelTableFor(const ModelOptions& options);
+
+// Prints "multiscreen: fatal: <what>" and exits 1: a model that cannot be built.
+[[noreturn]] void FatalModelError(const std::string& what);
 
 // The model of dims.family on `shard`. `tp`: the shard's tensor-parallel group (null:
 // one). An unusable device or layout is fatal here with one line (callers check the

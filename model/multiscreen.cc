@@ -12,26 +12,6 @@
 
 namespace multiscreen {
 
-namespace {
-
-// The kernel table of options.device; a failure ends the process with its reason
-// (the command line checks the device before building a model).
-template <typename Real>
-std::unique_ptr<kernels::KernelTable<Real>> TableFor(const ModelOptions& options) {
-  KernelOptions k;
-  k.head_path = options.head_path;
-  k.head_chunk_rows = options.head_chunk_rows;
-  k.head_vocab_block = options.head_vocab_block;
-  absl::StatusOr<std::unique_ptr<kernels::KernelTable<Real>>> table = MakeKernelTable<Real>(options.device, k);
-  if (!table.ok()) {
-    std::fprintf(stderr, "multiscreen: fatal: --device=%s: %s\n", DeviceName(options.device).c_str(),
-                 std::string(table.status().message()).c_str());
-    std::exit(1);
-  }
-  return std::move(*table);
-}
-
-}  // namespace
 
 template <typename Real>
 kernels::ScreeningSaved<Real> Multiscreen<Real>::LayerActivations::saved() {
@@ -40,9 +20,10 @@ kernels::ScreeningSaved<Real> Multiscreen<Real>::LayerActivations::saved() {
 
 template <typename Real>
 Multiscreen<Real>::Multiscreen(const ModelDims& dims, const ShardSpec& shard, ModelOptions options, Communicator* tp)
-    : layout_(dims, shard),
+    : ModelStage<Real>(options.device),
+      layout_(dims, shard),
       options_(options),
-      ops_(TableFor<Real>(options)),
+      ops_(KernelTableFor<Real>(options)),
       tp_(tp != nullptr ? tp : &single_),
       e_bar_(options.device),
       e_norm_(options.device),
@@ -54,14 +35,10 @@ Multiscreen<Real>::Multiscreen(const ModelDims& dims, const ShardSpec& shard, Mo
       d_delta_(options.device),
       scratch_x_(options.device),
       head_(options.device),
-      step_x_(options.device),
-      step_dx_(options.device),
       step_x0_(options.device),
       logits_(options.device) {
   if (dims.transformer()) {
-    std::fprintf(stderr, "multiscreen: fatal: model %s is a Transformer: this command runs Multiscreen models only\n",
-                 dims.name.c_str());
-    std::exit(1);
+    FatalModelError("model " + dims.name + " is a Transformer: this command runs Multiscreen models only");
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     weights_.emplace_back(options.device);
@@ -413,47 +390,8 @@ void Multiscreen<Real>::EndStep(Real* grads) {
                          grads + layout_.Find("embed/W_E")->buffer_offset, dE, shard.vocab(), dE, true);
 }
 
-// Windows [B, T+1] → inputs (the first T of each) and next-token targets
-// (the last T), both [B·T], into the step's reused host buffers.
-template <typename Real>
-void Multiscreen<Real>::SplitWindows(const int32_t* tokens, int64_t B, int64_t T) {
-  step_inputs_.resize(B * T);
-  step_targets_.resize(B * T);
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, step_inputs_.begin() + b * T);
-    std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), step_targets_.begin() + b * T);
-  }
-}
 
-template <typename Real>
-double Multiscreen<Real>::ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
-                                          Real* token_losses, double grad_scale) {
-  const int64_t rows = B * T, dE = dims().d_e;
-  SplitWindows(tokens, B, T);
-  const std::vector<int32_t>&inputs = step_inputs_, &targets = step_targets_;
-  BeginStep(params);
-  step_x_.Resize(rows * dE);
-  step_dx_.Resize(rows * dE);
-  Real *x = step_x_.data(), *dx = step_dx_.data();
-  Embed(params, inputs.data(), rows, x);
-  LayersForward(params, B, T, x);
-  const double loss = HeadLoss(params, x, targets.data(), rows, dx, grads, grad_scale, token_losses);
-  LayersBackward(params, dx, grads);
-  EmbedBackward(params, inputs.data(), rows, dx, grads);
-  EndStep(grads);
-  return loss;
-}
 
-template <typename Real>
-double Multiscreen<Real>::Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses) {
-  const int64_t rows = B * T, dE = dims().d_e;
-  SplitWindows(tokens, B, T);
-  BeginStep(params);
-  step_x_.Resize(rows * dE);
-  Embed(params, step_inputs_.data(), rows, step_x_.data());
-  LayersForward(params, B, T, step_x_.data());
-  return HeadLoss(params, step_x_.data(), step_targets_.data(), rows, nullptr, nullptr, 1.0, token_losses);
-}
 
 template <typename Real>
 void Multiscreen<Real>::Logits(const Real* params, const int32_t* ids, int64_t T, const InferenceOptions& options,
@@ -461,8 +399,8 @@ void Multiscreen<Real>::Logits(const Real* params, const int32_t* ids, int64_t T
   const ModelDims& d = dims();
   const int64_t dE = d.d_e, V = layout_.shard().vocab();
   BeginStep(params);
-  step_x_.Resize(T * dE);
-  Real* x = step_x_.data();
+  this->step_x_.Resize(T * dE);
+  Real* x = this->step_x_.data();
   Embed(params, ids, T, x);
   LayersForward(params, 1, T, x, &options);
   if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, static_cast<Real*>(nullptr), T, dE);

@@ -57,16 +57,7 @@ class Multiscreen final : public ModelStage<Real> {
   const ParamLayout& layout() const override { return layout_; }
   const ModelDims& dims() const { return layout_.dims(); }
 
-  // ---- the whole model (a shard with embed and head) --------------------------------
-  // One micro-batch: tokens [B, T+1] (sequence b is tokens[b(T+1) .. (b+1)(T+1))),
-  // inputs are the first T of each, targets the last T. Returns the mean next-token
-  // cross-entropy over the B·T positions; adds grad_scale · ∂loss/∂params into grads
-  // (the layout's flat buffer); writes token_losses [B, T] when non-null.
-  double ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
-                         Real* token_losses = nullptr, double grad_scale = 1.0) override;
-
-  // The same loss without gradients.
-  double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses = nullptr) override;
+  // ---- the whole model: ModelStage's ForwardBackward and Loss -------------------------
 
   // Inference forward of one sequence: ids [T] at absolute positions pos0.., logits
   // [T, V] written to host memory (the full vocabulary; shards must own it all).
@@ -114,7 +105,6 @@ class Multiscreen final : public ModelStage<Real> {
     std::vector<int64_t> local_target;                          // host, per row
   };
   kernels::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
-  void SplitWindows(const int32_t* tokens, int64_t B, int64_t T);
   // The vocabulary-parallel head (tp > 1): local softmax statistics, their all-reduce,
   // and the gradient from the global log-sum-exp.
   void ShardedHeadLoss(const Real* y_c, const Real* e_bar, int64_t n, Real scale, bool gradients, Real coef);
@@ -143,8 +133,7 @@ class Multiscreen final : public ModelStage<Real> {
   std::vector<LayerActivations> acts_;
   Array d_u_, d_p_, d_w_cat_, d_delta_, scratch_x_;
   HeadBuffers head_;
-  Array step_x_, step_dx_, step_x0_, logits_;  // ForwardBackward's activations, EmbedBackward's x⁰, Logits' output
-  std::vector<int32_t> step_inputs_, step_targets_;
+  Array step_x0_, logits_;  // EmbedBackward's x⁰, Logits' output
 };
 
 }  // namespace multiscreen

@@ -10,26 +10,10 @@
 namespace multiscreen {
 namespace {
 
-[[noreturn]] void Fatal(const std::string& what) {
-  std::fprintf(stderr, "multiscreen: fatal: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <typename Real>
-std::unique_ptr<kernels::KernelTable<Real>> SharedTableFor(const ModelOptions& options) {
-  KernelOptions k;
-  k.head_path = options.head_path;
-  k.head_chunk_rows = options.head_chunk_rows;
-  k.head_vocab_block = options.head_vocab_block;
-  auto table = MakeKernelTable<Real>(options.device, k);
-  if (!table.ok()) Fatal("--device=" + DeviceName(options.device) + ": " + std::string(table.status().message()));
-  return std::move(*table);
-}
-
 template <typename Real>
 std::unique_ptr<kernels::TransformerKernels<Real>> TransformerTableFor(const ModelOptions& options) {
   auto table = MakeTransformerKernels<Real>(options.device);
-  if (!table.ok()) Fatal(std::string(table.status().message()));
+  if (!table.ok()) FatalModelError(std::string(table.status().message()));
   return std::move(*table);
 }
 
@@ -37,18 +21,19 @@ std::unique_ptr<kernels::TransformerKernels<Real>> TransformerTableFor(const Mod
 
 template <typename Real>
 Transformer<Real>::Transformer(const ModelDims& dims, const ShardSpec& shard, ModelOptions options, Communicator* tp)
-    : layout_(dims, shard),
+    : ModelStage<Real>(options.device),
+      layout_(dims, shard),
       options_(options),
-      ops_(SharedTableFor<Real>(options)),
+      ops_(KernelTableFor<Real>(options)),
       tk_(TransformerTableFor<Real>(options)),
       table_(options.device), e_norm_(options.device), table_c_(options.device), d_table_(options.device),
       d_a_(options.device), d_qkv_(options.device), d_q_(options.device), d_k_(options.device), d_v_(options.device),
       d_o_(options.device), d_gu_(options.device), d_h_(options.device), d_w_qkv_(options.device),
       scratch_x_(options.device), y_(options.device), y_c_(options.device), y_stat_(options.device),
-      dy_(options.device), step_x_(options.device), step_dx_(options.device), step_x0_(options.device) {
-  if (!dims.transformer()) Fatal("model " + dims.name + " is not a Transformer");
+      dy_(options.device), step_x0_(options.device) {
+  if (!dims.transformer()) FatalModelError("model " + dims.name + " is not a Transformer");
   if ((tp != nullptr && tp->size() > 1) || shard.tiles() != dims.n_heads || shard.vocab() != dims.vocab) {
-    Fatal("model " + dims.name + ": the Transformer baseline has no tensor parallelism yet (--tp must be 1)");
+    FatalModelError("model " + dims.name + ": the Transformer baseline has no tensor parallelism yet (--tp must be 1)");
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     weights_.emplace_back(options.device);
@@ -369,44 +354,8 @@ void Transformer<Real>::EndStep(Real* grads) {
   }
 }
 
-template <typename Real>
-void Transformer<Real>::SplitWindows(const int32_t* tokens, int64_t B, int64_t T) {
-  step_inputs_.resize(B * T);
-  step_targets_.resize(B * T);
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, step_inputs_.begin() + b * T);
-    std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), step_targets_.begin() + b * T);
-  }
-}
 
-template <typename Real>
-double Transformer<Real>::ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T,
-                                          Real* grads, Real* token_losses, double grad_scale) {
-  const int64_t rows = B * T, dE = dims().d_e;
-  SplitWindows(tokens, B, T);
-  BeginStep(params);
-  step_x_.Resize(rows * dE);
-  step_dx_.Resize(rows * dE);
-  Real *x = step_x_.data(), *dx = step_dx_.data();
-  Embed(params, step_inputs_.data(), rows, x);
-  LayersForward(params, B, T, x);
-  const double loss = HeadLoss(params, x, step_targets_.data(), rows, dx, grads, grad_scale, token_losses);
-  LayersBackward(params, dx, grads);
-  EmbedBackward(params, step_inputs_.data(), rows, dx, grads);
-  EndStep(grads);
-  return loss;
-}
 
-template <typename Real>
-double Transformer<Real>::Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses) {
-  const int64_t rows = B * T, dE = dims().d_e;
-  SplitWindows(tokens, B, T);
-  BeginStep(params);
-  step_x_.Resize(rows * dE);
-  Embed(params, step_inputs_.data(), rows, step_x_.data());
-  LayersForward(params, B, T, step_x_.data());
-  return HeadLoss(params, step_x_.data(), step_targets_.data(), rows, nullptr, nullptr, 1.0, token_losses);
-}
 
 template class Transformer<float>;
 template class Transformer<double>;

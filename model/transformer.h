@@ -37,10 +37,6 @@ class Transformer final : public ModelStage<Real> {
   const ParamLayout& layout() const override { return layout_; }
   const ModelDims& dims() const { return layout_.dims(); }
 
-  double ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
-                         Real* token_losses = nullptr, double grad_scale = 1.0) override;
-  double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses = nullptr) override;
-
   // Packs the layers' compute weights, reads s_E, s_F, s_QK to the host, makes Ē (sio).
   void BeginStep(const Real* params) override;
   void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
@@ -77,7 +73,6 @@ class Transformer final : public ModelStage<Real> {
   Slots SlotsOf(int64_t layer) const;
   const Real* Table() const;  // the tied table as the GEMMs and the embedding see it
   void RoundToCompute(Real* data, int64_t n) const;
-  void SplitWindows(const int32_t* tokens, int64_t B, int64_t T);
 
   ParamLayout layout_;
   ModelOptions options_;
@@ -93,8 +88,7 @@ class Transformer final : public ModelStage<Real> {
   Array y_, y_c_, y_stat_, dy_;
   std::vector<double> lse_, target_logit_;
   std::vector<int64_t> local_target_;
-  Array step_x_, step_dx_, step_x0_;
-  std::vector<int32_t> step_inputs_, step_targets_;
+  Array step_x0_;
 };
 
 }  // namespace multiscreen
