@@ -10,7 +10,9 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace multiscreen::eval {
@@ -30,8 +32,8 @@ class PythonRandom {
   // shuffle(x): Fisher–Yates from the back, j = _randbelow(i + 1).
   template <typename T>
   void Shuffle(std::vector<T>& x) {
-    for (size_t i = x.size(); i-- > 1;) {
-      const size_t j = static_cast<size_t>(RandBelow(i + 1));
+    for (std::size_t i = x.size(); i-- > 1;) {
+      const std::size_t j = static_cast<std::size_t>(RandBelow(i + 1));
       std::swap(x[i], x[j]);
     }
   }

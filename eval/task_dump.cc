@@ -15,6 +15,7 @@ void AppendU(std::string& out, uint32_t unit) {
 // The code point at s[i] (advancing i); 0xFFFD for a malformed sequence.
 uint32_t NextCodePoint(std::string_view s, size_t& i) {
   const auto b = static_cast<unsigned char>(s[i++]);
+  if (b < 0x80) return b;
   int extra = b >= 0xF0 && b < 0xF5 ? 3 : b >= 0xE0 ? 2 : b >= 0xC2 && b < 0xE0 ? 1 : -1;
   if (b >= 0xF5) extra = -1;
   if (extra < 0) return 0xFFFD;
