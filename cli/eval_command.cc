@@ -183,11 +183,13 @@ json SetupJson(const EvalSetup& s) {
           {"window_rule", s.options.expand_windows ? "expand" : "as_learned"}};
 }
 
-// Runs tools/plot_eval.py on --out (python3 from PATH).
+// Runs tools/plot_eval.py on --out (Debian's /usr/bin/python3, which has python3-matplotlib;
+// python3 from PATH where it is missing).
 absl::Status Plot(const std::string& out, const std::string& kind) {
   const fs::path script = fs::path(ConfigDir()).parent_path() / "tools/plot_eval.py";
   if (!fs::is_regular_file(script)) return absl::NotFoundError(absl::StrCat("--plot: ", script.string(), " not found"));
-  const std::string cmd = absl::StrCat("python3 '", script.string(), "' --kind=", kind, " '", out, "'");
+  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd = absl::StrCat(python, " '", script.string(), "' --kind=", kind, " '", out, "'");
   if (std::system(cmd.c_str()) != 0) {
     return absl::InternalError(absl::StrCat("--plot: ", cmd, " failed (is python3-matplotlib installed?)"));
   }

@@ -29,7 +29,8 @@ def plot_ppl(directory):
     ax.set_xscale('log')
     ax.set_xlabel('position (tokens)')
     ax.set_ylabel('loss (nats)')
-    ax.set_title(f"{r['model']}: {r['documents']} windows, {r['window_rule']} windows")
+    rule = 'window expansion' if r['window_rule'] == 'expand' else 'windows as learned'
+    ax.set_title(f"{r['model']}: {r['documents']} windows of {r['seq_len']} tokens, {rule}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     out = os.path.join(directory, 'ppl.png')
