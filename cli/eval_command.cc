@@ -1,4 +1,4 @@
-// `multiscreen eval ppl|abcdigits|passkey|ttft …`: the paper's evaluations of a trained
+// `multiscreen eval ppl|abcdigits|passkey|ttft|relevance …`: the paper's evaluations of a trained
 // model (spec "Evaluations", issue 16). Each reads --checkpoint=DIR or --weights=FILE.h5,
 // applies the inference window rule (expansion past --train_len; --as_learned keeps every
 // w), writes JSON (and CSV where a table fits) into --out, prints a summary, and with
@@ -35,6 +35,7 @@
 #include "eval/passkey.h"
 #include "eval/position_loss.h"
 #include "eval/python_random.h"
+#include "eval/relevance.h"
 #include "eval/task_dump.h"
 #include "nlohmann/json.hpp"
 
@@ -53,6 +54,9 @@ ABSL_FLAG(std::string, dump, "", "eval abcdigits/passkey: JSONL of the instances
 ABSL_FLAG(uint64_t, generator_seed, 123, "eval abcdigits/passkey: random.Random seed of the generator (the author's: 123)");
 ABSL_FLAG(int64_t, context, 4096, "eval ttft: prompt tokens");
 ABSL_FLAG(int64_t, repeats, 5, "eval ttft: timed prefills");
+ABSL_FLAG(std::string, text, "", "eval relevance: a UTF-8 text file to inspect");
+ABSL_FLAG(std::string, layers, "", "eval relevance: layers whose maps are written (comma-separated; empty: all)");
+ABSL_FLAG(std::string, map_tiles, "", "eval relevance: tiles of those layers whose maps are written (empty: all)");
 ABSL_FLAG(bool, plot, false, "draw PNG figures with tools/plot_eval.py (python3-matplotlib)");
 ABSL_FLAG(bool, resume, false, "continue the evaluation whose partial results are in --out");
 
@@ -744,6 +748,92 @@ int Ttft(const std::vector<std::string>& given) {
   return 0;
 }
 
+
+// ---- relevance ----------------------------------------------------------------------------
+
+// A list flag of indices in [0, n); empty means all of them.
+absl::StatusOr<std::vector<bool>> ParseIndexSet(const std::string& flag, const std::string& text, int64_t n) {
+  std::vector<bool> set(n, text.empty());
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v) || v < 0 || v >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": '", part, "' is not an index in [0, ", n, ")"));
+    }
+    set[v] = true;
+  }
+  return set;
+}
+
+constexpr int64_t kMaxRelevanceTokens = 8192;
+
+int Relevance(const std::vector<std::string>& given) {
+  const std::string path = absl::GetFlag(FLAGS_text);
+  if (path.empty()) return Fail("eval relevance", absl::InvalidArgumentError("--text=FILE is required"));
+  if (!fs::is_regular_file(path)) return Fail("eval relevance", absl::NotFoundError(absl::StrCat("--text=", path, ": not a regular file")));
+  auto setup = Setup(given, true);
+  if (!setup.ok()) return Fail("eval relevance", setup.status());
+  const ModelDims& d = setup->weights.dims;
+  auto layers = ParseIndexSet("layers", absl::GetFlag(FLAGS_layers), d.n_layers);
+  if (!layers.ok()) return Fail("eval relevance", layers.status());
+  auto tiles = ParseIndexSet("map_tiles", absl::GetFlag(FLAGS_map_tiles), d.n_heads);
+  if (!tiles.ok()) return Fail("eval relevance", tiles.status());
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto ids = setup->tokenizer->Encode(text.str());
+  if (!ids.ok()) return Fail("eval relevance", absl::InvalidArgumentError(absl::StrCat("--text=", path, ": ", ids.status().message())));
+  if (ids->empty()) return Fail("eval relevance", absl::InvalidArgumentError(absl::StrCat("--text=", path, ": no tokens")));
+  if (static_cast<int64_t>(ids->size()) > kMaxRelevanceTokens) {
+    return Fail("eval relevance", absl::InvalidArgumentError(absl::StrCat("--text=", path, ": ", ids->size(), " tokens; the inspection forward (double precision, O(T·w) per tile) takes at most ", kMaxRelevanceTokens)));
+  }
+  for (int32_t id : *ids) {
+    if (id >= d.vocab) return Fail("eval relevance", absl::InvalidArgumentError(absl::StrCat("--text=", path, ": token ", id, " is past the model's V = ", d.vocab, " (wrong --tokenizer?)")));
+  }
+  std::vector<std::vector<bool>> keep(d.n_layers, std::vector<bool>(d.n_heads, false));
+  for (int64_t l = 0; l < d.n_layers; ++l) {
+    for (int64_t t = 0; t < d.n_heads; ++t) keep[l][t] = (*layers)[l] && (*tiles)[t];
+  }
+  const auto start = Clock::now();
+  const std::vector<eval::TileRelevance> rel = eval::InspectRelevance(setup->weights, setup->options, *ids, keep, nullptr);
+  json tokens = json::array();
+  for (int32_t id : *ids) {
+    auto piece = setup->tokenizer->Decode({id});
+    tokens.push_back(piece.ok() ? *piece : "?");
+  }
+  json tiles_json = json::array(), maps = json::array();
+  std::string csv = "layer,tile,w,r,w_used,window_pairs,nonzero_pairs,fraction_nonzero\n";
+  for (const eval::TileRelevance& t : rel) {
+    const double frac = t.window_pairs ? double(t.nonzero_pairs) / t.window_pairs : 0.0;
+    const json w_used = std::isinf(t.w_used) ? json("inf") : json(t.w_used);
+    tiles_json.push_back({{"layer", t.layer}, {"tile", t.tile}, {"w", t.w}, {"r", t.r}, {"w_used", w_used},
+                          {"window_pairs", t.window_pairs}, {"nonzero_pairs", t.nonzero_pairs}, {"fraction_nonzero", frac}});
+    csv += absl::StrFormat("%d,%d,%.6g,%.6g,%s,%d,%d,%.6f\n", t.layer, t.tile, t.w, t.r,
+                           std::isinf(t.w_used) ? "inf" : absl::StrFormat("%.6g", t.w_used), t.window_pairs, t.nonzero_pairs, frac);
+    if (!keep[t.layer][t.tile]) continue;
+    json pairs = json::array();
+    for (const eval::RelevancePair& p : t.pairs) pairs.push_back({p.i, p.j, p.alpha, p.mask});
+    maps.push_back({{"layer", t.layer}, {"tile", t.tile}, {"pairs", pairs}});
+  }
+  json result = SetupJson(*setup);
+  result.update({{"text", path}, {"tokens", tokens}, {"tiles", tiles_json}, {"maps", maps},
+                 {"pair_fields", {"i", "j", "alpha", "m"}}});
+  if (auto s = WriteFileAtomic(setup->out + "/relevance.json", result.dump()); !s.ok()) return Fail("eval relevance", s);
+  if (auto s = WriteFileAtomic(setup->out + "/tiles.csv", csv); !s.ok()) return Fail("eval relevance", s);
+  std::printf("eval relevance: %zu tokens of %s, %lld x %lld tiles in %s, %s windows (train_len %lld)\n", ids->size(), path.c_str(),
+              static_cast<long long>(d.n_layers), static_cast<long long>(d.n_heads), Duration(Seconds(start)).c_str(),
+              setup->options.expand_windows ? "expanded" : "as-learned", static_cast<long long>(setup->options.train_len));
+  std::printf("  %5s %4s %10s %7s %10s\n", "layer", "tile", "w", "r", "nonzero");
+  for (const eval::TileRelevance& t : rel) {
+    std::printf("  %5lld %4lld %10.1f %7.3f %9.1f%%%s\n", static_cast<long long>(t.layer), static_cast<long long>(t.tile), t.w, t.r,
+                t.window_pairs ? 100.0 * t.nonzero_pairs / t.window_pairs : 0.0, std::isinf(t.w_used) ? "  (w expanded to inf)" : "");
+  }
+  std::printf("  results: %s/relevance.json (maps of %zu tiles), %s/tiles.csv\n", setup->out.c_str(), maps.size(), setup->out.c_str());
+  if (absl::GetFlag(FLAGS_plot)) {
+    if (auto s = Plot(setup->out, "relevance"); !s.ok()) return Fail("eval relevance", s);
+  }
+  return 0;
+}
+
 constexpr char kUsage[] =
     "usage: multiscreen eval ppl (--checkpoint=DIR | --weights=W.h5) --data=FILE --seq_len=N --out=DIR [--documents=K\n"
     "                            --stride=S --stream --method=auto|full|decode --train_len=T --as_learned --plot --resume]\n"
@@ -751,12 +841,13 @@ constexpr char kUsage[] =
     "                            --instances=K --mode=tokens|lines --dump=F.jsonl --plot --resume]\n"
     "       multiscreen eval abcdigits --generate_only --mode=lines|tokens --length=N --depth=D --instances=K --dump=F.jsonl\n"
     "       multiscreen eval passkey (--checkpoint=DIR | --weights=W.h5) --out=DIR [--contexts= --depths= --instances= --dump=]\n"
-    "       multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N --out=DIR [--repeats=5 --warmup=2 --threads=]\n";
+    "       multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N --out=DIR [--repeats=5 --warmup=2 --threads=]\n"
+    "       multiscreen eval relevance (--checkpoint=DIR | --weights=W.h5) --text=FILE --out=DIR [--layers=0,3 --map_tiles=0,7 --plot]\n";
 
 }  // namespace
 
 int EvalCommand(int argc, char** argv) {
-  if (argc < 2) return Fail("eval", absl::InvalidArgumentError("expected a subcommand: ppl, abcdigits, passkey or ttft"));
+  if (argc < 2) return Fail("eval", absl::InvalidArgumentError("expected a subcommand: ppl, abcdigits, passkey, ttft or relevance"));
   const std::string sub = argv[1];
   if (sub == "--help" || sub == "-h" || sub == "help") {
     std::printf("%s", kUsage);
@@ -771,9 +862,11 @@ int EvalCommand(int argc, char** argv) {
     if (sub == "abcdigits") accepted.insert(accepted.end(), {"generate_only", "mode", "length", "depth"});
   } else if (sub == "ttft") {
     accepted.insert(accepted.end(), {"context", "repeats", "warmup", "device", "threads", "generator_seed"});
+  } else if (sub == "relevance") {
+    accepted.insert(accepted.end(), {"text", "layers", "map_tiles", "plot"});
   } else {
     return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub,
-                                                                "': expected ppl, abcdigits, passkey or ttft")));
+                                                                "': expected ppl, abcdigits, passkey, ttft or relevance")));
   }
   // ParseFlags takes an initializer_list; check the given flags against `accepted` here.
   const std::vector<std::string> given = GivenFlags(argc - 1, argv + 1);
@@ -787,7 +880,7 @@ int EvalCommand(int argc, char** argv) {
                                  {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer", "data", "seq_len",
                                   "documents", "stride", "stream", "method", "plot", "resume", "contexts", "depths", "instances",
                                   "dump", "generator_seed", "generate_only", "mode", "length", "depth", "context", "repeats",
-                                  "warmup", "device", "threads"},
+                                  "warmup", "device", "threads", "text", "layers", "map_tiles"},
                                  &args);
       !s.ok()) {
     return Fail("eval", s);
@@ -796,6 +889,7 @@ int EvalCommand(int argc, char** argv) {
   if (sub == "ppl") return Ppl(given);
   if (sub == "abcdigits") return AbcDigits(given);
   if (sub == "passkey") return Passkey(given);
+  if (sub == "relevance") return Relevance(given);
   return Ttft(given);
 }
 

@@ -32,7 +32,7 @@ constexpr Command kCommands[] = {
     {"forward", multiscreen::cli::ForwardCommand,
      "loss and gradients: --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B --seq_len=T --out=OUT.h5"},
     {"eval", multiscreen::cli::EvalCommand,
-     "evaluations: ppl --data=F --seq_len=N | abcdigits | passkey | ttft --context=N (--checkpoint=DIR | --weights=W.h5) --out=DIR"},
+     "evaluations: ppl --data=F --seq_len=N | abcdigits | passkey | ttft --context=N | relevance --text=F (--checkpoint=DIR | --weights=W.h5) --out=DIR"},
     {"bench", multiscreen::cli::BenchCommand,
      "speed: train --model=psi8 --seq_len=T --micro_batch=B [--precision= --json] | screening --T=N --w=W"},
 };

@@ -211,6 +211,33 @@ class EvalCliTest(OneLineErrors):
         self.assertAlmostEqual(j["tokens_per_s"], 64 / j["median_s"], places=3)
         self.assertIn(j["first_token"], range(37))
 
+    # ---- relevance ------------------------------------------------------------------------
+    def test_relevance_lists_every_tile_and_the_pairs_of_the_chosen_ones(self):
+        w = self.init("gpt2_tiny")
+        text = os.path.join(self.dir, "t.txt")
+        with open(text, "w") as f:
+            f.write("The history of the world is a story of people.")
+        out = os.path.join(self.dir, "rel")
+        r = run("eval", "relevance", f"--weights={w}", f"--text={text}", "--layers=1", "--map_tiles=0", "--as_learned",
+                f"--out={out}", f"--tokenizer={self.tokenizer}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "relevance.json")) as f:
+            j = json.load(f)
+        n = len(j["tokens"])
+        self.assertEqual(n, 11)  # GPT-2: The| history| of| the| world| is| a| story| of| people|.
+        self.assertEqual([(t["layer"], t["tile"]) for t in j["tiles"]], [(0, 0), (0, 1), (1, 0), (1, 1)])
+        self.assertEqual([(m["layer"], m["tile"]) for m in j["maps"]], [(1, 0)])
+        tile = j["tiles"][2]
+        self.assertEqual(len(j["maps"][0]["pairs"]), tile["nonzero_pairs"])
+        # At initialization s_w = 0 in tile 0: w = 2, so each query sees itself and one key back.
+        self.assertAlmostEqual(tile["w"], 2.0, places=5)
+        self.assertEqual(tile["window_pairs"], 1 + 2 * (n - 1))
+        for i, jj, alpha, m in j["maps"][0]["pairs"]:
+            self.assertIn(i - jj, (0, 1))
+            self.assertAlmostEqual(m, 1.0 if i == jj else 0.5, places=6)  # Softmask: ½(cos(π d/2) + 1)
+        with open(os.path.join(out, "tiles.csv")) as f:
+            self.assertEqual(len(f.read().splitlines()), 1 + 4)
+
     # ---- errors -------------------------------------------------------------------------
     def test_bad_inputs_fail_in_one_line(self):
         w = self.init()
