@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/run_data.h"
 #include "cli/weights_source.h"
 #include "common/config.h"
 #include "common/status.h"
@@ -86,17 +87,6 @@ std::string Duration(double s) {
 
 std::string GiB(int64_t bytes) { return absl::StrFormat("%.2f GiB", double(bytes) / (1 << 30)); }
 
-// The run directory of --checkpoint (a run directory, or its checkpoints/step_N): the first
-// of dir, dir/.., dir/../.. holding run.json; "" when none does (or --weights was given).
-std::string RunDirOf(const std::string& checkpoint) {
-  if (checkpoint.empty()) return "";
-  fs::path p = fs::absolute(checkpoint);
-  for (int up = 0; up < 3 && !p.empty(); ++up, p = p.parent_path()) {
-    if (fs::is_regular_file(p / "run.json")) return p.string();
-  }
-  return "";
-}
-
 json ReadJsonFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return json();
@@ -126,27 +116,6 @@ struct EvalSetup {
   std::string out;
 };
 
-// The tokenizer: --tokenizer when given; else the run's recorded one (run.json
-// "tokenizer_dir"); else data_cache/gpt2 in the current directory; else the source tree's
-// (beside ConfigDir()), so that a command run outside the repository still finds it.
-absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> LoadTokenizer(const std::vector<std::string>& given,
-                                                             const std::string& run_dir) {
-  if (Given(given, "tokenizer")) return Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
-  std::vector<std::string> tried;
-  if (!run_dir.empty()) {
-    const json run = ReadJsonFile(run_dir + "/run.json");
-    if (run.is_object() && run.contains("tokenizer_dir") && run["tokenizer_dir"].is_string()) {
-      return Gpt2Tokenizer::Load(run["tokenizer_dir"].get<std::string>());
-    }
-  }
-  for (const std::string& dir : {absl::GetFlag(FLAGS_tokenizer), (fs::path(ConfigDir()).parent_path() / "data_cache/gpt2").string()}) {
-    tried.push_back(dir);
-    if (fs::is_directory(dir)) return Gpt2Tokenizer::Load(dir);
-  }
-  return absl::NotFoundError(absl::StrCat("no tokenizer: none recorded for the run and none at ", absl::StrJoin(tried, " or "),
-                                          "; give --tokenizer=DIR"));
-}
-
 absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need_tokenizer) {
   EvalSetup s;
   s.out = absl::GetFlag(FLAGS_out);
@@ -156,20 +125,10 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   s.weights = std::move(*weights);
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
   s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
-  if (Given(given, "train_len")) {
-    s.options.train_len = absl::GetFlag(FLAGS_train_len);
-    s.train_len_source = "--train_len";
-  } else if (const json run = run_dir.empty() ? json() : ReadJsonFile(run_dir + "/run.json");
-             run.is_object() && run.contains("seq_len") && run["seq_len"].is_number_integer()) {
-    s.options.train_len = run["seq_len"].get<int64_t>();
-    s.train_len_source = run_dir + "/run.json";
-  } else {
-    s.options.train_len = absl::GetFlag(FLAGS_train_len);
-    s.train_len_source = "default (no run.json beside the weights; give --train_len)";
-  }
+  s.options.train_len = RunTrainLen(given, run_dir, &s.train_len_source);
   if (s.options.train_len < 1) return absl::InvalidArgumentError("--train_len must be >= 1");
   if (need_tokenizer) {
-    auto tok = LoadTokenizer(given, run_dir);
+    auto tok = LoadRunTokenizer(given, run_dir);
     if (!tok.ok()) return tok.status();
     s.tokenizer = std::move(*tok);
   }
@@ -645,7 +604,7 @@ int AbcDigits(const std::vector<std::string>& given) {
     if (absl::GetFlag(FLAGS_length) < 1) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --length=N"));
     std::unique_ptr<Gpt2Tokenizer> tok;
     if (mode == "tokens") {
-      auto t = LoadTokenizer(given, "");
+      auto t = LoadRunTokenizer(given, "");
       if (!t.ok()) return Fail("eval abcdigits", t.status());
       tok = std::move(*t);
     }

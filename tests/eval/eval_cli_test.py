@@ -238,6 +238,47 @@ class EvalCliTest(OneLineErrors):
         with open(os.path.join(out, "tiles.csv")) as f:
             self.assertEqual(len(f.read().splitlines()), 1 + 4)
 
+    # ---- what the run recorded --------------------------------------------------------------
+    def test_a_checkpoint_brings_its_tokenizer_and_training_length(self):
+        data = os.path.join(self.dir, "data")
+        os.makedirs(data)
+        write_tokens(os.path.join(data, "train_000000.bin"), np.random.default_rng(4).integers(0, 50257, size=4000))
+        self.init("gpt2_tiny")  # writes the model file
+        run_dir = os.path.join(self.dir, "run")
+        r = subprocess.run([BIN, "train", f"--config={SOURCE}/configs/train/tiny_test.textproto",
+                            f"--model={self.dir}/tiny_gpt2_vocab.textproto", f"--data={data}", f"--run_dir={run_dir}",
+                            "--steps=2", "--seq_len=16", "--checkpoint_every=2", "--eval_every=0"],
+                           capture_output=True, text=True, timeout=120, cwd=SOURCE)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(run_dir, "data.json")) as f:
+            recorded = json.load(f)
+        self.assertEqual(sorted(recorded), ["max_seq_len", "tokenizer_dir"])
+        self.assertEqual(recorded["max_seq_len"], 16)
+        self.assertTrue(os.path.isabs(recorded["tokenizer_dir"]))
+        self.assertTrue(os.path.samefile(recorded["tokenizer_dir"], self.tokenizer))
+        text = os.path.join(self.dir, "a.txt")
+        with open(text, "w") as f:
+            f.write("Hello world, this is a test of the recorded tokenizer. " * 4)
+        # From another directory, without --tokenizer or --train_len.
+        out = os.path.join(self.dir, "o")
+        ckpt = os.path.join(run_dir, "checkpoints", "step_00000002")
+        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={ckpt}", f"--data={text}", "--seq_len=20", f"--out={out}"],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "ppl.json")) as f:
+            j = json.load(f)
+        self.assertEqual((j["train_len"], j["train_len_source"]), (16, os.path.join(run_dir, "data.json")))
+        g = subprocess.run([BIN, "generate", f"--checkpoint={run_dir}", "--prompt=Hello", "--max_tokens=2"],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assertEqual(g.returncode, 0, g.stderr)
+        # The recorded directory is the one used: a wrong one is named.
+        recorded["tokenizer_dir"] = os.path.join(self.dir, "gone")
+        with open(os.path.join(run_dir, "data.json"), "w") as f:
+            json.dump(recorded, f)
+        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={run_dir}", f"--data={text}", "--seq_len=20", f"--out={out}"],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assert_one_line_error(r, "data.json", "--tokenizer")
+
     # ---- errors -------------------------------------------------------------------------
     def test_bad_inputs_fail_in_one_line(self):
         w = self.init()
