@@ -445,6 +445,7 @@ struct TaskInstance {
 struct GridTask {
   const char* name;     // "abcdigits" | "passkey"
   int64_t max_new = 6;  // tokens generated
+  int64_t tokens_per_unit = 1;  // prompt tokens per unit of --contexts (abcdigits --mode=lines: ≤ 9 per line)
   std::function<absl::StatusOr<std::vector<TaskInstance>>(int64_t context, double depth, int64_t instances)> make;
   std::function<bool(const std::string& output, const std::string& answer)> score;
   std::function<std::string(const std::string& output)> shown;  // what the dump records as the output
@@ -461,10 +462,14 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   eval::ModelRunner runner(setup.weights, setup.options);
   const int64_t avail = eval::AvailableMemoryBytes();
   for (int64_t c : *contexts) {
-    const int64_t need = runner.DecodeBytes(c + task.max_new + 64);
+    // The decoding cache, and one instance's text, ids and the generator's line indices
+    // (about 32 bytes per token: text, ids, the tokenizer's pieces).
+    const int64_t tokens = c * task.tokens_per_unit + task.max_new + 64;
+    const int64_t need = runner.DecodeBytes(tokens) + 32 * tokens;
     if (avail > 0 && need > avail) {
-      return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, " tokens need about ", GiB(need),
-                                                                         " for the decoding cache, ", GiB(avail), " available")));
+      return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, task.tokens_per_unit > 1 ? " lines" : " tokens",
+                                                                         " need about ", GiB(need), " (the decoding cache and the prompt), ",
+                                                                         GiB(avail), " available")));
     }
   }
   const std::string results_path = absl::StrCat(setup.out, "/", task.name, ".json");
@@ -624,6 +629,7 @@ int AbcDigits(const std::vector<std::string>& given) {
   GridTask task;
   task.name = "abcdigits";
   task.max_new = 6;
+  task.tokens_per_unit = mode == "lines" ? 9 : 1;  // "L=dddddd\n": letter, "=", at most 6 digit tokens, newline
   task.make = [&](int64_t c, double d, int64_t n) { return AbcInstances(mode, c, d, n, tok); };
   // Exact match of the first 6 characters the 6 greedy tokens spell.
   task.shown = [](const std::string& out) { return out.substr(0, 6); };
