@@ -63,7 +63,8 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
 json DimsToJson(const ModelDims& d) {
   return {{"name", d.name}, {"n_layers", d.n_layers}, {"n_heads", d.n_heads}, {"d_e", d.d_e},
           {"d_k", d.d_k},   {"d_v", d.d_v},           {"vocab", d.vocab},     {"w_th", d.w_th},
-          {"pl_norm", d.pl_norm}, {"eos_token", d.eos_token}};
+          {"pl_norm", d.pl_norm}, {"eos_token", d.eos_token}, {"family", FamilyName(d.family)},
+          {"qk_norm", d.qk_norm}, {"sio", d.sio}};
 }
 
 json MetaToJson(const CheckpointMeta& m) {
@@ -194,6 +195,16 @@ absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string
   MS_ASSIGN_OR_RETURN(d.w_th, f.Positive("model.w_th"));
   MS_ASSIGN_OR_RETURN(d.pl_norm, f.Bool("model.pl_norm"));
   MS_ASSIGN_OR_RETURN(d.eos_token, f.Int("model.eos_token", INT64_MIN, INT64_MAX));
+  // The family and the Transformer's switches (absent in manifests written before them: Multiscreen).
+  if (j["model"].contains("family")) {
+    MS_ASSIGN_OR_RETURN(const std::string family, f.String("model.family"));
+    if (family != "multiscreen" && family != "transformer") {
+      return f.Error("model.family", absl::StrCat("= \"", family, "\" is not multiscreen or transformer"));
+    }
+    d.family = family == "transformer" ? ModelFamily::kTransformer : ModelFamily::kMultiscreen;
+    MS_ASSIGN_OR_RETURN(d.qk_norm, f.Bool("model.qk_norm"));
+    MS_ASSIGN_OR_RETURN(d.sio, f.Bool("model.sio"));
+  }
   MS_RETURN_IF_ERROR(CheckModelDims(d, path, "model."));
   MS_RETURN_IF_ERROR(f.Object("layout").status());
   MS_ASSIGN_OR_RETURN(m.layout.tp, f.Int("layout.tp", 1, d.n_heads));
@@ -750,10 +761,11 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
   const ModelDims& want = target.dims();
   if (saved.n_layers != want.n_layers || saved.n_heads != want.n_heads || saved.d_e != want.d_e ||
       saved.d_k != want.d_k || saved.d_v != want.d_v || saved.vocab != want.vocab || saved.w_th != want.w_th ||
-      saved.pl_norm != want.pl_norm) {
+      saved.pl_norm != want.pl_norm || saved.family != want.family || saved.qk_norm != want.qk_norm ||
+      saved.sio != want.sio) {
     return absl::InvalidArgumentError(absl::StrCat(ckpt.dir, ": checkpoint of model '", saved.name,
                                                    "' does not match the model being loaded ('", want.name,
-                                                   "': sizes, w_th and pl_norm must all agree)"));
+                                                   "': family, sizes, w_th and the switches pl_norm, qk_norm, sio must all agree)"));
   }
   if (moment_range.second < 0) moment_range.second = target.size();
   std::vector<std::unique_ptr<H5Reader>> files;

@@ -24,6 +24,9 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& d) {
   MS_RETURN_IF_ERROR(out.WriteAttribute("w_th", d.w_th));
   MS_RETURN_IF_ERROR(out.WriteAttribute("pl_norm", int64_t{d.pl_norm ? 1 : 0}));
   MS_RETURN_IF_ERROR(out.WriteAttribute("eos_token", d.eos_token));
+  MS_RETURN_IF_ERROR(out.WriteAttribute("family", std::string(FamilyName(d.family))));
+  MS_RETURN_IF_ERROR(out.WriteAttribute("qk_norm", int64_t{d.qk_norm ? 1 : 0}));
+  MS_RETURN_IF_ERROR(out.WriteAttribute("sio", int64_t{d.sio ? 1 : 0}));
   return absl::OkStatus();
 }
 
@@ -50,6 +53,20 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   MS_ASSIGN_OR_RETURN(const int64_t pl_norm, in.ReadIntAttribute("pl_norm"));
   d.pl_norm = pl_norm != 0;
   MS_ASSIGN_OR_RETURN(d.eos_token, in.ReadIntAttribute("eos_token"));
+  // The family and the Transformer's switches (absent in files written before them: Multiscreen).
+  if (auto family = in.ReadStringAttribute("family"); family.ok()) {
+    if (*family != "multiscreen" && *family != "transformer") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in.path(), ": root attribute family = \"", *family, "\" is not multiscreen or transformer"));
+    }
+    d.family = *family == "transformer" ? ModelFamily::kTransformer : ModelFamily::kMultiscreen;
+    MS_ASSIGN_OR_RETURN(const int64_t qk_norm, in.ReadIntAttribute("qk_norm"));
+    MS_ASSIGN_OR_RETURN(const int64_t sio, in.ReadIntAttribute("sio"));
+    d.qk_norm = qk_norm != 0;
+    d.sio = sio != 0;
+  } else if (!absl::IsNotFound(family.status())) {
+    return family.status();
+  }
   MS_RETURN_IF_ERROR(CheckModelDims(d, in.path(), ""));
   // Re-check the sizes as a config would be checked.
   config::ModelConfig m;
@@ -57,10 +74,16 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   m.set_n_layers(d.n_layers);
   m.set_n_heads(d.n_heads);
   m.set_d_e(d.d_e);
-  m.set_d_k(d.d_k);
-  m.set_d_v(d.d_v);
   m.set_vocab(d.vocab);
-  m.set_w_th(d.w_th);
+  if (d.transformer()) {
+    m.set_family(config::ModelConfig::TRANSFORMER);
+    m.set_qk_norm(d.qk_norm);
+    m.set_sio(d.sio);
+  } else {
+    m.set_d_k(d.d_k);
+    m.set_d_v(d.d_v);
+    m.set_w_th(d.w_th);
+  }
   m.set_pl_norm(d.pl_norm);
   m.set_eos_token(d.eos_token);
   return ResolveModel(m, in.path());

@@ -7,6 +7,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "common/config.h"
 #include "kernels/buffer.h"
 
 ABSL_DECLARE_FLAG(std::string, device);
@@ -25,5 +26,10 @@ absl::StatusOr<std::string> BindDevice(int local_rank);
 //   would succeed, else cpu.
 // Errors name the flag: "--device=cuda: ...".
 absl::StatusOr<Device> ResolveDevice(bool fp64, bool single_process_only);
+
+// `resolved` (ResolveDevice's) for a model of `dims`' family: the Transformer baseline
+// has CPU kernels only, so --device=auto gives cpu for it and --device=cuda is refused
+// ("--device=cuda: no CUDA kernels for the Transformer yet").
+absl::StatusOr<Device> DeviceForModel(const ModelDims& dims, Device resolved);
 
 }  // namespace multiscreen::cli

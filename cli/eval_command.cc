@@ -123,6 +123,10 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return weights.status();
   s.weights = std::move(*weights);
+  if (s.weights.dims.transformer()) {
+    return absl::UnimplementedError(absl::StrCat("model ", s.weights.dims.name,
+                                                 " is a Transformer: eval runs Multiscreen models only so far"));
+  }
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
   s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   s.options.train_len = RunTrainLen(given, run_dir, &s.train_len_source);

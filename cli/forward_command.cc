@@ -15,7 +15,7 @@
 #include "cli/flags.h"
 #include "data/token_file.h"
 #include "kernels/host_staging.h"
-#include "model/multiscreen.h"
+#include "model/model_stage.h"
 
 ABSL_FLAG(std::string, weights, "", "consolidated weights file (.h5) from init or ckpt export");
 ABSL_FLAG(std::string, checkpoint, "", "a checkpoint directory or a run directory (its latest checkpoint)");
@@ -32,7 +32,8 @@ absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B
   options.device = device;
   auto staging = HostStaging<Real>::Create(device);
   if (!staging.ok()) return staging.status();
-  Multiscreen<Real> model(w.dims, ShardSpec::Full(w.dims), options);
+  const std::unique_ptr<ModelStage<Real>> stage = MakeModelStage<Real>(w.dims, ShardSpec::Full(w.dims), options);
+  ModelStage<Real>& model = *stage;
   const ParamLayout& layout = model.layout();
   std::vector<Real> params(w.params.begin(), w.params.end()), grads(layout.size(), Real(0)), token_losses(B * T);
   const double loss = model.ForwardBackward(staging->In(params.data(), layout.size()), tokens.data(), B, T,
@@ -74,6 +75,8 @@ int ForwardCommand(int argc, char** argv) {
   if (!device.ok()) return Fail("forward", device.status());
   auto weights = LoadWeights(weights_path, absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("forward", weights.status());
+  device = DeviceForModel(weights->dims, *device);
+  if (!device.ok()) return Fail("forward", device.status());
   // B·(T + 1) tokens index int32 arrays; the file's header bounds them further.
   if (double(B) * (double(T) + 1) > double(INT32_MAX)) {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " --seq_len=", T, ": ",

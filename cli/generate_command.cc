@@ -35,6 +35,10 @@ int GenerateCommand(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
+  if (weights->dims.transformer()) {
+    return Fail("generate", absl::UnimplementedError(absl::StrCat("model ", weights->dims.name,
+                                                                  " is a Transformer: generate (a KV cache) is not built for it yet")));
+  }
   // The tokenizer and training length the run recorded (cli/run_data.h), unless given.
   const std::vector<std::string> given = GivenFlags(argc, argv);
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));

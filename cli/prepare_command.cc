@@ -9,10 +9,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/prepare.h"
+#include "trainer/stop_signal.h"
 
 ABSL_FLAG(std::string, text_field, "text", "JSONL / JSON-object field holding a document's text");
 ABSL_FLAG(std::string, input_format, "auto", "auto (from the file name) | text | jsonl | json");
@@ -74,18 +76,37 @@ int PrepareCommand(int argc, char** argv) {
   auto tok = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
   if (!tok.ok()) return Fail("prepare", tok.status());
 
+  // Progress once a run has taken 3 s: on a terminal one line rewritten 5 times a
+  // second, elsewhere (a log file, Slurm's output) a line every 10 s, as train logs.
   const bool terminal = isatty(fileno(stderr)) != 0;
   bool printed = false;
-  if (terminal) {
-    options.on_progress = [&](const PrepareProgress& p) {
-      const double mb = p.bytes / 1e6;
-      std::fprintf(stderr, "\rprepare: %.1f MB, %lld documents, %lld tokens, %.1f MB/s   ", mb,
-                   static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
-                   p.seconds > 0 ? mb / p.seconds : 0.0);
-      std::fflush(stderr);
-      printed = true;
-    };
-  }
+  double last_line = -1e9;
+  options.on_progress = [&](const PrepareProgress& p) {
+    if (p.seconds < 3 || (!terminal && p.seconds - last_line < 10)) return;
+    last_line = p.seconds;
+    const double mb = p.bytes / 1e6;
+    std::string eta = "?";
+    if (p.input_bytes_total > 0 && p.input_bytes_done > 0) {
+      const double left = p.seconds * double(p.input_bytes_total - p.input_bytes_done) / double(p.input_bytes_done);
+      eta = absl::StrFormat("%dm%02ds", static_cast<int>(left) / 60, static_cast<int>(left) % 60);
+    }
+    std::fprintf(stderr, "%sprepare: %.1f MB%s, %lld documents, %lld tokens, %.1f MB/s, ETA %s%s",
+                 terminal ? "\r" : "", mb,
+                 p.input_bytes_total > 0
+                     ? absl::StrFormat(" (%.0f%% of %.1f MB)", 100.0 * double(p.input_bytes_done) / double(p.input_bytes_total),
+                                       double(p.input_bytes_total) / 1e6)
+                           .c_str()
+                     : "",
+                 static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
+                 p.seconds > 0 ? mb / p.seconds : 0.0, eta.c_str(), terminal ? "   " : "\n");
+    std::fflush(stderr);
+    printed = terminal;
+  };
+  // SIGINT / SIGTERM (and SIGHUP, SIGUSR1) stop the run between chunks, removing the
+  // partial *.tmp shards; a second SIGINT exits at once (the *.tmp files then stay, each
+  // with a zero header: never a valid shard).
+  InstallStopHandlers();
+  options.cancelled = [] { return StopRequested(); };
   auto summary = Prepare(**tok, options);
   if (printed) std::fprintf(stderr, "\n");
   if (!summary.ok()) return Fail("prepare", summary.status());

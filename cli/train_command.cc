@@ -27,6 +27,7 @@
 #include "parallel/launcher.h"
 #include "parallel/mpi_session.h"
 #include "parallel/process_grid.h"
+#include "trainer/run_data.h"
 #include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
 
@@ -40,6 +41,8 @@ ABSL_FLAG(double, lr, 0.0625, "peak learning rate");
 ABSL_FLAG(int64_t, checkpoint_every, 0, "steps between checkpoints (0: at the end and on signals only)");
 ABSL_FLAG(int64_t, eval_every, 0, "steps between validation passes (0: never)");
 ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (train_*.bin, val_*.bin)");
+ABSL_FLAG(std::string, format, "auto",
+          "token file format of --data: auto, llmc, megatron (a .bin/.idx pair) or raw_uint16 (nanoGPT's .bin)");
 ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ranks (ZeRO-1)");
 ABSL_FLAG(bool, restart, false,
           "when none of run_dir's checkpoints verifies, move them to checkpoints/unverified/ and train from step 0 "
@@ -117,6 +120,8 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   if (from_flag("eval_every", "eval.every")) run.mutable_eval()->set_every(absl::GetFlag(FLAGS_eval_every));
   if (Given(given, "model")) run.set_model(absl::GetFlag(FLAGS_model));
   if (Given(given, "data")) {
+    run.mutable_data()->clear_sources();
+    run.mutable_data()->clear_val_sources();
     run.mutable_data()->clear_train_shards();
     run.mutable_data()->add_train_shards(absl::GetFlag(FLAGS_data));
     // A directory holds train_*.bin and (usually) val_*.bin; a single file is
@@ -127,6 +132,14 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
       run.mutable_data()->clear_val_shard();
     }
   }
+  if (from_flag("format", "data.format")) {
+    const std::string f = absl::GetFlag(FLAGS_format);
+    auto parsed = ParseTokenFormat(f);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--", parsed.status().message()));
+    config::TokenFormat value = config::FORMAT_AUTO;
+    config::TokenFormat_Parse(absl::AsciiStrToUpper(f), &value);
+    run.mutable_data()->set_format(value);
+  }
   if (from_flag("precision", "precision")) {
     const std::string p = absl::GetFlag(FLAGS_precision);
     config::RunConfig::Precision value;
@@ -136,22 +149,11 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
     run.set_precision(value);
   }
   if (run.run_dir().empty()) return absl::InvalidArgumentError("--run_dir: required (or run_dir in --config)");
-  if (run.data().train_shards().empty()) return absl::InvalidArgumentError("--data: required (or data.train_shards in --config)");
+  if (run.data().train_shards().empty() && run.data().sources().empty()) {
+    return absl::InvalidArgumentError("--data: required (or data.train_shards or data.sources in --config)");
+  }
   ApplyRunDefaults(&run);
   return run;
-}
-
-absl::StatusOr<std::shared_ptr<const TokenStream>> OpenSplit(const std::vector<std::string>& paths,
-                                                             const std::string& split) {
-  std::vector<std::string> shards;
-  for (const std::string& p : paths) {
-    auto found = ListShards(p, split);
-    if (!found.ok()) return found.status();
-    shards.insert(shards.end(), found->begin(), found->end());
-  }
-  auto stream = TokenStream::Open(shards);
-  if (!stream.ok()) return stream.status();
-  return std::shared_ptr<const TokenStream>(std::move(*stream));
 }
 
 }  // namespace
@@ -164,7 +166,7 @@ int TrainCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
                              "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
-                             "isa", "restart", "device"}); !s.ok()) {
+                             "isa", "restart", "device", "format"}); !s.ok()) {
     return Fail("train", s);
   }
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
@@ -217,25 +219,14 @@ int TrainCommand(int argc, char** argv) {
     if (mpi != nullptr) AbortJobIfError(status);
     return Fail("train", status);
   };
-  Trainer::Sources sources;
-  auto train = OpenSplit({run->data().train_shards().begin(), run->data().train_shards().end()}, "train");
-  if (!train.ok()) return fail(train.status());
-  sources.train = *train;
-  if (!run->data().val_shard().empty()) {
-    auto val = OpenSplit({run->data().val_shard()}, "val");
-    if (val.ok()) {
-      sources.val = *val;
-    } else if (std::filesystem::is_directory(run->data().val_shard()) && absl::IsNotFound(val.status())) {
-      // prepare --val_tokens=0 leaves no held-out shard: train without validation.
-      if (logger) LogWarning("no validation shard in ", run->data().val_shard(), ": validation is off");
-    } else {
-      return fail(val.status());
-    }
-  }
+  auto sources = OpenRunData(*run, source, logger);
+  if (!sources.ok()) return fail(sources.status());
   // Every rank resolves its own device (its GPU was bound above); the step runs there.
   auto device = ResolveDevice(false, grid->shape().tp * grid->shape().pp == 1);
   if (!device.ok()) return fail(device.status());
-  auto trainer = Trainer::Create(*run, *dims, sources, grid.get(),
+  device = DeviceForModel(*dims, *device);
+  if (!device.ok()) return fail(device.status());
+  auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),
                                  {.restart = absl::GetFlag(FLAGS_restart), .device = *device});
   if (!trainer.ok()) return fail(trainer.status());
   if (logger) RecordRunData(*run);
@@ -254,6 +245,7 @@ int TrainCommand(int argc, char** argv) {
   if (logger && (*trainer)->steps_run() > 0) {
     std::printf("final train_loss %.4f", (*trainer)->last_loss());
     if ((*trainer)->last_val_loss() > 0) std::printf(" val_loss %.4f", (*trainer)->last_val_loss());
+    for (const auto& [name, loss] : (*trainer)->last_val_losses()) std::printf(" val_loss/%s %.4f", name.c_str(), loss);
     std::printf("\n");
   }
   return 0;

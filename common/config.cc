@@ -94,7 +94,18 @@ bool IsPrintableModelName(const std::string& name) {
          std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
 }
 
+const char* FamilyName(ModelFamily family) {
+  return family == ModelFamily::kTransformer ? "transformer" : "multiscreen";
+}
+
 double ModelParamCount(const ModelDims& d) {
+  if (d.transformer()) {
+    // W_E; per layer W_Q, W_K, W_V, W_O [d_E, d_E] in heads, W_gate, W_up, W_down
+    // [⌊8d_E/3⌋, d_E], two RMSNorm gains [d_E]; s_QK per head; s_E, s_F.
+    const double dE = double(d.d_e), f = double(d.d_ff());
+    return double(d.vocab) * dE + (d.sio ? 2 : 0) +
+           double(d.n_layers) * (4 * dE * dE + 3 * dE * f + 2 * dE + (d.qk_norm ? double(d.n_heads) : 0));
+  }
   // W_E and s_E, s_F; per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V],
   // W_O [d_V, d_E] and s_w, s_r, s_O.
   return double(d.vocab) * double(d.d_e) + 2 +
@@ -103,12 +114,27 @@ double ModelParamCount(const ModelDims& d) {
 
 absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::string& source) {
   if (!config::ModelConfig::Family_IsValid(m.family())) {
-    return Invalid(source, absl::StrCat("family = ", m.family(), " is not a known value (MULTISCREEN = 1)"));
+    return Invalid(source, absl::StrCat("family = ", m.family(),
+                                        " is not a known value (MULTISCREEN = 1, TRANSFORMER = 2)"));
   }
-  if (m.family() == config::ModelConfig::TRANSFORMER) {
-    return Invalid(source, "family TRANSFORMER is not supported yet (only MULTISCREEN)");
+  const bool transformer = m.family() == config::ModelConfig::TRANSFORMER;
+  if (transformer) {
+    for (const auto& [field, set] : {std::pair{"d_k", m.has_d_k()}, std::pair{"d_v", m.has_d_v()},
+                                     std::pair{"w_th", m.has_w_th()}}) {
+      if (set) return Invalid(source, absl::StrCat(field, " is a Multiscreen field; a TRANSFORMER's head width is d_e / n_heads"));
+    }
+  } else {
+    for (const auto& [field, set] : {std::pair{"qk_norm", m.has_qk_norm()}, std::pair{"sio", m.has_sio()}}) {
+      if (set) return Invalid(source, absl::StrCat(field, " is a Transformer switch (family: TRANSFORMER)"));
+    }
   }
   ModelDims d;
+  if (transformer) {
+    d.family = ModelFamily::kTransformer;
+    d.pl_norm = false;  // the plain baseline ends in an RMSNorm
+    d.qk_norm = m.qk_norm();
+    d.sio = m.sio();
+  }
   d.name = m.name();
   if (!IsPrintableModelName(d.name)) return Invalid(source, "name is not a line of at most 256 printable characters");
   if (m.has_psi()) {
@@ -137,6 +163,14 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     if (value > kMaxModelSize && std::string_view(field) != "vocab") {
       return Invalid(source, absl::StrCat(field, " = ", value, " is more than ", kMaxModelSize));
     }
+  }
+  if (transformer) {
+    if (d.d_e % d.n_heads != 0 || (d.d_e / d.n_heads) % 2 != 0) {
+      return Invalid(source, absl::StrCat("d_e = ", d.d_e, " must be n_heads = ", d.n_heads,
+                                          " times an even head width (RoPE rotates pairs)"));
+    }
+    if (d.d_ff() < 1) return Invalid(source, absl::StrCat("d_e = ", d.d_e, " gives no SwiGLU width (floor(8 d_e / 3) = 0)"));
+    d.d_k = d.d_v = d.d_e / d.n_heads;
   }
   if (d.d_k < 2) return Invalid(source, absl::StrCat("d_k = ", d.d_k, " must be at least 2 (MiPE rotates coordinates 0 and 1)"));
   if (d.d_k > kMaxModelSize) return Invalid(source, absl::StrCat("d_k = ", d.d_k, " is more than ", kMaxModelSize));
@@ -199,7 +233,12 @@ int64_t RunMemoryLowerBound(const ModelDims& d, int64_t tp, int64_t pp, int64_t 
   // and three norms; plus a few residual-width buffers per token for the whole model.
   const double tiles = double(d.n_heads) / double(std::max<int64_t>(1, tp));
   const double layers = double(d.n_layers) / double(std::max<int64_t>(1, pp));
-  const double per_token = layers * (double(d.d_e) + tiles * double(4 * d.d_k + 5 * d.d_v + 3)) + 4.0 * double(d.d_e);
+  // The Transformer keeps per layer about 12 d_E (inputs, norms, q, k, v, attention
+  // output) and 4 d_ff (gate, up, SwiGLU output) per token, over the tp ranks.
+  const double per_token =
+      d.transformer()
+          ? layers * (12.0 * double(d.d_e) + 4.0 * double(d.d_ff())) / double(std::max<int64_t>(1, tp)) + 4.0 * double(d.d_e)
+          : layers * (double(d.d_e) + tiles * double(4 * d.d_k + 5 * d.d_v + 3)) + 4.0 * double(d.d_e);
   // The loader keeps up to four batches of int32 tokens (two prefetched, one being
   // made, one in use); the rank's parameters and gradients are fp32 (its AdamW moments
   // too, but ZeRO-1 spreads those over the dp ranks, unknown here).
@@ -255,6 +294,9 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
   const int64_t tp = r.parallel().tp() == 0 ? 1 : r.parallel().tp();
   const int64_t pp = r.parallel().pp() == 0 ? 1 : r.parallel().pp();
   if (tp < 1 || d.n_heads % tp != 0) return bad("parallel.tp", "tp = ", tp, " does not divide N_H = ", d.n_heads);
+  if (d.transformer() && tp != 1) {
+    return bad("parallel.tp", "tp = ", tp, ": the Transformer baseline runs with tp = 1 for now (no tensor parallelism yet)");
+  }
   if (pp < 1 || d.n_layers % pp != 0) return bad("parallel.pp", "pp = ", pp, " does not divide N_L = ", d.n_layers);
   if (r.parallel().zero() != 0 && r.parallel().zero() != 1) return bad("parallel.zero", r.parallel().zero(), " must be 0 or 1");
   const int64_t memory = PhysicalMemoryBytes();

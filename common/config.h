@@ -13,9 +13,15 @@
 
 namespace multiscreen {
 
-// Concrete model sizes (spec "Symbols"), every default applied.
+// The two model families (config.proto ModelConfig.Family).
+enum class ModelFamily { kMultiscreen, kTransformer };
+
+// Concrete model sizes (spec "Symbols"), every default applied. For the Transformer
+// baseline (spec "Transformer baseline") n_heads are attention heads, d_k = d_E/N_H is
+// the head width, d_v and w_th are unused, and pl_norm, qk_norm, sio are its switches.
 struct ModelDims {
   std::string name;
+  ModelFamily family = ModelFamily::kMultiscreen;
   int64_t n_layers = 0;  // N_L
   int64_t n_heads = 0;   // N_H (tiles per layer)
   int64_t d_e = 0;       // d_E
@@ -25,7 +31,16 @@ struct ModelDims {
   double w_th = 256.0;   // MiPE threshold
   bool pl_norm = true;   // PLNorm on (spec step 14)
   int64_t eos_token = 50256;
+  bool qk_norm = false;  // Transformer: unit q, k with a learned scale per head
+  bool sio = false;      // Transformer: unit-row tied embeddings, learned e^{s_E}, e^{s_F}
+
+  bool transformer() const { return family == ModelFamily::kTransformer; }
+  // The Transformer's SwiGLU hidden width ⌊8 d_E/3⌋.
+  int64_t d_ff() const { return 8 * d_e / 3; }
 };
+
+// "multiscreen" or "transformer".
+const char* FamilyName(ModelFamily family);
 
 // The directory holding models/ and train/ (env MULTISCREEN_CONFIG_DIR, else
 // the source tree's configs/ compiled in).
@@ -45,8 +60,9 @@ absl::Status ParseTextFile(const std::string& path, google::protobuf::Message* m
 absl::StatusOr<config::ModelConfig> LoadModelConfig(const std::string& name_or_path);
 
 // Applies defaults (psi → N_L = N_H = psi, d_E = psi²) and checks every field against
-// its schema: `family` a known value (MULTISCREEN; proto3 text format accepts unknown
-// enum numbers), sizes positive and at most kMaxModelSize, d_K >= 2, V < 2^31 (token ids
+// its schema: `family` a known value (MULTISCREEN or TRANSFORMER; proto3 text format
+// accepts unknown enum numbers; a Transformer needs N_H | d_E with an even head width
+// and no Multiscreen-only field, a Multiscreen no qk_norm or sio), sizes positive and at most kMaxModelSize, d_K >= 2, V < 2^31 (token ids
 // are int32), at most kMaxModelParams parameters, w_th finite and positive.
 // `source` names the file or flag in error messages.
 absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& model, const std::string& source);
@@ -73,7 +89,8 @@ bool IsPrintableModelName(const std::string& name);
 
 // The parameter count of the whole model, in double (no overflow whatever the sizes):
 // V·d_E + 2 + N_L·N_H·(d_E·(2d_K + 3d_V) + 3), ParamLayout's total (spec "Parameter
-// count").
+// count"); for the Transformer V·d_E + N_L·(4d_E² + 3·d_E·⌊8d_E/3⌋ + 2d_E), plus
+// N_L·N_H scales with qk_norm and 2 with sio.
 double ModelParamCount(const ModelDims& dims);
 
 // Where a run's fields came from, for ValidateRun's messages: the run file (may be
@@ -105,7 +122,7 @@ int64_t RunMemoryLowerBound(const ModelDims& dims, int64_t tp, int64_t pp, int64
 // with micro_batch · (seq_len + 1) · grad_accum <= kMaxBatchTokens and
 // RunMemoryLowerBound within physical memory; lr in [0, 1]; betas in [0, 1); eps in
 // (0, 1]; weight_decay >= 0 with lr · weight_decay <= 1; grad_clip >= 0; schedule
-// ratios in [0, 1]; tp | N_H; pp | N_L; zero 0 or 1; eval.batches <=
+// ratios in [0, 1]; tp | N_H (tp = 1 for the Transformer for now); pp | N_L; zero 0 or 1; eval.batches <=
 // kMaxEvalBatches; initial_loss_scale in (0, 2^64]). Errors are one line naming the
 // file and field (or flag), e.g. "run.textproto: parallel.tp = 3 does not divide N_H = 8".
 absl::Status ValidateRun(const config::RunConfig& run, const ModelDims& dims, const RunSource& source = {});

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <new>
@@ -53,8 +54,25 @@ absl::Status CheckLayout(int64_t seq_len, int64_t global_batch, int dp_rank, int
 
 // ---------------------------------------------------------------------------
 
-absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split) {
+absl::StatusOr<TokenFormat> ParseTokenFormat(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "auto" || lower.empty() || lower == "format_auto") return TokenFormat::kAuto;
+  if (lower == "llmc") return TokenFormat::kLlmc;
+  if (lower == "megatron") return TokenFormat::kMegatron;
+  if (lower == "raw_uint16") return TokenFormat::kRawUint16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("format=", name, ": expected auto, llmc, megatron or raw_uint16"));
+}
+
+absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split,
+                                                    TokenFormat format) {
   std::error_code ec;
+  std::string bin, idx;
+  // A Megatron pair named by its prefix is one source; TokenStream::Open resolves it.
+  if (format != TokenFormat::kLlmc && format != TokenFormat::kRawUint16 && FindMegatronPair(path, &bin, &idx)) {
+    return std::vector<std::string>{path};
+  }
   // Anything but a directory is one shard: TokenStream::Open says what is wrong with it.
   if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such shard file or directory"));
   if (!fs::is_directory(path, ec)) return std::vector<std::string>{path};
@@ -62,52 +80,151 @@ absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, con
   const std::string prefix = split + "_", infix = "_" + split + "_";
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     const std::string name = entry.path().filename().string();
-    if (EndsWith(name, ".bin") && (name.rfind(prefix, 0) == 0 || name.find(infix) != std::string::npos)) {
+    if (EndsWith(name, ".bin") && (name.rfind(prefix, 0) == 0 || name.find(infix) != std::string::npos ||
+                                   (format == TokenFormat::kRawUint16 && name == split + ".bin"))) {
       shards.push_back(entry.path().string());
     }
   }
   if (shards.empty()) {
-    return absl::NotFoundError(absl::StrCat(path, ": no ", split, " shards (", split, "_*.bin) in the directory"));
+    return absl::NotFoundError(absl::StrCat(path, ": no ", split, " shards (", split, "_*.bin",
+                                            format == TokenFormat::kRawUint16 ? absl::StrCat(" or ", split, ".bin") : "",
+                                            ") in the directory"));
   }
   std::sort(shards.begin(), shards.end());
   return shards;
 }
 
+namespace {
+
+// Maps `path` (already open as `fd`, `file_size` bytes) read-only; closes fd.
+absl::StatusOr<void*> MapFile(const std::string& path, int fd, int64_t file_size) {
+  if (file_size == 0) {
+    ::close(fd);
+    return nullptr;
+  }
+  void* map = ::mmap(nullptr, static_cast<size_t>(file_size), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
+  return map;
+}
+
+// The largest headerless token file accepted (raw uint16, a Megatron .bin): 2^46 bytes.
+constexpr int64_t kMaxRawTokenBytes = int64_t{1} << 46;
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<TokenStream>> TokenStream::Open(const std::vector<std::string>& paths,
-                                                               int64_t min_tokens_per_shard) {
+                                                               int64_t min_tokens_per_shard, TokenFormat format) {
   if (paths.empty()) return absl::InvalidArgumentError("no token shards given");
   std::unique_ptr<TokenStream> stream(new TokenStream());
   stream->paths_ = paths;
   for (const std::string& path : paths) {
-    // A regular file only (a FIFO would block, a device never end), no larger than
-    // the largest header count allows; then the header against the size.
-    int64_t file_size = 0;
-    auto opened = OpenRegularFile(path, "token shard", kMaxTokenFileBytes, &file_size);
-    if (!opened.ok()) return opened.status();
-    const int fd = *opened;
-    int32_t header[kTokenFileHeaderInts] = {};
-    const ssize_t got = ::pread(fd, header, sizeof(header), 0);
-    (void)got;  // a short read leaves zeros; CheckTokenFileHeader rejects the size
-    auto info = CheckTokenFileHeader(path, header, file_size);
-    if (!info.ok()) {
-      ::close(fd);
-      return info.status();
-    }
-    void* map = ::mmap(nullptr, static_cast<size_t>(file_size), PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed"));
     Shard shard;
-    shard.map = map;
-    shard.map_bytes = static_cast<size_t>(file_size);
-    shard.tokens = static_cast<const uint8_t*>(map) + kTokenFileHeaderInts * 4;
-    shard.count = info->count;
-    shard.width = info->width;
+    std::string bin, idx;
+    TokenFormat f = format;
+    const bool pair = f != TokenFormat::kLlmc && f != TokenFormat::kRawUint16 && FindMegatronPair(path, &bin, &idx);
+    if (f == TokenFormat::kMegatron && !pair) {
+      std::string prefix = path;
+      if (EndsWith(path, ".bin") || EndsWith(path, ".idx")) prefix.resize(prefix.size() - 4);
+      return absl::NotFoundError(
+          absl::StrCat(path, ": not a Megatron pair (", prefix, ".bin and ", prefix, ".idx must both exist)"));
+    }
+    if (pair) f = TokenFormat::kMegatron;
+    if (f == TokenFormat::kMegatron) {
+      auto index = MegatronIndex::Open(idx, bin);
+      if (!index.ok()) return index.status();
+      int64_t file_size = 0;
+      auto opened = OpenRegularFile(bin, "Megatron .bin", kMaxRawTokenBytes, &file_size);
+      if (!opened.ok()) return opened.status();
+      MS_ASSIGN_OR_RETURN(void* map, MapFile(bin, *opened, file_size));
+      shard.map = map;
+      shard.map_bytes = static_cast<size_t>(file_size);
+      shard.tokens = static_cast<const uint8_t*>(map);
+      shard.width = (*index)->token_bytes();
+      shard.count = (*index)->num_tokens();
+      shard.megatron = std::shared_ptr<const MegatronIndex>(std::move(*index));
+    } else {
+      // A regular file only (a FIFO would block, a device never end), no larger than
+      // the format allows; then the header (if any) against the size.
+      int64_t file_size = 0;
+      auto opened = OpenRegularFile(path, "token shard", f == TokenFormat::kLlmc ? kMaxTokenFileBytes
+                                                                                 : kMaxRawTokenBytes, &file_size);
+      if (!opened.ok()) return opened.status();
+      const int fd = *opened;
+      int32_t header[kTokenFileHeaderInts] = {};
+      const ssize_t got = ::pread(fd, header, sizeof(header), 0);
+      (void)got;  // a short read leaves zeros; CheckTokenFileHeader rejects the size
+      if (f == TokenFormat::kAuto) {
+        if (EndsWith(path, ".u16") || EndsWith(path, ".uint16")) {
+          f = TokenFormat::kRawUint16;
+        } else if (header[0] == kTokenFileMagic || file_size < int64_t{sizeof(header)}) {
+          f = TokenFormat::kLlmc;  // CheckTokenFileHeader says what is wrong with a short file
+        } else {
+          ::close(fd);
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": bad magic ", header[0], " (expected ", kTokenFileMagic,
+              ", llm.c .bin; no .idx beside it for a Megatron pair; a headerless nanoGPT file needs "
+              "--format=raw_uint16)"));
+        }
+      }
+      if (f == TokenFormat::kLlmc) {
+        if (file_size > kMaxTokenFileBytes) {
+          ::close(fd);
+          return absl::InvalidArgumentError(absl::StrCat(path, ": ", file_size, " bytes, larger than an llm.c shard can be"));
+        }
+        auto info = CheckTokenFileHeader(path, header, file_size);
+        if (!info.ok()) {
+          ::close(fd);
+          return info.status();
+        }
+        MS_ASSIGN_OR_RETURN(void* map, MapFile(path, fd, file_size));
+        shard.map = map;
+        shard.map_bytes = static_cast<size_t>(file_size);
+        shard.tokens = static_cast<const uint8_t*>(map) + kTokenFileHeaderInts * 4;
+        shard.count = info->count;
+        shard.width = info->width;
+      } else {  // raw uint16
+        if (file_size % 2 != 0) {
+          ::close(fd);
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ": ", file_size, " bytes, an odd size for headerless uint16 tokens (raw_uint16)"));
+        }
+        MS_ASSIGN_OR_RETURN(void* map, MapFile(path, fd, file_size));
+        shard.map = map;
+        shard.map_bytes = static_cast<size_t>(file_size);
+        shard.tokens = static_cast<const uint8_t*>(map);
+        shard.count = file_size / 2;
+        shard.width = 2;
+      }
+    }
+    shard.format = f;
     shard.first = stream->size_;
-    stream->size_ += info->count;
-    stream->shards_.push_back(shard);
+    stream->size_ += shard.count;
+    stream->shards_.push_back(std::move(shard));
   }
   MS_RETURN_IF_ERROR(stream->CheckShardSizes(min_tokens_per_shard));
   return stream;
+}
+
+std::string TokenStream::Locate(int64_t pos) const {
+  auto it = std::upper_bound(shards_.begin(), shards_.end(), pos, [](int64_t v, const Shard& s) { return v < s.first; });
+  const size_t k = static_cast<size_t>(it - shards_.begin()) - 1;
+  return absl::StrCat(paths_[k], ": token ", pos - shards_[k].first);
+}
+
+absl::StatusOr<std::vector<int64_t>> TokenStream::DocumentBoundaries() const {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (shards_[i].megatron == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          paths_[i], ": no document index (not a Megatron pair; its documents are separated by EOS only)"));
+    }
+    std::vector<int64_t> b = shards_[i].megatron->DocumentBoundaries();
+    b.pop_back();
+    for (int64_t v : b) out.push_back(shards_[i].first + v);
+  }
+  out.push_back(size_);
+  return out;
 }
 
 absl::Status TokenStream::CheckShardSizes(int64_t min_tokens) const {
@@ -122,7 +239,9 @@ absl::Status TokenStream::CheckShardSizes(int64_t min_tokens) const {
 }
 
 TokenStream::~TokenStream() {
-  for (const Shard& s : shards_) ::munmap(s.map, s.map_bytes);
+  for (const Shard& s : shards_) {
+    if (s.map != nullptr) ::munmap(s.map, s.map_bytes);
+  }
 }
 
 void TokenStream::Read(int64_t start, int64_t n, int32_t* out) const {
@@ -204,19 +323,54 @@ int64_t WindowSampler::Start(int64_t sample) const {
 
 // ---------------------------------------------------------------------------
 
+uint64_t SourceSeed(uint64_t seed, int k, int num_sources) {
+  return num_sources == 1 ? seed : SplitMix64(SplitMix64(seed) + static_cast<uint64_t>(k) + 1);
+}
+
 absl::StatusOr<std::unique_ptr<TrainLoader>> TrainLoader::Create(std::shared_ptr<const TokenStream> stream,
+                                                                 const LoaderOptions& options) {
+  std::vector<LoaderSource> one(1);
+  one[0].stream = std::move(stream);
+  return Create(std::move(one), options);
+}
+
+absl::StatusOr<std::unique_ptr<TrainLoader>> TrainLoader::Create(std::vector<LoaderSource> sources,
                                                                  const LoaderOptions& options) {
   MS_RETURN_IF_ERROR(CheckLayout(options.seq_len, options.global_batch, options.dp_rank, options.dp_size));
   if (options.start_sample < 0) {
     return absl::InvalidArgumentError(absl::StrCat("start sample ", options.start_sample, " (expected >= 0)"));
   }
-  MS_RETURN_IF_ERROR(stream->CheckShardSizes(options.seq_len + 1));
-  auto sampler = WindowSampler::Create(stream->size(), options.seq_len, options.seed);
-  if (!sampler.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(stream->paths().front(), stream->paths().size() > 1 ? " ..." : "",
-                                                   ": ", sampler.status().message()));
+  if (sources.empty()) return absl::InvalidArgumentError("no training data sources");
+  std::vector<double> weights;
+  std::vector<std::string> names;
+  for (const LoaderSource& s : sources) {
+    weights.push_back(s.weight);
+    names.push_back(s.name);
   }
-  return std::unique_ptr<TrainLoader>(new TrainLoader(std::move(stream), options, *sampler));
+  MS_ASSIGN_OR_RETURN(MixtureSchedule schedule, MixtureSchedule::Create(weights, names));
+  const int K = static_cast<int>(sources.size());
+  std::vector<WindowSampler> samplers;
+  for (int k = 0; k < K; ++k) {
+    const TokenStream& stream = *sources[k].stream;
+    const std::string prefix = K > 1 ? absl::StrCat("data source ", sources[k].name, ": ") : "";
+    if (auto s = stream.CheckShardSizes(options.seq_len + 1); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+    }
+    auto sampler = WindowSampler::Create(stream.size(), options.seq_len, SourceSeed(options.seed, k, K));
+    if (!sampler.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, stream.paths().front(),
+                                                     stream.paths().size() > 1 ? " ..." : "", ": ",
+                                                     sampler.status().message()));
+    }
+    samplers.push_back(*sampler);
+  }
+  return std::unique_ptr<TrainLoader>(
+      new TrainLoader(std::move(sources), options, std::move(schedule), std::move(samplers)));
+}
+
+std::string TrainLoader::Locate(int64_t sample, int64_t offset) const {
+  const MixtureSchedule::Pick pick = schedule_.Source(sample);
+  return sources_[pick.source].stream->Locate(samplers_[pick.source].Start(pick.index) + offset);
 }
 
 namespace {
@@ -231,9 +385,10 @@ absl::Status MakeFailed(const TokenStream& stream, const LoaderOptions& o, const
 
 }  // namespace
 
-TrainLoader::TrainLoader(std::shared_ptr<const TokenStream> stream, const LoaderOptions& options,
-                         WindowSampler sampler)
-    : stream_(std::move(stream)), options_(options), sampler_(sampler), consumed_(options.start_sample),
+TrainLoader::TrainLoader(std::vector<LoaderSource> sources, const LoaderOptions& options, MixtureSchedule schedule,
+                         std::vector<WindowSampler> samplers)
+    : sources_(std::move(sources)), options_(options), schedule_(std::move(schedule)), samplers_(std::move(samplers)),
+      consumed_(options.start_sample),
       next_to_make_(options.start_sample) {
   if (options_.prefetch > 0) thread_ = std::thread([this] { Prefetch(); });
 }
@@ -256,7 +411,8 @@ Batch TrainLoader::Make(int64_t batch_start) const {
   b.seq_len = options_.seq_len;
   b.tokens.resize(static_cast<size_t>(rows * width));
   for (int64_t r = 0; r < rows; ++r) {
-    stream_->Read(sampler_.Start(b.first_sample + r), width, b.tokens.data() + r * width);
+    const MixtureSchedule::Pick pick = schedule_.Source(b.first_sample + r);
+    sources_[pick.source].stream->Read(samplers_[pick.source].Start(pick.index), width, b.tokens.data() + r * width);
   }
   return b;
 }
@@ -278,9 +434,9 @@ void TrainLoader::Prefetch() {
     try {
       b = Make(start);
     } catch (const std::bad_alloc&) {
-      failed = MakeFailed(*stream_, options_, "out of memory");
+      failed = MakeFailed(first_stream(), options_, "out of memory");
     } catch (const std::exception& e) {
-      failed = MakeFailed(*stream_, options_, e.what());
+      failed = MakeFailed(first_stream(), options_, e.what());
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -301,9 +457,9 @@ absl::StatusOr<Batch> TrainLoader::Next() {
     try {
       b = Make(consumed_);
     } catch (const std::bad_alloc&) {
-      return MakeFailed(*stream_, options_, "out of memory");
+      return MakeFailed(first_stream(), options_, "out of memory");
     } catch (const std::exception& e) {
-      return MakeFailed(*stream_, options_, e.what());
+      return MakeFailed(first_stream(), options_, e.what());
     }
   } else {
     std::unique_lock<std::mutex> lock(mu_);

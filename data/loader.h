@@ -15,6 +15,13 @@
 // splitmix64 of (seed, e). So every epoch visits W non-overlapping windows in a fresh
 // order; windows span shard and document boundaries (documents are joined by EOS).
 //
+// Mixtures (data/mixture.h). A loader may draw from several sources (each a TokenStream
+// with a weight): global sample i goes to source k = schedule.Source(i).source, where it is
+// that source's sample m = schedule.Source(i).index, and its window is source k's
+// WindowSampler at m. Each source has its own sampler over its own stream, seeded with
+// splitmix64(splitmix64(seed) + k + 1); a loader of one source uses `seed` itself and
+// m = i, so it gives exactly the windows of the single-stream loader.
+//
 // Batches. Global batch b after `start_sample` holds samples
 //   s_b = start_sample + b * global_batch, ..., s_b + global_batch - 1,
 // whatever the data-parallel degree; dp rank r takes the contiguous slice of
@@ -33,23 +40,45 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/megatron_index.h"
+#include "data/mixture.h"
 
 namespace multiscreen {
 
-// The shards of one split: `path` is a .bin file (itself) or a directory, whose files
-// named "<split>_*.bin" or "*_<split>_*.bin" (llm.c's naming) are returned sorted.
-// Errors: no such path, a directory with no such shard.
-absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split);
+// The token file formats a source may hold (DESIGN "Data"; docs/data.md):
+//   kLlmc       llm.c's .bin: 1024-byte header (data/token_file.h), uint16 or uint32 tokens
+//   kMegatron   Megatron-LM's .bin/.idx pair (data/megatron_index.h), uint16 or int32 tokens,
+//               named by either file or their common prefix
+//   kRawUint16  nanoGPT's headerless .bin of uint16 tokens
+//   kAuto       a Megatron pair when "<path>", "<prefix>.bin" and "<prefix>.idx" say so;
+//               else llm.c when the file starts with its magic; else raw uint16 when the
+//               name ends in .u16 or .uint16; anything else is refused, naming the file
+//               (a headerless .bin needs the format said: --format=raw_uint16)
+enum class TokenFormat { kAuto, kLlmc, kMegatron, kRawUint16 };
 
-// Token shards (llm.c .bin, version 1 or 2, mixed freely) memory-mapped read-only and
-// seen as one stream of size() tokens. Thread-safe for concurrent reads.
+// Parses "auto" | "llmc" | "megatron" | "raw_uint16" (case-insensitive); errors name the value.
+absl::StatusOr<TokenFormat> ParseTokenFormat(const std::string& name);
+
+// The shards of one split: `path` is a file (itself), a Megatron prefix (itself), or a
+// directory, whose files named "<split>_*.bin" or "*_<split>_*.bin" (llm.c's naming) are
+// returned sorted; with kRawUint16 a directory's "<split>.bin" (nanoGPT's naming) too.
+// Errors: no such path, a directory with no such shard.
+absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split,
+                                                    TokenFormat format = TokenFormat::kAuto);
+
+// Token files (llm.c .bin of version 1 or 2, Megatron pairs, raw uint16, mixed freely)
+// memory-mapped read-only and seen as one stream of size() tokens. Thread-safe for
+// concurrent reads.
 class TokenStream {
  public:
-  // Opens `paths` in order. Every shard must hold at least `min_tokens_per_shard` tokens.
+  // Opens `paths` in order, each in `format` (kAuto: detected per file, see TokenFormat).
+  // Every file must hold at least `min_tokens_per_shard` tokens.
   // Errors name the file: missing, unreadable, wrong magic or version, a header count that
-  // disagrees with the file size, too few tokens; also an empty `paths`.
+  // disagrees with the file size, a Megatron index that is malformed or disagrees with
+  // its .bin, a raw file of odd size, too few tokens; also an empty `paths`.
   static absl::StatusOr<std::unique_ptr<TokenStream>> Open(const std::vector<std::string>& paths,
-                                                           int64_t min_tokens_per_shard = 1);
+                                                           int64_t min_tokens_per_shard = 1,
+                                                           TokenFormat format = TokenFormat::kAuto);
   ~TokenStream();
   TokenStream(const TokenStream&) = delete;
   TokenStream& operator=(const TokenStream&) = delete;
@@ -60,6 +89,15 @@ class TokenStream {
   int64_t shard_size(size_t i) const { return shards_[i].count; }
   // Error naming the first shard with fewer than `min_tokens` tokens, else OK.
   absl::Status CheckShardSizes(int64_t min_tokens) const;
+  // The format file i was read in (never kAuto).
+  TokenFormat shard_format(size_t i) const { return shards_[i].format; }
+  // "PATH: token K": the file holding stream position `pos` (0 <= pos < size()) and the
+  // token's index inside it, for messages.
+  std::string Locate(int64_t pos) const;
+  // Where documents start in the stream, when every file is a Megatron pair (their
+  // indices say): each document's first token, then size(). Errors name the first file
+  // without a document index (llm.c and raw files only separate documents by EOS).
+  absl::StatusOr<std::vector<int64_t>> DocumentBoundaries() const;
 
   // Copies tokens [start, start + n) of the stream into out[0, n) as int32, crossing
   // shard boundaries as needed. Requires 0 <= start and start + n <= size().
@@ -67,12 +105,14 @@ class TokenStream {
 
  private:
   struct Shard {
-    const uint8_t* tokens = nullptr;  // first token (after the 1024-byte header)
+    const uint8_t* tokens = nullptr;  // first token (after llm.c's 1024-byte header)
     int64_t count = 0;
     int64_t width = 2;
     int64_t first = 0;                // stream index of the shard's first token
     void* map = nullptr;
     size_t map_bytes = 0;
+    TokenFormat format = TokenFormat::kLlmc;
+    std::shared_ptr<const MegatronIndex> megatron;  // kMegatron only
   };
   TokenStream() = default;
   std::vector<std::string> paths_;
@@ -119,6 +159,16 @@ struct LoaderOptions {
   int prefetch = 2;          // batches prepared ahead by a background thread (0: none)
 };
 
+// One source of a training mixture.
+struct LoaderSource {
+  std::string name;    // for messages and metrics; may be empty with one source
+  double weight = 1;   // any non-negative scale; the schedule normalizes
+  std::shared_ptr<const TokenStream> stream;
+};
+
+// The seed of source k's WindowSampler in a mixture of `num_sources` (see above).
+uint64_t SourceSeed(uint64_t seed, int k, int num_sources);
+
 // Training batches, endlessly (epochs follow each other).
 class TrainLoader {
  public:
@@ -126,7 +176,19 @@ class TrainLoader {
   // (named).
   static absl::StatusOr<std::unique_ptr<TrainLoader>> Create(std::shared_ptr<const TokenStream> stream,
                                                              const LoaderOptions& options);
+  // A mixture. Errors as above, each prefixed with "data source NAME: " when there are
+  // several; and the schedule's (MixtureSchedule::Create: weights negative, not finite,
+  // zero in sum).
+  static absl::StatusOr<std::unique_ptr<TrainLoader>> Create(std::vector<LoaderSource> sources,
+                                                             const LoaderOptions& options);
   ~TrainLoader();
+
+  const MixtureSchedule& schedule() const { return schedule_; }
+  const std::vector<LoaderSource>& sources() const { return sources_; }
+  // Source k's sampler (k < sources().size()).
+  const WindowSampler& source_sampler(int k) const { return samplers_[k]; }
+  // "PATH: token K" for token `offset` (0 <= offset <= T) of sample `sample`'s window.
+  std::string Locate(int64_t sample, int64_t offset) const;
 
   // This rank's slice of the next global batch; samples_consumed() grows by global_batch.
   // Errors: what went wrong making it, on whichever thread (an allocation that failed
@@ -134,18 +196,23 @@ class TrainLoader {
   absl::StatusOr<Batch> Next();
   // Samples of all ranks handed out so far, start_sample included: the checkpoint state.
   int64_t samples_consumed() const { return consumed_; }
-  const WindowSampler& sampler() const { return sampler_; }
+  // Source 0's sampler: the sampler of a single-source loader.
+  const WindowSampler& sampler() const { return samplers_[0]; }
 
   // Fills this rank's slice of the global batch that starts at sample `batch_start`.
   Batch Make(int64_t batch_start) const;
 
  private:
-  TrainLoader(std::shared_ptr<const TokenStream> stream, const LoaderOptions& options, WindowSampler sampler);
+  TrainLoader(std::vector<LoaderSource> sources, const LoaderOptions& options, MixtureSchedule schedule,
+              std::vector<WindowSampler> samplers);
   void Prefetch();
+  // What a failed Make reports: the first source's first file.
+  const TokenStream& first_stream() const { return *sources_.front().stream; }
 
-  std::shared_ptr<const TokenStream> stream_;
+  const std::vector<LoaderSource> sources_;
   const LoaderOptions options_;
-  const WindowSampler sampler_;
+  const MixtureSchedule schedule_;
+  const std::vector<WindowSampler> samplers_;
   int64_t consumed_ = 0;
   // Prefetch state.
   std::mutex mu_;
@@ -175,6 +242,7 @@ class ValidationLoader {
   static absl::StatusOr<std::unique_ptr<ValidationLoader>> Create(std::shared_ptr<const TokenStream> stream,
                                                                   const ValidationOptions& options);
   int64_t num_batches() const { return num_batches_; }
+  const TokenStream& stream() const { return *stream_; }
   // Batch b (0 <= b < num_batches()) for this rank.
   Batch Get(int64_t b) const;
   // Walks batches 0, 1, ...; false after the last one. Reset() starts over.

@@ -239,12 +239,15 @@ absl::Status JsonlLine(std::string_view line, const Place& at, const ReadOptions
   return on_document(std::move(text), where);
 }
 
+// Reads JSONL from `source`, whose first byte is byte `first_byte` of the file and starts
+// line `first_line`.
 absl::Status ReadJsonl(ByteSource& source, const std::string& path, const ReadOptions& options,
-                       const DocumentFn& on_document, ReadStats* stats) {
+                       const DocumentFn& on_document, ReadStats* stats, int64_t first_byte = 0,
+                       int64_t first_line = 1) {
   std::string pending;
-  int64_t pending_byte = 0;  // file offset of pending[0]
+  int64_t pending_byte = first_byte;  // file offset of pending[0]
   std::vector<char> buf(1 << 20);
-  int64_t line_no = 0;
+  int64_t line_no = first_line - 1;
   while (true) {
     MS_ASSIGN_OR_RETURN(const size_t n, source.Read(buf.data(), buf.size()));
     if (n == 0) break;
@@ -328,6 +331,98 @@ absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptio
   return stats;
 }
 
+namespace {
+
+// Bytes [begin, end) of an uncompressed file.
+class RangeSource : public ByteSource {
+ public:
+  RangeSource(std::string path, std::FILE* f, int64_t end) : path_(std::move(path)), f_(f), left_(end) {}
+  ~RangeSource() override { std::fclose(f_); }
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(cap), left_));
+    if (want == 0) return size_t{0};
+    const size_t n = std::fread(buf, 1, want, f_);
+    if (n == 0) return absl::DataLossError(absl::StrCat(path_, ": read failed (the file shrank?)"));
+    left_ -= static_cast<int64_t>(n);
+    return n;
+  }
+
+ private:
+  std::string path_;
+  std::FILE* f_;
+  int64_t left_;
+};
+
+}  // namespace
+
+absl::StatusOr<ReadStats> ReadJsonlRange(const std::string& path, int64_t begin, int64_t end, int64_t first_line,
+                                         const ReadOptions& options, const DocumentFn& on_document) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  if (std::fseek(f, static_cast<long>(begin), SEEK_SET) != 0) {
+    std::fclose(f);
+    return absl::DataLossError(absl::StrCat(path, ": cannot seek to byte ", begin));
+  }
+  RangeSource source(path, f, end - begin);
+  ReadStats stats;
+  MS_RETURN_IF_ERROR(ReadJsonl(source, path, options, on_document, &stats, begin, first_line));
+  return stats;
+}
+
+absl::StatusOr<std::vector<InputUnit>> SplitInputs(const std::vector<std::string>& files, const ReadOptions& options,
+                                                   int64_t split_bytes) {
+  std::vector<InputUnit> units;
+  std::vector<char> buf(1 << 20);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& path = files[i];
+    InputUnit whole;
+    whole.file = i;
+    std::error_code ec;
+    const bool regular = fs::is_regular_file(path, ec);
+    const int64_t size = regular ? static_cast<int64_t>(fs::file_size(path, ec)) : -1;
+    whole.file_bytes = ec ? -1 : size;
+    const bool compressed = EndsWith(path, ".gz") || EndsWith(path, ".zst");
+    if (!regular || ec || compressed || FormatOf(path, options.format) != InputFormat::kJsonl || split_bytes <= 0 ||
+        size <= split_bytes) {
+      units.push_back(whole);
+      continue;
+    }
+    // Cut after the first newline at or past every split_bytes, counting lines on the way.
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+    int64_t offset = 0, lines = 0, begin = 0, begin_line = 1;
+    auto cut = [&](int64_t end) {
+      InputUnit u;
+      u.file = i;
+      u.begin = begin;
+      u.end = end;
+      u.first_line = begin_line;
+      u.file_bytes = end - begin;
+      u.last_of_file = false;
+      units.push_back(u);
+      begin = end;
+      begin_line = lines + 1;
+    };
+    while (true) {
+      const size_t n = std::fread(buf.data(), 1, buf.size(), f);
+      if (n == 0) break;
+      for (size_t k = 0; k < n; ++k) {
+        if (buf[k] != '\n') continue;
+        ++lines;
+        if (offset + static_cast<int64_t>(k) + 1 - begin >= split_bytes) cut(offset + static_cast<int64_t>(k) + 1);
+      }
+      offset += static_cast<int64_t>(n);
+    }
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+    if (offset > begin || begin == 0) cut(offset);
+    units.back().last_of_file = true;
+    for (size_t k = units.size(); k-- > 0 && units[k].file == i;) units[k].split = true;
+  }
+  return units;
+}
+
 absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const std::string& input : inputs) {
@@ -354,7 +449,15 @@ absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::str
 }
 
 // ---------------------------------------------------------------------------
-// Prepare: a reader thread, `threads` tokenizer threads, this thread writing in order.
+// Prepare: reader threads over the input units, `threads` tokenizer threads, this thread
+// writing in input order.
+//
+// Each unit (a file, or a range of a large JSONL file) is read by one reader thread into
+// chunks of documents keyed (unit, chunk); tokenizer threads take the lowest key waiting;
+// the writer takes results in key order, so the output does not depend on which thread
+// did what. Readers claim units in order and stop when `max_inflight` chunks wait for
+// the writer, except the reader of the unit the writer is at (so it never waits on a
+// reader that waits on it).
 
 namespace {
 
@@ -363,24 +466,33 @@ struct Doc {
   std::string where;
 };
 
+using Key = std::pair<int64_t, int64_t>;  // (unit, chunk)
+
 struct Chunk {
   std::vector<Doc> docs;
   int64_t bytes = 0;
-  absl::Status status;  // a read error after these documents
+  bool unit_end = false;  // the unit's last chunk (possibly empty)
+  ReadStats stats;        // with unit_end: the unit's
+  absl::Status status;    // a read error after these documents
 };
 
 struct Encoded {
   std::vector<int32_t> tokens;
   std::vector<int64_t> doc_ends;  // end offset in `tokens` of each document (after its EOS)
   int64_t bytes = 0;
+  int64_t unit = 0;
+  bool unit_end = false;
+  ReadStats stats;
   absl::Status status;
 };
 
 class Pipeline {
  public:
-  Pipeline(const Gpt2Tokenizer& tokenizer, std::vector<std::string> files, const ReadOptions& read, int threads)
-      : tokenizer_(tokenizer), files_(std::move(files)), read_(read), max_inflight_(4 * threads) {
-    reader_ = std::thread([this] { Read(); });
+  Pipeline(const Gpt2Tokenizer& tokenizer, const std::vector<std::string>& files, std::vector<InputUnit> units,
+           const ReadOptions& read, int threads, int readers)
+      : tokenizer_(tokenizer), files_(files), units_(std::move(units)), read_(read),
+        max_inflight_(4 * (threads + readers)) {
+    for (int i = 0; i < readers; ++i) readers_.emplace_back([this] { Read(); });
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
   }
   ~Pipeline() {
@@ -389,36 +501,34 @@ class Pipeline {
       stop_ = true;
     }
     cv_.notify_all();
-    reader_.join();
+    for (auto& r : readers_) r.join();
     for (auto& w : workers_) w.join();
-  }
-
-  // (path, replacements) of each file read so far with replacements > 0, in input order;
-  // all of them once Next has returned false.
-  std::vector<std::pair<std::string, int64_t>> replaced_files() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return replaced_files_;
   }
 
   // The next chunk's tokens in input order; false at the end of the input.
   bool Next(Encoded* out) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return results_.count(consumed_) > 0 || (reader_done_ && consumed_ == produced_); });
-    auto it = results_.find(consumed_);
+    cv_.wait(lock, [&] { return next_.first == static_cast<int64_t>(units_.size()) || results_.count(next_) > 0; });
+    auto it = results_.find(next_);
     if (it == results_.end()) return false;
     *out = std::move(it->second);
     results_.erase(it);
-    ++consumed_;
+    --inflight_;
+    next_ = out->unit_end ? Key{next_.first + 1, 0} : Key{next_.first, next_.second + 1};
     cv_.notify_all();
     return true;
   }
 
  private:
-  void Submit(Chunk chunk) {
+  // Queues a chunk for the tokenizers; false when stopping.
+  bool Submit(Key key, Chunk chunk) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return stop_ || produced_ - consumed_ < max_inflight_; });
-    work_.emplace_back(produced_++, std::move(chunk));
+    cv_.wait(lock, [&] { return stop_ || inflight_ < max_inflight_ || key.first == next_.first; });
+    if (stop_) return false;
+    ++inflight_;
+    work_.emplace(key, std::move(chunk));
     cv_.notify_all();
+    return true;
   }
 
   // What escapes a thread as an exception (std::bad_alloc for a document larger than
@@ -428,56 +538,64 @@ class Pipeline {
   }
 
   void Read() {
-    Chunk chunk;
-    absl::Status status;
-    for (const std::string& file : files_) {
+    while (true) {
+      int64_t u;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_ || next_unit_ == static_cast<int64_t>(units_.size())) return;
+        u = next_unit_++;
+      }
+      const InputUnit& unit = units_[u];
+      const std::string& file = files_[unit.file];
+      Chunk chunk;
+      int64_t c = 0;
+      bool stopped = false;
+      auto on_document = [&](std::string text, const std::string& where) -> absl::Status {
+        chunk.bytes += static_cast<int64_t>(text.size());
+        chunk.docs.push_back({std::move(text), where});
+        if (chunk.bytes >= (1 << 20) || chunk.docs.size() >= 8192) {
+          if (!Submit({u, c++}, std::move(chunk))) {
+            stopped = true;
+            return absl::CancelledError("stopped");
+          }
+          chunk = Chunk();
+        }
+        return absl::OkStatus();
+      };
       absl::StatusOr<ReadStats> stats = absl::UnknownError("");
       try {
-        stats = ReadDocuments(file, read_, [&](std::string text, const std::string& where) -> absl::Status {
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (stop_) return absl::CancelledError("stopped");
-          }
-          chunk.bytes += static_cast<int64_t>(text.size());
-          chunk.docs.push_back({std::move(text), where});
-          if (chunk.bytes >= (1 << 20) || chunk.docs.size() >= 8192) {
-            Submit(std::move(chunk));
-            chunk = Chunk();
-          }
-          return absl::OkStatus();
-        });
+        stats = unit.end < 0 ? ReadDocuments(file, read_, on_document)
+                             : ReadJsonlRange(file, unit.begin, unit.end, unit.first_line, read_, on_document);
       } catch (const std::bad_alloc&) {
         stats = Thrown(file, "out of memory reading it (a document too large?)");
       } catch (const std::exception& e) {
         stats = Thrown(file, e.what());
       }
-      status = stats.status();
-      if (!status.ok()) break;
-      if (stats->replacements > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        replaced_files_.emplace_back(file, stats->replacements);
-      }
+      if (stopped) return;
+      chunk.unit_end = true;
+      chunk.status = stats.status();
+      if (stats.ok()) chunk.stats = *stats;
+      if (!Submit({u, c}, std::move(chunk))) return;
     }
-    chunk.status = status;
-    if (!chunk.docs.empty() || !status.ok()) Submit(std::move(chunk));
-    std::lock_guard<std::mutex> lock(mu_);
-    reader_done_ = true;
-    cv_.notify_all();
   }
 
   void Work() {
     while (true) {
-      std::pair<int64_t, Chunk> job;
+      std::pair<Key, Chunk> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !work_.empty() || reader_done_; });
+        cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
         if (stop_ || work_.empty()) return;
-        job = std::move(work_.front());
-        work_.pop_front();
+        job = std::move(*work_.begin());
+        work_.erase(work_.begin());
       }
       Encoded enc;
-      enc.bytes = job.second.bytes;
-      for (const Doc& doc : job.second.docs) {
+      const Chunk& chunk = job.second;
+      enc.bytes = chunk.bytes;
+      enc.unit = job.first.first;
+      enc.unit_end = chunk.unit_end;
+      enc.stats = chunk.stats;
+      for (const Doc& doc : chunk.docs) {
         absl::Status s;
         try {
           s = tokenizer_.Encode(doc.text, &enc.tokens);
@@ -495,7 +613,7 @@ class Pipeline {
           break;
         }
       }
-      if (enc.status.ok()) enc.status = job.second.status;
+      if (enc.status.ok()) enc.status = chunk.status;
       std::lock_guard<std::mutex> lock(mu_);
       results_[job.first] = std::move(enc);
       cv_.notify_all();
@@ -503,17 +621,19 @@ class Pipeline {
   }
 
   const Gpt2Tokenizer& tokenizer_;
-  const std::vector<std::string> files_;
+  const std::vector<std::string>& files_;
+  const std::vector<InputUnit> units_;
   const ReadOptions read_;
   const int64_t max_inflight_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<int64_t, Chunk>> work_;
-  std::map<int64_t, Encoded> results_;
-  std::vector<std::pair<std::string, int64_t>> replaced_files_;
-  int64_t produced_ = 0, consumed_ = 0;
-  bool reader_done_ = false, stop_ = false;
-  std::thread reader_;
+  std::map<Key, Chunk> work_;
+  std::map<Key, Encoded> results_;
+  int64_t next_unit_ = 0;  // the next unit a reader claims
+  Key next_ = {0, 0};      // the chunk the writer takes next
+  int64_t inflight_ = 0;   // chunks submitted and not yet taken by the writer
+  bool stop_ = false;
+  std::vector<std::thread> readers_;
   std::vector<std::thread> workers_;
 };
 
@@ -584,15 +704,30 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   double last_report = 0;
-  auto report = [&] {
-    if (options.on_progress) options.on_progress({summary.bytes, summary.tokens, summary.documents, seconds()});
-  };
 
+  MS_ASSIGN_OR_RETURN(std::vector<InputUnit> units, SplitInputs(files, options.read, options.split_bytes));
+  int64_t total_bytes = 0;  // on disk; -1: unknown (a pipe)
+  for (const InputUnit& u : units) total_bytes = u.file_bytes < 0 || total_bytes < 0 ? -1 : total_bytes + u.file_bytes;
+  int64_t done_bytes = 0, unit_text_bytes = 0;  // on disk, of the units done; text of the unit in progress
+  auto report = [&] {
+    if (!options.on_progress) return;
+    PrepareProgress p{summary.bytes, summary.tokens, summary.documents, seconds()};
+    p.input_bytes_total = total_bytes;
+    p.input_bytes_done = done_bytes + unit_text_bytes;
+    if (total_bytes >= 0) p.input_bytes_done = std::min(p.input_bytes_done, total_bytes);
+    options.on_progress(p);
+  };
   {
-    Pipeline pipeline(tokenizer, files, options.read, threads);
+    const int readers = static_cast<int>(std::min<size_t>(units.size(), static_cast<size_t>(threads)));
+    Pipeline pipeline(tokenizer, files, units, options.read, threads, readers);
+    std::vector<ReadStats> file_stats(files.size());
     Encoded enc;
     while (pipeline.Next(&enc)) {
       if (!enc.status.ok()) return cleanup(enc.status);
+      if (options.cancelled && options.cancelled()) {
+        return cleanup(absl::CancelledError(absl::StrCat("interrupted after ", summary.documents,
+                                                         " documents; no shard written")));
+      }
       int64_t begin = 0;
       for (const int64_t end : enc.doc_ends) {
         const int32_t* ids = enc.tokens.data() + begin;
@@ -625,12 +760,29 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
         }
       }
       summary.bytes += enc.bytes;
+      const InputUnit& unit = units[enc.unit];
+      const std::string& file = files[unit.file];
+      const bool compressed = EndsWith(file, ".gz") || EndsWith(file, ".zst");
+      if (!compressed) unit_text_bytes += enc.bytes;
+      if (enc.unit_end) {
+        done_bytes += std::max<int64_t>(0, unit.file_bytes);
+        unit_text_bytes = 0;
+        ReadStats& f = file_stats[unit.file];
+        f.documents += enc.stats.documents;
+        f.replacements += enc.stats.replacements;
+        if (unit.last_of_file) {
+          // A file read in pieces: no piece alone can tell that the whole has no document.
+          if (unit.split && f.documents == 0) {
+            return cleanup(absl::InvalidArgumentError(absl::StrCat(file, ": empty input (no documents)")));
+          }
+          if (f.replacements > 0) summary.replaced_files.emplace_back(file, f.replacements);
+        }
+      }
       if (seconds() - last_report >= 0.2) {
         last_report = seconds();
         report();
       }
     }
-    summary.replaced_files = pipeline.replaced_files();
     for (const auto& [file, n] : summary.replaced_files) summary.replacements += n;
   }
   if (summary.train_tokens == 0) {

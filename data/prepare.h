@@ -15,8 +15,14 @@
 // (the last one shorter; documents may continue into the next shard). Shards are version
 // 1 (uint16) when the vocabulary fits 65,536 ids, else version 2 (uint32). The output
 // is a pure function of the inputs and options (not of the thread count): re-running
-// gives byte-identical shards. Shards are written as *.tmp and renamed only when all
+// gives byte-identical shards. Shards are written as *.tmp (with a zero header until
+// finished, so that a cut-off one is never a valid llm.c file) and renamed only when all
 // succeeded; stale shards of a previous, longer run in the same directory are removed.
+//
+// Threads: the input units (SplitInputs: whole files, large uncompressed JSONL files in
+// pieces) are read by up to `threads` reader threads at once, each unit into chunks of
+// documents that `threads` tokenizer threads encode; one writer takes the chunks in
+// input order.
 //
 // Invalid UTF-8 and JSON escapes of lone UTF-16 surrogates ("\udbc0") are replaced by
 // U+FFFD (data/utf8.h: what Python's errors="replace" and tiktoken do), counted per file
@@ -69,11 +75,37 @@ absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptio
 // Expands directories in `inputs` (see above); errors name a missing input.
 absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs);
 
+// One piece of prepare's input: a whole file, or, for an uncompressed JSONL file larger
+// than PrepareOptions::split_bytes, bytes [begin, end) of it, cut just after a newline, so
+// that several threads read one large file.
+struct InputUnit {
+  size_t file = 0;              // index into the expanded inputs
+  int64_t begin = 0, end = -1;  // end < 0: the whole file
+  int64_t first_line = 1;       // the line number `begin` starts, for errors
+  int64_t file_bytes = -1;      // bytes on disk (-1: unknown, a pipe)
+  bool split = false;           // one of several units of its file
+  bool last_of_file = true;
+};
+
+// `files` (expanded inputs) as units: each file whole, except uncompressed JSONL files
+// larger than `split_bytes` (> 0), cut into pieces of about split_bytes after a newline
+// (one pass over such a file counts its lines). Errors name an unreadable file.
+absl::StatusOr<std::vector<InputUnit>> SplitInputs(const std::vector<std::string>& files, const ReadOptions& options,
+                                                   int64_t split_bytes);
+
+// Reads the documents of bytes [begin, end) of an uncompressed JSONL file, whose byte
+// `begin` starts line `first_line` (errors and --strict_utf8 name file lines and bytes as
+// when the whole file is read). A range without documents is not an error here.
+absl::StatusOr<ReadStats> ReadJsonlRange(const std::string& path, int64_t begin, int64_t end, int64_t first_line,
+                                         const ReadOptions& options, const DocumentFn& on_document);
+
 struct PrepareProgress {
   int64_t bytes = 0;      // input bytes (decompressed) tokenized so far
   int64_t tokens = 0;     // tokens written so far, EOS included
   int64_t documents = 0;
   double seconds = 0;
+  int64_t input_bytes_done = 0;    // bytes of the input files (on disk) done, about
+  int64_t input_bytes_total = -1;  // all of them; -1: unknown (a pipe among the inputs)
 };
 
 struct PrepareOptions {
@@ -82,9 +114,13 @@ struct PrepareOptions {
   ReadOptions read;
   int64_t shard_tokens = 100'000'000;  // tokens per train shard (llm.c's size); <= 2^31 - 1
   int64_t val_tokens = 131'072;        // held-out tokens (whole documents); 0: no val shard
-  int threads = 0;                     // tokenizer threads; 0: all cores
+  int threads = 0;                     // tokenizer threads (and at most as many readers); 0: all cores
+  int64_t split_bytes = 32 << 20;      // uncompressed JSONL files larger than this are read in pieces
   // Called from the writing thread about 5 times a second, and once at the end.
   std::function<void(const PrepareProgress&)> on_progress;
+  // Polled by the writing thread between chunks; true stops the run (Cancelled), removing
+  // every *.tmp shard: an interrupted prepare leaves no shard behind.
+  std::function<bool()> cancelled;
 };
 
 struct PrepareSummary {

@@ -1,5 +1,6 @@
 #include "model/init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -41,6 +42,21 @@ void InitParams(const ParamLayout& layout, uint64_t seed, Real* params) {
     const int64_t inner = e.shape.empty() || e.shape[0] == 0 ? 0 : n / e.shape[0];
     const int64_t first = e.offset.empty() ? 0 : e.offset[0] * inner;
     double std_dev = 0;
+    if (d.transformer()) {
+      // Spec "Transformer baseline": N(0, 0.02), residual output projections (W_O,
+      // W_down) over √(2 N_L); gains 1; SIO as Multiscreen (s_E = 0, s_F = log √d_E);
+      // QKNorm's scale e^{s_QK} = √d_head, the plain attention's 1/√d_head times d_head.
+      switch (e.kind) {
+        case ParamKind::kGain: std::fill(out, out + n, Real(1)); continue;
+        case ParamKind::kS_E: out[0] = 0; continue;
+        case ParamKind::kS_F: out[0] = static_cast<Real>(std::log(std::sqrt(double(d.d_e)))); continue;
+        case ParamKind::kS_QK: std::fill(out, out + n, static_cast<Real>(std::log(std::sqrt(double(d.d_k))))); continue;
+        case ParamKind::kW_O: case ParamKind::kW_down: std_dev = 0.02 / std::sqrt(2.0 * double(d.n_layers)); break;
+        default: std_dev = 0.02; break;
+      }
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Real>(std_dev * InitNormal(seed, e.name, first + i));
+      continue;
+    }
     switch (e.kind) {
       case ParamKind::kW_E: std_dev = 0.1 / std::sqrt(double(d.d_e)); break;
       case ParamKind::kW_Q: case ParamKind::kW_K: std_dev = 0.1 / std::sqrt(double(d.d_k)); break;
@@ -60,6 +76,8 @@ void InitParams(const ParamLayout& layout, uint64_t seed, Real* params) {
         continue;
       case ParamKind::kS_O:
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Real>(std::log(1.0 / std::sqrt(double(d.n_heads * d.n_layers))));
+        continue;
+      default:  // the Transformer's kinds (handled above)
         continue;
     }
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Real>(std_dev * InitNormal(seed, e.name, first + i));

@@ -58,6 +58,11 @@ Multiscreen<Real>::Multiscreen(const ModelDims& dims, const ShardSpec& shard, Mo
       step_dx_(options.device),
       step_x0_(options.device),
       logits_(options.device) {
+  if (dims.transformer()) {
+    std::fprintf(stderr, "multiscreen: fatal: model %s is a Transformer: this command runs Multiscreen models only\n",
+                 dims.name.c_str());
+    std::exit(1);
+  }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     weights_.emplace_back(options.device);
     acts_.emplace_back(options.device);

@@ -24,21 +24,13 @@
 #include "common/config.h"
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
+#include "model/model_stage.h"
 #include "model/param_layout.h"
 #include "model/step_profile.h"
 #include "model/tile_weights.h"
 #include "kernels/communicator.h"
 
 namespace multiscreen {
-
-struct ModelOptions {
-  Device device = Device::kCpu;  // where the step computes (its kernel table's device)
-  Precision precision = Precision::kFp32;
-  HeadPath head_path = HeadPath::kPanels;
-  int64_t head_chunk_rows = 512;  // tokens per logits chunk: [chunk, V] is the largest logits block
-  int64_t head_vocab_block = 512;  // vocabulary columns a thread takes at a time in the fused head (whole panels of 32)
-  StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
-};
 
 // Whether the vocabulary head runs the panel kernels: HeadPath::kPanels, PLNorm, a
 // vocabulary on one tp rank and d_E a whole number of 64-byte vectors of Real (and, at
@@ -53,15 +45,16 @@ const char* HeadPathName(const ModelDims& dims, int64_t tp, HeadPath path) {
 }
 
 template <typename Real>
-class Multiscreen {
+class Multiscreen final : public ModelStage<Real> {
  public:
   // `tp` is the tensor-parallel group of this shard (null: a group of one). A device
   // whose kernel table cannot be made (no CUDA in the build, no device visible; see
-  // MakeKernelTable) is fatal here: callers check it first (CheckDevice in cli/).
+  // MakeKernelTable), or Transformer dims, is fatal here: callers check it first
+  // (CheckDevice in cli/) or go through MakeModelStage.
   Multiscreen(const ModelDims& dims, const ShardSpec& shard, ModelOptions options = {},
               Communicator* tp = nullptr);
 
-  const ParamLayout& layout() const { return layout_; }
+  const ParamLayout& layout() const override { return layout_; }
   const ModelDims& dims() const { return layout_.dims(); }
 
   // ---- the whole model (a shard with embed and head) --------------------------------
@@ -70,10 +63,10 @@ class Multiscreen {
   // cross-entropy over the B·T positions; adds grad_scale · ∂loss/∂params into grads
   // (the layout's flat buffer); writes token_losses [B, T] when non-null.
   double ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
-                         Real* token_losses = nullptr, double grad_scale = 1.0);
+                         Real* token_losses = nullptr, double grad_scale = 1.0) override;
 
   // The same loss without gradients.
-  double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses = nullptr);
+  double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses = nullptr) override;
 
   // Inference forward of one sequence: ids [T] at absolute positions pos0.., logits
   // [T, V] written to host memory (the full vocabulary; shards must own it all).
@@ -81,23 +74,23 @@ class Multiscreen {
 
   // ---- stage pieces (pipeline stages call these) ----------------------------------
   // Prepares Ē (unit rows of W_E) and the layers' packed compute weights for `params`.
-  void BeginStep(const Real* params);
+  void BeginStep(const Real* params) override;
   // x[n, d_E] = e^{s_E} · Ē[ids] (all-reduced over tp). Needs shard.embed.
-  void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x);
+  void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
   // x ← x^{l1} from x^{l0} over the shard's layers for B sequences of T tokens.
   // Keeps what the backward needs. `inference` selects windows per `options`.
-  void LayersForward(const Real* params, int64_t B, int64_t T, Real* x, const InferenceOptions* inference = nullptr);
+  void LayersForward(const Real* params, int64_t B, int64_t T, Real* x, const InferenceOptions* inference = nullptr) override;
   // Loss of x^{N_L} [n, d_E] against targets [n]; when dx is non-null also the
   // gradient: dx [n, d_E] written, head grads (s_F, W_E through Ē) added, all
   // scaled by grad_scale/n. Needs shard.head.
   double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
-                  Real* grads, double grad_scale, Real* token_losses);
+                  Real* grads, double grad_scale, Real* token_losses) override;
   // dx ← ∂L/∂x^{l0} from ∂L/∂x^{l1}; adds the layers' parameter gradients.
-  void LayersBackward(const Real* params, Real* dx, Real* grads);
+  void LayersBackward(const Real* params, Real* dx, Real* grads) override;
   // Adds the embedding's gradients (s_E, and W_E through Ē) from dx [n, d_E].
-  void EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads);
+  void EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) override;
   // Moves the Ē gradient gathered by HeadLoss/EmbedBackward into W_E's slot of grads.
-  void EndStep(Real* grads);
+  void EndStep(Real* grads) override;
 
  private:
   using Array = DeviceArray<Real>;

@@ -45,7 +45,7 @@ int64_t ParamEntry::global_size() const {
 bool ParamEntry::is_scalar() const {
   switch (kind) {
     case ParamKind::kS_E: case ParamKind::kS_F: case ParamKind::kS_w: case ParamKind::kS_r:
-    case ParamKind::kS_O:
+    case ParamKind::kS_O: case ParamKind::kS_QK:
       return true;
     default:
       return false;
@@ -81,9 +81,29 @@ ParamLayout::ParamLayout(const ModelDims& dims, const ShardSpec& shard) : dims_(
   if (shard.embed || shard.head) {
     Add("embed/W_E", ParamKind::kW_E, -1, {V, dE}, shard.vocab_begin, shard.vocab_end);
   }
-  if (shard.embed) Add("embed/s_E", ParamKind::kS_E, -1, {}, 0, 0);
-  if (shard.head) Add("head/s_F", ParamKind::kS_F, -1, {}, 0, 0);
+  const bool scales = !dims.transformer() || dims.sio;  // s_E, s_F: Multiscreen's, or SIO's
+  if (shard.embed && scales) Add("embed/s_E", ParamKind::kS_E, -1, {}, 0, 0);
+  if (shard.head && scales) Add("head/s_F", ParamKind::kS_F, -1, {}, 0, 0);
   const int64_t h0 = shard.tile_begin, h1 = shard.tile_end;
+  if (dims.transformer()) {
+    // Heads split over tp like tiles; the SwiGLU width in the same proportion; gains whole.
+    const int64_t dh = dims.d_e / NH, F = dims.d_ff();
+    const int64_t f0 = h0 * F / NH, f1 = h1 * F / NH;
+    for (int64_t l = shard.layer_begin; l < shard.layer_end; ++l) {
+      const std::string p = LayerPrefix(l);
+      Add(p + "attn_norm", ParamKind::kGain, l, {dE}, 0, dE);
+      Add(p + "W_Q", ParamKind::kW_Q, l, {NH, dE, dh}, h0, h1);
+      Add(p + "W_K", ParamKind::kW_K, l, {NH, dE, dh}, h0, h1);
+      Add(p + "W_V", ParamKind::kW_V, l, {NH, dE, dh}, h0, h1);
+      Add(p + "W_O", ParamKind::kW_O, l, {NH, dh, dE}, h0, h1);
+      if (dims.qk_norm) Add(p + "s_QK", ParamKind::kS_QK, l, {NH}, h0, h1);
+      Add(p + "ffn_norm", ParamKind::kGain, l, {dE}, 0, dE);
+      Add(p + "W_gate", ParamKind::kW_gate, l, {F, dE}, f0, f1);
+      Add(p + "W_up", ParamKind::kW_up, l, {F, dE}, f0, f1);
+      Add(p + "W_down", ParamKind::kW_down, l, {F, dE}, f0, f1);
+    }
+    return;
+  }
   for (int64_t l = shard.layer_begin; l < shard.layer_end; ++l) {
     const std::string p = LayerPrefix(l);
     Add(p + "W_Q", ParamKind::kW_Q, l, {NH, dE, dK}, h0, h1);
@@ -104,9 +124,16 @@ const ParamEntry* ParamLayout::Find(const std::string& name) const {
   return nullptr;
 }
 
+int64_t ParamLayout::EntriesPerLayer() const {
+  if (!dims_.transformer()) return 8;
+  return dims_.qk_norm ? 10 : 9;
+}
+
 int64_t ParamLayout::LayerEntry(int64_t layer) const {
-  const int64_t first = (shard_.embed || shard_.head ? 1 : 0) + (shard_.embed ? 1 : 0) + (shard_.head ? 1 : 0);
-  return first + (layer - shard_.layer_begin) * 8;
+  const bool scales = !dims_.transformer() || dims_.sio;
+  const int64_t first = (shard_.embed || shard_.head ? 1 : 0) + (shard_.embed && scales ? 1 : 0) +
+                        (shard_.head && scales ? 1 : 0);
+  return first + (layer - shard_.layer_begin) * EntriesPerLayer();
 }
 
 ParamCounts CountParams(const ModelDims& dims) {
@@ -118,7 +145,9 @@ ParamCounts CountParams(const ModelDims& dims) {
     switch (e.kind) {
       case ParamKind::kW_E: c.embedding += n; break;
       case ParamKind::kS_E: case ParamKind::kS_F: c.embed_head_scalars += n; break;
-      case ParamKind::kS_w: case ParamKind::kS_r: case ParamKind::kS_O: c.tile_scalars += n; break;
+      case ParamKind::kS_w: case ParamKind::kS_r: case ParamKind::kS_O: case ParamKind::kS_QK: c.tile_scalars += n; break;
+      case ParamKind::kGain: c.norm_gains += n; break;
+      case ParamKind::kW_gate: case ParamKind::kW_up: case ParamKind::kW_down: c.ffn_matrices += n; break;
       default: c.tile_matrices += n; break;
     }
   }

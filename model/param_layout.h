@@ -1,5 +1,5 @@
-// The parameter layout of one shard of a Multiscreen model: which tensors it
-// holds, under their logical names (DESIGN "Checkpoints"), with global shapes,
+// The parameter layout of one shard of a model (Multiscreen, or the Transformer
+// baseline when dims.family says so): which tensors it holds, under their logical names (DESIGN "Checkpoints"), with global shapes,
 // the slice it owns, and where each lives in the shard's flat buffer.
 // With the full ranges it is the whole model; params counts come from here.
 #pragma once
@@ -41,7 +41,14 @@ std::pair<int64_t, int64_t> SplitRange(int64_t n, int64_t parts, int64_t i);
 
 // What a tensor is, for initialization (spec "Parameters and initialization")
 // and for optimizer grouping (scalars may be exempt from weight decay).
-enum class ParamKind { kW_E, kS_E, kS_F, kW_Q, kW_K, kW_V, kW_G, kW_O, kS_w, kS_r, kS_O };
+// The Transformer (spec "Transformer baseline") reuses W_E, s_E, s_F (SIO), W_Q, W_K,
+// W_V, W_O and adds the RMSNorm gains, the SwiGLU matrices and the QKNorm scales.
+enum class ParamKind {
+  kW_E, kS_E, kS_F, kW_Q, kW_K, kW_V, kW_G, kW_O, kS_w, kS_r, kS_O,
+  kGain,                       // Transformer: attn_norm, ffn_norm [d_E] (replicated over tp)
+  kW_gate, kW_up, kW_down,     // Transformer: SwiGLU [d_ff, d_E], one row per hidden unit
+  kS_QK,                       // Transformer (qk_norm): log attention scale per head
+};
 
 struct ParamEntry {
   std::string name;                   // e.g. "layers/003/W_Q"
@@ -54,6 +61,7 @@ struct ParamEntry {
   int64_t size() const;               // elements owned
   int64_t global_size() const;
   bool is_scalar() const;             // s_* parameters
+  bool is_gain() const { return kind == ParamKind::kGain; }  // RMSNorm gains (no weight decay)
 };
 
 class ParamLayout {
@@ -64,9 +72,12 @@ class ParamLayout {
   int64_t size() const { return size_; }  // elements in the flat buffer
   // The entry called `name`, or null.
   const ParamEntry* Find(const std::string& name) const;
-  // Index of layer `layer`'s W_Q in entries(); the layer's tensors follow in
-  // the order W_Q, W_K, W_V, W_G, W_O, s_w, s_r, s_O.
+  // Index of layer `layer`'s first tensor in entries(). Multiscreen: W_Q, W_K, W_V,
+  // W_G, W_O, s_w, s_r, s_O. Transformer: attn_norm, W_Q, W_K, W_V, W_O, [s_QK,]
+  // ffn_norm, W_gate, W_up, W_down (TransformerSlot).
   int64_t LayerEntry(int64_t layer) const;
+  // Tensors per layer (8, or the Transformer's 9 or 10 with qk_norm).
+  int64_t EntriesPerLayer() const;
   const ModelDims& dims() const { return dims_; }
   const ShardSpec& shard() const { return shard_; }
 
@@ -88,8 +99,10 @@ struct ParamCounts {
   int64_t non_embedding = 0;  // everything but W_E
   int64_t embedding = 0;      // W_E
   int64_t embed_head_scalars = 0;  // s_E, s_F
-  int64_t tile_matrices = 0;  // W_Q, W_K, W_V, W_G, W_O over all layers
-  int64_t tile_scalars = 0;   // s_w, s_r, s_O over all layers
+  int64_t tile_matrices = 0;  // W_Q, W_K, W_V, W_G, W_O over all layers (Transformer: W_Q, W_K, W_V, W_O)
+  int64_t tile_scalars = 0;   // s_w, s_r, s_O over all layers (Transformer: s_QK)
+  int64_t norm_gains = 0;     // Transformer: attn_norm, ffn_norm over all layers
+  int64_t ffn_matrices = 0;   // Transformer: W_gate, W_up, W_down over all layers
 };
 ParamCounts CountParams(const ModelDims& dims);
 

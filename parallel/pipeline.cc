@@ -39,7 +39,7 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
   const bool train = grads != nullptr;
   const int64_t slots = train ? InFlightLimit(s, S, M) : 1;
   while (instances() < slots) {
-    models_.push_back(std::make_unique<Multiscreen<float>>(dims_, shard_, options_, tp_));
+    models_.push_back(MakeModelStage<float>(dims_, shard_, options_, tp_));
   }
   while (static_cast<int64_t>(x_.size()) < slots) {
     x_.emplace_back(device);
@@ -72,7 +72,7 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
   const int prev = s - 1, next = s + 1;
   for (const PipeOp& op : train ? OneFOneBSchedule(s, S, M) : ForwardOnlySchedule(s, S, M)) {
     const int64_t m = op.micro_batch, slot = m % slots, other = op.other >= 0 ? op.other % slots : -1;
-    Multiscreen<float>& model = *models_[slot];
+    ModelStage<float>& model = *models_[slot];
     const int32_t* ids = inputs_.data() + m * rows;
     switch (op.kind) {
       case PipeOpKind::kRecvForward:

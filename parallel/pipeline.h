@@ -2,11 +2,12 @@
 // 1F1B schedule (parallel/pipeline_schedule.h; DESIGN "Data flow of one
 // training step"): activations x and their gradients dx, [micro_batch·T, d_E]
 // fp32, go to and from the neighbouring stages over the pp communicator.
-// The stage's tensor parallelism lives inside Multiscreen (its tp all-reduces);
+// The stage's tensor parallelism lives inside the model (its tp all-reduces);
 // the tied W_E gradient and data parallelism are the caller's (parallel/step.h).
 //
-// A Multiscreen instance holds the activations of one micro-batch, so a stage
-// keeps one instance per micro-batch in flight (slot m mod InFlightLimit).
+// A model instance (ModelStage: Multiscreen or the Transformer, by dims.family) holds
+// the activations of one micro-batch, so a stage keeps one instance per micro-batch in
+// flight (slot m mod InFlightLimit).
 //
 // On a device other than the CPU (ModelOptions::device) the stage's parameters are
 // uploaded once per Run and its gradients downloaded and added to the caller's at the
@@ -21,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/host_staging.h"
-#include "model/multiscreen.h"
+#include "model/model_stage.h"
 #include "kernels/communicator.h"
 
 namespace multiscreen {
@@ -51,7 +52,7 @@ class PipelineStage {
   absl::StatusOr<double> Run(const float* params, const int32_t* tokens, int64_t micro_batches, int64_t B,
                              int64_t T, float* grads, double grad_scale);
 
-  // Multiscreen instances allocated so far (the most micro-batches ever in flight).
+  // Model instances allocated so far (the most micro-batches ever in flight).
   int64_t instances() const { return static_cast<int64_t>(models_.size()); }
 
  private:
@@ -62,7 +63,7 @@ class PipelineStage {
   SingleProcessCommunicator single_;
   Communicator* tp_;
   Communicator* pp_;
-  std::vector<std::unique_ptr<Multiscreen<float>>> models_;
+  std::vector<std::unique_ptr<ModelStage<float>>> models_;
   std::vector<DeviceArray<float>> x_, dx_;  // per slot: [B·T, d_E], on the models' device
   std::unique_ptr<HostStaging<float>> staging_;  // parameters in, gradients out
   std::vector<int32_t> inputs_, targets_;   // [M][B·T]

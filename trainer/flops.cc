@@ -17,6 +17,13 @@ std::vector<double> InitialWindows(const ModelDims& d) {
 }
 
 double ForwardFlopsPerToken(const ModelDims& d, int64_t T, const std::vector<double>& windows) {
+  if (d.transformer()) {
+    // Per layer: q, k, v, o 8 d_E², SwiGLU 6 d_E d_ff, causal attention 2·2 d_E (T + 1)/2
+    // (scores and the weighted sum over the (T + 1)/2 keys a query sees on average); head 2 d_E V.
+    const double dE = double(d.d_e);
+    return double(d.n_layers) * (8.0 * dE * dE + 6.0 * dE * double(d.d_ff()) + 2.0 * dE * (double(T) + 1)) +
+           2.0 * dE * double(d.vocab);
+  }
   const double tiles = double(d.n_layers) * double(d.n_heads);
   double flops = tiles * (2.0 * d.d_e * (2 * d.d_k + 2 * d.d_v) + 2.0 * d.d_v * d.d_e) + 2.0 * d.d_e * d.vocab;
   const int64_t n = windows.empty() ? int64_t(tiles) : int64_t(windows.size());

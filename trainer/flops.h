@@ -6,6 +6,8 @@
 //                number of key pairs inside the tile's window per query:
 //                P_h = (1/T)·Σ_{i<T} min(⌈w_h⌉, i + 1)  (only in-window pairs count)
 //   head         2·d_E·V
+// The Transformer baseline: 8 d_E² + 6 d_E d_ff + 2 d_E (T + 1) per layer (`windows`
+// ignored) plus the head.
 // A training step costs 3× the forward (forward, and the backward's two GEMMs
 // per forward GEMM); element-wise work is not counted.
 #pragma once

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "absl/strings/cord.h"
@@ -38,14 +39,17 @@ Precision ModelPrecision(config::RunConfig::Precision p) {
 
 // Token ids past the model's vocabulary would be embedded as zeros and scored
 // against a logit that does not exist: refuse them, naming where they came from.
-absl::Status CheckTokenIds(const Batch& batch, int64_t vocab, const std::string& model, const char* split) {
+// `locate(row, column)` names the file and token of the batch's row and column.
+absl::Status CheckTokenIds(const Batch& batch, int64_t vocab, const std::string& model, const char* split,
+                           const std::function<std::string(int64_t, int64_t)>& locate) {
   const int64_t width = batch.seq_len + 1;
   for (size_t i = 0; i < batch.tokens.size(); ++i) {
     const int32_t id = batch.tokens[i];
     if (id >= 0 && id < vocab) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "data: ", split, " window ", batch.first_sample + int64_t(i) / width, " holds token id ", id,
-        ", outside the vocabulary V = ", vocab, " of model ", model, " (shards made with another tokenizer?)"));
+        locate(int64_t(i) / width, int64_t(i) % width), ": ", split, " window ",
+        batch.first_sample + int64_t(i) / width, " holds token id ", id, ", outside the vocabulary V = ", vocab,
+        " of model ", model, " (shards made with another tokenizer?)"));
   }
   return absl::OkStatus();
 }
@@ -146,7 +150,7 @@ std::pair<int64_t, int64_t> Trainer::OptimizerRange() {
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig& run, const ModelDims& dims,
                                                          Sources sources, ProcessGrid* grid, StartOptions start) {
-  if (sources.train == nullptr) return absl::InvalidArgumentError("data: no training shards");
+  if (sources.train == nullptr && sources.mixture.empty()) return absl::InvalidArgumentError("data: no training shards");
   std::unique_ptr<Trainer> t(new Trainer(run, dims, grid));
   ModelOptions options;
   options.device = start.device;
@@ -159,12 +163,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   const ParamLayout& layout = t->model_->layout();
   t->state_.params.resize(layout.size());
   InitParams(layout, static_cast<uint64_t>(run.seed()), t->state_.params.data());
-  // AdamW over the range this rank updates; scalars exempt from decay unless asked.
+  // AdamW over the range this rank updates; scalars (and the Transformer's norm gains)
+  // exempt from decay unless asked.
   const auto [begin, end] = t->OptimizerRange();
   std::vector<uint8_t> decay(end - begin, 1);
   if (!run.optimizer().decay_scalars()) {
     for (const ParamEntry& e : layout.entries()) {
-      if (!e.is_scalar()) continue;
+      if (!e.is_scalar() && !e.is_gain()) continue;
       for (int64_t i = std::max(begin, e.buffer_offset); i < std::min(end, e.buffer_offset + e.size()); ++i) {
         decay[i - begin] = 0;
       }
@@ -218,10 +223,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
         "steps: ", run.steps(), " steps of ", lo.global_batch, " windows after the ", t->state_.samples,
         " samples already consumed would count past 2^62 samples"));
   }
-  auto loader = TrainLoader::Create(sources.train, lo);
+  auto loader = sources.mixture.empty() ? TrainLoader::Create(sources.train, lo)
+                                        : TrainLoader::Create(sources.mixture, lo);
   if (!loader.ok()) return loader.status();
   t->loader_ = std::move(*loader);
-  if (sources.val != nullptr && run.eval().every() > 0) {
+  t->named_train_ = !sources.mixture.empty();
+  t->named_val_ = !sources.val_sources.empty();
+  std::vector<LoaderSource> val_sources = sources.val_sources;
+  if (val_sources.empty() && sources.val != nullptr) val_sources.push_back({"", 1, sources.val});
+  if (!val_sources.empty() && run.eval().every() > 0) {
     ValidationOptions vo;
     vo.seq_len = run.seq_len();
     vo.global_batch = dp * run.micro_batch();
@@ -234,9 +244,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
       LogWarning("eval.batches=", run.eval().batches(), " is not a multiple of dp=", dp, ": validation takes ",
                  vo.max_batches * dp, " micro-batches, so its loss is not comparable with other layouts'");
     }
-    auto val = ValidationLoader::Create(sources.val, vo);
-    if (!val.ok()) return val.status();
-    t->val_loader_ = std::move(*val);
+    for (LoaderSource& v : val_sources) {
+      auto val = ValidationLoader::Create(v.stream, vo);
+      if (!val.ok()) {
+        if (!t->named_val_) return val.status();
+        return absl::Status(val.status().code(), absl::StrCat("validation source ", v.name, ": ", val.status().message()));
+      }
+      t->val_loaders_.push_back({v.name, v.weight > 0 ? v.weight : 1.0, std::move(*val)});
+    }
   }
   if (t->is_logger() && run.logging().tensorboard()) {
     auto tb = TensorBoardWriter::Open(run.run_dir() + "/tb");
@@ -483,7 +498,11 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
   auto next = loader_->Next();  // this dp rank's accum micro-batches of B windows
   if (!next.ok()) return next.status();
   const Batch& batch = *next;
-  if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "training"); !s.ok()) return s;
+  if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "training",
+                             [&](int64_t row, int64_t col) { return loader_->Locate(batch.first_sample + row, col); });
+      !s.ok()) {
+    return s;
+  }
   auto loss = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(), {accum, B, T},
                                grads_.data(), scale);
   if (!loss.ok()) return loss.status();
@@ -515,23 +534,39 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
 }
 
 absl::StatusOr<double> Trainer::Validate() {
-  if (val_loader_ == nullptr) return absl::FailedPreconditionError("no validation data");
+  if (val_loaders_.empty()) return absl::FailedPreconditionError("no validation data");
   // The loss comes through the same pipeline as training, forwards only.
-  double loss = 0;
-  for (int64_t b = 0; b < val_loader_->num_batches(); ++b) {
-    // A stop signal ends the pass (every rank alike: the world's maximum decides), so
-    // that a long validation cannot delay the checkpoint a preemption asks for.
-    double stop_flag = StopRequested() ? 1.0 : 0.0;
-    grid_->world().AllReduce(&stop_flag, 1, ReduceOp::kMax);
-    if (stop_flag > 0) return absl::CancelledError("validation stopped by a signal");
-    const Batch batch = val_loader_->Get(b);
-    if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "validation"); !s.ok()) return s;
-    auto l = EvaluateLoss(*grid_, *model_, state_.params.data(), batch.tokens.data(),
-                          {1, run_.micro_batch(), run_.seq_len()});
-    if (!l.ok()) return l.status();
-    loss += *l;
+  std::vector<std::pair<std::string, double>> losses;
+  double weighted = 0, weights = 0;
+  for (const ValSource& source : val_loaders_) {
+    const ValidationLoader& val = *source.loader;
+    double loss = 0;
+    for (int64_t b = 0; b < val.num_batches(); ++b) {
+      // A stop signal ends the pass (every rank alike: the world's maximum decides), so
+      // that a long validation cannot delay the checkpoint a preemption asks for.
+      double stop_flag = StopRequested() ? 1.0 : 0.0;
+      grid_->world().AllReduce(&stop_flag, 1, ReduceOp::kMax);
+      if (stop_flag > 0) return absl::CancelledError("validation stopped by a signal");
+      const Batch batch = val.Get(b);
+      if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "validation",
+                                 [&](int64_t row, int64_t col) {
+                                   return val.stream().Locate((batch.first_sample + row) * run_.seq_len() + col);
+                                 });
+          !s.ok()) {
+        return s;
+      }
+      auto l = EvaluateLoss(*grid_, *model_, state_.params.data(), batch.tokens.data(),
+                            {1, run_.micro_batch(), run_.seq_len()});
+      if (!l.ok()) return l.status();
+      loss += *l;
+    }
+    loss /= double(val.num_batches());
+    losses.emplace_back(source.name, loss);
+    weighted += source.weight * loss;
+    weights += source.weight;
   }
-  return loss / double(val_loader_->num_batches());
+  if (named_val_) last_val_losses_ = std::move(losses);
+  return weighted / weights;
 }
 
 absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool applied, double seconds) {
@@ -546,6 +581,15 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
                       {"skipped", !applied}};
   if (!std::isfinite(loss)) j["loss"] = nullptr;
   if (!std::isfinite(grad_norm)) j["grad_norm"] = nullptr;
+  // Tokens drawn from each source of a mixture so far: a pure function of the samples.
+  std::vector<std::pair<std::string, int64_t>> source_tokens;
+  if (named_train_) {
+    for (int k = 0; k < loader_->schedule().num_sources(); ++k) {
+      source_tokens.emplace_back(loader_->sources()[k].name,
+                                 loader_->schedule().CountBefore(k, state_.samples) * run_.seq_len());
+      j["tokens/" + source_tokens.back().first] = source_tokens.back().second;
+    }
+  }
   if (auto s = AppendMetrics(j.dump()); !s.ok()) return s;
   if (tensorboard_ != nullptr) {
     (void)tensorboard_->AddScalar("train/loss", loss, state_.step);
@@ -553,6 +597,9 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
     (void)tensorboard_->AddScalar("train/grad_norm", grad_norm, state_.step);
     (void)tensorboard_->AddScalar("train/tokens_per_s", tokens_per_s, state_.step);
     (void)tensorboard_->AddScalar("train/mfu", mfu, state_.step);
+    for (const auto& [name, tokens] : source_tokens) {
+      (void)tensorboard_->AddScalar("train/tokens/" + name, double(tokens), state_.step);
+    }
     if (auto s = tensorboard_->Flush(); !s.ok()) return s;
   }
   if (!applied) {
@@ -602,14 +649,28 @@ absl::Status Trainer::Run() {
     }
     const bool eval_now = run_.eval().every() > 0 &&
                           (state_.step % run_.eval().every() == 0 || state_.step == run_.steps());
-    if (eval_now && val_loader_ != nullptr) {
+    if (eval_now && !val_loaders_.empty()) {
       auto val = Validate();
       if (!val.ok() && !absl::IsCancelled(val.status())) return val.status();
       if (val.ok()) last_val_loss_ = *val;
       if (val.ok() && is_logger()) {
-        if (auto s = AppendMetrics(nlohmann::json{{"step", state_.step}, {"val_loss", *val}}.dump()); !s.ok()) return s;
-        if (tensorboard_ != nullptr) (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
-        std::fprintf(stderr, "step %lld/%lld | val_loss %.4f\n", (long long)state_.step, (long long)run_.steps(), *val);
+        nlohmann::json row = {{"step", state_.step}, {"val_loss", *val}};
+        std::string per_source;
+        if (named_val_) {
+          for (const auto& [name, loss] : last_val_losses_) {
+            row["val_loss/" + name] = loss;
+            absl::StrAppend(&per_source, " | ", name, " ", absl::StrFormat("%.4f", loss));
+          }
+        }
+        if (auto s = AppendMetrics(row.dump()); !s.ok()) return s;
+        if (tensorboard_ != nullptr) {
+          (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
+          if (named_val_) {
+            for (const auto& [name, loss] : last_val_losses_) (void)tensorboard_->AddScalar("val_loss/" + name, loss, state_.step);
+          }
+        }
+        std::fprintf(stderr, "step %lld/%lld | val_loss %.4f%s\n", (long long)state_.step, (long long)run_.steps(), *val,
+                     per_source.c_str());
       }
     }
     // Every rank must agree to stop at the same step (signals reach ranks at

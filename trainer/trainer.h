@@ -58,6 +58,12 @@ class Trainer {
   struct Sources {
     std::shared_ptr<const TokenStream> train;  // training shards (windows by data/loader.h)
     std::shared_ptr<const TokenStream> val;    // held-out shard; may be null: no validation
+    // A weighted mixture of named training sources (data/mixture.h), used instead of
+    // `train` when not empty: metrics rows then carry tokens/<name> per source.
+    std::vector<LoaderSource> mixture;
+    // Named held-out sources, used instead of `val` when not empty: validation rows
+    // carry val_loss/<name> for each and val_loss, their mean weighted by `weight`.
+    std::vector<LoaderSource> val_sources;
   };
   // `run` has defaults applied and is validated against `dims`; `grid` is
   // this process's place in the layout (ProcessGrid::Single() for one
@@ -93,7 +99,8 @@ class Trainer {
   absl::Status SaveCheckpointNow();
 
   // Mean validation loss over the first run.eval().batches() micro-batches of
-  // the held-out stream, taken dp at a time (rounded up to a multiple of dp).
+  // the held-out stream, taken dp at a time (rounded up to a multiple of dp); with
+  // several held-out sources, each one's (last_val_losses()) and their weighted mean.
   // A collective. Cancelled when a stop signal reached any rank (checked before
   // each batch, so a long pass never delays a preemption's checkpoint).
   absl::StatusOr<double> Validate();
@@ -103,6 +110,8 @@ class Trainer {
   const ParamLayout& layout() const { return model_->layout(); }
   double last_loss() const { return last_loss_; }
   double last_val_loss() const { return last_val_loss_; }
+  // (name, loss) of each held-out source at the last validation (Sources::val_sources).
+  const std::vector<std::pair<std::string, double>>& last_val_losses() const { return last_val_losses_; }
   bool stopped_by_signal() const { return stopped_by_signal_; }
   bool resumed() const { return resumed_; }
   int64_t steps_run() const { return run_steps_; }  // optimizer steps taken by Run() in this process
@@ -139,7 +148,16 @@ class Trainer {
   config::RunConfig run_;
   ModelDims dims_;
   std::unique_ptr<TrainLoader> loader_;
-  std::unique_ptr<ValidationLoader> val_loader_;
+  // One per held-out source (one, unnamed, for Sources::val), with its name and weight.
+  struct ValSource {
+    std::string name;
+    double weight = 1;
+    std::unique_ptr<ValidationLoader> loader;
+  };
+  std::vector<ValSource> val_loaders_;
+  bool named_val_ = false;     // val_loss/<name> rows
+  bool named_train_ = false;   // tokens/<name> rows
+  std::vector<std::pair<std::string, double>> last_val_losses_;
   ProcessGrid* grid_;
   std::unique_ptr<ParallelModel> model_;
   std::unique_ptr<AdamW> optimizer_;

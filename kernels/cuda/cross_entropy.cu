@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace multiscreen::kernels::cuda {
@@ -26,18 +27,6 @@ __device__ float BlockMax(float v) {
   return result;
 }
 
-__device__ double BlockSum(double v) {
-  __shared__ double shared[kThreads];
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
-    __syncthreads();
-  }
-  const double result = shared[0];
-  __syncthreads();
-  return result;
-}
 
 __device__ float RowMax(const float* z, int64_t V) {
   float mx = -INFINITY;

@@ -1,9 +1,12 @@
 // Device functions shared by the CUDA kernels: the TanhNorm scale (spec step 11, the
 // twin of cpu::TanhNormScale with its series below ‖h‖ = 0.1), the output gate (spec
-// step 12, the twin of kernels/cpu/gate.h with the library's expf/tanhf) and a warp sum.
+// step 12, the twin of kernels/cpu/gate.h with the library's expf/tanhf), a warp sum
+// and a block sum in fp64.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/launch.h"
 
 namespace multiscreen::kernels::cuda {
 
@@ -32,6 +35,21 @@ __device__ inline void GateForwardAndDerivative(float g, float* gate, float* der
 __device__ inline float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
+}
+
+// Sum of v over a block of kThreads threads, by a fixed tree (the same order on every
+// run); every thread gets it. Every thread of the block must call it.
+__device__ inline double BlockSum(double v) {
+  __shared__ double shared[kThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  const double result = shared[0];
+  __syncthreads();  // the buffer may be reused by the next call
+  return result;
 }
 
 }  // namespace multiscreen::kernels::cuda

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace multiscreen::kernels::cuda {
@@ -74,17 +75,6 @@ struct NonFiniteTerm {
   __device__ double operator()(int64_t i) const { return isfinite(x[i]) ? 0.0 : 1.0; }
 };
 
-// In-block tree sum of one value per thread (blockDim.x == kThreads); thread 0 gets it.
-__device__ double BlockSum(double v) {
-  __shared__ double shared[kThreads];
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
-    __syncthreads();
-  }
-  return shared[0];
-}
 
 // Pass 1: partial[block] = the block's terms, each thread summing its strided share in order.
 template <typename Term>

@@ -31,6 +31,14 @@ PAPER = {
     "psi64": (3963961346, 3758108674),
 }
 
+# The Transformer baseline's Table 4 (spec "Transformer baseline"): total, non-embedding.
+PAPER_TRANSFORMER = {
+    "transformer_8m": (7613312, 1180416),
+    "transformer_45m": (44609024, 18877440),
+    "transformer_353m": (353453056, 301989888),
+    "transformer_1_3b": (1310935040, 1208008704),
+}
+
 
 def run(*args):
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120)
@@ -51,6 +59,57 @@ class CliTest(OneLineErrors):
             j = json.loads(r.stdout)
             self.assertEqual(j["total"], total, model)
             self.assertEqual(j["non_embedding"], non_embedding, model)
+
+    def test_params_json_reproduces_the_transformer_table(self):
+        for model, (total, non_embedding) in PAPER_TRANSFORMER.items():
+            r = run("params", f"--model={model}", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout)
+            self.assertEqual(j["family"], "transformer", model)
+            self.assertEqual(j["total"], total, model)
+            self.assertEqual(j["non_embedding"], non_embedding, model)
+            # Per layer 4 d^2 + 3 d floor(8d/3) + 2 d (spec), no final-norm gain.
+            d, n_l = j["d_e"], j["n_layers"]
+            self.assertEqual(j["d_ff"], 8 * d // 3, model)
+            self.assertEqual(j["non_embedding"], n_l * (4 * d * d + 3 * d * (8 * d // 3) + 2 * d), model)
+            self.assertEqual(j["norm_gains"], 2 * d * n_l, model)
+
+    def test_transformer_switches_add_their_scalars(self):
+        # qk_norm: one scale per head and layer; sio: s_E and s_F.
+        path = os.path.join(self.dir, "t8m_all.textproto")
+        with open(path, "w") as f:
+            f.write('name: "t"\nfamily: TRANSFORMER\nn_layers: 6\nn_heads: 4\nd_e: 128\n'
+                    "qk_norm: true\nsio: true\npl_norm: true\n")
+        j = json.loads(run("params", f"--model={path}", "--json").stdout)
+        self.assertEqual(j["total"], 7613312 + 6 * 4 + 2)
+        self.assertEqual((j["qk_norm"], j["sio"], j["pl_norm"]), (True, True, True))
+
+    def test_transformer_model_files_refuse_what_does_not_apply(self):
+        path = os.path.join(self.dir, "bad.textproto")
+        for body, why in (("family: TRANSFORMER\nn_layers: 2\nn_heads: 3\nd_e: 8\n", "even head width"),
+                          ("family: TRANSFORMER\nn_layers: 2\nn_heads: 2\nd_e: 8\nd_k: 4\n", "d_k is a Multiscreen field"),
+                          ("psi: 2\nqk_norm: true\n", "qk_norm is a Transformer switch")):
+            with open(path, "w") as f:
+                f.write(body)
+            self.assert_one_line_error(run("params", f"--model={path}"), why)
+
+    def test_transformer_forward_writes_every_gradient_and_refuses_cuda_and_generate(self):
+        w, t = self._init_and_tokens(2 * 9, model="tiny_transformer_all")
+        r, out = self._forward(w, t, "--device=cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with h5py.File(out) as f, h5py.File(w) as wf:
+            family = wf.attrs["family"]
+            self.assertEqual(family.decode() if isinstance(family, bytes) else family, "transformer")
+            names = []
+            wf.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+            self.assertEqual(len(names), 3 + 2 * 10)  # W_E, s_E, s_F; 10 tensors per layer
+            self.assertAlmostEqual(float(f["loss"][()]), float(np.mean(f["token_losses"][()])), places=5)
+            for n in names:
+                self.assertEqual(f["grad/" + n].shape, wf[n].shape, n)
+                self.assertGreater(np.linalg.norm(f["grad/" + n][()]), 0, n)
+        self.assert_one_line_error(self._forward(w, t, "--device=cuda")[0], "--device=cuda: ")
+        r = run("generate", f"--weights={w}", "--prompt=hi")
+        self.assertNotEqual(r.returncode, 0)
 
     def test_params_table_lists_the_groups(self):
         r = run("params", "--model=psi16")
@@ -152,6 +211,54 @@ class CliTest(OneLineErrors):
         r = run("forward", f"--weights={t}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
                 f"--out={self.dir}/o.h5")
         self.assert_one_line_error(r, t, "HDF5")
+
+    # ---- --device ------------------------------------------------------------------
+
+    CUDA_REASONS = ("no CUDA kernels", "no CUDA device is visible", "driver is too old")
+
+    def _forward(self, w, t, *flags):
+        out = os.path.join(self.dir, f"out{len(os.listdir(self.dir))}.h5")
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=2", "--seq_len=8", f"--out={out}", *flags)
+        return r, out
+
+    def test_device_cpu_is_the_default_here_and_gives_the_same_gradients(self):
+        w, t = self._init_and_tokens(2 * 9)
+        r_cpu, cpu = self._forward(w, t, "--device=cpu")
+        self.assertEqual(r_cpu.returncode, 0, r_cpu.stderr)
+        r_auto, auto = self._forward(w, t, "--device=auto")
+        self.assertEqual(r_auto.returncode, 0, r_auto.stderr)
+        with h5py.File(cpu) as a, h5py.File(auto) as b:
+            if subprocess.run(["sh", "-c", "command -v nvidia-smi && nvidia-smi -L"], capture_output=True).returncode:
+                # No GPU: auto is the CPU, so the outputs are the same bits.
+                self.assertEqual(float(a["loss"][()]), float(b["loss"][()]))
+            else:
+                self.assertAlmostEqual(float(a["loss"][()]), float(b["loss"][()]), delta=1e-5 * float(a["loss"][()]))
+
+    def test_device_cuda_fails_with_its_reason_or_matches_the_cpu(self):
+        w, t = self._init_and_tokens(2 * 9)
+        r_cpu, cpu = self._forward(w, t, "--device=cpu")
+        self.assertEqual(r_cpu.returncode, 0, r_cpu.stderr)
+        r, gpu = self._forward(w, t, "--device=cuda")
+        if r.returncode != 0:  # this machine: one line naming the flag and why
+            self.assert_one_line_error(r, "--device=cuda: ")
+            self.assertTrue(any(reason in r.stderr for reason in self.CUDA_REASONS), r.stderr)
+            self.assertFalse(os.path.exists(gpu))
+            return
+        with h5py.File(cpu) as a, h5py.File(gpu) as b:  # a machine with a GPU: fp32 within 1e-5
+            self.assertAlmostEqual(float(a["loss"][()]), float(b["loss"][()]), delta=1e-5 * float(a["loss"][()]))
+            for name in a["grad"]:
+                ref, got = a["grad"][name][()], b["grad"][name][()]
+                self.assertLessEqual(np.linalg.norm(got - ref), 1e-5 * max(np.linalg.norm(ref), 1e-30), name)
+
+    def test_device_flag_refuses_unknown_names_and_fp64_on_cuda(self):
+        w, t = self._init_and_tokens(2 * 9)
+        self.assert_one_line_error(self._forward(w, t, "--device=tpu")[0], "--device=tpu: expected cpu, cuda or auto")
+        self.assert_one_line_error(self._forward(w, t, "--device=cuda", "--precision=fp64")[0], "--device=cuda: ",
+                                   "fp64")
+        r = run("bench", "train", "--model=tiny_psi2", "--device=cuda", "--precision=fp64", "--steps=1")
+        self.assert_one_line_error(r, "--device=cuda: ", "fp64")
+        # fp64 with auto quietly takes the CPU.
+        self.assertEqual(self._forward(w, t, "--device=auto", "--precision=fp64")[0].returncode, 0)
 
 
 if __name__ == "__main__":

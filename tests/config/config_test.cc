@@ -217,7 +217,13 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
   };
   EXPECT_EQ(error("psi: 2 w_th: inf"), "w_th = inf must be finite and positive");
   EXPECT_EQ(error("psi: 2 w_th: nan"), "w_th = nan must be finite and positive");
-  EXPECT_EQ(error("psi: 2 family: 99"), "family = 99 is not a known value (MULTISCREEN = 1)");
+  EXPECT_EQ(error("psi: 2 family: 99"), "family = 99 is not a known value (MULTISCREEN = 1, TRANSFORMER = 2)");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 4 d_e: 12"),
+            "d_e = 12 must be n_heads = 4 times an even head width (RoPE rotates pairs)");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 w_th: 4"),
+            "w_th is a Multiscreen field; a TRANSFORMER's head width is d_e / n_heads");
+  EXPECT_EQ(error("psi: 2 sio: true"), "sio is a Transformer switch (family: TRANSFORMER)");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 qk_norm: true sio: true"), "ok");
   // The name goes into logs, manifests and one-line errors: checkpoints refuse such a name,
   // so training must not start with it.
   EXPECT_EQ(error("name: \"a\\nb\" psi: 2"), "name is not a line of at most 256 printable characters");

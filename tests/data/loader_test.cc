@@ -235,7 +235,8 @@ TEST(LoaderErrorsTest, BadShardsAreOneLineErrorsNamingTheFile) {
     return s.ok() ? std::string("ok") : std::string(s.status().message());
   };
   const std::string magic = with_header_int("magic.bin", 0, 1234);
-  EXPECT_EQ(error({good, magic}), magic + ": bad magic 1234 (expected 20240520, llm.c .bin)");
+  EXPECT_EQ(error({good, magic}), magic + ": bad magic 1234 (expected 20240520, llm.c .bin; no .idx beside it for a "
+                                          "Megatron pair; a headerless nanoGPT file needs --format=raw_uint16)");
   const std::string version = with_header_int("version.bin", 1, 3);
   EXPECT_EQ(error({version}), version + ": unsupported version 3 (expected 1 or 2)");
   const std::string count = with_header_int("count.bin", 2, 101);

@@ -154,27 +154,113 @@ TEST(PrepareTest, TheGpt2StreamOfTheNlpCorpusMatchesTheGoldens) {
   EXPECT_EQ(s->train_shards.size(), static_cast<size_t>((s->train_tokens + 499'999) / 500'000));
 }
 
-TEST(PrepareTest, RerunsGiveByteIdenticalShardsWhateverTheThreadCount) {
+TEST(PrepareTest, TheDefaultCorpusIsByteIdenticalAt1_2And3Threads) {
   auto tok = testing::LoadGpt2OrFail();
   ASSERT_NE(tok, nullptr);
   TempDir dir;
-  std::vector<std::string> inputs;
-  for (int i = 0; i < 6; ++i) inputs.push_back(absl::StrCat(testing::DataCacheDir(), "/nlp-corpus/doc-", i, ".json"));
-  std::vector<std::string> contents[2];
-  for (int run = 0; run < 2; ++run) {
+  std::vector<std::string> contents[3];
+  for (int threads = 1; threads <= 3; ++threads) {
     PrepareOptions o;
-    o.inputs = inputs;
+    o.inputs = {testing::DataCacheDir() + "/nlp-corpus"};  // 100 files: read by up to `threads` readers at once
+    o.output_dir = dir.path(absl::StrCat("out", threads));
+    o.shard_tokens = 500'000;
+    o.threads = threads;
+    auto s = Prepare(*tok, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->tokens, 2'050'151);  // README: 2.05M tokens with an EOS after each of the 100,000 sentences
+    contents[threads - 1].push_back(ReadFile(s->val_shard));
+    for (const auto& p : s->train_shards) contents[threads - 1].push_back(ReadFile(p));
+  }
+  EXPECT_EQ(contents[0].size(), 5u);  // val + 4 train shards
+  EXPECT_TRUE(contents[0] == contents[1]);
+  EXPECT_TRUE(contents[0] == contents[2]);
+}
+
+// A JSONL corpus of the nlp-corpus sentences, one object per line (about 1.7 MB).
+std::string NlpCorpusJsonl(int files) {
+  std::string out;
+  for (int i = 0; i < files; ++i) {
+    const auto array = nlohmann::json::parse(ReadFile(absl::StrCat(testing::DataCacheDir(), "/nlp-corpus/doc-", i, ".json")));
+    for (const auto& text : array) out += nlohmann::json{{"text", text}}.dump() + "\n";
+  }
+  return out;
+}
+
+TEST(PrepareTest, ALargeJsonlFileIsReadInPiecesWithTheSameOutput) {
+  auto tok = testing::LoadGpt2OrFail();
+  ASSERT_NE(tok, nullptr);
+  TempDir dir;
+  const std::string jsonl = NlpCorpusJsonl(20);
+  WriteFile(dir.path("corpus.jsonl"), jsonl);
+  ReadOptions read;
+  auto units = SplitInputs({dir.path("corpus.jsonl")}, read, 64 << 10);
+  ASSERT_TRUE(units.ok()) << units.status();
+  ASSERT_GT(units->size(), 20u);
+  // Pieces tile the file, each cut after a newline, numbered with the line it starts.
+  int64_t at = 0, line = 1;
+  for (const InputUnit& u : *units) {
+    EXPECT_TRUE(u.split);
+    EXPECT_EQ(u.begin, at);
+    EXPECT_EQ(u.first_line, line);
+    EXPECT_EQ(jsonl[u.end - 1], '\n');
+    line += std::count(jsonl.begin() + u.begin, jsonl.begin() + u.end, '\n');
+    at = u.end;
+    EXPECT_EQ(u.last_of_file, at == static_cast<int64_t>(jsonl.size()));
+  }
+  EXPECT_EQ(at, static_cast<int64_t>(jsonl.size()));
+  std::vector<std::string> contents[4];
+  for (int run = 0; run < 4; ++run) {
+    PrepareOptions o;
+    o.inputs = {dir.path("corpus.jsonl")};
     o.output_dir = dir.path(absl::StrCat("out", run));
-    o.shard_tokens = 20'000;
-    o.val_tokens = 5'000;
-    o.threads = run == 0 ? 1 : 3;
+    o.shard_tokens = 100'000;
+    o.val_tokens = 10'000;
+    o.threads = run == 0 ? 1 : run;
+    o.split_bytes = run == 0 ? 0 : 64 << 10;  // run 0: the whole file by one reader
     auto s = Prepare(*tok, o);
     ASSERT_TRUE(s.ok()) << s.status();
     contents[run].push_back(ReadFile(s->val_shard));
     for (const auto& p : s->train_shards) contents[run].push_back(ReadFile(p));
   }
   EXPECT_GT(contents[0].size(), 3u);
-  EXPECT_TRUE(contents[0] == contents[1]);
+  for (int run = 1; run < 4; ++run) EXPECT_TRUE(contents[0] == contents[run]) << "run " << run;
+  // An error in a later piece names the file's own line.
+  std::string bad = jsonl;
+  const size_t cut = bad.find('\n', bad.size() / 2 + 1000) + 1;  // the start of a line in the second half
+  const int64_t bad_line = std::count(bad.begin(), bad.begin() + cut, '\n') + 1;
+  bad.insert(cut, "{\"text\": 7}\n");
+  WriteFile(dir.path("bad.jsonl"), bad);
+  PrepareOptions o;
+  o.inputs = {dir.path("bad.jsonl")};
+  o.output_dir = dir.path("bad_out");
+  o.threads = 3;
+  o.split_bytes = 64 << 10;
+  EXPECT_EQ(Prepare(*tok, o).status().message(),
+            absl::StrCat(dir.path("bad.jsonl"), ":", bad_line, ": field 'text' is a number, not a string"));
+  // A large file of blank lines only: no document in any piece.
+  WriteFile(dir.path("blank.jsonl"), std::string(200'000, '\n'));
+  o.inputs = {dir.path("blank.jsonl")};
+  EXPECT_EQ(Prepare(*tok, o).status().message(), dir.path("blank.jsonl") + ": empty input (no documents)");
+}
+
+TEST(PrepareTest, AnInterruptedPrepareLeavesNoShard) {
+  auto tok = testing::LoadGpt2OrFail();
+  ASSERT_NE(tok, nullptr);
+  TempDir dir;
+  PrepareOptions o;
+  o.inputs = {testing::DataCacheDir() + "/nlp-corpus"};
+  o.output_dir = dir.path("out");
+  o.shard_tokens = 50'000;  // several shards finished (still *.tmp) before the stop
+  o.threads = 2;
+  int polls = 0;
+  o.cancelled = [&] { return ++polls > 30; };
+  auto s = Prepare(*tok, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsCancelled(s.status())) << s.status();
+  EXPECT_NE(std::string(s.status().message()).find("interrupted after"), std::string::npos) << s.status();
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path("out"))) left.push_back(e.path().filename());
+  EXPECT_TRUE(left.empty()) << absl::StrJoin(left, ", ");
 }
 
 TEST(PrepareTest, ARerunIntoTheSameDirectoryRemovesStaleShards) {

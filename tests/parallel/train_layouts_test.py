@@ -87,6 +87,25 @@ class TrainLayoutsTest(unittest.TestCase):
                                f"--zero={zero}", "--steps=10")
                     self.assert_same_trajectory(d, keys)
 
+    def test_the_transformer_matches_its_single_process_under_pp_and_dp_and_refuses_tp(self):
+        model = "--model=tiny_transformer_train"
+        ref = os.path.join(self.tmp.name, "transformer_single")
+        self.train(ref, 1, model, "--grad_accum=4", "--steps=10")
+        keys = [(s, "train") for s in range(1, 11)] + [(5, "val"), (10, "val")]
+        for pp, dp, zero in [(2, 1, 0), (1, 2, 1), (2, 2, 0)]:
+            with self.subTest(pp=pp, dp=dp, zero=zero):
+                d = os.path.join(self.tmp.name, f"transformer_{pp}{dp}_z{zero}")
+                self.train(d, pp * dp, model, f"--pp={pp}", f"--grad_accum={4 // dp}", f"--zero={zero}", "--steps=10")
+                want, got = metrics(ref), metrics(d)
+                for key in keys:
+                    self.assertLessEqual(abs(got[key] - want[key]), TOL * abs(want[key]), f"{key}: {got[key]} vs {want[key]}")
+        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", model, "--tp=2",
+                            f"--run_dir={os.path.join(self.tmp.name, 'transformer_tp2')}"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("no tensor parallelism yet", r.stderr)
+
     def test_a_checkpoint_resumes_under_other_layouts(self):
         saved = os.path.join(self.tmp.name, "saved_tp2_pp2")
         self.train(saved, 4, "--tp=2", "--pp=2", "--grad_accum=4", "--steps=10")

@@ -311,6 +311,30 @@ class TrainTest(unittest.TestCase):
         self.assertNotEqual(la[10], lb[10])
         self.assertLess(abs(la[10] - lb[10]), 0.1 * la[10])
 
+    def test_the_transformer_baseline_learns_and_resumes_bit_identically(self):
+        # tiny_transformer_train (2 layers, d_E 32) through the same trainer, checkpoints
+        # and validation: the synthetic stream is learnable, ln 97 = 4.57 at the start.
+        flags = ("--model=tiny_transformer_train", "--lr=0.01")
+        d = self.run_dir("transformer")
+        self.train(d, *flags)
+        losses = train_losses(d)
+        self.assertEqual(sorted(losses), list(range(1, 41)))
+        self.assertAlmostEqual(losses[1], math.log(97), delta=0.3)
+        self.assertLess(losses[40], 0.25 * losses[1])
+        vals = [x["val_loss"] for x in metrics(d) if "val_loss" in x]
+        self.assertEqual(len(vals), 4)
+        self.assertLess(vals[-1], 0.5 * vals[0])
+        with open(os.path.join(d, "checkpoints", "step_00000040", "manifest.json")) as f:
+            self.assertEqual(json.load(f)["model"]["family"], "transformer")
+        # 20 steps, then resumed from the step-20 checkpoint to 40: the same losses, exactly.
+        r = self.run_dir("transformer_resumed")
+        self.train(r, *flags, "--steps=20")
+        out = self.train(r, *flags)
+        self.assertIn("resumed from", out.stderr)
+        resumed = train_losses(r)
+        for step in range(1, 41):
+            self.assertEqual(resumed[step], losses[step], f"step {step}")
+
     def test_psi8_at_the_papers_learning_rate_trains_without_divergence(self):
         corpus = os.path.join(SRC, "data_cache", "nlp-corpus")
         tok = os.path.join(SRC, "data_cache", "gpt2")

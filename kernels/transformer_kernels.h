@@ -1,0 +1,53 @@
+// The Transformer baseline's own ops (spec "Transformer baseline"), beside the kernel
+// table (kernels/kernel_table.h) whose shared ops (GEMMs, embedding, unit rows, the
+// fused head, AdamW) the Transformer model also uses. Same conventions as the table:
+// tensors are row-major arrays of Real on device(), per-row fp64 statistics (the
+// attention's lse) and per-head scalars live in host memory.
+//
+// Implementations: the CPU's (kernels/cpu/{rms_norm,rope,attention,swiglu}.h) only.
+// MakeTransformerKernels refuses CUDA in one line until CUDA kernels exist.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/buffer.h"
+#include "kernels/cpu/attention.h"
+
+namespace multiscreen {
+namespace kernels {
+
+using cpu::AttentionShape;
+
+template <typename Real>
+class TransformerKernels {
+ public:
+  virtual ~TransformerKernels() = default;
+  virtual Device device() const = 0;
+
+  // kernels/cpu/rms_norm.h: y = g ⊙ x/√(mean x² + ε) (gain null: none), rstd [rows] saved.
+  virtual void RmsNormForward(const Real* x, const Real* gain, Real* y, Real* rstd, int64_t rows, int64_t d) = 0;
+  virtual void RmsNormBackward(const Real* x, const Real* gain, const Real* rstd, const Real* dy, Real* dx,
+                               Real* dgain, int64_t rows, int64_t d, bool accumulate) = 0;
+  // kernels/cpu/rope.h: in place on [B·T, heads·d_h] (row stride ld); inverse for gradients.
+  virtual void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse) = 0;
+  // kernels/cpu/attention.h: scale, lse and d_scale are host arrays.
+  virtual void AttentionForward(const AttentionShape& shape, const Real* q, const Real* k, const Real* v,
+                                const double* scale, Real* o, double* lse) = 0;
+  virtual void AttentionBackward(const AttentionShape& shape, const Real* q, const Real* k, const Real* v,
+                                 const Real* o, const double* lse, const Real* d_o, const double* scale, Real* dq,
+                                 Real* dk, Real* dv, double* d_scale) = 0;
+  // kernels/cpu/swiglu.h: gu [rows, 2f] = [gate | up], h [rows, f].
+  virtual void SwiGluForward(const Real* gu, Real* h, int64_t rows, int64_t f) = 0;
+  virtual void SwiGluBackward(const Real* gu, const Real* dh, Real* dgu, int64_t rows, int64_t f) = 0;
+};
+
+}  // namespace kernels
+
+// The Transformer kernels of `device`. Errors: any device but the CPU ("no CUDA kernels
+// for the Transformer yet").
+template <typename Real>
+absl::StatusOr<std::unique_ptr<kernels::TransformerKernels<Real>>> MakeTransformerKernels(Device device);
+
+}  // namespace multiscreen

@@ -1,0 +1,77 @@
+// The seam between a model family and everything that runs one (the pipeline stage,
+// the trainer, `forward`): one shard of a model — Multiscreen (model/multiscreen.h) or
+// the Transformer baseline (model/transformer.h) — as the stage pieces a pipeline
+// stage calls, in this order per step:
+//   BeginStep; per micro-batch Embed (first stage), LayersForward, HeadLoss (last
+//   stage), LayersBackward, EmbedBackward (first stage); EndStep.
+// plus the whole-model conveniences ForwardBackward and Loss. Both families are
+// written once over kernel tables; MakeModelStage picks the family from ModelDims.
+// Not thread-safe: one instance holds the activations of one micro-batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "common/config.h"
+#include "kernels/communicator.h"
+#include "kernels/kernel_table.h"
+#include "model/param_layout.h"
+#include "model/step_profile.h"
+#include "model/tile_weights.h"
+
+namespace multiscreen {
+
+struct ModelOptions {
+  Device device = Device::kCpu;  // where the step computes (its kernel table's device)
+  Precision precision = Precision::kFp32;
+  HeadPath head_path = HeadPath::kPanels;
+  int64_t head_chunk_rows = 512;  // tokens per logits chunk: [chunk, V] is the largest logits block
+  int64_t head_vocab_block = 512;  // vocabulary columns a thread takes at a time in the fused head (whole panels of 32)
+  StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
+};
+
+template <typename Real>
+class ModelStage {
+ public:
+  virtual ~ModelStage() = default;
+  virtual const ParamLayout& layout() const = 0;
+  const ModelDims& dims() const { return layout().dims(); }
+
+  // ---- the whole model (a shard with embed and head) --------------------------------
+  // One micro-batch: tokens [B, T+1] (sequence b is tokens[b(T+1) .. (b+1)(T+1))),
+  // inputs the first T of each, targets the last T. Returns the mean next-token
+  // cross-entropy over the B·T positions; adds grad_scale · ∂loss/∂params into grads;
+  // writes token_losses [B, T] when non-null.
+  virtual double ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* grads,
+                                 Real* token_losses = nullptr, double grad_scale = 1.0) = 0;
+  // The same loss without gradients.
+  virtual double Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T,
+                      Real* token_losses = nullptr) = 0;
+
+  // ---- stage pieces (see each family's header for what they compute) ---------------
+  virtual void BeginStep(const Real* params) = 0;
+  // x [n, d_E] from token ids [n] (host). Needs shard.embed.
+  virtual void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) = 0;
+  // x ← the shard's layers applied to x [B·T, d_E]; keeps what the backward needs.
+  virtual void LayersForward(const Real* params, int64_t B, int64_t T, Real* x,
+                             const InferenceOptions* inference = nullptr) = 0;
+  // Mean loss of x [n, d_E] against targets [n]; with dx non-null, dx written and the
+  // head's gradients added, scaled by grad_scale/n. Needs shard.head.
+  virtual double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx, Real* grads,
+                          double grad_scale, Real* token_losses) = 0;
+  // dx ← ∂L/∂(the layers' input) from ∂L/∂(their output); adds the layers' gradients.
+  virtual void LayersBackward(const Real* params, Real* dx, Real* grads) = 0;
+  // Adds the embedding's gradients from dx [n, d_E].
+  virtual void EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) = 0;
+  // Moves the tied table's gradient gathered over the step into W_E's slot of grads.
+  virtual void EndStep(Real* grads) = 0;
+};
+
+// The model of dims.family on `shard`. `tp`: the shard's tensor-parallel group (null:
+// one). An unusable device or layout is fatal here with one line (callers check the
+// device first: CheckDevice in cli/; the Transformer has CPU kernels only and tp = 1).
+template <typename Real>
+std::unique_ptr<ModelStage<Real>> MakeModelStage(const ModelDims& dims, const ShardSpec& shard,
+                                                 ModelOptions options = {}, Communicator* tp = nullptr);
+
+}  // namespace multiscreen

@@ -1,0 +1,414 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+namespace multiscreen {
+namespace {
+
+[[noreturn]] void Fatal(const std::string& what) {
+  std::fprintf(stderr, "multiscreen: fatal: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <typename Real>
+std::unique_ptr<kernels::KernelTable<Real>> SharedTableFor(const ModelOptions& options) {
+  KernelOptions k;
+  k.head_path = options.head_path;
+  k.head_chunk_rows = options.head_chunk_rows;
+  k.head_vocab_block = options.head_vocab_block;
+  auto table = MakeKernelTable<Real>(options.device, k);
+  if (!table.ok()) Fatal("--device=" + DeviceName(options.device) + ": " + std::string(table.status().message()));
+  return std::move(*table);
+}
+
+template <typename Real>
+std::unique_ptr<kernels::TransformerKernels<Real>> TransformerTableFor(const ModelOptions& options) {
+  auto table = MakeTransformerKernels<Real>(options.device);
+  if (!table.ok()) Fatal(std::string(table.status().message()));
+  return std::move(*table);
+}
+
+}  // namespace
+
+template <typename Real>
+Transformer<Real>::Transformer(const ModelDims& dims, const ShardSpec& shard, ModelOptions options, Communicator* tp)
+    : layout_(dims, shard),
+      options_(options),
+      ops_(SharedTableFor<Real>(options)),
+      tk_(TransformerTableFor<Real>(options)),
+      table_(options.device), e_norm_(options.device), table_c_(options.device), d_table_(options.device),
+      d_a_(options.device), d_qkv_(options.device), d_q_(options.device), d_k_(options.device), d_v_(options.device),
+      d_o_(options.device), d_gu_(options.device), d_h_(options.device), d_w_qkv_(options.device),
+      scratch_x_(options.device), y_(options.device), y_c_(options.device), y_stat_(options.device),
+      dy_(options.device), step_x_(options.device), step_dx_(options.device), step_x0_(options.device) {
+  if (!dims.transformer()) Fatal("model " + dims.name + " is not a Transformer");
+  if ((tp != nullptr && tp->size() > 1) || shard.tiles() != dims.n_heads || shard.vocab() != dims.vocab) {
+    Fatal("model " + dims.name + ": the Transformer baseline has no tensor parallelism yet (--tp must be 1)");
+  }
+  for (int64_t li = 0; li < shard.layers(); ++li) {
+    weights_.emplace_back(options.device);
+    acts_.emplace_back(options.device);
+  }
+}
+
+template <typename Real>
+typename Transformer<Real>::Slots Transformer<Real>::SlotsOf(int64_t layer) const {
+  const auto& e = layout_.entries();
+  int64_t i = layout_.LayerEntry(layer);
+  Slots s;
+  s.attn_norm = e[i++].buffer_offset;
+  s.w_q = e[i++].buffer_offset;
+  s.w_k = e[i++].buffer_offset;
+  s.w_v = e[i++].buffer_offset;
+  s.w_o = e[i++].buffer_offset;
+  s.s_qk = dims().qk_norm ? e[i++].buffer_offset : -1;
+  s.ffn_norm = e[i++].buffer_offset;
+  s.w_gate = e[i++].buffer_offset;
+  s.w_up = e[i++].buffer_offset;
+  s.w_down = e[i++].buffer_offset;
+  return s;
+}
+
+template <typename Real>
+const Real* Transformer<Real>::Table() const {
+  return options_.precision == Precision::kFp32 ? table_.data() : table_c_.data();
+}
+
+template <typename Real>
+void Transformer<Real>::RoundToCompute(Real* data, int64_t n) const {
+  ops_->RoundTo(options_.precision, data, n);
+}
+
+template <typename Real>
+void Transformer<Real>::BeginStep(const Real* params) {
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
+  const ModelDims& d = dims();
+  const ShardSpec& shard = layout_.shard();
+  const int64_t dE = d.d_e, H = d.n_heads, dh = d.d_k, F = d.d_ff();
+  if (shard.embed || shard.head) {
+    const Real* w_e = params + layout_.Find("embed/W_E")->buffer_offset;
+    const int64_t rows = shard.vocab();
+    table_.Resize(rows * dE);
+    d_table_.Resize(rows * dE);
+    ops_->Fill(d_table_.data(), rows * dE, Real(0));
+    if (d.sio) {  // Ē: unit rows of W_E
+      e_norm_.Resize(rows);
+      ops_->UnitRowsForward(w_e, dE, table_.data(), dE, e_norm_.data(), rows, dE);
+    } else {
+      ops_->Copy(w_e, rows * dE, table_.data());
+    }
+    if (options_.precision != Precision::kFp32) {
+      table_c_.Resize(rows * dE);
+      ops_->Copy(table_.data(), rows * dE, table_c_.data());
+      RoundToCompute(table_c_.data(), rows * dE);
+    }
+    if (d.sio && shard.embed) ops_->Download(params + layout_.Find("embed/s_E")->buffer_offset, 1, &s_e_);
+    if (d.sio && shard.head) ops_->Download(params + layout_.Find("head/s_F")->buffer_offset, 1, &s_f_);
+    if (shard.head) ops_->PrepareHead(Table(), rows, dE);
+  }
+  for (int64_t li = 0; li < shard.layers(); ++li) {
+    LayerWeights& w = weights_[li];
+    const Slots s = SlotsOf(shard.layer_begin + li);
+    // W_Q, W_K, W_V [N_H, d_E, d_h] → the columns of one [d_E, 3 d_E] matrix.
+    w.w_qkv.Resize(dE * 3 * dE);
+    const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
+    for (int p = 0; p < 3; ++p) {
+      for (int64_t h = 0; h < H; ++h) {
+        ops_->Copy2D(params + parts[p] + h * dE * dh, dh, dE, dh, w.w_qkv.data() + p * dE + h * dh, 3 * dE);
+      }
+    }
+    w.w_o.Resize(dE * dE);
+    ops_->Copy(params + s.w_o, dE * dE, w.w_o.data());
+    w.w_gu.Resize(2 * F * dE);
+    ops_->Copy(params + s.w_gate, F * dE, w.w_gu.data());
+    ops_->Copy(params + s.w_up, F * dE, w.w_gu.data() + F * dE);
+    w.w_down.Resize(F * dE);
+    ops_->Copy(params + s.w_down, F * dE, w.w_down.data());
+    for (Array* a : {&w.w_qkv, &w.w_o, &w.w_gu, &w.w_down}) RoundToCompute(a->data(), a->size());
+    w.scale.assign(H, 1.0 / std::sqrt(double(dh)));
+    if (d.qk_norm) {
+      std::vector<Real> s_qk(H);
+      ops_->Download(params + s.s_qk, H, s_qk.data());
+      for (int64_t h = 0; h < H; ++h) w.scale[h] = std::exp(double(s_qk[h]));
+    }
+  }
+}
+
+template <typename Real>
+void Transformer<Real>::Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) {
+  (void)params;  // BeginStep made the table and read s_E
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
+  const ShardSpec& shard = layout_.shard();
+  const Real scale = dims().sio ? static_cast<Real>(std::exp(double(s_e_))) : Real(1);
+  ops_->EmbeddingForward(Table(), shard.vocab_begin, shard.vocab_end, dims().d_e, ids, n, scale, x);
+}
+
+template <typename Real>
+void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, Real* x,
+                                      const InferenceOptions* inference) {
+  (void)inference;
+  const ModelDims& d = dims();
+  const int64_t dE = d.d_e, H = d.n_heads, dh = d.d_k, F = d.d_ff(), rows = B * T;
+  const Precision prec = options_.precision;
+  batch_ = B;
+  seq_ = T;
+  scratch_x_.Resize(rows * dE);
+  const kernels::AttentionShape shape{B, T, H, dh};
+  for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
+    LayerActivations& a = acts_[li];
+    const LayerWeights& w = weights_[li];
+    const Slots s = SlotsOf(layout_.shard().layer_begin + li);
+    // Attention block: a = RMSNorm(x), q k v = a W, RoPE, [unit q, k], attention, x += o W_O.
+    PhaseTimer timer(options_.profile, StepProfile::kProjections);
+    a.x_in.Resize(rows * dE);
+    ops_->Copy(x, rows * dE, a.x_in.data());
+    a.rstd1.Resize(rows);
+    a.xn1.Resize(rows * dE);
+    tk_->RmsNormForward(a.x_in.data(), params + s.attn_norm, a.xn1.data(), a.rstd1.data(), rows, dE);
+    RoundToCompute(a.xn1.data(), rows * dE);
+    a.qkv.Resize(rows * 3 * dE);
+    ops_->Gemm(prec, false, false, rows, 3 * dE, dE, 1, a.xn1.data(), dE, w.w_qkv.data(), 3 * dE, 0, a.qkv.data(),
+               3 * dE);
+    Array* qkv[3] = {&a.q, &a.k, &a.v};
+    for (int p = 0; p < 3; ++p) {
+      qkv[p]->Resize(rows * dE);
+      ops_->Copy2D(a.qkv.data() + p * dE, 3 * dE, rows, dE, qkv[p]->data(), dE);
+    }
+    tk_->Rope(a.q.data(), dE, B, T, H, dh, false);
+    tk_->Rope(a.k.data(), dE, B, T, H, dh, false);
+    if (d.qk_norm) {  // unit(RoPE(q)) = RoPE(unit(q)): a rotation keeps the norm
+      a.q_norm.Resize(rows * H);
+      a.k_norm.Resize(rows * H);
+      ops_->UnitRowsForward(a.q.data(), dh, a.q.data(), dh, a.q_norm.data(), rows * H, dh);
+      ops_->UnitRowsForward(a.k.data(), dh, a.k.data(), dh, a.k_norm.data(), rows * H, dh);
+    }
+    a.o.Resize(rows * dE);
+    a.lse.resize(B * H * T);
+    tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), w.scale.data(), a.o.data(), a.lse.data());
+    RoundToCompute(a.o.data(), rows * dE);
+    ops_->Gemm(prec, false, false, rows, dE, dE, 1, a.o.data(), dE, w.w_o.data(), dE, 0, scratch_x_.data(), dE);
+    ops_->AddInto(scratch_x_.data(), rows * dE, x);
+    // FFN block: f = RMSNorm(x), x += (SiLU(f W_gateᵀ) ⊙ f W_upᵀ) W_down.
+    a.x_mid.Resize(rows * dE);
+    ops_->Copy(x, rows * dE, a.x_mid.data());
+    a.rstd2.Resize(rows);
+    a.xn2.Resize(rows * dE);
+    tk_->RmsNormForward(a.x_mid.data(), params + s.ffn_norm, a.xn2.data(), a.rstd2.data(), rows, dE);
+    RoundToCompute(a.xn2.data(), rows * dE);
+    a.gu.Resize(rows * 2 * F);
+    ops_->Gemm(prec, false, true, rows, 2 * F, dE, 1, a.xn2.data(), dE, w.w_gu.data(), dE, 0, a.gu.data(), 2 * F);
+    a.h.Resize(rows * F);
+    tk_->SwiGluForward(a.gu.data(), a.h.data(), rows, F);
+    RoundToCompute(a.h.data(), rows * F);
+    ops_->Gemm(prec, false, false, rows, dE, F, 1, a.h.data(), F, w.w_down.data(), dE, 0, scratch_x_.data(), dE);
+    ops_->AddInto(scratch_x_.data(), rows * dE, x);
+  }
+}
+
+template <typename Real>
+double Transformer<Real>::HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
+                                   Real* grads, double grad_scale, Real* token_losses) {
+  (void)params;
+  PhaseTimer timer(options_.profile, StepProfile::kHead);
+  const ModelDims& d = dims();
+  const ShardSpec& shard = layout_.shard();
+  const int64_t dE = d.d_e;
+  // y = x/‖x‖ (pl_norm) or RMSNorm(x) without gain; y_stat_ holds ‖x‖ or 1/rms.
+  y_.Resize(n * dE);
+  y_stat_.Resize(n);
+  if (d.pl_norm) {
+    ops_->UnitRowsForward(x, dE, y_.data(), dE, y_stat_.data(), n, dE);
+  } else {
+    tk_->RmsNormForward(x, nullptr, y_.data(), y_stat_.data(), n, dE);
+  }
+  const Real* y_c = y_.data();
+  if (options_.precision != Precision::kFp32) {
+    y_c_.Resize(n * dE);
+    ops_->Copy(y_.data(), n * dE, y_c_.data());
+    RoundToCompute(y_c_.data(), n * dE);
+    y_c = y_c_.data();
+  }
+  lse_.resize(n);
+  target_logit_.assign(n, 0.0);
+  local_target_.resize(n);
+  for (int64_t r = 0; r < n; ++r) {
+    local_target_[r] =
+        targets[r] >= shard.vocab_begin && targets[r] < shard.vocab_end ? targets[r] - shard.vocab_begin : -1;
+  }
+  dy_.Resize(dx != nullptr ? n * dE : 0);
+  kernels::HeadLossArgs<Real> args;
+  args.y = y_c;
+  args.e_bar = Table();
+  args.rows = n;
+  args.vocab = shard.vocab();
+  args.d_e = dE;
+  args.scale = d.sio ? static_cast<Real>(std::exp(double(s_f_))) : Real(1);
+  args.shift = std::numeric_limits<double>::quiet_NaN();  // no bound known: each row's max
+  args.target = local_target_.data();
+  args.coef = static_cast<Real>(grad_scale / double(n));
+  args.lse = lse_.data();
+  args.target_logit = target_logit_.data();
+  args.dy = dx != nullptr ? dy_.data() : nullptr;
+  args.d_e_bar = d_table_.data();
+  args.precision = options_.precision;
+  ops_->HeadLoss(args);
+  double loss = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const double l = lse_[r] - target_logit_[r];
+    loss += l;
+    if (token_losses != nullptr) token_losses[r] = static_cast<Real>(l);
+  }
+  loss /= double(n);
+  if (dx == nullptr) return loss;
+  if (d.sio) {  // ∂L/∂s_F = Σ y · ∂L/∂y, since z = e^{s_F} y Ēᵀ
+    const Real d_sf = static_cast<Real>(ops_->Dot(y_.data(), dy_.data(), n * dE));
+    ops_->AddHost(&d_sf, 1, grads + layout_.Find("head/s_F")->buffer_offset);
+  }
+  if (d.pl_norm) {
+    ops_->UnitRowsBackward(y_.data(), dE, y_stat_.data(), dy_.data(), dE, dx, dE, n, dE, false);
+  } else {
+    tk_->RmsNormBackward(x, nullptr, y_stat_.data(), dy_.data(), dx, nullptr, n, dE, false);
+  }
+  return loss;
+}
+
+template <typename Real>
+void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads) {
+  const ModelDims& d = dims();
+  const int64_t dE = d.d_e, H = d.n_heads, dh = d.d_k, F = d.d_ff(), B = batch_, T = seq_, rows = B * T;
+  const Precision prec = options_.precision;
+  const kernels::AttentionShape shape{B, T, H, dh};
+  d_h_.Resize(rows * F);
+  d_gu_.Resize(rows * 2 * F);
+  d_a_.Resize(rows * dE);
+  d_o_.Resize(rows * dE);
+  d_q_.Resize(rows * dE);
+  d_k_.Resize(rows * dE);
+  d_v_.Resize(rows * dE);
+  d_qkv_.Resize(rows * 3 * dE);
+  d_w_qkv_.Resize(dE * 3 * dE);
+  std::vector<double> d_scale(H);
+  std::vector<Real> g_scale(H);
+  for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
+    LayerActivations& a = acts_[li];
+    const LayerWeights& w = weights_[li];
+    const Slots s = SlotsOf(layout_.shard().layer_begin + li);
+    PhaseTimer timer(options_.profile, StepProfile::kProjections);
+    // FFN: x_out = x_mid + h W_down, h = SwiGLU(xn2 [W_gate; W_up]ᵀ), xn2 = RMSNorm(x_mid).
+    ops_->Gemm(prec, false, true, rows, F, dE, 1, dx, dE, w.w_down.data(), dE, 0, d_h_.data(), F);
+    ops_->Gemm(prec, true, false, F, dE, rows, 1, a.h.data(), F, dx, dE, 1, grads + s.w_down, dE);
+    tk_->SwiGluBackward(a.gu.data(), d_h_.data(), d_gu_.data(), rows, F);
+    // W_gate and W_up are adjacent in the layout: one [2 d_ff, d_E] gradient.
+    ops_->Gemm(prec, true, false, 2 * F, dE, rows, 1, d_gu_.data(), 2 * F, a.xn2.data(), dE, 1, grads + s.w_gate, dE);
+    ops_->Gemm(prec, false, false, rows, dE, 2 * F, 1, d_gu_.data(), 2 * F, w.w_gu.data(), dE, 0, d_a_.data(), dE);
+    tk_->RmsNormBackward(a.x_mid.data(), params + s.ffn_norm, a.rstd2.data(), d_a_.data(), dx, grads + s.ffn_norm,
+                         rows, dE, true);
+    // Attention: x_mid = x_in + o W_O.
+    ops_->Gemm(prec, false, true, rows, dE, dE, 1, dx, dE, w.w_o.data(), dE, 0, d_o_.data(), dE);
+    ops_->Gemm(prec, true, false, dE, dE, rows, 1, a.o.data(), dE, dx, dE, 1, grads + s.w_o, dE);
+    tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
+                           w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data());
+    if (d.qk_norm) {
+      // scale_h = e^{s_QK,h}: ∂L/∂s_QK = scale · ∂L/∂scale.
+      for (int64_t h = 0; h < H; ++h) g_scale[h] = static_cast<Real>(d_scale[h] * w.scale[h]);
+      ops_->AddHost(g_scale.data(), H, grads + s.s_qk);
+      ops_->UnitRowsBackward(a.q.data(), dh, a.q_norm.data(), d_q_.data(), dh, d_q_.data(), dh, rows * H, dh, false);
+      ops_->UnitRowsBackward(a.k.data(), dh, a.k_norm.data(), d_k_.data(), dh, d_k_.data(), dh, rows * H, dh, false);
+    }
+    tk_->Rope(d_q_.data(), dE, B, T, H, dh, true);
+    tk_->Rope(d_k_.data(), dE, B, T, H, dh, true);
+    Array* dqkv[3] = {&d_q_, &d_k_, &d_v_};
+    for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dE, rows, dE, d_qkv_.data() + p * dE, 3 * dE);
+    // qkv = xn1 W_qkv: ∂W_qkv = xn1ᵀ ∂qkv (back into the heads of W_Q, W_K, W_V), ∂xn1 = ∂qkv W_qkvᵀ.
+    ops_->Gemm(prec, true, false, dE, 3 * dE, rows, 1, a.xn1.data(), dE, d_qkv_.data(), 3 * dE, 0, d_w_qkv_.data(),
+               3 * dE);
+    const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
+    for (int p = 0; p < 3; ++p) {
+      for (int64_t h = 0; h < H; ++h) {
+        ops_->Add2D(d_w_qkv_.data() + p * dE + h * dh, 3 * dE, dE, dh, grads + parts[p] + h * dE * dh, dh);
+      }
+    }
+    ops_->Gemm(prec, false, true, rows, dE, 3 * dE, 1, d_qkv_.data(), 3 * dE, w.w_qkv.data(), 3 * dE, 0, d_a_.data(),
+               dE);
+    tk_->RmsNormBackward(a.x_in.data(), params + s.attn_norm, a.rstd1.data(), d_a_.data(), dx, grads + s.attn_norm,
+                         rows, dE, true);
+  }
+}
+
+template <typename Real>
+void Transformer<Real>::EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) {
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
+  const ShardSpec& shard = layout_.shard();
+  const int64_t dE = dims().d_e;
+  const Real scale = dims().sio ? static_cast<Real>(std::exp(double(s_e_))) : Real(1);
+  ops_->EmbeddingBackward(dx, ids, n, shard.vocab_begin, shard.vocab_end, dE, scale, d_table_.data());
+  if (!dims().sio) return;
+  // ∂L/∂s_E = Σ dx · x⁰ with x⁰ = e^{s_E} Ē[ids].
+  step_x0_.Resize(n * dE);
+  Embed(params, ids, n, step_x0_.data());
+  const Real d_se = static_cast<Real>(ops_->Dot(dx, step_x0_.data(), n * dE));
+  ops_->AddHost(&d_se, 1, grads + layout_.Find("embed/s_E")->buffer_offset);
+}
+
+template <typename Real>
+void Transformer<Real>::EndStep(Real* grads) {
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
+  const ShardSpec& shard = layout_.shard();
+  if (!(shard.embed || shard.head)) return;
+  const int64_t dE = dims().d_e, rows = shard.vocab();
+  Real* g_w_e = grads + layout_.Find("embed/W_E")->buffer_offset;
+  if (dims().sio) {
+    ops_->UnitRowsBackward(table_.data(), dE, e_norm_.data(), d_table_.data(), dE, g_w_e, dE, rows, dE, true);
+  } else {
+    ops_->AddInto(d_table_.data(), rows * dE, g_w_e);
+  }
+}
+
+template <typename Real>
+void Transformer<Real>::SplitWindows(const int32_t* tokens, int64_t B, int64_t T) {
+  step_inputs_.resize(B * T);
+  step_targets_.resize(B * T);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, step_inputs_.begin() + b * T);
+    std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), step_targets_.begin() + b * T);
+  }
+}
+
+template <typename Real>
+double Transformer<Real>::ForwardBackward(const Real* params, const int32_t* tokens, int64_t B, int64_t T,
+                                          Real* grads, Real* token_losses, double grad_scale) {
+  const int64_t rows = B * T, dE = dims().d_e;
+  SplitWindows(tokens, B, T);
+  BeginStep(params);
+  step_x_.Resize(rows * dE);
+  step_dx_.Resize(rows * dE);
+  Real *x = step_x_.data(), *dx = step_dx_.data();
+  Embed(params, step_inputs_.data(), rows, x);
+  LayersForward(params, B, T, x);
+  const double loss = HeadLoss(params, x, step_targets_.data(), rows, dx, grads, grad_scale, token_losses);
+  LayersBackward(params, dx, grads);
+  EmbedBackward(params, step_inputs_.data(), rows, dx, grads);
+  EndStep(grads);
+  return loss;
+}
+
+template <typename Real>
+double Transformer<Real>::Loss(const Real* params, const int32_t* tokens, int64_t B, int64_t T, Real* token_losses) {
+  const int64_t rows = B * T, dE = dims().d_e;
+  SplitWindows(tokens, B, T);
+  BeginStep(params);
+  step_x_.Resize(rows * dE);
+  Embed(params, step_inputs_.data(), rows, step_x_.data());
+  LayersForward(params, B, T, step_x_.data());
+  return HeadLoss(params, step_x_.data(), step_targets_.data(), rows, nullptr, nullptr, 1.0, token_losses);
+}
+
+template class Transformer<float>;
+template class Transformer<double>;
+
+}  // namespace multiscreen

@@ -1,0 +1,193 @@
+// The Transformer's CPU kernels (kernels/cpu/{attention,rms_norm,rope,swiglu}.h) against
+// dense references and central finite differences, in double precision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace multiscreen::kernels::cpu {
+namespace {
+
+std::vector<double> Random(int64_t n, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = normal(rng);
+  return v;
+}
+
+// ∂f/∂x_i by central differences at every i of x (f reads x).
+std::vector<double> NumericGrad(std::vector<double>& x, const std::function<double()>& f, double h = 1e-6) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = f();
+    x[i] = saved - h;
+    const double down = f();
+    x[i] = saved;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << "[" << i << "]";
+}
+
+TEST(AttentionTest, BlockedForwardEqualsDenseCausalSoftmaxAcrossThreeBlocks) {
+  const AttentionShape sh{2, 150, 3, 4};  // T = 150: query and key blocks of 64, 64, 22
+  const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h, ld = sh.heads * sh.d_h;
+  const auto q = Random(n, 1, 1.5), k = Random(n, 2, 1.5), v = Random(n, 3);
+  const double scale[3] = {0.5, 1.0, 2.0};
+  std::vector<double> o(n), lse(sh.batch * sh.heads * sh.seq);
+  AttentionForward(sh, q.data(), k.data(), v.data(), scale, o.data(), lse.data());
+  double worst = 0;
+  for (int64_t b = 0; b < sh.batch; ++b) {
+    for (int64_t h = 0; h < sh.heads; ++h) {
+      for (int64_t i = 0; i < sh.seq; ++i) {
+        std::vector<double> s(i + 1);
+        double m = -1e300, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < sh.d_h; ++c) dot += q[(b * sh.seq + i) * ld + h * sh.d_h + c] * k[(b * sh.seq + j) * ld + h * sh.d_h + c];
+          s[j] = scale[h] * dot;
+          m = std::max(m, s[j]);
+        }
+        for (double& x : s) sum += (x = std::exp(x - m));
+        EXPECT_NEAR(lse[(b * sh.heads + h) * sh.seq + i], m + std::log(sum), 1e-12);
+        for (int64_t c = 0; c < sh.d_h; ++c) {
+          double want = 0;
+          for (int64_t j = 0; j <= i; ++j) want += s[j] / sum * v[(b * sh.seq + j) * ld + h * sh.d_h + c];
+          worst = std::max(worst, std::abs(o[(b * sh.seq + i) * ld + h * sh.d_h + c] - want));
+        }
+      }
+    }
+  }
+  EXPECT_LT(worst, 1e-12);
+}
+
+TEST(AttentionTest, FirstQuerySeesOnlyItselfAndFutureKeysChangeNothing) {
+  const AttentionShape sh{1, 70, 1, 4};
+  const int64_t n = sh.seq * sh.d_h;
+  auto q = Random(n, 4), k = Random(n, 5), v = Random(n, 6);
+  const double scale = 1.0;
+  std::vector<double> o(n), o2(n), lse(sh.seq);
+  AttentionForward(sh, q.data(), k.data(), v.data(), &scale, o.data(), lse.data());
+  for (int64_t c = 0; c < sh.d_h; ++c) EXPECT_DOUBLE_EQ(o[c], v[c]);
+  for (int64_t c = 0; c < sh.d_h; ++c) k[69 * sh.d_h + c] += 5, v[69 * sh.d_h + c] -= 3;  // the last key only
+  AttentionForward(sh, q.data(), k.data(), v.data(), &scale, o2.data(), lse.data());
+  for (int64_t i = 0; i < 69 * sh.d_h; ++i) EXPECT_EQ(o[i], o2[i]);
+}
+
+TEST(AttentionTest, BackwardMatchesFiniteDifferencesIncludingTheScale) {
+  const AttentionShape sh{2, 67, 2, 4};  // two blocks
+  const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h;
+  auto q = Random(n, 7), k = Random(n, 8), v = Random(n, 9);
+  const auto w = Random(n, 10);  // loss = Σ w ⊙ o
+  std::vector<double> scale = {0.7, 1.3};
+  std::vector<double> o(n), lse(sh.batch * sh.heads * sh.seq);
+  auto loss = [&] {
+    AttentionForward(sh, q.data(), k.data(), v.data(), scale.data(), o.data(), lse.data());
+    return Dot(w, o);
+  };
+  loss();
+  std::vector<double> dq(n), dk(n), dv(n), d_scale(sh.heads);
+  AttentionBackward(sh, q.data(), k.data(), v.data(), o.data(), lse.data(), w.data(), scale.data(), dq.data(),
+                    dk.data(), dv.data(), d_scale.data());
+  // A subset of each input (every 7th element), all of the scales.
+  for (auto [x, g, name] : {std::tuple{&q, &dq, "dq"}, std::tuple{&k, &dk, "dk"}, std::tuple{&v, &dv, "dv"}}) {
+    for (int64_t i = 0; i < n; i += 7) {
+      const double saved = (*x)[i];
+      (*x)[i] = saved + 1e-6;
+      const double up = loss();
+      (*x)[i] = saved - 1e-6;
+      const double down = loss();
+      (*x)[i] = saved;
+      EXPECT_NEAR((*g)[i], (up - down) / 2e-6, 1e-7 * (1 + std::abs((*g)[i]))) << name << "[" << i << "]";
+    }
+  }
+  ExpectClose(d_scale, NumericGrad(scale, loss), 1e-7, "d_scale");
+}
+
+TEST(RmsNormTest, ForwardHasUnitRmsTimesGainAndBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 5, d = 7;
+  auto x = Random(rows * d, 11, 3.0), gain = Random(d, 12);
+  const auto w = Random(rows * d, 13);
+  std::vector<double> y(rows * d), rstd(rows);
+  RmsNormForward(x.data(), static_cast<const double*>(nullptr), y.data(), rstd.data(), rows, d);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t c = 0; c < d; ++c) sq += y[r * d + c] * y[r * d + c];
+    EXPECT_NEAR(sq / d, 1.0, 1e-6);  // ε = 1e-6 against mean x² ≈ 9
+  }
+  auto loss = [&] {
+    RmsNormForward(x.data(), gain.data(), y.data(), rstd.data(), rows, d);
+    return Dot(w, y);
+  };
+  loss();
+  std::vector<double> dx(rows * d, 1.0), dgain(d, 0.0);
+  RmsNormBackward(x.data(), gain.data(), rstd.data(), w.data(), dx.data(), dgain.data(), rows, d, false);
+  ExpectClose(dx, NumericGrad(x, loss), 1e-7, "dx");
+  ExpectClose(dgain, NumericGrad(gain, loss), 1e-7, "dgain");
+}
+
+TEST(RopeTest, KeepsNormsIsInvertedByItsInverseAndDependsOnRelativePositionOnly) {
+  const int64_t T = 9, H = 2, dh = 6, ld = H * dh;
+  // Every row the same q and the same k: after RoPE q_i·k_j depends on i − j only.
+  const auto q0 = Random(ld, 14), k0 = Random(ld, 15);
+  std::vector<double> q(T * ld), k(T * ld);
+  for (int64_t t = 0; t < T; ++t) std::copy(q0.begin(), q0.end(), q.begin() + t * ld), std::copy(k0.begin(), k0.end(), k.begin() + t * ld);
+  const auto q_in = q;
+  Rope(q.data(), ld, 1, T, H, dh, false);
+  Rope(k.data(), ld, 1, T, H, dh, false);
+  for (int64_t c = 0; c < ld; ++c) EXPECT_EQ(q[c], q0[c]);  // position 0 is the identity
+  auto dot = [&](int64_t i, int64_t j, int64_t h) {
+    double s = 0;
+    for (int64_t c = 0; c < dh; ++c) s += q[i * ld + h * dh + c] * k[j * ld + h * dh + c];
+    return s;
+  };
+  for (int64_t h = 0; h < H; ++h) {
+    EXPECT_NEAR(dot(5, 2, h), dot(7, 4, h), 1e-12);
+    EXPECT_NEAR(dot(3, 3, h), dot(8, 8, h), 1e-12);
+    EXPECT_GT(std::abs(dot(5, 2, h) - dot(5, 3, h)), 1e-6);  // it does depend on i − j
+  }
+  // The pair (0, 3) of head 0 at t = 1 turns by exactly 1 radian.
+  EXPECT_NEAR(q[ld + 0], q0[0] * std::cos(1.0) - q0[3] * std::sin(1.0), 1e-15);
+  Rope(q.data(), ld, 1, T, H, dh, true);
+  for (int64_t i = 0; i < T * ld; ++i) EXPECT_NEAR(q[i], q_in[i], 1e-14);
+}
+
+TEST(SwiGluTest, ForwardIsSiluTimesUpAndBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, f = 5;
+  auto gu = Random(rows * 2 * f, 16, 2.0);
+  const auto w = Random(rows * f, 17);
+  std::vector<double> h(rows * f);
+  SwiGluForward(gu.data(), h.data(), rows, f);
+  const double a = gu[1], u = gu[f + 1];
+  EXPECT_NEAR(h[1], a / (1 + std::exp(-a)) * u, 1e-15);
+  auto loss = [&] {
+    SwiGluForward(gu.data(), h.data(), rows, f);
+    return Dot(w, h);
+  };
+  std::vector<double> dgu(rows * 2 * f);
+  SwiGluBackward(gu.data(), w.data(), dgu.data(), rows, f);
+  ExpectClose(dgu, NumericGrad(gu, loss), 1e-7, "dgu");
+}
+
+}  // namespace
+}  // namespace multiscreen::kernels::cpu

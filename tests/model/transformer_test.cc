@@ -1,0 +1,166 @@
+// The Transformer baseline (model/transformer.h): every parameter's gradient against
+// central finite differences in double precision, for every combination of the switches
+// qk_norm, sio, pl_norm; its initialization (spec "Transformer baseline"); a pipeline of
+// two stages pieces equal to the whole model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "model/init.h"
+#include "model/model_stage.h"
+#include "model/transformer.h"
+#include "tests/model/test_model.h"
+
+namespace multiscreen {
+namespace {
+
+using testing::RandomTokens;
+
+ModelDims TinyTransformer(bool qk_norm, bool sio, bool pl_norm) {
+  ModelDims d = *LoadModel("tiny_transformer");
+  d.qk_norm = qk_norm;
+  d.sio = sio;
+  d.pl_norm = pl_norm;
+  return d;
+}
+
+// Initialized, then moved off the init so that attention is far from uniform, SwiGLU far
+// from linear and gains and scales are not 1: matrices ×12, gains in [0.5, 1.5], scalars ±0.4.
+std::vector<double> Perturbed(const ParamLayout& layout, uint64_t seed) {
+  std::vector<double> p(layout.size());
+  InitParams(layout, seed, p.data());
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (const ParamEntry& e : layout.entries()) {
+    double* v = p.data() + e.buffer_offset;
+    for (int64_t i = 0; i < e.size(); ++i) {
+      if (e.is_gain()) v[i] *= 0.5 + unit(rng);
+      else if (e.is_scalar()) v[i] += 0.8 * (unit(rng) - 0.5);
+      else v[i] *= 12;
+    }
+  }
+  return p;
+}
+
+struct Switches {
+  bool qk_norm, sio, pl_norm;
+};
+
+class TransformerGradientTest : public ::testing::TestWithParam<Switches> {};
+
+TEST_P(TransformerGradientTest, EveryParameterMatchesCentralDifferences) {
+  const Switches s = GetParam();
+  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm);
+  auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
+  ASSERT_NE(dynamic_cast<Transformer<double>*>(model.get()), nullptr);
+  const ParamLayout& layout = model->layout();
+  std::vector<double> p = Perturbed(layout, 21);
+  const int64_t B = 2, T = 9;
+  const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 22);
+  std::vector<double> grads(layout.size(), 0.0);
+  const double loss = model->ForwardBackward(p.data(), tokens.data(), B, T, grads.data());
+  EXPECT_TRUE(std::isfinite(loss));
+  const double h = 1e-6;
+  int checked = 0;
+  for (const ParamEntry& e : layout.entries()) {
+    const int64_t stride = e.is_scalar() || e.is_gain() ? 1 : e.kind == ParamKind::kW_E ? 11 : 3;
+    for (int64_t i = 0; i < e.size(); i += stride) {
+      double& x = p[e.buffer_offset + i];
+      const double saved = x;
+      x = saved + h;
+      const double up = model->Loss(p.data(), tokens.data(), B, T);
+      x = saved - h;
+      const double down = model->Loss(p.data(), tokens.data(), B, T);
+      x = saved;
+      const double fd = (up - down) / (2 * h);
+      EXPECT_NEAR(grads[e.buffer_offset + i], fd, 2e-7 + 1e-5 * std::abs(fd)) << e.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 300);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSwitches, TransformerGradientTest,
+                         ::testing::Values(Switches{false, false, false}, Switches{true, false, false},
+                                           Switches{false, true, false}, Switches{false, false, true},
+                                           Switches{true, true, true}));
+
+TEST(TransformerInitTest, FollowsTheSpecStdsAndScalesResidualOutputs) {
+  ModelDims dims = *LoadModel("transformer_8m");
+  dims.qk_norm = dims.sio = true;
+  const ParamLayout layout(dims, ShardSpec::Full(dims));
+  std::vector<float> p(layout.size());
+  InitParams(layout, 5, p.data());
+  auto std_of = [&](const char* name) {
+    const ParamEntry* e = layout.Find(name);
+    double sq = 0;
+    for (int64_t i = 0; i < e->size(); ++i) sq += double(p[e->buffer_offset + i]) * p[e->buffer_offset + i];
+    return std::sqrt(sq / double(e->size()));
+  };
+  EXPECT_NEAR(std_of("embed/W_E"), 0.02, 2e-4);
+  EXPECT_NEAR(std_of("layers/002/W_Q"), 0.02, 5e-4);
+  EXPECT_NEAR(std_of("layers/002/W_gate"), 0.02, 5e-4);
+  EXPECT_NEAR(std_of("layers/002/W_O"), 0.02 / std::sqrt(12.0), 2e-4);    // 1/√(2 N_L), N_L = 6
+  EXPECT_NEAR(std_of("layers/002/W_down"), 0.02 / std::sqrt(12.0), 2e-4);
+  EXPECT_EQ(p[layout.Find("layers/000/attn_norm")->buffer_offset + 17], 1.0f);
+  EXPECT_FLOAT_EQ(p[layout.Find("layers/005/s_QK")->buffer_offset + 3], std::log(std::sqrt(32.0f)));
+  EXPECT_EQ(p[layout.Find("embed/s_E")->buffer_offset], 0.0f);
+  EXPECT_FLOAT_EQ(p[layout.Find("head/s_F")->buffer_offset], std::log(std::sqrt(128.0f)));
+}
+
+TEST(TransformerModelTest, TwoStagesOfLayersEqualTheWholeModel) {
+  const ModelDims dims = TinyTransformer(true, true, false);
+  const ParamLayout full(dims, ShardSpec::Full(dims));
+  const std::vector<double> p = Perturbed(full, 31);
+  const int64_t B = 2, T = 7, rows = B * T;
+  const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 32);
+  auto whole = MakeModelStage<double>(dims, ShardSpec::Full(dims));
+  std::vector<double> g_whole(full.size(), 0.0);
+  const double loss = whole->ForwardBackward(p.data(), tokens.data(), B, T, g_whole.data());
+
+  // Stage 0: embed + layer 0; stage 1: layer 1 + head; parameters copied by name.
+  ShardSpec s0 = ShardSpec::ForRank(dims, 1, 2, 0, 0), s1 = ShardSpec::ForRank(dims, 1, 2, 0, 1);
+  auto m0 = MakeModelStage<double>(dims, s0), m1 = MakeModelStage<double>(dims, s1);
+  auto slice = [&](const ParamLayout& l) {
+    std::vector<double> v(l.size());
+    for (const ParamEntry& e : l.entries()) {
+      std::copy_n(p.data() + full.Find(e.name)->buffer_offset, e.size(), v.data() + e.buffer_offset);
+    }
+    return v;
+  };
+  const auto p0 = slice(m0->layout()), p1 = slice(m1->layout());
+  std::vector<double> g0(p0.size(), 0.0), g1(p1.size(), 0.0), x(rows * dims.d_e), dx(rows * dims.d_e);
+  std::vector<int32_t> in(rows), tgt(rows);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) in[b * T + t] = tokens[b * (T + 1) + t], tgt[b * T + t] = tokens[b * (T + 1) + t + 1];
+  }
+  m0->BeginStep(p0.data());
+  m1->BeginStep(p1.data());
+  m0->Embed(p0.data(), in.data(), rows, x.data());
+  m0->LayersForward(p0.data(), B, T, x.data());
+  m1->LayersForward(p1.data(), B, T, x.data());
+  EXPECT_EQ(m1->HeadLoss(p1.data(), x.data(), tgt.data(), rows, dx.data(), g1.data(), 1.0, nullptr), loss);
+  m1->LayersBackward(p1.data(), dx.data(), g1.data());
+  m0->LayersBackward(p0.data(), dx.data(), g0.data());
+  m0->EmbedBackward(p0.data(), in.data(), rows, dx.data(), g0.data());
+  m0->EndStep(g0.data());
+  m1->EndStep(g1.data());
+  for (const auto* part : {&m0->layout(), &m1->layout()}) {
+    const auto& g = part == &m0->layout() ? g0 : g1;
+    for (const ParamEntry& e : part->entries()) {
+      if (e.kind == ParamKind::kW_E) continue;  // summed between the stages below
+      for (int64_t i = 0; i < e.size(); ++i) {
+        EXPECT_EQ(g[e.buffer_offset + i], g_whole[full.Find(e.name)->buffer_offset + i]) << e.name;
+      }
+    }
+  }
+  const int64_t w0 = m0->layout().Find("embed/W_E")->buffer_offset, w1 = m1->layout().Find("embed/W_E")->buffer_offset;
+  const int64_t wf = full.Find("embed/W_E")->buffer_offset;
+  for (int64_t i = 0; i < dims.vocab * dims.d_e; ++i) {
+    EXPECT_NEAR(g0[w0 + i] + g1[w1 + i], g_whole[wf + i], 1e-14 * (1 + std::abs(g_whole[wf + i])));
+  }
+}
+
+}  // namespace
+}  // namespace multiscreen
