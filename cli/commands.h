@@ -13,6 +13,7 @@ int PrepareCommand(int argc, char** argv);   // corpora -> token shards
 int TrainCommand(int argc, char** argv);    // the training loop
 int CkptCommand(int argc, char** argv);     // checkpoint plan / export / inspect
 int GenerateCommand(int argc, char** argv); // greedy decoding with the cache
+int EvalCommand(int argc, char** argv);     // eval ppl | abcdigits | passkey | ttft: the paper's evaluations
 int BenchCommand(int argc, char** argv);    // bench train | bench screening: measured speed
 
 }  // namespace multiscreen::cli

@@ -11,12 +11,14 @@
 #include "cli/weights_source.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/run_data.h"
 #include "data/gpt2_tokenizer.h"
 #include "model/decode.h"
 
 ABSL_FLAG(std::string, prompt, "", "text to continue");
 ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate");
-ABSL_FLAG(int64_t, train_len, 4096, "longest training sequence length (window expansion past it)");
+ABSL_FLAG(int64_t, train_len, 4096,
+          "longest training sequence length (window expansion past it); default: the run's recorded one, else 4096");
 ABSL_FLAG(bool, as_learned, false, "keep every learned window (no window expansion)");
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);
@@ -37,7 +39,10 @@ int GenerateCommand(int argc, char** argv) {
     return Fail("generate", absl::UnimplementedError(absl::StrCat("model ", weights->dims.name,
                                                                   " is a Transformer: generate (a KV cache) is not built for it yet")));
   }
-  auto tokenizer = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
+  // The tokenizer and training length the run recorded (cli/run_data.h), unless given.
+  const std::vector<std::string> given = GivenFlags(argc, argv);
+  const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
+  auto tokenizer = LoadRunTokenizer(given, run_dir);
   if (!tokenizer.ok()) return Fail("generate", tokenizer.status());
   auto prompt = (*tokenizer)->Encode(absl::GetFlag(FLAGS_prompt));
   if (!prompt.ok()) return Fail("generate", absl::InvalidArgumentError(absl::StrCat("--prompt: ", prompt.status().message())));
@@ -50,7 +55,8 @@ int GenerateCommand(int argc, char** argv) {
   }
   InferenceOptions options;
   options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
-  options.train_len = absl::GetFlag(FLAGS_train_len);
+  std::string train_len_source;
+  options.train_len = RunTrainLen(given, run_dir, &train_len_source);
   DecodeSession<float> session(weights->dims, weights->params.data(), options);
   std::vector<float> logits(weights->dims.vocab);
   for (int32_t id : *prompt) session.Step(id, logits.data());

@@ -31,6 +31,8 @@ constexpr Command kCommands[] = {
      "greedy decoding: --checkpoint=DIR --prompt=TEXT [--max_tokens=N --train_len=T --as_learned]"},
     {"forward", multiscreen::cli::ForwardCommand,
      "loss and gradients: --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B --seq_len=T --out=OUT.h5"},
+    {"eval", multiscreen::cli::EvalCommand,
+     "evaluations: ppl --data=F --seq_len=N | abcdigits | passkey | ttft --context=N | relevance --text=F (--checkpoint=DIR | --weights=W.h5) --out=DIR"},
     {"bench", multiscreen::cli::BenchCommand,
      "speed: train --model=psi8 --seq_len=T --micro_batch=B [--precision= --json] | screening --T=N --w=W"},
 };

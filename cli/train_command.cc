@@ -5,7 +5,9 @@
 // whose checkpoints all fail to verify is refused unless --restart.
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -20,6 +22,7 @@
 #include "cli/device.h"
 #include "kernels/cpu/isa.h"
 #include "model/multiscreen.h"
+#include "nlohmann/json.hpp"
 #include "parallel/fatal.h"
 #include "parallel/launcher.h"
 #include "parallel/mpi_session.h"
@@ -50,6 +53,37 @@ namespace {
 
 // The run: --config's file with the given flags (GivenFlags) over its fields; *source
 // records which fields a flag set, so that ValidateRun's errors name that flag.
+// <run_dir>/data.json: what later commands (`eval`, `generate`) need to know of the run's data
+// without the current directory: the tokenizer (the run file's data.tokenizer_dir, else
+// --tokenizer's default where it exists), as an absolute path, and the longest training
+// sequence length of any start of the run (a continued pretraining at a longer context
+// raises it). Rewritten at every start; failing to write it only warns.
+void RecordRunData(const config::RunConfig& run) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::path(run.run_dir()) / "data.json";
+  nlohmann::json data = nlohmann::json::object();
+  if (std::ifstream in(path); in) {
+    data = nlohmann::json::parse(in, nullptr, false);
+    if (!data.is_object()) data = nlohmann::json::object();
+  }
+  const std::string tokenizer = run.data().tokenizer_dir().empty() ? absl::GetFlag(FLAGS_tokenizer) : run.data().tokenizer_dir();
+  std::error_code ec;
+  if (fs::is_directory(tokenizer, ec)) data["tokenizer_dir"] = fs::absolute(tokenizer, ec).lexically_normal().string();
+  const int64_t before = data.contains("max_seq_len") && data["max_seq_len"].is_number_integer() ? data["max_seq_len"].get<int64_t>() : 0;
+  data["max_seq_len"] = std::max(before, run.seq_len());
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << data.dump() << "\n";
+    if (!out.flush()) {
+      LogWarning(tmp.string(), ": write failed; eval and generate will not find the run's tokenizer by themselves");
+      return;
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) LogWarning(path.string(), ": ", ec.message());
+}
+
 absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given, RunSource* source) {
   config::RunConfig run;
   source->file = absl::GetFlag(FLAGS_config);
@@ -195,6 +229,7 @@ int TrainCommand(int argc, char** argv) {
   auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),
                                  {.restart = absl::GetFlag(FLAGS_restart), .device = *device});
   if (!trainer.ok()) return fail(trainer.status());
+  if (logger) RecordRunData(*run);
   if (logger) {
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());

@@ -1,0 +1,865 @@
+// `multiscreen eval ppl|abcdigits|passkey|ttft|relevance …`: the paper's evaluations of a trained
+// model (spec "Evaluations", issue 16). Each reads --checkpoint=DIR or --weights=FILE.h5,
+// applies the inference window rule (expansion past --train_len; --as_learned keeps every
+// w), writes JSON (and CSV where a table fits) into --out, prints a summary, and with
+// --plot draws PNGs through tools/plot_eval.py (which re-runs on the results alone).
+// Grid evaluations write results as each cell finishes; --resume skips the cells (and ppl
+// the windows) already in --out.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/run_data.h"
+#include "cli/weights_source.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/token_file.h"
+#include "eval/abcdigits.h"
+#include "eval/model_runner.h"
+#include "eval/passkey.h"
+#include "eval/position_loss.h"
+#include "eval/python_random.h"
+#include "eval/relevance.h"
+#include "eval/task_dump.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(int64_t, documents, 0, "eval ppl: at most this many windows (0: all)");
+ABSL_FLAG(int64_t, stride, 0, "eval ppl: take a window every STRIDE tokens of a document (0: one per document; --stream: N+1)");
+ABSL_FLAG(bool, stream, false, "eval ppl: read the input as one token stream (as training does) instead of splitting at EOS");
+ABSL_FLAG(std::string, method, "auto", "eval ppl: full (one forward per window) | decode (the decoding cache) | auto");
+ABSL_FLAG(std::string, contexts, "4096,8192,16384,32768,65536,131072", "eval abcdigits/passkey: context lengths");
+ABSL_FLAG(std::string, depths, "0.1,0.3,0.5,0.7,0.9", "eval abcdigits/passkey: relative depths of the target");
+ABSL_FLAG(int64_t, instances, 100, "eval abcdigits/passkey: instances per (context, depth) cell");
+ABSL_FLAG(bool, generate_only, false, "eval abcdigits: write the instances of one cell to --dump, no model");
+ABSL_FLAG(std::string, mode, "tokens", "eval abcdigits: length in lines | tokens (GPT-2)");
+ABSL_FLAG(int64_t, length, 0, "eval abcdigits --generate_only: lines or tokens of the cell");
+ABSL_FLAG(double, depth, 0.5, "eval abcdigits --generate_only: depth of the cell");
+ABSL_FLAG(std::string, dump, "", "eval abcdigits/passkey: JSONL of the instances (and the model's outputs)");
+ABSL_FLAG(uint64_t, generator_seed, 123, "eval abcdigits/passkey: random.Random seed of the generator (the author's: 123)");
+ABSL_FLAG(int64_t, context, 4096, "eval ttft: prompt tokens");
+ABSL_FLAG(int64_t, repeats, 5, "eval ttft: timed prefills");
+ABSL_FLAG(std::string, text, "", "eval relevance: a UTF-8 text file to inspect");
+ABSL_FLAG(std::string, layers, "", "eval relevance: layers whose maps are written (comma-separated; empty: all)");
+ABSL_FLAG(std::string, map_tiles, "", "eval relevance: tiles of those layers whose maps are written (empty: all)");
+ABSL_FLAG(bool, plot, false, "draw PNG figures with tools/plot_eval.py (python3-matplotlib)");
+ABSL_FLAG(bool, resume, false, "continue the evaluation whose partial results are in --out");
+
+ABSL_DECLARE_FLAG(std::string, checkpoint);
+ABSL_DECLARE_FLAG(std::string, weights);
+ABSL_DECLARE_FLAG(int64_t, train_len);
+ABSL_DECLARE_FLAG(bool, as_learned);
+ABSL_DECLARE_FLAG(int64_t, warmup);
+ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(std::string, data);
+
+namespace multiscreen::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+std::string Duration(double s) {
+  if (!std::isfinite(s)) return "?";
+  if (s < 90) return absl::StrFormat("%.0fs", s);
+  if (s < 5400) return absl::StrFormat("%.0fm", s / 60);
+  return absl::StrFormat("%.1fh", s / 3600);
+}
+
+std::string GiB(int64_t bytes) { return absl::StrFormat("%.2f GiB", double(bytes) / (1 << 30)); }
+
+json ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return json();
+  return json::parse(in, nullptr, false);
+}
+
+// Writes `text` to path through path.tmp and a rename, so that a reader never sees half.
+absl::Status WriteFileAtomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out.flush()) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::DataLossError(absl::StrCat(path, ": rename failed: ", ec.message()));
+  return absl::OkStatus();
+}
+
+// What every model-reading evaluation shares: the weights, the window rule, the tokenizer.
+struct EvalSetup {
+  Weights weights;
+  InferenceOptions options;
+  std::string train_len_source;  // where train_len came from, for the summary
+  std::unique_ptr<Gpt2Tokenizer> tokenizer;
+  std::string out;
+};
+
+absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need_tokenizer) {
+  EvalSetup s;
+  s.out = absl::GetFlag(FLAGS_out);
+  if (s.out.empty()) return absl::InvalidArgumentError("--out=DIR is required (results are written there)");
+  auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
+  if (!weights.ok()) return weights.status();
+  s.weights = std::move(*weights);
+  if (s.weights.dims.transformer()) {
+    return absl::UnimplementedError(absl::StrCat("model ", s.weights.dims.name,
+                                                 " is a Transformer: eval runs Multiscreen models only so far"));
+  }
+  const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
+  s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
+  s.options.train_len = RunTrainLen(given, run_dir, &s.train_len_source);
+  if (s.options.train_len < 1) return absl::InvalidArgumentError("--train_len must be >= 1");
+  if (need_tokenizer) {
+    auto tok = LoadRunTokenizer(given, run_dir);
+    if (!tok.ok()) return tok.status();
+    s.tokenizer = std::move(*tok);
+  }
+  std::error_code ec;
+  fs::create_directories(s.out, ec);
+  if (ec || !fs::is_directory(s.out)) return absl::InvalidArgumentError(absl::StrCat("--out=", s.out, ": cannot create the directory"));
+  return s;
+}
+
+json SetupJson(const EvalSetup& s) {
+  return {{"model", s.weights.dims.name},
+          {"weights", absl::GetFlag(FLAGS_weights).empty() ? absl::GetFlag(FLAGS_checkpoint) : absl::GetFlag(FLAGS_weights)},
+          {"train_len", s.options.train_len},
+          {"train_len_source", s.train_len_source},
+          {"window_rule", s.options.expand_windows ? "expand" : "as_learned"}};
+}
+
+// Runs tools/plot_eval.py on --out (Debian's /usr/bin/python3, which has python3-matplotlib;
+// python3 from PATH where it is missing).
+absl::Status Plot(const std::string& out, const std::string& kind) {
+  const fs::path script = fs::path(ConfigDir()).parent_path() / "tools/plot_eval.py";
+  if (!fs::is_regular_file(script)) return absl::NotFoundError(absl::StrCat("--plot: ", script.string(), " not found"));
+  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd = absl::StrCat(python, " '", script.string(), "' --kind=", kind, " '", out, "'");
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("--plot: ", cmd, " failed (is python3-matplotlib installed?)"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- ppl ------------------------------------------------------------------------------
+
+// Documents of --data, one at a time: a token shard split at EOS (or, with --stream,
+// read whole), a JSONL file's text field per line, or a text file as one document.
+class DocumentReader {
+ public:
+  static absl::StatusOr<DocumentReader> Open(const std::string& path, const ModelDims& dims, const Gpt2Tokenizer* tok,
+                                             bool stream) {
+    DocumentReader r;
+    r.path_ = path;
+    r.dims_ = dims;
+    r.tok_ = tok;
+    r.stream_ = stream;
+    if (!fs::is_regular_file(path)) return absl::NotFoundError(absl::StrCat("--data=", path, ": not a regular file"));
+    r.in_ = std::make_shared<std::ifstream>(path, std::ios::binary);
+    if (path.ends_with(".bin")) {
+      int32_t header[kTokenFileHeaderInts] = {};
+      r.in_->read(reinterpret_cast<char*>(header), sizeof header);
+      auto info = CheckTokenFileHeader(path, header, static_cast<int64_t>(fs::file_size(path)));
+      if (!info.ok()) return info.status();
+      r.info_ = *info;
+      r.kind_ = kShard;
+    } else {
+      r.kind_ = path.ends_with(".jsonl") || path.ends_with(".json") ? kJsonl : kText;
+      if (tok == nullptr) return absl::InternalError("a tokenizer is needed for text input");
+    }
+    return r;
+  }
+
+  // The next document; false at the end. Errors name the file (and line or token index).
+  absl::StatusOr<bool> Next(std::vector<int32_t>* doc) {
+    doc->clear();
+    if (kind_ == kShard) {
+      while (read_ < info_.count) {
+        uint32_t id = 0;
+        if (info_.width == 2) {
+          uint16_t v;
+          in_->read(reinterpret_cast<char*>(&v), 2);
+          id = v;
+        } else {
+          in_->read(reinterpret_cast<char*>(&id), 4);
+        }
+        if (!*in_) return absl::DataLossError(absl::StrCat("--data=", path_, ": short read at token ", read_));
+        if (id >= static_cast<uint32_t>(dims_.vocab)) {
+          return absl::InvalidArgumentError(absl::StrCat("--data=", path_, ": token ", read_, " is ", id,
+                                                         ", past the model's V = ", dims_.vocab));
+        }
+        ++read_;
+        if (!stream_ && static_cast<int64_t>(id) == dims_.eos_token) {
+          if (!doc->empty()) return true;
+          continue;
+        }
+        doc->push_back(static_cast<int32_t>(id));
+      }
+      return !doc->empty();
+    }
+    if (kind_ == kText) {
+      if (done_) return false;
+      done_ = true;
+      std::stringstream s;
+      s << in_->rdbuf();
+      return Encode(s.str(), doc, "");
+    }
+    std::string line;
+    while (std::getline(*in_, line)) {
+      ++line_;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const json j = json::parse(line, nullptr, false);
+      const std::string field = "text";
+      if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat("--data=", path_, ":", line_, ": not a JSON object with a string \"",
+                                                       field, "\""));
+      }
+      if (!Encode(j[field].get<std::string>(), doc, absl::StrCat(":", line_)).ok()) return false;
+      if (!doc->empty()) return true;
+    }
+    return false;
+  }
+
+ private:
+  enum Kind { kShard, kJsonl, kText };
+  absl::StatusOr<bool> Encode(const std::string& text, std::vector<int32_t>* doc, const std::string& where) {
+    auto ids = tok_->Encode(text);
+    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("--data=", path_, where, ": ", ids.status().message()));
+    *doc = std::move(*ids);
+    return !doc->empty();
+  }
+  std::string path_;
+  ModelDims dims_;
+  const Gpt2Tokenizer* tok_ = nullptr;
+  bool stream_ = false, done_ = false;
+  Kind kind_ = kShard;
+  std::shared_ptr<std::ifstream> in_;
+  TokenFileInfo info_;
+  int64_t read_ = 0, line_ = 0;
+};
+
+int Ppl(const std::vector<std::string>& given) {
+  const int64_t N = absl::GetFlag(FLAGS_seq_len);
+  if (N < 1) return Fail("eval ppl", absl::InvalidArgumentError("--seq_len=N (positions per window, >= 1) is required"));
+  if (absl::GetFlag(FLAGS_data).empty()) return Fail("eval ppl", absl::InvalidArgumentError("--data=FILE is required"));
+  const std::string method_flag = absl::GetFlag(FLAGS_method);
+  if (method_flag != "auto" && method_flag != "full" && method_flag != "decode") {
+    return Fail("eval ppl", absl::InvalidArgumentError(absl::StrCat("--method=", method_flag, ": expected full, decode or auto")));
+  }
+  if (absl::GetFlag(FLAGS_stride) < 0 || absl::GetFlag(FLAGS_documents) < 0) {
+    return Fail("eval ppl", absl::InvalidArgumentError("--stride and --documents must be >= 0"));
+  }
+  const std::string data = absl::GetFlag(FLAGS_data);
+  const bool text_input = !data.ends_with(".bin");
+  auto setup = Setup(given, text_input);
+  if (!setup.ok()) return Fail("eval ppl", setup.status());
+  eval::ModelRunner runner(setup->weights, setup->options);
+  // Full pass when it fits in memory (it is the cheaper one: the decode path computes the
+  // whole vocabulary's logits at every position); else the decoding cache.
+  const int64_t avail = eval::AvailableMemoryBytes(), full_bytes = runner.FullPassBytes(N), decode_bytes = runner.DecodeBytes(N + 1);
+  std::string method = method_flag;
+  if (method == "auto") method = avail == 0 || full_bytes < avail * 0.8 ? "full" : "decode";
+  const int64_t need = method == "full" ? full_bytes : decode_bytes;
+  if (avail > 0 && need > avail) {
+    return Fail("eval ppl", absl::ResourceExhaustedError(absl::StrCat(
+                                "--seq_len=", N, ": the ", method, " pass needs about ", GiB(need), ", ", GiB(avail),
+                                " available (full pass ", GiB(full_bytes), ", decoding cache ", GiB(decode_bytes), ")")));
+  }
+  auto reader = DocumentReader::Open(data, setup->weights.dims, setup->tokenizer.get(), absl::GetFlag(FLAGS_stream));
+  if (!reader.ok()) return Fail("eval ppl", reader.status());
+
+  const std::string out = setup->out, state_path = out + "/ppl_state.json";
+  eval::PositionLoss acc(N);
+  int64_t skip_windows = 0;
+  json identity = SetupJson(*setup);
+  identity["data"] = data;
+  identity["seq_len"] = N;
+  identity["stride"] = absl::GetFlag(FLAGS_stride);
+  identity["stream"] = absl::GetFlag(FLAGS_stream);
+  if (absl::GetFlag(FLAGS_resume)) {
+    const json state = ReadJsonFile(state_path);
+    if (!state.is_object()) {
+      return Fail("eval ppl", absl::NotFoundError(absl::StrCat("--resume: ", state_path, " is missing or not JSON")));
+    }
+    if (state.value("identity", json()) != identity) {
+      return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat(
+                                  "--resume: ", state_path, " is of another evaluation (model, data, --seq_len, --stride or window rule differ)")));
+    }
+    skip_windows = state["windows"].get<int64_t>();
+    acc.Restore(state["sums"].get<std::vector<double>>(), skip_windows);
+    std::fprintf(stderr, "eval ppl: resuming after %lld windows\n", static_cast<long long>(skip_windows));
+  }
+  const int64_t max_windows = absl::GetFlag(FLAGS_documents);
+  const int64_t stride = absl::GetFlag(FLAGS_stride) > 0 ? absl::GetFlag(FLAGS_stride)
+                         : absl::GetFlag(FLAGS_stream) ? N + 1
+                                                       : 0;
+  std::vector<int32_t> doc;
+  std::vector<float> losses(N);
+  int64_t documents = 0, skipped = 0, windows = 0, longest = 0, tokens_timed = 0;
+  double seconds = 0;
+  const auto start = Clock::now();
+  auto last_report = start;
+  auto save = [&](bool final) -> absl::Status {
+    json state = {{"identity", identity}, {"windows", acc.documents()}, {"sums", acc.sums()}};
+    MS_RETURN_IF_ERROR(WriteFileAtomic(state_path, state.dump()));
+    const auto mean = acc.Mean();
+    const auto smooth = acc.Smoothed();
+    const eval::FlatVerdict verdict = eval::PastTrainingLength(smooth, setup->options.train_len);
+    json result = identity;
+    result["complete"] = final;
+    result["method"] = method;
+    result["documents"] = acc.documents();
+    result["documents_read"] = documents;
+    result["skipped_short"] = skipped;
+    result["tokens_per_s"] = seconds > 0 ? tokens_timed / seconds : 0.0;
+    result["mean_loss_all"] = acc.documents() ? std::accumulate(mean.begin(), mean.end(), 0.0) / N : 0.0;
+    result["verdict"] = {{"applicable", verdict.applicable}, {"flat", verdict.flat}, {"before", verdict.before},
+                         {"after", verdict.after}, {"line", verdict.line}};
+    std::vector<int64_t> positions(N);
+    std::iota(positions.begin(), positions.end(), 1);
+    result["position"] = positions;
+    result["mean_loss"] = mean;
+    result["smoothed_loss"] = smooth;
+    MS_RETURN_IF_ERROR(WriteFileAtomic(out + "/ppl.json", result.dump()));
+    std::string csv = "position,mean_loss,smoothed_loss,perplexity,documents\n";
+    for (int64_t p = 0; p < N; ++p) {
+      csv += absl::StrFormat("%d,%.6f,%.6f,%.4f,%d\n", p + 1, mean[p], smooth[p], std::exp(smooth[p]), acc.documents());
+    }
+    return WriteFileAtomic(out + "/ppl.csv", csv);
+  };
+  bool full = false;
+  while (!full) {
+    auto more = reader->Next(&doc);
+    if (!more.ok()) return Fail("eval ppl", more.status());
+    if (!*more) break;
+    ++documents;
+    longest = std::max<int64_t>(longest, doc.size());
+    if (static_cast<int64_t>(doc.size()) < N + 1) {
+      ++skipped;
+      continue;
+    }
+    for (int64_t off = 0; off + N + 1 <= static_cast<int64_t>(doc.size()); off += stride) {
+      if (max_windows > 0 && windows >= max_windows) {
+        full = true;
+        break;
+      }
+      if (windows++ < skip_windows) {
+        if (stride == 0) break;
+        continue;
+      }
+      const auto t0 = Clock::now();
+      if (method == "full") {
+        runner.TokenLossesFull(doc.data() + off, N + 1, losses.data());
+      } else {
+        runner.TokenLossesDecode(doc.data() + off, N + 1, losses.data());
+      }
+      seconds += Seconds(t0);
+      tokens_timed += N;
+      acc.Add(losses.data());
+      if (Seconds(last_report) > 10) {
+        last_report = Clock::now();
+        if (auto s = save(false); !s.ok()) return Fail("eval ppl", s);
+        const double rate = tokens_timed / seconds;
+        const std::string eta = max_windows > 0 ? Duration((max_windows - windows) * double(N) / rate) : "?";
+        std::fprintf(stderr, "eval ppl: %lld windows, %.0f tokens/s, ETA %s\n", static_cast<long long>(windows), rate, eta.c_str());
+      }
+      if (stride == 0) break;
+    }
+  }
+  if (acc.documents() == 0) {
+    return Fail("eval ppl", absl::InvalidArgumentError(absl::StrCat(
+                                "--data=", data, ": no document has --seq_len + 1 = ", N + 1, " tokens (", skipped,
+                                " of ", documents, " skipped as shorter; the longest has ", longest,
+                                ")", absl::GetFlag(FLAGS_stream) ? "" : "; --stream reads the input as one stream")));
+  }
+  if (auto s = save(true); !s.ok()) return Fail("eval ppl", s);
+  const auto smooth = acc.Smoothed();
+  const eval::FlatVerdict verdict = eval::PastTrainingLength(smooth, setup->options.train_len);
+  std::printf("eval ppl: %lld windows of %lld tokens from %s (%lld documents shorter than %lld skipped), %s pass, "
+              "train_len %lld (%s), %s windows\n",
+              static_cast<long long>(acc.documents()), static_cast<long long>(N), data.c_str(), static_cast<long long>(skipped),
+              static_cast<long long>(N + 1), method.c_str(), static_cast<long long>(setup->options.train_len),
+              setup->train_len_source.c_str(), setup->options.expand_windows ? "expanded" : "as-learned");
+  for (int64_t p : {int64_t{1}, std::min(N, setup->options.train_len), N}) {
+    std::printf("  position %7lld: smoothed loss %.4f (perplexity %.2f)\n", static_cast<long long>(p), smooth[p - 1],
+                std::exp(smooth[p - 1]));
+  }
+  std::printf("  %.0f tokens/s\n  %s\n", seconds > 0 ? tokens_timed / seconds : 0.0, verdict.line.c_str());
+  std::printf("  results: %s/ppl.json, %s/ppl.csv\n", out.c_str(), out.c_str());
+  if (absl::GetFlag(FLAGS_plot)) {
+    if (auto s = Plot(out, "ppl"); !s.ok()) return Fail("eval ppl", s);
+  }
+  return 0;
+}
+
+// ---- abcdigits, passkey: the (context, depth) grid --------------------------------------
+
+absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": '", part, "' is not a positive integer"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> ParseDepths(const std::string& text) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    double v;
+    if (!absl::SimpleAtod(part, &v) || !(v >= 0 && v <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("--depths=", text, ": '", part, "' is not a number in [0, 1]"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--depths is empty");
+  return out;
+}
+
+struct TaskInstance {
+  std::string prompt, answer;
+};
+
+struct GridTask {
+  const char* name;     // "abcdigits" | "passkey"
+  int64_t max_new = 6;  // tokens generated
+  int64_t tokens_per_unit = 1;  // prompt tokens per unit of --contexts (abcdigits --mode=lines: ≤ 9 per line)
+  std::function<absl::StatusOr<std::vector<TaskInstance>>(int64_t context, double depth, int64_t instances)> make;
+  std::function<bool(const std::string& output, const std::string& answer)> score;
+  std::function<std::string(const std::string& output)> shown;  // what the dump records as the output
+};
+
+int RunGrid(const GridTask& task, EvalSetup& setup) {
+  const std::string cmd = absl::StrCat("eval ", task.name);
+  auto contexts = ParseInts("contexts", absl::GetFlag(FLAGS_contexts));
+  if (!contexts.ok()) return Fail(cmd.c_str(), contexts.status());
+  auto depths = ParseDepths(absl::GetFlag(FLAGS_depths));
+  if (!depths.ok()) return Fail(cmd.c_str(), depths.status());
+  const int64_t K = absl::GetFlag(FLAGS_instances);
+  if (K < 1) return Fail(cmd.c_str(), absl::InvalidArgumentError("--instances must be >= 1"));
+  eval::ModelRunner runner(setup.weights, setup.options);
+  const int64_t avail = eval::AvailableMemoryBytes();
+  for (int64_t c : *contexts) {
+    // The decoding cache, and one instance's text, ids and the generator's line indices
+    // (about 32 bytes per token: text, ids, the tokenizer's pieces).
+    const int64_t tokens = c * task.tokens_per_unit + task.max_new + 64;
+    const int64_t need = runner.DecodeBytes(tokens) + 32 * tokens;
+    if (avail > 0 && need > avail) {
+      return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, task.tokens_per_unit > 1 ? " lines" : " tokens",
+                                                                         " need about ", GiB(need), " (the decoding cache and the prompt), ",
+                                                                         GiB(avail), " available")));
+    }
+  }
+  const std::string results_path = absl::StrCat(setup.out, "/", task.name, ".json");
+  json identity = SetupJson(setup);
+  identity["mode"] = std::string(task.name) == "abcdigits" ? absl::GetFlag(FLAGS_mode) : "tokens";
+  identity["instances"] = K;
+  identity["generator_seed"] = absl::GetFlag(FLAGS_generator_seed);
+  json cells = json::array();
+  if (absl::GetFlag(FLAGS_resume)) {
+    const json old = ReadJsonFile(results_path);
+    if (!old.is_object()) return Fail(cmd.c_str(), absl::NotFoundError(absl::StrCat("--resume: ", results_path, " is missing or not JSON")));
+    if (old.value("identity", json()) != identity) {
+      return Fail(cmd.c_str(), absl::FailedPreconditionError(absl::StrCat("--resume: ", results_path,
+                                                                          " is of another evaluation (model, window rule, mode, instances or seed differ)")));
+    }
+    cells = old["cells"];
+  }
+  auto done = [&](int64_t c, double d) {
+    for (const json& cell : cells) {
+      if (cell["context"] == c && std::abs(cell["depth"].get<double>() - d) < 1e-12) return true;
+    }
+    return false;
+  };
+  std::ofstream dump;
+  if (!absl::GetFlag(FLAGS_dump).empty()) {
+    dump.open(absl::GetFlag(FLAGS_dump), absl::GetFlag(FLAGS_resume) ? std::ios::app : std::ios::trunc);
+    if (!dump) return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--dump=", absl::GetFlag(FLAGS_dump), ": cannot write")));
+  }
+  const int64_t total = static_cast<int64_t>(contexts->size() * depths->size());
+  int64_t finished = 0, ran = 0;
+  double work_done = 0, work_left = 0;  // in context-tokens, for the ETA
+  for (int64_t c : *contexts) {
+    for (double d : *depths) work_left += done(c, d) ? 0 : double(c);
+  }
+  const auto start = Clock::now();
+  for (int64_t c : *contexts) {
+    for (double d : *depths) {
+      ++finished;
+      if (done(c, d)) continue;
+      auto instances = task.make(c, d, K);
+      if (!instances.ok()) return Fail(cmd.c_str(), instances.status());
+      const auto t0 = Clock::now();
+      int64_t correct = 0, prompt_tokens = 0;
+      for (const TaskInstance& inst : *instances) {
+        auto ids = setup.tokenizer->Encode(inst.prompt);
+        if (!ids.ok()) return Fail(cmd.c_str(), ids.status());
+        prompt_tokens += ids->size();
+        const std::vector<int32_t> gen = runner.Greedy(*ids, task.max_new);
+        auto text = setup.tokenizer->Decode(gen);
+        if (!text.ok()) return Fail(cmd.c_str(), text.status());
+        const bool ok = task.score(*text, inst.answer);
+        correct += ok;
+        if (dump.is_open()) {
+          std::string line = eval::TaskLine(inst.prompt, inst.answer);
+          line.pop_back();  // "}\n" → add the model's fields
+          line.pop_back();
+          dump << line << ", \"output\": " << eval::PythonJsonString(task.shown(*text)) << ", \"correct\": " << (ok ? "true" : "false")
+               << ", \"context\": " << c << ", \"depth\": " << d << "}\n";
+        }
+      }
+      if (dump.is_open()) dump.flush();
+      const double secs = Seconds(t0);
+      cells.push_back({{"context", c}, {"depth", d}, {"instances", K}, {"correct", correct},
+                       {"accuracy", double(correct) / K}, {"mean_prompt_tokens", double(prompt_tokens) / K}, {"seconds", secs}});
+      json results = {{"identity", identity}, {"cells", cells}};
+      if (auto s = WriteFileAtomic(results_path, results.dump(1)); !s.ok()) return Fail(cmd.c_str(), s);
+      std::string csv = "context,depth,instances,correct,accuracy\n";
+      for (const json& cell : cells) {
+        csv += absl::StrFormat("%d,%g,%d,%d,%.4f\n", cell["context"].get<int64_t>(), cell["depth"].get<double>(),
+                               cell["instances"].get<int64_t>(), cell["correct"].get<int64_t>(), cell["accuracy"].get<double>());
+      }
+      if (auto s = WriteFileAtomic(absl::StrCat(setup.out, "/", task.name, ".csv"), csv); !s.ok()) return Fail(cmd.c_str(), s);
+      ++ran;
+      work_done += c;
+      const double eta = Seconds(start) / work_done * (work_left - work_done);
+      std::fprintf(stderr, "%s: cell %lld/%lld (context %lld, depth %g): accuracy %.3f (%lld/%lld) in %s, ETA %s\n", cmd.c_str(),
+                   static_cast<long long>(finished), static_cast<long long>(total), static_cast<long long>(c), d,
+                   double(correct) / K, static_cast<long long>(correct), static_cast<long long>(K), Duration(secs).c_str(),
+                   Duration(eta).c_str());
+    }
+  }
+  // Summary: the accuracy table, contexts down, depths across.
+  std::printf("%s: accuracy per (context, depth), %lld instances per cell; train_len %lld (%s), %s windows\n", cmd.c_str(),
+              static_cast<long long>(K), static_cast<long long>(setup.options.train_len), setup.train_len_source.c_str(),
+              setup.options.expand_windows ? "expanded" : "as-learned");
+  std::printf("%10s", "context");
+  for (double d : *depths) std::printf(" %6g", d);
+  std::printf("\n");
+  for (int64_t c : *contexts) {
+    std::printf("%10lld", static_cast<long long>(c));
+    for (double d : *depths) {
+      for (const json& cell : cells) {
+        if (cell["context"] == c && std::abs(cell["depth"].get<double>() - d) < 1e-12) std::printf(" %6.3f", cell["accuracy"].get<double>());
+      }
+    }
+    std::printf("\n");
+  }
+  std::printf("  results: %s, %s/%s.csv\n", results_path.c_str(), setup.out.c_str(), task.name);
+  if (absl::GetFlag(FLAGS_plot)) {
+    if (auto s = Plot(setup.out, task.name); !s.ok()) return Fail(cmd.c_str(), s);
+  }
+  return 0;
+}
+
+std::function<int64_t(const std::string&)> TokenCounter(const Gpt2Tokenizer& tok) {
+  return [&tok](const std::string& text) {
+    auto ids = tok.Encode(text);
+    return ids.ok() ? static_cast<int64_t>(ids->size()) : int64_t{0};
+  };
+}
+
+absl::StatusOr<std::vector<TaskInstance>> AbcInstances(const std::string& mode, int64_t length, double depth, int64_t n,
+                                                       const Gpt2Tokenizer* tok) {
+  eval::AbcDigitsOptions o;
+  o.depth = depth;
+  o.n_trials = n;
+  o.seed = absl::GetFlag(FLAGS_generator_seed);
+  absl::StatusOr<std::vector<std::string>> texts =
+      mode == "lines" ? eval::AbcDigitsByLines(length, o) : eval::AbcDigitsByTokens(length, o, TokenCounter(*tok));
+  if (!texts.ok()) return texts.status();
+  std::vector<TaskInstance> out;
+  for (const std::string& t : *texts) {
+    const eval::PromptAnswer pa = eval::SplitAnswer(t, o.n_digits);
+    out.push_back({pa.prompt, pa.answer});
+  }
+  return out;
+}
+
+int AbcDigits(const std::vector<std::string>& given) {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "lines" && mode != "tokens") {
+    return Fail("eval abcdigits", absl::InvalidArgumentError(absl::StrCat("--mode=", mode, ": expected lines or tokens")));
+  }
+  if (absl::GetFlag(FLAGS_generate_only)) {
+    const std::string dump = absl::GetFlag(FLAGS_dump);
+    if (dump.empty()) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --dump=F.jsonl"));
+    if (absl::GetFlag(FLAGS_length) < 1) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --length=N"));
+    std::unique_ptr<Gpt2Tokenizer> tok;
+    if (mode == "tokens") {
+      auto t = LoadRunTokenizer(given, "");
+      if (!t.ok()) return Fail("eval abcdigits", t.status());
+      tok = std::move(*t);
+    }
+    auto instances = AbcInstances(mode, absl::GetFlag(FLAGS_length), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_instances), tok.get());
+    if (!instances.ok()) return Fail("eval abcdigits", instances.status());
+    std::string text;
+    for (const TaskInstance& inst : *instances) text += eval::TaskLine(inst.prompt, inst.answer);
+    if (auto s = WriteFileAtomic(dump, text); !s.ok()) return Fail("eval abcdigits", s);
+    std::printf("eval abcdigits: %zu instances (%s mode, length %lld, depth %g, seed %llu) written to %s\n", instances->size(),
+                mode.c_str(), static_cast<long long>(absl::GetFlag(FLAGS_length)), absl::GetFlag(FLAGS_depth),
+                static_cast<unsigned long long>(absl::GetFlag(FLAGS_generator_seed)), dump.c_str());
+    return 0;
+  }
+  auto setup = Setup(given, true);
+  if (!setup.ok()) return Fail("eval abcdigits", setup.status());
+  const Gpt2Tokenizer* tok = setup->tokenizer.get();
+  GridTask task;
+  task.name = "abcdigits";
+  task.max_new = 6;
+  task.tokens_per_unit = mode == "lines" ? 9 : 1;  // "L=dddddd\n": letter, "=", at most 6 digit tokens, newline
+  task.make = [&](int64_t c, double d, int64_t n) { return AbcInstances(mode, c, d, n, tok); };
+  // Exact match of the first 6 characters the 6 greedy tokens spell.
+  task.shown = [](const std::string& out) { return out.substr(0, 6); };
+  task.score = [](const std::string& out, const std::string& answer) { return out.substr(0, answer.size()) == answer; };
+  return RunGrid(task, *setup);
+}
+
+int Passkey(const std::vector<std::string>& given) {
+  auto setup = Setup(given, true);
+  if (!setup.ok()) return Fail("eval passkey", setup.status());
+  const Gpt2Tokenizer* tok = setup->tokenizer.get();
+  GridTask task;
+  task.name = "passkey";
+  task.max_new = 8;
+  task.make = [&](int64_t c, double d, int64_t n) -> absl::StatusOr<std::vector<TaskInstance>> {
+    auto inst = eval::PasskeyInstances(c, d, n, absl::GetFlag(FLAGS_generator_seed), TokenCounter(*tok));
+    if (!inst.ok()) return inst.status();
+    std::vector<TaskInstance> out;
+    for (auto& i : *inst) out.push_back({std::move(i.prompt), std::move(i.answer)});
+    return out;
+  };
+  task.shown = [](const std::string& out) { return out; };
+  task.score = [](const std::string& out, const std::string& answer) { return eval::PasskeyCorrect(out, answer); };
+  return RunGrid(task, *setup);
+}
+
+// ---- ttft -----------------------------------------------------------------------------
+
+int Ttft(const std::vector<std::string>& given) {
+  const int64_t N = absl::GetFlag(FLAGS_context), repeats = absl::GetFlag(FLAGS_repeats), warmup = absl::GetFlag(FLAGS_warmup);
+  if (N < 1 || repeats < 1 || warmup < 0) {
+    return Fail("eval ttft", absl::InvalidArgumentError("--context and --repeats must be >= 1, --warmup >= 0"));
+  }
+  if (Given(given, "device") && absl::GetFlag(FLAGS_device) != "cpu" && absl::GetFlag(FLAGS_device) != "auto") {
+    return Fail("eval ttft", absl::UnimplementedError(absl::StrCat("--device=", absl::GetFlag(FLAGS_device),
+                                                                  ": the inference forward runs on the CPU only so far")));
+  }
+  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("eval ttft", s);
+  auto setup = Setup(given, false);
+  if (!setup.ok()) return Fail("eval ttft", setup.status());
+  eval::ModelRunner runner(setup->weights, setup->options);
+  const int64_t avail = eval::AvailableMemoryBytes(), need = runner.FullPassBytes(N);
+  if (avail > 0 && need > avail) {
+    return Fail("eval ttft", absl::ResourceExhaustedError(absl::StrCat("--context=", N, ": the prefill needs about ", GiB(need),
+                                                                       ", ", GiB(avail), " available")));
+  }
+  // Token ids drawn uniformly (the work of a prefill does not depend on the text).
+  eval::PythonRandom rng(absl::GetFlag(FLAGS_generator_seed));
+  std::vector<int32_t> ids(N);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng.RandBelow(setup->weights.dims.vocab));
+  for (int64_t i = 0; i < warmup; ++i) runner.Prefill(ids.data(), N);
+  std::vector<double> times;
+  int32_t first = -1;
+  for (int64_t i = 0; i < repeats; ++i) {
+    const auto t0 = Clock::now();
+    first = runner.Prefill(ids.data(), N);
+    times.push_back(Seconds(t0));
+  }
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = repeats % 2 ? sorted[repeats / 2] : 0.5 * (sorted[repeats / 2 - 1] + sorted[repeats / 2]);
+  const double mean = std::accumulate(times.begin(), times.end(), 0.0) / repeats;
+  double var = 0;
+  for (double t : times) var += (t - mean) * (t - mean);
+  const double stdev = repeats > 1 ? std::sqrt(var / (repeats - 1)) : 0.0;
+  json result = SetupJson(*setup);
+  result.update({{"context", N}, {"batch", 1}, {"device", "cpu"}, {"precision", "fp32"}, {"warmup", warmup},
+                 {"repeats", repeats}, {"times_s", times}, {"median_s", median}, {"mean_s", mean}, {"stdev_s", stdev},
+                 {"min_s", sorted.front()}, {"max_s", sorted.back()}, {"tokens_per_s", N / median},
+                 {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},
+                 {"first_token", first}, {"estimated_bytes", need}});
+  const std::string path = absl::StrCat(setup->out, "/ttft_", N, ".json");
+  if (auto s = WriteFileAtomic(path, result.dump(1)); !s.ok()) return Fail("eval ttft", s);
+  std::printf("eval ttft: %s, %lld tokens, batch 1, fp32 on the CPU, %s windows (train_len %lld)\n", setup->weights.dims.name.c_str(),
+              static_cast<long long>(N), setup->options.expand_windows ? "expanded" : "as-learned",
+              static_cast<long long>(setup->options.train_len));
+  std::printf("  median %.3f s, mean %.3f s, stdev %.3f s, min %.3f s, max %.3f s over %lld runs after %lld warm-up; %.0f tokens/s\n",
+              median, mean, stdev, sorted.front(), sorted.back(), static_cast<long long>(repeats), static_cast<long long>(warmup),
+              N / median);
+  std::printf("  results: %s\n", path.c_str());
+  return 0;
+}
+
+
+// ---- relevance ----------------------------------------------------------------------------
+
+// A list flag of indices in [0, n); empty means all of them.
+absl::StatusOr<std::vector<bool>> ParseIndexSet(const std::string& flag, const std::string& text, int64_t n) {
+  std::vector<bool> set(n, text.empty());
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v) || v < 0 || v >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": '", part, "' is not an index in [0, ", n, ")"));
+    }
+    set[v] = true;
+  }
+  return set;
+}
+
+constexpr int64_t kMaxRelevanceTokens = 8192;
+
+int Relevance(const std::vector<std::string>& given) {
+  const std::string path = absl::GetFlag(FLAGS_text);
+  if (path.empty()) return Fail("eval relevance", absl::InvalidArgumentError("--text=FILE is required"));
+  if (!fs::is_regular_file(path)) return Fail("eval relevance", absl::NotFoundError(absl::StrCat("--text=", path, ": not a regular file")));
+  auto setup = Setup(given, true);
+  if (!setup.ok()) return Fail("eval relevance", setup.status());
+  const ModelDims& d = setup->weights.dims;
+  auto layers = ParseIndexSet("layers", absl::GetFlag(FLAGS_layers), d.n_layers);
+  if (!layers.ok()) return Fail("eval relevance", layers.status());
+  auto tiles = ParseIndexSet("map_tiles", absl::GetFlag(FLAGS_map_tiles), d.n_heads);
+  if (!tiles.ok()) return Fail("eval relevance", tiles.status());
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto ids = setup->tokenizer->Encode(text.str());
+  if (!ids.ok()) return Fail("eval relevance", absl::InvalidArgumentError(absl::StrCat("--text=", path, ": ", ids.status().message())));
+  if (ids->empty()) return Fail("eval relevance", absl::InvalidArgumentError(absl::StrCat("--text=", path, ": no tokens")));
+  if (static_cast<int64_t>(ids->size()) > kMaxRelevanceTokens) {
+    return Fail("eval relevance", absl::InvalidArgumentError(absl::StrCat("--text=", path, ": ", ids->size(), " tokens; the inspection forward (double precision, O(T·w) per tile) takes at most ", kMaxRelevanceTokens)));
+  }
+  for (int32_t id : *ids) {
+    if (id >= d.vocab) return Fail("eval relevance", absl::InvalidArgumentError(absl::StrCat("--text=", path, ": token ", id, " is past the model's V = ", d.vocab, " (wrong --tokenizer?)")));
+  }
+  std::vector<std::vector<bool>> keep(d.n_layers, std::vector<bool>(d.n_heads, false));
+  for (int64_t l = 0; l < d.n_layers; ++l) {
+    for (int64_t t = 0; t < d.n_heads; ++t) keep[l][t] = (*layers)[l] && (*tiles)[t];
+  }
+  const auto start = Clock::now();
+  const std::vector<eval::TileRelevance> rel = eval::InspectRelevance(setup->weights, setup->options, *ids, keep, nullptr);
+  json tokens = json::array();
+  for (int32_t id : *ids) {
+    auto piece = setup->tokenizer->Decode({id});
+    tokens.push_back(piece.ok() ? *piece : "?");
+  }
+  json tiles_json = json::array(), maps = json::array();
+  std::string csv = "layer,tile,w,r,w_used,window_pairs,nonzero_pairs,fraction_nonzero\n";
+  for (const eval::TileRelevance& t : rel) {
+    const double frac = t.window_pairs ? double(t.nonzero_pairs) / t.window_pairs : 0.0;
+    const json w_used = std::isinf(t.w_used) ? json("inf") : json(t.w_used);
+    tiles_json.push_back({{"layer", t.layer}, {"tile", t.tile}, {"w", t.w}, {"r", t.r}, {"w_used", w_used},
+                          {"window_pairs", t.window_pairs}, {"nonzero_pairs", t.nonzero_pairs}, {"fraction_nonzero", frac}});
+    csv += absl::StrFormat("%d,%d,%.6g,%.6g,%s,%d,%d,%.6f\n", t.layer, t.tile, t.w, t.r,
+                           std::isinf(t.w_used) ? "inf" : absl::StrFormat("%.6g", t.w_used), t.window_pairs, t.nonzero_pairs, frac);
+    if (!keep[t.layer][t.tile]) continue;
+    json pairs = json::array();
+    for (const eval::RelevancePair& p : t.pairs) pairs.push_back({p.i, p.j, p.alpha, p.mask});
+    maps.push_back({{"layer", t.layer}, {"tile", t.tile}, {"pairs", pairs}});
+  }
+  json result = SetupJson(*setup);
+  result.update({{"text", path}, {"tokens", tokens}, {"tiles", tiles_json}, {"maps", maps},
+                 {"pair_fields", {"i", "j", "alpha", "m"}}});
+  if (auto s = WriteFileAtomic(setup->out + "/relevance.json", result.dump()); !s.ok()) return Fail("eval relevance", s);
+  if (auto s = WriteFileAtomic(setup->out + "/tiles.csv", csv); !s.ok()) return Fail("eval relevance", s);
+  std::printf("eval relevance: %zu tokens of %s, %lld x %lld tiles in %s, %s windows (train_len %lld)\n", ids->size(), path.c_str(),
+              static_cast<long long>(d.n_layers), static_cast<long long>(d.n_heads), Duration(Seconds(start)).c_str(),
+              setup->options.expand_windows ? "expanded" : "as-learned", static_cast<long long>(setup->options.train_len));
+  std::printf("  %5s %4s %10s %7s %10s\n", "layer", "tile", "w", "r", "nonzero");
+  for (const eval::TileRelevance& t : rel) {
+    std::printf("  %5lld %4lld %10.1f %7.3f %9.1f%%%s\n", static_cast<long long>(t.layer), static_cast<long long>(t.tile), t.w, t.r,
+                t.window_pairs ? 100.0 * t.nonzero_pairs / t.window_pairs : 0.0, std::isinf(t.w_used) ? "  (w expanded to inf)" : "");
+  }
+  std::printf("  results: %s/relevance.json (maps of %zu tiles), %s/tiles.csv\n", setup->out.c_str(), maps.size(), setup->out.c_str());
+  if (absl::GetFlag(FLAGS_plot)) {
+    if (auto s = Plot(setup->out, "relevance"); !s.ok()) return Fail("eval relevance", s);
+  }
+  return 0;
+}
+
+constexpr char kUsage[] =
+    "usage: multiscreen eval ppl (--checkpoint=DIR | --weights=W.h5) --data=FILE --seq_len=N --out=DIR [--documents=K\n"
+    "                            --stride=S --stream --method=auto|full|decode --train_len=T --as_learned --plot --resume]\n"
+    "       multiscreen eval abcdigits (--checkpoint=DIR | --weights=W.h5) --out=DIR [--contexts=4096,... --depths=0.1,...\n"
+    "                            --instances=K --mode=tokens|lines --dump=F.jsonl --plot --resume]\n"
+    "       multiscreen eval abcdigits --generate_only --mode=lines|tokens --length=N --depth=D --instances=K --dump=F.jsonl\n"
+    "       multiscreen eval passkey (--checkpoint=DIR | --weights=W.h5) --out=DIR [--contexts= --depths= --instances= --dump=]\n"
+    "       multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N --out=DIR [--repeats=5 --warmup=2 --threads=]\n"
+    "       multiscreen eval relevance (--checkpoint=DIR | --weights=W.h5) --text=FILE --out=DIR [--layers=0,3 --map_tiles=0,7 --plot]\n";
+
+}  // namespace
+
+int EvalCommand(int argc, char** argv) {
+  if (argc < 2) return Fail("eval", absl::InvalidArgumentError("expected a subcommand: ppl, abcdigits, passkey, ttft or relevance"));
+  const std::string sub = argv[1];
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  const std::initializer_list<std::string_view> model = {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer"};
+  std::vector<std::string_view> accepted(model);
+  if (sub == "ppl") {
+    accepted.insert(accepted.end(), {"data", "seq_len", "documents", "stride", "stream", "method", "plot", "resume"});
+  } else if (sub == "abcdigits" || sub == "passkey") {
+    accepted.insert(accepted.end(), {"contexts", "depths", "instances", "dump", "generator_seed", "plot", "resume"});
+    if (sub == "abcdigits") accepted.insert(accepted.end(), {"generate_only", "mode", "length", "depth"});
+  } else if (sub == "ttft") {
+    accepted.insert(accepted.end(), {"context", "repeats", "warmup", "device", "threads", "generator_seed"});
+  } else if (sub == "relevance") {
+    accepted.insert(accepted.end(), {"text", "layers", "map_tiles", "plot"});
+  } else {
+    return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub,
+                                                                "': expected ppl, abcdigits, passkey, ttft or relevance")));
+  }
+  // ParseFlags takes an initializer_list; check the given flags against `accepted` here.
+  const std::vector<std::string> given = GivenFlags(argc - 1, argv + 1);
+  for (const std::string& g : given) {
+    if (std::find(accepted.begin(), accepted.end(), g) == accepted.end()) {
+      return Fail("eval", absl::InvalidArgumentError(absl::StrCat("--", g, " is not a flag of 'eval ", sub, "'")));
+    }
+  }
+  std::vector<std::string> args;
+  if (auto s = ParseFlagsAndArgs(argc - 1, argv + 1, kUsage,
+                                 {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer", "data", "seq_len",
+                                  "documents", "stride", "stream", "method", "plot", "resume", "contexts", "depths", "instances",
+                                  "dump", "generator_seed", "generate_only", "mode", "length", "depth", "context", "repeats",
+                                  "warmup", "device", "threads", "text", "layers", "map_tiles"},
+                                 &args);
+      !s.ok()) {
+    return Fail("eval", s);
+  }
+  if (!args.empty()) return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));
+  if (sub == "ppl") return Ppl(given);
+  if (sub == "abcdigits") return AbcDigits(given);
+  if (sub == "passkey") return Passkey(given);
+  if (sub == "relevance") return Relevance(given);
+  return Ttft(given);
+}
+
+}  // namespace multiscreen::cli

@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+"""`multiscreen eval` end to end (issue 16) on tiny models: ppl equals `forward`'s token
+losses on the same windows, the decoding-cache path equals the full pass, the abcdigits
+generator's dumps equal the golden files (made by CPython), the tokens abcdigits/passkey
+generate equal `generate`'s, ttft's statistics, --resume, and one-line errors.
+
+Run: /usr/bin/python3 tests/eval/eval_cli_test.py --multiscreen=build/multiscreen --source=.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+from random_tokens import write_tokens  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, ".."))
+from cli_errors import OneLineErrors  # noqa: E402
+
+BIN = None
+SOURCE = None
+
+# tiny_psi2 with GPT-2's vocabulary, so that text prompts tokenize into it.
+GPT2_TINY = """name: "tiny_gpt2_vocab"
+family: MULTISCREEN
+psi: 2
+d_e: 16
+d_k: 4
+d_v: 6
+w_th: 8
+"""
+
+
+def run(*args, timeout=120):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+
+
+class EvalCliTest(OneLineErrors):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.tokenizer = os.path.join(SOURCE, "data_cache", "gpt2")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def init(self, model="tiny_psi2", seed=3):
+        w = os.path.join(self.dir, f"w_{seed}.h5")
+        if model == "gpt2_tiny":
+            path = os.path.join(self.dir, "tiny_gpt2_vocab.textproto")
+            with open(path, "w") as f:
+                f.write(GPT2_TINY)
+            model = path
+        r = run("init", f"--model={model}", f"--seed={seed}", f"--out={w}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return w
+
+    def tokens(self, ids, name="t.bin"):
+        t = os.path.join(self.dir, name)
+        write_tokens(t, np.asarray(ids))
+        return t
+
+    def ppl(self, *args):
+        out = os.path.join(self.dir, "ppl_out")
+        r = run("eval", "ppl", f"--out={out}", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "ppl.json")) as f:
+            return json.load(f), r
+
+    # ---- ppl --------------------------------------------------------------------------
+    def test_ppl_equals_forwards_token_losses_on_the_same_windows(self):
+        w = self.init()
+        B, T = 3, 16
+        t = self.tokens(np.random.default_rng(1).integers(0, 36, size=B * (T + 1)))  # no EOS (36)
+        fwd = os.path.join(self.dir, "fwd.h5")
+        r = run("forward", f"--weights={w}", f"--tokens={t}", f"--micro_batch={B}", f"--seq_len={T}", f"--out={fwd}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with h5py.File(fwd) as f:
+            expected = f["token_losses"][()].mean(axis=0)
+        j, _ = self.ppl(f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", "--as_learned", "--method=full")
+        self.assertEqual(j["documents"], B)
+        np.testing.assert_allclose(j["mean_loss"], expected, rtol=0, atol=1e-6)
+        # The decoding cache gives the same losses, token by token.
+        j2, _ = self.ppl(f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", "--as_learned", "--method=decode")
+        np.testing.assert_allclose(j2["mean_loss"], expected, rtol=0, atol=1e-4)
+        # Window expansion changes the tile whose w (9 at init: e^{log 8} + 1) exceeds train_len = 4.
+        j3, _ = self.ppl(f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", "--train_len=4")
+        self.assertGreater(np.max(np.abs(np.array(j3["mean_loss"]) - expected)), 1e-4)
+        # Smoothing: position p averages the positions within ±10 %.
+        m = np.array(j["mean_loss"])
+        self.assertAlmostEqual(j["smoothed_loss"][9], m[8:11].mean(), places=6)  # p = 10: positions [9, 11]
+
+    def test_ppl_splits_documents_at_eos_and_reports_the_short_ones(self):
+        w = self.init()
+        rng = np.random.default_rng(2)
+        eos = 36
+        docs = [rng.integers(0, 36, size=n) for n in (40, 5, 33, 12, 50)]
+        ids = np.concatenate([np.append(d, eos) for d in docs])
+        t = self.tokens(ids)
+        j, r = self.ppl(f"--weights={w}", f"--data={t}", "--seq_len=32")
+        self.assertEqual((j["documents"], j["skipped_short"], j["documents_read"]), (3, 2, 5))
+        self.assertIn("2 documents shorter than 33 skipped", r.stdout)
+        with open(os.path.join(self.dir, "ppl_out", "ppl.csv")) as f:
+            rows = f.read().splitlines()
+        self.assertEqual(rows[0], "position,mean_loss,smoothed_loss,perplexity,documents")
+        self.assertEqual(len(rows), 33)
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=64", f"--out={self.dir}/o")
+        self.assert_one_line_error(r, "no document has --seq_len + 1 = 65 tokens", "5 of 5 skipped as shorter", "the longest has 50")
+
+    def test_ppl_resume_continues_from_the_saved_windows(self):
+        w = self.init()
+        t = self.tokens(np.random.default_rng(3).integers(0, 36, size=6 * 17))
+        whole, _ = self.ppl(f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream")
+        out = os.path.join(self.dir, "part")
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--documents=2", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--resume", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("resuming after 2 windows", r.stderr)
+        with open(os.path.join(out, "ppl.json")) as f:
+            resumed = json.load(f)
+        self.assertEqual(resumed["documents"], 6)
+        np.testing.assert_allclose(resumed["mean_loss"], whole["mean_loss"], atol=1e-9)
+
+    def test_ppl_reads_text_and_jsonl(self):
+        w = self.init("gpt2_tiny")
+        text = os.path.join(self.dir, "a.txt")
+        with open(text, "w") as f:
+            f.write("The quick brown fox jumps over the lazy dog. " * 10)
+        j, _ = self.ppl(f"--weights={w}", f"--data={text}", "--seq_len=40", f"--tokenizer={self.tokenizer}")
+        self.assertEqual(j["documents"], 1)
+        jl = os.path.join(self.dir, "a.jsonl")
+        with open(jl, "w") as f:
+            f.write(json.dumps({"text": "short"}) + "\n" + json.dumps({"text": "Hello world. " * 20}) + "\n")
+        j, _ = self.ppl(f"--weights={w}", f"--data={jl}", "--seq_len=30", f"--tokenizer={self.tokenizer}")
+        self.assertEqual((j["documents"], j["skipped_short"]), (1, 1))
+
+    # ---- abcdigits, passkey ---------------------------------------------------------------
+    def test_generate_only_dumps_equal_the_golden_files(self):
+        for path in sorted(glob.glob(os.path.join(HERE, "testdata", "abcdigits_*.jsonl"))):
+            m = re.match(r"abcdigits_(lines|tokens)_(\d+)_d([0-9.]+)_n(\d+)_s(\d+)\.jsonl", os.path.basename(path))
+            mode, length, depth, n, seed = m.groups()
+            dump = os.path.join(self.dir, "dump.jsonl")
+            r = run("eval", "abcdigits", "--generate_only", f"--mode={mode}", f"--length={length}", f"--depth={depth}",
+                    f"--instances={n}", f"--generator_seed={seed}", f"--dump={dump}", f"--tokenizer={self.tokenizer}")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(dump, "rb") as a, open(path, "rb") as b:
+                self.assertEqual(a.read(), b.read(), path)
+
+    def test_abcdigits_scores_what_generate_generates(self):
+        w = self.init("gpt2_tiny")
+        out = os.path.join(self.dir, "abc")
+        dump = os.path.join(self.dir, "abc.jsonl")
+        r = run("eval", "abcdigits", f"--weights={w}", "--contexts=400,450", "--depths=0.2,0.8", "--instances=2",
+                f"--dump={dump}", f"--out={out}", f"--tokenizer={self.tokenizer}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("cell 4/4", r.stderr)
+        with open(os.path.join(out, "abcdigits.json")) as f:
+            res = json.load(f)
+        self.assertEqual([(c["context"], c["depth"], c["instances"]) for c in res["cells"]],
+                         [(400, 0.2, 2), (400, 0.8, 2), (450, 0.2, 2), (450, 0.8, 2)])
+        with open(dump) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(len(rows), 8)
+        for cell in res["cells"]:
+            mine = [x for x in rows if x["context"] == cell["context"] and x["depth"] == cell["depth"]]
+            self.assertEqual(cell["correct"], sum(x["correct"] for x in mine))
+        for x in rows[:2]:
+            g = run("generate", f"--weights={w}", f"--prompt={x['prompt']}", "--max_tokens=6",
+                    f"--tokenizer={self.tokenizer}")
+            self.assertEqual(g.returncode, 0, g.stderr)
+            self.assertEqual(g.stdout[len(x["prompt"]):-1][:6], x["output"])
+            self.assertEqual(x["correct"], x["output"] == x["answer"])
+        # --resume with every cell done runs none; with a new context only that one.
+        r = run("eval", "abcdigits", f"--weights={w}", "--contexts=400,450,420", "--depths=0.2,0.8", "--instances=2",
+                "--resume", f"--out={out}", f"--tokenizer={self.tokenizer}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(re.findall(r"cell \d+/6", r.stderr)), 2, r.stderr)
+
+    def test_passkey_grid_runs_and_scores_each_cell(self):
+        w = self.init("gpt2_tiny")
+        out = os.path.join(self.dir, "pk")
+        r = run("eval", "passkey", f"--weights={w}", "--contexts=120", "--depths=0,1", "--instances=2", f"--out={out}",
+                f"--tokenizer={self.tokenizer}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "passkey.csv")) as f:
+            rows = f.read().splitlines()
+        self.assertEqual(rows[0], "context,depth,instances,correct,accuracy")
+        self.assertEqual(len(rows), 3)
+
+    # ---- ttft ---------------------------------------------------------------------------
+    def test_ttft_reports_median_mean_and_spread(self):
+        w = self.init()
+        out = os.path.join(self.dir, "ttft")
+        r = run("eval", "ttft", f"--weights={w}", "--context=64", "--repeats=3", "--warmup=1", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "ttft_64.json")) as f:
+            j = json.load(f)
+        self.assertEqual(len(j["times_s"]), 3)
+        self.assertEqual(j["median_s"], sorted(j["times_s"])[1])
+        self.assertAlmostEqual(j["mean_s"], sum(j["times_s"]) / 3)
+        self.assertLessEqual(j["min_s"], j["median_s"])
+        self.assertAlmostEqual(j["tokens_per_s"], 64 / j["median_s"], places=3)
+        self.assertIn(j["first_token"], range(37))
+
+    # ---- relevance ------------------------------------------------------------------------
+    def test_relevance_lists_every_tile_and_the_pairs_of_the_chosen_ones(self):
+        w = self.init("gpt2_tiny")
+        text = os.path.join(self.dir, "t.txt")
+        with open(text, "w") as f:
+            f.write("The history of the world is a story of people.")
+        out = os.path.join(self.dir, "rel")
+        r = run("eval", "relevance", f"--weights={w}", f"--text={text}", "--layers=1", "--map_tiles=0", "--as_learned",
+                f"--out={out}", f"--tokenizer={self.tokenizer}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "relevance.json")) as f:
+            j = json.load(f)
+        n = len(j["tokens"])
+        self.assertEqual(n, 11)  # GPT-2: The| history| of| the| world| is| a| story| of| people|.
+        self.assertEqual([(t["layer"], t["tile"]) for t in j["tiles"]], [(0, 0), (0, 1), (1, 0), (1, 1)])
+        self.assertEqual([(m["layer"], m["tile"]) for m in j["maps"]], [(1, 0)])
+        tile = j["tiles"][2]
+        self.assertEqual(len(j["maps"][0]["pairs"]), tile["nonzero_pairs"])
+        # At initialization s_w = 0 in tile 0: w = 2, so each query sees itself and one key back.
+        self.assertAlmostEqual(tile["w"], 2.0, places=5)
+        self.assertEqual(tile["window_pairs"], 1 + 2 * (n - 1))
+        for i, jj, alpha, m in j["maps"][0]["pairs"]:
+            self.assertIn(i - jj, (0, 1))
+            self.assertAlmostEqual(m, 1.0 if i == jj else 0.5, places=6)  # Softmask: ½(cos(π d/2) + 1)
+        with open(os.path.join(out, "tiles.csv")) as f:
+            self.assertEqual(len(f.read().splitlines()), 1 + 4)
+
+    # ---- what the run recorded --------------------------------------------------------------
+    def test_a_checkpoint_brings_its_tokenizer_and_training_length(self):
+        data = os.path.join(self.dir, "data")
+        os.makedirs(data)
+        write_tokens(os.path.join(data, "train_000000.bin"), np.random.default_rng(4).integers(0, 50257, size=4000))
+        self.init("gpt2_tiny")  # writes the model file
+        run_dir = os.path.join(self.dir, "run")
+        r = subprocess.run([BIN, "train", f"--config={SOURCE}/configs/train/tiny_test.textproto",
+                            f"--model={self.dir}/tiny_gpt2_vocab.textproto", f"--data={data}", f"--run_dir={run_dir}",
+                            "--steps=2", "--seq_len=16", "--checkpoint_every=2", "--eval_every=0"],
+                           capture_output=True, text=True, timeout=120, cwd=SOURCE)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(run_dir, "data.json")) as f:
+            recorded = json.load(f)
+        self.assertEqual(sorted(recorded), ["max_seq_len", "tokenizer_dir"])
+        self.assertEqual(recorded["max_seq_len"], 16)
+        self.assertTrue(os.path.isabs(recorded["tokenizer_dir"]))
+        self.assertTrue(os.path.samefile(recorded["tokenizer_dir"], self.tokenizer))
+        text = os.path.join(self.dir, "a.txt")
+        with open(text, "w") as f:
+            f.write("Hello world, this is a test of the recorded tokenizer. " * 4)
+        # From another directory, without --tokenizer or --train_len.
+        out = os.path.join(self.dir, "o")
+        ckpt = os.path.join(run_dir, "checkpoints", "step_00000002")
+        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={ckpt}", f"--data={text}", "--seq_len=20", f"--out={out}"],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "ppl.json")) as f:
+            j = json.load(f)
+        self.assertEqual((j["train_len"], j["train_len_source"]), (16, os.path.join(run_dir, "data.json")))
+        g = subprocess.run([BIN, "generate", f"--checkpoint={run_dir}", "--prompt=Hello", "--max_tokens=2"],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assertEqual(g.returncode, 0, g.stderr)
+        # The recorded directory is the one used: a wrong one is named.
+        recorded["tokenizer_dir"] = os.path.join(self.dir, "gone")
+        with open(os.path.join(run_dir, "data.json"), "w") as f:
+            json.dump(recorded, f)
+        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={run_dir}", f"--data={text}", "--seq_len=20", f"--out={out}"],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assert_one_line_error(r, "data.json", "--tokenizer")
+
+    # ---- errors -------------------------------------------------------------------------
+    def test_bad_inputs_fail_in_one_line(self):
+        w = self.init()
+        missing = os.path.join(self.dir, "nope")
+        self.assert_one_line_error(run("eval", "ttft", f"--checkpoint={missing}", f"--out={self.dir}/o"), missing)
+        self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", "--context=10000000000", f"--out={self.dir}/o"),
+                                   "--context=10000000000", "GiB")
+        self.assert_one_line_error(run("eval", "frobnicate"), "frobnicate")
+        self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", "--contexts=5", f"--out={self.dir}/o"), "--contexts")
+        self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=49",
+                                       f"--dump={self.dir}/d.jsonl"), "--length=49")
+        self.assert_one_line_error(run("eval", "abcdigits", f"--weights={w}", "--depths=0.5,2", f"--out={self.dir}/o",
+                                       f"--tokenizer={self.tokenizer}"), "--depths")
+        # A grid context past the machine's memory is refused before anything is generated.
+        g = self.init("gpt2_tiny", seed=4)
+        self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--mode=lines", "--contexts=1000000000",
+                                       f"--out={self.dir}/o", f"--tokenizer={self.tokenizer}", timeout=30),
+                                   "--contexts: 1000000000 lines need about", "GiB")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    p.add_argument("--source", required=True)
+    args, rest = p.parse_known_args()
+    BIN = os.path.abspath(args.multiscreen)
+    SOURCE = os.path.abspath(args.source)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
