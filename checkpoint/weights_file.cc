@@ -167,6 +167,19 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": ", field, "eos_token = ", d.eos_token, " is not a token id below vocab = ", d.vocab));
   }
+  // The families' own constraints (what ResolveModel enforces for model files): the
+  // Transformer's head width is d_e / n_heads, a whole even number, and the kernels size
+  // their buffers from d_k; its switches do not exist for Multiscreen.
+  if (d.transformer()) {
+    if (d.d_e % d.n_heads != 0 || (d.d_e / d.n_heads) % 2 != 0 || d.d_k != d.d_e / d.n_heads) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, "d_k = ", d.d_k,
+                                                     " is not the Transformer's head width d_e / n_heads = ", d.d_e,
+                                                     " / ", d.n_heads, " (a whole, even number)"));
+    }
+  } else if (d.qk_norm || d.sio) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", field, d.qk_norm ? "qk_norm" : "sio", " is a Transformer switch, not Multiscreen's"));
+  }
   return absl::OkStatus();
 }
 

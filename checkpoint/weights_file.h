@@ -32,7 +32,8 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in);
 // "model"), checked before anything is sized from them: N_L, N_H in [1, 2^16],
 // d_E, d_V in [1, 2^20], d_K in [2, 2^20], V in [1, 2^31 − 1] (token ids are
 // int32), w_th finite and positive, eos_token in [0, V), a name of at most 256
-// characters and no control characters. `source` names the
+// characters and no control characters; a Transformer's d_k = d_e / n_heads (whole,
+// even), no Transformer switch on a Multiscreen. `source` names the
 // file, `field` the prefix of the field names ("model." in a manifest).
 absl::Status CheckModelDims(const ModelDims& dims, const std::string& source, const std::string& field);
 

@@ -282,6 +282,10 @@ int BenchTrain(int argc, char** argv) {
   if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("bench", dims.status());
+  if (dims->transformer()) {
+    return Fail("bench", absl::UnimplementedError(absl::StrCat("--model=", dims->name,
+                                                               ": bench train runs Multiscreen models only for now")));
+  }
   // Unset: T = 256, 10 steps, the model's head blocking. Given: at least 1.
   const std::vector<std::string> given = GivenFlags(argc, argv);
   auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(given, name) ? value : unset; };

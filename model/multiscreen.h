@@ -50,7 +50,7 @@ class Multiscreen final : public ModelStage<Real> {
   // `tp` is the tensor-parallel group of this shard (null: a group of one). A device
   // whose kernel table cannot be made (no CUDA in the build, no device visible; see
   // MakeKernelTable), or Transformer dims, is fatal here: callers check it first
-  // (CheckDevice in cli/) or go through MakeModelStage.
+  // (ResolveDevice in cli/device.h) or go through MakeModelStage.
   Multiscreen(const ModelDims& dims, const ShardSpec& shard, ModelOptions options = {},
               Communicator* tp = nullptr);
 

@@ -20,15 +20,17 @@ TokenFormat FormatOf(config::TokenFormat f) {
   }
 }
 
+// The files of `paths` as one stream of at least `min_tokens` tokens (a window: seq_len + 1).
 absl::StatusOr<std::shared_ptr<const TokenStream>> OpenSplit(const std::vector<std::string>& paths,
-                                                             const std::string& split, TokenFormat format) {
+                                                             const std::string& split, TokenFormat format,
+                                                             int64_t min_tokens) {
   std::vector<std::string> files;
   for (const std::string& p : paths) {
     auto found = ListShards(p, split, format);
     if (!found.ok()) return found.status();
     files.insert(files.end(), found->begin(), found->end());
   }
-  auto stream = TokenStream::Open(files, 1, format);
+  auto stream = TokenStream::Open(files, min_tokens, format);
   if (!stream.ok()) return stream.status();
   return std::shared_ptr<const TokenStream>(std::move(*stream));
 }
@@ -44,7 +46,7 @@ bool IsMetricsKey(const std::string& name) {
 // Opens `list` (data.sources or data.val_sources, named `field`) as loader sources.
 absl::StatusOr<std::vector<LoaderSource>> OpenSources(
     const google::protobuf::RepeatedPtrField<config::DataSource>& list, const std::string& field,
-    const std::string& split, const RunSource& where) {
+    const std::string& split, const RunSource& where, int64_t min_tokens) {
   std::vector<LoaderSource> out;
   std::set<std::string> names;
   double sum = 0;
@@ -65,7 +67,7 @@ absl::StatusOr<std::vector<LoaderSource>> OpenSources(
     }
     if (s.paths().empty()) return absl::InvalidArgumentError(absl::StrCat(at, " (", name, "): no paths"));
     sum += s.weight();
-    auto stream = OpenSplit({s.paths().begin(), s.paths().end()}, split, FormatOf(s.format()));
+    auto stream = OpenSplit({s.paths().begin(), s.paths().end()}, split, FormatOf(s.format()), min_tokens);
     if (!stream.ok()) {
       return absl::Status(stream.status().code(), absl::StrCat("data source ", name, ": ", stream.status().message()));
     }
@@ -91,22 +93,28 @@ absl::StatusOr<Trainer::Sources> OpenRunData(const config::RunConfig& run, const
     return absl::InvalidArgumentError(absl::StrCat(source.Name("data.val_sources"),
                                                    ": set together with data.val_shard (give one or the other)"));
   }
+  if (!data.sources().empty() && data.format() != config::FORMAT_AUTO) {
+    return absl::InvalidArgumentError(absl::StrCat(source.Name("data.format"),
+                                                   ": applies to data.train_shards (--data); a mixture's sources "
+                                                   "each give their own format"));
+  }
   const TokenFormat format = FormatOf(data.format());
+  const int64_t window = run.seq_len() + 1;  // a training source must hold one window
   if (!data.sources().empty()) {
-    auto mixture = OpenSources(data.sources(), "data.sources", "train", source);
+    auto mixture = OpenSources(data.sources(), "data.sources", "train", source, window);
     if (!mixture.ok()) return mixture.status();
     sources.mixture = std::move(*mixture);
   } else {
-    auto train = OpenSplit({data.train_shards().begin(), data.train_shards().end()}, "train", format);
+    auto train = OpenSplit({data.train_shards().begin(), data.train_shards().end()}, "train", format, window);
     if (!train.ok()) return train.status();
     sources.train = *train;
   }
   if (!data.val_sources().empty()) {
-    auto val = OpenSources(data.val_sources(), "data.val_sources", "val", source);
+    auto val = OpenSources(data.val_sources(), "data.val_sources", "val", source, 1);
     if (!val.ok()) return val.status();
     sources.val_sources = std::move(*val);
   } else if (!data.val_shard().empty()) {
-    auto val = OpenSplit({data.val_shard()}, "val", format);
+    auto val = OpenSplit({data.val_shard()}, "val", format, 1);
     if (val.ok()) {
       sources.val = *val;
     } else if (std::filesystem::is_directory(data.val_shard()) && absl::IsNotFound(val.status())) {

@@ -111,6 +111,16 @@ class CliTest(OneLineErrors):
         r = run("generate", f"--weights={w}", "--prompt=hi")
         self.assertNotEqual(r.returncode, 0)
 
+    def test_a_file_whose_transformer_head_width_disagrees_is_refused_before_any_work(self):
+        # d_k sizes the Transformer's buffers: a file whose d_k is not d_e / n_heads (once a
+        # heap overrun) or a Multiscreen file with a Transformer switch is one line.
+        for model, attr, why in (("tiny_transformer", "d_k", "d_k = 1000 is not the Transformer's head width"),
+                                 ("tiny_psi2", "qk_norm", "qk_norm is a Transformer switch")):
+            w, t = self._init_and_tokens(2 * 9, model=model)
+            with h5py.File(w, "r+") as f:
+                f.attrs[attr] = np.int64(1000 if attr == "d_k" else 1)
+            self.assert_one_line_error(self._forward(w, t, "--device=cpu")[0], w, why)
+
     def test_params_table_lists_the_groups(self):
         r = run("params", "--model=psi16")
         self.assertEqual(r.returncode, 0, r.stderr)
