@@ -186,6 +186,7 @@ int TrainCommand(int argc, char** argv) {
   // Under mpirun / srun every rank runs this; alone, the grid is one process.
   std::unique_ptr<MpiSession> mpi;
   std::unique_ptr<ProcessGrid> grid;
+  std::string bound_device;  // BindDevice's answer: "cuda:N (name)" or "cpu"
   if (LaunchedByMpi()) {
     auto session = MpiSession::Init(&argc, &argv);
     if (!session.ok()) return Fail("train", session.status());
@@ -195,9 +196,10 @@ int TrainCommand(int argc, char** argv) {
     AbortJobIfError(made.status());
     grid = std::move(*made);
     SetFatalContext(grid->Describe());
-    auto device = BindDevice(grid->local_rank());
-    AbortJobIfError(device.status());
-    LogInfo(grid->Describe(), ", device ", *device, "; launcher: ", LauncherEnv());
+    auto bound = BindDevice(grid->local_rank());
+    AbortJobIfError(bound.status());
+    bound_device = *bound;
+    LogInfo(grid->Describe(), ", device ", bound_device, "; launcher: ", LauncherEnv());
     if (grid->world_rank() == 0) LogInfo("process grid: ", grid->world_size(), " ranks, tp=", grid->shape().tp,
                                          " pp=", grid->shape().pp, " dp=", grid->shape().dp, "; ", grid->Describe());
   } else {
@@ -209,7 +211,9 @@ int TrainCommand(int argc, char** argv) {
                                " needs tp·pp·dp processes: start it under mpirun -np N or srun --mpi=pmix")));
     }
     grid = ProcessGrid::Single();
-    if (auto device = BindDevice(0); !device.ok()) return Fail("train", device.status());
+    auto bound = BindDevice(0);
+    if (!bound.ok()) return Fail("train", bound.status());
+    bound_device = *bound;
   }
   const bool logger = grid->world_rank() == 0;
   // Under MPI an error on any rank ends the whole job (never a hang); one that
@@ -237,7 +241,7 @@ int TrainCommand(int argc, char** argv) {
       LogInfo("device: cpu; CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
               HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels));
     } else {
-      LogInfo("device: ", DeviceName(*device), " (", *BindDevice(grid->local_rank()),
+      LogInfo("device: ", DeviceName(*device), " (", bound_device,
               "): the step on the GPU; optimizer and checkpoints on the host");
     }
   }

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "kernels/cpu/head_panels.h"
+#include "kernels/cpu/head_loss.h"
 
 namespace multiscreen {
 
@@ -301,7 +301,7 @@ void Multiscreen<Real>::ShardedHeadLoss(const Real* y_c, const Real* e_bar, int6
 
 template <typename Real>
 bool HeadPanelsAllowed(const ModelDims& dims, int64_t tp, HeadPath path) {
-  return path == HeadPath::kPanels && dims.pl_norm && tp == 1 && kernels::cpu::HeadPanelsSupport<Real>(dims.d_e);
+  return dims.pl_norm && tp == 1 && kernels::cpu::HeadPanelsServe<Real>(path, dims.d_e);
 }
 template bool HeadPanelsAllowed<float>(const ModelDims&, int64_t, HeadPath);
 template bool HeadPanelsAllowed<double>(const ModelDims&, int64_t, HeadPath);

@@ -32,11 +32,10 @@ import h5py
 import numpy as np
 import torch
 
-from multiscreen_twin import batch_from_tokens, read_tokens, write_output  # noqa: F401
+from multiscreen_twin import batch_from_tokens, read_tokens, unit_rows, write_output  # noqa: F401
 
 RMS_EPS = 1e-6
 ROPE_THETA = 10000.0
-NORM_FLOOR = 1e-12
 
 
 def load_weights(path):
@@ -97,10 +96,6 @@ def expected_shape(cfg, name):
 
 def rms_norm(x):
     return x / torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True) + RMS_EPS)
-
-
-def unit_rows(z):
-    return z / torch.linalg.vector_norm(z, dim=-1, keepdim=True).clamp_min(NORM_FLOOR)
 
 
 def rope(z):

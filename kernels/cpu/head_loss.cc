@@ -10,9 +10,11 @@
 namespace multiscreen::kernels::cpu {
 
 template <typename Real>
-bool FusedHead<Real>::PanelsAllowed(int64_t d_e) const {
-  return options_.head_path == HeadPath::kPanels && HeadPanelsSupport<Real>(d_e);
+bool HeadPanelsServe(HeadPath path, int64_t d_e) {
+  return path == HeadPath::kPanels && HeadPanelsSupport<Real>(d_e);
 }
+template bool HeadPanelsServe<float>(HeadPath, int64_t);
+template bool HeadPanelsServe<double>(HeadPath, int64_t);
 
 template <typename Real>
 void FusedHead<Real>::Prepare(const Real* e_bar, int64_t vocab, int64_t d_e) {

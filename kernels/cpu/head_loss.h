@@ -18,13 +18,18 @@
 
 namespace multiscreen::kernels::cpu {
 
+// Whether the panel kernels can serve a head of width d_e under `path` (the fixed softmax
+// shift, PLNorm's, decides per call). HeadPanelsAllowed (model/) adds the model's terms.
+template <typename Real>
+bool HeadPanelsServe(HeadPath path, int64_t d_e);
+
 template <typename Real>
 class FusedHead {
  public:
   explicit FusedHead(const KernelOptions& options) : options_(options) {}
 
-  // Whether the panel kernels serve d_E under these options (the shift decides per call).
-  bool PanelsAllowed(int64_t d_e) const;
+  // HeadPanelsServe under these options.
+  bool PanelsAllowed(int64_t d_e) const { return HeadPanelsServe<Real>(options_.head_path, d_e); }
   // Packs Ē [vocab, d_e] into panels when PanelsAllowed (once per step).
   void Prepare(const Real* e_bar, int64_t vocab, int64_t d_e);
   // kernels::HeadLossArgs's loss and gradient; args.e_bar must be what Prepare packed.
