@@ -156,6 +156,21 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   return run;
 }
 
+// A run directory this process created and that holds nothing a later run needs (no
+// metrics line, no checkpoint) is removed when the run fails before its first step
+// (bad data found at the first window, a model that does not fit): a corrected
+// command then starts clean, and nothing of value is lost. A directory that existed
+// before is never touched.
+void RemoveUnusedRunDir(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path root(run_dir);
+  if (fs::exists(root / "metrics.jsonl", ec)) return;
+  if (fs::exists(root / "checkpoints", ec) && !fs::is_empty(root / "checkpoints", ec)) return;
+  if (ec) return;
+  fs::remove_all(root, ec);
+}
+
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
@@ -230,9 +245,17 @@ int TrainCommand(int argc, char** argv) {
   if (!device.ok()) return fail(device.status());
   device = DeviceForModel(*dims, *device);
   if (!device.ok()) return fail(device.status());
+  // Single-process runs clean up a run directory they created and never used (under
+  // MPI a failing rank ends the job at once, and the directory stays).
+  std::error_code exists_ec;
+  const bool fresh_run_dir = mpi == nullptr && !std::filesystem::exists(run->run_dir(), exists_ec) && !exists_ec;
+  auto fail_before_first_step = [&](const absl::Status& status) {
+    if (fresh_run_dir) RemoveUnusedRunDir(run->run_dir());
+    return fail(status);
+  };
   auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),
                                  {.restart = absl::GetFlag(FLAGS_restart), .device = *device});
-  if (!trainer.ok()) return fail(trainer.status());
+  if (!trainer.ok()) return fail_before_first_step(trainer.status());
   if (logger) RecordRunData(*run);
   if (logger) {
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
@@ -245,7 +268,11 @@ int TrainCommand(int argc, char** argv) {
               "): the step on the GPU; optimizer and checkpoints on the host");
     }
   }
-  if (auto s = (*trainer)->Run(); !s.ok()) return fail(s);
+  if (auto s = (*trainer)->Run(); !s.ok()) {
+    if ((*trainer)->steps_run() > 0) return fail(s);
+    trainer->reset();  // closes the run's files (lock, TensorBoard) before the removal
+    return fail_before_first_step(s);
+  }
   if (logger && (*trainer)->steps_run() > 0) {
     std::printf("final train_loss %.4f", (*trainer)->last_loss());
     if ((*trainer)->last_val_loss() > 0) std::printf(" val_loss %.4f", (*trainer)->last_val_loss());

@@ -209,6 +209,18 @@ class TrainTest(unittest.TestCase):
                             f"--run_dir={self.run_dir('wide')}"], capture_output=True, text=True, timeout=120)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("outside the vocabulary V = 97", r.stderr)
+        # The run directory it created holds nothing of value and is removed, so the
+        # corrected command starts clean; one that existed before is left as it was.
+        self.assertFalse(os.path.exists(self.run_dir("wide")))
+        kept = self.run_dir("wide_kept")
+        os.makedirs(kept)
+        with open(os.path.join(kept, "notes.txt"), "w") as f:
+            f.write("mine\n")
+        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={data}", f"--run_dir={kept}"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        with open(os.path.join(kept, "notes.txt")) as f:
+            self.assertEqual(f.read(), "mine\n")
 
     def test_a_second_train_on_the_same_run_directory_is_refused(self):
         d = self.run_dir("locked")
