@@ -23,6 +23,9 @@ ABSL_FLAG(int64_t, val_tokens, 131'072, "held-out tokens (whole documents) in va
 ABSL_FLAG(bool, strict_utf8, false,
           "refuse invalid UTF-8 and JSON escapes of lone surrogates (FILE:LINE and byte) instead of replacing "
           "them by U+FFFD");
+ABSL_FLAG(int64_t, max_document_bytes, int64_t{1} << 30,
+          "the longest document (a JSONL line, a whole plain-text file) read into memory; a longer one is an error "
+          "naming the file and line");
 
 namespace multiscreen::cli {
 namespace {
@@ -45,11 +48,16 @@ void PrintReplacements(const PrepareSummary& s) {
 }  // namespace
 
 int PrepareCommand(int argc, char** argv) {
+  // From the first instant, SIGINT / SIGTERM (and SIGHUP, SIGUSR1) stop the run between
+  // reads, removing the partial *.tmp shards (a reader waiting on a pipe or FIFO with no
+  // data stops within 200 ms); a second SIGINT exits at once (the *.tmp files then stay,
+  // each with a zero header: never a valid shard).
+  InstallStopHandlers();
   std::vector<std::string> args;
   if (auto s = ParseFlagsAndArgs(
           argc, argv, "multiscreen prepare --tokenizer=DIR --input=FILE[,FILE...] [FILE...] --output=DIR",
           {"tokenizer", "input", "output", "input_format", "text_field", "shard_tokens", "val_tokens", "threads",
-           "strict_utf8"},
+           "strict_utf8", "max_document_bytes"},
           &args);
       !s.ok()) {
     return Fail("prepare", s);
@@ -63,6 +71,11 @@ int PrepareCommand(int argc, char** argv) {
   if (!format.ok()) return Fail("prepare", absl::InvalidArgumentError(absl::StrCat("--", format.status().message())));
   options.read.format = *format;
   options.read.strict_utf8 = absl::GetFlag(FLAGS_strict_utf8);
+  options.read.max_document_bytes = absl::GetFlag(FLAGS_max_document_bytes);
+  if (options.read.max_document_bytes < 1) {
+    return Fail("prepare", absl::InvalidArgumentError(absl::StrCat(
+                               "--max_document_bytes=", options.read.max_document_bytes, ": expected at least 1")));
+  }
   options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
   options.val_tokens = absl::GetFlag(FLAGS_val_tokens);
   options.threads = absl::GetFlag(FLAGS_threads);
@@ -102,10 +115,6 @@ int PrepareCommand(int argc, char** argv) {
     std::fflush(stderr);
     printed = terminal;
   };
-  // SIGINT / SIGTERM (and SIGHUP, SIGUSR1) stop the run between chunks, removing the
-  // partial *.tmp shards; a second SIGINT exits at once (the *.tmp files then stay, each
-  // with a zero header: never a valid shard).
-  InstallStopHandlers();
   options.cancelled = [] { return StopRequested(); };
   auto summary = Prepare(**tok, options);
   if (printed) std::fprintf(stderr, "\n");

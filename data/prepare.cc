@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -14,6 +16,11 @@
 #include <mutex>
 #include <new>
 #include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -40,19 +47,56 @@ class ByteSource {
   virtual absl::StatusOr<size_t> Read(char* buf, size_t cap) = 0;
 };
 
-class FileSource : public ByteSource {
+// Reads a file descriptor. A pipe, FIFO or character device is opened non-blocking and
+// waited on with poll() in 200 ms slices, checking `cancelled` between them, so that an
+// interrupt stops a read that has no data coming (a FIFO with no writer yet): on Linux
+// poll() reports no hang-up on a FIFO before its first writer, so "no writer yet" waits
+// and "the writer closed" is the end.
+class FdReader {
  public:
-  FileSource(std::string path, std::FILE* f) : path_(std::move(path)), f_(f) {}
-  ~FileSource() override { std::fclose(f_); }
-  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
-    const size_t n = std::fread(buf, 1, cap, f_);
-    if (n == 0 && std::ferror(f_)) return absl::DataLossError(absl::StrCat(path_, ": read failed"));
-    return n;
+  FdReader(std::string path, int fd, std::function<bool()> cancelled)
+      : path_(std::move(path)), fd_(fd), cancelled_(std::move(cancelled)) {}
+  ~FdReader() { ::close(fd_); }
+  FdReader(const FdReader&) = delete;
+  FdReader& operator=(const FdReader&) = delete;
+
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) {
+    while (true) {
+      if (cancelled_ && cancelled_()) return absl::CancelledError(absl::StrCat(path_, ": interrupted while reading"));
+      pollfd p{fd_, POLLIN, 0};
+      const int ready = ::poll(&p, 1, 200);
+      if (ready < 0 && errno != EINTR) return absl::DataLossError(absl::StrCat(path_, ": poll failed: ", std::strerror(errno)));
+      if (ready <= 0) continue;
+      const ssize_t n = ::read(fd_, buf, cap);
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return absl::DataLossError(absl::StrCat(path_, ": read failed: ", std::strerror(errno)));
+    }
   }
 
  private:
   std::string path_;
-  std::FILE* f_;
+  int fd_;
+  std::function<bool()> cancelled_;
+};
+
+// Opens `path` for FdReader: non-blocking when it is not a regular file (opening a FIFO
+// blocks until a writer comes otherwise).
+absl::StatusOr<int> OpenFd(const std::string& path) {
+  struct stat st {};
+  const bool regular = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (regular ? 0 : O_NONBLOCK));
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  return fd;
+}
+
+class FileSource : public ByteSource {
+ public:
+  FileSource(std::string path, int fd, std::function<bool()> cancelled) : reader_(std::move(path), fd, std::move(cancelled)) {}
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) override { return reader_.Read(buf, cap); }
+
+ private:
+  FdReader reader_;
 };
 
 class GzipSource : public ByteSource {
@@ -81,21 +125,20 @@ class GzipSource : public ByteSource {
 
 class ZstdSource : public ByteSource {
  public:
-  ZstdSource(std::string path, std::FILE* f) : path_(std::move(path)), f_(f), in_(ZSTD_DStreamInSize()) {
+  ZstdSource(std::string path, int fd, std::function<bool()> cancelled)
+      : path_(path), reader_(std::move(path), fd, std::move(cancelled)), in_(ZSTD_DStreamInSize()) {
     stream_ = ZSTD_createDStream();
     ZSTD_initDStream(stream_);
   }
   ~ZstdSource() override {
     ZSTD_freeDStream(stream_);
-    std::fclose(f_);
   }
   absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
     ZSTD_outBuffer out = {buf, cap, 0};
     while (out.pos == 0) {
       if (input_.pos == input_.size) {
-        const size_t n = std::fread(in_.data(), 1, in_.size(), f_);
+        MS_ASSIGN_OR_RETURN(const size_t n, reader_.Read(in_.data(), in_.size()));
         if (n == 0) {
-          if (std::ferror(f_)) return absl::DataLossError(absl::StrCat(path_, ": read failed"));
           if (!frame_done_) return absl::DataLossError(absl::StrCat(path_, ": truncated zstd data"));
           return size_t{0};
         }
@@ -112,14 +155,14 @@ class ZstdSource : public ByteSource {
 
  private:
   std::string path_;
-  std::FILE* f_;
+  FdReader reader_;
   ZSTD_DStream* stream_ = nullptr;
   std::vector<char> in_;
   ZSTD_inBuffer input_ = {nullptr, 0, 0};
   bool frame_done_ = true;
 };
 
-absl::StatusOr<std::unique_ptr<ByteSource>> OpenSource(const std::string& path) {
+absl::StatusOr<std::unique_ptr<ByteSource>> OpenSource(const std::string& path, const ReadOptions& options) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such input file"));
   if (fs::is_directory(path, ec)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory"));
@@ -128,20 +171,37 @@ absl::StatusOr<std::unique_ptr<ByteSource>> OpenSource(const std::string& path) 
     if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
     return std::unique_ptr<ByteSource>(new GzipSource(path, f));
   }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  if (EndsWith(path, ".zst")) return std::unique_ptr<ByteSource>(new ZstdSource(path, f));
-  return std::unique_ptr<ByteSource>(new FileSource(path, f));
+  MS_ASSIGN_OR_RETURN(const int fd, OpenFd(path));
+  if (EndsWith(path, ".zst")) return std::unique_ptr<ByteSource>(new ZstdSource(path, fd, options.cancelled));
+  return std::unique_ptr<ByteSource>(new FileSource(path, fd, options.cancelled));
 }
 
-absl::StatusOr<std::string> ReadAll(ByteSource& source) {
+// Between two reads of one document: stops on an interrupt, or when the document being
+// read (`held` bytes from line `line` on) has passed options.max_document_bytes.
+absl::Status CheckDocumentRead(const ReadOptions& options, const std::string& path, int64_t line, size_t held) {
+  if (options.cancelled && options.cancelled()) {
+    return absl::CancelledError(absl::StrCat(path, ": interrupted while reading"));
+  }
+  if (static_cast<int64_t>(held) > options.max_document_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ":", line, ": a document longer than ", options.max_document_bytes,
+        " bytes (--max_document_bytes; no newline in it?): a plain-text file is one document, so split it or "
+        "write JSONL, one document per line"));
+  }
+  return absl::OkStatus();
+}
+
+// The whole decompressed content of `source` (one document, or a JSON array of them).
+absl::StatusOr<std::string> ReadAll(ByteSource& source, const std::string& path, const ReadOptions& options) {
   std::string out;
   std::vector<char> buf(1 << 20);
   while (true) {
+    MS_RETURN_IF_ERROR(CheckDocumentRead(options, path, 1, out.size()));
     MS_ASSIGN_OR_RETURN(const size_t n, source.Read(buf.data(), buf.size()));
     if (n == 0) break;
     out.append(buf.data(), n);
   }
+  MS_RETURN_IF_ERROR(CheckDocumentRead(options, path, 1, out.size()));
   return out;
 }
 
@@ -255,11 +315,13 @@ absl::Status ReadJsonl(ByteSource& source, const std::string& path, const ReadOp
     size_t start = 0;
     for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
       const Place at{path, pending_byte + static_cast<int64_t>(start), ++line_no};
+      MS_RETURN_IF_ERROR(CheckDocumentRead(options, path, line_no, nl - start));
       MS_RETURN_IF_ERROR(
           JsonlLine(std::string_view(pending).substr(start, nl - start), at, options, on_document, stats));
     }
     pending.erase(0, start);
     pending_byte += static_cast<int64_t>(start);
+    MS_RETURN_IF_ERROR(CheckDocumentRead(options, path, line_no + 1, pending.size()));
   }
   return JsonlLine(pending, Place{path, pending_byte, ++line_no}, options, on_document, stats);
 }
@@ -276,13 +338,13 @@ absl::StatusOr<InputFormat> ParseInputFormat(const std::string& name) {
 
 absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptions& options,
                                         const DocumentFn& on_document) {
-  MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenSource(path));
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenSource(path, options));
   const InputFormat format = FormatOf(path, options.format);
   ReadStats stats;
   if (format == InputFormat::kJsonl) {
     MS_RETURN_IF_ERROR(ReadJsonl(*source, path, options, on_document, &stats));
   } else {
-    MS_ASSIGN_OR_RETURN(std::string content, ReadAll(*source));
+    MS_ASSIGN_OR_RETURN(std::string content, ReadAll(*source, path, options));
     if (format == InputFormat::kText) {
       if (content.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty input"));
       MS_RETURN_IF_ERROR(MakeValid(&content, /*json=*/false, Place{path}, options, &stats.replacements));
@@ -719,15 +781,17 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
   };
   {
     const int readers = static_cast<int>(std::min<size_t>(units.size(), static_cast<size_t>(threads)));
-    Pipeline pipeline(tokenizer, files, units, options.read, threads, readers);
+    ReadOptions read = options.read;
+    if (!read.cancelled) read.cancelled = options.cancelled;  // a reader waiting on a pipe stops too
+    Pipeline pipeline(tokenizer, files, units, read, threads, readers);
     std::vector<ReadStats> file_stats(files.size());
     Encoded enc;
     while (pipeline.Next(&enc)) {
-      if (!enc.status.ok()) return cleanup(enc.status);
       if (options.cancelled && options.cancelled()) {
         return cleanup(absl::CancelledError(absl::StrCat("interrupted after ", summary.documents,
                                                          " documents; no shard written")));
       }
+      if (!enc.status.ok()) return cleanup(enc.status);
       int64_t begin = 0;
       for (const int64_t end : enc.doc_ends) {
         const int32_t* ids = enc.tokens.data() + begin;

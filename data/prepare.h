@@ -55,6 +55,14 @@ struct ReadOptions {
   InputFormat format = InputFormat::kAuto;  // kAuto: from the file name (see above)
   std::string text_field = "text";          // JSONL / JSON-object field holding the text
   bool strict_utf8 = false;                 // refuse invalid UTF-8 / lone surrogates, not replace them
+  // The longest document (a JSONL line, a whole plain-text file) read into memory; past it
+  // the read stops with an error naming the file and line (--max_document_bytes), so that
+  // an endless newline-less stream (/dev/zero, a binary file under a .jsonl name) is one
+  // line instead of exhausting memory.
+  int64_t max_document_bytes = int64_t{1} << 30;
+  // Polled between reads (and every 200 ms while a pipe or FIFO has no data): true stops
+  // the read with a Cancelled error. Null: never.
+  std::function<bool()> cancelled;
 };
 
 struct ReadStats {

@@ -11,10 +11,12 @@ import gzip
 import json
 import os
 import random
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -42,6 +44,19 @@ def read_shard(path):
     assert magic == 20240520, path
     fmt = "H" if version == 1 else "I"
     return list(struct.unpack(f"<{count}{fmt}", data[1024:]))
+
+
+def wait_for_sigint_handler(pid, timeout=120):
+    """Waits until process `pid` catches SIGINT (its SigCgt mask in /proc), so that a
+    signal sent next reaches the handler, however slowly a loaded machine starts it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(f"/proc/{pid}/status") as f:
+            caught = [l for l in f if l.startswith("SigCgt:")]
+        if caught and int(caught[0].split()[1], 16) & (1 << (signal.SIGINT - 1)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} installed no SIGINT handler within {timeout} s")
 
 
 class DataCliTest(OneLineErrors):
@@ -128,6 +143,45 @@ class DataCliTest(OneLineErrors):
         self.assert_one_line_error(run(*base, f"--input={self.path('bad.jsonl')}", "--input_format=xml"),
                                    "input format 'xml'")
         self.assertFalse(os.path.exists(out) and os.listdir(out))
+
+    def test_prepare_bounds_a_document_and_stops_a_read_with_no_data_on_sigint(self):
+        out = self.path("out")
+        base = ["prepare", f"--tokenizer={TOKENIZER}", f"--output={out}"]
+        # An endless stream without a newline is one line, not all of memory.
+        self.assert_one_line_error(run(*base, "--input=/dev/zero", "--input_format=jsonl",
+                                       "--max_document_bytes=5000000"),
+                                   "/dev/zero:1: a document longer than 5000000 bytes (--max_document_bytes")
+        with open(self.path("long.jsonl"), "w") as f:
+            f.write('{"text": "short"}\n{"text": "' + "x" * 3000 + '"}\n')
+        self.assert_one_line_error(run(*base, f"--input={self.path('long.jsonl')}", "--max_document_bytes=2000"),
+                                   self.path("long.jsonl") + ":2: a document longer than 2000 bytes")
+        self.assert_one_line_error(run(*base, f"--input={self.path('long.jsonl')}", "--max_document_bytes=0"),
+                                   "--max_document_bytes=0")
+        self.assertFalse(os.path.exists(out) and os.listdir(out))
+        # A FIFO with no writer: the first SIGINT ends the run at once, with no *.tmp left.
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([BIN, *base, f"--input={fifo}", "--input_format=text"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_for_sigint_handler(p.pid)
+        time.sleep(0.5)  # into the read
+        p.send_signal(signal.SIGINT)
+        try:
+            _, err = p.communicate(timeout=30)
+        finally:
+            p.kill()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(b"interrupted", err)
+        self.assertEqual([n for n in os.listdir(out) if n.endswith(".tmp")], [])
+        # A writer that comes late is read to the end.
+        p = subprocess.Popen([BIN, *base, f"--input={fifo}", "--input_format=jsonl", "--val_tokens=0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.5)
+        with open(fifo, "w") as f:
+            f.write('{"text": "hello world"}\n')
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(len(read_shard(os.path.join(out, "train_000000.bin"))), 3)
 
     def test_prepare_replaces_invalid_utf8_as_python_reads_it(self):
         """U+FFFD goes where Python's errors="replace" puts it (and, for JSON escapes of lone
