@@ -68,7 +68,7 @@ json DimsToJson(const ModelDims& d) {
 }
 
 json MetaToJson(const CheckpointMeta& m) {
-  return {{"format", "multiscreen-checkpoint"},
+  json j = {{"format", "multiscreen-checkpoint"},
           {"format_version", 1},
           {"step", m.step},
           {"samples", m.samples},
@@ -82,6 +82,8 @@ json MetaToJson(const CheckpointMeta& m) {
           {"rng", {{"seed", m.seed}, {"data_samples_consumed", m.samples}}},
           {"layout", {{"tp", m.layout.tp}, {"pp", m.layout.pp}, {"dp", m.layout.dp}, {"zero", m.layout.zero}}},
           {"model", DimsToJson(m.dims)}};
+  if (m.data.is_object()) j["data"] = m.data;
+  return j;
 }
 
 // The manifest's fields, read with their JSON types checked: every error is
@@ -234,6 +236,16 @@ absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string
   MS_ASSIGN_OR_RETURN(const int64_t consumed, f.Int("rng.data_samples_consumed", 0, kMaxCount));
   if (consumed != m.samples) {
     return f.Error("rng.data_samples_consumed", absl::StrCat("= ", consumed, " differs from samples = ", m.samples));
+  }
+  if (j.contains("data")) {  // absent before it was recorded
+    MS_ASSIGN_OR_RETURN(const json* data, f.Object("data"));
+    for (const auto& [name, source] : data->items()) {
+      const bool valid = source.is_object() && source.contains("tokens") && source["tokens"].is_number_integer() &&
+                         source["tokens"].get<int64_t>() >= 0 && source.contains("fingerprint") &&
+                         source["fingerprint"].is_string();
+      if (!valid) return f.Error(absl::StrCat("data[\"", name, "\"]"), "is not {\"tokens\": N, \"fingerprint\": \"...\"}");
+    }
+    m.data = *data;
   }
   return m;
 }

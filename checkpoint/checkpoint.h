@@ -56,6 +56,10 @@ struct CheckpointMeta {
   int64_t loss_scale_skipped = 0;
   ParallelLayout layout;
   ModelDims dims;
+  // What the run trained on, per training source: {"<name>": {"tokens": N, "fingerprint":
+  // "xxxxxxxx"}} (TokenStream::Fingerprint; the name is "train" for --data, the source's
+  // name in a mixture, whose entries also carry "weight"). Null in checkpoints written without it (older ones, `ckpt`-made).
+  nlohmann::json data;
 };
 
 // One model-parallel rank's tensors, in its layout's flat order.

@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (trai
 ABSL_FLAG(std::string, format, "auto",
           "token file format of --data: auto, llmc, megatron (a .bin/.idx pair) or raw_uint16 (nanoGPT's .bin)");
 ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ranks (ZeRO-1)");
+ABSL_FLAG(bool, allow_data_change, false,
+          "resume from a checkpoint trained on other data (its manifest's token counts and fingerprints differ from "
+          "--data's); without it such a resume is refused");
 ABSL_FLAG(bool, restart, false,
           "when none of run_dir's checkpoints verifies, move them to checkpoints/unverified/ and train from step 0 "
           "(without it such a run is refused); a checkpoint that verifies is still resumed");
@@ -181,7 +184,7 @@ int TrainCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
                              "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
-                             "isa", "restart", "device", "format"}); !s.ok()) {
+                             "isa", "restart", "device", "format", "allow_data_change"}); !s.ok()) {
     return Fail("train", s);
   }
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
@@ -254,7 +257,9 @@ int TrainCommand(int argc, char** argv) {
     return fail(status);
   };
   auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),
-                                 {.restart = absl::GetFlag(FLAGS_restart), .device = *device});
+                                 {.restart = absl::GetFlag(FLAGS_restart),
+                                  .device = *device,
+                                  .allow_data_change = absl::GetFlag(FLAGS_allow_data_change)});
   if (!trainer.ok()) return fail_before_first_step(trainer.status());
   if (logger) RecordRunData(*run);
   if (logger) {

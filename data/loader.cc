@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
 #include "common/input_file.h"
 #include "common/status.h"
 #include "data/token_file.h"
@@ -242,6 +244,25 @@ TokenStream::~TokenStream() {
   for (const Shard& s : shards_) {
     if (s.map != nullptr) ::munmap(s.map, s.map_bytes);
   }
+}
+
+std::string TokenStream::Fingerprint() const {
+  constexpr int64_t kBlocks = 256, kBlock = 1024;
+  Crc32cStream crc;
+  crc.Update(&size_, sizeof(size_));
+  std::vector<int32_t> block(kBlock);
+  const int64_t span = std::max<int64_t>(0, size_ - kBlock);  // where the last block starts
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    const int64_t start = span * b / (kBlocks - 1);
+    const int64_t n = std::min(kBlock, size_ - start);
+    if (n <= 0) break;
+    Read(start, n, block.data());
+    crc.Update(block.data(), static_cast<size_t>(n) * sizeof(int32_t));
+    if (span == 0) break;  // the whole stream was one block
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", crc.value());
+  return hex;
 }
 
 void TokenStream::Read(int64_t start, int64_t n, int32_t* out) const {

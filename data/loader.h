@@ -99,6 +99,16 @@ class TokenStream {
   // without a document index (llm.c and raw files only separate documents by EOS).
   absl::StatusOr<std::vector<int64_t>> DocumentBoundaries() const;
 
+  // A sampled fingerprint of the stream's content, for telling whether a resumed run
+  // reads the data its checkpoint was trained on (DESIGN "Checkpoints": per-dataset
+  // checksums): CRC-32C (hex) of size() and of 256 blocks of up to 1,024 tokens (as
+  // int32) spread evenly over the stream, the first and the last included. Independent
+  // of how the tokens are split into files and of their file format; cheap (1 MiB read)
+  // at any corpus size, so it is a sample, not a checksum of every token: re-prepared data
+  // (another tokenizer, order or corpus) changes it, a change confined to unsampled
+  // tokens may not.
+  std::string Fingerprint() const;
+
   // Copies tokens [start, start + n) of the stream into out[0, n) as int32, crossing
   // shard boundaries as needed. Requires 0 <= start and start + n <= size().
   void Read(int64_t start, int64_t n, int32_t* out) const;

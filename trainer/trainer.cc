@@ -16,6 +16,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
 #include "common/log.h"
@@ -152,6 +153,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
                                                          Sources sources, ProcessGrid* grid, StartOptions start) {
   if (sources.train == nullptr && sources.mixture.empty()) return absl::InvalidArgumentError("data: no training shards");
   std::unique_ptr<Trainer> t(new Trainer(run, dims, grid));
+  // What the run trains on, recorded in each checkpoint and checked on resume.
+  auto identify = [&](const std::string& name, const TokenStream& stream) {
+    t->data_[name] = {{"tokens", stream.size()}, {"fingerprint", stream.Fingerprint()}};
+  };
+  if (sources.mixture.empty()) identify("train", *sources.train);
+  for (const LoaderSource& source : sources.mixture) {  // a mixture's order depends on its weights too
+    identify(source.name, *source.stream);
+    t->data_[source.name]["weight"] = source.weight;
+  }
+  t->allow_data_change_ = start.allow_data_change;
   ModelOptions options;
   options.device = start.device;
   options.precision = ModelPrecision(run.precision());
@@ -332,6 +343,7 @@ absl::StatusOr<CheckpointRef> Trainer::ChooseStart(bool restart) {
                                                         ", the run asks for ", run_.seed(),
                                                         " (the data order depends on it)"));
     }
+    MS_RETURN_IF_ERROR(CheckSameData(ckpt->dir, ckpt->meta.data));
     return ckpt;
   }
   if (absl::IsNotFound(ckpt.status())) {
@@ -351,6 +363,27 @@ absl::StatusOr<CheckpointRef> Trainer::ChooseStart(bool restart) {
   LogWarning("--restart: ", ckpt.status().message(), "; moved them to ", root, "/unverified/");
   MS_RETURN_IF_ERROR(StartFresh(ckpt.status(), "--restart given and no checkpoint verifies"));
   return absl::NotFoundError(absl::StrCat(root, ": set aside"));
+}
+
+absl::Status Trainer::CheckSameData(const std::string& checkpoint, const nlohmann::json& saved) const {
+  if (!saved.is_object() || saved == data_) return absl::OkStatus();
+  auto describe = [](const nlohmann::json& sources) {
+    std::vector<std::string> parts;
+    for (const auto& [name, s] : sources.items()) {
+      parts.push_back(absl::StrCat(name, ": ", s.value("tokens", int64_t{-1}), " tokens, fingerprint ",
+                                   s.value("fingerprint", std::string("?"))));
+    }
+    return absl::StrJoin(parts, "; ");
+  };
+  const std::string what = absl::StrCat(checkpoint, " was trained on other data (", describe(saved),
+                                        "; this run has ", describe(data_), ")");
+  if (allow_data_change_) {
+    LogWarning(what, "; resuming on this run's data (--allow_data_change)");
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": its samples counter would index other windows; give the same --data, or pass --allow_data_change "
+            "to continue on these"));
 }
 
 // The identity of a run: what must match for its metrics to be redone from
@@ -418,6 +451,7 @@ absl::Status Trainer::SaveCheckpointNow() {
   m.tokens = state_.tokens;
   m.adam_step = optimizer_->step();
   m.seed = run_.seed();
+  m.data = data_;
   m.nonfinite_in_a_row = state_.nonfinite_in_a_row;
   m.loss_scale = scaler_.scale();  // 1 when loss scaling is off
   m.loss_scale_good_steps = state_.scaler.good_steps;

@@ -51,6 +51,10 @@ struct StartOptions {
   // Where the step computes (the model's kernel table; parameters and optimizer stay
   // on the host, checkpoints unchanged).
   Device device = Device::kCpu;
+  // Resume from a checkpoint whose training data (CheckpointMeta::data: token counts and
+  // fingerprints) differ from this run's; without it such a resume is refused, since
+  // the samples counter would index other data (--allow_data_change).
+  bool allow_data_change = false;
 };
 
 class Trainer {
@@ -144,6 +148,10 @@ class Trainer {
   absl::Status MarkSupersededMetrics(int64_t step);
   std::string MetricsPath() const;
   nlohmann::json RunIdentity() const;
+  // Rank 0, on resume: OK when the checkpoint's training data (`saved`, null for a
+  // checkpoint without the record) are this run's data_ (or allow_data_change_, with a
+  // warning); else an error naming the first source that differs.
+  absl::Status CheckSameData(const std::string& checkpoint, const nlohmann::json& saved) const;
 
   config::RunConfig run_;
   ModelDims dims_;
@@ -168,6 +176,8 @@ class Trainer {
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;
+  nlohmann::json data_;  // the training sources' identity, saved in every manifest (CheckpointMeta::data)
+  bool allow_data_change_ = false;
   int lock_fd_ = -1;  // flock on <run_dir>/.lock, held by world rank 0
   double run_seconds_ = 0;
   int64_t run_steps_ = 0;

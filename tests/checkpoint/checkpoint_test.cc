@@ -363,6 +363,15 @@ TEST(CheckpointTest, ManifestFieldsAreTypeCheckedAndBoundedByName) {
             "m.json: field loss_scaler.scale is missing");
   EXPECT_EQ(ManifestError(m, [](auto& j) { j["rng"]["data_samples_consumed"] = 49; }),
             "m.json: field rng.data_samples_consumed = 49 differs from samples = 50");
+  // The training data's record: optional (older manifests), typed when present.
+  const nlohmann::json data = {{"train", {{"tokens", 30000}, {"fingerprint", "0badcafe"}}}};
+  EXPECT_EQ(ManifestError(m, [&](auto& j) { j["data"] = data; }), "OK");
+  auto with_data = m;
+  with_data["data"] = data;
+  EXPECT_EQ(ValidateManifest(with_data, "m.json")->data, data);
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["data"] = 3; }), "m.json: field data is the number 3, expected an object");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["data"] = {{"web", {{"tokens", -1}, {"fingerprint", "x"}}}}; }),
+            "m.json: field data[\"web\"] is not {\"tokens\": N, \"fingerprint\": \"...\"}");
 }
 
 TEST(CheckpointTest, FilesAndDatasetsMustBeWhatTheLayoutWrites) {

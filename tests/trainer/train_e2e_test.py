@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -221,6 +222,41 @@ class TrainTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         with open(os.path.join(kept, "notes.txt")) as f:
             self.assertEqual(f.read(), "mine\n")
+
+    def test_resuming_on_other_data_is_refused_unless_allowed(self):
+        d = self.run_dir("data_change")
+        self.train(d, "--steps=10", "--checkpoint_every=10", "--eval_every=0")
+        with open(os.path.join(d, "checkpoints", "step_00000010", "manifest.json")) as f:
+            recorded = json.load(f)["data"]["train"]
+        self.assertEqual(recorded["tokens"], 30000)
+        self.assertRegex(recorded["fingerprint"], "^[0-9a-f]{8}$")
+        other = os.path.join(self.tmp.name, "other_data")
+        synthetic_shards(other, seed=5)  # as many tokens, in another order
+        flags = [f"--config={self.config}", f"--data={other}", f"--run_dir={d}", "--steps=12", "--eval_every=0"]
+        r = subprocess.run([BIN, "train", *flags], capture_output=True, text=True, timeout=600)
+        self.assertNotEqual(r.returncode, 0)
+        lines = [l for l in r.stderr.splitlines() if l.startswith("multiscreen train:")]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn("step_00000010 was trained on other data (train: 30000 tokens, fingerprint "
+                      + recorded["fingerprint"], lines[0])
+        self.assertIn("--allow_data_change", lines[0])
+        self.assertEqual(max(train_losses(d)), 10)  # nothing was changed
+        # The same data in another file layout is the same stream: it resumes.
+        split = os.path.join(self.tmp.name, "split_data")
+        os.makedirs(split)
+        with open(os.path.join(self.data, "train_000000.bin"), "rb") as f:
+            tokens = np.frombuffer(f.read()[1024:], dtype=np.uint16)
+        write_tokens(os.path.join(split, "train_000000.bin"), tokens[:12345])
+        write_tokens(os.path.join(split, "train_000001.bin"), tokens[12345:])
+        shutil.copy(os.path.join(self.data, "val_000000.bin"), split)
+        r = subprocess.run([BIN, "train", *flags[:1], f"--data={split}", *flags[2:]], capture_output=True, text=True,
+                           timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        r = subprocess.run([BIN, "train", *flags[:3], "--steps=14", "--eval_every=0", "--allow_data_change"],
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn("resuming on this run's data (--allow_data_change)", r.stderr)
+        self.assertEqual(max(train_losses(d)), 14)
 
     def test_a_second_train_on_the_same_run_directory_is_refused(self):
         d = self.run_dir("locked")
