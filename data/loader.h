@@ -62,7 +62,12 @@ absl::StatusOr<TokenFormat> ParseTokenFormat(const std::string& name);
 // The shards of one split: `path` is a file (itself), a Megatron prefix (itself), or a
 // directory, whose files named "<split>_*.bin" or "*_<split>_*.bin" (llm.c's naming) are
 // returned sorted; with kRawUint16 a directory's "<split>.bin" (nanoGPT's naming) too.
-// Errors: no such path, a directory with no such shard.
+// Errors: no such path, a directory with no such shard, a directory holding
+// kPrepareIncompleteMarker (new shards beside stale ones).
+// The file `prepare` keeps in its output directory while it moves new shards into place
+// (data/prepare.cc): present afterwards only when that was interrupted.
+inline constexpr char kPrepareIncompleteMarker[] = ".prepare-incomplete";
+
 absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split,
                                                     TokenFormat format = TokenFormat::kAuto);
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "data/loader.h"
 #include "data/token_file.h"
 #include "data/utf8.h"
 #include "nlohmann/json.hpp"
@@ -861,7 +863,16 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
     written.push_back(std::move(val));
     summary.val_shard = (out_dir / ShardName("val", 0)).string();
   }
-  // All shards are complete: move them into place, then drop stale ones.
+  // All shards are complete: move them into place, then drop stale ones. The renames
+  // are not one atomic step, so a marker covers them: a directory killed half-way holds
+  // it, and the loader refuses such a mix of new and stale shards (ListShards).
+  const fs::path marker = out_dir / kPrepareIncompleteMarker;
+  {
+    std::ofstream m(marker, std::ios::trunc);
+    m << "prepare was moving new shards into place here and did not finish; run it again\n";
+    m.close();
+    if (!m) return cleanup(absl::DataLossError(absl::StrCat(marker.string(), ": cannot write")));
+  }
   for (const auto& w : written) {
     const std::string& tmp = w->path();
     fs::rename(tmp, tmp.substr(0, tmp.size() - 4), ec);
@@ -876,6 +887,8 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
       fs::remove(entry.path(), ec);
     }
   }
+  fs::remove(marker, ec);
+  if (ec) return absl::DataLossError(absl::StrCat(marker.string(), ": cannot remove (", ec.message(), ")"));
   summary.seconds = seconds();
   report();
   return summary;

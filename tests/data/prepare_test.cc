@@ -1,5 +1,6 @@
 // prepare: readers (text, JSONL, JSON arrays; plain, .gz, .zst), sharding, the
 // validation split, determinism, and one-line errors naming the file and line.
+#include "data/loader.h"
 #include "data/prepare.h"
 
 #include <zlib.h>
@@ -281,6 +282,18 @@ TEST(PrepareTest, ARerunIntoTheSameDirectoryRemovesStaleShards) {
   for (const auto& e : std::filesystem::directory_iterator(dir.path("out"))) names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"notes.txt", "train_000000.bin", "train_000001.bin", "train_000002.bin"}));
+  // (No .prepare-incomplete marker either: it only outlives a prepare killed while
+  // moving shards into place.) A directory left that way is refused by the loader,
+  // since its shards may be a mix of two runs.
+  ASSERT_TRUE(ListShards(dir.path("out"), "train").ok());
+  WriteFile(dir.path("out/.prepare-incomplete"), "");
+  auto listed = ListShards(dir.path("out"), "train");
+  ASSERT_FALSE(listed.ok());
+  EXPECT_NE(listed.status().message().find("was interrupted while moving its shards into place"), std::string::npos)
+      << listed.status();
+  // Preparing again repairs it.
+  ASSERT_TRUE(Prepare(*tok, o).ok());
+  EXPECT_TRUE(ListShards(dir.path("out"), "train").ok());
 }
 
 TEST(PrepareTest, WideVocabulariesGetVersion2Shards) {
