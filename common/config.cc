@@ -123,6 +123,7 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
                                      std::pair{"w_th", m.has_w_th()}}) {
       if (set) return Invalid(source, absl::StrCat(field, " is a Multiscreen field; a TRANSFORMER's head width is d_e / n_heads"));
     }
+    if (m.has_tanh_norm()) return Invalid(source, "tanh_norm is a Multiscreen switch; a TRANSFORMER has no TanhNorm");
   } else {
     for (const auto& [field, set] : {std::pair{"qk_norm", m.has_qk_norm()}, std::pair{"sio", m.has_sio()}}) {
       if (set) return Invalid(source, absl::StrCat(field, " is a Transformer switch (family: TRANSFORMER)"));
@@ -152,6 +153,7 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
   if (m.has_vocab()) d.vocab = m.vocab();
   if (m.has_w_th()) d.w_th = m.w_th();
   if (m.has_pl_norm()) d.pl_norm = m.pl_norm();
+  if (m.has_tanh_norm()) d.tanh_norm = m.tanh_norm();
   if (m.has_eos_token()) d.eos_token = m.eos_token();
   const std::pair<const char*, int64_t> sizes[] = {{"n_layers", d.n_layers}, {"n_heads", d.n_heads},
                                                    {"d_e", d.d_e},           {"d_v", d.d_v},

@@ -33,6 +33,7 @@ struct ModelDims {
   int64_t eos_token = 50256;
   bool qk_norm = false;  // Transformer: unit q, k with a learned scale per head
   bool sio = false;      // Transformer: unit-row tied embeddings, learned e^{s_E}, e^{s_F}
+  bool tanh_norm = true; // Multiscreen: TanhNorm (spec step 11) on; off = identity (ablation, issue 18)
 
   bool transformer() const { return family == ModelFamily::kTransformer; }
   // The Transformer's SwiGLU hidden width ⌊8 d_E/3⌋.
