@@ -296,9 +296,6 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
   const int64_t tp = r.parallel().tp() == 0 ? 1 : r.parallel().tp();
   const int64_t pp = r.parallel().pp() == 0 ? 1 : r.parallel().pp();
   if (tp < 1 || d.n_heads % tp != 0) return bad("parallel.tp", "tp = ", tp, " does not divide N_H = ", d.n_heads);
-  if (d.transformer() && tp != 1) {
-    return bad("parallel.tp", "tp = ", tp, ": the Transformer baseline runs with tp = 1 for now (no tensor parallelism yet)");
-  }
   if (pp < 1 || d.n_layers % pp != 0) return bad("parallel.pp", "pp = ", pp, " does not divide N_L = ", d.n_layers);
   if (r.parallel().zero() != 0 && r.parallel().zero() != 1) return bad("parallel.zero", r.parallel().zero(), " must be 0 or 1");
   const int64_t memory = PhysicalMemoryBytes();
