@@ -160,18 +160,20 @@ def run_case(exe, tmp, case, model, seed, micro_batch, seq_len, pl_norm, tanh_no
     stats = []
     ref = twin.loss_and_grads(cfg, params, tokens, micro_batch, seq_len,
                               dtype=torch.float64, stats=stats)
-    # The switch must matter on these weights, or the case could not tell it was ignored.
+    # The switch must move the loss far past the fp64 tolerance on these weights, or the
+    # case could not tell an ignored switch from a followed one.
     flipped = twin.loss_and_grads(dict(cfg, tanh_norm=not cfg["tanh_norm"]), params, tokens, micro_batch,
                                   seq_len, dtype=torch.float64)
-    if not abs(flipped["loss"] - ref["loss"]) > 1e-6 * abs(ref["loss"]):
-        failures.append(f"{case}: the twin's loss does not depend on tanh_norm here "
+    switch_effect = abs(flipped["loss"] - ref["loss"]) / abs(ref["loss"])
+    if not switch_effect > 100 * TOL["fp64"]["loss"]:
+        failures.append(f"{case}: the twin's loss hardly depends on tanh_norm here "
                         f"({ref['loss']!r} vs {flipped['loss']!r})")
     w = np.concatenate([s["w"] for s in stats])
     r = np.concatenate([s["r"] for s in stats])
     pairs = np.concatenate([s["pairs"] for s in stats])
     accepted = np.concatenate([s["accepted"] for s in stats])
     print(f"\n== {case}: {model} B={micro_batch} T={seq_len} pl_norm={pl_norm} tanh_norm={tanh_norm} "
-          f"w_th={cfg['w_th']:g}  twin loss {ref['loss']:.12f}")
+          f"w_th={cfg['w_th']:g}  twin loss {ref['loss']:.12f}  (tanh_norm flipped: {switch_effect:.1e} rel)")
     print("   tile  w       r      MiPE  Trim accepts (of in-window pairs)")
     for t in range(w.size):
         print(f"   {t // cfg['n_heads']}.{t % cfg['n_heads']}  {w[t]:6.2f}  {r[t]:.3f}  "
