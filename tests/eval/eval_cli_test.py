@@ -64,9 +64,11 @@ class EvalCliTest(OneLineErrors):
     def init(self, model="tiny_psi2", seed=3):
         w = os.path.join(self.dir, f"w_{seed}.h5")
         if model in ("gpt2_tiny", "gpt2_tiny_transformer"):
-            path = os.path.join(self.dir, f"{model}.textproto")
+            body = GPT2_TINY if model == "gpt2_tiny" else GPT2_TINY_TRANSFORMER
+            name = body.split('"')[1]  # the file is named as the model (a checkpoint test reads it back)
+            path = os.path.join(self.dir, f"{name}.textproto")
             with open(path, "w") as f:
-                f.write(GPT2_TINY if model == "gpt2_tiny" else GPT2_TINY_TRANSFORMER)
+                f.write(body)
             model = path
         r = run("init", f"--model={model}", f"--seed={seed}", f"--out={w}")
         self.assertEqual(r.returncode, 0, r.stderr)
