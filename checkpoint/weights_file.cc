@@ -27,6 +27,7 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& d) {
   MS_RETURN_IF_ERROR(out.WriteAttribute("family", std::string(FamilyName(d.family))));
   MS_RETURN_IF_ERROR(out.WriteAttribute("qk_norm", int64_t{d.qk_norm ? 1 : 0}));
   MS_RETURN_IF_ERROR(out.WriteAttribute("sio", int64_t{d.sio ? 1 : 0}));
+  MS_RETURN_IF_ERROR(out.WriteAttribute("tanh_norm", int64_t{d.tanh_norm ? 1 : 0}));
   return absl::OkStatus();
 }
 
@@ -67,6 +68,12 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   } else if (!absl::IsNotFound(family.status())) {
     return family.status();
   }
+  // The tanh_norm switch (absent in files written before it: on).
+  if (auto tanh_norm = in.ReadIntAttribute("tanh_norm"); tanh_norm.ok()) {
+    d.tanh_norm = *tanh_norm != 0;
+  } else if (!absl::IsNotFound(tanh_norm.status())) {
+    return tanh_norm.status();
+  }
   MS_RETURN_IF_ERROR(CheckModelDims(d, in.path(), ""));
   // Re-check the sizes as a config would be checked.
   config::ModelConfig m;
@@ -83,6 +90,7 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
     m.set_d_k(d.d_k);
     m.set_d_v(d.d_v);
     m.set_w_th(d.w_th);
+    m.set_tanh_norm(d.tanh_norm);
   }
   m.set_pl_norm(d.pl_norm);
   m.set_eos_token(d.eos_token);
@@ -175,6 +183,10 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, "d_k = ", d.d_k,
                                                      " is not the Transformer's head width d_e / n_heads = ", d.d_e,
                                                      " / ", d.n_heads, " (a whole, even number)"));
+    }
+    if (!d.tanh_norm) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": ", field, "tanh_norm = false is a Multiscreen switch, not the Transformer's"));
     }
   } else if (d.qk_norm || d.sio) {
     return absl::InvalidArgumentError(

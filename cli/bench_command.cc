@@ -163,7 +163,8 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   StepProfile profile;
   options.precision = precision;
   options.profile = &profile;
-  Multiscreen<Real> model(dims, ShardSpec::Full(dims), options);
+  const std::unique_ptr<ModelStage<Real>> stage = MakeModelStage<Real>(dims, ShardSpec::Full(dims), options);
+  ModelStage<Real>& model = *stage;
   const ParamLayout& layout = model.layout();
   const int64_t n = layout.size();
   auto made = MakeKernelTable<Real>(options.device);  // the device was checked by ResolveDevice
@@ -282,10 +283,6 @@ int BenchTrain(int argc, char** argv) {
   if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("bench", dims.status());
-  if (dims->transformer()) {
-    return Fail("bench", absl::UnimplementedError(absl::StrCat("--model=", dims->name,
-                                                               ": bench train runs Multiscreen models only for now")));
-  }
   // Unset: T = 256, 10 steps, the model's head blocking. Given: at least 1.
   const std::vector<std::string> given = GivenFlags(argc, argv);
   auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(given, name) ? value : unset; };
@@ -320,7 +317,9 @@ int BenchTrain(int argc, char** argv) {
   if (!(lr >= 0 && std::isfinite(lr))) {
     return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
   }
-  auto device = ResolveDevice(precision == "fp64", true);
+  auto resolved = ResolveDevice(precision == "fp64", true);
+  if (!resolved.ok()) return Fail("bench", resolved.status());
+  auto device = DeviceForModel(*dims, *resolved);  // the Transformer: CPU kernels only
   if (!device.ok()) return Fail("bench", device.status());
   head.device = *device;
   auto run = [&](const ModelOptions& options) {
@@ -328,6 +327,7 @@ int BenchTrain(int argc, char** argv) {
                                : RunTrain<float>(*dims, p, options, B, T, warmup, steps, seed, lr);
   };
   auto head_used = [&](const ModelOptions& options) {
+    if (dims->transformer()) return "blas";  // its head takes each row's max: the BLAS path (model/transformer.cc)
     return precision == "fp64" ? HeadPathName<double>(*dims, 1, options.head_path)
                                : HeadPathName<float>(*dims, 1, options.head_path);
   };

@@ -116,16 +116,20 @@ struct EvalSetup {
   std::string out;
 };
 
-absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need_tokenizer) {
+// multiscreen_only: the evaluation reads Multiscreen's tiles (relevance), so a
+// Transformer is refused in one line; every other evaluation runs either family.
+absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need_tokenizer,
+                                bool multiscreen_only = false) {
   EvalSetup s;
   s.out = absl::GetFlag(FLAGS_out);
   if (s.out.empty()) return absl::InvalidArgumentError("--out=DIR is required (results are written there)");
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return weights.status();
   s.weights = std::move(*weights);
-  if (s.weights.dims.transformer()) {
-    return absl::UnimplementedError(absl::StrCat("model ", s.weights.dims.name,
-                                                 " is a Transformer: eval runs Multiscreen models only so far"));
+  if (multiscreen_only && s.weights.dims.transformer()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", s.weights.dims.name,
+                                                   " is a Transformer: relevance maps are Multiscreen's (screening "
+                                                   "tiles); a Transformer has none"));
   }
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
   s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
@@ -739,7 +743,7 @@ int Relevance(const std::vector<std::string>& given) {
   const std::string path = absl::GetFlag(FLAGS_text);
   if (path.empty()) return Fail("eval relevance", absl::InvalidArgumentError("--text=FILE is required"));
   if (!fs::is_regular_file(path)) return Fail("eval relevance", absl::NotFoundError(absl::StrCat("--text=", path, ": not a regular file")));
-  auto setup = Setup(given, true);
+  auto setup = Setup(given, true, /*multiscreen_only=*/true);
   if (!setup.ok()) return Fail("eval relevance", setup.status());
   const ModelDims& d = setup->weights.dims;
   auto layers = ParseIndexSet("layers", absl::GetFlag(FLAGS_layers), d.n_layers);

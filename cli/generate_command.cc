@@ -1,7 +1,8 @@
 // `multiscreen generate (--checkpoint=DIR | --weights=FILE.h5) --prompt=TEXT
 // [--max_tokens=N --tokenizer=DIR --train_len=T --as_learned]`: greedy decoding
-// with the decoding cache (model/decode.h) and the window-expansion rule
-// (spec "Inference"). Prints the prompt followed by the continuation.
+// with the decoding cache (model/decoder.h: Multiscreen's tile caches with the
+// window-expansion rule, spec "Inference"; the Transformer's KV cache, issue 18).
+// Prints the prompt followed by the continuation.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -13,7 +14,7 @@
 #include "cli/flags.h"
 #include "cli/run_data.h"
 #include "data/gpt2_tokenizer.h"
-#include "model/decode.h"
+#include "model/decoder.h"
 
 ABSL_FLAG(std::string, prompt, "", "text to continue");
 ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate");
@@ -35,10 +36,6 @@ int GenerateCommand(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
-  if (weights->dims.transformer()) {
-    return Fail("generate", absl::UnimplementedError(absl::StrCat("model ", weights->dims.name,
-                                                                  " is a Transformer: generate (a KV cache) is not built for it yet")));
-  }
   // The tokenizer and training length the run recorded (cli/run_data.h), unless given.
   const std::vector<std::string> given = GivenFlags(argc, argv);
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
@@ -57,15 +54,9 @@ int GenerateCommand(int argc, char** argv) {
   options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   std::string train_len_source;
   options.train_len = RunTrainLen(given, run_dir, &train_len_source);
-  DecodeSession<float> session(weights->dims, weights->params.data(), options);
-  std::vector<float> logits(weights->dims.vocab);
-  for (int32_t id : *prompt) session.Step(id, logits.data());
-  std::vector<int32_t> generated;
-  for (int64_t i = 0; i < absl::GetFlag(FLAGS_max_tokens); ++i) {
-    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    generated.push_back(next);
-    if (i + 1 < absl::GetFlag(FLAGS_max_tokens)) session.Step(next, logits.data());
-  }
+  auto decoder = MakeDecoder<float>(weights->dims, weights->params.data(), options);
+  const std::vector<int32_t> generated =
+      GreedyContinuation(*decoder, *prompt, absl::GetFlag(FLAGS_max_tokens), weights->dims.vocab);
   auto text = (*tokenizer)->Decode(generated);
   if (!text.ok()) return Fail("generate", text.status());
   std::printf("%s%s\n", absl::GetFlag(FLAGS_prompt).c_str(), text->c_str());

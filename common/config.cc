@@ -123,6 +123,7 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
                                      std::pair{"w_th", m.has_w_th()}}) {
       if (set) return Invalid(source, absl::StrCat(field, " is a Multiscreen field; a TRANSFORMER's head width is d_e / n_heads"));
     }
+    if (m.has_tanh_norm()) return Invalid(source, "tanh_norm is a Multiscreen switch; a TRANSFORMER has no TanhNorm");
   } else {
     for (const auto& [field, set] : {std::pair{"qk_norm", m.has_qk_norm()}, std::pair{"sio", m.has_sio()}}) {
       if (set) return Invalid(source, absl::StrCat(field, " is a Transformer switch (family: TRANSFORMER)"));
@@ -152,6 +153,7 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
   if (m.has_vocab()) d.vocab = m.vocab();
   if (m.has_w_th()) d.w_th = m.w_th();
   if (m.has_pl_norm()) d.pl_norm = m.pl_norm();
+  if (m.has_tanh_norm()) d.tanh_norm = m.tanh_norm();
   if (m.has_eos_token()) d.eos_token = m.eos_token();
   const std::pair<const char*, int64_t> sizes[] = {{"n_layers", d.n_layers}, {"n_heads", d.n_heads},
                                                    {"d_e", d.d_e},           {"d_v", d.d_v},
@@ -294,9 +296,6 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
   const int64_t tp = r.parallel().tp() == 0 ? 1 : r.parallel().tp();
   const int64_t pp = r.parallel().pp() == 0 ? 1 : r.parallel().pp();
   if (tp < 1 || d.n_heads % tp != 0) return bad("parallel.tp", "tp = ", tp, " does not divide N_H = ", d.n_heads);
-  if (d.transformer() && tp != 1) {
-    return bad("parallel.tp", "tp = ", tp, ": the Transformer baseline runs with tp = 1 for now (no tensor parallelism yet)");
-  }
   if (pp < 1 || d.n_layers % pp != 0) return bad("parallel.pp", "pp = ", pp, " does not divide N_L = ", d.n_layers);
   if (r.parallel().zero() != 0 && r.parallel().zero() != 1) return bad("parallel.zero", r.parallel().zero(), " must be 0 or 1");
   const int64_t memory = PhysicalMemoryBytes();

@@ -33,6 +33,7 @@ struct ModelDims {
   int64_t eos_token = 50256;
   bool qk_norm = false;  // Transformer: unit q, k with a learned scale per head
   bool sio = false;      // Transformer: unit-row tied embeddings, learned e^{s_E}, e^{s_F}
+  bool tanh_norm = true; // Multiscreen: TanhNorm (spec step 11) on; off = identity (ablation, issue 18)
 
   bool transformer() const { return family == ModelFamily::kTransformer; }
   // The Transformer's SwiGLU hidden width ⌊8 d_E/3⌋.
@@ -122,7 +123,7 @@ int64_t RunMemoryLowerBound(const ModelDims& dims, int64_t tp, int64_t pp, int64
 // with micro_batch · (seq_len + 1) · grad_accum <= kMaxBatchTokens and
 // RunMemoryLowerBound within physical memory; lr in [0, 1]; betas in [0, 1); eps in
 // (0, 1]; weight_decay >= 0 with lr · weight_decay <= 1; grad_clip >= 0; schedule
-// ratios in [0, 1]; tp | N_H (tp = 1 for the Transformer for now); pp | N_L; zero 0 or 1; eval.batches <=
+// ratios in [0, 1]; tp | N_H (for the Transformer too: its d_ff is split with the heads); pp | N_L; zero 0 or 1; eval.batches <=
 // kMaxEvalBatches; initial_loss_scale in (0, 2^64]). Errors are one line naming the
 // file and field (or flag), e.g. "run.textproto: parallel.tp = 3 does not divide N_H = 8".
 absl::Status ValidateRun(const config::RunConfig& run, const ModelDims& dims, const RunSource& source = {});

@@ -1,9 +1,10 @@
-// The model as the evaluations use it, through its public API only: per-token losses of a
-// window (Multiscreen's inference forward — BeginStep, Embed, LayersForward with the
-// inference window rule, HeadLoss — or the decoding cache, token by token), greedy
-// continuation with DecodeSession (the same tokens as `multiscreen generate`), and the
-// prefill of time to first token. CPU, fp32. Memory estimates for refusing contexts that
-// do not fit.
+// The model as the evaluations use it, through its public API only, for either family
+// (Multiscreen, or the Transformer baseline of issue 18): per-token losses of a window
+// (the model stage's inference forward — BeginStep, Embed, LayersForward with
+// Multiscreen's inference window rule, HeadLoss — or the decoding cache, token by token),
+// greedy continuation with the family's decoder (model/decoder.h: the same tokens as
+// `multiscreen generate`), and the prefill of time to first token. CPU, fp32. Memory
+// estimates for refusing contexts that do not fit.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "checkpoint/weights_file.h"
-#include "model/multiscreen.h"
+#include "model/model_stage.h"
 #include "model/tile_weights.h"
 
 namespace multiscreen::eval {
@@ -41,14 +42,15 @@ class ModelRunner {
 
   // Estimated peak bytes of TokenLossesFull / Prefill over n tokens (activations of every
   // layer, the head's chunk, Ē), and of TokenLossesDecode / Greedy over n tokens (the caches:
-  // ⌈w⌉ keys per finite-window tile, n per infinite one).
+  // Multiscreen ⌈w⌉ keys per finite-window tile, n per infinite one; the Transformer n
+  // keys and values per layer).
   int64_t FullPassBytes(int64_t n) const;
   int64_t DecodeBytes(int64_t n) const;
 
  private:
   const Weights& weights_;
   InferenceOptions options_;
-  Multiscreen<float> model_;
+  std::unique_ptr<ModelStage<float>> model_;
   std::vector<float> x_, losses_;
   std::vector<int32_t> targets_;
 };

@@ -109,7 +109,7 @@ std::vector<TileRelevance> InspectRelevance(const Weights& weights, const Infere
         double n = 0;
         for (double z : h) n += z * z;
         n = std::sqrt(n);
-        const double f = n < 1e-4 ? 1 - n * n / 3 : std::tanh(n) / n;
+        const double f = !d.tanh_norm ? 1.0 : n < 1e-4 ? 1 - n * n / 3 : std::tanh(n) / n;
         for (int64_t c = 0; c < dV; ++c) {
           const double gi = g[i * dV + c];
           const double u = h[c] * f * std::tanh(gi / (1 + std::exp(-gi))) * sc.scale;

@@ -17,6 +17,7 @@ struct ScreeningShape {
   int64_t d_v = 0;
   int64_t pos0 = 0;   // absolute position of token 0 (MiPE)
   double w_th = 256;  // MiPE threshold
+  bool tanh_norm = true;  // TanhNorm (step 11); false = identity, u = h (ablation switch, issue 18)
   // Columns per tile in P: [q (d_k) | k (d_k) | v (d_v) | g (d_v)].
   int64_t p_cols() const { return 2 * d_k + 2 * d_v; }
 };

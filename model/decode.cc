@@ -87,7 +87,8 @@ void DecodeSession<Real>::Step(int32_t token, Real* logits) {
       for (int64_t j = 0; j < n; ++j) dist[j] = c.position[j] < 0 ? -1 : pos - c.position[j];
       k::ScreenOneQuery(q.data(), c.k.data(), c.v.data(), dist.data(), n, dK, dV, static_cast<Real>(c.scalars.r),
                         c.capacity == 0 ? static_cast<const Real*>(nullptr) : c.mask.data(), c.capacity, h.data());
-      k::TileOutputRow(h.data(), pt + 2 * dK + dV, static_cast<Real>(c.scalars.scale), dV, u.data() + t * dV);
+      k::TileOutputRow(h.data(), pt + 2 * dK + dV, static_cast<Real>(c.scalars.scale), dV, d.tanh_norm,
+                       u.data() + t * dV);
     }
     const Real* w_o = params_ + layout_.entries()[layout_.LayerEntry(l) + kWO].buffer_offset;
     k::Gemm<Real>(false, false, 1, dE, NH * dV, 1, u.data(), NH * dV, w_o, dE, 1, x.data(), dE);

@@ -9,20 +9,21 @@
 #include <vector>
 
 #include "common/config.h"
+#include "model/decoder.h"
 #include "model/param_layout.h"
 #include "model/tile_weights.h"
 
 namespace multiscreen {
 
 template <typename Real>
-class DecodeSession {
+class DecodeSession final : public Decoder<Real> {
  public:
   // `params`: the full layout's buffer (ShardSpec::Full), read during the session.
   DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options);
 
   // Feeds the token at absolute position position(); writes logits [V] for the next token.
-  void Step(int32_t token, Real* logits);
-  int64_t position() const { return position_; }
+  void Step(int32_t token, Real* logits) override;
+  int64_t position() const override { return position_; }
   // Keys held by (layer, tile)'s cache: min(position, ⌈w⌉), or position for w = ∞.
   int64_t CachedKeys(int64_t layer, int64_t tile) const;
 

@@ -72,6 +72,7 @@ kernels::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) const {
   s.d_k = dims().d_k;
   s.d_v = dims().d_v;
   s.w_th = dims().w_th;
+  s.tanh_norm = dims().tanh_norm;
   return s;
 }
 
@@ -212,26 +213,26 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   }
   hb.dy.Resize(dx != nullptr ? n * dE : 0);
   const Real coef = static_cast<Real>(grad_scale / double(n));
+  kernels::HeadLossArgs<Real> args;
+  args.y = y_c;
+  args.e_bar = EBarCompute();
+  args.rows = n;
+  args.vocab = Vl;
+  args.d_e = dE;
+  args.scale = scale;
+  // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
+  // is a safe softmax shift and the max pass is not needed.
+  args.shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
+  args.target = hb.local_target.data();
+  args.coef = coef;
+  args.lse = hb.lse.data();
+  args.target_logit = hb.target_logit.data();
+  args.dy = dx != nullptr ? hb.dy.data() : nullptr;
+  args.d_e_bar = d_e_bar_.data();
+  args.precision = options_.precision;
   if (tp_->size() > 1) {
-    ShardedHeadLoss(y_c, EBarCompute(), n, scale, dx != nullptr, coef);
+    ShardedHeadLoss(*ops_, *tp_, args, options_.head_chunk_rows, &hb.sharded);
   } else {
-    kernels::HeadLossArgs<Real> args;
-    args.y = y_c;
-    args.e_bar = EBarCompute();
-    args.rows = n;
-    args.vocab = Vl;
-    args.d_e = dE;
-    args.scale = scale;
-    // With PLNorm |z| ≤ e^{s_F} (unit y, unit rows of Ē), so below e^{s_F} = 39 that bound
-    // is a safe softmax shift and the max pass is not needed.
-    args.shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
-    args.target = hb.local_target.data();
-    args.coef = coef;
-    args.lse = hb.lse.data();
-    args.target_logit = hb.target_logit.data();
-    args.dy = dx != nullptr ? hb.dy.data() : nullptr;
-    args.d_e_bar = d_e_bar_.data();
-    args.precision = options_.precision;
     ops_->HeadLoss(args);
   }
   double loss = 0;
@@ -252,51 +253,6 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     ops_->Copy(hb.dy.data(), n * dE, dx);
   }
   return loss;
-}
-
-template <typename Real>
-void Multiscreen<Real>::ShardedHeadLoss(const Real* y_c, const Real* e_bar, int64_t n, Real scale, bool gradients,
-                                        Real coef) {
-  HeadBuffers& hb = head_;
-  const int64_t dE = dims().d_e, Vl = layout_.shard().vocab();
-  const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
-  hb.z.Resize(chunk * Vl);
-  hb.row_max.resize(n);
-  hb.row_sum.resize(n);
-  double *lse = hb.lse.data(), *target_logit = hb.target_logit.data();
-  const int64_t* local_target = hb.local_target.data();
-  Real* z = hb.z.data();
-  // Logits of rows [r0, r0 + rc): z = e^{s_F} · y Ēᵀ on the local vocabulary.
-  auto logits = [&](int64_t r0, int64_t rc) {
-    ops_->Gemm(options_.precision, false, true, rc, Vl, dE, scale, y_c + r0 * dE, dE, e_bar, dE, 0, z, Vl);
-  };
-  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-    const int64_t rc = std::min(chunk, n - r0);
-    logits(r0, rc);
-    ops_->SoftmaxStats(z, Vl, rc, Vl, hb.row_max.data() + r0, hb.row_sum.data() + r0);
-    ops_->TargetLogits(z, Vl, rc, local_target + r0, target_logit + r0);
-  }
-  // Vocabulary-parallel softmax: global max, then the rescaled sums, then the target logit.
-  std::vector<double> global_max = hb.row_max;
-  tp_->AllReduce(global_max.data(), n, ReduceOp::kMax);
-  for (int64_t r = 0; r < n; ++r) hb.row_sum[r] *= std::exp(hb.row_max[r] - global_max[r]);
-  tp_->AllReduce(hb.row_sum.data(), n, ReduceOp::kSum);
-  tp_->AllReduce(target_logit, n, ReduceOp::kSum);
-  for (int64_t r = 0; r < n; ++r) lse[r] = global_max[r] + std::log(hb.row_sum[r]);
-  if (!gradients) return;
-  // With z holding ∂L/∂z/e^{s_F}: dĒ += e^{s_F} zᵀ y, dy = e^{s_F} z Ē. dĒ is gathered
-  // transposed, dĒᵀ [d_E, V] = e^{s_F} yᵀ z (BLAS runs this shape faster), in a buffer
-  // that is all zeros between calls, and moved into d_e_bar_ once at the end.
-  hb.d_e_bar_t.Resize(dE * Vl);
-  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-    const int64_t rc = std::min(chunk, n - r0);
-    logits(r0, rc);
-    ops_->CrossEntropyGrad(z, Vl, rc, Vl, lse + r0, local_target + r0, coef);
-    ops_->Gemm(options_.precision, true, false, dE, Vl, rc, scale, y_c + r0 * dE, dE, z, Vl, 1,
-               hb.d_e_bar_t.data(), Vl);
-    ops_->Gemm(options_.precision, false, false, rc, dE, Vl, scale, z, Vl, e_bar, dE, 0, hb.dy.data() + r0 * dE, dE);
-  }
-  ops_->MoveAddTransposed(hb.d_e_bar_t.data(), dE, Vl, Vl, d_e_bar_.data(), dE);
 }
 
 template <typename Real>

@@ -25,6 +25,7 @@
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
 #include "model/model_stage.h"
+#include "model/sharded_head.h"
 #include "model/param_layout.h"
 #include "model/step_profile.h"
 #include "model/tile_weights.h"
@@ -99,15 +100,13 @@ class Multiscreen final : public ModelStage<Real> {
     std::vector<Real> s_w, s_r, s_o;  // host copies of the tiles' scalars (BeginStep)
   };
   struct HeadBuffers {  // HeadLoss's buffers, kept between steps
-    explicit HeadBuffers(Device d) : y(d), y_norm(d), y_c(d), z(d), dy(d), d_e_bar_t(d) {}
-    Array y, y_norm, y_c, z, dy, d_e_bar_t;
-    std::vector<double> row_max, row_sum, target_logit, lse;  // host, per row
-    std::vector<int64_t> local_target;                          // host, per row
+    explicit HeadBuffers(Device d) : y(d), y_norm(d), y_c(d), dy(d), sharded(d) {}
+    Array y, y_norm, y_c, dy;
+    std::vector<double> target_logit, lse;  // host, per row
+    std::vector<int64_t> local_target;      // host, per row
+    ShardedHeadBuffers<Real> sharded;       // the vocabulary-parallel head's (tp > 1)
   };
   kernels::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
-  // The vocabulary-parallel head (tp > 1): local softmax statistics, their all-reduce,
-  // and the gradient from the global log-sum-exp.
-  void ShardedHeadLoss(const Real* y_c, const Real* e_bar, int64_t n, Real scale, bool gradients, Real coef);
   // The local tiles' mapped scalars of local layer li (BeginStep read them).
   std::vector<kernels::TileScalars> TileScalarsOf(int64_t li, const InferenceOptions* inference) const;
   // Rounds a GEMM operand to the compute precision (no-op for kFp32).

@@ -50,6 +50,12 @@ enum class ParamKind {
   kS_QK,                       // Transformer (qk_norm): log attention scale per head
 };
 
+// Whether every tp rank holds the whole tensor (s_E, s_F, the Transformer's RMSNorm
+// gains) rather than a slice of it.
+inline bool ReplicatedOverTp(ParamKind kind) {
+  return kind == ParamKind::kS_E || kind == ParamKind::kS_F || kind == ParamKind::kGain;
+}
+
 struct ParamEntry {
   std::string name;                   // e.g. "layers/003/W_Q"
   ParamKind kind;

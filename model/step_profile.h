@@ -10,16 +10,20 @@ namespace multiscreen {
 struct StepProfile {
   enum Phase {
     kEmbed,              // BeginStep (Ē, packed weights), Embed, EmbedBackward, EndStep
-    kProjections,        // P = x·[W_Q|W_K|W_V|W_G] and its two backward GEMMs
+    kProjections,        // P = x·[W_Q|W_K|W_V|W_G] and its two backward GEMMs (Transformer: RMSNorm,
+                         // x·[W_Q|W_K|W_V] and its backward GEMMs)
     kScreeningForward,   // the fused screening kernel, forward
     kScreeningBackward,  // its backward (relevance recomputed)
-    kOutputGemm,         // Δ = U·W_O, its two backward GEMMs, the residual adds
+    kOutputGemm,         // Δ = U·W_O, its two backward GEMMs, the residual adds (Transformer: o·W_O)
     kHead,               // PLNorm, logits, cross-entropy and their backward (chunked)
     kOptimizer,          // AdamW (timed by the caller, which owns the optimizer)
+    kAttention,          // Transformer: RoPE, QK norm, causal attention, forward and backward
+    kFfn,                // Transformer: the SwiGLU block (RMSNorm, GEMMs, SwiGLU), forward and backward
     kPhases
   };
-  static constexpr const char* kNames[kPhases] = {"embed", "projections_gemm", "screening_forward",
-                                                  "screening_backward", "w_o_gemm", "head_loss", "optimizer"};
+  static constexpr const char* kNames[kPhases] = {"embed",     "projections_gemm", "screening_forward",
+                                                  "screening_backward", "w_o_gemm", "head_loss",
+                                                  "optimizer", "attention",        "ffn"};
 
   double seconds[kPhases] = {};
   void Clear() {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace multiscreen {
@@ -24,6 +25,8 @@ Transformer<Real>::Transformer(const ModelDims& dims, const ShardSpec& shard, Mo
     : ModelStage<Real>(options.device),
       layout_(dims, shard),
       options_(options),
+      tp_(tp != nullptr ? tp : &single_),
+      sharded_(options.device),
       ops_(KernelTableFor<Real>(options)),
       tk_(TransformerTableFor<Real>(options)),
       table_(options.device), e_norm_(options.device), table_c_(options.device), d_table_(options.device),
@@ -32,8 +35,16 @@ Transformer<Real>::Transformer(const ModelDims& dims, const ShardSpec& shard, Mo
       scratch_x_(options.device), y_(options.device), y_c_(options.device), y_stat_(options.device),
       dy_(options.device), step_x0_(options.device) {
   if (!dims.transformer()) FatalModelError("model " + dims.name + " is not a Transformer");
-  if ((tp != nullptr && tp->size() > 1) || shard.tiles() != dims.n_heads || shard.vocab() != dims.vocab) {
-    FatalModelError("model " + dims.name + ": the Transformer baseline has no tensor parallelism yet (--tp must be 1)");
+  const int64_t n_tp = tp_->size();
+  if (dims.n_heads % n_tp != 0) {
+    FatalModelError("model " + dims.name + ": tp = " + std::to_string(n_tp) + " does not divide N_H = " +
+                    std::to_string(dims.n_heads));
+  }
+  if (shard.tiles() * n_tp != dims.n_heads || shard.tile_begin != tp_->rank() * shard.tiles() ||
+      (shard.vocab() != dims.vocab && n_tp == 1)) {
+    FatalModelError("model " + dims.name + ": the shard's heads [" + std::to_string(shard.tile_begin) + ", " +
+                    std::to_string(shard.tile_end) + ") are not tp rank " + std::to_string(tp_->rank()) + "'s of " +
+                    std::to_string(n_tp));
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     weights_.emplace_back(options.device);
@@ -60,6 +71,12 @@ typename Transformer<Real>::Slots Transformer<Real>::SlotsOf(int64_t layer) cons
 }
 
 template <typename Real>
+int64_t Transformer<Real>::LocalFfn() const {
+  const ShardSpec& s = layout_.shard();  // as ParamLayout splits W_gate, W_up, W_down
+  return dims().d_ff() * s.tile_end / dims().n_heads - dims().d_ff() * s.tile_begin / dims().n_heads;
+}
+
+template <typename Real>
 const Real* Transformer<Real>::Table() const {
   return options_.precision == Precision::kFp32 ? table_.data() : table_c_.data();
 }
@@ -74,7 +91,7 @@ void Transformer<Real>::BeginStep(const Real* params) {
   PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   const ModelDims& d = dims();
   const ShardSpec& shard = layout_.shard();
-  const int64_t dE = d.d_e, H = d.n_heads, dh = d.d_k, F = d.d_ff();
+  const int64_t dE = d.d_e, H = shard.tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn();
   if (shard.embed || shard.head) {
     const Real* w_e = params + layout_.Find("embed/W_E")->buffer_offset;
     const int64_t rows = shard.vocab();
@@ -94,21 +111,21 @@ void Transformer<Real>::BeginStep(const Real* params) {
     }
     if (d.sio && shard.embed) ops_->Download(params + layout_.Find("embed/s_E")->buffer_offset, 1, &s_e_);
     if (d.sio && shard.head) ops_->Download(params + layout_.Find("head/s_F")->buffer_offset, 1, &s_f_);
-    if (shard.head) ops_->PrepareHead(Table(), rows, dE);
+    if (shard.head && tp_->size() == 1) ops_->PrepareHead(Table(), rows, dE);
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
     const Slots s = SlotsOf(shard.layer_begin + li);
-    // W_Q, W_K, W_V [N_H, d_E, d_h] → the columns of one [d_E, 3 d_E] matrix.
-    w.w_qkv.Resize(dE * 3 * dE);
+    // The local heads of W_Q, W_K, W_V [H_l, d_E, d_h] → the columns of one [d_E, 3 d_l] matrix.
+    w.w_qkv.Resize(dE * 3 * dl);
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
     for (int p = 0; p < 3; ++p) {
       for (int64_t h = 0; h < H; ++h) {
-        ops_->Copy2D(params + parts[p] + h * dE * dh, dh, dE, dh, w.w_qkv.data() + p * dE + h * dh, 3 * dE);
+        ops_->Copy2D(params + parts[p] + h * dE * dh, dh, dE, dh, w.w_qkv.data() + p * dl + h * dh, 3 * dl);
       }
     }
-    w.w_o.Resize(dE * dE);
-    ops_->Copy(params + s.w_o, dE * dE, w.w_o.data());
+    w.w_o.Resize(dl * dE);
+    ops_->Copy(params + s.w_o, dl * dE, w.w_o.data());
     w.w_gu.Resize(2 * F * dE);
     ops_->Copy(params + s.w_gate, F * dE, w.w_gu.data());
     ops_->Copy(params + s.w_up, F * dE, w.w_gu.data() + F * dE);
@@ -131,6 +148,7 @@ void Transformer<Real>::Embed(const Real* params, const int32_t* ids, int64_t n,
   const ShardSpec& shard = layout_.shard();
   const Real scale = dims().sio ? static_cast<Real>(std::exp(double(s_e_))) : Real(1);
   ops_->EmbeddingForward(Table(), shard.vocab_begin, shard.vocab_end, dims().d_e, ids, n, scale, x);
+  tp_->AllReduce(x, n * dims().d_e, ReduceOp::kSum);  // each rank holds its vocabulary rows' embeddings
 }
 
 template <typename Real>
@@ -138,7 +156,7 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
                                       const InferenceOptions* inference) {
   (void)inference;
   const ModelDims& d = dims();
-  const int64_t dE = d.d_e, H = d.n_heads, dh = d.d_k, F = d.d_ff(), rows = B * T;
+  const int64_t dE = d.d_e, H = layout_.shard().tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn(), rows = B * T;
   const Precision prec = options_.precision;
   batch_ = B;
   seq_ = T;
@@ -149,36 +167,41 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     const LayerWeights& w = weights_[li];
     const Slots s = SlotsOf(layout_.shard().layer_begin + li);
     // Attention block: a = RMSNorm(x), q k v = a W, RoPE, [unit q, k], attention, x += o W_O.
-    PhaseTimer timer(options_.profile, StepProfile::kProjections);
+    std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kProjections);
     a.x_in.Resize(rows * dE);
     ops_->Copy(x, rows * dE, a.x_in.data());
     a.rstd1.Resize(rows);
     a.xn1.Resize(rows * dE);
     tk_->RmsNormForward(a.x_in.data(), params + s.attn_norm, a.xn1.data(), a.rstd1.data(), rows, dE);
     RoundToCompute(a.xn1.data(), rows * dE);
-    a.qkv.Resize(rows * 3 * dE);
-    ops_->Gemm(prec, false, false, rows, 3 * dE, dE, 1, a.xn1.data(), dE, w.w_qkv.data(), 3 * dE, 0, a.qkv.data(),
-               3 * dE);
+    a.qkv.Resize(rows * 3 * dl);
+    ops_->Gemm(prec, false, false, rows, 3 * dl, dE, 1, a.xn1.data(), dE, w.w_qkv.data(), 3 * dl, 0, a.qkv.data(),
+               3 * dl);
     Array* qkv[3] = {&a.q, &a.k, &a.v};
     for (int p = 0; p < 3; ++p) {
-      qkv[p]->Resize(rows * dE);
-      ops_->Copy2D(a.qkv.data() + p * dE, 3 * dE, rows, dE, qkv[p]->data(), dE);
+      qkv[p]->Resize(rows * dl);
+      ops_->Copy2D(a.qkv.data() + p * dl, 3 * dl, rows, dl, qkv[p]->data(), dl);
     }
-    tk_->Rope(a.q.data(), dE, B, T, H, dh, false);
-    tk_->Rope(a.k.data(), dE, B, T, H, dh, false);
+    timer.emplace(options_.profile, StepProfile::kAttention);
+    tk_->Rope(a.q.data(), dl, B, T, H, dh, false);
+    tk_->Rope(a.k.data(), dl, B, T, H, dh, false);
     if (d.qk_norm) {  // unit(RoPE(q)) = RoPE(unit(q)): a rotation keeps the norm
       a.q_norm.Resize(rows * H);
       a.k_norm.Resize(rows * H);
       ops_->UnitRowsForward(a.q.data(), dh, a.q.data(), dh, a.q_norm.data(), rows * H, dh);
       ops_->UnitRowsForward(a.k.data(), dh, a.k.data(), dh, a.k_norm.data(), rows * H, dh);
     }
-    a.o.Resize(rows * dE);
+    a.o.Resize(rows * dl);
     a.lse.resize(B * H * T);
     tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), w.scale.data(), a.o.data(), a.lse.data());
-    RoundToCompute(a.o.data(), rows * dE);
-    ops_->Gemm(prec, false, false, rows, dE, dE, 1, a.o.data(), dE, w.w_o.data(), dE, 0, scratch_x_.data(), dE);
+    RoundToCompute(a.o.data(), rows * dl);
+    // x += o W_O: this rank's heads' part, summed over the tp group.
+    timer.emplace(options_.profile, StepProfile::kOutputGemm);
+    ops_->Gemm(prec, false, false, rows, dE, dl, 1, a.o.data(), dl, w.w_o.data(), dE, 0, scratch_x_.data(), dE);
+    tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
     ops_->AddInto(scratch_x_.data(), rows * dE, x);
     // FFN block: f = RMSNorm(x), x += (SiLU(f W_gateᵀ) ⊙ f W_upᵀ) W_down.
+    timer.emplace(options_.profile, StepProfile::kFfn);
     a.x_mid.Resize(rows * dE);
     ops_->Copy(x, rows * dE, a.x_mid.data());
     a.rstd2.Resize(rows);
@@ -191,6 +214,7 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     tk_->SwiGluForward(a.gu.data(), a.h.data(), rows, F);
     RoundToCompute(a.h.data(), rows * F);
     ops_->Gemm(prec, false, false, rows, dE, F, 1, a.h.data(), F, w.w_down.data(), dE, 0, scratch_x_.data(), dE);
+    tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);  // this rank's hidden units' part
     ops_->AddInto(scratch_x_.data(), rows * dE, x);
   }
 }
@@ -226,22 +250,28 @@ double Transformer<Real>::HeadLoss(const Real* params, const Real* x, const int3
         targets[r] >= shard.vocab_begin && targets[r] < shard.vocab_end ? targets[r] - shard.vocab_begin : -1;
   }
   dy_.Resize(dx != nullptr ? n * dE : 0);
+  const Real scale = d.sio ? static_cast<Real>(std::exp(double(s_f_))) : Real(1);
+  const Real coef = static_cast<Real>(grad_scale / double(n));
   kernels::HeadLossArgs<Real> args;
   args.y = y_c;
   args.e_bar = Table();
   args.rows = n;
   args.vocab = shard.vocab();
   args.d_e = dE;
-  args.scale = d.sio ? static_cast<Real>(std::exp(double(s_f_))) : Real(1);
+  args.scale = scale;
   args.shift = std::numeric_limits<double>::quiet_NaN();  // no bound known: each row's max
   args.target = local_target_.data();
-  args.coef = static_cast<Real>(grad_scale / double(n));
+  args.coef = coef;
   args.lse = lse_.data();
   args.target_logit = target_logit_.data();
   args.dy = dx != nullptr ? dy_.data() : nullptr;
   args.d_e_bar = d_table_.data();
   args.precision = options_.precision;
-  ops_->HeadLoss(args);
+  if (tp_->size() > 1) {
+    ShardedHeadLoss(*ops_, *tp_, args, options_.head_chunk_rows, &sharded_);
+  } else {
+    ops_->HeadLoss(args);
+  }
   double loss = 0;
   for (int64_t r = 0; r < n; ++r) {
     const double l = lse_[r] - target_logit_[r];
@@ -250,6 +280,7 @@ double Transformer<Real>::HeadLoss(const Real* params, const Real* x, const int3
   }
   loss /= double(n);
   if (dx == nullptr) return loss;
+  tp_->AllReduce(dy_.data(), n * dE, ReduceOp::kSum);  // each rank's vocabulary rows' part
   if (d.sio) {  // ∂L/∂s_F = Σ y · ∂L/∂y, since z = e^{s_F} y Ēᵀ
     const Real d_sf = static_cast<Real>(ops_->Dot(y_.data(), dy_.data(), n * dE));
     ops_->AddHost(&d_sf, 1, grads + layout_.Find("head/s_F")->buffer_offset);
@@ -265,25 +296,26 @@ double Transformer<Real>::HeadLoss(const Real* params, const Real* x, const int3
 template <typename Real>
 void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads) {
   const ModelDims& d = dims();
-  const int64_t dE = d.d_e, H = d.n_heads, dh = d.d_k, F = d.d_ff(), B = batch_, T = seq_, rows = B * T;
+  const int64_t dE = d.d_e, H = layout_.shard().tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn();
+  const int64_t B = batch_, T = seq_, rows = B * T;
   const Precision prec = options_.precision;
   const kernels::AttentionShape shape{B, T, H, dh};
   d_h_.Resize(rows * F);
   d_gu_.Resize(rows * 2 * F);
   d_a_.Resize(rows * dE);
-  d_o_.Resize(rows * dE);
-  d_q_.Resize(rows * dE);
-  d_k_.Resize(rows * dE);
-  d_v_.Resize(rows * dE);
-  d_qkv_.Resize(rows * 3 * dE);
-  d_w_qkv_.Resize(dE * 3 * dE);
+  d_o_.Resize(rows * dl);
+  d_q_.Resize(rows * dl);
+  d_k_.Resize(rows * dl);
+  d_v_.Resize(rows * dl);
+  d_qkv_.Resize(rows * 3 * dl);
+  d_w_qkv_.Resize(dE * 3 * dl);
   std::vector<double> d_scale(H);
   std::vector<Real> g_scale(H);
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
     const Slots s = SlotsOf(layout_.shard().layer_begin + li);
-    PhaseTimer timer(options_.profile, StepProfile::kProjections);
+    std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kFfn);
     // FFN: x_out = x_mid + h W_down, h = SwiGLU(xn2 [W_gate; W_up]ᵀ), xn2 = RMSNorm(x_mid).
     ops_->Gemm(prec, false, true, rows, F, dE, 1, dx, dE, w.w_down.data(), dE, 0, d_h_.data(), F);
     ops_->Gemm(prec, true, false, F, dE, rows, 1, a.h.data(), F, dx, dE, 1, grads + s.w_down, dE);
@@ -291,11 +323,14 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     // W_gate and W_up are adjacent in the layout: one [2 d_ff, d_E] gradient.
     ops_->Gemm(prec, true, false, 2 * F, dE, rows, 1, d_gu_.data(), 2 * F, a.xn2.data(), dE, 1, grads + s.w_gate, dE);
     ops_->Gemm(prec, false, false, rows, dE, 2 * F, 1, d_gu_.data(), 2 * F, w.w_gu.data(), dE, 0, d_a_.data(), dE);
+    tp_->AllReduce(d_a_.data(), rows * dE, ReduceOp::kSum);  // ∂L/∂xn2 over every rank's hidden units
     tk_->RmsNormBackward(a.x_mid.data(), params + s.ffn_norm, a.rstd2.data(), d_a_.data(), dx, grads + s.ffn_norm,
                          rows, dE, true);
     // Attention: x_mid = x_in + o W_O.
-    ops_->Gemm(prec, false, true, rows, dE, dE, 1, dx, dE, w.w_o.data(), dE, 0, d_o_.data(), dE);
-    ops_->Gemm(prec, true, false, dE, dE, rows, 1, a.o.data(), dE, dx, dE, 1, grads + s.w_o, dE);
+    timer.emplace(options_.profile, StepProfile::kOutputGemm);
+    ops_->Gemm(prec, false, true, rows, dl, dE, 1, dx, dE, w.w_o.data(), dE, 0, d_o_.data(), dl);
+    ops_->Gemm(prec, true, false, dl, dE, rows, 1, a.o.data(), dl, dx, dE, 1, grads + s.w_o, dE);
+    timer.emplace(options_.profile, StepProfile::kAttention);
     tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
                            w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data());
     if (d.qk_norm) {
@@ -305,21 +340,23 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       ops_->UnitRowsBackward(a.q.data(), dh, a.q_norm.data(), d_q_.data(), dh, d_q_.data(), dh, rows * H, dh, false);
       ops_->UnitRowsBackward(a.k.data(), dh, a.k_norm.data(), d_k_.data(), dh, d_k_.data(), dh, rows * H, dh, false);
     }
-    tk_->Rope(d_q_.data(), dE, B, T, H, dh, true);
-    tk_->Rope(d_k_.data(), dE, B, T, H, dh, true);
+    tk_->Rope(d_q_.data(), dl, B, T, H, dh, true);
+    tk_->Rope(d_k_.data(), dl, B, T, H, dh, true);
     Array* dqkv[3] = {&d_q_, &d_k_, &d_v_};
-    for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dE, rows, dE, d_qkv_.data() + p * dE, 3 * dE);
+    for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dl, rows, dl, d_qkv_.data() + p * dl, 3 * dl);
+    timer.emplace(options_.profile, StepProfile::kProjections);
     // qkv = xn1 W_qkv: ∂W_qkv = xn1ᵀ ∂qkv (back into the heads of W_Q, W_K, W_V), ∂xn1 = ∂qkv W_qkvᵀ.
-    ops_->Gemm(prec, true, false, dE, 3 * dE, rows, 1, a.xn1.data(), dE, d_qkv_.data(), 3 * dE, 0, d_w_qkv_.data(),
-               3 * dE);
+    ops_->Gemm(prec, true, false, dE, 3 * dl, rows, 1, a.xn1.data(), dE, d_qkv_.data(), 3 * dl, 0, d_w_qkv_.data(),
+               3 * dl);
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
     for (int p = 0; p < 3; ++p) {
       for (int64_t h = 0; h < H; ++h) {
-        ops_->Add2D(d_w_qkv_.data() + p * dE + h * dh, 3 * dE, dE, dh, grads + parts[p] + h * dE * dh, dh);
+        ops_->Add2D(d_w_qkv_.data() + p * dl + h * dh, 3 * dl, dE, dh, grads + parts[p] + h * dE * dh, dh);
       }
     }
-    ops_->Gemm(prec, false, true, rows, dE, 3 * dE, 1, d_qkv_.data(), 3 * dE, w.w_qkv.data(), 3 * dE, 0, d_a_.data(),
+    ops_->Gemm(prec, false, true, rows, dE, 3 * dl, 1, d_qkv_.data(), 3 * dl, w.w_qkv.data(), 3 * dl, 0, d_a_.data(),
                dE);
+    tp_->AllReduce(d_a_.data(), rows * dE, ReduceOp::kSum);  // ∂L/∂xn1 over every rank's heads
     tk_->RmsNormBackward(a.x_in.data(), params + s.attn_norm, a.rstd1.data(), d_a_.data(), dx, grads + s.attn_norm,
                          rows, dE, true);
   }

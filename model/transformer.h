@@ -12,9 +12,17 @@
 // Written over two kernel tables: the shared one (kernels/kernel_table.h: GEMMs,
 // embedding, unit rows, the fused head) and the Transformer's (kernels/
 // transformer_kernels.h: RMSNorm, RoPE, attention, SwiGLU), which exists on the CPU
-// only. Computes one shard of layers (pipeline stages); tensor parallelism is not
-// implemented (tp must be 1: refused by ValidateRun and here). Knows nothing of
-// pipelines or data parallelism.
+// only. Computes one shard: layers (pipeline stages) and, over a tp group (issue 18,
+// Megatron-LM's split, Shoeybi et al. 2019 §3), heads and the SwiGLU width: W_Q, W_K,
+// W_V and W_gate, W_up column-split (this rank's heads / hidden units), W_O and W_down
+// row-split, so each sub-layer's output is one all-reduce of partial sums in the
+// forward, and each sub-layer's input gradient (∂L/∂ of the normed input) one all-reduce
+// in the backward; the RMSNorm gains are replicated (their gradients are computed from
+// replicated values). The tied table is vocabulary-parallel as Multiscreen's
+// (model/sharded_head.h). tp must divide N_H; d_ff (⌊8 d_E/3⌋, odd for three of
+// Table 4's four sizes) is split in proportion to the heads, rank r taking hidden
+// units [⌊r·d_ff/tp⌋, ⌊(r+1)·d_ff/tp⌋) (ParamLayout), so the parts differ by at most one.
+// Knows nothing of pipelines or data parallelism.
 #pragma once
 
 #include <cstdint>
@@ -24,14 +32,15 @@
 #include "kernels/device_array.h"
 #include "kernels/transformer_kernels.h"
 #include "model/model_stage.h"
+#include "model/sharded_head.h"
 
 namespace multiscreen {
 
 template <typename Real>
 class Transformer final : public ModelStage<Real> {
  public:
-  // Fatal (one line): a device without Transformer kernels, a tp group above one, or
-  // Multiscreen dims.
+  // Fatal (one line): a device without Transformer kernels, Multiscreen dims, or a tp
+  // group whose size does not divide N_H or disagrees with the shard.
   Transformer(const ModelDims& dims, const ShardSpec& shard, ModelOptions options = {}, Communicator* tp = nullptr);
 
   const ParamLayout& layout() const override { return layout_; }
@@ -64,18 +73,24 @@ class Transformer final : public ModelStage<Real> {
   };
   struct LayerWeights {
     explicit LayerWeights(Device d) : w_qkv(d), w_o(d), w_gu(d), w_down(d) {}
-    Array w_qkv;   // [d_E, 3 d_E]: columns [W_Q heads | W_K heads | W_V heads]
-    Array w_o;     // [d_E, d_E]  (heads·d_h rows)
-    Array w_gu;    // [2 d_ff, d_E]: rows [W_gate; W_up]
-    Array w_down;  // [d_ff, d_E]
-    std::vector<double> scale;  // [N_H] host: 1/√d_h, or e^{s_QK}
+    // Local sizes: H_l heads (width d_l = H_l·d_h) and F_l hidden units of this tp rank.
+    Array w_qkv;   // [d_E, 3 d_l]: columns [W_Q heads | W_K heads | W_V heads]
+    Array w_o;     // [d_l, d_E]  (heads·d_h rows)
+    Array w_gu;    // [2 F_l, d_E]: rows [W_gate; W_up]
+    Array w_down;  // [F_l, d_E]
+    std::vector<double> scale;  // [H_l] host: 1/√d_h, or e^{s_QK}
   };
   Slots SlotsOf(int64_t layer) const;
   const Real* Table() const;  // the tied table as the GEMMs and the embedding see it
   void RoundToCompute(Real* data, int64_t n) const;
 
+  int64_t LocalFfn() const;  // F_l: this rank's hidden units
+
   ParamLayout layout_;
   ModelOptions options_;
+  SingleProcessCommunicator single_;
+  Communicator* tp_;
+  ShardedHeadBuffers<Real> sharded_;
   std::unique_ptr<kernels::KernelTable<Real>> ops_;
   std::unique_ptr<kernels::TransformerKernels<Real>> tk_;
   int64_t batch_ = 0, seq_ = 0;

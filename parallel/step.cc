@@ -50,11 +50,12 @@ absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model,
     const ParamEntry* w_e = layout.Find("embed/W_E");
     embed->AllReduce(grads + w_e->buffer_offset, w_e->size(), ReduceOp::kSum);
   }
-  // s_E and s_F are replicated over tp and computed from replicated values;
-  // broadcasting tp rank 0's keeps the replicas bit-identical step after step.
+  // s_E, s_F and the Transformer's RMSNorm gains are replicated over tp and computed
+  // from replicated values; broadcasting tp rank 0's keeps the replicas bit-identical
+  // step after step.
   if (grid.shape().tp > 1) {
-    for (const char* name : {"embed/s_E", "head/s_F"}) {
-      if (const ParamEntry* e = layout.Find(name)) grid.tp().Broadcast(grads + e->buffer_offset, 1, 0);
+    for (const ParamEntry& e : layout.entries()) {
+      if (ReplicatedOverTp(e.kind)) grid.tp().Broadcast(grads + e.buffer_offset, e.size(), 0);
     }
   }
   model.data_parallel().ReduceGradients(grads);
@@ -74,9 +75,9 @@ double GlobalGradNorm(ProcessGrid& grid, ParallelModel& model, const float* grad
   const auto [begin, end] = model.data_parallel().OwnedRange();
   double sum = 0;
   for (const ParamEntry& e : layout.entries()) {
-    // Count replicas once: W_E on the first stage only, s_E and s_F on tp rank 0 only.
+    // Count replicas once: W_E on the first stage only, s_E, s_F and gains on tp rank 0 only.
     if (e.kind == ParamKind::kW_E && !grid.first_stage()) continue;
-    if ((e.kind == ParamKind::kS_E || e.kind == ParamKind::kS_F) && grid.coord().tp != 0) continue;
+    if (ReplicatedOverTp(e.kind) && grid.coord().tp != 0) continue;
     const int64_t b = std::max(begin, e.buffer_offset), f = std::min(end, e.buffer_offset + e.size());
     for (int64_t i = b; i < f; ++i) sum += double(grads[i]) * grads[i];
   }

@@ -41,7 +41,7 @@ def load_weights(path):
     """Reads a consolidated weights file written by `multiscreen init` / `ckpt export`.
 
     Returns (cfg, params): cfg is a dict of the root attributes (name, n_layers, n_heads,
-    d_e, d_k, d_v, vocab, eos_token, w_th, pl_norm); params maps each logical name
+    d_e, d_k, d_v, vocab, eos_token, w_th, pl_norm, tanh_norm); params maps each logical name
     ("embed/W_E", "embed/s_E", "head/s_F", "layers/000/W_Q", ...) to a numpy array of the
     stored (full) shape.
     """
@@ -59,6 +59,7 @@ def load_weights(path):
             cfg[key] = int(cfg[key])
         cfg["w_th"] = float(cfg["w_th"])
         cfg["pl_norm"] = bool(int(cfg.get("pl_norm", 1)))
+        cfg["tanh_norm"] = bool(int(cfg.get("tanh_norm", 1)))
         params = {}
         for name in param_names(cfg):
             if name not in f:
@@ -244,8 +245,8 @@ def layer_tiles(cfg, p, x, stats=None):
                           "accepted": ((alpha > 0) & in_window).sum(dim=(0, 2, 3)).numpy()})
     # Step 10: aggregate, no normalization over keys.
     h = torch.einsum("bhij,bhjv->bhiv", alpha * m[None], v_bar)
-    # Step 11: TanhNorm.
-    u = tanh_norm(h)
+    # Step 11: TanhNorm; the identity when the ablation switch tanh_norm is off (issue 18).
+    u = tanh_norm(h) if cfg.get("tanh_norm", True) else h
     # Step 12: gate.
     g_hat = gate(g)
     # Step 13: output, e^{s_O} (u . g_hat) W_O; step 2: summed over tiles.

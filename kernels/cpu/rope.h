@@ -13,10 +13,11 @@ namespace multiscreen::kernels::cpu {
 
 inline constexpr double kRopeTheta = 10000.0;
 
-// x: [B·T, heads·d_h] in place, row stride ld (≥ heads·d_h); row b·T + t is position t.
+// x: [B·T, heads·d_h] in place, row stride ld (≥ heads·d_h); row b·T + t is position
+// pos0 + t (pos0 > 0: decoding with a KV cache, one new token at its absolute position).
 // inverse: turn by −φ (the backward: the rotation's transpose applied to a gradient).
 // d_h must be even.
 template <typename Real>
-void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse);
+void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse, int64_t pos0 = 0);
 
 }  // namespace multiscreen::kernels::cpu

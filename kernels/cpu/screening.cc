@@ -284,8 +284,8 @@ struct ForwardTask {
       Real sq = 0;
 #pragma omp simd reduction(+ : sq)
       for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
-      Real f, unused;
-      TanhNormScale(std::sqrt(sq), &f, &unused);
+      Real f = 1, unused;
+      if (shape.tanh_norm) TanhNormScale(std::sqrt(sq), &f, &unused);
       const Real* g = row + 2 * dk + dv;
       Real* out = call.U + (b * T + i) * ldu + t * dv;
       Real* h_out = h + i * dv;
@@ -374,8 +374,8 @@ struct BackwardTask {
       Real sq = 0;
 #pragma omp simd reduction(+ : sq)
       for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
-      Real f, f_dn;
-      TanhNormScale(std::sqrt(sq), &f, &f_dn);
+      Real f = 1, f_dn = 0;  // identity when the switch is off: ∂L/∂h = ∂L/∂u
+      if (shape.tanh_norm) TanhNormScale(std::sqrt(sq), &f, &f_dn);
       double row_scale = 0;
       Real dot = 0;
 #pragma omp simd reduction(+ : row_scale, dot)
@@ -551,11 +551,11 @@ void ScreenOneQuery(const Real* q, const Real* k, const Real* v, const int64_t* 
 }
 
 template <typename Real>
-void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, Real* out) {
+void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, bool tanh_norm, Real* out) {
   Real sq = 0;
   for (int64_t c = 0; c < d_v; ++c) sq += h[c] * h[c];
-  Real f, unused;
-  TanhNormScale(std::sqrt(sq), &f, &unused);
+  Real f = 1, unused;
+  if (tanh_norm) TanhNormScale(std::sqrt(sq), &f, &unused);
   for (int64_t c = 0; c < d_v; ++c) out[c] = scale * h[c] * f * GateForward(g[c]);
 }
 
@@ -613,7 +613,7 @@ void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileSca
                                         TileScalarGrads*, ScreeningWorkspace<Real>*);                \
   template void ScreenOneQuery<Real>(const Real*, const Real*, const Real*, const int64_t*, int64_t, \
                                      int64_t, int64_t, Real, const Real*, int64_t, Real*);           \
-  template void TileOutputRow<Real>(const Real*, const Real*, Real, int64_t, Real*);
+  template void TileOutputRow<Real>(const Real*, const Real*, Real, int64_t, bool, Real*);
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)
 #undef MS_INSTANTIATE

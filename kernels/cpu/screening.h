@@ -71,9 +71,10 @@ template <typename Real>
 void ScreenOneQuery(const Real* q, const Real* k, const Real* v, const int64_t* dist, int64_t n,
                     int64_t d_k, int64_t d_v, Real r, const Real* mask, int64_t mask_len, Real* h);
 
-// One token's tile output (spec steps 11–13): out = scale · TanhNorm(h) ⊙ tanh(SiLU(g)).
+// One token's tile output (spec steps 11–13): out = scale · TanhNorm(h) ⊙ tanh(SiLU(g)), TanhNorm
+// replaced by the identity when tanh_norm is false (ModelDims::tanh_norm, issue 18).
 //   h, g, out: [d_v].
 template <typename Real>
-void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, Real* out);
+void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, bool tanh_norm, Real* out);
 
 }  // namespace multiscreen::kernels::cpu

@@ -26,6 +26,7 @@ enum Part { kPartScale, kPartR, kPartW, kPartRateQ, kPartRateK, kParts };
 struct Dims {
   int64_t batch, seq, tiles, pos0, mask_ld;
   int dk, dv;
+  bool tanh_norm;  // ScreeningShape::tanh_norm: false = identity in place of TanhNorm
   __host__ __device__ int64_t p_cols() const { return 2 * int64_t(dk) + 2 * dv; }
 };
 
@@ -150,8 +151,8 @@ __global__ void AggregateKernel(Dims s, const float* P, const ScreeningTileParam
     h_out[x] = h[x];
     sq += h[x] * h[x];
   }
-  float f, unused;
-  TanhNormScale(sqrtf(sq), &f, &unused);
+  float f = 1.f, unused;
+  if (s.tanh_norm) TanhNormScale(sqrtf(sq), &f, &unused);
   const int64_t C = s.p_cols();
   const float* g = P + (tok.b * s.seq + tok.i) * s.tiles * C + tok.t * C + 2 * dk + dv;
   float* out = U + (tok.b * s.seq + tok.i) * s.tiles * dv + tok.t * dv;
@@ -185,8 +186,8 @@ __global__ void QueryBackwardKernel(Dims s, const float* P, const float* dU, con
   float sq = 0.f;
   #pragma unroll
   for (int c = 0; c < dv; ++c) sq += hi[c] * hi[c];
-  float f, f_dn;
-  TanhNormScale(sqrtf(sq), &f, &f_dn);
+  float f = 1.f, f_dn = 0.f;  // identity when the switch is off
+  if (s.tanh_norm) TanhNormScale(sqrtf(sq), &f, &f_dn);
   double row_scale = 0;
   float dot = 0.f;
   float dh[DV > 0 ? DV : kMaxDv];  // ∂L/∂TanhNorm(h) first, then ∂L/∂h
@@ -351,7 +352,8 @@ Dims Prepare(const char* op, const ScreeningShape& shape, const TileScalars* til
                                     cudaMemcpyHostToDevice, stream));
   MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->dmask.data(), scratch->host_dmask.data(), nt * ld * sizeof(float),
                                     cudaMemcpyHostToDevice, stream));
-  return Dims{shape.batch, shape.seq, nt, shape.pos0, ld, static_cast<int>(shape.d_k), static_cast<int>(shape.d_v)};
+  return Dims{shape.batch, shape.seq, nt, shape.pos0, ld, static_cast<int>(shape.d_k), static_cast<int>(shape.d_v),
+              shape.tanh_norm};
 }
 
 unsigned Blocks(const Dims& s) { return static_cast<unsigned>((s.batch * s.tiles * s.seq + kBlock - 1) / kBlock); }

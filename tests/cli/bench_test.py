@@ -21,7 +21,7 @@ from cli_errors import OneLineErrors  # noqa: E402
 BIN = None
 
 PHASES = ("embed", "projections_gemm", "screening_forward", "screening_backward", "w_o_gemm",
-          "head_loss", "optimizer", "other")
+          "head_loss", "optimizer", "attention", "ffn", "other")
 
 
 def run(*args):
@@ -52,6 +52,32 @@ class BenchTest(OneLineErrors):
         self.assertGreater(b["screening_forward"], 0)
         # Phase medians are taken separately, so their sum only roughly matches the step.
         self.assertLess(sum(b.values()), 1.5 * j["step_seconds"] + 1e-3)
+
+    def test_train_runs_the_transformer_with_its_own_phases_and_flops(self):
+        # Issue 18: the Transformer baseline through the same bench (tokens/s, MFU, phases).
+        r = run("train", "--model=tiny_transformer_train", "--seq_len=32", "--micro_batch=2", "--steps=2",
+                "--warmup=1", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["model"], "tiny_transformer_train")
+        self.assertEqual(j["head_path"], "blas")
+        self.assertAlmostEqual(j["tokens_per_s"], 64 / j["step_seconds"], delta=1e-6 * j["tokens_per_s"])
+        # trainer/flops.h's Transformer count at T = 32: 6 per weight of the layers and the
+        # head (4 d^2 + 3 d d_ff per layer, V d for the tied head) plus the causal attention's
+        # 2 x 2 (T + 1)/2 d per layer (QK^T and PV), times 3 for forward + backward.
+        d, ff, layers, vocab, T = 32, 85, 2, 97, 32
+        forward = 2 * (layers * (4 * d * d + 3 * d * ff) + vocab * d) + layers * 4 * d * (T + 1) / 2
+        self.assertAlmostEqual(j["flops_per_token"], 3 * forward, delta=0.02 * 3 * forward)
+        self.assertAlmostEqual(j["mfu"], j["gflops"] / j["sgemm_gflops"], delta=1e-9)
+        self.assertTrue(math.isfinite(j["loss_first"]))
+        # A random-token loss starts near log V.
+        self.assertLess(abs(j["loss_first"] - math.log(vocab)), 1.0)
+        b = j["breakdown_seconds"]
+        self.assertEqual(set(b), set(PHASES))
+        for phase in ("attention", "ffn", "projections_gemm", "w_o_gemm", "head_loss"):
+            self.assertGreater(b[phase], 0, phase)
+        self.assertEqual(b["screening_forward"], 0)
+        self.assertEqual(b["screening_backward"], 0)
 
     def test_train_text_names_the_targets(self):
         r = run("train", "--model=tiny_psi2", "--seq_len=8", "--micro_batch=1", "--steps=1", "--warmup=0")

@@ -224,6 +224,9 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
             "w_th is a Multiscreen field; a TRANSFORMER's head width is d_e / n_heads");
   EXPECT_EQ(error("psi: 2 sio: true"), "sio is a Transformer switch (family: TRANSFORMER)");
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 qk_norm: true sio: true"), "ok");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 tanh_norm: false"),
+            "tanh_norm is a Multiscreen switch; a TRANSFORMER has no TanhNorm");
+  EXPECT_EQ(error("psi: 2 tanh_norm: false"), "ok");
   // The name goes into logs, manifests and one-line errors: checkpoints refuse such a name,
   // so training must not start with it.
   EXPECT_EQ(error("name: \"a\\nb\" psi: 2"), "name is not a line of at most 256 printable characters");
@@ -236,6 +239,15 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
             "the sizes (N_L = 2, N_H = 2, d_E = 16777216, d_K = 16, d_V = 64, V = 1000000) make 1.68e+13 "
             "parameters, more than 1e+12");
   EXPECT_EQ(error("psi: 2"), "ok");
+}
+
+TEST(ModelValidationTest, TanhNormIsOnUnlessTheModelFileTurnsItOff) {
+  const std::string on = WriteTemp(absl::StrCat("tanh_on_", ::getpid(), ".textproto"), "psi: 2");
+  const std::string off = WriteTemp(absl::StrCat("tanh_off_", ::getpid(), ".textproto"), "psi: 2 tanh_norm: false");
+  ASSERT_TRUE(LoadModel(on).ok());
+  ASSERT_TRUE(LoadModel(off).ok());
+  EXPECT_TRUE(LoadModel(on)->tanh_norm);
+  EXPECT_FALSE(LoadModel(off)->tanh_norm);
 }
 
 TEST(ModelValidationTest, ConfigFilesThatAreNotRegularFilesAreRefusedWithoutBlocking) {

@@ -2,7 +2,8 @@
 """`multiscreen eval` end to end (issue 16) on tiny models: ppl equals `forward`'s token
 losses on the same windows, the decoding-cache path equals the full pass, the abcdigits
 generator's dumps equal the golden files (made by CPython), the tokens abcdigits/passkey
-generate equal `generate`'s, ttft's statistics, --resume, and one-line errors.
+generate equal `generate`'s, ttft's statistics, --resume, and one-line errors. The
+Transformer baseline (issue 18) through the same evaluations, relevance refused.
 
 Run: /usr/bin/python3 tests/eval/eval_cli_test.py --multiscreen=build/multiscreen --source=.
 """
@@ -38,6 +39,14 @@ d_v: 6
 w_th: 8
 """
 
+# A Transformer baseline with GPT-2's vocabulary (issue 18).
+GPT2_TINY_TRANSFORMER = """name: "tiny_gpt2_transformer"
+family: TRANSFORMER
+n_layers: 2
+n_heads: 2
+d_e: 16
+"""
+
 
 def run(*args, timeout=120):
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
@@ -54,10 +63,12 @@ class EvalCliTest(OneLineErrors):
 
     def init(self, model="tiny_psi2", seed=3):
         w = os.path.join(self.dir, f"w_{seed}.h5")
-        if model == "gpt2_tiny":
-            path = os.path.join(self.dir, "tiny_gpt2_vocab.textproto")
+        if model in ("gpt2_tiny", "gpt2_tiny_transformer"):
+            body = GPT2_TINY if model == "gpt2_tiny" else GPT2_TINY_TRANSFORMER
+            name = body.split('"')[1]  # the file is named as the model (a checkpoint test reads it back)
+            path = os.path.join(self.dir, f"{name}.textproto")
             with open(path, "w") as f:
-                f.write(GPT2_TINY)
+                f.write(body)
             model = path
         r = run("init", f"--model={model}", f"--seed={seed}", f"--out={w}")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -195,6 +206,50 @@ class EvalCliTest(OneLineErrors):
             rows = f.read().splitlines()
         self.assertEqual(rows[0], "context,depth,instances,correct,accuracy")
         self.assertEqual(len(rows), 3)
+
+    # ---- the Transformer baseline (issue 18) -----------------------------------------------
+    def test_the_transformer_runs_ppl_abcdigits_passkey_ttft_and_refuses_relevance(self):
+        w = self.init("gpt2_tiny_transformer")
+        with h5py.File(w, "r+") as f:  # off the init (std 0.02), so predictions are far from uniform
+            for name in ("layers/000/W_Q", "layers/000/W_K", "layers/001/W_Q", "layers/001/W_K", "embed/W_E"):
+                f[name][...] = f[name][...] * 20
+            del f.attrs["params_crc32c"]
+        B, T = 2, 24
+        t = self.tokens(np.random.default_rng(5).integers(0, 1000, size=B * (T + 1)))
+        fwd = os.path.join(self.dir, "fwd.h5")
+        r = run("forward", f"--weights={w}", f"--tokens={t}", f"--micro_batch={B}", f"--seq_len={T}", f"--out={fwd}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with h5py.File(fwd) as f:
+            expected = f["token_losses"][()].mean(axis=0)
+        self.assertGreater(np.ptp(expected), 0.1)  # not a uniform model
+        j, _ = self.ppl(f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", "--method=full")
+        np.testing.assert_allclose(j["mean_loss"], expected, rtol=0, atol=1e-5)
+        j2, _ = self.ppl(f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", "--method=decode")
+        np.testing.assert_allclose(j2["mean_loss"], expected, rtol=0, atol=1e-4)
+        # abcdigits scores the tokens `generate` (the KV cache) prints for its prompts.
+        out, dump = os.path.join(self.dir, "abc_t"), os.path.join(self.dir, "abc_t.jsonl")
+        r = run("eval", "abcdigits", f"--weights={w}", "--contexts=400", "--depths=0.5", "--instances=2",
+                f"--dump={dump}", f"--out={out}", f"--tokenizer={self.tokenizer}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(dump) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(len(rows), 2)
+        for x in rows:
+            g = run("generate", f"--weights={w}", f"--prompt={x['prompt']}", "--max_tokens=6",
+                    f"--tokenizer={self.tokenizer}")
+            self.assertEqual(g.returncode, 0, g.stderr)
+            self.assertEqual(g.stdout[len(x["prompt"]):-1][:6], x["output"])
+        r = run("eval", "passkey", f"--weights={w}", "--contexts=120", "--depths=0", "--instances=1",
+                f"--out={self.dir}/pk_t", f"--tokenizer={self.tokenizer}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run("eval", "ttft", f"--weights={w}", "--context=64", "--repeats=2", "--warmup=0", f"--out={self.dir}/tt")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        text = os.path.join(self.dir, "rel.txt")
+        with open(text, "w") as f:
+            f.write("The quick brown fox jumps over the lazy dog.\n")
+        r = run("eval", "relevance", f"--weights={w}", f"--text={text}", f"--out={self.dir}/rel",
+                f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, "is a Transformer: relevance maps are Multiscreen's")
 
     # ---- ttft ---------------------------------------------------------------------------
     def test_ttft_reports_median_mean_and_spread(self):

@@ -1,7 +1,8 @@
 // eval/relevance.h: the inspection forward is the model's (its logits equal
 // Multiscreen::Logits under both window rules), and its counts and pairs follow the spec's
 // Trim and Softmask; eval/model_runner.h: the decode path's losses equal the full pass's, and
-// Prefill's token is the argmax of the last row of Logits.
+// Prefill's token is the argmax of the last row of Logits; for the Transformer baseline
+// (issue 18) the same through its KV cache, with every switch combination.
 #include "eval/relevance.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 
 #include "../model/test_model.h"
 #include "eval/model_runner.h"
+#include "model/decoder.h"
+#include "model/init.h"
 #include "model/multiscreen.h"
 
 namespace multiscreen::eval {
@@ -93,6 +96,38 @@ TEST(ModelRunnerTest, DecodeLossesEqualTheFullPassAndPrefillIsTheLastArgmax) {
   const float* last = logits.data() + (T - 1) * V;
   EXPECT_EQ(runner.Prefill(ids.data(), T), std::max_element(last, last + V) - last);
 }
+
+class TransformerRunnerTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(TransformerRunnerTest, DecodeLossesEqualTheFullPassAndPrefillIsTheLastArgmax) {
+  const int bits = GetParam();  // qk_norm, sio, pl_norm
+  Weights w;
+  w.dims = *LoadModel("tiny_transformer");
+  w.dims.qk_norm = bits & 1;
+  w.dims.sio = bits & 2;
+  w.dims.pl_norm = bits & 4;
+  const ParamLayout layout(w.dims, ShardSpec::Full(w.dims));
+  w.params.resize(layout.size());
+  InitParams(layout, 17 + bits, w.params.data());
+  for (const ParamEntry& e : layout.entries()) {  // far from uniform predictions
+    if (!e.is_gain() && !e.is_scalar()) {
+      for (int64_t i = 0; i < e.size(); ++i) w.params[e.buffer_offset + i] *= 12;
+    }
+  }
+  const int64_t T = 30, V = w.dims.vocab;
+  const std::vector<int32_t> ids = testing::RandomTokens(V, T + 1, 19);
+  ModelRunner runner(w, InferenceOptions{});
+  std::vector<float> full(T), decode(T);
+  runner.TokenLossesFull(ids.data(), T + 1, full.data());
+  runner.TokenLossesDecode(ids.data(), T + 1, decode.data());
+  for (int64_t i = 0; i < T; ++i) EXPECT_NEAR(full[i], decode[i], 1e-4) << i;
+  auto decoder = MakeDecoder<float>(w.dims, w.params.data(), InferenceOptions{});
+  std::vector<float> logits(V);
+  for (int64_t i = 0; i < T; ++i) decoder->Step(ids[i], logits.data());
+  EXPECT_EQ(runner.Prefill(ids.data(), T), std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+INSTANTIATE_TEST_SUITE_P(Switches, TransformerRunnerTest, ::testing::Range(0, 8));
 
 }  // namespace
 }  // namespace multiscreen::eval

@@ -1,5 +1,6 @@
 // Every parameter's gradient against central finite differences, in double
-// precision, on tiny models whose windows are shorter than the sequence.
+// precision, on tiny models whose windows are shorter than the sequence, with PLNorm
+// and TanhNorm (the ablation switch tanh_norm, issue 18) each on and off.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,13 +21,15 @@ struct GradCase {
   int64_t B, T;
   uint64_t seed;
   int64_t matrix_stride;  // check every n-th element of each matrix (all scalars always)
+  bool tanh_norm = true;
 };
 
 class GradientTest : public ::testing::TestWithParam<GradCase> {};
 
 TEST_P(GradientTest, EveryParameterMatchesCentralDifferences) {
   const GradCase c = GetParam();
-  const ModelDims dims = TinyDims(c.model, c.pl_norm);
+  ModelDims dims = TinyDims(c.model, c.pl_norm);
+  dims.tanh_norm = c.tanh_norm;
   Multiscreen<double> model(dims, ShardSpec::Full(dims));
   const ParamLayout& layout = model.layout();
   std::vector<double> p = PerturbedParams<double>(layout, c.seed);
@@ -68,7 +71,23 @@ TEST_P(GradientTest, EveryParameterMatchesCentralDifferences) {
 INSTANTIATE_TEST_SUITE_P(Tiny, GradientTest,
                          ::testing::Values(GradCase{"tiny_psi2", true, 2, 12, 11, 1},
                                            GradCase{"tiny_psi2", false, 2, 12, 12, 1},
-                                           GradCase{"tiny_psi4", true, 2, 20, 13, 9}));
+                                           GradCase{"tiny_psi4", true, 2, 20, 13, 9},
+                                           GradCase{"tiny_psi2", true, 2, 12, 14, 1, false},
+                                           GradCase{"tiny_psi2", false, 2, 12, 15, 1, false}));
+
+// The switch changes the model: the same parameters give another (finite) loss with
+// TanhNorm off, so the finite-difference cases above cannot pass by ignoring it.
+TEST(TanhNormSwitchTest, OffChangesTheLoss) {
+  ModelDims on = TinyDims("tiny_psi2"), off = on;
+  off.tanh_norm = false;
+  Multiscreen<double> model_on(on, ShardSpec::Full(on)), model_off(off, ShardSpec::Full(off));
+  const std::vector<double> p = PerturbedParams<double>(model_on.layout(), 21);
+  const auto tokens = RandomTokens(on.vocab, 2 * 13, 22);
+  const double loss_on = model_on.Loss(p.data(), tokens.data(), 2, 12);
+  const double loss_off = model_off.Loss(p.data(), tokens.data(), 2, 12);
+  EXPECT_TRUE(std::isfinite(loss_off));
+  EXPECT_GT(std::abs(loss_on - loss_off), 1e-6 * std::abs(loss_on));
+}
 
 }  // namespace
 }  // namespace multiscreen

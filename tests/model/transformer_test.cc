@@ -1,12 +1,16 @@
 // The Transformer baseline (model/transformer.h): every parameter's gradient against
 // central finite differences in double precision, for every combination of the switches
 // qk_norm, sio, pl_norm; its initialization (spec "Transformer baseline"); a pipeline of
-// two stages pieces equal to the whole model.
+// two stages pieces equal to the whole model; decoding with the KV cache equal to the
+// full forward (issue 18).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
+#include "model/decoder.h"
 #include "model/init.h"
 #include "model/model_stage.h"
 #include "model/transformer.h"
@@ -159,6 +163,88 @@ TEST(TransformerModelTest, TwoStagesOfLayersEqualTheWholeModel) {
   const int64_t wf = full.Find("embed/W_E")->buffer_offset;
   for (int64_t i = 0; i < dims.vocab * dims.d_e; ++i) {
     EXPECT_NEAR(g0[w0 + i] + g1[w1 + i], g_whole[wf + i], 1e-14 * (1 + std::abs(g_whole[wf + i])));
+  }
+}
+
+
+// Issue 18: `generate`'s KV cache. Each step's logits equal the last row of the whole
+// model's forward over the prefix (recomputed from scratch for every prefix): every
+// logit z_v is read off the full forward as lse − loss(target v), so the head is not
+// reimplemented here. T = 70 crosses the attention kernel's 64-key block.
+class TransformerDecodeTest : public ::testing::TestWithParam<Switches> {};
+
+TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
+  const Switches s = GetParam();
+  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm);
+  auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
+  const std::vector<double> p = Perturbed(model->layout(), 41);
+  const int64_t T = 70, V = dims.vocab, dE = dims.d_e;
+  const auto ids = RandomTokens(V, T, 42);
+  auto decoder = MakeDecoder<double>(dims, p.data(), InferenceOptions{});
+  std::vector<double> logits(V), x, losses(T);
+  std::vector<int32_t> targets(T);
+  double worst = 0;
+  for (int64_t n = 1; n <= T; ++n) {
+    decoder->Step(ids[n - 1], logits.data());
+    ASSERT_EQ(decoder->position(), n);
+    if (n % 7 != 0 && n > 3 && n != T) continue;  // the full forward at every 7th prefix (and the ends)
+    x.assign(n * dE, 0.0);
+    model->BeginStep(p.data());
+    model->Embed(p.data(), ids.data(), n, x.data());
+    model->LayersForward(p.data(), 1, n, x.data());
+    // loss_i(v) = lse_i − z_i[v] for the last row i = n − 1; z_v = lse − loss(v).
+    std::vector<double> z(V);
+    for (int64_t v = 0; v < V; ++v) {
+      std::fill(targets.begin(), targets.begin() + n, static_cast<int32_t>(v));
+      model->HeadLoss(p.data(), x.data(), targets.data(), n, nullptr, nullptr, 1.0, losses.data());
+      z[v] = -losses[n - 1];  // log p(v) = z_v − lse
+    }
+    const double m = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (double l : logits) sum += std::exp(l - m);
+    const double lse = m + std::log(sum);
+    for (int64_t v = 0; v < V; ++v) {
+      const double err = std::abs((logits[v] - lse) - z[v]);
+      worst = std::max(worst, err);
+      ASSERT_NEAR(logits[v] - lse, z[v], 1e-10) << "prefix " << n << ", token " << v;
+    }
+  }
+  std::printf("worst |log p| difference, decode vs full forward: %.3g\n", worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Switches, TransformerDecodeTest,
+                         ::testing::Values(Switches{false, false, false}, Switches{true, false, false},
+                                           Switches{false, true, false}, Switches{false, false, true},
+                                           Switches{true, true, true}));
+
+// Greedy decoding with the cache picks, at every step, the argmax of the full forward
+// over the prefix (fp32, the model `generate` runs).
+TEST(TransformerDecodeTest, GreedyTokensAreTheFullForwardsArgmax) {
+  const ModelDims dims = TinyTransformer(false, false, false);
+  auto model = MakeModelStage<float>(dims, ShardSpec::Full(dims));
+  const std::vector<double> p64 = Perturbed(model->layout(), 51);
+  const std::vector<float> p(p64.begin(), p64.end());
+  const std::vector<int32_t> prompt = {3, 14, 15, 9, 2, 6};
+  auto decoder = MakeDecoder<float>(dims, p.data(), InferenceOptions{});
+  const std::vector<int32_t> got = GreedyContinuation(*decoder, prompt, 20, dims.vocab);
+  ASSERT_EQ(got.size(), 20u);
+  std::vector<int32_t> seq = prompt;
+  for (int32_t next : got) {
+    const int64_t n = static_cast<int64_t>(seq.size()), V = dims.vocab;
+    std::vector<float> x(n * dims.d_e), losses(n);
+    std::vector<int32_t> targets(n);
+    model->BeginStep(p.data());
+    model->Embed(p.data(), seq.data(), n, x.data());
+    model->LayersForward(p.data(), 1, n, x.data());
+    int32_t best = 0;
+    float best_loss = INFINITY;
+    for (int64_t v = 0; v < V; ++v) {  // argmax z = argmin loss(v)
+      std::fill(targets.begin(), targets.end(), static_cast<int32_t>(v));
+      model->HeadLoss(p.data(), x.data(), targets.data(), n, nullptr, nullptr, 1.0, losses.data());
+      if (losses[n - 1] < best_loss) best_loss = losses[n - 1], best = static_cast<int32_t>(v);
+    }
+    EXPECT_EQ(next, best) << "after " << n << " tokens";
+    seq.push_back(next);
   }
 }
 

@@ -4,7 +4,7 @@
 For each case: `multiscreen init` a tiny model, perturb its weights file so that every
 part of the spec is exercised (windows w well below T with MiPE active, windows above
 w_th without it, Trim rejecting a real fraction of pairs, non-trivial e^{s_E}, e^{s_O},
-e^{s_F}, PLNorm on and off), run the C++ forward at fp32 and fp64 and the twin at
+e^{s_F}, PLNorm on and off, TanhNorm on and off — the ablation switch tanh_norm), run the C++ forward at fp32 and fp64 and the twin at
 float64, and compare loss, token losses and every parameter gradient.
 
 Run by ctest as
@@ -32,11 +32,13 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import multiscreen_twin as twin  # noqa: E402
 from random_tokens import write_tokens  # noqa: E402
 
-# (name, model, init seed, micro_batch B, seq_len T, pl_norm)
+# (name, model, init seed, micro_batch B, seq_len T, pl_norm, tanh_norm)
 CASES = [
-    ("psi2_pl", "tiny_psi2", 11, 2, 16, 1),
-    ("psi4_pl", "tiny_psi4", 12, 3, 20, 1),
-    ("psi2_nopl", "tiny_psi2", 13, 3, 12, 0),
+    ("psi2_pl", "tiny_psi2", 11, 2, 16, 1, 1),
+    ("psi4_pl", "tiny_psi4", 12, 3, 20, 1, 1),
+    ("psi2_nopl", "tiny_psi2", 13, 3, 12, 0, 1),
+    ("psi2_notanh", "tiny_psi2", 14, 2, 16, 1, 0),
+    ("psi4_notanh_nopl", "tiny_psi4", 15, 2, 20, 0, 0),
 ]
 
 # Tolerances (relative). Gradients are compared by relative L2 error,
@@ -70,7 +72,7 @@ def run(cmd):
                            f"{proc.stdout}{proc.stderr}")
 
 
-def perturb(path, seq_len, pl_norm, rng):
+def perturb(path, seq_len, pl_norm, tanh_norm, rng):
     """Rewrites the tile and scale scalars of an initialized weights file.
 
     Per layer, half the tiles (chosen at random) get a window w in [2, T/2] (MiPE on,
@@ -93,6 +95,7 @@ def perturb(path, seq_len, pl_norm, rng):
         f["embed/s_E"][()] = np.float32(rng.normal(0.0, 0.5))
         f["head/s_F"][()] = np.float32(f["head/s_F"][()] + rng.normal(0.0, 0.5))
         f.attrs["pl_norm"] = np.int64(pl_norm)
+        f.attrs["tanh_norm"] = np.int64(tanh_norm)
         del f.attrs["params_crc32c"]  # edited on purpose: load unchecked
 
 
@@ -143,13 +146,13 @@ def compare(case, precision, cpp, ref, failures):
     return loss_err, token_err, errs
 
 
-def run_case(exe, tmp, case, model, seed, micro_batch, seq_len, pl_norm, failures):
+def run_case(exe, tmp, case, model, seed, micro_batch, seq_len, pl_norm, tanh_norm, failures):
     rng = np.random.default_rng(1000 + seed)
     weights = os.path.join(tmp, f"{case}.h5")
     run([exe, "init", f"--model={model}", f"--seed={seed}", f"--out={weights}"])
-    perturb(weights, seq_len, pl_norm, rng)
+    perturb(weights, seq_len, pl_norm, tanh_norm, rng)
     cfg, params = twin.load_weights(weights)
-    assert cfg["pl_norm"] == bool(pl_norm)
+    assert cfg["pl_norm"] == bool(pl_norm) and cfg["tanh_norm"] == bool(tanh_norm)
     tokens_path = os.path.join(tmp, f"{case}.bin")
     write_tokens(tokens_path, rng.integers(0, cfg["vocab"], size=micro_batch * (seq_len + 1)))
     tokens = twin.read_tokens(tokens_path)
@@ -157,12 +160,20 @@ def run_case(exe, tmp, case, model, seed, micro_batch, seq_len, pl_norm, failure
     stats = []
     ref = twin.loss_and_grads(cfg, params, tokens, micro_batch, seq_len,
                               dtype=torch.float64, stats=stats)
+    # The switch must move the loss far past the fp64 tolerance on these weights, or the
+    # case could not tell an ignored switch from a followed one.
+    flipped = twin.loss_and_grads(dict(cfg, tanh_norm=not cfg["tanh_norm"]), params, tokens, micro_batch,
+                                  seq_len, dtype=torch.float64)
+    switch_effect = abs(flipped["loss"] - ref["loss"]) / abs(ref["loss"])
+    if not switch_effect > 100 * TOL["fp64"]["loss"]:
+        failures.append(f"{case}: the twin's loss hardly depends on tanh_norm here "
+                        f"({ref['loss']!r} vs {flipped['loss']!r})")
     w = np.concatenate([s["w"] for s in stats])
     r = np.concatenate([s["r"] for s in stats])
     pairs = np.concatenate([s["pairs"] for s in stats])
     accepted = np.concatenate([s["accepted"] for s in stats])
-    print(f"\n== {case}: {model} B={micro_batch} T={seq_len} pl_norm={pl_norm} "
-          f"w_th={cfg['w_th']:g}  twin loss {ref['loss']:.12f}")
+    print(f"\n== {case}: {model} B={micro_batch} T={seq_len} pl_norm={pl_norm} tanh_norm={tanh_norm} "
+          f"w_th={cfg['w_th']:g}  twin loss {ref['loss']:.12f}  (tanh_norm flipped: {switch_effect:.1e} rel)")
     print("   tile  w       r      MiPE  Trim accepts (of in-window pairs)")
     for t in range(w.size):
         print(f"   {t // cfg['n_heads']}.{t % cfg['n_heads']}  {w[t]:6.2f}  {r[t]:.3f}  "

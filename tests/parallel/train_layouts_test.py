@@ -2,7 +2,10 @@
 """`multiscreen train` under mpirun (ctest label mpi): every (tp, pp, dp) layout,
 with and without ZeRO-1, trains the same global batch to the same per-step
 losses as one process; a checkpoint saved under one layout resumes under
-another (tp=2,pp=2 -> tp=1,pp=1 and -> pp=2,dp=2) on the same trajectory.
+another (tp=2,pp=2 -> tp=1,pp=1 and -> pp=2,dp=2) on the same trajectory. The
+Transformer baseline (issue 18) the same: tp (heads, the SwiGLU width split unevenly,
+85 = 42 + 43, and the vocabulary), pp and dp layouts equal its single process, and a
+tp=2 checkpoint resumes under tp=1 and tp=2 x pp=2.
 
 Run: /usr/bin/python3 tests/parallel/train_layouts_test.py --multiscreen=build/multiscreen --source=.
 """
@@ -87,24 +90,42 @@ class TrainLayoutsTest(unittest.TestCase):
                                f"--zero={zero}", "--steps=10")
                     self.assert_same_trajectory(d, keys)
 
-    def test_the_transformer_matches_its_single_process_under_pp_and_dp_and_refuses_tp(self):
+    def test_the_transformer_matches_its_single_process_under_every_layout_and_resumes_across_them(self):
         model = "--model=tiny_transformer_train"
         ref = os.path.join(self.tmp.name, "transformer_single")
-        self.train(ref, 1, model, "--grad_accum=4", "--steps=10")
+        self.train(ref, 1, model, "--grad_accum=4", "--steps=20")
         keys = [(s, "train") for s in range(1, 11)] + [(5, "val"), (10, "val")]
-        for pp, dp, zero in [(2, 1, 0), (1, 2, 1), (2, 2, 0)]:
-            with self.subTest(pp=pp, dp=dp, zero=zero):
-                d = os.path.join(self.tmp.name, f"transformer_{pp}{dp}_z{zero}")
-                self.train(d, pp * dp, model, f"--pp={pp}", f"--grad_accum={4 // dp}", f"--zero={zero}", "--steps=10")
-                want, got = metrics(ref), metrics(d)
-                for key in keys:
-                    self.assertLessEqual(abs(got[key] - want[key]), TOL * abs(want[key]), f"{key}: {got[key]} vs {want[key]}")
-        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", model, "--tp=2",
-                            f"--run_dir={os.path.join(self.tmp.name, 'transformer_tp2')}"],
+
+        def same(d, keys):
+            want, got = metrics(ref), metrics(d)
+            for key in keys:
+                self.assertIn(key, got, key)
+                self.assertLessEqual(abs(got[key] - want[key]), TOL * abs(want[key]), f"{key}: {got[key]} vs {want[key]}")
+
+        for tp, pp, dp, zero in [(2, 1, 1, 0), (4, 1, 1, 0), (1, 2, 1, 0), (1, 1, 2, 1), (2, 2, 1, 0), (2, 1, 2, 1)]:
+            with self.subTest(tp=tp, pp=pp, dp=dp, zero=zero):
+                d = os.path.join(self.tmp.name, f"transformer_{tp}{pp}{dp}_z{zero}")
+                self.train(d, tp * pp * dp, model, f"--tp={tp}", f"--pp={pp}", f"--grad_accum={4 // dp}",
+                           f"--zero={zero}", "--steps=10")
+                same(d, keys)
+        # The tp=2 checkpoint (logical names, slices of W_Q/W_K/W_V/W_O by heads and of
+        # W_gate/W_up/W_down by hidden units) resumes under other layouts on the same path.
+        saved = os.path.join(self.tmp.name, "transformer_211_z0")
+        for name, np, flags in [("t_tp2_to_single", 1, ["--grad_accum=4"]),
+                                ("t_tp2_to_tp2_pp2", 4, ["--tp=2", "--pp=2", "--grad_accum=4"])]:
+            with self.subTest(name):
+                d = os.path.join(self.tmp.name, name)
+                shutil.copytree(saved, d)
+                r = self.train(d, np, model, *flags, "--steps=20")
+                self.assertIn("saved under tp=2 pp=1 dp=1", r.stderr)
+                same(d, [(s, "train") for s in range(11, 21)] + [(15, "val"), (20, "val")])
+        # A tp that does not divide the heads is one line before anything runs.
+        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", model, "--tp=3",
+                            f"--run_dir={os.path.join(self.tmp.name, 'transformer_tp3')}"],
                            capture_output=True, text=True, timeout=60)
         self.assertNotEqual(r.returncode, 0)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-        self.assertIn("no tensor parallelism yet", r.stderr)
+        self.assertIn("tp = 3 does not divide N_H = 4", r.stderr)
 
     def test_a_checkpoint_resumes_under_other_layouts(self):
         saved = os.path.join(self.tmp.name, "saved_tp2_pp2")

@@ -383,6 +383,39 @@ class TrainTest(unittest.TestCase):
         for step in range(1, 41):
             self.assertEqual(resumed[step], losses[step], f"step {step}")
 
+    def test_tanh_norm_off_trains_records_itself_and_refuses_a_model_with_it_on(self):
+        # Issue 18's ablation switch through the trainer: the manifest and the exported
+        # weights record tanh_norm = false, the trajectory differs from TanhNorm's, and a
+        # run directory of one is not resumed with the other.
+        with open(os.path.join(SRC, "configs", "models", "tiny_psi4.textproto")) as f:
+            body = f.read().replace('name: "tiny_psi4"', 'name: "tiny_psi4_notanh"')
+        model = os.path.join(self.tmp.name, "tiny_psi4_notanh.textproto")
+        with open(model, "w") as f:
+            f.write(body + "tanh_norm: false\n")
+        d, ref = self.run_dir("notanh"), self.run_dir("notanh_ref")
+        self.train(d, f"--model={model}", "--steps=10")
+        self.train(ref, "--steps=10")
+        with open(os.path.join(d, "checkpoints", "step_00000010", "manifest.json")) as f:
+            self.assertIs(json.load(f)["model"]["tanh_norm"], False)
+        with open(os.path.join(ref, "checkpoints", "step_00000010", "manifest.json")) as f:
+            self.assertIs(json.load(f)["model"]["tanh_norm"], True)
+        off, on = train_losses(d), train_losses(ref)
+        # The same init and batches: the first losses are close (small tile outputs, where
+        # TanhNorm is near the identity) but not equal, and training follows another path.
+        self.assertNotEqual(off[1], on[1])
+        self.assertLess(abs(off[1] - on[1]), 0.01 * on[1])
+        self.assertNotEqual(off[10], on[10])
+        out = os.path.join(self.tmp.name, "notanh.h5")
+        r = subprocess.run([BIN, "ckpt", "export", f"--checkpoint={d}", f"--out={out}"], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import h5py
+        with h5py.File(out) as f:
+            self.assertEqual(int(f.attrs["tanh_norm"]), 0)
+        r = self.train(d, "--steps=20", check=False)  # tiny_psi4, TanhNorm on
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("tanh_norm must all agree", r.stderr)
+
     def test_psi8_at_the_papers_learning_rate_trains_without_divergence(self):
         corpus = os.path.join(SRC, "data_cache", "nlp-corpus")
         tok = os.path.join(SRC, "data_cache", "gpt2")
