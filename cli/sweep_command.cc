@@ -163,10 +163,13 @@ int Plan(const Sweep& sweep) {
 
 int Status(const Sweep& sweep) {
   std::map<RunState, int> counts;
+  size_t width = 0;
+  for (const SweepRun& r : sweep.runs) width = std::max(width, r.name.size());
   for (const SweepRun& r : sweep.runs) {
     const RunStatus st = ReadRunStatus(r);
     ++counts[st.state];
-    std::printf("%-28s %-11s step %6lld/%-6lld%s%s\n", r.name.c_str(), RunStateName(st.state), static_cast<long long>(st.step),
+    std::printf("%-*s %-11s step %6lld/%-6lld%s%s\n", static_cast<int>(width), r.name.c_str(), RunStateName(st.state),
+                static_cast<long long>(st.step),
                 static_cast<long long>(r.run.steps()), st.detail.empty() ? "" : "  ", st.detail.c_str());
   }
   std::printf("%zu runs: %d done, %d running, %d failed, %d interrupted, %d pending\n", sweep.runs.size(), counts[RunState::kDone],

@@ -153,7 +153,8 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
       queue.pop_front();
       const SweepRun& r = sweep.runs[i];
       const fs::path dir(r.dir);
-      const int lock_fd = ::open((dir / "sweep.lock").c_str(), O_RDWR | O_CREAT, 0644);  // inherited by the child
+      // Close-on-exec, so that no other run's trainer inherits it; the child keeps a dup.
+      const int lock_fd = ::open((dir / "sweep.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
       if (lock_fd < 0) return absl::PermissionDeniedError(absl::StrCat((dir / "sweep.lock").string(), ": ", std::strerror(errno)));
       if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
         LogWarning("run ", r.name, " is being trained by another process (", (dir / "sweep.lock").string(), " is held): skipped");
@@ -171,6 +172,7 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
       if (pid == 0) {
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (::getppid() != parent) ::_exit(127);  // the runner died before prctl
+        if (::dup(lock_fd) < 0) ::_exit(127);     // the trainer holds its run's lock (a dup is not close-on-exec)
         signal(SIGINT, SIG_IGN);  // a terminal's ^C reaches the runner, which passes SIGTERM on
         signal(SIGTERM, SIG_DFL);
         const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

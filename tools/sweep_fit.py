@@ -123,9 +123,11 @@ def _to_params(theta):
 
 
 def _to_theta(p):
+    """The log-space parameters of a fit (a coefficient that underflowed to 0 as -700)."""
+    log = lambda x: math.log(x) if x > 0 else -700.0  # noqa: E731
     if "B" in p:
-        return (math.log(p["E"]), math.log(p["A"]), p["alpha"], math.log(p["B"]), p["beta"])
-    return (math.log(p["E"]), math.log(p["A"]), p["alpha"])
+        return (log(p["E"]), log(p["A"]), p["alpha"], log(p["B"]), p["beta"])
+    return (log(p["E"]), log(p["A"]), p["alpha"])
 
 
 def fit_joint(N, D, L, starts=None):

@@ -34,7 +34,7 @@ class SweepSlurmTest(unittest.TestCase):
             data = os.path.join(work, "data")
             train_e2e_test.synthetic_shards(data)
             local = st.write(os.path.join(work, "local.textproto"), st.sweep_text(os.path.join(work, "local"), data))
-            st.sweep("run", f"--sweep={local}", "--local", "--jobs=2")
+            st.sweep("run", f"--sweep={local}", "--local", "--jobs=2", "--threads=1")
             root = os.path.join(work, "slurm")
             path = st.write(os.path.join(work, "slurm.textproto"), st.sweep_text(root, data))
             env = dict(cluster.env, OMP_NUM_THREADS="1")

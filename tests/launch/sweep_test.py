@@ -30,7 +30,7 @@ import unittest
 
 BIN = SRC = None
 WORK = None
-BUDGETS = (640, 1280, 64000)  # 10, 20 and 1000 steps of 4 x 16 tokens
+BUDGETS = (1280, 2560, 64000)  # 20, 40 and 1000 steps of 4 x 16 tokens
 RUNS = ("psi2_lr0.01_s1", "psi3_lr0.01_s1", "tiny_transformer_train_lr0.01_s1")
 
 
@@ -38,7 +38,7 @@ def sweep_text(root, data, extra="", tokens=BUDGETS, models=None):
     models = models if models is not None else ('psi: [2, 3]\npsi_template { d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\n'
                                                 'model_files: "tiny_transformer_train"\n')
     return (f'base_config {{\n  micro_batch: 4 seq_len: 16 precision: FP32\n  optimizer {{ lr: 0.01 }}\n'
-            f'  schedule {{ kind: WARMUP_CONSTANT warmup_steps: 5 }}\n  checkpoint {{ keep_last: 2 }}\n'
+            f'  schedule {{ kind: WARMUP_CONSTANT warmup_steps: 5 }}\n  checkpoint {{ every: 100 keep_last: 2 }}\n'
             f'  eval {{ batches: 2 }}\n  logging {{ console_every: 100 }}\n{extra}}}\n'
             f'data: "{data}"\n{models}'
             + "".join(f"tokens: {t}\n" for t in tokens) + f'seeds: 1\nroot: "{root}"\n')
@@ -80,6 +80,15 @@ def children(pid):
         return []
 
 
+def alive(pid):
+    """Whether `pid` runs (a zombie waiting for its parent does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def status_lines(sweep_file):
     out = sweep("status", f"--sweep={sweep_file}").stdout
     return {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in RUNS}
@@ -107,7 +116,7 @@ class SweepTest(unittest.TestCase):
 
     def reference_losses(self):
         if SweepTest.reference is None:
-            sweep("run", f"--sweep={self.reference_file}", "--local", "--jobs=2")
+            sweep("run", f"--sweep={self.reference_file}", "--local", "--jobs=2", "--threads=1")
             SweepTest.reference = {name: losses(os.path.join(WORK, "reference", name)) for name in RUNS}
         return SweepTest.reference
 
@@ -117,9 +126,9 @@ class SweepTest(unittest.TestCase):
             "no_tokens": sweep_text("r", self.data, tokens=()),
             "heads": sweep_text("r", self.data, models="models { name: \"t\" family: TRANSFORMER n_layers: 2 n_heads: 3 d_e: 8 vocab: 97 }\n"),
             "tp": sweep_text("r", self.data, extra="  parallel { tp: 2 }\n", models="psi: 3\npsi_template { vocab: 97 }\n"),
-            "small_budget": sweep_text("r", self.data, tokens=(32, 640)),
+            "small_budget": sweep_text("r", self.data, tokens=(32, 1280)),
         }
-        expect = {"no_models": "model axis is empty", "no_tokens": "token axis is empty", "heads": "divide",
+        expect = {"no_models": "model axis is empty", "no_tokens": "token axis is empty", "heads": "n_heads = 3 times",
                   "tp": "does not divide N_H", "small_budget": "smaller than one step"}
         for name, text in bad.items():
             path = write(os.path.join(WORK, f"bad_{name}.textproto"), text)
@@ -149,7 +158,7 @@ class SweepTest(unittest.TestCase):
         root = os.path.join(WORK, "killed")
         path = write(os.path.join(WORK, "killed.textproto"), sweep_text(root, self.data))
         # 1. kill -9 the runner while its first run trains: the trainer dies with it.
-        runner = subprocess.Popen([BIN, "sweep", "run", f"--sweep={path}", "--local", "--jobs=1"], stdout=subprocess.PIPE,
+        runner = subprocess.Popen([BIN, "sweep", "run", f"--sweep={path}", "--local", "--jobs=1", "--threads=1"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
         first = os.path.join(root, RUNS[0])
         wait_until(lambda: 300 <= last_step(first) < 900 or runner.poll() is not None, 300, "the first run at step 300")
@@ -157,13 +166,13 @@ class SweepTest(unittest.TestCase):
         trainers = children(runner.pid)
         runner.kill()
         runner.communicate()
-        wait_until(lambda: all(not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z" for p in trainers),
+        wait_until(lambda: all(not alive(p) for p in trainers),
                    30, "the trainer to die with its runner")
         st = status_lines(path)
         self.assertIn("interrupted", st[RUNS[0]])
         self.assertIn("pending", st[RUNS[1]])
         # 2. kill -9 one trainer: that run fails with the signal named, the others go on.
-        runner = subprocess.Popen([BIN, "sweep", "run", f"--sweep={path}", "--local", "--jobs=1"], stdout=subprocess.PIPE,
+        runner = subprocess.Popen([BIN, "sweep", "run", f"--sweep={path}", "--local", "--jobs=1", "--threads=1"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         second = os.path.join(root, RUNS[1])
         wait_until(lambda: 300 <= last_step(second) < 900 or runner.poll() is not None, 300, "the second run at step 300")
@@ -178,7 +187,7 @@ class SweepTest(unittest.TestCase):
         self.assertRegex(st[RUNS[1]], r"failed .*killed by signal 9")
         self.assertIn("done", st[RUNS[2]])
         # 3. run again: it resumes the failed run and ends with the reference's losses.
-        r = sweep("run", f"--sweep={path}", "--local", "--jobs=2")
+        r = sweep("run", f"--sweep={path}", "--local", "--jobs=2", "--threads=1")
         self.assertIn("all 3 runs done", r.stdout)
         self.assertIn("1 to train", r.stderr)
         for name in RUNS:
