@@ -125,38 +125,55 @@ double MeasureTokensPerSecond(const SweepRun& run, int threads) {
 int Plan(const Sweep& sweep) {
   const int jobs = absl::GetFlag(FLAGS_jobs);
   const int threads = ThreadsPerRun(jobs);
-  std::map<std::string, double> speed;  // model -> tokens/s
+  // Measured training FLOP/s of each model (`bench train`); a model bench cannot time (it
+  // times Multiscreen models only) gets the median rate of the measured ones.
+  std::map<std::string, double> rate;
+  std::vector<double> measured;
+  if (absl::GetFlag(FLAGS_measure)) {
+    for (const SweepRun& r : sweep.runs) {
+      if (rate.count(r.model)) continue;
+      rate[r.model] = MeasureTokensPerSecond(r, threads) * r.flops_per_token;
+      if (rate[r.model] > 0) measured.push_back(rate[r.model]);
+    }
+  }
+  std::sort(measured.begin(), measured.end());
+  const double fallback = measured.empty() ? 0 : measured[measured.size() / 2];
   std::printf("sweep %s: %zu runs under %s (%s; %lld tokens per step)\n", sweep.file.c_str(), sweep.runs.size(), sweep.root.c_str(),
               sweep.one_run_per_model ? "one run per model serves every budget" : "one run per budget",
               static_cast<long long>(sweep.step_tokens));
-  std::printf("%-28s %-11s %10s %10s %8s %-24s %10s %9s\n", "run", "family", "params", "non-emb", "steps", "budgets (tokens)",
-              "FLOPs", "est. time");
+  size_t width = 3;
+  for (const SweepRun& r : sweep.runs) width = std::max(width, r.name.size());
+  std::printf("%-*s %-11s %10s %10s %8s %-24s %10s %9s\n", static_cast<int>(width), "run", "family", "params", "non-emb", "steps",
+              "budgets (tokens)", "FLOPs", "est. time");
   double total_flops = 0, total_s = 0;
-  bool all_measured = true;
+  bool all_measured = true, any_fallback = false;
   for (const SweepRun& r : sweep.runs) {
-    if (absl::GetFlag(FLAGS_measure) && !speed.count(r.model)) speed[r.model] = MeasureTokensPerSecond(r, threads);
     const double tokens = static_cast<double>(r.budgets.back().tokens);
     const double flops = r.flops_per_token * tokens;
     // Validation passes: forward only, about a third of a training token's cost.
     const double eval_tokens = static_cast<double>(r.run.steps() / r.run.eval().every()) * r.run.eval().batches() *
                                r.run.micro_batch() * r.run.seq_len();
-    const double tps = speed.count(r.model) ? speed[r.model] : 0;
-    const double seconds = tps > 0 ? (tokens + eval_tokens / 3) / tps : -1;
+    const bool own = rate.count(r.model) && rate[r.model] > 0;
+    const double flops_per_s = own ? rate[r.model] : fallback;
+    const double seconds = flops_per_s > 0 ? (tokens + eval_tokens / 3) * r.flops_per_token / flops_per_s : -1;
     all_measured = all_measured && seconds >= 0;
+    any_fallback = any_fallback || (!own && seconds >= 0);
     total_flops += flops;
     total_s += std::max(0.0, seconds);
     std::vector<std::string> budgets;
     for (const SweepBudget& b : r.budgets) budgets.push_back(Human(static_cast<double>(b.tokens)));
-    std::printf("%-28s %-11s %10s %10s %8lld %-24s %10s %9s\n", r.name.c_str(), FamilyName(r.dims.family), Human(r.params).c_str(),
-                Human(r.non_embedding_params).c_str(), static_cast<long long>(r.run.steps()), absl::StrJoin(budgets, ",").c_str(),
-                Human(flops).c_str(), seconds >= 0 ? Duration(seconds).c_str() : "-");
+    std::printf("%-*s %-11s %10s %10s %8lld %-24s %10s %9s\n", static_cast<int>(width), r.name.c_str(), FamilyName(r.dims.family),
+                Human(r.params).c_str(), Human(r.non_embedding_params).c_str(), static_cast<long long>(r.run.steps()),
+                absl::StrJoin(budgets, ",").c_str(), Human(flops).c_str(),
+                seconds < 0 ? "-" : absl::StrCat(own ? "" : "*", Duration(seconds)).c_str());
   }
   std::printf("total: %s model FLOPs (trainer/flops.h); ", Human(total_flops).c_str());
   if (all_measured) {
-    std::printf("%s of training, about %s wall with --jobs=%d (%d threads each, measured here by `bench train`)\n",
-                Duration(total_s).c_str(), Duration(total_s / jobs).c_str(), jobs, threads);
+    std::printf("%s of training, about %s wall with --jobs=%d (%d threads each, measured here by `bench train`%s)\n",
+                Duration(total_s).c_str(), Duration(total_s / jobs).c_str(), jobs, threads,
+                any_fallback ? "; *: at the median FLOP/s of the measured models, which bench cannot time" : "");
   } else {
-    std::printf("time not estimated%s\n", absl::GetFlag(FLAGS_measure) ? " (a measurement failed)" : " (--measure=false)");
+    std::printf("time not estimated%s\n", absl::GetFlag(FLAGS_measure) ? " (no model could be timed)" : " (--measure=false)");
   }
   return 0;
 }

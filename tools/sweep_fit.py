@@ -217,9 +217,12 @@ def bootstrap(rows, fit, samples, seed=0):
     return out
 
 
-def interval(values):
+def interval(values, samples=None):
+    """The 2.5 and 97.5 percentiles of `values`; None when fewer than 2, or fewer than half
+    of `samples` resamples, gave a value (most resamples could not be fitted: the interval
+    of the few that could would be biased)."""
     v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    if len(v) < 2:
+    if len(v) < 2 or (samples and len(v) < samples / 2):
         return None
     return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))]
 
@@ -321,7 +324,7 @@ def analyse(rows, samples, size="params"):
             boots = bootstrap(fr, lambda s: fit_joint([r["params"] for r in s], [r["tokens"] for r in s], [r["loss"] for r in s], start),
                               samples)
             entry.update(joint)
-            entry["intervals"] = {k: interval([b[k] for b in boots]) for k in PARAMS}
+            entry["intervals"] = {k: interval([b[k] for b in boots], samples) for k in PARAMS}
             entry["bootstrap_fits"] = len(boots)
             # Compute-optimal allocation at the sweep's largest compute and 10x, 100x, 1000x beyond it.
             c_max = max(flops(r["params"]) * r["tokens"] for r in fr)
@@ -343,7 +346,8 @@ def analyse(rows, samples, size="params"):
                 start = [_to_theta(p)] + budget_grid()[::6]
                 boots = bootstrap(br, lambda s: fit_budget([r["params"] for r in s], [r["loss"] for r in s], start), samples)
                 item.update(p)
-                item["intervals"] = {k: interval([b[k] for b in boots]) for k in BUDGET_PARAMS}
+                item["intervals"] = {k: interval([b[k] for b in boots], samples) for k in BUDGET_PARAMS}
+                item["bootstrap_fits"] = len(boots)
             except FitError as e:
                 item["error"] = str(e)
             per_budget.append(item)

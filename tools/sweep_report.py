@@ -24,6 +24,18 @@ def _save(fig, path):
     os.replace(tmp, path)
 
 
+def _axes(ax, xlabel, ylabel, title, logy=False, legend_size=7, ncol=1):
+    """Log x (and optionally y) axes with labels, a light grid and a legend."""
+    ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=legend_size, ncol=ncol)
+
+
 def plot_curves(manifest, path):
     """Validation loss against tokens, one line per run."""
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -35,12 +47,7 @@ def plot_curves(manifest, path):
         if val:
             ax.plot([s * step_tokens for s, _ in val], [v for _, v in val], marker="o", ms=3, color=c,
                     label=f"{run['model']} ({run['params'] / 1e6:.2f}M)")
-    ax.set_xscale("log")
-    ax.set_xlabel("training tokens")
-    ax.set_ylabel("validation loss")
-    ax.set_title("validation loss during training")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    _axes(ax, "training tokens", "validation loss", "validation loss during training")
     fig.tight_layout()
     _save(fig, path)
 
@@ -63,13 +70,7 @@ def plot_params(rows, result, path):
                 n = np.geomspace(min(p for p, _ in pts) / 1.5, max(p for p, _ in pts) * 1.5, 100)
                 ax.plot(n, sf.predict(fit, n), color=c, lw=1,
                         label=f"  E={fit['E']:.3g} A={fit['A']:.3g} α={fit['alpha']:.3g}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("parameters N (total)")
-    ax.set_ylabel("validation loss")
-    ax.set_title("L(N) = E + A·N^-α per token budget")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=6.5, ncol=2)
+    _axes(ax, "parameters N (total)", "validation loss", "L(N) = E + A·N^-α per token budget", logy=True, legend_size=6.5, ncol=2)
     fig.tight_layout()
     _save(fig, path)
 
@@ -91,19 +92,8 @@ def plot_frontier(rows, result, path):
         bx.plot(cs, [o[1] for o in opt], ls="--", label=f"{fam}: D_opt")
         bx.axvline(max(C), color="gray", lw=0.8, ls=":")
     fig.colorbar(sc, ax=ax, label="log10 N")
-    ax.set_xscale("log")
-    ax.set_xlabel("training FLOPs (trainer/flops.h)")
-    ax.set_ylabel("validation loss")
-    ax.set_title("loss against compute")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    bx.set_xscale("log")
-    bx.set_yscale("log")
-    bx.set_xlabel("training FLOPs")
-    bx.set_ylabel("parameters / tokens")
-    bx.set_title("compute-optimal N and D (dotted: the sweep's largest run)")
-    bx.grid(alpha=0.3, which="both")
-    bx.legend(fontsize=7)
+    _axes(ax, "training FLOPs (trainer/flops.h)", "validation loss", "loss against compute")
+    _axes(bx, "training FLOPs", "parameters / tokens", "compute-optimal N and D (dotted: the sweep's largest run)", logy=True)
     fig.tight_layout()
     _save(fig, path)
 

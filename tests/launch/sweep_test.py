@@ -142,13 +142,14 @@ class SweepTest(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(os.getcwd(), "r")), "a refused sweep created its root")
 
     def test_plan_lists_every_run_with_counts_and_a_measured_estimate(self):
-        out = sweep("plan", f"--sweep={self.reference_file}").stdout
+        out = sweep("plan", f"--sweep={self.reference_file}", "--jobs=2", "--threads=1").stdout
         for name in RUNS:
             row = next(line for line in out.splitlines() if line.startswith(name))
-            self.assertRegex(row, r"\d+(\.\d+)?s\s*$", row)  # a time measured by bench train
+            self.assertRegex(row, r"\*?\d+(\.\d+)?[smh]\s*$", row)  # a time measured by bench train (*: from FLOPs)
             self.assertIn("1000", row)  # the run's steps
         self.assertIn("one run per model", out)
-        self.assertRegex(out, r"total: \S+ model FLOPs")
+        self.assertRegex(out, r"total: \S+ model FLOPs \(trainer/flops.h\); \S+ of training, about \S+ wall with --jobs=2 \(1 threads each")
+        self.assertRegex(next(line for line in out.splitlines() if line.startswith(RUNS[2])), r"\*\S+\s*$")  # bench times no Transformer
         params = subprocess.run([BIN, "params", "--model=tiny_transformer_train", "--json"], capture_output=True, text=True, check=True)
         total = json.loads(params.stdout)["total"]
         self.assertIn(str(total) if total < 1000 else f"{total / 1000:.3g}k", out)
