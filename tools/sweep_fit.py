@@ -412,18 +412,18 @@ def main(argv=None):
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     # L-BFGS-B's Fortran writes "ascent direction in projection" lines to fd 1 whatever
-    # iprint says: keep them out of the output (--json must parse).
+    # iprint says, buffered until the process exits: point fd 1 at /dev/null for good and
+    # print through a copy of it (--json must parse).
     sys.stdout.flush()
     saved = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
-    sys.stdout = os.fdopen(saved, "w", closefd=False)
+    os.close(devnull)
+    sys.stdout = os.fdopen(saved, "w")
     try:
         return _main(args)
     finally:
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(devnull)
 
 
 def _main(args):

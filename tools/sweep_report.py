@@ -93,7 +93,7 @@ def plot_frontier(rows, result, path):
         bx.axvline(max(C), color="gray", lw=0.8, ls=":")
     fig.colorbar(sc, ax=ax, label="log10 N")
     _axes(ax, "training FLOPs (trainer/flops.h)", "validation loss", "loss against compute")
-    _axes(bx, "training FLOPs", "parameters / tokens", "compute-optimal N and D (dotted: the sweep's largest run)", logy=True)
+    _axes(bx, "training FLOPs", "parameters / tokens", "compute-optimal N, D (dotted: largest run)", logy=True)
     fig.tight_layout()
     _save(fig, path)
 
