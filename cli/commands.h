@@ -15,5 +15,6 @@ int CkptCommand(int argc, char** argv);     // checkpoint plan / export / inspec
 int GenerateCommand(int argc, char** argv); // greedy decoding with the cache
 int EvalCommand(int argc, char** argv);     // eval ppl | abcdigits | passkey | ttft: the paper's evaluations
 int BenchCommand(int argc, char** argv);    // bench train | bench screening: measured speed
+int SweepCommand(int argc, char** argv);    // sweep plan | run | status | fit | report: scaling-law sweeps
 
 }  // namespace multiscreen::cli

@@ -35,6 +35,8 @@ constexpr Command kCommands[] = {
      "evaluations: ppl --data=F --seq_len=N | abcdigits | passkey | ttft --context=N | relevance --text=F (--checkpoint=DIR | --weights=W.h5) --out=DIR"},
     {"bench", multiscreen::cli::BenchCommand,
      "speed: train --model=psi8 --seq_len=T --micro_batch=B [--precision= --json] | screening --T=N --w=W"},
+    {"sweep", multiscreen::cli::SweepCommand,
+     "scaling-law sweeps: plan | run (--local [--jobs=K] | --slurm) | status | fit | report --sweep=FILE; fit --results=F.csv [--json]"},
 };
 
 void Usage(FILE* out) {

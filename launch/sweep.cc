@@ -1,0 +1,276 @@
+// The sweep file: loading, checks, expansion into runs (sweep.h).
+#include "launch/sweep.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/text_format.h"
+#include "launch/text_file.h"
+#include "model/param_layout.h"
+#include "nlohmann/json.hpp"
+#include "trainer/flops.h"
+
+namespace multiscreen {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct AxisModel {
+  config::ModelConfig config;
+  std::string name;    // for run names
+  std::string source;  // for messages: "F: psi[2]"
+};
+
+// A name that is safe as a directory name: letters, digits, '.', '-', '_' kept, the rest '_'.
+std::string FileName(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
+  return out.empty() ? "_" : out;
+}
+
+absl::StatusOr<std::vector<AxisModel>> ModelAxis(const config::SweepConfig& sweep, const std::string& file) {
+  std::vector<AxisModel> models;
+  for (int i = 0; i < sweep.psi_size(); ++i) {
+    config::ModelConfig m = sweep.psi_template();
+    m.clear_n_layers();
+    m.clear_n_heads();
+    m.clear_d_e();
+    m.set_psi(sweep.psi(i));
+    const std::string name = absl::StrCat(m.name().empty() ? "psi" : m.name() + "_psi", sweep.psi(i));
+    m.set_name(name);
+    models.push_back({m, name, absl::StrCat(file, ": psi[", i, "] = ", sweep.psi(i))});
+  }
+  for (int i = 0; i < sweep.models_size(); ++i) {
+    const config::ModelConfig& m = sweep.models(i);
+    models.push_back({m, m.name().empty() ? absl::StrCat("model", i) : m.name(), absl::StrCat(file, ": models[", i, "]")});
+  }
+  for (int i = 0; i < sweep.model_files_size(); ++i) {
+    auto m = LoadModelConfig(sweep.model_files(i));
+    if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": model_files[", i, "]: ", m.status().message()));
+    const std::string name = m->name().empty() ? fs::path(sweep.model_files(i)).stem().string() : m->name();
+    models.push_back({*m, name, absl::StrCat(file, ": model_files[", i, "] (", sweep.model_files(i), ")")});
+  }
+  if (models.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": the model axis is empty (give psi, models or model_files)"));
+  }
+  return models;
+}
+
+// The schedules whose lr at step s does not depend on the run's length.
+bool LengthFreeSchedule(const config::ScheduleConfig& s) {
+  return s.kind() == config::ScheduleConfig::KIND_UNSPECIFIED || s.kind() == config::ScheduleConfig::WARMUP_CONSTANT;
+}
+
+}  // namespace
+
+absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
+  config::SweepConfig sc;
+  if (absl::Status s = ParseTextFile(path, &sc); !s.ok()) return s;
+  Sweep sweep;
+  sweep.file = path;
+  std::error_code ec;
+
+  // The base run.
+  config::RunConfig base;
+  if (!sc.base().empty()) {
+    const fs::path base_path = fs::path(sc.base()).is_absolute() ? fs::path(sc.base()) : fs::path(path).parent_path() / sc.base();
+    auto parsed = LoadRunConfig(base_path.string());
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": base: ", parsed.status().message()));
+    base = *parsed;
+  }
+  base.MergeFrom(sc.base_config());
+  base.clear_model();
+  base.clear_model_config();
+  base.clear_run_dir();
+  if (!sc.data().empty()) {
+    const std::string data = fs::absolute(sc.data(), ec).lexically_normal().string();
+    config::DataConfig* d = base.mutable_data();
+    d->clear_sources();
+    d->clear_val_sources();
+    d->clear_train_shards();
+    d->add_train_shards(data);
+    if (fs::is_directory(data, ec)) {
+      d->set_val_shard(data);
+    } else {
+      d->clear_val_shard();
+    }
+  }
+  if (base.data().val_shard().empty() && base.data().val_sources_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": no validation data (the fit reads validation losses): set data to a directory with val_*.bin, "
+              "or data.val_shard / data.val_sources in the base run"));
+  }
+  ApplyRunDefaults(&base);
+
+  // The root.
+  if (sc.root().empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": root is empty (the directory of the runs)"));
+  sweep.root = fs::absolute(sc.root(), ec).lexically_normal().string();
+
+  // Axes.
+  auto models = ModelAxis(sc, path);
+  if (!models.ok()) return models.status();
+  if (sc.tokens_size() == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": the token axis is empty (give tokens)"));
+  std::vector<double> lrs(sc.lr().begin(), sc.lr().end());
+  if (lrs.empty()) lrs.push_back(base.optimizer().lr());
+  std::vector<int64_t> seeds(sc.seeds().begin(), sc.seeds().end());
+  if (seeds.empty()) seeds.push_back(base.seed());
+  for (size_t i = 0; i < lrs.size(); ++i) {
+    if (!(lrs[i] > 0 && lrs[i] <= 1)) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: lr[%d] = %g is outside (0, 1]", path, i, lrs[i]));
+    }
+  }
+
+  // Budgets in whole steps.
+  if (base.micro_batch() < 1 || base.seq_len() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the base run needs micro_batch and seq_len"));
+  }
+  sweep.step_tokens = base.micro_batch() * std::max<int64_t>(1, base.grad_accum()) * base.seq_len();
+  std::map<int64_t, int64_t> steps_of;  // steps -> the budget that asked for them
+  for (int i = 0; i < sc.tokens_size(); ++i) {
+    const int64_t t = sc.tokens(i);
+    if (t < sweep.step_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tokens[", i, "] = ", t, " is smaller than one step (micro_batch·grad_accum·seq_len = ",
+                                                     sweep.step_tokens, " tokens)"));
+    }
+    const int64_t steps = t / sweep.step_tokens;
+    if (auto [it, fresh] = steps_of.emplace(steps, t); !fresh) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tokens[", i, "] = ", t, " and ", it->second, " both come to ", steps,
+                                                     " steps of ", sweep.step_tokens, " tokens"));
+    }
+  }
+  std::vector<SweepBudget> budgets;
+  for (const auto& [steps, t] : steps_of) budgets.push_back({steps, steps * sweep.step_tokens});
+
+  // Budget mode.
+  switch (sc.budget_mode()) {
+    case config::SweepConfig::BUDGET_MODE_AUTO: sweep.one_run_per_model = LengthFreeSchedule(base.schedule()); break;
+    case config::SweepConfig::ONE_RUN_PER_MODEL:
+      if (!LengthFreeSchedule(base.schedule())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": budget_mode ONE_RUN_PER_MODEL needs a WARMUP_CONSTANT schedule (the lr of a cosine or "
+                  "stable-decay run depends on its length); use ONE_RUN_PER_BUDGET"));
+      }
+      sweep.one_run_per_model = true;
+      break;
+    case config::SweepConfig::ONE_RUN_PER_BUDGET: sweep.one_run_per_model = false; break;
+    default: return absl::InvalidArgumentError(absl::StrCat(path, ": budget_mode = ", sc.budget_mode(), " is not a known mode"));
+  }
+
+  // The grid.
+  std::set<std::string> names;
+  for (const AxisModel& m : *models) {
+    auto dims = ResolveModel(m.config, m.source);
+    if (!dims.ok()) return dims.status();
+    const ParamCounts counts = CountParams(*dims);
+    const std::vector<std::vector<SweepBudget>> groups =
+        sweep.one_run_per_model ? std::vector<std::vector<SweepBudget>>{budgets} : [&] {
+          std::vector<std::vector<SweepBudget>> g;
+          for (const SweepBudget& b : budgets) g.push_back({b});
+          return g;
+        }();
+    for (double lr : lrs) {
+      for (int64_t seed : seeds) {
+        for (const std::vector<SweepBudget>& group : groups) {
+          SweepRun r;
+          r.model = m.name;
+          r.dims = *dims;
+          r.params = counts.total;
+          r.non_embedding_params = counts.non_embedding;
+          r.budgets = group;
+          r.name = FileName(absl::StrCat(m.name, sweep.one_run_per_model ? "" : absl::StrCat("_t", group[0].tokens),
+                                         absl::StrFormat("_lr%g", lr), "_s", seed));
+          if (!names.insert(r.name).second) {
+            return absl::InvalidArgumentError(absl::StrCat(path, ": two runs are named ", r.name, " (", m.source,
+                                                           "): give the models distinct names"));
+          }
+          r.dir = (fs::path(sweep.root) / r.name).string();
+          r.run = base;
+          *r.run.mutable_model_config() = m.config;
+          r.run.mutable_optimizer()->set_lr(lr);
+          r.run.set_seed(seed);
+          r.run.set_steps(group.back().steps);
+          int64_t every = 0;
+          for (const SweepBudget& b : group) every = std::gcd(every, b.steps);
+          // Validation at every budget's step (and the run's last); a kept cadence of the base if it divides.
+          if (base.eval().every() > 0 && every % base.eval().every() == 0) every = base.eval().every();
+          r.run.mutable_eval()->set_every(every);
+          if (base.checkpoint().every() <= 0) r.run.mutable_checkpoint()->set_every(every);
+          r.run.set_run_dir(r.dir);
+          r.flops_per_token = TrainingFlopsPerToken(*dims, base.seq_len(), InitialWindows(*dims));
+          RunSource source;
+          source.file = absl::StrCat(path, " (run ", r.name, ")");
+          if (absl::Status s = ValidateRun(r.run, *dims, source); !s.ok()) return s;
+          sweep.runs.push_back(std::move(r));
+        }
+      }
+    }
+  }
+  return sweep;
+}
+
+std::string RunConfigText(const SweepRun& run) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(run.run, &text);
+  return absl::StrCat("# Written by `multiscreen sweep` for run ", run.name, "; do not edit (the sweep file is the source).\n", text);
+}
+
+absl::Status WriteRunFiles(const Sweep& sweep) {
+  for (const SweepRun& r : sweep.runs) {
+    std::error_code ec;
+    fs::create_directories(r.dir, ec);
+    if (ec) return absl::PermissionDeniedError(absl::StrCat(r.dir, ": cannot create: ", ec.message()));
+    const std::string file = (fs::path(r.dir) / "run.textproto").string();
+    const std::string text = RunConfigText(r);
+    if (fs::exists(file, ec)) {
+      std::ifstream in(file);
+      std::stringstream have;
+      have << in.rdbuf();
+      if (have.str() == text) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          file, ": differs from what ", sweep.file, " now asks for this run (the sweep file changed); move the run directory away to redo it"));
+    }
+    if (absl::Status s = WriteTextFile(file, text); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string SourcePath(const std::string& relative) { return (fs::path(MULTISCREEN_SOURCE_DIR) / relative).string(); }
+
+absl::Status WriteManifest(const Sweep& sweep) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const SweepRun& r : sweep.runs) {
+    nlohmann::json budgets = nlohmann::json::array();
+    for (const SweepBudget& b : r.budgets) budgets.push_back({{"steps", b.steps}, {"tokens", b.tokens}});
+    runs.push_back({{"name", r.name},
+                    {"dir", r.dir},
+                    {"family", FamilyName(r.dims.family)},
+                    {"model", r.model},
+                    {"params", r.params},
+                    {"non_embedding_params", r.non_embedding_params},
+                    {"flops_per_token", r.flops_per_token},
+                    {"lr", r.run.optimizer().lr()},
+                    {"seed", r.run.seed()},
+                    {"steps", r.run.steps()},
+                    {"budgets", budgets}});
+  }
+  const nlohmann::json j = {{"sweep", fs::absolute(sweep.file).lexically_normal().string()},
+                            {"root", sweep.root},
+                            {"budget_mode", sweep.one_run_per_model ? "one_run_per_model" : "one_run_per_budget"},
+                            {"step_tokens", sweep.step_tokens},
+                            {"runs", runs}};
+  std::error_code ec;
+  fs::create_directories(sweep.root, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(sweep.root, ": cannot create: ", ec.message()));
+  return WriteTextFile((fs::path(sweep.root) / "sweep.json").string(), j.dump(1) + "\n");
+}
+
+}  // namespace multiscreen

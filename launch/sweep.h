@@ -1,0 +1,70 @@
+// A scaling-law sweep (issue 17): the grid of a SweepConfig file expanded into
+// ordinary run directories, one complete RunConfig each. Knows nothing about how the
+// runs are started (sweep_runner.h: locally; sweep_slurm.h: a Slurm job array) or
+// fitted (tools/sweep_fit.py).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "configs/config.pb.h"
+
+namespace multiscreen {
+
+// One token budget served by a run: the requested tokens rounded down to whole steps.
+struct SweepBudget {
+  int64_t steps = 0;   // optimizer steps at which the budget is reached
+  int64_t tokens = 0;  // steps · tokens per step (what the run really trains on)
+};
+
+// One run directory of the sweep.
+struct SweepRun {
+  std::string name;           // from the coordinates, e.g. "psi4_lr0.0625_s1"
+  std::string dir;            // <root>/<name>, absolute
+  config::RunConfig run;      // complete: inline model, steps, eval/checkpoint cadence, run_dir
+  ModelDims dims;
+  std::string model;          // the model's name on the axis, e.g. "psi4"
+  int64_t params = 0;         // total parameters (model/param_layout.h)
+  int64_t non_embedding_params = 0;
+  double flops_per_token = 0; // training FLOPs per token (trainer/flops.h, windows at init)
+  std::vector<SweepBudget> budgets;  // ascending; the last is the run's length
+};
+
+struct Sweep {
+  std::string file;           // the sweep file as given
+  std::string root;           // absolute
+  bool one_run_per_model = false;  // cheap budgets: several budgets from one run
+  int64_t step_tokens = 0;    // micro_batch · grad_accum · seq_len
+  std::vector<SweepRun> runs;
+};
+
+// Reads, checks and expands a sweep file. The run file `base` is read relative to the
+// sweep file's directory, `base_config` merged over it; `root` and `data` are made
+// absolute (relative to the current directory). Every point is checked as `train`
+// would check it (ValidateRun), so a bad grid is refused before any run starts.
+// Errors (one line, naming the file and field): an empty model or token axis, a model
+// that does not resolve or whose N_H / N_L the run's tp / pp does not divide, a budget
+// smaller than one step, two budgets of the same step count, ONE_RUN_PER_MODEL with a
+// schedule whose lr depends on the run's length, no validation data, duplicate run names.
+absl::StatusOr<Sweep> LoadSweep(const std::string& path);
+
+// The run file of `run` in text format (what <dir>/run.textproto holds).
+std::string RunConfigText(const SweepRun& run);
+
+// Writes <dir>/run.textproto for every run (creating the directories), each through a
+// temporary and a rename. A run.textproto already there with other contents is refused
+// (the sweep file changed under finished or running work): errors name the file.
+absl::Status WriteRunFiles(const Sweep& sweep);
+
+// `relative` (e.g. "tools/sweep_fit.py") inside the source tree this binary was built from.
+std::string SourcePath(const std::string& relative);
+
+// Writes <root>/sweep.json (through a temporary and a rename): the runs with their
+// coordinates, parameter counts, FLOPs per token and budgets, for tools/sweep_fit.py.
+absl::Status WriteManifest(const Sweep& sweep);
+
+}  // namespace multiscreen

@@ -1,0 +1,245 @@
+// The local sweep runner and run states (sweep_runner.h).
+#include "launch/sweep_runner.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "launch/text_file.h"
+#include "nlohmann/json.hpp"
+
+namespace multiscreen {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json ReadJson(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  return j.is_discarded() ? nlohmann::json(nullptr) : j;
+}
+
+// The last step of metrics.jsonl's standing rows (0 when none).
+int64_t LastStep(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::string line;
+  int64_t step = 0;
+  while (std::getline(in, line)) {
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (!row.is_object()) continue;
+    if (row.contains("resumed_from") && row["resumed_from"].is_number_integer()) {
+      step = std::min(step, row["resumed_from"].get<int64_t>());
+    } else if (row.contains("step") && row["step"].is_number_integer()) {
+      step = row["step"].get<int64_t>();
+    }
+  }
+  return step;
+}
+
+// Whether some process holds <dir>/sweep.lock.
+bool LockHeld(const fs::path& lock) {
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return held;
+}
+
+// The last line of train.log that names an error, else its last non-empty line.
+std::string FailureReason(const fs::path& log) {
+  std::ifstream in(log);
+  std::string line, last, error;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (line.find("multiscreen train:") != std::string::npos || line.find("rror") != std::string::npos) error = line;
+  }
+  return error.empty() ? last : error;
+}
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+void OnStop(int sig) { g_stop_signal = sig; }
+
+struct Child {
+  size_t run = 0;
+  int lock_fd = -1;
+};
+
+}  // namespace
+
+const char* RunStateName(RunState state) {
+  switch (state) {
+    case RunState::kDone: return "done";
+    case RunState::kRunning: return "running";
+    case RunState::kFailed: return "failed";
+    case RunState::kInterrupted: return "interrupted";
+    case RunState::kPending: return "pending";
+  }
+  return "?";
+}
+
+RunStatus ReadRunStatus(const SweepRun& run) {
+  const fs::path dir(run.dir);
+  RunStatus st;
+  st.step = LastStep(dir / "metrics.jsonl");
+  if (LockHeld(dir / "sweep.lock")) {
+    st.state = RunState::kRunning;
+    return st;
+  }
+  const nlohmann::json status = ReadJson(dir / "status.json");
+  if (status.is_object() && status.value("state", "") == "finished" && status.value("step", int64_t{-1}) >= run.run.steps()) {
+    st.state = RunState::kDone;
+    return st;
+  }
+  if (const nlohmann::json failed = ReadJson(dir / "sweep_failed.json"); failed.is_object()) {
+    st.state = RunState::kFailed;
+    st.detail = failed.value("reason", "unknown");
+    return st;
+  }
+  std::error_code ec;
+  if (fs::exists(dir / "checkpoints" / "latest", ec)) {
+    std::ifstream in(dir / "checkpoints" / "latest");
+    std::string latest;
+    std::getline(in, latest);
+    st.state = RunState::kInterrupted;
+    st.detail = absl::StrCat("resumes from checkpoint ", latest);
+    return st;
+  }
+  st.state = RunState::kPending;
+  return st;
+}
+
+absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
+  if (absl::Status s = WriteRunFiles(sweep); !s.ok()) return s;
+  std::deque<size_t> queue;
+  int done = 0;
+  for (size_t i = 0; i < sweep.runs.size(); ++i) {
+    if (ReadRunStatus(sweep.runs[i]).state == RunState::kDone) {
+      ++done;
+    } else {
+      queue.push_back(i);
+    }
+  }
+  LogInfo("sweep ", sweep.file, ": ", sweep.runs.size(), " runs, ", done, " done, ", queue.size(), " to train, ", options.jobs,
+          " at a time with ", options.threads, " threads each");
+  struct sigaction sa = {};
+  sa.sa_handler = OnStop;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int, old_term;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_stop_signal = 0;
+  std::map<pid_t, Child> active;
+  int failed = 0, skipped = 0, forwarded = 0;
+  const pid_t parent = ::getpid();
+  while (!queue.empty() || !active.empty()) {
+    while (g_stop_signal == 0 && static_cast<int>(active.size()) < options.jobs && !queue.empty()) {
+      const size_t i = queue.front();
+      queue.pop_front();
+      const SweepRun& r = sweep.runs[i];
+      const fs::path dir(r.dir);
+      // Close-on-exec, so that no other run's trainer inherits it; the child keeps a dup.
+      const int lock_fd = ::open((dir / "sweep.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (lock_fd < 0) return absl::PermissionDeniedError(absl::StrCat((dir / "sweep.lock").string(), ": ", std::strerror(errno)));
+      if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        LogWarning("run ", r.name, " is being trained by another process (", (dir / "sweep.lock").string(), " is held): skipped");
+        ::close(lock_fd);
+        ++skipped;
+        continue;
+      }
+      std::error_code ec;
+      fs::remove(dir / "sweep_failed.json", ec);
+      const std::string config_flag = absl::StrCat("--config=", (dir / "run.textproto").string());
+      const std::string threads_flag = absl::StrCat("--threads=", options.threads);
+      const std::string log = (dir / "train.log").string();
+      const pid_t pid = ::fork();
+      if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(errno)));
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != parent) ::_exit(127);  // the runner died before prctl
+        if (::dup(lock_fd) < 0) ::_exit(127);     // the trainer holds its run's lock (a dup is not close-on-exec)
+        signal(SIGINT, SIG_IGN);  // a terminal's ^C reaches the runner, which passes SIGTERM on
+        signal(SIGTERM, SIG_DFL);
+        const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (out >= 0) {
+          ::dup2(out, 1);
+          ::dup2(out, 2);
+        }
+        const std::string threads_env = std::to_string(options.threads);
+        ::setenv("OMP_NUM_THREADS", threads_env.c_str(), 1);
+        const char* argv[] = {options.binary.c_str(), "train", config_flag.c_str(), threads_flag.c_str(), nullptr};
+        ::execv(options.binary.c_str(), const_cast<char* const*>(argv));
+        std::fprintf(stderr, "multiscreen sweep: cannot start %s: %s\n", options.binary.c_str(), std::strerror(errno));
+        ::_exit(127);
+      }
+      active[pid] = {i, lock_fd};
+      LogInfo("started ", r.name, " (pid ", pid, "; ", r.run.steps(), " steps; log ", log, ")");
+    }
+    if (active.empty()) break;
+    if (g_stop_signal != 0 && forwarded != g_stop_signal) {
+      for (const auto& [pid, child] : active) ::kill(pid, SIGTERM);  // stop with a checkpoint
+      forwarded = g_stop_signal;
+      LogInfo("signal ", g_stop_signal, ": the running runs stop with a checkpoint; no further run starts");
+    }
+    int wstatus = 0;
+    const pid_t pid = ::waitpid(-1, &wstatus, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+    }
+    auto it = active.find(pid);
+    if (it == active.end()) continue;
+    const SweepRun& r = sweep.runs[it->second.run];
+    const RunStatus st = ReadRunStatus(r);  // our own lock is still held: read the files, not the lock
+    const nlohmann::json status = ReadJson(fs::path(r.dir) / "status.json");
+    const std::string state = status.is_object() ? status.value("state", "") : "";
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 && state == "finished") {
+      ++done;
+      LogInfo("finished ", r.name, " (", done, " of ", sweep.runs.size(), " runs done)");
+    } else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 && state == "stopped") {
+      LogInfo("stopped ", r.name, " with a checkpoint at step ", status.value("step", int64_t{0}), "; `sweep run` resumes it");
+    } else {
+      const std::string reason =
+          WIFSIGNALED(wstatus)
+              ? absl::StrCat("killed by signal ", WTERMSIG(wstatus), " (", strsignal(WTERMSIG(wstatus)), ") at step ", st.step)
+              : absl::StrCat("exit status ", WEXITSTATUS(wstatus), ": ", FailureReason(fs::path(r.dir) / "train.log"));
+      const nlohmann::json failed_json = {{"reason", reason}, {"step", st.step}};
+      if (absl::Status s = WriteTextFile((fs::path(r.dir) / "sweep_failed.json").string(), failed_json.dump() + "\n"); !s.ok()) {
+        LogWarning(s.message());
+      }
+      ++failed;
+      LogWarning("run ", r.name, " failed: ", reason);
+    }
+    ::close(it->second.lock_fd);
+    active.erase(it);
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (g_stop_signal != 0) {
+    return absl::AbortedError(absl::StrCat("stopped by signal ", g_stop_signal, ": ", done, " of ", sweep.runs.size(),
+                                           " runs done; `sweep run` again resumes the rest"));
+  }
+  if (failed > 0 || skipped > 0) {
+    return absl::AbortedError(absl::StrCat(failed, " of ", sweep.runs.size(), " runs failed",
+                                           skipped > 0 ? absl::StrCat(" and ", skipped, " were held by another runner") : "",
+                                           " (see `sweep status`); `sweep run` again retries them"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace multiscreen

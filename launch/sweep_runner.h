@@ -1,0 +1,54 @@
+// Running a sweep's runs on this machine, and reading where each run stands (issue 17,
+// `sweep run --local`, `sweep status`). Each run is an ordinary `multiscreen train
+// --config=<dir>/run.textproto` child process; what makes a re-run skip finished runs
+// and resume interrupted ones is the run directory protocol itself (status.json,
+// checkpoints/latest). A run being trained holds an flock on <dir>/sweep.lock (the
+// child inherits it), so two runners never train one run and `status` can tell a live
+// run from one whose runner was killed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "launch/sweep.h"
+
+namespace multiscreen {
+
+enum class RunState {
+  kDone,         // status.json "finished" at the run's last step
+  kRunning,      // a process holds <dir>/sweep.lock
+  kFailed,       // the last attempt ended without finishing: <dir>/sweep_failed.json says why
+  kInterrupted,  // stopped or killed with a checkpoint: the next `sweep run` resumes it
+  kPending,      // never started (or started and killed before its first checkpoint)
+};
+
+struct RunStatus {
+  RunState state = RunState::kPending;
+  int64_t step = 0;    // the last step in metrics.jsonl (0: none)
+  std::string detail;  // failed: the reason; interrupted: the checkpoint's step
+};
+
+// "done", "running", "failed", "interrupted" or "pending".
+const char* RunStateName(RunState state);
+
+// Where `run` stands, from its directory (reads files; never blocks on the lock).
+RunStatus ReadRunStatus(const SweepRun& run);
+
+struct LocalOptions {
+  int jobs = 1;        // runs at once
+  int threads = 1;     // OpenMP threads per run (the cores divided among the jobs)
+  std::string binary;  // the multiscreen executable the runs are started with
+};
+
+// Trains every run of `sweep` that is not done, `jobs` at a time, each child with
+// `threads` threads, its output appended to <dir>/train.log. Writes the run files
+// first (WriteRunFiles). A child that dies on its own (non-zero exit, a signal) marks
+// its run failed (<dir>/sweep_failed.json with the reason) and the others go on;
+// SIGINT/SIGTERM to the runner are passed to the children, which stop with a
+// checkpoint, and no further run starts. The children die with the runner
+// (PR_SET_PDEATHSIG), so a killed runner leaves no orphan holding a lock.
+// Errors: a run file that cannot be written; after all runs, "K of N runs failed".
+absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options);
+
+}  // namespace multiscreen

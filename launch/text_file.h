@@ -1,0 +1,14 @@
+// Writing a small text file without ever leaving a half-written one in its place.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace multiscreen {
+
+// Writes `text` to `path` through `path`.tmp, flushed, then renamed over `path`.
+// Errors name the file.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
+
+}  // namespace multiscreen

@@ -1,0 +1,242 @@
+#!/usr/bin/python3
+"""`multiscreen sweep` end to end on tiny models (issue 17; ctest label e2e).
+
+A sweep of three tiny models (Multiscreen Psi = 2 and 3, the tiny Transformer) x three token
+budgets on the synthetic shards of tests/trainer, one run per model serving every budget:
+  1. bad sweep files are refused in one line naming the file: an empty model axis, an empty
+     token axis, a Transformer whose N_H does not divide d_E, a tp that does not divide a
+     model's N_H, a budget smaller than one step;
+  2. `sweep plan` lists every run with parameters, FLOPs and a measured time estimate;
+  3. `sweep run --local --jobs=2` trains them all (the reference);
+  4. the same sweep in another root survives a `kill -9` of the runner (its trainer dies with
+     it and the run reads "interrupted") and of one trainer (that run reads "failed" with the
+     signal, the others finish), and two more `sweep run`s finish it with exactly the
+     reference's training and validation losses at every step;
+  5. `sweep fit --json` and `sweep report` read the finished runs; `sweep run --slurm
+     --dry_run` prints the job-array script.
+Run: /usr/bin/python3 tests/launch/sweep_test.py --multiscreen=build/multiscreen --source=.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BIN = SRC = None
+WORK = None
+BUDGETS = (1280, 2560, 64000)  # 20, 40 and 1000 steps of 4 x 16 tokens
+RUNS = ("psi2_lr0.01_s1", "psi3_lr0.01_s1", "tiny_transformer_train_lr0.01_s1")
+
+
+def sweep_text(root, data, extra="", tokens=BUDGETS, models=None):
+    models = models if models is not None else ('psi: [2, 3]\npsi_template { d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\n'
+                                                'model_files: "tiny_transformer_train"\n')
+    return (f'base_config {{\n  micro_batch: 4 seq_len: 16 precision: FP32\n  optimizer {{ lr: 0.01 }}\n'
+            f'  schedule {{ kind: WARMUP_CONSTANT warmup_steps: 5 }}\n  checkpoint {{ every: 100 keep_last: 2 }}\n'
+            f'  eval {{ batches: 2 }}\n  logging {{ console_every: 100 }}\n{extra}}}\n'
+            f'data: "{data}"\n{models}'
+            + "".join(f"tokens: {t}\n" for t in tokens) + f'seeds: 1\nroot: "{root}"\n')
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def sweep(*args, check=True, timeout=600):
+    r = subprocess.run([BIN, "sweep", *args], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"sweep {' '.join(args)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def losses(run_dir):
+    """{(step, 'train'|'val'): loss} of the standing rows."""
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    from metrics import read_metrics
+    return {(m["step"], "val" if "val_loss" in m else "train"): m.get("loss", m.get("val_loss"))
+            for m in read_metrics(os.path.join(run_dir, "metrics.jsonl"))}
+
+
+def last_step(run_dir):
+    try:
+        return max((s for s, _ in losses(run_dir)), default=0)
+    except FileNotFoundError:
+        return 0
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def alive(pid):
+    """Whether `pid` runs (a zombie waiting for its parent does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def status_lines(sweep_file):
+    out = sweep("status", f"--sweep={sweep_file}").stdout
+    return {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in RUNS}
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class SweepTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
+        import train_e2e_test
+        train_e2e_test.SRC = SRC
+        cls.data = os.path.join(WORK, "data")
+        train_e2e_test.synthetic_shards(cls.data)
+        cls.reference_file = write(os.path.join(WORK, "reference.textproto"), sweep_text(os.path.join(WORK, "reference"), cls.data))
+        cls.reference = None
+
+    def reference_losses(self):
+        if SweepTest.reference is None:
+            sweep("run", f"--sweep={self.reference_file}", "--local", "--jobs=2", "--threads=1")
+            SweepTest.reference = {name: losses(os.path.join(WORK, "reference", name)) for name in RUNS}
+        return SweepTest.reference
+
+    def test_bad_sweep_files_are_refused_in_one_line(self):
+        bad = {
+            "no_models": sweep_text("r", self.data, models=""),
+            "no_tokens": sweep_text("r", self.data, tokens=()),
+            "heads": sweep_text("r", self.data, models="models { name: \"t\" family: TRANSFORMER n_layers: 2 n_heads: 3 d_e: 8 vocab: 97 }\n"),
+            "tp": sweep_text("r", self.data, extra="  parallel { tp: 2 }\n", models="psi: 3\npsi_template { vocab: 97 }\n"),
+            "small_budget": sweep_text("r", self.data, tokens=(32, 1280)),
+        }
+        expect = {"no_models": "model axis is empty", "no_tokens": "token axis is empty", "heads": "n_heads = 3 times",
+                  "tp": "does not divide N_H", "small_budget": "smaller than one step"}
+        for name, text in bad.items():
+            path = write(os.path.join(WORK, f"bad_{name}.textproto"), text)
+            for sub in ("plan", "run"):
+                r = sweep(sub, f"--sweep={path}", *(["--local"] if sub == "run" else []), check=False)
+                self.assertNotEqual(r.returncode, 0, f"{name} {sub}: {r.stdout}")
+                lines = r.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, f"{name}: {r.stderr}")
+                self.assertIn(path, lines[0])
+                self.assertIn(expect[name], lines[0])
+            self.assertFalse(os.path.exists(os.path.join(os.getcwd(), "r")), "a refused sweep created its root")
+
+    def test_plan_lists_every_run_with_counts_and_a_measured_estimate(self):
+        out = sweep("plan", f"--sweep={self.reference_file}", "--jobs=2", "--threads=1").stdout
+        for name in RUNS:
+            row = next(line for line in out.splitlines() if line.startswith(name))
+            self.assertRegex(row, r"\*?\d+(\.\d+)?[smh]\s*$", row)  # a time measured by bench train (*: from FLOPs)
+            self.assertIn("1000", row)  # the run's steps
+        self.assertIn("one run per model", out)
+        self.assertRegex(out, r"total: \S+ model FLOPs \(trainer/flops.h\); \S+ of training, about \S+ wall with --jobs=2 \(1 threads each")
+        self.assertRegex(next(line for line in out.splitlines() if line.startswith(RUNS[2])), r"\*\S+\s*$")  # bench times no Transformer
+        params = subprocess.run([BIN, "params", "--model=tiny_transformer_train", "--json"], capture_output=True, text=True, check=True)
+        total = json.loads(params.stdout)["total"]
+        self.assertIn(str(total) if total < 1000 else f"{total / 1000:.3g}k", out)
+
+    def test_kill9_of_the_runner_and_of_one_run_resumes_to_the_same_losses(self):
+        reference = self.reference_losses()
+        root = os.path.join(WORK, "killed")
+        path = write(os.path.join(WORK, "killed.textproto"), sweep_text(root, self.data))
+        # 1. kill -9 the runner while its first run trains: the trainer dies with it.
+        runner = subprocess.Popen([BIN, "sweep", "run", f"--sweep={path}", "--local", "--jobs=1", "--threads=1"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        first = os.path.join(root, RUNS[0])
+        wait_until(lambda: 300 <= last_step(first) < 900 or runner.poll() is not None, 300, "the first run at step 300")
+        self.assertIsNone(runner.poll(), "the runner ended before it could be killed")
+        trainers = children(runner.pid)
+        runner.kill()
+        runner.communicate()
+        wait_until(lambda: all(not alive(p) for p in trainers),
+                   30, "the trainer to die with its runner")
+        st = status_lines(path)
+        self.assertIn("interrupted", st[RUNS[0]])
+        self.assertIn("pending", st[RUNS[1]])
+        # 2. kill -9 one trainer: that run fails with the signal named, the others go on.
+        runner = subprocess.Popen([BIN, "sweep", "run", f"--sweep={path}", "--local", "--jobs=1", "--threads=1"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        second = os.path.join(root, RUNS[1])
+        wait_until(lambda: 300 <= last_step(second) < 900 or runner.poll() is not None, 300, "the second run at step 300")
+        victims = children(runner.pid)
+        self.assertEqual(len(victims), 1)
+        os.kill(victims[0], signal.SIGKILL)
+        out, err = runner.communicate(timeout=600)
+        self.assertNotEqual(runner.returncode, 0)
+        self.assertIn("1 of 3 runs failed", err.strip().splitlines()[-1])
+        st = status_lines(path)
+        self.assertIn("done", st[RUNS[0]])
+        self.assertRegex(st[RUNS[1]], r"failed .*killed by signal 9")
+        self.assertIn("done", st[RUNS[2]])
+        # 3. run again: it resumes the failed run and ends with the reference's losses.
+        r = sweep("run", f"--sweep={path}", "--local", "--jobs=2", "--threads=1")
+        self.assertIn("all 3 runs done", r.stdout)
+        self.assertIn("1 to train", r.stderr)
+        for name in RUNS:
+            self.assertEqual(losses(os.path.join(root, name)), reference[name], name)
+        self.assertIn("3 done", sweep("status", f"--sweep={path}").stdout)
+
+    def test_fit_report_and_slurm_script_read_the_finished_sweep(self):
+        self.reference_losses()
+        fit = json.loads(sweep("fit", f"--sweep={self.reference_file}", "--json", "--bootstrap=5").stdout)
+        ms = fit["families"]["multiscreen"]
+        self.assertEqual(ms["results"], 6)
+        self.assertTrue(all(k in ms for k in ("E", "A", "alpha", "B", "beta")), ms)
+        self.assertIn("joint_error", fit["families"]["transformer"])  # one model: no joint fit, and it says why
+        with open(os.path.join(WORK, "reference", "results.csv")) as f:
+            rows = f.read().strip().splitlines()
+        self.assertEqual(rows[0].split(",")[:4], ["family", "params", "tokens", "loss"])
+        self.assertEqual(len(rows), 1 + 9)
+        ref = self.reference_losses()
+        psi2_last = next(r for r in rows if RUNS[0] in r and ",64000," in r)
+        self.assertAlmostEqual(float(psi2_last.split(",")[3]), ref[RUNS[0]][(1000, "val")], places=12)
+        report = os.path.join(WORK, "report", "sweep.md")
+        sweep("report", f"--sweep={self.reference_file}", f"--out={report}", "--bootstrap=5")
+        with open(report) as f:
+            text = f.read()
+        self.assertIn("one run per model served every token budget", text)
+        for fig in ("curves", "params", "frontier"):
+            png = os.path.join(WORK, "report", "figures", f"sweep_{fig}.png")
+            self.assertGreater(os.path.getsize(png), 5000)
+            self.assertIn(f"figures/sweep_{fig}.png", text)
+        # The job-array script: every run that is not done; none when all are.
+        fresh = write(os.path.join(WORK, "fresh.textproto"), sweep_text(os.path.join(WORK, "fresh"), self.data))
+        script = sweep("run", f"--sweep={fresh}", "--slurm", "--dry_run").stdout
+        self.assertIn("#SBATCH --array=0-2", script)
+        for name in RUNS:
+            self.assertIn(os.path.join(WORK, "fresh", name), script)
+        self.assertIn(os.path.join(SRC, "launch", "train.sbatch"), script)
+        self.assertIn("all 3 runs are done", sweep("run", f"--sweep={self.reference_file}", "--slurm", "--dry_run").stdout)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--multiscreen", required=True)
+    ap.add_argument("--source", required=True)
+    args, rest = ap.parse_known_args()
+    BIN, SRC = os.path.abspath(args.multiscreen), os.path.abspath(args.source)
+    WORK = tempfile.mkdtemp(prefix="sweep_test_")
+    os.chdir(WORK)
+    try:
+        unittest.main(argv=[sys.argv[0]] + rest)
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)

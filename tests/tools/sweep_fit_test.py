@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""tools/sweep_fit.py (issue 17; ctest label unit): the scaling-law fits against known truths.
+
+  - noiseless L = E + A/N^alpha + B/D^beta on a grid like a real sweep's (5 model sizes x
+    4 budgets): the joint fit recovers (E, A, alpha, B, beta) within 1 %, and the per-budget
+    fits recover each budget's (E + B/D^beta, A, alpha);
+  - 0.3 % multiplicative noise: the 95 % bootstrap intervals (over runs) cover the truth;
+  - the compute-optimal N, D with F(N) = 6N match Hoffmann et al.'s closed form
+    N_opt = G (C/6)^(beta/(alpha+beta)), G = (alpha A / (beta B))^(1/(alpha+beta));
+  - two families with known laws: the parameter ratio at equal loss is the closed form's;
+  - `multiscreen sweep fit --results=F.csv --json` prints the same fit as the module, and
+    bad CSVs are refused in one line.
+Run: /usr/bin/python3 tests/tools/sweep_fit_test.py [--multiscreen=build/multiscreen]
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+import sweep_fit as sf  # noqa: E402
+
+BIN = None
+TRUTH = {"E": 1.69, "A": 406.4, "alpha": 0.34, "B": 410.7, "beta": 0.28}  # Hoffmann et al.'s fit
+N_GRID = np.geomspace(3e5, 5e6, 5)  # Psi = 2..8-like spread
+D_GRID = np.geomspace(2.5e5, 2e6, 4)
+
+
+def grid_rows(truth, noise=0.0, seed=0, family="multiscreen"):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in N_GRID:
+        for d in D_GRID:
+            loss = float(sf.predict(truth, n, d)) * (1 + noise * rng.standard_normal())
+            rows.append({"family": family, "params": float(n), "tokens": float(d), "loss": loss, "run": f"{family}_{n:.0f}_{d:.0f}"})
+    return rows
+
+
+class SweepFitTest(unittest.TestCase):
+    def test_joint_fit_recovers_noiseless_parameters_within_one_percent(self):
+        rows = grid_rows(TRUTH)
+        p = sf.fit_joint([r["params"] for r in rows], [r["tokens"] for r in rows], [r["loss"] for r in rows])
+        for k in sf.PARAMS:
+            self.assertLess(abs(p[k] - TRUTH[k]) / TRUTH[k], 0.01, f"{k}: {p[k]} vs {TRUTH[k]}")
+
+    def test_per_budget_fit_recovers_each_budgets_law(self):
+        for d in D_GRID:
+            loss = [float(sf.predict(TRUTH, n, d)) for n in N_GRID]
+            p = sf.fit_budget(N_GRID, loss)
+            want = {"E": TRUTH["E"] + TRUTH["B"] * d ** -TRUTH["beta"], "A": TRUTH["A"], "alpha": TRUTH["alpha"]}
+            for k in sf.BUDGET_PARAMS:
+                self.assertLess(abs(p[k] - want[k]) / want[k], 0.01, f"D={d:.3g} {k}: {p[k]} vs {want[k]}")
+
+    def test_bootstrap_intervals_cover_the_truth_with_small_noise(self):
+        result = sf.analyse(grid_rows(TRUTH, noise=0.003, seed=1), samples=100)
+        e = result["families"]["multiscreen"]
+        self.assertGreaterEqual(e["bootstrap_fits"], 90)
+        for k in sf.PARAMS:
+            lo, hi = e["intervals"][k]
+            self.assertTrue(lo <= TRUTH[k] <= hi, f"{k}: truth {TRUTH[k]} outside [{lo}, {hi}] (fit {e[k]})")
+            self.assertLess(lo, e[k])
+            self.assertGreater(hi, e[k])
+
+    def test_compute_optimal_allocation_matches_the_closed_form(self):
+        a, b, A, B = TRUTH["alpha"], TRUTH["beta"], TRUTH["A"], TRUTH["B"]
+        G = (a * A / (b * B)) ** (1 / (a + b))
+        for C in (1e18, 1e21, 1e24):
+            n, d, _ = sf.compute_optimal(TRUTH, C, sf.FlopsModel())
+            want_n = G * (C / 6) ** (b / (a + b))
+            self.assertLess(abs(n - want_n) / want_n, 1e-4, f"C={C:g}: {n:g} vs {want_n:g}")
+            self.assertAlmostEqual(6 * n * d / C, 1.0, places=9)
+
+    def test_flops_model_interpolates_the_sweeps_counts(self):
+        f = sf.FlopsModel([(1e6, 1e7), (1e8, 1e9)])  # F = 10 N on both points
+        self.assertAlmostEqual(f(1e7) / 1e8, 1.0, places=9)
+        self.assertAlmostEqual(f(1e10) / 1e11, 1.0, places=9)  # extrapolated in log space
+
+    def test_two_families_give_the_parameter_ratio_at_equal_loss(self):
+        other = dict(TRUTH, A=TRUTH["A"] * 2.0 ** TRUTH["alpha"])  # needs exactly 2x the parameters for the same loss
+        rows = grid_rows(TRUTH, family="multiscreen") + grid_rows(other, family="transformer")
+        result = sf.analyse(rows, samples=0)
+        r = result["ratio"]
+        self.assertEqual((r["numerator"], r["denominator"]), ("multiscreen", "transformer"))
+        self.assertLess(abs(r["value"] - 0.5) / 0.5, 0.01, r)
+
+    def test_too_few_results_are_refused_with_the_reason(self):
+        with self.assertRaisesRegex(sf.FitError, "2 or more model sizes"):
+            sf.fit_joint([1e6] * 5, [1e5, 2e5, 3e5, 4e5, 5e5], [3.0] * 5)
+
+    def test_cli_fits_a_results_csv_and_refuses_bad_ones(self):
+        if BIN is None:
+            self.skipTest("needs --multiscreen")
+        rows = grid_rows(TRUTH)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "results.csv")
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=["family", "params", "tokens", "loss"])
+                w.writeheader()
+                for r in rows:
+                    w.writerow({k: r[k] for k in ("family", "params", "tokens", "loss")})
+            out = subprocess.run([BIN, "sweep", "fit", f"--results={path}", "--json", "--bootstrap=20"], capture_output=True,
+                                 text=True, timeout=600)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            fit = json.loads(out.stdout)["families"]["multiscreen"]
+            for k in sf.PARAMS:
+                self.assertLess(abs(fit[k] - TRUTH[k]) / TRUTH[k], 0.01, k)
+                self.assertEqual(len(fit["intervals"][k]), 2)
+            bad = {"missing.csv": "family,params,tokens\nm,1,2\n", "nan.csv": "family,params,tokens,loss\nm,1e6,1e6,nan\n",
+                   "text.csv": "family,params,tokens,loss\nm,big,1e6,3\n"}
+            for name, text in bad.items():
+                p = os.path.join(tmp, name)
+                with open(p, "w") as f:
+                    f.write(text)
+                out = subprocess.run([BIN, "sweep", "fit", f"--results={p}"], capture_output=True, text=True, timeout=60)
+                self.assertNotEqual(out.returncode, 0, name)
+                self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+                self.assertIn(name, out.stderr)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--multiscreen")
+    args, rest = ap.parse_known_args()
+    BIN = args.multiscreen
+    unittest.main(argv=[sys.argv[0]] + rest)

@@ -1,0 +1,464 @@
+#!/usr/bin/python3
+"""Scaling-law fits of a sweep's results (issue 17): `multiscreen sweep fit|report` run this.
+
+  sweep_fit.py fit (--manifest=ROOT/sweep.json | --results=F.csv) [--json] [--bootstrap=N] [--params=total|non_embedding]
+  sweep_fit.py report --manifest=ROOT/sweep.json [--out=FILE.md] [--bootstrap=N]
+
+The results are rows (family, params N, tokens D, loss L). From a sweep's manifest they are
+collected from the run directories: the validation loss at each token budget's step
+(metrics.jsonl's standing rows, tools/metrics.py), and written to ROOT/results.csv. A CSV
+needs the columns family,params,tokens,loss; an optional `run` column groups rows for the
+bootstrap (rows of one run resample together), an optional `flops_per_token` column gives
+the training cost per token (else 6N).
+
+Fits, per family, following Hoffmann et al. 2022 ("Training compute-optimal large language
+models", section 3.3, approach 3):
+  (a) per budget D:  L(N) = E + A·N^-alpha;
+  (b) jointly:       L(N, D) = E + A/N^alpha + B/D^beta, with e = log E, a = log A, b = log B:
+      minimize sum_i Huber_delta(LSE(a - alpha log N_i, b - beta log D_i, e) - log L_i), delta = 1e-3,
+      by L-BFGS (SciPy's L-BFGS-B) from a grid of starting points, keeping the best;
+  (c) the compute-optimal N and D for a FLOP budget C = F(N)·D, with F(N) the training FLOPs per
+      token (interpolated log-log between the sweep's models; 6N without them): argmin_N L(N, C/F(N));
+  (d) with two families, the ratio of their parameter counts at equal loss at the largest budget.
+Intervals: 95 % percentile bootstrap over runs (resampled with replacement, refitted from the
+full fit's optimum and a few grid starts).
+Errors: one line "multiscreen sweep <mode>: ..." on stderr, exit 1.
+"""
+import argparse
+import csv
+import itertools
+import json
+import math
+import os
+import sys
+
+import numpy as np
+from scipy.optimize import minimize, minimize_scalar
+from scipy.special import logsumexp, softmax
+
+HUBER_DELTA = 1e-3
+PARAMS = ("E", "A", "alpha", "B", "beta")
+BUDGET_PARAMS = ("E", "A", "alpha")
+
+
+class FitError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- objective
+
+def _huber(r, delta=HUBER_DELTA):
+    a = np.abs(r)
+    value = np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
+    grad = np.where(a <= delta, r, delta * np.sign(r))
+    return value, grad
+
+
+def _objective(theta, logs, log_loss):
+    """Huber loss of log L against LSE(terms) and its gradient. theta: the log-space
+    parameters; logs: [n, k] design, each term t_j = theta-linear (see _terms)."""
+    terms, jac = _terms(theta, logs)
+    lse = logsumexp(terms, axis=1)
+    r = lse - log_loss
+    value, h = _huber(r)
+    w = softmax(terms, axis=1)  # d lse / d term_j
+    grad = np.einsum("i,ij,ijk->k", h, w, jac)
+    return value.sum(), grad
+
+
+def _terms(theta, logs):
+    """Joint: theta = (e, a, alpha, b, beta), logs = [log N, log D] -> terms [a - alpha n, b - beta d, e].
+    Per budget: theta = (e, a, alpha), logs = [log N] -> [a - alpha n, e]."""
+    n = logs[:, 0]
+    ones = np.ones_like(n)
+    zeros = np.zeros_like(n)
+    if len(theta) == 5:
+        e, a, alpha, b, beta = theta
+        d = logs[:, 1]
+        terms = np.stack([a - alpha * n, b - beta * d, e * ones], axis=1)
+        jac = np.stack([np.stack([zeros, ones, -n, zeros, zeros], axis=1),
+                        np.stack([zeros, zeros, zeros, ones, -d], axis=1),
+                        np.stack([ones, zeros, zeros, zeros, zeros], axis=1)], axis=1)
+    else:
+        e, a, alpha = theta
+        terms = np.stack([a - alpha * n, e * ones], axis=1)
+        jac = np.stack([np.stack([zeros, ones, -n], axis=1), np.stack([ones, zeros, zeros], axis=1)], axis=1)
+    return terms, jac
+
+
+def _minimize(starts, logs, log_loss):
+    """L-BFGS-B from every start with SciPy's default tolerances, then the best one
+    polished with tight tolerances (the Huber loss of a near-exact fit is ~1e-12)."""
+    best = None
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in starts:
+            res = minimize(_objective, np.asarray(start, dtype=float), args=(logs, log_loss), jac=True, method="L-BFGS-B",
+                           options={"maxiter": 500})
+            if np.isfinite(res.fun) and np.all(np.isfinite(res.x)) and (best is None or res.fun < best.fun):
+                best = res
+        if best is None:
+            raise FitError("the fit found no finite optimum")
+        res = minimize(_objective, best.x, args=(logs, log_loss), jac=True, method="L-BFGS-B",
+                       options={"ftol": 1e-22, "gtol": 1e-16, "maxiter": 20000, "maxcor": 30})
+    return res.x if np.isfinite(res.fun) and res.fun <= best.fun else best.x
+
+
+def joint_grid():
+    """Hoffmann et al.'s grid of starts, thinned: alpha, beta in {0.2, 0.6};
+    e in {-1, 0.5}; a, b in {0, 6, 12}."""
+    return [(e, a, al, b, be) for e in (-1.0, 0.5) for a in (0.0, 6.0, 12.0) for al in (0.2, 0.6)
+            for b in (0.0, 6.0, 12.0) for be in (0.2, 0.6)]
+
+
+def budget_grid():
+    return [(e, a, al) for e in (-1.0, 0.5) for a in (0.0, 3.0, 6.0, 12.0) for al in (0.1, 0.3, 0.8)]
+
+
+def _to_params(theta):
+    if len(theta) == 5:
+        e, a, alpha, b, beta = theta
+        return {"E": math.exp(e), "A": math.exp(a), "alpha": float(alpha), "B": math.exp(b), "beta": float(beta)}
+    e, a, alpha = theta
+    return {"E": math.exp(e), "A": math.exp(a), "alpha": float(alpha)}
+
+
+def _to_theta(p):
+    """The log-space parameters of a fit (a coefficient that underflowed to 0 as -700)."""
+    log = lambda x: math.log(x) if x > 0 else -700.0  # noqa: E731
+    if "B" in p:
+        return (log(p["E"]), log(p["A"]), p["alpha"], log(p["B"]), p["beta"])
+    return (log(p["E"]), log(p["A"]), p["alpha"])
+
+
+def fit_joint(N, D, L, starts=None):
+    """(E, A, alpha, B, beta) of L = E + A/N^alpha + B/D^beta (approach 3)."""
+    N, D, L = (np.asarray(x, dtype=float) for x in (N, D, L))
+    if len(set(N)) < 2 or len(set(D)) < 2 or len(L) < 5:
+        raise FitError(f"the joint fit needs at least 5 results over 2 or more model sizes and 2 or more budgets "
+                       f"(have {len(L)} results, {len(set(N))} sizes, {len(set(D))} budgets)")
+    logs = np.stack([np.log(N), np.log(D)], axis=1)
+    return _to_params(_minimize(starts or joint_grid(), logs, np.log(L)))
+
+
+def fit_budget(N, L, starts=None):
+    """(E, A, alpha) of L = E + A·N^-alpha at one budget."""
+    N, L = np.asarray(N, dtype=float), np.asarray(L, dtype=float)
+    if len(set(N)) < 3:
+        raise FitError(f"a per-budget fit needs 3 or more model sizes (have {len(set(N))})")
+    return _to_params(_minimize(starts or budget_grid(), np.log(N)[:, None], np.log(L)))
+
+
+def predict(p, N, D=None):
+    N = np.asarray(N, dtype=float)
+    out = p["E"] + p["A"] * N ** -p["alpha"]
+    if "B" in p:
+        out = out + p["B"] * np.asarray(D, dtype=float) ** -p["beta"]
+    return out
+
+
+# ---------------------------------------------------------------- derived quantities
+
+class FlopsModel:
+    """Training FLOPs per token as a function of N: log-log interpolation between known
+    (N, F) pairs (extrapolated linearly in log space), or 6N without them."""
+
+    def __init__(self, pairs=()):
+        pairs = sorted(set((float(n), float(f)) for n, f in pairs if n > 0 and f > 0))
+        self.logn = np.log([n for n, _ in pairs]) if pairs else None
+        self.logf = np.log([f for _, f in pairs]) if pairs else None
+
+    def __call__(self, N):
+        if self.logn is None:
+            return 6.0 * N
+        if len(self.logn) == 1:
+            return math.exp(self.logf[0]) * N / math.exp(self.logn[0])
+        x = math.log(N)
+        i = int(np.clip(np.searchsorted(self.logn, x) - 1, 0, len(self.logn) - 2))
+        slope = (self.logf[i + 1] - self.logf[i]) / (self.logn[i + 1] - self.logn[i])
+        return math.exp(self.logf[i] + slope * (x - self.logn[i]))
+
+    def description(self):
+        return "6N" if self.logn is None else "trainer/flops.h's count of the sweep's models, interpolated log-log"
+
+
+def compute_optimal(p, C, flops):
+    """argmin over N of L(N, C / F(N)): (N, D, L)."""
+    def loss(logn):
+        n = math.exp(logn)
+        d = C / flops(n)
+        return float(predict(p, n, d))
+    res = minimize_scalar(loss, bounds=(math.log(1e2), math.log(1e14)), method="bounded", options={"xatol": 1e-10})
+    n = math.exp(res.x)
+    return n, C / flops(n), float(res.fun)
+
+
+def params_at_loss(p, loss, D):
+    """N with L(N, D) = loss; None when the loss is not reachable at D."""
+    rest = loss - p["E"] - p["B"] * D ** -p["beta"]
+    return (p["A"] / rest) ** (1.0 / p["alpha"]) if rest > 0 else None
+
+
+# ---------------------------------------------------------------- bootstrap
+
+def bootstrap(rows, fit, samples, seed=0):
+    """[fit(resample)] over `samples` resamples of rows grouped by run; failed fits skipped."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(r.get("run") or id(r), []).append(r)
+    keys = list(groups)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(samples):
+        pick = rng.integers(0, len(keys), len(keys))
+        try:
+            out.append(fit([r for k in pick for r in groups[keys[k]]]))
+        except FitError:
+            continue
+    return out
+
+
+def interval(values, samples=None):
+    """The 2.5 and 97.5 percentiles of `values`; None when fewer than 2, or fewer than half
+    of `samples` resamples, gave a value (most resamples could not be fitted: the interval
+    of the few that could would be biased)."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if len(v) < 2 or (samples and len(v) < samples / 2):
+        return None
+    return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))]
+
+
+# ---------------------------------------------------------------- results
+
+def read_results_csv(path):
+    try:
+        f = open(path, newline="")
+    except OSError as e:
+        raise FitError(f"{path}: {e.strerror}")
+    with f:
+        reader = csv.DictReader(f)
+        missing = [c for c in ("family", "params", "tokens", "loss") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise FitError(f"{path}: missing column(s) {', '.join(missing)} (need family,params,tokens,loss)")
+        rows = []
+        for line, rec in enumerate(reader, start=2):
+            try:
+                row = {"family": rec["family"].strip(), "params": float(rec["params"]), "tokens": float(rec["tokens"]),
+                       "loss": float(rec["loss"])}
+                for k in ("non_embedding_params", "flops_per_token"):
+                    if rec.get(k):
+                        row[k] = float(rec[k])
+            except (TypeError, ValueError):
+                raise FitError(f"{path}:{line}: params, tokens and loss must be numbers")
+            if not (row["params"] > 0 and row["tokens"] > 0 and row["loss"] > 0 and all(map(math.isfinite, (row["params"], row["tokens"], row["loss"])))):
+                raise FitError(f"{path}:{line}: params, tokens and loss must be positive and finite")
+            if not row["family"]:
+                raise FitError(f"{path}:{line}: empty family")
+            if rec.get("run"):
+                row["run"] = rec["run"]
+            rows.append(row)
+    if not rows:
+        raise FitError(f"{path}: no results")
+    return rows
+
+
+def read_manifest(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise FitError(f"{path}: {e}")
+
+
+def run_metrics(run_dir):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from metrics import read_metrics
+    try:
+        return read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    except FileNotFoundError:
+        return []
+
+
+def collect(manifest):
+    """Rows of the sweep's runs: the validation loss at each budget's step that the run reached."""
+    rows = []
+    for run in manifest["runs"]:
+        val = {m["step"]: m["val_loss"] for m in run_metrics(run["dir"]) if "val_loss" in m}
+        for b in run["budgets"]:
+            if b["steps"] in val and math.isfinite(val[b["steps"]]):
+                rows.append({"family": run["family"], "params": float(run["params"]), "tokens": float(b["tokens"]),
+                             "loss": float(val[b["steps"]]), "run": run["name"], "model": run["model"],
+                             "non_embedding_params": float(run["non_embedding_params"]),
+                             "flops_per_token": float(run["flops_per_token"])})
+    return rows
+
+
+def write_results_csv(rows, path):
+    cols = ["family", "params", "tokens", "loss", "run", "model", "non_embedding_params", "flops_per_token"]
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (int(v) if k in ("params", "tokens", "non_embedding_params") else v) for k, v in r.items() if k in cols})
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- the analysis
+
+def analyse(rows, samples, size="params"):
+    """Everything `fit` prints: per family the joint and per-budget fits with intervals,
+    the compute-optimal allocation, and with two families the parameter ratio."""
+    out = {"size": "total parameters" if size == "params" else "non-embedding parameters", "bootstrap": samples, "families": {}}
+    fams = sorted(set(r["family"] for r in rows))
+    for fam in fams:
+        fr = [dict(r, params=r[size]) for r in rows if r["family"] == fam]
+        flops = FlopsModel([(r["params"], r["flops_per_token"]) for r in fr if "flops_per_token" in r] if size == "params" else [])
+        entry = {"results": len(fr), "flops_model": flops.description()}
+        try:
+            joint = fit_joint([r["params"] for r in fr], [r["tokens"] for r in fr], [r["loss"] for r in fr])
+        except FitError as e:
+            entry["joint_error"] = str(e)
+            joint = None
+        if joint is not None:
+            start = [_to_theta(joint)] + joint_grid()[::12]
+            boots = bootstrap(fr, lambda s: fit_joint([r["params"] for r in s], [r["tokens"] for r in s], [r["loss"] for r in s], start),
+                              samples)
+            entry.update(joint)
+            entry["intervals"] = {k: interval([b[k] for b in boots], samples) for k in PARAMS}
+            entry["bootstrap_fits"] = len(boots)
+            # Compute-optimal allocation at the sweep's largest compute and 10x, 100x, 1000x beyond it.
+            c_max = max(flops(r["params"]) * r["tokens"] for r in fr)
+            entry["compute_optimal"] = []
+            for mult in (1, 10, 100, 1000):
+                C = c_max * mult
+                n, d, l = compute_optimal(joint, C, flops)
+                bo = [compute_optimal(b, C, flops) for b in boots]
+                entry["compute_optimal"].append({"flops": C, "params": n, "tokens": d, "loss": l,
+                                                 "params_interval": interval([x[0] for x in bo]),
+                                                 "tokens_interval": interval([x[1] for x in bo])})
+            entry["_boots"] = boots
+        per_budget = []
+        for D in sorted(set(r["tokens"] for r in fr)):
+            br = [r for r in fr if r["tokens"] == D]
+            item = {"tokens": D}
+            try:
+                p = fit_budget([r["params"] for r in br], [r["loss"] for r in br])
+                start = [_to_theta(p)] + budget_grid()[::6]
+                boots = bootstrap(br, lambda s: fit_budget([r["params"] for r in s], [r["loss"] for r in s], start), samples)
+                item.update(p)
+                item["intervals"] = {k: interval([b[k] for b in boots], samples) for k in BUDGET_PARAMS}
+                item["bootstrap_fits"] = len(boots)
+            except FitError as e:
+                item["error"] = str(e)
+            per_budget.append(item)
+        entry["per_budget"] = per_budget
+        out["families"][fam] = entry
+    if len(fams) == 2 and all("E" in out["families"][f] for f in fams):
+        first, second = ("multiscreen", "transformer") if set(fams) == {"multiscreen", "transformer"} else fams
+        pa, pb = out["families"][first], out["families"][second]
+        D = max(r["tokens"] for r in rows)
+        # Equal loss: the loss of the first family's largest model at the largest budget.
+        n_ref = max(r[size] for r in rows if r["family"] == first)
+        loss = float(predict(pa, n_ref, D))
+
+        def ratio(a, b):
+            na, nb = params_at_loss(a, loss, D), params_at_loss(b, loss, D)
+            return na / nb if na and nb else None
+        boots = [ratio(a, b) for a, b in zip(pa["_boots"], pb["_boots"])]
+        out["ratio"] = {"numerator": first, "denominator": second, "tokens": D, "loss": loss,
+                        "value": ratio(pa, pb), "interval": interval(boots)}
+    for entry in out["families"].values():
+        entry.pop("_boots", None)
+    return out
+
+
+def fmt_interval(iv, f="{:.4g}"):
+    return "[" + ", ".join(f.format(x) for x in iv) + "]" if iv else "—"
+
+
+def print_text(result):
+    print(f"N = {result['size']}; 95% intervals from {result['bootstrap']} bootstrap resamples over runs")
+    for fam, e in result["families"].items():
+        print(f"{fam}: {e['results']} results")
+        if "E" in e:
+            print("  L(N, D) = E + A/N^alpha + B/D^beta:")
+            for k in PARAMS:
+                print(f"    {k:6s} {e[k]:12.5g}  {fmt_interval(e['intervals'][k])}")
+            for c in e["compute_optimal"]:
+                print(f"  compute-optimal at {c['flops']:.3g} FLOPs: N = {c['params']:.3g} {fmt_interval(c['params_interval'], '{:.3g}')}, "
+                      f"D = {c['tokens']:.3g} {fmt_interval(c['tokens_interval'], '{:.3g}')}, L = {c['loss']:.4f}")
+        else:
+            print(f"  joint fit: {e['joint_error']}")
+        for b in e["per_budget"]:
+            if "E" in b:
+                print(f"  D = {b['tokens']:.4g}: L(N) = {b['E']:.4g} + {b['A']:.4g}·N^-{b['alpha']:.4g}  "
+                      f"alpha {fmt_interval(b['intervals']['alpha'])}")
+            else:
+                print(f"  D = {b['tokens']:.4g}: {b['error']}")
+    if "ratio" in result:
+        r = result["ratio"]
+        v = f"{r['value']:.3g}" if r["value"] else "—"
+        print(f"N_{r['numerator']} / N_{r['denominator']} at equal loss {r['loss']:.4f} (D = {r['tokens']:.3g}): {v} {fmt_interval(r['interval'], '{:.3g}')}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("mode", choices=["fit", "report"])
+    ap.add_argument("--manifest")
+    ap.add_argument("--results")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--bootstrap", type=int, default=200)
+    ap.add_argument("--params", choices=["total", "non_embedding"], default="total")
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    # L-BFGS-B's Fortran writes "ascent direction in projection" lines to fd 1 whatever
+    # iprint says, buffered until the process exits: point fd 1 at /dev/null for good and
+    # print through a copy of it (--json must parse).
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    sys.stdout = os.fdopen(saved, "w")
+    try:
+        return _main(args)
+    finally:
+        sys.stdout.flush()
+
+
+def _main(args):
+    try:
+        manifest = None
+        if args.results:
+            rows = read_results_csv(args.results)
+        elif args.manifest:
+            manifest = read_manifest(args.manifest)
+            rows = collect(manifest)
+            if not rows:
+                raise FitError(f"{manifest['sweep']}: no run has reached a budget yet (see `sweep status`)")
+            write_results_csv(rows, os.path.join(manifest["root"], "results.csv"))
+        else:
+            raise FitError("give --manifest or --results")
+        size = "params" if args.params == "total" else "non_embedding_params"
+        if size != "params" and any(size not in r for r in rows):
+            raise FitError("--params=non_embedding needs a non_embedding_params column")
+        if args.mode == "report":
+            if manifest is None:
+                raise FitError("report needs a sweep")
+            import sweep_report
+            sweep_report.write(manifest, rows, args.bootstrap, args.out or os.path.join(manifest["root"], "report.md"))
+            return 0
+        result = analyse(rows, args.bootstrap, size)
+        if args.json:
+            print(json.dumps(result, indent=1))
+        else:
+            print_text(result)
+    except FitError as e:
+        print(f"multiscreen sweep {args.mode}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main())
