@@ -56,7 +56,10 @@ absl::StatusOr<uint32_t> WriteDatasetStreamed(H5Writer& out, const std::string& 
   const int64_t rows = shape.empty() ? 1 : shape[0];
   int64_t inner = 1;
   for (size_t d = 1; d < shape.size(); ++d) inner *= shape[d];
-  const int64_t block_rows = BlockRows(inner, block_bytes);
+  // Blocks of equal rows: HDF5 allocates the last chunk whole, so a short last
+  // block would waste up to a block of disk per dataset.
+  const int64_t blocks = (rows + BlockRows(inner, block_bytes) - 1) / BlockRows(inner, block_bytes);
+  const int64_t block_rows = std::max<int64_t>(1, (rows + blocks - 1) / std::max<int64_t>(1, blocks));
   MS_RETURN_IF_ERROR(out.CreateRows(dataset, shape, block_rows));
   Crc32cStream crc;
   for (int64_t r = 0; r < rows; r += block_rows) {
