@@ -49,7 +49,7 @@ absl::StatusOr<int64_t> MemoryBoundBytes() {
   return bytes;
 }
 
-int64_t BlockBytes(int64_t bound) { return std::clamp<int64_t>(bound / 16, int64_t{1} << 20, int64_t{64} << 20); }
+int64_t BlockBytes(int64_t bound) { return std::clamp<int64_t>(bound / 16, int64_t{1} << 20, int64_t{16} << 20); }
 
 absl::Status CheckFreeDisk(const std::string& dir, int64_t needed) {
   namespace fs = std::filesystem;

@@ -19,7 +19,9 @@ absl::StatusOr<int64_t> MemoryBoundBytes();
 
 // The block (bytes of one buffer) a streamed writer uses under `bound`: a
 // sixteenth of it (two buffers, HDF5's caches and the program itself fit
-// well inside), between 1 MiB and 64 MiB.
+// well inside), between 1 MiB and 16 MiB: the loaders read datasets 16 MiB at
+// a time, and an HDF5 chunk larger than that is read whole for each part (the
+// Ψ = 64 run with 64 MiB chunks read W_E about four times over while verifying).
 int64_t BlockBytes(int64_t bound);
 
 // Refuses, up front, to write `needed` bytes where the file system holding
