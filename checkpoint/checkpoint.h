@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,21 @@ struct OptimizerPiece {
   const float* adam_v = nullptr;
   int64_t pp_rank = 0, tp_rank = 0, dp_rank = 0;
 };
+
+// What one dataset of a checkpoint file holds: its shape, and where it sits
+// in its tensor (attributes global_shape and offset, or flat_offset for a
+// ZeRO-1 piece).
+struct ExpectedDataset {
+  std::vector<int64_t> shape, global_shape, offset;
+  int64_t flat_offset = -1;  // ≥ 0 for a piece
+};
+// A file's datasets in the order the writers write them: parameters before their moments.
+using ExpectedFile = std::vector<std::pair<std::string, ExpectedDataset>>;
+
+// Every file a checkpoint of `dims` under `layout` holds, with its datasets
+// (what WriteShard and WriteOptimizerPiece write): the loaders check files
+// against it, the streamed writers (issue 20) write it.
+std::map<std::string, ExpectedFile> ExpectedContents(const ModelDims& dims, const ParallelLayout& layout);
 
 // The file name of a model-parallel rank's shard, and of a dp rank's optimizer piece.
 std::string ShardFileName(int64_t pp_rank, int64_t tp_rank);
@@ -183,8 +199,9 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
 
 // Verifies every dataset of every file against its CRC-32C in the manifest,
 // and that it holds no NaN or ±inf; returns one line per problem (empty when
-// all is well).
-std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt);
+// all is well). weights_only: the parameters' datasets only (what an export
+// reads), not Adam's moments.
+std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt, bool weights_only = false);
 
 // Bytes of each shard file of `dims` under `layout` (weights, and Adam's two
 // moments unless weights_only), computed from the layouts without allocating.

@@ -5,6 +5,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -176,6 +178,58 @@ absl::Status H5Writer::Write(const std::string& name, const std::vector<int64_t>
 }
 absl::Status H5Writer::Write(const std::string& name, const std::vector<int64_t>& shape, const double* data) {
   return WriteDataset(file_, tmp_, name, shape, data);
+}
+
+absl::Status H5Writer::CreateRows(const std::string& name, const std::vector<int64_t>& shape, int64_t chunk_rows) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  int64_t elements = 1;
+  for (const int64_t d : shape) elements *= d;
+  const hid_t space = shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  const float zero = 0.0f;
+  H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &zero);
+  if (!shape.empty() && elements > 0) {
+    std::vector<hsize_t> chunk = dims;
+    chunk[0] = hsize_t(std::max<int64_t>(1, std::min<int64_t>(chunk_rows, shape[0])));
+    H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_INCR);
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_IFSET);
+  }
+  const hid_t set = H5Dcreate2(file_, name.c_str(), H5T_NATIVE_FLOAT, space, lcpl, dcpl, H5P_DEFAULT);
+  const absl::Status status =
+      set < 0 ? H5WriteError(tmp_, absl::StrCat("cannot create dataset ", name)) : absl::OkStatus();
+  if (set >= 0) H5Dclose(set);
+  H5Pclose(dcpl);
+  H5Pclose(lcpl);
+  H5Sclose(space);
+  return status;
+}
+
+absl::Status H5Writer::WriteRows(const std::string& name, int64_t row_begin, int64_t rows, const float* data) {
+  const hid_t set = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  if (set < 0) return absl::InternalError(absl::StrCat(tmp_, ": cannot reopen dataset ", name));
+  const hid_t file_space = H5Dget_space(set);
+  const int rank = H5Sget_simple_extent_ndims(file_space);
+  herr_t err;
+  if (rank <= 0) {  // a scalar
+    err = H5Dwrite(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  } else {
+    std::vector<hsize_t> start(rank, 0), count(rank);
+    H5Sget_simple_extent_dims(file_space, count.data(), nullptr);
+    start[0] = hsize_t(row_begin);
+    count[0] = hsize_t(rows);
+    H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    const hid_t mem_space = H5Screate_simple(rank, count.data(), nullptr);
+    err = H5Dwrite(set, H5T_NATIVE_FLOAT, mem_space, file_space, H5P_DEFAULT, data);
+    H5Sclose(mem_space);
+  }
+  const absl::Status status =
+      err < 0 ? H5WriteError(tmp_, absl::StrCat("cannot write rows of dataset ", name)) : absl::OkStatus();
+  H5Sclose(file_space);
+  H5Dclose(set);
+  return status;
 }
 
 absl::Status H5Writer::WriteDatasetAttributes(
@@ -355,6 +409,11 @@ absl::StatusOr<H5Reader::DatasetInfo> H5Reader::Describe(const std::string& name
   info.storage_bytes = static_cast<int64_t>(H5Dget_storage_size(set));
   const hid_t dcpl = H5Dget_create_plist(set);
   info.filters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : 0;
+  H5D_fill_value_t fill_status = H5D_FILL_VALUE_UNDEFINED;
+  if (dcpl >= 0 && H5Pfill_value_defined(dcpl, &fill_status) >= 0 && fill_status == H5D_FILL_VALUE_USER_DEFINED) {
+    float fill = 1.0f;
+    info.zero_fill = H5Pget_fill_value(dcpl, H5T_NATIVE_FLOAT, &fill) >= 0 && std::bit_cast<uint32_t>(fill) == 0u;
+  }
   if (dcpl >= 0) H5Pclose(dcpl);
   H5Dclose(set);
   if (!ok) {

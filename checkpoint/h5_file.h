@@ -45,6 +45,18 @@ class H5Writer {
   // attributes `global_shape` and `flat_offset` say so.
   absl::Status WritePiece(const std::string& name, int64_t count, const std::vector<int64_t>& global_shape,
                           int64_t flat_offset, const float* data);
+  // A 2-step dataset for streamed writers (issue 20): CreateRows makes fp32
+  // dataset `name` of `shape`, chunked by `chunk_rows` rows of dimension 0
+  // (contiguous when the shape is a scalar or empty), with the fill value 0
+  // declared (user-defined), so that a chunk never written reads as zeros and
+  // costs no disk; WriteRows then writes rows [row_begin, row_begin + rows).
+  // Readers accept unwritten chunks only with that declared fill value
+  // (CheckDatasetHolds' allow_zero_fill), and only where a checksum covers them.
+  absl::Status CreateRows(const std::string& name, const std::vector<int64_t>& shape, int64_t chunk_rows);
+  absl::Status WriteRows(const std::string& name, int64_t row_begin, int64_t rows, const float* data);
+  // Int64 array attributes of dataset `name` (e.g. global_shape, offset, flat_offset).
+  absl::Status WriteDatasetAttributes(const std::string& name,
+                                      const std::vector<std::pair<const char*, std::vector<int64_t>>>& attributes);
   absl::Status WriteAttribute(const std::string& name, int64_t value);
   absl::Status WriteAttribute(const std::string& name, double value);
   absl::Status WriteAttribute(const std::string& name, const std::string& value);
@@ -55,9 +67,6 @@ class H5Writer {
   H5Writer(std::string path, int64_t file);
   // `type` is an HDF5 native type id (hid_t).
   absl::Status WriteScalarAttribute(const std::string& name, int64_t type, const void* value);
-  // Int64 array attributes of dataset `name`.
-  absl::Status WriteDatasetAttributes(const std::string& name,
-                                      const std::vector<std::pair<const char*, std::vector<int64_t>>>& attributes);
   std::string path_, tmp_;
   int64_t file_ = -1;
 };
@@ -84,6 +93,7 @@ class H5Reader {
     int64_t elements = 0;        // product of shape (1 for a scalar), saturated at INT64_MAX
     int64_t storage_bytes = 0;   // bytes allocated in the file (H5Dget_storage_size)
     int filters = 0;             // compression and other filters in its pipeline
+    bool zero_fill = false;      // a user-defined fill value of 0.0 (H5Writer::CreateRows): unwritten chunks read 0
   };
   // Errors (naming file and dataset): missing, not a dataset, a null or
   // non-simple dataspace.

@@ -195,7 +195,8 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
   return absl::OkStatus();
 }
 
-absl::Status CheckDatasetHolds(const H5Reader& in, const std::string& name, const std::vector<int64_t>& shape) {
+absl::Status CheckDatasetHolds(const H5Reader& in, const std::string& name, const std::vector<int64_t>& shape,
+                               bool allow_zero_fill) {
   MS_ASSIGN_OR_RETURN(const H5Reader::DatasetInfo info, in.Describe(name));
   auto text = [](const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); };
   if (info.shape != shape) {
@@ -208,7 +209,7 @@ absl::Status CheckDatasetHolds(const H5Reader& in, const std::string& name, cons
   // Unallocated chunks read as fill values: every element must be stored.
   // (Compressed datasets, which this project never writes, fail here too.)
   const double needed = double(info.elements) * double(info.type_bytes);
-  if (double(info.storage_bytes) < needed) {
+  if (double(info.storage_bytes) < needed && !(allow_zero_fill && info.zero_fill && info.filters == 0)) {
     return absl::DataLossError(absl::StrCat(in.path(), ": dataset ", name, " stores ", info.storage_bytes,
                                             " bytes of the ", needed, " its shape needs",
                                             info.filters > 0 ? " (compressed: not supported)" : " (never written)"));

@@ -39,9 +39,14 @@ absl::Status CheckModelDims(const ModelDims& dims, const std::string& source, co
 
 // Checks dataset `name` of `in` before it is read: an HDF5 float dataset of
 // exactly `shape`, with every element stored in the file (a dataset whose
-// chunks were never written reads as fill values: refused). Errors name the
-// file and dataset.
-absl::Status CheckDatasetHolds(const H5Reader& in, const std::string& name, const std::vector<int64_t>& shape);
+// chunks were never written reads as fill values: refused). With
+// allow_zero_fill (checkpoints, whose manifest has a CRC-32C of every dataset:
+// issue 20), chunks never written are accepted when the dataset declares the
+// fill value 0 (H5Writer::CreateRows, the streamed writers' all-zero blocks):
+// they read as exactly 0, and the checksum, computed over what is read, treats
+// them as written zeros. Errors name the file and dataset.
+absl::Status CheckDatasetHolds(const H5Reader& in, const std::string& name, const std::vector<int64_t>& shape,
+                               bool allow_zero_fill = false);
 
 // Refuses NaN and ±inf: "<path>: dataset <name> holds a non-finite value (nan)
 // at element i". A model cannot start or resume from one.

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
+#include "common/peak_memory.h"
 #include "cli/device.h"
 #include "cli/flags.h"
 #include "common/config.h"
@@ -65,19 +66,6 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Peak resident memory of this process: VmHWM (getrusage's ru_maxrss would carry
-// over the peak of a parent that forked and exec'ed us).
-int64_t PeakRssBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  123 kB"
-  }
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
 }
 
 // The best single-precision GEMM rate of the BLAS over a few square sizes.
@@ -344,7 +332,7 @@ int BenchTrain(int argc, char** argv) {
     return ComparePaths(*dims, precision, head, B, T, run, head_used);
   }
   const TrainResult r = run(head);
-  const int64_t peak_rss = PeakRssBytes(), peak_device = BufferBytesPeak(*device);
+  const int64_t peak_rss = PeakResidentBytes(), peak_device = BufferBytesPeak(*device);
   const bool gpu = *device != Device::kCpu;
   int64_t sgemm_n = 0;
   // MFU against the GEMM rate of the step's precision on its device.

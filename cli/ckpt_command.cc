@@ -1,9 +1,17 @@
-// `multiscreen ckpt plan|export|inspect`: checkpoint tools (issue 6).
+// `multiscreen ckpt plan|init|reshard|export|inspect`: checkpoint tools (issues 6, 20).
 //   plan    --model=psi64 --tp=8 --pp=8 [--dp=N] [--zero=1]  file sizes, without allocating the model
+//   init    --model=M --seed=S --tp --pp [--dp --zero] --out=RUN_DIR   the step-0 checkpoint of a layout
+//   reshard --checkpoint=DIR --tp --pp [--dp --zero] --out=RUN_DIR     the same checkpoint in another layout
 //   export  --checkpoint=DIR --out=FILE.h5                   the consolidated weights file
 //   inspect --checkpoint=DIR                                  step, layout, sizes, checksum status
+// init, reshard and export stream (checkpoint/streamed_write.h): memory stays
+// under --memory (default 1G) whatever the model, and they end by logging the
+// peak resident memory (VmHWM).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -11,12 +19,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/streamed_write.h"
 #include "checkpoint/weights_file.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/memory_bound.h"
 #include "common/log.h"
+#include "common/status.h"
 
-ABSL_FLAG(int64_t, dp, 1, "data-parallel degree (ckpt plan)");
+ABSL_FLAG(int64_t, dp, 1, "data-parallel degree (ckpt plan, init, reshard)");
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);
 ABSL_DECLARE_FLAG(int64_t, tp);
@@ -28,20 +39,28 @@ namespace {
 
 std::string Gib(int64_t bytes) { return absl::StrFormat("%.3f GiB", double(bytes) / (1024.0 * 1024 * 1024)); }
 
+// The layout --tp, --pp, --dp, --zero give, refused unless tp divides N_H and pp N_L.
+absl::StatusOr<ParallelLayout> LayoutFromFlags(const ModelDims& dims) {
+  ParallelLayout layout{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pp), absl::GetFlag(FLAGS_dp), absl::GetFlag(FLAGS_zero)};
+  if (layout.tp < 1 || dims.n_heads % layout.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp=", layout.tp, " does not divide N_H = ", dims.n_heads, " of ", dims.name));
+  }
+  if (layout.pp < 1 || dims.n_layers % layout.pp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--pp=", layout.pp, " does not divide N_L = ", dims.n_layers, " of ", dims.name));
+  }
+  if (layout.dp < 1 || layout.dp > (int64_t{1} << 20)) return absl::InvalidArgumentError("--dp must be in [1, 2^20]");
+  if (layout.zero != 0 && layout.zero != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--zero=", layout.zero, ": expected 0 or 1"));
+  }
+  return layout;
+}
+
 int Plan() {
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("ckpt plan", dims.status());
-  ParallelLayout layout{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pp), absl::GetFlag(FLAGS_dp), absl::GetFlag(FLAGS_zero)};
-  if (layout.tp < 1 || dims->n_heads % layout.tp != 0) {
-    return Fail("ckpt plan", absl::InvalidArgumentError(absl::StrCat("--tp=", layout.tp, " does not divide N_H = ", dims->n_heads)));
-  }
-  if (layout.pp < 1 || dims->n_layers % layout.pp != 0) {
-    return Fail("ckpt plan", absl::InvalidArgumentError(absl::StrCat("--pp=", layout.pp, " does not divide N_L = ", dims->n_layers)));
-  }
-  if (layout.dp < 1) return Fail("ckpt plan", absl::InvalidArgumentError("--dp must be >= 1"));
-  if (layout.zero != 0 && layout.zero != 1) {
-    return Fail("ckpt plan", absl::InvalidArgumentError(absl::StrCat("--zero=", layout.zero, ": expected 0 or 1")));
-  }
+  auto given = LayoutFromFlags(*dims);
+  if (!given.ok()) return Fail("ckpt plan", given.status());
+  const ParallelLayout layout = *given;
   int64_t weights = 0, moments = 0;
   std::printf("%-28s %16s %16s\n", "file", "weights", "adam m+v");
   for (const ShardPlan& s : PlanCheckpoint(*dims, layout)) {
@@ -74,17 +93,115 @@ absl::StatusOr<CheckpointRef> OpenGiven() {
   return OpenCheckpointOrRun(path);
 }
 
-int Export() {
+// --out for a new run directory: given, outside any checkpoint, not there yet.
+absl::Status CheckNewRunDir(const std::string& out, const std::string& input) {
+  if (out.empty()) return absl::InvalidArgumentError("--out: a new run directory is required");
+  MS_RETURN_IF_ERROR(CheckOutputPath("out", out, {input}));
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec)) {
+    return absl::AlreadyExistsError(absl::StrCat("--out=", out, " exists: choose a new directory (nothing is written over)"));
+  }
+  return absl::OkStatus();
+}
+
+// Writes the checkpoint into the new run directory `out`, removing it again on failure.
+int WriteNewRun(const char* command, const std::string& out, const CheckpointMeta& meta, const TensorSource& source,
+                int64_t bound) {
+  const auto start = std::chrono::steady_clock::now();
+  auto dir = WriteCheckpointStreamed(out, meta, source, BlockBytes(bound));
+  if (!dir.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(out, ec);
+    return Fail(command, dir.status());
+  }
+  LogInfo("wrote ", *dir, ": ", meta.dims.name, " step ", meta.step, " for tp=", meta.layout.tp, " pp=", meta.layout.pp,
+          " dp=", meta.layout.dp, " zero=", meta.layout.zero, " in ",
+          absl::StrFormat("%.1fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  ReportPeakMemory(command, bound);
+  return 0;
+}
+
+int64_t WeightBytes(const ModelDims& dims, const ParallelLayout& layout) {
+  int64_t bytes = 0;
+  for (const ShardPlan& s : PlanCheckpoint(dims, layout)) bytes += s.weight_bytes;
+  return bytes;
+}
+
+int InitCkpt() {
+  const char* command = "ckpt init";
   const std::string out = absl::GetFlag(FLAGS_out);
-  if (out.empty()) return Fail("ckpt export", absl::InvalidArgumentError("--out: an output .h5 path is required"));
-  if (auto s = CheckOutputPath("out", out, {absl::GetFlag(FLAGS_checkpoint)}); !s.ok()) return Fail("ckpt export", s);
+  if (auto s = CheckNewRunDir(out, ""); !s.ok()) return Fail(command, s);
+  auto bound = MemoryBoundBytes();
+  if (!bound.ok()) return Fail(command, bound.status());
+  auto dims = LoadModel(absl::GetFlag(FLAGS_model));
+  if (!dims.ok()) return Fail(command, dims.status());
+  auto layout = LayoutFromFlags(*dims);
+  if (!layout.ok()) return Fail(command, layout.status());
+  // The step-0 moments are zeros, left unwritten: the weights are what takes disk.
+  if (auto s = CheckFreeDisk(out, WeightBytes(*dims, *layout)); !s.ok()) return Fail(command, s);
+  CheckpointMeta meta;  // step 0: no samples, no Adam step, loss scale 1 (what train saves)
+  meta.seed = absl::GetFlag(FLAGS_seed);
+  meta.layout = *layout;
+  meta.dims = *dims;
+  const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  return WriteNewRun(command, out, meta, InitSource(*dims, uint64_t(meta.seed), threads), *bound);
+}
+
+// Opens --checkpoint and verifies the datasets a copy reads (the weights only,
+// or everything) against their checksums before anything is written.
+absl::StatusOr<CheckpointRef> OpenVerified(bool weights_only) {
+  MS_ASSIGN_OR_RETURN(CheckpointRef ckpt, OpenGiven());
+  const std::vector<std::string> problems = VerifyCheckpoint(ckpt, weights_only);
+  if (!problems.empty()) {
+    return absl::DataLossError(absl::StrCat(ckpt.dir, ": ", problems.size(), " dataset", problems.size() == 1 ? "" : "s",
+                                            " fail verification, first: ", problems.front()));
+  }
+  return ckpt;
+}
+
+int Reshard() {
+  const char* command = "ckpt reshard";
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (auto s = CheckNewRunDir(out, absl::GetFlag(FLAGS_checkpoint)); !s.ok()) return Fail(command, s);
+  auto bound = MemoryBoundBytes();
+  if (!bound.ok()) return Fail(command, bound.status());
   auto ckpt = OpenGiven();
-  if (!ckpt.ok()) return Fail("ckpt export", ckpt.status());
-  auto weights = ConsolidatedWeights(*ckpt);
-  if (!weights.ok()) return Fail("ckpt export", weights.status());
-  const ParamLayout full(weights->dims, ShardSpec::Full(weights->dims));
-  if (auto s = WriteWeightsFile(out, full, weights->params.data()); !s.ok()) return Fail("ckpt export", s);
+  if (!ckpt.ok()) return Fail(command, ckpt.status());
+  auto layout = LayoutFromFlags(ckpt->meta.dims);
+  if (!layout.ok()) return Fail(command, layout.status());
+  // The target's weights, and the moments as the source stores them (unwritten
+  // zero blocks stay unwritten): the source's bytes beyond its own weights.
+  int64_t stored = 0;
+  for (const auto& [file, record] : ckpt->manifest["files"].items()) stored += record["bytes"].get<int64_t>();
+  const int64_t needed = WeightBytes(ckpt->meta.dims, *layout) +
+                         std::max<int64_t>(0, stored - WeightBytes(ckpt->meta.dims, ckpt->meta.layout));
+  if (auto s = CheckFreeDisk(out, needed); !s.ok()) return Fail(command, s);
+  auto verified = OpenVerified(/*weights_only=*/false);
+  if (!verified.ok()) return Fail(command, verified.status());
+  auto source = CheckpointSource(*verified);
+  if (!source.ok()) return Fail(command, source.status());
+  CheckpointMeta meta = verified->meta;
+  meta.layout = *layout;
+  return WriteNewRun(command, out, meta, *source, *bound);
+}
+
+int Export() {
+  const char* command = "ckpt export";
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return Fail(command, absl::InvalidArgumentError("--out: an output .h5 path is required"));
+  if (auto s = CheckOutputPath("out", out, {absl::GetFlag(FLAGS_checkpoint)}); !s.ok()) return Fail(command, s);
+  auto bound = MemoryBoundBytes();
+  if (!bound.ok()) return Fail(command, bound.status());
+  auto opened = OpenGiven();
+  if (!opened.ok()) return Fail(command, opened.status());
+  if (auto s = CheckFreeDisk(out, 4 * CountParams(opened->meta.dims).total); !s.ok()) return Fail(command, s);
+  auto ckpt = OpenVerified(/*weights_only=*/true);
+  if (!ckpt.ok()) return Fail(command, ckpt.status());
+  auto source = CheckpointSource(*ckpt);
+  if (!source.ok()) return Fail(command, source.status());
+  if (auto s = WriteWeightsStreamed(out, ckpt->meta.dims, *source, BlockBytes(*bound)); !s.ok()) return Fail(command, s);
   LogInfo("exported ", ckpt->dir, " (step ", ckpt->meta.step, ") to ", out);
+  ReportPeakMemory(command, *bound);
   return 0;
 }
 
@@ -115,27 +232,41 @@ int Inspect() {
 }  // namespace
 
 int CkptCommand(int argc, char** argv) {
-  const char* usage = "multiscreen ckpt plan|export|inspect [--flags]";
-  if (argc < 2) return Fail("ckpt", absl::InvalidArgumentError("expected a subcommand: plan, export or inspect"));
+  const char* usage = "multiscreen ckpt plan|init|reshard|export|inspect [--flags]";
+  const char* expected = "plan, init, reshard, export or inspect";
+  if (argc < 2) return Fail("ckpt", absl::InvalidArgumentError(absl::StrCat("expected a subcommand: ", expected)));
   const std::string sub = argv[1];
   if (sub == "--help" || sub == "-h" || sub == "help") {
     std::printf("usage: multiscreen ckpt plan --model=M --tp=N --pp=N [--dp=N --zero=1]\n"
-                "       multiscreen ckpt export --checkpoint=DIR --out=FILE.h5\n"
+                "       multiscreen ckpt init --model=M --seed=S --tp=N --pp=N [--dp=N --zero=1] --out=RUN_DIR [--memory=1G]\n"
+                "       multiscreen ckpt reshard --checkpoint=DIR --tp=N --pp=N [--dp=N --zero=1] --out=RUN_DIR [--memory=1G]\n"
+                "       multiscreen ckpt export --checkpoint=DIR --out=FILE.h5 [--memory=1G]\n"
                 "       multiscreen ckpt inspect --checkpoint=DIR\n");
     return 0;
   }
-  if (sub != "plan" && sub != "export" && sub != "inspect") {
-    return Fail("ckpt", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub, "': expected plan, export or inspect")));
+  // Each subcommand with the flags it takes.
+  int (*run)() = nullptr;
+  absl::Status parsed;
+  if (sub == "plan") {
+    run = Plan;
+    parsed = ParseFlags(argc - 1, argv + 1, usage, {"model", "tp", "pp", "dp", "zero"});
+  } else if (sub == "init") {
+    run = InitCkpt;
+    parsed = ParseFlags(argc - 1, argv + 1, usage, {"model", "seed", "tp", "pp", "dp", "zero", "out", "memory"});
+  } else if (sub == "reshard") {
+    run = Reshard;
+    parsed = ParseFlags(argc - 1, argv + 1, usage, {"checkpoint", "tp", "pp", "dp", "zero", "out", "memory"});
+  } else if (sub == "export") {
+    run = Export;
+    parsed = ParseFlags(argc - 1, argv + 1, usage, {"checkpoint", "out", "memory"});
+  } else if (sub == "inspect") {
+    run = Inspect;
+    parsed = ParseFlags(argc - 1, argv + 1, usage, {"checkpoint"});
+  } else {
+    return Fail("ckpt", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub, "': expected ", expected)));
   }
-  const std::initializer_list<std::string_view> plan = {"model", "tp", "pp", "dp", "zero"}, export_flags = {"checkpoint", "out"},
-                                                inspect = {"checkpoint"};
-  if (auto s = ParseFlags(argc - 1, argv + 1, usage, sub == "plan" ? plan : sub == "export" ? export_flags : inspect);
-      !s.ok()) {
-    return Fail("ckpt", s);
-  }
-  if (sub == "plan") return Plan();
-  if (sub == "export") return Export();
-  return Inspect();
+  if (!parsed.ok()) return Fail("ckpt", parsed);
+  return run();
 }
 
 }  // namespace multiscreen::cli

@@ -26,7 +26,7 @@ constexpr Command kCommands[] = {
     {"train", multiscreen::cli::TrainCommand,
      "train a model: --config=FILE [--run_dir=DIR --data=DIR --steps=N --lr=X ...]; resumes from run_dir"},
     {"ckpt", multiscreen::cli::CkptCommand,
-     "checkpoints: plan --model=psi64 --tp=8 --pp=8 | export --checkpoint=DIR --out=W.h5 | inspect --checkpoint=DIR"},
+     "checkpoints: plan --model=psi64 --tp=8 --pp=8 | init --model=M --tp=8 --pp=8 --out=RUN | reshard --checkpoint=DIR --tp --pp --out=RUN | export --checkpoint=DIR --out=W.h5 | inspect --checkpoint=DIR"},
     {"generate", multiscreen::cli::GenerateCommand,
      "greedy decoding: --checkpoint=DIR --prompt=TEXT [--max_tokens=N --train_len=T --as_learned]"},
     {"forward", multiscreen::cli::ForwardCommand,

@@ -20,4 +20,12 @@ double InitNormal(uint64_t seed, std::string_view name, int64_t index);
 template <typename Real>
 void InitParams(const ParamLayout& layout, uint64_t seed, Real* params);
 
+// Elements [first, first + n) of tensor e in global row-major order (first is
+// a global element index, whatever slice e itself owns), exactly as
+// InitParams gives them: the streamed writers (issue 20) produce any block of
+// any tensor without the rest of the model. dims is the whole model's.
+template <typename Real>
+void InitValues(const ModelDims& dims, const ParamEntry& e, uint64_t seed, int64_t first, int64_t n, Real* out);
+
+
 }  // namespace multiscreen

@@ -6,7 +6,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,9 @@
 #include <hdf5.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/h5_file.h"
+#include "checkpoint/streamed_write.h"
+#include "checkpoint/weights_file.h"
 #include "model/init.h"
 
 namespace multiscreen {
@@ -427,6 +433,240 @@ TEST(CheckpointTest, ThePlanForTheFourBillionModelAddsUp) {
   // first and the last stage, plus s_E/s_F replicated on the 8 tp ranks.
   EXPECT_EQ(total, 3963961346LL + 50257LL * 4096 + 14);
   EXPECT_EQ(plan[0].weight_bytes, 4 * (tiles + 6283LL * 4096 + 1));
+}
+
+// --- Streamed writers (issue 20) ---------------------------------------------
+
+// Every dataset of every file of two checkpoints read back: the same values,
+// bit for bit, and the same global_shape and offset / flat_offset attributes.
+void ExpectSameDatasets(const CheckpointRef& a, const CheckpointRef& b) {
+  ASSERT_EQ(a.manifest["files"].size(), b.manifest["files"].size());
+  for (const auto& [file, record] : a.manifest["files"].items()) {
+    auto ra = H5Reader::Open((fs::path(a.dir) / file).string());
+    auto rb = H5Reader::Open((fs::path(b.dir) / file).string());
+    ASSERT_TRUE(ra.ok() && rb.ok()) << file;
+    for (const auto& [name, crc] : record["datasets"].items()) {
+      auto shape = (*ra)->Shape(name);
+      ASSERT_TRUE(shape.ok()) << name;
+      ASSERT_EQ(*shape, *(*rb)->Shape(name)) << file << " " << name;
+      int64_t n = 1;
+      for (int64_t d : *shape) n *= d;
+      std::vector<float> va(n), vb(n);
+      const int64_t rows = shape->empty() ? 1 : (*shape)[0];
+      ASSERT_TRUE((*ra)->ReadRows(name, 0, rows, va.data()).ok());
+      ASSERT_TRUE((*rb)->ReadRows(name, 0, rows, vb.data()).ok());
+      ASSERT_EQ(0, std::memcmp(va.data(), vb.data(), n * sizeof(float))) << file << " " << name;
+      for (const char* attr : {"global_shape", "offset", "flat_offset"}) {
+        auto x = (*ra)->ReadDatasetAttribute(name, attr), y = (*rb)->ReadDatasetAttribute(name, attr);
+        ASSERT_EQ(x.ok(), y.ok()) << name << "@" << attr;
+        if (x.ok()) ASSERT_EQ(*x, *y) << name << "@" << attr;
+      }
+    }
+  }
+}
+
+// The manifest without the files' byte counts (the streamed files leave zero blocks unwritten).
+nlohmann::json WithoutBytes(nlohmann::json manifest) {
+  for (auto& [file, record] : manifest["files"].items()) record.erase("bytes");
+  return manifest;
+}
+
+int64_t StoredBytes(const CheckpointRef& c) {
+  int64_t total = 0;
+  for (const auto& [file, record] : c.manifest["files"].items()) total += record["bytes"].get<int64_t>();
+  return total;
+}
+
+TEST(StreamedWriteTest, InitValuesAreTheSpecsDrawsOfInitNormal) {
+  // Independently of InitParams (which InitValues also serves): std · InitNormal(seed, name, index).
+  const ModelDims dims = Dims("psi16");
+  const ParamLayout full(dims, ShardSpec::Full(dims));
+  const ParamEntry& wq = *full.Find("layers/003/W_Q");
+  const ParamEntry& we = *full.Find("embed/W_E");
+  std::vector<float> got(1000);
+  InitValues(dims, wq, 42, 12345, 1000, got.data());
+  for (int64_t i = 0; i < 1000; ++i) {
+    ASSERT_EQ(got[i], static_cast<float>(0.1 / std::sqrt(double(dims.d_k)) * InitNormal(42, wq.name, 12345 + i)));
+  }
+  InitValues(dims, we, 42, 7, 1000, got.data());
+  for (int64_t i = 0; i < 1000; ++i) {
+    ASSERT_EQ(got[i], static_cast<float>(0.1 / std::sqrt(double(dims.d_e)) * InitNormal(42, we.name, 7 + i)));
+  }
+}
+
+TEST(StreamedWriteTest, StreamedInitIsTheInMemoryInitBitForBit) {
+  // Ψ = 16 whole, through the weights-file reader; blocks of 1 MiB cut every large tensor.
+  const ModelDims dims = Dims("psi16");
+  const std::string dir = FreshDir("streamed_init16");
+  const std::string path = dir + "/w.h5";
+  ASSERT_TRUE(WriteWeightsStreamed(path, dims, InitSource(dims, 11, 2), int64_t{1} << 20).ok());
+  auto w = ReadWeightsFile(path);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const ParamLayout full(dims, ShardSpec::Full(dims));
+  std::vector<float> want(full.size());
+  InitParams(full, 11, want.data());
+  ASSERT_EQ(w->params.size(), want.size());
+  ASSERT_EQ(0, std::memcmp(w->params.data(), want.data(), want.size() * sizeof(float)));
+  fs::remove_all(dir);
+}
+
+TEST(StreamedWriteTest, StreamedInitOfPsi32IsTheInMemoryInitLayerByLayer) {
+  // Ψ = 32 (286 M parameters): the file against InitParams of pipeline stages of a
+  // tp = 2, pp = 32 split (one layer, half its tiles at a time): every 8th layer and
+  // the last, with W_E and the scalars (CI time: the whole file is streamed either way).
+  const ModelDims dims = Dims("psi32");
+  const std::string dir = FreshDir("streamed_init32");
+  const std::string path = dir + "/w.h5";
+  ASSERT_TRUE(WriteWeightsStreamed(path, dims, InitSource(dims, 3, 2), int64_t{64} << 20).ok());
+  auto in = H5Reader::Open(path);
+  ASSERT_TRUE(in.ok());
+  for (int64_t p : {int64_t{0}, int64_t{8}, int64_t{16}, int64_t{24}, dims.n_layers - 1}) {
+    for (int64_t t = 0; t < 2; ++t) {
+      const ParamLayout layout(dims, ShardSpec::ForRank(dims, 2, dims.n_layers, t, p));
+      std::vector<float> want(layout.size()), got;
+      InitParams(layout, 3, want.data());
+      for (const ParamEntry& e : layout.entries()) {
+        got.resize(e.size());
+        const int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+        ASSERT_TRUE((*in)->ReadRows(e.name, e.offset.empty() ? 0 : e.offset[0], rows, got.data()).ok()) << e.name;
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data() + e.buffer_offset, e.size() * sizeof(float))) << e.name;
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// What train saves at step 0 under a layout (Trainer::SaveCheckpointNow: every
+// rank's InitParams, zero moments; the shards, or under ZeRO-1 the shards and
+// each dp rank's optimizer piece) against the streamed `ckpt init`.
+void ExpectCkptInitIsTheStepZeroSave(const ModelDims& dims, const ParallelLayout& layout) {
+  CheckpointMeta meta;
+  meta.seed = 9;
+  meta.dims = dims;
+  meta.layout = layout;
+  const std::string train_run = FreshDir("step0_train"), init_run = FreshDir("step0_init");
+  auto tmp = BeginCheckpoint(train_run, 0);
+  ASSERT_TRUE(tmp.ok());
+  nlohmann::json records = nlohmann::json::object();
+  for (int64_t p = 0; p < layout.pp; ++p) {
+    for (int64_t t = 0; t < layout.tp; ++t) {
+      const ParamLayout l(dims, ShardSpec::ForRank(dims, layout.tp, layout.pp, t, p));
+      std::vector<float> params(l.size()), zeros(l.size(), 0.0f);
+      InitParams(l, 9, params.data());
+      const bool zero = layout.zero == 1;
+      auto rec = WriteShard(*tmp, {&l, params.data(), zero ? nullptr : zeros.data(), zero ? nullptr : zeros.data(), p, t});
+      ASSERT_TRUE(rec.ok()) << rec.status();
+      records[ShardFileName(p, t)] = *rec;
+      if (!zero) continue;
+      const int64_t per = (l.size() + layout.dp - 1) / layout.dp;
+      for (int64_t d = 0; d < layout.dp; ++d) {
+        const int64_t b = std::min(l.size(), d * per), e = std::min(l.size(), b + per);
+        auto piece = WriteOptimizerPiece(*tmp, {&l, b, e, zeros.data(), zeros.data(), p, t, d});
+        ASSERT_TRUE(piece.ok()) << piece.status();
+        records[OptimizerFileName(p, t, d)] = *piece;
+      }
+    }
+  }
+  ASSERT_TRUE(CommitCheckpoint(train_run, *tmp, meta, records, 1, 0).ok());
+  auto streamed = WriteCheckpointStreamed(init_run, meta, InitSource(dims, 9, 2), int64_t{1} << 20);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  auto a = FindLatestCheckpoint(train_run), b = FindLatestCheckpoint(init_run);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();  // opens and verifies every checksum
+  EXPECT_EQ(WithoutBytes(a->manifest), WithoutBytes(b->manifest));
+  ExpectSameDatasets(*a, *b);
+  // The zero moments took no disk: the streamed checkpoint is about the weights' size
+  // (for a model whose tensors outweigh HDF5's headers).
+  int64_t weights = 0;
+  for (const ShardPlan& s : PlanCheckpoint(dims, layout)) weights += s.weight_bytes;
+  if (weights < (int64_t{10} << 20)) return;
+  EXPECT_LT(StoredBytes(*b), weights + weights / 20);
+  EXPECT_GT(StoredBytes(*a), 2 * weights);
+}
+
+TEST(StreamedWriteTest, CkptInitIsWhatTrainSavesAtStepZero) {
+  ExpectCkptInitIsTheStepZeroSave(Dims("psi16"), {2, 2, 1, 0});
+  ExpectCkptInitIsTheStepZeroSave(Dims("tiny_psi4"), {2, 2, 3, 1});
+}
+
+// Streams checkpoint `from` into a new run directory under `layout`.
+std::string Reshard(const std::string& from_run, const std::string& name, const ParallelLayout& layout) {
+  auto ckpt = FindLatestCheckpoint(from_run);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  auto source = CheckpointSource(*ckpt);
+  EXPECT_TRUE(source.ok()) << source.status();
+  CheckpointMeta meta = ckpt->meta;
+  meta.layout = layout;
+  const std::string run = FreshDir(name);
+  fs::remove_all(run);
+  auto dir = WriteCheckpointStreamed(run, meta, *source, int64_t{1} << 20);
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return run;
+}
+
+TEST(StreamedWriteTest, ReshardRoundTripsAreBitExactMomentsIncluded) {
+  // Ψ = 16 with moments 2p and p² (not zeros): tp2·pp2 → tp4·pp1 → tp1·pp1 loads
+  // exactly, and back to tp2·pp2 is the original, file by file, dataset by dataset.
+  const ModelDims dims = Dims("psi16");
+  const std::string run = FreshDir("reshard_src");
+  SaveUnder(run, dims, 2, 2, 4);
+  const std::string r41 = Reshard(run, "reshard_41", {4, 1, 1, 0});
+  const std::string r11 = Reshard(r41, "reshard_11", {1, 1, 1, 0});
+  ExpectLoadsExactly(r11, dims, 1, 1);
+  const std::string back = Reshard(r11, "reshard_back", {2, 2, 1, 0});
+  auto a = FindLatestCheckpoint(run), b = FindLatestCheckpoint(back);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(WithoutBytes(a->manifest), WithoutBytes(b->manifest));
+  ExpectSameDatasets(*a, *b);
+  // Through ZeRO-1 optimizer pieces (tp1·pp2, dp 3) and back (a small model: the
+  // pieces cut tensors at ⌈size/3⌉ boundaries whatever the size).
+  const ModelDims tiny = Dims("tiny_psi4");
+  const std::string small = FreshDir("reshard_small");
+  SaveUnder(small, tiny, 2, 2, 4);
+  const std::string z = Reshard(small, "reshard_zero", {1, 2, 3, 1});
+  ExpectLoadsExactly(z, tiny, 4, 1);
+  const std::string zback = Reshard(z, "reshard_zero_back", {2, 2, 1, 0});
+  auto c = FindLatestCheckpoint(small), d = FindLatestCheckpoint(zback);
+  ASSERT_TRUE(c.ok() && d.ok());
+  EXPECT_EQ(WithoutBytes(c->manifest), WithoutBytes(d->manifest));
+  ExpectSameDatasets(*c, *d);
+}
+
+TEST(StreamedWriteTest, UnwrittenZeroBlocksReadAsWrittenZerosAndNegativeZeroIsKept) {
+  // Moments of +0.0 in some blocks, −0.0 in others: only the +0.0 blocks go unwritten,
+  // and both load with their sign bit and pass their checksums.
+  const ModelDims dims = Dims("tiny_psi4");
+  CheckpointMeta meta;
+  meta.dims = dims;
+  meta.layout = {1, 1, 1, 0};
+  const TensorSource init = InitSource(dims, 1, 1);
+  const TensorSource source = [&](const std::string& name, int64_t first, int64_t n, float* out) {
+    if (name.rfind("adam_v/", 0) == 0) {
+      std::fill(out, out + n, -0.0f);
+      return absl::OkStatus();
+    }
+    return init(name, first, n, out);
+  };
+  const std::string run = FreshDir("signed_zero");
+  fs::remove_all(run);
+  ASSERT_TRUE(WriteCheckpointStreamed(run, meta, source, int64_t{1} << 20).ok());
+  auto ckpt = FindLatestCheckpoint(run);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const ParamLayout full(dims, ShardSpec::Full(dims));
+  std::vector<float> p(full.size()), m(full.size(), 1.0f), v(full.size(), 1.0f);
+  ASSERT_TRUE(LoadShard(*ckpt, full, p.data(), m.data(), v.data()).ok());
+  for (int64_t i = 0; i < full.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(m[i]), 0u) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), 0x80000000u) << i;
+  }
+  auto in = H5Reader::Open(ckpt->dir + "/" + ShardFileName(0, 0));
+  ASSERT_TRUE(in.ok());
+  const std::string name = "adam_m/" + full.entries().front().name;
+  EXPECT_EQ((*in)->Describe(name)->storage_bytes, 0);
+  EXPECT_GT((*in)->Describe("adam_v/" + full.entries().front().name)->storage_bytes, 0);
+  // A weights file does not accept what a checkpoint (with its checksums) does.
+  EXPECT_FALSE(CheckDatasetHolds(**in, name, *(*in)->Shape(name)).ok());
+  EXPECT_TRUE(CheckDatasetHolds(**in, name, *(*in)->Shape(name), /*allow_zero_fill=*/true).ok());
 }
 
 }  // namespace

@@ -1,0 +1,78 @@
+#include "cli/memory_bound.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/h5_file.h"
+#include "common/log.h"
+#include "common/peak_memory.h"
+
+ABSL_FLAG(std::string, memory, "1G",
+          "init, ckpt init/reshard/export: bound on resident memory (bytes; K, M, G, T suffixes are powers of 1024)");
+
+namespace multiscreen::cli {
+namespace {
+
+std::string Gib(int64_t bytes) { return absl::StrFormat("%.2f GiB", double(bytes) / double(int64_t{1} << 30)); }
+
+}  // namespace
+
+absl::StatusOr<int64_t> MemoryBoundBytes() {
+  const std::string text = absl::GetFlag(FLAGS_memory);
+  std::string digits = text, suffix;
+  const size_t cut = text.find_first_not_of("0123456789");
+  if (cut != std::string::npos) {
+    digits = text.substr(0, cut);
+    suffix = absl::AsciiStrToUpper(text.substr(cut));
+  }
+  int shift = -1;
+  if (suffix.empty() || suffix == "B") shift = 0;
+  for (const auto& [letter, bits] : {std::pair{'K', 10}, {'M', 20}, {'G', 30}, {'T', 40}}) {
+    if (suffix == std::string(1, letter) || suffix == absl::StrCat(std::string(1, letter), "IB")) shift = bits;
+  }
+  int64_t value = 0;
+  if (digits.empty() || shift < 0 || !absl::SimpleAtoi(digits, &value) || value > (INT64_MAX >> shift)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--memory=", text, ": expected bytes with an optional K, M, G or T suffix (e.g. 1G)"));
+  }
+  const int64_t bytes = value << shift;
+  constexpr int64_t kMinimum = int64_t{64} << 20;
+  if (bytes < kMinimum) {
+    return absl::InvalidArgumentError(absl::StrCat("--memory=", text, " is below the 64 MiB these commands need"));
+  }
+  return bytes;
+}
+
+int64_t BlockBytes(int64_t bound) { return std::clamp<int64_t>(bound / 16, int64_t{1} << 20, int64_t{16} << 20); }
+
+absl::Status CheckFreeDisk(const std::string& dir, int64_t needed) {
+  namespace fs = std::filesystem;
+  fs::path at = fs::absolute(fs::path(dir));
+  std::error_code ec;
+  while (!at.empty() && !fs::exists(at, ec) && at != at.root_path()) at = at.parent_path();
+  const int64_t free = FreeBytes(at.string());
+  if (free >= 0 && free < needed) {
+    return absl::ResourceExhaustedError(absl::StrCat(dir, ": needs ", needed, " bytes (", Gib(needed), "), only ", free,
+                                                     " (", Gib(free), ") are free on ", at.string()));
+  }
+  return absl::OkStatus();
+}
+
+void ReportPeakMemory(const char* command, int64_t bound) {
+  const int64_t peak = PeakResidentBytes();
+  const std::string line = absl::StrFormat("%s: peak resident memory %.1f MiB (VmHWM), bound %.1f MiB", command,
+                                           double(peak) / (1 << 20), double(bound) / (1 << 20));
+  if (peak > bound) {
+    LogWarning(line, ": over the bound");
+  } else {
+    LogInfo(line);
+  }
+}
+
+}  // namespace multiscreen::cli

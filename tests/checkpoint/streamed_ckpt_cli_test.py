@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""The streamed checkpoint tools end to end (issue 20; ctest label mpi):
+`ckpt init` at tp=2 x pp=2 resumes under mpirun onto a fresh run's losses, bit for
+bit; `ckpt reshard` tp2.pp2 -> tp4.pp1 -> tp1.pp1 of a trained checkpoint (Adam's
+moments not zero) exports the same weights and resumes onto the same losses as the
+original; `init`, `ckpt init` and `ckpt export` of Psi = 16 (110 MB of weights) stay
+under --memory=64M (VmHWM, as they log it) and agree with each other; bad input
+(a layout that does not divide, a target that exists, a disk too small, a bound
+too small) is one line on stderr with nothing written.
+
+Run: /usr/bin/python3 tests/checkpoint/streamed_ckpt_cli_test.py --multiscreen=build/multiscreen --source=. \
+       --mpirun=mpirun
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import h5py
+import numpy as np
+
+BIN = SRC = MPIRUN = None
+SEED = 7
+
+
+def metrics(run_dir):
+    """{step: loss} of the standing training rows (tools/metrics.py)."""
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    from metrics import read_metrics
+    return {m["step"]: m["loss"] for m in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if "loss" in m}
+
+
+def peak_mib(stderr):
+    m = re.search(r"peak resident memory ([0-9.]+) MiB \(VmHWM\), bound ([0-9.]+) MiB", stderr)
+    assert m, stderr
+    return float(m.group(1)), float(m.group(2))
+
+
+def same_weights(a, b):
+    """Every dataset of two weights files equal bit for bit, and the same params_crc32c."""
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        names = _datasets(fa)
+        if sorted(names) != sorted(_datasets(fb)):
+            return False
+        for n in names:
+            if not np.array_equal(fa[n][()].view(np.uint32), fb[n][()].view(np.uint32)):
+                return False
+        return int(fa.attrs["params_crc32c"]) == int(fb.attrs["params_crc32c"])
+
+
+def _datasets(f):
+    names = []
+    f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    return names
+
+
+class StreamedCkptCliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
+        import train_e2e_test
+        train_e2e_test.SRC = SRC
+        cls.data = os.path.join(cls.tmp.name, "data")
+        train_e2e_test.synthetic_shards(cls.data)
+        cls.config = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.tmp.name, name)
+
+    def run_ok(self, *args, timeout=300):
+        r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise AssertionError(f"multiscreen {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+        return r
+
+    def refused(self, *args, says):
+        r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn(says, r.stderr)
+
+    def train(self, run_dir, np_, *flags):
+        cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}",
+               f"--seed={SEED}", "--grad_accum=4", "--lr=0.015625", *flags]
+        if np_ > 1:
+            cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np_), *cmd]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if r.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+        return r
+
+    def test_ckpt_init_resumes_onto_a_fresh_runs_losses_and_reshard_round_trips(self):
+        started = self.path("from_ckpt_init")
+        self.run_ok("ckpt", "init", "--model=tiny_psi4", f"--seed={SEED}", "--tp=2", "--pp=2", f"--out={started}")
+        r = self.train(started, 4, "--tp=2", "--pp=2", "--steps=4")
+        self.assertIn("resumed from", r.stderr)
+        fresh = self.path("fresh")
+        r = self.train(fresh, 4, "--tp=2", "--pp=2", "--steps=4")
+        self.assertNotIn("resumed from", r.stderr)
+        want = metrics(fresh)
+        self.assertEqual(sorted(want), [1, 2, 3, 4])
+        self.assertEqual(metrics(started), want)  # bit for bit: the same parameters, moments and counters
+
+        # The trained checkpoint (step 4, moments not zero) through two other layouts and back to one process.
+        tp4 = self.path("reshard_tp4_pp1")
+        single = self.path("reshard_tp1_pp1")
+        self.run_ok("ckpt", "reshard", f"--checkpoint={fresh}", "--tp=4", "--pp=1", f"--out={tp4}")
+        self.run_ok("ckpt", "reshard", f"--checkpoint={tp4}", "--tp=1", "--pp=1", f"--out={single}")
+        self.run_ok("ckpt", "inspect", f"--checkpoint={single}")
+        exported = [self.path("orig.h5"), self.path("round_trip.h5")]
+        self.run_ok("ckpt", "export", f"--checkpoint={fresh}", f"--out={exported[0]}")
+        self.run_ok("ckpt", "export", f"--checkpoint={single}", f"--out={exported[1]}")
+        self.assertTrue(same_weights(*exported))
+        # Both resume in one process onto the same losses, bit for bit.
+        copy = self.path("orig_resumed")
+        shutil.copytree(fresh, copy)
+        for d in (copy, single):
+            r = self.train(d, 1, "--steps=7")
+            self.assertIn("resumed from", r.stderr)
+        a, b = metrics(copy), metrics(single)
+        self.assertEqual([a[s] for s in (5, 6, 7)], [b[s] for s in (5, 6, 7)])
+
+    def test_psi16_stays_under_the_memory_bound_and_the_three_paths_agree(self):
+        run = self.path("psi16_tp2_pp2")
+        r = self.run_ok("ckpt", "init", "--model=psi16", "--seed=3", "--tp=2", "--pp=2", "--memory=64M", f"--out={run}")
+        peak, bound = peak_mib(r.stderr)
+        self.assertLess(peak, bound)
+        self.assertEqual(bound, 64.0)
+        self.run_ok("ckpt", "inspect", f"--checkpoint={run}")
+        exported, direct = self.path("psi16_export.h5"), self.path("psi16_init.h5")
+        r = self.run_ok("ckpt", "export", f"--checkpoint={run}", "--memory=64M", f"--out={exported}")
+        self.assertLess(*peak_mib(r.stderr))
+        r = self.run_ok("init", "--model=psi16", "--seed=3", "--memory=64M", f"--out={direct}")
+        self.assertLess(*peak_mib(r.stderr))
+        self.assertGreater(os.path.getsize(direct), 100 << 20)  # the model outweighs the bound
+        self.assertTrue(same_weights(exported, direct))
+        resharded = self.path("psi16_tp4_pp1")
+        r = self.run_ok("ckpt", "reshard", f"--checkpoint={run}", "--tp=4", "--pp=1", "--memory=64M", f"--out={resharded}")
+        self.assertLess(*peak_mib(r.stderr))
+
+    def test_bad_input_is_one_line_and_writes_nothing(self):
+        out = self.path("refused")
+        self.refused("ckpt", "init", "--model=tiny_psi4", "--tp=3", "--pp=1", f"--out={out}", says="--tp=3 does not divide N_H = 4")
+        self.refused("ckpt", "init", "--model=tiny_psi4", "--tp=1", "--pp=3", f"--out={out}", says="--pp=3 does not divide N_L = 4")
+        self.refused("ckpt", "init", "--model=tiny_psi4", "--memory=1M", f"--out={out}", says="below the 64 MiB")
+        self.refused("ckpt", "init", "--model=tiny_psi4", "--memory=lots", f"--out={out}", says="--memory=lots")
+        self.assertFalse(os.path.exists(out))
+        os.makedirs(out)
+        self.refused("ckpt", "init", "--model=tiny_psi4", f"--out={out}", says="exists")
+        self.refused("ckpt", "reshard", f"--checkpoint={out}", "--tp=1", "--pp=1", f"--out={self.path('x')}",
+                     says="neither a checkpoint")
+        self.assertEqual(os.listdir(out), [])
+        mount = self.path("small_fs")
+        os.makedirs(mount)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount], capture_output=True, text=True)
+        if r.returncode != 0:
+            self.skipTest(f"cannot mount a tmpfs (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}")
+        try:
+            self.refused("ckpt", "init", "--model=psi16", "--tp=2", "--pp=2", f"--out={mount}/run", says="are free on")
+            self.refused("init", "--model=psi16", f"--out={mount}/w.h5", says="are free on")
+            self.assertEqual(os.listdir(mount), [])
+        finally:
+            subprocess.run(["umount", mount], check=False)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--mpirun", default="mpirun")
+    args, rest = p.parse_known_args()
+    BIN, SRC, MPIRUN = os.path.abspath(args.multiscreen), os.path.abspath(args.source), args.mpirun
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
