@@ -132,6 +132,7 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
                                                    "tiles); a Transformer has none"));
   }
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
+  if (auto st = CheckWindowFlags(s.weights, absl::GetFlag(FLAGS_as_learned)); !st.ok()) return st;
   s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   s.options.train_len = RunTrainLen(given, run_dir, &s.train_len_source);
   if (s.options.train_len < 1) return absl::InvalidArgumentError("--train_len must be >= 1");

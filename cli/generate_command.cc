@@ -50,6 +50,7 @@ int GenerateCommand(int argc, char** argv) {
                                                                       weights->dims.vocab, " (wrong --tokenizer?)")));
     }
   }
+  if (auto s = CheckWindowFlags(*weights, absl::GetFlag(FLAGS_as_learned)); !s.ok()) return Fail("generate", s);
   InferenceOptions options;
   options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   std::string train_len_source;

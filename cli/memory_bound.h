@@ -14,7 +14,9 @@ ABSL_DECLARE_FLAG(std::string, memory);
 namespace multiscreen::cli {
 
 // --memory in bytes: a number with an optional binary suffix (K, M, G, T, with
-// or without "iB"; "1G" = 2^30), at least 64 MiB. Errors name the flag.
+// or without "iB"; "1G" = 2^30), at least 64 MiB. Errors name the flag. Also records
+// the process's resident memory at that moment (its code and libraries), over which
+// the bound counts: call it before the command's work.
 absl::StatusOr<int64_t> MemoryBoundBytes();
 
 // The block (bytes of one buffer) a streamed writer uses under `bound`: a
@@ -29,8 +31,9 @@ int64_t BlockBytes(int64_t bound);
 // (x GiB), only M (y GiB) are free".
 absl::Status CheckFreeDisk(const std::string& dir, int64_t needed);
 
-// Logs "<command>: peak resident memory X MiB (VmHWM), bound Y MiB", as a
-// warning when the peak went past the bound (the output is complete either way).
+// Logs "<command>: peak resident memory X MiB (VmHWM), bound Y MiB, over the Z MiB the
+// program held at start-up" (X = VmHWM − Z), as a warning when X went past the bound
+// (the output is complete either way).
 void ReportPeakMemory(const char* command, int64_t bound);
 
 }  // namespace multiscreen::cli

@@ -102,7 +102,11 @@ int Spawn(const std::vector<std::string>& args) {
 // Training tokens/s of `run`'s model on this machine with `threads` threads: a few
 // steps of `bench train` in a child process. 0 when the measurement fails.
 double MeasureTokensPerSecond(const SweepRun& run, int threads) {
-  const fs::path model = fs::temp_directory_path() / absl::StrCat("multiscreen_sweep_", getpid(), "_", run.model, ".textproto");
+  // The file name carries no part of the sweep file (a model name may hold quotes or
+  // shell syntax, and the path goes through popen's shell): the process and a counter.
+  static int measured = 0;
+  const fs::path model =
+      fs::temp_directory_path() / absl::StrCat("multiscreen_sweep_", getpid(), "_", measured++, ".textproto");
   std::string text;
   google::protobuf::TextFormat::PrintToString(run.run.model_config(), &text);
   if (!WriteTextFile(model.string(), text).ok()) return 0;
@@ -232,6 +236,30 @@ int FitTool(const std::string& mode, const std::vector<std::string>& input, cons
   return Spawn(argv);
 }
 
+// `sweep report --out=FILE` writes FILE and FILE's figures/ beside it: never the sweep
+// file, nothing inside the sweep's root (its runs' metrics and checkpoints), and no
+// existing file but a Markdown one (an earlier report). Errors name the flag.
+absl::Status CheckReportOut(const Sweep& sweep, const std::string& out) {
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(fs::absolute(out), ec);
+  const fs::path file = fs::weakly_canonical(fs::absolute(sweep.file), ec);
+  const fs::path root = fs::weakly_canonical(fs::absolute(sweep.root), ec);
+  auto inside = [](const fs::path& p, const fs::path& dir) {
+    const fs::path rel = p.lexically_relative(dir);
+    return !rel.empty() && *rel.begin() != "..";
+  };
+  if (target == file) return absl::InvalidArgumentError(absl::StrCat("--out=", out, " is the sweep file itself"));
+  if (inside(target, root)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out=", out, " is inside the sweep's root ", sweep.root, " (its runs' files): write the report elsewhere"));
+  }
+  if (fs::exists(target, ec) && (!fs::is_regular_file(target, ec) || target.extension() != ".md")) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("--out=", out, " exists and is not a Markdown report (.md): choose a new file"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int SweepCommand(int argc, char** argv) {
@@ -282,6 +310,9 @@ int SweepCommand(int argc, char** argv) {
   if (!sweep.ok()) return Fail("sweep", sweep.status());
   if (sub == "plan") return Plan(*sweep);
   if (sub == "status") return Status(*sweep);
+  if (sub == "report" && Given(given, "out")) {
+    if (absl::Status s = CheckReportOut(*sweep, absl::GetFlag(FLAGS_out)); !s.ok()) return Fail("sweep", s);
+  }
   if (sub == "fit" || sub == "report") {
     if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail("sweep", s);
     return FitTool(sub, {absl::StrCat("--manifest=", (fs::path(sweep->root) / "sweep.json").string())}, given);

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -261,6 +263,13 @@ int TrainCommand(int argc, char** argv) {
                                   .device = *device,
                                   .allow_data_change = absl::GetFlag(FLAGS_allow_data_change)});
   if (!trainer.ok()) return fail_before_first_step(trainer.status());
+  // data.json as it was, so that a start that fails before its first step leaves a run
+  // directory that existed as it found it (RecordRunData may raise max_seq_len).
+  const std::filesystem::path data_json = std::filesystem::path(run->run_dir()) / "data.json";
+  std::optional<std::string> data_json_before;
+  if (std::ifstream in(data_json, std::ios::binary); in) {
+    data_json_before = std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   if (logger) RecordRunData(*run);
   if (logger) {
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
@@ -276,6 +285,14 @@ int TrainCommand(int argc, char** argv) {
   if (auto s = (*trainer)->Run(); !s.ok()) {
     if ((*trainer)->steps_run() > 0) return fail(s);
     trainer->reset();  // closes the run's files (lock, TensorBoard) before the removal
+    if (logger && !fresh_run_dir) {
+      std::error_code ec;
+      if (data_json_before.has_value()) {
+        std::ofstream(data_json, std::ios::binary | std::ios::trunc) << *data_json_before;
+      } else {
+        std::filesystem::remove(data_json, ec);
+      }
+    }
     return fail_before_first_step(s);
   }
   if (logger && (*trainer)->steps_run() > 0) {

@@ -1,5 +1,6 @@
 #include "cli/weights_source.h"
 
+#include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
 
 namespace multiscreen::cli {
@@ -12,6 +13,14 @@ absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::
   auto ckpt = OpenCheckpointOrRun(checkpoint);
   if (!ckpt.ok()) return ckpt.status();
   return ConsolidatedWeights(*ckpt);
+}
+
+absl::Status CheckWindowFlags(const Weights& weights, bool as_learned) {
+  if (as_learned && weights.dims.transformer()) {
+    return absl::InvalidArgumentError(absl::StrCat("--as_learned: model ", weights.dims.name,
+                                                   " is a Transformer, which has no learned windows to keep"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace multiscreen::cli

@@ -77,12 +77,14 @@ absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, con
   }
   // Anything but a directory is one shard: TokenStream::Open says what is wrong with it.
   if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such shard file or directory"));
-  if (!fs::is_directory(path, ec)) return std::vector<std::string>{path};
-  if (fs::exists(fs::path(path) / kPrepareIncompleteMarker, ec)) {
+  // The marker is looked for beside a named shard too (--data=DIR/train_000000.bin).
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  if (!dir.empty() && fs::exists(dir / kPrepareIncompleteMarker, ec)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path, ": a `prepare` into this directory was interrupted while moving its shards into place (",
-        (fs::path(path) / kPrepareIncompleteMarker).string(), "), so new and stale shards may be mixed: run it again"));
+        path, ": a `prepare` into ", dir.string(), " was interrupted while moving its shards into place (",
+        (dir / kPrepareIncompleteMarker).string(), "), so new and stale shards may be mixed: run it again"));
   }
+  if (!fs::is_directory(path, ec)) return std::vector<std::string>{path};
   std::vector<std::string> shards;
   const std::string prefix = split + "_", infix = "_" + split + "_";
   for (const auto& entry : fs::directory_iterator(path, ec)) {

@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/input_file.h"
 #include "google/protobuf/text_format.h"
 #include "launch/text_file.h"
 #include "model/param_layout.h"
@@ -65,6 +67,41 @@ absl::StatusOr<std::vector<AxisModel>> ModelAxis(const config::SweepConfig& swee
   return models;
 }
 
+// Merges into `dst` the fields of `src` that its text wrote (`tree`, the parser's record of
+// where each field was), so that a value equal to the proto3 default — `tensorboard: false`
+// over a base file's `true` — overrides too, which Message::MergeFrom cannot tell from an
+// absent field. Written singular fields replace dst's, nested messages merge field by
+// field, repeated fields append (as MergeFrom).
+void MergeWrittenFields(const google::protobuf::Message& src, const google::protobuf::TextFormat::ParseInfoTree& tree,
+                        google::protobuf::Message* dst) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Descriptor* d = src.GetDescriptor();
+  const google::protobuf::Reflection* r = src.GetReflection();
+  std::unique_ptr<google::protobuf::Message> copy(src.New());
+  copy->CopyFrom(src);
+  std::vector<const FieldDescriptor*> replaced;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (tree.GetLocation(f, f->is_repeated() ? 0 : -1).line < 0) continue;  // not written
+    if (f->is_repeated()) {
+      std::unique_ptr<google::protobuf::Message> only(src.New());
+      only->GetReflection()->SwapFields(only.get(), copy.get(), {f});
+      dst->MergeFrom(*only);
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      const google::protobuf::TextFormat::ParseInfoTree* nested = tree.GetTreeForNested(f, -1);
+      google::protobuf::Message* into = dst->GetReflection()->MutableMessage(dst, f);
+      if (nested != nullptr) {
+        MergeWrittenFields(r->GetMessage(src, f), *nested, into);
+      } else {
+        into->MergeFrom(r->GetMessage(src, f));
+      }
+    } else {
+      replaced.push_back(f);
+    }
+  }
+  dst->GetReflection()->SwapFields(copy.get(), dst, replaced);
+}
+
 // The schedules whose lr at step s does not depend on the run's length.
 bool LengthFreeSchedule(const config::ScheduleConfig& s) {
   return s.kind() == config::ScheduleConfig::KIND_UNSPECIFIED || s.kind() == config::ScheduleConfig::WARMUP_CONSTANT;
@@ -75,6 +112,16 @@ bool LengthFreeSchedule(const config::ScheduleConfig& s) {
 absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
   config::SweepConfig sc;
   if (absl::Status s = ParseTextFile(path, &sc); !s.ok()) return s;
+  // Again with the record of which fields the text wrote, for base_config (it parsed once).
+  google::protobuf::TextFormat::ParseInfoTree written;
+  {
+    auto text = ReadRegularFile(path, "sweep file", kMaxConfigFileBytes);
+    if (!text.ok()) return text.status();
+    google::protobuf::TextFormat::Parser parser;
+    parser.WriteLocationsTo(&written);
+    config::SweepConfig again;
+    if (!parser.ParseFromString(*text, &again)) return absl::InvalidArgumentError(absl::StrCat(path, ": parse error"));
+  }
   Sweep sweep;
   sweep.file = path;
   std::error_code ec;
@@ -87,7 +134,9 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
     if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": base: ", parsed.status().message()));
     base = *parsed;
   }
-  base.MergeFrom(sc.base_config());
+  if (const auto* tree = written.GetTreeForNested(sc.GetDescriptor()->FindFieldByName("base_config"), -1)) {
+    MergeWrittenFields(sc.base_config(), *tree, &base);
+  }
   base.clear_model();
   base.clear_model_config();
   base.clear_run_dir();

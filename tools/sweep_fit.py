@@ -282,7 +282,10 @@ def collect(manifest):
     """Rows of the sweep's runs: the validation loss at each budget's step that the run reached."""
     rows = []
     for run in manifest["runs"]:
-        val = {m["step"]: m["val_loss"] for m in run_metrics(run["dir"]) if "val_loss" in m}
+        # A diverged run logs a non-finite loss as null (JSON has no NaN): such a point, or
+        # any value that is not a number, is no result.
+        val = {m.get("step"): m["val_loss"] for m in run_metrics(run["dir"])
+               if isinstance(m.get("val_loss"), (int, float)) and not isinstance(m.get("val_loss"), bool)}
         for b in run["budgets"]:
             if b["steps"] in val and math.isfinite(val[b["steps"]]):
                 rows.append({"family": run["family"], "params": float(run["params"]), "tokens": float(b["tokens"]),

@@ -35,7 +35,8 @@ def metrics(run_dir):
 
 
 def peak_mib(stderr):
-    m = re.search(r"peak resident memory ([0-9.]+) MiB \(VmHWM\), bound ([0-9.]+) MiB", stderr)
+    m = re.search(r"peak resident memory ([0-9.]+) MiB \(VmHWM\), bound ([0-9.]+) MiB, over the [0-9.]+ MiB the "
+                  r"program held at start-up", stderr)
     assert m, stderr
     return float(m.group(1)), float(m.group(2))
 

@@ -250,6 +250,11 @@ class EvalCliTest(OneLineErrors):
         r = run("eval", "relevance", f"--weights={w}", f"--text={text}", f"--out={self.dir}/rel",
                 f"--tokenizer={self.tokenizer}")
         self.assert_one_line_error(r, "is a Transformer: relevance maps are Multiscreen's")
+        # --as_learned keeps Multiscreen's learned windows; a Transformer has none.
+        r = run("eval", "ttft", f"--weights={w}", "--context=64", "--as_learned", f"--out={self.dir}/tt2")
+        self.assert_one_line_error(r, "--as_learned: model")
+        r = run("generate", f"--weights={w}", "--prompt=hi", "--as_learned", f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, "is a Transformer, which has no learned windows to keep")
 
     # ---- ttft ---------------------------------------------------------------------------
     def test_ttft_reports_median_mean_and_spread(self):
