@@ -8,9 +8,9 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_check.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
@@ -133,33 +133,10 @@ class CudaKernelTable final : public KernelTable<float> {
   CrossEntropyScratch cross_entropy_;
 };
 
-// "major.minor" of a CUDA version number (1000·major + 10·minor).
-std::string VersionName(int version) { return absl::StrCat(version / 1000, ".", (version % 1000) / 10); }
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const KernelOptions& /*options*/) {
-  int driver = 0, runtime = 0;
-  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
-    return absl::FailedPreconditionError("no CUDA device is visible: no CUDA driver is loaded");
-  }
-  if (const cudaError_t e = cudaRuntimeGetVersion(&runtime); e != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot read the CUDA runtime version: ", cudaGetErrorString(e)));
-  }
-  if (driver < runtime) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the CUDA driver is too old: it supports CUDA ", VersionName(driver), ", this build's runtime is CUDA ",
-        VersionName(runtime), " (", cudaGetErrorString(cudaErrorInsufficientDriver), ")"));
-  }
-  int count = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no CUDA device is visible (cudaGetDeviceCount: ", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", ")"));
-  }
-  int device = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot use the current CUDA device: ", cudaGetErrorString(e)));
-  }
+  if (absl::Status usable = CheckCudaDevice(); !usable.ok()) return usable;
   // Every table of a process issues on the legacy default stream, so that the ops of
   // different tables — the model's, the stage's parameter upload, bench's optimizer —
   // run in the order the host issues them, as on the CPU. (Overlap through streams of
