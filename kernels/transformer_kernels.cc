@@ -1,17 +1,26 @@
 #include "kernels/transformer_kernels.h"
 
-#include "absl/strings/str_cat.h"
+#include <type_traits>
+
 #include "kernels/cpu/cpu_transformer_kernels.h"
+#include "kernels/cuda_kernels_built.h"
+
+#ifdef MULTISCREEN_HAVE_CUDA
+#include "kernels/cuda/cuda_transformer_kernels.h"
+#endif
 
 namespace multiscreen {
 
 template <typename Real>
 absl::StatusOr<std::unique_ptr<kernels::TransformerKernels<Real>>> MakeTransformerKernels(Device device) {
-  if (device != Device::kCpu) {
-    return absl::UnimplementedError(
-        absl::StrCat("--device=", DeviceName(device), ": no CUDA kernels for the Transformer yet (use --device=cpu)"));
+  if (device == Device::kCpu) {
+    return std::unique_ptr<kernels::TransformerKernels<Real>>(new kernels::cpu::CpuTransformerKernels<Real>());
   }
-  return std::unique_ptr<kernels::TransformerKernels<Real>>(new kernels::cpu::CpuTransformerKernels<Real>());
+  if (absl::Status built = CudaKernelsBuilt<Real>(); !built.ok()) return built;
+#ifdef MULTISCREEN_HAVE_CUDA
+  if constexpr (std::is_same_v<Real, float>) return kernels::cuda::MakeCudaTransformerKernels();
+#endif
+  return absl::InternalError("unreachable: CudaKernelsBuilt accepted a type without CUDA kernels");
 }
 
 template absl::StatusOr<std::unique_ptr<kernels::TransformerKernels<float>>> MakeTransformerKernels<float>(Device);

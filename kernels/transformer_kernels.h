@@ -4,8 +4,8 @@
 // tensors are row-major arrays of Real on device(), per-row fp64 statistics (the
 // attention's lse) and per-head scalars live in host memory.
 //
-// Implementations: the CPU's (kernels/cpu/{rms_norm,rope,attention,swiglu}.h) only.
-// MakeTransformerKernels refuses CUDA in one line until CUDA kernels exist.
+// Implementations: the CPU's (kernels/cpu/{rms_norm,rope,attention,swiglu}.h, any Real)
+// and, in a build with CUDA, the GPU's (kernels/cuda/cuda_transformer_kernels.h, float).
 #pragma once
 
 #include <cstdint>
@@ -45,8 +45,8 @@ class TransformerKernels {
 
 }  // namespace kernels
 
-// The Transformer kernels of `device`. Errors: any device but the CPU ("no CUDA kernels
-// for the Transformer yet").
+// The Transformer kernels of `device`. Errors (one line, as MakeKernelTable's): CUDA
+// for double, a build without CUDA, no device visible, a driver too old.
 template <typename Real>
 absl::StatusOr<std::unique_ptr<kernels::TransformerKernels<Real>>> MakeTransformerKernels(Device device);
 

@@ -1,7 +1,7 @@
 // Device functions shared by the CUDA kernels: the TanhNorm scale (spec step 11, the
 // twin of cpu::TanhNormScale with its series below ‖h‖ = 0.1), the output gate (spec
-// step 12, the twin of kernels/cpu/gate.h with the library's expf/tanhf), a warp sum
-// and a block sum in fp64.
+// step 12, the twin of kernels/cpu/gate.h with the library's expf/tanhf), warp sums
+// in fp32 and fp64, and a block sum in fp64.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +33,13 @@ __device__ inline void GateForwardAndDerivative(float g, float* gate, float* der
 
 // Sum of v over the 32 lanes of a full warp (every lane gets it).
 __device__ inline float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum of v over the 32 lanes of a full warp in fp64 (every lane gets it), by a fixed
+// butterfly: the same order on every run.
+__device__ inline double WarpSumDouble(double v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }

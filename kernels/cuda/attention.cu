@@ -1,0 +1,252 @@
+// Causal attention on a CUDA device (attention.h). Warps of kWarpsPerBlock per block;
+// warp w of the grid owns row g = (b·heads + h)·T + t of the [B, heads, T] index
+// (a query in the forward and for ∂q, a key for ∂k and ∂v); lane l holds the head's
+// columns l, l + 32, …; each score is a fixed-order warp sum in fp64.
+#include "kernels/cuda/attention.h"
+
+#include <math_constants.h>
+
+#include <string>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace multiscreen::kernels::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 8;
+constexpr int kPerLane = int(kMaxHeadWidth) / kWarp;  // columns per lane, at most
+
+// Where warp row g's vectors start, and its (b, h) pair's.
+struct RowIndex {
+  int64_t bh, t, base;  // base: the (b, h) pair's row 0, column h·d_h, in q/k/v/o
+};
+
+__device__ inline RowIndex IndexOf(int64_t g, int64_t T, int64_t H, int64_t dh) {
+  RowIndex r;
+  r.bh = g / T;
+  r.t = g % T;
+  const int64_t b = r.bh / H, h = r.bh % H;
+  r.base = b * T * H * dh + h * dh;
+  return r;
+}
+
+// x[u] ← row[lane + 32u] (0 past d_h), as fp64.
+__device__ inline void LoadRow(const float* row, int64_t dh, double* x) {
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int64_t c = threadIdx.x + int64_t(u) * kWarp;
+    x[u] = c < dh ? double(row[c]) : 0.0;
+  }
+}
+
+// Σ_c x[c] · row[c] over the warp (every lane gets it).
+__device__ inline double WarpDot(const double* x, const float* row, int64_t dh) {
+  double part = 0;
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int64_t c = threadIdx.x + int64_t(u) * kWarp;
+    if (c < dh) part += x[u] * double(row[c]);
+  }
+  return WarpSumDouble(part);
+}
+
+// row[lane + 32u] ← x[u] (below d_h).
+__device__ inline void StoreRow(const double* x, int64_t dh, float* row) {
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int64_t c = threadIdx.x + int64_t(u) * kWarp;
+    if (c < dh) row[c] = static_cast<float>(x[u]);
+  }
+}
+
+// One warp per query: the online softmax over keys 0..i, then o_i and lse_i.
+__global__ void ForwardKernel(const float* q, const float* k, const float* v, const double* scale, float* o,
+                              double* lse, int64_t rows, int64_t T, int64_t H, int64_t dh) {
+  const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
+  if (g >= rows) return;
+  const RowIndex r = IndexOf(g, T, H, dh);
+  const int64_t ld = H * dh;
+  const double sc = scale[r.bh % H];
+  double qi[kPerLane], acc[kPerLane];
+  LoadRow(q + r.base + r.t * ld, dh, qi);
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) acc[u] = 0;
+  double m = -CUDART_INF, l = 0;
+  for (int64_t j = 0; j <= r.t; ++j) {
+    const double s = sc * WarpDot(qi, k + r.base + j * ld, dh);
+    const double m_new = fmax(m, s), rescale = exp(m - m_new), p = exp(s - m_new);
+    l = l * rescale + p;
+    const float* vj = v + r.base + j * ld;
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const int64_t c = threadIdx.x + int64_t(u) * kWarp;
+      acc[u] = acc[u] * rescale + (c < dh ? p * double(vj[c]) : 0.0);
+    }
+    m = m_new;
+  }
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) acc[u] /= l;
+  StoreRow(acc, dh, o + r.base + r.t * ld);
+  if (threadIdx.x == 0) lse[g] = m + log(l);
+}
+
+// D_i = ∂L/∂o_i · o_i, one warp per query.
+__global__ void DeltaKernel(const float* o, const float* d_o, double* delta, int64_t rows, int64_t T, int64_t H,
+                            int64_t dh) {
+  const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
+  if (g >= rows) return;
+  const RowIndex r = IndexOf(g, T, H, dh);
+  const int64_t ld = H * dh;
+  double doi[kPerLane];
+  LoadRow(d_o + r.base + r.t * ld, dh, doi);
+  const double d = WarpDot(doi, o + r.base + r.t * ld, dh);
+  if (threadIdx.x == 0) delta[g] = d;
+}
+
+// One warp per query i: ∂q_i = scale Σ_{j≤i} ∂L/∂s_ij k_j and parts_i = Σ_j ∂L/∂s_ij q_i·k_j,
+// with ∂L/∂s_ij = p_ij (∂L/∂o_i·v_j − D_i).
+__global__ void QueryGradKernel(const float* q, const float* k, const float* v, const float* d_o, const double* lse,
+                                const double* delta, const double* scale, float* dq, double* parts, int64_t rows,
+                                int64_t T, int64_t H, int64_t dh) {
+  const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
+  if (g >= rows) return;
+  const RowIndex r = IndexOf(g, T, H, dh);
+  const int64_t ld = H * dh;
+  const double sc = scale[r.bh % H], lse_i = lse[g], d_i = delta[g];
+  double qi[kPerLane], doi[kPerLane], gq[kPerLane];
+  LoadRow(q + r.base + r.t * ld, dh, qi);
+  LoadRow(d_o + r.base + r.t * ld, dh, doi);
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) gq[u] = 0;
+  double g_scale = 0;
+  for (int64_t j = 0; j <= r.t; ++j) {
+    const float* kj = k + r.base + j * ld;
+    const double dot = WarpDot(qi, kj, dh);
+    const double p = exp(sc * dot - lse_i);
+    const double ds = p * (WarpDot(doi, v + r.base + j * ld, dh) - d_i);
+    g_scale += ds * dot;
+    const double gs = sc * ds;
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const int64_t c = threadIdx.x + int64_t(u) * kWarp;
+      if (c < dh) gq[u] += gs * double(kj[c]);
+    }
+  }
+  StoreRow(gq, dh, dq + r.base + r.t * ld);
+  if (threadIdx.x == 0) parts[g] = g_scale;
+}
+
+// One warp per key j: ∂k_j = scale Σ_{i≥j} ∂L/∂s_ij q_i and ∂v_j = Σ_{i≥j} p_ij ∂L/∂o_i.
+__global__ void KeyValueGradKernel(const float* q, const float* k, const float* v, const float* d_o,
+                                   const double* lse, const double* delta, const double* scale, float* dk, float* dv,
+                                   int64_t rows, int64_t T, int64_t H, int64_t dh) {
+  const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
+  if (g >= rows) return;
+  const RowIndex r = IndexOf(g, T, H, dh);
+  const int64_t ld = H * dh;
+  const double sc = scale[r.bh % H];
+  double kj[kPerLane], vj[kPerLane], gk[kPerLane], gv[kPerLane];
+  LoadRow(k + r.base + r.t * ld, dh, kj);
+  LoadRow(v + r.base + r.t * ld, dh, vj);
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) gk[u] = gv[u] = 0;
+  for (int64_t i = r.t; i < T; ++i) {
+    const float* qi = q + r.base + i * ld;
+    const float* doi = d_o + r.base + i * ld;
+    const double p = exp(sc * WarpDot(kj, qi, dh) - lse[r.bh * T + i]);
+    const double ds = p * (WarpDot(vj, doi, dh) - delta[r.bh * T + i]);
+    const double gs = sc * ds;
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const int64_t c = threadIdx.x + int64_t(u) * kWarp;
+      if (c < dh) {
+        gk[u] += gs * double(qi[c]);
+        gv[u] += p * double(doi[c]);
+      }
+    }
+  }
+  StoreRow(gk, dh, dk + r.base + r.t * ld);
+  StoreRow(gv, dh, dv + r.base + r.t * ld);
+}
+
+// d_scale[h] = Σ_{b, i} parts[(b·H + h)·T + i]: block h, strided per-thread sums in
+// order, then BlockSum's fixed tree.
+__global__ void ScaleGradKernel(const double* parts, int64_t B, int64_t T, int64_t H, double* d_scale) {
+  const int64_t h = blockIdx.x;
+  double acc = 0;
+  for (int64_t n = threadIdx.x; n < B * T; n += kThreads) acc += parts[((n / T) * H + h) * T + n % T];
+  acc = BlockSum(acc);
+  if (threadIdx.x == 0) d_scale[h] = acc;
+}
+
+dim3 WarpGrid(int64_t rows) { return dim3(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock)); }
+
+// Fatal (one line) unless the kernels take heads of width d_h.
+void CheckHeadWidth(const char* op, int64_t dh) {
+  if (dh < 1 || dh > kMaxHeadWidth) {
+    const std::string message = "head width d_h = " + std::to_string(dh) + " is outside the kernel's 1.." +
+                                std::to_string(kMaxHeadWidth);
+    FatalCudaError(op, message.c_str());
+  }
+}
+
+// dst[0, n) (device) ← host[0, n), enqueued on stream (the host array may change after).
+void UploadDoubles(const char* op, const double* host, int64_t n, DeviceArray<double>* dst, cudaStream_t stream) {
+  dst->Resize(n);
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(dst->data(), host, n * sizeof(double), cudaMemcpyHostToDevice, stream));
+}
+
+// host[0, n) ← src[0, n) (device), waiting for it.
+void DownloadDoubles(const char* op, const double* src, int64_t n, double* host, cudaStream_t stream) {
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(host, src, n * sizeof(double), cudaMemcpyDeviceToHost, stream));
+  MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
+}
+
+}  // namespace
+
+void AttentionForward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
+                      const double* scale, float* o, double* lse, AttentionScratch* scratch, cudaStream_t stream) {
+  const int64_t rows = shape.batch * shape.heads * shape.seq;
+  if (rows <= 0) return;
+  CheckHeadWidth("AttentionForward", shape.d_h);
+  UploadDoubles("AttentionForward", scale, shape.heads, &scratch->scale, stream);
+  scratch->lse.Resize(rows);
+  ForwardKernel<<<WarpGrid(rows), dim3(kWarp, kWarpsPerBlock), 0, stream>>>(
+      q, k, v, scratch->scale.data(), o, scratch->lse.data(), rows, shape.seq, shape.heads, shape.d_h);
+  MS_CUDA_CHECK_LAUNCH("AttentionForward");
+  DownloadDoubles("AttentionForward", scratch->lse.data(), rows, lse, stream);
+}
+
+void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
+                       const float* o, const double* lse, const float* d_o, const double* scale, float* dq, float* dk,
+                       float* dv, double* d_scale, AttentionScratch* scratch, cudaStream_t stream) {
+  const int64_t rows = shape.batch * shape.heads * shape.seq, T = shape.seq, H = shape.heads, dh = shape.d_h;
+  if (rows <= 0) {
+    for (int64_t h = 0; h < H; ++h) d_scale[h] = 0;
+    return;
+  }
+  CheckHeadWidth("AttentionBackward", dh);
+  UploadDoubles("AttentionBackward", scale, H, &scratch->scale, stream);
+  UploadDoubles("AttentionBackward", lse, rows, &scratch->lse, stream);
+  scratch->delta.Resize(rows);
+  scratch->parts.Resize(rows);
+  scratch->d_scale.Resize(H);
+  const dim3 grid = WarpGrid(rows), block(kWarp, kWarpsPerBlock);
+  DeltaKernel<<<grid, block, 0, stream>>>(o, d_o, scratch->delta.data(), rows, T, H, dh);
+  MS_CUDA_CHECK_LAUNCH("AttentionBackward");
+  QueryGradKernel<<<grid, block, 0, stream>>>(q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
+                                              scratch->scale.data(), dq, scratch->parts.data(), rows, T, H, dh);
+  MS_CUDA_CHECK_LAUNCH("AttentionBackward");
+  KeyValueGradKernel<<<grid, block, 0, stream>>>(q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
+                                                 scratch->scale.data(), dk, dv, rows, T, H, dh);
+  MS_CUDA_CHECK_LAUNCH("AttentionBackward");
+  ScaleGradKernel<<<static_cast<unsigned>(H), kThreads, 0, stream>>>(scratch->parts.data(), shape.batch, T, H,
+                                                                     scratch->d_scale.data());
+  MS_CUDA_CHECK_LAUNCH("AttentionBackward");
+  DownloadDoubles("AttentionBackward", scratch->d_scale.data(), H, d_scale, stream);
+}
+
+}  // namespace multiscreen::kernels::cuda

@@ -1,0 +1,19 @@
+// RoPE (spec "Transformer baseline") on a CUDA device, the twin of kernels/cpu/rope.h:
+// half-split pairs (p, p + d_h/2) of each head turned by φ(t, p) = t · θ^(−2p/d_h),
+// θ = 10,000, t the position within its sequence. The angle, its cosine and sine are
+// computed in fp64 from the exact integer position, as the CPU's, then rounded to fp32
+// for the rotation. One thread per pair. Pointers are device pointers; launches on
+// `stream`; failures are fatal.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace multiscreen::kernels::cuda {
+
+// x: [B·T, heads·d_h] in place, row stride ld (≥ heads·d_h); row b·T + t is position t.
+// inverse: turn by −φ (the backward). d_h must be even.
+void Rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse, cudaStream_t stream);
+
+}  // namespace multiscreen::kernels::cuda
