@@ -305,9 +305,7 @@ int BenchTrain(int argc, char** argv) {
   if (!(lr >= 0 && std::isfinite(lr))) {
     return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
   }
-  auto resolved = ResolveDevice(precision == "fp64", true);
-  if (!resolved.ok()) return Fail("bench", resolved.status());
-  auto device = DeviceForModel(*dims, *resolved);  // the Transformer: CPU kernels only
+  auto device = ResolveDevice(precision == "fp64", true);
   if (!device.ok()) return Fail("bench", device.status());
   head.device = *device;
   auto run = [&](const ModelOptions& options) {

@@ -51,12 +51,4 @@ absl::StatusOr<Device> ResolveDevice(bool fp64, bool single_process_only) {
   return absl::Status(why.code(), absl::StrCat("--device=cuda: ", why.message()));
 }
 
-absl::StatusOr<Device> DeviceForModel(const ModelDims& dims, Device resolved) {
-  if (!dims.transformer() || resolved == Device::kCpu) return resolved;
-  if (absl::AsciiStrToLower(absl::GetFlag(FLAGS_device)) == "auto") return Device::kCpu;
-  return absl::UnimplementedError(absl::StrCat("--device=", DeviceName(resolved),
-                                               ": no CUDA kernels for the Transformer yet (model ", dims.name,
-                                               "; use --device=cpu)"));
-}
-
 }  // namespace multiscreen::cli

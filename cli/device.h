@@ -27,9 +27,4 @@ absl::StatusOr<std::string> BindDevice(int local_rank);
 // Errors name the flag: "--device=cuda: ...".
 absl::StatusOr<Device> ResolveDevice(bool fp64, bool single_process_only);
 
-// `resolved` (ResolveDevice's) for a model of `dims`' family: the Transformer baseline
-// has CPU kernels only, so --device=auto gives cpu for it and --device=cuda is refused
-// ("--device=cuda: no CUDA kernels for the Transformer yet").
-absl::StatusOr<Device> DeviceForModel(const ModelDims& dims, Device resolved);
-
 }  // namespace multiscreen::cli

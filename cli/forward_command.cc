@@ -75,8 +75,6 @@ int ForwardCommand(int argc, char** argv) {
   if (!device.ok()) return Fail("forward", device.status());
   auto weights = LoadWeights(weights_path, absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("forward", weights.status());
-  device = DeviceForModel(weights->dims, *device);
-  if (!device.ok()) return Fail("forward", device.status());
   // B·(T + 1) tokens index int32 arrays; the file's header bounds them further.
   if (double(B) * (double(T) + 1) > double(INT32_MAX)) {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " --seq_len=", T, ": ",

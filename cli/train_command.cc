@@ -248,8 +248,6 @@ int TrainCommand(int argc, char** argv) {
   // Every rank resolves its own device (its GPU was bound above); the step runs there.
   auto device = ResolveDevice(false, grid->shape().tp * grid->shape().pp == 1);
   if (!device.ok()) return fail(device.status());
-  device = DeviceForModel(*dims, *device);
-  if (!device.ok()) return fail(device.status());
   // Single-process runs clean up a run directory they created and never used (under
   // MPI a failing rank ends the job at once, and the directory stays).
   std::error_code exists_ec;

@@ -90,7 +90,7 @@ std::unique_ptr<kernels::KernelTable<Real>> KernelTableFor(const ModelOptions& o
 
 // The model of dims.family on `shard`. `tp`: the shard's tensor-parallel group (null:
 // one). An unusable device or layout is fatal here with one line (callers check the
-// device first: ResolveDevice in cli/device.h; the Transformer has CPU kernels only).
+// device first: ResolveDevice in cli/device.h).
 template <typename Real>
 std::unique_ptr<ModelStage<Real>> MakeModelStage(const ModelDims& dims, const ShardSpec& shard,
                                                  ModelOptions options = {}, Communicator* tp = nullptr);
