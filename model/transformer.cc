@@ -32,8 +32,8 @@ Transformer<Real>::Transformer(const ModelDims& dims, const ShardSpec& shard, Mo
       table_(options.device), e_norm_(options.device), table_c_(options.device), d_table_(options.device),
       d_a_(options.device), d_qkv_(options.device), d_q_(options.device), d_k_(options.device), d_v_(options.device),
       d_o_(options.device), d_gu_(options.device), d_h_(options.device), d_w_qkv_(options.device),
-      scratch_x_(options.device), y_(options.device), y_c_(options.device), y_stat_(options.device),
-      dy_(options.device), step_x0_(options.device) {
+      scratch_x_(options.device), d_delta_(options.device), y_(options.device), y_c_(options.device),
+      y_stat_(options.device), dy_(options.device), step_x0_(options.device) {
   if (!dims.transformer()) FatalModelError("model " + dims.name + " is not a Transformer");
   const int64_t n_tp = tp_->size();
   if (dims.n_heads % n_tp != 0) {
@@ -84,6 +84,20 @@ const Real* Transformer<Real>::Table() const {
 template <typename Real>
 void Transformer<Real>::RoundToCompute(Real* data, int64_t n) const {
   ops_->RoundTo(options_.precision, data, n);
+}
+
+template <typename Real>
+void Transformer<Real>::RoundGradientToCompute(Real* data, int64_t n) const {
+  if (options_.precision == Precision::kFp16) ops_->RoundTo(options_.precision, data, n);
+}
+
+template <typename Real>
+const Real* Transformer<Real>::GradientOperand(const Real* grad, int64_t n) {
+  if (options_.precision != Precision::kFp16) return grad;
+  d_delta_.Resize(n);
+  ops_->Copy(grad, n, d_delta_.data());
+  ops_->RoundTo(Precision::kFp16, d_delta_.data(), n);
+  return d_delta_.data();
 }
 
 template <typename Real>
@@ -317,9 +331,11 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     const Slots s = SlotsOf(layout_.shard().layer_begin + li);
     std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kFfn);
     // FFN: x_out = x_mid + h W_down, h = SwiGLU(xn2 [W_gate; W_up]ᵀ), xn2 = RMSNorm(x_mid).
-    ops_->Gemm(prec, false, true, rows, F, dE, 1, dx, dE, w.w_down.data(), dE, 0, d_h_.data(), F);
-    ops_->Gemm(prec, true, false, F, dE, rows, 1, a.h.data(), F, dx, dE, 1, grads + s.w_down, dE);
+    const Real* d_out = GradientOperand(dx, rows * dE);
+    ops_->Gemm(prec, false, true, rows, F, dE, 1, d_out, dE, w.w_down.data(), dE, 0, d_h_.data(), F);
+    ops_->Gemm(prec, true, false, F, dE, rows, 1, a.h.data(), F, d_out, dE, 1, grads + s.w_down, dE);
     tk_->SwiGluBackward(a.gu.data(), d_h_.data(), d_gu_.data(), rows, F);
+    RoundGradientToCompute(d_gu_.data(), rows * 2 * F);
     // W_gate and W_up are adjacent in the layout: one [2 d_ff, d_E] gradient.
     ops_->Gemm(prec, true, false, 2 * F, dE, rows, 1, d_gu_.data(), 2 * F, a.xn2.data(), dE, 1, grads + s.w_gate, dE);
     ops_->Gemm(prec, false, false, rows, dE, 2 * F, 1, d_gu_.data(), 2 * F, w.w_gu.data(), dE, 0, d_a_.data(), dE);
@@ -328,8 +344,9 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
                          rows, dE, true);
     // Attention: x_mid = x_in + o W_O.
     timer.emplace(options_.profile, StepProfile::kOutputGemm);
-    ops_->Gemm(prec, false, true, rows, dl, dE, 1, dx, dE, w.w_o.data(), dE, 0, d_o_.data(), dl);
-    ops_->Gemm(prec, true, false, dl, dE, rows, 1, a.o.data(), dl, dx, dE, 1, grads + s.w_o, dE);
+    d_out = GradientOperand(dx, rows * dE);
+    ops_->Gemm(prec, false, true, rows, dl, dE, 1, d_out, dE, w.w_o.data(), dE, 0, d_o_.data(), dl);
+    ops_->Gemm(prec, true, false, dl, dE, rows, 1, a.o.data(), dl, d_out, dE, 1, grads + s.w_o, dE);
     timer.emplace(options_.profile, StepProfile::kAttention);
     tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
                            w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data());
@@ -344,6 +361,7 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     tk_->Rope(d_k_.data(), dl, B, T, H, dh, true);
     Array* dqkv[3] = {&d_q_, &d_k_, &d_v_};
     for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dl, rows, dl, d_qkv_.data() + p * dl, 3 * dl);
+    RoundGradientToCompute(d_qkv_.data(), rows * 3 * dl);
     timer.emplace(options_.profile, StepProfile::kProjections);
     // qkv = xn1 W_qkv: ∂W_qkv = xn1ᵀ ∂qkv (back into the heads of W_Q, W_K, W_V), ∂xn1 = ∂qkv W_qkvᵀ.
     ops_->Gemm(prec, true, false, dE, 3 * dl, rows, 1, a.xn1.data(), dE, d_qkv_.data(), 3 * dl, 0, d_w_qkv_.data(),

@@ -11,8 +11,8 @@
 //
 // Written over two kernel tables: the shared one (kernels/kernel_table.h: GEMMs,
 // embedding, unit rows, the fused head) and the Transformer's (kernels/
-// transformer_kernels.h: RMSNorm, RoPE, attention, SwiGLU), which exists on the CPU
-// only. Computes one shard: layers (pipeline stages) and, over a tp group (issue 18,
+// transformer_kernels.h: RMSNorm, RoPE, attention, SwiGLU), on the CPU or a CUDA
+// device (fp32). Computes one shard: layers (pipeline stages) and, over a tp group (issue 18,
 // Megatron-LM's split, Shoeybi et al. 2019 §3), heads and the SwiGLU width: W_Q, W_K,
 // W_V and W_gate, W_up column-split (this rank's heads / hidden units), W_O and W_down
 // row-split, so each sub-layer's output is one all-reduce of partial sums in the
@@ -83,6 +83,14 @@ class Transformer final : public ModelStage<Real> {
   Slots SlotsOf(int64_t layer) const;
   const Real* Table() const;  // the tied table as the GEMMs and the embedding see it
   void RoundToCompute(Real* data, int64_t n) const;
+  // Under kFp16 the backward's GEMM operands hold fp16 values, as Multiscreen's
+  // (model/multiscreen.h): gradients are stored in 16 bits, so a loss scale too large
+  // overflows to ±inf, which the trainer's loss scaling detects and skips. Rounds a
+  // gradient in place (kFp16 only).
+  void RoundGradientToCompute(Real* data, int64_t n) const;
+  // grad [n] as a backward GEMM operand: itself, or under kFp16 its rounded copy in
+  // d_delta_ (grad, the residual stream's gradient, stays fp32).
+  const Real* GradientOperand(const Real* grad, int64_t n);
 
   int64_t LocalFfn() const;  // F_l: this rank's hidden units
 
@@ -99,7 +107,7 @@ class Transformer final : public ModelStage<Real> {
   std::vector<LayerWeights> weights_;
   std::vector<LayerActivations> acts_;
   // LayersBackward's scratch, and HeadLoss's.
-  Array d_a_, d_qkv_, d_q_, d_k_, d_v_, d_o_, d_gu_, d_h_, d_w_qkv_, scratch_x_;
+  Array d_a_, d_qkv_, d_q_, d_k_, d_v_, d_o_, d_gu_, d_h_, d_w_qkv_, scratch_x_, d_delta_;
   Array y_, y_c_, y_stat_, dy_;
   std::vector<double> lse_, target_logit_;
   std::vector<int64_t> local_target_;

@@ -1,6 +1,7 @@
 // Shared fixtures for model tests: tiny models with perturbed scalars, so that
 // windows are shorter than the test sequences, Trim rejects a real fraction of
-// pairs, and MiPE is on in some tiles and off in others.
+// pairs, and MiPE is on in some tiles and off in others; Transformer parameters moved
+// off their init.
 #pragma once
 
 #include <cmath>
@@ -39,6 +40,26 @@ std::vector<Real> PerturbedParams(const ParamLayout& layout, uint64_t seed) {
         case ParamKind::kS_O: case ParamKind::kS_E: case ParamKind::kS_F: v[i] += static_cast<Real>(unit(rng) - 0.5); break;
         default: break;
       }
+    }
+  }
+  return p;
+}
+
+// A Transformer's parameters initialized, then moved off the init so that attention is
+// far from uniform, SwiGLU far from linear and gains and scales are not 1: matrices
+// ×12, gains in [0.5, 1.5], scalars ±0.4.
+template <typename Real>
+std::vector<Real> PerturbedTransformerParams(const ParamLayout& layout, uint64_t seed) {
+  std::vector<Real> p(layout.size());
+  InitParams(layout, seed, p.data());
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (const ParamEntry& e : layout.entries()) {
+    Real* v = p.data() + e.buffer_offset;
+    for (int64_t i = 0; i < e.size(); ++i) {
+      if (e.is_gain()) v[i] = static_cast<Real>(v[i] * (0.5 + unit(rng)));
+      else if (e.is_scalar()) v[i] = static_cast<Real>(v[i] + 0.8 * (unit(rng) - 0.5));
+      else v[i] = static_cast<Real>(v[i] * 12);
     }
   }
   return p;

@@ -1,8 +1,8 @@
 // The Transformer baseline (model/transformer.h): every parameter's gradient against
 // central finite differences in double precision, for every combination of the switches
 // qk_norm, sio, pl_norm; its initialization (spec "Transformer baseline"); a pipeline of
-// two stages pieces equal to the whole model; decoding with the KV cache equal to the
-// full forward (issue 18).
+// two stages pieces equal to the whole model; fp16's backward holding its GEMM gradients
+// in fp16; decoding with the KV cache equal to the full forward (issue 18).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,24 +29,6 @@ ModelDims TinyTransformer(bool qk_norm, bool sio, bool pl_norm) {
   return d;
 }
 
-// Initialized, then moved off the init so that attention is far from uniform, SwiGLU far
-// from linear and gains and scales are not 1: matrices ×12, gains in [0.5, 1.5], scalars ±0.4.
-std::vector<double> Perturbed(const ParamLayout& layout, uint64_t seed) {
-  std::vector<double> p(layout.size());
-  InitParams(layout, seed, p.data());
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  for (const ParamEntry& e : layout.entries()) {
-    double* v = p.data() + e.buffer_offset;
-    for (int64_t i = 0; i < e.size(); ++i) {
-      if (e.is_gain()) v[i] *= 0.5 + unit(rng);
-      else if (e.is_scalar()) v[i] += 0.8 * (unit(rng) - 0.5);
-      else v[i] *= 12;
-    }
-  }
-  return p;
-}
-
 struct Switches {
   bool qk_norm, sio, pl_norm;
 };
@@ -59,7 +41,7 @@ TEST_P(TransformerGradientTest, EveryParameterMatchesCentralDifferences) {
   auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
   ASSERT_NE(dynamic_cast<Transformer<double>*>(model.get()), nullptr);
   const ParamLayout& layout = model->layout();
-  std::vector<double> p = Perturbed(layout, 21);
+  std::vector<double> p = testing::PerturbedTransformerParams<double>(layout, 21);
   const int64_t B = 2, T = 9;
   const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 22);
   std::vector<double> grads(layout.size(), 0.0);
@@ -116,7 +98,7 @@ TEST(TransformerInitTest, FollowsTheSpecStdsAndScalesResidualOutputs) {
 TEST(TransformerModelTest, TwoStagesOfLayersEqualTheWholeModel) {
   const ModelDims dims = TinyTransformer(true, true, false);
   const ParamLayout full(dims, ShardSpec::Full(dims));
-  const std::vector<double> p = Perturbed(full, 31);
+  const std::vector<double> p = testing::PerturbedTransformerParams<double>(full, 31);
   const int64_t B = 2, T = 7, rows = B * T;
   const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 32);
   auto whole = MakeModelStage<double>(dims, ShardSpec::Full(dims));
@@ -166,6 +148,48 @@ TEST(TransformerModelTest, TwoStagesOfLayersEqualTheWholeModel) {
   }
 }
 
+// Issue 18's fp16 backward, as Multiscreen's (model/multiscreen.h): under fp16 the
+// backward GEMMs' gradient operands are held in fp16, so a loss scale that takes them
+// past fp16's largest value (65504) overflows the gradients to ±inf — what the trainer's
+// dynamic loss scaling detects and skips — while fp32 and bf16 at that scale stay finite;
+// at a moderate scale the fp16 gradients agree with fp32's to 16-bit precision. (The
+// CPU's GEMM computes on the values it is given, so without the rounding the fp16 run
+// would never overflow and the GPU's, whose GEMMs convert to fp16, would differ.)
+TEST(TransformerPrecisionTest, Fp16BackwardHoldsTheGemmGradientsInFp16) {
+  for (const Switches s : {Switches{false, false, false}, Switches{true, true, true}}) {
+    const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm);
+    const ParamLayout layout(dims, ShardSpec::Full(dims));
+    const std::vector<float> p = testing::PerturbedTransformerParams<float>(layout, 51);
+    const int64_t B = 2, T = 9;
+    const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 52);
+    auto grads_of = [&](Precision precision, double grad_scale) {
+      ModelOptions options;
+      options.precision = precision;
+      auto model = MakeModelStage<float>(dims, ShardSpec::Full(dims), options);
+      std::vector<float> g(layout.size(), 0.f);
+      model->ForwardBackward(p.data(), tokens.data(), B, T, g.data(), nullptr, grad_scale);
+      return g;
+    };
+    auto all_finite = [](const std::vector<float>& g) {
+      return std::all_of(g.begin(), g.end(), [](float x) { return std::isfinite(x); });
+    };
+    const double huge = 1e12;  // dx·1e12 is far past 65504, far below fp32's and bf16's range
+    EXPECT_TRUE(all_finite(grads_of(Precision::kFp32, huge)));
+    EXPECT_TRUE(all_finite(grads_of(Precision::kBf16, huge)));
+    EXPECT_FALSE(all_finite(grads_of(Precision::kFp16, huge))) << "fp16 gradients never overflowed";
+    const double scale = 1024;
+    const std::vector<float> g16 = grads_of(Precision::kFp16, scale), g32 = grads_of(Precision::kFp32, scale);
+    ASSERT_TRUE(all_finite(g16));
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < g32.size(); ++i) {
+      diff += (double(g16[i]) - g32[i]) * (double(g16[i]) - g32[i]);
+      ref += double(g32[i]) * g32[i];
+    }
+    EXPECT_LE(std::sqrt(diff / ref), 1e-2);
+    EXPECT_GT(std::sqrt(diff / ref), 0.0);  // 16-bit compute did happen
+  }
+}
+
 
 // Issue 18: `generate`'s KV cache. Each step's logits equal the last row of the whole
 // model's forward over the prefix (recomputed from scratch for every prefix): every
@@ -177,7 +201,7 @@ TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
   const Switches s = GetParam();
   const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm);
   auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
-  const std::vector<double> p = Perturbed(model->layout(), 41);
+  const std::vector<double> p = testing::PerturbedTransformerParams<double>(model->layout(), 41);
   const int64_t T = 70, V = dims.vocab, dE = dims.d_e;
   const auto ids = RandomTokens(V, T, 42);
   auto decoder = MakeDecoder<double>(dims, p.data(), InferenceOptions{});
@@ -222,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(Switches, TransformerDecodeTest,
 TEST(TransformerDecodeTest, GreedyTokensAreTheFullForwardsArgmax) {
   const ModelDims dims = TinyTransformer(false, false, false);
   auto model = MakeModelStage<float>(dims, ShardSpec::Full(dims));
-  const std::vector<double> p64 = Perturbed(model->layout(), 51);
+  const std::vector<double> p64 = testing::PerturbedTransformerParams<double>(model->layout(), 51);
   const std::vector<float> p(p64.begin(), p64.end());
   const std::vector<int32_t> prompt = {3, 14, 15, 9, 2, 6};
   auto decoder = MakeDecoder<float>(dims, p.data(), InferenceOptions{});
