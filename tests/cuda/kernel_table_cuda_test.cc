@@ -32,71 +32,11 @@
 namespace multiscreen {
 namespace {
 
-using Floats = std::vector<float>;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-Floats Random(int64_t n, uint64_t seed, float stddev = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, stddev);
-  Floats x(n);
-  for (float& v : x) v = normal(rng);
-  return x;
-}
-
-// ‖got − ref‖ / ‖ref‖ (‖got‖ when ref is zero); infinity when got has a NaN and ref does not.
-double RelativeError(const Floats& got, const Floats& ref) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isnan(got[i]) != std::isnan(ref[i])) return kInf;
-    if (std::isnan(ref[i])) continue;
-    diff += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    norm += double(ref[i]) * ref[i];
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
-#define EXPECT_CLOSE(got, ref, tol)                                                       \
-  do {                                                                                    \
-    ASSERT_EQ((got).size(), (ref).size());                                                \
-    const double err_ = RelativeError((got), (ref));                                      \
-    EXPECT_LE(err_, (tol)) << #got << " vs " << #ref << ": relative error " << err_;     \
-  } while (0)
 
 // |got − ref| ≤ tol · max(|ref|, floor), for scalars such as the tile gradients.
 #define EXPECT_SCALAR_CLOSE(got, ref, tol, floor) \
   EXPECT_NEAR((got), (ref), (tol) * std::max(std::abs(double(ref)), double(floor))) << #got
-
-class CudaKernelTableTest : public CudaTest {
- protected:
-  void SetUp() override {
-    CudaTest::SetUp();
-    if (IsSkipped()) return;
-    absl::StatusOr<std::unique_ptr<kernels::KernelTable<float>>> table = kernels::cuda::MakeCudaKernelTable();
-    ASSERT_TRUE(table.ok()) << table.status();
-    table_ = std::move(*table);
-  }
-
-  // A device array holding `host` (kept until the test ends).
-  float* Device(const Floats& host) {
-    float* p = Empty(static_cast<int64_t>(host.size()));
-    table_->Upload(host.data(), static_cast<int64_t>(host.size()), p);
-    return p;
-  }
-  // A device array of n zeros.
-  float* Empty(int64_t n) {
-    arrays_.emplace_back(multiscreen::Device::kCuda);
-    arrays_.back().Resize(std::max<int64_t>(n, 1));
-    return arrays_.back().data();
-  }
-  Floats Host(const float* p, int64_t n) {
-    Floats out(n);
-    table_->Download(p, n, out.data());
-    return out;
-  }
-
-  std::unique_ptr<kernels::KernelTable<float>> table_;
-  std::vector<DeviceArray<float>> arrays_;
-};
 
 TEST(CudaKernelTableFactoryTest, FailsWithOneClearLineWhenNoDeviceIsVisible) {
   absl::StatusOr<std::unique_ptr<kernels::KernelTable<float>>> table = kernels::cuda::MakeCudaKernelTable();

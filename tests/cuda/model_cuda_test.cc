@@ -1,9 +1,10 @@
 // The model on the GPU against the model on the CPU: the same orchestration
-// (model/multiscreen.h) over the CUDA kernel table and over the CPU one, so what differs
-// is only the kernels. Loss and every parameter's gradient of ForwardBackward in fp32
-// within 1e-5 relative (‖Δ‖/‖ref‖), bf16 within 1e-2; inference logits with expanded
-// windows; and a pipeline stage whose parameters and gradients are staged through host
-// memory (kernels/host_staging.h) equal to the CPU stage. Skips, visibly, without a GPU.
+// (model/multiscreen.h, model/transformer.h) over the CUDA kernel tables and over the
+// CPU ones, so what differs is only the kernels. Loss and every parameter's gradient of
+// ForwardBackward in fp32 within 1e-5 relative (‖Δ‖/‖ref‖), bf16 (and the Transformer's
+// fp16) within 1e-2; Multiscreen's inference logits with expanded windows; and a
+// pipeline stage whose parameters and gradients are staged through host memory
+// (kernels/host_staging.h) equal to the CPU stage. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "kernels/device_array.h"
 #include "kernels/host_staging.h"
+#include "model/model_stage.h"
 #include "model/multiscreen.h"
 #include "parallel/pipeline.h"
 #include "tests/cuda/cuda_test.h"
@@ -43,17 +45,40 @@ Result RunModel(Device device, const ModelDims& dims, Precision precision, const
   ModelOptions options;
   options.device = device;
   options.precision = precision;
-  Multiscreen<float> model(dims, ShardSpec::Full(dims), options);
-  const int64_t n = model.layout().size();
+  auto model = MakeModelStage<float>(dims, ShardSpec::Full(dims), options);  // either family
+  const int64_t n = model->layout().size();
   auto staging = HostStaging<float>::Create(device);
   EXPECT_TRUE(staging.ok()) << staging.status();
   Result r;
   r.grads.assign(n, 0.f);
   r.token_losses.resize(B * T);
-  r.loss = model.ForwardBackward(staging->In(params.data(), n), tokens.data(), B, T,
-                                 staging->GradientsFor(r.grads.data(), n), r.token_losses.data());
+  r.loss = model->ForwardBackward(staging->In(params.data(), n), tokens.data(), B, T,
+                                  staging->GradientsFor(r.grads.data(), n), r.token_losses.data());
   staging->AddOut(r.grads.data());
   return r;
+}
+
+// A pipeline stage (parallel/pipeline.h) of the whole model over 3 micro-batches, its
+// parameters and gradients staged through host memory, on the GPU and on the CPU.
+void ExpectStagesMatch(const ModelDims& dims, const std::vector<float>& params, uint64_t token_seed) {
+  const ShardSpec shard = ShardSpec::Full(dims);
+  const ParamLayout layout(dims, shard);
+  const int64_t M = 3, B = 2, T = 29;
+  const auto tokens = RandomTokens(dims.vocab, M * B * (T + 1), token_seed);
+  std::vector<float> grads[2];
+  double loss[2];
+  for (Device device : {Device::kCpu, Device::kCuda}) {
+    ModelOptions options;
+    options.device = device;
+    PipelineStage stage(dims, shard, options, nullptr, nullptr);
+    std::vector<float>& g = grads[device == Device::kCuda];
+    g.assign(layout.size(), 0.5f);  // Run adds into what is there
+    auto l = stage.Run(params.data(), tokens.data(), M, B, T, g.data(), 1.0 / M);
+    ASSERT_TRUE(l.ok()) << l.status();
+    loss[device == Device::kCuda] = *l;
+  }
+  EXPECT_NEAR(loss[1], loss[0], 1e-5 * std::abs(loss[0]));
+  EXPECT_LE(RelativeError(grads[1], grads[0], 0, layout.size()), 1e-5);
 }
 
 class ModelCudaTest : public CudaTest, public ::testing::WithParamInterface<const char*> {};
@@ -114,29 +139,40 @@ TEST_P(ModelCudaTest, InferenceLogitsMatchTheCpu) {
 
 TEST_P(ModelCudaTest, AStageStagedThroughHostMemoryMatchesTheCpuStage) {
   const ModelDims dims = TinyDims(GetParam());
-  const ShardSpec shard = ShardSpec::Full(dims);
-  const ParamLayout layout(dims, shard);
-  const auto params = PerturbedParams<float>(layout, 14);
-  const int64_t M = 3, B = 2, T = 29;
-  const auto tokens = RandomTokens(dims.vocab, M * B * (T + 1), 8);
-  std::vector<float> grads[2];
-  double loss[2];
-  for (Device device : {Device::kCpu, Device::kCuda}) {
-    ModelOptions options;
-    options.device = device;
-    PipelineStage stage(dims, shard, options, nullptr, nullptr);
-    std::vector<float>& g = grads[device == Device::kCuda];
-    g.assign(layout.size(), 0.5f);  // Run adds into what is there
-    auto l = stage.Run(params.data(), tokens.data(), M, B, T, g.data(), 1.0 / M);
-    ASSERT_TRUE(l.ok()) << l.status();
-    loss[device == Device::kCuda] = *l;
-  }
-  EXPECT_NEAR(loss[1], loss[0], 1e-5 * std::abs(loss[0]));
-  EXPECT_LE(RelativeError(grads[1], grads[0], 0, layout.size()), 1e-5);
+  ExpectStagesMatch(dims, PerturbedParams<float>(ParamLayout(dims, ShardSpec::Full(dims)), 14), 8);
 }
 
 // tiny_psi2: the CPU head's whole-row path; tiny_psi4: its panel path.
 INSTANTIATE_TEST_SUITE_P(Tiny, ModelCudaTest, ::testing::Values("tiny_psi2", "tiny_psi4"));
+
+// The Transformer baseline (issue 18): plain, and with every switch on (QKNorm, SIO,
+// PLNorm); its parameters moved off the init so that attention is far from uniform.
+class TransformerCudaTest : public CudaTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(TransformerCudaTest, ForwardBackwardMatchesTheCpuInEveryPrecision) {
+  const ModelDims dims = *LoadModel(GetParam());
+  const ParamLayout layout(dims, ShardSpec::Full(dims));
+  const auto params = testing::PerturbedTransformerParams<float>(layout, 15);
+  struct Case {
+    Precision precision;
+    int64_t B, T;  // T = 37: below the CPU attention's 64-key block; 70: past it
+    double tol;
+  };
+  for (const Case c : {Case{Precision::kFp32, 2, 37, 1e-5}, Case{Precision::kFp32, 1, 70, 1e-5},
+                       Case{Precision::kBf16, 2, 45, 1e-2}, Case{Precision::kFp16, 2, 45, 1e-2}}) {
+    SCOPED_TRACE(::testing::Message() << "precision " << int(c.precision) << " B " << c.B << " T " << c.T);
+    const auto tokens = RandomTokens(dims.vocab, c.B * (c.T + 1), 9 + c.T);
+    ExpectClose(dims, RunModel(Device::kCuda, dims, c.precision, params, tokens, c.B, c.T),
+                RunModel(Device::kCpu, dims, c.precision, params, tokens, c.B, c.T), c.tol);
+  }
+}
+
+TEST_P(TransformerCudaTest, AStageStagedThroughHostMemoryMatchesTheCpuStage) {
+  const ModelDims dims = *LoadModel(GetParam());
+  ExpectStagesMatch(dims, testing::PerturbedTransformerParams<float>(ParamLayout(dims, ShardSpec::Full(dims)), 16), 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, TransformerCudaTest, ::testing::Values("tiny_transformer", "tiny_transformer_all"));
 
 }  // namespace
 }  // namespace multiscreen
