@@ -2,14 +2,18 @@
 // central finite differences in double precision, for every combination of the switches
 // qk_norm, sio, pl_norm; its initialization (spec "Transformer baseline"); a pipeline of
 // two stages pieces equal to the whole model; fp16's backward holding its GEMM gradients
-// in fp16; decoding with the KV cache equal to the full forward (issue 18).
+// in fp16; the kernel factory's CUDA refusals; decoding with the KV cache equal to the full forward (issue 18).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
+#include <string_view>
 
+#include "kernels/kernel_table.h"
+#include "kernels/transformer_kernels.h"
 #include "model/decoder.h"
 #include "model/init.h"
 #include "model/model_stage.h"
@@ -146,6 +150,30 @@ TEST(TransformerModelTest, TwoStagesOfLayersEqualTheWholeModel) {
   for (int64_t i = 0; i < dims.vocab * dims.d_e; ++i) {
     EXPECT_NEAR(g0[w0 + i] + g1[w1 + i], g_whole[wf + i], 1e-14 * (1 + std::abs(g_whole[wf + i])));
   }
+}
+
+// The Transformer kernels of a device: the CPU's always; CUDA's (fp32) where the build has
+// CUDA and a device is visible, else the same one-line refusal as the kernel table's.
+TEST(TransformerKernelsFactoryTest, CudaGivesTheKernelTablesRefusalsWhereItCannotRun) {
+  auto cpu = MakeTransformerKernels<float>(Device::kCpu);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->device(), Device::kCpu);
+  auto f32 = MakeTransformerKernels<float>(Device::kCuda);
+  auto table = MakeKernelTable<float>(Device::kCuda);
+  EXPECT_EQ(f32.ok(), table.ok());
+  if (f32.ok()) {
+    EXPECT_EQ((*f32)->device(), Device::kCuda);
+  } else {
+    EXPECT_EQ(f32.status(), table.status());
+    EXPECT_EQ(f32.status().message().find('\n'), std::string_view::npos);
+    std::printf("MakeTransformerKernels<float>(cuda): %s\n", std::string(f32.status().message()).c_str());
+  }
+  auto f64 = MakeTransformerKernels<double>(Device::kCuda);  // never: the GPU path is fp32
+  ASSERT_FALSE(f64.ok());
+  EXPECT_EQ(f64.status(), MakeKernelTable<double>(Device::kCuda).status());
+#ifdef MULTISCREEN_HAVE_CUDA
+  EXPECT_NE(f64.status().message().find("fp64"), std::string_view::npos) << f64.status();
+#endif
 }
 
 // Issue 18's fp16 backward, as Multiscreen's (model/multiscreen.h): under fp16 the
