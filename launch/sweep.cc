@@ -134,14 +134,19 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
     // Relative to the current directory, as root, data and model_files (sweep.h).
     auto parsed = LoadRunConfig(sc.base());
     if (!parsed.ok()) {
-      // A file written for the old rule (relative to the sweep file) gets the path to give.
+      // A relative base that is missing: say where it was looked for, and, for a file written
+      // for the old rule (relative to the sweep file), the path to give.
       const fs::path beside = (fs::path(path).parent_path() / sc.base()).lexically_normal();
-      const bool moved = fs::path(sc.base()).is_relative() && !fs::exists(sc.base(), ec) && fs::is_regular_file(beside, ec);
+      const bool missing = fs::path(sc.base()).is_relative() && !fs::exists(sc.base(), ec);
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": base: ", parsed.status().message(),
-          moved ? absl::StrCat(" (relative paths in a sweep file are relative to the current directory; relative to "
-                               "the sweep file's directory this is ", beside.string(), ")")
-                : ""));
+          missing ? absl::StrCat(" (relative paths in a sweep file are relative to the current directory, ",
+                                 fs::current_path(ec).string(),
+                                 fs::is_regular_file(beside, ec)
+                                     ? absl::StrCat("; relative to the sweep file's directory this is ", beside.string())
+                                     : "",
+                                 ")")
+                  : ""));
     }
     base = *parsed;
   }

@@ -244,8 +244,8 @@ class SweepTest(unittest.TestCase):
         lines = r.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, r.stderr)
         self.assertIn(f"{old}: base: ", lines[0])
-        self.assertIn("relative paths in a sweep file are relative to the current directory; relative to the sweep "
-                      f"file's directory this is {os.path.join(sub, 'base.textproto')}", lines[0])
+        self.assertIn(f"relative paths in a sweep file are relative to the current directory, {os.path.join(WORK, 'paths')}; "
+                      f"relative to the sweep file's directory this is {os.path.join(sub, 'base.textproto')}", lines[0])
         # Relative to the current directory, all three resolve; root is not created by plan.
         new = write(os.path.join(sub, "new.textproto"), 'base: "configs/base.textproto"\n' + sweep_text(
             "rel_root", os.path.relpath(self.data, os.path.join(WORK, "paths")), models=models, tokens=(1280,)))
