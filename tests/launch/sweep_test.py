@@ -13,7 +13,10 @@ budgets on the synthetic shards of tests/trainer, one run per model serving ever
      signal, the others finish), and two more `sweep run`s finish it with exactly the
      reference's training and validation losses at every step;
   5. `sweep fit --json` and `sweep report` read the finished runs; `sweep run --slurm
-     --dry_run` prints the job-array script.
+     --dry_run` prints the job-array script;
+  6. relative paths resolve against the current directory; fit, report and a dry run create no
+     root; repeated grid values and budgets off whole steps are named; changing the budgets of
+     one run per model resumes the run (other changes are still refused).
 Run: /usr/bin/python3 tests/launch/sweep_test.py --multiscreen=build/multiscreen --source=.
 """
 import argparse
