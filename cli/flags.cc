@@ -16,6 +16,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -182,6 +183,26 @@ std::string OneLine(const std::string& message) {
     }
   }
   return out;
+}
+
+absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& text) {
+  std::string digits = text, suffix;
+  const size_t cut = text.find_first_not_of("0123456789");
+  if (cut != std::string::npos) {
+    digits = text.substr(0, cut);
+    suffix = absl::AsciiStrToUpper(text.substr(cut));
+  }
+  int shift = -1;
+  if (suffix.empty() || suffix == "B") shift = 0;
+  for (const auto& [letter, bits] : {std::pair{'K', 10}, {'M', 20}, {'G', 30}, {'T', 40}}) {
+    if (suffix == std::string(1, letter) || suffix == absl::StrCat(std::string(1, letter), "IB")) shift = bits;
+  }
+  int64_t value = 0;
+  if (digits.empty() || shift < 0 || !absl::SimpleAtoi(digits, &value) || value > (INT64_MAX >> shift)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", std::string(flag), "=", text, ": expected bytes with an optional K, M, G or T suffix (e.g. 1G)"));
+  }
+  return value << shift;
 }
 
 absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs) {

@@ -9,6 +9,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 // Flags shared by several subcommands (absl flags are process-global).
 ABSL_DECLARE_FLAG(std::string, model);
@@ -50,6 +51,12 @@ absl::Status ApplyThreadsFlag();
 // --isa: caps the CPU kernels to that instruction-set path (kernels/cpu/isa.h); unset
 // keeps MULTISCREEN_ISA or the CPU's best. Errors: an unknown name, a path the CPU lacks.
 absl::Status ApplyIsaFlag();
+
+// A byte count given as `--flag=text`: digits with an optional binary suffix (K, M, G, T,
+// with or without "iB", any case; "1G" = 2^30; "B" or none = bytes). Errors (one line,
+// naming the flag): no digits, an unknown suffix, a value past int64. Used by --memory
+// (cli/memory_bound.h) and prepare's --max_document_bytes.
+absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& text);
 
 // Refuses an output path (`flag`=`out`) that would overwrite one of `inputs` (the same
 // file, through any link) or lies inside a checkpoint (a directory holding manifest.json,

@@ -5,11 +5,10 @@
 #include <filesystem>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/h5_file.h"
+#include "cli/flags.h"
 #include "common/log.h"
 #include "common/peak_memory.h"
 
@@ -31,23 +30,9 @@ int64_t g_start_bytes = 0;
 absl::StatusOr<int64_t> MemoryBoundBytes() {
   g_start_bytes = PeakResidentBytes();
   const std::string text = absl::GetFlag(FLAGS_memory);
-  std::string digits = text, suffix;
-  const size_t cut = text.find_first_not_of("0123456789");
-  if (cut != std::string::npos) {
-    digits = text.substr(0, cut);
-    suffix = absl::AsciiStrToUpper(text.substr(cut));
-  }
-  int shift = -1;
-  if (suffix.empty() || suffix == "B") shift = 0;
-  for (const auto& [letter, bits] : {std::pair{'K', 10}, {'M', 20}, {'G', 30}, {'T', 40}}) {
-    if (suffix == std::string(1, letter) || suffix == absl::StrCat(std::string(1, letter), "IB")) shift = bits;
-  }
-  int64_t value = 0;
-  if (digits.empty() || shift < 0 || !absl::SimpleAtoi(digits, &value) || value > (INT64_MAX >> shift)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--memory=", text, ": expected bytes with an optional K, M, G or T suffix (e.g. 1G)"));
-  }
-  const int64_t bytes = value << shift;
+  auto parsed = ParseByteSize("memory", text);
+  if (!parsed.ok()) return parsed.status();
+  const int64_t bytes = *parsed;
   constexpr int64_t kMinimum = int64_t{64} << 20;
   if (bytes < kMinimum) {
     return absl::InvalidArgumentError(absl::StrCat("--memory=", text, " is below the 64 MiB these commands need"));

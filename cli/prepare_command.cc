@@ -23,9 +23,9 @@ ABSL_FLAG(int64_t, val_tokens, 131'072, "held-out tokens (whole documents) in va
 ABSL_FLAG(bool, strict_utf8, false,
           "refuse invalid UTF-8 and JSON escapes of lone surrogates (FILE:LINE and byte) instead of replacing "
           "them by U+FFFD");
-ABSL_FLAG(int64_t, max_document_bytes, int64_t{1} << 30,
-          "the longest document (a JSONL line, a whole plain-text file) read into memory; a longer one is an error "
-          "naming the file and line");
+ABSL_FLAG(std::string, max_document_bytes, "1G",
+          "the longest document (a JSONL line, a whole plain-text file) read into memory, in bytes (K, M, G, T "
+          "suffixes are powers of 1024); a longer one is an error naming the file and line");
 
 namespace multiscreen::cli {
 namespace {
@@ -71,10 +71,12 @@ int PrepareCommand(int argc, char** argv) {
   if (!format.ok()) return Fail("prepare", absl::InvalidArgumentError(absl::StrCat("--", format.status().message())));
   options.read.format = *format;
   options.read.strict_utf8 = absl::GetFlag(FLAGS_strict_utf8);
-  options.read.max_document_bytes = absl::GetFlag(FLAGS_max_document_bytes);
+  auto max_document_bytes = ParseByteSize("max_document_bytes", absl::GetFlag(FLAGS_max_document_bytes));
+  if (!max_document_bytes.ok()) return Fail("prepare", max_document_bytes.status());
+  options.read.max_document_bytes = *max_document_bytes;
   if (options.read.max_document_bytes < 1) {
     return Fail("prepare", absl::InvalidArgumentError(absl::StrCat(
-                               "--max_document_bytes=", options.read.max_document_bytes, ": expected at least 1")));
+                               "--max_document_bytes=", absl::GetFlag(FLAGS_max_document_bytes), ": expected at least 1")));
   }
   options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
   options.val_tokens = absl::GetFlag(FLAGS_val_tokens);
@@ -116,6 +118,7 @@ int PrepareCommand(int argc, char** argv) {
     printed = terminal;
   };
   options.cancelled = [] { return StopRequested(); };
+  options.on_notice = [](const std::string& line) { std::fprintf(stderr, "prepare: %s\n", line.c_str()); };
   auto summary = Prepare(**tok, options);
   if (printed) std::fprintf(stderr, "\n");
   if (!summary.ok()) return Fail("prepare", summary.status());

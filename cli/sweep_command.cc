@@ -314,12 +314,22 @@ int SweepCommand(int argc, char** argv) {
     if (absl::Status s = CheckReportOut(*sweep, absl::GetFlag(FLAGS_out)); !s.ok()) return Fail("sweep", s);
   }
   if (sub == "fit" || sub == "report") {
+    // Nothing to read before `sweep run` made the root (and no directory made as a side effect).
+    std::error_code ec;
+    if (!fs::is_directory(sweep->root, ec)) {
+      return Fail("sweep", absl::FailedPreconditionError(absl::StrCat(
+                               sweep->root, ": no such directory (the root of ", sweep->file,
+                               "): no run has started yet, nothing to ", sub, "; `sweep run` first")));
+    }
     if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail("sweep", s);
     return FitTool(sub, {absl::StrCat("--manifest=", (fs::path(sweep->root) / "sweep.json").string())}, given);
   }
   // run
   if (absl::GetFlag(FLAGS_local) == slurm) return Fail("sweep", absl::InvalidArgumentError("sweep run needs exactly one of --local and --slurm"));
-  if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail("sweep", s);
+  // A dry run prints the script and writes nothing.
+  if (!(slurm && absl::GetFlag(FLAGS_dry_run))) {
+    if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail("sweep", s);
+  }
   if (slurm) return RunSlurm(*sweep, args);
   LocalOptions options;
   options.jobs = absl::GetFlag(FLAGS_jobs);

@@ -166,7 +166,10 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
 // (bad data found at the first window, a model that does not fit): a corrected
 // command then starts clean, and nothing of value is lost. A directory that existed
 // before is never touched.
-void RemoveUnusedRunDir(const std::string& run_dir) {
+// `created` is the highest directory of the path that this process made (run_dir itself,
+// or an ancestor such as `a` of `--run_dir=a/b/c` when a and a/b were new too): the
+// ancestors between run_dir and it are removed as well, each only if empty.
+void RemoveUnusedRunDir(const std::string& run_dir, const std::filesystem::path& created) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path root(run_dir);
@@ -174,6 +177,33 @@ void RemoveUnusedRunDir(const std::string& run_dir) {
   if (fs::exists(root / "checkpoints", ec) && !fs::is_empty(root / "checkpoints", ec)) return;
   if (ec) return;
   fs::remove_all(root, ec);
+  if (ec || fs::exists(root, ec)) return;
+  fs::path dir = root.lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "a/b/c/"
+  const fs::path top = created.lexically_normal();
+  while (dir != top && dir.has_relative_path()) {
+    dir = dir.parent_path();
+    if (dir.empty() || !fs::remove(dir, ec)) return;  // not empty (or not ours): stop
+  }
+}
+
+// The highest directory of `run_dir`'s path that does not exist yet ("" when run_dir
+// exists, or the path cannot be checked).
+std::filesystem::path FirstMissingDir(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::path(run_dir).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
+  fs::path missing;
+  while (!dir.empty()) {
+    const bool exists = fs::exists(dir, ec);
+    if (ec) return {};
+    if (exists) break;
+    missing = dir;
+    if (!dir.has_relative_path()) break;
+    dir = dir.parent_path();
+  }
+  return missing;
 }
 
 }  // namespace
@@ -250,10 +280,10 @@ int TrainCommand(int argc, char** argv) {
   if (!device.ok()) return fail(device.status());
   // Single-process runs clean up a run directory they created and never used (under
   // MPI a failing rank ends the job at once, and the directory stays).
-  std::error_code exists_ec;
-  const bool fresh_run_dir = mpi == nullptr && !std::filesystem::exists(run->run_dir(), exists_ec) && !exists_ec;
+  const std::filesystem::path created_dir = mpi == nullptr ? FirstMissingDir(run->run_dir()) : std::filesystem::path();
+  const bool fresh_run_dir = !created_dir.empty();
   auto fail_before_first_step = [&](const absl::Status& status) {
-    if (fresh_run_dir) RemoveUnusedRunDir(run->run_dir());
+    if (fresh_run_dir) RemoveUnusedRunDir(run->run_dir(), created_dir);
     return fail(status);
   };
   auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),

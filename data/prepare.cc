@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "data/loader.h"
 #include "data/token_file.h"
@@ -721,6 +722,65 @@ int64_t ShardIndex(const std::string& name, const std::string& split) {
   return index;
 }
 
+// Whether `path` is `dir` or lies under it (both absolute and normal).
+bool Within(const fs::path& path, const fs::path& dir) {
+  const fs::path rel = path.lexically_relative(dir);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+// `path` made absolute with its links resolved as far as it exists.
+fs::path Resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) p = fs::absolute(path, ec).lexically_normal();
+  return p;
+}
+
+// Refuses an output directory that is an input directory or lies inside one, and a
+// regular input file inside the output directory: a re-run would read its own shards
+// back as text (pipes and devices are not files of a directory and pass).
+absl::Status CheckOutputApartFromInputs(const std::vector<std::string>& inputs, const std::vector<std::string>& files,
+                                        const std::string& output_dir) {
+  const fs::path out = Resolved(output_dir);
+  std::error_code ec;
+  for (const std::string& input : inputs) {
+    if (!fs::is_directory(input, ec)) continue;
+    const fs::path in = Resolved(input);
+    if (Within(out, in)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--output=", output_dir, out == in ? " is the input directory " : " is inside the input directory ", input,
+          ": prepare would read its own shards back as text; choose an output directory outside the inputs"));
+    }
+  }
+  for (const std::string& file : files) {
+    if (!fs::is_regular_file(file, ec)) continue;
+    if (Within(Resolved(file), out)) {
+      return absl::InvalidArgumentError(absl::StrCat("--input: ", file, " is inside --output=", output_dir,
+                                                     ": prepare would read shards it writes there; move the input "
+                                                     "or choose another output directory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Removes the temporary shards ("train_NNNNNN.bin.tmp", "val_NNNNNN.bin.tmp") that a
+// prepare killed outright (SIGKILL, a second SIGINT) left in `dir`, and only those;
+// returns their names, sorted.
+std::vector<std::string> RemoveStaleTemporaryShards(const fs::path& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!EndsWith(name, ".tmp")) continue;
+    const std::string shard = name.substr(0, name.size() - 4);
+    if (ShardIndex(shard, "train") < 0 && ShardIndex(shard, "val") < 0) continue;
+    std::error_code file_ec;
+    if (entry.is_regular_file(file_ec) && fs::remove(entry.path(), file_ec)) removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
 }  // namespace
 
 absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const PrepareOptions& options) {
@@ -736,10 +796,15 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
   }
   if (options.output_dir.empty()) return absl::InvalidArgumentError("--output=DIR is required");
   MS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandInputs(options.inputs));
+  MS_RETURN_IF_ERROR(CheckOutputApartFromInputs(options.inputs, files, options.output_dir));
   std::error_code ec;
   fs::create_directories(options.output_dir, ec);
   if (ec || !fs::is_directory(options.output_dir, ec)) {
     return absl::PermissionDeniedError(absl::StrCat(options.output_dir, ": cannot create output directory"));
+  }
+  if (const std::vector<std::string> stale = RemoveStaleTemporaryShards(options.output_dir); !stale.empty() && options.on_notice) {
+    options.on_notice(absl::StrCat("removed ", stale.size(), " temporary shard", stale.size() == 1 ? "" : "s",
+                                   " left in ", options.output_dir, " by an interrupted prepare: ", absl::StrJoin(stale, ", ")));
   }
   const int version = tokenizer.vocab_size() <= 65536 ? 1 : 2;
   const int threads =

@@ -129,6 +129,8 @@ struct PrepareOptions {
   // Polled by the writing thread between chunks; true stops the run (Cancelled), removing
   // every *.tmp shard: an interrupted prepare leaves no shard behind.
   std::function<bool()> cancelled;
+  // Called with a one-line notice (the stale *.tmp shards removed at the start). Null: none.
+  std::function<void(const std::string&)> on_notice;
 };
 
 struct PrepareSummary {
@@ -146,8 +148,13 @@ struct PrepareSummary {
 };
 
 // Tokenizes `options.inputs` with `tokenizer` into shards under `options.output_dir`.
-// Needs a tokenizer with an EOS token. Besides the input errors above: no training
-// documents left after the validation split, an unwritable output directory.
+// Needs a tokenizer with an EOS token. Before any work it refuses an output directory
+// that is an input directory or lies inside one, and an input file inside the output
+// directory (a re-run would read its own shards as text); it then removes the
+// temporary shards (train_NNNNNN.bin.tmp, val_NNNNNN.bin.tmp, nothing else) that a
+// killed prepare left there, saying so through `on_notice`. Besides the input errors
+// above: no training documents left after the validation split, an unwritable output
+// directory.
 absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const PrepareOptions& options);
 
 }  // namespace multiscreen

@@ -15,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/input_file.h"
+#include "common/log.h"
 #include "google/protobuf/text_format.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "launch/text_file.h"
 #include "model/param_layout.h"
 #include "nlohmann/json.hpp"
@@ -129,9 +131,23 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
   // The base run.
   config::RunConfig base;
   if (!sc.base().empty()) {
-    const fs::path base_path = fs::path(sc.base()).is_absolute() ? fs::path(sc.base()) : fs::path(path).parent_path() / sc.base();
-    auto parsed = LoadRunConfig(base_path.string());
-    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": base: ", parsed.status().message()));
+    // Relative to the current directory, as root, data and model_files (sweep.h).
+    auto parsed = LoadRunConfig(sc.base());
+    if (!parsed.ok()) {
+      // A relative base that is missing: say where it was looked for, and, for a file written
+      // for the old rule (relative to the sweep file), the path to give.
+      const fs::path beside = (fs::path(path).parent_path() / sc.base()).lexically_normal();
+      const bool missing = fs::path(sc.base()).is_relative() && !fs::exists(sc.base(), ec);
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": base: ", parsed.status().message(),
+          missing ? absl::StrCat(" (relative paths in a sweep file are relative to the current directory, ",
+                                 fs::current_path(ec).string(),
+                                 fs::is_regular_file(beside, ec)
+                                     ? absl::StrCat("; relative to the sweep file's directory this is ", beside.string())
+                                     : "",
+                                 ")")
+                  : ""));
+    }
     base = *parsed;
   }
   if (const auto* tree = written.GetTreeForNested(sc.GetDescriptor()->FindFieldByName("base_config"), -1)) {
@@ -176,6 +192,28 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
     if (!(lrs[i] > 0 && lrs[i] <= 1)) {
       return absl::InvalidArgumentError(absl::StrFormat("%s: lr[%d] = %g is outside (0, 1]", path, i, lrs[i]));
     }
+    // Run names carry the lr as %g: two lrs that print alike would share a directory.
+    for (size_t j = 0; j < i; ++j) {
+      if (absl::StrFormat("%g", lrs[j]) == absl::StrFormat("%g", lrs[i])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: lr[%d] = %.17g repeats lr[%d] = %.17g%s", path, i, lrs[i], j, lrs[j],
+            lrs[i] == lrs[j] ? "" : absl::StrFormat(" to the 6 digits of run names (both %g)", lrs[i])));
+      }
+    }
+  }
+  for (int i = 0; i < sc.seeds_size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (sc.seeds(i) == sc.seeds(j)) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": seeds[", i, "] = ", sc.seeds(i), " repeats seeds[", j, "]"));
+      }
+    }
+  }
+  for (int i = 0; i < sc.psi_size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (sc.psi(i) == sc.psi(j)) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": psi[", i, "] = ", sc.psi(i), " repeats psi[", j, "]"));
+      }
+    }
   }
 
   // Budgets in whole steps.
@@ -189,6 +227,12 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
     if (t < sweep.step_tokens) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": tokens[", i, "] = ", t, " is smaller than one step (micro_batch·grad_accum·seq_len = ",
                                                      sweep.step_tokens, " tokens)"));
+    }
+    if (t % sweep.step_tokens != 0) {
+      const int64_t below = t / sweep.step_tokens * sweep.step_tokens;
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tokens[", i, "] = ", t, " is not a whole number of steps of ",
+                                                     sweep.step_tokens, " tokens (micro_batch·grad_accum·seq_len): give ",
+                                                     below, " or ", below + sweep.step_tokens));
     }
     const int64_t steps = t / sweep.step_tokens;
     if (auto [it, fresh] = steps_of.emplace(steps, t); !fresh) {
@@ -252,7 +296,8 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
           // Validation at every budget's step (and the run's last); a kept cadence of the base if it divides.
           if (base.eval().every() > 0 && every % base.eval().every() == 0) every = base.eval().every();
           r.run.mutable_eval()->set_every(every);
-          if (base.checkpoint().every() <= 0) r.run.mutable_checkpoint()->set_every(every);
+          sweep.checkpoint_every_from_budgets = base.checkpoint().every() <= 0;
+          if (sweep.checkpoint_every_from_budgets) r.run.mutable_checkpoint()->set_every(every);
           r.run.set_run_dir(r.dir);
           r.flops_per_token = TrainingFlopsPerToken(*dims, base.seq_len(), InitialWindows(*dims));
           RunSource source;
@@ -272,6 +317,34 @@ std::string RunConfigText(const SweepRun& run) {
   return absl::StrCat("# Written by `multiscreen sweep` for run ", run.name, "; do not edit (the sweep file is the source).\n", text);
 }
 
+namespace {
+
+// Whether the run file `have` (the text of an existing run.textproto) is `r`'s run but for
+// the fields that one-run-per-model budgets set (WriteRunFiles); "" when it is, else why not.
+std::string BudgetOnlyDifference(const Sweep& sweep, const SweepRun& r, const std::string& have) {
+  if (!sweep.one_run_per_model) return "the sweep file changed";
+  config::RunConfig old_run;
+  if (!google::protobuf::TextFormat::ParseFromString(have, &old_run)) return "it does not parse";
+  config::RunConfig a = old_run, b = r.run;
+  for (config::RunConfig* c : {&a, &b}) {
+    c->clear_steps();
+    c->mutable_eval()->clear_every();
+    if (sweep.checkpoint_every_from_budgets) c->mutable_checkpoint()->clear_every();
+  }
+  if (!google::protobuf::util::MessageDifferencer::Equals(a, b)) return "the sweep file changed more than its token budgets";
+  const int64_t every = old_run.eval().every();
+  for (const SweepBudget& budget : r.budgets) {
+    if (budget.steps < old_run.steps() && (every <= 0 || budget.steps % every != 0)) {
+      return absl::StrCat("the budget of ", budget.tokens, " tokens (step ", budget.steps, ") lies within the run's old ",
+                          old_run.steps(), " steps but off its validation cadence (every ", every,
+                          " steps): the run may have passed it without a validation loss");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::Status WriteRunFiles(const Sweep& sweep) {
   for (const SweepRun& r : sweep.runs) {
     std::error_code ec;
@@ -284,8 +357,11 @@ absl::Status WriteRunFiles(const Sweep& sweep) {
       std::stringstream have;
       have << in.rdbuf();
       if (have.str() == text) continue;
-      return absl::FailedPreconditionError(absl::StrCat(
-          file, ": differs from what ", sweep.file, " now asks for this run (the sweep file changed); move the run directory away to redo it"));
+      if (const std::string why = BudgetOnlyDifference(sweep, r, have.str()); !why.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(file, ": differs from what ", sweep.file, " now asks for this run (",
+                                                          why, "); move the run directory away to redo it"));
+      }
+      LogInfo("run ", r.name, ": the token budgets changed; ", file, " now trains to step ", r.run.steps());
     }
     if (absl::Status s = WriteTextFile(file, text); !s.ok()) return s;
   }

@@ -38,17 +38,22 @@ struct Sweep {
   std::string file;           // the sweep file as given
   std::string root;           // absolute
   bool one_run_per_model = false;  // cheap budgets: several budgets from one run
+  bool checkpoint_every_from_budgets = false;  // the base run sets no checkpoint cadence: the eval cadence
   int64_t step_tokens = 0;    // micro_batch · grad_accum · seq_len
   std::vector<SweepRun> runs;
 };
 
-// Reads, checks and expands a sweep file. The run file `base` is read relative to the
-// sweep file's directory, `base_config` merged over it; `root` and `data` are made
-// absolute (relative to the current directory). Every point is checked as `train`
+// Reads, checks and expands a sweep file. Every relative path in it (`base`, `data`,
+// `root`, `model_files`) is relative to the current directory, as `train`'s --config,
+// --data and --run_dir and the paths inside run files are; `root` and `data` are made
+// absolute here, so the run files and sweep.json hold absolute paths. The run file
+// `base` is read, `base_config` merged over it. Every point is checked as `train`
 // would check it (ValidateRun), so a bad grid is refused before any run starts.
 // Errors (one line, naming the file and field): an empty model or token axis, a model
 // that does not resolve or whose N_H / N_L the run's tp / pp does not divide, a budget
-// smaller than one step, two budgets of the same step count, ONE_RUN_PER_MODEL with a
+// smaller than one step or not a whole number of steps (the two nearest that are are
+// named), two budgets of the same step count, a value repeated on the lr (to the %g of
+// run names), seed or psi axis (named), ONE_RUN_PER_MODEL with a
 // schedule whose lr depends on the run's length, no validation data, duplicate run names.
 absl::StatusOr<Sweep> LoadSweep(const std::string& path);
 
@@ -57,7 +62,13 @@ std::string RunConfigText(const SweepRun& run);
 
 // Writes <dir>/run.textproto for every run (creating the directories), each through a
 // temporary and a rename. A run.textproto already there with other contents is refused
-// (the sweep file changed under finished or running work): errors name the file.
+// (the sweep file changed under finished or running work): errors name the file. One
+// exception: with one run per model, a run file that differs only in what the token
+// budgets set (steps, eval.every, and checkpoint.every where the base run gives none) is
+// rewritten, so that dropping or adding a budget resumes the runs (a longer run continues
+// from its checkpoint; a finished, longer one is done) — unless a new budget's step lies
+// within the old run's length off its old validation cadence, where the run may already
+// have passed it without a validation loss.
 absl::Status WriteRunFiles(const Sweep& sweep);
 
 // `relative` (e.g. "tools/sweep_fit.py") inside the source tree this binary was built from.

@@ -22,7 +22,10 @@ models", section 3.3, approach 3):
   (d) with two families, the ratio of their parameter counts at equal loss at the largest budget.
 Intervals: 95 % percentile bootstrap over runs (resampled with replacement, refitted from the
 full fit's optimum and a few grid starts).
-Errors: one line "multiscreen sweep <mode>: ..." on stderr, exit 1.
+Errors: one line "multiscreen sweep <mode>: ..." on stderr, exit 1: an unreadable, non-UTF-8 or
+malformed CSV; a value of params, tokens, loss, non_embedding_params or flops_per_token that is
+not a positive, finite number (naming its line and column); `fit` where nothing could be fitted
+(after printing what was tried).
 """
 import argparse
 import csv
@@ -229,33 +232,59 @@ def interval(values, samples=None):
 
 # ---------------------------------------------------------------- results
 
+def _positive(path, line, rec, column):
+    """rec[column] as a positive, finite float, else a FitError naming the row and column."""
+    try:
+        value = float(rec[column])
+    except (TypeError, ValueError):
+        raise FitError(f"{path}:{line}: {column} = {rec[column]!r} is not a number")
+    if not (value > 0 and math.isfinite(value)):
+        raise FitError(f"{path}:{line}: {column} = {rec[column].strip()} must be positive and finite")
+    return value
+
+
 def read_results_csv(path):
     try:
-        f = open(path, newline="")
+        f = open(path, newline="", encoding="utf-8")
     except OSError as e:
         raise FitError(f"{path}: {e.strerror}")
     with f:
-        reader = csv.DictReader(f)
-        missing = [c for c in ("family", "params", "tokens", "loss") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise FitError(f"{path}: missing column(s) {', '.join(missing)} (need family,params,tokens,loss)")
-        rows = []
-        for line, rec in enumerate(reader, start=2):
+        try:
+            return _read_results(path, csv.DictReader(f))
+        except UnicodeDecodeError:
+            with open(path, "rb") as b:
+                data = b.read()
             try:
-                row = {"family": rec["family"].strip(), "params": float(rec["params"]), "tokens": float(rec["tokens"]),
-                       "loss": float(rec["loss"])}
-                for k in ("non_embedding_params", "flops_per_token"):
-                    if rec.get(k):
-                        row[k] = float(rec[k])
-            except (TypeError, ValueError):
-                raise FitError(f"{path}:{line}: params, tokens and loss must be numbers")
-            if not (row["params"] > 0 and row["tokens"] > 0 and row["loss"] > 0 and all(map(math.isfinite, (row["params"], row["tokens"], row["loss"])))):
-                raise FitError(f"{path}:{line}: params, tokens and loss must be positive and finite")
-            if not row["family"]:
-                raise FitError(f"{path}:{line}: empty family")
-            if rec.get("run"):
-                row["run"] = rec["run"]
-            rows.append(row)
+                data.decode("utf-8")
+                where = ""
+            except UnicodeDecodeError as e:
+                line = data.count(b"\n", 0, e.start) + 1
+                where = f" (invalid byte 0x{data[e.start]:02x} at offset {e.start}, line {line})"
+            raise FitError(f"{path}: not UTF-8 text{where}")
+        except csv.Error as e:
+            raise FitError(f"{path}: not a CSV file ({e})")
+
+
+def _read_results(path, reader):
+    missing = [c for c in ("family", "params", "tokens", "loss") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise FitError(f"{path}: missing column(s) {', '.join(missing)} (need family,params,tokens,loss)")
+    rows = []
+    for rec in reader:
+        line = reader.line_num
+        row = {"family": (rec["family"] or "").strip()}
+        for k in ("params", "tokens", "loss"):
+            row[k] = _positive(path, line, rec, k)
+        # Optional columns: empty is absent; given, they are positive numbers too (a NaN
+        # FLOPs count or parameter count would poison the fits).
+        for k in ("non_embedding_params", "flops_per_token"):
+            if rec.get(k) not in (None, ""):
+                row[k] = _positive(path, line, rec, k)
+        if not row["family"]:
+            raise FitError(f"{path}:{line}: empty family")
+        if rec.get("run"):
+            row["run"] = rec["run"]
+        rows.append(row)
     if not rows:
         raise FitError(f"{path}: no results")
     return rows
@@ -263,9 +292,9 @@ def read_results_csv(path):
 
 def read_manifest(path):
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
         raise FitError(f"{path}: {e}")
 
 
@@ -456,6 +485,10 @@ def _main(args):
             print(json.dumps(result, indent=1))
         else:
             print_text(result)
+        fitted = any("E" in e or any("E" in b for b in e["per_budget"]) for e in result["families"].values())
+        if not fitted:
+            reasons = sorted(set(e.get("joint_error", "") for e in result["families"].values()) - {""})
+            raise FitError(f"nothing could be fitted ({len(rows)} results; {'; '.join(reasons) or 'no fit converged'})")
     except FitError as e:
         print(f"multiscreen sweep {args.mode}: {e}", file=sys.stderr)
         return 1

@@ -25,7 +25,7 @@ def _save(fig, path):
 
 
 def _axes(ax, xlabel, ylabel, title, logy=False, legend_size=7, ncol=1):
-    """Log x (and optionally y) axes with labels, a light grid and a legend."""
+    """Log x (and optionally y) axes with labels, a light grid and a legend (when something is labelled)."""
     ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
@@ -33,7 +33,8 @@ def _axes(ax, xlabel, ylabel, title, logy=False, legend_size=7, ncol=1):
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=legend_size, ncol=ncol)
+    if ax.get_legend_handles_labels()[0]:  # nothing labelled (no joint fit): no legend, and no warning
+        ax.legend(fontsize=legend_size, ncol=ncol)
 
 
 def plot_curves(manifest, path):
@@ -91,6 +92,8 @@ def plot_frontier(rows, result, path):
         bx.plot(cs, [o[0] for o in opt], label=f"{fam}: N_opt")
         bx.plot(cs, [o[1] for o in opt], ls="--", label=f"{fam}: D_opt")
         bx.axvline(max(C), color="gray", lw=0.8, ls=":")
+    if not bx.lines:
+        bx.text(0.5, 0.5, "no joint fit", transform=bx.transAxes, ha="center", va="center", color="gray")
     fig.colorbar(sc, ax=ax, label="log10 N")
     _axes(ax, "training FLOPs (trainer/flops.h)", "validation loss", "loss against compute")
     _axes(bx, "training FLOPs", "parameters / tokens", "compute-optimal N, D (dotted: largest run)", logy=True)

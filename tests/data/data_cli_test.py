@@ -183,6 +183,76 @@ class DataCliTest(OneLineErrors):
         self.assertEqual(p.returncode, 0, err)
         self.assertEqual(len(read_shard(os.path.join(out, "train_000000.bin"))), 3)
 
+    def test_prepare_refuses_an_output_that_overlaps_its_inputs(self):
+        """An output directory that is an input directory, lies inside one, or holds an input
+        file would read its own shards back on a re-run: refused before anything is written."""
+        corpus = self.path("corpus")
+        os.mkdir(corpus)
+        with open(os.path.join(corpus, "a.txt"), "w") as f:
+            f.write("some text to tokenize")
+        base = ["prepare", f"--tokenizer={TOKENIZER}", "--val_tokens=0"]
+        before = sorted(os.listdir(corpus))
+        self.assert_one_line_error(run(*base, f"--input={corpus}", f"--output={corpus}"),
+                                   f"--output={corpus} is the input directory {corpus}")
+        # The same directory through a trailing slash and through a symbolic link.
+        self.assert_one_line_error(run(*base, f"--input={corpus}/", f"--output={corpus}"), "is the input directory")
+        os.symlink(corpus, self.path("link"))
+        self.assert_one_line_error(run(*base, f"--input={self.path('link')}", f"--output={corpus}"),
+                                   "is the input directory")
+        self.assert_one_line_error(run(*base, f"--input={corpus}", f"--output={corpus}/shards"),
+                                   f"--output={corpus}/shards is inside the input directory {corpus}")
+        self.assertEqual(sorted(os.listdir(corpus)), before)  # nothing created, nothing read
+        # An input file inside the output directory (the shards of an earlier run, say).
+        self.assert_one_line_error(run(*base, f"--input={corpus}/a.txt", f"--output={corpus}"),
+                                   f"--input: {corpus}/a.txt is inside --output={corpus}")
+        self.assertEqual(sorted(os.listdir(corpus)), before)
+        # Apart, it works.
+        out = self.path("out")
+        r = run(*base, f"--input={corpus}", f"--output={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("train_000000.bin", os.listdir(out))
+
+    def test_prepare_removes_the_temporary_shards_a_killed_run_left(self):
+        """*.tmp shards of a prepare killed outright (SIGKILL) are removed at the next start,
+        in one line naming them; other files in the directory stay."""
+        with open(self.path("a.txt"), "w") as f:
+            f.write("a document long enough for a shard or two")
+        out = self.path("out")
+        os.mkdir(out)
+        stale = ["train_000000.bin.tmp", "train_000007.bin.tmp", "val_000000.bin.tmp"]
+        kept = ["notes.tmp", "train_0000.bin.tmp", "train_000001.bin.tmp.keep", "my_train_000001.bin.tmp"]
+        for name in stale + kept:
+            with open(os.path.join(out, name), "wb") as f:
+                f.write(b"\0" * 1024)
+        r = run("prepare", f"--tokenizer={TOKENIZER}", f"--input={self.path('a.txt')}", f"--output={out}",
+                "--val_tokens=0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        notes = [l for l in r.stderr.decode().splitlines() if "temporary shard" in l]
+        self.assertEqual(notes, [f"prepare: removed 3 temporary shards left in {out} by an interrupted prepare: "
+                                 + ", ".join(stale)])
+        self.assertEqual(sorted(os.listdir(out)), sorted(kept + ["train_000000.bin"]))
+        # Nothing stale: no such line.
+        r = run("prepare", f"--tokenizer={TOKENIZER}", f"--input={self.path('a.txt')}", f"--output={out}",
+                "--val_tokens=0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn(b"temporary shard", r.stderr)
+
+    def test_prepare_max_document_bytes_takes_size_suffixes(self):
+        """--max_document_bytes parses as --memory does: K, M, G (powers of 1024)."""
+        with open(self.path("long.jsonl"), "w") as f:
+            f.write('{"text": "short"}\n{"text": "' + "x" * 3000 + '"}\n')
+        out = self.path("out")
+        base = ["prepare", f"--tokenizer={TOKENIZER}", f"--input={self.path('long.jsonl')}", f"--output={out}",
+                "--val_tokens=0"]
+        self.assert_one_line_error(run(*base, "--max_document_bytes=2K"),
+                                   self.path("long.jsonl") + ":2: a document longer than 2048 bytes")
+        for ok in ("4K", "4KiB", "1m", "1G", "4096"):
+            r = run(*base, f"--max_document_bytes={ok}")
+            self.assertEqual(r.returncode, 0, (ok, r.stderr))
+        self.assert_one_line_error(run(*base, "--max_document_bytes=2X"),
+                                   "--max_document_bytes=2X: expected bytes with an optional K, M, G or T suffix")
+        self.assert_one_line_error(run(*base, "--max_document_bytes=-1"), "--max_document_bytes=-1")
+
     def test_prepare_replaces_invalid_utf8_as_python_reads_it(self):
         """U+FFFD goes where Python's errors="replace" puts it (and, for JSON escapes of lone
         surrogates, where tiktoken's repair does), so the ids are GPT-2's encoding of the text

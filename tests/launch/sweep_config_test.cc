@@ -38,7 +38,7 @@ TEST(SweepConfigTest, InlineBaseConfigOverridesTheBaseFileFieldByFieldDefaultsIn
         "schedule { kind: WARMUP_CONSTANT warmup_steps: 5 }\n"
         "logging { tensorboard: true console_every: 7 }\n");
   Write(dir / "sweep.textproto",
-        "base: \"base.textproto\"\n"
+        "base: \"" + (dir / "base.textproto").string() + "\"\n"
         "base_config { optimizer { weight_decay: 0 } logging { tensorboard: false } micro_batch: 2 }\n"
         "data: \"" + (dir / "data").string() + "\"\n"
         "psi: 2\npsi_template { d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\n"

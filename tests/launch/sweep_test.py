@@ -13,7 +13,10 @@ budgets on the synthetic shards of tests/trainer, one run per model serving ever
      signal, the others finish), and two more `sweep run`s finish it with exactly the
      reference's training and validation losses at every step;
   5. `sweep fit --json` and `sweep report` read the finished runs; `sweep run --slurm
-     --dry_run` prints the job-array script.
+     --dry_run` prints the job-array script;
+  6. relative paths resolve against the current directory; fit, report and a dry run create no
+     root; repeated grid values and budgets off whole steps are named; changing the budgets of
+     one run per model resumes the run (other changes are still refused).
 Run: /usr/bin/python3 tests/launch/sweep_test.py --multiscreen=build/multiscreen --source=.
 """
 import argparse
@@ -227,6 +230,113 @@ class SweepTest(unittest.TestCase):
             self.assertIn(os.path.join(WORK, "fresh", name), script)
         self.assertIn(os.path.join(SRC, "launch", "train.sbatch"), script)
         self.assertIn("all 3 runs are done", sweep("run", f"--sweep={self.reference_file}", "--slurm", "--dry_run").stdout)
+
+    def test_relative_paths_resolve_against_the_current_directory(self):
+        """base, data and root alike: relative to where the command runs, not to the sweep file."""
+        sub = os.path.join(WORK, "paths", "configs")
+        os.makedirs(sub)
+        write(os.path.join(sub, "base.textproto"), "micro_batch: 4 seq_len: 16 precision: FP32\n")
+        models = 'psi: 2\npsi_template { d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\n'
+        # base named relative to the sweep file (the old rule): refused, with the path to give.
+        old = write(os.path.join(sub, "old.textproto"),
+                    'base: "base.textproto"\n' + sweep_text("rel_root", os.path.relpath(self.data, os.path.join(WORK, "paths")),
+                                                              models=models, tokens=(1280,)))
+        r = subprocess.run([BIN, "sweep", "plan", f"--sweep={old}", "--measure=false"], capture_output=True, text=True,
+                           cwd=os.path.join(WORK, "paths"), timeout=60)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(f"{old}: base: ", lines[0])
+        self.assertIn(f"relative paths in a sweep file are relative to the current directory, {os.path.join(WORK, 'paths')}; "
+                      f"relative to the sweep file's directory this is {os.path.join(sub, 'base.textproto')}", lines[0])
+        # Relative to the current directory, all three resolve; root is not created by plan.
+        new = write(os.path.join(sub, "new.textproto"), 'base: "configs/base.textproto"\n' + sweep_text(
+            "rel_root", os.path.relpath(self.data, os.path.join(WORK, "paths")), models=models, tokens=(1280,)))
+        r = subprocess.run([BIN, "sweep", "plan", f"--sweep={new}", "--measure=false"], capture_output=True, text=True,
+                           cwd=os.path.join(WORK, "paths"), timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"under {os.path.join(WORK, 'paths', 'rel_root')} ", r.stdout)
+        self.assertFalse(os.path.exists(os.path.join(WORK, "paths", "rel_root")))
+
+    def test_fit_report_and_a_slurm_dry_run_create_no_root(self):
+        root = os.path.join(WORK, "never_run")
+        path = write(os.path.join(WORK, "never_run.textproto"), sweep_text(root, self.data))
+        for args in (["fit"], ["fit", "--json"], ["report", f"--out={os.path.join(WORK, 'never_run.md')}"]):
+            r = sweep(*args, f"--sweep={path}", check=False)
+            self.assertNotEqual(r.returncode, 0, r.stdout)
+            lines = r.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertIn(f"{root}: no such directory (the root of {path}): no run has started yet", lines[0])
+            self.assertFalse(os.path.exists(root), args)
+        self.assertIn("#SBATCH --array=0-2", sweep("run", f"--sweep={path}", "--slurm", "--dry_run").stdout)
+        self.assertFalse(os.path.exists(root), "--dry_run")
+
+    def test_grid_values_that_collide_or_do_not_fill_whole_steps_are_named(self):
+        cases = {
+            "seeds": (sweep_text("r", self.data).replace("seeds: 1\n", "seeds: [1, 2, 1]\n"), "seeds[2] = 1 repeats seeds[0]"),
+            "lr": (sweep_text("r", self.data) + "lr: [0.01, 0.02, 0.01]\n", "lr[2] = 0.01 repeats lr[0] = 0.01"),
+            "lr_digits": (sweep_text("r", self.data) + "lr: [0.01, 0.0100000001]\n",
+                          "lr[1] = 0.0100000001 repeats lr[0] = 0.01 to the 6 digits of run names (both 0.01)"),
+            "psi": (sweep_text("r", self.data, models='psi: [2, 3, 2]\npsi_template { d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\n'),
+                    "psi[2] = 2 repeats psi[0]"),
+            "steps": (sweep_text("r", self.data, tokens=(1280, 2600)),
+                      "tokens[1] = 2600 is not a whole number of steps of 64 tokens (micro_batch·grad_accum·seq_len): give 2560 or 2624"),
+        }
+        for name, (text, expect) in cases.items():
+            path = write(os.path.join(WORK, f"collide_{name}.textproto"), text)
+            r = sweep("plan", f"--sweep={path}", "--measure=false", check=False)
+            self.assertNotEqual(r.returncode, 0, f"{name}: {r.stdout}")
+            lines = r.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, f"{name}: {r.stderr}")
+            self.assertIn(f"{path}: {expect}", lines[0], name)
+
+    def test_changing_the_budgets_of_one_run_per_model_resumes_the_run(self):
+        """Adding a larger budget extends the run from its last checkpoint; dropping it again
+        leaves a done run; any other change, or a new budget the run may have passed off its
+        validation cadence, is still refused."""
+        root = os.path.join(WORK, "budgets")
+        models = 'psi: 2\npsi_template { d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\n'
+        path = os.path.join(WORK, "budgets.textproto")
+        run_dir = os.path.join(root, "psi2_lr0.01_s1")
+        write(path, sweep_text(root, self.data, models=models, tokens=(1280, 2560)))  # 20, 40 steps
+        sweep("run", f"--sweep={path}", "--local", "--threads=1")
+        first = losses(run_dir)
+        self.assertEqual(max(s for s, _ in first), 40)
+        # A third, larger budget: the same run trains on from step 40 to 80.
+        write(path, sweep_text(root, self.data, models=models, tokens=(1280, 2560, 5120)))
+        r = sweep("run", f"--sweep={path}", "--local", "--threads=1")
+        self.assertIn("the token budgets changed", r.stderr)
+        with open(os.path.join(run_dir, "train.log")) as f:
+            log = f.read()
+        self.assertRegex(log, r"(?i)resum\w* .*step[ _]0*40")
+        after = losses(run_dir)
+        self.assertEqual(max(s for s, _ in after), 80)
+        self.assertEqual({k: v for k, v in after.items() if k[0] <= 40}, first)  # steps 1..40 kept, not redone
+        self.assertIn((80, "val"), after)
+        self.assertIn("1 done", sweep("status", f"--sweep={path}").stdout)
+        # Dropping it again: the longer run serves the two budgets; nothing trains.
+        write(path, sweep_text(root, self.data, models=models, tokens=(1280, 2560)))
+        r = sweep("run", f"--sweep={path}", "--local", "--threads=1")
+        self.assertIn("1 done, 0 to train", r.stderr)
+        self.assertEqual(losses(run_dir), after)
+        # A budget within the run's length but off its validation cadence (every 20 steps).
+        write(path, sweep_text(root, self.data, models=models, tokens=(640, 1280, 2560)))
+        r = sweep("run", f"--sweep={path}", "--local", "--threads=1", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("the budget of 640 tokens (step 10) lies within the run's old 40 steps but off its validation "
+                      "cadence (every 20 steps)", r.stderr)
+        # Anything else that differs is refused as before.
+        write(path, sweep_text(root, self.data, models=models, tokens=(1280, 2560)).replace("warmup_steps: 5", "warmup_steps: 6"))
+        r = sweep("run", f"--sweep={path}", "--local", "--threads=1", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("run.textproto: differs from what", r.stderr)
+        self.assertIn("the sweep file changed more than its token budgets", r.stderr)
+        self.assertEqual(losses(run_dir), after)
+        # The report of this one-model sweep (no joint fit possible) draws without matplotlib warnings.
+        write(path, sweep_text(root, self.data, models=models, tokens=(1280, 2560)))
+        r = sweep("report", f"--sweep={path}", f"--out={os.path.join(WORK, 'budgets.md')}", "--bootstrap=2")
+        self.assertNotIn("legend", r.stderr)
+        self.assertNotIn("Warning", r.stderr)
 
 
 if __name__ == "__main__":

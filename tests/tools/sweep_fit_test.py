@@ -124,6 +124,75 @@ class SweepFitTest(unittest.TestCase):
                 self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
                 self.assertIn(name, out.stderr)
 
+    def fit_cli(self, path, *flags):
+        """`sweep fit --results=path` through the binary when given, else the script it runs."""
+        cmd = [BIN, "sweep", "fit"] if BIN else [sys.executable, os.path.join(HERE, "..", "..", "tools", "sweep_fit.py"), "fit"]
+        return subprocess.run([*cmd, f"--results={path}", "--bootstrap=2", *flags], capture_output=True, timeout=600)
+
+    def assert_one_line(self, out, *fragments):
+        self.assertNotEqual(out.returncode, 0, out.stdout)
+        lines = out.stderr.decode("utf-8", "replace").strip().splitlines()
+        self.assertEqual(len(lines), 1, out.stderr)
+        for f in fragments:
+            self.assertIn(f, lines[0])
+
+    def test_cli_refuses_bad_values_non_utf8_and_a_csv_with_nothing_to_fit(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            def write(name, data):
+                p = os.path.join(tmp, name)
+                with open(p, "wb") as f:
+                    f.write(data)
+                return p
+            head = b"family,params,tokens,loss,non_embedding_params,flops_per_token\n"
+            good = b"m,1e6,1e6,3,2e5,6e6\n"
+            # Every numeric column, row named: NaN, negative, zero, infinite.
+            for col, value in (("flops_per_token", "nan"), ("flops_per_token", "-6e6"), ("flops_per_token", "0"),
+                               ("non_embedding_params", "nan"), ("params", "0"), ("tokens", "-5"), ("tokens", "inf")):
+                cells = dict(zip(head.decode().strip().split(","), good.decode().strip().split(",")), **{col: value})
+                p = write(f"{col}_{value}.csv", head + good + ",".join(cells.values()).encode() + b"\n")
+                self.assert_one_line(self.fit_cli(p), f"{p}:3: {col} = {value} must be positive and finite")
+            p = write("word.csv", head + b"m,1e6,lots,3,,\n")
+            self.assert_one_line(self.fit_cli(p), f"{p}:2: tokens = 'lots' is not a number")
+            # Not UTF-8: one line with the byte and its line, no traceback.
+            p = write("latin1.csv", head + good + b"caf\xe9,1e6,1e6,3,,\n")
+            self.assert_one_line(self.fit_cli(p), f"{p}: not UTF-8 text (invalid byte 0xe9 at offset", "line 3)")
+            # Valid rows that support no fit at all (one model size): the reasons, then exit 1.
+            p = write("one_size.csv", head + good + b"m,1e6,2e6,2.9,2e5,6e6\n")
+            out = self.fit_cli(p)
+            self.assert_one_line(out, "nothing could be fitted (2 results; the joint fit needs at least 5 results")
+            self.assertIn(b"a per-budget fit needs 3 or more model sizes", out.stdout)
+            # Empty optional cells are absent values, not errors; the grid still fits.
+            rows = grid_rows(TRUTH)
+            p = write("optional.csv", head + b"".join(
+                f"{r['family']},{r['params']},{r['tokens']},{r['loss']},,\n".encode() for r in rows))
+            out = self.fit_cli(p, "--json")
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("E", json.loads(out.stdout)["families"]["multiscreen"])
+
+    def test_report_of_a_sweep_with_no_joint_fit_draws_without_warnings(self):
+        """One model, two budgets: nothing to fit, no labelled artist on the frontier plots;
+        the report is written and stderr stays empty (matplotlib warned of an empty legend)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = os.path.join(tmp, "psi2")
+            os.makedirs(run_dir)
+            with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+                for step, loss in ((20, 5.0), (40, 4.5)):
+                    f.write(json.dumps({"step": step, "val_loss": loss}) + "\n")
+            manifest = {"sweep": os.path.join(tmp, "s.textproto"), "root": tmp, "budget_mode": "one_run_per_model",
+                        "step_tokens": 64,
+                        "runs": [{"name": "psi2", "dir": run_dir, "family": "multiscreen", "model": "psi2", "params": 1000,
+                                  "non_embedding_params": 100, "flops_per_token": 6000.0, "lr": 0.01, "seed": 1, "steps": 40,
+                                  "budgets": [{"steps": 20, "tokens": 1280}, {"steps": 40, "tokens": 2560}]}]}
+            with open(os.path.join(tmp, "sweep.json"), "w") as f:
+                json.dump(manifest, f)
+            out = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "sweep_fit.py"), "report",
+                                  f"--manifest={os.path.join(tmp, 'sweep.json')}", f"--out={os.path.join(tmp, 'r.md')}",
+                                  "--bootstrap=2"], capture_output=True, text=True, timeout=600)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stderr, "")
+            for fig in ("curves", "params", "frontier"):
+                self.assertGreater(os.path.getsize(os.path.join(tmp, "figures", f"r_{fig}.png")), 5000)
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

@@ -213,6 +213,15 @@ class TrainTest(unittest.TestCase):
         # The run directory it created holds nothing of value and is removed, so the
         # corrected command starts clean; one that existed before is left as it was.
         self.assertFalse(os.path.exists(self.run_dir("wide")))
+        # So are the parent directories it created for it (only those): here `new` and
+        # `new/deeper` under an existing, empty `parent`.
+        os.makedirs(self.run_dir("parent"))
+        nested = os.path.join(self.run_dir("parent"), "new", "deeper", "wide")
+        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={data}", f"--run_dir={nested}/"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("outside the vocabulary V = 97", r.stderr)
+        self.assertEqual(os.listdir(self.run_dir("parent")), [])
         kept = self.run_dir("wide_kept")
         os.makedirs(kept)
         with open(os.path.join(kept, "notes.txt"), "w") as f:
