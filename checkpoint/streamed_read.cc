@@ -30,16 +30,7 @@ absl::StatusOr<StreamedWeights> OpenWeightsFileStreamed(const std::string& path,
   r.verify = [in, layout, path, block_bytes]() -> absl::Status {
     const ParamLayout& full = *layout;
     for (const ParamEntry& e : full.entries()) MS_RETURN_IF_ERROR(CheckDatasetHolds(*in, e.name, e.global_shape));
-    int64_t stored = -1;  // as ReadWeightsFile: absent in old files, refused when retyped
-    if (auto crc = in->ReadIntAttribute("params_crc32c"); crc.ok()) {
-      stored = *crc;
-      if (stored < 0 || stored > 0xffffffffLL) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": attribute params_crc32c is ", stored, ", not a CRC-32C (expected 0 to 2^32 - 1)"));
-      }
-    } else if (!absl::IsNotFound(crc.status())) {
-      return crc.status();
-    }
+    MS_ASSIGN_OR_RETURN(const int64_t stored, StoredParamsCrc(*in));
     // The checksum covers the parameters in the full layout's buffer order.
     Crc32cStream crc;
     std::vector<float> block;
