@@ -37,7 +37,7 @@ TensorSource InitSource(const ModelDims& dims, uint64_t seed, int threads);
 // name the file and dataset; a range no file holds is DataLoss.
 absl::StatusOr<TensorSource> CheckpointSource(const CheckpointRef& ckpt);
 
-// Elements per block for `block_bytes` (at least one row of `inner` elements).
+// Rows of `inner` elements per block of `block_bytes` (at least one).
 int64_t BlockRows(int64_t inner, int64_t block_bytes);
 
 // Writes run_dir/checkpoints/step_N (N = meta.step) for meta.layout and

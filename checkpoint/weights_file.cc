@@ -107,6 +107,18 @@ absl::Status WriteWeightsFile(const std::string& path, const ParamLayout& full, 
   return out->Commit();
 }
 
+absl::StatusOr<int64_t> StoredParamsCrc(const H5Reader& in) {
+  // A checksum retyped (a string, a float) is not a missing one.
+  auto crc = in.ReadIntAttribute("params_crc32c");
+  if (absl::IsNotFound(crc.status())) return -1;
+  if (!crc.ok()) return crc.status();
+  if (*crc < 0 || *crc > 0xffffffffLL) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(in.path(), ": attribute params_crc32c is ", *crc, ", not a CRC-32C (expected 0 to 2^32 - 1)"));
+  }
+  return *crc;
+}
+
 absl::StatusOr<Weights> ReadWeightsFile(const std::string& path) {
   MS_ASSIGN_OR_RETURN(auto in, H5Reader::Open(path));
   Weights w;
@@ -121,17 +133,7 @@ absl::StatusOr<Weights> ReadWeightsFile(const std::string& path) {
   }
   const ParamLayout layout(w.dims, ShardSpec::Full(w.dims));
   for (const ParamEntry& e : layout.entries()) MS_RETURN_IF_ERROR(CheckDatasetHolds(*in, e.name, e.global_shape));
-  // A checksum retyped (a string, a float) is not a missing one.
-  int64_t stored = -1;
-  if (auto crc = in->ReadIntAttribute("params_crc32c"); crc.ok()) {
-    stored = *crc;
-    if (stored < 0 || stored > 0xffffffffLL) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": attribute params_crc32c is ", stored, ", not a CRC-32C (expected 0 to 2^32 - 1)"));
-    }
-  } else if (!absl::IsNotFound(crc.status())) {
-    return crc.status();
-  }
+  MS_ASSIGN_OR_RETURN(const int64_t stored, StoredParamsCrc(*in));
   w.params.resize(layout.size());
   for (const ParamEntry& e : layout.entries()) {
     MS_ASSIGN_OR_RETURN(std::vector<float> data, in->ReadFloat(e.name, e.global_shape));

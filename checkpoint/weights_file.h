@@ -62,4 +62,9 @@ absl::Status WriteWeightsFile(const std::string& path, const ParamLayout& full, 
 // load unchecked; one that is not an integer in [0, 2^32) is an error).
 absl::StatusOr<Weights> ReadWeightsFile(const std::string& path);
 
+// The file's params_crc32c root attribute (the CRC-32C of all parameters in the full
+// layout's order), or −1 where it is absent (files written before it). Errors name the
+// file: an attribute of another type, or outside [0, 2^32 − 1].
+absl::StatusOr<int64_t> StoredParamsCrc(const H5Reader& in);
+
 }  // namespace multiscreen

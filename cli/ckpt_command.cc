@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/memory_bound.h"
+#include "cli/weights_source.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -93,11 +94,38 @@ absl::StatusOr<CheckpointRef> OpenGiven() {
   return OpenCheckpointOrRun(path);
 }
 
-// --out for a new run directory: given, outside any checkpoint, not there yet.
+// Whether directory `out` holds nothing but what a killed `ckpt init` or `ckpt reshard`
+// leaves: checkpoints/ with only temporary step directories (.tmp-step_N) in it.
+bool OnlyAKilledWritersTemporary(const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(out, ec) || fs::is_symlink(out, ec)) return false;
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    if (++entries > 1 || e.path().filename() != "checkpoints" || !e.is_directory() || e.is_symlink()) return false;
+  }
+  if (ec || entries != 1) return false;
+  int temporaries = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "checkpoints", ec)) {
+    if (e.path().filename().string().rfind(".tmp-step_", 0) != 0 || !e.is_directory() || e.is_symlink()) return false;
+    ++temporaries;
+  }
+  return !ec && temporaries > 0;
+}
+
+// --out for a new run directory: given, outside any checkpoint, not there yet. One
+// that holds only a killed writer's temporary (OnlyAKilledWritersTemporary) is removed,
+// so that the command can simply be run again.
 absl::Status CheckNewRunDir(const std::string& out, const std::string& input) {
   if (out.empty()) return absl::InvalidArgumentError("--out: a new run directory is required");
   MS_RETURN_IF_ERROR(CheckOutputPath("out", out, {input}));
   std::error_code ec;
+  if (OnlyAKilledWritersTemporary(out)) {
+    std::filesystem::remove_all(out, ec);
+    if (ec) return absl::PermissionDeniedError(absl::StrCat("--out=", out, ": cannot remove the unfinished checkpoint a "
+                                                            "killed run left there: ", ec.message()));
+    LogWarning("--out=", out, ": removed the unfinished checkpoint (checkpoints/.tmp-step_*) a killed run left there");
+  }
   if (std::filesystem::exists(out, ec)) {
     return absl::AlreadyExistsError(absl::StrCat("--out=", out, " exists: choose a new directory (nothing is written over)"));
   }
@@ -147,18 +175,6 @@ int InitCkpt() {
   return WriteNewRun(command, out, meta, InitSource(*dims, uint64_t(meta.seed), threads), *bound);
 }
 
-// Opens --checkpoint and verifies the datasets a copy reads (the weights only,
-// or everything) against their checksums before anything is written.
-absl::StatusOr<CheckpointRef> OpenVerified(bool weights_only) {
-  MS_ASSIGN_OR_RETURN(CheckpointRef ckpt, OpenGiven());
-  const std::vector<std::string> problems = VerifyCheckpoint(ckpt, weights_only);
-  if (!problems.empty()) {
-    return absl::DataLossError(absl::StrCat(ckpt.dir, ": ", problems.size(), " dataset", problems.size() == 1 ? "" : "s",
-                                            " fail verification, first: ", problems.front()));
-  }
-  return ckpt;
-}
-
 int Reshard() {
   const char* command = "ckpt reshard";
   const std::string out = absl::GetFlag(FLAGS_out);
@@ -176,11 +192,11 @@ int Reshard() {
   const int64_t needed = WeightBytes(ckpt->meta.dims, *layout) +
                          std::max<int64_t>(0, stored - WeightBytes(ckpt->meta.dims, ckpt->meta.layout));
   if (auto s = CheckFreeDisk(out, needed); !s.ok()) return Fail(command, s);
-  auto verified = OpenVerified(/*weights_only=*/false);
-  if (!verified.ok()) return Fail(command, verified.status());
-  auto source = CheckpointSource(*verified);
+  // Verified before anything is written (opened once: its warnings print once).
+  if (auto s = CheckVerified(*ckpt, /*weights_only=*/false); !s.ok()) return Fail(command, s);
+  auto source = CheckpointSource(*ckpt);
   if (!source.ok()) return Fail(command, source.status());
-  CheckpointMeta meta = verified->meta;
+  CheckpointMeta meta = ckpt->meta;
   meta.layout = *layout;
   return WriteNewRun(command, out, meta, *source, *bound);
 }
@@ -192,11 +208,10 @@ int Export() {
   if (auto s = CheckOutputPath("out", out, {absl::GetFlag(FLAGS_checkpoint)}); !s.ok()) return Fail(command, s);
   auto bound = MemoryBoundBytes();
   if (!bound.ok()) return Fail(command, bound.status());
-  auto opened = OpenGiven();
-  if (!opened.ok()) return Fail(command, opened.status());
-  if (auto s = CheckFreeDisk(out, 4 * CountParams(opened->meta.dims).total); !s.ok()) return Fail(command, s);
-  auto ckpt = OpenVerified(/*weights_only=*/true);
+  auto ckpt = OpenGiven();
   if (!ckpt.ok()) return Fail(command, ckpt.status());
+  if (auto s = CheckFreeDisk(out, 4 * CountParams(ckpt->meta.dims).total); !s.ok()) return Fail(command, s);
+  if (auto s = CheckVerified(*ckpt, /*weights_only=*/true); !s.ok()) return Fail(command, s);
   auto source = CheckpointSource(*ckpt);
   if (!source.ok()) return Fail(command, source.status());
   if (auto s = WriteWeightsStreamed(out, ckpt->meta.dims, *source, BlockBytes(*bound)); !s.ok()) return Fail(command, s);

@@ -3,26 +3,42 @@
 // reference implementations. Reads the first B·(T+1) tokens (sequence b is
 // tokens [b(T+1), (b+1)(T+1))) and writes `loss` (scalar), `token_losses`
 // [B, T] and `grad/<name>` (gradient of the mean loss) for every parameter.
+// With --no_grad [--memory=BOUND]: `loss` and `token_losses` only (the same bits),
+// the model read a stage at a time (model/streamed_forward.h) so that a model
+// larger than memory runs: peak about the largest stage (the tied table) rather
+// than the model twice plus its gradients.
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "checkpoint/weights_file.h"
 #include "cli/weights_source.h"
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "cli/flags.h"
+#include "cli/memory_bound.h"
 #include "data/token_file.h"
 #include "kernels/host_staging.h"
 #include "model/model_stage.h"
+#include "model/streamed_forward.h"
 
 ABSL_FLAG(std::string, weights, "", "consolidated weights file (.h5) from init or ckpt export");
 ABSL_FLAG(std::string, checkpoint, "", "a checkpoint directory or a run directory (its latest checkpoint)");
 ABSL_FLAG(std::string, tokens, "", "llm.c token file (.bin)");
+ABSL_FLAG(bool, no_grad, false,
+          "forward: loss and token_losses only, the model read one stage at a time (bounded by --memory)");
 
 namespace multiscreen::cli {
 namespace {
+
+// Writes the loss and the per-token losses [B, T].
+template <typename Real>
+absl::Status WriteLosses(H5Writer& h5, double loss, int64_t B, int64_t T, const Real* token_losses) {
+  if (auto s = h5.Write("loss", {}, &loss); !s.ok()) return s;
+  return h5.Write("token_losses", {B, T}, token_losses);
+}
 
 template <typename Real>
 absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B, int64_t T, Precision precision,
@@ -42,12 +58,62 @@ absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B
   auto out = H5Writer::Create(out_path);
   if (!out.ok()) return out.status();
   H5Writer& h5 = **out;
-  if (auto s = h5.Write("loss", {}, &loss); !s.ok()) return s;
-  if (auto s = h5.Write("token_losses", {B, T}, token_losses.data()); !s.ok()) return s;
+  if (auto s = WriteLosses(h5, loss, B, T, token_losses.data()); !s.ok()) return s;
   for (const ParamEntry& e : layout.entries()) {
     if (auto s = h5.Write("grad/" + e.name, e.global_shape, grads.data() + e.buffer_offset); !s.ok()) return s;
   }
   return h5.Commit();
+}
+
+// --no_grad: StreamedLoss over `weights` (verified by the caller), each stage's
+// tensors read `block_bytes` at a time.
+template <typename Real>
+absl::Status RunNoGrad(const StreamedWeights& weights, const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+                       Precision precision, Device device, int64_t block_bytes, const std::string& out_path) {
+  ModelOptions options;
+  options.precision = precision;
+  options.device = device;
+  const TensorSource& source = weights.source;
+  const StageLoader<Real> load = [&source, block_bytes](const ParamLayout& layout, Real* params) {
+    return FillShardParams(source, layout, block_bytes, params);
+  };
+  std::vector<Real> token_losses(B * T);
+  auto loss = StreamedLoss<Real>(weights.dims, options, load, tokens.data(), B, T, token_losses.data());
+  if (!loss.ok()) return loss.status();
+  auto out = H5Writer::Create(out_path);
+  if (!out.ok()) return out.status();
+  if (auto s = WriteLosses(**out, *loss, B, T, token_losses.data()); !s.ok()) return s;
+  return (*out)->Commit();
+}
+
+// forward --no_grad: the bound checked against the model's estimate before the
+// weights are verified (minutes for a large model), then StreamedLoss.
+int NoGrad(const std::string& weights_path, const std::string& tokens_path, int64_t B, int64_t T,
+           const std::string& precision, Precision compute, Device device, const std::string& out) {
+  auto bound = MemoryBoundBytes();
+  if (!bound.ok()) return Fail("forward", bound.status());
+  auto weights = OpenWeightsStreamed(weights_path, absl::GetFlag(FLAGS_checkpoint), BlockBytes(*bound));
+  if (!weights.ok()) return Fail("forward", weights.status());
+  const int64_t real_bytes = precision == "fp64" ? 8 : 4;
+  const int64_t needed = StreamedLossBytes(weights->dims, B, T, real_bytes);
+  if (needed > *bound) {
+    return Fail("forward", absl::ResourceExhaustedError(absl::StrFormat(
+                               "--memory=%s: --no_grad of %s at --micro_batch=%d --seq_len=%d needs about %.2f GiB "
+                               "(its largest stage: the tied embedding table W_E with its unit rows and the head's "
+                               "packed copy, or one layer, plus activations)",
+                               absl::GetFlag(FLAGS_memory), weights->dims.name, B, T,
+                               double(needed) / double(int64_t{1} << 30))));
+  }
+  auto tokens = ReadTokenFile(tokens_path, B * (T + 1), weights->dims.vocab);
+  if (!tokens.ok()) return Fail("forward", tokens.status());
+  if (auto s = weights->verify(); !s.ok()) return Fail("forward", s);
+  const absl::Status s =
+      precision == "fp64"
+          ? RunNoGrad<double>(*weights, *tokens, B, T, Precision::kFp32, device, BlockBytes(*bound), out)
+          : RunNoGrad<float>(*weights, *tokens, B, T, compute, device, BlockBytes(*bound), out);
+  if (!s.ok()) return Fail("forward", s);
+  ReportPeakMemory("forward --no_grad", *bound);
+  return 0;
 }
 
 }  // namespace
@@ -55,8 +121,9 @@ absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B
 int ForwardCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
                           "multiscreen forward (--weights=FILE.h5 | --checkpoint=DIR) --tokens=FILE.bin --micro_batch=B --seq_len=T "
-                          "--out=OUT.h5 [--precision=fp32|bf16|fp64 --device=cpu|cuda|auto]",
-                          {"weights", "checkpoint", "tokens", "micro_batch", "seq_len", "precision", "out", "device"});
+                          "--out=OUT.h5 [--precision=fp32|bf16|fp64 --device=cpu|cuda|auto] [--no_grad [--memory=1G]]",
+                          {"weights", "checkpoint", "tokens", "micro_batch", "seq_len", "precision", "out", "device",
+                           "no_grad", "memory"});
       !s.ok()) {
     return Fail("forward", s);
   }
@@ -73,21 +140,25 @@ int ForwardCommand(int argc, char** argv) {
   }
   auto device = ResolveDevice(precision == "fp64", true);
   if (!device.ok()) return Fail("forward", device.status());
-  auto weights = LoadWeights(weights_path, absl::GetFlag(FLAGS_checkpoint));
-  if (!weights.ok()) return Fail("forward", weights.status());
   // B·(T + 1) tokens index int32 arrays; the file's header bounds them further.
   if (double(B) * (double(T) + 1) > double(INT32_MAX)) {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " --seq_len=", T, ": ",
                                                                    "more than 2^31 - 1 tokens")));
   }
+  const Precision compute = precision == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  if (absl::GetFlag(FLAGS_no_grad)) return NoGrad(weights_path, tokens_path, B, T, precision, compute, *device, out);
+  if (Given(GivenFlags(argc, argv), "memory")) {
+    return Fail("forward", absl::InvalidArgumentError(
+                               "--memory bounds forward --no_grad only (the gradient forward holds the whole model)"));
+  }
+  auto weights = LoadWeights(weights_path, absl::GetFlag(FLAGS_checkpoint));
+  if (!weights.ok()) return Fail("forward", weights.status());
   // Every id read is checked against the model's vocabulary (a version-2 id past
   // 2^31 - 1 would be negative as int32).
   auto tokens = ReadTokenFile(tokens_path, B * (T + 1), weights->dims.vocab);
   if (!tokens.ok()) return Fail("forward", tokens.status());
-  const absl::Status s = precision == "fp64"
-                             ? Run<double>(*weights, *tokens, B, T, Precision::kFp32, *device, out)
-                             : Run<float>(*weights, *tokens, B, T,
-                                          precision == "bf16" ? Precision::kBf16 : Precision::kFp32, *device, out);
+  const absl::Status s = precision == "fp64" ? Run<double>(*weights, *tokens, B, T, Precision::kFp32, *device, out)
+                                             : Run<float>(*weights, *tokens, B, T, compute, *device, out);
   if (!s.ok()) return Fail("forward", s);
   return 0;
 }

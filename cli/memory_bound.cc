@@ -13,7 +13,7 @@
 #include "common/peak_memory.h"
 
 ABSL_FLAG(std::string, memory, "1G",
-          "init, ckpt init/reshard/export: bound on resident memory (bytes; K, M, G, T suffixes are powers of 1024)");
+          "init, ckpt init/reshard/export, forward --no_grad: bound on resident memory (bytes; K, M, G, T suffixes are powers of 1024)");
 
 namespace multiscreen::cli {
 namespace {

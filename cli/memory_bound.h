@@ -1,4 +1,4 @@
-// The --memory bound of the streamed checkpoint tools (issue 20: `init`,
+// The --memory bound of the streamed checkpoint tools (issue 20: `init`, `forward --no_grad`,
 // `ckpt init`, `ckpt reshard`, `ckpt export`), their disk check, and the
 // peak-memory line they end with.
 #pragma once

@@ -1,5 +1,7 @@
 #include "cli/weights_source.h"
 
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
 
@@ -13,6 +15,28 @@ absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::
   auto ckpt = OpenCheckpointOrRun(checkpoint);
   if (!ckpt.ok()) return ckpt.status();
   return ConsolidatedWeights(*ckpt);
+}
+
+absl::StatusOr<StreamedWeights> OpenWeightsStreamed(const std::string& weights_file, const std::string& checkpoint,
+                                                      int64_t block_bytes) {
+  if (weights_file.empty() == checkpoint.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --weights=FILE.h5 and --checkpoint=DIR");
+  }
+  if (!weights_file.empty()) return OpenWeightsFileStreamed(weights_file, block_bytes);
+  auto ckpt = OpenCheckpointOrRun(checkpoint);
+  if (!ckpt.ok()) return ckpt.status();
+  auto source = CheckpointSource(*ckpt);
+  if (!source.ok()) return source.status();
+  auto ref = std::make_shared<CheckpointRef>(*std::move(ckpt));
+  return StreamedWeights{ref->meta.dims, *std::move(source),
+                         [ref] { return CheckVerified(*ref, /*weights_only=*/true); }};
+}
+
+absl::Status CheckVerified(const CheckpointRef& ckpt, bool weights_only) {
+  const std::vector<std::string> problems = VerifyCheckpoint(ckpt, weights_only);
+  if (problems.empty()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(ckpt.dir, ": ", problems.size(), " dataset", problems.size() == 1 ? "" : "s",
+                                          " fail verification, first: ", problems.front()));
 }
 
 absl::Status CheckWindowFlags(const Weights& weights, bool as_learned) {

@@ -25,13 +25,13 @@ std::unique_ptr<kernels::KernelTable<Real>> KernelTableFor(const ModelOptions& o
   return std::move(*table);
 }
 
-template <typename Real>
-void ModelStage<Real>::SplitWindows(const int32_t* tokens, int64_t B, int64_t T) {
-  step_inputs_.resize(B * T);
-  step_targets_.resize(B * T);
+void SplitWindows(const int32_t* tokens, int64_t B, int64_t T, std::vector<int32_t>* inputs,
+                  std::vector<int32_t>* targets) {
+  inputs->resize(B * T);
+  targets->resize(B * T);
   for (int64_t b = 0; b < B; ++b) {
-    std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, step_inputs_.begin() + b * T);
-    std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), step_targets_.begin() + b * T);
+    std::copy(tokens + b * (T + 1), tokens + b * (T + 1) + T, inputs->begin() + b * T);
+    std::copy(tokens + b * (T + 1) + 1, tokens + (b + 1) * (T + 1), targets->begin() + b * T);
   }
 }
 

@@ -31,7 +31,17 @@ struct ModelOptions {
   int64_t head_chunk_rows = 512;  // tokens per logits chunk: [chunk, V] is the largest logits block
   int64_t head_vocab_block = 512;  // vocabulary columns a thread takes at a time in the fused head (whole panels of 32)
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
+  // No backward piece (HeadLoss with dx, LayersBackward, EmbedBackward, EndStep) will be
+  // called: gradient buffers the forward does not need are not allocated (Multiscreen:
+  // ∂Ē, [V, d_E]). Results are the same bits either way. For inference-only stages
+  // (model/streamed_forward.h).
+  bool forward_only = false;
 };
+
+// Windows [B, T+1] (sequence b is tokens[b(T+1) .. (b+1)(T+1))) → inputs (the first
+// T of each) and next-token targets (the last T), both [B·T] (host).
+void SplitWindows(const int32_t* tokens, int64_t B, int64_t T, std::vector<int32_t>* inputs,
+                  std::vector<int32_t>* targets);
 
 template <typename Real>
 class ModelStage {
@@ -71,9 +81,10 @@ class ModelStage {
 
  protected:
   explicit ModelStage(Device device) : step_x_(device), step_dx_(device) {}
-  // Windows [B, T+1] → inputs (the first T of each) and next-token targets (the last
-  // T), both [B·T], into step_inputs_ / step_targets_ (host).
-  void SplitWindows(const int32_t* tokens, int64_t B, int64_t T);
+  // SplitWindows into step_inputs_ / step_targets_.
+  void SplitWindows(const int32_t* tokens, int64_t B, int64_t T) {
+    multiscreen::SplitWindows(tokens, B, T, &step_inputs_, &step_targets_);
+  }
 
   DeviceArray<Real> step_x_, step_dx_;  // the whole model's activations and their gradients
   std::vector<int32_t> step_inputs_, step_targets_;

@@ -95,8 +95,10 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     const int64_t rows = shard.vocab();
     e_bar_.Resize(rows * dE);
     e_norm_.Resize(rows);
-    d_e_bar_.Resize(rows * dE);
-    ops_->Fill(d_e_bar_.data(), rows * dE, Real(0));
+    if (!options_.forward_only) {
+      d_e_bar_.Resize(rows * dE);
+      ops_->Fill(d_e_bar_.data(), rows * dE, Real(0));
+    }
     ops_->UnitRowsForward(params + w_e->buffer_offset, dE, e_bar_.data(), dE, e_norm_.data(), rows, dE);
     if (options_.precision != Precision::kFp32) {
       e_bar_compute_.Resize(rows * dE);

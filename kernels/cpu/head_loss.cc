@@ -39,23 +39,17 @@ void FusedHead<Real>::Run(const HeadLossArgs<Real>& a) {
       d_e_bar_t_.resize(dE * V);
     }
   }
-  row_max_.resize(n);
-  row_sum_.resize(n);
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
     if (a.dy != nullptr) {
       FusedChunk(a, r0, rc, panels);
     } else if (panels) {  // the loss alone
       PanelSoftmax(a, r0, rc, nullptr);
-    } else {
+    } else {  // the loss alone, its statistics made exactly as FusedChunk makes them (same shift)
       Real* z = z_.data();
+      row_scale_.resize(rc);
       Gemm<Real>(false, true, rc, V, dE, a.scale, a.y + r0 * dE, dE, a.e_bar, dE, 0, z, V);
-      SoftmaxStats(z, V, rc, V, row_max_.data() + r0, row_sum_.data() + r0);
-      for (int64_t r = 0; r < rc; ++r) {
-        const int64_t t = a.target[r0 + r];
-        a.target_logit[r0 + r] = t >= 0 ? double(z[r * V + t]) : 0.0;
-        a.lse[r0 + r] = row_max_[r0 + r] + std::log(row_sum_[r0 + r]);
-      }
+      SoftmaxNumerators(z, V, rc, V, a.shift, a.target + r0, a.lse + r0, a.target_logit + r0, row_scale_.data());
     }
   }
   if (a.dy == nullptr) return;

@@ -6,7 +6,9 @@ moments not zero) exports the same weights and resumes onto the same losses as t
 original; `init`, `ckpt init` and `ckpt export` of Psi = 16 (110 MB of weights) stay
 under --memory=64M (VmHWM, as they log it) and agree with each other; bad input
 (a layout that does not divide, a target that exists, a disk too small, a bound
-too small) is one line on stderr with nothing written.
+too small) is one line on stderr with nothing written; a `ckpt init` killed mid-write
+can be run again (its temporary is removed, nothing else is), and a checkpoint skipped
+as unverifiable is reported once by export and reshard.
 
 Run: /usr/bin/python3 tests/checkpoint/streamed_ckpt_cli_test.py --multiscreen=build/multiscreen --source=. \
        --mpirun=mpirun
@@ -18,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import h5py
@@ -147,6 +150,44 @@ class StreamedCkptCliTest(unittest.TestCase):
         resharded = self.path("psi16_tp4_pp1")
         r = self.run_ok("ckpt", "reshard", f"--checkpoint={run}", "--tp=4", "--pp=1", "--memory=64M", f"--out={resharded}")
         self.assertLess(*peak_mib(r.stderr))
+
+    def test_a_killed_ckpt_init_can_be_run_again(self):
+        out = self.path("killed")
+        cmd = [BIN, "ckpt", "init", "--model=psi16", "--seed=3", "--tp=2", "--pp=2", "--memory=64M", f"--out={out}"]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tmp = os.path.join(out, "checkpoints", ".tmp-step_00000000")
+        deadline = time.time() + 120
+        while p.poll() is None and time.time() < deadline and not (os.path.isdir(tmp) and os.listdir(tmp)):
+            time.sleep(0.02)
+        p.kill()
+        p.wait()
+        self.assertTrue(os.path.isdir(tmp) and os.listdir(tmp), "ckpt init finished before it could be killed")
+        self.assertEqual(os.listdir(out), ["checkpoints"])
+        r = self.run_ok(*cmd[1:])
+        self.assertIn("removed the unfinished checkpoint (checkpoints/.tmp-step_*) a killed run left there", r.stderr)
+        self.assertIn("checksums: all OK", self.run_ok("ckpt", "inspect", f"--checkpoint={out}").stdout)
+        self.assertEqual(sorted(os.listdir(os.path.join(out, "checkpoints"))), ["latest", "step_00000000"])
+        # Anything else beside the temporary: not ours to remove.
+        other = self.path("not_only_a_temporary")
+        os.makedirs(os.path.join(other, "checkpoints", ".tmp-step_00000000"))
+        with open(os.path.join(other, "notes.txt"), "w") as f:
+            f.write("mine\n")
+        self.refused("ckpt", "init", "--model=tiny_psi4", f"--out={other}", says="exists")
+        self.assertTrue(os.path.exists(os.path.join(other, "notes.txt")))
+
+    def test_a_skipped_checkpoint_is_reported_once(self):
+        run = self.path("with_a_broken_newest")
+        self.run_ok("ckpt", "init", "--model=tiny_psi4", "--seed=2", "--tp=2", "--pp=1", f"--out={run}")
+        root = os.path.join(run, "checkpoints")
+        shutil.copytree(os.path.join(root, "step_00000000"), os.path.join(root, "step_00000003"))
+        os.remove(os.path.join(root, "step_00000003", "shard_pp0_tp1.h5"))
+        with open(os.path.join(root, "latest"), "w") as f:
+            f.write("step_00000003\n")
+        for args in (["ckpt", "export", f"--checkpoint={run}", f"--out={self.path('skip.h5')}"],
+                     ["ckpt", "reshard", f"--checkpoint={run}", "--tp=1", "--pp=1", f"--out={self.path('skip_run')}"]):
+            r = self.run_ok(*args)
+            self.assertEqual(r.stderr.count("skipping checkpoint"), 1, r.stderr)
+            self.assertIn("step_00000003", r.stderr)
 
     def test_bad_input_is_one_line_and_writes_nothing(self):
         out = self.path("refused")
