@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -73,7 +74,9 @@ def collect(manifest_path, status_path):
             "step": [r["step"] for r in train],
             "loss": [r["loss"] if finite(r["loss"]) else math.nan for r in train],
             "grad_norm": [r.get("grad_norm") if finite(r.get("grad_norm")) else math.nan for r in train],
-            "val_loss": val[-1]["val_loss"] if val and finite(val[-1]["val_loss"]) else None,
+            # Final: of a run that ended (a running or interrupted run's last is not).
+            "val_loss": (val[-1]["val_loss"] if val and finite(val[-1]["val_loss"]) and v["state"] in ("done", "diverged")
+                         else None),
             "val_step": val[-1]["step"] if val else None,
         })
     return runs
@@ -118,14 +121,15 @@ def markdown(runs, lr):
             lines.append(f"| {fam} | {r['non_embedding_params']:,} | {r['weight_decay']:g} | {r['grad_clip']:g} | "
                          f"{lr_label(r['lr'])} | {outcome(r)} | {fmt_loss(r['val_loss'])} |")
     lines += ["", f"At peak lr {lr_label(lr)}:", "",
-              "| model | outcome | final val loss | max grad norm (after warmup) | last train loss |",
-              "|---|---|---:|---:|---:|"]
+              "| model | outcome | final val loss | grad norm after warmup: max | median | last train loss |",
+              "|---|---|---:|---:|---:|---:|"]
     for r in [r for r in runs if abs(r["lr"] - lr) < 1e-12]:
         warm = r.get("warmup_steps", 0)
-        g = [x for s, x in zip(r["step"], r["grad_norm"]) if s > warm and math.isfinite(x)]
+        g = sorted(x for s, x in zip(r["step"], r["grad_norm"]) if s > warm and math.isfinite(x))
         last = r["loss"][-1] if r["loss"] else None
         lines.append(f"| {r['model']} | {outcome(r)} | {fmt_loss(r['val_loss'])} | "
-                     f"{(max(g) if g else math.nan):.3g} | {fmt_loss(last if last is not None and math.isfinite(last) else None)} |")
+                     f"{f'{g[-1]:.3g}' if g else '—'} | {f'{statistics.median(g):.3g}' if g else '—'} | "
+                     f"{fmt_loss(last if last is not None and math.isfinite(last) else None)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -162,32 +166,39 @@ def figures(runs, lr, out_dir):
     plt.close(fig)
     written.append(path)
 
-    # Loss and gradient norm trajectories at `lr`.
-    at = [r for r in runs if abs(r["lr"] - lr) < 1e-12]
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
-    for r in at:
-        label = r["model"] + (" (diverged)" if r["diverged"] else "")
-        line, = a1.plot(r["step"], r["loss"], lw=1, label=label)
-        a2.plot(r["step"], r["grad_norm"], lw=1, color=line.get_color())
-        bad = [s for s, x in zip(r["step"], r["loss"]) if not math.isfinite(x)]
-        if bad:
-            a1.axvline(bad[0], color=line.get_color(), ls=":", lw=1)
-    warm = max((r.get("warmup_steps", 0) for r in at), default=0)
-    for a in (a1, a2):
-        if warm:
-            a.axvline(warm, color="gray", ls="--", lw=0.8)
-        a.grid(alpha=0.3)
-    a1.set_ylabel("training loss (nats)")
-    a1.set_title(f"Peak lr {lr_label(lr)}: training loss and gradient norm (dashed: end of warmup)")
-    a1.legend(fontsize=7)
-    a2.set_yscale("log")
-    a2.set_ylabel("global gradient norm (before clipping)")
-    a2.set_xlabel("step")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "stability_trajectories.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    # Loss and gradient norm trajectories at `lr`: one row per run (raw, and a moving average
+    # over `smooth` steps), shared axes; a dotted line at a non-finite loss.
+    at = [r for r in runs if abs(r["lr"] - lr) < 1e-12 and r["step"]]
+    if at:
+        smooth = 10
+        fig, axes = plt.subplots(len(at), 2, figsize=(10, 1.7 * len(at) + 0.8), sharex=True, squeeze=False)
+        loss_max = max((x for r in at for x in r["loss"] if math.isfinite(x)), default=12.0)
+        for row, r in zip(axes, at):
+            color = "tab:red" if r["diverged"] else "tab:blue"
+            for a, ys in ((row[0], r["loss"]), (row[1], r["grad_norm"])):
+                a.plot(r["step"], ys, lw=0.6, alpha=0.35, color=color)
+                avg = [math.nan if i + 1 < smooth else sum(ys[i + 1 - smooth:i + 1]) / smooth for i in range(len(ys))]
+                a.plot(r["step"], avg, lw=1.2, color=color)
+                if r.get("warmup_steps"):
+                    a.axvline(r["warmup_steps"], color="gray", ls="--", lw=0.8)
+                bad = [s for s, x in zip(r["step"], r["loss"]) if not math.isfinite(x)]
+                if bad:
+                    a.axvline(bad[0], color="tab:red", ls=":", lw=1.2)
+                a.grid(alpha=0.3)
+            row[0].set_ylim(min(6.0, loss_max), loss_max + 0.3)
+            row[1].set_yscale("log")
+            row[0].set_ylabel(r["model"].replace("transformer", "tf"), fontsize=8)
+            row[0].text(0.99, 0.93, outcome(r), transform=row[0].transAxes, ha="right", va="top", fontsize=8, color=color)
+        axes[0][0].set_title("training loss (nats)")
+        axes[0][1].set_title("global gradient norm, before clipping")
+        axes[-1][0].set_xlabel("step")
+        axes[-1][1].set_xlabel("step")
+        fig.suptitle(f"Peak lr {lr_label(lr)}: raw and {smooth}-step moving average; dashed: end of warmup", fontsize=10)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "stability_trajectories.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
     return written
 
 

@@ -88,9 +88,9 @@ class StabilityReportTest(unittest.TestCase):
         # The switch row is in the lr table only as a row at 2^-4 (one lr: no family sweep).
         self.assertFalse(any(l.startswith("| transformer (tf_switch)") for l in lines))
         at = lines[lines.index("At peak lr 2^-4:"):]
-        self.assertIn("| ms | stable | 6.500 | 0.333 | 6.000 |", at)
-        self.assertIn("| tf | diverged (step 5) | — | 0.333 | — |", at)
-        self.assertIn("| tf_switch | diverged (step 3) | 9.750 | 40 | 9.500 |", at)
+        self.assertIn("| ms | stable | 6.500 | 0.333 | 0.155 | 6.000 |", at)
+        self.assertIn("| tf | diverged (step 5) | — | 0.333 | 0.292 | — |", at)
+        self.assertIn("| tf_switch | diverged (step 3) | 9.750 | 40 | 21.5 | 9.500 |", at)
         for name in ("stability_lr.png", "stability_trajectories.png"):
             with open(os.path.join(self.figures, name), "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
