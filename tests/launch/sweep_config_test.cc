@@ -132,8 +132,8 @@ TEST(SweepConfigTest, BadArmsAreRefusedNamingTheArm) {
 }
 
 // The committed stability study (configs/studies/lr_stability/sweep.textproto) expands to
-// its 19 runs: each family over 2^-10 … 2^-4 with its recipe, and Table 6's five switch
-// rows at 2^-4; models of near-equal non-embedding size. Its data is swapped for
+// its 20 runs: each family over 2^-10 … 2^-4 with its recipe, Table 6's five switch rows
+// at 2^-4, and the plain Transformer at 2^-4 without weight decay or clipping; models of near-equal non-embedding size. Its data is swapped for
 // synthetic shards of a vocabulary below 97 (only the path is checked here).
 TEST(SweepConfigTest, TheStabilityStudyExpandsToItsRuns) {
   const char* configs = std::getenv("MULTISCREEN_CONFIG_DIR");
@@ -154,7 +154,7 @@ TEST(SweepConfigTest, TheStabilityStudyExpandsToItsRuns) {
   Write(dir / "sweep.textproto", study);
   auto sweep = LoadSweep((dir / "sweep.textproto").string());
   ASSERT_TRUE(sweep.ok()) << sweep.status();
-  ASSERT_EQ(sweep->runs.size(), 19u);
+  ASSERT_EQ(sweep->runs.size(), 20u);
   const std::vector<double> lrs = {1.0 / 1024, 1.0 / 512, 1.0 / 256, 1.0 / 128, 1.0 / 64, 1.0 / 32, 1.0 / 16};
   std::map<std::string, std::vector<double>> lrs_of;
   for (const SweepRun& r : sweep->runs) {
@@ -163,12 +163,13 @@ TEST(SweepConfigTest, TheStabilityStudyExpandsToItsRuns) {
     EXPECT_EQ(r.run.seq_len(), 128) << r.name;
     EXPECT_EQ(r.run.schedule().warmup_steps(), 30) << r.name;
     EXPECT_EQ(r.run.precision(), config::RunConfig::FP32) << r.name;
-    const bool transformer = r.dims.family == ModelFamily::kTransformer;
+    const bool transformer = r.dims.family == ModelFamily::kTransformer && r.model != "transformer_no_wd_clip";
     EXPECT_EQ(r.run.optimizer().weight_decay(), transformer ? 0.1 : 0.0) << r.name;
     EXPECT_EQ(r.run.optimizer().grad_clip(), transformer ? 1.0 : 0.0) << r.name;
     // The switches' learned scalars: SIO's s_E and s_F (2), QKNorm's s_QK per head and layer (4 · 6).
     const std::map<std::string, int64_t> non_embedding = {
         {"multiscreen_psi6", 290414},   {"transformer", 294912},     {"transformer_plnorm", 294912},
+        {"transformer_no_wd_clip", 294912},
         {"transformer_sio", 294914},    {"transformer_sio_no_plnorm", 294914},
         {"transformer_qknorm", 294936}, {"transformer_qknorm_sio", 294938}};
     EXPECT_EQ(r.non_embedding_params, non_embedding.at(r.model)) << r.name;
@@ -179,7 +180,8 @@ TEST(SweepConfigTest, TheStabilityStudyExpandsToItsRuns) {
   const std::map<std::string, std::array<bool, 3>> rows = {
       {"transformer", {false, false, false}},       {"transformer_sio", {false, true, true}},
       {"transformer_plnorm", {false, false, true}}, {"transformer_sio_no_plnorm", {false, true, false}},
-      {"transformer_qknorm", {true, false, false}}, {"transformer_qknorm_sio", {true, true, true}}};
+      {"transformer_qknorm", {true, false, false}}, {"transformer_qknorm_sio", {true, true, true}},
+      {"transformer_no_wd_clip", {false, false, false}}};
   for (const auto& [name, switches] : rows) {
     if (name != "transformer") EXPECT_EQ(lrs_of[name], std::vector<double>{1.0 / 16}) << name;
     for (const SweepRun& r : sweep->runs) {
@@ -188,7 +190,7 @@ TEST(SweepConfigTest, TheStabilityStudyExpandsToItsRuns) {
       EXPECT_EQ((std::array<bool, 3>{m.qk_norm(), m.sio(), m.pl_norm()}), switches) << name;
     }
   }
-  EXPECT_EQ(lrs_of.size(), 7u);
+  EXPECT_EQ(lrs_of.size(), 8u);
   fs::remove_all(dir);
 }
 
