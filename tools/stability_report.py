@@ -172,7 +172,8 @@ def figures(runs, lr, out_dir):
     if at:
         smooth = 10
         fig, axes = plt.subplots(len(at), 2, figsize=(10, 1.7 * len(at) + 0.8), sharex=True, squeeze=False)
-        loss_max = max((x for r in at for x in r["loss"] if math.isfinite(x)), default=12.0)
+        # Up to a little above the largest initial loss (an early excursion past it is cut off).
+        loss_max = max((r["loss"][0] for r in at if math.isfinite(r["loss"][0])), default=12.0) + 1.0
         for row, r in zip(axes, at):
             color = "tab:red" if r["diverged"] else "tab:blue"
             for a, ys in ((row[0], r["loss"]), (row[1], r["grad_norm"])):
@@ -185,7 +186,7 @@ def figures(runs, lr, out_dir):
                 if bad:
                     a.axvline(bad[0], color="tab:red", ls=":", lw=1.2)
                 a.grid(alpha=0.3)
-            row[0].set_ylim(min(6.0, loss_max), loss_max + 0.3)
+            row[0].set_ylim(min(6.0, loss_max - 1), loss_max)
             row[1].set_yscale("log")
             row[0].set_ylabel(r["model"].replace("transformer", "tf"), fontsize=8)
             row[0].text(0.99, 0.93, outcome(r), transform=row[0].transAxes, ha="right", va="top", fontsize=8, color=color)
