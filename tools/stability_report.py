@@ -172,8 +172,10 @@ def figures(runs, lr, out_dir):
     if at:
         smooth = 10
         fig, axes = plt.subplots(len(at), 2, figsize=(10, 1.7 * len(at) + 0.8), sharex=True, squeeze=False)
-        # Up to a little above the largest initial loss (an early excursion past it is cut off).
-        loss_max = max((r["loss"][0] for r in at if math.isfinite(r["loss"][0])), default=12.0) + 1.0
+        # Up to 1.5 nats above the median initial loss: the runs' course after warmup is what shows;
+        # a run starting far above (SIO without PLNorm) is cut off at the top.
+        firsts = [r["loss"][0] for r in at if math.isfinite(r["loss"][0])]
+        loss_max = (statistics.median(firsts) if firsts else 11.0) + 1.5
         for row, r in zip(axes, at):
             color = "tab:red" if r["diverged"] else "tab:blue"
             for a, ys in ((row[0], r["loss"]), (row[1], r["grad_norm"])):
