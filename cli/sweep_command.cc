@@ -26,6 +26,7 @@
 #include "cli/flags.h"
 #include "common/config.h"
 #include "google/protobuf/text_format.h"
+#include "launch/divergence.h"
 #include "launch/sweep.h"
 #include "launch/sweep_runner.h"
 #include "launch/sweep_slurm.h"
@@ -49,7 +50,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "multiscreen sweep plan --sweep=F [--jobs=K --measure=false] | run --sweep=F (--local [--jobs=K --threads=N] | "
-    "--slurm [--dry_run] [-- sbatch options]) | status --sweep=F | fit (--sweep=F | --results=F.csv) [--json --bootstrap=N] | "
+    "--slurm [--dry_run] [-- sbatch options]) | status --sweep=F [--json] | fit (--sweep=F | --results=F.csv) [--json --bootstrap=N] | "
     "report --sweep=F [--out=FILE.md --bootstrap=N]";
 
 std::string SelfPath() {
@@ -182,10 +183,32 @@ int Plan(const Sweep& sweep) {
   return 0;
 }
 
+// `sweep status`: a line per run and the counts; with --json one object instead:
+// {"sweep", "root", "runs": [{"name", "state", "step", "steps", "detail", "diverged",
+// "diverged_step", "initial_loss"}]} (tools/stability_report.py reads it).
 int Status(const Sweep& sweep) {
   std::map<RunState, int> counts;
   size_t width = 0;
   for (const SweepRun& r : sweep.runs) width = std::max(width, r.name.size());
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const SweepRun& r : sweep.runs) {
+      const RunStatus st = ReadRunStatus(r);
+      const DivergenceVerdict v =
+          ReadDivergence((fs::path(r.dir) / "metrics.jsonl").string(), r.run.schedule().warmup_steps());
+      runs.push_back({{"name", r.name},
+                      {"state", RunStateName(st.state)},
+                      {"step", st.step},
+                      {"steps", r.run.steps()},
+                      {"detail", st.detail},
+                      {"diverged", st.state == RunState::kDiverged},
+                      {"diverged_step", st.state == RunState::kDiverged ? nlohmann::json(v.step) : nlohmann::json(nullptr)},
+                      {"initial_loss", v.last_step > 0 ? nlohmann::json(v.initial_loss) : nlohmann::json(nullptr)}});
+    }
+    const nlohmann::json j = {{"sweep", fs::absolute(sweep.file).lexically_normal().string()}, {"root", sweep.root}, {"runs", runs}};
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
   for (const SweepRun& r : sweep.runs) {
     const RunStatus st = ReadRunStatus(r);
     ++counts[st.state];
@@ -193,18 +216,20 @@ int Status(const Sweep& sweep) {
                 static_cast<long long>(st.step),
                 static_cast<long long>(r.run.steps()), st.detail.empty() ? "" : "  ", st.detail.c_str());
   }
-  std::printf("%zu runs: %d done, %d running, %d failed, %d interrupted, %d pending\n", sweep.runs.size(), counts[RunState::kDone],
-              counts[RunState::kRunning], counts[RunState::kFailed], counts[RunState::kInterrupted], counts[RunState::kPending]);
+  std::printf("%zu runs: %d done, %d diverged, %d running, %d failed, %d interrupted, %d pending\n", sweep.runs.size(),
+              counts[RunState::kDone], counts[RunState::kDiverged], counts[RunState::kRunning], counts[RunState::kFailed],
+              counts[RunState::kInterrupted], counts[RunState::kPending]);
   return 0;
 }
 
 int RunSlurm(const Sweep& sweep, const std::vector<std::string>& sbatch_args) {
   std::vector<size_t> todo;
   for (size_t i = 0; i < sweep.runs.size(); ++i) {
-    if (ReadRunStatus(sweep.runs[i]).state != RunState::kDone) todo.push_back(i);
+    const RunState state = ReadRunStatus(sweep.runs[i]).state;
+    if (state != RunState::kDone && state != RunState::kDiverged) todo.push_back(i);
   }
   if (todo.empty()) {
-    std::printf("sweep %s: all %zu runs are done\n", sweep.file.c_str(), sweep.runs.size());
+    std::printf("sweep %s: all %zu runs are done or diverged\n", sweep.file.c_str(), sweep.runs.size());
     return 0;
   }
   const std::string script = SlurmArrayScript(sweep, todo, SelfPath(), SourcePath("launch/train.sbatch"), ThreadsPerRun(1));
@@ -275,6 +300,7 @@ int SweepCommand(int argc, char** argv) {
   } else if (sub == "run") {
     accepted.insert(accepted.end(), {"local", "slurm", "jobs", "threads", "dry_run"});
   } else if (sub == "status") {
+    accepted.insert(accepted.end(), {"json"});
   } else if (sub == "fit") {
     accepted.insert(accepted.end(), {"results", "json", "bootstrap"});
   } else if (sub == "report") {
@@ -336,7 +362,14 @@ int SweepCommand(int argc, char** argv) {
   options.threads = ThreadsPerRun(options.jobs);
   options.binary = SelfPath();
   if (absl::Status s = RunLocal(*sweep, options); !s.ok()) return Fail("sweep", s);
-  std::printf("sweep %s: all %zu runs done\n", sweep->file.c_str(), sweep->runs.size());
+  int diverged = 0;
+  for (const SweepRun& r : sweep->runs) diverged += ReadRunStatus(r).state == RunState::kDiverged ? 1 : 0;
+  if (diverged > 0) {
+    std::printf("sweep %s: all %zu runs ended: %zu done, %d diverged\n", sweep->file.c_str(), sweep->runs.size(),
+                sweep->runs.size() - diverged, diverged);
+  } else {
+    std::printf("sweep %s: all %zu runs done\n", sweep->file.c_str(), sweep->runs.size());
+  }
   return 0;
 }
 

@@ -32,6 +32,9 @@ struct AxisModel {
   config::ModelConfig config;
   std::string name;    // for run names
   std::string source;  // for messages: "F: psi[2]"
+  std::vector<double> lrs;  // an arm's own lrs (empty: the sweep's lr axis)
+  const config::OptimizerConfig* optimizer = nullptr;  // an arm's optimizer fields ...
+  const google::protobuf::TextFormat::ParseInfoTree* optimizer_written = nullptr;  // ... and which its text wrote
 };
 
 // A name that is safe as a directory name: letters, digits, '.', '-', '_' kept, the rest '_'.
@@ -41,7 +44,10 @@ std::string FileName(const std::string& s) {
   return out.empty() ? "_" : out;
 }
 
-absl::StatusOr<std::vector<AxisModel>> ModelAxis(const config::SweepConfig& sweep, const std::string& file) {
+// The models of the sweep: psi, models, model_files, then arms. `written` is the parser's
+// record of the sweep file (for the fields an arm's optimizer writes).
+absl::StatusOr<std::vector<AxisModel>> ModelAxis(const config::SweepConfig& sweep, const std::string& file,
+                                                 const google::protobuf::TextFormat::ParseInfoTree& written) {
   std::vector<AxisModel> models;
   for (int i = 0; i < sweep.psi_size(); ++i) {
     config::ModelConfig m = sweep.psi_template();
@@ -51,20 +57,49 @@ absl::StatusOr<std::vector<AxisModel>> ModelAxis(const config::SweepConfig& swee
     m.set_psi(sweep.psi(i));
     const std::string name = absl::StrCat(m.name().empty() ? "psi" : m.name() + "_psi", sweep.psi(i));
     m.set_name(name);
-    models.push_back({m, name, absl::StrCat(file, ": psi[", i, "] = ", sweep.psi(i))});
+    models.push_back({m, name, absl::StrCat(file, ": psi[", i, "] = ", sweep.psi(i)), {}, nullptr, nullptr});
   }
   for (int i = 0; i < sweep.models_size(); ++i) {
     const config::ModelConfig& m = sweep.models(i);
-    models.push_back({m, m.name().empty() ? absl::StrCat("model", i) : m.name(), absl::StrCat(file, ": models[", i, "]")});
+    models.push_back({m, m.name().empty() ? absl::StrCat("model", i) : m.name(), absl::StrCat(file, ": models[", i, "]"), {}, nullptr, nullptr});
   }
   for (int i = 0; i < sweep.model_files_size(); ++i) {
     auto m = LoadModelConfig(sweep.model_files(i));
     if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": model_files[", i, "]: ", m.status().message()));
     const std::string name = m->name().empty() ? fs::path(sweep.model_files(i)).stem().string() : m->name();
-    models.push_back({*m, name, absl::StrCat(file, ": model_files[", i, "] (", sweep.model_files(i), ")")});
+    models.push_back({*m, name, absl::StrCat(file, ": model_files[", i, "] (", sweep.model_files(i), ")"), {}, nullptr, nullptr});
+  }
+  const google::protobuf::FieldDescriptor* arms_field = sweep.GetDescriptor()->FindFieldByName("arms");
+  for (int i = 0; i < sweep.arms_size(); ++i) {
+    const config::SweepArm& arm = sweep.arms(i);
+    const std::string where = absl::StrCat(file, ": arms[", i, "]");
+    if (arm.model_file().empty() == !arm.has_model()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": give exactly one of model_file and model"));
+    }
+    if (arm.optimizer().has_lr()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": optimizer.lr is not taken here; give the arm's lr list"));
+    }
+    AxisModel m;
+    if (!arm.model_file().empty()) {
+      auto loaded = LoadModelConfig(arm.model_file());
+      if (!loaded.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ".model_file: ", loaded.status().message()));
+      m.config = *loaded;
+      m.name = loaded->name().empty() ? fs::path(arm.model_file()).stem().string() : loaded->name();
+      m.source = absl::StrCat(where, " (", arm.model_file(), ")");
+    } else {
+      m.config = arm.model();
+      m.name = arm.model().name().empty() ? absl::StrCat("arm", i) : arm.model().name();
+      m.source = where;
+    }
+    m.lrs.assign(arm.lr().begin(), arm.lr().end());
+    m.optimizer = &arm.optimizer();
+    if (const auto* tree = written.GetTreeForNested(arms_field, i)) {
+      m.optimizer_written = tree->GetTreeForNested(arm.GetDescriptor()->FindFieldByName("optimizer"), -1);
+    }
+    models.push_back(std::move(m));
   }
   if (models.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": the model axis is empty (give psi, models or model_files)"));
+    return absl::InvalidArgumentError(absl::StrCat(file, ": the model axis is empty (give psi, models, model_files or arms)"));
   }
   return models;
 }
@@ -181,7 +216,7 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
   sweep.root = fs::absolute(sc.root(), ec).lexically_normal().string();
 
   // Axes.
-  auto models = ModelAxis(sc, path);
+  auto models = ModelAxis(sc, path, written);
   if (!models.ok()) return models.status();
   if (sc.tokens_size() == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": the token axis is empty (give tokens)"));
   std::vector<double> lrs(sc.lr().begin(), sc.lr().end());
@@ -212,6 +247,13 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
     for (int j = 0; j < i; ++j) {
       if (sc.psi(i) == sc.psi(j)) {
         return absl::InvalidArgumentError(absl::StrCat(path, ": psi[", i, "] = ", sc.psi(i), " repeats psi[", j, "]"));
+      }
+    }
+  }
+  for (const AxisModel& m : *models) {
+    for (size_t i = 0; i < m.lrs.size(); ++i) {
+      if (!(m.lrs[i] > 0 && m.lrs[i] <= 1)) {
+        return absl::InvalidArgumentError(absl::StrFormat("%s: lr[%d] = %g is outside (0, 1]", m.source, i, m.lrs[i]));
       }
     }
   }
@@ -270,7 +312,7 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
           for (const SweepBudget& b : budgets) g.push_back({b});
           return g;
         }();
-    for (double lr : lrs) {
+    for (double lr : m.lrs.empty() ? lrs : m.lrs) {
       for (int64_t seed : seeds) {
         for (const std::vector<SweepBudget>& group : groups) {
           SweepRun r;
@@ -287,6 +329,13 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
           }
           r.dir = (fs::path(sweep.root) / r.name).string();
           r.run = base;
+          if (m.optimizer != nullptr) {
+            if (m.optimizer_written != nullptr) {
+              MergeWrittenFields(*m.optimizer, *m.optimizer_written, r.run.mutable_optimizer());
+            } else {
+              r.run.mutable_optimizer()->MergeFrom(*m.optimizer);
+            }
+          }
           *r.run.mutable_model_config() = m.config;
           r.run.mutable_optimizer()->set_lr(lr);
           r.run.set_seed(seed);
@@ -383,6 +432,9 @@ absl::Status WriteManifest(const Sweep& sweep) {
                     {"non_embedding_params", r.non_embedding_params},
                     {"flops_per_token", r.flops_per_token},
                     {"lr", r.run.optimizer().lr()},
+                    {"weight_decay", r.run.optimizer().weight_decay()},
+                    {"grad_clip", r.run.optimizer().grad_clip()},
+                    {"warmup_steps", r.run.schedule().warmup_steps()},
                     {"seed", r.run.seed()},
                     {"steps", r.run.steps()},
                     {"budgets", budgets}});

@@ -85,6 +85,7 @@ struct Child {
 const char* RunStateName(RunState state) {
   switch (state) {
     case RunState::kDone: return "done";
+    case RunState::kDiverged: return "diverged";
     case RunState::kRunning: return "running";
     case RunState::kFailed: return "failed";
     case RunState::kInterrupted: return "interrupted";
@@ -99,6 +100,12 @@ RunStatus ReadRunStatus(const SweepRun& run) {
   st.step = LastStep(dir / "metrics.jsonl");
   if (LockHeld(dir / "sweep.lock")) {
     st.state = RunState::kRunning;
+    return st;
+  }
+  if (const DivergenceVerdict v = ReadDivergence((dir / "metrics.jsonl").string(), run.run.schedule().warmup_steps());
+      v.diverged) {
+    st.state = RunState::kDiverged;
+    st.detail = v.reason;
     return st;
   }
   const nlohmann::json status = ReadJson(dir / "status.json");
@@ -128,14 +135,19 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
   if (absl::Status s = WriteRunFiles(sweep); !s.ok()) return s;
   std::deque<size_t> queue;
   int done = 0;
+  int diverged = 0;
   for (size_t i = 0; i < sweep.runs.size(); ++i) {
-    if (ReadRunStatus(sweep.runs[i]).state == RunState::kDone) {
+    const RunState state = ReadRunStatus(sweep.runs[i]).state;
+    if (state == RunState::kDone) {
       ++done;
+    } else if (state == RunState::kDiverged) {
+      ++diverged;
     } else {
       queue.push_back(i);
     }
   }
-  LogInfo("sweep ", sweep.file, ": ", sweep.runs.size(), " runs, ", done, " done, ", queue.size(), " to train, ", options.jobs,
+  LogInfo("sweep ", sweep.file, ": ", sweep.runs.size(), " runs, ", done, " done, ", diverged, " diverged, ", queue.size(),
+          " to train, ", options.jobs,
           " at a time with ", options.threads, " threads each");
   struct sigaction sa = {};
   sa.sa_handler = OnStop;
@@ -208,9 +220,14 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
     const RunStatus st = ReadRunStatus(r);  // our own lock is still held: read the files, not the lock
     const nlohmann::json status = ReadJson(fs::path(r.dir) / "status.json");
     const std::string state = status.is_object() ? status.value("state", "") : "";
-    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 && state == "finished") {
+    const DivergenceVerdict verdict =
+        ReadDivergence((fs::path(r.dir) / "metrics.jsonl").string(), r.run.schedule().warmup_steps());
+    if (verdict.diverged) {  // however the child ended: the trainer stops at a non-finite loss
+      ++diverged;
+      LogInfo("diverged ", r.name, ": ", verdict.reason, " (", done + diverged, " of ", sweep.runs.size(), " runs ended)");
+    } else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 && state == "finished") {
       ++done;
-      LogInfo("finished ", r.name, " (", done, " of ", sweep.runs.size(), " runs done)");
+      LogInfo("finished ", r.name, " (", done + diverged, " of ", sweep.runs.size(), " runs ended)");
     } else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 && state == "stopped") {
       LogInfo("stopped ", r.name, " with a checkpoint at step ", status.value("step", int64_t{0}), "; `sweep run` resumes it");
     } else {
@@ -231,8 +248,8 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   if (g_stop_signal != 0) {
-    return absl::AbortedError(absl::StrCat("stopped by signal ", g_stop_signal, ": ", done, " of ", sweep.runs.size(),
-                                           " runs done; `sweep run` again resumes the rest"));
+    return absl::AbortedError(absl::StrCat("stopped by signal ", g_stop_signal, ": ", done + diverged, " of ", sweep.runs.size(),
+                                           " runs done or diverged; `sweep run` again resumes the rest"));
   }
   if (failed > 0 || skipped > 0) {
     return absl::AbortedError(absl::StrCat(failed, " of ", sweep.runs.size(), " runs failed",

@@ -11,12 +11,14 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "launch/divergence.h"
 #include "launch/sweep.h"
 
 namespace multiscreen {
 
 enum class RunState {
   kDone,         // status.json "finished" at the run's last step
+  kDiverged,     // not running, and its metrics say it diverged (divergence.h): finished or stopped, it is final
   kRunning,      // a process holds <dir>/sweep.lock
   kFailed,       // the last attempt ended without finishing: <dir>/sweep_failed.json says why
   kInterrupted,  // stopped or killed with a checkpoint: the next `sweep run` resumes it
@@ -29,10 +31,12 @@ struct RunStatus {
   std::string detail;  // failed: the reason; interrupted: the checkpoint's step
 };
 
-// "done", "running", "failed", "interrupted" or "pending".
+// "done", "diverged", "running", "failed", "interrupted" or "pending".
 const char* RunStateName(RunState state);
 
-// Where `run` stands, from its directory (reads files; never blocks on the lock).
+// Where `run` stands, from its directory (reads files; never blocks on the lock). A run
+// that is not running and whose metrics.jsonl shows divergence (JudgeDivergence with the
+// run's warmup) is kDiverged, whatever else its directory says; detail: the reason.
 RunStatus ReadRunStatus(const SweepRun& run);
 
 struct LocalOptions {
@@ -41,10 +45,12 @@ struct LocalOptions {
   std::string binary;  // the multiscreen executable the runs are started with
 };
 
-// Trains every run of `sweep` that is not done, `jobs` at a time, each child with
-// `threads` threads, its output appended to <dir>/train.log. Writes the run files
-// first (WriteRunFiles). A child that dies on its own (non-zero exit, a signal) marks
-// its run failed (<dir>/sweep_failed.json with the reason) and the others go on;
+// Trains every run of `sweep` that is neither done nor diverged, `jobs` at a time, each
+// child with `threads` threads, its output appended to <dir>/train.log. Writes the run
+// files first (WriteRunFiles). A child whose metrics show divergence (the trainer stops at
+// a non-finite loss) is a finished outcome, not a failure; any other child that dies on
+// its own (non-zero exit, a signal) marks its run failed (<dir>/sweep_failed.json with the
+// reason); the others go on either way;
 // SIGINT/SIGTERM to the runner are passed to the children, which stop with a
 // checkpoint, and no further run starts. The children die with the runner
 // (PR_SET_PDEATHSIG), so a killed runner leaves no orphan holding a lock.

@@ -12,6 +12,8 @@ budgets on the synthetic shards of tests/trainer, one run per model serving ever
      it and the run reads "interrupted") and of one trainer (that run reads "failed" with the
      signal, the others finish), and two more `sweep run`s finish it with exactly the
      reference's training and validation losses at every step;
+  4b. a sweep with a run whose fp16 loss overflows to NaN (its trainer stops) finishes with that
+     run diverged, not failed, and the other run done;
   5. `sweep fit --json` and `sweep report` read the finished runs; `sweep run --slurm
      --dry_run` prints the job-array script;
   6. relative paths resolve against the current directory; fit, report and a dry run create no
@@ -66,6 +68,12 @@ def losses(run_dir):
     from metrics import read_metrics
     return {(m["step"], "val" if "val_loss" in m else "train"): m.get("loss", m.get("val_loss"))
             for m in read_metrics(os.path.join(run_dir, "metrics.jsonl"))}
+
+
+def metrics_rows(run_dir):
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    from metrics import read_metrics
+    return read_metrics(os.path.join(run_dir, "metrics.jsonl"))
 
 
 def last_step(run_dir):
@@ -198,6 +206,37 @@ class SweepTest(unittest.TestCase):
         for name in RUNS:
             self.assertEqual(losses(os.path.join(root, name)), reference[name], name)
         self.assertIn("3 done", sweep("status", f"--sweep={path}").stdout)
+
+    def test_a_diverging_run_is_an_outcome_and_the_others_go_on(self):
+        # Issue 18: arms with their own lrs and optimizer fields; the tiny Transformer at lr 1
+        # without clipping in fp16 overflows to a NaN loss and its trainer stops (exit 1,
+        # "the run diverged"); the runner records it as diverged, not failed, finishes the
+        # other run, exits 0, and a second `sweep run` does not retry it.
+        root = os.path.join(WORK, "diverging")
+        path = write(os.path.join(WORK, "diverging.textproto"),
+                     'base_config { micro_batch: 4 seq_len: 16 precision: FP16 optimizer { lr: 0.01 grad_clip: 1.0 }\n'
+                     '  schedule { kind: WARMUP_CONSTANT warmup_steps: 5 } eval { batches: 2 } logging { console_every: 100 } }\n'
+                     f'data: "{self.data}"\n'
+                     'arms { model_file: "tiny_transformer_train" lr: 1.0 optimizer { grad_clip: 0 } }\n'
+                     'arms { model { name: "ms" psi: 2 d_k: 8 d_v: 16 vocab: 97 w_th: 16 } lr: 0.01 }\n'
+                     f'tokens: 1280\nseeds: 1\nroot: "{root}"\n')
+        r = sweep("run", f"--sweep={path}", "--local", "--jobs=2", "--threads=1")
+        self.assertIn("all 2 runs ended: 1 done, 1 diverged", r.stdout)
+        diverged = os.path.join(root, "tiny_transformer_train_lr1_s1")
+        with open(os.path.join(diverged, "train.log")) as f:
+            self.assertIn("non-finite steps in a row (max_nonfinite_steps = 10); the run diverged", f.read())
+        self.assertFalse(os.path.exists(os.path.join(diverged, "sweep_failed.json")))
+        self.assertTrue(any(m.get("loss") is None for m in metrics_rows(diverged)), "the test needs a NaN loss")
+        out = sweep("status", f"--sweep={path}").stdout
+        self.assertRegex(out, r"tiny_transformer_train_lr1_s1 +diverged .*exceeds the initial .* after the 5-step warmup")
+        self.assertRegex(out, r"ms_lr0.01_s1 +done")
+        self.assertIn("2 runs: 1 done, 1 diverged, 0 running, 0 failed", out)
+        st = {x["name"]: x for x in json.loads(sweep("status", f"--sweep={path}", "--json").stdout)["runs"]}
+        self.assertTrue(st["tiny_transformer_train_lr1_s1"]["diverged"])
+        self.assertEqual(st["tiny_transformer_train_lr1_s1"]["diverged_step"], 6)
+        self.assertFalse(st["ms_lr0.01_s1"]["diverged"])
+        r = sweep("run", f"--sweep={path}", "--local", "--jobs=2", "--threads=1")
+        self.assertIn("1 done, 1 diverged, 0 to train", r.stderr)
 
     def test_fit_report_and_slurm_script_read_the_finished_sweep(self):
         self.reference_losses()

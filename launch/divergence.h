@@ -1,0 +1,37 @@
+// The "diverged" verdict of a training run (issue 18's stability study; the paper's Fig. 7
+// and Table 6): a run diverged when its loss became non-finite, or when, after warmup, its
+// training loss exceeded its initial loss. Read from the run's metrics.jsonl, so it applies
+// alike to a run the trainer stopped (fp32/bf16 stop at the first non-finite step; fp16
+// skips non-finite steps and stops after max_nonfinite_steps of them in a row) and to one
+// that trained to its last step. `sweep status` and the local runner use it (sweep_runner.h).
+#pragma once
+
+#include <cstdint>
+#include <istream>
+#include <string>
+
+namespace multiscreen {
+
+struct DivergenceVerdict {
+  bool diverged = false;
+  int64_t step = 0;           // the first step that shows it (0: not diverged)
+  std::string reason;         // e.g. "non-finite loss at step 57"; empty when not diverged
+  double initial_loss = 0;    // the loss of the first training step (0: no training step)
+  int64_t last_step = 0;      // the last training step read
+};
+
+// Judges the rows of a metrics.jsonl stream (trainer/trainer.cc's format): training rows
+// {"step", "loss" (null when non-finite), ...}, validation rows {"step", "val_loss"}, and
+// {"resumed_from": s} rows, after which the steps past s are those of the resumed run (the
+// earlier attempt's rows past s no longer stand). Diverged when
+//   - a standing training loss or validation loss is null or non-finite, or
+//   - a standing training loss at a step > warmup_steps exceeds the first step's loss.
+// A loss above the initial one during warmup (a spike while the lr ramps up) does not count.
+// A skipped fp16 step with a finite loss (an overflow of the scaled gradients) does not count
+// either. Lines that are not JSON objects are ignored (a line cut by a kill).
+DivergenceVerdict JudgeDivergence(std::istream& metrics, int64_t warmup_steps);
+
+// The same for the file at `path`; a missing file is a run with no steps (not diverged).
+DivergenceVerdict ReadDivergence(const std::string& path, int64_t warmup_steps);
+
+}  // namespace multiscreen
