@@ -219,7 +219,7 @@ class SweepTest(unittest.TestCase):
                      f'data: "{self.data}"\n'
                      'arms { model_file: "tiny_transformer_train" lr: 1.0 optimizer { grad_clip: 0 } }\n'
                      'arms { model { name: "ms" psi: 2 d_k: 8 d_v: 16 vocab: 97 w_th: 16 } lr: 0.01 }\n'
-                     f'tokens: 1280\nseeds: 1\nroot: "{root}"\n')
+                     f'tokens: 2560\nseeds: 1\nroot: "{root}"\n')
         r = sweep("run", f"--sweep={path}", "--local", "--jobs=2", "--threads=1")
         self.assertIn("all 2 runs ended: 1 done, 1 diverged", r.stdout)
         diverged = os.path.join(root, "tiny_transformer_train_lr1_s1")
@@ -356,7 +356,7 @@ class SweepTest(unittest.TestCase):
         # Dropping it again: the longer run serves the two budgets; nothing trains.
         write(path, sweep_text(root, self.data, models=models, tokens=(1280, 2560)))
         r = sweep("run", f"--sweep={path}", "--local", "--threads=1")
-        self.assertIn("1 done, 0 to train", r.stderr)
+        self.assertIn("1 done, 0 diverged, 0 to train", r.stderr)
         self.assertEqual(losses(run_dir), after)
         # A budget within the run's length but off its validation cadence (every 20 steps).
         write(path, sweep_text(root, self.data, models=models, tokens=(640, 1280, 2560)))
