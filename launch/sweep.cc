@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "launch/divergence.h"
 #include "launch/text_file.h"
 #include "model/param_layout.h"
 #include "nlohmann/json.hpp"
@@ -424,8 +425,13 @@ absl::Status WriteManifest(const Sweep& sweep) {
   for (const SweepRun& r : sweep.runs) {
     nlohmann::json budgets = nlohmann::json::array();
     for (const SweepBudget& b : r.budgets) budgets.push_back({{"steps", b.steps}, {"tokens", b.tokens}});
+    // The diverged verdict as the run's metrics stand now (`sweep fit` leaves such runs out).
+    const DivergenceVerdict verdict =
+        ReadDivergence((fs::path(r.dir) / "metrics.jsonl").string(), r.run.schedule().warmup_steps());
     runs.push_back({{"name", r.name},
                     {"dir", r.dir},
+                    {"diverged", verdict.diverged},
+                    {"diverged_step", verdict.diverged ? nlohmann::json(verdict.step) : nlohmann::json(nullptr)},
                     {"family", FamilyName(r.dims.family)},
                     {"model", r.model},
                     {"params", r.params},

@@ -75,7 +75,8 @@ absl::Status WriteRunFiles(const Sweep& sweep);
 std::string SourcePath(const std::string& relative);
 
 // Writes <root>/sweep.json (through a temporary and a rename): the runs with their
-// coordinates, parameter counts, FLOPs per token and budgets, for tools/sweep_fit.py.
+// coordinates, parameter counts, FLOPs per token, budgets and the diverged verdict as
+// the run directories stand when it is written, for tools/sweep_fit.py.
 absl::Status WriteManifest(const Sweep& sweep);
 
 }  // namespace multiscreen

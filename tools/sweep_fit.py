@@ -308,24 +308,55 @@ def run_metrics(run_dir):
 
 
 def collect(manifest):
-    """Rows of the sweep's runs: the validation loss at each budget's step that the run reached."""
-    rows = []
+    """Rows of the sweep's runs: the validation loss at each budget's step that the run reached.
+    A run the manifest marks diverged (launch/divergence.h's verdict, written by `sweep fit`)
+    gives no row at any budget: its losses before the divergence are those of an unstable
+    run. Returns (rows, excluded), excluded = [{"run", "reason"}]."""
+    rows, excluded = [], []
     for run in manifest["runs"]:
+        if run.get("diverged"):
+            excluded.append({"run": run["name"], "reason": f"diverged at step {run.get('diverged_step')}"})
+            continue
         # A diverged run logs a non-finite loss as null (JSON has no NaN): such a point, or
         # any value that is not a number, is no result.
         val = {m.get("step"): m["val_loss"] for m in run_metrics(run["dir"])
                if isinstance(m.get("val_loss"), (int, float)) and not isinstance(m.get("val_loss"), bool)}
         for b in run["budgets"]:
             if b["steps"] in val and math.isfinite(val[b["steps"]]):
-                rows.append({"family": run["family"], "params": float(run["params"]), "tokens": float(b["tokens"]),
-                             "loss": float(val[b["steps"]]), "run": run["name"], "model": run["model"],
-                             "non_embedding_params": float(run["non_embedding_params"]),
-                             "flops_per_token": float(run["flops_per_token"])})
-    return rows
+                row = {"family": run["family"], "params": float(run["params"]), "tokens": float(b["tokens"]),
+                       "loss": float(val[b["steps"]]), "run": run["name"], "model": run["model"],
+                       "non_embedding_params": float(run["non_embedding_params"]),
+                       "flops_per_token": float(run["flops_per_token"])}
+                if "lr" in run:
+                    row["lr"] = float(run["lr"])
+                rows.append(row)
+    return rows, excluded
+
+
+def best_lr_rows(rows):
+    """A sweep with an lr axis gives one point per (family, model, budget): the rows of the
+    learning rate whose mean loss over seeds is lowest at that budget (every seed's row of
+    that lr is kept, so the bootstrap still resamples runs). Rows without an lr (a CSV) pass
+    as they are. Returns (kept rows, choices), choices = [{"family", "model", "tokens",
+    "lr", "lrs"}] where more than one lr was there to choose from."""
+    def key(r):
+        return (r["family"], r.get("model", r["params"]), r["tokens"])
+    groups = {}
+    for r in rows:
+        groups.setdefault(key(r), {}).setdefault(r.get("lr"), []).append(r["loss"])
+    chosen, choices = {}, []
+    for k, by_lr in groups.items():
+        if len(by_lr) == 1 or None in by_lr:
+            continue
+        best = min(by_lr, key=lambda lr: (sum(by_lr[lr]) / len(by_lr[lr]), lr))
+        chosen[k] = best
+        choices.append({"family": k[0], "model": k[1], "tokens": k[2], "lr": best, "lrs": sorted(by_lr)})
+    kept = [r for r in rows if key(r) not in chosen or r.get("lr") == chosen[key(r)]]
+    return kept, choices
 
 
 def write_results_csv(rows, path):
-    cols = ["family", "params", "tokens", "loss", "run", "model", "non_embedding_params", "flops_per_token"]
+    cols = ["family", "params", "tokens", "loss", "run", "model", "non_embedding_params", "flops_per_token", "lr"]
     tmp = path + ".tmp"
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
@@ -410,6 +441,11 @@ def fmt_interval(iv, f="{:.4g}"):
 
 def print_text(result):
     print(f"N = {result['size']}; 95% intervals from {result['bootstrap']} bootstrap resamples over runs")
+    for e in result.get("excluded", []):
+        print(f"left out: {e['run']} ({e['reason']})")
+    if result.get("lr_choices"):
+        print(f"lr: the best of {len(result['lr_choices'][0]['lrs'])} per (model, budget) by mean loss over seeds; "
+              + ", ".join(sorted(set(f"{c['model']}: {c['lr']:g}" for c in result["lr_choices"]))))
     for fam, e in result["families"].items():
         print(f"{fam}: {e['results']} results")
         if "E" in e:
@@ -460,15 +496,18 @@ def main(argv=None):
 
 def _main(args):
     try:
-        manifest = None
+        manifest, excluded, lr_choices = None, [], []
         if args.results:
             rows = read_results_csv(args.results)
         elif args.manifest:
             manifest = read_manifest(args.manifest)
-            rows = collect(manifest)
+            rows, excluded = collect(manifest)
             if not rows:
-                raise FitError(f"{manifest['sweep']}: no run has reached a budget yet (see `sweep status`)")
+                why = f" ({len(excluded)} diverged)" if excluded else ""
+                raise FitError(f"{manifest['sweep']}: no run has reached a budget yet{why} (see `sweep status`)")
             write_results_csv(rows, os.path.join(manifest["root"], "results.csv"))
+            all_rows = rows
+            rows, lr_choices = best_lr_rows(rows)
         else:
             raise FitError("give --manifest or --results")
         size = "params" if args.params == "total" else "non_embedding_params"
@@ -478,9 +517,12 @@ def _main(args):
             if manifest is None:
                 raise FitError("report needs a sweep")
             import sweep_report
-            sweep_report.write(manifest, rows, args.bootstrap, args.out or os.path.join(manifest["root"], "report.md"))
+            sweep_report.write(manifest, all_rows, rows, excluded, args.bootstrap,
+                               args.out or os.path.join(manifest["root"], "report.md"))
             return 0
         result = analyse(rows, args.bootstrap, size)
+        result["excluded"] = excluded
+        result["lr_choices"] = lr_choices
         if args.json:
             print(json.dumps(result, indent=1))
         else:

@@ -105,7 +105,21 @@ def _iv(iv, f="{:.3g}"):
     return sf.fmt_interval(iv, f)
 
 
-def markdown(manifest, rows, result, result_ne, figures):
+def in_fits(run, rows, fit_rows, excluded):
+    """The Runs table's "in the fits" cell: whether the run's results went into the fits."""
+    why = {e["run"]: e["reason"] for e in excluded}
+    if run["name"] in why:
+        return f"no: {why[run['name']]}"
+    mine = sum(1 for r in rows if r.get("run") == run["name"])
+    used = sum(1 for r in fit_rows if r.get("run") == run["name"])
+    if mine == 0:
+        return "—"
+    if used == mine:
+        return "yes"
+    return "no: another lr is better" if used == 0 else f"at {used} of {mine} budgets (another lr is better at the rest)"
+
+
+def markdown(manifest, rows, fit_rows, excluded, result, result_ne, figures):
     mode = manifest["budget_mode"]
     lines = [f"# Sweep report: `{os.path.relpath(manifest['sweep'])}`", "",
              f"{len(manifest['runs'])} runs, {len(rows)} (model, budget) results; "
@@ -113,14 +127,18 @@ def markdown(manifest, rows, result, result_ne, figures):
                 "budget's step of the longest run)" if mode == "one_run_per_model" else "one full run per token budget")
              + f"; {manifest['step_tokens']} tokens per step. Intervals: 95 % percentile bootstrap over runs "
              f"({result['bootstrap']} resamples).", "",
-             "## Runs", "", "| run | family | params | non-embedding | FLOPs/token | budgets (tokens) | val loss at each budget |",
-             "|---|---|---:|---:|---:|---|---|"]
+             "## Runs", "",
+             "A run that diverged is left out of the fits; with several learning rates, a (model, budget) point is "
+             "the lr with the lowest mean loss over seeds.", "",
+             "| run | family | params | non-embedding | FLOPs/token | budgets (tokens) | val loss at each budget | in the fits |",
+             "|---|---|---:|---:|---:|---|---|---|"]
     for run in manifest["runs"]:
         losses = {r["tokens"]: r["loss"] for r in rows if r.get("run") == run["name"]}
         budgets = ", ".join(f"{b['tokens']:,}" for b in run["budgets"])
         lines.append(f"| {run['name']} | {run['family']} | {run['params']:,} | {run['non_embedding_params']:,} | "
                      f"{run['flops_per_token']:.3g} | {budgets} | "
-                     + ", ".join(f"{losses[b['tokens']]:.4f}" if b["tokens"] in losses else "—" for b in run["budgets"]) + " |")
+                     + ", ".join(f"{losses[b['tokens']]:.4f}" if b["tokens"] in losses else "—" for b in run["budgets"])
+                     + f" | {in_fits(run, rows, fit_rows, excluded)} |")
     for title, res in (("total parameters", result), ("non-embedding parameters", result_ne)):
         lines += ["", f"## Joint fit L(N, D) = E + A/N^α + B/D^β, N = {title}", "",
                   "Hoffmann et al. (2022) approach 3: Huber loss (δ = 10⁻³) on log-residuals, L-BFGS-B from a grid of starts.", "",
@@ -155,21 +173,23 @@ def markdown(manifest, rows, result, result_ne, figures):
     return "\n".join(lines)
 
 
-def write(manifest, rows, samples, out):
+def write(manifest, rows, fit_rows, excluded, samples, out):
+    """The report at `out`: rows = every run's (model, budget) results, fit_rows = those the
+    fits use (sweep_fit.best_lr_rows), excluded = the runs left out (diverged)."""
     out = os.path.abspath(out)
     fig_dir = os.path.join(os.path.dirname(out), "figures")
     os.makedirs(fig_dir, exist_ok=True)
     stem = os.path.splitext(os.path.basename(out))[0]
-    result = sf.analyse(rows, samples, "params")
-    result_ne = sf.analyse(rows, samples, "non_embedding_params")
+    result = sf.analyse(fit_rows, samples, "params")
+    result_ne = sf.analyse(fit_rows, samples, "non_embedding_params")
     figures = []
     for name, title, fn in (("curves", "validation loss against tokens", lambda p: plot_curves(manifest, p)),
-                            ("params", "final loss against parameters", lambda p: plot_params(rows, result, p)),
-                            ("frontier", "compute-optimal frontier", lambda p: plot_frontier(rows, result, p))):
+                            ("params", "final loss against parameters", lambda p: plot_params(fit_rows, result, p)),
+                            ("frontier", "compute-optimal frontier", lambda p: plot_frontier(fit_rows, result, p))):
         path = os.path.join(fig_dir, f"{stem}_{name}.png")
         fn(path)
         figures.append((title, os.path.relpath(path, os.path.dirname(out))))
-    text = markdown(manifest, rows, result, result_ne, figures)
+    text = markdown(manifest, rows, fit_rows, excluded, result, result_ne, figures)
     tmp = out + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)

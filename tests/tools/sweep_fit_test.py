@@ -193,6 +193,54 @@ class SweepFitTest(unittest.TestCase):
             for fig in ("curves", "params", "frontier"):
                 self.assertGreater(os.path.getsize(os.path.join(tmp, "figures", f"r_{fig}.png")), 5000)
 
+    def test_diverged_runs_are_left_out_and_the_best_lr_is_the_point(self):
+        """Two lrs x two seeds of one model and a third lr that diverged: the fit rows are the
+        two seeds of the lr with the lowest mean loss at each budget (here a different lr at
+        each budget), the diverged run gives none, and the report says why per run."""
+        with tempfile.TemporaryDirectory() as tmp:
+            # (lr, seed) -> val loss at steps 20 and 40: lr 0.01 best at 20, lr 0.02 best at 40
+            # by mean over seeds (seed 2 of lr 0.01 alone would win at 40).
+            losses = {(0.01, 1): (5.0, 4.6), (0.01, 2): (5.2, 4.3), (0.02, 1): (5.3, 4.4), (0.02, 2): (5.1, 4.4)}
+            runs = []
+            for (lr, seed), (l20, l40) in list(losses.items()) + [((0.04, 1), (4.0, None))]:
+                name = f"psi2_lr{lr}_s{seed}"
+                run_dir = os.path.join(tmp, name)
+                os.makedirs(run_dir)
+                with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+                    f.write(json.dumps({"step": 20, "val_loss": l20}) + "\n")
+                    f.write(json.dumps({"step": 40, "val_loss": l40}) + "\n")
+                runs.append({"name": name, "dir": run_dir, "family": "multiscreen", "model": "psi2", "params": 1000,
+                             "non_embedding_params": 100, "flops_per_token": 6000.0, "lr": lr, "seed": seed, "steps": 40,
+                             "diverged": lr == 0.04, "diverged_step": 31 if lr == 0.04 else None,
+                             "budgets": [{"steps": 20, "tokens": 1280}, {"steps": 40, "tokens": 2560}]})
+            manifest = {"sweep": os.path.join(tmp, "s.textproto"), "root": tmp, "budget_mode": "one_run_per_model",
+                        "step_tokens": 64, "runs": runs}
+            rows, excluded = sf.collect(manifest)
+            self.assertEqual(excluded, [{"run": "psi2_lr0.04_s1", "reason": "diverged at step 31"}])
+            self.assertEqual(len(rows), 8)
+            kept, choices = sf.best_lr_rows(rows)
+            self.assertEqual(sorted((r["tokens"], r["lr"], r["loss"]) for r in kept),
+                             [(1280.0, 0.01, 5.0), (1280.0, 0.01, 5.2), (2560.0, 0.02, 4.4), (2560.0, 0.02, 4.4)])
+            self.assertEqual(sorted((c["tokens"], c["lr"], tuple(c["lrs"])) for c in choices),
+                             [(1280.0, 0.01, (0.01, 0.02)), (2560.0, 0.02, (0.01, 0.02))])
+            # Rows without an lr (a results CSV) pass unchanged.
+            plain = [{k: v for k, v in r.items() if k != "lr"} for r in rows]
+            self.assertEqual(sf.best_lr_rows(plain), (plain, []))
+            with open(os.path.join(tmp, "sweep.json"), "w") as f:
+                json.dump(manifest, f)
+            out = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "sweep_fit.py"), "report",
+                                  f"--manifest={os.path.join(tmp, 'sweep.json')}", f"--out={os.path.join(tmp, 'r.md')}",
+                                  "--bootstrap=2"], capture_output=True, text=True, timeout=600)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            with open(os.path.join(tmp, "r.md")) as f:
+                report = f.read()
+            self.assertIn("| no: diverged at step 31 |", report)
+            self.assertIn("psi2_lr0.01_s1 | multiscreen", report)
+            self.assertIn("| at 1 of 2 budgets (another lr is better at the rest) |", report)
+            # results.csv keeps every finished run's rows, with their lr.
+            with open(os.path.join(tmp, "results.csv")) as f:
+                self.assertEqual(sum(1 for r in csv.DictReader(f) if r["lr"]), 8)
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
