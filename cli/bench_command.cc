@@ -161,6 +161,8 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     std::exit(1);
   }
   kernels::KernelTable<Real>& ops = **made;
+  // Phases of a GPU step timed by their kernels, not their launches (model/step_profile.h).
+  if (options.device != Device::kCpu) profile.synchronize = [&ops] { ops.Synchronize(); };
   std::vector<float> master(n);
   InitParams(layout, seed, master.data());
   const std::vector<Real> initial(master.begin(), master.end());
@@ -201,6 +203,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     result.step_seconds.push_back(seconds);
     result.losses.push_back(loss);
     result.profiles.push_back(profile);
+    result.profiles.back().synchronize = nullptr;  // the times only; the table does not outlive this
   }
   return result;
 }

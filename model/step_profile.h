@@ -1,9 +1,14 @@
 // Wall time of a training step, split by phase, for `multiscreen bench train`.
 // The model adds to a StepProfile when ModelOptions::profile points at one;
 // with a null profile a PhaseTimer reads no clock, so the step costs the same.
+// On a GPU the kernels run asynchronously: a profile whose `synchronize` is set (bench sets
+// the step's kernel table's Synchronize) waits for the device at each phase's start and end,
+// so that a phase's time is its kernels' and not their launches'. That serializes the step:
+// the step total of a profiled GPU step is an upper bound of an unprofiled one.
 #pragma once
 
 #include <chrono>
+#include <functional>
 
 namespace multiscreen {
 
@@ -26,20 +31,24 @@ struct StepProfile {
                                                   "optimizer", "attention",        "ffn"};
 
   double seconds[kPhases] = {};
+  std::function<void()> synchronize;  // waits for the device's queued work; empty on the CPU
   void Clear() {
     for (double& s : seconds) s = 0;
   }
 };
 
-// Adds the time from construction to destruction to profile->seconds[phase];
-// does nothing at all when profile is null.
+// Adds the time from construction to destruction to profile->seconds[phase] (each end
+// after profile->synchronize(), when set); does nothing at all when profile is null.
 class PhaseTimer {
  public:
   PhaseTimer(StepProfile* profile, StepProfile::Phase phase) : profile_(profile), phase_(phase) {
-    if (profile_ != nullptr) start_ = std::chrono::steady_clock::now();
+    if (profile_ == nullptr) return;
+    if (profile_->synchronize) profile_->synchronize();
+    start_ = std::chrono::steady_clock::now();
   }
   ~PhaseTimer() {
     if (profile_ != nullptr) {
+      if (profile_->synchronize) profile_->synchronize();
       profile_->seconds[phase_] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     }
   }
