@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_lock.h"
 #include "common/status.h"
 #include "data/loader.h"
 #include "data/token_file.h"
@@ -801,6 +802,17 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
   fs::create_directories(options.output_dir, ec);
   if (ec || !fs::is_directory(options.output_dir, ec)) {
     return absl::PermissionDeniedError(absl::StrCat(options.output_dir, ": cannot create output directory"));
+  }
+  // One prepare per output directory: a second would remove the first one's temporaries
+  // (below) and interleave its shards.
+  auto lock = FileLock::Acquire((fs::path(options.output_dir) / ".prepare.lock").string(), "prepare",
+                               FileLock::OnRelease::kRemoveFile);
+  if (!lock.ok()) {
+    return absl::Status(lock.status().code(), absl::StrCat("--output=", options.output_dir, ": ", lock.status().message()));
+  }
+  if (!lock->supported() && options.on_notice) {
+    options.on_notice(absl::StrCat("--output=", options.output_dir,
+                                   ": this file system has no flock, so a second prepare into it would not be stopped"));
   }
   if (const std::vector<std::string> stale = RemoveStaleTemporaryShards(options.output_dir); !stale.empty() && options.on_notice) {
     options.on_notice(absl::StrCat("removed ", stale.size(), " temporary shard", stale.size() == 1 ? "" : "s",

@@ -2,7 +2,6 @@
 #include "launch/sweep_runner.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_lock.h"
 #include "common/log.h"
 #include "launch/text_file.h"
 #include "nlohmann/json.hpp"
@@ -51,15 +51,6 @@ int64_t LastStep(const fs::path& metrics) {
   return step;
 }
 
-// Whether some process holds <dir>/sweep.lock.
-bool LockHeld(const fs::path& lock) {
-  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-  ::close(fd);
-  return held;
-}
-
 // The last line of train.log that names an error, else its last non-empty line.
 std::string FailureReason(const fs::path& log) {
   std::ifstream in(log);
@@ -77,7 +68,7 @@ void OnStop(int sig) { g_stop_signal = sig; }
 
 struct Child {
   size_t run = 0;
-  int lock_fd = -1;
+  FileLock lock;  // <run dir>/sweep.lock, held while the run's trainer lives
 };
 
 }  // namespace
@@ -98,7 +89,7 @@ RunStatus ReadRunStatus(const SweepRun& run) {
   const fs::path dir(run.dir);
   RunStatus st;
   st.step = LastStep(dir / "metrics.jsonl");
-  if (LockHeld(dir / "sweep.lock")) {
+  if (FileLock::Held((dir / "sweep.lock").string())) {
     st.state = RunState::kRunning;
     return st;
   }
@@ -166,14 +157,14 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
       const SweepRun& r = sweep.runs[i];
       const fs::path dir(r.dir);
       // Close-on-exec, so that no other run's trainer inherits it; the child keeps a dup.
-      const int lock_fd = ::open((dir / "sweep.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (lock_fd < 0) return absl::PermissionDeniedError(absl::StrCat((dir / "sweep.lock").string(), ": ", std::strerror(errno)));
-      if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      auto lock = FileLock::Acquire((dir / "sweep.lock").string(), "sweep runner");
+      if (absl::IsFailedPrecondition(lock.status())) {
         LogWarning("run ", r.name, " is being trained by another process (", (dir / "sweep.lock").string(), " is held): skipped");
-        ::close(lock_fd);
         ++skipped;
         continue;
       }
+      if (!lock.ok()) return lock.status();
+      const int lock_fd = lock->fd();
       std::error_code ec;
       fs::remove(dir / "sweep_failed.json", ec);
       const std::string config_flag = absl::StrCat("--config=", (dir / "run.textproto").string());
@@ -199,7 +190,7 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
         std::fprintf(stderr, "multiscreen sweep: cannot start %s: %s\n", options.binary.c_str(), std::strerror(errno));
         ::_exit(127);
       }
-      active[pid] = {i, lock_fd};
+      active.emplace(pid, Child{i, *std::move(lock)});
       LogInfo("started ", r.name, " (pid ", pid, "; ", r.run.steps(), " steps; log ", log, ")");
     }
     if (active.empty()) break;
@@ -242,8 +233,7 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
       ++failed;
       LogWarning("run ", r.name, " failed: ", reason);
     }
-    ::close(it->second.lock_fd);
-    active.erase(it);
+    active.erase(it);  // releases the run's lock
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -1,7 +1,6 @@
 #include "trainer/trainer.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
+#include "common/file_lock.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "model/init.h"
@@ -140,9 +140,7 @@ Trainer::Trainer(const config::RunConfig& run, const ModelDims& dims, ProcessGri
     : run_(run), dims_(dims), grid_(grid),
       scaler_(run.precision() == config::RunConfig::FP16, run.initial_loss_scale()) {}
 
-Trainer::~Trainer() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the run directory's lock
-}
+Trainer::~Trainer() = default;  // lock_ releases the run directory's lock
 
 std::pair<int64_t, int64_t> Trainer::OptimizerRange() {
   if (model_->data_parallel().options().zero1) return model_->data_parallel().OwnedRange();
@@ -200,16 +198,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   if (t->is_logger()) {
     // One training process per run directory: a second one would interleave
     // metrics and race on checkpoints.
-    const std::string lock_path = run.run_dir() + "/.lock";
-    t->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (t->lock_fd_ < 0) {  // a read-only run directory, say: not another process
-      return absl::PermissionDeniedError(
-          absl::StrCat("--run_dir=", run.run_dir(), ": cannot open ", lock_path, ": ", std::strerror(errno)));
+    auto lock = FileLock::Acquire(run.run_dir() + "/.lock", "train process");
+    if (!lock.ok()) {
+      return absl::Status(lock.status().code(), absl::StrCat("--run_dir=", run.run_dir(), ": ", lock.status().message()));
     }
-    if (::flock(t->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--run_dir=", run.run_dir(), ": another train process is using it (", lock_path, " is locked)"));
+    if (!lock->supported()) {
+      LogWarning("--run_dir=", run.run_dir(),
+                 ": this file system has no flock, so a second train process in the same run directory would not be "
+                 "stopped: start one per run directory");
     }
+    t->lock_ = std::make_unique<FileLock>(*std::move(lock));
     if (auto s = CheckRunDirWritable(run.run_dir()); !s.ok()) return s;
   }
   grid->world().Barrier();

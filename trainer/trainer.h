@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/checkpoint.h"
 #include "common/config.h"
+#include "common/file_lock.h"
 #include "configs/config.pb.h"
 #include "model/multiscreen.h"
 #include "nlohmann/json.hpp"
@@ -178,7 +179,7 @@ class Trainer {
   bool resumed_ = false;
   nlohmann::json data_;  // the training sources' identity, saved in every manifest (CheckpointMeta::data)
   bool allow_data_change_ = false;
-  int lock_fd_ = -1;  // flock on <run_dir>/.lock, held by world rank 0
+  std::unique_ptr<FileLock> lock_;  // <run_dir>/.lock, held by world rank 0
   double run_seconds_ = 0;
   int64_t run_steps_ = 0;
 };

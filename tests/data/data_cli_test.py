@@ -183,6 +183,35 @@ class DataCliTest(OneLineErrors):
         self.assertEqual(p.returncode, 0, err)
         self.assertEqual(len(read_shard(os.path.join(out, "train_000000.bin"))), 3)
 
+    def test_a_second_prepare_into_the_same_directory_is_refused(self):
+        """Two prepares into one output directory would delete each other's temporaries and
+        interleave shards: the second is refused in one line while the first runs, and the
+        first's temporary shard survives it."""
+        out = self.path("out")
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        with open(self.path("a.txt"), "w") as f:
+            f.write("some text to tokenize")
+        base = ["prepare", f"--tokenizer={TOKENIZER}", f"--output={out}"]
+        first = subprocess.Popen([BIN, *base, f"--input={fifo}", "--input_format=text"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_for_sigint_handler(first.pid)
+            deadline = time.time() + 30
+            while not os.path.exists(os.path.join(out, "val_000000.bin.tmp")) and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertTrue(os.path.exists(os.path.join(out, "val_000000.bin.tmp")))
+            self.assert_one_line_error(run(*base, f"--input={self.path('a.txt')}"),
+                                       f"--output={out}: another prepare is using it ({out}/.prepare.lock is locked)")
+            self.assertTrue(os.path.exists(os.path.join(out, "val_000000.bin.tmp")))
+            first.send_signal(signal.SIGINT)
+            first.communicate(timeout=30)
+        finally:
+            first.kill()
+        # The lock goes with the process: the directory is usable again.
+        r = run(*base, f"--input={self.path('a.txt')}", "--val_tokens=0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_prepare_refuses_an_output_that_overlaps_its_inputs(self):
         """An output directory that is an input directory, lies inside one, or holds an input
         file would read its own shards back on a re-run: refused before anything is written."""

@@ -22,7 +22,7 @@ import unittest
 
 import numpy as np
 
-BIN = SRC = None
+BIN = SRC = NO_FLOCK_SHIM = None
 
 
 def write_tokens(path, tokens):
@@ -442,11 +442,29 @@ class TrainTest(unittest.TestCase):
         self.assertTrue(all(l is not None and math.isfinite(l) for l in losses), losses)
         self.assertLess(np.mean(losses[-10:]), np.mean(losses[:5]) - 1.0, losses)
 
+    def test_a_file_system_without_flock_trains_with_one_warning(self):
+        """Where flock() fails with ENOSYS (Lustre without -o flock; here the LD_PRELOAD shim
+        tests/checkpoint/no_flock.c), the run directory's lock cannot be had: train warns once
+        and trains (it said "another train process is using it" and refused), checkpoints
+        included."""
+        d = self.run_dir("no_flock")
+        env = dict(os.environ, LD_PRELOAD=NO_FLOCK_SHIM)
+        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={d}",
+                            "--steps=4", "--checkpoint_every=2"], capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        warnings = [l for l in r.stderr.splitlines() if "has no flock" in l]
+        self.assertEqual(len(warnings), 1, r.stderr[-3000:])
+        self.assertIn(f"--run_dir={d}: this file system has no flock", warnings[0])
+        self.assertEqual([x["step"] for x in metrics(d) if "loss" in x], [1, 2, 3, 4])
+        self.assertTrue(os.path.isdir(os.path.join(d, "checkpoints", "step_00000004")))
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--multiscreen", required=True)
     p.add_argument("--source", required=True)
+    p.add_argument("--no_flock_shim", required=True)
     args, rest = p.parse_known_args()
     BIN, SRC = os.path.abspath(args.multiscreen), os.path.abspath(args.source)
+    NO_FLOCK_SHIM = os.path.abspath(args.no_flock_shim)
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
