@@ -44,6 +44,15 @@ def grid_rows(truth, noise=0.0, seed=0, family="multiscreen"):
     return rows
 
 
+def write_report(tmp, manifest):
+    """`sweep_fit.py report` of `manifest` (written to tmp/sweep.json) into tmp/r.md."""
+    with open(os.path.join(tmp, "sweep.json"), "w") as f:
+        json.dump(manifest, f)
+    return subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "sweep_fit.py"), "report",
+                           f"--manifest={os.path.join(tmp, 'sweep.json')}", f"--out={os.path.join(tmp, 'r.md')}",
+                           "--bootstrap=2"], capture_output=True, text=True, timeout=600)
+
+
 class SweepFitTest(unittest.TestCase):
     def test_joint_fit_recovers_noiseless_parameters_within_one_percent(self):
         rows = grid_rows(TRUTH)
@@ -183,11 +192,7 @@ class SweepFitTest(unittest.TestCase):
                         "runs": [{"name": "psi2", "dir": run_dir, "family": "multiscreen", "model": "psi2", "params": 1000,
                                   "non_embedding_params": 100, "flops_per_token": 6000.0, "lr": 0.01, "seed": 1, "steps": 40,
                                   "budgets": [{"steps": 20, "tokens": 1280}, {"steps": 40, "tokens": 2560}]}]}
-            with open(os.path.join(tmp, "sweep.json"), "w") as f:
-                json.dump(manifest, f)
-            out = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "sweep_fit.py"), "report",
-                                  f"--manifest={os.path.join(tmp, 'sweep.json')}", f"--out={os.path.join(tmp, 'r.md')}",
-                                  "--bootstrap=2"], capture_output=True, text=True, timeout=600)
+            out = write_report(tmp, manifest)
             self.assertEqual(out.returncode, 0, out.stderr)
             self.assertEqual(out.stderr, "")
             for fig in ("curves", "params", "frontier"):
@@ -226,11 +231,7 @@ class SweepFitTest(unittest.TestCase):
             # Rows without an lr (a results CSV) pass unchanged.
             plain = [{k: v for k, v in r.items() if k != "lr"} for r in rows]
             self.assertEqual(sf.best_lr_rows(plain), (plain, []))
-            with open(os.path.join(tmp, "sweep.json"), "w") as f:
-                json.dump(manifest, f)
-            out = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "sweep_fit.py"), "report",
-                                  f"--manifest={os.path.join(tmp, 'sweep.json')}", f"--out={os.path.join(tmp, 'r.md')}",
-                                  "--bootstrap=2"], capture_output=True, text=True, timeout=600)
+            out = write_report(tmp, manifest)
             self.assertEqual(out.returncode, 0, out.stderr)
             with open(os.path.join(tmp, "r.md")) as f:
                 report = f.read()
