@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/input_file.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "launch/divergence.h"
@@ -395,7 +396,23 @@ std::string BudgetOnlyDifference(const Sweep& sweep, const SweepRun& r, const st
 
 }  // namespace
 
+absl::Status CheckRootOwner(const Sweep& sweep) {
+  const fs::path manifest = fs::path(sweep.root) / "sweep.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(manifest, ec)) return absl::OkStatus();
+  std::ifstream in(manifest);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("sweep") || !j["sweep"].is_string()) return absl::OkStatus();  // rewritten below
+  const std::string mine = fs::absolute(sweep.file).lexically_normal().string();
+  const std::string owner = j["sweep"].get<std::string>();
+  if (owner == mine) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "root ", sweep.root, " holds the runs of another sweep, ", owner, " (", manifest.string(), "): give ", sweep.file,
+      " a root of its own (if ", owner, " is this file before it moved, remove ", manifest.string(), ")"));
+}
+
 absl::Status WriteRunFiles(const Sweep& sweep) {
+  MS_RETURN_IF_ERROR(CheckRootOwner(sweep));
   for (const SweepRun& r : sweep.runs) {
     std::error_code ec;
     fs::create_directories(r.dir, ec);
@@ -421,6 +438,7 @@ absl::Status WriteRunFiles(const Sweep& sweep) {
 std::string SourcePath(const std::string& relative) { return (fs::path(MULTISCREEN_SOURCE_DIR) / relative).string(); }
 
 absl::Status WriteManifest(const Sweep& sweep) {
+  MS_RETURN_IF_ERROR(CheckRootOwner(sweep));
   nlohmann::json runs = nlohmann::json::array();
   for (const SweepRun& r : sweep.runs) {
     nlohmann::json budgets = nlohmann::json::array();

@@ -71,6 +71,12 @@ std::string RunConfigText(const SweepRun& run);
 // have passed it without a validation loss.
 absl::Status WriteRunFiles(const Sweep& sweep);
 
+// Refuses a root whose sweep.json names another sweep file (two sweeps sharing a root
+// would rewrite each other's run files and manifest): FailedPrecondition naming both.
+// A root without a readable sweep.json belongs to no sweep yet. WriteRunFiles and
+// WriteManifest check it first.
+absl::Status CheckRootOwner(const Sweep& sweep);
+
 // `relative` (e.g. "tools/sweep_fit.py") inside the source tree this binary was built from.
 std::string SourcePath(const std::string& relative);
 

@@ -68,6 +68,39 @@ TEST(SweepConfigTest, InlineBaseConfigOverridesTheBaseFileFieldByFieldDefaultsIn
   fs::remove_all(dir);
 }
 
+// Two sweep files with one root would rewrite each other's run files and sweep.json: the
+// second is refused in one line naming both, the first keeps working, and a root whose
+// sweep.json is not ours to read (garbage) is rewritten.
+TEST(SweepConfigTest, ARootBelongsToOneSweepFile) {
+  const fs::path dir = FreshDirWithData("sweep_config_root_owner");
+  for (const char* name : {"a.textproto", "b.textproto"}) {
+    Write(dir / name,
+          "base_config { micro_batch: 2 seq_len: 16 precision: FP32 optimizer { lr: 0.01 } }\n"
+          "data: \"" + (dir / "data").string() + "\"\n"
+          "psi: 2\npsi_template { d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\n"
+          "tokens: 640\nroot: \"" + (dir / "root").string() + "\"\n");
+  }
+  auto a = LoadSweep((dir / "a.textproto").string());
+  auto b = LoadSweep((dir / "b.textproto").string());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(WriteManifest(*a).ok());
+  ASSERT_TRUE(WriteRunFiles(*a).ok());
+  for (const absl::Status& s : {WriteManifest(*b), WriteRunFiles(*b), CheckRootOwner(*b)}) {
+    ASSERT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_NE(s.message().find("holds the runs of another sweep, " + (dir / "a.textproto").string()), std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("give " + (dir / "b.textproto").string() + " a root of its own"), std::string::npos)
+        << s.message();
+  }
+  EXPECT_TRUE(CheckRootOwner(*a).ok());
+  EXPECT_TRUE(WriteManifest(*a).ok());
+  Write(dir / "root" / "sweep.json", "not json");
+  EXPECT_TRUE(WriteManifest(*b).ok());  // nobody's root: b's now
+  EXPECT_FALSE(CheckRootOwner(*a).ok());
+  fs::remove_all(dir);
+}
+
 // Arms (issue 18): each model with its own lrs and optimizer fields; an arm's written
 // optimizer fields replace the base run's (0 too), unwritten ones keep the base's; models
 // of the other axes take the sweep's lr axis and the base optimizer.
