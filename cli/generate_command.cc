@@ -9,11 +9,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cli/weights_source.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/run_data.h"
 #include "data/gpt2_tokenizer.h"
+#include "eval/model_runner.h"
 #include "model/decoder.h"
 
 ABSL_FLAG(std::string, prompt, "", "text to continue");
@@ -32,7 +34,10 @@ int GenerateCommand(int argc, char** argv) {
                             {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer"}); !s.ok()) {
     return Fail("generate", s);
   }
-  if (absl::GetFlag(FLAGS_max_tokens) < 0) return Fail("generate", absl::InvalidArgumentError("--max_tokens must be >= 0"));
+  if (absl::GetFlag(FLAGS_max_tokens) < 0 || absl::GetFlag(FLAGS_max_tokens) > (int64_t{1} << 32)) {
+    return Fail("generate", absl::InvalidArgumentError(
+                                absl::StrCat("--max_tokens=", absl::GetFlag(FLAGS_max_tokens), ": expected 0 to 2^32")));
+  }
   if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
@@ -55,6 +60,19 @@ int GenerateCommand(int argc, char** argv) {
   options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   std::string train_len_source;
   options.train_len = RunTrainLen(given, run_dir, &train_len_source);
+  // The decoding cache of prompt + max_tokens positions must fit (a Transformer's keys and
+  // values, and Multiscreen's infinite-window tiles, grow with every token).
+  const int64_t positions = static_cast<int64_t>(prompt->size()) + absl::GetFlag(FLAGS_max_tokens);
+  if (const int64_t avail = eval::AvailableMemoryBytes(); avail > 0) {
+    const int64_t need = eval::ModelRunner(*weights, options).DecodeBytes(positions) + 8 * positions;
+    if (need > avail) {
+      return Fail("generate", absl::ResourceExhaustedError(absl::StrFormat(
+                                  "--max_tokens=%d: the decoding cache of %d positions (prompt and new tokens) needs "
+                                  "about %.2f GiB, %.2f GiB available",
+                                  absl::GetFlag(FLAGS_max_tokens), positions, double(need) / (1 << 30),
+                                  double(avail) / (1 << 30))));
+    }
+  }
   auto decoder = MakeDecoder<float>(weights->dims, weights->params.data(), options);
   const std::vector<int32_t> generated =
       GreedyContinuation(*decoder, *prompt, absl::GetFlag(FLAGS_max_tokens), weights->dims.vocab);

@@ -255,6 +255,12 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(r, "--as_learned: model")
         r = run("generate", f"--weights={w}", "--prompt=hi", "--as_learned", f"--tokenizer={self.tokenizer}")
         self.assert_one_line_error(r, "is a Transformer, which has no learned windows to keep")
+        # A Transformer's decoding cache grows with every token: --max_tokens whose cache would not
+        # fit in memory is refused before decoding (it decoded for ever, printing nothing).
+        r = run("generate", f"--weights={w}", "--prompt=hi", "--max_tokens=4000000000", f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, "--max_tokens=4000000000: the decoding cache of 4000000001 positions", "available")
+        r = run("generate", f"--weights={w}", "--prompt=hi", "--max_tokens=99999999999999", f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, "--max_tokens=99999999999999: expected 0 to 2^32")
 
     # ---- ttft ---------------------------------------------------------------------------
     def test_ttft_reports_median_mean_and_spread(self):
