@@ -98,6 +98,9 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
     source->flags[field] = flag;
     return true;
   };
+  if (Given(given, "config") && absl::GetFlag(FLAGS_config).empty()) {
+    return absl::InvalidArgumentError("--config= is empty: give a run file, or leave the flag out");
+  }
   if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
     auto parsed = LoadRunConfig(path);
     if (!parsed.ok()) return parsed.status();

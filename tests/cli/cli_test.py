@@ -93,6 +93,13 @@ class CliTest(OneLineErrors):
                 f.write(body)
             self.assert_one_line_error(run("params", f"--model={path}"), why)
 
+    def test_an_empty_config_flag_is_named_not_read_as_an_empty_run(self):
+        # `--config=` (an unset shell variable) read as an empty run file blamed a later field.
+        d = os.path.join(self.dir, "never")
+        self.assert_one_line_error(run("train", "--config=", "--data=x", f"--run_dir={d}"),
+                                   "--config= is empty: give a run file, or leave the flag out")
+        self.assertFalse(os.path.exists(d))
+
     def test_transformer_forward_writes_every_gradient_and_refuses_cuda(self):
         w, t = self._init_and_tokens(2 * 9, model="tiny_transformer_all")
         r, out = self._forward(w, t, "--device=cpu")
