@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
+#include "cli/created_dirs.h"
 #include "cli/flags.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/prepare.h"
@@ -119,9 +121,13 @@ int PrepareCommand(int argc, char** argv) {
   };
   options.cancelled = [] { return StopRequested(); };
   options.on_notice = [](const std::string& line) { std::fprintf(stderr, "prepare: %s\n", line.c_str()); };
+  const std::filesystem::path created = FirstMissingDir(options.output_dir);
   auto summary = Prepare(**tok, options);
   if (printed) std::fprintf(stderr, "\n");
-  if (!summary.ok()) return Fail("prepare", summary.status());
+  if (!summary.ok()) {
+    RemoveCreatedDirs(options.output_dir, created);  // a failed prepare leaves no empty --output behind
+    return Fail("prepare", summary.status());
+  }
   const PrepareSummary& s = *summary;
   std::printf("prepare: %lld documents, %lld tokens: train %lld in %zu shard%s, val %lld (%lld documents)%s; "
               "%.1f MB in %.1f s (%.1f MB/s) -> %s\n",

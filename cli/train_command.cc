@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/created_dirs.h"
 #include "cli/flags.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -181,32 +182,7 @@ void RemoveUnusedRunDir(const std::string& run_dir, const std::filesystem::path&
   if (ec) return;
   fs::remove_all(root, ec);
   if (ec || fs::exists(root, ec)) return;
-  fs::path dir = root.lexically_normal();
-  if (!dir.has_filename()) dir = dir.parent_path();  // "a/b/c/"
-  const fs::path top = created.lexically_normal();
-  while (dir != top && dir.has_relative_path()) {
-    dir = dir.parent_path();
-    if (dir.empty() || !fs::remove(dir, ec)) return;  // not empty (or not ours): stop
-  }
-}
-
-// The highest directory of `run_dir`'s path that does not exist yet ("" when run_dir
-// exists, or the path cannot be checked).
-std::filesystem::path FirstMissingDir(const std::string& run_dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path dir = fs::path(run_dir).lexically_normal();
-  if (!dir.has_filename()) dir = dir.parent_path();
-  fs::path missing;
-  while (!dir.empty()) {
-    const bool exists = fs::exists(dir, ec);
-    if (ec) return {};
-    if (exists) break;
-    missing = dir;
-    if (!dir.has_relative_path()) break;
-    dir = dir.parent_path();
-  }
-  return missing;
+  RemoveCreatedDirs(run_dir, created);
 }
 
 }  // namespace
