@@ -138,7 +138,7 @@ int ForwardCommand(int argc, char** argv) {
   if (precision != "fp32" && precision != "bf16" && precision != "fp64") {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--precision=", precision, ": expected fp32, bf16 or fp64")));
   }
-  auto device = ResolveDevice(precision == "fp64", true);
+  auto device = ResolveDevice(precision == "fp64");
   if (!device.ok()) return Fail("forward", device.status());
   // B·(T + 1) tokens index int32 arrays; the file's header bounds them further.
   if (double(B) * (double(T) + 1) > double(INT32_MAX)) {

@@ -49,6 +49,9 @@ ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ran
 ABSL_FLAG(bool, allow_data_change, false,
           "resume from a checkpoint trained on other data (its manifest's token counts and fingerprints differ from "
           "--data's); without it such a resume is refused");
+ABSL_FLAG(std::string, comm, "auto",
+          "auto | mpi | staged | nccl: how the tp, pp and dp groups move the step's buffers (auto: MPI on the "
+          "cpu; on GPUs NCCL when each rank of a node has a GPU of its own, else MPI staged through host memory)");
 ABSL_FLAG(bool, restart, false,
           "when none of run_dir's checkpoints verifies, move them to checkpoints/unverified/ and train from step 0 "
           "(without it such a run is refused); a checkpoint that verifies is still resumed");
@@ -216,9 +219,11 @@ int TrainCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
                              "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
-                             "isa", "restart", "device", "format", "allow_data_change"}); !s.ok()) {
+                             "isa", "restart", "device", "comm", "format", "allow_data_change"}); !s.ok()) {
     return Fail("train", s);
   }
+  auto comm = ParseCommKind(absl::GetFlag(FLAGS_comm));
+  if (!comm.ok()) return Fail("train", comm.status());
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
   if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("train", s);
   RunSource source;  // where each field came from, for ValidateRun's messages
@@ -276,8 +281,10 @@ int TrainCommand(int argc, char** argv) {
   auto sources = OpenRunData(*run, source, logger);
   if (!sources.ok()) return fail(sources.status());
   // Every rank resolves its own device (its GPU was bound above); the step runs there.
-  auto device = ResolveDevice(false, grid->shape().tp * grid->shape().pp == 1);
+  auto device = ResolveDevice(false);
   if (!device.ok()) return fail(device.status());
+  // The groups' transport for that device (a collective: NCCL communicators are made here).
+  if (auto s = grid->UseStepDevice(*device, *comm); !s.ok()) return fail(s);
   // Single-process runs clean up a run directory they created and never used (under
   // MPI a failing rank ends the job at once, and the directory stays).
   const std::filesystem::path created_dir = mpi == nullptr ? FirstMissingDir(run->run_dir()) : std::filesystem::path();
@@ -300,14 +307,20 @@ int TrainCommand(int argc, char** argv) {
   }
   if (logger) RecordRunData(*run);
   if (logger) {
+    // Which transport the groups use, on the device line (one process has none).
+    const std::string comm_note =
+        grid->world_size() > 1 ? absl::StrCat("; comm: ", CommKindName(grid->comm_kind()), " (--comm=",
+                                              absl::GetFlag(FLAGS_comm), ")")
+                               : "";
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
     if (*device == Device::kCpu) {
       LogInfo("device: cpu; CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
-              HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels));
+              HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels), comm_note);
     } else {
       LogInfo("device: ", DeviceName(*device), " (", bound_device,
-              "): the step on the GPU; optimizer and checkpoints on the host");
+              "): the step, parameters, gradients and AdamW on the GPU; checkpoints staged through the host",
+              comm_note);
     }
   }
   if (auto s = (*trainer)->Run(); !s.ok()) {

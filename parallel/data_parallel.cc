@@ -4,8 +4,14 @@
 
 namespace multiscreen {
 
-DataParallel::DataParallel(Communicator* dp, int64_t size, DataParallelOptions options)
-    : dp_(dp != nullptr ? dp : &single_), size_(size), options_(options) {
+DataParallel::DataParallel(Communicator* dp, int64_t size, DataParallelOptions options,
+                           kernels::KernelTable<float>* ops)
+    : dp_(dp != nullptr ? dp : &single_), size_(size), options_(options), ops_(ops) {
+  if (ops_ == nullptr) {
+    own_ops_ = std::move(*MakeKernelTable<float>(Device::kCpu));  // the CPU's table cannot fail
+    ops_ = own_ops_.get();
+  }
+  scratch_ = DeviceArray<float>(ops_->device());
   const int64_t n = dp_->size();
   shard_ = (size_ + n - 1) / n;
   options_.bucket_elements = std::max<int64_t>(1, options_.bucket_elements);
@@ -24,7 +30,7 @@ void DataParallel::ReduceGradients(float* grads) {
     for (int64_t off = 0; off < size_; off += options_.bucket_elements) {
       const int64_t len = std::min(options_.bucket_elements, size_ - off);
       dp_->AllReduce(grads + off, len, ReduceOp::kSum);
-      for (int64_t i = 0; i < len; ++i) grads[off + i] *= inv;
+      ops_->Scale(grads + off, len, inv);
     }
     return;
   }
@@ -35,15 +41,17 @@ void DataParallel::ReduceGradients(float* grads) {
   const auto [own_begin, own_end] = ShardRange(me);
   for (int64_t k = 0; k < shard_; k += piece) {
     const int64_t len = std::min(piece, shard_ - k);
-    scratch_.assign(n * len, 0.0f);
+    scratch_.Resize(n * len);
+    ops_->Fill(scratch_.data(), n * len, 0.0f);
     for (int64_t r = 0; r < n; ++r) {
       const int64_t begin = std::min(size_, r * shard_ + k), end = std::min(size_, r * shard_ + k + len);
-      std::copy(grads + begin, grads + end, scratch_.begin() + r * len);
+      ops_->Copy(grads + begin, end - begin, scratch_.data() + r * len);
     }
     float* mine = scratch_.data() + me * len;
     dp_->ReduceScatter(scratch_.data(), mine, len, ReduceOp::kSum);
     const int64_t begin = std::min(own_end, own_begin + k), end = std::min(own_end, own_begin + k + len);
-    for (int64_t i = begin; i < end; ++i) grads[i] = mine[i - begin] * inv;
+    ops_->Copy(mine, end - begin, grads + begin);
+    ops_->Scale(grads + begin, end - begin, inv);
   }
 }
 
@@ -54,13 +62,14 @@ void DataParallel::AllGatherParams(float* params) {
   const int me = dp_->rank();
   for (int64_t k = 0; k < shard_; k += piece) {
     const int64_t len = std::min(piece, shard_ - k);
-    scratch_.assign(n * len, 0.0f);
+    scratch_.Resize(n * len);
+    ops_->Fill(scratch_.data(), n * len, 0.0f);
     const int64_t begin = std::min(size_, me * shard_ + k), end = std::min(size_, me * shard_ + k + len);
-    std::copy(params + begin, params + end, scratch_.begin() + me * len);
+    ops_->Copy(params + begin, end - begin, scratch_.data() + me * len);
     dp_->AllGather(scratch_.data() + me * len, scratch_.data(), len);
     for (int64_t r = 0; r < n; ++r) {
       const int64_t b = std::min(size_, r * shard_ + k), e = std::min(size_, r * shard_ + k + len);
-      std::copy(scratch_.begin() + r * len, scratch_.begin() + r * len + (e - b), params + b);
+      ops_->Copy(scratch_.data() + r * len, e - b, params + b);
     }
   }
 }

@@ -8,13 +8,19 @@
 // The flat buffer is cut into dp shards of S = ⌈size/dp⌉ elements: rank r owns
 // [r·S, min((r+1)·S, size)). Collectives move buckets of about
 // `bucket_elements` so that no scratch buffer grows with the model.
+//
+// The buffers live on the step's device (the dp communicator's device()); the scaling
+// and the ZeRO-1 packing go through that device's kernel table.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "kernels/communicator.h"
+#include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
 
 namespace multiscreen {
 
@@ -26,13 +32,15 @@ struct DataParallelOptions {
 class DataParallel {
  public:
   // `dp`: the data-parallel group (null: a group of one); `size`: elements of
-  // this rank's flat gradient/parameter buffer (the same on every dp rank).
-  DataParallel(Communicator* dp, int64_t size, DataParallelOptions options = {});
+  // this rank's flat gradient/parameter buffer (the same on every dp rank); `ops`: the
+  // kernel table of the buffers' device (outlives this; null: the CPU's, owned here).
+  DataParallel(Communicator* dp, int64_t size, DataParallelOptions options = {},
+               kernels::KernelTable<float>* ops = nullptr);
 
   const DataParallelOptions& options() const { return options_; }
   int64_t size() const { return size_; }
 
-  // grads [size] ← the mean over the dp group. Plain: all of it, on every rank.
+  // grads [size] (device) ← the mean over the dp group. Plain: all of it, on every rank.
   // ZeRO-1: only ShardRange(own rank) holds the mean afterwards; the rest of
   // grads keeps this rank's unreduced values.
   void ReduceGradients(float* grads);
@@ -42,7 +50,7 @@ class DataParallel {
   std::pair<int64_t, int64_t> ShardRange(int dp_rank) const;
   std::pair<int64_t, int64_t> OwnedRange() const { return ShardRange(dp_->rank()); }
 
-  // ZeRO-1, after each rank updated params[OwnedRange()]: params [size] ← every
+  // ZeRO-1, after each rank updated params[OwnedRange()]: params [size] (device) ← every
   // rank's owned shard, on every rank. A no-op when dp = 1.
   void AllGatherParams(float* params);
 
@@ -52,7 +60,9 @@ class DataParallel {
   int64_t size_;
   int64_t shard_;  // S
   DataParallelOptions options_;
-  std::vector<float> scratch_;
+  std::unique_ptr<kernels::KernelTable<float>> own_ops_;  // when none was given
+  kernels::KernelTable<float>* ops_;
+  DeviceArray<float> scratch_;  // one bucket [dp, len] on the buffers' device
 };
 
 }  // namespace multiscreen

@@ -3,6 +3,13 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/fatal.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/staged_communicator.h"
+
+#ifdef MULTISCREEN_HAVE_NCCL
+#include <cuda_runtime.h>
+
+#include "parallel/nccl_communicator.h"
+#endif
 
 namespace multiscreen {
 
@@ -72,6 +79,64 @@ std::unique_ptr<ProcessGrid> ProcessGrid::Single() {
   g->pp_ = std::make_unique<SingleProcessCommunicator>();
   g->dp_ = std::make_unique<SingleProcessCommunicator>();
   return g;
+}
+
+absl::Status ProcessGrid::UseStepDevice(Device device, CommKind requested) {
+  CommEnvironment env{device, NcclBuilt(), local_size_, device == Device::kCpu ? 0 : CudaDeviceCount()};
+  absl::StatusOr<CommKind> mine = ChooseCommKind(requested, env);
+  // Agree: 0 mpi, 1 nccl, 2 staged (a rank that must stage makes every rank stage),
+  // 3 an error somewhere. The kinds only differ between ranks across nodes.
+  double code = !mine.ok() ? 3 : *mine == CommKind::kMpi ? 0 : *mine == CommKind::kNccl ? 1 : 2;
+  world_->AllReduce(&code, 1, ReduceOp::kMax);
+  if (!mine.ok()) return mine.status();
+  if (code == 3) {
+    return absl::FailedPreconditionError(absl::StrCat("--comm=", CommKindName(requested),
+                                                      ": another rank cannot use it (see its message)"));
+  }
+  const CommKind kind = code == 0 ? CommKind::kMpi : code == 1 ? CommKind::kNccl : CommKind::kStaged;
+  if (kind == CommKind::kStaged) {
+    auto ops = MakeKernelTable<float>(device);
+    if (!ops.ok()) return ops.status();
+    staging_ops_ = std::move(*ops);
+  }
+#ifdef MULTISCREEN_HAVE_NCCL
+  int gpu = 0;
+  if (kind == CommKind::kNccl) {
+    if (cudaError_t e = cudaGetDevice(&gpu); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(e)));
+    }
+  }
+#endif
+  // Each group in the same order on every rank (NCCL's initialization is collective).
+  auto adapt = [&](std::unique_ptr<Communicator>& group) -> absl::Status {
+    if (group == nullptr) return absl::OkStatus();
+    if (group->size() == 1) {
+      group = std::make_unique<SingleProcessCommunicator>(device);
+      return absl::OkStatus();
+    }
+    switch (kind) {
+      case CommKind::kStaged:
+        group = std::make_unique<StagedCommunicator>(std::move(group), staging_ops_.get());
+        break;
+      case CommKind::kNccl: {
+#ifdef MULTISCREEN_HAVE_NCCL
+        auto nccl = NcclCommunicator::Create(*group, gpu);
+        if (!nccl.ok()) return nccl.status();
+        group = std::move(*nccl);  // the MPI group was its bootstrap only
+#endif
+        break;
+      }
+      default:
+        break;
+    }
+    return absl::OkStatus();
+  };
+  for (std::unique_ptr<Communicator>* group : {&tp_, &pp_, &dp_, &embed_}) {
+    if (auto s = adapt(*group); !s.ok()) return s;
+  }
+  comm_kind_ = kind;
+  step_device_ = device;
+  return absl::OkStatus();
 }
 
 std::string ProcessGrid::Describe() const {

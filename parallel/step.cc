@@ -13,10 +13,22 @@ absl::StatusOr<std::unique_ptr<ParallelModel>> ParallelModel::Create(ProcessGrid
                                                                      DataParallelOptions dp_options) {
   auto shard = ShardForCoord(dims, grid.shape(), grid.coord());
   if (!shard.ok()) return shard.status();
+  const Device device = model_options.device;
+  for (auto [name, group] : {std::pair<const char*, Communicator*>{"tp", &grid.tp()}, {"pp", &grid.pp()},
+                             {"dp", &grid.dp()}, {"embedding", grid.embed()}}) {
+    if (group != nullptr && group->device() != device) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the ", name, " group moves ", DeviceName(group->device()), " buffers but the step runs on ",
+          DeviceName(device), " (ProcessGrid::UseStepDevice was not called for it)"));
+    }
+  }
   std::unique_ptr<ParallelModel> m(new ParallelModel());
+  auto ops = MakeKernelTable<float>(device);
+  if (!ops.ok()) return ops.status();
+  m->ops_ = std::move(*ops);
   m->shard_ = *shard;
   m->stage_ = std::make_unique<PipelineStage>(dims, *shard, model_options, &grid.tp(), &grid.pp());
-  m->dp_ = std::make_unique<DataParallel>(&grid.dp(), m->stage_->layout().size(), dp_options);
+  m->dp_ = std::make_unique<DataParallel>(&grid.dp(), m->stage_->layout().size(), dp_options, m->ops_.get());
   return m;
 }
 
@@ -36,7 +48,7 @@ absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model,
                                         const int32_t* tokens, const StepShape& shape, float* grads,
                                         double loss_scale) {
   const ParamLayout& layout = model.layout();
-  std::fill(grads, grads + layout.size(), 0.0f);
+  model.ops().Fill(grads, layout.size(), 0.0f);
   // Each micro-batch's loss is a mean over its B·T positions; 1/M makes the
   // replica's gradient that of its M-micro-batch mean, and DataParallel's
   // mean over dp that of the global batch.
@@ -79,7 +91,7 @@ double GlobalGradNorm(ProcessGrid& grid, ParallelModel& model, const float* grad
     if (e.kind == ParamKind::kW_E && !grid.first_stage()) continue;
     if (ReplicatedOverTp(e.kind) && grid.coord().tp != 0) continue;
     const int64_t b = std::max(begin, e.buffer_offset), f = std::min(end, e.buffer_offset + e.size());
-    for (int64_t i = b; i < f; ++i) sum += double(grads[i]) * grads[i];
+    if (f > b) sum = model.ops().SumSquares(grads + b, f - b, sum);
   }
   grid.world().AllReduce(&sum, 1, ReduceOp::kSum);
   return std::sqrt(sum);

@@ -6,6 +6,11 @@
 // gradient of the global-batch mean loss, so that (tp, pp, dp) = (1, 1, 1) is
 // the single-process model and every layout agrees with it.
 // The optimizer, the data loader and metrics are the trainer's.
+//
+// params and grads are arrays on the step's device (ModelOptions::device; the
+// trainer keeps them there between steps, DESIGN "Devices"), and the grid's tp, pp,
+// dp and embedding groups must move that device's buffers (ProcessGrid::UseStepDevice).
+// Losses and norms come back as host doubles.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +32,13 @@ struct StepShape {
 };
 
 // This rank's part of the model: its shard, pipeline stage and data-parallel
-// reducer, built from the grid.
+// reducer, built from the grid, and the kernel table of the step's device for the
+// step-level ops (zeroing, unscaling, the norm, the optimizer: ops()).
 class ParallelModel {
  public:
-  // Errors: the grid does not fit the model (ShardForCoord: --tp above N_H, --pp above N_L).
+  // Errors: the grid does not fit the model (ShardForCoord: --tp above N_H, --pp above
+  // N_L); a group of the grid that moves another device's buffers than
+  // model_options.device (UseStepDevice not called); the device's kernel table.
   static absl::StatusOr<std::unique_ptr<ParallelModel>> Create(ProcessGrid& grid, const ModelDims& dims,
                                                                ModelOptions model_options = {},
                                                                DataParallelOptions dp_options = {});
@@ -39,21 +47,25 @@ class ParallelModel {
   const ParamLayout& layout() const { return stage_->layout(); }
   PipelineStage& stage() { return *stage_; }
   DataParallel& data_parallel() { return *dp_; }
+  // The step device's kernel table (params and grads live on its device()).
+  kernels::KernelTable<float>& ops() { return *ops_; }
+  Device device() const { return ops_->device(); }
 
  private:
   ParallelModel() = default;
+  std::unique_ptr<kernels::KernelTable<float>> ops_;
   ShardSpec shard_;
   std::unique_ptr<PipelineStage> stage_;
   std::unique_ptr<DataParallel> dp_;
 };
 
 // One step's gradients. Every rank calls it with the same shape.
-//   params [layout().size()]: this rank's shard (W_E rows replicated on the
+//   params [layout().size()] (device): this rank's shard (W_E rows replicated on the
 //     first and last stage; s_E, s_F replicated over tp).
-//   tokens [M][B, T+1] int32: this dp rank's micro-batches (every pp and tp rank
+//   tokens [M][B, T+1] int32 (host): this dp rank's micro-batches (every pp and tp rank
 //     of the replica passes the same); the global batch is dp·M·B sequences,
 //     dp rank d holding global micro-batches [d·M, (d+1)·M).
-//   grads [layout().size()], written (not accumulated): ∂/∂params of
+//   grads [layout().size()] (device), written (not accumulated): ∂/∂params of
 //     loss_scale × the mean loss over all dp·M·B·T positions (loss_scale: the
 //     fp16 loss scale, 1 otherwise; the caller unscales). Under ZeRO-1 only
 //     model.data_parallel().OwnedRange() holds it afterwards.
@@ -73,7 +85,8 @@ absl::StatusOr<double> EvaluateLoss(ProcessGrid& grid, ParallelModel& model, con
 
 // ‖grads‖₂ over the whole model, each logical parameter counted once
 // (replicated W_E, s_E, s_F included once), after ComputeGradients, plain or
-// ZeRO-1; identical on every rank. A collective over the world.
+// ZeRO-1; identical on every rank. grads on the step's device. A collective over the
+// world. On the CPU the squares are summed in the order of the flat buffer.
 double GlobalGradNorm(ProcessGrid& grid, ParallelModel& model, const float* grads);
 
 }  // namespace multiscreen

@@ -170,8 +170,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   if (!model.ok()) return model.status();
   t->model_ = std::move(*model);
   const ParamLayout& layout = t->model_->layout();
-  t->state_.params.resize(layout.size());
-  InitParams(layout, static_cast<uint64_t>(run.seed()), t->state_.params.data());
+  // The step's state lives on its device (DESIGN "Devices"): parameters initialized
+  // on the host and uploaded, the named point "parameters in".
+  t->state_.params = DeviceArray<float>(start.device);
+  t->state_.params.Resize(layout.size());
+  {
+    HostMirror<float> init(t->state_.params, /*read=*/false);
+    InitParams(layout, static_cast<uint64_t>(run.seed()), init.data());
+    init.Commit();
+  }
   // AdamW over the range this rank updates; scalars (and the Transformer's norm gains)
   // exempt from decay unless asked.
   const auto [begin, end] = t->OptimizerRange();
@@ -186,8 +193,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   }
   const auto& o = run.optimizer();
   t->optimizer_ = std::make_unique<AdamW>(end - begin, AdamWHyper{o.beta1(), o.beta2(), o.eps(), o.weight_decay()},
-                                          std::move(decay));
-  t->grads_.resize(layout.size());
+                                          std::move(decay), &t->model_->ops());
+  t->grads_ = DeviceArray<float>(start.device);
+  t->grads_.Resize(layout.size());
   // MFU: FLOPs at the initial windows (the learned windows move; this is the
   // spec's count at initialization) against the GEMM rate measured per process.
   t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), InitialWindows(dims));
@@ -295,11 +303,16 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
   const CheckpointMeta& m = ckpt->meta;
   // Any saved layout loads into this one; each rank reads the moments of the
   // range its optimizer owns (all of its shard, or its ZeRO-1 share).
-  if (auto s = LoadShard(*ckpt, model_->layout(), state_.params.data(), optimizer_->m().data(),
-                         optimizer_->v().data(), OptimizerRange());
+  // The named point "resume": read on the host, uploaded to the step's device (the
+  // mirrors start from the arrays' values, so that what LoadShard leaves alone stays).
+  HostMirror<float> params(state_.params, true), m_host(optimizer_->m(), true), v_host(optimizer_->v(), true);
+  if (auto s = LoadShard(*ckpt, model_->layout(), params.data(), m_host.data(), v_host.data(), OptimizerRange());
       !s.ok()) {
     return s;
   }
+  params.Commit();
+  m_host.Commit();
+  v_host.Commit();
   optimizer_->set_step(m.adam_step);
   state_.step = m.step;
   state_.samples = m.samples;
@@ -467,8 +480,11 @@ absl::Status Trainer::SaveCheckpointNow() {
   const std::string tmp = TempCheckpointDir(run_.run_dir(), m.step);
   // Never a checkpoint of diverged parameters over the last good one.
   absl::Status status;
+  // The named point "checkpoint save": the step device's state downloaded (on the CPU,
+  // read in place).
+  HostMirror<float> params(state_.params, /*read=*/true), m_host(optimizer_->m(), true), v_host(optimizer_->v(), true);
   for (const ParamEntry& e : model_->layout().entries()) {
-    const float* p = state_.params.data() + e.buffer_offset;
+    const float* p = params.data() + e.buffer_offset;
     const auto bad = std::find_if(p, p + e.size(), [](float x) { return !std::isfinite(x); });
     if (bad != p + e.size()) {
       status = absl::AbortedError(absl::StrCat("step ", m.step, ": parameter ", e.name, " holds ", *bad,
@@ -482,14 +498,14 @@ absl::Status Trainer::SaveCheckpointNow() {
   const bool zero = model_->data_parallel().options().zero1;
   const GridCoord& c = grid_->coord();
   if (c.dp == 0) {
-    ShardTensors shard{&model_->layout(), state_.params.data(), zero ? nullptr : optimizer_->m().data(),
-                       zero ? nullptr : optimizer_->v().data(), c.pp, c.tp};
+    ShardTensors shard{&model_->layout(), params.data(), zero ? nullptr : m_host.data(),
+                       zero ? nullptr : v_host.data(), c.pp, c.tp};
     auto record = WriteShard(tmp, shard);
     status = record.ok() ? WriteFileRecord(tmp, ShardFileName(c.pp, c.tp), *record) : record.status();
   }
   if (zero && status.ok()) {
     const auto [begin, end] = OptimizerRange();
-    OptimizerPiece piece{&model_->layout(), begin, end, optimizer_->m().data(), optimizer_->v().data(),
+    OptimizerPiece piece{&model_->layout(), begin, end, m_host.data(), v_host.data(),
                          c.pp, c.tp, c.dp};
     auto record = WriteOptimizerPiece(tmp, piece);
     status = record.ok() ? WriteFileRecord(tmp, OptimizerFileName(c.pp, c.tp, c.dp), *record) : record.status();
@@ -539,9 +555,10 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
                                grads_.data(), scale);
   if (!loss.ok()) return loss.status();
   // Unscale, and check that the step is finite (the norm is a collective, so
-  // every rank decides alike).
+  // every rank decides alike). On the step's device, through its kernel table.
+  kernels::KernelTable<float>& ops = model_->ops();
   const float inv = static_cast<float>(1.0 / scale);
-  for (float& g : grads_) g *= inv;
+  ops.Scale(grads_.data(), grads_.size(), inv);
   *grad_norm = GlobalGradNorm(*grid_, *model_, grads_.data());
   const bool finite = std::isfinite(*loss) && std::isfinite(*grad_norm);
   *applied = scaler_.Update(finite);
@@ -550,7 +567,7 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
     const auto [begin, end] = OptimizerRange();
     if (run_.optimizer().grad_clip() > 0 && *grad_norm > run_.optimizer().grad_clip()) {
       const float c = static_cast<float>(run_.optimizer().grad_clip() / *grad_norm);
-      for (int64_t i = begin; i < end; ++i) grads_[i] *= c;
+      ops.Scale(grads_.data() + begin, end - begin, c);
     }
     optimizer_->Step(state_.params.data() + begin, grads_.data() + begin, lr);
     if (model_->data_parallel().options().zero1) model_->data_parallel().AllGatherParams(state_.params.data());

@@ -24,6 +24,7 @@
 #include "trainer/loss_scaler.h"
 #include "trainer/tensorboard_writer.h"
 #include "data/loader.h"
+#include "kernels/device_array.h"
 
 namespace multiscreen {
 
@@ -33,7 +34,7 @@ struct TrainState {
   int64_t samples = 0;  // global samples consumed (the loader's only state)
   int64_t tokens = 0;   // training tokens consumed
   int64_t nonfinite_in_a_row = 0;
-  std::vector<float> params;  // fp32 masters, this rank's flat layout
+  DeviceArray<float> params;  // fp32 masters, this rank's flat layout, on the step's device
   LossScalerState scaler;
 };
 
@@ -49,8 +50,10 @@ struct StartOptions {
   // checkpoints/unverified/ and train from step 0; without it such a start is
   // refused (with each checkpoint's problem), changing nothing.
   bool restart = false;
-  // Where the step computes (the model's kernel table; parameters and optimizer stay
-  // on the host, checkpoints unchanged).
+  // Where the step computes and its state lives: the model's kernel table, the
+  // parameters, gradients and AdamW's moments (host copies only at checkpoint save and
+  // resume/init; checkpoints unchanged, so a run resumes on another device). The grid's
+  // groups must move this device's buffers (ProcessGrid::UseStepDevice).
   Device device = Device::kCpu;
   // Resume from a checkpoint whose training data (CheckpointMeta::data: token counts and
   // fingerprints) differ from this run's; without it such a resume is refused, since
@@ -173,7 +176,7 @@ class Trainer {
   DynamicLossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   TrainState state_;
-  std::vector<float> grads_;
+  DeviceArray<float> grads_;  // on the step's device
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;

@@ -10,17 +10,31 @@
 // moves it by ~1e-4 relative in ANY summation order: the single fp32 process
 // itself is 6e-5 off the fp64 value on this test's data (measured). It is held
 // to 1e-3, which still catches a missed reduction or a wrong scale.
+//
+// --staged: the grid's tp, pp, dp and embedding groups are StagedCommunicators
+// (parallel/staged_communicator.h: every float transfer downloaded, moved by MPI and
+// uploaded through the step device's kernel table; on the CPU table, copies), the
+// path of ranks that share a GPU. --device=cuda: the step on the GPU (parameters and
+// gradients device arrays, the kernel table CUDA's), against the same CPU single
+// process and tolerances; skipped, loudly, without a GPU. Ranks share GPU
+// local_rank % count.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
+
+#ifdef MULTISCREEN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include <cmath>
 #include <cstdio>
 #include <tuple>
 #include <vector>
 
+#include "kernels/device_array.h"
 #include "model/multiscreen.h"
 #include "parallel/shard_split.h"
+#include "parallel/staged_communicator.h"
 #include "parallel/step.h"
 #include "tests/model/test_model.h"
 #include "tests/parallel/compare_shards.h"
@@ -64,31 +78,71 @@ std::vector<Real> TestParams(const ParamLayout& full) {
   return p;
 }
 
+// The step's device for this run's flags; binds this rank's GPU for --device=cuda.
+Device StepDevice(int local_rank) {
+  if (!Flags().cuda) return Device::kCpu;
+#ifdef MULTISCREEN_HAVE_CUDA
+  if (const int count = CudaDeviceCount(); count > 0) cudaSetDevice(local_rank % count);
+#endif
+  (void)local_rank;
+  return Device::kCuda;
+}
+
+// The staged groups of a layout moved their floats through the host (a group of one
+// is a SingleProcessCommunicator and moves nothing).
+void ExpectStaged(ProcessGrid& grid) {
+  for (Communicator* group : {&grid.tp(), &grid.pp(), &grid.dp()}) {
+    if (group->size() == 1) continue;
+    auto* staged = dynamic_cast<StagedCommunicator*>(group);
+    ASSERT_NE(staged, nullptr) << "a group of " << group->size() << " is not staged on " << grid.Describe();
+    EXPECT_GT(staged->staged_floats(), 0) << grid.Describe();
+  }
+}
+
 class ParallelStepTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(ParallelStepTest, LossAndEveryGradientEqualTheSingleProcess) {
   const auto [M, zero1] = GetParam();
+  if (Flags().cuda && !CudaAvailable()) {
+    std::fprintf(stderr, "\n*** SKIPPED: --device=cuda needs a CUDA device and none is visible: the layouts on the "
+                         "GPU are NOT tested here ***\n\n");
+    GTEST_SKIP() << "no CUDA device";
+  }
   const ModelDims dims = TinyDims("tiny_psi4");
   auto grid_or = ProcessGrid::Create(Flags().tp, Flags().pp);
   ASSERT_TRUE(grid_or.ok()) << grid_or.status();
   ProcessGrid& grid = **grid_or;
+  const Device device = StepDevice(grid.local_rank());
+  if (Flags().staged || device != Device::kCpu) {
+    const absl::Status used = grid.UseStepDevice(device, Flags().staged ? CommKind::kStaged : CommKind::kAuto);
+    ASSERT_TRUE(used.ok()) << used;
+  }
   // Small buckets, so that bucketing is exercised on a tiny model.
-  auto model_or = ParallelModel::Create(grid, dims, ModelOptions{}, DataParallelOptions{zero1, 1000});
+  ModelOptions options;
+  options.device = device;
+  auto model_or = ParallelModel::Create(grid, dims, options, DataParallelOptions{zero1, 1000});
   ASSERT_TRUE(model_or.ok()) << model_or.status();
   ParallelModel& model = **model_or;
 
   const int64_t B = 2, T = 16, dp = grid.shape().dp;
   const ParamLayout full(dims, ShardSpec::Full(dims));
   const std::vector<float> full_params = TestParams<float>(full);
-  const std::vector<float> params = SliceOf(model.layout(), full, full_params);
+  const std::vector<float> host_params = SliceOf(model.layout(), full, full_params);
   const int64_t seq = B * (T + 1);
   const auto tokens = RandomTokens(dims.vocab, dp * M * seq, 100 + M);
 
-  std::vector<float> grads(model.layout().size());
+  // Parameters and gradients on the step's device, as the trainer keeps them.
+  const int64_t size = model.layout().size();
+  DeviceArray<float> params(device), device_grads(device);
+  params.Resize(size);
+  params.CopyFromHost(host_params.data());
+  device_grads.Resize(size);
   auto loss = ComputeGradients(grid, model, params.data(), tokens.data() + grid.coord().dp * M * seq,
-                               StepShape{M, B, T}, grads.data());
+                               StepShape{M, B, T}, device_grads.data());
   ASSERT_TRUE(loss.ok()) << loss.status();
-  const double norm = GlobalGradNorm(grid, model, grads.data());
+  const double norm = GlobalGradNorm(grid, model, device_grads.data());
+  const std::vector<float> grads = device_grads.ToHost();
+  if (Flags().staged) ExpectStaged(grid);
   // The same loss on every rank.
   double lo = *loss, hi = *loss;
   grid.world().AllReduce(&hi, 1, ReduceOp::kMax);
@@ -122,12 +176,11 @@ TEST_P(ParallelStepTest, LossAndEveryGradientEqualTheSingleProcess) {
   auto eval = EvaluateLoss(grid, model, params.data(), tokens.data() + grid.coord().dp * M * seq, StepShape{M, B, T});
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_NEAR(*eval, ref_loss, kTolerance * ref_loss);
-  std::vector<float> again(model.layout().size());
   auto loss_again = ComputeGradients(grid, model, params.data(), tokens.data() + grid.coord().dp * M * seq,
-                                     StepShape{M, B, T}, again.data());
+                                     StepShape{M, B, T}, device_grads.data());
   ASSERT_TRUE(loss_again.ok()) << loss_again.status();
   EXPECT_EQ(*loss_again, *loss);
-  EXPECT_EQ(again, grads);
+  EXPECT_EQ(device_grads.ToHost(), grads);
 }
 
 INSTANTIATE_TEST_SUITE_P(MicroBatches, ParallelStepTest,
