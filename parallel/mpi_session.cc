@@ -12,7 +12,7 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** 
   MPI_Initialized(&initialized);
   if (initialized) return absl::FailedPreconditionError("MpiSession::Init: MPI is already initialized");
   int provided = 0;
-  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   if (rc != MPI_SUCCESS) return absl::InternalError(absl::StrCat("MPI_Init_thread failed with code ", rc));
   MS_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   InstallFatalTerminateHandler();

@@ -12,7 +12,9 @@ namespace multiscreen {
 
 class MpiSession {
  public:
-  // Initializes MPI (thread level FUNNELED: only the main thread calls MPI).
+  // Initializes MPI, asking for MPI_THREAD_MULTIPLE (the overlapped dp reducer's
+  // thread communicates beside the main thread; it checks what MPI gave, through
+  // MPI_Query_thread).
   // Errors: MPI already initialized, or initialization failed.
   static absl::StatusOr<std::unique_ptr<MpiSession>> Init(int* argc, char*** argv);
   ~MpiSession();  // MPI_Finalize

@@ -65,6 +65,21 @@ absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(int tp, int pp,
   return g;
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> ProcessGrid::DuplicateDp() {
+  auto* mpi = dynamic_cast<MpiCommunicator*>(dp_.get());
+  if (mpi == nullptr) return std::unique_ptr<Communicator>(new SingleProcessCommunicator());
+  int level = MPI_THREAD_SINGLE;
+  MS_MPI_CHECK(MPI_Query_thread(&level));
+  if (level < MPI_THREAD_MULTIPLE) {
+    const char* names[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED"};
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--dp_overlap=on needs MPI_THREAD_MULTIPLE (a communication thread beside the main one), but this MPI gives ",
+        level >= MPI_THREAD_SINGLE && level <= MPI_THREAD_SERIALIZED ? names[level - MPI_THREAD_SINGLE] : "less",
+        "; use --dp_overlap=off"));
+  }
+  return std::unique_ptr<Communicator>(MpiCommunicator::Duplicate(mpi->comm()));
+}
+
 std::unique_ptr<ProcessGrid> ProcessGrid::Single() {
   std::unique_ptr<ProcessGrid> g(new ProcessGrid());
   g->world_ = std::make_unique<SingleProcessCommunicator>();
