@@ -16,7 +16,9 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** 
   if (rc != MPI_SUCCESS) return absl::InternalError(absl::StrCat("MPI_Init_thread failed with code ", rc));
   MS_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   InstallFatalTerminateHandler();
-  return std::unique_ptr<MpiSession>(new MpiSession());
+  std::unique_ptr<MpiSession> session(new MpiSession());
+  session->watchdog_ = PeerWatchdog::Start(MPI_COMM_WORLD);
+  return session;
 }
 
 int MpiSession::world_size() const {
@@ -26,6 +28,7 @@ int MpiSession::world_size() const {
 }
 
 MpiSession::~MpiSession() {
+  watchdog_.reset();  // after MPI_Finalize's fence, peers may exit
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
