@@ -1,6 +1,6 @@
 // `multiscreen train --config=FILE [--run_dir= --steps= --seed= --tp= --pp=
 // --micro_batch= --grad_accum= --seq_len= --lr= --precision= --checkpoint_every=
-// --eval_every= --data= --model= --zero= --restart]`: the main job. Flags
+// --eval_every= --data= --model= --zero= --dp_overlap= --dp_bucket_mb= --restart]`: the main job. Flags
 // override the run file's fields. A run_dir with a checkpoint is resumed; one
 // whose checkpoints all fail to verify is refused unless --restart.
 #include <cstdlib>
@@ -46,6 +46,11 @@ ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (trai
 ABSL_FLAG(std::string, format, "auto",
           "token file format of --data: auto, llmc, megatron (a .bin/.idx pair) or raw_uint16 (nanoGPT's .bin)");
 ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ranks (ZeRO-1)");
+ABSL_FLAG(std::string, dp_overlap, "on",
+          "on: reduce each data-parallel gradient bucket on a communication thread as soon as the backward has "
+          "finished it; off: all of them after the backward (the same gradients bit for bit)");
+ABSL_FLAG(double, dp_bucket_mb, 16,
+          "MiB of fp32 gradients per data-parallel collective (the unit --dp_overlap starts as soon as it is final)");
 ABSL_FLAG(bool, allow_data_change, false,
           "resume from a checkpoint trained on other data (its manifest's token counts and fingerprints differ from "
           "--data's); without it such a resume is refused");
@@ -120,6 +125,10 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   if (from_flag("tp", "parallel.tp")) run.mutable_parallel()->set_tp(absl::GetFlag(FLAGS_tp));
   if (from_flag("pp", "parallel.pp")) run.mutable_parallel()->set_pp(absl::GetFlag(FLAGS_pp));
   if (from_flag("zero", "parallel.zero")) run.mutable_parallel()->set_zero(absl::GetFlag(FLAGS_zero));
+  if (from_flag("dp_overlap", "parallel.dp_overlap")) run.mutable_parallel()->set_dp_overlap(absl::GetFlag(FLAGS_dp_overlap));
+  if (from_flag("dp_bucket_mb", "parallel.dp_bucket_mb")) {
+    run.mutable_parallel()->set_dp_bucket_mb(absl::GetFlag(FLAGS_dp_bucket_mb));
+  }
   if (from_flag("micro_batch", "micro_batch")) run.set_micro_batch(absl::GetFlag(FLAGS_micro_batch));
   if (from_flag("grad_accum", "grad_accum")) run.set_grad_accum(absl::GetFlag(FLAGS_grad_accum));
   if (from_flag("seq_len", "seq_len")) run.set_seq_len(absl::GetFlag(FLAGS_seq_len));
@@ -219,7 +228,8 @@ int TrainCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
                              "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
-                             "isa", "restart", "device", "comm", "format", "allow_data_change"}); !s.ok()) {
+                             "isa", "restart", "device", "comm", "format", "allow_data_change", "dp_overlap",
+                             "dp_bucket_mb"}); !s.ok()) {
     return Fail("train", s);
   }
   auto comm = ParseCommKind(absl::GetFlag(FLAGS_comm));

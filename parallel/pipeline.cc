@@ -83,7 +83,15 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
         pp_->Recv(dx_[slot].data(), n, next);
         break;
       case PipeOpKind::kBackward:
+        // The last backward of the step (1F1B runs them in micro-batch order): each
+        // layer it finishes is final.
+        if (m == M - 1 && final_from_ && device == Device::kCpu) {
+          model.set_layer_gradients_done([this](int64_t layer) {
+            final_from_(layout_.entries()[layout_.LayerEntry(layer)].buffer_offset);
+          });
+        }
         model.LayersBackward(params, dx_[slot].data(), grads);
+        model.set_layer_gradients_done(nullptr);
         if (shard_.embed) model.EmbedBackward(params, ids, rows, dx_[slot].data(), grads);
         break;
       case PipeOpKind::kSendBackward:

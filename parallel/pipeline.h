@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,15 @@ class PipelineStage {
   absl::StatusOr<double> Run(const float* params, const int32_t* tokens, int64_t micro_batches, int64_t B,
                              int64_t T, float* grads, double grad_scale);
 
+  // Overlap hook (parallel/data_parallel.h): while set, a Run with gradients on a CPU
+  // stage calls it with offset o as soon as grads[o, layout().size()) holds its final
+  // value for this Run: after each layer of the last micro-batch's backward (the
+  // layers sit at the end of the layout, in order, and the backward ends with the
+  // first). What lies before the first layer (W_E, s_E, s_F) is never reported: it is
+  // final when Run returns. A device stage makes no calls (its gradients reach the
+  // host at the end of Run). Empty: no calls.
+  void set_gradients_final_from(std::function<void(int64_t offset)> hook) { final_from_ = std::move(hook); }
+
   // Model instances allocated so far (the most micro-batches ever in flight).
   int64_t instances() const { return static_cast<int64_t>(models_.size()); }
 
@@ -64,6 +74,7 @@ class PipelineStage {
   std::vector<std::unique_ptr<ModelStage<float>>> models_;
   std::vector<DeviceArray<float>> x_, dx_;  // per slot: [B·T, d_E], on the models' device
   std::vector<int32_t> inputs_, targets_;   // [M][B·T]
+  std::function<void(int64_t)> final_from_;
 };
 
 }  // namespace multiscreen

@@ -72,6 +72,29 @@ absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(int tp, int pp,
   return g;
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> ProcessGrid::DuplicateDp() {
+  if (dp_->size() == 1) return std::unique_ptr<Communicator>(new SingleProcessCommunicator(dp_->device()));
+  // The transport under the step's dp group: MPI itself, or the MPI a staged group wraps.
+  // An NCCL group is not duplicated: a second NCCL communicator driven from another
+  // thread could order its kernels differently on different ranks and hang them; the
+  // reducer then works without overlap (a communication stream is the way there).
+  auto* staged = dynamic_cast<StagedCommunicator*>(dp_.get());
+  auto* mpi = dynamic_cast<MpiCommunicator*>(staged != nullptr ? &staged->host() : dp_.get());
+  if (mpi == nullptr) return std::unique_ptr<Communicator>();
+  int level = MPI_THREAD_SINGLE;
+  MS_MPI_CHECK(MPI_Query_thread(&level));
+  if (level < MPI_THREAD_MULTIPLE) {
+    const char* names[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED"};
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--dp_overlap=on needs MPI_THREAD_MULTIPLE (a communication thread beside the main one), but this MPI gives ",
+        level >= MPI_THREAD_SINGLE && level <= MPI_THREAD_SERIALIZED ? names[level - MPI_THREAD_SINGLE] : "less",
+        "; use --dp_overlap=off"));
+  }
+  std::unique_ptr<Communicator> dup = MpiCommunicator::Duplicate(mpi->comm());
+  if (staged != nullptr) return std::unique_ptr<Communicator>(new StagedCommunicator(std::move(dup), staged->ops()));
+  return dup;
+}
+
 std::unique_ptr<ProcessGrid> ProcessGrid::Single() {
   std::unique_ptr<ProcessGrid> g(new ProcessGrid());
   g->world_ = std::make_unique<SingleProcessCommunicator>();

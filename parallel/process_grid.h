@@ -74,6 +74,17 @@ class ProcessGrid {
   Communicator& tp() { return *tp_; }  // rank = coord().tp
   Communicator& pp() { return *pp_; }  // rank = coord().pp, the stage
   Communicator& dp() { return *dp_; }  // rank = coord().dp
+  // A second communicator over this rank's dp group (same ranks, same order), for a
+  // thread that communicates while the main thread does (the overlapped dp reducer,
+  // parallel/data_parallel.h): its traffic never mixes with the main thread's. A
+  // collective over the dp group. A group of one gets a group of one; a staged dp group
+  // (UseStepDevice) a staged duplicate of its MPI transport; an NCCL dp group null (not
+  // duplicated: a second NCCL communicator driven from another thread could order its
+  // kernels differently on different ranks and hang them; the reducer then runs without
+  // overlap). Errors: the MPI library gives less than MPI_THREAD_MULTIPLE (naming
+  // --dp_overlap).
+  absl::StatusOr<std::unique_ptr<Communicator>> DuplicateDp();
+
   // {first stage, last stage} of this (dp, tp): rank 0 is the first stage.
   // Null on middle stages and when pp = 1 (W_E then lives on one stage only).
   Communicator* embed() { return embed_.get(); }

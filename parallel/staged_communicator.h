@@ -29,6 +29,9 @@ class StagedCommunicator final : public Communicator {
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
   Device device() const override { return ops_->device(); }
+  // The host transport (e.g. for ProcessGrid::DuplicateDp to duplicate it).
+  Communicator& host() { return *host_; }
+  kernels::KernelTable<float>* ops() const { return ops_; }
   // Floats moved through the host so far (downloaded plus uploaded), for tests and logs.
   int64_t staged_floats() const { return staged_; }
 

@@ -31,14 +31,25 @@ struct StepShape {
   int64_t seq_len = 1;        // T (--seq_len): tokens per sequence
 };
 
+// Where one ComputeGradients call waited for communication once its compute was
+// done, on this rank (seconds of wall time): what overlap did not hide.
+struct StepCommTimes {
+  double dp_wait_s = 0;        // waiting for the dp reduction (all of it without --dp_overlap)
+  double after_backward_s = 0;  // the tied W_E all-reduce, the tp broadcasts left, the loss reductions
+  double exposed_s() const { return dp_wait_s + after_backward_s; }
+};
+
 // This rank's part of the model: its shard, pipeline stage and data-parallel
 // reducer, built from the grid, and the kernel table of the step's device for the
 // step-level ops (zeroing, unscaling, the norm, the optimizer: ops()).
 class ParallelModel {
  public:
+  // With dp_options.overlap and dp > 1, the reducer gets a communication thread and a
+  // dp communicator of its own (ProcessGrid::DuplicateDp; a collective over dp).
   // Errors: the grid does not fit the model (ShardForCoord: --tp above N_H, --pp above
   // N_L); a group of the grid that moves another device's buffers than
-  // model_options.device (UseStepDevice not called); the device's kernel table.
+  // model_options.device (UseStepDevice not called); the device's kernel table;
+  // --dp_overlap=on where MPI lacks MPI_THREAD_MULTIPLE.
   static absl::StatusOr<std::unique_ptr<ParallelModel>> Create(ProcessGrid& grid, const ModelDims& dims,
                                                                ModelOptions model_options = {},
                                                                DataParallelOptions dp_options = {});
@@ -50,11 +61,16 @@ class ParallelModel {
   // The step device's kernel table (params and grads live on its device()).
   kernels::KernelTable<float>& ops() { return *ops_; }
   Device device() const { return ops_->device(); }
+  // The last ComputeGradients call's waits (ComputeGradients writes them).
+  const StepCommTimes& comm_times() const { return comm_times_; }
+  StepCommTimes& mutable_comm_times() { return comm_times_; }
 
  private:
   ParallelModel() = default;
   std::unique_ptr<kernels::KernelTable<float>> ops_;
   ShardSpec shard_;
+  StepCommTimes comm_times_;
+  std::unique_ptr<Communicator> dp_background_;  // the reducer's thread's dp communicator
   std::unique_ptr<PipelineStage> stage_;
   std::unique_ptr<DataParallel> dp_;
 };
@@ -69,6 +85,10 @@ class ParallelModel {
 //     loss_scale × the mean loss over all dp·M·B·T positions (loss_scale: the
 //     fp16 loss scale, 1 otherwise; the caller unscales). Under ZeRO-1 only
 //     model.data_parallel().OwnedRange() holds it afterwards.
+// With the reducer overlapped (DataParallelOptions::overlap), each dp bucket is
+// reduced as soon as the last micro-batch's backward has finished its layers, while
+// the backward goes on; the gradients are the same bits either way. The waits go to
+// model.comm_times().
 // Returns that global mean loss (nats per token, unscaled), identical on every rank.
 // Errors: shape fields below 1, naming the flag (--grad_accum, --micro_batch, --seq_len).
 absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model, const float* params,

@@ -166,6 +166,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   options.precision = ModelPrecision(run.precision());
   DataParallelOptions dp_options;
   dp_options.zero1 = run.parallel().zero() == 1;
+  dp_options.overlap = run.parallel().dp_overlap() != "off";
+  if (const double mb = run.parallel().dp_bucket_mb(); mb > 0) {
+    dp_options.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20) / sizeof(float)));
+  }
   auto model = ParallelModel::Create(*grid, dims, options, dp_options);
   if (!model.ok()) return model.status();
   t->model_ = std::move(*model);
@@ -554,6 +558,7 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
   auto loss = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(), {accum, B, T},
                                grads_.data(), scale);
   if (!loss.ok()) return loss.status();
+  comm_exposed_s_ = model_->comm_times().exposed_s();
   // Unscale, and check that the step is finite (the norm is a collective, so
   // every rank decides alike). On the step's device, through its kernel table.
   kernels::KernelTable<float>& ops = model_->ops();
@@ -570,7 +575,9 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
       ops.Scale(grads_.data() + begin, end - begin, c);
     }
     optimizer_->Step(state_.params.data() + begin, grads_.data() + begin, lr);
+    const auto gather_start = std::chrono::steady_clock::now();
     if (model_->data_parallel().options().zero1) model_->data_parallel().AllGatherParams(state_.params.data());
+    comm_exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - gather_start).count();
     state_.nonfinite_in_a_row = 0;
   } else {
     ++state_.nonfinite_in_a_row;
@@ -627,7 +634,7 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
                       {"lr", lr},                  {"grad_norm", grad_norm},
                       {"tokens", state_.tokens},   {"tokens_per_s", tokens_per_s},
                       {"mfu", mfu},                {"loss_scale", scaler_.scale()},
-                      {"skipped", !applied}};
+                      {"skipped", !applied},       {"comm_exposed_s", comm_exposed_s_}};
   if (!std::isfinite(loss)) j["loss"] = nullptr;
   if (!std::isfinite(grad_norm)) j["grad_norm"] = nullptr;
   // Tokens drawn from each source of a mixture so far: a pure function of the samples.

@@ -184,6 +184,7 @@ class Trainer {
   bool allow_data_change_ = false;
   std::unique_ptr<FileLock> lock_;  // <run_dir>/.lock, held by world rank 0
   double run_seconds_ = 0;
+  double comm_exposed_s_ = 0;  // this rank's last step: communication waited for after compute (metrics)
   int64_t run_steps_ = 0;
 };
 
