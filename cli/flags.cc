@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/input_file.h"
+#include "common/status.h"
 #include "kernels/cpu/isa.h"
 
 ABSL_FLAG(std::string, model, "psi8", "model name under configs/models/ or a .textproto path");
@@ -205,7 +207,8 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& 
   return value << shift;
 }
 
-absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs) {
+absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs,
+                             bool out_is_directory) {
   namespace fs = std::filesystem;
   std::error_code ec;
   for (const std::string& in : inputs) {
@@ -214,7 +217,8 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
                                                      ": writing it would destroy what is read; choose another path"));
     }
   }
-  for (fs::path dir = fs::weakly_canonical(fs::path(out), ec).parent_path(); !dir.empty(); dir = dir.parent_path()) {
+  const fs::path resolved = fs::weakly_canonical(fs::path(out), ec);
+  for (fs::path dir = out_is_directory ? resolved : resolved.parent_path(); !dir.empty(); dir = dir.parent_path()) {
     if (dir.filename() == "checkpoints" || fs::exists(dir / "manifest.json", ec)) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " lies inside the checkpoint directory ",
                                                      dir.string(), ": choose a path outside it"));
@@ -222,6 +226,11 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
     if (dir == dir.root_path()) break;
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckOutputFile(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs) {
+  MS_RETURN_IF_ERROR(CheckReplaceableOutput(absl::StrCat("--", flag), out));
+  return CheckOutputPath(flag, out, inputs);
 }
 
 int Fail(const char* command, const absl::Status& status) {

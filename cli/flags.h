@@ -62,7 +62,15 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& 
 // file, through any link) or lies inside a checkpoint (a directory holding manifest.json,
 // or anywhere under a `checkpoints` directory), so that a command never replaces what it
 // reads or a run's checkpoint.
-absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs);
+// `out_is_directory`: `out` is a directory the command writes its files into (eval's
+// --out), so `out` itself may not be a checkpoint or a `checkpoints` directory either.
+absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs,
+                             bool out_is_directory = false);
+
+// An output file (`flag`=`out`, written beside it and renamed into place): refused where it
+// exists as a directory, FIFO or device (CheckReplaceableOutput, common/input_file.h), and
+// then as CheckOutputPath.
+absl::Status CheckOutputFile(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs);
 
 // Prints "multiscreen <command>: <message>" on stderr and returns 1.
 int Fail(const char* command, const absl::Status& status);
