@@ -260,14 +260,20 @@ class ResumeSafetyTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertEqual(len([m for m in standing(d) if "val_loss" in m]), 1)
 
-    def test_a_save_on_a_full_disk_names_the_cause_and_keeps_the_previous_checkpoint(self):
-        mount = os.path.join(self.tmp.name, "small_fs")
+    def mount_tmpfs(self, name, size):
+        """A tmpfs of `size` at <tmp>/`name` to fill (the caller unmounts it); the test is
+        skipped, saying so, where it cannot be mounted (needs root with CAP_SYS_ADMIN)."""
+        mount = os.path.join(self.tmp.name, name)
         os.makedirs(mount)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount], capture_output=True, text=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount], capture_output=True, text=True)
         if r.returncode != 0:
             msg = f"cannot mount a tmpfs to fill (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}"
             print(f"SKIPPED: {msg}", file=sys.stderr)
             self.skipTest(msg)
+        return mount
+
+    def test_a_save_on_a_full_disk_names_the_cause_and_keeps_the_previous_checkpoint(self):
+        mount = self.mount_tmpfs("small_fs", "4m")
         try:
             for np, flags in [(1, []), (2, ["--pp=2"])]:
                 with self.subTest(np=np):
@@ -278,13 +284,7 @@ class ResumeSafetyTest(unittest.TestCase):
     def test_a_full_disk_between_checkpoints_names_the_cause(self):
         # metrics.jsonl and the TensorBoard events grow every step: the write that meets the
         # full disk says so (it said only "write failed").
-        mount = os.path.join(self.tmp.name, "tiny_fs")
-        os.makedirs(mount)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mount], capture_output=True, text=True)
-        if r.returncode != 0:
-            msg = f"cannot mount a tmpfs to fill (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}"
-            print(f"SKIPPED: {msg}", file=sys.stderr)
-            self.skipTest(msg)
+        mount = self.mount_tmpfs("tiny_fs", "64k")
         try:
             d = os.path.join(mount, "run")
             r = self.train(d, "--steps=5000", "--checkpoint_every=0", "--eval_every=0", check=False)
