@@ -28,7 +28,9 @@ namespace multiscreen::cli {
 
 // Parses absl flags from argv (argv[0] is the subcommand name). Returns an
 // error naming a stray positional argument, or a flag given that is not in
-// `accepted` (another subcommand's). absl itself exits on an unknown flag.
+// `accepted` (another subcommand's), or a --flagfile (or one it names) that is not a
+// regular file of at most 1 MiB or that names itself through a cycle (absl would read it
+// for ever). absl itself exits on an unknown flag.
 absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted);
 
 // As ParseFlags, but positional arguments are returned in `args` instead of refused.

@@ -190,6 +190,34 @@ class CliTest(OneLineErrors):
         self.assert_one_line_error(run("init", "--model=tiny_psi2", "--seed=1", f"--out={self.dir}"),
                                    f"--out={self.dir}: is a directory")
 
+    def test_flagfiles_are_checked_before_absl_reads_them(self):
+        # absl reads a flagfile that names itself for ever, its memory growing by GBs a
+        # minute; a directory read as an empty flagfile.
+        def write(name, text):
+            path = os.path.join(self.dir, name)
+            with open(path, "w") as f:
+                f.write(text)
+            return path
+
+        def params(*args):
+            try:
+                return subprocess.run([BIN, "params", *args], capture_output=True, text=True, timeout=30)
+            except subprocess.TimeoutExpired:
+                self.fail(f"params {' '.join(args)}: still running after 30 s")
+
+        good = write("good", "--model=tiny_psi2\n")
+        r = params(f"--flagfile={good}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tiny_psi2", r.stdout)
+        loop = write("loop", "--model=tiny_psi2\n--flagfile=" + os.path.join(self.dir, "loop") + "\n")
+        self.assert_one_line_error(params(f"--flagfile={loop}"), f"--flagfile={loop}: names itself")
+        a = write("a", f"--flagfile={os.path.join(self.dir, 'b')}\n")
+        write("b", f"--flagfile={good},{a}\n")
+        self.assert_one_line_error(params("--flagfile", a), "names itself", "a -> ", "b -> ")
+        self.assert_one_line_error(params(f"--flagfile={self.dir}"), f"{self.dir}: is a directory")
+        missing = os.path.join(self.dir, "missing")
+        self.assert_one_line_error(params(f"--flagfile={good},{missing}"), f"--flagfile={missing}: cannot open flagfile")
+
     def test_forward_refuses_a_short_token_file(self):
         w, t = self._init_and_tokens(20)
         r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
