@@ -340,6 +340,19 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
     }
     // The steps after the checkpoint are about to be redone.
     if (auto s = MarkSupersededMetrics(m.step); !s.ok()) return s;
+    // Any layout resumes any other, and a dp changed without grad_accum or micro_batch
+    // changes the global batch and so the trajectory: said, not refused (README
+    // "Choosing tp, pp, dp"). run.json holds the batch the run started with.
+    std::ifstream identity_file(run_.run_dir() + "/run.json");
+    const nlohmann::json identity = identity_file ? nlohmann::json::parse(identity_file, nullptr, false) : nlohmann::json();
+    const int64_t batch = grid_->shape().dp * run_.grad_accum() * run_.micro_batch();
+    if (identity.is_object() && identity.contains("global_batch") && identity["global_batch"].is_number_integer() &&
+        identity["global_batch"].get<int64_t>() != batch) {
+      LogWarning("the global batch is now ", batch, " windows per step (dp ", grid_->shape().dp, " x grad_accum ",
+                 run_.grad_accum(), " x micro_batch ", run_.micro_batch(), "); the run started with ",
+                 identity["global_batch"].get<int64_t>(), " (", run_.run_dir(), "/run.json): its trajectory changes here; ",
+                 "keep dp x grad_accum x micro_batch fixed to continue it");
+    }
     LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed; saved under tp=",
             m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ") in ",
             absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));

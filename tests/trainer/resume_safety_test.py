@@ -260,6 +260,17 @@ class ResumeSafetyTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertEqual(len([m for m in standing(d) if "val_loss" in m]), 1)
 
+    def test_a_resume_that_changes_the_global_batch_says_so(self):
+        # Any layout resumes any other; a dp changed alone doubled the global batch silently.
+        d = os.path.join(self.tmp.name, "batch_change")
+        self.train(d, "--steps=2", "--checkpoint_every=2")
+        r = self.train(d, "--steps=4", "--checkpoint_every=2", np=2)  # dp 2 x grad_accum 2 x micro_batch 4
+        self.assertIn("the global batch is now 16 windows per step (dp 2 x grad_accum 2 x micro_batch 4); "
+                      "the run started with 8", r.stderr)
+        r = self.train(d, "--steps=6", "--checkpoint_every=2", "--grad_accum=1", np=2)  # 2 x 1 x 4: the run's 8
+        self.assertIn("resumed from", r.stderr)
+        self.assertNotIn("global batch", r.stderr)
+
     def mount_tmpfs(self, name, size):
         """A tmpfs of `size` at <tmp>/`name` to fill (the caller unmounts it); the test is
         skipped, saying so, where it cannot be mounted (needs root with CAP_SYS_ADMIN)."""
