@@ -132,7 +132,7 @@ int ForwardCommand(int argc, char** argv) {
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);
   if (tokens_path.empty()) return Fail("forward", absl::InvalidArgumentError("--tokens: a token .bin file is required"));
   if (out.empty()) return Fail("forward", absl::InvalidArgumentError("--out: an output .h5 path is required"));
-  if (auto s = CheckOutputPath("out", out, {weights_path, tokens_path}); !s.ok()) return Fail("forward", s);
+  if (auto s = CheckOutputFile("out", out, {weights_path, tokens_path}); !s.ok()) return Fail("forward", s);
   if (B <= 0) return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " must be positive")));
   if (T <= 0) return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--seq_len=", T, " must be positive")));
   if (precision != "fp32" && precision != "bf16" && precision != "fp64") {

@@ -90,6 +90,8 @@ void RecordRunData(const config::RunConfig& run) {
     out << data.dump() << "\n";
     if (!out.flush()) {
       LogWarning(tmp.string(), ": write failed; eval and generate will not find the run's tokenizer by themselves");
+      out.close();
+      fs::remove(tmp, ec);  // nothing half-written stays in the run directory
       return;
     }
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/h5_file.h"
 #include "common/file_lock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -79,22 +81,35 @@ absl::Status AgreeOnStatus(Communicator& world, const absl::Status& mine) {
   return MarkAgreed(absl::Status(static_cast<absl::StatusCode>(header[0]), message));
 }
 
-// How many rows of a metrics.jsonl text stand (not superseded by a later
-// {"resumed_from": S} row, not cut short) with a step after `step`.
-int64_t StandingRowsAfter(const std::string& text, int64_t step) {
-  std::vector<int64_t> standing;  // the steps of the rows that stand
+// The rows of a metrics.jsonl text that stand (not superseded by a later
+// {"resumed_from": S} row, not cut short), in order: each with an integer "step".
+std::vector<nlohmann::json> StandingRows(const std::string& text) {
+  std::vector<nlohmann::json> standing;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
-    const auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!row.is_object()) continue;
     if (row.contains("resumed_from") && row["resumed_from"].is_number_integer()) {
       const int64_t from = row["resumed_from"].get<int64_t>();
-      std::erase_if(standing, [from](int64_t s) { return s > from; });
+      std::erase_if(standing, [from](const nlohmann::json& r) { return r["step"].get<int64_t>() > from; });
     } else if (row.contains("step") && row["step"].is_number_integer()) {
-      standing.push_back(row["step"].get<int64_t>());
+      standing.push_back(std::move(row));
     }
   }
-  return std::count_if(standing.begin(), standing.end(), [step](int64_t s) { return s > step; });
+  return standing;
+}
+
+// How many rows of a metrics.jsonl text stand with a step after `step`.
+int64_t StandingRowsAfter(const std::string& text, int64_t step) {
+  const std::vector<nlohmann::json> rows = StandingRows(text);
+  return std::count_if(rows.begin(), rows.end(), [step](const nlohmann::json& r) { return r["step"].get<int64_t>() > step; });
+}
+
+// Whether a validation row (val_loss) of `step` stands in a metrics.jsonl text.
+bool ValidationStandsAt(const std::string& text, int64_t step) {
+  const std::vector<nlohmann::json> rows = StandingRows(text);
+  return std::any_of(rows.begin(), rows.end(),
+                     [step](const nlohmann::json& r) { return r["step"].get<int64_t>() == step && r.contains("val_loss"); });
 }
 
 // What the run will write, checked before any step is computed: a run directory whose
@@ -340,11 +355,66 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
     }
     // The steps after the checkpoint are about to be redone.
     if (auto s = MarkSupersededMetrics(m.step); !s.ok()) return s;
+    // Any layout resumes any other, and a dp changed without grad_accum or micro_batch
+    // changes the global batch and so the trajectory: said, not refused (README
+    // "Choosing tp, pp, dp"). run.json holds the batch the run started with.
+    std::ifstream identity_file(run_.run_dir() + "/run.json");
+    const nlohmann::json identity = identity_file ? nlohmann::json::parse(identity_file, nullptr, false) : nlohmann::json();
+    const int64_t batch = grid_->shape().dp * run_.grad_accum() * run_.micro_batch();
+    if (identity.is_object() && identity.contains("global_batch") && identity["global_batch"].is_number_integer() &&
+        identity["global_batch"].get<int64_t>() != batch) {
+      LogWarning("the global batch is now ", batch, " windows per step (dp ", grid_->shape().dp, " x grad_accum ",
+                 run_.grad_accum(), " x micro_batch ", run_.micro_batch(), "); the run started with ",
+                 identity["global_batch"].get<int64_t>(), " (", run_.run_dir(), "/run.json): its trajectory changes here; ",
+                 "keep dp x grad_accum x micro_batch fixed to continue it");
+    }
     LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed; saved under tp=",
             m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ") in ",
             absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
   }
+  // A stop signal during the validation of the checkpoint's step cancels it (Validate) and
+  // the checkpoint is saved without it: the resumed run owes that validation, or the step
+  // (a sweep's budget, the run's last) would never have its validation loss.
+  double owed = 0;
+  if (is_logger() && IsValidationStep(m.step)) {  // Run() skips it without validation data
+    std::ifstream in(MetricsPath(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    owed = ValidationStandsAt(text, m.step) ? 0 : 1;
+  }
+  grid_->world().Broadcast(&owed, 1, 0);
+  validation_owed_ = owed > 0;
   return absl::OkStatus();
+}
+
+bool Trainer::IsValidationStep(int64_t step) const {
+  return run_.eval().every() > 0 && (step % run_.eval().every() == 0 || step == run_.steps());
+}
+
+absl::StatusOr<bool> Trainer::ValidateAndLog() {
+  if (val_loaders_.empty()) return true;
+  auto val = Validate();
+  if (absl::IsCancelled(val.status())) return false;
+  if (!val.ok()) return val.status();
+  last_val_loss_ = *val;
+  if (!is_logger()) return true;
+  nlohmann::json row = {{"step", state_.step}, {"val_loss", *val}};
+  std::string per_source;
+  if (named_val_) {
+    for (const auto& [name, loss] : last_val_losses_) {
+      row["val_loss/" + name] = loss;
+      absl::StrAppend(&per_source, " | ", name, " ", absl::StrFormat("%.4f", loss));
+    }
+  }
+  MS_RETURN_IF_ERROR(AppendMetrics(row.dump()));
+  if (tensorboard_ != nullptr) {
+    (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
+    if (named_val_) {
+      for (const auto& [name, loss] : last_val_losses_) (void)tensorboard_->AddScalar("val_loss/" + name, loss, state_.step);
+    }
+  }
+  std::fprintf(stderr, "step %lld/%lld | val_loss %.4f%s\n", (long long)state_.step, (long long)run_.steps(), *val,
+               per_source.c_str());
+  return true;
 }
 
 absl::StatusOr<CheckpointRef> Trainer::ChooseStart(bool restart) {
@@ -436,8 +506,9 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
   }
   const std::string identity_path = run_.run_dir() + "/run.json";
   std::ofstream out(identity_path, std::ios::trunc);
+  errno = 0;
   out << RunIdentity().dump() << "\n";
-  if (!out) return absl::DataLossError(absl::StrCat(identity_path, ": write failed"));
+  if (!out.flush()) return WriteError(identity_path, "write failed", errno);
   return absl::OkStatus();
 }
 
@@ -538,9 +609,9 @@ absl::Status Trainer::SaveCheckpointNow() {
 absl::Status Trainer::AppendMetrics(const std::string& line) {
   const std::string path = run_.run_dir() + "/metrics.jsonl";
   std::ofstream out(path, std::ios::app);
+  errno = 0;
   out << line << "\n";
-  out.flush();
-  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  if (!out.flush()) return WriteError(path, "write failed", errno);
   return absl::OkStatus();
 }
 
@@ -674,6 +745,19 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
 
 absl::Status Trainer::Run() {
   InstallStopHandlers();
+  if (validation_owed_) {
+    // The checkpoint's step lost its validation to the stop signal that saved it.
+    auto done = ValidateAndLog();
+    if (!done.ok()) return done.status();
+    validation_owed_ = false;
+    if (!*done) {
+      // Stopped again (every rank alike: Validate agrees): still owed, and the run is
+      // stopped, not finished, so that whatever resumes it runs the validation.
+      stopped_by_signal_ = true;
+      if (is_logger()) LogInfo("signal received: stopped at step ", state_.step, " before its validation");
+      return WriteRunStatus();
+    }
+  }
   if (state_.step >= run_.steps() && is_logger()) {
     LogInfo("nothing to do: the run already reached step ", state_.step, " of ", run_.steps());
   }
@@ -703,31 +787,10 @@ absl::Status Trainer::Run() {
                                              " non-finite steps in a row (max_nonfinite_steps = ",
                                              run_.max_nonfinite_steps(), "); the run diverged"));
     }
-    const bool eval_now = run_.eval().every() > 0 &&
-                          (state_.step % run_.eval().every() == 0 || state_.step == run_.steps());
-    if (eval_now && !val_loaders_.empty()) {
-      auto val = Validate();
-      if (!val.ok() && !absl::IsCancelled(val.status())) return val.status();
-      if (val.ok()) last_val_loss_ = *val;
-      if (val.ok() && is_logger()) {
-        nlohmann::json row = {{"step", state_.step}, {"val_loss", *val}};
-        std::string per_source;
-        if (named_val_) {
-          for (const auto& [name, loss] : last_val_losses_) {
-            row["val_loss/" + name] = loss;
-            absl::StrAppend(&per_source, " | ", name, " ", absl::StrFormat("%.4f", loss));
-          }
-        }
-        if (auto s = AppendMetrics(row.dump()); !s.ok()) return s;
-        if (tensorboard_ != nullptr) {
-          (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
-          if (named_val_) {
-            for (const auto& [name, loss] : last_val_losses_) (void)tensorboard_->AddScalar("val_loss/" + name, loss, state_.step);
-          }
-        }
-        std::fprintf(stderr, "step %lld/%lld | val_loss %.4f%s\n", (long long)state_.step, (long long)run_.steps(), *val,
-                     per_source.c_str());
-      }
+    if (IsValidationStep(state_.step)) {
+      // Cancelled by a stop signal: the checkpoint below is saved without it, and the
+      // resumed run owes it (ResumeIfPresent).
+      if (auto done = ValidateAndLog(); !done.ok()) return done.status();
     }
     // Every rank must agree to stop at the same step (signals reach ranks at
     // different moments): the world's maximum decides.
@@ -755,8 +818,11 @@ absl::Status Trainer::WriteRunStatus() {
                                  {"steps", run_.steps()}};
   {
     std::ofstream out(path + ".tmp", std::ios::trunc);
+    errno = 0;
     out << status.dump() << "\n";
-    if (!out) return absl::DataLossError(absl::StrCat(path, ".tmp: write failed"));
+    // Flushed here: a write error that only the destructor met would rename an empty file
+    // into place, which train.sbatch reads as a crash.
+    if (!out.flush()) return WriteError(path + ".tmp", "write failed", errno);
   }
   if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
     return absl::DataLossError(absl::StrCat(path, ": rename failed"));

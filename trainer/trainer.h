@@ -113,6 +113,9 @@ class Trainer {
   // each batch, so a long pass never delays a preemption's checkpoint).
   absl::StatusOr<double> Validate();
 
+  // Whether the run validates after `step`: every eval.every steps and at its last step.
+  bool IsValidationStep(int64_t step) const;
+
   TrainState& state() { return state_; }
   AdamW& optimizer() { return *optimizer_; }
   const ParamLayout& layout() const { return model_->layout(); }
@@ -133,6 +136,10 @@ class Trainer {
   absl::StatusOr<double> Step(double lr, double* grad_norm, bool* applied);
   absl::Status LogStep(double loss, double lr, double grad_norm, bool applied, double seconds);
   absl::Status AppendMetrics(const std::string& json_line);
+  // Validate at state().step, then (rank 0) its metrics row, TensorBoard scalars and
+  // console line. True when done (or there is no validation data), false when a stop
+  // signal cancelled it (on every rank alike). A collective.
+  absl::StatusOr<bool> ValidateAndLog();
   absl::Status WriteRunStatus();
   // Continues from run_dir's newest checkpoint that verifies, if any (rank 0
   // chooses with ChooseStart, the others follow). A collective.
@@ -180,6 +187,9 @@ class Trainer {
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;
+  // Resumed at a validation step whose validation a stop signal cancelled (no standing
+  // val_loss row of it in metrics.jsonl): Run() validates before its first step.
+  bool validation_owed_ = false;
   nlohmann::json data_;  // the training sources' identity, saved in every manifest (CheckpointMeta::data)
   bool allow_data_change_ = false;
   std::unique_ptr<FileLock> lock_;  // <run_dir>/.lock, held by world rank 0
