@@ -15,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/input_file.h"
+#include "common/status.h"
 
 namespace multiscreen {
 namespace {
@@ -154,6 +156,8 @@ H5Writer::H5Writer(std::string path, int64_t file) : path_(std::move(path)), tmp
 
 absl::StatusOr<std::unique_ptr<H5Writer>> H5Writer::Create(const std::string& path) {
   QuietHdf5();
+  // The rename in Commit would replace a FIFO or device node at `path` (/dev/null).
+  MS_RETURN_IF_ERROR(CheckReplaceableOutput("", path));
   const std::string tmp = path + ".tmp";
   const hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, FileAccess());
   if (file < 0) {

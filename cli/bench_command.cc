@@ -308,7 +308,7 @@ int BenchTrain(int argc, char** argv) {
   if (!(lr >= 0 && std::isfinite(lr))) {
     return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
   }
-  auto device = ResolveDevice(precision == "fp64", true);
+  auto device = ResolveDevice(precision == "fp64");
   if (!device.ok()) return Fail("bench", device.status());
   head.device = *device;
   auto run = [&](const ModelOptions& options) {

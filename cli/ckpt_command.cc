@@ -205,7 +205,7 @@ int Export() {
   const char* command = "ckpt export";
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail(command, absl::InvalidArgumentError("--out: an output .h5 path is required"));
-  if (auto s = CheckOutputPath("out", out, {absl::GetFlag(FLAGS_checkpoint)}); !s.ok()) return Fail(command, s);
+  if (auto s = CheckOutputFile("out", out, {absl::GetFlag(FLAGS_checkpoint)}); !s.ok()) return Fail(command, s);
   auto bound = MemoryBoundBytes();
   if (!bound.ok()) return Fail(command, bound.status());
   auto ckpt = OpenGiven();

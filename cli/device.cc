@@ -32,7 +32,7 @@ absl::StatusOr<std::string> BindDevice(int local_rank) {
   return std::string("cpu");
 }
 
-absl::StatusOr<Device> ResolveDevice(bool fp64, bool single_process_only) {
+absl::StatusOr<Device> ResolveDevice(bool fp64) {
   const std::string name = absl::AsciiStrToLower(absl::GetFlag(FLAGS_device));
   if (name == "cpu") return Device::kCpu;
   if (name != "cuda" && name != "auto") {
@@ -41,8 +41,6 @@ absl::StatusOr<Device> ResolveDevice(bool fp64, bool single_process_only) {
   absl::Status why = absl::OkStatus();
   if (fp64) {
     why = absl::InvalidArgumentError("the GPU path computes in fp32 with bf16/fp16 operands; fp64 runs on the CPU");
-  } else if (!single_process_only) {
-    why = absl::UnimplementedError("the GPU path runs one process per model replica (tp = pp = 1) for now");
   } else {
     why = MakeKernelTable<float>(Device::kCuda).status();
   }

@@ -21,10 +21,10 @@ absl::StatusOr<std::string> BindDevice(int local_rank);
 
 // The device --device names, for a command whose model computes in fp64 or not:
 //   cpu;  cuda (errors: no CUDA in this build, no device visible, a driver older than
-//   the runtime — with CUDA's message —, fp64, or `single_process_only` false: tp or pp
-//   above 1, which the GPU path does not run yet);  auto (the default): cuda where that
-//   would succeed, else cpu.
+//   the runtime — with CUDA's message —, or fp64);  auto (the default): cuda where that
+//   would succeed, else cpu. Any tp × pp × dp layout runs on either (the groups'
+//   transport: parallel/comm_choice.h).
 // Errors name the flag: "--device=cuda: ...".
-absl::StatusOr<Device> ResolveDevice(bool fp64, bool single_process_only);
+absl::StatusOr<Device> ResolveDevice(bool fp64);
 
 }  // namespace multiscreen::cli

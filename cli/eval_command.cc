@@ -28,6 +28,7 @@
 #include "cli/run_data.h"
 #include "cli/weights_source.h"
 #include "common/config.h"
+#include "common/input_file.h"
 #include "common/status.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/token_file.h"
@@ -38,6 +39,7 @@
 #include "eval/python_random.h"
 #include "eval/relevance.h"
 #include "eval/task_dump.h"
+#include "launch/text_file.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(int64_t, documents, 0, "eval ppl: at most this many windows (0: all)");
@@ -93,20 +95,6 @@ json ReadJsonFile(const std::string& path) {
   return json::parse(in, nullptr, false);
 }
 
-// Writes `text` to path through path.tmp and a rename, so that a reader never sees half.
-absl::Status WriteFileAtomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::DataLossError(absl::StrCat(path, ": rename failed: ", ec.message()));
-  return absl::OkStatus();
-}
-
 // What every model-reading evaluation shares: the weights, the window rule, the tokenizer.
 struct EvalSetup {
   Weights weights;
@@ -123,6 +111,8 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   EvalSetup s;
   s.out = absl::GetFlag(FLAGS_out);
   if (s.out.empty()) return absl::InvalidArgumentError("--out=DIR is required (results are written there)");
+  // Retention deletes a checkpoint directory whole: results written into one would go with it.
+  MS_RETURN_IF_ERROR(CheckOutputPath("out", s.out, {}, /*out_is_directory=*/true));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return weights.status();
   s.weights = std::move(*weights);
@@ -328,7 +318,7 @@ int Ppl(const std::vector<std::string>& given) {
   auto last_report = start;
   auto save = [&](bool final) -> absl::Status {
     json state = {{"identity", identity}, {"windows", acc.documents()}, {"sums", acc.sums()}};
-    MS_RETURN_IF_ERROR(WriteFileAtomic(state_path, state.dump()));
+    MS_RETURN_IF_ERROR(WriteTextFile(state_path, state.dump()));
     const auto mean = acc.Mean();
     const auto smooth = acc.Smoothed();
     const eval::FlatVerdict verdict = eval::PastTrainingLength(smooth, setup->options.train_len);
@@ -347,12 +337,12 @@ int Ppl(const std::vector<std::string>& given) {
     result["position"] = positions;
     result["mean_loss"] = mean;
     result["smoothed_loss"] = smooth;
-    MS_RETURN_IF_ERROR(WriteFileAtomic(out + "/ppl.json", result.dump()));
+    MS_RETURN_IF_ERROR(WriteTextFile(out + "/ppl.json", result.dump()));
     std::string csv = "position,mean_loss,smoothed_loss,perplexity,documents\n";
     for (int64_t p = 0; p < N; ++p) {
       csv += absl::StrFormat("%d,%.6f,%.6f,%.4f,%d\n", p + 1, mean[p], smooth[p], std::exp(smooth[p]), acc.documents());
     }
-    return WriteFileAtomic(out + "/ppl.csv", csv);
+    return WriteTextFile(out + "/ppl.csv", csv);
   };
   bool full = false;
   while (!full) {
@@ -504,6 +494,7 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   };
   std::ofstream dump;
   if (!absl::GetFlag(FLAGS_dump).empty()) {
+    if (auto s = CheckReplaceableOutput("--dump", absl::GetFlag(FLAGS_dump)); !s.ok()) return Fail(cmd.c_str(), s);
     dump.open(absl::GetFlag(FLAGS_dump), absl::GetFlag(FLAGS_resume) ? std::ios::app : std::ios::trunc);
     if (!dump) return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--dump=", absl::GetFlag(FLAGS_dump), ": cannot write")));
   }
@@ -544,13 +535,13 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
       cells.push_back({{"context", c}, {"depth", d}, {"instances", K}, {"correct", correct},
                        {"accuracy", double(correct) / K}, {"mean_prompt_tokens", double(prompt_tokens) / K}, {"seconds", secs}});
       json results = {{"identity", identity}, {"cells", cells}};
-      if (auto s = WriteFileAtomic(results_path, results.dump(1)); !s.ok()) return Fail(cmd.c_str(), s);
+      if (auto s = WriteTextFile(results_path, results.dump(1)); !s.ok()) return Fail(cmd.c_str(), s);
       std::string csv = "context,depth,instances,correct,accuracy\n";
       for (const json& cell : cells) {
         csv += absl::StrFormat("%d,%g,%d,%d,%.4f\n", cell["context"].get<int64_t>(), cell["depth"].get<double>(),
                                cell["instances"].get<int64_t>(), cell["correct"].get<int64_t>(), cell["accuracy"].get<double>());
       }
-      if (auto s = WriteFileAtomic(absl::StrCat(setup.out, "/", task.name, ".csv"), csv); !s.ok()) return Fail(cmd.c_str(), s);
+      if (auto s = WriteTextFile(absl::StrCat(setup.out, "/", task.name, ".csv"), csv); !s.ok()) return Fail(cmd.c_str(), s);
       ++ran;
       work_done += c;
       const double eta = Seconds(start) / work_done * (work_left - work_done);
@@ -615,6 +606,7 @@ int AbcDigits(const std::vector<std::string>& given) {
   if (absl::GetFlag(FLAGS_generate_only)) {
     const std::string dump = absl::GetFlag(FLAGS_dump);
     if (dump.empty()) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --dump=F.jsonl"));
+    if (auto s = CheckReplaceableOutput("--dump", dump); !s.ok()) return Fail("eval abcdigits", s);
     if (absl::GetFlag(FLAGS_length) < 1) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --length=N"));
     std::unique_ptr<Gpt2Tokenizer> tok;
     if (mode == "tokens") {
@@ -626,7 +618,7 @@ int AbcDigits(const std::vector<std::string>& given) {
     if (!instances.ok()) return Fail("eval abcdigits", instances.status());
     std::string text;
     for (const TaskInstance& inst : *instances) text += eval::TaskLine(inst.prompt, inst.answer);
-    if (auto s = WriteFileAtomic(dump, text); !s.ok()) return Fail("eval abcdigits", s);
+    if (auto s = WriteTextFile(dump, text); !s.ok()) return Fail("eval abcdigits", s);
     std::printf("eval abcdigits: %zu instances (%s mode, length %lld, depth %g, seed %llu) written to %s\n", instances->size(),
                 mode.c_str(), static_cast<long long>(absl::GetFlag(FLAGS_length)), absl::GetFlag(FLAGS_depth),
                 static_cast<unsigned long long>(absl::GetFlag(FLAGS_generator_seed)), dump.c_str());
@@ -711,7 +703,7 @@ int Ttft(const std::vector<std::string>& given) {
                  {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},
                  {"first_token", first}, {"estimated_bytes", need}});
   const std::string path = absl::StrCat(setup->out, "/ttft_", N, ".json");
-  if (auto s = WriteFileAtomic(path, result.dump(1)); !s.ok()) return Fail("eval ttft", s);
+  if (auto s = WriteTextFile(path, result.dump(1)); !s.ok()) return Fail("eval ttft", s);
   std::printf("eval ttft: %s, %lld tokens, batch 1, fp32 on the CPU, %s windows (train_len %lld)\n", setup->weights.dims.name.c_str(),
               static_cast<long long>(N), setup->options.expand_windows ? "expanded" : "as-learned",
               static_cast<long long>(setup->options.train_len));
@@ -791,8 +783,8 @@ int Relevance(const std::vector<std::string>& given) {
   json result = SetupJson(*setup);
   result.update({{"text", path}, {"tokens", tokens}, {"tiles", tiles_json}, {"maps", maps},
                  {"pair_fields", {"i", "j", "alpha", "m"}}});
-  if (auto s = WriteFileAtomic(setup->out + "/relevance.json", result.dump()); !s.ok()) return Fail("eval relevance", s);
-  if (auto s = WriteFileAtomic(setup->out + "/tiles.csv", csv); !s.ok()) return Fail("eval relevance", s);
+  if (auto s = WriteTextFile(setup->out + "/relevance.json", result.dump()); !s.ok()) return Fail("eval relevance", s);
+  if (auto s = WriteTextFile(setup->out + "/tiles.csv", csv); !s.ok()) return Fail("eval relevance", s);
   std::printf("eval relevance: %zu tokens of %s, %lld x %lld tiles in %s, %s windows (train_len %lld)\n", ids->size(), path.c_str(),
               static_cast<long long>(d.n_layers), static_cast<long long>(d.n_heads), Duration(Seconds(start)).c_str(),
               setup->options.expand_windows ? "expanded" : "as-learned", static_cast<long long>(setup->options.train_len));

@@ -19,7 +19,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/input_file.h"
+#include "common/status.h"
 #include "kernels/cpu/isa.h"
 
 ABSL_FLAG(std::string, model, "psi8", "model name under configs/models/ or a .textproto path");
@@ -110,6 +113,53 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
   }
 }
 
+// absl reads --flagfile files itself, without a bound: a flagfile that names itself, or
+// a cycle of them, is read for ever (its memory growing by GBs a minute), a directory
+// reads as an empty file and a binary file as a page of errors. Each flagfile, and each
+// one it names, is checked first: a regular file of at most 1 MiB, not on the chain of
+// flagfiles that named it. `chain`: the flagfiles being read, outermost first.
+absl::Status CheckFlagfiles(const std::vector<std::string>& args, std::vector<std::string>* chain) {
+  namespace fs = std::filesystem;
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+    std::string value;
+    if (absl::StartsWith(arg, "flagfile=")) {
+      value = std::string(arg.substr(9));
+    } else if (arg == "flagfile" && i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      continue;
+    }
+    for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+      const std::string file(item);
+      std::error_code ec;
+      const std::string key = fs::weakly_canonical(file, ec).string();
+      if (std::find(chain->begin(), chain->end(), key) != chain->end()) {
+        return absl::InvalidArgumentError(absl::StrCat("--flagfile=", file, ": names itself (", absl::StrJoin(*chain, " -> "),
+                                                       " -> ", key, "): a flagfile cycle is never done reading"));
+      }
+      auto text = ReadRegularFile(file, "flagfile", int64_t{1} << 20);
+      if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat("--flagfile=", text.status().message()));
+      std::vector<std::string> lines;
+      for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+        if (absl::string_view t = absl::StripAsciiWhitespace(line); !t.empty()) lines.emplace_back(t);
+      }
+      chain->push_back(key);
+      MS_RETURN_IF_ERROR(CheckFlagfiles(lines, chain));
+      chain->pop_back();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFlagfiles(int argc, char** argv) {
+  std::vector<std::string> chain;
+  return CheckFlagfiles(std::vector<std::string>(argv + std::min(argc, 1), argv + argc), &chain);
+}
+
 }  // namespace
 
 std::vector<std::string> GivenFlags(int argc, char** argv) {
@@ -124,6 +174,7 @@ bool Given(const std::vector<std::string>& given, std::string_view name) {
 
 absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted) {
   SetUsage(usage);
+  MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "' (flags are --name=value)"));
@@ -134,6 +185,7 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializ
 absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted,
                                std::vector<std::string>* args) {
   SetUsage(usage);
+  MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   args->assign(rest.begin() + 1, rest.end());
   return RefuseOtherFlags(argc, argv, usage, accepted);
@@ -205,7 +257,8 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& 
   return value << shift;
 }
 
-absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs) {
+absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs,
+                             bool out_is_directory) {
   namespace fs = std::filesystem;
   std::error_code ec;
   for (const std::string& in : inputs) {
@@ -214,7 +267,8 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
                                                      ": writing it would destroy what is read; choose another path"));
     }
   }
-  for (fs::path dir = fs::weakly_canonical(fs::path(out), ec).parent_path(); !dir.empty(); dir = dir.parent_path()) {
+  const fs::path resolved = fs::weakly_canonical(fs::path(out), ec);
+  for (fs::path dir = out_is_directory ? resolved : resolved.parent_path(); !dir.empty(); dir = dir.parent_path()) {
     if (dir.filename() == "checkpoints" || fs::exists(dir / "manifest.json", ec)) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " lies inside the checkpoint directory ",
                                                      dir.string(), ": choose a path outside it"));
@@ -222,6 +276,11 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
     if (dir == dir.root_path()) break;
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckOutputFile(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs) {
+  MS_RETURN_IF_ERROR(CheckReplaceableOutput(absl::StrCat("--", flag), out));
+  return CheckOutputPath(flag, out, inputs);
 }
 
 int Fail(const char* command, const absl::Status& status) {

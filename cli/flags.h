@@ -28,7 +28,9 @@ namespace multiscreen::cli {
 
 // Parses absl flags from argv (argv[0] is the subcommand name). Returns an
 // error naming a stray positional argument, or a flag given that is not in
-// `accepted` (another subcommand's). absl itself exits on an unknown flag.
+// `accepted` (another subcommand's), or a --flagfile (or one it names) that is not a
+// regular file of at most 1 MiB or that names itself through a cycle (absl would read it
+// for ever). absl itself exits on an unknown flag.
 absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted);
 
 // As ParseFlags, but positional arguments are returned in `args` instead of refused.
@@ -62,7 +64,15 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& 
 // file, through any link) or lies inside a checkpoint (a directory holding manifest.json,
 // or anywhere under a `checkpoints` directory), so that a command never replaces what it
 // reads or a run's checkpoint.
-absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs);
+// `out_is_directory`: `out` is a directory the command writes its files into (eval's
+// --out), so `out` itself may not be a checkpoint or a `checkpoints` directory either.
+absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs,
+                             bool out_is_directory = false);
+
+// An output file (`flag`=`out`, written beside it and renamed into place): refused where it
+// exists as a directory, FIFO or device (CheckReplaceableOutput, common/input_file.h), and
+// then as CheckOutputPath.
+absl::Status CheckOutputFile(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs);
 
 // Prints "multiscreen <command>: <message>" on stderr and returns 1.
 int Fail(const char* command, const absl::Status& status);

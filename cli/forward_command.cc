@@ -132,13 +132,13 @@ int ForwardCommand(int argc, char** argv) {
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);
   if (tokens_path.empty()) return Fail("forward", absl::InvalidArgumentError("--tokens: a token .bin file is required"));
   if (out.empty()) return Fail("forward", absl::InvalidArgumentError("--out: an output .h5 path is required"));
-  if (auto s = CheckOutputPath("out", out, {weights_path, tokens_path}); !s.ok()) return Fail("forward", s);
+  if (auto s = CheckOutputFile("out", out, {weights_path, tokens_path}); !s.ok()) return Fail("forward", s);
   if (B <= 0) return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " must be positive")));
   if (T <= 0) return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--seq_len=", T, " must be positive")));
   if (precision != "fp32" && precision != "bf16" && precision != "fp64") {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--precision=", precision, ": expected fp32, bf16 or fp64")));
   }
-  auto device = ResolveDevice(precision == "fp64", true);
+  auto device = ResolveDevice(precision == "fp64");
   if (!device.ok()) return Fail("forward", device.status());
   // B·(T + 1) tokens index int32 arrays; the file's header bounds them further.
   if (double(B) * (double(T) + 1) > double(INT32_MAX)) {

@@ -23,7 +23,7 @@ int InitCommand(int argc, char** argv) {
   }
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("init", absl::InvalidArgumentError("--out: an output .h5 path is required"));
-  if (auto s = CheckOutputPath("out", out, {}); !s.ok()) return Fail("init", s);
+  if (auto s = CheckOutputFile("out", out, {}); !s.ok()) return Fail("init", s);
   auto bound = MemoryBoundBytes();
   if (!bound.ok()) return Fail("init", bound.status());
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));

@@ -1,6 +1,6 @@
 // `multiscreen train --config=FILE [--run_dir= --steps= --seed= --tp= --pp=
 // --micro_batch= --grad_accum= --seq_len= --lr= --precision= --checkpoint_every=
-// --eval_every= --data= --model= --zero= --restart]`: the main job. Flags
+// --eval_every= --data= --model= --zero= --dp_overlap= --dp_bucket_mb= --restart]`: the main job. Flags
 // override the run file's fields. A run_dir with a checkpoint is resumed; one
 // whose checkpoints all fail to verify is refused unless --restart.
 #include <cstdlib>
@@ -47,9 +47,17 @@ ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (trai
 ABSL_FLAG(std::string, format, "auto",
           "token file format of --data: auto, llmc, megatron (a .bin/.idx pair) or raw_uint16 (nanoGPT's .bin)");
 ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ranks (ZeRO-1)");
+ABSL_FLAG(std::string, dp_overlap, "on",
+          "on: reduce each data-parallel gradient bucket on a communication thread as soon as the backward has "
+          "finished it; off: all of them after the backward (the same gradients bit for bit)");
+ABSL_FLAG(double, dp_bucket_mb, 16,
+          "MiB of fp32 gradients per data-parallel collective (the unit --dp_overlap starts as soon as it is final)");
 ABSL_FLAG(bool, allow_data_change, false,
           "resume from a checkpoint trained on other data (its manifest's token counts and fingerprints differ from "
           "--data's); without it such a resume is refused");
+ABSL_FLAG(std::string, comm, "auto",
+          "auto | mpi | staged | nccl: how the tp, pp and dp groups move the step's buffers (auto: MPI on the "
+          "cpu; on GPUs NCCL when each rank of a node has a GPU of its own, else MPI staged through host memory)");
 ABSL_FLAG(bool, restart, false,
           "when none of run_dir's checkpoints verifies, move them to checkpoints/unverified/ and train from step 0 "
           "(without it such a run is refused); a checkpoint that verifies is still resumed");
@@ -83,6 +91,8 @@ void RecordRunData(const config::RunConfig& run) {
     out << data.dump() << "\n";
     if (!out.flush()) {
       LogWarning(tmp.string(), ": write failed; eval and generate will not find the run's tokenizer by themselves");
+      out.close();
+      fs::remove(tmp, ec);  // nothing half-written stays in the run directory
       return;
     }
   }
@@ -121,6 +131,10 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   if (from_flag("tp", "parallel.tp")) run.mutable_parallel()->set_tp(absl::GetFlag(FLAGS_tp));
   if (from_flag("pp", "parallel.pp")) run.mutable_parallel()->set_pp(absl::GetFlag(FLAGS_pp));
   if (from_flag("zero", "parallel.zero")) run.mutable_parallel()->set_zero(absl::GetFlag(FLAGS_zero));
+  if (from_flag("dp_overlap", "parallel.dp_overlap")) run.mutable_parallel()->set_dp_overlap(absl::GetFlag(FLAGS_dp_overlap));
+  if (from_flag("dp_bucket_mb", "parallel.dp_bucket_mb")) {
+    run.mutable_parallel()->set_dp_bucket_mb(absl::GetFlag(FLAGS_dp_bucket_mb));
+  }
   if (from_flag("micro_batch", "micro_batch")) run.set_micro_batch(absl::GetFlag(FLAGS_micro_batch));
   if (from_flag("grad_accum", "grad_accum")) run.set_grad_accum(absl::GetFlag(FLAGS_grad_accum));
   if (from_flag("seq_len", "seq_len")) run.set_seq_len(absl::GetFlag(FLAGS_seq_len));
@@ -195,9 +209,12 @@ int TrainCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
                              "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
-                             "isa", "restart", "device", "format", "allow_data_change"}); !s.ok()) {
+                             "isa", "restart", "device", "comm", "format", "allow_data_change", "dp_overlap",
+                             "dp_bucket_mb"}); !s.ok()) {
     return Fail("train", s);
   }
+  auto comm = ParseCommKind(absl::GetFlag(FLAGS_comm));
+  if (!comm.ok()) return Fail("train", comm.status());
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
   if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("train", s);
   RunSource source;  // where each field came from, for ValidateRun's messages
@@ -255,8 +272,10 @@ int TrainCommand(int argc, char** argv) {
   auto sources = OpenRunData(*run, source, logger);
   if (!sources.ok()) return fail(sources.status());
   // Every rank resolves its own device (its GPU was bound above); the step runs there.
-  auto device = ResolveDevice(false, grid->shape().tp * grid->shape().pp == 1);
+  auto device = ResolveDevice(false);
   if (!device.ok()) return fail(device.status());
+  // The groups' transport for that device (a collective: NCCL communicators are made here).
+  if (auto s = grid->UseStepDevice(*device, *comm); !s.ok()) return fail(s);
   // Single-process runs clean up a run directory they created and never used (under
   // MPI a failing rank ends the job at once, and the directory stays).
   const std::filesystem::path created_dir = mpi == nullptr ? FirstMissingDir(run->run_dir()) : std::filesystem::path();
@@ -279,14 +298,20 @@ int TrainCommand(int argc, char** argv) {
   }
   if (logger) RecordRunData(*run);
   if (logger) {
+    // Which transport the groups use, on the device line (one process has none).
+    const std::string comm_note =
+        grid->world_size() > 1 ? absl::StrCat("; comm: ", CommKindName(grid->comm_kind()), " (--comm=",
+                                              absl::GetFlag(FLAGS_comm), ")")
+                               : "";
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
     if (*device == Device::kCpu) {
       LogInfo("device: cpu; CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
-              HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels));
+              HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels), comm_note);
     } else {
       LogInfo("device: ", DeviceName(*device), " (", bound_device,
-              "): the step on the GPU; optimizer and checkpoints on the host");
+              "): the step, parameters, gradients and AdamW on the GPU; checkpoints staged through the host",
+              comm_note);
     }
   }
   if (auto s = (*trainer)->Run(); !s.ok()) {

@@ -298,6 +298,12 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
   if (tp < 1 || d.n_heads % tp != 0) return bad("parallel.tp", "tp = ", tp, " does not divide N_H = ", d.n_heads);
   if (pp < 1 || d.n_layers % pp != 0) return bad("parallel.pp", "pp = ", pp, " does not divide N_L = ", d.n_layers);
   if (r.parallel().zero() != 0 && r.parallel().zero() != 1) return bad("parallel.zero", r.parallel().zero(), " must be 0 or 1");
+  if (const std::string& o = r.parallel().dp_overlap(); !o.empty() && o != "on" && o != "off") {
+    return bad("parallel.dp_overlap", "\"", o, "\" must be on or off");
+  }
+  if (!InRange(r.parallel().dp_bucket_mb(), 0, 1 << 20)) {
+    return bad("parallel.dp_bucket_mb", r.parallel().dp_bucket_mb(), " must be in [0, 2^20] MiB (0: 16)");
+  }
   const int64_t memory = PhysicalMemoryBytes();
   const int64_t need = RunMemoryLowerBound(d, tp, pp, r.micro_batch() * r.seq_len(),
                                            static_cast<int64_t>(step_tokens));

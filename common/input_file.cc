@@ -62,6 +62,14 @@ absl::StatusOr<int> OpenRegularFile(const std::string& path, const char* what, i
   return fd;
 }
 
+absl::Status CheckReplaceableOutput(const std::string& flag, const std::string& path) {
+  struct stat st = {};
+  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(flag.empty() ? "" : flag + "=", path, ": is ", KindOf(st.st_mode),
+                                                 ", not a regular file: an output is written beside it and renamed "
+                                                 "into place, which would replace it; choose a file path"));
+}
+
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const char* what, int64_t max_bytes) {
   int64_t size = 0;
   auto fd = OpenRegularFile(path, what, max_bytes, &size);

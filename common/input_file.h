@@ -1,7 +1,9 @@
 // Opening the files a user names (run files, model files, token shards, tokenizer
 // files) so that a wrong kind of file is an error before anything is read or
 // allocated from it: a FIFO would block open() or read() forever, /dev/zero never
-// ends, a directory reads as empty. Knows nothing about any file format.
+// ends, a directory reads as empty; and the output paths a user names, so that an
+// output renamed into place never replaces a directory, FIFO or device node. Knows
+// nothing about any file format.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,17 @@ absl::StatusOr<int> OpenRegularFile(const std::string& path, const char* what, i
 
 // OpenRegularFile, then the whole file. Errors as OpenRegularFile, and a failed read.
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const char* what, int64_t max_bytes);
+
+// Refuses an output path that exists as anything but a regular file or a symbolic
+// link: a directory, a FIFO, a character or block device (/dev/null), a socket. Every
+// command writes its output files beside their path (`path`.tmp) and renames them into
+// place, which would replace the FIFO or the device node itself with a regular file (as
+// root, `--out=/dev/null` would replace the machine's /dev/null). A missing path passes,
+// and so does a symbolic link (the rename replaces the link, never its target).
+// `flag` names the flag in the error ("--out"; empty: the path alone), e.g.
+// "--out=/dev/null: is a character device, not a regular file: an output is written
+// beside it and renamed into place, which would replace it; choose a file path".
+absl::Status CheckReplaceableOutput(const std::string& flag, const std::string& path);
 
 // A byte count for messages: "64 MiB", "1.5 GiB", "1024 bytes".
 std::string ByteSize(int64_t bytes);

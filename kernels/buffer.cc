@@ -37,12 +37,14 @@ int64_t BufferBytesPeak(Device device) { return UsageOf(device).peak.load(); }
 
 std::string DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
 
-bool CudaAvailable() {
+bool CudaAvailable() { return CudaDeviceCount() > 0; }
+
+int CudaDeviceCount() {
 #ifdef MULTISCREEN_HAVE_CUDA
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 #else
-  return false;
+  return 0;
 #endif
 }
 

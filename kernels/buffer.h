@@ -21,6 +21,9 @@ int64_t BufferBytesPeak(Device device);
 // True when this build has the CUDA kernels and a CUDA device is visible.
 bool CudaAvailable();
 
+// CUDA devices this process sees (0 without CUDA in the build or without a device).
+int CudaDeviceCount();
+
 // Owns `bytes` bytes on `device` (zero-initialized). Move-only.
 class Buffer {
  public:

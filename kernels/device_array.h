@@ -1,5 +1,6 @@
 // A typed, growable array on one device: the memory the model keeps between steps
-// (activations, packed weights, gradients of Ē), on the device of its kernel table.
+// (activations, packed weights, gradients of Ē) and the trainer's state (parameters,
+// gradients, AdamW's moments), on the device of its kernel table.
 // Grow-only, so that after the first step of a shape no call allocates (the per-device
 // arena of the model: every array lives as long as its model, sized once).
 #pragma once
@@ -7,7 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/buffer.h"
 
@@ -52,10 +55,57 @@ class DeviceArray {
     size_ = n;
   }
 
+  // The named host⇄device points (parameters in at start/resume, out to a checkpoint):
+  // size() elements from / into host memory, complete on return. Failure is fatal (one
+  // line), as for Resize.
+  void CopyFromHost(const T* host) {
+    if (size_ > 0) Check("upload", buffer_.Upload(host, Bytes()));
+  }
+  void CopyToHost(T* host) const {
+    if (size_ > 0) Check("download", buffer_.Download(host, Bytes()));
+  }
+  // A host copy of the whole array.
+  std::vector<T> ToHost() const {
+    std::vector<T> out(size_);
+    CopyToHost(out.data());
+    return out;
+  }
+
  private:
+  size_t Bytes() const { return static_cast<size_t>(size_) * sizeof(T); }
+  void Check(const char* what, const absl::Status& status) const {
+    if (status.ok()) return;
+    std::fprintf(stderr, "multiscreen: fatal: %s array %s: %s\n", DeviceName(device_).c_str(), what,
+                 std::string(status.message()).c_str());
+    std::exit(1);
+  }
+
   Device device_;
   Buffer buffer_;
   int64_t size_ = 0, capacity_ = 0;
+};
+
+// Host memory standing for a DeviceArray at a named host⇄device point (a checkpoint
+// read or written, parameters initialized): on the CPU the array's own memory, on a
+// device a host copy — downloaded at construction when `read`, uploaded by Commit.
+// The array must not be resized while the mirror lives.
+template <typename T>
+class HostMirror {
+ public:
+  HostMirror(DeviceArray<T>& array, bool read) : array_(array) {
+    if (array.device() == Device::kCpu) return;
+    copy_.resize(array.size());
+    if (read) array.CopyToHost(copy_.data());
+  }
+  T* data() { return array_.device() == Device::kCpu ? array_.data() : copy_.data(); }
+  // The host values into the array (nothing to do on the CPU).
+  void Commit() {
+    if (array_.device() != Device::kCpu) array_.CopyFromHost(copy_.data());
+  }
+
+ private:
+  DeviceArray<T>& array_;
+  std::vector<T> copy_;
 };
 
 }  // namespace multiscreen

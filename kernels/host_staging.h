@@ -1,7 +1,9 @@
-// The named host⇄device points of a step whose caller keeps parameters and gradients
-// in host memory (the optimizer, checkpoints, `forward`'s output): parameters in once,
-// gradients out once. On the CPU nothing is copied — the host pointers themselves are
-// handed to the model; on a device, copies of the given sizes live here.
+// The named host⇄device points of a computation whose caller keeps parameters and
+// gradients in host memory — `forward`'s output and the streamed forward
+// (cli/forward_command.cc, model/streamed_forward.cc): parameters in once, gradients out
+// once. (The training step keeps its state on the device instead: trainer/trainer.h.)
+// On the CPU nothing is copied — the host pointers themselves are handed to the model; on a
+// device, copies of the given sizes live here.
 #pragma once
 
 #include <cstdint>

@@ -105,8 +105,10 @@ class KernelTable {
   virtual void Add2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) = 0;
   // Σ_i a_i b_i accumulated in fp64 (the order is the implementation's; the CPU's is i = 0, 1, …).
   virtual double Dot(const Real* a, const Real* b, int64_t n) = 0;
-  // Σ_i x_i² in fp64 (the global gradient norm's part of this buffer).
-  virtual double SumSquares(const Real* x, int64_t n) = 0;
+  // init + Σ_i x_i² in fp64 (the global gradient norm's part of this buffer; init carries
+  // the sum over the buffers before it). The CPU adds the terms to init in order
+  // i = 0, 1, …; a device reduces Σ its own way and adds init.
+  virtual double SumSquares(const Real* x, int64_t n, double init = 0) = 0;
   // Whether every x_i is finite (fp16 loss scaling's overflow check).
   virtual bool AllFinite(const Real* x, int64_t n) = 0;
   // x_i ← x_i · factor.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -274,9 +275,11 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
     }
     if (t % sweep.step_tokens != 0) {
       const int64_t below = t / sweep.step_tokens * sweep.step_tokens;
+      // The whole number of steps above may not fit an int64 (a budget near 2^63).
+      const std::string above = below <= INT64_MAX - sweep.step_tokens ? absl::StrCat(" or ", below + sweep.step_tokens) : "";
       return absl::InvalidArgumentError(absl::StrCat(path, ": tokens[", i, "] = ", t, " is not a whole number of steps of ",
                                                      sweep.step_tokens, " tokens (micro_batch·grad_accum·seq_len): give ",
-                                                     below, " or ", below + sweep.step_tokens));
+                                                     below, above));
     }
     const int64_t steps = t / sweep.step_tokens;
     if (auto [it, fresh] = steps_of.emplace(steps, t); !fresh) {

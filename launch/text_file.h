@@ -8,7 +8,8 @@
 namespace multiscreen {
 
 // Writes `text` to `path` through `path`.tmp, flushed, then renamed over `path`.
-// Errors name the file.
+// Errors name the file; a `path` that is a directory, FIFO or device is refused
+// (CheckReplaceableOutput) rather than replaced.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
 }  // namespace multiscreen

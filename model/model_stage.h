@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,14 @@ class ModelStage {
   // Moves the tied table's gradient gathered over the step into W_E's slot of grads.
   virtual void EndStep(Real* grads) = 0;
 
+  // A hook for overlapping communication with the backward (parallel/pipeline.h):
+  // while set, LayersBackward calls it with the global index of each layer as soon as
+  // that layer's gradients in `grads` are written for this call (last layer first),
+  // before going on to the layer below. On a device the writes were issued on the
+  // device's stream; on the CPU they are complete. Empty (the default): no calls.
+  using LayerGradientsDone = std::function<void(int64_t layer)>;
+  void set_layer_gradients_done(LayerGradientsDone hook) { layer_gradients_done_ = std::move(hook); }
+
  protected:
   explicit ModelStage(Device device) : step_x_(device), step_dx_(device) {}
   // SplitWindows into step_inputs_ / step_targets_.
@@ -86,7 +95,13 @@ class ModelStage {
     multiscreen::SplitWindows(tokens, B, T, &step_inputs_, &step_targets_);
   }
 
+  // For the families' LayersBackward: tells the hook, if any, that `layer` is done.
+  void LayerGradientsWritten(int64_t layer) {
+    if (layer_gradients_done_) layer_gradients_done_(layer);
+  }
+
   DeviceArray<Real> step_x_, step_dx_;  // the whole model's activations and their gradients
+  LayerGradientsDone layer_gradients_done_;
   std::vector<int32_t> step_inputs_, step_targets_;
 };
 

@@ -316,6 +316,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
                scratch_x_.data(), dE);
     tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
     ops_->AddInto(scratch_x_.data(), rows * dE, dx);
+    this->LayerGradientsWritten(layout_.shard().layer_begin + li);
   }
 }
 

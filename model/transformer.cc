@@ -377,6 +377,7 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     tp_->AllReduce(d_a_.data(), rows * dE, ReduceOp::kSum);  // ∂L/∂xn1 over every rank's heads
     tk_->RmsNormBackward(a.x_in.data(), params + s.attn_norm, a.rstd1.data(), d_a_.data(), dx, grads + s.attn_norm,
                          rows, dE, true);
+    this->LayerGradientsWritten(layout_.shard().layer_begin + li);
   }
 }
 

@@ -23,12 +23,14 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return comm_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  Device device() const override { return Device::kCpu; }
 
   void AllReduce(float* data, int64_t count, ReduceOp op) override;
   void AllReduce(double* data, int64_t count, ReduceOp op) override;
   void ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) override;
   void AllGather(const float* send, float* recv, int64_t count) override;
   void Broadcast(void* data, int64_t bytes, int root) override;
+  void Broadcast(float* data, int64_t count, int root) override { Broadcast(static_cast<void*>(data), count * 4, root); }
   using Communicator::Broadcast;
   void Send(const float* data, int64_t count, int peer) override;
   void Recv(float* data, int64_t count, int peer) override;

@@ -12,11 +12,13 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** 
   MPI_Initialized(&initialized);
   if (initialized) return absl::FailedPreconditionError("MpiSession::Init: MPI is already initialized");
   int provided = 0;
-  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   if (rc != MPI_SUCCESS) return absl::InternalError(absl::StrCat("MPI_Init_thread failed with code ", rc));
   MS_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   InstallFatalTerminateHandler();
-  return std::unique_ptr<MpiSession>(new MpiSession());
+  std::unique_ptr<MpiSession> session(new MpiSession());
+  session->watchdog_ = PeerWatchdog::Start(MPI_COMM_WORLD);
+  return session;
 }
 
 int MpiSession::world_size() const {
@@ -26,6 +28,7 @@ int MpiSession::world_size() const {
 }
 
 MpiSession::~MpiSession() {
+  watchdog_.reset();  // after MPI_Finalize's fence, peers may exit
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

@@ -1,21 +1,26 @@
 // The process's MPI lifetime: MPI_Init_thread at start, MPI_Finalize at the end,
 // with MPI errors returned to MS_MPI_CHECK (parallel/fatal.h) instead of MPI's
-// default handler, and uncaught exceptions turned into a job-wide abort.
+// default handler, uncaught exceptions turned into a job-wide abort, and a
+// PeerWatchdog (parallel/peer_watchdog.h) ending the job with one line when a
+// rank on this node dies.
 // Works under mpirun, srun --mpi=pmix, and as a singleton (one process).
 #pragma once
 
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "parallel/peer_watchdog.h"
 
 namespace multiscreen {
 
 class MpiSession {
  public:
-  // Initializes MPI (thread level FUNNELED: only the main thread calls MPI).
+  // Initializes MPI, asking for MPI_THREAD_MULTIPLE (the overlapped dp reducer's
+  // thread communicates beside the main thread; it checks what MPI gave, through
+  // MPI_Query_thread), and starts the peer watchdog (a collective over the world).
   // Errors: MPI already initialized, or initialization failed.
   static absl::StatusOr<std::unique_ptr<MpiSession>> Init(int* argc, char*** argv);
-  ~MpiSession();  // MPI_Finalize
+  ~MpiSession();  // stops the watchdog, then MPI_Finalize
   // The number of processes in MPI_COMM_WORLD.
   int world_size() const;
   MpiSession(const MpiSession&) = delete;
@@ -23,6 +28,7 @@ class MpiSession {
 
  private:
   MpiSession() = default;
+  std::unique_ptr<PeerWatchdog> watchdog_;
 };
 
 }  // namespace multiscreen

@@ -54,6 +54,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Commu
   MS_NCCL_INIT_CHECK(cudaSetDevice(cuda_device), cudaSuccess, cudaGetErrorString);
   MS_NCCL_INIT_CHECK(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking), cudaSuccess, cudaGetErrorString);
   MS_NCCL_INIT_CHECK(cudaMalloc(&c->barrier_word_, sizeof(float)), cudaSuccess, cudaGetErrorString);
+  MS_NCCL_INIT_CHECK(cudaEventCreateWithFlags(&c->step_done_, cudaEventDisableTiming), cudaSuccess,
+                     cudaGetErrorString);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a stuck initialization or operation can be timed out and aborted
   const ncclResult_t issued = ncclCommInitRankConfig(&c->comm_, c->size_, id, c->rank_, &config);
@@ -84,6 +86,8 @@ NcclCommunicator::~NcclCommunicator() {
     }
   }
   if (barrier_word_ != nullptr) cudaFree(barrier_word_);
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  if (step_done_ != nullptr) cudaEventDestroy(step_done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -123,45 +127,93 @@ void NcclCommunicator::Complete(ncclResult_t issued, const char* what) {
   }
 }
 
+void NcclCommunicator::Begin(const char* what) {
+  if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) Fail(what, cudaGetErrorString(e));
+  // The kernel tables issue on the legacy default stream; this stream is non-blocking,
+  // so it waits for their work explicitly.
+  if (cudaError_t e = cudaEventRecord(step_done_, cudaStreamLegacy); e != cudaSuccess) {
+    Fail(what, cudaGetErrorString(e));
+  }
+  if (cudaError_t e = cudaStreamWaitEvent(stream_, step_done_, 0); e != cudaSuccess) {
+    Fail(what, cudaGetErrorString(e));
+  }
+}
+
+void* NcclCommunicator::Scratch(size_t bytes, const char* what) {
+  if (bytes > scratch_bytes_) {
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    if (cudaError_t e = cudaMalloc(&scratch_, bytes); e != cudaSuccess) Fail(what, cudaGetErrorString(e));
+    scratch_bytes_ = bytes;
+  }
+  return scratch_;
+}
+
 void NcclCommunicator::AllReduce(float* data, int64_t count, ReduceOp op) {
-  cudaSetDevice(device_);
+  Begin("AllReduce(float)");
   Complete(ncclAllReduce(data, data, count, ncclFloat32, ToNccl(op), comm_, stream_), "AllReduce(float)");
 }
 
 void NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp op) {
-  cudaSetDevice(device_);
-  Complete(ncclAllReduce(data, data, count, ncclFloat64, ToNccl(op), comm_, stream_), "AllReduce(double)");
+  // Host memory (scalars, the head's per-row statistics): through the scratch.
+  const char* what = "AllReduce(double)";
+  Begin(what);
+  const size_t bytes = static_cast<size_t>(count) * sizeof(double);
+  double* d = static_cast<double*>(Scratch(bytes, what));
+  if (cudaError_t e = cudaMemcpyAsync(d, data, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess) {
+    Fail(what, cudaGetErrorString(e));
+  }
+  Complete(ncclAllReduce(d, d, count, ncclFloat64, ToNccl(op), comm_, stream_), what);
+  if (cudaError_t e = cudaMemcpy(data, d, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
+    Fail(what, cudaGetErrorString(e));
+  }
 }
 
 void NcclCommunicator::ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) {
-  cudaSetDevice(device_);
+  Begin("ReduceScatter");
   Complete(ncclReduceScatter(send, recv, count, ncclFloat32, ToNccl(op), comm_, stream_), "ReduceScatter");
 }
 
 void NcclCommunicator::AllGather(const float* send, float* recv, int64_t count) {
-  cudaSetDevice(device_);
+  Begin("AllGather");
   Complete(ncclAllGather(send, recv, count, ncclFloat32, comm_, stream_), "AllGather");
 }
 
 void NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
-  cudaSetDevice(device_);
-  Complete(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "Broadcast");
+  // Host memory: through the scratch.
+  const char* what = "Broadcast(host)";
+  Begin(what);
+  void* d = Scratch(static_cast<size_t>(bytes), what);
+  if (cudaError_t e = cudaMemcpyAsync(d, data, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess) {
+    Fail(what, cudaGetErrorString(e));
+  }
+  Complete(ncclBroadcast(d, d, bytes, ncclUint8, root, comm_, stream_), what);
+  if (cudaError_t e = cudaMemcpy(data, d, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
+    Fail(what, cudaGetErrorString(e));
+  }
+}
+
+void NcclCommunicator::Broadcast(float* data, int64_t count, int root) {
+  Begin("Broadcast");
+  Complete(ncclBroadcast(data, data, count, ncclFloat32, root, comm_, stream_), "Broadcast");
 }
 
 void NcclCommunicator::Send(const float* data, int64_t count, int peer) {
-  cudaSetDevice(device_);
+  Begin("Send");
   Complete(ncclSend(data, count, ncclFloat32, peer, comm_, stream_), "Send");
 }
 
 void NcclCommunicator::Recv(float* data, int64_t count, int peer) {
-  cudaSetDevice(device_);
+  Begin("Recv");
   Complete(ncclRecv(data, count, ncclFloat32, peer, comm_, stream_), "Recv");
 }
 
 void NcclCommunicator::SendRecv(const float* send, int64_t send_count, int send_peer, float* recv,
                                 int64_t recv_count, int recv_peer) {
-  cudaSetDevice(device_);
-  // One group: both directions progress together.
+  Begin("SendRecv");
+  // One group (ncclGroupStart/End): both directions progress together, so that two
+  // neighbouring stages exchanging at once cannot deadlock (1F1B's steady state).
   ncclResult_t r = ncclGroupStart();
   if (r == ncclSuccess) r = ncclSend(send, send_count, ncclFloat32, send_peer, comm_, stream_);
   if (r == ncclSuccess || r == ncclInProgress) r = ncclRecv(recv, recv_count, ncclFloat32, recv_peer, comm_, stream_);
@@ -171,7 +223,7 @@ void NcclCommunicator::SendRecv(const float* send, int64_t send_count, int send_
 }
 
 void NcclCommunicator::Barrier() {
-  cudaSetDevice(device_);
+  Begin("Barrier");
   Complete(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_), "Barrier");
 }
 

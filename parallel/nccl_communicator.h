@@ -2,8 +2,12 @@
 // ncclUniqueId goes from rank 0 to the others through a host bootstrap
 // communicator (MPI in a job; SingleProcessCommunicator for a group of one).
 //
-// Every operation runs on this communicator's stream and is complete when it
-// returns. It waits by polling the stream and ncclCommGetAsyncError; an NCCL
+// Float buffers are CUDA memory on this rank's GPU; the double reductions and
+// Broadcast(void*) take host memory (kernels/communicator.h), staged through a
+// small device scratch of this communicator's. Every operation first waits for
+// the work issued before it on the step's stream (the legacy default stream,
+// which every kernel table uses: an event recorded there), runs on this
+// communicator's own stream, and is complete when it returns. It waits by polling the stream and ncclCommGetAsyncError; an NCCL
 // error or an operation outlasting the timeout (a peer that died or diverged)
 // aborts the communicator (ncclCommAbort) and then the job (FatalError), with
 // the rank, the operation and the reason, instead of hanging.
@@ -38,15 +42,18 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  int device() const { return device_; }
+  Device device() const override { return Device::kCuda; }
+  int cuda_device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
 
-  // As Communicator; every pointer is device memory on device().
+  // As Communicator: float pointers are device memory on cuda_device(); double and
+  // void* ones host memory.
   void AllReduce(float* data, int64_t count, ReduceOp op) override;
   void AllReduce(double* data, int64_t count, ReduceOp op) override;
   void ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) override;
   void AllGather(const float* send, float* recv, int64_t count) override;
   void Broadcast(void* data, int64_t bytes, int root) override;
+  void Broadcast(float* data, int64_t count, int root) override;
   using Communicator::Broadcast;
   void Send(const float* data, int64_t count, int peer) override;
   void Recv(float* data, int64_t count, int peer) override;
@@ -56,14 +63,21 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclCommunicator() = default;
+  // Before issuing: this stream waits for the step's stream (ops issued so far).
+  void Begin(const char* what);
   // After issuing `what` (NCCL's return `issued`): waits until NCCL accepted it
   // and the stream drained, or aborts the job.
   void Complete(ncclResult_t issued, const char* what);
+  // A device scratch of at least `bytes` bytes (for the host-memory calls).
+  void* Scratch(size_t bytes, const char* what);
   [[noreturn]] void Fail(const std::string& what, const std::string& reason);
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   float* barrier_word_ = nullptr;  // one device float for Barrier
+  cudaEvent_t step_done_ = nullptr;  // recorded on the step's stream by Begin
+  void* scratch_ = nullptr;          // host-memory calls staged here
+  size_t scratch_bytes_ = 0;
   int rank_ = 0, size_ = 1, device_ = 0;
   NcclOptions options_;
 };

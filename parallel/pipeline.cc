@@ -13,6 +13,7 @@ PipelineStage::PipelineStage(const ModelDims& dims, const ShardSpec& shard, Mode
       shard_(shard),
       options_(options),
       layout_(dims, shard),
+      single_(options.device),
       tp_(tp != nullptr ? tp : &single_),
       pp_(pp != nullptr ? pp : &single_) {}
 
@@ -30,11 +31,6 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
                                                       "; the first stage must embed and the last own the head"));
   }
   const Device device = options_.device;
-  if (device != Device::kCpu && (S > 1 || tp_->size() > 1)) {
-    return absl::UnimplementedError(absl::StrCat("--device=", DeviceName(device),
-                                                 " runs one process (tp = pp = 1) for now; this stage has tp = ",
-                                                 tp_->size(), ", pp = ", S));
-  }
   const int64_t M = micro_batches, rows = B * T, dE = dims_.d_e, n = rows * dE;
   const bool train = grads != nullptr;
   const int64_t slots = train ? InFlightLimit(s, S, M) : 1;
@@ -49,15 +45,6 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
     x_[i].Resize(n);
     dx_[i].Resize(train ? n : 0);
   }
-  // Parameters in (and gradients out, below) where the models compute on a device.
-  if (staging_ == nullptr) {
-    auto staging = HostStaging<float>::Create(device);
-    if (!staging.ok()) return staging.status();
-    staging_ = std::make_unique<HostStaging<float>>(std::move(*staging));
-  }
-  float* host_grads = grads;
-  params = staging_->In(params, layout_.size());
-  if (train) grads = staging_->GradientsFor(grads, layout_.size());
   // Inputs are the first T tokens of each sequence, targets the last T.
   inputs_.resize(M * rows);
   targets_.resize(M * rows);
@@ -96,7 +83,15 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
         pp_->Recv(dx_[slot].data(), n, next);
         break;
       case PipeOpKind::kBackward:
+        // The last backward of the step (1F1B runs them in micro-batch order): each
+        // layer it finishes is final.
+        if (m == M - 1 && final_from_ && device == Device::kCpu) {
+          model.set_layer_gradients_done([this](int64_t layer) {
+            final_from_(layout_.entries()[layout_.LayerEntry(layer)].buffer_offset);
+          });
+        }
         model.LayersBackward(params, dx_[slot].data(), grads);
+        model.set_layer_gradients_done(nullptr);
         if (shard_.embed) model.EmbedBackward(params, ids, rows, dx_[slot].data(), grads);
         break;
       case PipeOpKind::kSendBackward:
@@ -110,7 +105,6 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
   // Each instance gathered the Ē gradient of its own micro-batches.
   if (train) {
     for (int64_t i = 0; i < slots; ++i) models_[i]->EndStep(grads);
-    staging_->AddOut(host_grads);
   }
   return shard_.head ? loss_sum : 0.0;
 }

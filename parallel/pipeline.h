@@ -9,19 +9,18 @@
 // the activations of one micro-batch, so a stage keeps one instance per micro-batch in
 // flight (slot m mod InFlightLimit).
 //
-// On a device other than the CPU (ModelOptions::device) the stage's parameters are
-// uploaded once per Run and its gradients downloaded and added to the caller's at the
-// end: the named host⇄device points of the step while the optimizer and the
-// communicators work on host memory. Such a stage must be the whole model on one rank
-// (no tp, no pp) until the communicators move device buffers.
+// Parameters, gradients and activations are arrays on the stage's device
+// (ModelOptions::device); the tp and pp communicators move buffers of that device
+// (kernels/communicator.h), so nothing is copied to the host here.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/host_staging.h"
+#include "kernels/device_array.h"
 #include "model/model_stage.h"
 #include "kernels/communicator.h"
 
@@ -40,17 +39,26 @@ class PipelineStage {
   int stages() const { return pp_->size(); }
 
   // Forward and backward of M = micro_batches micro-batches of B sequences of
-  // T tokens: tokens [M][B, T+1] (every stage of the replica passes the same;
+  // T tokens: params (and grads) on the stage's device; tokens [M][B, T+1] host
+  // memory (every stage of the replica passes the same;
   // the first reads the inputs, the last the targets). Adds grad_scale ×
   // ∂(Σ_m loss_m)/∂params into grads (the layout's flat buffer; W_E's slot
   // holds this stage's part only). Returns Σ_m loss_m, each the mean over B·T
   // positions, on the last stage, and 0 on the others. grads null: evaluation, the
   // forwards only (ForwardOnlySchedule, no activation gradients, one slot).
   // Errors: M, B or T below 1 (naming --grad_accum, --micro_batch, --seq_len), a
-  // shard whose embed/head flags do not match the stage, or a device stage with tp or
-  // pp peers.
+  // shard whose embed/head flags do not match the stage.
   absl::StatusOr<double> Run(const float* params, const int32_t* tokens, int64_t micro_batches, int64_t B,
                              int64_t T, float* grads, double grad_scale);
+
+  // Overlap hook (parallel/data_parallel.h): while set, a Run with gradients on a CPU
+  // stage calls it with offset o as soon as grads[o, layout().size()) holds its final
+  // value for this Run: after each layer of the last micro-batch's backward (the
+  // layers sit at the end of the layout, in order, and the backward ends with the
+  // first). What lies before the first layer (W_E, s_E, s_F) is never reported: it is
+  // final when Run returns. A device stage makes no calls (its gradients reach the
+  // host at the end of Run). Empty: no calls.
+  void set_gradients_final_from(std::function<void(int64_t offset)> hook) { final_from_ = std::move(hook); }
 
   // Model instances allocated so far (the most micro-batches ever in flight).
   int64_t instances() const { return static_cast<int64_t>(models_.size()); }
@@ -65,8 +73,8 @@ class PipelineStage {
   Communicator* pp_;
   std::vector<std::unique_ptr<ModelStage<float>>> models_;
   std::vector<DeviceArray<float>> x_, dx_;  // per slot: [B·T, d_E], on the models' device
-  std::unique_ptr<HostStaging<float>> staging_;  // parameters in, gradients out
   std::vector<int32_t> inputs_, targets_;   // [M][B·T]
+  std::function<void(int64_t)> final_from_;
 };
 
 }  // namespace multiscreen

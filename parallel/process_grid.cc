@@ -3,6 +3,13 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/fatal.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/staged_communicator.h"
+
+#ifdef MULTISCREEN_HAVE_NCCL
+#include <cuda_runtime.h>
+
+#include "parallel/nccl_communicator.h"
+#endif
 
 namespace multiscreen {
 
@@ -65,6 +72,29 @@ absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(int tp, int pp,
   return g;
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> ProcessGrid::DuplicateDp() {
+  if (dp_->size() == 1) return std::unique_ptr<Communicator>(new SingleProcessCommunicator(dp_->device()));
+  // The transport under the step's dp group: MPI itself, or the MPI a staged group wraps.
+  // An NCCL group is not duplicated: a second NCCL communicator driven from another
+  // thread could order its kernels differently on different ranks and hang them; the
+  // reducer then works without overlap (a communication stream is the way there).
+  auto* staged = dynamic_cast<StagedCommunicator*>(dp_.get());
+  auto* mpi = dynamic_cast<MpiCommunicator*>(staged != nullptr ? &staged->host() : dp_.get());
+  if (mpi == nullptr) return std::unique_ptr<Communicator>();
+  int level = MPI_THREAD_SINGLE;
+  MS_MPI_CHECK(MPI_Query_thread(&level));
+  if (level < MPI_THREAD_MULTIPLE) {
+    const char* names[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED"};
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--dp_overlap=on needs MPI_THREAD_MULTIPLE (a communication thread beside the main one), but this MPI gives ",
+        level >= MPI_THREAD_SINGLE && level <= MPI_THREAD_SERIALIZED ? names[level - MPI_THREAD_SINGLE] : "less",
+        "; use --dp_overlap=off"));
+  }
+  std::unique_ptr<Communicator> dup = MpiCommunicator::Duplicate(mpi->comm());
+  if (staged != nullptr) return std::unique_ptr<Communicator>(new StagedCommunicator(std::move(dup), staged->ops()));
+  return dup;
+}
+
 std::unique_ptr<ProcessGrid> ProcessGrid::Single() {
   std::unique_ptr<ProcessGrid> g(new ProcessGrid());
   g->world_ = std::make_unique<SingleProcessCommunicator>();
@@ -72,6 +102,64 @@ std::unique_ptr<ProcessGrid> ProcessGrid::Single() {
   g->pp_ = std::make_unique<SingleProcessCommunicator>();
   g->dp_ = std::make_unique<SingleProcessCommunicator>();
   return g;
+}
+
+absl::Status ProcessGrid::UseStepDevice(Device device, CommKind requested) {
+  CommEnvironment env{device, NcclBuilt(), local_size_, device == Device::kCpu ? 0 : CudaDeviceCount()};
+  absl::StatusOr<CommKind> mine = ChooseCommKind(requested, env);
+  // Agree: 0 mpi, 1 nccl, 2 staged (a rank that must stage makes every rank stage),
+  // 3 an error somewhere. The kinds only differ between ranks across nodes.
+  double code = !mine.ok() ? 3 : *mine == CommKind::kMpi ? 0 : *mine == CommKind::kNccl ? 1 : 2;
+  world_->AllReduce(&code, 1, ReduceOp::kMax);
+  if (!mine.ok()) return mine.status();
+  if (code == 3) {
+    return absl::FailedPreconditionError(absl::StrCat("--comm=", CommKindName(requested),
+                                                      ": another rank cannot use it (see its message)"));
+  }
+  const CommKind kind = code == 0 ? CommKind::kMpi : code == 1 ? CommKind::kNccl : CommKind::kStaged;
+  if (kind == CommKind::kStaged) {
+    auto ops = MakeKernelTable<float>(device);
+    if (!ops.ok()) return ops.status();
+    staging_ops_ = std::move(*ops);
+  }
+#ifdef MULTISCREEN_HAVE_NCCL
+  int gpu = 0;
+  if (kind == CommKind::kNccl) {
+    if (cudaError_t e = cudaGetDevice(&gpu); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(e)));
+    }
+  }
+#endif
+  // Each group in the same order on every rank (NCCL's initialization is collective).
+  auto adapt = [&](std::unique_ptr<Communicator>& group) -> absl::Status {
+    if (group == nullptr) return absl::OkStatus();
+    if (group->size() == 1) {
+      group = std::make_unique<SingleProcessCommunicator>(device);
+      return absl::OkStatus();
+    }
+    switch (kind) {
+      case CommKind::kStaged:
+        group = std::make_unique<StagedCommunicator>(std::move(group), staging_ops_.get());
+        break;
+      case CommKind::kNccl: {
+#ifdef MULTISCREEN_HAVE_NCCL
+        auto nccl = NcclCommunicator::Create(*group, gpu);
+        if (!nccl.ok()) return nccl.status();
+        group = std::move(*nccl);  // the MPI group was its bootstrap only
+#endif
+        break;
+      }
+      default:
+        break;
+    }
+    return absl::OkStatus();
+  };
+  for (std::unique_ptr<Communicator>* group : {&tp_, &pp_, &dp_, &embed_}) {
+    if (auto s = adapt(*group); !s.ok()) return s;
+  }
+  comm_kind_ = kind;
+  step_device_ = device;
+  return absl::OkStatus();
 }
 
 std::string ProcessGrid::Describe() const {

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/h5_file.h"
 #include "trainer/tensorboard.pb.h"
 
 namespace multiscreen {
@@ -47,11 +49,12 @@ absl::Status TensorBoardWriter::WriteRecord(const std::string& data) {
   const uint64_t length = data.size();
   const uint32_t length_crc = MaskedCrc32c(&length, sizeof(length));
   const uint32_t data_crc = MaskedCrc32c(data.data(), data.size());
+  errno = 0;
   const bool ok = std::fwrite(&length, sizeof(length), 1, file_) == 1 &&
                   std::fwrite(&length_crc, sizeof(length_crc), 1, file_) == 1 &&
                   std::fwrite(data.data(), 1, data.size(), file_) == data.size() &&
                   std::fwrite(&data_crc, sizeof(data_crc), 1, file_) == 1;
-  if (!ok) return absl::DataLossError(absl::StrCat(path_, ": write failed"));
+  if (!ok) return WriteError(path_, "write failed", errno);
   return absl::OkStatus();
 }
 
@@ -66,7 +69,7 @@ absl::Status TensorBoardWriter::AddScalar(const std::string& tag, double value, 
 }
 
 absl::Status TensorBoardWriter::Flush() {
-  if (std::fflush(file_) != 0) return absl::DataLossError(absl::StrCat(path_, ": flush failed"));
+  if (std::fflush(file_) != 0) return WriteError(path_, "flush failed", errno);
   return absl::OkStatus();
 }
 

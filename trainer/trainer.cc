@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/h5_file.h"
 #include "common/file_lock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -79,22 +81,35 @@ absl::Status AgreeOnStatus(Communicator& world, const absl::Status& mine) {
   return MarkAgreed(absl::Status(static_cast<absl::StatusCode>(header[0]), message));
 }
 
-// How many rows of a metrics.jsonl text stand (not superseded by a later
-// {"resumed_from": S} row, not cut short) with a step after `step`.
-int64_t StandingRowsAfter(const std::string& text, int64_t step) {
-  std::vector<int64_t> standing;  // the steps of the rows that stand
+// The rows of a metrics.jsonl text that stand (not superseded by a later
+// {"resumed_from": S} row, not cut short), in order: each with an integer "step".
+std::vector<nlohmann::json> StandingRows(const std::string& text) {
+  std::vector<nlohmann::json> standing;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
-    const auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!row.is_object()) continue;
     if (row.contains("resumed_from") && row["resumed_from"].is_number_integer()) {
       const int64_t from = row["resumed_from"].get<int64_t>();
-      std::erase_if(standing, [from](int64_t s) { return s > from; });
+      std::erase_if(standing, [from](const nlohmann::json& r) { return r["step"].get<int64_t>() > from; });
     } else if (row.contains("step") && row["step"].is_number_integer()) {
-      standing.push_back(row["step"].get<int64_t>());
+      standing.push_back(std::move(row));
     }
   }
-  return std::count_if(standing.begin(), standing.end(), [step](int64_t s) { return s > step; });
+  return standing;
+}
+
+// How many rows of a metrics.jsonl text stand with a step after `step`.
+int64_t StandingRowsAfter(const std::string& text, int64_t step) {
+  const std::vector<nlohmann::json> rows = StandingRows(text);
+  return std::count_if(rows.begin(), rows.end(), [step](const nlohmann::json& r) { return r["step"].get<int64_t>() > step; });
+}
+
+// Whether a validation row (val_loss) of `step` stands in a metrics.jsonl text.
+bool ValidationStandsAt(const std::string& text, int64_t step) {
+  const std::vector<nlohmann::json> rows = StandingRows(text);
+  return std::any_of(rows.begin(), rows.end(),
+                     [step](const nlohmann::json& r) { return r["step"].get<int64_t>() == step && r.contains("val_loss"); });
 }
 
 // What the run will write, checked before any step is computed: a run directory whose
@@ -166,12 +181,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   options.precision = ModelPrecision(run.precision());
   DataParallelOptions dp_options;
   dp_options.zero1 = run.parallel().zero() == 1;
+  dp_options.overlap = run.parallel().dp_overlap() != "off";
+  if (const double mb = run.parallel().dp_bucket_mb(); mb > 0) {
+    dp_options.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20) / sizeof(float)));
+  }
   auto model = ParallelModel::Create(*grid, dims, options, dp_options);
   if (!model.ok()) return model.status();
   t->model_ = std::move(*model);
   const ParamLayout& layout = t->model_->layout();
-  t->state_.params.resize(layout.size());
-  InitParams(layout, static_cast<uint64_t>(run.seed()), t->state_.params.data());
+  // The step's state lives on its device (DESIGN "Devices"): parameters initialized
+  // on the host and uploaded, the named point "parameters in".
+  t->state_.params = DeviceArray<float>(start.device);
+  t->state_.params.Resize(layout.size());
+  {
+    HostMirror<float> init(t->state_.params, /*read=*/false);
+    InitParams(layout, static_cast<uint64_t>(run.seed()), init.data());
+    init.Commit();
+  }
   // AdamW over the range this rank updates; scalars (and the Transformer's norm gains)
   // exempt from decay unless asked.
   const auto [begin, end] = t->OptimizerRange();
@@ -186,8 +212,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   }
   const auto& o = run.optimizer();
   t->optimizer_ = std::make_unique<AdamW>(end - begin, AdamWHyper{o.beta1(), o.beta2(), o.eps(), o.weight_decay()},
-                                          std::move(decay));
-  t->grads_.resize(layout.size());
+                                          std::move(decay), &t->model_->ops());
+  t->grads_ = DeviceArray<float>(start.device);
+  t->grads_.Resize(layout.size());
   // MFU: FLOPs at the initial windows (the learned windows move; this is the
   // spec's count at initialization) against the GEMM rate measured per process.
   t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), InitialWindows(dims));
@@ -295,11 +322,16 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
   const CheckpointMeta& m = ckpt->meta;
   // Any saved layout loads into this one; each rank reads the moments of the
   // range its optimizer owns (all of its shard, or its ZeRO-1 share).
-  if (auto s = LoadShard(*ckpt, model_->layout(), state_.params.data(), optimizer_->m().data(),
-                         optimizer_->v().data(), OptimizerRange());
+  // The named point "resume": read on the host, uploaded to the step's device (the
+  // mirrors start from the arrays' values, so that what LoadShard leaves alone stays).
+  HostMirror<float> params(state_.params, true), m_host(optimizer_->m(), true), v_host(optimizer_->v(), true);
+  if (auto s = LoadShard(*ckpt, model_->layout(), params.data(), m_host.data(), v_host.data(), OptimizerRange());
       !s.ok()) {
     return s;
   }
+  params.Commit();
+  m_host.Commit();
+  v_host.Commit();
   optimizer_->set_step(m.adam_step);
   state_.step = m.step;
   state_.samples = m.samples;
@@ -323,11 +355,66 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
     }
     // The steps after the checkpoint are about to be redone.
     if (auto s = MarkSupersededMetrics(m.step); !s.ok()) return s;
+    // Any layout resumes any other, and a dp changed without grad_accum or micro_batch
+    // changes the global batch and so the trajectory: said, not refused (README
+    // "Choosing tp, pp, dp"). run.json holds the batch the run started with.
+    std::ifstream identity_file(run_.run_dir() + "/run.json");
+    const nlohmann::json identity = identity_file ? nlohmann::json::parse(identity_file, nullptr, false) : nlohmann::json();
+    const int64_t batch = grid_->shape().dp * run_.grad_accum() * run_.micro_batch();
+    if (identity.is_object() && identity.contains("global_batch") && identity["global_batch"].is_number_integer() &&
+        identity["global_batch"].get<int64_t>() != batch) {
+      LogWarning("the global batch is now ", batch, " windows per step (dp ", grid_->shape().dp, " x grad_accum ",
+                 run_.grad_accum(), " x micro_batch ", run_.micro_batch(), "); the run started with ",
+                 identity["global_batch"].get<int64_t>(), " (", run_.run_dir(), "/run.json): its trajectory changes here; ",
+                 "keep dp x grad_accum x micro_batch fixed to continue it");
+    }
     LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed; saved under tp=",
             m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ") in ",
             absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
   }
+  // A stop signal during the validation of the checkpoint's step cancels it (Validate) and
+  // the checkpoint is saved without it: the resumed run owes that validation, or the step
+  // (a sweep's budget, the run's last) would never have its validation loss.
+  double owed = 0;
+  if (is_logger() && IsValidationStep(m.step)) {  // Run() skips it without validation data
+    std::ifstream in(MetricsPath(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    owed = ValidationStandsAt(text, m.step) ? 0 : 1;
+  }
+  grid_->world().Broadcast(&owed, 1, 0);
+  validation_owed_ = owed > 0;
   return absl::OkStatus();
+}
+
+bool Trainer::IsValidationStep(int64_t step) const {
+  return run_.eval().every() > 0 && (step % run_.eval().every() == 0 || step == run_.steps());
+}
+
+absl::StatusOr<bool> Trainer::ValidateAndLog() {
+  if (val_loaders_.empty()) return true;
+  auto val = Validate();
+  if (absl::IsCancelled(val.status())) return false;
+  if (!val.ok()) return val.status();
+  last_val_loss_ = *val;
+  if (!is_logger()) return true;
+  nlohmann::json row = {{"step", state_.step}, {"val_loss", *val}};
+  std::string per_source;
+  if (named_val_) {
+    for (const auto& [name, loss] : last_val_losses_) {
+      row["val_loss/" + name] = loss;
+      absl::StrAppend(&per_source, " | ", name, " ", absl::StrFormat("%.4f", loss));
+    }
+  }
+  MS_RETURN_IF_ERROR(AppendMetrics(row.dump()));
+  if (tensorboard_ != nullptr) {
+    (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
+    if (named_val_) {
+      for (const auto& [name, loss] : last_val_losses_) (void)tensorboard_->AddScalar("val_loss/" + name, loss, state_.step);
+    }
+  }
+  std::fprintf(stderr, "step %lld/%lld | val_loss %.4f%s\n", (long long)state_.step, (long long)run_.steps(), *val,
+               per_source.c_str());
+  return true;
 }
 
 absl::StatusOr<CheckpointRef> Trainer::ChooseStart(bool restart) {
@@ -419,8 +506,9 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
   }
   const std::string identity_path = run_.run_dir() + "/run.json";
   std::ofstream out(identity_path, std::ios::trunc);
+  errno = 0;
   out << RunIdentity().dump() << "\n";
-  if (!out) return absl::DataLossError(absl::StrCat(identity_path, ": write failed"));
+  if (!out.flush()) return WriteError(identity_path, "write failed", errno);
   return absl::OkStatus();
 }
 
@@ -467,8 +555,11 @@ absl::Status Trainer::SaveCheckpointNow() {
   const std::string tmp = TempCheckpointDir(run_.run_dir(), m.step);
   // Never a checkpoint of diverged parameters over the last good one.
   absl::Status status;
+  // The named point "checkpoint save": the step device's state downloaded (on the CPU,
+  // read in place).
+  HostMirror<float> params(state_.params, /*read=*/true), m_host(optimizer_->m(), true), v_host(optimizer_->v(), true);
   for (const ParamEntry& e : model_->layout().entries()) {
-    const float* p = state_.params.data() + e.buffer_offset;
+    const float* p = params.data() + e.buffer_offset;
     const auto bad = std::find_if(p, p + e.size(), [](float x) { return !std::isfinite(x); });
     if (bad != p + e.size()) {
       status = absl::AbortedError(absl::StrCat("step ", m.step, ": parameter ", e.name, " holds ", *bad,
@@ -482,14 +573,14 @@ absl::Status Trainer::SaveCheckpointNow() {
   const bool zero = model_->data_parallel().options().zero1;
   const GridCoord& c = grid_->coord();
   if (c.dp == 0) {
-    ShardTensors shard{&model_->layout(), state_.params.data(), zero ? nullptr : optimizer_->m().data(),
-                       zero ? nullptr : optimizer_->v().data(), c.pp, c.tp};
+    ShardTensors shard{&model_->layout(), params.data(), zero ? nullptr : m_host.data(),
+                       zero ? nullptr : v_host.data(), c.pp, c.tp};
     auto record = WriteShard(tmp, shard);
     status = record.ok() ? WriteFileRecord(tmp, ShardFileName(c.pp, c.tp), *record) : record.status();
   }
   if (zero && status.ok()) {
     const auto [begin, end] = OptimizerRange();
-    OptimizerPiece piece{&model_->layout(), begin, end, optimizer_->m().data(), optimizer_->v().data(),
+    OptimizerPiece piece{&model_->layout(), begin, end, m_host.data(), v_host.data(),
                          c.pp, c.tp, c.dp};
     auto record = WriteOptimizerPiece(tmp, piece);
     status = record.ok() ? WriteFileRecord(tmp, OptimizerFileName(c.pp, c.tp, c.dp), *record) : record.status();
@@ -518,9 +609,9 @@ absl::Status Trainer::SaveCheckpointNow() {
 absl::Status Trainer::AppendMetrics(const std::string& line) {
   const std::string path = run_.run_dir() + "/metrics.jsonl";
   std::ofstream out(path, std::ios::app);
+  errno = 0;
   out << line << "\n";
-  out.flush();
-  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  if (!out.flush()) return WriteError(path, "write failed", errno);
   return absl::OkStatus();
 }
 
@@ -538,10 +629,12 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
   auto loss = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(), {accum, B, T},
                                grads_.data(), scale);
   if (!loss.ok()) return loss.status();
+  comm_exposed_s_ = model_->comm_times().exposed_s();
   // Unscale, and check that the step is finite (the norm is a collective, so
-  // every rank decides alike).
+  // every rank decides alike). On the step's device, through its kernel table.
+  kernels::KernelTable<float>& ops = model_->ops();
   const float inv = static_cast<float>(1.0 / scale);
-  for (float& g : grads_) g *= inv;
+  ops.Scale(grads_.data(), grads_.size(), inv);
   *grad_norm = GlobalGradNorm(*grid_, *model_, grads_.data());
   const bool finite = std::isfinite(*loss) && std::isfinite(*grad_norm);
   *applied = scaler_.Update(finite);
@@ -550,10 +643,12 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
     const auto [begin, end] = OptimizerRange();
     if (run_.optimizer().grad_clip() > 0 && *grad_norm > run_.optimizer().grad_clip()) {
       const float c = static_cast<float>(run_.optimizer().grad_clip() / *grad_norm);
-      for (int64_t i = begin; i < end; ++i) grads_[i] *= c;
+      ops.Scale(grads_.data() + begin, end - begin, c);
     }
     optimizer_->Step(state_.params.data() + begin, grads_.data() + begin, lr);
+    const auto gather_start = std::chrono::steady_clock::now();
     if (model_->data_parallel().options().zero1) model_->data_parallel().AllGatherParams(state_.params.data());
+    comm_exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - gather_start).count();
     state_.nonfinite_in_a_row = 0;
   } else {
     ++state_.nonfinite_in_a_row;
@@ -610,7 +705,7 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
                       {"lr", lr},                  {"grad_norm", grad_norm},
                       {"tokens", state_.tokens},   {"tokens_per_s", tokens_per_s},
                       {"mfu", mfu},                {"loss_scale", scaler_.scale()},
-                      {"skipped", !applied}};
+                      {"skipped", !applied},       {"comm_exposed_s", comm_exposed_s_}};
   if (!std::isfinite(loss)) j["loss"] = nullptr;
   if (!std::isfinite(grad_norm)) j["grad_norm"] = nullptr;
   // Tokens drawn from each source of a mixture so far: a pure function of the samples.
@@ -650,6 +745,19 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
 
 absl::Status Trainer::Run() {
   InstallStopHandlers();
+  if (validation_owed_) {
+    // The checkpoint's step lost its validation to the stop signal that saved it.
+    auto done = ValidateAndLog();
+    if (!done.ok()) return done.status();
+    validation_owed_ = false;
+    if (!*done) {
+      // Stopped again (every rank alike: Validate agrees): still owed, and the run is
+      // stopped, not finished, so that whatever resumes it runs the validation.
+      stopped_by_signal_ = true;
+      if (is_logger()) LogInfo("signal received: stopped at step ", state_.step, " before its validation");
+      return WriteRunStatus();
+    }
+  }
   if (state_.step >= run_.steps() && is_logger()) {
     LogInfo("nothing to do: the run already reached step ", state_.step, " of ", run_.steps());
   }
@@ -679,31 +787,10 @@ absl::Status Trainer::Run() {
                                              " non-finite steps in a row (max_nonfinite_steps = ",
                                              run_.max_nonfinite_steps(), "); the run diverged"));
     }
-    const bool eval_now = run_.eval().every() > 0 &&
-                          (state_.step % run_.eval().every() == 0 || state_.step == run_.steps());
-    if (eval_now && !val_loaders_.empty()) {
-      auto val = Validate();
-      if (!val.ok() && !absl::IsCancelled(val.status())) return val.status();
-      if (val.ok()) last_val_loss_ = *val;
-      if (val.ok() && is_logger()) {
-        nlohmann::json row = {{"step", state_.step}, {"val_loss", *val}};
-        std::string per_source;
-        if (named_val_) {
-          for (const auto& [name, loss] : last_val_losses_) {
-            row["val_loss/" + name] = loss;
-            absl::StrAppend(&per_source, " | ", name, " ", absl::StrFormat("%.4f", loss));
-          }
-        }
-        if (auto s = AppendMetrics(row.dump()); !s.ok()) return s;
-        if (tensorboard_ != nullptr) {
-          (void)tensorboard_->AddScalar("val/loss", *val, state_.step);
-          if (named_val_) {
-            for (const auto& [name, loss] : last_val_losses_) (void)tensorboard_->AddScalar("val_loss/" + name, loss, state_.step);
-          }
-        }
-        std::fprintf(stderr, "step %lld/%lld | val_loss %.4f%s\n", (long long)state_.step, (long long)run_.steps(), *val,
-                     per_source.c_str());
-      }
+    if (IsValidationStep(state_.step)) {
+      // Cancelled by a stop signal: the checkpoint below is saved without it, and the
+      // resumed run owes it (ResumeIfPresent).
+      if (auto done = ValidateAndLog(); !done.ok()) return done.status();
     }
     // Every rank must agree to stop at the same step (signals reach ranks at
     // different moments): the world's maximum decides.
@@ -731,8 +818,11 @@ absl::Status Trainer::WriteRunStatus() {
                                  {"steps", run_.steps()}};
   {
     std::ofstream out(path + ".tmp", std::ios::trunc);
+    errno = 0;
     out << status.dump() << "\n";
-    if (!out) return absl::DataLossError(absl::StrCat(path, ".tmp: write failed"));
+    // Flushed here: a write error that only the destructor met would rename an empty file
+    // into place, which train.sbatch reads as a crash.
+    if (!out.flush()) return WriteError(path + ".tmp", "write failed", errno);
   }
   if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
     return absl::DataLossError(absl::StrCat(path, ": rename failed"));

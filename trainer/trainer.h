@@ -24,6 +24,7 @@
 #include "trainer/loss_scaler.h"
 #include "trainer/tensorboard_writer.h"
 #include "data/loader.h"
+#include "kernels/device_array.h"
 
 namespace multiscreen {
 
@@ -33,7 +34,7 @@ struct TrainState {
   int64_t samples = 0;  // global samples consumed (the loader's only state)
   int64_t tokens = 0;   // training tokens consumed
   int64_t nonfinite_in_a_row = 0;
-  std::vector<float> params;  // fp32 masters, this rank's flat layout
+  DeviceArray<float> params;  // fp32 masters, this rank's flat layout, on the step's device
   LossScalerState scaler;
 };
 
@@ -49,8 +50,10 @@ struct StartOptions {
   // checkpoints/unverified/ and train from step 0; without it such a start is
   // refused (with each checkpoint's problem), changing nothing.
   bool restart = false;
-  // Where the step computes (the model's kernel table; parameters and optimizer stay
-  // on the host, checkpoints unchanged).
+  // Where the step computes and its state lives: the model's kernel table, the
+  // parameters, gradients and AdamW's moments (host copies only at checkpoint save and
+  // resume/init; checkpoints unchanged, so a run resumes on another device). The grid's
+  // groups must move this device's buffers (ProcessGrid::UseStepDevice).
   Device device = Device::kCpu;
   // Resume from a checkpoint whose training data (CheckpointMeta::data: token counts and
   // fingerprints) differ from this run's; without it such a resume is refused, since
@@ -110,6 +113,9 @@ class Trainer {
   // each batch, so a long pass never delays a preemption's checkpoint).
   absl::StatusOr<double> Validate();
 
+  // Whether the run validates after `step`: every eval.every steps and at its last step.
+  bool IsValidationStep(int64_t step) const;
+
   TrainState& state() { return state_; }
   AdamW& optimizer() { return *optimizer_; }
   const ParamLayout& layout() const { return model_->layout(); }
@@ -130,6 +136,10 @@ class Trainer {
   absl::StatusOr<double> Step(double lr, double* grad_norm, bool* applied);
   absl::Status LogStep(double loss, double lr, double grad_norm, bool applied, double seconds);
   absl::Status AppendMetrics(const std::string& json_line);
+  // Validate at state().step, then (rank 0) its metrics row, TensorBoard scalars and
+  // console line. True when done (or there is no validation data), false when a stop
+  // signal cancelled it (on every rank alike). A collective.
+  absl::StatusOr<bool> ValidateAndLog();
   absl::Status WriteRunStatus();
   // Continues from run_dir's newest checkpoint that verifies, if any (rank 0
   // chooses with ChooseStart, the others follow). A collective.
@@ -173,14 +183,18 @@ class Trainer {
   DynamicLossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   TrainState state_;
-  std::vector<float> grads_;
+  DeviceArray<float> grads_;  // on the step's device
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;
+  // Resumed at a validation step whose validation a stop signal cancelled (no standing
+  // val_loss row of it in metrics.jsonl): Run() validates before its first step.
+  bool validation_owed_ = false;
   nlohmann::json data_;  // the training sources' identity, saved in every manifest (CheckpointMeta::data)
   bool allow_data_change_ = false;
   std::unique_ptr<FileLock> lock_;  // <run_dir>/.lock, held by world rank 0
   double run_seconds_ = 0;
+  double comm_exposed_s_ = 0;  // this rank's last step: communication waited for after compute (metrics)
   int64_t run_steps_ = 0;
 };
 

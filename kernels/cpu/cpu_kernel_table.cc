@@ -51,6 +51,13 @@ double CpuKernelTable<Real>::Dot(const Real* a, const Real* b, int64_t n) {
 }
 
 template <typename Real>
+double CpuKernelTable<Real>::SumSquares(const Real* x, int64_t n, double init) {
+  double sum = init;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  return sum;
+}
+
+template <typename Real>
 bool CpuKernelTable<Real>::AllFinite(const Real* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) return false;

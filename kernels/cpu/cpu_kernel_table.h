@@ -25,7 +25,7 @@ class CpuKernelTable final : public KernelTable<Real> {
   void Copy2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) override;
   void Add2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) override;
   double Dot(const Real* a, const Real* b, int64_t n) override;
-  double SumSquares(const Real* x, int64_t n) override { return Dot(x, x, n); }
+  double SumSquares(const Real* x, int64_t n, double init = 0) override;
   bool AllFinite(const Real* x, int64_t n) override;
   void Scale(Real* x, int64_t n, Real factor) override;
   void RoundTo(Precision precision, Real* x, int64_t n) override;

@@ -63,7 +63,9 @@ class CudaKernelTable final : public KernelTable<float> {
     cuda::Copy2D(src, ld_src, rows, cols, dst, ld_dst, /*accumulate=*/true, stream_);
   }
   double Dot(const float* a, const float* b, int64_t n) override { return cuda::Dot(a, b, n, reduce_.data(), stream_); }
-  double SumSquares(const float* x, int64_t n) override { return cuda::SumSquares(x, n, reduce_.data(), stream_); }
+  double SumSquares(const float* x, int64_t n, double init = 0) override {
+    return init + cuda::SumSquares(x, n, reduce_.data(), stream_);
+  }
   bool AllFinite(const float* x, int64_t n) override { return cuda::AllFinite(x, n, reduce_.data(), stream_); }
   void Scale(float* x, int64_t n, float factor) override { cuda::Scale(x, n, factor, stream_); }
   void RoundTo(Precision precision, float* x, int64_t n) override { cuda::RoundTo(precision, x, n, stream_); }

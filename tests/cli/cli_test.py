@@ -8,6 +8,7 @@ Run: /usr/bin/python3 tests/cli/cli_test.py --multiscreen=build/multiscreen
 import argparse
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -169,6 +170,60 @@ class CliTest(OneLineErrors):
             for n in names:
                 self.assertEqual(f["grad/" + n].shape, wf[n].shape, n)
                 self.assertTrue(np.all(np.isfinite(f["grad/" + n][()])), n)
+
+    def test_an_output_that_is_a_fifo_or_a_device_is_refused_not_replaced(self):
+        # Outputs are written beside their path and renamed into place: a FIFO or device
+        # node there would be replaced by a regular file (as root, --out=/dev/null would
+        # replace the machine's /dev/null).
+        w, t = self._init_and_tokens(3 * 9)
+        nodes = {"FIFO (named pipe)": os.path.join(self.dir, "fifo")}
+        os.mkfifo(nodes["FIFO (named pipe)"])
+        if os.geteuid() == 0:  # a private /dev/null twin (mknod needs root)
+            nodes["character device"] = os.path.join(self.dir, "null")
+            os.mknod(nodes["character device"], 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        for kind, node in nodes.items():
+            mode = os.lstat(node).st_mode
+            commands = {"init": ["init", "--model=tiny_psi2", "--seed=1", f"--out={node}"],
+                        "forward": ["forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
+                                    f"--out={node}"],
+                        "forward --no_grad": ["forward", "--no_grad", f"--weights={w}", f"--tokens={t}",
+                                              "--micro_batch=3", "--seq_len=8", f"--out={node}"]}
+            for name, args in commands.items():
+                with self.subTest(kind=kind, command=name):
+                    self.assert_one_line_error(run(*args), f"--out={node}: is a {kind}, not a regular file")
+                    self.assertEqual(os.lstat(node).st_mode, mode)
+                    self.assertFalse(os.path.exists(node + ".tmp"))
+        # A directory is named as such, before any work.
+        self.assert_one_line_error(run("init", "--model=tiny_psi2", "--seed=1", f"--out={self.dir}"),
+                                   f"--out={self.dir}: is a directory")
+
+    def test_flagfiles_are_checked_before_absl_reads_them(self):
+        # absl reads a flagfile that names itself for ever, its memory growing by GBs a
+        # minute; a directory read as an empty flagfile.
+        def write(name, text):
+            path = os.path.join(self.dir, name)
+            with open(path, "w") as f:
+                f.write(text)
+            return path
+
+        def params(*args):
+            try:
+                return subprocess.run([BIN, "params", *args], capture_output=True, text=True, timeout=30)
+            except subprocess.TimeoutExpired:
+                self.fail(f"params {' '.join(args)}: still running after 30 s")
+
+        good = write("good", "--model=tiny_psi2\n")
+        r = params(f"--flagfile={good}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tiny_psi2", r.stdout)
+        loop = write("loop", "--model=tiny_psi2\n--flagfile=" + os.path.join(self.dir, "loop") + "\n")
+        self.assert_one_line_error(params(f"--flagfile={loop}"), f"--flagfile={loop}: names itself")
+        a = write("a", f"--flagfile={os.path.join(self.dir, 'b')}\n")
+        write("b", f"--flagfile={good},{a}\n")
+        self.assert_one_line_error(params("--flagfile", a), "names itself", "a -> ", "b -> ")
+        self.assert_one_line_error(params(f"--flagfile={self.dir}"), f"{self.dir}: is a directory")
+        missing = os.path.join(self.dir, "missing")
+        self.assert_one_line_error(params(f"--flagfile={good},{missing}"), f"--flagfile={missing}: cannot open flagfile")
 
     def test_forward_refuses_a_short_token_file(self):
         w, t = self._init_and_tokens(20)

@@ -103,6 +103,22 @@ TEST(ConfigTest, PpNotDividingLayersIsRefusedByField) {
   EXPECT_NE(s.message().find("parallel.pp"), std::string::npos) << s;
 }
 
+TEST(ConfigTest, DpOverlapAndBucketSizeAreCheckedByField) {
+  auto dims = LoadModel("psi8");
+  config::RunConfig run = ValidRun();
+  for (const char* ok : {"", "on", "off"}) {
+    run.mutable_parallel()->set_dp_overlap(ok);
+    EXPECT_TRUE(ValidateRun(run, *dims).ok()) << ok << ": " << ValidateRun(run, *dims);
+  }
+  run.mutable_parallel()->set_dp_overlap("yes");
+  absl::Status s = ValidateRun(run, *dims);
+  EXPECT_NE(s.message().find("parallel.dp_overlap: \"yes\" must be on or off"), std::string::npos) << s;
+  run.mutable_parallel()->set_dp_overlap("on");
+  run.mutable_parallel()->set_dp_bucket_mb(-0.5);
+  s = ValidateRun(run, *dims);
+  EXPECT_NE(s.message().find("parallel.dp_bucket_mb"), std::string::npos) << s;
+}
+
 TEST(ConfigTest, NegativeLearningRateIsRefusedByField) {
   auto dims = LoadModel("psi8");
   config::RunConfig run = ValidRun();

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -346,6 +347,28 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(r, "data.json", "--tokenizer")
 
     # ---- errors -------------------------------------------------------------------------
+    def test_outputs_stay_out_of_checkpoints_and_never_replace_a_fifo(self):
+        # Retention deletes a checkpoint directory whole: results written into one would go
+        # with it. A FIFO as --dump would be replaced by the rename that writes it.
+        run_dir = os.path.join(self.dir, "run")
+        r = run("ckpt", "init", "--model=tiny_psi2", "--seed=3", "--tp=1", "--pp=1", f"--out={run_dir}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ckpts = os.path.join(run_dir, "checkpoints")
+        before = sorted(os.listdir(os.path.join(ckpts, "step_00000000")))
+        for out in (ckpts, os.path.join(ckpts, "step_00000000"), os.path.join(ckpts, "step_00000000", "ttft")):
+            r = run("eval", "ttft", f"--checkpoint={run_dir}", "--context=8", "--repeats=1", f"--out={out}")
+            self.assert_one_line_error(r, f"--out={out} lies inside the checkpoint directory")
+        self.assertEqual(sorted(os.listdir(os.path.join(ckpts, "step_00000000"))), before)
+        r = run("eval", "ttft", f"--checkpoint={run_dir}", "--context=8", "--repeats=1",
+                f"--out={os.path.join(run_dir, 'eval')}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        fifo = os.path.join(self.dir, "fifo")
+        os.mkfifo(fifo)
+        r = run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=64", "--depth=0.5",
+                "--instances=1", f"--dump={fifo}")
+        self.assert_one_line_error(r, f"--dump={fifo}: is a FIFO")
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+
     def test_bad_inputs_fail_in_one_line(self):
         w = self.init()
         missing = os.path.join(self.dir, "nope")

@@ -164,6 +164,31 @@ TEST(SweepConfigTest, BadArmsAreRefusedNamingTheArm) {
   fs::remove_all(dir);
 }
 
+// A budget that is not a whole number of steps is refused with the two nearest that are;
+// near 2^63 only the one below exists (the one above overflowed to a negative number).
+TEST(SweepConfigTest, ABudgetOffTheStepGridNamesTheNearestWholeBudgets) {
+  const fs::path dir = FreshDirWithData("sweep_config_budget_grid");
+  const std::string head = "base_config { micro_batch: 4 seq_len: 16 }\ndata: \"" + (dir / "data").string() +
+                           "\"\npsi: 2\npsi_template { d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\nroot: \"" +
+                           (dir / "root").string() + "\"\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"tokens: 650", "tokens[0] = 650 is not a whole number of steps of 64 tokens (micro_batch·grad_accum·seq_len): "
+                      "give 640 or 704"},
+      {"tokens: 9223372036854775807",
+       "tokens[0] = 9223372036854775807 is not a whole number of steps of 64 tokens (micro_batch·grad_accum·seq_len): "
+       "give 9223372036854775744"},
+  };
+  for (const auto& [tokens, message] : cases) {
+    Write(dir / "sweep.textproto", head + tokens + "\n");
+    auto sweep = LoadSweep((dir / "sweep.textproto").string());
+    ASSERT_FALSE(sweep.ok()) << tokens;
+    const std::string got(sweep.status().message());
+    EXPECT_NE(got.find(message), std::string::npos) << got;
+    EXPECT_EQ(got.find("-9223372036854775808"), std::string::npos) << got;
+  }
+  fs::remove_all(dir);
+}
+
 // The committed stability study (configs/studies/lr_stability/sweep.textproto) expands to
 // its 20 runs: each family over 2^-10 … 2^-4 with its recipe, Table 6's five switch rows
 // at 2^-4, and the plain Transformer at 2^-4 without weight decay or clipping; models of near-equal non-embedding size. Its data is swapped for

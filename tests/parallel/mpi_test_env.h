@@ -1,5 +1,7 @@
 // Helpers for tests run under mpirun: whether an MPI launcher started us, and
-// the layout flags (--tp=, --pp=) a registered test passes on its command line.
+// the layout flags (--tp=, --pp=) a registered test passes on its command line, and
+// --staged / --device=cuda (the step's groups staged through host memory, the step on
+// the GPU: parallel/staged_communicator.h, issue 15).
 #pragma once
 
 #include <cstdlib>
@@ -18,6 +20,8 @@ inline bool LaunchedByMpi() {
 
 struct TestFlags {
   int tp = 1, pp = 1;
+  bool staged = false;  // ProcessGrid::UseStepDevice(device, CommKind::kStaged)
+  bool cuda = false;    // the step on the GPU (--device=cuda)
 };
 
 inline TestFlags& Flags() {
@@ -25,11 +29,13 @@ inline TestFlags& Flags() {
   return flags;
 }
 
-// Reads --tp=N and --pp=N (what InitGoogleTest left in argv).
+// Reads --tp=N, --pp=N, --staged and --device=cuda (what InitGoogleTest left in argv).
 inline void ParseTestFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--tp=", 5) == 0) Flags().tp = std::atoi(argv[i] + 5);
     if (std::strncmp(argv[i], "--pp=", 5) == 0) Flags().pp = std::atoi(argv[i] + 5);
+    if (std::strcmp(argv[i], "--staged") == 0) Flags().staged = true;
+    if (std::strcmp(argv[i], "--device=cuda") == 0) Flags().cuda = true;
   }
 }
 

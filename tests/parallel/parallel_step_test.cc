@@ -10,17 +10,32 @@
 // moves it by ~1e-4 relative in ANY summation order: the single fp32 process
 // itself is 6e-5 off the fp64 value on this test's data (measured). It is held
 // to 1e-3, which still catches a missed reduction or a wrong scale.
+//
+// --staged: the grid's tp, pp, dp and embedding groups are StagedCommunicators
+// (parallel/staged_communicator.h: every float transfer downloaded, moved by MPI and
+// uploaded through the step device's kernel table; on the CPU table, copies), the
+// path of ranks that share a GPU. --device=cuda: the step on the GPU (parameters and
+// gradients device arrays, the kernel table CUDA's), against the same CPU single
+// process and tolerances; skipped, loudly, without a GPU. Ranks share GPU
+// local_rank % count.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
 
+#ifdef MULTISCREEN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
+#include "kernels/device_array.h"
 #include "model/multiscreen.h"
 #include "parallel/shard_split.h"
+#include "parallel/staged_communicator.h"
 #include "parallel/step.h"
 #include "tests/model/test_model.h"
 #include "tests/parallel/compare_shards.h"
@@ -64,31 +79,71 @@ std::vector<Real> TestParams(const ParamLayout& full) {
   return p;
 }
 
+// The step's device for this run's flags; binds this rank's GPU for --device=cuda.
+Device StepDevice(int local_rank) {
+  if (!Flags().cuda) return Device::kCpu;
+#ifdef MULTISCREEN_HAVE_CUDA
+  if (const int count = CudaDeviceCount(); count > 0) cudaSetDevice(local_rank % count);
+#endif
+  (void)local_rank;
+  return Device::kCuda;
+}
+
+// The staged groups of a layout moved their floats through the host (a group of one
+// is a SingleProcessCommunicator and moves nothing).
+void ExpectStaged(ProcessGrid& grid) {
+  for (Communicator* group : {&grid.tp(), &grid.pp(), &grid.dp()}) {
+    if (group->size() == 1) continue;
+    auto* staged = dynamic_cast<StagedCommunicator*>(group);
+    ASSERT_NE(staged, nullptr) << "a group of " << group->size() << " is not staged on " << grid.Describe();
+    EXPECT_GT(staged->staged_floats(), 0) << grid.Describe();
+  }
+}
+
 class ParallelStepTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(ParallelStepTest, LossAndEveryGradientEqualTheSingleProcess) {
   const auto [M, zero1] = GetParam();
+  if (Flags().cuda && !CudaAvailable()) {
+    std::fprintf(stderr, "\n*** SKIPPED: --device=cuda needs a CUDA device and none is visible: the layouts on the "
+                         "GPU are NOT tested here ***\n\n");
+    GTEST_SKIP() << "no CUDA device";
+  }
   const ModelDims dims = TinyDims("tiny_psi4");
   auto grid_or = ProcessGrid::Create(Flags().tp, Flags().pp);
   ASSERT_TRUE(grid_or.ok()) << grid_or.status();
   ProcessGrid& grid = **grid_or;
+  const Device device = StepDevice(grid.local_rank());
+  if (Flags().staged || device != Device::kCpu) {
+    const absl::Status used = grid.UseStepDevice(device, Flags().staged ? CommKind::kStaged : CommKind::kAuto);
+    ASSERT_TRUE(used.ok()) << used;
+  }
   // Small buckets, so that bucketing is exercised on a tiny model.
-  auto model_or = ParallelModel::Create(grid, dims, ModelOptions{}, DataParallelOptions{zero1, 1000});
+  ModelOptions options;
+  options.device = device;
+  auto model_or = ParallelModel::Create(grid, dims, options, DataParallelOptions{zero1, 1000});
   ASSERT_TRUE(model_or.ok()) << model_or.status();
   ParallelModel& model = **model_or;
 
   const int64_t B = 2, T = 16, dp = grid.shape().dp;
   const ParamLayout full(dims, ShardSpec::Full(dims));
   const std::vector<float> full_params = TestParams<float>(full);
-  const std::vector<float> params = SliceOf(model.layout(), full, full_params);
+  const std::vector<float> host_params = SliceOf(model.layout(), full, full_params);
   const int64_t seq = B * (T + 1);
   const auto tokens = RandomTokens(dims.vocab, dp * M * seq, 100 + M);
 
-  std::vector<float> grads(model.layout().size());
+  // Parameters and gradients on the step's device, as the trainer keeps them.
+  const int64_t size = model.layout().size();
+  DeviceArray<float> params(device), device_grads(device);
+  params.Resize(size);
+  params.CopyFromHost(host_params.data());
+  device_grads.Resize(size);
   auto loss = ComputeGradients(grid, model, params.data(), tokens.data() + grid.coord().dp * M * seq,
-                               StepShape{M, B, T}, grads.data());
+                               StepShape{M, B, T}, device_grads.data());
   ASSERT_TRUE(loss.ok()) << loss.status();
-  const double norm = GlobalGradNorm(grid, model, grads.data());
+  const double norm = GlobalGradNorm(grid, model, device_grads.data());
+  const std::vector<float> grads = device_grads.ToHost();
+  if (Flags().staged) ExpectStaged(grid);
   // The same loss on every rank.
   double lo = *loss, hi = *loss;
   grid.world().AllReduce(&hi, 1, ReduceOp::kMax);
@@ -122,12 +177,11 @@ TEST_P(ParallelStepTest, LossAndEveryGradientEqualTheSingleProcess) {
   auto eval = EvaluateLoss(grid, model, params.data(), tokens.data() + grid.coord().dp * M * seq, StepShape{M, B, T});
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_NEAR(*eval, ref_loss, kTolerance * ref_loss);
-  std::vector<float> again(model.layout().size());
   auto loss_again = ComputeGradients(grid, model, params.data(), tokens.data() + grid.coord().dp * M * seq,
-                                     StepShape{M, B, T}, again.data());
+                                     StepShape{M, B, T}, device_grads.data());
   ASSERT_TRUE(loss_again.ok()) << loss_again.status();
   EXPECT_EQ(*loss_again, *loss);
-  EXPECT_EQ(again, grads);
+  EXPECT_EQ(device_grads.ToHost(), grads);
 }
 
 INSTANTIATE_TEST_SUITE_P(MicroBatches, ParallelStepTest,
@@ -135,6 +189,73 @@ INSTANTIATE_TEST_SUITE_P(MicroBatches, ParallelStepTest,
                          [](const auto& info) {
                            return "M" + std::to_string(std::get<0>(info.param)) +
                                   (std::get<1>(info.param) ? "_ZeRO1" : "_AllReduce");
+                         });
+
+// --dp_overlap (issue 15): reducing each dp bucket on the communication thread as
+// soon as the last backward has finished its layers gives the same gradient bits as
+// reducing them all after the backward, plain and ZeRO-1, for Multiscreen and the
+// Transformer (whose replicated RMSNorm gains are tp-broadcast layer by layer then),
+// with buckets small enough that several start during the backward.
+class OverlapTest : public ::testing::TestWithParam<std::tuple<const char*, int64_t, bool>> {};
+
+TEST_P(OverlapTest, ReducedGradientsAreTheSameBitsWithAndWithoutOverlap) {
+  const auto [name, M, zero1] = GetParam();
+  const ModelDims dims = TinyDims(name);
+  if (Flags().pp > dims.n_layers) {  // every rank alike, before any collective
+    GTEST_SKIP() << name << " has " << dims.n_layers << " layers, fewer than --pp=" << Flags().pp;
+  }
+  auto grid_or = ProcessGrid::Create(Flags().tp, Flags().pp);
+  ASSERT_TRUE(grid_or.ok()) << grid_or.status();
+  ProcessGrid& grid = **grid_or;
+  const int64_t bucket = 300;  // elements: many buckets per layer on the tiny models
+  auto plain = ParallelModel::Create(grid, dims, ModelOptions{}, DataParallelOptions{zero1, bucket, false});
+  auto overlap = ParallelModel::Create(grid, dims, ModelOptions{}, DataParallelOptions{zero1, bucket, true});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(overlap.ok()) << overlap.status();
+  EXPECT_FALSE((*plain)->data_parallel().overlapped());
+  EXPECT_EQ((*overlap)->data_parallel().overlapped(), grid.shape().dp > 1);
+
+  const int64_t B = 2, T = 16, seq = B * (T + 1);
+  const ParamLayout full(dims, ShardSpec::Full(dims));
+  const std::vector<float> params = SliceOf((*plain)->layout(), full, PerturbedParams<float>(full, 11));
+  const auto tokens = RandomTokens(dims.vocab, grid.shape().dp * M * seq, 300 + M);
+  const int32_t* mine = tokens.data() + grid.coord().dp * M * seq;
+  const int64_t n = (*plain)->layout().size();
+  std::vector<float> want(n), got(n, 7.0f);
+  auto want_loss = ComputeGradients(grid, **plain, params.data(), mine, StepShape{M, B, T}, want.data());
+  ASSERT_TRUE(want_loss.ok()) << want_loss.status();
+  // Twice: the second step reuses the thread and the buckets' state.
+  for (int step = 0; step < 2; ++step) {
+    auto got_loss = ComputeGradients(grid, **overlap, params.data(), mine, StepShape{M, B, T}, got.data());
+    ASSERT_TRUE(got_loss.ok()) << got_loss.status();
+    EXPECT_EQ(*got_loss, *want_loss);
+    // Every element, the unreduced rest of a ZeRO-1 buffer included, bit for bit.
+    int64_t differ = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    }
+    EXPECT_EQ(differ, 0) << "first at element " << first << " of " << n << " on " << grid.Describe();
+    // The overlap happened: some buckets started while the backward was still running.
+    if (grid.shape().dp > 1) EXPECT_GT((*overlap)->data_parallel().buckets_started_early(), 0);
+    const StepCommTimes& t = (*overlap)->comm_times();
+    EXPECT_GE(t.dp_wait_s, 0);
+    EXPECT_GE(t.after_backward_s, 0);
+    EXPECT_TRUE(std::isfinite(t.exposed_s()));
+  }
+  if (grid.world_rank() == 0) {
+    std::printf("rank 0: %s M=%lld %s: %lld buckets of %lld elements started during the backward\n", name, (long long)M,
+                zero1 ? "ZeRO-1" : "all-reduce", (long long)(*overlap)->data_parallel().buckets_started_early(),
+                (long long)bucket);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, OverlapTest,
+                         ::testing::Combine(::testing::Values("tiny_psi4", "tiny_transformer_train"),
+                                            ::testing::Values<int64_t>(1, 3), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_M" +
+                                  std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) ? "_ZeRO1" : "_AllReduce");
                          });
 
 // The tensor-parallel model itself in fp64 (the tp group of this layout, every

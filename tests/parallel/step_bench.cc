@@ -3,7 +3,11 @@
 //          --micro_batches=4 --micro_batch=2 --seq_len=64 --steps=5
 // The global batch is dp·M·B sequences; to compare layouts at the same global
 // batch, divide --micro_batches (or --micro_batch) by dp. Prints one line from
-// rank 0: the layout, the median step time, and tokens per second.
+// rank 0: the layout, the median step time, tokens per second, and the exposed
+// communication (StepCommTimes: what the step waited for after its compute, the
+// largest over the ranks, median over the steps; dp_wait_s its dp part).
+// --dp_overlap=on|off (default on), --zero=0|1, --bucket_mb=16 (MiB per dp bucket),
+// --json: the same as one JSON object.
 #include <mpi.h>
 
 #include <algorithm>
@@ -40,11 +44,18 @@ int main(int argc, char** argv) {
   const int64_t B = std::atoll(Flag(argc, argv, "--micro_batch", "2"));
   const int64_t T = std::atoll(Flag(argc, argv, "--seq_len", "64"));
   const int steps = std::atoi(Flag(argc, argv, "--steps", "5"));
+  DataParallelOptions dp_options;
+  dp_options.overlap = std::strcmp(Flag(argc, argv, "--dp_overlap", "on"), "off") != 0;
+  dp_options.zero1 = std::atoi(Flag(argc, argv, "--zero", "0")) == 1;
+  const double bucket_mb = std::atof(Flag(argc, argv, "--bucket_mb", "16"));
+  dp_options.bucket_elements = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20) / 4));
+  bool json = false;
+  for (int i = 1; i < argc; ++i) json |= std::strcmp(argv[i], "--json") == 0;
   auto dims = LoadModel(model_name);
   AbortJobIfError(dims.status());
   auto grid = ProcessGrid::Create(tp, pp);
   AbortJobIfError(grid.status());
-  auto model = ParallelModel::Create(**grid, *dims);
+  auto model = ParallelModel::Create(**grid, *dims, ModelOptions{}, dp_options);
   AbortJobIfError(model.status());
   const ParamLayout& layout = (*model)->layout();
   std::vector<float> params(layout.size()), grads(layout.size());
@@ -55,7 +66,7 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < per_rank; ++i) {
     tokens[i] = static_cast<int32_t>((uint64_t(first + i) * 2654435761u) % uint64_t(dims->vocab));
   }
-  std::vector<double> times;
+  std::vector<double> times, exposed, dp_wait;
   double loss = 0;
   for (int s = 0; s < steps + 1; ++s) {
     (*grid)->world().Barrier();
@@ -65,15 +76,36 @@ int main(int argc, char** argv) {
     loss = *l;
     (*grid)->world().Barrier();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s > 0) times.push_back(dt);  // the first step warms up
+    double waits[2] = {(*model)->comm_times().exposed_s(), (*model)->comm_times().dp_wait_s};
+    (*grid)->world().AllReduce(waits, 2, ReduceOp::kMax);
+    if (s > 0) {  // the first step warms up
+      times.push_back(dt);
+      exposed.push_back(waits[0]);
+      dp_wait.push_back(waits[1]);
+    }
   }
-  std::sort(times.begin(), times.end());
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   if ((*grid)->world_rank() == 0) {
     const GridShape& g = (*grid)->shape();
-    const double median = times[times.size() / 2];
-    std::printf("model %s tp %d pp %d dp %d M %lld B %lld T %lld: %.2f ms/step, %.0f tokens/s, loss %.4f\n",
-                model_name.c_str(), g.tp, g.pp, g.dp, (long long)M, (long long)B, (long long)T, median * 1e3,
-                double(g.dp * M * B * T) / median, loss);
+    const double step = median(times), tokens_per_s = double(g.dp * M * B * T) / step;
+    const char* overlap = (*model)->data_parallel().overlapped() ? "on" : "off";
+    if (json) {
+      std::printf("{\"model\": \"%s\", \"tp\": %d, \"pp\": %d, \"dp\": %d, \"M\": %lld, \"B\": %lld, \"T\": %lld, "
+                  "\"zero\": %d, \"dp_overlap\": \"%s\", \"bucket_mb\": %g, \"step_s\": %.6f, \"tokens_per_s\": %.1f, "
+                  "\"comm_exposed_s\": %.6f, \"dp_wait_s\": %.6f, \"loss\": %.6f}\n",
+                  model_name.c_str(), g.tp, g.pp, g.dp, (long long)M, (long long)B, (long long)T,
+                  dp_options.zero1 ? 1 : 0, overlap, bucket_mb, step, tokens_per_s, median(exposed), median(dp_wait),
+                  loss);
+    } else {
+      std::printf("model %s tp %d pp %d dp %d M %lld B %lld T %lld zero %d dp_overlap %s: %.2f ms/step, %.0f tokens/s, "
+                  "comm exposed %.2f ms (dp wait %.2f ms), loss %.4f\n",
+                  model_name.c_str(), g.tp, g.pp, g.dp, (long long)M, (long long)B, (long long)T,
+                  dp_options.zero1 ? 1 : 0, overlap, step * 1e3, tokens_per_s, median(exposed) * 1e3,
+                  median(dp_wait) * 1e3, loss);
+    }
   }
   return 0;
 }

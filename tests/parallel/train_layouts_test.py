@@ -2,7 +2,9 @@
 """`multiscreen train` under mpirun (ctest label mpi): every (tp, pp, dp) layout,
 with and without ZeRO-1, trains the same global batch to the same per-step
 losses as one process; a checkpoint saved under one layout resumes under
-another (tp=2,pp=2 -> tp=1,pp=1 and -> pp=2,dp=2) on the same trajectory. The
+another (tp=2,pp=2 -> tp=1,pp=1 and -> pp=2,dp=2) on the same trajectory; the groups
+staged through host memory (--comm=staged, issue 15's path for ranks sharing a GPU, here
+over the CPU kernel table) train the plain MPI run's bits. The
 Transformer baseline (issue 18) the same: tp (heads, the SwiGLU width split unevenly,
 85 = 42 + 43, and the vocabulary), pp and dp layouts equal its single process, and a
 tp=2 checkpoint resumes under tp=1 and tp=2 x pp=2.
@@ -126,6 +128,20 @@ class TrainLayoutsTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertIn("tp = 3 does not divide N_H = 4", r.stderr)
+
+    def test_the_staged_path_trains_the_mpi_paths_bits_and_says_so(self):
+        # tp=2 x dp=2 with ZeRO-1: tp all-reduces and broadcasts, the head's statistics,
+        # reduce-scatter and all-gather, each float transfer downloaded and uploaded.
+        runs = {}
+        for comm in ("mpi", "staged"):
+            d = os.path.join(self.tmp.name, f"comm_{comm}")
+            r = self.train(d, 4, "--tp=2", "--grad_accum=2", "--zero=1", "--steps=6", f"--comm={comm}")
+            self.assertIn(f"; comm: {comm} (--comm={comm})", r.stderr)
+            with open(os.path.join(d, "metrics.jsonl")) as f:
+                runs[comm] = [{k: row[k] for k in ("step", "loss", "grad_norm", "val_loss") if k in row}
+                              for row in map(json.loads, f)]
+        self.assertEqual([row["step"] for row in runs["mpi"] if "loss" in row], list(range(1, 7)))
+        self.assertEqual(runs["staged"], runs["mpi"])
 
     def test_a_checkpoint_resumes_under_other_layouts(self):
         saved = os.path.join(self.tmp.name, "saved_tp2_pp2")

@@ -2,9 +2,13 @@
 // learning-rate schedules, and dynamic loss scaling.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <vector>
 
+#include "kernels/cpu/adamw.h"
+#include "kernels/kernel_table.h"
 #include "nlohmann/json.hpp"
 #include "trainer/adamw.h"
 #include "trainer/loss_scaler.h"
@@ -32,6 +36,44 @@ TEST(AdamWTest, MatchesTorchAdamWStepByStep) {
     }
   }
   EXPECT_EQ(opt.step(), 6);
+}
+
+// The optimizer's state on the step's device (DeviceArray moments and decay mask, the
+// update through the kernel table) is, on the CPU table, the host kernel the trainer
+// called before the state moved (kernels/cpu/adamw.h over std::vectors): bit for bit,
+// over steps with weight decay on some elements only, and on a sub-range (ZeRO-1's
+// shard) of a larger buffer.
+TEST(AdamWTest, DeviceArrayStateOnTheCpuTableIsTheHostKernelBitForBit) {
+  const int64_t n = 4099, begin = 1000;
+  auto table = MakeKernelTable<float>(Device::kCpu);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<float> params(n), host_params(n), host_m(n - begin, 0.f), host_v(n - begin, 0.f);
+  std::vector<uint8_t> decay(n - begin);
+  for (int64_t i = 0; i < n; ++i) params[i] = host_params[i] = std::sin(0.37f * float(i)) * 0.2f;
+  for (int64_t i = 0; i < n - begin; ++i) decay[i] = i % 5 != 0;
+  const AdamWHyper hyper{0.9, 0.95, 1e-8, 0.1};
+  AdamW opt(n - begin, hyper, decay, table->get());
+  EXPECT_EQ(opt.device(), Device::kCpu);
+  DeviceArray<float> device_params(Device::kCpu), grads(Device::kCpu);
+  device_params.Resize(n);
+  device_params.CopyFromHost(params.data());
+  grads.Resize(n);
+  for (int64_t step = 1; step <= 5; ++step) {
+    std::vector<float> g(n);
+    for (int64_t i = 0; i < n; ++i) g[i] = std::cos(0.11f * float(i * step)) * (i % 7 == 0 ? 1e-3f : 0.5f);
+    grads.CopyFromHost(g.data());
+    const double lr = 0.0625 / double(step);
+    opt.Step(device_params.data() + begin, grads.data() + begin, lr);
+    kernels::cpu::AdamWUpdate(MakeAdamWArgs(hyper, lr, step, decay.data()), host_params.data() + begin,
+                              g.data() + begin, host_m.data(), host_v.data(), n - begin);
+    ASSERT_EQ(device_params.ToHost(), host_params) << "step " << step;
+    ASSERT_EQ(opt.m().ToHost(), host_m) << "step " << step;
+    ASSERT_EQ(opt.v().ToHost(), host_v) << "step " << step;
+  }
+  EXPECT_EQ(opt.step(), 5);
+  // The part before the range is untouched.
+  const std::vector<float> after = device_params.ToHost();
+  EXPECT_TRUE(std::equal(after.begin(), after.begin() + begin, params.begin()));
 }
 
 config::ScheduleConfig Schedule(config::ScheduleConfig::Kind kind, int64_t warmup, double floor = 0.0,

@@ -14,9 +14,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 BIN = SRC = MPIRUN = None
@@ -208,18 +210,100 @@ class ResumeSafetyTest(unittest.TestCase):
         for step in range(1, 31):
             self.assertEqual(losses[step], original[step], step)  # bit-identical resume
 
-    def test_a_save_on_a_full_disk_names_the_cause_and_keeps_the_previous_checkpoint(self):
-        mount = os.path.join(self.tmp.name, "small_fs")
+    def test_a_validation_a_stop_signal_cancelled_is_run_when_the_run_resumes(self):
+        # A stop signal cancels a validation pass (so that it cannot delay the checkpoint)
+        # and the checkpoint of that step is saved without it; the resumed run started at
+        # the next step, so the step (here the last: a sweep budget's) never had a
+        # validation loss and the resume said "nothing to do".
+        import numpy as np
+        sys.path.insert(0, os.path.join(SRC, "tools"))
+        from random_tokens import write_tokens
+        data = os.path.join(self.tmp.name, "long_val")
+        os.makedirs(data)
+        shutil.copy(os.path.join(self.data, "train_000000.bin"), data)
+        write_tokens(os.path.join(data, "val_000000.bin"), np.random.default_rng(1).integers(0, 97, size=400000))
+        config = os.path.join(self.tmp.name, "long_val.textproto")
+        with open(config, "w") as f:  # a validation pass of ~3000 micro-batches: about a second
+            f.write('model: "tiny_psi4" steps: 4 seed: 1 micro_batch: 4 grad_accum: 1 seq_len: 32\n'
+                    'optimizer { lr: 0.0625 } schedule { kind: WARMUP_CONSTANT warmup_steps: 2 }\n'
+                    'checkpoint { every: 0 } eval { every: 4 batches: 3000 } logging { tensorboard: false }\n')
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+
+        def cmd(run_dir):
+            return [BIN, "train", f"--config={config}", f"--data={data}", f"--run_dir={run_dir}"]
+
+        ref = os.path.join(self.tmp.name, "long_val_ref")
+        r = subprocess.run(cmd(ref), capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        want = [m["val_loss"] for m in standing(ref) if "val_loss" in m]
+        self.assertEqual(len(want), 1)
+        d = os.path.join(self.tmp.name, "long_val_stopped")
+        p = subprocess.Popen(cmd(d), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        metrics_path = os.path.join(d, "metrics.jsonl")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # step 4's training row: its validation has begun
+            if os.path.exists(metrics_path) and any("loss" in m and m["step"] == 4 for m in standing(d)):
+                break
+            time.sleep(0.01)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("stopped after step 4", err)
+        self.assertEqual([m for m in standing(d) if "val_loss" in m], [], "the validation was not cancelled")
+        r = subprocess.run(cmd(d), capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual([m["val_loss"] for m in standing(d) if "val_loss" in m], want)
+        with open(os.path.join(d, "status.json")) as f:
+            self.assertEqual(json.load(f)["state"], "finished")
+        # Resuming again owes nothing: no second row.
+        r = subprocess.run(cmd(d), capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual(len([m for m in standing(d) if "val_loss" in m]), 1)
+
+    def test_a_resume_that_changes_the_global_batch_says_so(self):
+        # Any layout resumes any other; a dp changed alone doubled the global batch silently.
+        d = os.path.join(self.tmp.name, "batch_change")
+        self.train(d, "--steps=2", "--checkpoint_every=2")
+        r = self.train(d, "--steps=4", "--checkpoint_every=2", np=2)  # dp 2 x grad_accum 2 x micro_batch 4
+        self.assertIn("the global batch is now 16 windows per step (dp 2 x grad_accum 2 x micro_batch 4); "
+                      "the run started with 8", r.stderr)
+        r = self.train(d, "--steps=6", "--checkpoint_every=2", "--grad_accum=1", np=2)  # 2 x 1 x 4: the run's 8
+        self.assertIn("resumed from", r.stderr)
+        self.assertNotIn("global batch", r.stderr)
+
+    def mount_tmpfs(self, name, size):
+        """A tmpfs of `size` at <tmp>/`name` to fill (the caller unmounts it); the test is
+        skipped, saying so, where it cannot be mounted (needs root with CAP_SYS_ADMIN)."""
+        mount = os.path.join(self.tmp.name, name)
         os.makedirs(mount)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount], capture_output=True, text=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount], capture_output=True, text=True)
         if r.returncode != 0:
             msg = f"cannot mount a tmpfs to fill (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}"
             print(f"SKIPPED: {msg}", file=sys.stderr)
             self.skipTest(msg)
+        return mount
+
+    def test_a_save_on_a_full_disk_names_the_cause_and_keeps_the_previous_checkpoint(self):
+        mount = self.mount_tmpfs("small_fs", "4m")
         try:
             for np, flags in [(1, []), (2, ["--pp=2"])]:
                 with self.subTest(np=np):
                     self.check_full_disk(os.path.join(mount, f"run_np{np}"), np, flags)
+        finally:
+            subprocess.run(["umount", mount], check=False)
+
+    def test_a_full_disk_between_checkpoints_names_the_cause(self):
+        # metrics.jsonl and the TensorBoard events grow every step: the write that meets the
+        # full disk says so (it said only "write failed").
+        mount = self.mount_tmpfs("tiny_fs", "64k")
+        try:
+            d = os.path.join(mount, "run")
+            r = self.train(d, "--steps=5000", "--checkpoint_every=0", "--eval_every=0", check=False)
+            self.assertEqual(r.returncode, 1, r.stderr[-3000:])
+            lines = [l for l in r.stderr.splitlines() if l.startswith("multiscreen")]
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertRegex(lines[0], r"^multiscreen train: " + d + r"/(metrics\.jsonl|tb/events\.out\.tfevents\.\S+): "
+                             r"(write|flush) failed: No space left on device \(\d+ bytes free in ")
         finally:
             subprocess.run(["umount", mount], check=False)
 

@@ -301,6 +301,18 @@ class TrainTest(unittest.TestCase):
         r = train(d, SLURM_NTASKS="2", SLURM_NPROCS="2")
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
 
+    def test_a_comm_that_cannot_serve_the_step_is_one_line_before_the_run_directory(self):
+        for flags, want in [(["--comm=gloo"], "--comm=gloo: expected auto, mpi, staged or nccl"),
+                            (["--comm=nccl", "--device=cpu"], "--comm=nccl: NCCL moves GPU buffers; this step runs on the cpu")]:
+            with self.subTest(flags=flags):
+                d = self.run_dir("comm_" + flags[0][7:])
+                r = self.train(d, "--steps=1", *flags, check=False)
+                self.assertNotEqual(r.returncode, 0)
+                lines = [l for l in r.stderr.splitlines() if l.strip()]
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertIn(want, lines[0])
+                self.assertFalse(os.path.exists(d))
+
     def test_defaults_give_the_papers_learning_rate_and_a_single_file_has_no_validation(self):
         d = self.run_dir("defaults")
         r = subprocess.run([BIN, "train", "--model=tiny_psi4", f"--data={self.data}/train_000000.bin",

@@ -1,0 +1,39 @@
+// A peer that dies without leaving the job (SIGKILL, a crash, the OOM killer) must end
+// every rank promptly with one line that names it (issue 15 "Tests"), not leave the
+// others spinning in a collective until the launcher tears them down with its own
+// multi-line box. Each rank watches the other ranks of its node through Linux pidfds
+// (poll wakes the moment a watched process exits; where pidfd_open is unavailable,
+// /proc is polled every 200 ms) and, when one dies, prints
+//   multiscreen: fatal on rank 0 of 2 (host, …): rank 1 (pid 4242, same node) died: killed by signal 9 (SIGKILL); ending the job
+// through FatalError, which aborts the job. Of the survivors on that node only the
+// lowest-numbered reports at once (the others wait 3 s for it), so that one line
+// says it. Peers on other nodes are the launcher's to notice (mpirun ends the job
+// when a process of it dies).
+// Stopped before MPI_Finalize (MpiSession does both), since after it peers may leave.
+#pragma once
+
+#include <memory>
+
+#include <mpi.h>
+
+namespace multiscreen {
+
+class PeerWatchdog {
+ public:
+  // Collective over `world`: every rank's pid and host are exchanged, then a thread
+  // watches this node's other ranks. Never fails: a peer that cannot be watched is
+  // left to the launcher (and said so on stderr).
+  static std::unique_ptr<PeerWatchdog> Start(MPI_Comm world);
+  // Stops watching; returns once the thread has ended.
+  ~PeerWatchdog();
+  PeerWatchdog(const PeerWatchdog&) = delete;
+  PeerWatchdog& operator=(const PeerWatchdog&) = delete;
+
+  class Impl;
+
+ private:
+  explicit PeerWatchdog(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace multiscreen

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""A rank killed mid-run ends the whole `multiscreen train` job (issue 15 "Tests"):
+under mpirun with dp = 2 (and tp = 2), once the first step is logged one rank's
+process gets SIGKILL; the job must exit non-zero within 60 s, and its output must
+hold one line of ours naming the rank that died and why (mpirun's own multi-line
+box is not enough): the survivor's peer watchdog (parallel/peer_watchdog.h).
+
+Run: /usr/bin/python3 tests/parallel/kill_rank_test.py --multiscreen=build/multiscreen --source=. [--mpirun=mpirun]
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BIN = SRC = MPIRUN = None
+LIMIT_S = 60
+
+
+def rank_pids(mpirun_pid):
+    """{world rank: pid} of the processes mpirun started on this node (OMPI_COMM_WORLD_RANK)."""
+    pids = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != mpirun_pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except (OSError, IndexError, ValueError):
+            continue
+        if b"OMPI_COMM_WORLD_RANK" in env:
+            pids[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(entry)
+    return pids
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def first_step_logged(run_dir):
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            return any('"step"' in line and '"loss"' in line for line in f)
+    except FileNotFoundError:
+        return False
+
+
+class KillRankTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
+        import train_e2e_test
+        train_e2e_test.SRC = SRC
+        cls.data = os.path.join(cls.tmp.name, "data")
+        train_e2e_test.synthetic_shards(cls.data)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def kill_and_watch(self, name, victim, np, *flags):
+        run_dir = os.path.join(self.tmp.name, name)
+        out_path = os.path.join(self.tmp.name, name + ".out")
+        cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np), BIN, "train",
+               f"--config={os.path.join(SRC, 'configs', 'train', 'tiny_test.textproto')}", f"--data={self.data}",
+               f"--run_dir={run_dir}", "--steps=100000", "--eval_every=0", "--checkpoint_every=0", *flags]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        with open(out_path, "w") as out:
+            job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+            try:
+                deadline = time.time() + 120
+                while not first_step_logged(run_dir):
+                    self.assertIsNone(job.poll(), f"the job ended before its first step:\n{read(out_path)}")
+                    self.assertLess(time.time(), deadline, "no step logged in 120 s")
+                    time.sleep(0.05)
+                pids = rank_pids(job.pid)
+                self.assertEqual(sorted(pids), list(range(np)), f"ranks found: {pids}")
+                os.kill(pids[victim], signal.SIGKILL)
+                killed = time.time()
+                try:
+                    rc = job.wait(timeout=LIMIT_S)
+                except subprocess.TimeoutExpired:
+                    self.fail(f"the job still runs {LIMIT_S} s after rank {victim} was killed")
+                elapsed = time.time() - killed
+            finally:
+                if job.poll() is None:
+                    job.kill()
+                    job.wait()
+        output = read(out_path)
+        self.assertNotEqual(rc, 0, output)
+        self.assertLess(elapsed, LIMIT_S)
+        ours = [l for l in output.splitlines()
+                if re.match(rf"multiscreen: fatal on rank \d+ of {np} .*: rank {victim} \(pid {pids[victim]}, same node\) "
+                            r"died: ", l)]
+        self.assertEqual(len(ours), 1, f"expected one line of ours naming rank {victim}:\n{output}")
+        self.assertRegex(ours[0], r"died: (killed by signal 9 \(SIGKILL\)|its process ended without leaving the job)")
+        print(f"{name}: exit {rc} {elapsed:.1f} s after the kill; {ours[0]}")
+
+    def test_a_killed_data_parallel_rank_ends_the_job_naming_it(self):
+        self.kill_and_watch("dp2", 1, 2)
+
+    def test_a_killed_rank_zero_of_a_tensor_parallel_pair_ends_the_job_naming_it(self):
+        self.kill_and_watch("tp2", 0, 2, "--tp=2")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--mpirun", default="mpirun")
+    args, rest = p.parse_known_args()
+    BIN, SRC, MPIRUN = os.path.abspath(args.multiscreen), os.path.abspath(args.source), args.mpirun
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
