@@ -25,10 +25,31 @@
 namespace multiscreen {
 namespace {
 
+// What makes a pid meaningful to another process: the same kernel (boot id: hosts may
+// share a name, containers often do) and the same pid namespace (ranks in separate
+// containers on one host each have their own pid numbers).
 struct Identity {
   int pid = 0;
   char host[MPI_MAX_PROCESSOR_NAME] = {0};
+  char boot_id[40] = {0};   // /proc/sys/kernel/random/boot_id ("" when unreadable)
+  char pid_ns[40] = {0};    // readlink /proc/self/ns/pid, e.g. "pid:[4026531836]" ("" when unreadable)
 };
+
+// Whether `a`'s pids name processes `b` can see: the same host, kernel and pid namespace
+// (all three known).
+bool SamePidSpace(const Identity& a, const Identity& b) {
+  return std::strcmp(a.host, b.host) == 0 && a.boot_id[0] != 0 && std::strcmp(a.boot_id, b.boot_id) == 0 &&
+         a.pid_ns[0] != 0 && std::strcmp(a.pid_ns, b.pid_ns) == 0;
+}
+
+void ReadIdentity(Identity* me) {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (boot >> id) std::snprintf(me->boot_id, sizeof(me->boot_id), "%s", id.c_str());
+  char ns[sizeof(me->pid_ns)] = {0};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  if (n > 0) std::memcpy(me->pid_ns, ns, static_cast<size_t>(n));
+}
 
 struct Peer {
   int rank = 0;
@@ -153,11 +174,12 @@ std::unique_ptr<PeerWatchdog> PeerWatchdog::Start(MPI_Comm world) {
   Identity me;
   me.pid = static_cast<int>(::getpid());
   MS_MPI_CHECK(MPI_Get_processor_name(me.host, &len));
+  ReadIdentity(&me);
   std::vector<Identity> all(size);
   MS_MPI_CHECK(MPI_Allgather(&me, sizeof(Identity), MPI_BYTE, all.data(), sizeof(Identity), MPI_BYTE, world));
   std::vector<Peer> peers;
   for (int r = 0; r < size; ++r) {
-    if (r == rank || std::strcmp(all[r].host, me.host) != 0) continue;
+    if (r == rank || !SamePidSpace(all[r], me)) continue;  // another node, kernel or container: the launcher's
     Peer p{r, all[r].pid, PidfdOpen(all[r].pid)};
     if (p.fd < 0 && ProcessEnded(p.pid, nullptr)) {
       std::fprintf(stderr, "multiscreen: warning: rank %d cannot see rank %d's process (pid %d): not watching it\n",

@@ -8,7 +8,11 @@
 // through FatalError, which aborts the job. Of the survivors on that node only the
 // lowest-numbered reports at once (the others wait 3 s for it), so that one line
 // says it. Peers on other nodes are the launcher's to notice (mpirun ends the job
-// when a process of it dies).
+// when a process of it dies), and so are peers on this node in another pid namespace
+// (a container per rank): "the same node" means the same host name, boot id and pid
+// namespace, so that a pid is never looked up where it means another process.
+// A rank that is stopped (SIGSTOP) or hung, rather than gone, is not noticed: the job
+// waits in its collective (NCCL's own timeout aside) until the launcher's time limit.
 // Stopped before MPI_Finalize (MpiSession does both), since after it peers may leave.
 #pragma once
 

@@ -188,6 +188,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   auto model = ParallelModel::Create(*grid, dims, options, dp_options);
   if (!model.ok()) return model.status();
   t->model_ = std::move(*model);
+  if (dp_options.overlap && grid->shape().dp > 1 && !t->model_->data_parallel().overlapped() && t->is_logger()) {
+    // ProcessGrid::DuplicateDp gives an NCCL dp group no second communicator.
+    LogInfo("dp reduction: not overlapped with the backward over NCCL yet (--dp_overlap applies to the MPI and "
+            "staged paths); it runs after the backward");
+  }
   const ParamLayout& layout = t->model_->layout();
   // The step's state lives on its device (DESIGN "Devices"): parameters initialized
   // on the host and uploaded, the named point "parameters in".
