@@ -234,13 +234,31 @@ class CorruptInputsTest(OneLineErrors):
     def test_prepare_turns_an_exception_in_its_reader_thread_into_one_line(self):
         # /dev/zero is one endless document: under a 1 GiB address-space cap reading it
         # runs out of memory in prepare's reader thread, which called std::terminate.
+        # The cap is 768 MiB above the binary's own start-up address space (a CUDA build maps
+        # NCCL and the CUDA runtime: about 0.8 GiB before main; under a flat 1 GiB cap
+        # OpenBLAS's initializer then retried its allocation for ever), and the document
+        # bound is lifted so that memory, not --max_document_bytes, ends the read.
         d = self.tokenizer()
+        idle = subprocess.Popen([BIN, "tokenize", f"--tokenizer={d}"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            start_kb = 0
+            for _ in range(100):  # until it waits for stdin, its libraries and tokenizer loaded
+                with open(f"/proc/{idle.pid}/status") as f:
+                    start_kb = max(start_kb, next(int(l.split()[1]) for l in f if l.startswith("VmSize:")))
+                with open(f"/proc/{idle.pid}/wchan") as f:
+                    if "pipe" in f.read():
+                        break
+                time.sleep(0.1)
+        finally:
+            idle.communicate(b"", timeout=30)
+        limit = start_kb * 1024 + (768 << 20)
         def cap():
-            resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         r = subprocess.run([BIN, "prepare", f"--tokenizer={d}", "--input=/dev/zero", "--input_format=text",
-                            f"--output={self.dir}/o", "--threads=1"], capture_output=True, text=True, timeout=60,
-                           preexec_fn=cap)
+                            f"--output={self.dir}/o", "--threads=1", "--max_document_bytes=1T"], capture_output=True,
+                           text=True, timeout=60, preexec_fn=cap)
         self.assert_one_line_error(r, "/dev/zero: out of memory reading it")
 
 
