@@ -26,6 +26,9 @@ import unittest
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
+from train_e2e_test import SyntheticCorpusCase  # noqa: E402
+
 BIN = SRC = MPIRUN = None
 SEED = 7
 
@@ -62,20 +65,7 @@ def _datasets(f):
     return names
 
 
-class StreamedCkptCliTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
-        import train_e2e_test
-        train_e2e_test.SRC = SRC
-        cls.data = os.path.join(cls.tmp.name, "data")
-        train_e2e_test.synthetic_shards(cls.data)
-        cls.config = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class StreamedCkptCliTest(SyntheticCorpusCase):
 
     def path(self, name):
         return os.path.join(self.tmp.name, name)

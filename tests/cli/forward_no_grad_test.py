@@ -20,6 +20,9 @@ import unittest
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
+from train_e2e_test import SyntheticCorpusCase  # noqa: E402
+
 BIN = SRC = None
 
 
@@ -35,20 +38,11 @@ def losses(path):
         return f["loss"][()], f["token_losses"][()], "grad" in f
 
 
-class ForwardNoGradTest(unittest.TestCase):
+class ForwardNoGradTest(SyntheticCorpusCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
-        import train_e2e_test
-        train_e2e_test.SRC = SRC
-        cls.data = os.path.join(cls.tmp.name, "data")
-        train_e2e_test.synthetic_shards(cls.data)
+        super().setUpClass()
         cls.tokens = os.path.join(cls.data, "val_000000.bin")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
 
     def path(self, name):
         return os.path.join(self.tmp.name, name)

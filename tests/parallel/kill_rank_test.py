@@ -17,6 +17,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
+from train_e2e_test import SyntheticCorpusCase  # noqa: E402
+
 BIN = SRC = MPIRUN = None
 LIMIT_S = 60
 
@@ -54,19 +57,7 @@ def first_step_logged(run_dir):
         return False
 
 
-class KillRankTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
-        import train_e2e_test
-        train_e2e_test.SRC = SRC
-        cls.data = os.path.join(cls.tmp.name, "data")
-        train_e2e_test.synthetic_shards(cls.data)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class KillRankTest(SyntheticCorpusCase):
 
     def kill_and_watch(self, name, victim, np, *flags):
         run_dir = os.path.join(self.tmp.name, name)

@@ -15,6 +15,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
+from train_e2e_test import SyntheticCorpusCase  # noqa: E402
+
 BIN = SRC = MPIRUN = None
 
 
@@ -23,20 +26,7 @@ def rows(run_dir):
         return [json.loads(line) for line in f if '"loss"' in line and '"step"' in line]
 
 
-class TrainDpOverlapTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
-        import train_e2e_test
-        train_e2e_test.SRC = SRC
-        cls.data = os.path.join(cls.tmp.name, "data")
-        train_e2e_test.synthetic_shards(cls.data)
-        cls.config = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class TrainDpOverlapTest(SyntheticCorpusCase):
 
     def train(self, name, *flags):
         run_dir = os.path.join(self.tmp.name, name)

@@ -20,6 +20,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
+from train_e2e_test import SyntheticCorpusCase  # noqa: E402
+
 BIN = SRC = MPIRUN = None
 TOL = 1e-5  # relative, per logged loss (issue 7)
 # The layouts differ from one process only in the order of fp32 sums (tp and dp
@@ -45,23 +48,13 @@ def metrics(run_dir):
             for m in read_metrics(os.path.join(run_dir, "metrics.jsonl"))}
 
 
-class TrainLayoutsTest(unittest.TestCase):
+class TrainLayoutsTest(SyntheticCorpusCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
-        import train_e2e_test
-        train_e2e_test.SRC = SRC
-        cls.data = os.path.join(cls.tmp.name, "data")
-        train_e2e_test.synthetic_shards(cls.data)
-        cls.config = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
+        super().setUpClass()
         # The reference: one process, global batch 16 = grad_accum 4 x micro_batch 4.
         cls.reference = os.path.join(cls.tmp.name, "single")
         cls.train(cls, cls.reference, 1, "--grad_accum=4", "--steps=20")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
 
     def train(self, run_dir, np, *flags):
         cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}",

@@ -21,6 +21,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
+from train_e2e_test import SyntheticCorpusCase  # noqa: E402
+
 BIN = SRC = MPIRUN = None
 
 
@@ -50,20 +53,7 @@ def train_losses(run_dir):
     return {m["step"]: m["loss"] for m in standing(run_dir) if "loss" in m}
 
 
-class ResumeSafetyTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        sys.path.insert(0, os.path.join(SRC, "tests", "trainer"))
-        import train_e2e_test
-        train_e2e_test.SRC = SRC
-        cls.data = os.path.join(cls.tmp.name, "data")
-        train_e2e_test.synthetic_shards(cls.data)
-        cls.config = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class ResumeSafetyTest(SyntheticCorpusCase):
 
     def train(self, run_dir, *flags, np=1, check=True):
         cmd = [BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}", *flags]

@@ -64,9 +64,16 @@ def wait_for_step(run_dir, step, timeout):
         time.sleep(0.005)
 
 
-class TrainTest(unittest.TestCase):
+class SyntheticCorpusCase(unittest.TestCase):
+    """The e2e tests' common set-up: a temporary directory (cls.tmp) holding the synthetic
+    corpus (cls.data, synthetic_shards) and the tiny run file (cls.config), removed after
+    the class. Other test files import it from here (tests/trainer on sys.path)."""
+
     @classmethod
     def setUpClass(cls):
+        global SRC
+        if SRC is None:  # imported by another test: the checkout this file is in
+            SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
         cls.tmp = tempfile.TemporaryDirectory()
         cls.data = os.path.join(cls.tmp.name, "data")
         synthetic_shards(cls.data)
@@ -75,6 +82,9 @@ class TrainTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
+
+
+class TrainTest(SyntheticCorpusCase):
 
     def run_dir(self, name):
         return os.path.join(self.tmp.name, name)
