@@ -47,7 +47,7 @@ void AdamW(const AdamWArgs& args, float* params, const float* grads, float* m, f
   k.one_minus_b2 = static_cast<float>(1.0 - args.beta2);
   k.eps = static_cast<float>(args.eps);
   k.decays = args.weight_decay != 0.0;
-  AdamWKernel<<<BlocksFor(n), kThreads, 0, stream>>>(k, args.decay, params, grads, m, v, n);
+  Launch<AdamWKernel>(BlocksFor(n), kThreads, 0, stream, k, args.decay, params, grads, m, v, n);
   MS_CUDA_CHECK_LAUNCH("AdamW");
 }
 

@@ -214,8 +214,8 @@ void AttentionForward(const cpu::AttentionShape& shape, const float* q, const fl
   CheckHeadWidth("AttentionForward", shape.d_h);
   UploadDoubles("AttentionForward", scale, shape.heads, &scratch->scale, stream);
   scratch->lse.Resize(rows);
-  ForwardKernel<<<WarpGrid(rows), dim3(kWarp, kWarpsPerBlock), 0, stream>>>(
-      q, k, v, scratch->scale.data(), o, scratch->lse.data(), rows, shape.seq, shape.heads, shape.d_h);
+  Launch<ForwardKernel>(WarpGrid(rows), dim3(kWarp, kWarpsPerBlock), 0, stream, q, k, v,
+                        scratch->scale.data(), o, scratch->lse.data(), rows, shape.seq, shape.heads, shape.d_h);
   MS_CUDA_CHECK_LAUNCH("AttentionForward");
   DownloadDoubles("AttentionForward", scratch->lse.data(), rows, lse, stream);
 }
@@ -235,16 +235,16 @@ void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const f
   scratch->parts.Resize(rows);
   scratch->d_scale.Resize(H);
   const dim3 grid = WarpGrid(rows), block(kWarp, kWarpsPerBlock);
-  DeltaKernel<<<grid, block, 0, stream>>>(o, d_o, scratch->delta.data(), rows, T, H, dh);
+  Launch<DeltaKernel>(grid, block, 0, stream, o, d_o, scratch->delta.data(), rows, T, H, dh);
   MS_CUDA_CHECK_LAUNCH("AttentionBackward");
-  QueryGradKernel<<<grid, block, 0, stream>>>(q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
-                                              scratch->scale.data(), dq, scratch->parts.data(), rows, T, H, dh);
+  Launch<QueryGradKernel>(grid, block, 0, stream, q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
+                          scratch->scale.data(), dq, scratch->parts.data(), rows, T, H, dh);
   MS_CUDA_CHECK_LAUNCH("AttentionBackward");
-  KeyValueGradKernel<<<grid, block, 0, stream>>>(q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
-                                                 scratch->scale.data(), dk, dv, rows, T, H, dh);
+  Launch<KeyValueGradKernel>(grid, block, 0, stream, q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
+                             scratch->scale.data(), dk, dv, rows, T, H, dh);
   MS_CUDA_CHECK_LAUNCH("AttentionBackward");
-  ScaleGradKernel<<<static_cast<unsigned>(H), kThreads, 0, stream>>>(scratch->parts.data(), shape.batch, T, H,
-                                                                     scratch->d_scale.data());
+  Launch<ScaleGradKernel>(static_cast<unsigned>(H), kThreads, 0, stream,
+                          scratch->parts.data(), shape.batch, T, H, scratch->d_scale.data());
   MS_CUDA_CHECK_LAUNCH("AttentionBackward");
   DownloadDoubles("AttentionBackward", scratch->d_scale.data(), H, d_scale, stream);
 }

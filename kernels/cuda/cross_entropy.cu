@@ -113,8 +113,8 @@ void SoftmaxStats(const float* z, int64_t ld, int64_t rows, int64_t V, double* r
   const char* op = "SoftmaxStats";
   scratch->first.Resize(rows);
   scratch->second.Resize(rows);
-  StatsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(z, ld, V, scratch->first.data(),
-                                                                    scratch->second.data());
+  Launch<StatsKernel>(static_cast<unsigned>(rows), kThreads, 0, stream, z, ld, V,
+                      scratch->first.data(), scratch->second.data());
   MS_CUDA_CHECK_LAUNCH(op);
   MS_CUDA_CHECK(op, cudaMemcpyAsync(row_max, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,
                                     stream));
@@ -127,7 +127,7 @@ void TargetLogits(const float* z, int64_t ld, int64_t rows, const int64_t* targe
   const char* op = "TargetLogits";
   const int64_t* target_dev = UploadTargets(op, target, rows, scratch, stream);
   scratch->first.Resize(rows);
-  TargetKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(z, ld, rows, target_dev, scratch->first.data());
+  Launch<TargetKernel>(BlocksFor(rows), kThreads, 0, stream, z, ld, rows, target_dev, scratch->first.data());
   MS_CUDA_CHECK_LAUNCH(op);
   scratch->host.resize(rows);
   DownloadDoubles(op, scratch->first.data(), rows, scratch->host.data(), stream);
@@ -146,8 +146,8 @@ void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const doubl
   const unsigned col_blocks = static_cast<unsigned>(std::min<int64_t>((V + kThreads - 1) / kThreads, 1024));
   for (int64_t r0 = 0; r0 < rows; r0 += 65535) {  // gridDim.y is at most 65535
     const int64_t nr = std::min<int64_t>(65535, rows - r0);
-    GradKernel<<<dim3(col_blocks, static_cast<unsigned>(nr)), kThreads, 0, stream>>>(
-        z + r0 * ld, ld, V, scratch->first.data() + r0, target_dev + r0, coef);
+    Launch<GradKernel>(dim3(col_blocks, static_cast<unsigned>(nr)), kThreads, 0, stream, z + r0 * ld, ld, V,
+                       scratch->first.data() + r0, target_dev + r0, coef);
     MS_CUDA_CHECK_LAUNCH(op);
   }
 }
@@ -167,10 +167,8 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
     const int64_t nr = std::min(chunk, rows - r0);
     const float* y = args.y + r0 * d_e;
     gemm->Run(args.precision, false, true, nr, V, d_e, args.scale, y, d_e, args.e_bar, d_e, 0.f, z, V);
-    HeadRowKernel<<<static_cast<unsigned>(nr), kThreads, 0, stream>>>(z, V, args.shift, target_dev + r0,
-                                                                      args.coef * args.scale, grad,
-                                                                      scratch->first.data() + r0,
-                                                                      scratch->second.data() + r0);
+    Launch<HeadRowKernel>(static_cast<unsigned>(nr), kThreads, 0, stream, z, V, args.shift, target_dev + r0,
+                          args.coef * args.scale, grad, scratch->first.data() + r0, scratch->second.data() + r0);
     MS_CUDA_CHECK_LAUNCH(op);
     if (grad) {
       gemm->Run(args.precision, false, false, nr, d_e, V, 1.f, z, V, args.e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);

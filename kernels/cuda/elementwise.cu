@@ -99,9 +99,9 @@ template <typename Term>
 double Reduce(const char* op, Term term, int64_t n, double* scratch, cudaStream_t stream) {
   if (n <= 0) return 0;
   const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kReduceBlocks));
-  PartialSumKernel<<<blocks, kThreads, 0, stream>>>(term, n, scratch);
+  Launch<PartialSumKernel<Term>>(blocks, kThreads, 0, stream, term, n, scratch);
   MS_CUDA_CHECK_LAUNCH(op);
-  FinalSumKernel<<<1, kThreads, 0, stream>>>(scratch, blocks, scratch + kReduceBlocks);
+  Launch<FinalSumKernel>(1, kThreads, 0, stream, scratch, blocks, scratch + kReduceBlocks);
   MS_CUDA_CHECK_LAUNCH(op);
   double result = 0;
   MS_CUDA_CHECK(op, cudaMemcpyAsync(&result, scratch + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
@@ -113,32 +113,32 @@ double Reduce(const char* op, Term term, int64_t n, double* scratch, cudaStream_
 
 void Fill(float* dst, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0) return;
-  FillKernel<<<BlocksFor(n), kThreads, 0, stream>>>(dst, n, value);
+  Launch<FillKernel>(BlocksFor(n), kThreads, 0, stream, dst, n, value);
   MS_CUDA_CHECK_LAUNCH("Fill");
 }
 
 void AddInto(const float* src, int64_t n, float* dst, cudaStream_t stream) {
   if (n <= 0) return;
-  AddIntoKernel<<<BlocksFor(n), kThreads, 0, stream>>>(src, n, dst);
+  Launch<AddIntoKernel>(BlocksFor(n), kThreads, 0, stream, src, n, dst);
   MS_CUDA_CHECK_LAUNCH("AddInto");
 }
 
 void Scale(float* x, int64_t n, float factor, cudaStream_t stream) {
   if (n <= 0) return;
-  ScaleKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, factor);
+  Launch<ScaleKernel>(BlocksFor(n), kThreads, 0, stream, x, n, factor);
   MS_CUDA_CHECK_LAUNCH("Scale");
 }
 
 void Copy2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst, bool accumulate,
             cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
-  Copy2DKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(src, ld_src, rows, cols, dst, ld_dst, accumulate);
+  Launch<Copy2DKernel>(BlocksFor(rows * cols), kThreads, 0, stream, src, ld_src, rows, cols, dst, ld_dst, accumulate);
   MS_CUDA_CHECK_LAUNCH(accumulate ? "Add2D" : "Copy2D");
 }
 
 void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream) {
   if (precision == Precision::kFp32 || n <= 0) return;
-  RoundKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, precision == Precision::kBf16);
+  Launch<RoundKernel>(BlocksFor(n), kThreads, 0, stream, x, n, precision == Precision::kBf16);
   MS_CUDA_CHECK_LAUNCH("RoundTo");
 }
 

@@ -39,7 +39,8 @@ void EmbeddingForward(const float* table, int64_t v0, int64_t v1, int64_t d, con
   scratch->ids.Resize(count);
   MS_CUDA_CHECK("EmbeddingForward", cudaMemcpyAsync(scratch->ids.data(), ids, count * sizeof(int32_t),
                                                     cudaMemcpyHostToDevice, stream));
-  GatherKernel<<<BlocksFor(count * d), kThreads, 0, stream>>>(table, v0, v1, d, scratch->ids.data(), count, scale, out);
+  Launch<GatherKernel>(BlocksFor(count * d), kThreads, 0, stream, table, v0, v1, d,
+                       scratch->ids.data(), count, scale, out);
   MS_CUDA_CHECK_LAUNCH("EmbeddingForward");
 }
 
@@ -81,8 +82,8 @@ void EmbeddingBackward(const float* dout, const int32_t* ids, int64_t count, int
   MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->positions.data(), scratch->host_positions.data(), kept * sizeof(int64_t),
                                     cudaMemcpyHostToDevice, stream));
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, ((d + 31) / 32) * 32));
-  ScatterKernel<<<static_cast<unsigned>(touched), threads, 0, stream>>>(
-      dout, scratch->rows.data(), scratch->offsets.data(), scratch->positions.data(), d, scale, dtable);
+  Launch<ScatterKernel>(static_cast<unsigned>(touched), threads, 0, stream, dout,
+                        scratch->rows.data(), scratch->offsets.data(), scratch->positions.data(), d, scale, dtable);
   MS_CUDA_CHECK_LAUNCH(op);
 }
 

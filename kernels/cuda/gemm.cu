@@ -41,11 +41,11 @@ const void* Pack(Precision precision, const float* src, int64_t ld, int64_t rows
                  DeviceArray<uint16_t>* dst, cudaStream_t stream) {
   dst->Resize(rows * cols);
   if (precision == Precision::kBf16) {
-    PackKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(src, ld, rows, cols,
-                                                                reinterpret_cast<__nv_bfloat16*>(dst->data()));
+    Launch<PackKernel<__nv_bfloat16>>(BlocksFor(rows * cols), kThreads, 0, stream, src, ld, rows, cols,
+                                      reinterpret_cast<__nv_bfloat16*>(dst->data()));
   } else {
-    PackKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(src, ld, rows, cols,
-                                                                reinterpret_cast<__half*>(dst->data()));
+    Launch<PackKernel<__half>>(BlocksFor(rows * cols), kThreads, 0, stream, src, ld, rows, cols,
+                               reinterpret_cast<__half*>(dst->data()));
   }
   MS_CUDA_CHECK_LAUNCH("Gemm");
   return dst->data();
@@ -194,7 +194,7 @@ void GemmRunner::Run(Precision precision, bool trans_a, bool trans_b, int64_t m,
 void MoveAddTransposed(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>((rows + kTile - 1) / kTile));
-  MoveAddTransposedKernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(a, rows, cols, lda, b, ldb);
+  Launch<MoveAddTransposedKernel>(grid, dim3(kTile, kTileRows), 0, stream, a, rows, cols, lda, b, ldb);
   MS_CUDA_CHECK_LAUNCH("MoveAddTransposed");
 }
 

@@ -77,15 +77,15 @@ dim3 RowGrid(int64_t rows) { return dim3(static_cast<unsigned>((rows + kRowsPerB
 void RmsNormForward(const float* x, const float* gain, float* y, float* rstd, int64_t rows, int64_t d,
                     cudaStream_t stream) {
   if (rows <= 0) return;
-  ForwardKernel<<<RowGrid(rows), dim3(kWarp, kRowsPerBlock), 0, stream>>>(x, gain, y, rstd, rows, d);
+  Launch<ForwardKernel>(RowGrid(rows), dim3(kWarp, kRowsPerBlock), 0, stream, x, gain, y, rstd, rows, d);
   MS_CUDA_CHECK_LAUNCH("RmsNormForward");
 }
 
 void RmsNormBackward(const float* x, const float* gain, const float* rstd, const float* dy, float* dx, float* dgain,
                      int64_t rows, int64_t d, bool accumulate, RmsNormScratch* scratch, cudaStream_t stream) {
   if (rows <= 0) return;
-  BackwardKernel<<<RowGrid(rows), dim3(kWarp, kRowsPerBlock), 0, stream>>>(x, gain, rstd, dy, dx, rows, d,
-                                                                            accumulate);
+  Launch<BackwardKernel>(RowGrid(rows), dim3(kWarp, kRowsPerBlock), 0, stream, x, gain, rstd, dy, dx, rows, d,
+                         accumulate);
   MS_CUDA_CHECK_LAUNCH("RmsNormBackward");
   if (gain == nullptr || dgain == nullptr || d <= 0) return;
   // Chunks of kChunkRows rows, longer where rows would need more than 65535 (the grid's y limit).
@@ -93,10 +93,10 @@ void RmsNormBackward(const float* x, const float* gain, const float* rstd, const
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
   scratch->partial.Resize(chunks * d);
   const unsigned column_blocks = static_cast<unsigned>((d + kThreads - 1) / kThreads);
-  GainPartialKernel<<<dim3(column_blocks, static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
-      x, rstd, dy, scratch->partial.data(), rows, d, chunk_rows);
+  Launch<GainPartialKernel>(dim3(column_blocks, static_cast<unsigned>(chunks)), kThreads, 0, stream, x, rstd, dy,
+                            scratch->partial.data(), rows, d, chunk_rows);
   MS_CUDA_CHECK_LAUNCH("RmsNormBackward");
-  GainSumKernel<<<column_blocks, kThreads, 0, stream>>>(scratch->partial.data(), chunks, d, dgain);
+  Launch<GainSumKernel>(column_blocks, kThreads, 0, stream, scratch->partial.data(), chunks, d, dgain);
   MS_CUDA_CHECK_LAUNCH("RmsNormBackward");
 }
 

@@ -28,7 +28,7 @@ __global__ void RopeKernel(float* x, int64_t ld, int64_t T, int64_t heads, int64
 void Rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse, cudaStream_t stream) {
   const int64_t n = B * T * heads * (d_h / 2);
   if (n <= 0) return;
-  RopeKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, ld, T, heads, d_h, n, inverse ? -1.0 : 1.0);
+  Launch<RopeKernel>(BlocksFor(n), kThreads, 0, stream, x, ld, T, heads, d_h, n, inverse ? -1.0 : 1.0);
   MS_CUDA_CHECK_LAUNCH("Rope");
 }
 

@@ -361,21 +361,22 @@ unsigned Blocks(const Dims& s) { return static_cast<unsigned>((s.batch * s.tiles
 template <int DK, int DV>
 void LaunchForward(const Dims& s, const float* P, const ScreeningScratch& scratch, const ScreeningSaved<float>& saved,
                    float* U, cudaStream_t stream) {
-  NormalizeKernel<DK, DV><<<Blocks(s), kBlock, 0, stream>>>(s, P, scratch.params.data(), saved);
+  Launch<NormalizeKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, scratch.params.data(), saved);
   MS_CUDA_CHECK_LAUNCH("ScreeningForward");
-  AggregateKernel<DK, DV><<<Blocks(s), kBlock, 0, stream>>>(s, P, scratch.params.data(), scratch.mask.data(), saved, U);
+  Launch<AggregateKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, scratch.params.data(), scratch.mask.data(), saved,
+                                  U);
   MS_CUDA_CHECK_LAUNCH("ScreeningForward");
 }
 
 template <int DK, int DV>
 void LaunchBackward(const Dims& s, const float* P, const float* dU, ScreeningScratch& scratch,
                     const ScreeningSaved<float>& saved, float* dP, cudaStream_t stream) {
-  QueryBackwardKernel<DK, DV><<<Blocks(s), kBlock, 0, stream>>>(s, P, dU, scratch.params.data(), scratch.mask.data(),
-                                                                scratch.dmask.data(), saved, dP, scratch.dh.data(),
-                                                                scratch.partial.data());
+  Launch<QueryBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, dU, scratch.params.data(),
+                                      scratch.mask.data(), scratch.dmask.data(), saved, dP, scratch.dh.data(),
+                                      scratch.partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
-  KeyBackwardKernel<DK, DV><<<Blocks(s), kBlock, 0, stream>>>(s, scratch.params.data(), scratch.mask.data(), saved,
-                                                              scratch.dh.data(), dP, scratch.partial.data());
+  Launch<KeyBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.params.data(), scratch.mask.data(), saved,
+                                    scratch.dh.data(), dP, scratch.partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
 }
 
@@ -411,8 +412,8 @@ void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileSc
   } else {
     LaunchBackward<0, 0>(s, P, dU, *scratch, saved, dP, stream);
   }
-  ReducePartsKernel<<<static_cast<unsigned>(tasks), kBlock, 0, stream>>>(scratch->partial.data(), shape.seq,
-                                                                         scratch->sums.data());
+  Launch<ReducePartsKernel>(static_cast<unsigned>(tasks), kBlock, 0, stream,
+                            scratch->partial.data(), shape.seq, scratch->sums.data());
   MS_CUDA_CHECK_LAUNCH(op);
   scratch->host_sums.resize(tasks * kParts);
   MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->host_sums.data(), scratch->sums.data(), tasks * kParts * sizeof(double),

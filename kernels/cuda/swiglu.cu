@@ -33,14 +33,14 @@ __global__ void BackwardKernel(const float* gu, const float* dh, float* dgu, int
 void SwiGluForward(const float* gu, float* h, int64_t rows, int64_t f, cudaStream_t stream) {
   const int64_t n = rows * f;
   if (n <= 0) return;
-  ForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(gu, h, f, n);
+  Launch<ForwardKernel>(BlocksFor(n), kThreads, 0, stream, gu, h, f, n);
   MS_CUDA_CHECK_LAUNCH("SwiGluForward");
 }
 
 void SwiGluBackward(const float* gu, const float* dh, float* dgu, int64_t rows, int64_t f, cudaStream_t stream) {
   const int64_t n = rows * f;
   if (n <= 0) return;
-  BackwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(gu, dh, dgu, f, n);
+  Launch<BackwardKernel>(BlocksFor(n), kThreads, 0, stream, gu, dh, dgu, f, n);
   MS_CUDA_CHECK_LAUNCH("SwiGluBackward");
 }
 

@@ -45,14 +45,15 @@ dim3 Grid(int64_t rows) { return dim3(static_cast<unsigned>((rows + kRowsPerBloc
 
 absl::Status TanhNormForward(const float* h, float* u, int64_t rows, int64_t d, void* stream) {
   if (rows == 0) return absl::OkStatus();
-  ForwardKernel<<<Grid(rows), dim3(kWarp, kRowsPerBlock), 0, static_cast<cudaStream_t>(stream)>>>(h, u, rows, d);
+  Launch<ForwardKernel>(Grid(rows), dim3(kWarp, kRowsPerBlock), 0, static_cast<cudaStream_t>(stream), h, u, rows, d);
   MS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
 absl::Status TanhNormBackward(const float* h, const float* du, float* dh, int64_t rows, int64_t d, void* stream) {
   if (rows == 0) return absl::OkStatus();
-  BackwardKernel<<<Grid(rows), dim3(kWarp, kRowsPerBlock), 0, static_cast<cudaStream_t>(stream)>>>(h, du, dh, rows, d);
+  Launch<BackwardKernel>(Grid(rows), dim3(kWarp, kRowsPerBlock), 0, static_cast<cudaStream_t>(stream), h, du, dh, rows,
+                         d);
   MS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

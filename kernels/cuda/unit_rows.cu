@@ -52,15 +52,15 @@ dim3 Grid(int64_t rows) { return dim3(static_cast<unsigned>((rows + kRowsPerBloc
 void UnitRowsForward(const float* x, int64_t ldx, float* y, int64_t ldy, float* norm, int64_t rows, int64_t d,
                      cudaStream_t stream) {
   if (rows <= 0) return;
-  ForwardKernel<<<Grid(rows), dim3(kWarp, kRowsPerBlock), 0, stream>>>(x, ldx, y, ldy, norm, rows, d);
+  Launch<ForwardKernel>(Grid(rows), dim3(kWarp, kRowsPerBlock), 0, stream, x, ldx, y, ldy, norm, rows, d);
   MS_CUDA_CHECK_LAUNCH("UnitRowsForward");
 }
 
 void UnitRowsBackward(const float* y, int64_t ldy, const float* norm, const float* dy, int64_t lddy, float* dx,
                       int64_t lddx, int64_t rows, int64_t d, bool accumulate, cudaStream_t stream) {
   if (rows <= 0) return;
-  BackwardKernel<<<Grid(rows), dim3(kWarp, kRowsPerBlock), 0, stream>>>(y, ldy, norm, dy, lddy, dx, lddx, rows, d,
-                                                                         accumulate);
+  Launch<BackwardKernel>(Grid(rows), dim3(kWarp, kRowsPerBlock), 0, stream, y, ldy, norm, dy, lddy, dx, lddx, rows, d,
+                         accumulate);
   MS_CUDA_CHECK_LAUNCH("UnitRowsBackward");
 }
 

@@ -1,0 +1,100 @@
+// The emulated CUDA device's internals shared by its parts (runtime.cc, memory.cc,
+// scheduler.cc, checks.cc, cublas.cc, nccl.cc): device memory and what is known of
+// each byte, the checkers' reports, the streams' queues, and the devices a process
+// sees. Test infrastructure: the emulated build (MULTISCREEN_CUDA=EMULATED) links this
+// folder in place of cudart, cuBLAS, cuBLASLt and NCCL; the kernels know nothing of it
+// beyond kernels/cuda/launch.h. Not for the product's nvcc build.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace msemu {
+
+// ---- Devices ---------------------------------------------------------------------
+
+// Devices this process sees: MULTISCREEN_EMULATED_GPUS (default 1, at most 64) on the
+// node, filtered and renumbered by CUDA_VISIBLE_DEVICES (indices, as CUDA reads them).
+int VisibleDeviceCount();
+// The current device of the calling host thread (cudaSetDevice), an index into the
+// visible devices.
+int CurrentDevice();
+void SetCurrentDevice(int device);
+// The node-wide index of visible device `device` (what CUDA_VISIBLE_DEVICES named).
+int NodeDeviceIndex(int device);
+// "0000:NN:00.0": a distinct PCI bus id per node-wide device index, as a node's GPUs have.
+std::string PciBusId(int device);
+
+// ---- Device memory ------------------------------------------------------------------
+
+// One cudaMalloc: [base, base + bytes) on `device`; every byte starts uninitialized
+// (and holds signalling-NaN bytes), a write (kernel store, memcpy, memset, library
+// output) initializes it.
+struct Allocation {
+  uintptr_t base = 0;
+  size_t bytes = 0;
+  int device = 0;
+  std::vector<uint8_t> initialized;  // one flag per byte
+};
+
+// Allocates `bytes` of device memory on the current device (guard zones either side,
+// counted against the device's capacity: MULTISCREEN_EMULATED_GPU_MEMORY bytes,
+// default 80 GiB); nullptr when it would not fit.
+void* DeviceAllocate(size_t bytes);
+// Frees what DeviceAllocate returned; false when p is not the start of a live allocation.
+bool DeviceFree(void* p);
+// Bytes allocated and capacity of the current device.
+void DeviceMemoryInfo(size_t* free_bytes, size_t* total_bytes);
+
+// The live allocation that holds address p, or nullptr. The pointer stays valid until
+// that allocation is freed.
+Allocation* FindAllocation(const void* p);
+// Empty when [p, p + bytes) lies inside one live allocation; otherwise one phrase
+// saying why not, e.g. "0x7f.. is host memory, not device memory" or "8 bytes past the
+// end of a 1024-byte allocation at 0x7f..".
+std::string DescribeBadDeviceRange(const void* p, size_t bytes);
+// Marks [p, p + bytes) (inside device memory) as written.
+void MarkInitialized(const void* p, size_t bytes);
+// Offset of the first byte of [p, p + bytes) never written, or -1 (also -1 where the
+// range is not device memory).
+int64_t FirstUninitialized(const void* p, size_t bytes);
+// Copies the initialized-flags of [src, src + bytes) onto [dst, dst + bytes) (device to
+// device copies carry what is known).
+void CopyInitialized(void* dst, const void* src, size_t bytes);
+
+// ---- Reports ------------------------------------------------------------------------
+
+// A finding of the checkers (race, out of bounds, uninitialized read, barrier, API
+// misuse): one line, starting "cuda emulator: ". Printed to stderr and the process
+// exits with status 86, unless a ScopedCapture is active, which collects it instead.
+void Report(const std::string& line);
+
+// While alive, reports are collected (for the tests that plant a bug and check that
+// its report appears) instead of ending the process.
+class ScopedCapture {
+ public:
+  ScopedCapture();
+  ~ScopedCapture();
+  ScopedCapture(const ScopedCapture&) = delete;
+  ScopedCapture& operator=(const ScopedCapture&) = delete;
+  const std::vector<std::string>& reports() const;
+};
+
+// ---- Streams ------------------------------------------------------------------------
+
+// Work that runs on a stream's worker thread after everything queued on that stream
+// before it (the NCCL collectives, cudaLaunchHostFunc). Kernels, copies and memsets run
+// at once on the calling thread, after the stream's queued work is done.
+void Enqueue(cudaStream_t stream, std::function<void()> work);
+// Blocks until the stream's queued work is done (for the legacy stream: every
+// blocking stream's).
+void WaitStream(cudaStream_t stream);
+// True when nothing queued on the stream is still running or waiting.
+bool StreamIdle(cudaStream_t stream);
+
+}  // namespace msemu

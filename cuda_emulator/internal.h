@@ -1,0 +1,86 @@
+// The state that the scheduler (scheduler.cc) and the checkers (checks.cc) share: the
+// running block and thread of each host thread, and the shadow of shared memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace msemu {
+
+// printf into a std::string.
+std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+// What address p is, for a report: "offset 8 of a 64-byte allocation at 0x..", "4 bytes
+// past the end of ..", or "0x.., which is not device memory".
+std::string DescribeAddress(uintptr_t p);
+// Bumped by every cudaFree, so that cached allocation look-ups know to look again.
+extern std::atomic<uint64_t> g_heap_generation;
+
+// What the race checker knows of one byte of shared memory within the running block:
+// the last write and the last read, each with the barrier interval (epoch) it fell in.
+struct Shadow {
+  uint32_t write_epoch = 0, read_epoch = 0;  // 0: never
+  int32_t writer = -1, reader = -1;          // linear thread index
+  uint32_t writer_warp_epoch = 0, reader_warp_epoch = 0;
+  bool many_readers = false;                 // more than one thread read in read_epoch
+  bool atomic = false;                       // the last write was an atomic
+};
+
+// One emulated thread (a fiber) of the running block.
+struct ThreadState {
+  uintptr_t stack_lo = 0, stack_hi = 0;
+  uint3 idx{};
+  int linear = 0, warp = 0, lane = 0;
+};
+
+// The running block of a launch.
+struct BlockState {
+  const char* kernel = "";
+  uint3 idx{};
+  dim3 dim, grid;
+  uint32_t epoch = 1;                    // barrier intervals passed, from 1
+  std::vector<uint32_t> warp_epoch;      // warp-collective rendezvous passed, per warp
+  std::unordered_map<uintptr_t, Shadow> shared;  // by address
+  char* dynamic_shared = nullptr;
+  size_t dynamic_bytes = 0;
+};
+
+// The emulated thread running on this host thread (null outside kernel code), its
+// block, and whether its loads and stores are checked now.
+extern thread_local ThreadState* t_thread;
+extern thread_local BlockState* t_block;
+extern thread_local bool t_checking;
+
+// "kernel K block (x,y,z) thread (x,y,z)" of the running thread.
+std::string WhereNow();
+// Ends the running emulated thread at once and fails its launch with `error` (what a
+// GPU does on an illegal address: the context keeps the error).
+[[noreturn]] void KillThread(cudaError_t error);
+// Sets the process's sticky error (every later runtime call returns it).
+void SetStickyError(cudaError_t error);
+cudaError_t StickyError();
+void ClearStickyError();
+// Frees every live allocation of the current device (cudaDeviceReset).
+void FreeAllAllocations();
+// The address range of the calling host thread's static TLS (where static __shared__
+// variables live).
+void StaticTlsRange(uintptr_t* lo, uintptr_t* hi);
+// A shared-memory access of the running thread (checks.cc): race and initialization.
+void CheckShared(uintptr_t address, size_t bytes, bool write, bool atomic);
+// A global (device) memory access of the running thread (checks.cc).
+void CheckGlobal(uintptr_t address, size_t bytes, bool write);
+// An atomic read-modify-write of the running thread (checks.cc).
+void CheckAtomic(uintptr_t address, size_t bytes);
+// Streams: wait for every stream's queued work (cudaDeviceSynchronize).
+void WaitAllStreams();
+// The error cudaGetLastError returns next (runtime.cc).
+void SetLastError(cudaError_t error);
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+void SetMaxDynamicShared(const void* kernel, int bytes);
+
+}  // namespace msemu

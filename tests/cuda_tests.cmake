@@ -1,0 +1,42 @@
+# The tests labelled cuda, included by tests/CMakeLists.txt in every build with CUDA:
+# the nvcc build (they skip loudly where no GPU is visible; scripts/gpu_check runs them
+# on a lent GPU) and the emulated build, where they run on the emulated device.
+# kernel_table_cuda_test compiles trainer/adamw.cc in as AdamW's CPU twin.
+# transformer_kernels_cuda_test: the Transformer's CUDA kernels against their CPU twins.
+ms_add_gtest(cuda_test cuda SOURCES cuda/tanh_norm_cuda_test.cc cuda/screening_cuda_test.cc
+  cuda/kernel_table_cuda_test.cc cuda/transformer_kernels_cuda_test.cc ${CMAKE_SOURCE_DIR}/trainer/adamw.cc
+  LIBS ms_kernel_table ms_kernels_cpu ms_kernels_cuda ms_buffer)
+# The models (Multiscreen, the Transformer) over the CUDA tables against the CPU's.
+ms_add_gtest(model_cuda_test cuda SOURCES cuda/model_cuda_test.cc LIBS ms_model ms_parallel)
+
+if(NOT TARGET parallel_step_test)
+  ms_add_mpi_gtest(parallel_step_test parallel/parallel_step_test.cc)
+endif()
+# On the GPU (label cuda and gpu_layouts: scripts/gpu_check runs them in a stage of their
+# own): ranks sharing cuda:0 through the staged path, against the CPU single process.
+foreach(layout "2;1;1" "1;2;2")
+  list(GET layout 0 tp)
+  list(GET layout 1 pp)
+  list(GET layout 2 dp)
+  math(EXPR np "${tp} * ${pp} * ${dp}")
+  set(test parallel_step_cuda_staged_tp${tp}_pp${pp}_dp${dp})
+  add_test(NAME ${test} COMMAND ${MS_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:parallel_step_test>
+    ${MPIEXEC_POSTFLAGS} --tp=${tp} --pp=${pp} --staged --device=cuda --gtest_filter=MicroBatches/*)
+  set_tests_properties(${test} PROPERTIES LABELS "cuda;gpu_layouts" TIMEOUT 120 PROCESSORS ${np}
+    ENVIRONMENT "${MS_MPI_TEST_ENV}" SKIP_REGULAR_EXPRESSION "\\*\\*\\* SKIPPED")
+endforeach()
+
+# NCCL: compiled with CUDA; skipped loudly where no GPU is visible.
+if(TARGET ms_parallel_nccl)
+  ms_add_mpi_gtest(nccl_communicator_test parallel/nccl_communicator_test.cc)
+  target_link_libraries(nccl_communicator_test PRIVATE ms_parallel_nccl ms_buffer)
+  add_test(NAME nccl_communicator_single COMMAND nccl_communicator_test)
+  set_tests_properties(nccl_communicator_single PROPERTIES LABELS cuda TIMEOUT 120
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] [0-9]+ tests?, listed below")
+  add_test(NAME nccl_communicator_np2 COMMAND ${MS_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2
+    $<TARGET_FILE:nccl_communicator_test>)
+  # A GPU per rank (MULTISCREEN_EMULATED_GPUS: the emulated device's count; the CUDA
+  # runtime ignores it).
+  set_tests_properties(nccl_communicator_np2 PROPERTIES LABELS cuda TIMEOUT 120
+    ENVIRONMENT "${MS_MPI_TEST_ENV};MULTISCREEN_EMULATED_GPUS=2")
+endif()
