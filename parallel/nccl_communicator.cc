@@ -54,6 +54,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Commu
   MS_NCCL_INIT_CHECK(cudaSetDevice(cuda_device), cudaSuccess, cudaGetErrorString);
   MS_NCCL_INIT_CHECK(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking), cudaSuccess, cudaGetErrorString);
   MS_NCCL_INIT_CHECK(cudaMalloc(&c->barrier_word_, sizeof(float)), cudaSuccess, cudaGetErrorString);
+  // Barrier all-reduces this word: NCCL reads it, so it must hold a value (the emulated
+  // device's initcheck found it never written).
+  MS_NCCL_INIT_CHECK(cudaMemset(c->barrier_word_, 0, sizeof(float)), cudaSuccess, cudaGetErrorString);
   MS_NCCL_INIT_CHECK(cudaEventCreateWithFlags(&c->step_done_, cudaEventDisableTiming), cudaSuccess,
                      cudaGetErrorString);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
