@@ -22,6 +22,7 @@ namespace multiscreen {
 namespace {
 
 using testing::PerturbedParams;
+using testing::WellConditionedParams;
 using testing::RandomTokens;
 using testing::TinyDims;
 
@@ -88,13 +89,37 @@ void ExpectStagesMatch(const ModelDims& dims, const std::vector<float>& params, 
 
 class ModelCudaTest : public CudaTest, public ::testing::WithParamInterface<const char*> {};
 
-void ExpectClose(const ModelDims& dims, const Result& gpu, const Result& cpu, double tol) {
+// The gradients of the model in fp64 on the CPU: the truth that the fp32 and bf16 runs
+// approximate.
+std::vector<double> Fp64Grads(const ModelDims& dims, const std::vector<float>& params,
+                              const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+  auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims), ModelOptions{});
+  const std::vector<double> p(params.begin(), params.end());
+  std::vector<double> grads(p.size(), 0.0), token_losses(B * T);
+  model->ForwardBackward(p.data(), tokens.data(), B, T, grads.data(), token_losses.data());
+  return grads;
+}
+
+// GPU against CPU, every tensor within `tol` relative. ∂L/∂s_E is the exception: a
+// small difference of large terms (even with WellConditionedParams), which rounding
+// moves by far more than `tol` in any summation order (measured: 1e-4 to 1e-3 relative
+// between the two fp32 implementations at Ψ = 2 and 4). It is held against the fp64
+// truth instead: the GPU within 1e-3 of it relative (tol where that is looser; 1e-3 as
+// in parallel_step_test), or no farther than 4× the CPU's own distance.
+void ExpectClose(const ModelDims& dims, const Result& gpu, const Result& cpu, double tol,
+                 const std::vector<double>& truth) {
   EXPECT_NEAR(gpu.loss, cpu.loss, tol * std::abs(cpu.loss));
   const int64_t n = static_cast<int64_t>(cpu.grads.size());
   EXPECT_LE(RelativeError(gpu.grads, cpu.grads, 0, n), tol);
   EXPECT_LE(RelativeError(gpu.token_losses, cpu.token_losses, 0, cpu.token_losses.size()), tol);
   const ParamLayout layout(dims, ShardSpec::Full(dims));
   for (const ParamEntry& e : layout.entries()) {
+    if (e.kind == ParamKind::kS_E) {
+      const double ref = truth[e.buffer_offset], g = gpu.grads[e.buffer_offset], c = cpu.grads[e.buffer_offset];
+      EXPECT_LE(std::abs(g - ref), std::max(4 * std::abs(c - ref), std::max(1e-3, tol) * std::abs(ref)))
+          << e.name << ": gpu " << g << ", cpu " << c << ", fp64 " << ref;
+      continue;
+    }
     EXPECT_LE(RelativeError(gpu.grads, cpu.grads, e.buffer_offset, e.size()), tol) << e.name;
   }
   for (float g : gpu.grads) ASSERT_TRUE(std::isfinite(g));
@@ -103,21 +128,23 @@ void ExpectClose(const ModelDims& dims, const Result& gpu, const Result& cpu, do
 TEST_P(ModelCudaTest, ForwardBackwardMatchesTheCpuInFp32) {
   const ModelDims dims = TinyDims(GetParam());
   const ParamLayout layout(dims, ShardSpec::Full(dims));
-  const auto params = PerturbedParams<float>(layout, 11);
+  const auto params = WellConditionedParams<float>(layout, 11);  // s_E comparable
   const int64_t B = 2, T = 37;  // T not a multiple of any block
   const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 5);
   ExpectClose(dims, RunModel(Device::kCuda, dims, Precision::kFp32, params, tokens, B, T),
-              RunModel(Device::kCpu, dims, Precision::kFp32, params, tokens, B, T), 1e-5);
+              RunModel(Device::kCpu, dims, Precision::kFp32, params, tokens, B, T), 1e-5,
+              Fp64Grads(dims, params, tokens, B, T));
 }
 
 TEST_P(ModelCudaTest, ForwardBackwardMatchesTheCpuInBf16) {
   const ModelDims dims = TinyDims(GetParam());
   const ParamLayout layout(dims, ShardSpec::Full(dims));
-  const auto params = PerturbedParams<float>(layout, 12);
+  const auto params = WellConditionedParams<float>(layout, 12);
   const int64_t B = 2, T = 45;
   const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 6);
   ExpectClose(dims, RunModel(Device::kCuda, dims, Precision::kBf16, params, tokens, B, T),
-              RunModel(Device::kCpu, dims, Precision::kBf16, params, tokens, B, T), 1e-2);
+              RunModel(Device::kCpu, dims, Precision::kBf16, params, tokens, B, T), 1e-2,
+              Fp64Grads(dims, params, tokens, B, T));
 }
 
 TEST_P(ModelCudaTest, InferenceLogitsMatchTheCpu) {
@@ -168,7 +195,8 @@ TEST_P(TransformerCudaTest, ForwardBackwardMatchesTheCpuInEveryPrecision) {
     SCOPED_TRACE(::testing::Message() << "precision " << int(c.precision) << " B " << c.B << " T " << c.T);
     const auto tokens = RandomTokens(dims.vocab, c.B * (c.T + 1), 9 + c.T);
     ExpectClose(dims, RunModel(Device::kCuda, dims, c.precision, params, tokens, c.B, c.T),
-                RunModel(Device::kCpu, dims, c.precision, params, tokens, c.B, c.T), c.tol);
+                RunModel(Device::kCpu, dims, c.precision, params, tokens, c.B, c.T), c.tol,
+                Fp64Grads(dims, params, tokens, c.B, c.T));
   }
 }
 

@@ -45,6 +45,21 @@ std::vector<Real> PerturbedParams(const ParamLayout& layout, uint64_t seed) {
   return p;
 }
 
+// PerturbedParams with every s_O raised by 3: the layers' output then weighs against the
+// unit-length embedding instead of being ~1% of it, so the loss is not nearly invariant
+// to the embedding scale and ∂L/∂s_E is not a tiny difference of large terms (which
+// fp32 rounding moves by ~1e-4 relative in any summation order, and more at Ψ = 4:
+// comparisons of two fp32 implementations need this).
+template <typename Real>
+std::vector<Real> WellConditionedParams(const ParamLayout& layout, uint64_t seed) {
+  std::vector<Real> p = PerturbedParams<Real>(layout, seed);
+  for (const ParamEntry& e : layout.entries()) {
+    if (e.kind != ParamKind::kS_O) continue;
+    for (int64_t i = 0; i < e.size(); ++i) p[e.buffer_offset + i] += 3;
+  }
+  return p;
+}
+
 // A Transformer's parameters initialized, then moved off the init so that attention is
 // far from uniform, SwiGLU far from linear and gains and scales are not 1: matrices
 // ×12, gains in [0.5, 1.5], scalars ±0.4.

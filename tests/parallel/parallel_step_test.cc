@@ -17,7 +17,8 @@
 // path of ranks that share a GPU. --device=cuda: the step on the GPU (parameters and
 // gradients device arrays, the kernel table CUDA's), against the same CPU single
 // process and tolerances; skipped, loudly, without a GPU. Ranks share GPU
-// local_rank % count.
+// local_rank % count. --comm=nccl: the groups are NCCL communicators (a GPU per rank;
+// on the emulated device, MULTISCREEN_EMULATED_GPUS of them).
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -65,18 +66,10 @@ std::vector<float> SliceOf(const ParamLayout& shard, const ParamLayout& full, co
   return out;
 }
 
-// Perturbed parameters (tests/model/test_model.h) with every s_O raised by 3:
-// the layers' output then weighs against the unit-length embedding instead of
-// being ~1% of it, so the loss is not nearly invariant to the embedding scale
-// and ∂L/∂s_E is not a tiny difference of large terms.
+// The parameters: tests/model/test_model.h's WellConditionedParams (seed 7).
 template <typename Real>
 std::vector<Real> TestParams(const ParamLayout& full) {
-  std::vector<Real> p = PerturbedParams<Real>(full, 7);
-  for (const ParamEntry& e : full.entries()) {
-    if (e.kind != ParamKind::kS_O) continue;
-    for (int64_t i = 0; i < e.size(); ++i) p[e.buffer_offset + i] += 3;
-  }
-  return p;
+  return testing::WellConditionedParams<Real>(full, 7);
 }
 
 // The step's device for this run's flags; binds this rank's GPU for --device=cuda.
@@ -115,7 +108,8 @@ TEST_P(ParallelStepTest, LossAndEveryGradientEqualTheSingleProcess) {
   ProcessGrid& grid = **grid_or;
   const Device device = StepDevice(grid.local_rank());
   if (Flags().staged || device != Device::kCpu) {
-    const absl::Status used = grid.UseStepDevice(device, Flags().staged ? CommKind::kStaged : CommKind::kAuto);
+    const CommKind kind = Flags().staged ? CommKind::kStaged : Flags().nccl ? CommKind::kNccl : CommKind::kAuto;
+    const absl::Status used = grid.UseStepDevice(device, kind);
     ASSERT_TRUE(used.ok()) << used;
   }
   // Small buckets, so that bucketing is exercised on a tiny model.
@@ -144,6 +138,7 @@ TEST_P(ParallelStepTest, LossAndEveryGradientEqualTheSingleProcess) {
   const double norm = GlobalGradNorm(grid, model, device_grads.data());
   const std::vector<float> grads = device_grads.ToHost();
   if (Flags().staged) ExpectStaged(grid);
+  if (Flags().nccl) EXPECT_EQ(grid.comm_kind(), CommKind::kNccl) << grid.Describe();
   // The same loss on every rank.
   double lo = *loss, hi = *loss;
   grid.world().AllReduce(&hi, 1, ReduceOp::kMax);
