@@ -33,7 +33,8 @@ bool NcclBuilt() {
 
 absl::StatusOr<CommKind> ChooseCommKind(CommKind requested, const CommEnvironment& env) {
   const bool gpu = env.device != Device::kCpu;
-  const bool gpu_per_rank = env.visible_gpus > 0 && env.local_ranks <= env.visible_gpus;
+  const bool gpu_per_rank = env.visible_gpus > 0 && (env.node_gpus >= 0 ? env.node_gpus == env.local_ranks
+                                                                        : env.local_ranks <= env.visible_gpus);
   switch (requested) {
     case CommKind::kMpi:
       return gpu ? CommKind::kStaged : CommKind::kMpi;  // MPI reads host memory
@@ -47,7 +48,8 @@ absl::StatusOr<CommKind> ChooseCommKind(CommKind requested, const CommEnvironmen
       }
       if (!gpu_per_rank) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "--comm=nccl: ", env.local_ranks, " ranks on this node share ", env.visible_gpus,
+            "--comm=nccl: ", env.local_ranks, " ranks on this node share ",
+            env.node_gpus >= 0 ? env.node_gpus : env.visible_gpus,
             " visible GPU(s); NCCL needs one GPU per rank (--comm=staged runs ranks that share one)"));
       }
       return CommKind::kNccl;

@@ -1,8 +1,11 @@
 // Which transport a rank's tp, pp, dp and embedding groups use (issue 15), chosen once
 // at start-up from the step's device and what the node offers:
 //   cpu                                    → mpi: MPI on host buffers, as ever;
-//   cuda, NCCL built, local ranks ≤ GPUs   → nccl: NCCL on device buffers, one GPU
-//                                            per rank (ids broadcast over MPI);
+//   cuda, NCCL built, a GPU per local rank → nccl: NCCL on device buffers, one GPU
+//                                            per rank (ids broadcast over MPI); the
+//                                            node's ranks' GPUs are told apart by PCI
+//                                            bus id, so that ranks each seeing only
+//                                            their own GPU (--gpus-per-task=1) count;
 //   cuda, ranks sharing a GPU or no NCCL   → staged: MPI with every float transfer
 //                                            downloaded and uploaded through the
 //                                            kernel table (parallel/staged_communicator.h).
@@ -31,6 +34,9 @@ struct CommEnvironment {
   bool nccl_built = false;       // this build has the NCCL communicator
   int local_ranks = 1;           // processes of this job on this node
   int visible_gpus = 0;          // CUDA devices this process sees
+  // Distinct GPUs (PCI bus ids) bound by this node's ranks, or -1 when unknown; when
+  // known it decides whether every rank has a GPU of its own.
+  int node_gpus = -1;
 };
 
 // The transport for `requested` in `env` (never kAuto). Errors, naming --comm: nccl on

@@ -1,5 +1,10 @@
 #include "parallel/process_grid.h"
 
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "parallel/fatal.h"
 #include "parallel/mpi_communicator.h"
@@ -104,8 +109,41 @@ std::unique_ptr<ProcessGrid> ProcessGrid::Single() {
   return g;
 }
 
+namespace {
+
+// The number of distinct GPUs (PCI bus ids) that the ranks of this node have bound, or
+// -1 where it cannot be told (no CUDA build, a rank without a device). Collective over
+// `world`.
+int DistinctNodeGpus(MPI_Comm world) {
+  char bus[32] = {};
+#ifdef MULTISCREEN_HAVE_CUDA
+  int gpu = 0;
+  if (cudaGetDevice(&gpu) != cudaSuccess || cudaDeviceGetPCIBusId(bus, sizeof(bus), gpu) != cudaSuccess) bus[0] = 0;
+#endif
+  MPI_Comm node = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  MS_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  MS_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  MS_MPI_CHECK(MPI_Comm_size(node, &size));
+  std::vector<char> all(size_t(size) * sizeof(bus));
+  MS_MPI_CHECK(MPI_Allgather(bus, sizeof(bus), MPI_CHAR, all.data(), sizeof(bus), MPI_CHAR, node));
+  MS_MPI_CHECK(MPI_Comm_free(&node));
+  std::set<std::string> ids;
+  for (int r = 0; r < size; ++r) {
+    const std::string id(all.data() + r * sizeof(bus), strnlen(all.data() + r * sizeof(bus), sizeof(bus)));
+    if (id.empty()) return -1;
+    ids.insert(id);
+  }
+  return static_cast<int>(ids.size());
+}
+
+}  // namespace
+
 absl::Status ProcessGrid::UseStepDevice(Device device, CommKind requested) {
   CommEnvironment env{device, NcclBuilt(), local_size_, device == Device::kCpu ? 0 : CudaDeviceCount()};
+  if (device != Device::kCpu) {
+    if (auto* mpi = dynamic_cast<MpiCommunicator*>(world_.get())) env.node_gpus = DistinctNodeGpus(mpi->comm());
+  }
   absl::StatusOr<CommKind> mine = ChooseCommKind(requested, env);
   // Agree: 0 mpi, 1 nccl, 2 staged (a rank that must stage makes every rank stage),
   // 3 an error somewhere. The kinds only differ between ranks across nodes.

@@ -25,6 +25,22 @@ TEST(CommChoiceTest, AutoIsNcclWithAGpuPerRankAndStagedWhenRanksShareOne) {
   EXPECT_EQ(*ChooseCommKind(CommKind::kAuto, Gpu(2, 2, /*nccl=*/false)), CommKind::kStaged);
 }
 
+// Ranks that each see only their own GPU (--gpus-per-task=1, CUDA_VISIBLE_DEVICES per
+// rank): one visible device each, but distinct PCI bus ids across the node.
+TEST(CommChoiceTest, AutoIsNcclWhenTheNodesRanksBoundDistinctGpusWhateverEachSees) {
+  CommEnvironment own = Gpu(4, 1);
+  own.node_gpus = 4;
+  EXPECT_EQ(*ChooseCommKind(CommKind::kAuto, own), CommKind::kNccl);
+  EXPECT_EQ(*ChooseCommKind(CommKind::kNccl, own), CommKind::kNccl);
+  // Enough visible GPUs, but two ranks bound the same one: NCCL would refuse it.
+  CommEnvironment shared = Gpu(4, 8);
+  shared.node_gpus = 3;
+  EXPECT_EQ(*ChooseCommKind(CommKind::kAuto, shared), CommKind::kStaged);
+  const auto forced = ChooseCommKind(CommKind::kNccl, shared);
+  ASSERT_FALSE(forced.ok());
+  EXPECT_NE(forced.status().message().find("4 ranks on this node share 3"), std::string::npos) << forced.status();
+}
+
 TEST(CommChoiceTest, MpiOnAGpuIsTheStagedPathAndStagedRunsAnywhere) {
   EXPECT_EQ(*ChooseCommKind(CommKind::kMpi, Gpu(2, 2)), CommKind::kStaged);
   EXPECT_EQ(*ChooseCommKind(CommKind::kMpi, CommEnvironment{}), CommKind::kMpi);
