@@ -4,7 +4,8 @@ device (parallel/comm_choice.h): ranks that each see only their own GPU (Slurm's
 --gpus-per-task=1: CUDA_VISIBLE_DEVICES per rank) are told apart by PCI bus id and get
 NCCL; ranks whose visible GPU is the same one get the staged path.
 
-Run: /usr/bin/python3 tests/cuda_emulator/transport_choice_test.py --multiscreen=build-emulated/multiscreen --source=. [--mpirun=mpirun]
+Run: /usr/bin/python3 tests/cuda_emulator/transport_choice_test.py --multiscreen=build-emulated/multiscreen \
+       --source=. [--mpirun=mpirun]
 """
 import argparse
 import os

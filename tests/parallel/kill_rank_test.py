@@ -5,6 +5,9 @@ process gets SIGKILL; the job must exit non-zero within 60 s, and its output mus
 hold one line of ours naming the rank that died and why (mpirun's own multi-line
 box is not enough): the survivor's peer watchdog (parallel/peer_watchdog.h).
 
+--train_flags="--device=cuda --comm=nccl" runs the same on the GPU path (the emulated
+build runs it so over NCCL, an emulated GPU per rank: tests/cuda_emulator).
+
 Run: /usr/bin/python3 tests/parallel/kill_rank_test.py --multiscreen=build/multiscreen --source=. [--mpirun=mpirun]
 """
 import argparse
@@ -21,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from train_e2e_test import SyntheticCorpusCase  # noqa: E402
 
 BIN = SRC = MPIRUN = None
+TRAIN_FLAGS = []
 LIMIT_S = 60
 
 
@@ -64,7 +68,7 @@ class KillRankTest(SyntheticCorpusCase):
         out_path = os.path.join(self.tmp.name, name + ".out")
         cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np), BIN, "train",
                f"--config={os.path.join(SRC, 'configs', 'train', 'tiny_test.textproto')}", f"--data={self.data}",
-               f"--run_dir={run_dir}", "--steps=100000", "--eval_every=0", "--checkpoint_every=0", *flags]
+               f"--run_dir={run_dir}", "--steps=100000", "--eval_every=0", "--checkpoint_every=0", *TRAIN_FLAGS, *flags]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         with open(out_path, "w") as out:
             job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -109,6 +113,8 @@ if __name__ == "__main__":
     p.add_argument("--multiscreen", required=True)
     p.add_argument("--source", required=True)
     p.add_argument("--mpirun", default="mpirun")
+    p.add_argument("--train_flags", default="", help="more flags for every train command, space-separated")
     args, rest = p.parse_known_args()
     BIN, SRC, MPIRUN = os.path.abspath(args.multiscreen), os.path.abspath(args.source), args.mpirun
+    TRAIN_FLAGS = args.train_flags.split()
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

@@ -21,6 +21,7 @@ inline bool LaunchedByMpi() {
 struct TestFlags {
   int tp = 1, pp = 1;
   bool staged = false;  // ProcessGrid::UseStepDevice(device, CommKind::kStaged)
+  bool nccl = false;    // ProcessGrid::UseStepDevice(device, CommKind::kNccl) (--comm=nccl)
   bool cuda = false;    // the step on the GPU (--device=cuda)
 };
 
@@ -29,12 +30,13 @@ inline TestFlags& Flags() {
   return flags;
 }
 
-// Reads --tp=N, --pp=N, --staged and --device=cuda (what InitGoogleTest left in argv).
+// Reads --tp=N, --pp=N, --staged, --comm=nccl and --device=cuda (what InitGoogleTest left in argv).
 inline void ParseTestFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--tp=", 5) == 0) Flags().tp = std::atoi(argv[i] + 5);
     if (std::strncmp(argv[i], "--pp=", 5) == 0) Flags().pp = std::atoi(argv[i] + 5);
     if (std::strcmp(argv[i], "--staged") == 0) Flags().staged = true;
+    if (std::strcmp(argv[i], "--comm=nccl") == 0) Flags().nccl = true;
     if (std::strcmp(argv[i], "--device=cuda") == 0) Flags().cuda = true;
   }
 }
