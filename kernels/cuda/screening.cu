@@ -264,18 +264,18 @@ __global__ void KeyBackwardKernel(Dims s, const ScreeningTileParams* params, con
   const ScreeningTileParams tp = params[tok.t];
   const int64_t C = s.p_cols(), ldp = s.tiles * C;
   const float* m = mask + tok.t * s.mask_ld;
-  float k[DK > 0 ? DK : kMaxDk], dkey[DK > 0 ? DK : kMaxDk];
-  float v[DV > 0 ? DV : kMaxDv], dval[DV > 0 ? DV : kMaxDv];
+  // v̄_j is read where it is used rather than held: with k̃, ∂k̃ and ∂v̄ in registers a
+  // copy of it made the d_K = 16, d_V = 64 instance spill at 255 registers on sm_90
+  // (ptxas; tools/ptxas_usage.py).
+  float k[DK > 0 ? DK : kMaxDk], dkey[DK > 0 ? DK : kMaxDk], dval[DV > 0 ? DV : kMaxDv];
+  const float* v = saved.v_bar + idx * dv;
   #pragma unroll
   for (int x = 0; x < dk; ++x) {
     k[x] = saved.k_tilde[idx * dk + x];
     dkey[x] = 0.f;
   }
   #pragma unroll
-  for (int x = 0; x < dv; ++x) {
-    v[x] = saved.v_bar[idx * dv + x];
-    dval[x] = 0.f;
-  }
+  for (int x = 0; x < dv; ++x) dval[x] = 0.f;
   const float two_over_r = 2.f / tp.r;
   const int64_t base = tok.bt * s.seq, j = tok.i;
   const int64_t i1 = j + tp.keys - 1 < s.seq - 1 ? j + tp.keys - 1 : s.seq - 1;

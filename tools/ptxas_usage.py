@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Resource usage of every CUDA kernel as ptxas reports it (registers per thread, stack
+frame, spill stores and loads, static shared memory), with no GPU: each kernels/cuda
+source is compiled for one architecture with `nvcc --resource-usage` and the report
+parsed. --check exits 1 when any kernel spills registers to local memory (the
+ptxas_usage_test of the nvcc build); --markdown prints the table of
+docs/performance.md.
+
+Run: /usr/bin/python3 tools/ptxas_usage.py --nvcc=/usr/local/cuda/bin/nvcc --source=. --build=build [--arch=90]
+     [--check] [--markdown]
+"""
+import argparse
+import concurrent.futures
+import glob
+import os
+import re
+import subprocess
+import sys
+
+ENTRY = re.compile(r"Compiling entry function '(\S+)' for 'sm_(\d+)'")
+PROPS = re.compile(r"Function properties for (\S+)")
+FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+USED = re.compile(r"Used (\d+) registers(.*)")
+SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def compile_one(nvcc, source, build, arch, path):
+    """ptxas's report of one source file: [(mangled kernel, usage dict)]."""
+    cmd = [nvcc, "-O2", "-DNDEBUG", "-DMULTISCREEN_HAVE_CUDA", "-std=c++17",
+           f"--generate-code=arch=compute_{arch},code=[sm_{arch}]", f"-I{source}", f"-I{build}",
+           "--resource-usage", "-c", path, "-o", os.devnull]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"ptxas_usage: {path}: nvcc failed:\n{r.stderr[-3000:]}")
+    kernels, current, props_of = [], None, None
+    for line in r.stderr.splitlines():
+        if m := ENTRY.search(line):
+            current = {"name": m.group(1), "file": os.path.relpath(path, source)}
+            kernels.append(current)
+        elif m := PROPS.search(line):
+            props_of = m.group(1)
+        elif (m := FRAME.search(line)) and current is not None and props_of == current["name"]:
+            current.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        elif (m := USED.search(line)) and current is not None and "registers" not in current:
+            current["registers"] = int(m.group(1))
+            s = SMEM.search(m.group(2))
+            current["shared"] = int(s.group(1)) if s else 0
+    return kernels
+
+
+def demangle(names):
+    r = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True)
+    out = []
+    for full in r.stdout.splitlines():
+        short = re.sub(r"multiscreen::kernels::cuda::(\(anonymous namespace\)::)?", "", full)
+        short = re.sub(r"^void ", "", short)
+        out.append(short.split("(")[0])
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--nvcc", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--build", required=True, help="the build directory (generated headers)")
+    p.add_argument("--arch", default="90")
+    p.add_argument("--check", action="store_true", help="exit 1 when a kernel spills")
+    p.add_argument("--markdown", action="store_true")
+    args = p.parse_args()
+    source = os.path.abspath(args.source)
+    files = sorted(glob.glob(os.path.join(source, "kernels", "cuda", "*.cu")))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        reports = list(pool.map(lambda f: compile_one(args.nvcc, source, os.path.abspath(args.build), args.arch, f),
+                                files))
+    kernels = [k for report in reports for k in report]
+    for k, name in zip(kernels, demangle([k["name"] for k in kernels])):
+        k["short"] = name
+    if args.markdown:
+        print(f"| kernel (sm_{args.arch}) | file | registers | stack (B) | spill stores (B) | spill loads (B) | "
+              "static shared (B) |")
+        print("|---|---|---|---|---|---|---|")
+        for k in sorted(kernels, key=lambda k: (k["file"], k["short"])):
+            print(f"| `{k['short']}` | {os.path.basename(k['file'])} | {k['registers']} | {k['stack']} | "
+                  f"{k['spill_stores']} | {k['spill_loads']} | {k['shared']} |")
+    else:
+        for k in kernels:
+            print(f"{k['short']}: {k['registers']} registers, {k['stack']} B stack, "
+                  f"{k['spill_stores']}/{k['spill_loads']} B spilled, {k['shared']} B shared")
+    spilling = [k for k in kernels if k["spill_stores"] or k["spill_loads"]]
+    print(f"ptxas_usage: {len(kernels)} kernels in {len(files)} files for sm_{args.arch}; "
+          f"{len(spilling)} spill registers", file=sys.stderr)
+    if not kernels:
+        sys.exit("ptxas_usage: no kernel found in the report (has nvcc's output format changed?)")
+    if args.check and spilling:
+        for k in spilling:
+            print(f"ptxas_usage: {k['short']} ({k['file']}) spills {k['spill_stores']} B stores, "
+                  f"{k['spill_loads']} B loads at {k['registers']} registers", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
