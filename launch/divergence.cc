@@ -2,6 +2,8 @@
 #include "launch/divergence.h"
 
 #include <cmath>
+#include <deque>
+#include <limits>
 #include <fstream>
 #include <optional>
 #include <vector>
@@ -46,6 +48,11 @@ DivergenceVerdict JudgeDivergence(std::istream& metrics, int64_t warmup_steps) {
   }
   DivergenceVerdict v;
   bool have_initial = false;
+  std::deque<const Row*> window;  // the last kDivergenceWindow training rows
+  double window_sum = 0;
+  // The lowest full-window mean so far, and the steps it spans.
+  double best = std::numeric_limits<double>::infinity();
+  int64_t best_first = 0, best_last = 0;
   for (const Row& r : rows) {
     if (!r.validation) {
       v.last_step = r.step;
@@ -60,12 +67,36 @@ DivergenceVerdict JudgeDivergence(std::istream& metrics, int64_t warmup_steps) {
       v.diverged = true;
       v.step = r.step;
       v.reason = absl::StrFormat("non-finite %s at step %d", what, r.step);
-    } else if (!r.validation && r.step > warmup_steps && have_initial && std::isfinite(v.initial_loss) &&
-               r.loss > v.initial_loss) {
+      continue;
+    }
+    if (r.validation) continue;
+    window.push_back(&r);
+    window_sum += r.loss;
+    if (window.size() > size_t(kDivergenceWindow)) {
+      window_sum -= window.front()->loss;
+      window.pop_front();
+    }
+    if (window.size() < size_t(kDivergenceWindow)) continue;
+    const double mean = window_sum / kDivergenceWindow;
+    const bool initial_is_lower = v.initial_loss < best;
+    const double reference = initial_is_lower ? v.initial_loss : best;
+    const double margin = kDivergenceMargin * std::abs(v.initial_loss);
+    if (r.step > warmup_steps && std::isfinite(v.initial_loss) && mean > reference + margin) {
       v.diverged = true;
       v.step = r.step;
-      v.reason = absl::StrFormat("loss %.4f at step %d exceeds the initial %.4f after the %d-step warmup", r.loss, r.step,
-                                 v.initial_loss, warmup_steps);
+      const std::string where = initial_is_lower
+                                    ? absl::StrFormat("the first step's loss %.4f", v.initial_loss)
+                                    : absl::StrFormat("the lowest earlier mean %.4f (steps %d-%d)", best, best_first,
+                                                      best_last);
+      v.reason = absl::StrFormat(
+          "mean loss %.4f over steps %d-%d is %.4f above %s, more than the margin %.4f (after the %d-step warmup)",
+          mean, window.front()->step, r.step, mean - reference, where, margin, warmup_steps);
+      continue;
+    }
+    if (mean < best) {
+      best = mean;
+      best_first = window.front()->step;
+      best_last = r.step;
     }
   }
   return v;
