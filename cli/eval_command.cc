@@ -130,6 +130,15 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
     auto tok = LoadRunTokenizer(given, run_dir);
     if (!tok.ok()) return tok.status();
     s.tokenizer = std::move(*tok);
+    // Every evaluation that encodes text (ppl on text or JSONL, passkey, abcdigits,
+    // relevance) would feed ids the model has no row for (embedded as zeros, scored as a
+    // uniform guess): refused here, once, for all of them.
+    if (s.tokenizer->vocab_size() > s.weights.dims.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tokenizer: its ", s.tokenizer->vocab_size(), " tokens do not fit model ", s.weights.dims.name, "'s V = ",
+          s.weights.dims.vocab, ": encoded text would hold ids past the model's vocabulary (give the tokenizer it was "
+          "trained with, or token ids: --data=FILE.bin)"));
+    }
   }
   std::error_code ec;
   fs::create_directories(s.out, ec);

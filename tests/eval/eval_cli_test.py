@@ -142,6 +142,18 @@ class EvalCliTest(OneLineErrors):
         self.assertEqual(resumed["documents"], 6)
         np.testing.assert_allclose(resumed["mean_loss"], whole["mean_loss"], atol=1e-9)
 
+    def test_text_evaluations_refuse_a_tokenizer_larger_than_the_model(self):
+        # Issue 31: a small-vocabulary model fed GPT-2 ids reported "perplexity 97.00" (V = 97) and exited 0.
+        w = self.init("tiny_psi2")
+        text = os.path.join(self.dir, "small_v.txt")
+        with open(text, "w") as f:
+            f.write("The quick brown fox jumps over the lazy dog. " * 10)
+        out = os.path.join(self.dir, "small_v")
+        for cmd in (["ppl", f"--data={text}", "--seq_len=16"], ["passkey", "--contexts=120", "--depths=0"],
+                    ["abcdigits", "--contexts=400", "--depths=0.5"]):
+            r = run("eval", *cmd, f"--weights={w}", f"--out={out}", f"--tokenizer={self.tokenizer}")
+            self.assert_one_line_error(r, "--tokenizer: its 50257 tokens do not fit model tiny_psi2's V = 37")
+
     def test_ppl_reads_text_and_jsonl(self):
         w = self.init("gpt2_tiny")
         text = os.path.join(self.dir, "a.txt")
