@@ -391,10 +391,10 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", "--contexts=5", f"--out={self.dir}/o"), "--contexts")
         self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=49",
                                        f"--dump={self.dir}/d.jsonl"), "--length=49")
-        self.assert_one_line_error(run("eval", "abcdigits", f"--weights={w}", "--depths=0.5,2", f"--out={self.dir}/o",
-                                       f"--tokenizer={self.tokenizer}"), "--depths")
         # A grid context past the machine's memory is refused before anything is generated.
         g = self.init("gpt2_tiny", seed=4)
+        self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--depths=0.5,2", f"--out={self.dir}/o",
+                                       f"--tokenizer={self.tokenizer}"), "--depths")
         self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--mode=lines", "--contexts=1000000000",
                                        f"--out={self.dir}/o", f"--tokenizer={self.tokenizer}", timeout=30),
                                    "--contexts: 1000000000 lines need about", "GiB")
