@@ -186,6 +186,24 @@ TEST(RawUint16Test, NanoGptFilesAreReadWhenTheFormatIsSaidOrTheNameIsUnambiguous
   EXPECT_EQ(OpenError({dir.path("odd.bin")}, TokenFormat::kRawUint16),
             dir.path("odd.bin") + ": 3 bytes, an odd size for headerless uint16 tokens (raw_uint16)");
   EXPECT_EQ(ParseTokenFormat("RAW_UINT16").value(), TokenFormat::kRawUint16);
+}
+
+// Issue 31: --format=raw_uint16 said of an llm.c shard read its 1,024-byte header as 512
+// tokens; of a Megatron pair's .bin, its documents without their boundaries. Both are
+// refused naming the format the file is.
+TEST(RawUint16Test, FilesOfAnotherFormatAreRefusedNamingIt) {
+  TempDir dir;
+  std::vector<int32_t> tokens(300);
+  for (int i = 0; i < 300; ++i) tokens[i] = i % 97;
+  ASSERT_TRUE(WriteTokenFile(dir.path("train_000000.bin"), tokens).ok());
+  EXPECT_EQ(OpenError({dir.path("train_000000.bin")}, TokenFormat::kRawUint16),
+            dir.path("train_000000.bin") +
+                ": --format=raw_uint16, but the file starts with llm.c's header (magic 20240520): read raw, its "
+                "header would be trained on; it is --format=llmc (or auto)");
+  WriteMegatron(dir, dir.path("corpus"), "uint16", "[[1, 2, 3], [4, 5]]");
+  EXPECT_EQ(OpenError({dir.path("corpus.bin")}, TokenFormat::kRawUint16),
+            dir.path("corpus.bin") + ": --format=raw_uint16, but " + dir.path("corpus.idx") +
+                " is beside it: a Megatron pair is --format=megatron (or auto)");
   EXPECT_EQ(ParseTokenFormat("npy").status().message(), "format=npy: expected auto, llmc, megatron or raw_uint16");
 }
 
