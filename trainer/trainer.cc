@@ -437,6 +437,25 @@ absl::StatusOr<CheckpointRef> Trainer::ChooseStart(bool restart) {
     return ckpt;
   }
   if (absl::IsNotFound(ckpt.status())) {
+    // `latest` is written only once a checkpoint is complete: naming one that is gone, it
+    // says checkpoints existed (moved, deleted, on a file system not mounted now), so
+    // starting over would bury them, as when none verifies (issue 31 §5).
+    std::ifstream latest(root + "/latest");
+    std::string named;
+    if (latest && std::getline(latest, named) && !named.empty()) {
+      const std::string gone = absl::StrCat(root, "/latest names ", named, ", which is gone (",
+                                            ckpt.status().message(), ")");
+      if (!restart) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            gone, "; checkpoints were saved: nothing was changed: bring them back, or pass --restart to train from "
+            "step 0"));
+      }
+      LogWarning("--restart: ", gone);
+      MS_RETURN_IF_ERROR(StartFresh(ckpt.status(), "--restart given and the checkpoints are gone"));
+      std::error_code ec;
+      std::filesystem::remove(root + "/latest", ec);  // it names nothing now
+      return ckpt.status();
+    }
     MS_RETURN_IF_ERROR(StartFresh(ckpt.status(), "no checkpoint was saved before the run stopped"));
     return ckpt.status();
   }

@@ -118,6 +118,27 @@ class TrainTest(SyntheticCorpusCase):
         with open(os.path.join(d, "status.json")) as f:
             self.assertEqual(json.load(f), {"state": "finished", "step": 40, "steps": 40})
 
+    def test_checkpoints_gone_while_latest_names_one_are_refused_not_buried(self):
+        # Issue 31: the step directories vanished (moved away, a mount gone) while
+        # checkpoints/latest still names one; train restarted from step 0 saying "no
+        # checkpoint was saved before the run stopped".
+        d = self.run_dir("gone")
+        self.train(d, "--steps=10")
+        ckpts = os.path.join(d, "checkpoints")
+        shutil.rmtree(os.path.join(ckpts, "step_00000010"))
+        r = self.train(d, "--steps=20", check=False)
+        self.assertEqual(r.returncode, 1, r.stderr[-2000:])
+        errors = [l for l in r.stderr.splitlines() if "error" in l.lower() or "latest names" in l]
+        self.assertEqual(len(errors), 1, r.stderr[-2000:])
+        self.assertIn("checkpoints/latest names step_00000010, which is gone", errors[0])
+        self.assertIn("pass --restart to train from step 0", errors[0])
+        self.assertEqual(max(train_losses(d)), 10)  # nothing was changed
+        r = self.train(d, "--steps=20", "--restart")
+        self.assertIn("--restart: ", r.stderr)
+        self.assertEqual(sorted(train_losses(d)), list(range(1, 21)))
+        with open(os.path.join(ckpts, "latest")) as f:
+            self.assertEqual(f.read().strip(), "step_00000020")
+
     def test_sigkill_after_a_checkpoint_resumes_bit_identically(self):
         straight = self.run_dir("straight")
         self.train(straight, "--steps=30", "--seq_len=64", "--micro_batch=8")
