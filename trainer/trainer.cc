@@ -373,6 +373,26 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
                  identity["global_batch"].get<int64_t>(), " (", run_.run_dir(), "/run.json): its trajectory changes here; ",
                  "keep dp x grad_accum x micro_batch fixed to continue it");
     }
+    // So do another window length and, for a schedule shaped by the run's length,
+    // another --steps (issue 31 §5: a cosine lr jumped from 0.0020 to 0.0238 unsaid).
+    if (identity.is_object() && identity.contains("seq_len") && identity["seq_len"].is_number_integer() &&
+        identity["seq_len"].get<int64_t>() != run_.seq_len()) {
+      LogWarning("--seq_len is now ", run_.seq_len(), "; the run started with ", identity["seq_len"].get<int64_t>(),
+                 " (", run_.run_dir(), "/run.json): its trajectory changes here");
+    }
+    const config::ScheduleConfig& schedule = run_.schedule();
+    if (identity.is_object() && identity.contains("steps") && identity["steps"].is_number_integer() &&
+        identity["steps"].get<int64_t>() != run_.steps() && m.step < run_.steps()) {
+      const int64_t started = identity["steps"].get<int64_t>();
+      const double peak = run_.optimizer().lr();
+      const double before = LearningRate(schedule, peak, m.step + 1, started);
+      const double now = LearningRate(schedule, peak, m.step + 1, run_.steps());
+      if (before != now) {
+        LogWarning("--steps is now ", run_.steps(), "; the run started with ", started, " and its ",
+                   config::ScheduleConfig::Kind_Name(schedule.kind()), " schedule follows the run's length: the lr of step ",
+                   m.step + 1, " is ", absl::StrFormat("%.4g", now), " instead of ", absl::StrFormat("%.4g", before));
+      }
+    }
     LogInfo("resumed from ", ckpt->dir, " at step ", m.step, " (", m.samples, " samples consumed; saved under tp=",
             m.layout.tp, " pp=", m.layout.pp, " dp=", m.layout.dp, ") in ",
             absl::StrFormat("%.2fs", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
@@ -508,7 +528,8 @@ absl::Status Trainer::CheckSameRun(const absl::Status& why_no_checkpoint) const 
   const std::string metrics = MetricsPath();
   const bool has_metrics = std::filesystem::exists(metrics) && std::filesystem::file_size(metrics) > 0;
   std::ifstream in(run_.run_dir() + "/run.json");
-  const nlohmann::json saved = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  nlohmann::json saved = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  if (saved.is_object()) saved.erase("steps");  // not part of the identity
   if (has_metrics && saved != RunIdentity()) {
     // Metrics of another run (or of one we cannot tell is this one): keep them.
     return absl::FailedPreconditionError(absl::StrCat(
@@ -531,7 +552,11 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
   const std::string identity_path = run_.run_dir() + "/run.json";
   std::ofstream out(identity_path, std::ios::trunc);
   errno = 0;
-  out << RunIdentity().dump() << "\n";
+  // The identity, and what a resume may change but should hear about: the run's length
+  // (it shapes every schedule but WARMUP_CONSTANT).
+  nlohmann::json identity = RunIdentity();
+  identity["steps"] = run_.steps();
+  out << identity.dump() << "\n";
   if (!out.flush()) return WriteError(identity_path, "write failed", errno);
   return absl::OkStatus();
 }

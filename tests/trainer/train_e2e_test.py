@@ -139,6 +139,29 @@ class TrainTest(SyntheticCorpusCase):
         with open(os.path.join(ckpts, "latest")) as f:
             self.assertEqual(f.read().strip(), "step_00000020")
 
+    def test_a_resume_that_changes_the_window_or_a_length_shaped_schedule_says_so(self):
+        # Issue 31: another --seq_len, or another --steps under a cosine schedule (whose lr
+        # at every step follows the run's length), changed the trajectory without a word.
+        cosine = os.path.join(self.tmp.name, "cosine.textproto")
+        with open(self.config) as f:
+            text = f.read().replace("kind: WARMUP_CONSTANT", "kind: WARMUP_COSINE")
+        self.assertIn("WARMUP_COSINE", text)
+        with open(cosine, "w") as f:
+            f.write(text)
+        d = self.run_dir("reshaped")
+        subprocess.run([BIN, "train", f"--config={cosine}", f"--data={self.data}", f"--run_dir={d}", "--steps=10"],
+                       check=True, capture_output=True, timeout=600)
+        r = subprocess.run([BIN, "train", f"--config={cosine}", f"--data={self.data}", f"--run_dir={d}", "--steps=20",
+                            "--seq_len=16"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn("--seq_len is now 16; the run started with 32", r.stderr)
+        self.assertRegex(r.stderr, r"--steps is now 20; the run started with 10 and its WARMUP_COSINE schedule follows "
+                                   r"the run's length: the lr of step 11 is [0-9.e-]+ instead of [0-9.e-]+")
+        # A constant schedule does not depend on the length: nothing to say.
+        c = self.run_dir("constant_longer")
+        self.train(c, "--steps=10")
+        self.assertNotIn("--steps is now", self.train(c, "--steps=20").stderr)
+
     def test_sigkill_after_a_checkpoint_resumes_bit_identically(self):
         straight = self.run_dir("straight")
         self.train(straight, "--steps=30", "--seq_len=64", "--micro_batch=8")
