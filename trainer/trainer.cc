@@ -499,8 +499,10 @@ absl::Status Trainer::CheckSameData(const std::string& checkpoint, const nlohman
   auto describe = [](const nlohmann::json& sources) {
     std::vector<std::string> parts;
     for (const auto& [name, s] : sources.items()) {
+      // A mixture's sources carry their weight: a changed weight alone is named too.
       parts.push_back(absl::StrCat(name, ": ", s.value("tokens", int64_t{-1}), " tokens, fingerprint ",
-                                   s.value("fingerprint", std::string("?"))));
+                                   s.value("fingerprint", std::string("?")),
+                                   s.contains("weight") ? absl::StrCat(", weight ", s["weight"].dump()) : ""));
     }
     return absl::StrJoin(parts, "; ");
   };

@@ -115,6 +115,23 @@ data {{
         self.assertEqual(sorted(b), list(range(1, 17)))
         self.assertEqual(a, b)  # bit-identical losses, resumed mid-block (56 samples)
 
+    def test_a_resume_with_a_changed_weight_names_the_weight(self):
+        # Issue 31: refused as "trained on other data" while both sides printed the same
+        # token counts and fingerprints.
+        run = self.path("run_reweighted")
+        train([f"--config={self.mix}", f"--run_dir={run}", "--steps=6", "--eval_every=0", "--checkpoint_every=3"])
+        heavier = self.path("mix_reweighted.textproto")
+        with open(self.mix) as f:
+            text = f.read().replace('name: "web" weight: 0.3', 'name: "web" weight: 0.5')
+        with open(heavier, "w") as f:
+            f.write(text)
+        r = train([f"--config={heavier}", f"--run_dir={run}", "--steps=9", "--eval_every=0"], check=False)
+        self.assertNotEqual(r.returncode, 0)
+        line = r.stderr.strip().splitlines()[-1]
+        self.assertIn("was trained on other data (", line)
+        self.assertRegex(line, r"web: 20000 tokens, fingerprint \w+, weight 0\.3;.*this run has .*web: 20000 tokens, "
+                               r"fingerprint \w+, weight 0\.5")
+
     def test_megatron_and_raw_files_of_the_same_tokens_train_identically(self):
         shard = self.path("web", "train_000000.bin")
         prefix = self.path("web_text_document")
