@@ -30,6 +30,7 @@
 #include "cli/device.h"
 #include "cli/flags.h"
 #include "common/config.h"
+#include "common/input_file.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/screening.h"
@@ -307,6 +308,15 @@ int BenchTrain(int argc, char** argv) {
   const double lr = absl::GetFlag(FLAGS_lr);
   if (!(lr >= 0 && std::isfinite(lr))) {
     return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
+  }
+  // The bound train applies (common/config.h), so that a size train refuses at once is
+  // not bench's to grow into until killed (issue 31 §5: 6 GB at Ψ = 8, 15 GB at Ψ = 64).
+  if (const int64_t need = RunMemoryLowerBound(*dims, 1, 1, B * T, B * (T + 1)) * (precision == "fp64" ? 2 : 1),
+      memory = PhysicalMemoryBytes();
+      need > memory) {
+    return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
+                             "--micro_batch=", B, " x --seq_len=", T, " needs at least ", ByteSize(need),
+                             " for model ", dims->name, ", more than the ", ByteSize(memory), " of memory this machine has")));
   }
   auto device = ResolveDevice(precision == "fp64");
   if (!device.ok()) return Fail("bench", device.status());

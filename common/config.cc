@@ -249,13 +249,13 @@ int64_t RunMemoryLowerBound(const ModelDims& d, int64_t tp, int64_t pp, int64_t 
   return bytes >= 9e18 ? INT64_MAX : static_cast<int64_t>(bytes);
 }
 
-namespace {
-
 int64_t PhysicalMemoryBytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return INT64_MAX;
   return static_cast<int64_t>(pages) * static_cast<int64_t>(page);
 }
+
+namespace {
 
 // "x must be finite and in [lo, hi]" as a check.
 bool InRange(double x, double lo, double hi) { return std::isfinite(x) && x >= lo && x <= hi; }

@@ -117,6 +117,9 @@ inline constexpr int64_t kMaxEvalBatches = int64_t{1} << 20;
 // tokens. What ValidateRun compares with the machine's memory.
 int64_t RunMemoryLowerBound(const ModelDims& dims, int64_t tp, int64_t pp, int64_t tokens, int64_t step_tokens);
 
+// This machine's physical memory in bytes (INT64_MAX where it cannot be read).
+int64_t PhysicalMemoryBytes();
+
 // Checks every field of a run (after ApplyRunDefaults) against its schema and its
 // model, so that no value can crash, hang or silently train on NaN: enums known
 // values; every number finite and in range (steps >= 1; micro_batch, seq_len >= 1

@@ -115,6 +115,9 @@ class BenchTest(OneLineErrors):
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--seq_len=4611686018427387904"), "above 2^31")
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--lr=nan"), "--lr=nan")
         self.assert_one_line_error(run("screening", "--T=100000", "--micro_batch=100000"), "above 2^31")
+        # Sizes train refuses for memory at once (issue 31: bench grew to 6 GB until killed).
+        self.assert_one_line_error(run("train", "--model=psi8", "--seq_len=1000000", "--micro_batch=64"),
+                                   "--micro_batch=64 x --seq_len=1000000 needs at least", "of memory this machine has")
 
     def test_every_instruction_set_path_and_head_path_is_named_and_runs(self):
         # tiny_psi4's d_E = 16 (one 64-byte vector) takes the panel head; each path this
