@@ -291,6 +291,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
         if (!t->named_val_) return val.status();
         return absl::Status(val.status().code(), absl::StrCat("validation source ", v.name, ": ", val.status().message()));
       }
+      // Fewer held-out windows than eval.batches asks for: every window is used once,
+      // never repeated, and said (issue 31 §3: "without a word").
+      if (t->is_logger() && (*val)->num_batches() < vo.max_batches) {
+        LogWarning(v.name.empty() ? "validation data" : absl::StrCat("validation source ", v.name), ": eval.batches=",
+                   run.eval().batches(), " asks for ", vo.max_batches * dp, " micro-batches of ", run.micro_batch(),
+                   " windows; its ", v.stream->size(), " tokens hold ", (*val)->num_batches() * dp,
+                   ": each validation uses those");
+      }
       t->val_loaders_.push_back({v.name, v.weight > 0 ? v.weight : 1.0, std::move(*val)});
     }
   }

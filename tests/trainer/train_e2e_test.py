@@ -162,6 +162,22 @@ class TrainTest(SyntheticCorpusCase):
         self.train(c, "--steps=10")
         self.assertNotIn("--steps is now", self.train(c, "--steps=20").stderr)
 
+    def test_more_validation_batches_than_the_data_holds_are_said_not_repeated(self):
+        many = os.path.join(self.tmp.name, "many_val_batches.textproto")
+        with open(self.config) as f:
+            text = f.read().replace("eval { every: 10 batches: 2 }", "eval { every: 2 batches: 500 }")
+        self.assertIn("batches: 500", text)
+        with open(many, "w") as f:
+            f.write(text)
+        r = subprocess.run([BIN, "train", f"--config={many}", f"--data={self.data}",
+                            f"--run_dir={self.run_dir('val_short')}", "--steps=2"],
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        # The synthetic val shard: 8,800 tokens, 274 windows of 32 + 1, 68 micro-batches of 4.
+        self.assertIn("validation data: eval.batches=500 asks for 500 micro-batches of 4 windows; its 8800 tokens "
+                      "hold 68: each validation uses those", r.stderr)
+        self.assertNotIn("asks for", self.train(self.run_dir("val_fits"), "--steps=2", "--eval_every=2").stderr)
+
     def test_sigkill_after_a_checkpoint_resumes_bit_identically(self):
         straight = self.run_dir("straight")
         self.train(straight, "--steps=30", "--seq_len=64", "--micro_batch=8")
