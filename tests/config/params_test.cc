@@ -13,6 +13,10 @@ struct PaperRow {
   int64_t non_embedding;
 };
 
+void PrintTo(const PaperRow& row, std::ostream* os) {
+  *os << row.model << " (" << row.total << " parameters, " << row.non_embedding << " non-embedding)";
+}
+
 class PaperTableTest : public ::testing::TestWithParam<PaperRow> {};
 
 TEST_P(PaperTableTest, LayoutReproducesThePapersCounts) {
@@ -30,7 +34,8 @@ INSTANTIATE_TEST_SUITE_P(Paper, PaperTableTest,
                          ::testing::Values(PaperRow{"psi8", 4134146, 917698}, PaperRow{"psi16", 27546626, 14680834},
                                            PaperRow{"psi32", 286347266, 234884098},
                                            PaperRow{"psi48", 1304884226, 1189092098},
-                                           PaperRow{"psi64", 3963961346, 3758108674}));
+                                           PaperRow{"psi64", 3963961346, 3758108674}),
+                         [](const ::testing::TestParamInfo<PaperRow>& info) { return std::string(info.param.model); });
 
 TEST(ParamLayoutTest, ShardsTileTheFullLayoutExactly) {
   auto dims = LoadModel("tiny_psi4");

@@ -3,6 +3,9 @@
 // and TanhNorm (the ablation switch tanh_norm, issue 18) each on and off.
 #include <gtest/gtest.h>
 
+#include <ostream>
+#include <string>
+
 #include <cmath>
 
 #include "model/multiscreen.h"
@@ -23,6 +26,12 @@ struct GradCase {
   int64_t matrix_stride;  // check every n-th element of each matrix (all scalars always)
   bool tanh_norm = true;
 };
+
+// How a case shows in gtest's output (issue 31: "56-byte object <04-00 24-E9 …>").
+void PrintTo(const GradCase& c, std::ostream* os) {
+  *os << c.model << (c.pl_norm ? " PLNorm" : " no PLNorm") << (c.tanh_norm ? " TanhNorm" : " no TanhNorm") << " B="
+      << c.B << " T=" << c.T << " seed=" << c.seed << " stride=" << c.matrix_stride;
+}
 
 class GradientTest : public ::testing::TestWithParam<GradCase> {};
 
@@ -73,7 +82,12 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GradientTest,
                                            GradCase{"tiny_psi2", false, 2, 12, 12, 1},
                                            GradCase{"tiny_psi4", true, 2, 20, 13, 9},
                                            GradCase{"tiny_psi2", true, 2, 12, 14, 1, false},
-                                           GradCase{"tiny_psi2", false, 2, 12, 15, 1, false}));
+                                           GradCase{"tiny_psi2", false, 2, 12, 15, 1, false}),
+                         [](const ::testing::TestParamInfo<GradCase>& info) {
+                           const GradCase& c = info.param;
+                           return std::string(c.model) + (c.pl_norm ? "_PLNorm" : "") + (c.tanh_norm ? "" : "_NoTanhNorm") +
+                                  "_seed" + std::to_string(c.seed);
+                         });
 
 // The switch changes the model: the same parameters give another (finite) loss with
 // TanhNorm off, so the finite-difference cases above cannot pass by ignoring it.

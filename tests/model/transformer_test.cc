@@ -37,6 +37,16 @@ struct Switches {
   bool qk_norm, sio, pl_norm;
 };
 
+// How a case shows in gtest's output, and its name: the switches that are on.
+void PrintTo(const Switches& s, std::ostream* os) {
+  *os << "qk_norm " << s.qk_norm << ", sio " << s.sio << ", pl_norm " << s.pl_norm;
+}
+std::string SwitchesName(const ::testing::TestParamInfo<Switches>& info) {
+  const Switches& s = info.param;
+  const std::string name = std::string(s.qk_norm ? "QkNorm" : "") + (s.sio ? "Sio" : "") + (s.pl_norm ? "PlNorm" : "");
+  return name.empty() ? "Plain" : name;
+}
+
 class TransformerGradientTest : public ::testing::TestWithParam<Switches> {};
 
 TEST_P(TransformerGradientTest, EveryParameterMatchesCentralDifferences) {
@@ -74,7 +84,8 @@ TEST_P(TransformerGradientTest, EveryParameterMatchesCentralDifferences) {
 INSTANTIATE_TEST_SUITE_P(AllSwitches, TransformerGradientTest,
                          ::testing::Values(Switches{false, false, false}, Switches{true, false, false},
                                            Switches{false, true, false}, Switches{false, false, true},
-                                           Switches{true, true, true}));
+                                           Switches{true, true, true}),
+                         SwitchesName);
 
 TEST(TransformerInitTest, FollowsTheSpecStdsAndScalesResidualOutputs) {
   ModelDims dims = *LoadModel("transformer_8m");
@@ -267,7 +278,8 @@ TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
 INSTANTIATE_TEST_SUITE_P(Switches, TransformerDecodeTest,
                          ::testing::Values(Switches{false, false, false}, Switches{true, false, false},
                                            Switches{false, true, false}, Switches{false, false, true},
-                                           Switches{true, true, true}));
+                                           Switches{true, true, true}),
+                         SwitchesName);
 
 // Greedy decoding with the cache picks, at every step, the argmax of the full forward
 // over the prefix (fp32, the model `generate` runs).
