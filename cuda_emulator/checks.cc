@@ -116,13 +116,23 @@ std::string ThreadName(int linear) {
 void CheckAccess(uintptr_t a, size_t bytes, bool write) {
   BlockState* b = t_block;
   if (b->dynamic_shared != nullptr) {
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(b->dynamic_shared);
-    if (a >= lo && a < lo + b->dynamic_bytes) {
-      if (a + bytes > lo + b->dynamic_bytes) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(b->dynamic_shared), hi = lo + b->dynamic_bytes;
+    if (a >= lo && a < hi) {
+      if (a + bytes > hi) {
         IllegalAccess(a, bytes, write,
                       Format("runs past the end of the block's %zu bytes of dynamic shared memory", b->dynamic_bytes));
       }
       return CheckShared(a, bytes, write, false);
+    }
+    // Near it (an index past either end): named as such rather than as host memory.
+    constexpr uintptr_t kNear = uintptr_t(1) << 16;
+    if (a >= hi && a < hi + kNear) {
+      IllegalAccess(a, bytes, write, Format("%zu bytes past the end of the block's %zu bytes of dynamic shared memory",
+                                            size_t(a - hi), b->dynamic_bytes));
+    }
+    if (a < lo && a + kNear >= lo) {
+      IllegalAccess(a, bytes, write, Format("%zu bytes before the start of the block's %zu bytes of dynamic shared memory",
+                                            size_t(lo - a), b->dynamic_bytes));
     }
   }
   if (t_tls_hi == 0) StaticTlsRange(&t_tls_lo, &t_tls_hi);
@@ -215,53 +225,84 @@ void CheckShared(uintptr_t a, size_t bytes, bool write, bool atomic) {
   BlockState* b = t_block;
   const ThreadState* t = t_thread;
   const uint32_t epoch = b->epoch, warp_epoch = b->warp_epoch[t->warp];
-  // True when `other`'s access (made at its warp's rendezvous count other_warp_epoch)
-  // is ordered before this one within the current barrier interval.
-  auto ordered = [&](int other, uint32_t other_warp_epoch) {
-    return other == t->linear || (other / 32 == t->warp && other_warp_epoch != warp_epoch);
+  // Accesses of another thread ordered before this one within the barrier interval: in
+  // this thread's warp, before a warp rendezvous this thread has passed since.
+  auto ordered_write = [&](const Shadow& s) {
+    return s.writer == t->linear || (s.writer / 32 == t->warp && s.writer_warp_epoch != warp_epoch);
+  };
+  auto reads_race = [&](const Shadow& s) {
+    if (s.read_epoch != epoch || (!s.many_readers && s.reader == t->linear)) return false;
+    return !(s.reader_warp == t->warp && s.reader_warp_epoch != warp_epoch);
+  };
+  auto atomics_race = [&](const Shadow& s) {
+    return s.atomic_epoch == epoch && (s.many_atomics || s.atomic_thread != t->linear);
   };
   for (size_t i = 0; i < bytes; ++i) {
     Shadow& s = b->shared[a + i];
     std::string race;
-    if (write) {
-      if (s.write_epoch == epoch && !ordered(s.writer, s.writer_warp_epoch) && !(atomic && s.atomic)) {
-        race = Format("%s wrote it", ThreadName(s.writer).c_str());
-      } else if (s.read_epoch == epoch && (s.many_readers || !ordered(s.reader, s.reader_warp_epoch))) {
-        race = s.many_readers ? "other threads read it" : Format("%s read it", ThreadName(s.reader).c_str());
+    if ((!write || atomic) && !s.initialized) {  // an atomic reads the old value
+      Report(Format("cuda emulator: uninitialized shared read: %s reads %zu bytes at %#zx of shared memory, never "
+                    "written by this block",
+                    WhereNow().c_str(), bytes, size_t(a)));
+      for (size_t j = 0; j < bytes; ++j) b->shared[a + j].initialized = true;  // once per address
+      return;
+    }
+    const bool plain_write_race = s.write_epoch == epoch && !ordered_write(s);
+    if (atomic) {  // an atomic races with plain accesses of other threads, not with atomics
+      if (plain_write_race) {
+        race = Format("%s wrote it plainly", ThreadName(s.writer).c_str());
+      } else if (reads_race(s)) {
+        race = s.many_readers ? "other threads read it plainly" : Format("%s read it plainly", ThreadName(s.reader).c_str());
       }
+    } else if (write) {
+      if (plain_write_race) {
+        race = Format("%s wrote it", ThreadName(s.writer).c_str());
+      } else if (reads_race(s)) {
+        race = s.many_readers ? "other threads read it" : Format("%s read it", ThreadName(s.reader).c_str());
+      } else if (atomics_race(s)) {
+        race = Format("%s updated it atomically", ThreadName(s.atomic_thread).c_str());
+      }
+    } else {
+      if (plain_write_race) {
+        race = Format("%s wrote it", ThreadName(s.writer).c_str());
+      } else if (atomics_race(s)) {
+        race = Format("%s updated it atomically", ThreadName(s.atomic_thread).c_str());
+      }
+    }
+    if (atomic) {
+      if (s.atomic_epoch == epoch && s.atomic_thread != t->linear) s.many_atomics = true;
+      if (s.atomic_epoch != epoch) {
+        s.atomic_epoch = epoch;
+        s.atomic_thread = t->linear;
+        s.many_atomics = false;
+      }
+      s.initialized = true;
+    } else if (write) {
       s.write_epoch = epoch;
       s.writer = t->linear;
       s.writer_warp_epoch = warp_epoch;
-      s.atomic = atomic;
-    } else {
-      if (s.write_epoch == 0) {
-        Report(Format("cuda emulator: uninitialized shared read: %s reads %zu bytes at %#zx of shared memory, never "
-                      "written by this block",
-                      WhereNow().c_str(), bytes, size_t(a)));
-        for (size_t j = 0; j < bytes; ++j) b->shared[a + j].write_epoch = 1;  // once per address
-        return;
-      }
-      if (s.write_epoch == epoch && !ordered(s.writer, s.writer_warp_epoch)) {
-        race = Format("%s wrote it", ThreadName(s.writer).c_str());
-      }
-      if (s.read_epoch == epoch && s.reader != t->linear) {
-        s.many_readers = true;
-      } else if (s.read_epoch != epoch) {
-        s.many_readers = false;
-      }
+      s.initialized = true;
+    } else if (s.read_epoch != epoch) {
       s.read_epoch = epoch;
       s.reader = t->linear;
+      s.many_readers = false;
+      s.reader_warp = t->warp;
       s.reader_warp_epoch = warp_epoch;
+    } else {
+      if (s.reader != t->linear) s.many_readers = true;
+      if (s.reader_warp != t->warp) s.reader_warp = -2;
+      s.reader_warp_epoch = std::max(s.reader_warp_epoch, warp_epoch);
     }
     if (!race.empty()) {
       Report(Format("cuda emulator: race on shared memory: %s %s %zu bytes at %#zx, and %s between the same two "
                     "barriers",
-                    WhereNow().c_str(), Verb(write), bytes, size_t(a), race.c_str()));
-      // One report per access: mark the bytes as this thread's.
+                    WhereNow().c_str(), atomic ? "atomically updates" : Verb(write), bytes, size_t(a), race.c_str()));
+      // One report per access: the bytes are this thread's from here.
       for (size_t j = 0; j < bytes; ++j) {
         Shadow& r = b->shared[a + j];
-        r.writer = r.reader = t->linear;
-        r.many_readers = false;
+        r.writer = r.reader = r.atomic_thread = t->linear;
+        r.many_readers = r.many_atomics = false;
+        r.reader_warp = t->warp;
       }
       return;
     }

@@ -36,8 +36,8 @@ uint3 BlockIdx();
 dim3 BlockDim();
 dim3 GridDim();
 
-// __syncthreads: every thread of the block must arrive, at the same call site.
-void SyncThreads(const void* site);
+// __syncthreads: every thread of the block must arrive, at the same call site ("file:line").
+void SyncThreads(const char* site);
 
 // The warp collectives, one rendezvous of the lanes named in `mask` (every one of them
 // must call the same collective with the same mask).
@@ -122,7 +122,11 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stre
 #define gridDim (::msemu::GridDim())
 inline constexpr int warpSize = 32;
 
-inline void __syncthreads() { ::msemu::SyncThreads(__builtin_return_address(0)); }
+// A macro, so that each call site is told apart ("file:line"): one barrier met at two
+// sites is a report.
+#define MSEMU_STRING2(x) #x
+#define MSEMU_STRING(x) MSEMU_STRING2(x)
+#define __syncthreads() ::msemu::SyncThreads(__FILE__ ":" MSEMU_STRING(__LINE__))
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   ::msemu::WarpCollective(::msemu::WarpOp::kSync, mask, 0, 0, 32);
 }

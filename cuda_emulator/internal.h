@@ -22,13 +22,17 @@ std::string DescribeAddress(uintptr_t p);
 extern std::atomic<uint64_t> g_heap_generation;
 
 // What the race checker knows of one byte of shared memory within the running block:
-// the last write and the last read, each with the barrier interval (epoch) it fell in.
+// its last plain write, its atomics and its plain reads, each with the barrier interval
+// (epoch, from 1; 0: none) it fell in and, for ordering within a warp, the warp's
+// rendezvous count (warp epoch) at the time.
 struct Shadow {
-  uint32_t write_epoch = 0, read_epoch = 0;  // 0: never
-  int32_t writer = -1, reader = -1;          // linear thread index
-  uint32_t writer_warp_epoch = 0, reader_warp_epoch = 0;
-  bool many_readers = false;                 // more than one thread read in read_epoch
-  bool atomic = false;                       // the last write was an atomic
+  bool initialized = false;                   // written (plainly or atomically) by this block
+  uint32_t write_epoch = 0, atomic_epoch = 0, read_epoch = 0;
+  int32_t writer = -1, atomic_thread = -1, reader = -1;  // linear thread index (the first, for atomics and reads)
+  uint32_t writer_warp_epoch = 0;
+  bool many_atomics = false, many_readers = false;  // more than one thread in that epoch
+  int32_t reader_warp = -1;                   // the warp of every reader in read_epoch, or -2 for several warps
+  uint32_t reader_warp_epoch = 0;             // the latest warp epoch at which one of them read
 };
 
 // One emulated thread (a fiber) of the running block.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,12 +34,24 @@ struct Devices {
   size_t capacity = size_t(80) << 30;
   Devices() {
     int node = 1;
-    if (const char* n = std::getenv("MULTISCREEN_EMULATED_GPUS"); n != nullptr && *n != '\0') {
-      node = std::clamp(std::atoi(n), 0, kMaxDevices);
-    }
-    if (const char* m = std::getenv("MULTISCREEN_EMULATED_GPU_MEMORY"); m != nullptr && *m != '\0') {
-      capacity = std::strtoull(m, nullptr, 10);
-    }
+    // Whole numbers only: a typo is said, not read as 0 or as its leading digits.
+    auto read = [](const char* name, unsigned long long max, unsigned long long* value) {
+      const char* text = std::getenv(name);
+      if (text == nullptr || *text == '\0') return;
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long v = std::strtoull(text, &end, 10);
+      if (*end != '\0' || errno != 0 || v > max || text[0] == '-') {
+        Report(Format("cuda emulator: %s=%s: expected a whole number from 0 to %llu", name, text, max));
+        return;
+      }
+      *value = v;
+    };
+    unsigned long long gpus = 1, bytes = capacity;
+    read("MULTISCREEN_EMULATED_GPUS", kMaxDevices, &gpus);
+    read("MULTISCREEN_EMULATED_GPU_MEMORY", uint64_t(1) << 50, &bytes);
+    node = static_cast<int>(gpus);
+    capacity = static_cast<size_t>(bytes);
     const char* list = std::getenv("CUDA_VISIBLE_DEVICES");
     if (list == nullptr) {
       for (int i = 0; i < node; ++i) visible.push_back(i);

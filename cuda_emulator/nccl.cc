@@ -28,6 +28,7 @@
 //    ranks get bit-identical results.
 #include <nccl.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -74,6 +75,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>
 
 struct alignas(64) SegmentHeader {
   std::atomic<uint64_t> magic;  // set last by rank 0
+  int32_t creator_pid;          // rank 0's process, written before magic
   int32_t nranks;
   uint64_t total_bytes;
   std::atomic<int32_t> unlinked;  // rank 0 removed the name: initialization is complete
@@ -414,6 +416,39 @@ bool PidGone(int pid) {
   return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'Z' || text[close + 2] == 'X');
 }
 
+// Removes the segments of communicators whose rank 0 died before every rank had joined
+// (kill -9 during initialization: nobody was left to remove the name). Only segments
+// whose creator is known and gone; a live job's are left alone.
+void SweepStaleSegments() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind("msemu-nccl-", 0) != 0) continue;
+    const int fd = shm_open(("/" + name).c_str(), O_RDONLY, 0);
+    if (fd < 0) continue;
+    struct stat st {};
+    int32_t creator = 0;
+    bool stale = false;
+    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(SegmentHeader)) {
+      void* p = mmap(nullptr, sizeof(SegmentHeader), PROT_READ, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) {
+        const auto* header = static_cast<const SegmentHeader*>(p);
+        if (header->magic.load(std::memory_order_acquire) == kSegmentMagic) creator = header->creator_pid;
+        munmap(p, sizeof(SegmentHeader));
+        stale = creator > 0 && PidGone(creator);
+      }
+    }
+    close(fd);
+    if (stale) {
+      shm_unlink(("/" + name).c_str());
+      std::fprintf(stderr, "NCCL WARN [emulated] removed /dev/shm/%s, left by rank 0 (pid %d), which died during "
+                           "initialization\n", name.c_str(), creator);
+    }
+  }
+  closedir(dir);
+}
+
 // The waits: a short spin, then sleeps growing to 0.5 ms. Between them, checks that
 // the wait can still end: own abort, and the peers `peers` (-1: all) alive and healthy.
 class Waiter {
@@ -504,6 +539,7 @@ ncclResult_t Rendezvous(CommState& c) {
   };
   int fd = -1;
   if (c.rank == 0) {
+    SweepStaleSegments();
     fd = shm_open(c.shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
       c.unlinked = true;  // not ours to remove
@@ -546,6 +582,7 @@ ncclResult_t Rendezvous(CommState& c) {
   if (p == MAP_FAILED) return fail(ncclSystemError, "mmap(" + c.shm_name + "): " + std::strerror(errno));
   c.base = static_cast<uint8_t*>(p);
   if (c.rank == 0) {
+    c.header()->creator_pid = static_cast<int32_t>(getpid());
     c.header()->nranks = c.nranks;
     c.header()->total_bytes = l.total;
     c.header()->magic.store(kSegmentMagic, std::memory_order_release);

@@ -1,9 +1,12 @@
 #include "parallel/fatal.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -34,6 +37,12 @@ void SetFatalContext(std::string context) {
 }
 
 [[noreturn]] void FatalError(std::string_view reason) {
+  // One line per process: a second thread that fails meanwhile (the peer watchdog and a
+  // communicator seeing the same dead rank) waits for the first to end the process.
+  static std::atomic_flag entered = ATOMIC_FLAG_INIT;
+  if (entered.test_and_set()) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   std::string where = "single process";
   if (MpiActive()) {
     int rank = -1, size = 0, len = 0;

@@ -95,6 +95,10 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::Fail(const std::string& what, const std::string& reason) {
+  // A peer that died: NCCL says only "remote process exited". The peer watchdog
+  // (parallel/peer_watchdog.h) names the rank and why, within its poll interval: give it
+  // that long to end the job with the better line (FatalError prints one line a process).
+  if (reason == ncclGetErrorString(ncclRemoteError)) std::this_thread::sleep_for(std::chrono::seconds(2));
   // ncclCommAbort frees the communicator and stops its kernels, but it can
   // itself wait for work stuck on the stream: give it a few seconds on the
   // side, then end the job regardless (process exit releases the GPU).

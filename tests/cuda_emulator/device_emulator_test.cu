@@ -106,6 +106,54 @@ __global__ void DynamicSharedKernel(float* y) {
   y[threadIdx.x] = buffer[blockDim.x - 1 - threadIdx.x];
 }
 
+// Two halves of the block meet one barrier at two call sites (undefined on a GPU).
+__global__ void TwoSitesKernel(float* y) {
+  if (threadIdx.x < 32) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  y[threadIdx.x] = 1.f;
+}
+
+// Correct warp-synchronous code: lane 0 writes, every lane reads after __syncwarp, and
+// lane 0 writes again after another __syncwarp.
+__global__ void SyncwarpReadersKernel(int* y) {
+  __shared__ int s[1];
+  if (threadIdx.x == 0) s[0] = 1;
+  __syncwarp();
+  const int v = s[0];
+  __syncwarp();
+  if (threadIdx.x == 0) s[0] = 2;
+  y[threadIdx.x] = v;
+}
+
+// The usual reduction over the first 16 lanes with a partial mask: lanes 8..15 read
+// lanes outside the mask (undefined values they never use); lane 0's sum is right.
+__global__ void PartialMaskSumKernel(float* y) {
+  float v = float(threadIdx.x);
+  if (threadIdx.x < 16) {
+    for (int offset = 8; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffu, v, offset);
+  }
+  if (threadIdx.x == 0) *y = v;
+}
+
+// Thread 0 initializes a counter while the others already add to it: no barrier between.
+__global__ void StoreThenAtomicsKernel(int* out) {
+  __shared__ int counter;
+  if (threadIdx.x == 0) counter = 0;
+  atomicAdd(&counter, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) *out = counter;
+}
+
+// Local memory beyond the emulator's 256 KiB per thread.
+__global__ void BigLocalKernel(float* y, int i) {
+  volatile float big[96 * 1024];  // 384 KiB
+  big[i] = 1.f;
+  y[0] = big[i];
+}
+
 __global__ void AtomicKernel(int* counter, float* total) {
   atomicAdd(counter, 1);
   atomicAdd(total, 0.5f);
@@ -255,6 +303,56 @@ TEST_F(EmulatorTest, WarpCollectiveMissingALaneOfItsMaskIsReported) {
   EXPECT_TRUE(Reported(capture, {"warp collective never completes", "MissingLaneKernel", "__shfl_xor_sync",
                                  "lane 5 named in the mask exited"}))
       << AllReports(capture);
+}
+
+TEST_F(EmulatorTest, OneBarrierMetAtTwoCallSitesIsReported) {
+  float* y = DeviceCopy(std::vector<float>(64, 0.f));
+  msemu::ScopedCapture capture;
+  Launch<TwoSitesKernel>(1, 64, 0, nullptr, y);
+  EXPECT_TRUE(Reported(capture, {"divergent __syncthreads", "TwoSitesKernel", "device_emulator_test.cu:",
+                                 "one barrier met at two call sites"}))
+      << AllReports(capture);
+}
+
+TEST_F(EmulatorTest, ReadsOrderedBySyncwarpBeforeAWriteAreNotARace) {
+  int* y = DeviceCopy(std::vector<int>(32, 0));
+  msemu::ScopedCapture capture;
+  Launch<SyncwarpReadersKernel>(1, 32, 0, nullptr, y);
+  EXPECT_TRUE(capture.reports().empty()) << AllReports(capture);
+  for (int v : HostCopy(y, 32)) EXPECT_EQ(v, 1);
+}
+
+TEST_F(EmulatorTest, APartialMaskReductionIsCleanAndItsLaneZeroRight) {
+  float* y = DeviceCopy(std::vector<float>(1, 0.f));
+  msemu::ScopedCapture capture;
+  Launch<PartialMaskSumKernel>(1, 32, 0, nullptr, y);
+  EXPECT_TRUE(capture.reports().empty()) << AllReports(capture);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(HostCopy(y, 1)[0], 15.f * 16 / 2);
+}
+
+TEST_F(EmulatorTest, APlainStoreRacingOtherThreadsAtomicsIsReported) {
+  int* out = DeviceCopy(std::vector<int>(1, 0));
+  msemu::ScopedCapture capture;
+  Launch<StoreThenAtomicsKernel>(1, 64, 0, nullptr, out);
+  EXPECT_TRUE(Reported(capture, {"race on shared memory", "StoreThenAtomicsKernel", "atomically updates",
+                                 "thread (0,0,0) wrote it plainly"}))
+      << AllReports(capture);
+}
+
+TEST_F(EmulatorTest, DynamicSharedMemoryPastItsEndIsNamed) {
+  float* y = DeviceCopy(std::vector<float>(64, 0.f));
+  msemu::ScopedCapture capture;
+  Launch<DynamicSharedKernel>(1, 64, 32 * sizeof(float), nullptr, y);  // 64 threads, room for 32
+  EXPECT_TRUE(Reported(capture, {"DynamicSharedKernel", "past the end of the block's 128 bytes of dynamic shared"}))
+      << AllReports(capture);
+}
+
+TEST(EmulatorDeathTest, StackOverflowIsOneLineNamingTheThread) {
+  float* y = nullptr;
+  ASSERT_EQ(cudaMalloc(&y, sizeof(float)), cudaSuccess);
+  EXPECT_EXIT(Launch<BigLocalKernel>(1, 1, 0, nullptr, y, 0), ::testing::ExitedWithCode(86),
+              "cuda emulator: stack overflow: kernel .*BigLocalKernel block \\(0,0,0\\) thread \\(0,0,0\\)");
 }
 
 // ---- Semantics ----------------------------------------------------------------------

@@ -555,6 +555,34 @@ TEST(NcclEmulatorTest, InitWaitingForAMissingRankEndsWithAbortAndLeavesNoSegment
   }));
 }
 
+// Rank 0 killed (SIGKILL) while it waits for a rank that never joins leaves its segment
+// behind (no one is left to remove the name); the next communicator's rank 0 sweeps it.
+TEST(NcclEmulatorTest, ASegmentLeftByAKilledRankZeroIsSweptByTheNextInit) {
+  const ncclUniqueId stale = NewId();
+  const std::vector<int> killed = RunRanks(1, [&](int) {
+    CHILD_CUDA(cudaSetDevice(0));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    CHILD_EQ(ncclCommInitRankConfig(&comm, 2, stale, 0, &config), ncclInProgress);  // rank 1 never comes
+    for (int i = 0; i < 2000 && !SegmentExists(stale); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its header written, waiting for rank 1
+    raise(SIGKILL);
+    return 0;
+  });
+  ASSERT_EQ(killed, std::vector<int>{128 + SIGKILL});
+  ASSERT_TRUE(SegmentExists(stale)) << "the test needs the killed rank's segment";
+  const ncclUniqueId id = NewId();
+  ExpectAllSucceeded(RunRanks(1, [&](int) {
+    CHILD_CUDA(cudaSetDevice(0));
+    ncclComm_t comm = InitBlocking(1, 0, id);
+    CHILD_CHECK(comm != nullptr);
+    CHILD_NCCL(ncclCommDestroy(comm));
+    return 0;
+  }));
+  EXPECT_FALSE(SegmentExists(stale));
+}
+
 TEST(NcclEmulatorTest, RanksCallingDifferentCountsAreReportedAndFail) {
   const int n = 2;
   const ncclUniqueId id = NewId();
