@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "cli/created_dirs.h"
 #include "cli/flags.h"
@@ -31,6 +32,7 @@
 #include "parallel/mpi_session.h"
 #include "parallel/process_grid.h"
 #include "trainer/run_data.h"
+#include "trainer/run_agreement.h"
 #include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
 
@@ -201,6 +203,31 @@ void RemoveUnusedRunDir(const std::string& run_dir, const std::filesystem::path&
 
 }  // namespace
 
+// What the ranks of one job must agree on (trainer/run_agreement.h): the run file after
+// its flags, the model as resolved, the layout, the device and transport flags, and each
+// data source as opened (token count and fingerprint: another file at the same path).
+std::vector<std::pair<std::string, std::string>> AgreementFields(const config::RunConfig& run, const ModelDims& d,
+                                                                 const ProcessGrid& grid, const Trainer::Sources& sources) {
+  auto fields = RunConfigFields(run);
+  fields.emplace_back("the model as resolved",
+                      absl::StrCat(d.name, " (", FamilyName(d.family), "): N_L ", d.n_layers, ", N_H ", d.n_heads,
+                                   ", d_E ", d.d_e, ", d_K ", d.d_k, ", d_V ", d.d_v, ", V ", d.vocab, ", w_th ",
+                                   d.w_th, ", ", ModelParamCount(d), " parameters"));
+  fields.emplace_back("the layout", absl::StrCat("tp ", grid.shape().tp, ", pp ", grid.shape().pp, ", dp ",
+                                                 grid.shape().dp));
+  fields.emplace_back("--device", absl::GetFlag(FLAGS_device));
+  fields.emplace_back("--comm", absl::GetFlag(FLAGS_comm));
+  auto describe = [](const std::string& name, const TokenStream* stream) {
+    return stream == nullptr ? absl::StrCat(name, ": none")
+                             : absl::StrCat(name, ": ", stream->size(), " tokens, fingerprint ", stream->Fingerprint());
+  };
+  std::vector<std::string> data{describe("train", sources.train.get()), describe("validation", sources.val.get())};
+  for (const LoaderSource& s : sources.mixture) data.push_back(describe(s.name, s.stream.get()));
+  for (const LoaderSource& s : sources.val_sources) data.push_back(describe("validation " + s.name, s.stream.get()));
+  fields.emplace_back("the data as opened", absl::StrJoin(data, "; "));
+  return fields;
+}
+
 int TrainCommand(int argc, char** argv) {
   // Caught from the first instant: a preemption signal during start-up (MPI,
   // loading a checkpoint) then stops the run after its first step instead of
@@ -271,6 +298,13 @@ int TrainCommand(int argc, char** argv) {
   };
   auto sources = OpenRunData(*run, source, logger);
   if (!sources.ok()) return fail(sources.status());
+  // Every rank starts the same run (issue 31 §1), compared before the first collective
+  // whose length depends on it: one line names the field that differs.
+  if (mpi != nullptr) {
+    if (auto s = AgreeOnRun(grid->world(), AgreementFields(*run, *dims, *grid, *sources)); !s.ok()) {
+      return fail(MarkAgreed(s));
+    }
+  }
   // Every rank resolves its own device (its GPU was bound above); the step runs there.
   auto device = ResolveDevice(false);
   if (!device.ok()) return fail(device.status());

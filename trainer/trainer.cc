@@ -59,11 +59,6 @@ absl::Status CheckTokenIds(const Batch& batch, int64_t vocab, const std::string&
 
 constexpr char kAgreedPayload[] = "multiscreen/agreed";
 
-absl::Status MarkAgreed(absl::Status status) {
-  if (!status.ok()) status.SetPayload(kAgreedPayload, absl::Cord("1"));
-  return status;
-}
-
 // Every rank passes its own status and gets back, on every rank, the error of
 // the lowest-ranked rank that failed (OK when none did), marked as agreed. A
 // collective: a failure seen by some ranks ends every rank alike, with its
@@ -146,6 +141,11 @@ std::string Eta(double seconds) {
 }
 
 }  // namespace
+
+absl::Status MarkAgreed(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kAgreedPayload, absl::Cord("1"));
+  return status;
+}
 
 bool IsAgreedError(const absl::Status& status) {
   return !status.ok() && status.GetPayload(kAgreedPayload).has_value();

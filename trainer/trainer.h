@@ -43,6 +43,8 @@ struct TrainState {
 // caller reports it once, from world rank 0, and every rank exits normally
 // instead of aborting the job.
 bool IsAgreedError(const absl::Status& status);
+// `status` marked as one that every rank returned alike (reported once, by rank 0).
+absl::Status MarkAgreed(absl::Status status);
 
 // How a trainer starts on a run_dir that holds checkpoints.
 struct StartOptions {

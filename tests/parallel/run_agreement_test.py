@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""Ranks that would train different runs end the job at start-up in one line naming
+what differs (issue 31 §1): MPMD launch lines with another --steps (rank 0 finished,
+rank 1 waited for ever in its step-11 collective) or another --lr (the replicas trained
+different runs and the job exited 0), and another file at the same relative path (the
+run file agrees; the data's fingerprint does not).
+
+Run: /usr/bin/python3 tests/parallel/run_agreement_test.py --multiscreen=build/multiscreen --source=. [--mpirun=mpirun]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
+from train_e2e_test import SyntheticCorpusCase, synthetic_shards  # noqa: E402
+
+BIN = SRC = MPIRUN = None
+
+
+class RunAgreementTest(SyntheticCorpusCase):
+
+    def mpmd(self, name, flags0, flags1, wdirs=None, data=None):
+        run_dir = os.path.join(self.tmp.name, name)
+        base = [BIN, "train", f"--config={self.config}", f"--data={data or self.data}", f"--run_dir={run_dir}"]
+        cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root"]
+        for i, flags in enumerate((flags0, flags1)):
+            if i:
+                cmd.append(":")
+            cmd += ["-np", "1"] + (["--wdir", wdirs[i]] if wdirs else []) + base + flags
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.assertNotEqual(r.returncode, 0, r.stderr[-2000:])
+        ours = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("multiscreen")]
+        self.assertEqual(len(ours), 1, r.stdout[-2000:] + r.stderr[-2000:])
+        return ours[0]
+
+    def test_another_steps_on_one_rank_is_named(self):
+        line = self.mpmd("steps", ["--steps=10"], ["--steps=20"])
+        self.assertIn("ranks disagree on steps: rank 0 has 10, rank 1 has 20", line)
+
+    def test_another_lr_on_one_rank_is_named(self):
+        line = self.mpmd("lr", ["--steps=4"], ["--steps=4", "--lr=0.001"])
+        self.assertRegex(line, r"ranks disagree on optimizer: rank 0 has optimizer \{ lr: 0.0625 [^}]*\}, rank 1 has "
+                               r"optimizer \{ lr: 0.001 ")
+
+    def test_another_file_at_the_same_path_is_named(self):
+        a, b = os.path.join(self.tmp.name, "node_a"), os.path.join(self.tmp.name, "node_b")
+        shutil.copytree(self.data, os.path.join(a, "shards"))
+        synthetic_shards(os.path.join(b, "shards"), seed=7)  # same names, other tokens
+        line = self.mpmd("same_path", ["--steps=4"], ["--steps=4"], wdirs=(a, b), data="shards")
+        self.assertIn("ranks disagree on the data as opened: rank 0 has train: 30000 tokens, fingerprint ", line)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--mpirun", default="mpirun")
+    args, rest = p.parse_known_args()
+    BIN, SRC, MPIRUN = os.path.abspath(args.multiscreen), os.path.abspath(args.source), args.mpirun
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

@@ -1,0 +1,29 @@
+// Every rank of a job trains the same run (issue 31 §1): at start-up the ranks compare
+// what each resolved — the run file after its flags, the model, the layout, the device
+// and each data source's token count and fingerprint — so that a node-local run file, a
+// different flag on one rank (MPMD launch lines), or another file at the "same" path
+// ends the job in one line instead of a hang at the first collective of unequal length
+// or replicas that silently train different runs.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "configs/config.pb.h"
+#include "kernels/communicator.h"
+
+namespace multiscreen {
+
+// (name, value) pairs a run's ranks must agree on: each top-level field of the resolved
+// RunConfig but `logging` (rank 0 logs), in text format, named as in the run file.
+std::vector<std::pair<std::string, std::string>> RunConfigFields(const config::RunConfig& run);
+
+// A collective over `world`: OK when every rank passed the same fields (names and
+// values, compared by a 52-bit FNV-1a hash each); otherwise, on every rank, the same
+// error naming the first field that differs and two ranks' values: "ranks disagree on
+// steps: rank 0 has 10, rank 1 has 20 (...)".
+absl::Status AgreeOnRun(Communicator& world, const std::vector<std::pair<std::string, std::string>>& fields);
+
+}  // namespace multiscreen
