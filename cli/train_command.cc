@@ -205,7 +205,8 @@ void RemoveUnusedRunDir(const std::string& run_dir, const std::filesystem::path&
 
 // What the ranks of one job must agree on (trainer/run_agreement.h): the run file after
 // its flags, the model as resolved, the layout, the device and transport flags, and each
-// data source as opened (token count and fingerprint: another file at the same path).
+// data source as opened (token count, fingerprint and weight: another file at the same
+// path shows; the same files at other paths on other nodes are fine).
 std::vector<std::pair<std::string, std::string>> AgreementFields(const config::RunConfig& run, const ModelDims& d,
                                                                  const ProcessGrid& grid, const Trainer::Sources& sources) {
   auto fields = RunConfigFields(run);
@@ -222,7 +223,9 @@ std::vector<std::pair<std::string, std::string>> AgreementFields(const config::R
                              : absl::StrCat(name, ": ", stream->size(), " tokens, fingerprint ", stream->Fingerprint());
   };
   std::vector<std::string> data{describe("train", sources.train.get()), describe("validation", sources.val.get())};
-  for (const LoaderSource& s : sources.mixture) data.push_back(describe(s.name, s.stream.get()));
+  for (const LoaderSource& s : sources.mixture) {
+    data.push_back(absl::StrCat(describe(s.name, s.stream.get()), ", weight ", s.weight));
+  }
   for (const LoaderSource& s : sources.val_sources) data.push_back(describe("validation " + s.name, s.stream.get()));
   fields.emplace_back("the data as opened", absl::StrJoin(data, "; "));
   return fields;

@@ -58,7 +58,7 @@ std::vector<std::pair<std::string, std::string>> RunConfigFields(const config::R
   printer.SetSingleLineMode(true);
   for (int i = 0; i < d->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* f = d->field(i);
-    if (f->name() == "logging") continue;
+    if (f->name() == "logging" || f->name() == "data") continue;
     config::RunConfig only;
     if (f->is_repeated() ? r->FieldSize(run, f) > 0 : r->HasField(run, f)) {
       only = run;

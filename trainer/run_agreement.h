@@ -17,7 +17,9 @@
 namespace multiscreen {
 
 // (name, value) pairs a run's ranks must agree on: each top-level field of the resolved
-// RunConfig but `logging` (rank 0 logs), in text format, named as in the run file.
+// RunConfig, in text format, named as in the run file; but `logging` (rank 0 logs) and
+// `data`, whose paths may differ between nodes holding the same files: the caller
+// compares the data as opened (tokens and fingerprints) instead.
 std::vector<std::pair<std::string, std::string>> RunConfigFields(const config::RunConfig& run);
 
 // A collective over `world`: OK when every rank passed the same fields (names and

@@ -46,6 +46,16 @@ class RunAgreementTest(SyntheticCorpusCase):
         self.assertRegex(line, r"ranks disagree on optimizer: rank 0 has optimizer \{ lr: 0.0625 [^}]*\}, rank 1 has "
                                r"optimizer \{ lr: 0.001 ")
 
+    def test_the_same_files_at_other_paths_agree(self):
+        other = os.path.join(self.tmp.name, "copy_elsewhere")
+        shutil.copytree(self.data, other)
+        run_dir = os.path.join(self.tmp.name, "paths")
+        base = [BIN, "train", f"--config={self.config}", f"--run_dir={run_dir}", "--steps=2"]
+        r = subprocess.run([MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", "1", *base, f"--data={self.data}",
+                            ":", "-np", "1", *base, f"--data={other}"], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+
     def test_another_file_at_the_same_path_is_named(self):
         a, b = os.path.join(self.tmp.name, "node_a"), os.path.join(self.tmp.name, "node_b")
         shutil.copytree(self.data, os.path.join(a, "shards"))
