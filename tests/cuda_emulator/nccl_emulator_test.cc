@@ -139,6 +139,21 @@ ncclComm_t InitBlocking(int n, int rank, const ncclUniqueId& id) {
 
 // Waits as the project does (parallel/nccl_communicator.cc): the async error, then the
 // stream. ncclInProgress after `timeout_s`.
+// Rank r of n on device r: a communicator initialized in blocking mode and a
+// non-blocking stream; false (said on stderr) when either fails.
+bool OpenRank(int n, int r, const ncclUniqueId& id, ncclComm_t* comm, cudaStream_t* s) {
+  const char* failed = nullptr;
+  if (cudaSetDevice(r) != cudaSuccess) {
+    failed = "cudaSetDevice";
+  } else if ((*comm = InitBlocking(n, r, id)) == nullptr) {
+    failed = "ncclCommInitRank";
+  } else if (cudaStreamCreateWithFlags(s, cudaStreamNonBlocking) != cudaSuccess) {
+    failed = "cudaStreamCreateWithFlags";
+  }
+  if (failed != nullptr) std::fprintf(stderr, "rank %d: %s failed\n", r, failed);
+  return failed == nullptr;
+}
+
 ncclResult_t Await(ncclComm_t comm, cudaStream_t stream, double timeout_s = 30) {
   const Clock::time_point t0 = Clock::now();
   for (;;) {
@@ -273,11 +288,9 @@ TEST(NcclEmulatorTest, ReduceScatterGivesEachRankItsBlockOfTheRankOrderedSum) {
   const size_t count = 100003;  // n × count floats: two rounds, blocks across the boundary
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(n, [&](int r) {
-    CHILD_CUDA(cudaSetDevice(r));
-    ncclComm_t comm = InitBlocking(n, r, id);
-    CHILD_CHECK(comm != nullptr);
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(n, r, id, &comm, &s));
     const std::vector<float> all_sums = RankOrderSum<float>(n, n * count);
     const std::vector<float> mine(all_sums.begin() + r * count, all_sums.begin() + (r + 1) * count);
     // Out of place.
@@ -302,11 +315,9 @@ TEST(NcclEmulatorTest, AllGatherConcatenatesTheRanksInRankOrder) {
   const size_t count = 100003;
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(n, [&](int r) {
-    CHILD_CUDA(cudaSetDevice(r));
-    ncclComm_t comm = InitBlocking(n, r, id);
-    CHILD_CHECK(comm != nullptr);
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(n, r, id, &comm, &s));
     std::vector<float> want;
     for (int k = 0; k < n; ++k) {
       const std::vector<float> v = Values<float>(k, count);
@@ -334,11 +345,9 @@ TEST(NcclEmulatorTest, BroadcastCopiesTheRootsBytesInPlaceAndNot) {
   const int n = 3;
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(n, [&](int r) {
-    CHILD_CUDA(cudaSetDevice(r));
-    ncclComm_t comm = InitBlocking(n, r, id);
-    CHILD_CHECK(comm != nullptr);
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(n, r, id, &comm, &s));
     // uint8 in place from rank 2, more than a round.
     const size_t bytes = (size_t{3} << 20) + 17;
     std::vector<uint8_t> root_bytes(bytes), mine(bytes, static_cast<uint8_t>(r));
@@ -363,11 +372,9 @@ TEST(NcclEmulatorTest, SendAndRecvInOneGroupPassDataAroundARing) {
   const size_t count = 100003;  // more than one mailbox chunk
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(n, [&](int r) {
-    CHILD_CUDA(cudaSetDevice(r));
-    ncclComm_t comm = InitBlocking(n, r, id);
-    CHILD_CHECK(comm != nullptr);
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(n, r, id, &comm, &s));
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
     float* send = Up(Values<float>(r, count));
     float* recv = Up(std::vector<float>(count, 0.0f));
