@@ -53,6 +53,20 @@ class CliTest(OneLineErrors):
     def tearDown(self):
         self.tmp.cleanup()
 
+    def test_a_commands_help_lists_its_own_flags_grouped(self):
+        # Issue 31: `train --help` printed 181 lines, every command's flags.
+        for command, own, other in ((["train"], "--config", "--prompt"), (["generate"], "--prompt", "--grad_accum"),
+                                    (["eval", "passkey"], "--contexts", "--grad_accum")):
+            r = run(*command, "--help")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"\n  {own}  ", r.stdout)
+            self.assertNotIn(f"  {other}  ", r.stdout)
+            self.assertIn("--helpfull lists the flags of every command.", r.stdout)
+        lines = run("train", "--help").stdout.splitlines()
+        self.assertLess(len(lines), 60)
+        self.assertIn("train flags:", lines)
+        self.assertGreater(len(run("train", "--helpfull").stdout.splitlines() + run("train", "--helpfull").stderr.splitlines()), 150)
+
     def test_params_json_reproduces_the_paper_table(self):
         for model, (total, non_embedding) in PAPER.items():
             r = run("params", f"--model={model}", "--json")
