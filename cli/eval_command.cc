@@ -17,12 +17,15 @@
 #include <string>
 #include <vector>
 
+#include <zlib.h>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/checkpoint.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/run_data.h"
@@ -102,7 +105,26 @@ struct EvalSetup {
   std::string train_len_source;  // where train_len came from, for the summary
   std::unique_ptr<Gpt2Tokenizer> tokenizer;
   std::string out;
+  // Which weights the results are of: their CRC-32, and the checkpoint's step when they
+  // came from one. A run directory names its latest checkpoint, which moves while the run
+  // trains: a resume compares these, never the path (issue 31 §3).
+  std::string weights_crc32;
+  int64_t checkpoint_step = -1;
 };
+
+// CRC-32 (zlib's) of the parameters' bytes, as 8 hex digits.
+std::string WeightsCrc32(const std::vector<float>& params) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* bytes = reinterpret_cast<const Bytef*>(params.data());
+  size_t left = params.size() * sizeof(float);
+  while (left > 0) {
+    const uInt n = static_cast<uInt>(std::min<size_t>(left, size_t(1) << 30));
+    crc = crc32(crc, bytes, n);
+    bytes += n;
+    left -= n;
+  }
+  return absl::StrFormat("%08x", static_cast<uint32_t>(crc));
+}
 
 // multiscreen_only: the evaluation reads Multiscreen's tiles (relevance), so a
 // Transformer is refused in one line; every other evaluation runs either family.
@@ -116,6 +138,10 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return weights.status();
   s.weights = std::move(*weights);
+  s.weights_crc32 = WeightsCrc32(s.weights.params);
+  if (const std::string dir = absl::GetFlag(FLAGS_checkpoint); !dir.empty()) {
+    if (auto ckpt = OpenCheckpointOrRun(dir); ckpt.ok()) s.checkpoint_step = ckpt->meta.step;
+  }
   if (multiscreen_only && s.weights.dims.transformer()) {
     return absl::InvalidArgumentError(absl::StrCat("model ", s.weights.dims.name,
                                                    " is a Transformer: relevance maps are Multiscreen's (screening "
@@ -151,7 +177,9 @@ json SetupJson(const EvalSetup& s) {
           {"weights", absl::GetFlag(FLAGS_weights).empty() ? absl::GetFlag(FLAGS_checkpoint) : absl::GetFlag(FLAGS_weights)},
           {"train_len", s.options.train_len},
           {"train_len_source", s.train_len_source},
-          {"window_rule", s.options.expand_windows ? "expand" : "as_learned"}};
+          {"window_rule", s.options.expand_windows ? "expand" : "as_learned"},
+          {"weights_crc32", s.weights_crc32},
+          {"checkpoint_step", s.checkpoint_step >= 0 ? json(s.checkpoint_step) : json(nullptr)}};
 }
 
 // Runs tools/plot_eval.py on --out (Debian's /usr/bin/python3, which has python3-matplotlib;
@@ -309,7 +337,8 @@ int Ppl(const std::vector<std::string>& given) {
     }
     if (state.value("identity", json()) != identity) {
       return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat(
-                                  "--resume: ", state_path, " is of another evaluation (model, data, --seq_len, --stride or window rule differ)")));
+                                  "--resume: ", state_path, " is of another evaluation (model, weights, data, --seq_len, --stride or window rule differ: its ",
+                                  "weights_crc32 and checkpoint_step say which weights it was of)")));
     }
     skip_windows = state["windows"].get<int64_t>();
     acc.Restore(state["sums"].get<std::vector<double>>(), skip_windows);
@@ -491,7 +520,7 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
     if (!old.is_object()) return Fail(cmd.c_str(), absl::NotFoundError(absl::StrCat("--resume: ", results_path, " is missing or not JSON")));
     if (old.value("identity", json()) != identity) {
       return Fail(cmd.c_str(), absl::FailedPreconditionError(absl::StrCat("--resume: ", results_path,
-                                                                          " is of another evaluation (model, window rule, mode, instances or seed differ)")));
+                                                                          " is of another evaluation (model, weights, window rule, mode, instances or seed differ)")));
     }
     cells = old["cells"];
   }

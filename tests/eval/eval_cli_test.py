@@ -11,6 +11,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import re
 import stat
 import subprocess
@@ -126,6 +127,21 @@ class EvalCliTest(OneLineErrors):
         self.assertEqual(len(rows), 33)
         r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=64", f"--out={self.dir}/o")
         self.assert_one_line_error(r, "no document has --seq_len + 1 = 65 tokens", "5 of 5 skipped as shorter", "the longest has 50")
+
+    def test_ppl_resume_against_other_weights_at_the_same_path_is_refused(self):
+        # Issue 31: a run directory that kept training between the two calls (its latest
+        # checkpoint moved) had its windows averaged with the old ones' under one result.
+        w = self.init(seed=3)
+        t = self.tokens(np.random.default_rng(3).integers(0, 36, size=6 * 17))
+        out = os.path.join(self.dir, "moved")
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--documents=2", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "ppl_state.json")) as f:
+            crc = json.load(f)["identity"]["weights_crc32"]
+        self.assertRegex(crc, r"^[0-9a-f]{8}$")
+        shutil.copyfile(self.init(seed=4), w)  # other weights at the same path
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--resume", f"--out={out}")
+        self.assert_one_line_error(r, "--resume:", "is of another evaluation (model, weights,")
 
     def test_ppl_resume_continues_from_the_saved_windows(self):
         w = self.init()
