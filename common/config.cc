@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -334,6 +335,13 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
   if (r.checkpoint().every() < 0) return bad("checkpoint.every", r.checkpoint().every(), " is negative");
   if (r.checkpoint().keep_last() < 0) return bad("checkpoint.keep_last", r.checkpoint().keep_last(), " is negative");
   if (r.checkpoint().keep_every() < 0) return bad("checkpoint.keep_every", r.checkpoint().keep_every(), " is negative");
+  // Retention keeps the saved steps that are multiples of keep_every: with saves every
+  // `every` steps, only multiples of both ever are (issue 31: 25 with saves every 10
+  // never matched).
+  if (const int64_t e = r.checkpoint().every(), k = r.checkpoint().keep_every(); e > 0 && k > 0 && k % e != 0) {
+    return bad("checkpoint.keep_every", k, " is not a multiple of checkpoint.every = ", e,
+               ": only saved steps are kept, so it would keep every ", std::lcm(k, e), "-th step");
+  }
   if (r.eval().every() < 0) return bad("eval.every", r.eval().every(), " is negative");
   if (r.eval().batches() < 0 || r.eval().batches() > kMaxEvalBatches) {
     return bad("eval.batches", r.eval().batches(), " must be in [0, 2^20] (micro-batches per validation pass)");

@@ -215,6 +215,14 @@ TEST(RunValidationTest, SizesAreBoundedBeforeAnythingIsAllocated) {
   EXPECT_EQ(RunFileError("logging { console_every: -1 }"), "logging.console_every: -1 is negative");
 }
 
+TEST(RunValidationTest, AKeepEveryThatNoSavedStepMatchesIsRefused) {
+  EXPECT_EQ(RunFileError("checkpoint { every: 10 keep_every: 25 }"),
+            "checkpoint.keep_every: 25 is not a multiple of checkpoint.every = 10: only saved steps are kept, so it "
+            "would keep every 50-th step");
+  EXPECT_EQ(RunFileError("checkpoint { every: 10 keep_every: 30 }"), "ok");
+  EXPECT_EQ(RunFileError("checkpoint { every: 0 keep_every: 25 }"), "ok");  // saves only at the end
+}
+
 TEST(RunValidationTest, AFieldSetByAFlagIsNamedByTheFlag) {
   RunSource flags;
   flags.flags["optimizer.lr"] = "lr";
