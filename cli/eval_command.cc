@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -459,6 +460,12 @@ absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const st
     out.push_back(v);
   }
   if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  std::vector<int64_t> sorted = out;
+  std::sort(sorted.begin(), sorted.end());
+  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", text, ": ", *dup, " is given twice (each would be a cell of its own)"));
+  }
   return out;
 }
 
@@ -472,6 +479,12 @@ absl::StatusOr<std::vector<double>> ParseDepths(const std::string& text) {
     out.push_back(v);
   }
   if (out.empty()) return absl::InvalidArgumentError("--depths is empty");
+  std::vector<double> sorted = out;
+  std::sort(sorted.begin(), sorted.end());
+  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--depths=", text, ": ", *dup, " is given twice (each would be a cell of its own)"));
+  }
   return out;
 }
 
@@ -507,6 +520,15 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
       return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, task.tokens_per_unit > 1 ? " lines" : " tokens",
                                                                          " need about ", GiB(need), " (the decoding cache and the prompt), ",
                                                                          GiB(avail), " available")));
+    }
+  }
+  // A context the generator cannot fill (too short) is refused before any cell runs, named
+  // as --contexts (the generator's own messages say --length, --generate_only's flag).
+  for (int64_t c : *contexts) {
+    if (auto one = task.make(c, depths->front(), 1); !one.ok()) {
+      std::string why(one.status().message());
+      if (absl::StartsWith(why, "--length=")) why = why.substr(why.find(':') + 2);
+      return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--contexts: ", c, ": ", why)));
     }
   }
   const std::string results_path = absl::StrCat(setup.out, "/", task.name, ".json");

@@ -411,6 +411,15 @@ class EvalCliTest(OneLineErrors):
         g = self.init("gpt2_tiny", seed=4)
         self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--depths=0.5,2", f"--out={self.dir}/o",
                                        f"--tokenizer={self.tokenizer}"), "--depths")
+        # Issue 31: duplicates made cells twice; a context too short was named --length.
+        self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--contexts=400,450,400",
+                                       f"--out={self.dir}/o", f"--tokenizer={self.tokenizer}"),
+                                   "--contexts=400,450,400: 400 is given twice")
+        self.assert_one_line_error(run("eval", "passkey", f"--weights={g}", "--depths=0.5,0.5", f"--out={self.dir}/o",
+                                       f"--tokenizer={self.tokenizer}"), "--depths=0.5,0.5: 0.5 is given twice")
+        self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--mode=lines", "--contexts=5",
+                                       f"--out={self.dir}/o", f"--tokenizer={self.tokenizer}"),
+                                   "--contexts: 5: lines mode needs at least 50 lines")
         self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--mode=lines", "--contexts=1000000000",
                                        f"--out={self.dir}/o", f"--tokenizer={self.tokenizer}", timeout=30),
                                    "--contexts: 1000000000 lines need about", "GiB")
