@@ -245,7 +245,7 @@ def _positive(path, line, rec, column):
 
 def read_results_csv(path):
     try:
-        f = open(path, newline="", encoding="utf-8")
+        f = open(path, newline="", encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not a column name
     except OSError as e:
         raise FitError(f"{path}: {e.strerror}")
     with f:
@@ -459,8 +459,12 @@ def print_text(result):
             print(f"  joint fit: {e['joint_error']}")
         for b in e["per_budget"]:
             if "E" in b:
-                print(f"  D = {b['tokens']:.4g}: L(N) = {b['E']:.4g} + {b['A']:.4g}·N^-{b['alpha']:.4g}  "
+                power = f"N^-{b['alpha']:.4g}" if b["alpha"] >= 0 else f"N^{-b['alpha']:.4g}"
+                print(f"  D = {b['tokens']:.4g}: L(N) = {b['E']:.4g} + {b['A']:.4g}·{power}  "
                       f"alpha {fmt_interval(b['intervals']['alpha'])}")
+                if b["alpha"] <= 0:
+                    print(f"  warning: at D = {b['tokens']:.4g} the loss does not fall with N (alpha {b['alpha']:.4g} "
+                          "<= 0): too few models, too few steps, or runs that did not train; the fit says nothing there")
             else:
                 print(f"  D = {b['tokens']:.4g}: {b['error']}")
     if "ratio" in result:

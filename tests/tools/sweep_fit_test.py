@@ -133,6 +133,30 @@ class SweepFitTest(unittest.TestCase):
                 self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
                 self.assertIn(name, out.stderr)
 
+    def test_a_csv_with_a_byte_order_mark_fits_and_a_rising_law_is_flagged(self):
+        # Issue 31: a spreadsheet's BOM read as "missing column family"; a negative
+        # exponent printed as N^--0.07 without a word.
+        rows = grid_rows(TRUTH)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "bom.csv")
+            with open(path, "w", newline="", encoding="utf-8-sig") as f:
+                w = csv.DictWriter(f, fieldnames=["family", "params", "tokens", "loss"])
+                w.writeheader()
+                for r in rows:
+                    w.writerow({k: r[k] for k in ("family", "params", "tokens", "loss")})
+            out = self.fit_cli(path)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            rising = os.path.join(tmp, "rising.csv")
+            with open(rising, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=["family", "params", "tokens", "loss"])
+                w.writeheader()
+                for r in rows:  # the loss grows with N: a degenerate sweep
+                    w.writerow({"family": r["family"], "params": r["params"], "tokens": r["tokens"],
+                                "loss": 2.0 + 1e-7 * r["params"] ** 0.5})
+            text = self.fit_cli(rising).stdout.decode()
+            self.assertNotIn("N^--", text)
+            self.assertIn("the loss does not fall with N", text)
+
     def fit_cli(self, path, *flags):
         """`sweep fit --results=path` through the binary when given, else the script it runs."""
         cmd = [BIN, "sweep", "fit"] if BIN else [sys.executable, os.path.join(HERE, "..", "..", "tools", "sweep_fit.py"), "fit"]
