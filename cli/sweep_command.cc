@@ -243,7 +243,8 @@ int RunSlurm(const Sweep& sweep, const std::vector<std::string>& sbatch_args) {
   if (ec) return Fail("sweep", absl::PermissionDeniedError(absl::StrCat(sweep.root, "/slurm: ", ec.message())));
   const std::string path = (fs::path(sweep.root) / "sweep.sbatch").string();
   if (absl::Status s = WriteTextFile(path, script); !s.ok()) return Fail("sweep", s);
-  std::vector<std::string> argv = {"sbatch"};
+  // --output on the command line (no quoting to get wrong; the user's options after it win).
+  std::vector<std::string> argv = {"sbatch", absl::StrCat("--output=", SlurmOutputPattern(sweep))};
   argv.insert(argv.end(), sbatch_args.begin(), sbatch_args.end());
   argv.push_back(path);
   const int rc = Spawn(argv);

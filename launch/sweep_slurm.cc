@@ -14,9 +14,16 @@ std::string Quote(const std::string& s) { return absl::StrCat("'", absl::StrRepl
 
 }  // namespace
 
+std::string SlurmOutputPattern(const Sweep& sweep) {
+  return (std::filesystem::path(sweep.root) / "slurm" / "%A_%a.out").string();
+}
+
 std::string SlurmArrayScript(const Sweep& sweep, const std::vector<size_t>& indices, const std::string& binary,
                              const std::string& train_sbatch, int threads) {
-  const std::string logs = (std::filesystem::path(sweep.root) / "slurm").string();
+  const std::string output = SlurmOutputPattern(sweep);
+  // sbatch reads #SBATCH lines without shell quoting: a path with a space or a quote goes
+  // on sbatch's command line instead (`sweep run --slurm` puts it there).
+  const bool plain = output.find_first_of(" \t\"'\\$`") == std::string::npos;
   std::string s = absl::StrCat(
       "#!/bin/bash\n"
       "# Written by `multiscreen sweep run --slurm` for ", sweep.file, ": one array task per run that was not\n"
@@ -29,8 +36,9 @@ std::string SlurmArrayScript(const Sweep& sweep, const std::vector<size_t>& indi
       "#SBATCH --time=04:00:00\n"
       "#SBATCH --signal=USR1@300\n"
       "#SBATCH --requeue\n"
-      "#SBATCH --open-mode=append\n"
-      "#SBATCH --output=", logs, "/%A_%a.out\n"
+      "#SBATCH --open-mode=append\n",
+      plain ? absl::StrCat("#SBATCH --output=", output, "\n")
+            : absl::StrCat("# sbatch --output=", Quote(output), " (on the command line: the path has a space or quote)\n"),
       "set -uo pipefail\n"
       "runs=(\n");
   for (size_t i : indices) absl::StrAppend(&s, "  ", Quote(sweep.runs[i].dir), "\n");

@@ -18,6 +18,9 @@ namespace multiscreen {
 // command-line options override them), then the task's RUN_DIR and CONFIG and an exec
 // of `train_sbatch` with MULTISCREEN=`binary`. A task whose run is already finished (a
 // requeue after it finished) exits 0 without training. `threads`: --cpus-per-task.
+// "<root>/slurm/%A_%a.out": where each array task's output goes (sbatch --output).
+std::string SlurmOutputPattern(const Sweep& sweep);
+
 std::string SlurmArrayScript(const Sweep& sweep, const std::vector<size_t>& indices, const std::string& binary,
                              const std::string& train_sbatch, int threads);
 

@@ -310,8 +310,17 @@ class SweepTest(unittest.TestCase):
             self.assertEqual(len(lines), 1, r.stderr)
             self.assertIn(f"{root}: no such directory (the root of {path}): no run has started yet", lines[0])
             self.assertFalse(os.path.exists(root), args)
-        self.assertIn("#SBATCH --array=0-2", sweep("run", f"--sweep={path}", "--slurm", "--dry_run").stdout)
+        script = sweep("run", f"--sweep={path}", "--slurm", "--dry_run").stdout
+        self.assertIn("#SBATCH --array=0-2", script)
+        self.assertIn(f"#SBATCH --output={root}/slurm/%A_%a.out\n", script)
         self.assertFalse(os.path.exists(root), "--dry_run")
+        # A root with a space: sbatch does not unquote #SBATCH lines, so --output goes on
+        # its command line (issue 31: it was written unquoted).
+        spaced = os.path.join(WORK, "never run")
+        path = write(os.path.join(WORK, "never_run_spaced.textproto"), sweep_text(spaced, self.data))
+        script = sweep("run", f"--sweep={path}", "--slurm", "--dry_run").stdout
+        self.assertNotIn("#SBATCH --output", script)
+        self.assertIn(f"# sbatch --output='{spaced}/slurm/%A_%a.out' (on the command line", script)
 
     def test_grid_values_that_collide_or_do_not_fill_whole_steps_are_named(self):
         cases = {
