@@ -456,6 +456,10 @@ absl::StatusOr<CheckpointRef> Trainer::ChooseStart(bool restart) {
                                            ? FindLatestCheckpoint(run_.run_dir())
                                            : absl::NotFoundError(absl::StrCat(root, ": none"));
   if (ckpt.ok()) {
+    if (restart && is_logger()) {
+      LogWarning("--restart: ", ckpt->dir, " verifies, so the run resumes from it (--restart applies only when no "
+                 "checkpoint verifies; a new --run_dir starts over)");
+    }
     if (ckpt->meta.seed != run_.seed()) {
       return absl::FailedPreconditionError(absl::StrCat(ckpt->dir, ": saved with seed ", ckpt->meta.seed,
                                                         ", the run asks for ", run_.seed(),

@@ -138,6 +138,10 @@ class TrainTest(SyntheticCorpusCase):
         self.assertEqual(sorted(train_losses(d)), list(range(1, 21)))
         with open(os.path.join(ckpts, "latest")) as f:
             self.assertEqual(f.read().strip(), "step_00000020")
+        # With a checkpoint that verifies, --restart is said to change nothing.
+        r = self.train(d, "--steps=25", "--restart")
+        self.assertIn("step_00000020 verifies, so the run resumes from it (--restart applies only when no checkpoint "
+                      "verifies", r.stderr)
 
     def test_a_resume_that_changes_the_window_or_a_length_shaped_schedule_says_so(self):
         # Issue 31: another --seq_len, or another --steps under a cosine schedule (whose lr
