@@ -1,6 +1,7 @@
 // The diverged verdict from metrics.jsonl (divergence.h).
 #include "launch/divergence.h"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -80,7 +81,8 @@ DivergenceVerdict JudgeDivergence(std::istream& metrics, int64_t warmup_steps) {
     const double mean = window_sum / kDivergenceWindow;
     const bool initial_is_lower = v.initial_loss < best;
     const double reference = initial_is_lower ? v.initial_loss : best;
-    const double margin = kDivergenceMargin * std::abs(v.initial_loss);
+    const double margin = std::max(kDivergenceMargin * std::abs(v.initial_loss),
+                                   std::isfinite(best) ? kDivergenceProgressShare * (v.initial_loss - best) : 0.0);
     if (r.step > warmup_steps && std::isfinite(v.initial_loss) && mean > reference + margin) {
       v.diverged = true;
       v.step = r.step;

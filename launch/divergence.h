@@ -23,9 +23,13 @@ struct DivergenceVerdict {
 
 // Consecutive standing training losses averaged into one smoothed loss.
 inline constexpr int kDivergenceWindow = 10;
-// How far above the reference a smoothed loss must be, as a fraction of the first step's
-// loss (≈ ln V at initialization: 1.1 nats for GPT-2's vocabulary).
+// How far above the reference a smoothed loss must be: at least this fraction of the first
+// step's loss (≈ ln V at initialization: 1.1 nats for GPT-2's vocabulary), and at least
+// kDivergenceProgressShare of the progress the run had made (first step's loss minus the
+// lowest mean), so that a run near zero loss on easy data is not judged by nats that are
+// noise there (a tiny synthetic run went 0.16 → 0.72 and back).
 inline constexpr double kDivergenceMargin = 0.1;
+inline constexpr double kDivergenceProgressShare = 1.0 / 3;
 
 // Judges the rows of a metrics.jsonl stream (trainer/trainer.cc's format): training rows
 // {"step", "loss" (null when non-finite), ...}, validation rows {"step", "val_loss"}, and
@@ -34,7 +38,8 @@ inline constexpr double kDivergenceMargin = 0.1;
 //   - a standing training loss or validation loss is null or non-finite, or
 //   - at a step > warmup_steps, the mean of the last kDivergenceWindow standing training
 //     losses exceeds the reference — the lowest such mean before it, or the first step's
-//     loss if lower — by more than kDivergenceMargin × the first step's loss.
+//     loss if lower — by more than the margin: the larger of kDivergenceMargin × the
+//     first step's loss and kDivergenceProgressShare × (first step's loss − lowest mean).
 // So one noisy step, a spike that recovers within the window, or a spike while the lr ramps
 // up does not count; a loss that jumps and stays does, even when it stays below the first
 // step's. The reason gives the evidence (both windows). A skipped fp16 step with a finite

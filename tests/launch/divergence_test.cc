@@ -80,21 +80,32 @@ TEST(DivergenceTest, ASpikeThatRecoversIsNotDiverged) {
 }
 
 // A loss that jumps and stays up is diverged, with the evidence: here it never exceeds the
-// first step's loss, but stands 2 nats above where it had been.
+// first step's loss, but stands 1.9 nats above where it had been.
 TEST(DivergenceTest, ALossThatStaysFarAboveItsBestIsDiverged) {
   std::vector<double> losses;
   for (int i = 0; i < 30; ++i) losses.push_back(10.0 - 0.2 * i);  // 10 → 4.2
   for (int i = 0; i < 20; ++i) losses.push_back(7.0);              // steps 31..50
   const DivergenceVerdict v = Judge(Rows(1, losses), 5);
   EXPECT_TRUE(v.diverged);
-  // The lowest mean is steps 21..30's (6.0 … 4.2: 5.1). The mean of steps 28..37 (4.6,
-  // 4.4, 4.2, then 7.0 × 7: 6.22) is the first more than 1.0 (10% of the first step's
-  // loss) above it; steps 27..36's (6.0) is not.
-  EXPECT_EQ(v.step, 37);
+  // The lowest mean is steps 21..30's (6.0 … 4.2: 5.1); the margin is a third of the
+  // progress, (10 − 5.1) / 3 = 1.6333 (more than 10% of 10). Steps 30..39's mean (4.2, then
+  // 7.0 × 9: 6.72) is within it; steps 31..40's (7.0) is past it.
+  EXPECT_EQ(v.step, 40);
   EXPECT_EQ(v.reason,
-            "mean loss 6.2200 over steps 28-37 is 1.1200 above the lowest earlier mean 5.1000 (steps 21-30), more than "
-            "the margin 1.0000 (after the 5-step warmup)");
+            "mean loss 7.0000 over steps 31-40 is 1.9000 above the lowest earlier mean 5.1000 (steps 21-30), more than "
+            "the margin 1.6333 (after the 5-step warmup)");
   EXPECT_EQ(v.last_step, 50);  // the rows after it are still read
+}
+
+// A run near zero loss on easy data: a bump of 0.57 nats over ten steps is noise there (a
+// third of its 4.9 nats of progress is 1.6), as in the sweep tests' synthetic runs.
+TEST(DivergenceTest, ABumpSmallAgainstTheProgressIsNotDiverged) {
+  std::vector<double> losses;
+  for (int i = 0; i < 40; ++i) losses.push_back(5.0 - 0.12 * i);  // 5 → 0.32
+  for (int i = 0; i < 10; ++i) losses.push_back(0.16);
+  for (int i = 0; i < 10; ++i) losses.push_back(0.72);
+  for (int i = 0; i < 10; ++i) losses.push_back(0.2);
+  EXPECT_FALSE(Judge(Rows(1, losses), 5).diverged) << Judge(Rows(1, losses), 5).reason;
 }
 
 // A run that rises from its first step and stays up, judged against the first step's loss.
