@@ -201,8 +201,6 @@ void RemoveUnusedRunDir(const std::string& run_dir, const std::filesystem::path&
   RemoveCreatedDirs(run_dir, created);
 }
 
-}  // namespace
-
 // What the ranks of one job must agree on (trainer/run_agreement.h): the run file after
 // its flags, the model as resolved, the layout, the device and transport flags, and each
 // data source as opened (token count, fingerprint and weight: another file at the same
@@ -230,6 +228,8 @@ std::vector<std::pair<std::string, std::string>> AgreementFields(const config::R
   fields.emplace_back("the data as opened", absl::StrJoin(data, "; "));
   return fields;
 }
+
+}  // namespace
 
 int TrainCommand(int argc, char** argv) {
   // Caught from the first instant: a preemption signal during start-up (MPI,
