@@ -241,12 +241,10 @@ TEST(NcclEmulatorTest, AllReduceSumsInRankOrderBitIdenticallyOnEveryRankAndMaxes
   const int n = 4;
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(n, [&](int r) {
-    CHILD_CUDA(cudaSetDevice(r));
-    ncclComm_t comm = InitBlocking(n, r, id);
-    CHILD_CHECK(comm != nullptr);
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(n, r, id, &comm, &s));
     CHILD_CHECK(!SegmentExists(id));  // unlinked once every rank has it mapped
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     // float32 in place, over more than one 1 MiB round.
     const size_t nf = 300001;
     float* f = Up(Values<float>(r, nf));
@@ -395,11 +393,9 @@ TEST(NcclEmulatorTest, SendAndRecvInOneGroupPassDataAroundARing) {
 TEST(NcclEmulatorTest, ASendAndRecvToItselfNeedOneGroup) {
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(1, [&](int) {
-    CHILD_CUDA(cudaSetDevice(0));
-    ncclComm_t comm = InitBlocking(1, 0, id);
-    CHILD_CHECK(comm != nullptr);
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(1, 0, id, &comm, &s));
     float* a = Up(Values<float>(0, 64));
     float* b = Up(std::vector<float>(64, 0.0f));
     CHILD_EQ(ncclRecv(b, 64, ncclFloat32, 0, comm, s), ncclInvalidUsage);
@@ -594,12 +590,10 @@ TEST(NcclEmulatorTest, RanksCallingDifferentCountsAreReportedAndFail) {
   const int n = 2;
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(n, [&](int r) {
-    CHILD_CUDA(cudaSetDevice(r));
     msemu::ScopedCapture capture;
-    ncclComm_t comm = InitBlocking(n, r, id);
-    CHILD_CHECK(comm != nullptr);
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(n, r, id, &comm, &s));
     float* f = Up(std::vector<float>(20, 1.0f));
     CHILD_NCCL(ncclAllReduce(f, f, r == 0 ? 10 : 20, ncclFloat32, ncclSum, comm, s));
     CHILD_EQ(Await(comm, s, 10), ncclInvalidUsage);
@@ -618,12 +612,10 @@ TEST(NcclEmulatorTest, AReceiveOfAnotherSizeThanTheSendIsReportedAndFails) {
   const int n = 2;
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(n, [&](int r) {
-    CHILD_CUDA(cudaSetDevice(r));
     msemu::ScopedCapture capture;
-    ncclComm_t comm = InitBlocking(n, r, id);
-    CHILD_CHECK(comm != nullptr);
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(n, r, id, &comm, &s));
     float* f = Up(std::vector<float>(100, 1.0f));
     if (r == 0) {
       CHILD_NCCL(ncclSend(f, 100, ncclFloat32, 1, comm, s));
@@ -645,12 +637,10 @@ TEST(NcclEmulatorTest, AReceiveOfAnotherSizeThanTheSendIsReportedAndFails) {
 TEST(NcclEmulatorTest, BadBuffersAreReportedAndRejected) {
   const ncclUniqueId id = NewId();
   ExpectAllSucceeded(RunRanks(1, [&](int) {
-    CHILD_CUDA(cudaSetDevice(0));
     msemu::ScopedCapture capture;
-    ncclComm_t comm = InitBlocking(1, 0, id);
-    CHILD_CHECK(comm != nullptr);
-    cudaStream_t s;
-    CHILD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = nullptr;
+    cudaStream_t s = nullptr;
+    CHILD_CHECK(OpenRank(1, 0, id, &comm, &s));
     // Host memory.
     std::vector<float> host(16, 1.0f);
     CHILD_EQ(ncclAllReduce(host.data(), host.data(), 16, ncclFloat32, ncclSum, comm, s), ncclInvalidArgument);
