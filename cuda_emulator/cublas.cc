@@ -99,6 +99,15 @@ std::string Address(const void* p) {
   return buf;
 }
 
+// Unregisters a live object of `kind` before its deletion; reports a dead or unknown one
+// (what `fn` was given as `what`) and returns false.
+bool Release(const void* p, Kind kind, const char* fn, const char* what) {
+  if (Unregister(p, kind)) return true;
+  Report(std::string("cuda emulator: ") + fn + ": " + what + " " + Address(p) +
+         " is not a live one (destroyed twice, or never created)");
+  return false;
+}
+
 // `h` as a live object of `kind`, or nullptr: null, or (reported) destroyed or never created.
 template <typename T>
 T* Live(const void* h, Kind kind, const char* fn, const char* what) {
@@ -391,11 +400,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
 // Releases a handle (cublasDestroy): NOT_INITIALIZED for a null or dead one.
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!msemu::Unregister(handle, Kind::kBlas)) {
-    msemu::Report("cuda emulator: cublasDestroy: handle " + msemu::Address(handle) +
-                  " is not a live one (destroyed twice, or never created)");
-    return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
+  if (!msemu::Release(handle, Kind::kBlas, "cublasDestroy", "handle")) return CUBLAS_STATUS_NOT_INITIALIZED;
   delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -497,11 +502,7 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
 // Releases a cuBLASLt handle (cublasLtDestroy): NOT_INITIALIZED for a null or dead one.
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!msemu::Unregister(handle, Kind::kLt)) {
-    msemu::Report("cuda emulator: cublasLtDestroy: handle " + msemu::Address(handle) +
-                  " is not a live one (destroyed twice, or never created)");
-    return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
+  if (!msemu::Release(handle, Kind::kLt, "cublasLtDestroy", "handle")) return CUBLAS_STATUS_NOT_INITIALIZED;
   delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -521,9 +522,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComput
 // Releases a matmul descriptor (cublasLtMatmulDescDestroy); null is a no-op.
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
   if (desc == nullptr) return CUBLAS_STATUS_SUCCESS;
-  if (!msemu::Unregister(desc, Kind::kMatmulDesc)) {
-    msemu::Report("cuda emulator: cublasLtMatmulDescDestroy: descriptor " + msemu::Address(desc) +
-                  " is not a live one (destroyed twice, or never created)");
+  if (!msemu::Release(desc, Kind::kMatmulDesc, "cublasLtMatmulDescDestroy", "descriptor")) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   delete msemu::AsDesc(desc);
@@ -574,9 +573,7 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDa
 // Releases a layout (cublasLtMatrixLayoutDestroy); null is a no-op.
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
   if (layout == nullptr) return CUBLAS_STATUS_SUCCESS;
-  if (!msemu::Unregister(layout, Kind::kLayout)) {
-    msemu::Report("cuda emulator: cublasLtMatrixLayoutDestroy: layout " + msemu::Address(layout) +
-                  " is not a live one (destroyed twice, or never created)");
+  if (!msemu::Release(layout, Kind::kLayout, "cublasLtMatrixLayoutDestroy", "layout")) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   delete msemu::AsLayout(layout);
@@ -596,9 +593,7 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) 
 // Releases a preference (cublasLtMatmulPreferenceDestroy); null is a no-op.
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
   if (pref == nullptr) return CUBLAS_STATUS_SUCCESS;
-  if (!msemu::Unregister(pref, Kind::kPreference)) {
-    msemu::Report("cuda emulator: cublasLtMatmulPreferenceDestroy: preference " + msemu::Address(pref) +
-                  " is not a live one (destroyed twice, or never created)");
+  if (!msemu::Release(pref, Kind::kPreference, "cublasLtMatmulPreferenceDestroy", "preference")) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   delete msemu::AsPreference(pref);
