@@ -112,9 +112,14 @@ std::string ThreadName(int linear) {
   return Format("thread (%d,%d,%d)", x, y, z);
 }
 
-// Classifies and checks one access of kernel code.
-void CheckAccess(uintptr_t a, size_t bytes, bool write) {
+// Classifies and checks one access of kernel code (an atomic is a write that also reads
+// the old value).
+void CheckAccess(uintptr_t a, size_t bytes, bool write, bool atomic) {
   BlockState* b = t_block;
+  auto global = [&] {
+    if (atomic) CheckGlobal(a, bytes, false);
+    CheckGlobal(a, bytes, write);
+  };
   if (b->dynamic_shared != nullptr) {
     const uintptr_t lo = reinterpret_cast<uintptr_t>(b->dynamic_shared), hi = lo + b->dynamic_bytes;
     if (a >= lo && a < hi) {
@@ -122,7 +127,7 @@ void CheckAccess(uintptr_t a, size_t bytes, bool write) {
         IllegalAccess(a, bytes, write,
                       Format("runs past the end of the block's %zu bytes of dynamic shared memory", b->dynamic_bytes));
       }
-      return CheckShared(a, bytes, write, false);
+      return CheckShared(a, bytes, write, atomic);
     }
     // Near it (an index past either end): named as such rather than as host memory.
     constexpr uintptr_t kNear = uintptr_t(1) << 16;
@@ -136,15 +141,15 @@ void CheckAccess(uintptr_t a, size_t bytes, bool write) {
     }
   }
   if (t_tls_hi == 0) StaticTlsRange(&t_tls_lo, &t_tls_hi);
-  if (a >= t_tls_lo && a < t_tls_hi) return CheckShared(a, bytes, write, false);
+  if (a >= t_tls_lo && a < t_tls_hi) return CheckShared(a, bytes, write, atomic);
   const uint64_t generation = g_heap_generation.load(std::memory_order_relaxed);
   if (t_last != nullptr && t_last_generation == generation && a >= t_last->base && a < t_last->base + t_last->bytes) {
-    return CheckGlobal(a, bytes, write);
+    return global();
   }
   if (Allocation* al = FindAllocation(reinterpret_cast<void*>(a))) {
     t_last = al;
     t_last_generation = generation;
-    return CheckGlobal(a, bytes, write);
+    return global();
   }
   if (!write && TheReadOnlySegments().Contains(a)) return;  // a constant table
   IllegalAccess(a, bytes, write, DescribeAddress(a));
@@ -154,21 +159,13 @@ inline void Access(void* p, size_t bytes, bool write) {
   if (!t_checking) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   if (a >= t_thread->stack_lo && a < t_thread->stack_hi) return;  // the thread's own locals
-  CheckAccess(a, bytes, write);
+  CheckAccess(a, bytes, write, false);
 }
 
 }  // namespace
 
 void CheckAtomic(uintptr_t a, size_t bytes) {
-  if (!t_checking) return;
-  if (const uintptr_t lo = reinterpret_cast<uintptr_t>(t_block->dynamic_shared);
-      lo != 0 && a >= lo && a + bytes <= lo + t_block->dynamic_bytes) {
-    return CheckShared(a, bytes, true, true);
-  }
-  if (t_tls_hi == 0) StaticTlsRange(&t_tls_lo, &t_tls_hi);
-  if (a >= t_tls_lo && a < t_tls_hi) return CheckShared(a, bytes, true, true);
-  CheckGlobal(a, bytes, false);  // an atomic reads the old value
-  CheckGlobal(a, bytes, true);   // and writes the new one
+  if (t_checking) CheckAccess(a, bytes, true, true);
 }
 
 void Report(const std::string& line) {
