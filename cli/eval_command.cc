@@ -450,6 +450,18 @@ int Ppl(const std::vector<std::string>& given) {
 
 // ---- abcdigits, passkey: the (context, depth) grid --------------------------------------
 
+// A value of a grid flag's list given twice (each would be a cell of its own): refused,
+// naming the flag and the value.
+template <typename T>
+absl::Status RefuseRepeats(const std::string& flag, const std::string& text, std::vector<T> values) {
+  std::sort(values.begin(), values.end());
+  if (auto dup = std::adjacent_find(values.begin(), values.end()); dup != values.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", text, ": ", *dup, " is given twice (each would be a cell of its own)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const std::string& text) {
   std::vector<int64_t> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -460,12 +472,7 @@ absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const st
     out.push_back(v);
   }
   if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
-  std::vector<int64_t> sorted = out;
-  std::sort(sorted.begin(), sorted.end());
-  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", text, ": ", *dup, " is given twice (each would be a cell of its own)"));
-  }
+  MS_RETURN_IF_ERROR(RefuseRepeats(flag, text, out));
   return out;
 }
 
@@ -479,12 +486,7 @@ absl::StatusOr<std::vector<double>> ParseDepths(const std::string& text) {
     out.push_back(v);
   }
   if (out.empty()) return absl::InvalidArgumentError("--depths is empty");
-  std::vector<double> sorted = out;
-  std::sort(sorted.begin(), sorted.end());
-  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--depths=", text, ": ", *dup, " is given twice (each would be a cell of its own)"));
-  }
+  MS_RETURN_IF_ERROR(RefuseRepeats("depths", text, out));
   return out;
 }
 
