@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <functional>
 #include <sstream>
 
@@ -373,30 +374,31 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
     // "Choosing tp, pp, dp"). run.json holds the batch the run started with.
     std::ifstream identity_file(run_.run_dir() + "/run.json");
     const nlohmann::json identity = identity_file ? nlohmann::json::parse(identity_file, nullptr, false) : nlohmann::json();
+    // What run.json says the run started with (nullopt where it says nothing).
+    auto started_with = [&](const char* key) -> std::optional<int64_t> {
+      if (!identity.is_object() || !identity.contains(key) || !identity[key].is_number_integer()) return std::nullopt;
+      return identity[key].get<int64_t>();
+    };
     const int64_t batch = grid_->shape().dp * run_.grad_accum() * run_.micro_batch();
-    if (identity.is_object() && identity.contains("global_batch") && identity["global_batch"].is_number_integer() &&
-        identity["global_batch"].get<int64_t>() != batch) {
+    if (const auto started = started_with("global_batch"); started && *started != batch) {
       LogWarning("the global batch is now ", batch, " windows per step (dp ", grid_->shape().dp, " x grad_accum ",
-                 run_.grad_accum(), " x micro_batch ", run_.micro_batch(), "); the run started with ",
-                 identity["global_batch"].get<int64_t>(), " (", run_.run_dir(), "/run.json): its trajectory changes here; ",
+                 run_.grad_accum(), " x micro_batch ", run_.micro_batch(), "); the run started with ", *started, " (",
+                 run_.run_dir(), "/run.json): its trajectory changes here; ",
                  "keep dp x grad_accum x micro_batch fixed to continue it");
     }
     // So do another window length and, for a schedule shaped by the run's length,
     // another --steps (issue 31 §5: a cosine lr jumped from 0.0020 to 0.0238 unsaid).
-    if (identity.is_object() && identity.contains("seq_len") && identity["seq_len"].is_number_integer() &&
-        identity["seq_len"].get<int64_t>() != run_.seq_len()) {
-      LogWarning("--seq_len is now ", run_.seq_len(), "; the run started with ", identity["seq_len"].get<int64_t>(),
-                 " (", run_.run_dir(), "/run.json): its trajectory changes here");
+    if (const auto started = started_with("seq_len"); started && *started != run_.seq_len()) {
+      LogWarning("--seq_len is now ", run_.seq_len(), "; the run started with ", *started, " (", run_.run_dir(),
+                 "/run.json): its trajectory changes here");
     }
-    const config::ScheduleConfig& schedule = run_.schedule();
-    if (identity.is_object() && identity.contains("steps") && identity["steps"].is_number_integer() &&
-        identity["steps"].get<int64_t>() != run_.steps() && m.step < run_.steps()) {
-      const int64_t started = identity["steps"].get<int64_t>();
+    if (const auto started = started_with("steps"); started && *started != run_.steps() && m.step < run_.steps()) {
+      const config::ScheduleConfig& schedule = run_.schedule();
       const double peak = run_.optimizer().lr();
-      const double before = LearningRate(schedule, peak, m.step + 1, started);
+      const double before = LearningRate(schedule, peak, m.step + 1, *started);
       const double now = LearningRate(schedule, peak, m.step + 1, run_.steps());
       if (before != now) {
-        LogWarning("--steps is now ", run_.steps(), "; the run started with ", started, " and its ",
+        LogWarning("--steps is now ", run_.steps(), "; the run started with ", *started, " and its ",
                    config::ScheduleConfig::Kind_Name(schedule.kind()), " schedule follows the run's length: the lr of step ",
                    m.step + 1, " is ", absl::StrFormat("%.4g", now), " instead of ", absl::StrFormat("%.4g", before));
       }
