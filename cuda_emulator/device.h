@@ -40,8 +40,9 @@ dim3 GridDim();
 void SyncThreads(const char* site);
 
 // The warp collectives, one rendezvous of the lanes named in `mask` (every one of them
-// must call the same collective with the same mask).
-enum class WarpOp { kShfl, kShflUp, kShflDown, kShflXor, kBallot, kSync };
+// must call the same collective with the same mask). kCombine: one computed by a function
+// of every lane's operands (the tensor-core twins, internal.h's CombineInWarp).
+enum class WarpOp { kShfl, kShflUp, kShflDown, kShflXor, kBallot, kSync, kCombine };
 uint64_t WarpCollective(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
 unsigned ActiveMask();
 

@@ -62,6 +62,13 @@ extern thread_local bool t_checking;
 
 // "kernel K block (x,y,z) thread (x,y,z)" of the running thread.
 std::string WhereNow();
+// A warp collective computed by `combine` (tensor_core.cc) once every lane of `mask`
+// has arrived: each lane posts `data` (its operands, and room for its results); combine
+// gets the warp's 32 lanes' data (null for a lane outside the mask) and fills in each
+// lane's results. `name` ("mma.sync...") names it in reports; lanes that call another
+// name, or another collective, are a report as for __shfl_sync.
+using WarpCombine = void (*)(void* const lanes[32]);
+void CombineInWarp(const char* name, WarpCombine combine, unsigned mask, void* data);
 // Ends the running emulated thread at once and fails its launch with `error` (what a
 // GPU does on an illegal address: the context keeps the error).
 [[noreturn]] void KillThread(cudaError_t error);

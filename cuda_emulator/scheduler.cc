@@ -50,6 +50,9 @@ struct Fiber {
   unsigned mask = 0;
   uint64_t value = 0, result = 0;
   int arg = 0, width = 32;
+  WarpCombine combine = nullptr;  // kCombine: the function, its name, and the lane's data
+  const char* combine_name = nullptr;
+  void* data = nullptr;
 };
 
 // One per host thread that launches kernels.
@@ -177,9 +180,12 @@ const char* OpName(WarpOp op) {
     case WarpOp::kShflXor: return "__shfl_xor_sync";
     case WarpOp::kBallot: return "__ballot_sync";
     case WarpOp::kSync: return "__syncwarp";
+    case WarpOp::kCombine: return "a combined collective";
   }
   return "?";
 }
+// The collective a fiber waits in, for reports.
+const char* CollectiveName(const Fiber& f) { return f.op == WarpOp::kCombine ? f.combine_name : OpName(f.op); }
 
 const char* StatusText(Status s) {
   switch (s) {
@@ -205,7 +211,7 @@ bool ReleaseWarps(Scheduler& s, bool* failed) {
       problem = Format("the mask %#x does not name the calling lane %d", mask, lane);
     } else if (lanes < 32 && (mask >> lanes) != 0) {
       problem = Format("the mask %#x names lanes past the block's last (the warp has %d lanes)", mask, lanes);
-    } else if (f.op != WarpOp::kSync && f.op != WarpOp::kBallot &&
+    } else if (f.op != WarpOp::kSync && f.op != WarpOp::kBallot && f.op != WarpOp::kCombine &&
                (f.width < 1 || f.width > 32 || (f.width & (f.width - 1)) != 0)) {
       problem = Format("width %d is not a power of two from 1 to 32", f.width);
     }
@@ -213,22 +219,29 @@ bool ReleaseWarps(Scheduler& s, bool* failed) {
     for (int k = 0; ready && k < lanes; ++k) {
       if (((mask >> k) & 1u) == 0) continue;
       const Fiber& g = s.fibers[base + k];
-      if (g.status == Status::kWarp && g.mask == mask && g.op == f.op) continue;
+      if (g.status == Status::kWarp && g.mask == mask && g.op == f.op && g.combine == f.combine) continue;
       if (g.status == Status::kRunnable) {
         ready = false;  // not there yet
       } else if (g.status == Status::kWarp) {
-        problem = Format("lane %d called %s with mask %#x", k, OpName(g.op), g.mask);
+        problem = Format("lane %d called %s with mask %#x", k, CollectiveName(g), g.mask);
       } else {
         problem = Format("lane %d named in the mask %s", k, StatusText(g.status));
       }
     }
     if (!problem.empty()) {
       Report(Format("cuda emulator: warp collective never completes: %s %s (lane %d) calls %s with mask %#x, but %s",
-                    BlockText(s.block).c_str(), ThreadText(f).c_str(), lane, OpName(f.op), mask, problem.c_str()));
+                    BlockText(s.block).c_str(), ThreadText(f).c_str(), lane, CollectiveName(f), mask, problem.c_str()));
       *failed = true;
       return false;
     }
     if (!ready) continue;
+    if (f.op == WarpOp::kCombine) {
+      void* lanes_data[32] = {};
+      for (int k = 0; k < lanes; ++k) {
+        if (((mask >> k) & 1u) != 0) lanes_data[k] = s.fibers[base + k].data;
+      }
+      f.combine(lanes_data);
+    }
     // In lockstep: every lane's result from the values posted.
     uint64_t ballot = 0;
     for (int k = 0; k < lanes; ++k) {
@@ -388,8 +401,17 @@ uint64_t WarpCollective(WarpOp op, unsigned mask, uint64_t value, int arg, int w
   f.value = value;
   f.arg = arg;
   f.width = width;
+  if (op != WarpOp::kCombine) f.combine = nullptr;  // CombineInWarp sets its own
   Suspend();
   return f.result;
+}
+
+void CombineInWarp(const char* name, WarpCombine combine, unsigned mask, void* data) {
+  Fiber& f = Running();
+  f.combine = combine;
+  f.combine_name = name;
+  f.data = data;
+  WarpCollective(WarpOp::kCombine, mask, 0, 0, 32);
 }
 
 unsigned ActiveMask() {

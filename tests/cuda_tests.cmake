@@ -40,3 +40,10 @@ if(TARGET ms_parallel_nccl)
   set_tests_properties(nccl_communicator_np2 PROPERTIES LABELS cuda TIMEOUT 120
     ENVIRONMENT "${MS_MPI_TEST_ENV};MULTISCREEN_EMULATED_GPUS=2")
 endif()
+
+# The tensor-core primitives (kernels/cuda/tensor_core.cuh: mma.sync, ldmatrix, cp.async)
+# against plain products on the host: the emulated twins here, the instructions on a GPU.
+ms_add_gtest(tensor_core_test cuda SOURCES kernels/tensor_core_test.cu LIBS CUDA::cudart)
+if(MS_CUDA_EMULATED)
+  ms_emulated_cuda_sources(tensor_core_test kernels/tensor_core_test.cu)
+endif()
