@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, dp_overlap, "on",
           "finished it; off: all of them after the backward (the same gradients bit for bit)");
 ABSL_FLAG(double, dp_bucket_mb, 16,
           "MiB of fp32 gradients per data-parallel collective (the unit --dp_overlap starts as soon as it is final)");
+ABSL_FLAG(double, collective_timeout, 600,
+          "seconds a rank may wait in one collective before the job ends with one line naming the rank that did "
+          "not arrive and what it was doing (3x this in start-up, the first step, checkpoints and validation)");
 ABSL_FLAG(bool, allow_data_change, false,
           "resume from a checkpoint trained on other data (its manifest's token counts and fingerprints differ from "
           "--data's); without it such a resume is refused");
@@ -136,6 +139,9 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   if (from_flag("dp_overlap", "parallel.dp_overlap")) run.mutable_parallel()->set_dp_overlap(absl::GetFlag(FLAGS_dp_overlap));
   if (from_flag("dp_bucket_mb", "parallel.dp_bucket_mb")) {
     run.mutable_parallel()->set_dp_bucket_mb(absl::GetFlag(FLAGS_dp_bucket_mb));
+  }
+  if (from_flag("collective_timeout", "parallel.collective_timeout_s")) {
+    run.mutable_parallel()->set_collective_timeout_s(absl::GetFlag(FLAGS_collective_timeout));
   }
   if (from_flag("micro_batch", "micro_batch")) run.set_micro_batch(absl::GetFlag(FLAGS_micro_batch));
   if (from_flag("grad_accum", "grad_accum")) run.set_grad_accum(absl::GetFlag(FLAGS_grad_accum));
@@ -240,7 +246,7 @@ int TrainCommand(int argc, char** argv) {
                             {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
                              "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
                              "isa", "restart", "device", "comm", "format", "allow_data_change", "dp_overlap",
-                             "dp_bucket_mb"}); !s.ok()) {
+                             "dp_bucket_mb", "collective_timeout"}); !s.ok()) {
     return Fail("train", s);
   }
   auto comm = ParseCommKind(absl::GetFlag(FLAGS_comm));
@@ -268,6 +274,9 @@ int TrainCommand(int argc, char** argv) {
     if (!session.ok()) return Fail("train", session.status());
     mpi = std::move(*session);
     if (auto s = CheckLauncherProcessCount(mpi->world_size()); !s.ok()) return Fail("train", s);
+    // From here a rank that never arrives in a collective ends the job, named (issue 31 §2).
+    const double timeout = run->parallel().collective_timeout_s();
+    mpi->StartCollectiveWatchdog({.seconds = timeout > 0 ? timeout : 600});
     auto made = ProcessGrid::Create(int(run->parallel().tp()), int(run->parallel().pp()));
     AbortJobIfError(made.status());
     grid = std::move(*made);

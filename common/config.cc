@@ -305,6 +305,9 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
   if (!InRange(r.parallel().dp_bucket_mb(), 0, 1 << 20)) {
     return bad("parallel.dp_bucket_mb", r.parallel().dp_bucket_mb(), " must be in [0, 2^20] MiB (0: 16)");
   }
+  if (!InRange(r.parallel().collective_timeout_s(), 0, 1e7)) {
+    return bad("parallel.collective_timeout_s", r.parallel().collective_timeout_s(), " must be in [0, 10^7] s (0: 600)");
+  }
   const int64_t memory = PhysicalMemoryBytes();
   const int64_t need = RunMemoryLowerBound(d, tp, pp, r.micro_batch() * r.seq_len(),
                                            static_cast<int64_t>(step_tokens));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/fatal.h"
+#include "parallel/progress.h"
 
 namespace multiscreen {
 namespace {
@@ -33,6 +34,9 @@ void CheckPeer(const char* what, int peer, int size) {
     FatalError(absl::StrCat("MpiCommunicator::", what, ": peer ", peer, " outside the group of ", size));
   }
 }
+
+using progress::Collective;
+using Wait = progress::CollectiveWait;  // what the collective watchdog times
 
 }  // namespace
 
@@ -61,12 +65,14 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::AllReduce(float* data, int64_t count, ReduceOp op) {
+  const Wait wait(Collective::kAllReduce);
   ForChunks(count, [&](int64_t off, int n) {
     MS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, ToMpi(op), comm_));
   });
 }
 
 void MpiCommunicator::AllReduce(double* data, int64_t count, ReduceOp op) {
+  const Wait wait(Collective::kAllReduce);
   ForChunks(count, [&](int64_t off, int n) {
     MS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_DOUBLE, ToMpi(op), comm_));
   });
@@ -74,6 +80,7 @@ void MpiCommunicator::AllReduce(double* data, int64_t count, ReduceOp op) {
 
 void MpiCommunicator::ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) {
   CheckCount("ReduceScatter", count);
+  const Wait wait(Collective::kReduceScatter);
   if (recv == send + rank_ * count) {
     // In place: MPI leaves the result at the start of the buffer.
     float* buffer = const_cast<float*>(send);
@@ -86,6 +93,7 @@ void MpiCommunicator::ReduceScatter(const float* send, float* recv, int64_t coun
 
 void MpiCommunicator::AllGather(const float* send, float* recv, int64_t count) {
   CheckCount("AllGather", count);
+  const Wait wait(Collective::kAllGather);
   if (send == recv + rank_ * count) {
     MS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, static_cast<int>(count), MPI_FLOAT, comm_));
     return;
@@ -95,17 +103,20 @@ void MpiCommunicator::AllGather(const float* send, float* recv, int64_t count) {
 
 void MpiCommunicator::Broadcast(void* data, int64_t bytes, int root) {
   CheckPeer("Broadcast", root, size_);
+  const Wait wait(Collective::kBroadcast);
   char* p = static_cast<char*>(data);
   ForChunks(bytes, [&](int64_t off, int n) { MS_MPI_CHECK(MPI_Bcast(p + off, n, MPI_BYTE, root, comm_)); });
 }
 
 void MpiCommunicator::Send(const float* data, int64_t count, int peer) {
   CheckPeer("Send", peer, size_);
+  const Wait wait(Collective::kSend);
   ForChunks(count, [&](int64_t off, int n) { MS_MPI_CHECK(MPI_Send(data + off, n, MPI_FLOAT, peer, 0, comm_)); });
 }
 
 void MpiCommunicator::Recv(float* data, int64_t count, int peer) {
   CheckPeer("Recv", peer, size_);
+  const Wait wait(Collective::kRecv);
   ForChunks(count, [&](int64_t off, int n) {
     MS_MPI_CHECK(MPI_Recv(data + off, n, MPI_FLOAT, peer, 0, comm_, MPI_STATUS_IGNORE));
   });
@@ -115,6 +126,7 @@ void MpiCommunicator::SendRecv(const float* send, int64_t send_count, int send_p
                                int64_t recv_count, int recv_peer) {
   CheckPeer("SendRecv", send_peer, size_);
   CheckPeer("SendRecv", recv_peer, size_);
+  const Wait wait(Collective::kSendRecv);
   // Every chunk posted non-blocking, then one wait: no ordering between the two
   // directions can deadlock, whatever the sizes.
   std::vector<MPI_Request> requests;
@@ -129,6 +141,9 @@ void MpiCommunicator::SendRecv(const float* send, int64_t send_count, int send_p
   MS_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
 }
 
-void MpiCommunicator::Barrier() { MS_MPI_CHECK(MPI_Barrier(comm_)); }
+void MpiCommunicator::Barrier() {
+  const Wait wait(Collective::kBarrier);
+  MS_MPI_CHECK(MPI_Barrier(comm_));
+}
 
 }  // namespace multiscreen

@@ -27,7 +27,14 @@ int MpiSession::world_size() const {
   return size;
 }
 
+void MpiSession::StartCollectiveWatchdog(CollectiveTimeout timeout) {
+  collective_watchdog_ = CollectiveWatchdog::Start(MPI_COMM_WORLD, timeout);
+  if (collective_watchdog_ != nullptr) progress::SetWatchdogLimit(timeout.seconds * timeout.long_factor);
+}
+
 MpiSession::~MpiSession() {
+  collective_watchdog_.reset();
+  progress::SetWatchdogLimit(0);
   watchdog_.reset();  // after MPI_Finalize's fence, peers may exit
   int finalized = 0;
   MPI_Finalized(&finalized);

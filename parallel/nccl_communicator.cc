@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/fatal.h"
+#include "parallel/progress.h"
 
 namespace multiscreen {
 namespace {
@@ -115,9 +116,13 @@ void NcclCommunicator::Fail(const std::string& what, const std::string& reason) 
   FatalError(absl::StrCat("NCCL ", what, " (rank ", rank_, " of ", size_, ", GPU ", device_, "): ", reason));
 }
 
-void NcclCommunicator::Complete(ncclResult_t issued, const char* what) {
-  const Clock::time_point deadline = Clock::now() + ToDuration(options_.timeout_s);
-  const std::string timed_out = absl::StrCat("timed out after ", options_.timeout_s, " s; a peer rank is gone or "
+void NcclCommunicator::Complete(ncclResult_t issued, const char* what, progress::Collective op) {
+  // Timed by the collective watchdog, whose verdict (naming the rank that did not arrive)
+  // is taken below; this operation's own timeout stays above the watchdog's limit.
+  const progress::CollectiveWait wait(op, /*takes_verdict=*/true);
+  const double timeout_s = progress::WatchdogLimit() > 0 ? progress::WatchdogLimit() + 60 : options_.timeout_s;
+  const Clock::time_point deadline = Clock::now() + ToDuration(timeout_s);
+  const std::string timed_out = absl::StrCat("timed out after ", timeout_s, " s; a peer rank is gone or "
                                              "called a different operation");
   const ncclResult_t accepted = AwaitAccepted(comm_, issued, deadline);
   if (accepted == ncclInProgress) Fail(what, timed_out);
@@ -129,6 +134,7 @@ void NcclCommunicator::Complete(ncclResult_t issued, const char* what) {
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) Fail(what, "ncclCommGetAsyncError failed");
     if (async != ncclSuccess && async != ncclInProgress) Fail(what, ncclGetErrorString(async));
+    if (const std::string* verdict = progress::TakeVerdict(); verdict != nullptr) Fail(what, *verdict);
     if (Clock::now() > deadline) Fail(what, timed_out);
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
@@ -159,7 +165,8 @@ void* NcclCommunicator::Scratch(size_t bytes, const char* what) {
 
 void NcclCommunicator::AllReduce(float* data, int64_t count, ReduceOp op) {
   Begin("AllReduce(float)");
-  Complete(ncclAllReduce(data, data, count, ncclFloat32, ToNccl(op), comm_, stream_), "AllReduce(float)");
+  Complete(ncclAllReduce(data, data, count, ncclFloat32, ToNccl(op), comm_, stream_), "AllReduce(float)",
+           progress::Collective::kAllReduce);
 }
 
 void NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp op) {
@@ -171,7 +178,7 @@ void NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp op) {
   if (cudaError_t e = cudaMemcpyAsync(d, data, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess) {
     Fail(what, cudaGetErrorString(e));
   }
-  Complete(ncclAllReduce(d, d, count, ncclFloat64, ToNccl(op), comm_, stream_), what);
+  Complete(ncclAllReduce(d, d, count, ncclFloat64, ToNccl(op), comm_, stream_), what, progress::Collective::kAllReduce);
   if (cudaError_t e = cudaMemcpy(data, d, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
     Fail(what, cudaGetErrorString(e));
   }
@@ -179,12 +186,13 @@ void NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp op) {
 
 void NcclCommunicator::ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) {
   Begin("ReduceScatter");
-  Complete(ncclReduceScatter(send, recv, count, ncclFloat32, ToNccl(op), comm_, stream_), "ReduceScatter");
+  Complete(ncclReduceScatter(send, recv, count, ncclFloat32, ToNccl(op), comm_, stream_), "ReduceScatter",
+           progress::Collective::kReduceScatter);
 }
 
 void NcclCommunicator::AllGather(const float* send, float* recv, int64_t count) {
   Begin("AllGather");
-  Complete(ncclAllGather(send, recv, count, ncclFloat32, comm_, stream_), "AllGather");
+  Complete(ncclAllGather(send, recv, count, ncclFloat32, comm_, stream_), "AllGather", progress::Collective::kAllGather);
 }
 
 void NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
@@ -195,7 +203,7 @@ void NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
   if (cudaError_t e = cudaMemcpyAsync(d, data, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess) {
     Fail(what, cudaGetErrorString(e));
   }
-  Complete(ncclBroadcast(d, d, bytes, ncclUint8, root, comm_, stream_), what);
+  Complete(ncclBroadcast(d, d, bytes, ncclUint8, root, comm_, stream_), what, progress::Collective::kBroadcast);
   if (cudaError_t e = cudaMemcpy(data, d, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
     Fail(what, cudaGetErrorString(e));
   }
@@ -203,17 +211,18 @@ void NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
 
 void NcclCommunicator::Broadcast(float* data, int64_t count, int root) {
   Begin("Broadcast");
-  Complete(ncclBroadcast(data, data, count, ncclFloat32, root, comm_, stream_), "Broadcast");
+  Complete(ncclBroadcast(data, data, count, ncclFloat32, root, comm_, stream_), "Broadcast",
+           progress::Collective::kBroadcast);
 }
 
 void NcclCommunicator::Send(const float* data, int64_t count, int peer) {
   Begin("Send");
-  Complete(ncclSend(data, count, ncclFloat32, peer, comm_, stream_), "Send");
+  Complete(ncclSend(data, count, ncclFloat32, peer, comm_, stream_), "Send", progress::Collective::kSend);
 }
 
 void NcclCommunicator::Recv(float* data, int64_t count, int peer) {
   Begin("Recv");
-  Complete(ncclRecv(data, count, ncclFloat32, peer, comm_, stream_), "Recv");
+  Complete(ncclRecv(data, count, ncclFloat32, peer, comm_, stream_), "Recv", progress::Collective::kRecv);
 }
 
 void NcclCommunicator::SendRecv(const float* send, int64_t send_count, int send_peer, float* recv,
@@ -226,12 +235,13 @@ void NcclCommunicator::SendRecv(const float* send, int64_t send_count, int send_
   if (r == ncclSuccess || r == ncclInProgress) r = ncclRecv(recv, recv_count, ncclFloat32, recv_peer, comm_, stream_);
   const ncclResult_t end = ncclGroupEnd();
   if (r != ncclSuccess && r != ncclInProgress) Fail("SendRecv", ncclGetErrorString(r));
-  Complete(end, "SendRecv");
+  Complete(end, "SendRecv", progress::Collective::kSendRecv);
 }
 
 void NcclCommunicator::Barrier() {
   Begin("Barrier");
-  Complete(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_), "Barrier");
+  Complete(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_), "Barrier",
+           progress::Collective::kBarrier);
 }
 
 }  // namespace multiscreen

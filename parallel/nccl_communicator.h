@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/communicator.h"
+#include "parallel/progress.h"
 
 namespace multiscreen {
 
@@ -65,9 +66,10 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator() = default;
   // Before issuing: this stream waits for the step's stream (ops issued so far).
   void Begin(const char* what);
-  // After issuing `what` (NCCL's return `issued`): waits until NCCL accepted it
-  // and the stream drained, or aborts the job.
-  void Complete(ncclResult_t issued, const char* what);
+  // After issuing `what` (NCCL's return `issued`, an `op` for the collective watchdog):
+  // waits until NCCL accepted it and the stream drained, or aborts the communicator and
+  // the job (an NCCL error, the watchdog's verdict, or this operation's own timeout).
+  void Complete(ncclResult_t issued, const char* what, progress::Collective op);
   // A device scratch of at least `bytes` bytes (for the host-memory calls).
   void* Scratch(size_t bytes, const char* what);
   [[noreturn]] void Fail(const std::string& what, const std::string& reason);

@@ -1,55 +1,23 @@
 #include "parallel/peer_watchdog.h"
 
 #include <poll.h>
-#include <string.h>  // sigabbrev_np
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "parallel/fatal.h"
+#include "parallel/process_identity.h"
 
 namespace multiscreen {
 namespace {
-
-// What makes a pid meaningful to another process: the same kernel (boot id: hosts may
-// share a name, containers often do) and the same pid namespace (ranks in separate
-// containers on one host each have their own pid numbers).
-struct Identity {
-  int pid = 0;
-  char host[MPI_MAX_PROCESSOR_NAME] = {0};
-  char boot_id[40] = {0};   // /proc/sys/kernel/random/boot_id ("" when unreadable)
-  char pid_ns[40] = {0};    // readlink /proc/self/ns/pid, e.g. "pid:[4026531836]" ("" when unreadable)
-};
-
-// Whether `a`'s pids name processes `b` can see: the same host, kernel and pid namespace
-// (all three known).
-bool SamePidSpace(const Identity& a, const Identity& b) {
-  return std::strcmp(a.host, b.host) == 0 && a.boot_id[0] != 0 && std::strcmp(a.boot_id, b.boot_id) == 0 &&
-         a.pid_ns[0] != 0 && std::strcmp(a.pid_ns, b.pid_ns) == 0;
-}
-
-void ReadIdentity(Identity* me) {
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  if (boot >> id) std::snprintf(me->boot_id, sizeof(me->boot_id), "%s", id.c_str());
-  char ns[sizeof(me->pid_ns)] = {0};
-  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-  if (n > 0) std::memcpy(me->pid_ns, ns, static_cast<size_t>(n));
-}
 
 struct Peer {
   int rank = 0;
@@ -64,30 +32,6 @@ int PidfdOpen(int pid) {
   errno = ENOSYS;
   return -1;
 #endif
-}
-
-// Whether /proc says `pid` is gone or a zombie; *how* gets the zombie's exit status
-// in words when it can still be read (before its parent reaps it).
-bool ProcessEnded(int pid, std::string* how) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!in || !std::getline(in, stat)) return true;
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return true;
-  std::istringstream fields(stat.substr(paren + 2));
-  std::vector<std::string> f((std::istream_iterator<std::string>(fields)), std::istream_iterator<std::string>());
-  if (f.empty() || f[0] != "Z") return false;
-  // Field 52 of /proc/pid/stat (index 49 after pid and comm): the waitpid status.
-  if (f.size() > 49 && how != nullptr) {
-    const int status = std::atoi(f[49].c_str());
-    if (WIFSIGNALED(status)) {
-      const int sig = WTERMSIG(status);
-      *how = absl::StrCat("killed by signal ", sig, " (SIG", sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", ")");
-    } else if (WIFEXITED(status)) {
-      *how = absl::StrCat("exited with status ", WEXITSTATUS(status), " without leaving the job");
-    }
-  }
-  return true;
 }
 
 }  // namespace
@@ -168,15 +112,11 @@ PeerWatchdog::PeerWatchdog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 PeerWatchdog::~PeerWatchdog() = default;
 
 std::unique_ptr<PeerWatchdog> PeerWatchdog::Start(MPI_Comm world) {
-  int rank = 0, size = 1, len = 0;
+  int rank = 0, size = 1;
   MS_MPI_CHECK(MPI_Comm_rank(world, &rank));
   MS_MPI_CHECK(MPI_Comm_size(world, &size));
-  Identity me;
-  me.pid = static_cast<int>(::getpid());
-  MS_MPI_CHECK(MPI_Get_processor_name(me.host, &len));
-  ReadIdentity(&me);
-  std::vector<Identity> all(size);
-  MS_MPI_CHECK(MPI_Allgather(&me, sizeof(Identity), MPI_BYTE, all.data(), sizeof(Identity), MPI_BYTE, world));
+  const std::vector<ProcessIdentity> all = ExchangeIdentities(world);
+  const ProcessIdentity& me = all[rank];
   std::vector<Peer> peers;
   for (int r = 0; r < size; ++r) {
     if (r == rank || !SamePidSpace(all[r], me)) continue;  // another node, kernel or container: the launcher's

@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "model/init.h"
 #include "nlohmann/json.hpp"
+#include "parallel/progress.h"
 #include "trainer/flops.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/stop_signal.h"
@@ -312,6 +313,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
 }
 
 absl::Status Trainer::ResumeIfPresent(bool restart) {
+  progress::SetPhase(progress::Phase::kLoadingCheckpoint);
   // Rank 0 decides (reading every dataset of the checkpoint it picks once) and
   // tells the others the step to resume from, or −1: from step 0.
   const auto start = std::chrono::steady_clock::now();
@@ -596,6 +598,7 @@ absl::Status Trainer::MarkSupersededMetrics(int64_t step) {
 }
 
 absl::Status Trainer::SaveCheckpointNow() {
+  progress::SetPhase(progress::Phase::kSavingCheckpoint);
   CheckpointMeta m;
   m.step = state_.step;
   m.samples = state_.samples;
@@ -683,6 +686,8 @@ absl::Status Trainer::AppendMetrics(const std::string& line) {
 absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied) {
   const int64_t B = run_.micro_batch(), T = run_.seq_len(), accum = run_.grad_accum();
   const double scale = scaler_.scale();
+  progress::SetStep(state_.step, run_steps_);
+  progress::SetPhase(progress::Phase::kReadingData);
   auto next = loader_->Next();  // this dp rank's accum micro-batches of B windows
   if (!next.ok()) return next.status();
   const Batch& batch = *next;
@@ -691,6 +696,7 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
       !s.ok()) {
     return s;
   }
+  progress::SetPhase(progress::Phase::kForwardBackward);
   auto loss = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(), {accum, B, T},
                                grads_.data(), scale);
   if (!loss.ok()) return loss.status();
@@ -705,6 +711,7 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
   *applied = scaler_.Update(finite);
   state_.scaler = scaler_.state();
   if (*applied) {
+    progress::SetPhase(progress::Phase::kOptimizer);
     const auto [begin, end] = OptimizerRange();
     if (run_.optimizer().grad_clip() > 0 && *grad_norm > run_.optimizer().grad_clip()) {
       const float c = static_cast<float>(run_.optimizer().grad_clip() / *grad_norm);
@@ -726,6 +733,7 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
 }
 
 absl::StatusOr<double> Trainer::Validate() {
+  progress::SetPhase(progress::Phase::kValidation);
   if (val_loaders_.empty()) return absl::FailedPreconditionError("no validation data");
   // The loss comes through the same pipeline as training, forwards only.
   std::vector<std::pair<std::string, double>> losses;
@@ -838,6 +846,8 @@ absl::Status Trainer::Run() {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     run_seconds_ += seconds;
     ++run_steps_;
+    progress::SetStep(state_.step, run_steps_);
+    progress::SetPhase(progress::Phase::kLogging);
     last_loss_ = *loss;
     if (auto s = LogStep(*loss, lr, grad_norm, applied, seconds); !s.ok()) return s;
     if (!applied && !scaler_.enabled()) {
@@ -859,6 +869,7 @@ absl::Status Trainer::Run() {
     }
     // Every rank must agree to stop at the same step (signals reach ranks at
     // different moments): the world's maximum decides.
+    progress::SetPhase(progress::Phase::kLogging);
     double stop_flag = StopRequested() ? 1.0 : 0.0;
     grid_->world().AllReduce(&stop_flag, 1, ReduceOp::kMax);
     const bool stop = stop_flag > 0;

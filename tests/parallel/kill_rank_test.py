@@ -1,9 +1,15 @@
 #!/usr/bin/python3
-"""A rank killed mid-run ends the whole `multiscreen train` job (issue 15 "Tests"):
-under mpirun with dp = 2 (and tp = 2), once the first step is logged one rank's
-process gets SIGKILL; the job must exit non-zero within 60 s, and its output must
-hold one line of ours naming the rank that died and why (mpirun's own multi-line
-box is not enough): the survivor's peer watchdog (parallel/peer_watchdog.h).
+"""A rank killed or stopped mid-run ends the whole `multiscreen train` job.
+
+Killed (issue 15 "Tests"): under mpirun with dp = 2 (and tp = 2), once the first step
+is logged one rank's process gets SIGKILL; the job must exit non-zero within 60 s, and
+its output must hold one line of ours naming the rank that died and why (mpirun's own
+multi-line box is not enough): the survivor's peer watchdog (parallel/peer_watchdog.h).
+
+Stopped (issue 31 §2): the same with SIGSTOP and --collective_timeout=4: the rank that
+waits must end the job within the timeout and a few seconds, in one line naming the
+stopped rank, its state, and its last mark (step and phase): the collective watchdog
+(parallel/collective_watchdog.h). Rank 0 stopped too (then rank 1 reports).
 
 --train_flags="--device=cuda --comm=nccl" runs the same on the GPU path (the emulated
 build runs it so over NCCL, an emulated GPU per rank: tests/cuda_emulator).
@@ -26,6 +32,7 @@ from train_e2e_test import SyntheticCorpusCase  # noqa: E402
 BIN = SRC = MPIRUN = None
 TRAIN_FLAGS = []
 LIMIT_S = 60
+STOP_LIMIT_S = 4 + 16  # the timeout, then the inquiry (≤ 1 s at this timeout) and the abort
 
 
 def rank_pids(mpirun_pid):
@@ -53,12 +60,16 @@ def read(path):
         return f.read()
 
 
-def first_step_logged(run_dir):
+def steps_logged(run_dir):
     try:
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            return any('"step"' in line and '"loss"' in line for line in f)
+            return sum('"step"' in line and '"loss"' in line for line in f)
     except FileNotFoundError:
-        return False
+        return 0
+
+
+def first_step_logged(run_dir):
+    return steps_logged(run_dir) > 0
 
 
 class KillRankTest(SyntheticCorpusCase):
@@ -100,6 +111,60 @@ class KillRankTest(SyntheticCorpusCase):
         self.assertEqual(len(ours), 1, f"expected one line of ours naming rank {victim}:\n{output}")
         self.assertRegex(ours[0], r"died: (killed by signal 9 \(SIGKILL\)|its process ended without leaving the job)")
         print(f"{name}: exit {rc} {elapsed:.1f} s after the kill; {ours[0]}")
+
+    def stop_and_watch(self, name, victim, np, *flags):
+        """SIGSTOPs rank `victim` after the third logged step; the job must end within
+        the 4 s timeout plus the inquiry and abort (20 s), in one line naming it."""
+        run_dir = os.path.join(self.tmp.name, name)
+        out_path = os.path.join(self.tmp.name, name + ".out")
+        cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np), BIN, "train",
+               f"--config={os.path.join(SRC, 'configs', 'train', 'tiny_test.textproto')}", f"--data={self.data}",
+               f"--run_dir={run_dir}", "--steps=100000", "--eval_every=0", "--checkpoint_every=0",
+               "--collective_timeout=4", *TRAIN_FLAGS, *flags]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        pids = {}
+        with open(out_path, "w") as out:
+            job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+            try:
+                deadline = time.time() + 120
+                while steps_logged(run_dir) < 3:
+                    self.assertIsNone(job.poll(), f"the job ended before its third step:\n{read(out_path)}")
+                    self.assertLess(time.time(), deadline, "three steps not logged in 120 s")
+                    time.sleep(0.05)
+                pids = rank_pids(job.pid)
+                self.assertEqual(sorted(pids), list(range(np)), f"ranks found: {pids}")
+                os.kill(pids[victim], signal.SIGSTOP)
+                stopped = time.time()
+                try:
+                    rc = job.wait(timeout=STOP_LIMIT_S)
+                except subprocess.TimeoutExpired:
+                    self.fail(f"the job still runs {STOP_LIMIT_S} s after rank {victim} was stopped:\n{read(out_path)}")
+                elapsed = time.time() - stopped
+            finally:
+                for pid in pids.values():  # a stopped process outlives mpirun's SIGTERM
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                if job.poll() is None:
+                    job.kill()
+                    job.wait()
+        output = read(out_path)
+        self.assertNotEqual(rc, 0, output)
+        ours = [l for l in output.splitlines() if "collective timeout" in l]
+        self.assertEqual(len(ours), 1, f"expected one line of ours:\n{output}")
+        self.assertRegex(ours[0], rf"^multiscreen: fatal on rank {1 - victim if np == 2 else 0} of {np} ")
+        self.assertRegex(ours[0], rf"rank {victim} \(\S+, pid {pids[victim]}\) not answering: stopped \(SIGSTOP")
+        # Its last mark: the step under way (or after) and the phase, read from its beacon.
+        self.assertRegex(ours[0], r"its last mark: (step \d+, [a-z/ ]+|[a-z ]+ after step \d+) for \d+\.\d s")
+        self.assertRegex(ours[0], r"limit 4 s, --collective_timeout")
+        print(f"{name}: exit {rc} {elapsed:.1f} s after the stop; {ours[0]}")
+
+    def test_a_stopped_data_parallel_rank_ends_the_job_naming_it(self):
+        self.stop_and_watch("stop_dp2", 1, 2)
+
+    def test_a_stopped_rank_zero_ends_the_job_naming_it(self):
+        self.stop_and_watch("stop_dp2_rank0", 0, 2)
 
     def test_a_killed_data_parallel_rank_ends_the_job_naming_it(self):
         self.kill_and_watch("dp2", 1, 2)
