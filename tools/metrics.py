@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reads a run's metrics.jsonl as it stands (README "Training").
+"""Reads a run's metrics.jsonl as it stands (docs/training.md "Training").
 
 The trainer only ever appends to metrics.jsonl. When a run resumes from step S
 (or restarts from step 0) while the file holds rows of steps after S, it appends

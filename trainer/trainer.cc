@@ -372,7 +372,7 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
     // The steps after the checkpoint are about to be redone.
     if (auto s = MarkSupersededMetrics(m.step); !s.ok()) return s;
     // Any layout resumes any other, and a dp changed without grad_accum or micro_batch
-    // changes the global batch and so the trajectory: said, not refused (README
+    // changes the global batch and so the trajectory: said, not refused (docs/parallelism.md
     // "Choosing tp, pp, dp"). run.json holds the batch the run started with.
     std::ifstream identity_file(run_.run_dir() + "/run.json");
     const nlohmann::json identity = identity_file ? nlohmann::json::parse(identity_file, nullptr, false) : nlohmann::json();

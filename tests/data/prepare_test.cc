@@ -168,7 +168,7 @@ TEST(PrepareTest, TheDefaultCorpusIsByteIdenticalAt1_2And3Threads) {
     o.threads = threads;
     auto s = Prepare(*tok, o);
     ASSERT_TRUE(s.ok()) << s.status();
-    EXPECT_EQ(s->tokens, 2'050'151);  // README: 2.05M tokens with an EOS after each of the 100,000 sentences
+    EXPECT_EQ(s->tokens, 2'050'151);  // docs/data.md: 2.05M tokens with an EOS after each of the 100,000 sentences
     contents[threads - 1].push_back(ReadFile(s->val_shard));
     for (const auto& p : s->train_shards) contents[threads - 1].push_back(ReadFile(p));
   }

@@ -85,7 +85,7 @@ class SlurmLaunchTest(unittest.TestCase):
         print(f"total {time.time() - cls.started:.1f}s", file=sys.stderr)
 
     def submit(self, name, steps=STEPS, sbatch_args=()):
-        """Submits launch/train.sbatch as the README shows; returns (job id, run dir, log path)."""
+        """Submits launch/train.sbatch as docs/parallelism.md "Slurm" shows; returns (job id, run dir, log path)."""
         run_dir = os.path.join(self.work, name)
         log = os.path.join(self.work, f"{name}.out")
         env = {"CONFIG": os.path.join(SRC, "configs", "train", "tiny_test.textproto"), "DATA": self.data,
