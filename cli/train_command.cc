@@ -21,6 +21,7 @@
 #include "cli/flags.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "data/loader.h"
 #include "kernels/buffer.h"
 #include "cli/device.h"
@@ -29,6 +30,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/fatal.h"
 #include "parallel/launcher.h"
+#include "parallel/mpi_communicator.h"
 #include "parallel/mpi_session.h"
 #include "parallel/process_grid.h"
 #include "trainer/run_data.h"
@@ -242,37 +244,49 @@ int TrainCommand(int argc, char** argv) {
   // loading a checkpoint) then stops the run after its first step instead of
   // killing the process without a checkpoint.
   InstallStopHandlers();
-  if (auto s = ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
-                            {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len", "lr",
-                             "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero", "threads",
-                             "isa", "restart", "device", "comm", "format", "allow_data_change", "dp_overlap",
-                             "dp_bucket_mb", "collective_timeout"}); !s.ok()) {
-    return Fail("train", s);
-  }
-  auto comm = ParseCommKind(absl::GetFlag(FLAGS_comm));
-  if (!comm.ok()) return Fail("train", comm.status());
-  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("train", s);
-  if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("train", s);
-  RunSource source;  // where each field came from, for ValidateRun's messages
-  auto run = BuildRun(GivenFlags(argc, argv), &source);
-  if (!run.ok()) return Fail("train", run.status());
-  absl::StatusOr<ModelDims> dims = run->model().empty()
-                                       ? ResolveModel(run->model_config(),
-                                                      absl::StrCat("--config=", absl::GetFlag(FLAGS_config),
-                                                                   ": model_config (or --model)"))
-                                                        : LoadModel(run->model());
-  if (!dims.ok()) return Fail("train", dims.status());
-  // Every field against its schema before anything is sized from it; errors name
-  // the run file, or the flag that set the field.
-  if (auto s = ValidateRun(*run, *dims, source); !s.ok()) return Fail("train", s);
-  // Under mpirun / srun every rank runs this; alone, the grid is one process.
+  // Under mpirun / srun every rank runs this; alone, the grid is one process. MPI first,
+  // so that an error in the flags, the run file or the model, which every rank meets
+  // alike, is reported once for the job by rank 0 (issue 31 §6).
   std::unique_ptr<MpiSession> mpi;
-  std::unique_ptr<ProcessGrid> grid;
-  std::string bound_device;  // BindDevice's answer: "cuda:N (name)" or "cpu"
   if (LaunchedByMpi()) {
     auto session = MpiSession::Init(&argc, &argv);
     if (!session.ok()) return Fail("train", session.status());
     mpi = std::move(*session);
+  }
+  absl::StatusOr<CommKind> comm = CommKind::kAuto;
+  absl::StatusOr<config::RunConfig> run;
+  absl::StatusOr<ModelDims> dims;
+  RunSource source;  // where each field came from, for ValidateRun's messages
+  const absl::Status prepared = [&]() -> absl::Status {
+    MS_RETURN_IF_ERROR(ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
+                                  {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len",
+                                   "lr", "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero",
+                                   "threads", "isa", "restart", "device", "comm", "format", "allow_data_change",
+                                   "dp_overlap", "dp_bucket_mb", "collective_timeout"}));
+    comm = ParseCommKind(absl::GetFlag(FLAGS_comm));
+    MS_RETURN_IF_ERROR(comm.status());
+    MS_RETURN_IF_ERROR(ApplyThreadsFlag());
+    MS_RETURN_IF_ERROR(ApplyIsaFlag());
+    run = BuildRun(GivenFlags(argc, argv), &source);
+    MS_RETURN_IF_ERROR(run.status());
+    dims = run->model().empty() ? ResolveModel(run->model_config(),
+                                               absl::StrCat("--config=", absl::GetFlag(FLAGS_config),
+                                                            ": model_config (or --model)"))
+                                : LoadModel(run->model());
+    MS_RETURN_IF_ERROR(dims.status());
+    // Every field against its schema before anything is sized from it; errors name
+    // the run file, or the flag that set the field.
+    return ValidateRun(*run, *dims, source);
+  }();
+  if (mpi != nullptr) {
+    auto world = MpiCommunicator::Duplicate(MPI_COMM_WORLD);
+    if (auto s = AgreeOnStartUpError(*world, prepared); !s.ok()) return world->rank() == 0 ? Fail("train", s) : 1;
+  } else if (!prepared.ok()) {
+    return Fail("train", prepared);
+  }
+  std::unique_ptr<ProcessGrid> grid;
+  std::string bound_device;  // BindDevice's answer: "cuda:N (name)" or "cpu"
+  if (mpi != nullptr) {
     if (auto s = CheckLauncherProcessCount(mpi->world_size()); !s.ok()) return Fail("train", s);
     // From here a rank that never arrives in a collective ends the job, named (issue 31 §2).
     const double timeout = run->parallel().collective_timeout_s();

@@ -17,9 +17,13 @@
 # host (a shared file system); ranks start in the current directory, with this
 # shell's OMP_*, NCCL_*, CUDA_*, UCX_* and MULTISCREEN_* variables.
 #
-# Stopping: `kill -USR1 <mpirun pid>` (or SIGTERM, or Ctrl-C) reaches every rank;
-# the run ends after the current step with a checkpoint. Running the same
-# command again resumes from <run_dir>/checkpoints/latest.
+# Stopping: SIGTERM, SIGINT (Ctrl-C), SIGHUP or SIGUSR1 to this script reach every
+# rank as SIGUSR1 (the one signal mpirun forwards without ending the job itself): the
+# run ends after the current step with a checkpoint, and the script exits 0. A second
+# SIGINT or SIGTERM is passed on as it is (mpirun's abort). Signalling mpirun directly
+# works too, but mpirun answers SIGTERM and SIGINT with exit code 1 even when every
+# rank stopped cleanly. Running the same command again resumes from
+# <run_dir>/checkpoints/latest.
 set -euo pipefail
 
 die() { echo "mpirun_train.sh: $*" >&2; exit 2; }
@@ -71,4 +75,19 @@ cmd+=("${extra[@]}" "$bin" train "$@")
 
 echo "[launch] ${cmd[*]}" >&2
 ((dry_run)) && exit 0
-exec "${cmd[@]}"
+"${cmd[@]}" &
+pid=$!
+signals=0 interrupted=0
+forward() {  # the first stop request as USR1, a second one as it came
+  interrupted=1
+  signals=$((signals + 1))
+  if ((signals == 1)) || [[ $1 == USR1 ]]; then kill -USR1 "$pid" 2>/dev/null || true; else kill -"$1" "$pid" 2>/dev/null || true; fi
+}
+for sig in TERM INT HUP USR1; do trap "forward $sig" "$sig"; done
+while :; do
+  interrupted=0
+  rc=0
+  wait "$pid" || rc=$?
+  ((interrupted)) || break  # a trapped signal ends `wait` early: wait again for mpirun's own status
+done
+exit "$rc"

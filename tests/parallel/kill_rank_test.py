@@ -158,6 +158,8 @@ class KillRankTest(SyntheticCorpusCase):
         # Its last mark: the step under way (or after) and the phase, read from its beacon.
         self.assertRegex(ours[0], r"its last mark: (step \d+, [a-z/ ]+|[a-z ]+ after step \d+) for \d+\.\d s")
         self.assertRegex(ours[0], r"limit 4 s, --collective_timeout")
+        if "--comm=nccl" in TRAIN_FLAGS:  # the waiter took the verdict and aborted its NCCL communicator
+            self.assertRegex(ours[0], r": NCCL AllReduce\(float\) \(rank \d of 2, GPU \d\): collective timeout: ")
         print(f"{name}: exit {rc} {elapsed:.1f} s after the stop; {ours[0]}")
 
     def test_a_stopped_data_parallel_rank_ends_the_job_naming_it(self):

@@ -3,7 +3,8 @@
 what differs (issue 31 §1): MPMD launch lines with another --steps (rank 0 finished,
 rank 1 waited for ever in its step-11 collective) or another --lr (the replicas trained
 different runs and the job exited 0), and another file at the same relative path (the
-run file agrees; the data's fingerprint does not).
+run file agrees; the data's fingerprint does not). A user error (a bad flag) that every
+rank meets, or only one, is said once for the job (issue 31 §6).
 
 Run: /usr/bin/python3 tests/parallel/run_agreement_test.py --multiscreen=build/multiscreen --source=. [--mpirun=mpirun]
 """
@@ -45,6 +46,16 @@ class RunAgreementTest(SyntheticCorpusCase):
         line = self.mpmd("lr", ["--steps=4"], ["--steps=4", "--lr=0.001"])
         self.assertRegex(line, r"ranks disagree on optimizer: rank 0 has optimizer \{ lr: 0.0625 [^}]*\}, rank 1 has "
                                r"optimizer \{ lr: 0.001 ")
+
+    def test_a_user_error_on_every_rank_is_said_once(self):
+        # Issue 31 §6: a bad flag under mpirun was printed by every rank.
+        line = self.mpmd("bad_flag_everywhere", ["--steps=-3"], ["--steps=-3"])
+        self.assertRegex(line, r"^multiscreen train: .*steps")
+        self.assertNotIn("rank ", line)
+
+    def test_a_user_error_on_one_rank_is_said_once_naming_it(self):
+        line = self.mpmd("bad_flag_on_rank_1", ["--steps=4"], ["--steps=4", "--precision=fp64x"])
+        self.assertRegex(line, r"^multiscreen train: rank 1 of 2: .*precision")
 
     def test_the_same_files_at_other_paths_agree(self):
         other = os.path.join(self.tmp.name, "copy_elsewhere")
