@@ -1,7 +1,11 @@
 // Atomic small-file writes (text_file.h).
 #include "launch/text_file.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -14,14 +18,19 @@ namespace multiscreen {
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   MS_RETURN_IF_ERROR(CheckReplaceableOutput("", path));
-  const std::string tmp = path + ".tmp";
+  // A temporary of this writer's own: two processes writing the same file at once (two
+  // `sweep run`s on one sweep) must not rename each other's temporary away.
+  static std::atomic<uint64_t> serial{0};
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", serial.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
     out << text;
     if (!out.flush()) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(err)));
   }
   return absl::OkStatus();
 }

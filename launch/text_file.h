@@ -7,7 +7,9 @@
 
 namespace multiscreen {
 
-// Writes `text` to `path` through `path`.tmp, flushed, then renamed over `path`.
+// Writes `text` to `path` through a temporary of this call's own beside it
+// (`path`.tmp.<pid>.<n>), flushed, then renamed over `path`: concurrent writers of one
+// path each succeed, and the last rename wins.
 // Errors name the file; a `path` that is a directory, FIFO or device is refused
 // (CheckReplaceableOutput) rather than replaced.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
