@@ -1,0 +1,67 @@
+// Screening forward, tiled on tensor cores (issue 29): the same op, inputs, outputs and
+// layouts as kernels/cuda/screening.h's ScreeningForward (spec steps 5–13), computed
+// flash-style per (sequence, tile) with mma.sync m16n8k16 bf16 → fp32
+// (kernels/cuda/tensor_core.cuh). The simple kernel stays the fp32 path and the oracle
+// (tests/kernels/screening_tiled_test.cc). Not yet used by the model, not yet measured on
+// a GPU (docs/performance.md).
+//
+// Two launches:
+//   1. Normalize (steps 5–6): one thread per (sequence, tile, token), the simple
+//      kernel's own arithmetic: q̃, k̃ (unit, MiPE-rotated in fp64), v̄ and the three norms
+//      into `saved`, bit for bit what ScreeningForward writes there.
+//   2. Aggregate (steps 7–13): a CTA of 4 warps per (64-query block, tile, sequence).
+//      Each warp owns 16 queries. The CTA walks only the 64-key blocks its Softmask
+//      window reaches, [max(0, q0 − keys + 1), q_last] (block-sparse over the causal
+//      band: O(T·w) work and reads; w ≥ T and w = ∞ walk the whole causal triangle),
+//      staging k̃ and v̄ as bf16 in shared memory. Per 16-key step of a block, a warp
+//      whose 16 queries cannot reach those keys skips it; otherwise
+//        s = q̃·k̃ᵀ (step 7) on tensor cores, d_K = 16 being one k-step, with q̃ and k̃
+//            split into bf16 hi + lo parts (three products: q_hi·k_hi + q_hi·k_lo +
+//            q_lo·k_hi), so that s is fp32-accurate (~1e-6): Trim's ∂α/∂s = 2a/r
+//            amplifies an error of s by 1/r, and with plain bf16 operands (s off by
+//            up to ~1e-3) the test measured rows of U off by 62 % at r = 0.02 and
+//            36 % at r = 0.5 (rows whose pairs have a small a);
+//        α·m = Trim(s)² · Softmask (steps 8–9) on the accumulator fragments, in
+//            registers, zero outside the window [i − keys + 1, i] and past T;
+//        h += (α·m)·v̄ (step 10) on tensor cores (α·m rounded to bf16, d_V = 64 as four
+//            16-column pairs of n-tiles), skipped when Trim and the mask reject every
+//            pair of the warp's 16×16 step (a warp vote): the exact rejection turned
+//            into saved work.
+//      Epilogue in registers: ‖h_i‖ by a 4-lane shuffle sum, TanhNorm (step 11), the
+//      gate tanh(SiLU(g)) (step 12) and e^{s_O} (step 13, before W_O), h into saved.h
+//      and U, as the simple kernel writes them (fp32).
+//   Occupancy designed for: 4 CTAs (16 warps) per SM on sm_80 and sm_90. A CTA is 128
+//   threads with 21,504 bytes of static shared memory (q̃ hi/lo 64×16, k̃ hi/lo 64×16,
+//   v̄ 64×64, bf16, rows padded to 48 and 144 bytes: 16-byte multiples, not 32-byte
+//   ones, so ldmatrix's eight rows fall in distinct banks) and __launch_bounds__(128, 4)
+//   caps registers at 128 per thread (ptxas, CUDA 13: 128 on sm_90, 123 on sm_80, no
+//   spills), so the register file allows exactly 4 CTAs; shared memory would allow 7
+//   (sm_80) or 10 (sm_90). Staging is plain loads from the fp32 `saved` arrays, one
+//   buffer, no cp.async pipeline yet (the fp32 → bf16 conversion happens on the way).
+// Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
+// Inputs and outputs as ScreeningForward: P [B·T, tiles·p_cols()] device, read; tiles
+// [tiles] host; U [B·T, tiles·d_v] device, written; every buffer of `saved` written.
+// Precision: bf16 operands (α·m and v̄ rounded once each), fp32 accumulation; U and h
+// within 1e-2 of the simple kernel, row by row, ‖got − ref‖/‖ref‖ (measured worst
+// 5.4e-3 on the emulated device; tests/kernels/screening_tiled_test.cc). Rows every
+// pair of which Trim rejects are exactly zero, as in the simple kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/screening.h"
+#include "kernels/screening_types.h"
+
+namespace multiscreen::kernels::cuda {
+
+void ScreeningTiledForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                           const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
+                           cudaStream_t stream);
+
+// As ScreeningTiledForward with q̃·k̃ᵀ from plain bf16 operands (one product, not three):
+// for the tests' measurement of what the split buys; not for the model.
+void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                              const ScreeningSaved<float>& saved, float* U,
+                                              ScreeningScratch* scratch, cudaStream_t stream);
+
+}  // namespace multiscreen::kernels::cuda
