@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <chrono>
+#include <thread>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -686,33 +688,52 @@ absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
 
 absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  // Newest first, every step_* directory (one without a manifest fails as
-  // incomplete); `latest` is only a pointer for people and tools.
-  const std::vector<int64_t> steps = StepDirs(root.string());
-  std::vector<std::string> failures;  // "step_N: first problem [(and K more)]"
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const std::string dir = (root / StepDirName(*it)).string();
-    std::vector<std::string> problems;
-    auto ref = OpenCheckpoint(dir);
-    if (ref.ok()) {
-      problems = VerifyCheckpoint(*ref);
-      if (problems.empty()) {
-        for (const std::string& f : failures) LogWarning("skipping checkpoint ", root.string(), "/", f);
-        return ref;
+  // A run still training prunes its checkpoints (keep_last) while a reader (eval,
+  // forward, generate) goes through them: a checkpoint whose directory is gone after it
+  // failed to verify was removed, not corrupt, so the listing is read again.
+  constexpr int kScans = 20;
+  for (int scan = 0; scan < kScans; ++scan) {
+    if (scan > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Newest first, every step_* directory (one without a manifest fails as
+    // incomplete); `latest` is only a pointer for people and tools.
+    const std::vector<int64_t> steps = StepDirs(root.string());
+    std::vector<std::string> failures;  // "step_N: first problem [(and K more)]"
+    bool removed = false;
+    for (auto it = steps.rbegin(); it != steps.rend() && !removed; ++it) {
+      const std::string dir = (root / StepDirName(*it)).string();
+      std::vector<std::string> problems;
+      auto ref = OpenCheckpoint(dir);
+      if (ref.ok()) {
+        problems = VerifyCheckpoint(*ref);
+        if (problems.empty()) {
+          for (const std::string& f : failures) LogWarning("skipping checkpoint ", root.string(), "/", f);
+          return ref;
+        }
+      } else {
+        problems.emplace_back(ref.status().message());
       }
-    } else {
-      problems.emplace_back(ref.status().message());
+      // Gone, or being removed (files first) because a newer one was committed.
+      std::error_code ec;
+      const std::vector<int64_t> now = StepDirs(root.string());
+      if (!fs::exists(dir, ec) || (!now.empty() && now.back() > steps.back())) {
+        removed = true;
+        break;
+      }
+      std::string failure =
+          absl::StrCat(StepDirName(*it), ": ", absl::StrReplaceAll(problems.front(), {{dir + "/", ""}}));
+      if (problems.size() > 1) absl::StrAppend(&failure, " (and ", problems.size() - 1, " more)");
+      failures.push_back(std::move(failure));
     }
-    std::string failure =
-        absl::StrCat(StepDirName(*it), ": ", absl::StrReplaceAll(problems.front(), {{dir + "/", ""}}));
-    if (problems.size() > 1) absl::StrAppend(&failure, " (and ", problems.size() - 1, " more)");
-    failures.push_back(std::move(failure));
+    if (removed) continue;
+    if (failures.empty()) return absl::NotFoundError(absl::StrCat(root.string(), ": no checkpoint"));
+    return absl::DataLossError(absl::StrCat(root.string(), ": ", failures.size(),
+                                            failures.size() == 1 ? " checkpoint found, it does not verify: "
+                                                                 : " checkpoints found, none verifies: ",
+                                            absl::StrJoin(failures, "; ")));
   }
-  if (failures.empty()) return absl::NotFoundError(absl::StrCat(root.string(), ": no checkpoint"));
-  return absl::DataLossError(absl::StrCat(root.string(), ": ", failures.size(),
-                                          failures.size() == 1 ? " checkpoint found, it does not verify: "
-                                                               : " checkpoints found, none verifies: ",
-                                          absl::StrJoin(failures, "; ")));
+  return absl::UnavailableError(absl::StrCat(root.string(), ": checkpoints were removed while being read ", kScans,
+                                             " times in a row (a run still training replaces them: checkpoint.keep_last); "
+                                             "copy one first, or read a weights file from `ckpt export`"));
 }
 
 absl::StatusOr<std::vector<std::string>> SetAsideCheckpoints(const std::string& run_dir, int64_t after_step) {

@@ -37,6 +37,12 @@ TensorSource InitSource(const ModelDims& dims, uint64_t seed, int threads);
 // name the file and dataset; a range no file holds is DataLoss.
 absl::StatusOr<TensorSource> CheckpointSource(const CheckpointRef& ckpt);
 
+// `status` when OK or when `ckpt`'s directory still holds its manifest; otherwise an
+// error saying the checkpoint was removed while being read (a live run's keep_last
+// replaced it), with `status` as the cause, instead of a failure that reads as
+// corruption (issue 31, "Smaller": forward --no_grad on a training run).
+absl::Status ExplainVanished(const CheckpointRef& ckpt, absl::Status status);
+
 // Rows of `inner` elements per block of `block_bytes` (at least one).
 int64_t BlockRows(int64_t inner, int64_t block_bytes);
 

@@ -1,5 +1,6 @@
 #include "cli/weights_source.h"
 
+#include <filesystem>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -7,14 +8,32 @@
 
 namespace multiscreen::cli {
 
+namespace {
+
+// Whether `ckpt`'s directory is gone: a live run's keep_last pruned it under us.
+bool Vanished(const CheckpointRef& ckpt) {
+  std::error_code ec;
+  return !std::filesystem::exists(std::filesystem::path(ckpt.dir) / "manifest.json", ec);
+}
+
+// A run still training replaces its checkpoints: a read that lost its checkpoint to the
+// pruning starts over on the newest one, a few times, before it says so.
+constexpr int kAttempts = 5;
+
+}  // namespace
+
 absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::string& checkpoint) {
   if (weights_file.empty() == checkpoint.empty()) {
     return absl::InvalidArgumentError("give exactly one of --weights=FILE.h5 and --checkpoint=DIR");
   }
   if (!weights_file.empty()) return ReadWeightsFile(weights_file);
-  auto ckpt = OpenCheckpointOrRun(checkpoint);
-  if (!ckpt.ok()) return ckpt.status();
-  return ConsolidatedWeights(*ckpt);
+  for (int attempt = 1;; ++attempt) {
+    auto ckpt = OpenCheckpointOrRun(checkpoint);
+    if (!ckpt.ok()) return ckpt.status();
+    auto weights = ConsolidatedWeights(*ckpt);
+    if (weights.ok()) return weights;
+    if (attempt == kAttempts || !Vanished(*ckpt)) return ExplainVanished(*ckpt, weights.status());
+  }
 }
 
 absl::StatusOr<StreamedWeights> OpenWeightsStreamed(const std::string& weights_file, const std::string& checkpoint,
@@ -23,13 +42,20 @@ absl::StatusOr<StreamedWeights> OpenWeightsStreamed(const std::string& weights_f
     return absl::InvalidArgumentError("give exactly one of --weights=FILE.h5 and --checkpoint=DIR");
   }
   if (!weights_file.empty()) return OpenWeightsFileStreamed(weights_file, block_bytes);
-  auto ckpt = OpenCheckpointOrRun(checkpoint);
-  if (!ckpt.ok()) return ckpt.status();
-  auto source = CheckpointSource(*ckpt);
-  if (!source.ok()) return source.status();
-  auto ref = std::make_shared<CheckpointRef>(*std::move(ckpt));
-  return StreamedWeights{ref->meta.dims, *std::move(source),
-                         [ref] { return CheckVerified(*ref, /*weights_only=*/true); }};
+  for (int attempt = 1;; ++attempt) {
+    auto ckpt = OpenCheckpointOrRun(checkpoint);
+    if (!ckpt.ok()) return ckpt.status();
+    // The source opens every file now and reads through those handles: pruning after this
+    // point does not reach it (the verification, which reopens them, says so if it must).
+    auto source = CheckpointSource(*ckpt);
+    if (!source.ok()) {
+      if (attempt == kAttempts || !Vanished(*ckpt)) return ExplainVanished(*ckpt, source.status());
+      continue;
+    }
+    auto ref = std::make_shared<CheckpointRef>(*std::move(ckpt));
+    return StreamedWeights{ref->meta.dims, *std::move(source),
+                           [ref] { return ExplainVanished(*ref, CheckVerified(*ref, /*weights_only=*/true)); }};
+  }
 }
 
 absl::Status CheckVerified(const CheckpointRef& ckpt, bool weights_only) {

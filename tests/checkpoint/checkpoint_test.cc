@@ -1,6 +1,7 @@
 // Sharded checkpoints: round trips across layouts, corruption and truncation
 // detected by name, partial checkpoints ignored, pruning, checkpoints that all
 // fail to verify, setting them aside, file systems without flock, and the 4B plan.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -602,6 +603,31 @@ std::string Reshard(const std::string& from_run, const std::string& name, const 
   auto dir = WriteCheckpointStreamed(run, meta, *source, int64_t{1} << 20);
   EXPECT_TRUE(dir.ok()) << dir.status();
   return run;
+}
+
+// forward --no_grad on a run that is still training with keep_last 1: the checkpoint it
+// opened is pruned before it verifies it. The failure says so, not "corrupt".
+TEST(StreamedWriteTest, AVerifyOfACheckpointRemovedUnderItSaysItWasRemoved) {
+  const ModelDims dims = Dims("tiny_psi4");
+  CheckpointMeta meta;
+  meta.seed = 3;
+  meta.dims = dims;
+  meta.layout = {1, 1, 1, 0};
+  const std::string run = FreshDir("vanished");
+  ASSERT_TRUE(WriteCheckpointStreamed(run, meta, InitSource(dims, 3, 1), int64_t{1} << 20).ok());
+  auto ckpt = FindLatestCheckpoint(run);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const absl::Status other = absl::DataLossError("a checksum differs");
+  EXPECT_EQ(ExplainVanished(*ckpt, other), other);  // still there: the error stands as it was
+  EXPECT_TRUE(ExplainVanished(*ckpt, absl::OkStatus()).ok());
+  fs::remove_all(ckpt->dir);
+  const std::vector<std::string> problems = VerifyCheckpoint(*ckpt, /*weights_only=*/true);
+  ASSERT_FALSE(problems.empty());
+  const absl::Status said = ExplainVanished(*ckpt, absl::DataLossError(problems.front()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(said)) << said;
+  EXPECT_THAT(std::string(said.message()),
+              ::testing::HasSubstr(ckpt->dir + ": the checkpoint was removed while it was being read"));
+  EXPECT_THAT(std::string(said.message()), ::testing::HasSubstr(problems.front()));
 }
 
 TEST(StreamedWriteTest, ReshardRoundTripsAreBitExactMomentsIncluded) {
