@@ -359,10 +359,16 @@ Dims Prepare(const char* op, const ScreeningShape& shape, const TileScalars* til
 unsigned Blocks(const Dims& s) { return static_cast<unsigned>((s.batch * s.tiles * s.seq + kBlock - 1) / kBlock); }
 
 template <int DK, int DV>
-void LaunchForward(const Dims& s, const float* P, const ScreeningScratch& scratch, const ScreeningSaved<float>& saved,
-                   float* U, cudaStream_t stream) {
+void LaunchNormalize(const Dims& s, const float* P, const ScreeningScratch& scratch, const ScreeningSaved<float>& saved,
+                     cudaStream_t stream) {
   Launch<NormalizeKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, scratch.params.data(), saved);
   MS_CUDA_CHECK_LAUNCH("ScreeningForward");
+}
+
+template <int DK, int DV>
+void LaunchForward(const Dims& s, const float* P, const ScreeningScratch& scratch, const ScreeningSaved<float>& saved,
+                   float* U, cudaStream_t stream) {
+  LaunchNormalize<DK, DV>(s, P, scratch, saved, stream);
   Launch<AggregateKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, scratch.params.data(), scratch.mask.data(), saved,
                                   U);
   MS_CUDA_CHECK_LAUNCH("ScreeningForward");
@@ -392,6 +398,17 @@ void ScreeningForward(const ScreeningShape& shape, const float* P, const TileSca
     LaunchForward<16, 64>(s, P, *scratch, saved, U, stream);
   } else {
     LaunchForward<0, 0>(s, P, *scratch, saved, U, stream);
+  }
+}
+
+void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                        const ScreeningSaved<float>& saved, ScreeningScratch* scratch, cudaStream_t stream) {
+  if (shape.batch <= 0 || shape.seq <= 0 || shape.tiles <= 0) return;
+  const Dims s = Prepare("ScreeningForward", shape, tiles, scratch, stream);
+  if (FixedWidths(s)) {
+    LaunchNormalize<16, 64>(s, P, *scratch, saved, stream);
+  } else {
+    LaunchNormalize<0, 0>(s, P, *scratch, saved, stream);
   }
 }
 

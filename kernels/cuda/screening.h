@@ -55,6 +55,12 @@ struct ScreeningScratch {
 void ScreeningForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                       const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch, cudaStream_t stream);
 
+// Spec steps 5–6 alone, the first of ScreeningForward's two passes: saved's q̃, k̃
+// (MiPE-rotated), v̄ and their norms from P, and the tile tables uploaded into scratch
+// (params, mask, dmask) for a pass that reads them next (the tiled forward).
+void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                        const ScreeningSaved<float>& saved, ScreeningScratch* scratch, cudaStream_t stream);
+
 // Backward. dU: [B·T, tiles·d_v] device, read; dP: [B·T, tiles·p_cols()] device,
 // written (q, k, v and g columns). grads: [tiles] host, receives (=, not +=) each
 // tile's gradients with respect to w (through Softmask and MiPE), r and scale, summed

@@ -1,5 +1,5 @@
-// Screening forward tiled on tensor cores (screening_tiled.h): a normalize pass (the
-// simple kernel's arithmetic) and a flash-style aggregate pass, mma.sync m16n8k16 bf16.
+// Screening forward tiled on tensor cores (screening_tiled.h): the simple kernel's
+// normalize pass (ScreeningNormalize) and a flash-style aggregate pass, mma.sync m16n8k16 bf16.
 #include "kernels/cuda/screening_tiled.h"
 
 #include <cuda_bf16.h>
@@ -25,8 +25,6 @@ static_assert(kBlockQ == kBlockK, "StageUnitRows stages kBlockK rows of q̃ as o
 constexpr int kStrideK = kDk + 8;           // bf16 per shared row of q̃, k̃: 48 bytes
 constexpr int kStrideV = kDv + 8;           // bf16 per shared row of v̄: 144 bytes
 constexpr int kCtasPerSm = 4;               // occupancy designed for: ≤ 128 registers per thread
-constexpr int kNormalizeBlock = 128;
-constexpr float kFloor = 1e-12f;            // cpu::kUnitNormFloor, as screening.cu
 
 // Sizes the kernels read; tokens of a (b, tile) task lie at (b·tiles + t)·T + i in the
 // saved arrays and at row b·T + i of P and U (screening.cu's Dims).
@@ -35,45 +33,6 @@ struct TiledDims {
   bool tanh_norm;
   __host__ __device__ int64_t p_cols() const { return 2 * kDk + 2 * kDv; }
 };
-
-// ---- Pass 1: steps 5–6, the simple kernel's NormalizeKernel<16, 64> -----------------
-
-template <int D>
-__device__ inline float UnitRow(const float* x, float* y) {
-  float sq = 0.f;
-  #pragma unroll
-  for (int c = 0; c < D; ++c) sq += x[c] * x[c];
-  const float n = sqrtf(sq);
-  const float inv = 1.f / (n < kFloor ? kFloor : n);
-  #pragma unroll
-  for (int c = 0; c < D; ++c) y[c] = x[c] * inv;
-  return n;
-}
-
-__device__ inline void RotateRow(float* z, double c, double s) {
-  const double z0 = z[0], z1 = z[1];
-  z[0] = static_cast<float>(z0 * c - z1 * s);
-  z[1] = static_cast<float>(z0 * s + z1 * c);
-}
-
-__global__ void TiledNormalizeKernel(TiledDims s, const float* P, const ScreeningTileParams* params,
-                                     ScreeningSaved<float> saved) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= s.batch * s.tiles * s.seq) return;
-  const int64_t i = idx % s.seq, bt = idx / s.seq, t = bt % s.tiles, b = bt / s.tiles;
-  const int64_t C = s.p_cols();
-  const float* p = P + (b * s.seq + i) * s.tiles * C + t * C;
-  saved.q_norm[idx] = UnitRow<kDk>(p, saved.q_tilde + idx * kDk);
-  saved.k_norm[idx] = UnitRow<kDk>(p + kDk, saved.k_tilde + idx * kDk);
-  saved.v_norm[idx] = UnitRow<kDv>(p + 2 * kDk, saved.v_bar + idx * kDv);
-  const double rate = params[t].rate;
-  if (rate != 0) {
-    const double phi = double(s.pos0 + i) * rate;
-    const double c = cos(phi), sn = sin(phi);
-    RotateRow(saved.q_tilde + idx * kDk, c, sn);
-    RotateRow(saved.k_tilde + idx * kDk, c, sn);
-  }
-}
 
 // ---- Pass 2: steps 7–13 on tensor cores ------------------------------------------
 
@@ -247,21 +206,6 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   }
 }
 
-// The simple kernel's Prepare: fills (screening_tables.h) and uploads the per-tile tables.
-TiledDims Prepare(const ScreeningShape& shape, const TileScalars* tiles, ScreeningScratch* scratch,
-                  cudaStream_t stream) {
-  const char* op = "ScreeningTiledForward";
-  FillScreeningTables(shape, tiles, scratch);
-  const int64_t nt = shape.tiles, ld = scratch->mask_ld;
-  scratch->params.Resize(nt);
-  scratch->mask.Resize(nt * ld);
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->params.data(), scratch->host_params.data(),
-                                    nt * sizeof(ScreeningTileParams), cudaMemcpyHostToDevice, stream));
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->mask.data(), scratch->host_mask.data(), nt * ld * sizeof(float),
-                                    cudaMemcpyHostToDevice, stream));
-  return TiledDims{shape.batch, shape.seq, nt, shape.pos0, ld, shape.tanh_norm};
-}
-
 template <bool kSplit>
 void Forward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
              float* U, ScreeningScratch* scratch, cudaStream_t stream) {
@@ -270,11 +214,10 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
     ScreeningForward(shape, P, tiles, saved, U, scratch, stream);
     return;
   }
-  const TiledDims s = Prepare(shape, tiles, scratch, stream);
-  const int64_t tokens = s.batch * s.tiles * s.seq;
-  Launch<TiledNormalizeKernel>(static_cast<unsigned>((tokens + kNormalizeBlock - 1) / kNormalizeBlock),
-                               kNormalizeBlock, 0, stream, s, P, scratch->params.data(), saved);
-  MS_CUDA_CHECK_LAUNCH("ScreeningTiledForward");
+  // Steps 5–6 are the simple kernel's own pass (saved q̃, k̃, v̄ and norms bit for bit), which
+  // also uploads the tile tables this pass reads.
+  ScreeningNormalize(shape, P, tiles, saved, scratch, stream);
+  const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
   Launch<TiledAggregateKernel<kSplit>>(grid, kThreadsPerCta, 0, stream, s, P, scratch->params.data(),
