@@ -68,43 +68,52 @@ def steps_logged(run_dir):
         return 0
 
 
-def first_step_logged(run_dir):
-    return steps_logged(run_dir) > 0
-
-
 class KillRankTest(SyntheticCorpusCase):
 
-    def kill_and_watch(self, name, victim, np, *flags):
+    def signal_and_watch(self, name, victim, np, sig, after_steps, limit_s, flags):
+        """Starts the job, sends `sig` to rank `victim` once `after_steps` steps are
+        logged, and waits up to `limit_s` for the job to end. Returns (exit code, seconds
+        after the signal, output, {rank: pid}); every rank's process is gone afterwards
+        (a stopped one outlives mpirun's SIGTERM: SIGKILLed)."""
         run_dir = os.path.join(self.tmp.name, name)
         out_path = os.path.join(self.tmp.name, name + ".out")
         cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np), BIN, "train",
                f"--config={os.path.join(SRC, 'configs', 'train', 'tiny_test.textproto')}", f"--data={self.data}",
                f"--run_dir={run_dir}", "--steps=100000", "--eval_every=0", "--checkpoint_every=0", *TRAIN_FLAGS, *flags]
         env = dict(os.environ, OMP_NUM_THREADS="1")
+        pids = {}
         with open(out_path, "w") as out:
             job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
             try:
                 deadline = time.time() + 120
-                while not first_step_logged(run_dir):
-                    self.assertIsNone(job.poll(), f"the job ended before its first step:\n{read(out_path)}")
-                    self.assertLess(time.time(), deadline, "no step logged in 120 s")
+                while steps_logged(run_dir) < after_steps:
+                    self.assertIsNone(job.poll(), f"the job ended before step {after_steps}:\n{read(out_path)}")
+                    self.assertLess(time.time(), deadline, f"{after_steps} steps not logged in 120 s")
                     time.sleep(0.05)
                 pids = rank_pids(job.pid)
                 self.assertEqual(sorted(pids), list(range(np)), f"ranks found: {pids}")
-                os.kill(pids[victim], signal.SIGKILL)
-                killed = time.time()
+                os.kill(pids[victim], sig)
+                sent = time.time()
                 try:
-                    rc = job.wait(timeout=LIMIT_S)
+                    rc = job.wait(timeout=limit_s)
                 except subprocess.TimeoutExpired:
-                    self.fail(f"the job still runs {LIMIT_S} s after rank {victim} was killed")
-                elapsed = time.time() - killed
+                    self.fail(f"the job still runs {limit_s} s after rank {victim} got {sig.name}:\n{read(out_path)}")
+                elapsed = time.time() - sent
             finally:
+                for pid in pids.values():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 if job.poll() is None:
                     job.kill()
                     job.wait()
         output = read(out_path)
         self.assertNotEqual(rc, 0, output)
-        self.assertLess(elapsed, LIMIT_S)
+        return rc, elapsed, output, pids
+
+    def kill_and_watch(self, name, victim, np, *flags):
+        rc, elapsed, output, pids = self.signal_and_watch(name, victim, np, signal.SIGKILL, 1, LIMIT_S, flags)
         ours = [l for l in output.splitlines()
                 if re.match(rf"multiscreen: fatal on rank \d+ of {np} .*: rank {victim} \(pid {pids[victim]}, same node\) "
                             r"died: ", l)]
@@ -115,42 +124,8 @@ class KillRankTest(SyntheticCorpusCase):
     def stop_and_watch(self, name, victim, np, *flags):
         """SIGSTOPs rank `victim` after the third logged step; the job must end within
         the 4 s timeout plus the inquiry and abort (20 s), in one line naming it."""
-        run_dir = os.path.join(self.tmp.name, name)
-        out_path = os.path.join(self.tmp.name, name + ".out")
-        cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np), BIN, "train",
-               f"--config={os.path.join(SRC, 'configs', 'train', 'tiny_test.textproto')}", f"--data={self.data}",
-               f"--run_dir={run_dir}", "--steps=100000", "--eval_every=0", "--checkpoint_every=0",
-               "--collective_timeout=4", *TRAIN_FLAGS, *flags]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        pids = {}
-        with open(out_path, "w") as out:
-            job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-            try:
-                deadline = time.time() + 120
-                while steps_logged(run_dir) < 3:
-                    self.assertIsNone(job.poll(), f"the job ended before its third step:\n{read(out_path)}")
-                    self.assertLess(time.time(), deadline, "three steps not logged in 120 s")
-                    time.sleep(0.05)
-                pids = rank_pids(job.pid)
-                self.assertEqual(sorted(pids), list(range(np)), f"ranks found: {pids}")
-                os.kill(pids[victim], signal.SIGSTOP)
-                stopped = time.time()
-                try:
-                    rc = job.wait(timeout=STOP_LIMIT_S)
-                except subprocess.TimeoutExpired:
-                    self.fail(f"the job still runs {STOP_LIMIT_S} s after rank {victim} was stopped:\n{read(out_path)}")
-                elapsed = time.time() - stopped
-            finally:
-                for pid in pids.values():  # a stopped process outlives mpirun's SIGTERM
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                if job.poll() is None:
-                    job.kill()
-                    job.wait()
-        output = read(out_path)
-        self.assertNotEqual(rc, 0, output)
+        rc, elapsed, output, pids = self.signal_and_watch(name, victim, np, signal.SIGSTOP, 3, STOP_LIMIT_S,
+                                                          ("--collective_timeout=4", *flags))
         ours = [l for l in output.splitlines() if "collective timeout" in l]
         self.assertEqual(len(ours), 1, f"expected one line of ours:\n{output}")
         self.assertRegex(ours[0], rf"^multiscreen: fatal on rank {1 - victim if np == 2 else 0} of {np} ")
