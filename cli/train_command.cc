@@ -323,6 +323,10 @@ int TrainCommand(int argc, char** argv) {
     return Fail("train", status);
   };
   auto sources = OpenRunData(*run, source, logger);
+  if (mpi != nullptr) {
+    // A missing or bad --data is met by every rank alike, or by the ranks of one node: said once.
+    if (auto s = AgreeOnStartUpError(grid->world(), sources.status()); !s.ok()) return fail(MarkAgreed(s));
+  }
   if (!sources.ok()) return fail(sources.status());
   // Every rank starts the same run (issue 31 §1), compared before the first collective
   // whose length depends on it: one line names the field that differs.

@@ -305,8 +305,9 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
   if (!InRange(r.parallel().dp_bucket_mb(), 0, 1 << 20)) {
     return bad("parallel.dp_bucket_mb", r.parallel().dp_bucket_mb(), " must be in [0, 2^20] MiB (0: 16)");
   }
-  if (!InRange(r.parallel().collective_timeout_s(), 0, 1e7)) {
-    return bad("parallel.collective_timeout_s", r.parallel().collective_timeout_s(), " must be in [0, 10^7] s (0: 600)");
+  if (const double t = r.parallel().collective_timeout_s(); !InRange(t, 0, 1e7) || (t > 0 && t < 1)) {
+    return bad("parallel.collective_timeout_s", t,
+               " must be 0 (600) or in [1, 10^7] s (a healthy collective can take longer than a second)");
   }
   const int64_t memory = PhysicalMemoryBytes();
   const int64_t need = RunMemoryLowerBound(d, tp, pp, r.micro_batch() * r.seq_len(),

@@ -19,8 +19,10 @@
 #
 # Stopping: SIGTERM, SIGINT (Ctrl-C), SIGHUP or SIGUSR1 to this script reach every
 # rank as SIGUSR1 (the one signal mpirun forwards without ending the job itself): the
-# run ends after the current step with a checkpoint, and the script exits 0. A second
-# SIGINT or SIGTERM is passed on as it is (mpirun's abort). Signalling mpirun directly
+# run ends after the current step with a checkpoint, and the script exits 0 (mpirun runs
+# in a session of its own, so a terminal's Ctrl-C reaches only this script; a request in
+# the first 2 s is held until the ranks can take it). A second SIGINT or SIGTERM is
+# passed on as it is (mpirun's abort). Signalling mpirun directly
 # works too, but mpirun answers SIGTERM and SIGINT with exit code 1 even when every
 # rank stopped cleanly. Running the same command again resumes from
 # <run_dir>/checkpoints/latest.
@@ -75,15 +77,25 @@ cmd+=("${extra[@]}" "$bin" train "$@")
 
 echo "[launch] ${cmd[*]}" >&2
 ((dry_run)) && exit 0
-"${cmd[@]}" &
-pid=$!
-signals=0 interrupted=0
+pid="" signals=0 interrupted=0 pending=""
 forward() {  # the first stop request as USR1, a second one as it came
   interrupted=1
   signals=$((signals + 1))
+  [[ -n $pid ]] || { pending=$1; return; }  # before mpirun exists: sent once it does
+  # mpirun forwards USR1 only once it is up, and a rank dies of USR1 before its handler
+  # is installed: a request in the first 2 s waits for them.
+  local age=$((SECONDS - started))
+  ((age >= 2)) || sleep $((2 - age))
   if ((signals == 1)) || [[ $1 == USR1 ]]; then kill -USR1 "$pid" 2>/dev/null || true; else kill -"$1" "$pid" 2>/dev/null || true; fi
 }
 for sig in TERM INT HUP USR1; do trap "forward $sig" "$sig"; done
+# mpirun in a session of its own: a terminal's Ctrl-C (sent to the whole foreground
+# process group) reaches this script alone, which turns it into the USR1 stop (mpirun
+# answers SIGINT itself with exit code 1).
+started=$SECONDS
+setsid "${cmd[@]}" &
+pid=$!
+if [[ -n $pending ]]; then signals=0; forward "$pending"; fi
 while :; do
   interrupted=0
   rc=0

@@ -194,13 +194,25 @@ class CollectiveWatchdog::Impl {
   void Loop() {
     double defer_until = 0;  // seconds on the monotonic clock
     bool deferred = false;
+    double last = Seconds(), resumed = 0;
     while (Sleep(poll_)) {
       Serve();
+      const double now = Seconds();
+      // A pass that took far longer than the poll: this process was stopped (SIGSTOP, a
+      // debugger). Its waits are timed from now, or a rank resumed after the job's end
+      // (or after a pause its peers rode out) would blame the others for its own stop.
+      if (now - last > poll_ + 2) resumed = now;
+      last = now;
       const progress::Snapshot me = Now();
-      const double now = 1e-9 * double(progress::MonotonicNs());
       if (!me.waiting) deferred = false;
-      if (!me.waiting || me.wait_seconds <= timeout_.LimitFor(me) || now < defer_until) continue;
+      const double waited = std::min(me.wait_seconds, now - resumed);
+      if (!me.waiting || waited <= timeout_.LimitFor(me) || now < defer_until) continue;
+      const int64_t since = progress::Self().wait_since_ns.load();
       const std::vector<RankReport> ranks = Inquire();
+      // A rank that answered may have just resumed (a debugger's pause): its collective
+      // completes within moments. Given one second; a completed wait is no timeout.
+      if (!Sleep(1.0)) return;
+      if (!StillWaiting(since)) continue;
       // The lowest waiting rank reports; one that waits above us is given the time to.
       bool lower_reports = false;
       for (int r = 0; r < rank_; ++r) {
@@ -211,11 +223,19 @@ class CollectiveWatchdog::Impl {
       }
       if (lower_reports && !deferred) {
         deferred = true;
-        defer_until = 1e-9 * double(progress::MonotonicNs()) + timeout_.LimitFor(me) + 2 * window_;
+        defer_until = Seconds() + timeout_.LimitFor(me) + 2 * window_;
         continue;
       }
-      End(DescribeCollectiveTimeout(timeout_, rank_, ranks));
+      End(DescribeCollectiveTimeout(timeout_, rank_, ranks), since);
     }
+  }
+
+  static double Seconds() { return 1e-9 * double(progress::MonotonicNs()); }
+
+  // Whether this process still waits in the collective whose wait began at `since`.
+  static bool StillWaiting(int64_t since) {
+    const progress::Beacon& b = progress::Self();
+    return b.waiting.load() > 0 && b.wait_since_ns.load() == since;
   }
 
   // Asks every other rank for its state; waits up to the window for the answers.
@@ -267,15 +287,21 @@ class CollectiveWatchdog::Impl {
   }
 
   // Hands the verdict to a waiter that can leave its wait (NCCL aborts its communicator
-  // and ends the job with it); ends the job here when none takes it.
-  [[noreturn]] void End(const std::string& line) {
-    progress::PostVerdict(line);
+  // and ends the job with it); ends the job here when none takes it. Returns (the
+  // verdict withdrawn) when the wait that began at `since` ended meanwhile.
+  void End(const std::string& line, int64_t since) {
     if (progress::VerdictTakerWaiting()) {
+      progress::PostVerdict(line);
       for (int i = 0; i < 200 && !progress::VerdictTaken(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
-      if (progress::VerdictTaken()) std::this_thread::sleep_for(std::chrono::seconds(20));
+      if (progress::VerdictTaken()) {
+        std::this_thread::sleep_for(std::chrono::seconds(20));  // the taker ends the job
+      } else if (!StillWaiting(since) && progress::WithdrawVerdict()) {
+        return;
+      }
     }
+    if (!StillWaiting(since)) return;
     FatalError(line);
   }
 

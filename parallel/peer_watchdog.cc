@@ -88,6 +88,13 @@ class PeerWatchdog::Impl {
       std::string how = "its process ended without leaving the job (killed, crashed or out of memory)";
       ProcessEnded(peers_[i].pid, &how);
       dead[i] = true;
+      // A peer that exited with a status (not killed) has almost always ended the job
+      // itself (FatalError, MPI_Abort: its own line already said why): give the launcher
+      // the time to end this process before a second line blames it.
+      if (how.rfind("exited with status", 0) == 0) {
+        std::vector<bool> all(peers_.size(), true);  // wait on the stop signal alone
+        if (Wait(3000, all) == -2) return;
+      }
       // One line per node: the lowest surviving rank says it; the others give it 3 s.
       bool lower_alive = false;
       for (size_t k = 0; k < peers_.size(); ++k) {

@@ -187,8 +187,18 @@ void PostVerdict(const std::string& line) {
 const std::string* TakeVerdict() {
   Verdict& v = TheVerdict();
   if (!v.posted.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard<std::mutex> lock(v.mutex);
+  if (!v.posted.load()) return nullptr;
   v.taken.store(true);
   return &v.line;
+}
+
+bool WithdrawVerdict() {
+  Verdict& v = TheVerdict();
+  std::lock_guard<std::mutex> lock(v.mutex);
+  if (v.taken.load()) return false;
+  v.posted.store(false);
+  return true;
 }
 
 bool VerdictTaken() { return TheVerdict().taken.load(); }

@@ -104,12 +104,16 @@ double WatchdogLimit();
 
 // The watchdog's verdict handed to a waiter that can abandon its wait cleanly (the NCCL
 // communicator polls TakeVerdict and aborts its communicator before ending the job with
-// the line). Posted once; the watchdog ends the job itself when no waiter takes it.
+// the line). The watchdog ends the job itself when no waiter takes it, or withdraws it
+// when the wait completed.
 void PostVerdict(const std::string& line);
 // The posted verdict (marking it taken), or nullptr when none was posted.
 const std::string* TakeVerdict();
 // Whether a waiter took the posted verdict.
 bool VerdictTaken();
+// Takes back a posted verdict no waiter took (its wait completed after all); false when
+// one took it meanwhile.
+bool WithdrawVerdict();
 // Whether a thread of this process now waits in a collective that takes the verdict.
 bool VerdictTakerWaiting();
 

@@ -37,14 +37,17 @@ def steps_logged(run_dir):
 class MpirunTrainTest(SyntheticCorpusCase):
 
     def launch(self, run_dir, steps, out):
-        return subprocess.Popen(
+        return subprocess.Popen(start_new_session=True, args=
             [os.path.join(SRC, "launch", "mpirun_train.sh"), "--ranks_per_node=2", f"--bin={BIN}", "--",
              f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}", f"--steps={steps}",
              "--eval_every=0"], stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
-    def stop_with(self, sig):
-        run_dir = os.path.join(self.tmp.name, f"run_{sig.name}")
-        log = os.path.join(self.tmp.name, f"{sig.name}.log")
+    def stop_with(self, sig, group=False):
+        """`sig` to the script, or with `group` to its whole process group (a terminal's
+        Ctrl-C reaches every process of the foreground job, mpirun included)."""
+        name = f"{sig.name}{'_group' if group else ''}"
+        run_dir = os.path.join(self.tmp.name, f"run_{name}")
+        log = os.path.join(self.tmp.name, f"{name}.log")
         with open(log, "w") as out:
             job = self.launch(run_dir, 100000, out)
             try:
@@ -53,7 +56,10 @@ class MpirunTrainTest(SyntheticCorpusCase):
                     self.assertIsNone(job.poll(), read(log))
                     self.assertLess(time.time(), deadline, "no step logged in 120 s")
                     time.sleep(0.05)
-                job.send_signal(sig)
+                if group:
+                    os.killpg(job.pid, sig)
+                else:
+                    job.send_signal(sig)
                 rc = job.wait(timeout=60)
             finally:
                 if job.poll() is None:
@@ -78,6 +84,9 @@ class MpirunTrainTest(SyntheticCorpusCase):
 
     def test_sigint_to_the_script_stops_with_a_checkpoint_and_exit_0(self):
         self.stop_with(signal.SIGINT)
+
+    def test_ctrl_c_at_a_terminal_stops_with_a_checkpoint_and_exit_0(self):
+        self.stop_with(signal.SIGINT, group=True)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,44 @@ class KillRankTest(SyntheticCorpusCase):
             self.assertRegex(ours[0], r": NCCL AllReduce\(float\) \(rank \d of 2, GPU \d\): collective timeout: ")
         print(f"{name}: exit {rc} {elapsed:.1f} s after the stop; {ours[0]}")
 
+    def test_a_rank_paused_just_past_the_limit_that_resumes_is_no_timeout(self):
+        # A debugger's pause: SIGSTOP for 4.5 s at --collective_timeout=4, then SIGCONT. The
+        # waiting rank's watchdog asks, the paused rank answers once resumed, the collective
+        # completes: the job goes on (it once ended with "ranks  waited 0.0 s").
+        run_dir = os.path.join(self.tmp.name, "pause")
+        out_path = os.path.join(self.tmp.name, "pause.out")
+        cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", "2", BIN, "train",
+               f"--config={os.path.join(SRC, 'configs', 'train', 'tiny_test.textproto')}", f"--data={self.data}",
+               f"--run_dir={run_dir}", "--steps=100000", "--eval_every=0", "--checkpoint_every=0",
+               "--collective_timeout=4", *TRAIN_FLAGS]
+        pids = {}
+        with open(out_path, "w") as out:
+            job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            try:
+                deadline = time.time() + 120
+                while steps_logged(run_dir) < 3:
+                    self.assertIsNone(job.poll(), read(out_path))
+                    self.assertLess(time.time(), deadline, "three steps not logged in 120 s")
+                    time.sleep(0.05)
+                pids = rank_pids(job.pid)
+                os.kill(pids[1], signal.SIGSTOP)
+                time.sleep(4.5)
+                os.kill(pids[1], signal.SIGCONT)
+                before = steps_logged(run_dir)
+                time.sleep(5)
+                self.assertIsNone(job.poll(), f"the job ended after a 4.5 s pause:\n{read(out_path)}")
+                self.assertGreater(steps_logged(run_dir), before, "no step after the pause")
+            finally:
+                for pid in pids.values():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                if job.poll() is None:
+                    job.kill()
+                job.wait()
+        self.assertNotIn("collective timeout", read(out_path))
+
     def test_a_stopped_data_parallel_rank_ends_the_job_naming_it(self):
         self.stop_and_watch("stop_dp2", 1, 2)
 
