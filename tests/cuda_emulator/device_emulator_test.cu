@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda_emulator/emulator.h"
+#include "tests/cuda_emulator/emulator_test.h"
 #include "kernels/cuda/launch.h"
 
 namespace {
@@ -161,42 +162,9 @@ __global__ void AtomicKernel(int* counter, float* total) {
 
 // ---- Helpers ----------------------------------------------------------------------
 
-class EmulatorTest : public ::testing::Test {
- protected:
-  void TearDown() override {
-    // A planted fault leaves the context's sticky error, as on a GPU: start afresh.
-    cudaDeviceReset();
-  }
-  template <typename T>
-  T* DeviceCopy(const std::vector<T>& host) {
-    T* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-  }
-  template <typename T>
-  std::vector<T> HostCopy(const T* p, size_t n) {
-    std::vector<T> host(n);
-    EXPECT_EQ(cudaMemcpy(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-};
-
-// True when one report contains every part.
-bool Reported(const msemu::ScopedCapture& capture, const std::vector<std::string>& parts) {
-  for (const std::string& line : capture.reports()) {
-    bool all = true;
-    for (const std::string& part : parts) all = all && line.find(part) != std::string::npos;
-    if (all) return true;
-  }
-  return false;
-}
-
-std::string AllReports(const msemu::ScopedCapture& capture) {
-  std::string all;
-  for (const std::string& line : capture.reports()) all += line + "\n";
-  return all;
-}
+using msemu_test::AllReports;
+using msemu_test::EmulatorTest;
+using msemu_test::Reported;
 
 std::vector<float> Iota(int n) {
   std::vector<float> v(n);

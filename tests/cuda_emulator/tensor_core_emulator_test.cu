@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_emulator/emulator.h"
+#include "tests/cuda_emulator/emulator_test.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tensor_core.cuh"
 
@@ -76,34 +77,9 @@ __global__ void CpAsyncKernel(const uint16_t* source, uint16_t* global_destinati
 
 // ---- Helpers ----------------------------------------------------------------------
 
-class TensorCoreEmulatorTest : public ::testing::Test {
- protected:
-  // A planted fault leaves the context's sticky error, as on a GPU: start afresh.
-  void TearDown() override { cudaDeviceReset(); }
-  template <typename T>
-  T* DeviceCopy(const std::vector<T>& host) {
-    T* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-  }
-};
-
-// True when one report contains every part.
-bool Reported(const msemu::ScopedCapture& capture, const std::vector<std::string>& parts) {
-  for (const std::string& line : capture.reports()) {
-    bool all = true;
-    for (const std::string& part : parts) all = all && line.find(part) != std::string::npos;
-    if (all) return true;
-  }
-  return false;
-}
-
-std::string AllReports(const msemu::ScopedCapture& capture) {
-  std::string all;
-  for (const std::string& line : capture.reports()) all += line + "\n";
-  return all;
-}
+using TensorCoreEmulatorTest = msemu_test::EmulatorTest;
+using msemu_test::AllReports;
+using msemu_test::Reported;
 
 // ---- Tests --------------------------------------------------------------------------
 
