@@ -23,6 +23,7 @@
 #include "kernels/cuda/screening.h"
 #include "kernels/cuda/screening_tiled.h"
 #include "kernels/device_array.h"
+#include "tests/cuda/cuda_test.h"
 
 namespace multiscreen {
 namespace {
@@ -33,15 +34,7 @@ using kernels::TileScalars;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kTolerance = 1e-2;  // bf16 operands, fp32 accumulation (issue 29)
 
-class ScreeningTiledTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!CudaAvailable()) {
-      std::fprintf(stderr, "\n*** SKIPPED: no CUDA device visible; CUDA kernels were compiled but not run ***\n\n");
-      GTEST_SKIP() << "no CUDA device visible";
-    }
-  }
-};
+using ScreeningTiledTest = CudaTest;  // skips, saying so, where no CUDA device is visible
 
 // A tile as the test names it: window, acceptance width, output scale.
 struct Tile {
