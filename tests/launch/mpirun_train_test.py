@@ -16,22 +16,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
-from train_e2e_test import SyntheticCorpusCase  # noqa: E402
+from train_e2e_test import SyntheticCorpusCase, read, steps_logged  # noqa: E402
 
 BIN = SRC = None
-
-
-def read(path):
-    with open(path) as f:
-        return f.read()
-
-
-def steps_logged(run_dir):
-    try:
-        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            return sum('"loss"' in line for line in f)
-    except FileNotFoundError:
-        return 0
 
 
 class MpirunTrainTest(SyntheticCorpusCase):

@@ -17,6 +17,7 @@ build runs it so over NCCL, an emulated GPU per rank: tests/cuda_emulator).
 Run: /usr/bin/python3 tests/parallel/kill_rank_test.py --multiscreen=build/multiscreen --source=. [--mpirun=mpirun]
 """
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -27,7 +28,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer"))
-from train_e2e_test import SyntheticCorpusCase  # noqa: E402
+from train_e2e_test import SyntheticCorpusCase, read, steps_logged  # noqa: E402
 
 BIN = SRC = MPIRUN = None
 TRAIN_FLAGS = []
@@ -55,26 +56,13 @@ def rank_pids(mpirun_pid):
     return pids
 
 
-def read(path):
-    with open(path) as f:
-        return f.read()
-
-
-def steps_logged(run_dir):
-    try:
-        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            return sum('"step"' in line and '"loss"' in line for line in f)
-    except FileNotFoundError:
-        return 0
-
-
 class KillRankTest(SyntheticCorpusCase):
 
-    def signal_and_watch(self, name, victim, np, sig, after_steps, limit_s, flags):
-        """Starts the job, sends `sig` to rank `victim` once `after_steps` steps are
-        logged, and waits up to `limit_s` for the job to end. Returns (exit code, seconds
-        after the signal, output, {rank: pid}); every rank's process is gone afterwards
-        (a stopped one outlives mpirun's SIGTERM: SIGKILLed)."""
+    @contextlib.contextmanager
+    def running(self, name, np, flags, after_steps):
+        """Starts the job and waits for `after_steps` logged steps; yields (job, {rank:
+        pid}, output path, run dir). Afterwards every rank's process is gone (a stopped
+        one outlives mpirun's SIGTERM: SIGKILLed) and the job reaped."""
         run_dir = os.path.join(self.tmp.name, name)
         out_path = os.path.join(self.tmp.name, name + ".out")
         cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(np), BIN, "train",
@@ -90,15 +78,9 @@ class KillRankTest(SyntheticCorpusCase):
                     self.assertIsNone(job.poll(), f"the job ended before step {after_steps}:\n{read(out_path)}")
                     self.assertLess(time.time(), deadline, f"{after_steps} steps not logged in 120 s")
                     time.sleep(0.05)
-                pids = rank_pids(job.pid)
+                pids.update(rank_pids(job.pid))
                 self.assertEqual(sorted(pids), list(range(np)), f"ranks found: {pids}")
-                os.kill(pids[victim], sig)
-                sent = time.time()
-                try:
-                    rc = job.wait(timeout=limit_s)
-                except subprocess.TimeoutExpired:
-                    self.fail(f"the job still runs {limit_s} s after rank {victim} got {sig.name}:\n{read(out_path)}")
-                elapsed = time.time() - sent
+                yield job, pids, out_path, run_dir
             finally:
                 for pid in pids.values():
                     try:
@@ -107,7 +89,20 @@ class KillRankTest(SyntheticCorpusCase):
                         pass
                 if job.poll() is None:
                     job.kill()
-                    job.wait()
+                job.wait()
+
+    def signal_and_watch(self, name, victim, np, sig, after_steps, limit_s, flags):
+        """Sends `sig` to rank `victim` once `after_steps` steps are logged and waits up to
+        `limit_s` for the job to end. Returns (exit code, seconds after the signal, output,
+        {rank: pid})."""
+        with self.running(name, np, flags, after_steps) as (job, pids, out_path, _):
+            os.kill(pids[victim], sig)
+            sent = time.time()
+            try:
+                rc = job.wait(timeout=limit_s)
+            except subprocess.TimeoutExpired:
+                self.fail(f"the job still runs {limit_s} s after rank {victim} got {sig.name}:\n{read(out_path)}")
+            elapsed = time.time() - sent
         output = read(out_path)
         self.assertNotEqual(rc, 0, output)
         return rc, elapsed, output, pids
@@ -141,38 +136,14 @@ class KillRankTest(SyntheticCorpusCase):
         # A debugger's pause: SIGSTOP for 4.5 s at --collective_timeout=4, then SIGCONT. The
         # waiting rank's watchdog asks, the paused rank answers once resumed, the collective
         # completes: the job goes on (it once ended with "ranks  waited 0.0 s").
-        run_dir = os.path.join(self.tmp.name, "pause")
-        out_path = os.path.join(self.tmp.name, "pause.out")
-        cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", "2", BIN, "train",
-               f"--config={os.path.join(SRC, 'configs', 'train', 'tiny_test.textproto')}", f"--data={self.data}",
-               f"--run_dir={run_dir}", "--steps=100000", "--eval_every=0", "--checkpoint_every=0",
-               "--collective_timeout=4", *TRAIN_FLAGS]
-        pids = {}
-        with open(out_path, "w") as out:
-            job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
-            try:
-                deadline = time.time() + 120
-                while steps_logged(run_dir) < 3:
-                    self.assertIsNone(job.poll(), read(out_path))
-                    self.assertLess(time.time(), deadline, "three steps not logged in 120 s")
-                    time.sleep(0.05)
-                pids = rank_pids(job.pid)
-                os.kill(pids[1], signal.SIGSTOP)
-                time.sleep(4.5)
-                os.kill(pids[1], signal.SIGCONT)
-                before = steps_logged(run_dir)
-                time.sleep(5)
-                self.assertIsNone(job.poll(), f"the job ended after a 4.5 s pause:\n{read(out_path)}")
-                self.assertGreater(steps_logged(run_dir), before, "no step after the pause")
-            finally:
-                for pid in pids.values():
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                if job.poll() is None:
-                    job.kill()
-                job.wait()
+        with self.running("pause", 2, ("--collective_timeout=4",), 3) as (job, pids, out_path, run_dir):
+            os.kill(pids[1], signal.SIGSTOP)
+            time.sleep(4.5)
+            os.kill(pids[1], signal.SIGCONT)
+            before = steps_logged(run_dir)
+            time.sleep(5)
+            self.assertIsNone(job.poll(), f"the job ended after a 4.5 s pause:\n{read(out_path)}")
+            self.assertGreater(steps_logged(run_dir), before, "no step after the pause")
         self.assertNotIn("collective timeout", read(out_path))
 
     def test_a_stopped_data_parallel_rank_ends_the_job_naming_it(self):

@@ -64,6 +64,21 @@ def wait_for_step(run_dir, step, timeout):
         time.sleep(0.005)
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def steps_logged(run_dir):
+    """Training rows in run_dir/metrics.jsonl so far (0 before the file exists): for
+    tests that act on a job while it trains."""
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            return sum('"step"' in line and '"loss"' in line for line in f)
+    except FileNotFoundError:
+        return 0
+
+
 class SyntheticCorpusCase(unittest.TestCase):
     """The e2e tests' common set-up: a temporary directory (cls.tmp) holding the synthetic
     corpus (cls.data, synthetic_shards) and the tiny run file (cls.config), removed after
