@@ -280,7 +280,7 @@ int TrainCommand(int argc, char** argv) {
   }();
   if (mpi != nullptr) {
     auto world = MpiCommunicator::Duplicate(MPI_COMM_WORLD);
-    if (auto s = AgreeOnStartUpError(*world, prepared); !s.ok()) return world->rank() == 0 ? Fail("train", s) : 1;
+    if (auto s = AgreeOnError(*world, prepared, /*name_rank=*/true); !s.ok()) return world->rank() == 0 ? Fail("train", s) : 1;
   } else if (!prepared.ok()) {
     return Fail("train", prepared);
   }
@@ -325,7 +325,7 @@ int TrainCommand(int argc, char** argv) {
   auto sources = OpenRunData(*run, source, logger);
   if (mpi != nullptr) {
     // A missing or bad --data is met by every rank alike, or by the ranks of one node: said once.
-    if (auto s = AgreeOnStartUpError(grid->world(), sources.status()); !s.ok()) return fail(MarkAgreed(s));
+    if (auto s = AgreeOnError(grid->world(), sources.status(), /*name_rank=*/true); !s.ok()) return fail(MarkAgreed(s));
   }
   if (!sources.ok()) return fail(sources.status());
   // Every rank starts the same run (issue 31 §1), compared before the first collective

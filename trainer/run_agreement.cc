@@ -106,18 +106,20 @@ absl::Status AgreeOnRun(Communicator& world, const std::vector<std::pair<std::st
       "or another file at the same path?)"));
 }
 
-absl::Status AgreeOnStartUpError(Communicator& world, const absl::Status& mine) {
-  // [the lowest failing rank, counted from the top so that max finds it; failing ranks]
+absl::Status AgreeOnError(Communicator& world, const absl::Status& mine, bool name_rank) {
+  // The lowest failing rank, counted from the top so that max finds it.
   double lowest = mine.ok() ? 0 : double(world.size() - world.rank());
-  double failing = mine.ok() ? 0 : 1;
   world.AllReduce(&lowest, 1, ReduceOp::kMax);
   if (lowest == 0) return absl::OkStatus();
-  world.AllReduce(&failing, 1, ReduceOp::kSum);
   const int root = world.size() - static_cast<int>(lowest);
   double code = static_cast<double>(mine.code());
   world.Broadcast(&code, 1, root);
   std::string message = BroadcastString(world, std::string(mine.message()), root);
-  if (failing < world.size()) message = absl::StrCat("rank ", root, " of ", world.size(), ": ", message);
+  if (name_rank) {
+    double failing = mine.ok() ? 0 : 1;
+    world.AllReduce(&failing, 1, ReduceOp::kSum);
+    if (failing < world.size()) message = absl::StrCat("rank ", root, " of ", world.size(), ": ", message);
+  }
   return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(code)), message);
 }
 

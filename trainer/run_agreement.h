@@ -28,11 +28,11 @@ std::vector<std::pair<std::string, std::string>> RunConfigFields(const config::R
 // steps: rank 0 has 10, rank 1 has 20 (...)".
 absl::Status AgreeOnRun(Communicator& world, const std::vector<std::pair<std::string, std::string>>& fields);
 
-// A collective over `world` for an error a rank met before the job could agree on
-// anything (a flag, the run file, the model): OK when no rank failed; otherwise, on
-// every rank, the lowest failing rank's error, prefixed "rank R of N: " when not every
-// rank failed, so that rank 0 reports it once for the job (issue 31 §6) instead of each
-// rank printing it before the launcher's own messages.
-absl::Status AgreeOnStartUpError(Communicator& world, const absl::Status& mine);
+// A collective over `world`: OK when no rank's `mine` failed; otherwise, on every rank,
+// the lowest failing rank's error (code and message), so that every rank stops alike
+// and one reports it. `name_rank`: prefixed "rank R of N: " when not every rank failed,
+// for an error a rank met on its own (a flag, the run file, the data on one node: issue
+// 31 §6), not for one that one rank decides for all.
+absl::Status AgreeOnError(Communicator& world, const absl::Status& mine, bool name_rank);
 
 }  // namespace multiscreen

@@ -29,6 +29,7 @@
 #include "parallel/progress.h"
 #include "trainer/flops.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/run_agreement.h"
 #include "trainer/stop_signal.h"
 
 namespace multiscreen {
@@ -66,16 +67,7 @@ constexpr char kAgreedPayload[] = "multiscreen/agreed";
 // collective: a failure seen by some ranks ends every rank alike, with its
 // cause, instead of leaving the others waiting or aborting the job.
 absl::Status AgreeOnStatus(Communicator& world, const absl::Status& mine) {
-  double failed = mine.ok() ? 0 : double(world.size() - world.rank());
-  world.AllReduce(&failed, 1, ReduceOp::kMax);
-  if (failed == 0) return absl::OkStatus();
-  const int root = world.size() - static_cast<int>(failed);
-  std::string message(mine.message());
-  int64_t header[2] = {static_cast<int64_t>(mine.code()), static_cast<int64_t>(message.size())};
-  world.Broadcast(header, sizeof(header), root);
-  message.resize(header[1]);
-  if (header[1] > 0) world.Broadcast(message.data(), header[1], root);
-  return MarkAgreed(absl::Status(static_cast<absl::StatusCode>(header[0]), message));
+  return MarkAgreed(AgreeOnError(world, mine, /*name_rank=*/false));
 }
 
 // The rows of a metrics.jsonl text that stand (not superseded by a later
