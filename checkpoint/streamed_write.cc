@@ -250,10 +250,13 @@ absl::Status WriteWeightsStreamed(const std::string& path, const ModelDims& dims
   return out->Commit();
 }
 
-absl::Status ExplainVanished(const CheckpointRef& ckpt, absl::Status status) {
-  if (status.ok()) return status;
+bool CheckpointVanished(const CheckpointRef& ckpt) {
   std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::path(ckpt.dir) / "manifest.json", ec)) return status;
+  return !std::filesystem::exists(std::filesystem::path(ckpt.dir) / "manifest.json", ec);
+}
+
+absl::Status ExplainVanished(const CheckpointRef& ckpt, absl::Status status) {
+  if (status.ok() || !CheckpointVanished(ckpt)) return status;
   return absl::FailedPreconditionError(absl::StrCat(
       ckpt.dir, ": the checkpoint was removed while it was being read (a run still training replaces its checkpoints: "
       "checkpoint.keep_last); nothing says it was corrupt: run again on the newer one, copy the checkpoint first, or "

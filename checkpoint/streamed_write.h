@@ -42,6 +42,8 @@ absl::StatusOr<TensorSource> CheckpointSource(const CheckpointRef& ckpt);
 // replaced it), with `status` as the cause, instead of a failure that reads as
 // corruption (issue 31, "Smaller": forward --no_grad on a training run).
 absl::Status ExplainVanished(const CheckpointRef& ckpt, absl::Status status);
+// Whether `ckpt`'s directory no longer holds its manifest (pruned under a reader).
+bool CheckpointVanished(const CheckpointRef& ckpt);
 
 // Rows of `inner` elements per block of `block_bytes` (at least one).
 int64_t BlockRows(int64_t inner, int64_t block_bytes);

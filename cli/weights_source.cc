@@ -1,6 +1,5 @@
 #include "cli/weights_source.h"
 
-#include <filesystem>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -9,12 +8,6 @@
 namespace multiscreen::cli {
 
 namespace {
-
-// Whether `ckpt`'s directory is gone: a live run's keep_last pruned it under us.
-bool Vanished(const CheckpointRef& ckpt) {
-  std::error_code ec;
-  return !std::filesystem::exists(std::filesystem::path(ckpt.dir) / "manifest.json", ec);
-}
 
 // A run still training replaces its checkpoints: a read that lost its checkpoint to the
 // pruning starts over on the newest one, a few times, before it says so.
@@ -32,7 +25,7 @@ absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::
     if (!ckpt.ok()) return ckpt.status();
     auto weights = ConsolidatedWeights(*ckpt);
     if (weights.ok()) return weights;
-    if (attempt == kAttempts || !Vanished(*ckpt)) return ExplainVanished(*ckpt, weights.status());
+    if (attempt == kAttempts || !CheckpointVanished(*ckpt)) return ExplainVanished(*ckpt, weights.status());
   }
 }
 
@@ -49,7 +42,7 @@ absl::StatusOr<StreamedWeights> OpenWeightsStreamed(const std::string& weights_f
     // point does not reach it (the verification, which reopens them, says so if it must).
     auto source = CheckpointSource(*ckpt);
     if (!source.ok()) {
-      if (attempt == kAttempts || !Vanished(*ckpt)) return ExplainVanished(*ckpt, source.status());
+      if (attempt == kAttempts || !CheckpointVanished(*ckpt)) return ExplainVanished(*ckpt, source.status());
       continue;
     }
     auto ref = std::make_shared<CheckpointRef>(*std::move(ckpt));
