@@ -18,8 +18,9 @@ constexpr int kMaxDk = 64;
 constexpr int kMaxDv = 256;
 constexpr float kFloor = 1e-12f;  // cpu::kUnitNormFloor (that header is not included: OpenMP pragmas)
 
-// The per-token parts of the tile-scalar gradients, summed per (sequence, tile).
-enum Part { kPartScale, kPartR, kPartW, kPartRateQ, kPartRateK, kParts };
+// The per-token parts of the tile-scalar gradients, summed per (sequence, tile) (screening.h).
+constexpr int kPartScale = kScreeningPartScale, kPartR = kScreeningPartR, kPartW = kScreeningPartW,
+              kPartRateQ = kScreeningPartRateQ, kPartRateK = kScreeningPartRateK, kParts = kScreeningParts;
 
 // Sizes every kernel reads. Tokens of a (b, tile) task lie at bt·T + i in the saved
 // arrays (bt = b·tiles + t) and at row b·T + i of P, dP, U and dU.
@@ -55,6 +56,16 @@ __device__ inline void RotateRow(float* z, double c, double s) {
   const double z0 = z[0], z1 = z[1];
   z[0] = static_cast<float>(z0 * c - z1 * s);
   z[1] = static_cast<float>(z0 * s + z1 * c);
+}
+
+// cos and sin of token `pos`'s MiPE angle pos · rate (c = 1, sn = 0 when rate = 0).
+__device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn) {
+  *c = 1;
+  *sn = 0;
+  if (rate != 0) {
+    *c = cos(pos * rate);
+    *sn = sin(pos * rate);
+  }
 }
 
 template <int D>
@@ -164,14 +175,12 @@ __global__ void AggregateKernel(Dims s, const float* P, const ScreeningTileParam
   }
 }
 
-// Backward, query pass: output scale and gate (steps 12–13) and TanhNorm (step 11)
-// give ∂L/∂h_i (written to dh, ∂L/∂g into dP); the window's pairs are recomputed and
-// ∂L/∂q̃_i is finished through MiPE and the unit norm into dP. Writes the query's
-// parts of the scale, r and w gradients and of ∂L/∂rate.
+// Backward, output pass: output scale and gate (steps 13–12) and TanhNorm (step 11)
+// give ∂L/∂h_i (written to dh_out) and ∂L/∂g (into dP); writes the token's part of the
+// scale gradient.
 template <int DK, int DV>
-__global__ void QueryBackwardKernel(Dims s, const float* P, const float* dU, const ScreeningTileParams* params,
-                                   const float* mask, const float* dmask, ScreeningSaved<float> saved, float* dP,
-                                   float* dh_out, double* partial) {
+__global__ void OutputBackwardKernel(Dims s, const float* P, const float* dU, const ScreeningTileParams* params,
+                                     ScreeningSaved<float> saved, float* dP, float* dh_out, double* partial) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= s.batch * s.tiles * s.seq) return;
   const Token tok(idx, s);
@@ -202,10 +211,26 @@ __global__ void QueryBackwardKernel(Dims s, const float* P, const float* dU, con
     dot += hi[c] * dh[c];
   }
   #pragma unroll
-  for (int c = 0; c < dv; ++c) {
-    dh[c] = f * dh[c] + f_dn * dot * hi[c];
-    dh_out[idx * dv + c] = dh[c];
-  }
+  for (int c = 0; c < dv; ++c) dh_out[idx * dv + c] = f * dh[c] + f_dn * dot * hi[c];
+  partial[idx * kParts + kPartScale] = row_scale;
+}
+
+// Backward, query pass: the window's pairs are recomputed from ∂L/∂h_i (the output
+// pass's) and ∂L/∂q̃_i is finished through MiPE and the unit norm into dP. Writes the
+// query's parts of the r and w gradients and of ∂L/∂rate.
+template <int DK, int DV>
+__global__ void QueryBackwardKernel(Dims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
+                                   ScreeningSaved<float> saved, const float* dh_in, float* dP, double* partial) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= s.batch * s.tiles * s.seq) return;
+  const Token tok(idx, s);
+  const int dk = DK > 0 ? DK : s.dk, dv = DV > 0 ? DV : s.dv;
+  const ScreeningTileParams tp = params[tok.t];
+  const int64_t C = s.p_cols(), ldp = s.tiles * C;
+  const int64_t row = tok.b * s.seq + tok.i;
+  float dh[DV > 0 ? DV : kMaxDv];
+  #pragma unroll
+  for (int c = 0; c < dv; ++c) dh[c] = dh_in[idx * dv + c];
   // Steps 7–10 over the window [j0, i], relevance recomputed.
   const float* m = mask + tok.t * s.mask_ld;
   const float* dm = dmask + tok.t * s.mask_ld;
@@ -236,16 +261,12 @@ __global__ void QueryBackwardKernel(Dims s, const float* P, const float* dU, con
     }
   }
   // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
-  double d_rate = 0, c = 1, sn = 0;
+  double d_rate = 0, c, sn;
   const double pos = double(s.pos0 + tok.i);
-  if (tp.rate != 0) {
-    c = cos(pos * tp.rate);
-    sn = sin(pos * tp.rate);
-  }
+  MipeCosSin(tp.rate, pos, &c, &sn);
   NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dq, tp.rate != 0, c, sn, pos,
                                  dP + row * ldp + tok.t * C, dk, &d_rate);
   double* part = partial + idx * kParts;
-  part[kPartScale] = row_scale;
   part[kPartR] = sum_r;
   part[kPartW] = sum_w;
   part[kPartRateQ] = d_rate;
@@ -297,18 +318,47 @@ __global__ void KeyBackwardKernel(Dims s, const ScreeningTileParams* params, con
       for (int x = 0; x < dk; ++x) dkey[x] += ds * qi[x];
     }
   }
-  double d_rate = 0, c = 1, sn = 0, unused = 0;
+  double d_rate = 0, c, sn, unused = 0;
   const double pos = double(s.pos0 + j);
-  if (tp.rate != 0) {
-    c = cos(pos * tp.rate);
-    sn = sin(pos * tp.rate);
-  }
+  MipeCosSin(tp.rate, pos, &c, &sn);
   float* dPj = dP + (tok.b * s.seq + j) * ldp + tok.t * C;
   NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dkey, tp.rate != 0, c, sn, pos, dPj + dk,
                                  dk, &d_rate);
   NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dval, false, 1, 0, 0, dPj + 2 * dk, dv,
                                  &unused);
   partial[idx * kParts + kPartRateK] = d_rate;
+}
+
+// Backward of steps 6 and 5 for a window pass that left complete ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄
+// in d_q, d_k, d_v (ScreeningBackwardFinish): the query and key passes' own finish,
+// row by row, into dP's q, k and v columns. The rows' ∂L/∂rate is not kept: the window
+// pass sums ∂L/∂rate pair by pair (screening.h).
+template <int DK, int DV>
+__global__ void NormalizeBackwardKernel(Dims s, const ScreeningTileParams* params, ScreeningSaved<float> saved,
+                                        const float* d_q, const float* d_k, const float* d_v, float* dP) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= s.batch * s.tiles * s.seq) return;
+  const Token tok(idx, s);
+  const int dk = DK > 0 ? DK : s.dk, dv = DV > 0 ? DV : s.dv;
+  const ScreeningTileParams tp = params[tok.t];
+  const int64_t C = s.p_cols();
+  float* dPi = dP + (tok.b * s.seq + tok.i) * s.tiles * C + tok.t * C;
+  double c, sn, unused = 0;
+  const double pos = double(s.pos0 + tok.i);
+  MipeCosSin(tp.rate, pos, &c, &sn);
+  float dz[DV > 0 ? (DV > DK ? DV : DK) : kMaxDv];  // overwritten by the row backward
+  #pragma unroll
+  for (int x = 0; x < dk; ++x) dz[x] = d_q[idx * dk + x];
+  NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dz, tp.rate != 0, c, sn, pos, dPi, dk,
+                                 &unused);
+  #pragma unroll
+  for (int x = 0; x < dk; ++x) dz[x] = d_k[idx * dk + x];
+  NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dz, tp.rate != 0, c, sn, pos, dPi + dk,
+                                 dk, &unused);
+  #pragma unroll
+  for (int x = 0; x < dv; ++x) dz[x] = d_v[idx * dv + x];
+  NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dz, false, 1, 0, 0, dPi + 2 * dk, dv,
+                                 &unused);
 }
 
 // sums[bt, part] = Σ_i partial[bt, i, part]: one block per (b, tile), strided per-thread
@@ -329,6 +379,11 @@ __global__ void ReducePartsKernel(const double* partial, int64_t seq, double* su
     __syncthreads();
   }
   if (threadIdx.x < kParts) sums[int64_t(blockIdx.x) * kParts + threadIdx.x] = tree[threadIdx.x][0];
+}
+
+Dims DimsOf(const ScreeningShape& shape, int64_t mask_ld) {
+  return Dims{shape.batch,        shape.seq, shape.tiles, shape.pos0, mask_ld, static_cast<int>(shape.d_k),
+              static_cast<int>(shape.d_v), shape.tanh_norm};
 }
 
 // Checks the shape, fills (screening_tables.h) and uploads the per-tile tables; returns
@@ -352,8 +407,7 @@ Dims Prepare(const char* op, const ScreeningShape& shape, const TileScalars* til
                                     cudaMemcpyHostToDevice, stream));
   MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->dmask.data(), scratch->host_dmask.data(), nt * ld * sizeof(float),
                                     cudaMemcpyHostToDevice, stream));
-  return Dims{shape.batch, shape.seq, nt, shape.pos0, ld, static_cast<int>(shape.d_k), static_cast<int>(shape.d_v),
-              shape.tanh_norm};
+  return DimsOf(shape, ld);
 }
 
 unsigned Blocks(const Dims& s) { return static_cast<unsigned>((s.batch * s.tiles * s.seq + kBlock - 1) / kBlock); }
@@ -375,18 +429,56 @@ void LaunchForward(const Dims& s, const float* P, const ScreeningScratch& scratc
 }
 
 template <int DK, int DV>
-void LaunchBackward(const Dims& s, const float* P, const float* dU, ScreeningScratch& scratch,
-                    const ScreeningSaved<float>& saved, float* dP, cudaStream_t stream) {
-  Launch<QueryBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, dU, scratch.params.data(),
-                                      scratch.mask.data(), scratch.dmask.data(), saved, dP, scratch.dh.data(),
-                                      scratch.partial.data());
+void LaunchOutputBackward(const Dims& s, const float* P, const float* dU, ScreeningScratch& scratch,
+                          const ScreeningSaved<float>& saved, float* dP, cudaStream_t stream) {
+  Launch<OutputBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, dU, scratch.params.data(), saved, dP,
+                                       scratch.dh.data(), scratch.partial.data());
+  MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
+}
+
+template <int DK, int DV>
+void LaunchWindowBackward(const Dims& s, ScreeningScratch& scratch, const ScreeningSaved<float>& saved, float* dP,
+                          cudaStream_t stream) {
+  Launch<QueryBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.params.data(), scratch.mask.data(),
+                                      scratch.dmask.data(), saved, scratch.dh.data(), dP, scratch.partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
   Launch<KeyBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.params.data(), scratch.mask.data(), saved,
                                     scratch.dh.data(), dP, scratch.partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
 }
 
+template <int DK, int DV>
+void LaunchNormalizeBackward(const Dims& s, ScreeningScratch& scratch, const ScreeningSaved<float>& saved, float* dP,
+                             cudaStream_t stream) {
+  Launch<NormalizeBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.params.data(), saved,
+                                          scratch.d_q.data(), scratch.d_k.data(), scratch.d_v.data(), dP);
+  MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
+}
+
 bool FixedWidths(const Dims& s) { return s.dk == 16 && s.dv == 64; }
+
+// The reduction of scratch->partial into grads (=): per (b, tile) on the device in a
+// fixed order, then over the batch in order on the host, as the CPU's task sums. Waits.
+void ReduceTileScalarGrads(const ScreeningShape& shape, TileScalarGrads* grads, ScreeningScratch* scratch,
+                           cudaStream_t stream) {
+  const char* op = "ScreeningBackward";
+  const int64_t nt = shape.tiles, tasks = shape.batch * nt;
+  Launch<ReducePartsKernel>(static_cast<unsigned>(tasks), kBlock, 0, stream,
+                            scratch->partial.data(), shape.seq, scratch->sums.data());
+  MS_CUDA_CHECK_LAUNCH(op);
+  scratch->host_sums.resize(tasks * kParts);
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->host_sums.data(), scratch->sums.data(), tasks * kParts * sizeof(double),
+                                    cudaMemcpyDeviceToHost, stream));
+  MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
+  for (int64_t t = 0; t < nt; ++t) {
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      const double* sum = scratch->host_sums.data() + (b * nt + t) * kParts;
+      grads[t].w += sum[kPartW] + (sum[kPartRateQ] + sum[kPartRateK]) * scratch->host_rate_dw[t];
+      grads[t].r += sum[kPartR];
+      grads[t].scale += sum[kPartScale];
+    }
+  }
+}
 
 }  // namespace
 
@@ -412,39 +504,47 @@ void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileS
   }
 }
 
-void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
-                       const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
-                       ScreeningScratch* scratch, cudaStream_t stream) {
+bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                            ScreeningScratch* scratch, cudaStream_t stream) {
   const int64_t nt = shape.tiles;
   for (int64_t t = 0; t < nt; ++t) grads[t] = TileScalarGrads{};
-  if (shape.batch <= 0 || shape.seq <= 0 || nt <= 0) return;
-  const char* op = "ScreeningBackward";
-  const Dims s = Prepare(op, shape, tiles, scratch, stream);
+  if (shape.batch <= 0 || shape.seq <= 0 || nt <= 0) return false;
+  const Dims s = Prepare("ScreeningBackward", shape, tiles, scratch, stream);
   const int64_t tasks = shape.batch * nt, tokens = tasks * shape.seq;
   scratch->dh.Resize(tokens * shape.d_v);
   scratch->partial.Resize(tokens * kParts);
   scratch->sums.Resize(tasks * kParts);
   if (FixedWidths(s)) {
-    LaunchBackward<16, 64>(s, P, dU, *scratch, saved, dP, stream);
+    LaunchOutputBackward<16, 64>(s, P, dU, *scratch, saved, dP, stream);
   } else {
-    LaunchBackward<0, 0>(s, P, dU, *scratch, saved, dP, stream);
+    LaunchOutputBackward<0, 0>(s, P, dU, *scratch, saved, dP, stream);
   }
-  Launch<ReducePartsKernel>(static_cast<unsigned>(tasks), kBlock, 0, stream,
-                            scratch->partial.data(), shape.seq, scratch->sums.data());
-  MS_CUDA_CHECK_LAUNCH(op);
-  scratch->host_sums.resize(tasks * kParts);
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->host_sums.data(), scratch->sums.data(), tasks * kParts * sizeof(double),
-                                    cudaMemcpyDeviceToHost, stream));
-  MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
-  // Per (b, tile) as the CPU's task sums, then over the batch in order.
-  for (int64_t t = 0; t < nt; ++t) {
-    for (int64_t b = 0; b < shape.batch; ++b) {
-      const double* sum = scratch->host_sums.data() + (b * nt + t) * kParts;
-      grads[t].w += sum[kPartW] + (sum[kPartRateQ] + sum[kPartRateK]) * scratch->host_rate_dw[t];
-      grads[t].r += sum[kPartR];
-      grads[t].scale += sum[kPartScale];
-    }
+  return true;
+}
+
+void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<float>& saved, float* dP,
+                             TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream) {
+  const Dims s = DimsOf(shape, scratch->mask_ld);
+  if (FixedWidths(s)) {
+    LaunchNormalizeBackward<16, 64>(s, *scratch, saved, dP, stream);
+  } else {
+    LaunchNormalizeBackward<0, 0>(s, *scratch, saved, dP, stream);
   }
+  ReduceTileScalarGrads(shape, grads, scratch, stream);
+}
+
+void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                       const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                       ScreeningScratch* scratch, cudaStream_t stream) {
+  if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
+  const Dims s = DimsOf(shape, scratch->mask_ld);
+  if (FixedWidths(s)) {
+    LaunchWindowBackward<16, 64>(s, *scratch, saved, dP, stream);
+  } else {
+    LaunchWindowBackward<0, 0>(s, *scratch, saved, dP, stream);
+  }
+  ReduceTileScalarGrads(shape, grads, scratch, stream);
 }
 
 }  // namespace multiscreen::kernels::cuda

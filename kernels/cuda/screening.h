@@ -5,9 +5,10 @@
 //   forward:  normalize (+ MiPE) every row of q, k, v into `saved`; then each query
 //             walks the ⌈w⌉ keys its Softmask reaches, skipping the value work of pairs
 //             Trim rejects, and writes h (saved) and U.
-//   backward: a query pass (output, gate and TanhNorm backward to ∂L/∂h, kept in
-//             scratch; relevance recomputed over the window; ∂L/∂q̃ finished into dP;
-//             per-query partials of the w, r and scale gradients), a key pass (each key
+//   backward: an output pass (output, gate and TanhNorm backward to ∂L/∂h, kept in
+//             scratch; the scale gradient's per-token parts), a query pass (relevance
+//             recomputed over the window; ∂L/∂q̃ finished into dP; per-query partials
+//             of the w and r gradients), a key pass (each key
 //             j gathers from its queries j … j + ⌈w⌉ − 1 in ascending order: ∂L/∂k̃,
 //             ∂L/∂v̄ finished into dP), and a fixed-order fp64 reduction of the partials
 //             per (sequence, tile), summed over sequences on the host in order. No atomics.
@@ -35,6 +36,17 @@ struct ScreeningTileParams {
   int64_t keys = 1;  // keys the Softmask reaches: min(⌈w⌉, T)
 };
 
+// The per-token parts of the tile-scalar gradients in ScreeningScratch::partial
+// ([B, tiles, T, kScreeningParts]), summed per (sequence, tile) by the backward's last pass.
+enum ScreeningPart : int {
+  kScreeningPartScale,  // ∂L/∂scale
+  kScreeningPartR,      // ∂L/∂r
+  kScreeningPartW,      // ∂L/∂w through Softmask
+  kScreeningPartRateQ,  // ∂L/∂rate (MiPE) through q̃
+  kScreeningPartRateK,  // ∂L/∂rate through k̃
+  kScreeningParts
+};
+
 // Device scratch of the screening kernels, sized by the first call and kept
 // (one per kernel table; not shared by calls running at the same time).
 struct ScreeningScratch {
@@ -43,6 +55,9 @@ struct ScreeningScratch {
   DeviceArray<float> dh{Device::kCuda};                     // [B, tiles, T, d_v]: ∂L/∂h
   DeviceArray<double> partial{Device::kCuda};               // [B, tiles, T, 5] per-token gradient parts
   DeviceArray<double> sums{Device::kCuda};                  // [B, tiles, 5]
+  // ∂L/∂q̃, ∂L/∂k̃ [B, tiles, T, d_k] and ∂L/∂v̄ [B, tiles, T, d_v], as a tiled backward
+  // leaves them for ScreeningBackwardFinish (sized by that backward; unused by the simple one).
+  DeviceArray<float> d_q{Device::kCuda}, d_k{Device::kCuda}, d_v{Device::kCuda};
   std::vector<ScreeningTileParams> host_params;
   std::vector<float> host_mask, host_dmask;
   std::vector<double> host_rate_dw, host_sums;
@@ -68,5 +83,27 @@ void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileS
 void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                        const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
                        ScreeningScratch* scratch, cudaStream_t stream);
+
+// The passes of ScreeningBackward around its O(T·w) window part, shared with the tiled
+// backward (screening_tiled.h), one thread per (sequence, tile, token) each.
+// ScreeningBackwardBegin: grads zeroed, the tile tables uploaded (scratch params, mask,
+// dmask), scratch dh, partial and sums sized, then the output pass (steps 13, 12, 11
+// backward): scratch->dh = ∂L/∂h [B, tiles, T, d_v], dP's g columns (written) and the
+// scale part of scratch->partial. Arguments as ScreeningBackward's. Returns false, having
+// launched nothing, when the shape is empty.
+bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                            ScreeningScratch* scratch, cudaStream_t stream);
+
+// ScreeningBackwardFinish, after Begin and a window pass that wrote scratch->d_q, d_k, d_v
+// (complete ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄) and the r, w and rate parts of scratch->partial: steps
+// 6 and 5 backward (MiPE, the unit norms) into dP's q, k and v columns (written), then
+// the fixed-order reduction of the parts into grads (=), as ScreeningBackward's. The
+// window pass sums ∂L/∂rate pair by pair, Σ_ij ∂L/∂s_ij (i − j)(q̃_i[0] k̃_j[1] −
+// q̃_i[1] k̃_j[0]), equal in exact arithmetic to the simple kernel's per-row sums
+// Σ_i pos_i (…) over q̃ plus Σ_j pos_j (…) over k̃, whose two halves grow with pos0 and
+// cancel (the rows' ∂L/∂rate computed here is not kept). Waits for the gradients.
+void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<float>& saved, float* dP,
+                             TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

@@ -64,6 +64,55 @@ __device__ inline void StageUnitRows(const float* src, int64_t row0, int64_t val
   }
 }
 
+// Rows [row0, row0 + 64) of a [·, kDv] fp32 array (v̄, ∂L/∂h) into shared bf16 `hi` at
+// kStrideV (and `lo` = the rounding remainder, when given); rows at or past `valid` are
+// zeros. Every thread of the CTA calls it.
+__device__ inline void StageValueRows(const float* src, int64_t row0, int64_t valid, uint16_t* hi,
+                                      uint16_t* lo = nullptr) {
+  for (int e = threadIdx.x; e < kBlockK * (kDv / 4); e += kThreadsPerCta) {
+    const int r = e / (kDv / 4), c = 4 * (e % (kDv / 4));
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row0 + r < valid) x = *reinterpret_cast<const float4*>(src + (row0 + r) * kDv + c);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(&hi[r * kStrideV + c]);
+    dst[0] = PackBf16(x.x, x.y);
+    dst[1] = PackBf16(x.z, x.w);
+    if (lo != nullptr) {
+      uint32_t* rest = reinterpret_cast<uint32_t*>(&lo[r * kStrideV + c]);
+      rest[0] = PackBf16(x.x - Bf16Value(Bf16Bits(x.x)), x.y - Bf16Value(Bf16Bits(x.y)));
+      rest[1] = PackBf16(x.z - Bf16Value(Bf16Bits(x.z)), x.w - Bf16Value(Bf16Bits(x.w)));
+    }
+  }
+}
+
+// A fragment of a 16×16 matrix held as two n-tiles of accumulators (x[0]: columns 0–7,
+// x[1]: 8–15), rounded to bf16: `hi`, and when lo is given the rounding remainder.
+__device__ inline void AccumulatorsAsA(const float x[2][4], uint32_t hi[4], uint32_t* lo) {
+  #pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    #pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float x0 = x[n][2 * half], x1 = x[n][2 * half + 1];
+      hi[2 * n + half] = PackBf16(x0, x1);
+      if (lo != nullptr) {
+        lo[2 * n + half] = PackBf16(x0 - Bf16Value(Bf16Bits(x0)), x1 - Bf16Value(Bf16Bits(x1)));
+      }
+    }
+  }
+}
+
+// acc[n] += A·B for the two n-tiles of a 16×16 B (b[0], b[1]: n-tile 0; b[2], b[3]:
+// n-tile 1), as three products of the hi/lo split A = a_hi + a_lo, B = b_hi + b_lo
+// (small terms first; a_lo·b_lo, ~2^-16 relative, dropped).
+__device__ inline void MmaSplit(float acc[2][4], const uint32_t a_hi[4], const uint32_t a_lo[4], const uint32_t b_hi[4],
+                                const uint32_t b_lo[4]) {
+  #pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    MmaM16N8K16Bf16(acc[n], a_lo, &b_hi[2 * n], acc[n]);
+    MmaM16N8K16Bf16(acc[n], a_hi, &b_lo[2 * n], acc[n]);
+    MmaM16N8K16Bf16(acc[n], a_hi, &b_hi[2 * n], acc[n]);
+  }
+}
+
 // One CTA: queries [q0, q0 + 64) of task (b, t); see screening_tiled.h for the scheme.
 // Warp w owns queries qw = q0 + 16w …; lane = 4g + u (g = groupID, u = threadID_in_group)
 // holds, per n-tile of 8 columns, rows qw + g and qw + g + 8, columns 2u and 2u + 1 of
@@ -106,14 +155,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   for (int64_t k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
     __syncthreads();  // every warp is done with the previous block
     StageUnitRows<kSplit>(k_tilde, k0, T, k_hi, k_lo);
-    for (int e = threadIdx.x; e < kBlockK * (kDv / 4); e += kThreadsPerCta) {
-      const int r = e / (kDv / 4), c = 4 * (e % (kDv / 4));
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (k0 + r < T) x = *reinterpret_cast<const float4*>(v_bar + (k0 + r) * kDv + c);
-      uint32_t* dst = reinterpret_cast<uint32_t*>(&v_s[r * kStrideV + c]);
-      dst[0] = PackBf16(x.x, x.y);
-      dst[1] = PackBf16(x.z, x.w);
-    }
+    StageValueRows(v_bar, k0, T, v_s);
     __syncthreads();
     #pragma unroll 1
     for (int step = 0; step < kBlockK / 16; ++step) {
@@ -206,6 +248,312 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   }
 }
 
+// ---- Backward: steps 10–7 on tensor cores -----------------------------------------
+
+// The pair quantities both backward kernels recompute on one 16×16 step's fragments,
+// element e of n-tile n at query i and key j (d = i − j): from s (fp32-accurate, the
+// hi/lo split), a = 1 − (1 − s)/r; the pair is active (accepted and inside the window,
+// 0 ≤ d < keys, i < T) unless a ≤ 0 (NaN stays active, as in the simple kernel).
+struct PairTerms {
+  float a, m;
+  bool active;
+};
+__device__ inline PairTerms Pair(float sim, int64_t i, int64_t d, int64_t T, int64_t keys, float r, const float* m) {
+  const float a = 1.f - (1.f - sim) / r;
+  const bool active = i < T && d >= 0 && d < keys && !(a <= 0.f);
+  return {a, active ? m[d] : 0.f, active};
+}
+
+// Query pass: a CTA of 4 warps per (64-query block, tile, sequence), warp w owning
+// queries qw = q0 + 16w …, walks the 64-key blocks its window reaches (the forward's
+// walk) and per active 16×16 step recomputes s = q̃·k̃ᵀ (split), a and m, and
+//   ∂L/∂(αm)_ij = ∂L/∂h_i · v̄_j      (tensor cores: ∂L/∂h as A held in registers,
+//                                      v̄ᵀ by ldmatrix, plain bf16, 4 k-steps of d_V),
+//   ∂L/∂s_ij = ∂L/∂(αm)_ij m_ij a_ij 2/r,
+//   ∂L/∂q̃_i += Σ_j ∂L/∂s_ij k̃_j    (tensor cores, ∂L/∂s and k̃ both hi/lo split),
+// and the query's parts of ∂L/∂r (Σ ∂L/∂(αm) m 2a(1 − s)/r²) and of ∂L/∂w through
+// Softmask (Σ ∂L/∂(αm) a² ∂m/∂w), fp64 per lane, then summed over the row's four lanes.
+// Writes ∂L/∂q̃ to d_q and the two parts to partial.
+__global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
+    TiledQueryBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
+                             ScreeningSaved<float> saved, const float* dh, float* d_q, double* partial) {
+  __shared__ __align__(16) uint16_t q_hi[kBlockQ * kStrideK];
+  __shared__ __align__(16) uint16_t q_lo[kBlockQ * kStrideK];
+  __shared__ __align__(16) uint16_t dh_hi[kBlockQ * kStrideV];
+  __shared__ __align__(16) uint16_t dh_lo[kBlockQ * kStrideV];
+  __shared__ __align__(16) uint16_t k_hi[kBlockK * kStrideK];
+  __shared__ __align__(16) uint16_t k_lo[kBlockK * kStrideK];
+  __shared__ __align__(16) uint16_t v_hi[kBlockK * kStrideV];
+  __shared__ __align__(16) uint16_t v_lo[kBlockK * kStrideV];
+  __shared__ float2 k01[kBlockK];  // k̃_j[0], k̃_j[1] in fp32, for ∂L/∂rate
+
+  const int64_t T = s.seq, t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
+  const int64_t q0 = int64_t(blockIdx.x) * kBlockQ;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, u = lane % 4;
+  const int64_t qw = q0 + 16 * warp;
+  const ScreeningTileParams tp = params[t];
+  const int64_t keys = tp.keys;
+  const float* m = mask + t * s.mask_ld;
+  const float* dm = dmask + t * s.mask_ld;
+  const float two_over_r = 2.f / tp.r;
+  const double inv_r2 = 1.0 / (double(tp.r) * tp.r);
+  const float* k_tilde = saved.k_tilde + bt * T * kDk;
+  const float* v_bar = saved.v_bar + bt * T * kDv;
+
+  StageUnitRows<true>(saved.q_tilde + bt * T * kDk, q0, T, q_hi, q_lo);
+  StageValueRows(dh + bt * T * kDv, q0, T, dh_hi, dh_lo);
+  __syncthreads();
+  uint32_t qa_hi[4], qa_lo[4], dha_hi[kDv / 16][4], dha_lo[kDv / 16][4];
+  LdmatrixX4(qa_hi, &q_hi[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
+  LdmatrixX4(qa_lo, &q_lo[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
+  #pragma unroll
+  for (int kk = 0; kk < kDv / 16; ++kk) {
+    LdmatrixX4(dha_hi[kk], &dh_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+    LdmatrixX4(dha_lo[kk], &dh_lo[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+  }
+  float dq[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  double sum_r[2] = {0, 0}, sum_w[2] = {0, 0}, sum_rate[2] = {0, 0};  // rows qw + g, qw + g + 8
+  float2 q01[2];  // q̃_i[0], q̃_i[1] of the two rows, fp32
+  #pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = qw + g + 8 * half;
+    q01[half] = i < T ? make_float2(saved.q_tilde[(bt * T + i) * kDk], saved.q_tilde[(bt * T + i) * kDk + 1])
+                      : make_float2(0.f, 0.f);
+  }
+  const bool rotate = tp.rate != 0;
+
+  const int64_t q_last = (q0 + kBlockQ < T ? q0 + kBlockQ : T) - 1;
+  const int64_t j_first = q0 - keys + 1 > 0 ? q0 - keys + 1 : 0;
+  for (int64_t k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
+    __syncthreads();  // every warp is done with the previous block
+    StageUnitRows<true>(k_tilde, k0, T, k_hi, k_lo);
+    StageValueRows(v_bar, k0, T, v_hi, v_lo);
+    if (threadIdx.x < kBlockK) {
+      const int64_t j = k0 + threadIdx.x;
+      k01[threadIdx.x] = j < T ? make_float2(k_tilde[j * kDk], k_tilde[j * kDk + 1]) : make_float2(0.f, 0.f);
+    }
+    __syncthreads();
+    #pragma unroll 1
+    for (int step = 0; step < kBlockK / 16; ++step) {
+      const int64_t kj = k0 + 16 * step;
+      if (qw >= T || kj > qw + 15 || kj + 15 < qw - keys + 1) continue;  // warp-uniform, as the forward
+      // s = q̃ k̃ᵀ (the forward's fragments).
+      const int key_row = 16 * step + 8 * (lane / 16) + lane % 8, col = 8 * ((lane / 8) % 2);
+      uint32_t kb_hi[4], kb_lo[4];
+      LdmatrixX4(kb_hi, &k_hi[key_row * kStrideK + col]);
+      LdmatrixX4(kb_lo, &k_lo[key_row * kStrideK + col]);
+      float sim[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      MmaSplit(sim, qa_hi, qa_lo, kb_hi, kb_lo);
+      PairTerms pair[2][4];
+      bool any = false;
+      #pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2;
+          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, tp.r, m);
+          any |= pair[n][e].active;
+        }
+      }
+      if (!__any_sync(0xffffffffu, any)) continue;  // every pair rejected: nothing flows back
+      // ∂L/∂(αm) = ∂L/∂h v̄ᵀ (both split): B[c][j] = v̄_j[c], v̄ rows as stored ([n][k]):
+      // ldmatrix as k̃.
+      float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      #pragma unroll
+      for (int kk = 0; kk < kDv / 16; ++kk) {
+        uint32_t vb_hi[4], vb_lo[4];
+        LdmatrixX4(vb_hi, &v_hi[key_row * kStrideV + 16 * kk + col]);
+        LdmatrixX4(vb_lo, &v_lo[key_row * kStrideV + 16 * kk + col]);
+        MmaSplit(dw, dha_hi[kk], dha_lo[kk], vb_hi, vb_lo);
+      }
+      float ds[2][4];
+      #pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const PairTerms& p = pair[n][e];
+          ds[n][e] = 0.f;
+          if (!p.active) continue;
+          const int64_t i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2;
+          ds[n][e] = dw[n][e] * p.m * p.a * two_over_r;
+          sum_r[e / 2] += static_cast<double>(dw[n][e]) * p.m * 2.0 * p.a * (1.0 - sim[n][e]) * inv_r2;
+          sum_w[e / 2] += static_cast<double>(dw[n][e]) * p.a * p.a * dm[i - j];
+          if (rotate) {  // ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0])
+            const float2 qv = q01[e / 2], kv = k01[j - k0];
+            sum_rate[e / 2] += static_cast<double>(ds[n][e]) * double(i - j) *
+                               (double(qv.x) * kv.y - double(qv.y) * kv.x);
+          }
+        }
+      }
+      // ∂L/∂q̃ += ∂L/∂s k̃: B = k̃ rows kj … kj + 15 ([k][n]) by ldmatrix.trans.
+      uint32_t da_hi[4], da_lo[4], kt_hi[4], kt_lo[4];
+      AccumulatorsAsA(ds, da_hi, da_lo);
+      LdmatrixX4Trans(kt_hi, &k_hi[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
+      LdmatrixX4Trans(kt_lo, &k_lo[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
+      MmaSplit(dq, da_hi, da_lo, kt_hi, kt_lo);
+    }
+  }
+  #pragma unroll
+  for (int half = 0; half < 2; ++half) {  // the row's four lanes, in a fixed order
+    sum_r[half] += __shfl_xor_sync(0xffffffffu, sum_r[half], 1);
+    sum_r[half] += __shfl_xor_sync(0xffffffffu, sum_r[half], 2);
+    sum_w[half] += __shfl_xor_sync(0xffffffffu, sum_w[half], 1);
+    sum_w[half] += __shfl_xor_sync(0xffffffffu, sum_w[half], 2);
+    sum_rate[half] += __shfl_xor_sync(0xffffffffu, sum_rate[half], 1);
+    sum_rate[half] += __shfl_xor_sync(0xffffffffu, sum_rate[half], 2);
+  }
+  #pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = qw + g + 8 * half;
+    if (i >= T) continue;
+    float* out = d_q + (bt * T + i) * kDk;
+    #pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      out[8 * n + 2 * u] = dq[n][2 * half];
+      out[8 * n + 2 * u + 1] = dq[n][2 * half + 1];
+    }
+    if (u == 0) {
+      partial[(bt * T + i) * kScreeningParts + kScreeningPartR] = sum_r[half];
+      partial[(bt * T + i) * kScreeningParts + kScreeningPartW] = sum_w[half];
+      partial[(bt * T + i) * kScreeningParts + kScreeningPartRateQ] = sum_rate[half];
+      partial[(bt * T + i) * kScreeningParts + kScreeningPartRateK] = 0;
+    }
+  }
+}
+
+// Key pass: a CTA of 4 warps per (64-key block, tile, sequence), warp w owning keys
+// kw = k0 + 16w …, walks the 64-query blocks that reach its keys, [k0, k_last + keys − 1]
+// ∩ [0, T), in ascending order, and per active 16×16 step recomputes the transposed
+// pairs sᵀ = k̃·q̃ᵀ (split), a, m and ∂L/∂(αm)ᵀ = v̄·∂L/∂hᵀ (v̄ as A held in registers,
+// plain bf16), then
+//   ∂L/∂v̄_j += Σ_i (α m)_ij ∂L/∂h_i  (tensor cores, plain bf16: α m and ∂L/∂h),
+//   ∂L/∂k̃_j += Σ_i ∂L/∂s_ij q̃_i      (tensor cores, ∂L/∂s and q̃ both hi/lo split).
+// Writes ∂L/∂k̃ to d_k and ∂L/∂v̄ to d_v.
+__global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
+    TiledKeyBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask,
+                           ScreeningSaved<float> saved, const float* dh, float* d_k, float* d_v) {
+  __shared__ __align__(16) uint16_t k_hi[kBlockK * kStrideK];
+  __shared__ __align__(16) uint16_t k_lo[kBlockK * kStrideK];
+  __shared__ __align__(16) uint16_t v_hi[kBlockK * kStrideV];
+  __shared__ __align__(16) uint16_t v_lo[kBlockK * kStrideV];
+  __shared__ __align__(16) uint16_t q_hi[kBlockQ * kStrideK];
+  __shared__ __align__(16) uint16_t q_lo[kBlockQ * kStrideK];
+  __shared__ __align__(16) uint16_t dh_hi[kBlockQ * kStrideV];
+  __shared__ __align__(16) uint16_t dh_lo[kBlockQ * kStrideV];
+
+  const int64_t T = s.seq, t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
+  const int64_t k0 = int64_t(blockIdx.x) * kBlockK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, u = lane % 4;
+  const int64_t kw = k0 + 16 * warp;
+  const ScreeningTileParams tp = params[t];
+  const int64_t keys = tp.keys;
+  const float* m = mask + t * s.mask_ld;
+  const float two_over_r = 2.f / tp.r;
+  const float* q_tilde = saved.q_tilde + bt * T * kDk;
+  const float* dh_t = dh + bt * T * kDv;
+
+  StageUnitRows<true>(saved.k_tilde + bt * T * kDk, k0, T, k_hi, k_lo);
+  StageValueRows(saved.v_bar + bt * T * kDv, k0, T, v_hi, v_lo);
+  __syncthreads();
+  uint32_t ka_hi[4], ka_lo[4];
+  LdmatrixX4(ka_hi, &k_hi[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
+  LdmatrixX4(ka_lo, &k_lo[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
+  float dk[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  float dv[kDv / 8][4];
+  #pragma unroll
+  for (int n = 0; n < kDv / 8; ++n) dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.f;
+
+  const int64_t k_last = (k0 + kBlockK < T ? k0 + kBlockK : T) - 1;
+  const int64_t i_last = k_last + keys - 1 < T - 1 ? k_last + keys - 1 : T - 1;
+  for (int64_t q0 = k0; q0 <= i_last; q0 += kBlockQ) {
+    __syncthreads();  // every warp is done with the previous block
+    StageUnitRows<true>(q_tilde, q0, T, q_hi, q_lo);
+    StageValueRows(dh_t, q0, T, dh_hi, dh_lo);
+    __syncthreads();
+    #pragma unroll 1
+    for (int step = 0; step < kBlockQ / 16; ++step) {
+      const int64_t qi = q0 + 16 * step;
+      // Warp-uniform: some pair (i, j), j in [kw, kw + 15] ∩ [0, T), i in [qi, qi + 15],
+      // has 0 ≤ i − j < keys.
+      if (kw >= T || qi + 15 < kw || qi > kw + 15 + keys - 1) continue;
+      // sᵀ = k̃ q̃ᵀ for queries qi … qi + 15: B[x][i] = q̃_i[x], q̃ rows as stored.
+      const int query_row = 16 * step + 8 * (lane / 16) + lane % 8, col = 8 * ((lane / 8) % 2);
+      uint32_t qb_hi[4], qb_lo[4];
+      LdmatrixX4(qb_hi, &q_hi[query_row * kStrideK + col]);
+      LdmatrixX4(qb_lo, &q_lo[query_row * kStrideK + col]);
+      float sim[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      MmaSplit(sim, ka_hi, ka_lo, qb_hi, qb_lo);
+      PairTerms pair[2][4];
+      bool any = false;
+      #pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {  // row: key j; column: query i
+          const int64_t j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
+          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, tp.r, m);
+          any |= pair[n][e].active;
+        }
+      }
+      if (!__any_sync(0xffffffffu, any)) continue;  // every pair rejected: nothing flows back
+      // ∂L/∂(αm)ᵀ = v̄ ∂L/∂hᵀ (both split; v̄'s A fragments from shared memory per step,
+      // not held: registers): B[c][i] = ∂L/∂h_i[c], rows as stored.
+      float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      #pragma unroll
+      for (int kk = 0; kk < kDv / 16; ++kk) {
+        uint32_t va_hi[4], va_lo[4], hb_hi[4], hb_lo[4];
+        LdmatrixX4(va_hi, &v_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+        LdmatrixX4(va_lo, &v_lo[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+        LdmatrixX4(hb_hi, &dh_hi[query_row * kStrideV + 16 * kk + col]);
+        LdmatrixX4(hb_lo, &dh_lo[query_row * kStrideV + 16 * kk + col]);
+        MmaSplit(dw, va_hi, va_lo, hb_hi, hb_lo);
+      }
+      float weight[2][4], ds[2][4];
+      #pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const PairTerms& p = pair[n][e];
+          weight[n][e] = p.active ? p.a * p.a * p.m : 0.f;
+          ds[n][e] = p.active ? dw[n][e] * p.m * p.a * two_over_r : 0.f;
+        }
+      }
+      // ∂L/∂v̄ += (αm)ᵀ ∂L/∂h and ∂L/∂k̃ += ∂L/∂sᵀ q̃: B = rows qi … qi + 15 ([k][n]) by
+      // ldmatrix.trans.
+      uint32_t wa[4];
+      AccumulatorsAsA(weight, wa, nullptr);
+      #pragma unroll
+      for (int c16 = 0; c16 < kDv / 16; ++c16) {
+        uint32_t hb[4];
+        LdmatrixX4Trans(hb, &dh_hi[(16 * step + lane % 16) * kStrideV + 16 * c16 + 8 * (lane / 16)]);
+        MmaM16N8K16Bf16(dv[2 * c16], wa, &hb[0], dv[2 * c16]);
+        MmaM16N8K16Bf16(dv[2 * c16 + 1], wa, &hb[2], dv[2 * c16 + 1]);
+      }
+      uint32_t da_hi[4], da_lo[4], qt_hi[4], qt_lo[4];
+      AccumulatorsAsA(ds, da_hi, da_lo);
+      LdmatrixX4Trans(qt_hi, &q_hi[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
+      LdmatrixX4Trans(qt_lo, &q_lo[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
+      MmaSplit(dk, da_hi, da_lo, qt_hi, qt_lo);
+    }
+  }
+  #pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t j = kw + g + 8 * half;
+    if (j >= T) continue;
+    float* out_k = d_k + (bt * T + j) * kDk;
+    float* out_v = d_v + (bt * T + j) * kDv;
+    #pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      out_k[8 * n + 2 * u] = dk[n][2 * half];
+      out_k[8 * n + 2 * u + 1] = dk[n][2 * half + 1];
+    }
+    #pragma unroll
+    for (int n = 0; n < kDv / 8; ++n) {
+      out_v[8 * n + 2 * u] = dv[n][2 * half];
+      out_v[8 * n + 2 * u + 1] = dv[n][2 * half + 1];
+    }
+  }
+}
+
 template <bool kSplit>
 void Forward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
              float* U, ScreeningScratch* scratch, cudaStream_t stream) {
@@ -225,6 +573,32 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledForward");
 }
 
+void Backward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
+              const float* dU, float* dP, TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream) {
+  if (shape.d_k != kDk || shape.d_v != kDv) {
+    ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
+    return;
+  }
+  // The simple kernel's output pass (∂L/∂h, ∂L/∂g, the scale parts; tables uploaded).
+  if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
+  const int64_t tokens = shape.batch * shape.tiles * shape.seq;
+  scratch->d_q.Resize(tokens * kDk);
+  scratch->d_k.Resize(tokens * kDk);
+  scratch->d_v.Resize(tokens * kDv);
+  const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->mask_ld, shape.tanh_norm};
+  const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
+                  static_cast<unsigned>(s.batch));
+  Launch<TiledQueryBackwardKernel>(grid, kThreadsPerCta, 0, stream, s, scratch->params.data(), scratch->mask.data(),
+                                   scratch->dmask.data(), saved, scratch->dh.data(), scratch->d_q.data(),
+                                   scratch->partial.data());
+  MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
+  Launch<TiledKeyBackwardKernel>(grid, kThreadsPerCta, 0, stream, s, scratch->params.data(), scratch->mask.data(),
+                                 saved, scratch->dh.data(), scratch->d_k.data(), scratch->d_v.data());
+  MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
+  // The simple kernel's unit-norm and MiPE backward into dP and its fixed-order reduction.
+  ScreeningBackwardFinish(shape, saved, dP, grads, scratch, stream);
+}
+
 }  // namespace
 
 void ScreeningTiledForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
@@ -237,6 +611,12 @@ void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const
                                               const ScreeningSaved<float>& saved, float* U,
                                               ScreeningScratch* scratch, cudaStream_t stream) {
   Forward<false>(shape, P, tiles, saved, U, scratch, stream);
+}
+
+void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                            ScreeningScratch* scratch, cudaStream_t stream) {
+  Backward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
 }
 
 }  // namespace multiscreen::kernels::cuda

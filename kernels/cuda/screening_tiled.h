@@ -64,4 +64,11 @@ void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const
                                               const ScreeningSaved<float>& saved, float* U,
                                               ScreeningScratch* scratch, cudaStream_t stream);
 
+// Backward (see the header comment above): the same arguments, outputs and errors as
+// ScreeningBackward. saved as its forward wrote it; dU [B·T, tiles·d_v] device, read;
+// dP [B·T, tiles·p_cols()] device, written; grads [tiles] host, receives (=). Waits.
+void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                            ScreeningScratch* scratch, cudaStream_t stream);
+
 }  // namespace multiscreen::kernels::cuda

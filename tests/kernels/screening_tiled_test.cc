@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/buffer.h"
+#include "kernels/cpu/screening.h"
 #include "kernels/cuda/screening.h"
 #include "kernels/cuda/screening_tiled.h"
 #include "kernels/device_array.h"
@@ -29,6 +31,7 @@ namespace multiscreen {
 namespace {
 
 using kernels::ScreeningShape;
+using kernels::TileScalarGrads;
 using kernels::TileScalars;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -270,6 +273,210 @@ TEST_F(ScreeningTiledTest, PlainBf16SimilarityMissesTheToleranceWhereTheSplitMee
     EXPECT_GT(plain_error, kTolerance) << "r = " << r;
     EXPECT_LE(split_error, kTolerance) << "r = " << r;
   }
+}
+
+// ---- Backward ----------------------------------------------------------------------
+
+// What one backward writes: dP (q, k, v and g columns of every tile) and the tiles'
+// gradients of w, r and scale.
+struct Gradients {
+  std::vector<float> dP;
+  std::vector<TileScalarGrads> grads;
+};
+
+// ∂L/∂U of a problem: normal, seeded.
+std::vector<float> MakeDU(const Problem& p, uint64_t seed = 1) {
+  std::vector<float> dU(p.shape.batch * p.shape.seq * p.shape.tiles * p.shape.d_v);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (float& x : dU) x = n(rng);
+  return dU;
+}
+
+// The tile gradients of the CPU's fp64 forward and backward on the same P and dU: the
+// reference of ∂L/∂w, ∂L/∂r, ∂L/∂scale, whose fp32 sums can cancel (MiPE's ∂L/∂rate).
+std::vector<TileScalarGrads> Fp64TileGrads(const Problem& p) {
+  const ScreeningShape& s = p.shape;
+  const int64_t rows = s.batch * s.seq * s.tiles;
+  const std::vector<double> P(p.P.begin(), p.P.end());
+  const std::vector<float> dU32 = MakeDU(p);
+  const std::vector<double> dU(dU32.begin(), dU32.end());
+  std::vector<double> U(rows * s.d_v), dP(P.size()), qt(rows * s.d_k), kt(rows * s.d_k), vb(rows * s.d_v), qn(rows),
+      kn(rows), vn(rows), h(rows * s.d_v);
+  const kernels::ScreeningSaved<double> saved{qt.data(), kt.data(), vb.data(), qn.data(),
+                                              kn.data(), vn.data(), h.data()};
+  std::vector<TileScalarGrads> grads(s.tiles);
+  kernels::cpu::ScreeningForward(s, P.data(), p.tiles.data(), saved, U.data());
+  kernels::cpu::ScreeningBackward(s, P.data(), p.tiles.data(), saved, dU.data(), dP.data(), grads.data());
+  return grads;
+}
+
+// The simple forward (its saved buffers are the backward's input), then the simple or
+// the tiled backward of MakeDU's dU on the same inputs.
+Gradients RunBackward(const Problem& p, bool tiled) {
+  const ScreeningShape& s = p.shape;
+  const int64_t rows = s.batch * s.seq * s.tiles;
+  std::vector<DeviceArray<float>> arrays;
+  auto array = [&](int64_t n) {
+    arrays.emplace_back(Device::kCuda);
+    arrays.back().Resize(n);
+    return arrays.back().data();
+  };
+  arrays.reserve(11);
+  float* P = array(p.P.size());
+  float* U = array(rows * s.d_v);
+  float* dU = array(rows * s.d_v);
+  float* dP = array(p.P.size());
+  const kernels::ScreeningSaved<float> saved{array(rows * s.d_k), array(rows * s.d_k), array(rows * s.d_v),
+                                             array(rows),         array(rows),         array(rows),
+                                             array(rows * s.d_v)};
+  const std::vector<float> host_dU = MakeDU(p);
+  EXPECT_EQ(cudaMemcpy(P, p.P.data(), p.P.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(dU, host_dU.data(), host_dU.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  kernels::cuda::ScreeningScratch scratch;
+  kernels::cuda::ScreeningForward(s, P, p.tiles.data(), saved, U, &scratch, nullptr);
+  Gradients out;
+  out.grads.resize(s.tiles);
+  if (tiled) {
+    kernels::cuda::ScreeningTiledBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
+  } else {
+    kernels::cuda::ScreeningBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  out.dP.resize(p.P.size());
+  EXPECT_EQ(cudaMemcpy(out.dP.data(), dP, out.dP.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+// Columns [c0, c0 + d) of every tile's block of dP, as rows (token, tile).
+std::vector<float> Columns(const ScreeningShape& s, const std::vector<float>& dP, int64_t c0, int64_t d) {
+  const int64_t C = s.p_cols();
+  std::vector<float> out;
+  out.reserve(s.batch * s.seq * s.tiles * d);
+  for (int64_t row = 0; row < s.batch * s.seq * s.tiles; ++row) {
+    out.insert(out.end(), dP.begin() + row * C + c0, dP.begin() + row * C + c0 + d);
+  }
+  return out;
+}
+
+// Relative error of a tile scalar's gradient against the fp64 one: |got − ref| /
+// max(|ref|, 1e-9). The floor: a gradient that is zero in exact arithmetic (∂L/∂w of
+// w = 1, whose one key sits at d = 0) comes out ~1e-16 in fp64, exactly 0 from the
+// tiled kernel and ~1e-7 from the simple one (its cancelling ∂L/∂rate halves).
+double ScalarError(double ref, double got) {
+  if (ref == got) return 0;
+  return std::isnan(got) ? kInf : std::abs(got - ref) / std::max(std::abs(ref), 1e-9);
+}
+
+// Both backwards on the same forward: ∂L/∂q, ∂L/∂k, ∂L/∂v row by row within 1e-2 (rows
+// the simple kernel zeroes exactly zero), ∂L/∂g bit for bit (the same output pass), each
+// tile's ∂L/∂w, ∂L/∂r, ∂L/∂scale within 1e-2 relative. Returns the worst error.
+double ExpectTiledBackwardMatchesSimple(const Problem& p, const std::string& what, bool expect_accepted = true) {
+  const ScreeningShape& s = p.shape;
+  const Gradients ref = RunBackward(p, /*tiled=*/false), got = RunBackward(p, /*tiled=*/true);
+  auto tile_of = [&](int64_t r) { return r % s.tiles; };
+  struct Part {
+    const char* name;
+    int64_t c0, d;
+  };
+  double worst = 0;
+  std::string line;
+  int64_t zero_rows = 0, rows = 0;
+  for (const Part& part : {Part{"dq", 0, s.d_k}, Part{"dk", s.d_k, s.d_k}, Part{"dv", 2 * s.d_k, s.d_v}}) {
+    const RowErrors e = CompareRows(Columns(s, ref.dP, part.c0, part.d), Columns(s, got.dP, part.c0, part.d), part.d,
+                                    s.tiles, tile_of);
+    line += std::string(" ") + part.name + " " + std::to_string(e.worst).substr(0, 8);
+    EXPECT_LE(e.worst, kTolerance) << what << ": " << part.name;
+    EXPECT_EQ(e.zero_mismatch, 0) << what << ": " << part.name << " rows the simple kernel zeroes are not zero";
+    worst = std::max(worst, e.worst);
+    zero_rows += e.zero_rows;
+    rows += e.rows;
+  }
+  EXPECT_EQ(Columns(s, got.dP, 2 * s.d_k + s.d_v, s.d_v), Columns(s, ref.dP, 2 * s.d_k + s.d_v, s.d_v)) << what;
+  const std::vector<TileScalarGrads> exact = Fp64TileGrads(p);
+  double worst_scalar = 0, worst_simple = 0;
+  for (int64_t t = 0; t < s.tiles; ++t) {
+    const TileScalarGrads& x = exact[t];
+    const TileScalarGrads& g = got.grads[t];
+    const TileScalarGrads& r = ref.grads[t];
+    const double ew = ScalarError(x.w, g.w), er = ScalarError(x.r, g.r), es = ScalarError(x.scale, g.scale);
+    EXPECT_LE(ew, kTolerance) << what << ", tile " << t << ": dw " << g.w << " vs " << x.w << " (simple " << r.w << ")";
+    EXPECT_LE(er, kTolerance) << what << ", tile " << t << ": dr " << g.r << " vs " << x.r << " (simple " << r.r << ")";
+    EXPECT_LE(es, kTolerance) << what << ", tile " << t << ": dscale " << g.scale << " vs " << x.scale;
+    worst_scalar = std::max({worst_scalar, ew, er, es});
+    worst_simple = std::max({worst_simple, ScalarError(x.w, r.w), ScalarError(x.r, r.r), ScalarError(x.scale, r.scale)});
+  }
+  std::fprintf(stderr, "%-40s backward worst row error:%s  tile scalars %.3g (the simple kernel's %.3g)\n",
+               what.c_str(), line.c_str(), worst_scalar, worst_simple);
+  if (expect_accepted) EXPECT_LT(zero_rows, rows) << what << ": no gradient flowed, the comparison proves little";
+  return std::max(worst, worst_scalar);
+}
+
+TEST_F(ScreeningTiledTest, BackwardMatchesTheSimpleKernelAtLengthsNoBlockDivides) {
+  // The forward test's lengths and windows (see there): T = 1 … 130, w = 1 … ∞, random
+  // and clustered q, k, two sequences of seven tiles.
+  double worst = 0;
+  for (bool clustered : {false, true}) {
+    for (int64_t T : {1, 17, 65, 100, 130}) {
+      const std::vector<Tile> tiles = {
+          {1.0, 0.6, 0.7}, {1.5, 0.9, 1.0}, {3.5, 0.7, 1.3},    {40.0, 0.3, 0.9},
+          {50.0, 0.9, 1.0}, {double(T + 7), 0.9, 1.1}, {kInf, 0.5, 0.8}};
+      const Problem p(2, T, tiles, clustered, 100 + T);
+      const std::string what = std::string(clustered ? "clustered, " : "random, ") + "T = " + std::to_string(T);
+      worst = std::max(worst, ExpectTiledBackwardMatchesSimple(p, what, /*expect_accepted=*/clustered || T > 1));
+    }
+  }
+  std::fprintf(stderr, "backward: worst error over the lengths: %.3g\n", worst);
+}
+
+TEST_F(ScreeningTiledTest, BackwardMatchesTheSimpleKernelPastSeveralKeyBlocks) {
+  // T = 300: five blocks of queries and of keys; w = 40, 70 and 200 make the key pass's
+  // query walk end inside a later block; pos0 far out (MiPE's rate gradient).
+  const std::vector<Tile> tiles = {{40.0, 0.4, 1.0}, {70.0, 0.8, 0.6}, {200.0, 0.5, 1.2}};
+  const Problem p(1, 300, tiles, /*clustered=*/false, 7, /*pos0=*/70000);
+  ExpectTiledBackwardMatchesSimple(p, "T = 300, w = 40, 70, 200");
+}
+
+TEST_F(ScreeningTiledTest, BackwardMatchesTheSimpleKernelAtAcceptanceWidthsNearZeroAndOne) {
+  const std::vector<Tile> tiles = {{kInf, 0.02, 1.0}, {50.0, 0.02, 0.5}, {kInf, 0.999, 1.0}, {9.0, 0.999, 2.0}};
+  for (int64_t T : {17, 130}) {
+    const Problem p(2, T, tiles, /*clustered=*/true, 200 + T);
+    ExpectTiledBackwardMatchesSimple(p, "r = 0.02, 0.999; T = " + std::to_string(T));
+  }
+}
+
+TEST_F(ScreeningTiledTest, BackwardOfATileWhoseEveryPairIsRejectedIsZeroWhereTheSimpleOnesIs) {
+  // Tile 0 rejects every pair (see the forward's test): no gradient reaches its q, k, v,
+  // w or r, in either kernel; tile 1 accepts some.
+  const std::vector<Tile> tiles = {{kInf, 1e-3, 1.0}, {20.0, 0.6, 1.0}};
+  const Problem p(2, 100, tiles, /*clustered=*/false, 11);
+  const Gradients ref = RunBackward(p, false), got = RunBackward(p, true);
+  const int64_t C = p.shape.p_cols();
+  int64_t nonzero_ref = 0, nonzero_got = 0, nonzero_other = 0;
+  for (int64_t row = 0; row < 2 * 100; ++row) {
+    for (int64_t c = 0; c < 2 * 16 + 64; ++c) {
+      nonzero_ref += ref.dP[row * 2 * C + c] != 0.f;
+      nonzero_got += got.dP[row * 2 * C + c] != 0.f;
+      nonzero_other += got.dP[row * 2 * C + C + c] != 0.f;
+    }
+  }
+  EXPECT_EQ(nonzero_ref, 0) << "the simple kernel passed a gradient: the case does not test rejection";
+  EXPECT_EQ(nonzero_got, 0);
+  EXPECT_GT(nonzero_other, 0);
+  EXPECT_EQ(got.grads[0].w, 0.0);
+  EXPECT_EQ(got.grads[0].r, 0.0);
+  ExpectTiledBackwardMatchesSimple(p, "every pair of tile 0 rejected");
+}
+
+TEST_F(ScreeningTiledTest, BackwardIsBitIdenticalBetweenRuns) {
+  // No float atomics: per-block partial sums reduced in a fixed order. B = 2, three
+  // tiles, T = 300 (several blocks each way).
+  const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.9, 1.1}};
+  const Problem p(2, 300, tiles, /*clustered=*/true, 13);
+  const Gradients first = RunBackward(p, true), second = RunBackward(p, true);
+  ASSERT_EQ(first.dP.size(), second.dP.size());
+  EXPECT_EQ(std::memcmp(first.dP.data(), second.dP.data(), first.dP.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(first.grads.data(), second.grads.data(), first.grads.size() * sizeof(TileScalarGrads)), 0);
 }
 
 }  // namespace
