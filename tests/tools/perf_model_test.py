@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""tools/perf_model.py (docs/performance.md's GPU performance model) against the code it
+models: its model FLOPs per token equal what `multiscreen bench train` counts
+(trainer/flops.h) for a Multiscreen model and a Transformer; its GEMMs add up to 6·N·T
+with N the matrix parameters `multiscreen params` reports; its count of the tiled screening
+kernel's 16×16 steps and of in-window pairs equals a walk of the kernel's own loops.
+
+Run: /usr/bin/python3 tests/tools/perf_model_test.py --multiscreen=build/multiscreen
+     (with MULTISCREEN_CONFIG_DIR pointing at configs/)
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import perf_model  # noqa: E402
+
+MULTISCREEN = None
+
+
+def run_json(*args):
+    r = subprocess.run([MULTISCREEN, *args, "--json"], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"multiscreen {' '.join(args)} failed:\n{r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def gemm_flops(ops):
+    return sum(op.calls * op.flops for op in ops if op.kind == "gemm")
+
+
+class PerfModelTest(unittest.TestCase):
+    def test_model_flops_equal_bench_train(self):
+        for model, psi, T in (("psi8", 8, 300), ("psi16", 16, 64)):
+            bench = run_json("bench", "train", f"--model={model}", f"--seq_len={T}", "--micro_batch=1", "--steps=1",
+                             "--warmup=0", "--threads=1")
+            ours = perf_model.multiscreen_model_flops(psi, T, perf_model.initial_windows(psi, psi))
+            self.assertAlmostEqual(ours / bench["flops_per_token"], 1.0, places=9, msg=model)
+        bench = run_json("bench", "train", "--model=transformer_8m", "--seq_len=64", "--micro_batch=1", "--steps=1",
+                         "--warmup=0", "--threads=1")
+        self.assertAlmostEqual(perf_model.transformer_model_flops("8m", 64) / bench["flops_per_token"], 1.0, places=9)
+
+    def test_gemms_add_up_to_six_n_t(self):
+        T = 4096
+        for psi in (16, 32):
+            p = run_json("params", f"--model=psi{psi}")
+            n_matrices = p["tile_matrices"] + p["embedding"]  # the head multiplies by Ē, V·d_E
+            ops, _, _, _ = perf_model.multiscreen_ops(psi, T, 1, perf_model.initial_windows(psi, psi), 512, 300.0)
+            self.assertEqual(gemm_flops(ops), 6 * n_matrices * T, f"psi{psi}")
+            self.assertLess(abs(gemm_flops(ops) / (6 * p["total"] * T) - 1), 0.01)
+            self.assertEqual(perf_model.multiscreen_params(psi)["total"], p["total"])
+        for name, model in (("45m", "transformer_45m"), ("353m", "transformer_353m")):
+            p = run_json("params", f"--model={model}")
+            ops, _ = perf_model.transformer_ops(name, T, 1, 512)
+            self.assertEqual(gemm_flops(ops), 6 * (p["total"] - p["norm_gains"]) * T, name)
+            self.assertEqual(perf_model.transformer_params(name)["total"], p["total"])
+
+    def test_warp_steps_and_pairs_equal_a_walk_of_the_kernel(self):
+        # screening_tiled.cu: a CTA per 64 queries walks 64-key blocks from
+        # ⌊max(0, q0 − keys + 1)/64⌋·64 to its last query; a warp (16 queries) runs a 16-key
+        # step unless it is past T or no pair of it lies in 0 ≤ i − j < keys.
+        for T in (1, 17, 64, 100, 300):
+            for keys in sorted({1, 2, 3, 16, 17, 40, 64, 65, 200, T}):
+                keys = min(keys, T)
+                steps = pairs = 0
+                for q0 in range(0, T, 64):
+                    q_last = min(q0 + 64, T) - 1
+                    j_first = max(0, q0 - keys + 1)
+                    for k0 in range(j_first // 64 * 64, q_last + 1, 64):
+                        for warp in range(4):
+                            qw = q0 + 16 * warp
+                            for step in range(4):
+                                kj = k0 + 16 * step
+                                if qw >= T or kj > qw + 15 or kj + 15 < qw - keys + 1:
+                                    continue
+                                steps += 1
+                for i in range(T):
+                    pairs += sum(1 for j in range(T) if 0 <= i - j < keys)
+                self.assertEqual(perf_model.warp_steps(keys, T), steps, f"T={T} keys={keys}")
+                self.assertEqual(perf_model.window_pairs(keys, T), pairs, f"T={T} keys={keys}")
+
+    def test_initial_windows_span_two_to_w_th_plus_one(self):
+        w = perf_model.initial_windows(4, 16)
+        self.assertEqual(len(w), 64)
+        self.assertAlmostEqual(min(w), 2.0)
+        self.assertAlmostEqual(max(w), perf_model.W_TH + 1, delta=1e-4)
+        self.assertEqual(perf_model.keys_of(math.inf, 4096), 4096)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--multiscreen", required=True)
+    args, rest = parser.parse_known_args()
+    MULTISCREEN = os.path.abspath(args.multiscreen)
+    unittest.main(argv=[sys.argv[0], *rest])

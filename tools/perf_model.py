@@ -1,0 +1,485 @@
+#!/usr/bin/python3
+"""A performance model on paper (issue 29): one bf16 training step of Multiscreen and of
+the FlashAttention-2 Transformer of matched size on one GPU, op by op as
+model/multiscreen.cc and model/transformer.cc run them, with each op's FLOPs, HBM bytes
+and roofline time; the step's time, tokens/s and MFU; and the prefill time (model-side
+time to first token) of both at long context. A model, not a measurement: every figure
+follows from the constants below and the flags (docs/performance.md "A performance model
+of the GPU step" states and justifies each).
+
+Per op:  time = max(executed FLOPs / (eff · peak), HBM bytes / (bw_eff · HBM bandwidth)
+                    [, issue slots / (issue_eff · warp-instruction rate)])
+  eff = --gemm-eff for cuBLASLt GEMMs, --fa2-eff for FlashAttention-2, --mma-eff for the
+  tiled screening kernels (mma.sync, as FA-2); screening also has an instruction-issue
+  bound (its per-pair Trim/Softmask work runs on the CUDA cores).
+Bytes are compulsory traffic: each operand read once and each result written once, in
+the dtype the issue-29 design stores it (bf16 GEMM operands and activations, fp32
+residual stream, gradients, masters and AdamW moments); a tile's k̃ and v̄ (≤ 1 MB at
+T = 4096) are assumed to stay in L2 between the query blocks that read them.
+Model FLOPs (the MFU numerator) follow trainer/flops.h, which `bench train` prints: 2 per
+multiply-add, 3 × forward for a training step, screening pairs inside the Softmask window
+only, the Transformer's causal attention at (T + 1)/2 keys per query.
+
+Run: /usr/bin/python3 tools/perf_model.py [--psi=16,32] [--seq=4096] [--peak-tflops=989]
+     [--hbm-tbs=3.35] [--ttft-seq=100000] [--json] (--help lists every constant)
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+
+# ---- the paper's architecture (/work/shared/spec/MULTISCREEN.md) -------------------
+VOCAB = 50257
+D_K, D_V = 16, 64
+W_TH = 256.0
+# The Transformer baselines of the spec's table (paper Table 4): layers, heads, d.
+TRANSFORMERS = {"8m": (6, 4, 128), "45m": (6, 8, 512), "353m": (24, 16, 1024), "1.3b": (24, 16, 2048)}
+# Multiscreen Ψ and the Transformer the paper compares it with: the scaling pairs of Tables
+# 3 and 4 (4M/8M, 28M/45M, 286M/353M, 1.3B/1.3B; Fig. 17 pits 286M against 353M, Fig. 8(d)
+# 1.3B against 1.3B). Ψ = 64 (4B) has no baseline in the paper.
+MATCHED = {8: "8m", 16: "45m", 32: "353m", 48: "1.3b"}
+
+# ---- the tiled screening kernel (kernels/cuda/screening_tiled.cu) ------------------
+# A warp owns 16 queries and walks the 16-key steps its window reaches; a step costs
+# 14 mma.sync m16n8k16 (6 for s = q̃·k̃ᵀ with bf16 hi + lo operands, 8 for (α·m)·v̄).
+MMA_FLOPS = 2 * 16 * 8 * 16
+FWD_MMAS_PER_STEP = 14
+# The backward (not yet written) as two deterministic passes that recompute s and α,
+# as the simple kernel's query and key passes: query pass s (6) + ∂(α·m) = ∂h·v̄ᵀ (8) +
+# ∂q̃ = ∂s·k̃ (2); key pass s (6) + ∂(α·m) (8) + ∂v̄ = (α·m)ᵀ∂h (8) + ∂k̃ = ∂sᵀq̃ (2).
+BWD_MMAS_PER_STEP = 16 + 24
+# Warp instructions issued per 16×16 step of the forward: 219 PTX instructions in the
+# step loop of TiledAggregateKernel<true> (nvcc 13 -O2 -ptx, sm_90), ~300 in SASS once
+# its 8 div.rn.f32 and 52 64-bit integer operations are expanded (an estimate: no
+# cuobjdump here). The backward: each of its two passes 1.5 × the forward (∂s, the
+# ∂w and ∂r partial sums on top of Trim and Softmask), an assumption.
+# (--issue-per-step; --lean-issue-per-step is a step without the division and 64-bit
+# index arithmetic: ~8 instructions per pair and lane, 8 pairs per lane, plus the
+# ldmatrix/mma/loop instructions: ~100, a target, not code that exists.)
+BWD_ISSUE_FACTOR = 2 * 1.5
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--psi", default="16,32", help="Multiscreen sizes to model, comma-separated (8, 16, 32, 48, 64)")
+    p.add_argument("--seq", type=int, default=4096, help="training sequence length T")
+    p.add_argument("--micro-batch", type=int, default=1, help="sequences per step B")
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 tensor-core peak (H100 SXM: 989)")
+    p.add_argument("--hbm-tbs", type=float, default=3.35, help="HBM bandwidth in TB/s (H100 SXM: 3.35)")
+    p.add_argument("--sms", type=int, default=132, help="streaming multiprocessors (H100 SXM: 132)")
+    p.add_argument("--clock-ghz", type=float, default=1.83,
+                   help="SM clock of the peak figure (989 TFLOP/s = 132 SMs x 4096 FLOP/clk x 1.83 GHz)")
+    p.add_argument("--gemm-eff", type=float, default=0.70, help="fraction of peak a cuBLASLt bf16 GEMM reaches")
+    p.add_argument("--bw-eff", type=float, default=0.80, help="fraction of HBM bandwidth a streaming kernel reaches")
+    p.add_argument("--fa2-eff", type=float, default=0.35,
+                   help="fraction of peak FlashAttention-2 reaches on H100, forward and backward")
+    p.add_argument("--mma-eff", type=float, default=0.35,
+                   help="fraction of peak the tiled screening kernels' mma.sync reach (as FA-2's)")
+    p.add_argument("--issue-eff", type=float, default=0.70,
+                   help="fraction of the warp-instruction issue rate (4 per SM and clock) screening reaches")
+    p.add_argument("--issue-per-step", type=float, default=300.0,
+                   help="warp instructions per 16x16 step of the tiled screening forward (kernel as written)")
+    p.add_argument("--lean-issue-per-step", type=float, default=100.0,
+                   help="the same for a lean step (no division, 32-bit indices): a target")
+    p.add_argument("--launch-us", type=float, default=2.0, help="device time lost per kernel launch (µs)")
+    p.add_argument("--sync-us", type=float, default=10.0, help="time lost per host synchronization (µs)")
+    p.add_argument("--head-chunk-rows", type=int, default=512, help="rows of logits per head chunk (kHeadChunkRows)")
+    p.add_argument("--long-fraction", type=float, default=0.125,
+                   help="'trained' windows: fraction of tiles whose w exceeds T (the rest log-uniform in [2, T])")
+    p.add_argument("--ttft-seq", type=int, default=100000, help="prefill length of the time-to-first-token model")
+    p.add_argument("--ttft-psi", default="32,48", help="Ψ of the TTFT table (each against its matched Transformer)")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
+    args = p.parse_args(argv)
+    try:
+        args.psi = [int(x) for x in args.psi.split(",")]
+        args.ttft_psi = [int(x) for x in args.ttft_psi.split(",")]
+    except ValueError:
+        p.error("--psi and --ttft-psi take comma-separated integers, e.g. --psi=16,32")
+    for name in ("seq", "micro_batch", "peak_tflops", "hbm_tbs", "sms", "clock_ghz", "gemm_eff", "bw_eff",
+                 "fa2_eff", "mma_eff", "issue_eff", "issue_per_step", "lean_issue_per_step", "head_chunk_rows",
+                 "ttft_seq"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if not 0 <= args.long_fraction <= 1:
+        p.error(f"--long-fraction must lie in [0, 1], got {args.long_fraction}")
+    for psi in args.psi + args.ttft_psi:
+        if psi < 2:
+            p.error(f"--psi: Ψ must be at least 2, got {psi}")
+    return args
+
+
+class Hardware:
+    """The device's constants and the achievable fractions, from the flags."""
+
+    def __init__(self, a):
+        self.peak = a.peak_tflops * 1e12          # FLOP/s
+        self.bw = a.hbm_tbs * 1e12                # bytes/s
+        self.issue_rate = a.sms * 4 * a.clock_ghz * 1e9  # warp instructions/s
+        self.gemm_eff, self.bw_eff, self.fa2_eff = a.gemm_eff, a.bw_eff, a.fa2_eff
+        self.mma_eff, self.issue_eff = a.mma_eff, a.issue_eff
+        self.launch_s, self.sync_s = a.launch_us * 1e-6, a.sync_us * 1e-6
+
+
+class Op:
+    """One op of the step: `calls` launches of it per step, each with `flops` executed
+    tensor-core FLOPs, `bytes` of HBM traffic and `issue` warp instructions (screening
+    only). kind: gemm | mem | fa2 | screen."""
+
+    def __init__(self, name, kind, calls, flops=0.0, nbytes=0.0, issue=0.0, launches=1):
+        self.name, self.kind, self.calls = name, kind, calls
+        self.flops, self.bytes, self.issue, self.launches = float(flops), float(nbytes), float(issue), launches
+
+    def time(self, hw):
+        """Seconds per call and what bounds it."""
+        eff = {"gemm": hw.gemm_eff, "fa2": hw.fa2_eff, "screen": hw.mma_eff, "mem": 1.0}[self.kind]
+        bounds = {"tensor": self.flops / (eff * hw.peak), "HBM": self.bytes / (hw.bw_eff * hw.bw),
+                  "issue": self.issue / (hw.issue_eff * hw.issue_rate)}
+        bound = max(bounds, key=bounds.get)
+        return bounds[bound], bound
+
+
+# ---- windows and the work of the tiled screening kernel ----------------------------
+
+def fp32(x):
+    """x rounded to the nearest fp32, as the parameters are stored."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def initial_windows(n_l, n_h):
+    """w = e^{s_w} + 1 with s_w = log(w_th)·h/(N_H − 1), the same in every layer (spec), from
+    s_w as stored (fp32), as `bench train` takes them: ⌈w⌉ of the widest tile is 258, not 257."""
+    return [math.exp(fp32(math.log(W_TH) * h / (n_h - 1))) + 1.0 for _ in range(n_l) for h in range(n_h)]
+
+
+def trained_windows(n_l, n_h, seq, long_fraction):
+    """An assumed trained distribution: round(long_fraction·N) tiles with w = ∞ (learned w
+    beyond T: the whole causal triangle in training, w = ∞ under the inference rule), the
+    rest at the quantiles of a log-uniform distribution on [2, T]."""
+    n = n_l * n_h
+    n_long = round(long_fraction * n)
+    rest = n - n_long
+    return [math.inf] * n_long + [2.0 * (seq / 2.0) ** ((i + 0.5) / rest) for i in range(rest)]
+
+
+def keys_of(w, seq):
+    """Keys the Softmask reaches: min(⌈w⌉, T)."""
+    return seq if math.isinf(w) else min(math.ceil(w), seq)
+
+
+def window_pairs(keys, seq):
+    """In-window (query, key) pairs of one (sequence, tile): Σ_{i<T} min(keys, i + 1)."""
+    k = min(keys, seq)
+    return k * (k + 1) / 2 + (seq - k) * k
+
+
+def warp_steps(keys, seq):
+    """16×16 steps the tiled kernel's warps run for one (sequence, tile): the warp of queries
+    16a … 16a + 15 runs the key steps 16m with max(0, a − K) ≤ m ≤ a, K = ⌊(keys + 14)/16⌋
+    (screening_tiled.cu's skip test), so min(a, K) + 1 steps."""
+    a_count = -(-seq // 16)
+    k = (keys + 14) // 16
+    if a_count - 1 <= k:
+        return a_count * (a_count - 1) // 2 + a_count
+    return k * (k + 1) // 2 + (a_count - 1 - k) * k + a_count
+
+
+def screening_work(windows, seq):
+    """Σ over tiles of (in-window pairs, warp steps), for one sequence."""
+    pairs = steps = 0
+    cache = {}
+    for w in windows:
+        keys = keys_of(w, seq)
+        if keys not in cache:
+            cache[keys] = (window_pairs(keys, seq), warp_steps(keys, seq))
+        p, s = cache[keys]
+        pairs += p
+        steps += s
+    return pairs, steps
+
+
+# ---- Multiscreen -------------------------------------------------------------------
+
+def multiscreen_params(psi):
+    """total = V·d_E + N_L·N_H·(d_E·(2d_K + 3d_V) + 3) + 2 (spec), and the matrices alone."""
+    d = psi * psi
+    tiles = psi * psi
+    matrices = VOCAB * d + tiles * d * (2 * D_K + 3 * D_V)
+    return {"total": matrices + tiles * 3 + 2, "matrices": matrices}
+
+
+def multiscreen_model_flops(psi, seq, windows):
+    """Training model FLOPs per token, trainer/flops.h: 3 × (projections, W_O, head, in-window pairs)."""
+    d, tiles = psi * psi, psi * psi
+    per_token = tiles * (2 * d * (2 * D_K + 2 * D_V) + 2 * D_V * d) + 2 * d * VOCAB
+    pairs, _ = screening_work(windows, seq)
+    return 3 * (per_token + 2 * (D_K + D_V) * pairs / seq)
+
+
+def head_ops(n, d, chunk_rows, train):
+    """The fused chunked head of kernels/cuda/cross_entropy.h after the final norm: logits in
+    chunks of chunk_rows rows (fp32), softmax statistics, ∂z in place (bf16 for the GEMMs),
+    dy = ∂z·Ē, ∂Ē += ∂zᵀ·y (fp32, read and written once per chunk)."""
+    chunks = -(-n // chunk_rows)
+    nv = n * VOCAB
+    ops = [Op("logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", "gemm", 1, 2 * n * VOCAB * d,
+              n * d * 2 + chunks * VOCAB * d * 2 + nv * 4, launches=chunks),
+           Op("softmax statistics (log Σ exp, target logit)", "mem", 1, 0, nv * 4, launches=chunks)]
+    if train:
+        ops += [Op("∂z = coef·(softmax − onehot) → bf16", "mem", 1, 0, nv * (4 + 2), launches=chunks),
+                Op("dy = ∂z·Ē (GEMM)", "gemm", 1, 2 * n * VOCAB * d, nv * 2 + chunks * VOCAB * d * 2 + n * d * 4,
+                   launches=chunks),
+                Op("∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)", "gemm", 1, 2 * n * VOCAB * d,
+                   nv * 2 + n * d * 2 + chunks * VOCAB * d * 4 * 2, launches=chunks)]
+    return ops, chunks
+
+
+def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_per_step, train=True, last_row_head=False):
+    """The ops of one step (train) or one forward (prefill), with per-step call counts;
+    issue_per_step: warp instructions per 16×16 step of the screening forward."""
+    n_l = n_h = psi
+    d = psi * psi
+    n = batch * seq
+    C = 2 * D_K + 2 * D_V           # P's columns per tile: q, k, v, g
+    pd, vd = n_h * C, n_h * D_V     # P's and U's widths
+    pairs, steps = screening_work(windows, seq)
+    # per layer, summed over its tiles (windows differ between layers in the trained set)
+    steps_l, pairs_l = batch * steps / n_l, batch * pairs / n_l
+    nt = n * n_h                    # (token, tile) rows of a layer
+    ops = []
+    ops.append(Op("Ē = unit rows of W_E → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2) + VOCAB * 4))
+    ops.append(Op("W_cat, W_O fp32 → bf16 (BeginStep)", "mem", n_l, 0, (d * pd + vd * d) * (4 + 2), launches=2))
+    ops.append(Op("x⁰ = e^{s_E}·Ē[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
+    ops.append(Op("x_in = bf16(x)", "mem", n_l, 0, n * d * (4 + 2)))
+    ops.append(Op("P = x_in·W_cat (GEMM)", "gemm", n_l, 2 * n * d * pd, n * d * 2 + d * pd * 2 + n * pd * 2))
+    ops.append(Op("normalize q, k, v + MiPE → q̃, k̃ (fp32), v̄ (bf16)", "mem", n_l, 0,
+                  nt * (96 * 2 + 32 * 4 + 64 * 2 + 3 * 4)))
+    ops.append(Op("screening forward, tiled (s, Trim·Softmask, α·v̄, TanhNorm, gate)", "screen", n_l,
+                  steps_l * FWD_MMAS_PER_STEP * MMA_FLOPS,
+                  nt * (32 * 4 + 64 * 2 + 64 * 2 + 64 * 4 + 64 * 2), steps_l * issue_per_step))
+    ops.append(Op("x += U·W_O (GEMM, β = 1 into fp32 x)", "gemm", n_l, 2 * n * vd * d,
+                  n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
+    ops.append(Op("PLNorm y = x/‖x‖ → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2)))
+    head, chunks = head_ops(1 if last_row_head else n, d, chunk_rows, train)
+    ops += head
+    syncs = chunks  # the head waits for each chunk's log Σ exp
+    if train:
+        ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
+        ops.append(Op("bf16(∂x) for the layer's GEMMs", "mem", n_l, 0, n * d * (4 + 2)))
+        ops.append(Op("∂U = ∂x·W_Oᵀ (GEMM)", "gemm", n_l, 2 * n * d * vd, n * d * 2 + vd * d * 2 + n * vd * 2))
+        ops.append(Op("∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)", "gemm", n_l, 2 * n * d * vd,
+                      n * vd * 2 + n * d * 2 + vd * d * 4 * 2))
+        ops.append(Op("screening backward, tiled, 2 passes (not yet written)", "screen", n_l,
+                      steps_l * BWD_MMAS_PER_STEP * MMA_FLOPS,
+                      nt * (2 * (32 * 4 + 64 * 2 + 64 * 4 + 64 * 2 + 64 * 2) + C * 2), steps_l * issue_per_step * BWD_ISSUE_FACTOR,
+                      launches=3))
+        ops.append(Op("∂W_cat = x_inᵀ·∂P (GEMM, fp32)", "gemm", n_l, 2 * n * d * pd,
+                      n * d * 2 + n * pd * 2 + d * pd * 4))
+        ops.append(Op("unpack ∂W_cat into the gradients", "mem", n_l, 0, d * pd * 4 * 3))
+        ops.append(Op("∂x += ∂P·W_catᵀ (GEMM, β = 1)", "gemm", n_l, 2 * n * pd * d,
+                      n * pd * 2 + d * pd * 2 + n * d * 4 * 2))
+        ops.append(Op("∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E", "mem", 1, 0, n * d * (4 + 4 + 4) + n * d * (2 + 4 + 4),
+                      launches=3))
+        ops.append(Op("∂W_E = unit-rows backward (EndStep)", "mem", 1, 0, VOCAB * d * 4 * 3))
+        params = multiscreen_params(psi)["total"]
+        ops.append(Op("zero the gradients", "mem", 1, 0, params * 4))
+        ops.append(Op("AdamW (fp32 master, m, v)", "mem", 1, 0, params * 28))
+        syncs += n_l  # the screening backward waits for the tile-scalar gradients (host sums)
+    return ops, syncs, pairs, steps
+
+
+# ---- the Transformer baseline ------------------------------------------------------
+
+def transformer_dims(name):
+    n_l, n_h, d = TRANSFORMERS[name]
+    return n_l, n_h, d, (8 * d) // 3
+
+
+def transformer_params(name):
+    """V·d + N_L·(4d² + 3·d·⌊8d/3⌋ + 2d) (spec)."""
+    n_l, _, d, f = transformer_dims(name)
+    return {"total": VOCAB * d + n_l * (4 * d * d + 3 * d * f + 2 * d), "matrices": VOCAB * d + n_l * (4 * d * d + 3 * d * f)}
+
+
+def transformer_model_flops(name, seq):
+    """Training model FLOPs per token, trainer/flops.h: 3 × (8d² + 6·d·d_ff + 2d(T + 1)) per layer + 2dV."""
+    n_l, _, d, f = transformer_dims(name)
+    return 3 * (n_l * (8 * d * d + 6 * d * f + 2 * d * (seq + 1)) + 2 * d * VOCAB)
+
+
+def transformer_ops(name, seq, batch, chunk_rows, train=True, last_row_head=False):
+    """LLaMA-style pre-norm layers as model/transformer.cc runs them, FlashAttention-2 for
+    the attention (causal; FLOPs as the FA papers count them: forward 4·T²·d_head·H/2,
+    backward 2.5 × forward)."""
+    n_l, n_h, d, f = transformer_dims(name)
+    n = batch * seq
+    fa_fwd = batch * 4 * seq * seq * d / 2
+    ops = [Op("W_E fp32 → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2)),
+           Op("layer weights fp32 → bf16 (BeginStep)", "mem", n_l, 0, (4 * d * d + 3 * d * f) * (4 + 2), launches=4),
+           Op("x⁰ = W_E[t] (gather)", "mem", 1, 0, n * d * (2 + 4)),
+           Op("RMSNorm → bf16 (×2 per layer)", "mem", 2 * n_l, 0, n * d * (4 + 2)),
+           Op("qkv = a·W_qkv (GEMM)", "gemm", n_l, 2 * n * d * 3 * d, n * d * 2 + 3 * d * d * 2 + n * 3 * d * 2),
+           Op("RoPE on q, k", "mem", n_l, 0, n * 2 * d * (2 + 2)),
+           Op("FlashAttention-2 forward (causal)", "fa2", n_l, fa_fwd, n * 4 * d * 2 + n * n_h * 4),
+           Op("x += o·W_O (GEMM, β = 1)", "gemm", n_l, 2 * n * d * d, n * d * 2 + d * d * 2 + n * d * 4 * 2),
+           Op("[gate|up] = a·W_gu (GEMM)", "gemm", n_l, 2 * n * d * 2 * f, n * d * 2 + 2 * f * d * 2 + n * 2 * f * 2),
+           Op("SwiGLU", "mem", n_l, 0, n * (2 * f * 2 + f * 2)),
+           Op("x += h·W_down (GEMM, β = 1)", "gemm", n_l, 2 * n * f * d, n * f * 2 + f * d * 2 + n * d * 4 * 2),
+           Op("final RMSNorm → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2))]
+    head, chunks = head_ops(1 if last_row_head else n, d, chunk_rows, train)
+    ops += head
+    syncs = chunks
+    if train:
+        ops += [Op("final RMSNorm backward", "mem", 1, 0, n * d * 4 * 3),
+                Op("bf16(∂x) for the GEMMs (×2 per layer)", "mem", 2 * n_l, 0, n * d * (4 + 2)),
+                Op("∂h = ∂x·W_downᵀ; ∂W_down += hᵀ·∂x (GEMMs)", "gemm", n_l, 2 * 2 * n * f * d,
+                   n * d * 2 * 2 + f * d * 2 + n * f * 2 * 2 + f * d * 4 * 2, launches=2),
+                Op("SwiGLU backward", "mem", n_l, 0, n * (2 * f * 2 + f * 2 + 2 * f * 2)),
+                Op("∂a = ∂gu·W_guᵀ; ∂W_gu += ∂guᵀ·a (GEMMs)", "gemm", n_l, 2 * 2 * n * 2 * f * d,
+                   n * 2 * f * 2 * 2 + 2 * f * d * 2 + n * d * 2 * 2 + 2 * f * d * 4 * 2, launches=2),
+                Op("RMSNorm backward (×2 per layer)", "mem", 2 * n_l, 0, n * d * 4 * 4),
+                Op("∂o = ∂x·W_Oᵀ; ∂W_O += oᵀ·∂x (GEMMs)", "gemm", n_l, 2 * 2 * n * d * d,
+                   n * d * 2 * 4 + d * d * 2 + d * d * 4 * 2, launches=2),
+                Op("FlashAttention-2 backward (causal)", "fa2", n_l, 2.5 * fa_fwd,
+                   n * d * 2 * 5 + n * n_h * 4 + n * d * 4 * 2 + n * 3 * d * 2, launches=3),
+                Op("RoPE backward on ∂q, ∂k", "mem", n_l, 0, n * 2 * d * (2 + 2)),
+                Op("∂a = ∂qkv·W_qkvᵀ; ∂W_qkv += aᵀ·∂qkv (GEMMs)", "gemm", n_l, 2 * 2 * n * 3 * d * d,
+                   n * 3 * d * 2 * 2 + 3 * d * d * 2 + n * d * 2 * 2 + 3 * d * d * 4 * 2, launches=2),
+                Op("∂W_E[t] += ∂x⁰ (scatter)", "mem", 1, 0, n * d * (4 + 4 + 4)),
+                Op("zero the gradients", "mem", 1, 0, transformer_params(name)["total"] * 4),
+                Op("AdamW (fp32 master, m, v)", "mem", 1, 0, transformer_params(name)["total"] * 28)]
+    return ops, syncs
+
+
+# ---- totals and tables -------------------------------------------------------------
+
+def totals(ops, syncs, hw):
+    """Step seconds: Σ calls·(roofline time + launch gap) + host syncs."""
+    rows, t = [], 0.0
+    launches = 0
+    for op in ops:
+        per_call, bound = op.time(hw)
+        total = op.calls * per_call
+        launches += op.calls * op.launches
+        t += total
+        rows.append({"op": op.name, "calls": op.calls, "gflop": op.calls * op.flops / 1e9,
+                     "mb": op.calls * op.bytes / 1e6, "bound": bound, "ms": total * 1e3})
+    overhead = launches * hw.launch_s + syncs * hw.sync_s
+    return rows, t, overhead, launches
+
+
+def step_report(kind, label, ops, syncs, model_flops_per_token, tokens, hw):
+    rows, busy, overhead, launches = totals(ops, syncs, hw)
+    step = busy + overhead
+    model_flops = model_flops_per_token * tokens
+    return {"model": label, "kind": kind, "ops": rows, "busy_ms": busy * 1e3, "overhead_ms": overhead * 1e3,
+            "launches": launches, "syncs": syncs, "step_ms": step * 1e3, "tokens_per_s": tokens / step,
+            "model_flops_per_token": model_flops_per_token, "model_tflop": model_flops / 1e12,
+            "executed_tflop": sum(r["gflop"] for r in rows) / 1e3, "mfu": model_flops / (step * hw.peak)}
+
+
+def print_step(r):
+    print(f"\n### {r['model']}\n")
+    print("| op | calls | GFLOP (executed) | HBM MB | bound | modelled ms | measured ms |")
+    print("|---|---|---|---|---|---|---|")
+    for o in r["ops"]:
+        print(f"| {o['op']} | {o['calls']} | {o['gflop']:,.1f} | {o['mb']:,.1f} | {o['bound'] if o['gflop'] or o['bound'] != 'tensor' else 'HBM'} | "
+              f"{o['ms']:.3f} | |")
+    print(f"| launch gaps ({r['launches']} launches) and host syncs ({r['syncs']}) | | | | | {r['overhead_ms']:.3f} | |")
+    print(f"| **step** | | {r['executed_tflop'] * 1e3:,.0f} | | | **{r['step_ms']:.2f}** | |")
+    print(f"\nmodel FLOPs {r['model_tflop']:.3f} TFLOP/step ({r['model_flops_per_token']:.4g} per token), "
+          f"{r['tokens_per_s']:,.0f} tokens/s, **MFU {100 * r['mfu']:.1f} %**")
+
+
+def ttft(psi, seq, windows, chunk_rows, issue_per_step, hw):
+    """Prefill (one forward, B = 1, logits of the last token only) of Multiscreen Ψ:
+    (seconds, the screening part)."""
+    ops, syncs, _, _ = multiscreen_ops(psi, seq, 1, windows, chunk_rows, issue_per_step, train=False,
+                                       last_row_head=True)
+    _, busy, overhead, _ = totals(ops, syncs, hw)
+    return busy + overhead, sum(op.calls * op.time(hw)[0] for op in ops if op.kind == "screen")
+
+
+def transformer_ttft(name, seq, chunk_rows, hw):
+    """The same for the Transformer: (seconds, the FlashAttention-2 part)."""
+    ops, syncs = transformer_ops(name, seq, 1, chunk_rows, train=False, last_row_head=True)
+    _, busy, overhead, _ = totals(ops, syncs, hw)
+    return busy + overhead, sum(op.calls * op.time(hw)[0] for op in ops if op.kind == "fa2")
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    hw = Hardware(a)
+    out = {"constants": vars(a), "steps": [], "ttft": []}
+    tokens = a.seq * a.micro_batch
+    variants = {"as written": a.issue_per_step, "lean step": a.lean_issue_per_step}
+    for psi in a.psi:
+        n_l = n_h = psi
+        sets = {"init": initial_windows(n_l, n_h),
+                "trained (assumed)": trained_windows(n_l, n_h, a.seq, a.long_fraction),
+                "every w ≥ T": [math.inf] * (n_l * n_h)}
+        for wname, windows in sets.items():
+            for vname, issue in variants.items():
+                ops, syncs, pairs, steps = multiscreen_ops(psi, a.seq, a.micro_batch, windows, a.head_chunk_rows, issue)
+                r = step_report("multiscreen", f"Multiscreen Ψ = {psi}, windows {wname}, screening {vname}", ops,
+                                syncs, multiscreen_model_flops(psi, a.seq, windows), tokens, hw)
+                r.update(psi=psi, windows=wname, screening=vname, params=multiscreen_params(psi)["total"],
+                         pairs_per_token_tile=pairs / a.seq / (n_l * n_h),
+                         computed_pairs_per_token_tile=steps * 256 / a.seq / (n_l * n_h))
+                out["steps"].append(r)
+        if psi in MATCHED:
+            name = MATCHED[psi]
+            ops, syncs = transformer_ops(name, a.seq, a.micro_batch, a.head_chunk_rows)
+            r = step_report("transformer", f"Transformer {name} (FlashAttention-2), matched to Ψ = {psi}", ops, syncs,
+                            transformer_model_flops(name, a.seq), tokens, hw)
+            r.update(psi=psi, params=transformer_params(name)["total"])
+            out["steps"].append(r)
+    fractions = sorted({0.0, 1 / 16, a.long_fraction, 1 / 6, 1 / 4, 1 / 2, 1.0})
+    for psi in a.ttft_psi:
+        if psi not in MATCHED:
+            continue
+        t, t_attn = transformer_ttft(MATCHED[psi], a.ttft_seq, a.head_chunk_rows, hw)
+        for f in fractions:
+            windows = trained_windows(psi, psi, 4096, f)  # windows learned at T = 4096; w > T → ∞ at inference
+            m, m_screen = ttft(psi, a.ttft_seq, windows, a.head_chunk_rows, a.issue_per_step, hw)
+            lean, lean_screen = ttft(psi, a.ttft_seq, windows, a.head_chunk_rows, a.lean_issue_per_step, hw)
+            out["ttft"].append({"psi": psi, "transformer": MATCHED[psi], "long_fraction": f, "multiscreen_s": m,
+                                "screening_s": m_screen, "lean_s": lean, "lean_screening_s": lean_screen,
+                                "transformer_s": t, "attention_s": t_attn, "ratio": t / m, "lean_ratio": t / lean})
+    if a.json:
+        json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
+        print()
+        return out
+    print(f"Model (not a measurement): peak {a.peak_tflops:g} TFLOP/s bf16, HBM {a.hbm_tbs:g} TB/s; GEMMs at "
+          f"{a.gemm_eff:.0%} of peak, streaming kernels at {a.bw_eff:.0%} of HBM, FA-2 and screening's mma.sync at "
+          f"{a.fa2_eff:.0%} / {a.mma_eff:.0%} of peak, issue at {a.issue_eff:.0%}; screening step "
+          f"{a.issue_per_step:g} (as written) or {a.lean_issue_per_step:g} (lean) warp instructions; "
+          f"T = {a.seq}, B = {a.micro_batch}")
+    print("\n| model | windows | screening kernel | params | in-window pairs / query | computed pairs / query | "
+          "step ms | tokens/s | model TFLOP | MFU | measured |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in out["steps"]:
+        ms = r["kind"] == "multiscreen"
+        pairs = f"{r['pairs_per_token_tile']:,.0f}" if ms else "—"
+        computed = f"{r['computed_pairs_per_token_tile']:,.0f}" if ms else "—"
+        label = f"Ψ = {r['psi']}" if ms else f"Transformer {MATCHED[r['psi']]}"
+        print(f"| {label} | {r['windows'] if ms else 'causal'} | {r['screening'] if ms else 'FA-2'} | "
+              f"{r['params'] / 1e6:,.1f}M | {pairs} | {computed} | {r['step_ms']:.2f} | {r['tokens_per_s']:,.0f} | "
+              f"{r['model_tflop']:.3f} | {100 * r['mfu']:.1f} % | |")
+    for r in out["steps"]:
+        if r["kind"] == "transformer" or (r["windows"] != "every w ≥ T" and r["screening"] == "as written"):
+            print_step(r)
+    print(f"\n### Prefill of {a.ttft_seq:,} tokens (model-side TTFT), B = 1, windows learned at T = 4096, "
+          "w > 4096 → ∞ (the inference rule)\n")
+    print("| Ψ vs Transformer | tiles with w = ∞ | Multiscreen s, as written (screening) | "
+          "Multiscreen s, lean step (screening) | Transformer s (FA-2) | ratio, as written | ratio, lean | measured |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in out["ttft"]:
+        print(f"| {r['psi']} vs {r['transformer']} | {100 * r['long_fraction']:.1f} % | {r['multiscreen_s']:.3f} "
+              f"({r['screening_s']:.3f}) | {r['lean_s']:.3f} ({r['lean_screening_s']:.3f}) | "
+              f"{r['transformer_s']:.3f} ({r['attention_s']:.3f}) | {r['ratio']:.2f}× | {r['lean_ratio']:.2f}× | |")
+    return out
+
+
+if __name__ == "__main__":
+    main()
