@@ -50,7 +50,7 @@ class PerfModelTest(unittest.TestCase):
         for psi in (16, 32):
             p = run_json("params", f"--model=psi{psi}")
             n_matrices = p["tile_matrices"] + p["embedding"]  # the head multiplies by Ē, V·d_E
-            ops, _, _, _ = perf_model.multiscreen_ops(psi, T, 1, perf_model.initial_windows(psi, psi), 512, 300.0)
+            ops, _, _, _ = perf_model.multiscreen_ops(psi, T, 1, perf_model.initial_windows(psi, psi), 512, 1.0)
             self.assertEqual(gemm_flops(ops), 6 * n_matrices * T, f"psi{psi}")
             self.assertLess(abs(gemm_flops(ops) / (6 * p["total"] * T) - 1), 0.01)
             self.assertEqual(perf_model.multiscreen_params(psi)["total"], p["total"])
