@@ -48,6 +48,6 @@ if(MS_CUDA_EMULATED)
   ms_emulated_cuda_sources(tensor_core_test kernels/tensor_core_test.cu)
 endif()
 
-# The tiled tensor-core screening forward (kernels/cuda/screening_tiled.h) against the
-# simple CUDA kernel at ragged lengths, every window kind, r near 0 and 1 (issue 29).
+# The tiled tensor-core screening forward and backward (kernels/cuda/screening_tiled.h)
+# against the simple CUDA kernel at ragged lengths, every window kind, r near 0 and 1 (issue 29).
 ms_add_gtest(screening_tiled_test cuda SOURCES kernels/screening_tiled_test.cc LIBS ms_kernels_cuda ms_kernels_cpu ms_buffer)

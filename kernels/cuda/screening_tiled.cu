@@ -1,5 +1,7 @@
-// Screening forward tiled on tensor cores (screening_tiled.h): the simple kernel's
-// normalize pass (ScreeningNormalize) and a flash-style aggregate pass, mma.sync m16n8k16 bf16.
+// Screening forward and backward tiled on tensor cores (screening_tiled.h): the simple
+// kernel's normalize pass (ScreeningNormalize) and a flash-style aggregate pass; the simple
+// kernel's output, unit-norm and reduction passes (ScreeningBackwardBegin/Finish) around a
+// flash-style query pass and key pass; mma.sync m16n8k16 bf16.
 #include "kernels/cuda/screening_tiled.h"
 
 #include <cuda_bf16.h>
@@ -25,6 +27,9 @@ static_assert(kBlockQ == kBlockK, "StageUnitRows stages kBlockK rows of q̃ as o
 constexpr int kStrideK = kDk + 8;           // bf16 per shared row of q̃, k̃: 48 bytes
 constexpr int kStrideV = kDv + 8;           // bf16 per shared row of v̄: 144 bytes
 constexpr int kCtasPerSm = 4;               // occupancy designed for: ≤ 128 registers per thread
+// The backward kernels: 48 KB of static shared memory per CTA (k̃, q̃ hi/lo, v̄ and ∂L/∂h
+// hi/lo) allow 3 CTAs on sm_80 (164 KB per SM), so 3 (≤ 168 registers per thread).
+constexpr int kBackwardCtasPerSm = 3;
 
 // Sizes the kernels read; tokens of a (b, tile) task lie at (b·tiles + t)·T + i in the
 // saved arrays and at row b·T + i of P and U (screening.cu's Dims).
@@ -254,14 +259,14 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
 // element e of n-tile n at query i and key j (d = i − j): from s (fp32-accurate, the
 // hi/lo split), a = 1 − (1 − s)/r; the pair is active (accepted and inside the window,
 // 0 ≤ d < keys, i < T) unless a ≤ 0 (NaN stays active, as in the simple kernel).
+// (m(d) is read where it is used, not kept per element: registers.)
 struct PairTerms {
-  float a, m;
+  float a;
   bool active;
 };
-__device__ inline PairTerms Pair(float sim, int64_t i, int64_t d, int64_t T, int64_t keys, float r, const float* m) {
+__device__ inline PairTerms Pair(float sim, int64_t i, int64_t d, int64_t T, int64_t keys, float r) {
   const float a = 1.f - (1.f - sim) / r;
-  const bool active = i < T && d >= 0 && d < keys && !(a <= 0.f);
-  return {a, active ? m[d] : 0.f, active};
+  return {a, i < T && d >= 0 && d < keys && !(a <= 0.f)};
 }
 
 // Query pass: a CTA of 4 warps per (64-query block, tile, sequence), warp w owning
@@ -274,7 +279,7 @@ __device__ inline PairTerms Pair(float sim, int64_t i, int64_t d, int64_t T, int
 // and the query's parts of ∂L/∂r (Σ ∂L/∂(αm) m 2a(1 − s)/r²) and of ∂L/∂w through
 // Softmask (Σ ∂L/∂(αm) a² ∂m/∂w), fp64 per lane, then summed over the row's four lanes.
 // Writes ∂L/∂q̃ to d_q and the two parts to partial.
-__global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
+__global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledQueryBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
                              ScreeningSaved<float> saved, const float* dh, float* d_q, double* partial) {
   __shared__ __align__(16) uint16_t q_hi[kBlockQ * kStrideK];
@@ -285,7 +290,6 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
   __shared__ __align__(16) uint16_t k_lo[kBlockK * kStrideK];
   __shared__ __align__(16) uint16_t v_hi[kBlockK * kStrideV];
   __shared__ __align__(16) uint16_t v_lo[kBlockK * kStrideV];
-  __shared__ float2 k01[kBlockK];  // k̃_j[0], k̃_j[1] in fp32, for ∂L/∂rate
 
   const int64_t T = s.seq, t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
   const int64_t q0 = int64_t(blockIdx.x) * kBlockQ;
@@ -303,14 +307,9 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
   StageUnitRows<true>(saved.q_tilde + bt * T * kDk, q0, T, q_hi, q_lo);
   StageValueRows(dh + bt * T * kDv, q0, T, dh_hi, dh_lo);
   __syncthreads();
-  uint32_t qa_hi[4], qa_lo[4], dha_hi[kDv / 16][4], dha_lo[kDv / 16][4];
+  uint32_t qa_hi[4], qa_lo[4];
   LdmatrixX4(qa_hi, &q_hi[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
   LdmatrixX4(qa_lo, &q_lo[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
-  #pragma unroll
-  for (int kk = 0; kk < kDv / 16; ++kk) {
-    LdmatrixX4(dha_hi[kk], &dh_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
-    LdmatrixX4(dha_lo[kk], &dh_lo[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
-  }
   float dq[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   double sum_r[2] = {0, 0}, sum_w[2] = {0, 0}, sum_rate[2] = {0, 0};  // rows qw + g, qw + g + 8
   float2 q01[2];  // q̃_i[0], q̃_i[1] of the two rows, fp32
@@ -328,10 +327,6 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
     __syncthreads();  // every warp is done with the previous block
     StageUnitRows<true>(k_tilde, k0, T, k_hi, k_lo);
     StageValueRows(v_bar, k0, T, v_hi, v_lo);
-    if (threadIdx.x < kBlockK) {
-      const int64_t j = k0 + threadIdx.x;
-      k01[threadIdx.x] = j < T ? make_float2(k_tilde[j * kDk], k_tilde[j * kDk + 1]) : make_float2(0.f, 0.f);
-    }
     __syncthreads();
     #pragma unroll 1
     for (int step = 0; step < kBlockK / 16; ++step) {
@@ -351,20 +346,23 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2;
-          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, tp.r, m);
+          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, tp.r);
           any |= pair[n][e].active;
         }
       }
       if (!__any_sync(0xffffffffu, any)) continue;  // every pair rejected: nothing flows back
-      // ∂L/∂(αm) = ∂L/∂h v̄ᵀ (both split): B[c][j] = v̄_j[c], v̄ rows as stored ([n][k]):
-      // ldmatrix as k̃.
+      // ∂L/∂(αm) = ∂L/∂h v̄ᵀ (both split; ∂L/∂h's A fragments from shared memory per
+      // step, not held: registers): B[c][j] = v̄_j[c], v̄ rows as stored ([n][k]): ldmatrix
+      // as k̃.
       float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       #pragma unroll
       for (int kk = 0; kk < kDv / 16; ++kk) {
-        uint32_t vb_hi[4], vb_lo[4];
+        uint32_t ha_hi[4], ha_lo[4], vb_hi[4], vb_lo[4];
+        LdmatrixX4(ha_hi, &dh_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+        LdmatrixX4(ha_lo, &dh_lo[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
         LdmatrixX4(vb_hi, &v_hi[key_row * kStrideV + 16 * kk + col]);
         LdmatrixX4(vb_lo, &v_lo[key_row * kStrideV + 16 * kk + col]);
-        MmaSplit(dw, dha_hi[kk], dha_lo[kk], vb_hi, vb_lo);
+        MmaSplit(dw, ha_hi, ha_lo, vb_hi, vb_lo);
       }
       float ds[2][4];
       #pragma unroll
@@ -375,11 +373,14 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
           ds[n][e] = 0.f;
           if (!p.active) continue;
           const int64_t i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2;
-          ds[n][e] = dw[n][e] * p.m * p.a * two_over_r;
-          sum_r[e / 2] += static_cast<double>(dw[n][e]) * p.m * 2.0 * p.a * (1.0 - sim[n][e]) * inv_r2;
+          const float mij = m[i - j];
+          ds[n][e] = dw[n][e] * mij * p.a * two_over_r;
+          sum_r[e / 2] += static_cast<double>(dw[n][e]) * mij * 2.0 * p.a * (1.0 - sim[n][e]) * inv_r2;
           sum_w[e / 2] += static_cast<double>(dw[n][e]) * p.a * p.a * dm[i - j];
           if (rotate) {  // ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0])
-            const float2 qv = q01[e / 2], kv = k01[j - k0];
+            // k̃_j[0], k̃_j[1] in fp32 from global memory (cached): a shared copy would pass
+            // the 48 KB of static shared memory.
+            const float2 qv = q01[e / 2], kv = *reinterpret_cast<const float2*>(k_tilde + j * kDk);
             sum_rate[e / 2] += static_cast<double>(ds[n][e]) * double(i - j) *
                                (double(qv.x) * kv.y - double(qv.y) * kv.x);
           }
@@ -429,7 +430,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
 //   ∂L/∂v̄_j += Σ_i (α m)_ij ∂L/∂h_i  (tensor cores, plain bf16: α m and ∂L/∂h),
 //   ∂L/∂k̃_j += Σ_i ∂L/∂s_ij q̃_i      (tensor cores, ∂L/∂s and q̃ both hi/lo split).
 // Writes ∂L/∂k̃ to d_k and ∂L/∂v̄ to d_v.
-__global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
+__global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledKeyBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask,
                            ScreeningSaved<float> saved, const float* dh, float* d_k, float* d_v) {
   __shared__ __align__(16) uint16_t k_hi[kBlockK * kStrideK];
@@ -490,7 +491,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
         #pragma unroll
         for (int e = 0; e < 4; ++e) {  // row: key j; column: query i
           const int64_t j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
-          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, tp.r, m);
+          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, tp.r);
           any |= pair[n][e].active;
         }
       }
@@ -498,7 +499,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
       // ∂L/∂(αm)ᵀ = v̄ ∂L/∂hᵀ (both split; v̄'s A fragments from shared memory per step,
       // not held: registers): B[c][i] = ∂L/∂h_i[c], rows as stored.
       float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      #pragma unroll
+      #pragma unroll 1  // unrolled, the four steps' fragments are live at once: sm_90 spilled
       for (int kk = 0; kk < kDv / 16; ++kk) {
         uint32_t va_hi[4], va_lo[4], hb_hi[4], hb_lo[4];
         LdmatrixX4(va_hi, &v_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
@@ -513,8 +514,10 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const PairTerms& p = pair[n][e];
-          weight[n][e] = p.active ? p.a * p.a * p.m : 0.f;
-          ds[n][e] = p.active ? dw[n][e] * p.m * p.a * two_over_r : 0.f;
+          const int64_t j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
+          const float mij = p.active ? m[i - j] : 0.f;
+          weight[n][e] = p.active ? p.a * p.a * mij : 0.f;
+          ds[n][e] = p.active ? dw[n][e] * mij * p.a * two_over_r : 0.f;
         }
       }
       // ∂L/∂v̄ += (αm)ᵀ ∂L/∂h and ∂L/∂k̃ += ∂L/∂sᵀ q̃: B = rows qi … qi + 15 ([k][n]) by

@@ -3,7 +3,7 @@
 // flash-style per (sequence, tile) with mma.sync m16n8k16 bf16 → fp32
 // (kernels/cuda/tensor_core.cuh). The simple kernel stays the fp32 path and the oracle
 // (tests/kernels/screening_tiled_test.cc). Not yet used by the model, not yet measured on
-// a GPU (docs/performance.md).
+// a GPU (docs/performance.md). Forward and backward.
 //
 // Two launches:
 //   1. Normalize (steps 5–6): one thread per (sequence, tile, token), the simple
@@ -39,6 +39,46 @@
 //   (sm_80) or 10 (sm_90). Staging is plain loads from the fp32 `saved` arrays, one
 //   buffer, no cp.async pipeline yet (the fp32 → bf16 conversion happens on the way).
 // Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
+//
+// Backward (ScreeningTiledBackward), five launches, nothing [T, w] stored:
+//   1. The simple kernel's output pass (ScreeningBackwardBegin, one thread per token):
+//      steps 13–11 backward to ∂L/∂h (scratch dh), ∂L/∂g into dP, the scale parts.
+//   2. Query pass: a CTA of 4 warps per (64-query block, tile, sequence), walking the
+//      forward's key blocks; per 16×16 step whose pairs the window reaches, s (split),
+//      a = Trim base and the window recomputed in registers, the step skipped when no
+//      pair is accepted (warp vote), then ∂L/∂(αm) = ∂L/∂h·v̄ᵀ, ∂L/∂s = ∂L/∂(αm) m a 2/r,
+//      ∂L/∂q̃ += ∂L/∂s·k̃ on tensor cores; per query, fp64 partials of ∂L/∂r, of ∂L/∂w
+//      through Softmask and of ∂L/∂rate (MiPE) pair by pair, Σ_j ∂L/∂s_ij (i − j)
+//      (q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]): in exact arithmetic the simple kernel's per-row
+//      sums over q̃ and k̃, whose halves grow with pos0 and cancel (at pos0 = 70000 the
+//      simple kernel's ∂L/∂w is 3.7e-3 off the fp64 CPU's, this one's 6.6e-6).
+//   3. Key pass: a CTA per (64-key block, tile, sequence), walking the query blocks
+//      [k0, k_last + keys − 1] ∩ [0, T) in ascending order; sᵀ, the pairs and ∂L/∂(αm)ᵀ =
+//      v̄·∂L/∂hᵀ recomputed, ∂L/∂v̄ += (αm)ᵀ ∂L/∂h and ∂L/∂k̃ += ∂L/∂sᵀ q̃ on tensor cores.
+//   4. The simple kernel's unit-norm and MiPE backward from ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄
+//      (scratch d_q, d_k, d_v) into dP, and 5. its fixed-order reduction of the per-token
+//      partials (ScreeningBackwardFinish). No atomics: every sum has one order, so two
+//      runs are bit-identical (tested).
+//   Products and their operands (bf16 hi + lo = the fp32 value to ~2^-16, three mma per
+//   product, lo·lo dropped):
+//     s = q̃·k̃ᵀ                   split × split (the forward's reason: Trim's 1/r);
+//     ∂L/∂(αm) = ∂L/∂h·v̄ᵀ         split × split: with plain bf16 the test measured rows
+//                                 of ∂L/∂q off by up to 12 % and of ∂L/∂k by 59 % (the
+//                                 error reaches ∂L/∂s through 1/r and survives the unit
+//                                 norm's projection, which removes the large part along q̃);
+//     ∂L/∂q̃ = ∂L/∂s·k̃, ∂L/∂k̃ = ∂L/∂sᵀ·q̃   split × split (the same projection);
+//     ∂L/∂v̄ = (αm)ᵀ·∂L/∂h        plain bf16 × plain bf16 (as the forward's α·v̄).
+//   Measured worst on the emulated device (tests/kernels/screening_tiled_test.cc, same
+//   shape grid as the forward's, rows compared as there): rows of ∂L/∂q within 2.8e-3 of
+//   the simple kernel, of ∂L/∂k and ∂L/∂v within 5.1e-3, ∂L/∂g bit for bit (the same
+//   pass), ∂L/∂w, ∂L/∂r, ∂L/∂scale within 1.1e-3 of the CPU's fp64 ones (relative, floor
+//   1e-9); rows the simple kernel zeroes are zero.
+//   Occupancy designed for: 3 CTAs (12 warps) per SM. Each backward CTA has 49,152 bytes
+//   of static shared memory (q̃, k̃ hi/lo 64×16 and v̄, ∂L/∂h hi/lo 64×64, bf16, rows
+//   padded as the forward's), which allows 3 CTAs on sm_80 (164 KB) and 4 on sm_90;
+//   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py's
+//   compile_one per arch): query pass 140 registers on sm_80, 148 on sm_90; key pass 135
+//   and 141; no spills, no stack. Not yet measured on a GPU.
 // Inputs and outputs as ScreeningForward: P [B·T, tiles·p_cols()] device, read; tiles
 // [tiles] host; U [B·T, tiles·d_v] device, written; every buffer of `saved` written.
 // Precision: bf16 operands (α·m and v̄ rounded once each), fp32 accumulation; U and h

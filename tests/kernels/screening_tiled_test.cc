@@ -1,9 +1,12 @@
-// The tiled tensor-core screening forward (kernels/cuda/screening_tiled.h) against the
-// simple CUDA kernel (kernels/cuda/screening.h), its fp32 oracle: same inputs, every
-// output compared (saved q̃, k̃, v̄ and norms bit for bit; h and U row by row within 1e-2
-// relative, bf16 operands; rows the simple kernel zeroes exactly zero). Lengths that are no multiple of any block,
-// windows 1 ≤ w < T, w ≥ T and w = ∞, acceptance widths near 0 and 1, a tile whose every
-// pair Trim rejects, several tiles and sequences. Label cuda: on the emulated device
+// The tiled tensor-core screening forward and backward (kernels/cuda/screening_tiled.h)
+// against the simple CUDA kernel (kernels/cuda/screening.h), their fp32 oracle: same
+// inputs, every output compared (saved q̃, k̃, v̄ and norms bit for bit; h and U row by
+// row within 1e-2 relative, bf16 operands; ∂L/∂q, ∂L/∂k, ∂L/∂v row by row within 1e-2,
+// ∂L/∂g bit for bit, the tile gradients within 1e-2 of the CPU's fp64 ones; rows the
+// simple kernel zeroes exactly zero; the backward bit-identical between two runs).
+// Lengths that are no multiple of any block, windows 1 ≤ w < T, w ≥ T and w = ∞,
+// acceptance widths near 0 and 1, a tile whose every pair Trim rejects, several tiles and
+// sequences. Label cuda: on the emulated device
 // (with its race, bounds and initialization checks) in CI; on a GPU in scripts/gpu_check;
 // skipped, visibly, elsewhere.
 #include <gtest/gtest.h>
