@@ -6,8 +6,15 @@ parsed. --check exits 1 when any kernel spills registers to local memory (the
 ptxas_usage_test of the nvcc build); --markdown prints the table of
 docs/performance.md.
 
+--tensor-cores instead compiles each source that includes kernels/cuda/tensor_core.cuh
+to PTX (`nvcc -ptx`) and checks that every tiled kernel entry in it (a kernel whose name
+holds "Tiled") holds `mma.sync.aligned.m16n8k16` and `ldmatrix` instructions, and that
+each such source has one: exit 1 when the tensor-core path of a tiled kernel was compiled
+out or made unreachable (the tensor_core_ptx_test of the nvcc build). PTX, not SASS: this
+toolkit has no cuobjdump; scripts/gpu_check looks for HMMA in the SASS where it has one.
+
 Run: /usr/bin/python3 tools/ptxas_usage.py --nvcc=/usr/local/cuda/bin/nvcc --source=. --build=build [--arch=90]
-     [--check] [--markdown]
+     [--check] [--markdown] [--tensor-cores]
 """
 import argparse
 import concurrent.futures
@@ -48,6 +55,60 @@ def compile_one(nvcc, source, build, arch, path):
     return kernels
 
 
+ENTRY_PTX = re.compile(r"^(?:\.visible\s+)?\.entry\s+([^\s(]+)")
+MMA = "mma.sync.aligned.m16n8k16"
+LDMATRIX = "ldmatrix.sync.aligned"
+
+
+def ptx_entries(nvcc, source, build, arch, path):
+    """The PTX of one source file, by kernel entry: [(mangled name, mma count, ldmatrix count)]."""
+    cmd = [nvcc, "-O2", "-DNDEBUG", "-DMULTISCREEN_HAVE_CUDA", "-std=c++17", f"-arch=sm_{arch}", f"-I{source}",
+           f"-I{build}", "-ptx", path, "-o", "-"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"ptxas_usage: {path}: nvcc -ptx failed:\n{r.stderr[-3000:]}")
+    entries, current = [], None
+    for line in r.stdout.splitlines():
+        if m := ENTRY_PTX.match(line):
+            current = [m.group(1), 0, 0]
+            entries.append(current)
+        elif current is not None and line.startswith("}"):
+            current = None  # an entry's body ends at the closing brace in column 0
+        elif current is not None:
+            current[1] += MMA in line
+            current[2] += LDMATRIX in line
+    return [tuple(e) for e in entries]
+
+
+def check_tensor_cores(args, source):
+    """--tensor-cores: every tiled kernel of every tensor_core.cuh user holds mma.sync and ldmatrix."""
+    files = [f for f in sorted(glob.glob(os.path.join(source, "kernels", "cuda", "*.cu")))
+             if '#include "kernels/cuda/tensor_core.cuh"' in open(f, encoding="utf-8").read()]
+    if not files:
+        sys.exit("ptxas_usage: no kernels/cuda source includes kernels/cuda/tensor_core.cuh")
+    build = os.path.abspath(args.build)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        reports = list(pool.map(lambda f: ptx_entries(args.nvcc, source, build, args.arch, f), files))
+    failures = []
+    for path, entries in zip(files, reports):
+        rel = os.path.relpath(path, source)
+        names = demangle([e[0] for e in entries]) if entries else []
+        tiled = [(n, e) for n, e in zip(names, entries) if "Tiled" in n]
+        if not tiled:
+            failures.append(f"{rel} includes tensor_core.cuh but has no tiled kernel entry (a kernel named *Tiled*)")
+        for name, (_, mma, ldmatrix) in tiled:
+            print(f"{name} ({rel}, sm_{args.arch} PTX): {mma} {MMA}, {ldmatrix} ldmatrix")
+            if mma == 0 or ldmatrix == 0:
+                failures.append(f"{name} ({rel}) holds {mma} {MMA} and {ldmatrix} ldmatrix in its PTX: "
+                                "its tensor-core path is compiled out or unreachable")
+    for f in failures:
+        print(f"ptxas_usage: {f}", file=sys.stderr)
+    print(f"ptxas_usage: {sum(len(e) for e in reports)} kernel entries in {len(files)} tensor-core sources for "
+          f"sm_{args.arch}; {len(failures)} failures", file=sys.stderr)
+    if failures:
+        sys.exit(1)
+
+
 def demangle(names):
     r = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True)
     out = []
@@ -66,8 +127,13 @@ def main():
     p.add_argument("--arch", default="90")
     p.add_argument("--check", action="store_true", help="exit 1 when a kernel spills")
     p.add_argument("--markdown", action="store_true")
+    p.add_argument("--tensor-cores", action="store_true",
+                   help="check the tiled kernels' PTX for mma.sync and ldmatrix instead (exit 1 when one lacks them)")
     args = p.parse_args()
     source = os.path.abspath(args.source)
+    if args.tensor_cores:
+        check_tensor_cores(args, source)
+        return
     files = sorted(glob.glob(os.path.join(source, "kernels", "cuda", "*.cu")))
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         reports = list(pool.map(lambda f: compile_one(args.nvcc, source, os.path.abspath(args.build), args.arch, f),
