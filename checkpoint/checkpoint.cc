@@ -66,7 +66,8 @@ json DimsToJson(const ModelDims& d) {
   return {{"name", d.name}, {"n_layers", d.n_layers}, {"n_heads", d.n_heads}, {"d_e", d.d_e},
           {"d_k", d.d_k},   {"d_v", d.d_v},           {"vocab", d.vocab},     {"w_th", d.w_th},
           {"pl_norm", d.pl_norm}, {"eos_token", d.eos_token}, {"family", FamilyName(d.family)},
-          {"qk_norm", d.qk_norm}, {"sio", d.sio}, {"tanh_norm", d.tanh_norm}};
+          {"qk_norm", d.qk_norm}, {"sio", d.sio}, {"tanh_norm", d.tanh_norm},
+          {"attention", AttentionKindName(d.attention)}};
 }
 
 json MetaToJson(const CheckpointMeta& m) {
@@ -212,6 +213,14 @@ absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string
   // The tanh_norm switch (absent in manifests written before it: on).
   if (j["model"].contains("tanh_norm")) {
     MS_ASSIGN_OR_RETURN(d.tanh_norm, f.Bool("model.tanh_norm"));
+  }
+  // The attention mechanism (absent in manifests written before it: softmax).
+  if (j["model"].contains("attention")) {
+    MS_ASSIGN_OR_RETURN(const std::string attention, f.String("model.attention"));
+    if (!ParseAttentionKind(attention, &d.attention)) {
+      return f.Error("model.attention",
+                     absl::StrCat("= \"", attention, "\" is not softmax, softmax1, ssmax, sigmoid or entmax15"));
+    }
   }
   MS_RETURN_IF_ERROR(CheckModelDims(d, path, "model."));
   MS_RETURN_IF_ERROR(f.Object("layout").status());
@@ -793,10 +802,10 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
   if (saved.n_layers != want.n_layers || saved.n_heads != want.n_heads || saved.d_e != want.d_e ||
       saved.d_k != want.d_k || saved.d_v != want.d_v || saved.vocab != want.vocab || saved.w_th != want.w_th ||
       saved.pl_norm != want.pl_norm || saved.family != want.family || saved.qk_norm != want.qk_norm ||
-      saved.sio != want.sio || saved.tanh_norm != want.tanh_norm) {
+      saved.sio != want.sio || saved.tanh_norm != want.tanh_norm || saved.attention != want.attention) {
     return absl::InvalidArgumentError(absl::StrCat(ckpt.dir, ": checkpoint of model '", saved.name,
                                                    "' does not match the model being loaded ('", want.name,
-                                                   "': family, sizes, w_th and the switches pl_norm, qk_norm, sio, tanh_norm must all agree)"));
+                                                   "': family, sizes, w_th and the switches pl_norm, qk_norm, sio, tanh_norm, attention must all agree)"));
   }
   if (moment_range.second < 0) moment_range.second = target.size();
   std::vector<std::unique_ptr<H5Reader>> files;

@@ -28,6 +28,7 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& d) {
   MS_RETURN_IF_ERROR(out.WriteAttribute("qk_norm", int64_t{d.qk_norm ? 1 : 0}));
   MS_RETURN_IF_ERROR(out.WriteAttribute("sio", int64_t{d.sio ? 1 : 0}));
   MS_RETURN_IF_ERROR(out.WriteAttribute("tanh_norm", int64_t{d.tanh_norm ? 1 : 0}));
+  MS_RETURN_IF_ERROR(out.WriteAttribute("attention", std::string(AttentionKindName(d.attention))));
   return absl::OkStatus();
 }
 
@@ -74,6 +75,15 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   } else if (!absl::IsNotFound(tanh_norm.status())) {
     return tanh_norm.status();
   }
+  // The attention mechanism (absent in files written before it: softmax).
+  if (auto attention = in.ReadStringAttribute("attention"); attention.ok()) {
+    if (!ParseAttentionKind(*attention, &d.attention)) {
+      return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute attention = \"", *attention,
+                                                     "\" is not softmax, softmax1, ssmax, sigmoid or entmax15"));
+    }
+  } else if (!absl::IsNotFound(attention.status())) {
+    return attention.status();
+  }
   MS_RETURN_IF_ERROR(CheckModelDims(d, in.path(), ""));
   // Re-check the sizes as a config would be checked.
   config::ModelConfig m;
@@ -86,6 +96,7 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
     m.set_family(config::ModelConfig::TRANSFORMER);
     m.set_qk_norm(d.qk_norm);
     m.set_sio(d.sio);
+    m.set_attention(config::ModelConfig::Attention(static_cast<int>(d.attention)));
   } else {
     m.set_d_k(d.d_k);
     m.set_d_v(d.d_v);
@@ -193,6 +204,9 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
   } else if (d.qk_norm || d.sio) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": ", field, d.qk_norm ? "qk_norm" : "sio", " is a Transformer switch, not Multiscreen's"));
+  } else if (d.attention != AttentionKind::kSoftmax) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, "attention = ", AttentionKindName(d.attention),
+                                                   " is a Transformer switch, not Multiscreen's"));
   }
   return absl::OkStatus();
 }

@@ -40,21 +40,22 @@ int ParamsCommand(int argc, char** argv) {
       j["qk_norm"] = dims->qk_norm;
       j["sio"] = dims->sio;
       j["pl_norm"] = dims->pl_norm;
+      j["attention"] = AttentionKindName(dims->attention);
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   if (dims->transformer()) {
-    std::printf("model %s (transformer): N_L=%lld N_H=%lld d_E=%lld d_head=%lld d_ff=%lld V=%lld qk_norm=%d sio=%d pl_norm=%d\n",
+    std::printf("model %s (transformer): N_L=%lld N_H=%lld d_E=%lld d_head=%lld d_ff=%lld V=%lld qk_norm=%d sio=%d pl_norm=%d attention=%s\n",
                 dims->name.c_str(), (long long)dims->n_layers, (long long)dims->n_heads, (long long)dims->d_e,
                 (long long)dims->d_k, (long long)dims->d_ff(), (long long)dims->vocab, dims->qk_norm, dims->sio,
-                dims->pl_norm);
+                dims->pl_norm, AttentionKindName(dims->attention));
     std::printf("  %-34s %15lld\n", "embedding W_E", (long long)c.embedding);
     std::printf("  %-34s %15lld\n", "s_E, s_F (sio)", (long long)c.embed_head_scalars);
     std::printf("  %-34s %15lld\n", "attention W_Q W_K W_V W_O", (long long)c.tile_matrices);
     std::printf("  %-34s %15lld\n", "FFN W_gate W_up W_down", (long long)c.ffn_matrices);
     std::printf("  %-34s %15lld\n", "RMSNorm gains", (long long)c.norm_gains);
-    std::printf("  %-34s %15lld\n", "s_QK (qk_norm)", (long long)c.tile_scalars);
+    std::printf("  %-34s %15lld\n", "s_QK (qk_norm), s_SS (ssmax)", (long long)c.tile_scalars);
     std::printf("  %-34s %15lld\n", "non-embedding", (long long)c.non_embedding);
     std::printf("  %-34s %15lld\n", "total", (long long)c.total);
     return 0;

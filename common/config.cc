@@ -102,10 +102,12 @@ const char* FamilyName(ModelFamily family) {
 double ModelParamCount(const ModelDims& d) {
   if (d.transformer()) {
     // W_E; per layer W_Q, W_K, W_V, W_O [d_E, d_E] in heads, W_gate, W_up, W_down
-    // [⌊8d_E/3⌋, d_E], two RMSNorm gains [d_E]; s_QK per head; s_E, s_F.
+    // [⌊8d_E/3⌋, d_E], two RMSNorm gains [d_E]; s_QK per head (qk_norm); s_SS per head
+    // (SSMax); s_E, s_F (sio).
     const double dE = double(d.d_e), f = double(d.d_ff());
     return double(d.vocab) * dE + (d.sio ? 2 : 0) +
-           double(d.n_layers) * (4 * dE * dE + 3 * dE * f + 2 * dE + (d.qk_norm ? double(d.n_heads) : 0));
+           double(d.n_layers) * (4 * dE * dE + 3 * dE * f + 2 * dE + (d.qk_norm ? double(d.n_heads) : 0) +
+                                 (d.attention == AttentionKind::kSsmax ? double(d.n_heads) : 0));
   }
   // W_E and s_E, s_F; per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V],
   // W_O [d_V, d_E] and s_w, s_r, s_O.
@@ -125,7 +127,14 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
       if (set) return Invalid(source, absl::StrCat(field, " is a Multiscreen field; a TRANSFORMER's head width is d_e / n_heads"));
     }
     if (m.has_tanh_norm()) return Invalid(source, "tanh_norm is a Multiscreen switch; a TRANSFORMER has no TanhNorm");
+    if (!config::ModelConfig::Attention_IsValid(m.attention())) {
+      return Invalid(source, absl::StrCat("attention = ", m.attention(),
+                                          " is not a known value (SOFTMAX, SOFTMAX1, SSMAX, SIGMOID, ENTMAX15)"));
+    }
   } else {
+    if (m.has_attention()) {
+      return Invalid(source, "attention is a Transformer switch (family: TRANSFORMER); Multiscreen screens");
+    }
     for (const auto& [field, set] : {std::pair{"qk_norm", m.has_qk_norm()}, std::pair{"sio", m.has_sio()}}) {
       if (set) return Invalid(source, absl::StrCat(field, " is a Transformer switch (family: TRANSFORMER)"));
     }
@@ -136,6 +145,7 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     d.pl_norm = false;  // the plain baseline ends in an RMSNorm
     d.qk_norm = m.qk_norm();
     d.sio = m.sio();
+    if (m.attention() != config::ModelConfig::ATTENTION_UNSPECIFIED) d.attention = AttentionKind(m.attention());
   }
   d.name = m.name();
   if (!IsPrintableModelName(d.name)) return Invalid(source, "name is not a line of at most 256 printable characters");

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "configs/config.pb.h"
+#include "kernels/attention_kind.h"
 
 namespace multiscreen {
 
@@ -34,6 +35,9 @@ struct ModelDims {
   bool qk_norm = false;  // Transformer: unit q, k with a learned scale per head
   bool sio = false;      // Transformer: unit-row tied embeddings, learned e^{s_E}, e^{s_F}
   bool tanh_norm = true; // Multiscreen: TanhNorm (spec step 11) on; off = identity (ablation, issue 18)
+  // Transformer: the attention mechanism (issue 30; kernels/cpu/attention.h). SSMax adds
+  // a learned s_SS per head and layer.
+  AttentionKind attention = AttentionKind::kSoftmax;
 
   bool transformer() const { return family == ModelFamily::kTransformer; }
   // The Transformer's SwiGLU hidden width ⌊8 d_E/3⌋.
@@ -63,7 +67,8 @@ absl::StatusOr<config::ModelConfig> LoadModelConfig(const std::string& name_or_p
 // Applies defaults (psi → N_L = N_H = psi, d_E = psi²) and checks every field against
 // its schema: `family` a known value (MULTISCREEN or TRANSFORMER; proto3 text format
 // accepts unknown enum numbers; a Transformer needs N_H | d_E with an even head width
-// and no Multiscreen-only field, a Multiscreen no qk_norm or sio), sizes positive and at most kMaxModelSize, d_K >= 2, V < 2^31 (token ids
+// and no Multiscreen-only field and a known `attention`, a Multiscreen no qk_norm, sio
+// or attention), sizes positive and at most kMaxModelSize, d_K >= 2, V < 2^31 (token ids
 // are int32), at most kMaxModelParams parameters, w_th finite and positive.
 // `source` names the file or flag in error messages.
 absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& model, const std::string& source);
@@ -91,7 +96,7 @@ bool IsPrintableModelName(const std::string& name);
 // The parameter count of the whole model, in double (no overflow whatever the sizes):
 // V·d_E + 2 + N_L·N_H·(d_E·(2d_K + 3d_V) + 3), ParamLayout's total (spec "Parameter
 // count"); for the Transformer V·d_E + N_L·(4d_E² + 3·d_E·⌊8d_E/3⌋ + 2d_E), plus
-// N_L·N_H scales with qk_norm and 2 with sio.
+// N_L·N_H scales with qk_norm, N_L·N_H more with attention SSMAX, and 2 with sio.
 double ModelParamCount(const ModelDims& dims);
 
 // Where a run's fields came from, for ValidateRun's messages: the run file (may be

@@ -55,6 +55,9 @@ void InitValues(const ModelDims& d, const ParamEntry& e, uint64_t seed, int64_t 
       case ParamKind::kS_E: std::fill(out, out + n, Real(0)); return;
       case ParamKind::kS_F: std::fill(out, out + n, static_cast<Real>(std::log(std::sqrt(double(d.d_e))))); return;
       case ParamKind::kS_QK: std::fill(out, out + n, static_cast<Real>(std::log(std::sqrt(double(d.d_k))))); return;
+      // SSMax's s = 1: the scores' multiplier starts at log n, SSMax's own base-n form
+      // n^{s z} (docs/attention.md says why not a length-matched value).
+      case ParamKind::kS_SS: std::fill(out, out + n, Real(1)); return;
       case ParamKind::kW_O: case ParamKind::kW_down: std_dev = 0.02 / std::sqrt(2.0 * double(d.n_layers)); break;
       default: std_dev = 0.02; break;
     }

@@ -16,7 +16,8 @@ double InitNormal(uint64_t seed, std::string_view name, int64_t index);
 // Fills the layout's flat buffer: normal matrices with the spec's std, and the
 // scalars s_E = 0, s_F = log √d_E, s_w = log(w_th)·h/(N_H − 1) for global tile h,
 // s_r = 0, s_O = log(1/√(N_H·N_L)). The Transformer: N(0, 0.02) matrices with W_O and
-// W_down over √(2 N_L), unit gains, s_E = 0, s_F = log √d_E, s_QK = log √d_head.
+// W_down over √(2 N_L), unit gains, s_E = 0, s_F = log √d_E, s_QK = log √d_head,
+// SSMax's s_SS = 1.
 template <typename Real>
 void InitParams(const ParamLayout& layout, uint64_t seed, Real* params);
 

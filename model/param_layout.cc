@@ -45,7 +45,7 @@ int64_t ParamEntry::global_size() const {
 bool ParamEntry::is_scalar() const {
   switch (kind) {
     case ParamKind::kS_E: case ParamKind::kS_F: case ParamKind::kS_w: case ParamKind::kS_r:
-    case ParamKind::kS_O: case ParamKind::kS_QK:
+    case ParamKind::kS_O: case ParamKind::kS_QK: case ParamKind::kS_SS:
       return true;
     default:
       return false;
@@ -97,6 +97,7 @@ ParamLayout::ParamLayout(const ModelDims& dims, const ShardSpec& shard) : dims_(
       Add(p + "W_V", ParamKind::kW_V, l, {NH, dE, dh}, h0, h1);
       Add(p + "W_O", ParamKind::kW_O, l, {NH, dh, dE}, h0, h1);
       if (dims.qk_norm) Add(p + "s_QK", ParamKind::kS_QK, l, {NH}, h0, h1);
+      if (dims.attention == AttentionKind::kSsmax) Add(p + "s_SS", ParamKind::kS_SS, l, {NH}, h0, h1);
       Add(p + "ffn_norm", ParamKind::kGain, l, {dE}, 0, dE);
       Add(p + "W_gate", ParamKind::kW_gate, l, {F, dE}, f0, f1);
       Add(p + "W_up", ParamKind::kW_up, l, {F, dE}, f0, f1);
@@ -126,7 +127,7 @@ const ParamEntry* ParamLayout::Find(const std::string& name) const {
 
 int64_t ParamLayout::EntriesPerLayer() const {
   if (!dims_.transformer()) return 8;
-  return dims_.qk_norm ? 10 : 9;
+  return 9 + (dims_.qk_norm ? 1 : 0) + (dims_.attention == AttentionKind::kSsmax ? 1 : 0);
 }
 
 int64_t ParamLayout::LayerEntry(int64_t layer) const {
@@ -145,7 +146,8 @@ ParamCounts CountParams(const ModelDims& dims) {
     switch (e.kind) {
       case ParamKind::kW_E: c.embedding += n; break;
       case ParamKind::kS_E: case ParamKind::kS_F: c.embed_head_scalars += n; break;
-      case ParamKind::kS_w: case ParamKind::kS_r: case ParamKind::kS_O: case ParamKind::kS_QK: c.tile_scalars += n; break;
+      case ParamKind::kS_w: case ParamKind::kS_r: case ParamKind::kS_O: case ParamKind::kS_QK:
+      case ParamKind::kS_SS: c.tile_scalars += n; break;
       case ParamKind::kGain: c.norm_gains += n; break;
       case ParamKind::kW_gate: case ParamKind::kW_up: case ParamKind::kW_down: c.ffn_matrices += n; break;
       default: c.tile_matrices += n; break;

@@ -48,6 +48,7 @@ enum class ParamKind {
   kGain,                       // Transformer: attn_norm, ffn_norm [d_E] (replicated over tp)
   kW_gate, kW_up, kW_down,     // Transformer: SwiGLU [d_ff, d_E], one row per hidden unit
   kS_QK,                       // Transformer (qk_norm): log attention scale per head
+  kS_SS,                       // Transformer (attention: SSMAX): SSMax's s per head (scores × s·log n)
 };
 
 // Whether every tp rank holds the whole tensor (s_E, s_F, the Transformer's RMSNorm
@@ -79,10 +80,10 @@ class ParamLayout {
   // The entry called `name`, or null.
   const ParamEntry* Find(const std::string& name) const;
   // Index of layer `layer`'s first tensor in entries(). Multiscreen: W_Q, W_K, W_V,
-  // W_G, W_O, s_w, s_r, s_O. Transformer: attn_norm, W_Q, W_K, W_V, W_O, [s_QK,]
+  // W_G, W_O, s_w, s_r, s_O. Transformer: attn_norm, W_Q, W_K, W_V, W_O, [s_QK,] [s_SS,]
   // ffn_norm, W_gate, W_up, W_down (TransformerSlot).
   int64_t LayerEntry(int64_t layer) const;
-  // Tensors per layer (8, or the Transformer's 9 or 10 with qk_norm).
+  // Tensors per layer (8, or the Transformer's 9, plus one with qk_norm, one with SSMax).
   int64_t EntriesPerLayer() const;
   const ModelDims& dims() const { return dims_; }
   const ShardSpec& shard() const { return shard_; }
@@ -106,7 +107,7 @@ struct ParamCounts {
   int64_t embedding = 0;      // W_E
   int64_t embed_head_scalars = 0;  // s_E, s_F
   int64_t tile_matrices = 0;  // W_Q, W_K, W_V, W_G, W_O over all layers (Transformer: W_Q, W_K, W_V, W_O)
-  int64_t tile_scalars = 0;   // s_w, s_r, s_O over all layers (Transformer: s_QK)
+  int64_t tile_scalars = 0;   // s_w, s_r, s_O over all layers (Transformer: s_QK, s_SS)
   int64_t norm_gains = 0;     // Transformer: attn_norm, ffn_norm over all layers
   int64_t ffn_matrices = 0;   // Transformer: W_gate, W_up, W_down over all layers
 };

@@ -63,6 +63,7 @@ typename Transformer<Real>::Slots Transformer<Real>::SlotsOf(int64_t layer) cons
   s.w_v = e[i++].buffer_offset;
   s.w_o = e[i++].buffer_offset;
   s.s_qk = dims().qk_norm ? e[i++].buffer_offset : -1;
+  s.s_ss = dims().attention == AttentionKind::kSsmax ? e[i++].buffer_offset : -1;
   s.ffn_norm = e[i++].buffer_offset;
   s.w_gate = e[i++].buffer_offset;
   s.w_up = e[i++].buffer_offset;
@@ -146,11 +147,17 @@ void Transformer<Real>::BeginStep(const Real* params) {
     w.w_down.Resize(F * dE);
     ops_->Copy(params + s.w_down, F * dE, w.w_down.data());
     for (Array* a : {&w.w_qkv, &w.w_o, &w.w_gu, &w.w_down}) RoundToCompute(a->data(), a->size());
-    w.scale.assign(H, 1.0 / std::sqrt(double(dh)));
+    w.base.assign(H, 1.0 / std::sqrt(double(dh)));
     if (d.qk_norm) {
       std::vector<Real> s_qk(H);
       ops_->Download(params + s.s_qk, H, s_qk.data());
-      for (int64_t h = 0; h < H; ++h) w.scale[h] = std::exp(double(s_qk[h]));
+      for (int64_t h = 0; h < H; ++h) w.base[h] = std::exp(double(s_qk[h]));
+    }
+    w.scale = w.base;
+    if (d.attention == AttentionKind::kSsmax) {  // SSMax: scale_h = base_h · s_SS,h
+      std::vector<Real> s_ss(H);
+      ops_->Download(params + s.s_ss, H, s_ss.data());
+      for (int64_t h = 0; h < H; ++h) w.scale[h] *= double(s_ss[h]);
     }
   }
 }
@@ -175,7 +182,7 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   batch_ = B;
   seq_ = T;
   scratch_x_.Resize(rows * dE);
-  const kernels::AttentionShape shape{B, T, H, dh};
+  const kernels::AttentionShape shape{B, T, H, dh, d.attention};
   for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
@@ -313,7 +320,7 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   const int64_t dE = d.d_e, H = layout_.shard().tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn();
   const int64_t B = batch_, T = seq_, rows = B * T;
   const Precision prec = options_.precision;
-  const kernels::AttentionShape shape{B, T, H, dh};
+  const kernels::AttentionShape shape{B, T, H, dh, d.attention};
   d_h_.Resize(rows * F);
   d_gu_.Resize(rows * 2 * F);
   d_a_.Resize(rows * dE);
@@ -350,8 +357,13 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     timer.emplace(options_.profile, StepProfile::kAttention);
     tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
                            w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data());
+    if (d.attention == AttentionKind::kSsmax) {
+      // scale_h = base_h · s_SS,h: ∂L/∂s_SS = base · ∂L/∂scale.
+      for (int64_t h = 0; h < H; ++h) g_scale[h] = static_cast<Real>(d_scale[h] * w.base[h]);
+      ops_->AddHost(g_scale.data(), H, grads + s.s_ss);
+    }
     if (d.qk_norm) {
-      // scale_h = e^{s_QK,h}: ∂L/∂s_QK = scale · ∂L/∂scale.
+      // scale_h = e^{s_QK,h} (· s_SS,h): ∂L/∂s_QK = scale · ∂L/∂scale.
       for (int64_t h = 0; h < H; ++h) g_scale[h] = static_cast<Real>(d_scale[h] * w.scale[h]);
       ops_->AddHost(g_scale.data(), H, grads + s.s_qk);
       ops_->UnitRowsBackward(a.q.data(), dh, a.q_norm.data(), d_q_.data(), dh, d_q_.data(), dh, rows * H, dh, false);

@@ -4,7 +4,9 @@
 // gain. Per layer, for x [B·T, d_E]:
 //   a = RMSNorm(x; attn_norm); q, k, v = a W_Q, a W_K, a W_V (per head, width d_h);
 //   q, k ← RoPE(q), RoPE(k); [qk_norm: q, k ← unit rows, scale_h = e^{s_QK,h}, else
-//   scale_h = 1/√d_h]; o = softmax_causal(scale_h q kᵀ) v; x ← x + o W_O;
+//   scale_h = 1/√d_h]; o = attention_causal(scale_h q kᵀ) v; x ← x + o W_O, where
+//   attention is dims.attention's mechanism (kernels/cpu/attention.h: softmax by default;
+//   SSMax's learned s_SS,h is folded into scale_h, the kernel adding log n_i);
 //   f = RMSNorm(x; ffn_norm); x ← x + (SiLU(f W_gateᵀ) ⊙ f W_upᵀ) W_down.
 // Embedding x⁰ = W_E[t] (sio: e^{s_E} Ē[t] with Ē the unit rows of W_E); head
 // y = RMSNorm(x) without gain (pl_norm: y = x/‖x‖); logits y W_Eᵀ (sio: e^{s_F} y Ēᵀ).
@@ -60,16 +62,17 @@ class Transformer final : public ModelStage<Real> {
 
  private:
   using Array = DeviceArray<Real>;
-  // Offsets of a layer's tensors from ParamLayout::LayerEntry (s_QK only with qk_norm).
+  // Offsets of a layer's tensors from ParamLayout::LayerEntry (s_QK only with qk_norm,
+  // s_SS only with attention SSMAX).
   struct Slots {
-    int64_t attn_norm, w_q, w_k, w_v, w_o, s_qk, ffn_norm, w_gate, w_up, w_down;
+    int64_t attn_norm, w_q, w_k, w_v, w_o, s_qk, s_ss, ffn_norm, w_gate, w_up, w_down;
   };
   struct LayerActivations {
     explicit LayerActivations(Device d)
         : x_in(d), rstd1(d), xn1(d), qkv(d), q(d), k(d), v(d), q_norm(d), k_norm(d), o(d), x_mid(d), rstd2(d),
           xn2(d), gu(d), h(d) {}
     Array x_in, rstd1, xn1, qkv, q, k, v, q_norm, k_norm, o, x_mid, rstd2, xn2, gu, h;
-    std::vector<double> lse;  // [B, N_H, T] host
+    std::vector<double> lse;  // [B, N_H, T] host: the attention's row statistic (lse, or entmax's τ)
   };
   struct LayerWeights {
     explicit LayerWeights(Device d) : w_qkv(d), w_o(d), w_gu(d), w_down(d) {}
@@ -78,7 +81,8 @@ class Transformer final : public ModelStage<Real> {
     Array w_o;     // [d_l, d_E]  (heads·d_h rows)
     Array w_gu;    // [2 F_l, d_E]: rows [W_gate; W_up]
     Array w_down;  // [F_l, d_E]
-    std::vector<double> scale;  // [H_l] host: 1/√d_h, or e^{s_QK}
+    std::vector<double> scale;  // [H_l] host: base_h (SSMax: base_h · s_SS,h), the kernels' scale_h
+    std::vector<double> base;   // [H_l] host: 1/√d_h, or e^{s_QK}
   };
   Slots SlotsOf(int64_t layer) const;
   const Real* Table() const;  // the tied table as the GEMMs and the embedding see it

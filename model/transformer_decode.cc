@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
@@ -51,6 +52,10 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
       const Real* s_qk = at(l, "s_QK");
       for (int64_t h = 0; h < H; ++h) L.scale[h] = std::exp(double(s_qk[h]));
     }
+    if (dims.attention == AttentionKind::kSsmax) {  // SSMax's s_SS folded in, as Transformer::BeginStep
+      const Real* s_ss = at(l, "s_SS");
+      for (int64_t h = 0; h < H; ++h) L.scale[h] *= double(s_ss[h]);
+    }
   }
 }
 
@@ -59,7 +64,7 @@ void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, H = d.n_heads, dh = d.d_k, F = d.d_ff(), pos = position_, n = pos + 1;
   std::vector<Real> x(dE), a(dE), qkv(3 * dE), o(dE), gu(2 * F), hidden(F), norm(H);
-  std::vector<double> p(n);
+  std::vector<double> p(n), z(n), work(n);
   Real rstd;
   const Real* e_row = table_.data() + static_cast<int64_t>(token) * dE;
   for (int64_t c = 0; c < dE; ++c) x[c] = embed_scale_ * e_row[c];
@@ -76,21 +81,20 @@ void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
     }
     L.k.insert(L.k.end(), kn, kn + dE);
     L.v.insert(L.v.end(), vn, vn + dE);
-    // o_h = Σ_j softmax_j(scale_h q_h · k_j,h) v_j,h over the n cached positions (fp64 weights).
+    // o_h = Σ_j p_j v_j,h over the n cached positions, p the mechanism's weights of the
+    // scores z_j = c · q_h · k_j,h, c = scale_h (SSMax: times log n) (fp64 weights).
+    const double lambda = k::AttentionLengthFactor(d.attention, pos);
     for (int64_t h = 0; h < H; ++h) {
-      double m = -INFINITY;
       for (int64_t j = 0; j < n; ++j) {
         double s = 0;
         for (int64_t c = 0; c < dh; ++c) s += double(q[h * dh + c]) * L.k[j * dE + h * dh + c];
-        p[j] = L.scale[h] * s;
-        m = std::max(m, p[j]);
+        z[j] = L.scale[h] * lambda * s;
       }
-      double sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += (p[j] = std::exp(p[j] - m));
+      k::AttentionWeights(d.attention, z.data(), n, p.data(), work.data());
       for (int64_t c = 0; c < dh; ++c) {
         double acc = 0;
         for (int64_t j = 0; j < n; ++j) acc += p[j] * L.v[j * dE + h * dh + c];
-        o[h * dh + c] = static_cast<Real>(acc / sum);
+        o[h * dh + c] = static_cast<Real>(acc);
       }
     }
     k::Gemm<Real>(false, false, 1, dE, dE, 1, o.data(), dE, L.w_o, dE, 1, x.data(), dE);

@@ -1,7 +1,7 @@
 // Decoding the Transformer baseline (model/transformer.h) with a KV cache (issue 18):
 // per layer the RoPE-rotated (and, with qk_norm, unit) keys and the values of every
 // past token, so each new token costs one row through the layers plus attention over
-// the cached positions, instead of the whole prefix. Logits equal the last row of
+// the cached positions (by dims.attention's mechanism), instead of the whole prefix. Logits equal the last row of
 // Transformer's forward over the prefix to rounding (tests/model/transformer_test.cc).
 // The cache grows by 2·d_E values per layer per token (no window: every past token is
 // attended to). CPU, any Real.
@@ -29,7 +29,7 @@ class TransformerDecodeSession final : public Decoder<Real> {
   struct Layer {
     const Real *attn_norm, *w_o, *ffn_norm, *w_gu, *w_down;  // into params (W_gate, W_up adjacent: [2 d_ff, d_E])
     std::vector<Real> w_qkv;     // [d_E, 3 d_E]: columns [W_Q heads | W_K heads | W_V heads]
-    std::vector<double> scale;   // [N_H]: 1/√d_h, or e^{s_QK}
+    std::vector<double> scale;   // [N_H]: 1/√d_h, or e^{s_QK}; SSMax: times s_SS
     std::vector<Real> k, v;      // [position, d_E]: the cache
   };
   ParamLayout layout_;

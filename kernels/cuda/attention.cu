@@ -205,12 +205,22 @@ void DownloadDoubles(const char* op, const double* src, int64_t n, double* host,
   MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
 }
 
+// Fatal (one line) unless the kernels implement the shape's mechanism (never a silent softmax).
+void CheckKind(const char* op, AttentionKind kind) {
+  if (kind != AttentionKind::kSoftmax) {
+    const std::string message = std::string("attention: ") + AttentionKindName(kind) +
+                                " is not implemented on CUDA (only softmax; run it with --device=cpu)";
+    FatalCudaError(op, message.c_str());
+  }
+}
+
 }  // namespace
 
 void AttentionForward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
                       const double* scale, float* o, double* lse, AttentionScratch* scratch, cudaStream_t stream) {
   const int64_t rows = shape.batch * shape.heads * shape.seq;
   if (rows <= 0) return;
+  CheckKind("AttentionForward", shape.kind);
   CheckHeadWidth("AttentionForward", shape.d_h);
   UploadDoubles("AttentionForward", scale, shape.heads, &scratch->scale, stream);
   scratch->lse.Resize(rows);
@@ -228,6 +238,7 @@ void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const f
     for (int64_t h = 0; h < H; ++h) d_scale[h] = 0;
     return;
   }
+  CheckKind("AttentionBackward", shape.kind);
   CheckHeadWidth("AttentionBackward", dh);
   UploadDoubles("AttentionBackward", scale, H, &scratch->scale, stream);
   UploadDoubles("AttentionBackward", lse, rows, &scratch->lse, stream);

@@ -251,6 +251,13 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 tanh_norm: false"),
             "tanh_norm is a Multiscreen switch; a TRANSFORMER has no TanhNorm");
   EXPECT_EQ(error("psi: 2 tanh_norm: false"), "ok");
+  // Issue 30's attention switch: the Transformer's, each known value; Multiscreen refuses it.
+  EXPECT_EQ(error("psi: 2 attention: SOFTMAX"), "attention is a Transformer switch (family: TRANSFORMER); Multiscreen screens");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: 9"),
+            "attention = 9 is not a known value (SOFTMAX, SOFTMAX1, SSMAX, SIGMOID, ENTMAX15)");
+  for (const char* kind : {"SOFTMAX", "SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15"}) {
+    EXPECT_EQ(error(absl::StrCat("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: ", kind)), "ok") << kind;
+  }
   // The name goes into logs, manifests and one-line errors: checkpoints refuse such a name,
   // so training must not start with it.
   EXPECT_EQ(error("name: \"a\\nb\" psi: 2"), "name is not a line of at most 256 printable characters");
@@ -263,6 +270,22 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
             "the sizes (N_L = 2, N_H = 2, d_E = 16777216, d_K = 16, d_V = 64, V = 1000000) make 1.68e+13 "
             "parameters, more than 1e+12");
   EXPECT_EQ(error("psi: 2"), "ok");
+}
+
+TEST(ModelValidationTest, AttentionIsSoftmaxUnlessSetAndSsmaxAddsOneScalarPerHeadAndLayer) {
+  const std::string plain = WriteTemp(absl::StrCat("attn_plain_", ::getpid(), ".textproto"),
+                                      "family: TRANSFORMER n_layers: 3 n_heads: 2 d_e: 8 vocab: 10");
+  const std::string ssmax = WriteTemp(absl::StrCat("attn_ssmax_", ::getpid(), ".textproto"),
+                                      "family: TRANSFORMER n_layers: 3 n_heads: 2 d_e: 8 vocab: 10 attention: SSMAX");
+  const std::string entmax = WriteTemp(absl::StrCat("attn_entmax_", ::getpid(), ".textproto"),
+                                       "family: TRANSFORMER n_layers: 3 n_heads: 2 d_e: 8 vocab: 10 attention: ENTMAX15");
+  ASSERT_TRUE(LoadModel(plain).ok() && LoadModel(ssmax).ok() && LoadModel(entmax).ok());
+  EXPECT_EQ(LoadModel(plain)->attention, AttentionKind::kSoftmax);
+  EXPECT_EQ(LoadModel(ssmax)->attention, AttentionKind::kSsmax);
+  EXPECT_EQ(LoadModel(entmax)->attention, AttentionKind::kEntmax15);
+  // s_SS: N_L · N_H = 6 more parameters; entmax (like the others) none.
+  EXPECT_EQ(ModelParamCount(*LoadModel(ssmax)) - ModelParamCount(*LoadModel(plain)), 6.0);
+  EXPECT_EQ(ModelParamCount(*LoadModel(entmax)), ModelParamCount(*LoadModel(plain)));
 }
 
 TEST(ModelValidationTest, TanhNormIsOnUnlessTheModelFileTurnsItOff) {

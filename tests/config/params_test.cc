@@ -65,5 +65,27 @@ TEST(ParamLayoutTest, ShardsTileTheFullLayoutExactly) {
   EXPECT_EQ(part.entries()[part.LayerEntry(1) + 7].name, "layers/001/s_O");
 }
 
+// Issue 30: SSMax's s_SS is one scalar per head and layer (transformer_8m: N_L = 6, N_H = 4),
+// counted in tile_scalars, in ModelParamCount's bound, and split over tp like the heads.
+TEST(ParamLayoutTest, SsmaxAddsOneScalarPerHeadAndLayerSplitLikeTheHeads) {
+  auto plain = LoadModel("transformer_8m");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ModelDims ssmax = *plain;
+  ssmax.attention = AttentionKind::kSsmax;
+  const ParamCounts a = CountParams(*plain), b = CountParams(ssmax);
+  EXPECT_EQ(a.total, 7613312);  // the paper's Table 4
+  EXPECT_EQ(b.total - a.total, 24);
+  EXPECT_EQ(b.tile_scalars, 24);
+  EXPECT_EQ(ModelParamCount(ssmax), double(b.total));
+  const ParamLayout rank1(ssmax, ShardSpec::ForRank(ssmax, 2, 1, 1, 0));
+  const ParamEntry* s_ss = rank1.Find("layers/003/s_SS");
+  ASSERT_NE(s_ss, nullptr);
+  EXPECT_EQ(s_ss->offset, (std::vector<int64_t>{2}));
+  EXPECT_EQ(s_ss->shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(rank1.EntriesPerLayer(), 10);
+  EXPECT_EQ(rank1.entries()[rank1.LayerEntry(3) + 5].name, "layers/003/s_SS");
+  EXPECT_EQ(rank1.entries()[rank1.LayerEntry(3) + 9].name, "layers/003/W_down");
+}
+
 }  // namespace
 }  // namespace multiscreen

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -123,6 +125,108 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferencesIncludingTheScale) {
   }
   ExpectClose(d_scale, NumericGrad(scale, loss), 1e-7, "d_scale");
 }
+
+// Every mechanism of AttentionKind (kernels/cpu/attention.h) against a dense reference
+// written from the definitions (entmax's threshold by bisection, not by sorting) and its
+// backward against central differences, over two query/key blocks.
+class AttentionKindTest : public ::testing::TestWithParam<AttentionKind> {};
+
+// The weights of one query's scores z[0..n) (n = i + 1 keys), from the definitions.
+std::vector<double> DenseWeights(AttentionKind kind, std::vector<double> z) {
+  const int64_t n = int64_t(z.size());
+  std::vector<double> p(n);
+  if (kind == AttentionKind::kSsmax) {
+    for (double& x : z) x *= std::log(double(n));
+  }
+  if (kind == AttentionKind::kSoftmax || kind == AttentionKind::kSoftmax1 || kind == AttentionKind::kSsmax) {
+    double sum = kind == AttentionKind::kSoftmax1 ? 1.0 : 0.0;  // + e^0
+    for (int64_t j = 0; j < n; ++j) sum += (p[j] = std::exp(z[j]));
+    for (double& x : p) x /= sum;
+  } else if (kind == AttentionKind::kSigmoid) {
+    for (int64_t j = 0; j < n; ++j) p[j] = 1.0 / (1.0 + std::exp(-(z[j] - std::log(double(n)))));
+  } else {  // entmax 1.5: τ with Σ max(0, z/2 − τ)² = 1, by bisection on [max z/2 − 1, max z/2]
+    double hi = -1e300;
+    for (double x : z) hi = std::max(hi, x / 2);
+    double lo = hi - 1;
+    for (int it = 0; it < 200; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      double mass = 0;
+      for (double x : z) mass += std::pow(std::max(0.0, x / 2 - mid), 2);
+      (mass > 1 ? lo : hi) = mid;
+    }
+    for (int64_t j = 0; j < n; ++j) p[j] = std::pow(std::max(0.0, z[j] / 2 - lo), 2);
+  }
+  return p;
+}
+
+TEST_P(AttentionKindTest, ForwardEqualsTheDenseDefinition) {
+  const AttentionShape sh{2, 80, 2, 4, GetParam()};  // query and key blocks of 64, 16
+  const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h, ld = sh.heads * sh.d_h;
+  const auto q = Random(n, 21, 1.5), k = Random(n, 22, 1.5), v = Random(n, 23);
+  const double scale[2] = {0.6, 1.7};
+  std::vector<double> o(n), stat(sh.batch * sh.heads * sh.seq);
+  AttentionForward(sh, q.data(), k.data(), v.data(), scale, o.data(), stat.data());
+  double worst = 0, zeros = 0, mass_min = 2;
+  for (int64_t b = 0; b < sh.batch; ++b) {
+    for (int64_t h = 0; h < sh.heads; ++h) {
+      for (int64_t i = 0; i < sh.seq; ++i) {
+        std::vector<double> z(i + 1);
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < sh.d_h; ++c) dot += q[(b * sh.seq + i) * ld + h * sh.d_h + c] * k[(b * sh.seq + j) * ld + h * sh.d_h + c];
+          z[j] = scale[h] * dot;
+        }
+        const std::vector<double> p = DenseWeights(sh.kind, z);
+        double mass = 0;
+        for (double x : p) mass += x, zeros += x == 0;
+        mass_min = std::min(mass_min, mass);
+        for (int64_t c = 0; c < sh.d_h; ++c) {
+          double want = 0;
+          for (int64_t j = 0; j <= i; ++j) want += p[j] * v[(b * sh.seq + j) * ld + h * sh.d_h + c];
+          worst = std::max(worst, std::abs(o[(b * sh.seq + i) * ld + h * sh.d_h + c] - want));
+        }
+      }
+    }
+  }
+  EXPECT_LT(worst, 1e-11);
+  // What tells the kinds apart: exact zeros (entmax only), mass below 1 (softmax1, sigmoid).
+  EXPECT_EQ(zeros > 0, sh.kind == AttentionKind::kEntmax15) << zeros;
+  EXPECT_EQ(mass_min < 1 - 1e-9, sh.kind == AttentionKind::kSoftmax1 || sh.kind == AttentionKind::kSigmoid);
+}
+
+TEST_P(AttentionKindTest, BackwardMatchesFiniteDifferencesIncludingTheScale) {
+  const AttentionShape sh{1, 70, 2, 4, GetParam()};  // two blocks
+  const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h;
+  auto q = Random(n, 27, 1.2), k = Random(n, 28, 1.2), v = Random(n, 29);
+  const auto w = Random(n, 30);  // loss = Σ w ⊙ o
+  std::vector<double> scale = {0.8, 1.4};
+  std::vector<double> o(n), stat(sh.batch * sh.heads * sh.seq);
+  auto loss = [&] {
+    AttentionForward(sh, q.data(), k.data(), v.data(), scale.data(), o.data(), stat.data());
+    return Dot(w, o);
+  };
+  loss();
+  std::vector<double> dq(n), dk(n), dv(n), d_scale(sh.heads);
+  AttentionBackward(sh, q.data(), k.data(), v.data(), o.data(), stat.data(), w.data(), scale.data(), dq.data(),
+                    dk.data(), dv.data(), d_scale.data());
+  for (auto [x, g, name] : {std::tuple{&q, &dq, "dq"}, std::tuple{&k, &dk, "dk"}, std::tuple{&v, &dv, "dv"}}) {
+    for (int64_t i = 0; i < n; i += 5) {
+      const double saved = (*x)[i];
+      (*x)[i] = saved + 1e-6;
+      const double up = loss();
+      (*x)[i] = saved - 1e-6;
+      const double down = loss();
+      (*x)[i] = saved;
+      EXPECT_NEAR((*g)[i], (up - down) / 2e-6, 1e-6 * (1 + std::abs((*g)[i]))) << name << "[" << i << "]";
+    }
+  }
+  ExpectClose(d_scale, NumericGrad(scale, loss), 1e-6, "d_scale");
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, AttentionKindTest,
+                         ::testing::Values(AttentionKind::kSoftmax, AttentionKind::kSoftmax1, AttentionKind::kSsmax,
+                                           AttentionKind::kSigmoid, AttentionKind::kEntmax15),
+                         [](const auto& info) { return std::string(AttentionKindName(info.param)); });
 
 TEST(RmsNormTest, ForwardHasUnitRmsTimesGainAndBackwardMatchesFiniteDifferences) {
   const int64_t rows = 5, d = 7;

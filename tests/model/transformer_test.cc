@@ -1,6 +1,6 @@
 // The Transformer baseline (model/transformer.h): every parameter's gradient against
 // central finite differences in double precision, for every combination of the switches
-// qk_norm, sio, pl_norm; its initialization (spec "Transformer baseline"); a pipeline of
+// qk_norm, sio, pl_norm and the attention mechanisms (issue 30); its initialization (spec "Transformer baseline"); a pipeline of
 // two stages pieces equal to the whole model; fp16's backward holding its GEMM gradients
 // in fp16; the kernel factory's CUDA refusals; decoding with the KV cache equal to the full forward (issue 18).
 #include <gtest/gtest.h>
@@ -25,33 +25,47 @@ namespace {
 
 using testing::RandomTokens;
 
-ModelDims TinyTransformer(bool qk_norm, bool sio, bool pl_norm) {
+ModelDims TinyTransformer(bool qk_norm, bool sio, bool pl_norm, AttentionKind attention = AttentionKind::kSoftmax) {
   ModelDims d = *LoadModel("tiny_transformer");
   d.qk_norm = qk_norm;
   d.sio = sio;
   d.pl_norm = pl_norm;
+  d.attention = attention;
   return d;
 }
 
 struct Switches {
   bool qk_norm, sio, pl_norm;
+  AttentionKind attention = AttentionKind::kSoftmax;  // issue 30's mechanisms
 };
 
 // How a case shows in gtest's output, and its name: the switches that are on.
 void PrintTo(const Switches& s, std::ostream* os) {
-  *os << "qk_norm " << s.qk_norm << ", sio " << s.sio << ", pl_norm " << s.pl_norm;
+  *os << "qk_norm " << s.qk_norm << ", sio " << s.sio << ", pl_norm " << s.pl_norm << ", attention "
+      << AttentionKindName(s.attention);
 }
 std::string SwitchesName(const ::testing::TestParamInfo<Switches>& info) {
   const Switches& s = info.param;
-  const std::string name = std::string(s.qk_norm ? "QkNorm" : "") + (s.sio ? "Sio" : "") + (s.pl_norm ? "PlNorm" : "");
-  return name.empty() ? "Plain" : name;
+  std::string name = std::string(s.qk_norm ? "QkNorm" : "") + (s.sio ? "Sio" : "") + (s.pl_norm ? "PlNorm" : "");
+  if (name.empty()) name = "Plain";
+  if (s.attention != AttentionKind::kSoftmax) name += std::string("_") + AttentionKindName(s.attention);
+  return name;
 }
+
+// The switch cases, then every other attention mechanism plain and SSMax with qk_norm
+// (its s_SS and s_QK both scale the scores).
+const Switches kCases[] = {
+    Switches{false, false, false}, Switches{true, false, false}, Switches{false, true, false},
+    Switches{false, false, true},  Switches{true, true, true},
+    Switches{false, false, false, AttentionKind::kSoftmax1}, Switches{false, false, false, AttentionKind::kSsmax},
+    Switches{true, true, false, AttentionKind::kSsmax},      Switches{false, false, false, AttentionKind::kSigmoid},
+    Switches{false, false, false, AttentionKind::kEntmax15}};
 
 class TransformerGradientTest : public ::testing::TestWithParam<Switches> {};
 
 TEST_P(TransformerGradientTest, EveryParameterMatchesCentralDifferences) {
   const Switches s = GetParam();
-  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm);
+  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm, s.attention);
   auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
   ASSERT_NE(dynamic_cast<Transformer<double>*>(model.get()), nullptr);
   const ParamLayout& layout = model->layout();
@@ -81,15 +95,12 @@ TEST_P(TransformerGradientTest, EveryParameterMatchesCentralDifferences) {
   EXPECT_GT(checked, 300);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllSwitches, TransformerGradientTest,
-                         ::testing::Values(Switches{false, false, false}, Switches{true, false, false},
-                                           Switches{false, true, false}, Switches{false, false, true},
-                                           Switches{true, true, true}),
-                         SwitchesName);
+INSTANTIATE_TEST_SUITE_P(AllSwitches, TransformerGradientTest, ::testing::ValuesIn(kCases), SwitchesName);
 
 TEST(TransformerInitTest, FollowsTheSpecStdsAndScalesResidualOutputs) {
   ModelDims dims = *LoadModel("transformer_8m");
   dims.qk_norm = dims.sio = true;
+  dims.attention = AttentionKind::kSsmax;
   const ParamLayout layout(dims, ShardSpec::Full(dims));
   std::vector<float> p(layout.size());
   InitParams(layout, 5, p.data());
@@ -106,6 +117,7 @@ TEST(TransformerInitTest, FollowsTheSpecStdsAndScalesResidualOutputs) {
   EXPECT_NEAR(std_of("layers/002/W_down"), 0.02 / std::sqrt(12.0), 2e-4);
   EXPECT_EQ(p[layout.Find("layers/000/attn_norm")->buffer_offset + 17], 1.0f);
   EXPECT_FLOAT_EQ(p[layout.Find("layers/005/s_QK")->buffer_offset + 3], std::log(std::sqrt(32.0f)));
+  EXPECT_EQ(p[layout.Find("layers/005/s_SS")->buffer_offset + 3], 1.0f);  // SSMax's s (docs/attention.md)
   EXPECT_EQ(p[layout.Find("embed/s_E")->buffer_offset], 0.0f);
   EXPECT_FLOAT_EQ(p[layout.Find("head/s_F")->buffer_offset], std::log(std::sqrt(128.0f)));
 }
@@ -238,7 +250,7 @@ class TransformerDecodeTest : public ::testing::TestWithParam<Switches> {};
 
 TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
   const Switches s = GetParam();
-  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm);
+  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm, s.attention);
   auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
   const std::vector<double> p = testing::PerturbedTransformerParams<double>(model->layout(), 41);
   const int64_t T = 70, V = dims.vocab, dE = dims.d_e;
@@ -275,11 +287,7 @@ TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
   std::printf("worst |log p| difference, decode vs full forward: %.3g\n", worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Switches, TransformerDecodeTest,
-                         ::testing::Values(Switches{false, false, false}, Switches{true, false, false},
-                                           Switches{false, true, false}, Switches{false, false, true},
-                                           Switches{true, true, true}),
-                         SwitchesName);
+INSTANTIATE_TEST_SUITE_P(Switches, TransformerDecodeTest, ::testing::ValuesIn(kCases), SwitchesName);
 
 // Greedy decoding with the cache picks, at every step, the argmax of the full forward
 // over the prefix (fp32, the model `generate` runs).

@@ -1,0 +1,46 @@
+// The Transformer baseline's attention mechanism (issue 30; the paper's controlled
+// comparison, Tables 7–8): the one switch that picks how a query's scores become its
+// weights. The definitions and their sources are in kernels/cpu/attention.h; each backend
+// has one switch over this enum in its score → weight map and in its backward
+// (kernels/cpu/attention.cc, kernels/cuda/attention.cu). Header-only: ModelDims
+// (common/config.h) holds one, the kernels read it from AttentionShape.
+#pragma once
+
+#include <string_view>
+
+namespace multiscreen {
+
+// Values match config.proto's ModelConfig.Attention (SOFTMAX = 1, ...).
+enum class AttentionKind {
+  kSoftmax = 1,    // softmax (today's baseline)
+  kSoftmax1 = 2,   // softmax + 1 in the denominator (Miller 2023)
+  kSsmax = 3,      // Scalable-Softmax (Nakanishi 2025): scores times s_h·log n_i
+  kSigmoid = 4,    // sigmoid attention with bias −log n_i (Ramapuram et al. 2024)
+  kEntmax15 = 5,   // 1.5-entmax (Peters et al. 2019)
+};
+
+// "softmax", "softmax1", "ssmax", "sigmoid", "entmax15" (the lower-case enum names).
+inline const char* AttentionKindName(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kSoftmax: return "softmax";
+    case AttentionKind::kSoftmax1: return "softmax1";
+    case AttentionKind::kSsmax: return "ssmax";
+    case AttentionKind::kSigmoid: return "sigmoid";
+    case AttentionKind::kEntmax15: return "entmax15";
+  }
+  return "unknown";
+}
+
+// The kind named `name` (AttentionKindName's spelling); false if none.
+inline bool ParseAttentionKind(std::string_view name, AttentionKind* kind) {
+  for (AttentionKind k : {AttentionKind::kSoftmax, AttentionKind::kSoftmax1, AttentionKind::kSsmax,
+                          AttentionKind::kSigmoid, AttentionKind::kEntmax15}) {
+    if (name == AttentionKindName(k)) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace multiscreen
