@@ -11,7 +11,11 @@ The model, for tokens t and x [B, T, d_E]:
   per layer:  a = rms_norm(x) * attn_norm;  q, k, v = a W_Q, a W_K, a W_V per head
               q, k = rope(q), rope(k)   (theta 10,000, half-split pairs p, p + d_h/2)
               qk_norm: q, k = unit rows, scale_h = e^{s_QK,h};  else scale = 1/sqrt(d_h)
-              x = x + softmax_causal(scale q k^T) v W_O
+              x = x + weights_causal(scale q k^T) v W_O, weights by the `attention` attribute
+              (issue 30; n_i = i + 1 keys seen by query i):
+                softmax;  softmax1: a zero logit appended to each row, then dropped;
+                ssmax: softmax(z * s_SS,h * log n_i);  sigmoid: sigmoid(z - log n_i);
+                entmax15: relu(z/2 - tau)^2, tau from the sorted row's closed form
               f = rms_norm(x) * ffn_norm;  x = x + (silu(f W_gate^T) * f W_up^T) W_down
   y = rms_norm(x) (no gain)           (pl_norm: y = x / ||x||)
   logits = y W_E^T                    (sio: e^{s_F} * y unit_rows(W_E)^T)
@@ -36,6 +40,7 @@ from multiscreen_twin import batch_from_tokens, read_tokens, unit_rows, write_ou
 
 RMS_EPS = 1e-6
 ROPE_THETA = 10000.0
+ATTENTIONS = ("softmax", "softmax1", "ssmax", "sigmoid", "entmax15")
 
 
 def load_weights(path):
@@ -57,6 +62,9 @@ def load_weights(path):
             cfg[key] = int(cfg[key])
         for key in ("qk_norm", "sio", "pl_norm"):
             cfg[key] = bool(int(cfg[key]))
+        cfg["attention"] = cfg.get("attention", "softmax")  # absent in older files
+        if cfg["attention"] not in ATTENTIONS:
+            raise ValueError(f"{path}: attention is {cfg['attention']!r}, not one of {ATTENTIONS}")
         cfg["d_h"] = cfg["d_e"] // cfg["n_heads"]
         cfg["d_ff"] = 8 * cfg["d_e"] // 3
         params = {}
@@ -74,6 +82,8 @@ def layer_param_names(cfg):
     names = ["attn_norm", "W_Q", "W_K", "W_V", "W_O"]
     if cfg["qk_norm"]:
         names.append("s_QK")
+    if cfg.get("attention") == "ssmax":
+        names.append("s_SS")
     return names + ["ffn_norm", "W_gate", "W_up", "W_down"]
 
 
@@ -88,7 +98,7 @@ def expected_shape(cfg, name):
     n_h, d_e, d_h, d_ff = cfg["n_heads"], cfg["d_e"], cfg["d_h"], cfg["d_ff"]
     return {
         "W_E": (cfg["vocab"], d_e), "s_E": (), "s_F": (),
-        "attn_norm": (d_e,), "ffn_norm": (d_e,), "s_QK": (n_h,),
+        "attn_norm": (d_e,), "ffn_norm": (d_e,), "s_QK": (n_h,), "s_SS": (n_h,),
         "W_Q": (n_h, d_e, d_h), "W_K": (n_h, d_e, d_h), "W_V": (n_h, d_e, d_h), "W_O": (n_h, d_h, d_e),
         "W_gate": (d_ff, d_e), "W_up": (d_ff, d_e), "W_down": (d_ff, d_e),
     }[name.rsplit("/", 1)[1]]
@@ -121,11 +131,43 @@ def attention(cfg, p, a):
     else:
         scale = 1.0 / math.sqrt(cfg["d_h"])
     s = scale * torch.einsum("bhik,bhjk->bhij", q, k)
-    T = a.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    s = s.masked_fill(~causal, float("-inf"))
-    o = torch.einsum("bhij,bhjk->bhik", torch.softmax(s, dim=-1), v)
+    o = torch.einsum("bhij,bhjk->bhik", weights(cfg, p, s), v)
     return torch.einsum("bhtk,hke->bte", o, p["W_O"])
+
+
+def weights(cfg, p, z):
+    """Scores z [B, H, T, T] (scale applied) -> causal weights by cfg["attention"]."""
+    T = z.shape[-1]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    log_n = torch.log(torch.arange(1, T + 1, dtype=z.dtype))[:, None]  # [T, 1]: log(i + 1)
+    kind = cfg["attention"]
+    if kind == "ssmax":
+        z = z * p["s_SS"][None, :, None, None] * log_n
+    if kind in ("softmax", "ssmax"):
+        return torch.softmax(z.masked_fill(~causal, float("-inf")), dim=-1)
+    if kind == "softmax1":
+        z = torch.cat([z.masked_fill(~causal, float("-inf")), torch.zeros_like(z[..., :1])], dim=-1)
+        return torch.softmax(z, dim=-1)[..., :T]
+    if kind == "sigmoid":
+        return torch.sigmoid(z - log_n).masked_fill(~causal, 0.0)
+    return entmax15(z / 2, causal)
+
+
+def entmax15(y, mask):
+    """relu(y - tau)^2 with sum 1 over the unmasked y of each row: the row sorted in
+    decreasing order u, tau_k = mean_k - sqrt((1 - (sum_k u^2 - k mean_k^2)) / k) for the
+    top k, tau = tau_k at the largest k with tau_k <= u_k; autograd through the sort."""
+    u, _ = torch.sort(y.masked_fill(~mask, float("-inf")), dim=-1, descending=True)
+    finite = torch.isfinite(u)
+    u0 = torch.where(finite, u, torch.zeros_like(u))
+    k = torch.arange(1, y.shape[-1] + 1, dtype=y.dtype)
+    mean = torch.cumsum(u0, -1) / k
+    delta = (1 - (torch.cumsum(u0 * u0, -1) - k * mean * mean)) / k
+    tau_k = mean - torch.sqrt(torch.where(delta > 0, delta, torch.ones_like(delta)))
+    ok = finite & (delta >= 0) & (tau_k <= u0)
+    k_star = torch.max(torch.where(ok, k.to(torch.int64), torch.zeros_like(k, dtype=torch.int64)), dim=-1).values
+    tau = torch.gather(tau_k, -1, (k_star - 1)[..., None])
+    return torch.relu(y - tau).masked_fill(~mask, 0.0) ** 2
 
 
 def ffn(p, f):

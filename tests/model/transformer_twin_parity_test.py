@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Parity of `multiscreen forward` (C++) with the Transformer twin (tools/transformer_twin.py)
-for every combination of the switches qk_norm, sio, pl_norm.
+for every combination of the switches qk_norm, sio, pl_norm, and each attention mechanism
+(issue 30: softmax1, ssmax, sigmoid, entmax15 plain; ssmax also with qk_norm and sio).
 
 For each combination: a tiny Transformer model file (2 layers, 2 heads of width 4,
 d_E = 8, d_ff = 21, V = 37) with the switches set, `multiscreen init`, weights perturbed
@@ -48,6 +49,7 @@ vocab: 37
 qk_norm: {qk_norm}
 sio: {sio}
 pl_norm: {pl_norm}
+attention: {attention}
 """
 
 
@@ -68,7 +70,7 @@ def perturb(path, rng):
                 v = v * 12.0
             elif leaf in ("attn_norm", "ffn_norm"):
                 v = v * rng.uniform(0.5, 1.5, v.shape)
-            else:  # s_QK, s_E, s_F
+            else:  # s_QK, s_SS, s_E, s_F
                 v = v + rng.normal(0.0, 0.4, np.shape(v))
             obj[...] = np.asarray(v, dtype=np.float32)
         f.visititems(edit)
@@ -102,18 +104,21 @@ def main():
     exe = os.path.abspath(p.parse_args().multiscreen)
     failures, summary = [], []
     with tempfile.TemporaryDirectory(prefix="transformer_parity_") as tmp:
-        for i, (qk, sio, pl) in enumerate(itertools.product((0, 1), repeat=3)):
-            tag = f"qk{qk}_sio{sio}_pl{pl}"
+        cases = [(qk, sio, pl, "SOFTMAX") for qk, sio, pl in itertools.product((0, 1), repeat=3)]
+        cases += [(0, 0, 0, kind) for kind in ("SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15")] + [(1, 1, 0, "SSMAX")]
+        for i, (qk, sio, pl, attention) in enumerate(cases):
+            tag = f"qk{qk}_sio{sio}_pl{pl}" + ("" if attention == "SOFTMAX" else f"_{attention.lower()}")
             rng = np.random.default_rng(100 + i)
             model = os.path.join(tmp, f"{tag}.textproto")
             with open(model, "w") as f:
                 f.write(MODEL.format(tag=tag, qk_norm=str(bool(qk)).lower(), sio=str(bool(sio)).lower(),
-                                     pl_norm=str(bool(pl)).lower()))
+                                     pl_norm=str(bool(pl)).lower(), attention=attention))
             weights = os.path.join(tmp, f"{tag}.h5")
             run([exe, "init", f"--model={model}", f"--seed={7 + i}", f"--out={weights}"])
             perturb(weights, rng)
             cfg, params = twin.load_weights(weights)
             assert (cfg["qk_norm"], cfg["sio"], cfg["pl_norm"]) == (bool(qk), bool(sio), bool(pl))
+            assert cfg["attention"] == attention.lower(), cfg["attention"]
             tokens_path = os.path.join(tmp, f"{tag}.bin")
             write_tokens(tokens_path, rng.integers(0, cfg["vocab"], size=B * (T + 1)))
             ref = twin.loss_and_grads(cfg, params, twin.read_tokens(tokens_path), B, T)
@@ -133,7 +138,7 @@ def main():
     if failures:
         print(f"FAILED ({len(failures)}):\n  " + "\n  ".join(failures))
         return 1
-    print(f"PASSED: every switch combination within {TOL['fp64']:.0e} (fp64) and {TOL['fp32']:.0e} (fp32)")
+    print(f"PASSED: every switch combination and attention mechanism within {TOL['fp64']:.0e} (fp64) and {TOL['fp32']:.0e} (fp32)")
     return 0
 
 
