@@ -1,4 +1,4 @@
-// `multiscreen eval ppl|abcdigits|passkey|ttft|relevance …`: the paper's evaluations of a trained
+// `multiscreen eval ppl|abcdigits|passkey|ttft|relevance|choice …`: the paper's evaluations of a trained
 // model (spec "Evaluations", issue 16). Each reads --checkpoint=DIR or --weights=FILE.h5,
 // applies the inference window rule (expansion past --train_len; --as_learned keeps every
 // w), writes JSON (and CSV where a table fits) into --out, prints a summary, and with
@@ -37,6 +37,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "data/token_file.h"
 #include "eval/abcdigits.h"
+#include "eval/choice.h"
 #include "eval/model_runner.h"
 #include "eval/passkey.h"
 #include "eval/position_loss.h"
@@ -64,6 +65,7 @@ ABSL_FLAG(int64_t, repeats, 5, "eval ttft: timed prefills");
 ABSL_FLAG(std::string, text, "", "eval relevance: a UTF-8 text file to inspect");
 ABSL_FLAG(std::string, layers, "", "eval relevance: layers whose maps are written (comma-separated; empty: all)");
 ABSL_FLAG(std::string, map_tiles, "", "eval relevance: tiles of those layers whose maps are written (empty: all)");
+ABSL_FLAG(std::string, task, "", "eval choice: the benchmark's JSONL file (one item per line)");
 ABSL_FLAG(bool, plot, false, "draw PNG figures with tools/plot_eval.py (python3-matplotlib)");
 ABSL_FLAG(bool, resume, false, "continue the evaluation whose partial results are in --out");
 
@@ -74,6 +76,7 @@ ABSL_DECLARE_FLAG(bool, as_learned);
 ABSL_DECLARE_FLAG(int64_t, warmup);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, data);
+ABSL_DECLARE_FLAG(std::string, format);
 
 namespace multiscreen::cli {
 namespace {
@@ -862,6 +865,83 @@ int Relevance(const std::vector<std::string>& given) {
   return 0;
 }
 
+// ---- choice: zero-shot multiple choice (eval/choice.h) -----------------------------------
+
+int Choice(const std::vector<std::string>& given) {
+  const std::string task = absl::GetFlag(FLAGS_task);
+  if (task.empty()) return Fail("eval choice", absl::InvalidArgumentError("--task=FILE.jsonl is required"));
+  if (!Given(given, "format")) {
+    return Fail("eval choice", absl::InvalidArgumentError("--format=hellaswag|piqa|arc|winogrande is required"));
+  }
+  auto format = eval::ParseChoiceFormat(absl::GetFlag(FLAGS_format));
+  if (!format.ok()) return Fail("eval choice", format.status());
+  if (!fs::is_regular_file(task)) return Fail("eval choice", absl::NotFoundError(absl::StrCat("--task=", task, ": not a regular file")));
+  if (absl::GetFlag(FLAGS_seq_len) < 0) return Fail("eval choice", absl::InvalidArgumentError("--seq_len must be >= 0 (0: the training length)"));
+  auto items = eval::ReadChoiceFile(task, *format);
+  if (!items.ok()) return Fail("eval choice", items.status());
+  auto setup = Setup(given, true);
+  if (!setup.ok()) return Fail("eval choice", setup.status());
+  // The window of one scored sequence: --seq_len, else the training length (lm-eval's
+  // max_length is the model's trained context).
+  const int64_t max_len = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : setup->options.train_len;
+  eval::ModelRunner runner(setup->weights, setup->options);
+  const int64_t avail = eval::AvailableMemoryBytes(), need = runner.FullPassBytes(max_len);
+  if (avail > 0 && need > avail) {
+    return Fail("eval choice", absl::ResourceExhaustedError(absl::StrCat("--seq_len=", max_len, ": the full pass needs about ",
+                                                                         GiB(need), ", ", GiB(avail), " available")));
+  }
+  const int32_t eos = static_cast<int32_t>(setup->weights.dims.eos_token);
+  const eval::TokenLossFn losses = [&runner](const int32_t* ids, int64_t n, float* out) { runner.TokenLossesFull(ids, n, out); };
+  const std::string stem = fs::path(task).stem().string();
+  const std::string items_path = absl::StrCat(setup->out, "/choice_", stem, ".jsonl");
+  const std::string summary_path = absl::StrCat(setup->out, "/choice_", stem, ".json");
+  std::ofstream per_item(items_path, std::ios::trunc);
+  if (!per_item) return Fail("eval choice", absl::InvalidArgumentError(absl::StrCat("--out: ", items_path, ": cannot write")));
+  std::vector<eval::ChoiceScore> scores;
+  const auto start = Clock::now();
+  auto last_report = start;
+  for (size_t i = 0; i < items->size(); ++i) {
+    const eval::ChoiceItem& item = (*items)[i];
+    auto score = eval::ScoreChoiceItem(item, absl::StrCat(task, ":", item.line), *setup->tokenizer, eos, max_len, losses);
+    if (!score.ok()) return Fail("eval choice", score.status());
+    per_item << json({{"index", i}, {"line", item.line}, {"loglik", score->loglik}, {"tokens", score->tokens},
+                      {"chars", score->chars}, {"pred", score->pred}, {"pred_norm", score->pred_norm}, {"gold", item.gold},
+                      {"correct", score->pred == item.gold}, {"correct_norm", score->pred_norm == item.gold},
+                      {"truncated", score->truncated}})
+                    .dump()
+             << "\n";
+    scores.push_back(std::move(*score));
+    if (Seconds(last_report) > 10) {
+      last_report = Clock::now();
+      const double rate = (i + 1) / Seconds(start);
+      std::fprintf(stderr, "eval choice: %zu/%zu items, %.1f items/s, ETA %s\n", i + 1, items->size(), rate,
+                   Duration((items->size() - i - 1) / rate).c_str());
+    }
+  }
+  per_item.close();
+  if (!per_item) return Fail("eval choice", absl::DataLossError(absl::StrCat("--out: ", items_path, ": write failed")));
+  const eval::ChoiceSummary sum = eval::SummarizeChoices(*items, scores);
+  auto number = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json result = SetupJson(*setup);
+  result.update({{"task", task}, {"format", eval::ChoiceFormatName(*format)}, {"seq_len", max_len}, {"n", sum.n},
+                 {"acc", number(sum.acc)}, {"acc_stderr", number(sum.acc_stderr)}, {"acc_norm", number(sum.acc_norm)},
+                 {"acc_norm_stderr", number(sum.acc_norm_stderr)}, {"correct", sum.correct}, {"correct_norm", sum.correct_norm},
+                 {"truncated", sum.truncated}, {"seconds", Seconds(start)}, {"items", items_path}});
+  if (auto s = WriteTextFile(summary_path, result.dump(1)); !s.ok()) return Fail("eval choice", s);
+  std::printf("eval choice: %s, %lld items of %s (%s format), %s windows (train_len %lld), seq_len %lld, %s\n",
+              setup->weights.dims.name.c_str(), static_cast<long long>(sum.n), task.c_str(), eval::ChoiceFormatName(*format),
+              setup->options.expand_windows ? "expanded" : "as-learned", static_cast<long long>(setup->options.train_len),
+              static_cast<long long>(max_len), Duration(Seconds(start)).c_str());
+  std::printf("  acc      %.4f ± %.4f (%lld correct)\n", sum.acc, sum.acc_stderr, static_cast<long long>(sum.correct));
+  std::printf("  acc_norm %.4f ± %.4f (%lld correct)\n", sum.acc_norm, sum.acc_norm_stderr, static_cast<long long>(sum.correct_norm));
+  if (sum.truncated > 0) {
+    std::printf("  context cut on the left to fit --seq_len=%lld: %lld of %lld items\n", static_cast<long long>(max_len),
+                static_cast<long long>(sum.truncated), static_cast<long long>(sum.n));
+  }
+  std::printf("  results: %s, %s\n", summary_path.c_str(), items_path.c_str());
+  return 0;
+}
+
 constexpr char kUsage[] =
     "usage: multiscreen eval ppl (--checkpoint=DIR | --weights=W.h5) --data=FILE --seq_len=N --out=DIR [--documents=K\n"
     "                            --stride=S --stream --method=auto|full|decode --train_len=T --as_learned --plot --resume]\n"
@@ -870,12 +950,14 @@ constexpr char kUsage[] =
     "       multiscreen eval abcdigits --generate_only --mode=lines|tokens --length=N --depth=D --instances=K --dump=F.jsonl\n"
     "       multiscreen eval passkey (--checkpoint=DIR | --weights=W.h5) --out=DIR [--contexts= --depths= --instances= --dump=]\n"
     "       multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N --out=DIR [--repeats=5 --warmup=2 --threads=]\n"
-    "       multiscreen eval relevance (--checkpoint=DIR | --weights=W.h5) --text=FILE --out=DIR [--layers=0,3 --map_tiles=0,7 --plot]\n";
+    "       multiscreen eval relevance (--checkpoint=DIR | --weights=W.h5) --text=FILE --out=DIR [--layers=0,3 --map_tiles=0,7 --plot]\n"
+    "       multiscreen eval choice (--checkpoint=DIR | --weights=W.h5) --task=FILE.jsonl --format=hellaswag|piqa|arc|winogrande\n"
+    "                            --out=DIR [--seq_len=N]\n";
 
 }  // namespace
 
 int EvalCommand(int argc, char** argv) {
-  if (argc < 2) return Fail("eval", absl::InvalidArgumentError("expected a subcommand: ppl, abcdigits, passkey, ttft or relevance"));
+  if (argc < 2) return Fail("eval", absl::InvalidArgumentError("expected a subcommand: ppl, abcdigits, passkey, ttft, relevance or choice"));
   const std::string sub = argv[1];
   if (sub == "--help" || sub == "-h" || sub == "help") {
     std::printf("%s", kUsage);
@@ -892,9 +974,11 @@ int EvalCommand(int argc, char** argv) {
     accepted.insert(accepted.end(), {"context", "repeats", "warmup", "device", "threads", "generator_seed"});
   } else if (sub == "relevance") {
     accepted.insert(accepted.end(), {"text", "layers", "map_tiles", "plot"});
+  } else if (sub == "choice") {
+    accepted.insert(accepted.end(), {"task", "format", "seq_len"});
   } else {
     return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub,
-                                                                "': expected ppl, abcdigits, passkey, ttft or relevance")));
+                                                                "': expected ppl, abcdigits, passkey, ttft, relevance or choice")));
   }
   // ParseFlags takes an initializer_list; check the given flags against `accepted` here.
   const std::vector<std::string> given = GivenFlags(argc - 1, argv + 1);
@@ -908,7 +992,7 @@ int EvalCommand(int argc, char** argv) {
                                  {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer", "data", "seq_len",
                                   "documents", "stride", "stream", "method", "plot", "resume", "contexts", "depths", "instances",
                                   "dump", "generator_seed", "generate_only", "mode", "length", "depth", "context", "repeats",
-                                  "warmup", "device", "threads", "text", "layers", "map_tiles"},
+                                  "warmup", "device", "threads", "text", "layers", "map_tiles", "task", "format"},
                                  &args);
       !s.ok()) {
     return Fail("eval", s);
@@ -918,6 +1002,7 @@ int EvalCommand(int argc, char** argv) {
   if (sub == "abcdigits") return AbcDigits(given);
   if (sub == "passkey") return Passkey(given);
   if (sub == "relevance") return Relevance(given);
+  if (sub == "choice") return Choice(given);
   return Ttft(given);
 }
 

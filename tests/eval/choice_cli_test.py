@@ -1,0 +1,225 @@
+#!/usr/bin/python3
+"""`multiscreen eval choice` end to end (issue 30) on tiny models with GPT-2's vocabulary:
+the hand-made items of tests/eval/testdata/choice_*.jsonl in the four formats. Every
+per-choice log-likelihood is recomputed here without the code under test: the prompts
+are built in Python from the published fields (lm-evaluation-harness's rules, written
+out below), tokenized by `multiscreen tokenize`, and scored by `multiscreen forward`'s
+per-token losses of each whole sequence; acc and acc_norm (per character) follow from
+those sums with numpy. Also: left truncation at --seq_len, the Transformer baseline, and
+one-line errors (a malformed line names file:line and the field).
+
+Run: /usr/bin/python3 tests/eval/choice_cli_test.py --multiscreen=build/multiscreen --source=.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+from random_tokens import write_tokens  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, ".."))
+from cli_errors import OneLineErrors  # noqa: E402
+
+BIN = None
+SOURCE = None
+EOS = 50256
+
+MODELS = {
+    "gpt2_tiny": 'name: "tiny_gpt2_vocab"\nfamily: MULTISCREEN\npsi: 2\nd_e: 16\nd_k: 4\nd_v: 6\nw_th: 8\n',
+    "gpt2_tiny_transformer": 'name: "tiny_gpt2_transformer"\nfamily: TRANSFORMER\nn_layers: 2\nn_heads: 2\nd_e: 16\n',
+}
+
+
+def run(*args, stdin=None, timeout=120):
+    return subprocess.run([BIN, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+# ---- the prompts, from the published fields (lm-eval's task definitions) ----------------
+def hellaswag_preprocess(text):
+    text = text.strip().replace(" [title]", ". ")
+    text = re.sub("\\[.*?\\]", "", text)
+    return text.replace("  ", " ")
+
+
+def candidates(fmt, d):
+    """[(context, choice)] per candidate, the gold index, and whether the continuation is
+    shared (WinoGrande's partial scoring)."""
+    if fmt == "hellaswag":
+        ctx = d["ctx_a"] + " " + d["ctx_b"].capitalize() if "ctx_a" in d else d["ctx"]
+        if "activity_label" in d:
+            ctx = d["activity_label"] + ": " + ctx
+        ctx = hellaswag_preprocess(ctx)
+        return [(ctx, hellaswag_preprocess(e)) for e in d["endings"]], int(d["label"])
+    if fmt == "piqa":
+        ctx = "Question: " + d["goal"] + "\nAnswer:"
+        return [(ctx, d["sol1"]), (ctx, d["sol2"])], int(d["label"])
+    if fmt == "arc":
+        if isinstance(d["question"], dict):
+            stem, texts = d["question"]["stem"], [c["text"] for c in d["question"]["choices"]]
+            labels = [c["label"] for c in d["question"]["choices"]]
+        else:
+            stem, texts, labels = d["question"], d["choices"]["text"], d["choices"]["label"]
+        letter = {"1": "A", "2": "B", "3": "C", "4": "D", "5": "E"}
+        gold = [letter.get(l, l) for l in labels].index(letter.get(d["answerKey"], d["answerKey"]))
+        return [("Question: " + stem + "\nAnswer:", t) for t in texts], gold
+    # winogrande: the sentence up to "_" with the option, then the rest after "_"
+    i = d["sentence"].index("_")
+    rest = d["sentence"][i + 1:].strip()
+    return [(d["sentence"][:i] + d["option1"], rest), (d["sentence"][:i] + d["option2"], rest)], int(d["answer"]) - 1
+
+
+class ChoiceCliTest(OneLineErrors):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.tokenizer = os.path.join(SOURCE, "data_cache", "gpt2")
+        self.cache = {}
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def init(self, model, seed=3):
+        path = os.path.join(self.dir, MODELS[model].split('"')[1] + ".textproto")
+        with open(path, "w") as f:
+            f.write(MODELS[model])
+        w = os.path.join(self.dir, f"{model}_{seed}.h5")
+        r = run("init", f"--model={path}", f"--seed={seed}", f"--out={w}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return w
+
+    def encode(self, text):
+        if text not in self.cache:
+            r = run("tokenize", f"--tokenizer={self.tokenizer}", stdin=text)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.cache[text] = [int(t) for t in r.stdout.split()]
+        return self.cache[text]
+
+    def forward_losses(self, w, ids):
+        """`forward`'s token losses of one sequence: −log p(ids[i+1] | ids[..i])."""
+        t = os.path.join(self.dir, "seq.bin")
+        write_tokens(t, np.asarray(ids))
+        out = os.path.join(self.dir, "fwd.h5")
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=1", f"--seq_len={len(ids) - 1}", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with h5py.File(out) as f:
+            return f["token_losses"][()][0].astype(np.float64)
+
+    def expected(self, w, fmt, path, seq_len=4096):
+        """Per item: the log-likelihoods, gold, and len(choice), computed here."""
+        items = []
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                cands, gold = candidates(fmt, json.loads(line))
+                lls, lens = [], []
+                for ctx, choice in cands:
+                    cont = " " + choice
+                    n = len(ctx) - len(ctx.rstrip())  # trailing whitespace goes with the continuation
+                    if n:
+                        ctx, cont = ctx[:-n], ctx[-n:] + cont
+                    ctx_ids, whole = self.encode(ctx), self.encode(ctx + cont)
+                    n_cont = len(whole) - len(ctx_ids)
+                    seq = whole[-(seq_len + 1):]
+                    losses = self.forward_losses(w, seq)
+                    lls.append(-losses[-n_cont:].sum())
+                    lens.append(len(choice))
+                items.append((np.array(lls), gold, np.array(lens, dtype=np.float64)))
+        return items
+
+    def choice(self, w, fmt, path, *extra):
+        out = os.path.join(self.dir, "out")
+        r = run("eval", "choice", f"--weights={w}", f"--task={path}", f"--format={fmt}", f"--out={out}",
+                f"--tokenizer={self.tokenizer}", *extra)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        stem = os.path.splitext(os.path.basename(path))[0]
+        with open(os.path.join(out, f"choice_{stem}.json")) as f:
+            summary = json.load(f)
+        with open(os.path.join(out, f"choice_{stem}.jsonl")) as f:
+            rows = [json.loads(l) for l in f]
+        return summary, rows, r
+
+    def check(self, w, fmt, *extra, seq_len=4096):
+        path = os.path.join(HERE, "testdata", f"choice_{fmt}.jsonl")
+        summary, rows, r = self.choice(w, fmt, path, *extra)
+        want = self.expected(w, fmt, path, seq_len)
+        self.assertEqual(len(rows), len(want))
+        acc = acc_norm = 0
+        for row, (lls, gold, lens) in zip(rows, want):
+            np.testing.assert_allclose(row["loglik"], lls, rtol=0, atol=2e-4, err_msg=f"{fmt} item {row['index']}")
+            self.assertEqual(row["gold"], gold)
+            self.assertEqual(row["chars"], lens.astype(int).tolist())
+            self.assertEqual(row["pred"], int(np.argmax(lls)))
+            self.assertEqual(row["pred_norm"], int(np.argmax(lls / lens)))
+            acc += int(np.argmax(lls)) == gold
+            acc_norm += int(np.argmax(lls / lens)) == gold
+        n = len(want)
+        self.assertEqual(summary["n"], n)
+        self.assertAlmostEqual(summary["acc"], acc / n)
+        self.assertAlmostEqual(summary["acc_norm"], acc_norm / n)
+        p = acc / n
+        self.assertAlmostEqual(summary["acc_stderr"], np.sqrt(p * (1 - p) / (n - 1)))
+        self.assertEqual(summary["format"], fmt)
+        return summary, rows, r
+
+    def test_each_format_scores_the_continuations_forward_scores(self):
+        w = self.init("gpt2_tiny")
+        for fmt in ("hellaswag", "piqa", "arc", "winogrande"):
+            with self.subTest(fmt=fmt):
+                summary, rows, r = self.check(w, fmt)
+                self.assertIn("acc_norm", r.stdout)
+                self.assertEqual(summary["truncated"], 0)
+        # HellaSwag's third item has an ending with "é": 23 characters, 24 bytes.
+        _, rows, _ = self.check(w, "hellaswag")
+        self.assertEqual(rows[2]["chars"][3], len("Café au lait is served."))
+
+    def test_long_contexts_are_cut_on_the_left(self):
+        w = self.init("gpt2_tiny")
+        # Item 1's longest sequence has 12 tokens, item 2's 23 (a 12-token continuation).
+        summary, rows, r = self.check(w, "piqa", "--seq_len=14", seq_len=14)
+        self.assertEqual(summary["truncated"], 1)
+        self.assertEqual([row["truncated"] for row in rows], [False, True])
+        self.assertIn("context cut on the left to fit --seq_len=14: 1 of 2 items", r.stdout)
+
+    def test_the_transformer_baseline_is_scored_the_same_way(self):
+        w = self.init("gpt2_tiny_transformer")
+        self.check(w, "winogrande")
+        self.check(w, "arc")
+
+    def test_errors_are_one_line(self):
+        w = self.init("gpt2_tiny")
+        bad = os.path.join(self.dir, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write('{"goal": "g", "sol1": "a", "sol2": "b", "label": 0}\n\n{"goal": "g", "sol1": "a", "label": 0}\n')
+        out = os.path.join(self.dir, "o")
+        r = run("eval", "choice", f"--weights={w}", f"--task={bad}", "--format=piqa", f"--out={out}")
+        self.assert_one_line_error(r, f"{bad}:3: field \"sol2\": expected a string (missing)")
+        r = run("eval", "choice", f"--weights={w}", f"--task={bad}", "--format=mmlu", f"--out={out}")
+        self.assert_one_line_error(r, "--format=mmlu: expected hellaswag, piqa, arc or winogrande")
+        r = run("eval", "choice", f"--weights={w}", f"--task={bad}", f"--out={out}")
+        self.assert_one_line_error(r, "--format=hellaswag|piqa|arc|winogrande is required")
+        r = run("eval", "choice", f"--weights={w}", "--format=piqa", f"--out={out}")
+        self.assert_one_line_error(r, "--task=FILE.jsonl is required")
+        piqa = os.path.join(HERE, "testdata", "choice_piqa.jsonl")
+        r = run("eval", "choice", f"--weights={w}", f"--task={piqa}", "--format=piqa", f"--out={out}", "--seq_len=3",
+                f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, f"{piqa}:1: choice 1: the continuation has 4 tokens, more than the 3 positions of --seq_len")
+        r = run("eval", "choice", f"--weights={w}", f"--task={piqa}", "--format=piqa", f"--out={out}", "--stride=2")
+        self.assert_one_line_error(r, "--stride is not a flag of 'eval choice'")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    p.add_argument("--source", required=True)
+    args, rest = p.parse_known_args()
+    BIN, SOURCE = os.path.abspath(args.multiscreen), os.path.abspath(args.source)
+    unittest.main(argv=[sys.argv[0]] + rest)
