@@ -62,19 +62,93 @@ __device__ inline void StoreRow(const double* x, int64_t dh, float* row) {
   }
 }
 
-// One warp per query: the online softmax over keys 0..i, then o_i and lse_i.
+// The mechanism's switches (kernels/cpu/attention.h), as the CPU's kernels/cpu/attention.cc.
+__device__ inline bool SoftmaxLike(AttentionKind kind) {
+  return kind == AttentionKind::kSoftmax || kind == AttentionKind::kSoftmax1 || kind == AttentionKind::kSsmax;
+}
+
+// SSMax's length factor log n_i of query position t, 1 for the others.
+__device__ inline double LengthFactor(AttentionKind kind, int64_t t) {
+  return kind == AttentionKind::kSsmax ? log(double(t + 1)) : 1.0;
+}
+
+__device__ inline double SigmoidOf(double x) {
+  if (x >= 0) return 1.0 / (1.0 + exp(-x));
+  const double e = exp(x);
+  return e / (1.0 + e);
+}
+
+// p_ij from z_ij, the row statistic (lse or entmax's τ) and n_i = t + 1.
+__device__ inline double Weight(AttentionKind kind, double z, double stat, int64_t n) {
+  if (SoftmaxLike(kind)) return exp(z - stat);
+  if (kind == AttentionKind::kSigmoid) return SigmoidOf(z - log(double(n)));
+  const double t = 0.5 * z - stat;  // entmax 1.5
+  return t > 0 ? t * t : 0.0;
+}
+
+// ∂L/∂z_ij from p_ij, dp_ij and the row's D_i.
+__device__ inline double ScoreGrad(AttentionKind kind, double p, double dp, double d) {
+  if (SoftmaxLike(kind)) return p * (dp - d);
+  if (kind == AttentionKind::kSigmoid) return dp * p * (1.0 - p);
+  return sqrt(p) * (dp - d);  // entmax 1.5: √p (dp − Σ√p dp / Σ√p)
+}
+
+// Entmax 1.5's τ of query t (Σ_j max(0, z_j/2 − τ)² = 1, z_j = sc q·k_j): bisection on
+// [max − 1, max] of y = z/2 for the support, then τ exactly from the support's sums
+// (the CPU's Entmax15Threshold sorts instead).
+__device__ double EntmaxThreshold(const double* qi, const float* k, int64_t base, int64_t t, int64_t ld, int64_t dh,
+                                  double sc) {
+  double y_max = -CUDART_INF;
+  for (int64_t j = 0; j <= t; ++j) y_max = fmax(y_max, 0.5 * sc * WarpDot(qi, k + base + j * ld, dh));
+  double lo = y_max - 1.0, hi = y_max;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    double mass = 0;
+    for (int64_t j = 0; j <= t; ++j) {
+      const double d = 0.5 * sc * WarpDot(qi, k + base + j * ld, dh) - mid;
+      if (d > 0) mass += d * d;
+    }
+    if (mass > 1) lo = mid; else hi = mid;
+  }
+  double s1 = 0, s2 = 0, n = 0;
+  for (int64_t j = 0; j <= t; ++j) {
+    const double y = 0.5 * sc * WarpDot(qi, k + base + j * ld, dh);
+    if (y > lo) s1 += y, s2 += y * y, n += 1;
+  }
+  const double mean = s1 / n, delta = (1.0 - (s2 - n * mean * mean)) / n;
+  return mean - sqrt(fmax(delta, 0.0));
+}
+
+// One warp per query: the weights over keys 0..i (an online softmax for the softmax
+// kinds), then o_i and the row statistic.
 __global__ void ForwardKernel(const float* q, const float* k, const float* v, const double* scale, float* o,
-                              double* lse, int64_t rows, int64_t T, int64_t H, int64_t dh) {
+                              double* lse, int64_t rows, int64_t T, int64_t H, int64_t dh, AttentionKind kind) {
   const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (g >= rows) return;
   const RowIndex r = IndexOf(g, T, H, dh);
   const int64_t ld = H * dh;
-  const double sc = scale[r.bh % H];
+  const double sc = scale[r.bh % H] * LengthFactor(kind, r.t);
   double qi[kPerLane], acc[kPerLane];
   LoadRow(q + r.base + r.t * ld, dh, qi);
 #pragma unroll
   for (int u = 0; u < kPerLane; ++u) acc[u] = 0;
-  double m = -CUDART_INF, l = 0;
+  if (!SoftmaxLike(kind)) {  // sigmoid, entmax: each weight on its own, no rescaling
+    const double stat = kind == AttentionKind::kEntmax15 ? EntmaxThreshold(qi, k, r.base, r.t, ld, dh, sc) : 0.0;
+    for (int64_t j = 0; j <= r.t; ++j) {
+      const double p = Weight(kind, sc * WarpDot(qi, k + r.base + j * ld, dh), stat, r.t + 1);
+      const float* vj = v + r.base + j * ld;
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int64_t c = threadIdx.x + int64_t(u) * kWarp;
+        if (c < dh) acc[u] += p * double(vj[c]);
+      }
+    }
+    StoreRow(acc, dh, o + r.base + r.t * ld);
+    if (threadIdx.x == 0) lse[g] = stat;
+    return;
+  }
+  // softmax1's extra e^0 in the denominator: the running max and sum start at 0 and 1.
+  double m = kind == AttentionKind::kSoftmax1 ? 0.0 : -CUDART_INF, l = kind == AttentionKind::kSoftmax1 ? 1.0 : 0.0;
   for (int64_t j = 0; j <= r.t; ++j) {
     const double s = sc * WarpDot(qi, k + r.base + j * ld, dh);
     const double m_new = fmax(m, s), rescale = exp(m - m_new), p = exp(s - m_new);
@@ -93,16 +167,32 @@ __global__ void ForwardKernel(const float* q, const float* k, const float* v, co
   if (threadIdx.x == 0) lse[g] = m + log(l);
 }
 
-// D_i = ∂L/∂o_i · o_i, one warp per query.
-__global__ void DeltaKernel(const float* o, const float* d_o, double* delta, int64_t rows, int64_t T, int64_t H,
-                            int64_t dh) {
+// The row constant D_i, one warp per query: softmax kinds ∂L/∂o_i · o_i; entmax
+// Σ_j √p_ij dp_ij / Σ_j √p_ij (a pass over the keys); sigmoid 0.
+__global__ void DeltaKernel(const float* q, const float* k, const float* v, const float* o, const float* d_o,
+                            const double* lse, const double* scale, double* delta, int64_t rows, int64_t T, int64_t H,
+                            int64_t dh, AttentionKind kind) {
   const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (g >= rows) return;
   const RowIndex r = IndexOf(g, T, H, dh);
   const int64_t ld = H * dh;
   double doi[kPerLane];
   LoadRow(d_o + r.base + r.t * ld, dh, doi);
-  const double d = WarpDot(doi, o + r.base + r.t * ld, dh);
+  double d = 0;
+  if (SoftmaxLike(kind)) {
+    d = WarpDot(doi, o + r.base + r.t * ld, dh);
+  } else if (kind == AttentionKind::kEntmax15) {
+    double qi[kPerLane];
+    LoadRow(q + r.base + r.t * ld, dh, qi);
+    const double sc = scale[r.bh % H], tau = lse[g];
+    double gdp = 0, gsum = 0;
+    for (int64_t j = 0; j <= r.t; ++j) {
+      const double t = 0.5 * sc * WarpDot(qi, k + r.base + j * ld, dh) - tau;
+      const double dp = WarpDot(doi, v + r.base + j * ld, dh);
+      if (t > 0) gdp += t * dp, gsum += t;
+    }
+    d = gdp / gsum;
+  }
   if (threadIdx.x == 0) delta[g] = d;
 }
 
@@ -110,12 +200,12 @@ __global__ void DeltaKernel(const float* o, const float* d_o, double* delta, int
 // with ∂L/∂s_ij = p_ij (∂L/∂o_i·v_j − D_i).
 __global__ void QueryGradKernel(const float* q, const float* k, const float* v, const float* d_o, const double* lse,
                                 const double* delta, const double* scale, float* dq, double* parts, int64_t rows,
-                                int64_t T, int64_t H, int64_t dh) {
+                                int64_t T, int64_t H, int64_t dh, AttentionKind kind) {
   const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (g >= rows) return;
   const RowIndex r = IndexOf(g, T, H, dh);
   const int64_t ld = H * dh;
-  const double sc = scale[r.bh % H], lse_i = lse[g], d_i = delta[g];
+  const double lambda = LengthFactor(kind, r.t), sc = scale[r.bh % H] * lambda, lse_i = lse[g], d_i = delta[g];
   double qi[kPerLane], doi[kPerLane], gq[kPerLane];
   LoadRow(q + r.base + r.t * ld, dh, qi);
   LoadRow(d_o + r.base + r.t * ld, dh, doi);
@@ -125,9 +215,9 @@ __global__ void QueryGradKernel(const float* q, const float* k, const float* v, 
   for (int64_t j = 0; j <= r.t; ++j) {
     const float* kj = k + r.base + j * ld;
     const double dot = WarpDot(qi, kj, dh);
-    const double p = exp(sc * dot - lse_i);
-    const double ds = p * (WarpDot(doi, v + r.base + j * ld, dh) - d_i);
-    g_scale += ds * dot;
+    const double p = Weight(kind, sc * dot, lse_i, r.t + 1);
+    const double ds = ScoreGrad(kind, p, WarpDot(doi, v + r.base + j * ld, dh), d_i);
+    g_scale += ds * lambda * dot;
     const double gs = sc * ds;
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) {
@@ -142,12 +232,12 @@ __global__ void QueryGradKernel(const float* q, const float* k, const float* v, 
 // One warp per key j: ∂k_j = scale Σ_{i≥j} ∂L/∂s_ij q_i and ∂v_j = Σ_{i≥j} p_ij ∂L/∂o_i.
 __global__ void KeyValueGradKernel(const float* q, const float* k, const float* v, const float* d_o,
                                    const double* lse, const double* delta, const double* scale, float* dk, float* dv,
-                                   int64_t rows, int64_t T, int64_t H, int64_t dh) {
+                                   int64_t rows, int64_t T, int64_t H, int64_t dh, AttentionKind kind) {
   const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (g >= rows) return;
   const RowIndex r = IndexOf(g, T, H, dh);
   const int64_t ld = H * dh;
-  const double sc = scale[r.bh % H];
+  const double scale_h = scale[r.bh % H];
   double kj[kPerLane], vj[kPerLane], gk[kPerLane], gv[kPerLane];
   LoadRow(k + r.base + r.t * ld, dh, kj);
   LoadRow(v + r.base + r.t * ld, dh, vj);
@@ -156,8 +246,9 @@ __global__ void KeyValueGradKernel(const float* q, const float* k, const float* 
   for (int64_t i = r.t; i < T; ++i) {
     const float* qi = q + r.base + i * ld;
     const float* doi = d_o + r.base + i * ld;
-    const double p = exp(sc * WarpDot(kj, qi, dh) - lse[r.bh * T + i]);
-    const double ds = p * (WarpDot(vj, doi, dh) - delta[r.bh * T + i]);
+    const double sc = scale_h * LengthFactor(kind, i);
+    const double p = Weight(kind, sc * WarpDot(kj, qi, dh), lse[r.bh * T + i], i + 1);
+    const double ds = ScoreGrad(kind, p, WarpDot(vj, doi, dh), delta[r.bh * T + i]);
     const double gs = sc * ds;
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) {
@@ -205,27 +296,18 @@ void DownloadDoubles(const char* op, const double* src, int64_t n, double* host,
   MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
 }
 
-// Fatal (one line) unless the kernels implement the shape's mechanism (never a silent softmax).
-void CheckKind(const char* op, AttentionKind kind) {
-  if (kind != AttentionKind::kSoftmax) {
-    const std::string message = std::string("attention: ") + AttentionKindName(kind) +
-                                " is not implemented on CUDA (only softmax; run it with --device=cpu)";
-    FatalCudaError(op, message.c_str());
-  }
-}
-
 }  // namespace
 
 void AttentionForward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
                       const double* scale, float* o, double* lse, AttentionScratch* scratch, cudaStream_t stream) {
   const int64_t rows = shape.batch * shape.heads * shape.seq;
   if (rows <= 0) return;
-  CheckKind("AttentionForward", shape.kind);
   CheckHeadWidth("AttentionForward", shape.d_h);
   UploadDoubles("AttentionForward", scale, shape.heads, &scratch->scale, stream);
   scratch->lse.Resize(rows);
   Launch<ForwardKernel>(WarpGrid(rows), dim3(kWarp, kWarpsPerBlock), 0, stream, q, k, v,
-                        scratch->scale.data(), o, scratch->lse.data(), rows, shape.seq, shape.heads, shape.d_h);
+                        scratch->scale.data(), o, scratch->lse.data(), rows, shape.seq, shape.heads, shape.d_h,
+                        shape.kind);
   MS_CUDA_CHECK_LAUNCH("AttentionForward");
   DownloadDoubles("AttentionForward", scratch->lse.data(), rows, lse, stream);
 }
@@ -238,7 +320,6 @@ void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const f
     for (int64_t h = 0; h < H; ++h) d_scale[h] = 0;
     return;
   }
-  CheckKind("AttentionBackward", shape.kind);
   CheckHeadWidth("AttentionBackward", dh);
   UploadDoubles("AttentionBackward", scale, H, &scratch->scale, stream);
   UploadDoubles("AttentionBackward", lse, rows, &scratch->lse, stream);
@@ -246,13 +327,14 @@ void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const f
   scratch->parts.Resize(rows);
   scratch->d_scale.Resize(H);
   const dim3 grid = WarpGrid(rows), block(kWarp, kWarpsPerBlock);
-  Launch<DeltaKernel>(grid, block, 0, stream, o, d_o, scratch->delta.data(), rows, T, H, dh);
+  Launch<DeltaKernel>(grid, block, 0, stream, q, k, v, o, d_o, scratch->lse.data(), scratch->scale.data(),
+                      scratch->delta.data(), rows, T, H, dh, shape.kind);
   MS_CUDA_CHECK_LAUNCH("AttentionBackward");
   Launch<QueryGradKernel>(grid, block, 0, stream, q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
-                          scratch->scale.data(), dq, scratch->parts.data(), rows, T, H, dh);
+                          scratch->scale.data(), dq, scratch->parts.data(), rows, T, H, dh, shape.kind);
   MS_CUDA_CHECK_LAUNCH("AttentionBackward");
   Launch<KeyValueGradKernel>(grid, block, 0, stream, q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
-                             scratch->scale.data(), dk, dv, rows, T, H, dh);
+                             scratch->scale.data(), dk, dv, rows, T, H, dh, shape.kind);
   MS_CUDA_CHECK_LAUNCH("AttentionBackward");
   Launch<ScaleGradKernel>(static_cast<unsigned>(H), kThreads, 0, stream,
                           scratch->parts.data(), shape.batch, T, H, scratch->d_scale.data());

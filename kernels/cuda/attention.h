@@ -1,8 +1,9 @@
-// Causal softmax attention (spec "Transformer baseline") on a CUDA device, the twin of
-// kernels/cpu/attention.h: per sequence b, head h and query i,
-//   s_ij = scale_h · q_i·k_j (j ≤ i),  p_ij = softmax_j(s_ij),  o_i = Σ_j p_ij v_j,
-// exact (no window), with lse_i = log Σ_j exp s_ij saved for the backward, which
-// recomputes p from it. The project's own simple kernel, written to be obviously
+// Causal attention (spec "Transformer baseline") on a CUDA device, the twin of
+// kernels/cpu/attention.h, every mechanism of AttentionKind (shape.kind: softmax,
+// softmax1, SSMax, sigmoid, entmax 1.5; definitions there): per sequence b, head h and
+// query i, z_ij = c_i · q_i·k_j (j ≤ i), p_ij by the kind, o_i = Σ_j p_ij v_j,
+// exact (no window), with the row statistic (lse, or entmax's τ found by bisection for
+// the support and then exactly from it) saved for the backward, which recomputes p. The project's own simple kernel, written to be obviously
 // correct: one warp per query (forward, ∂q) or per key (∂k, ∂v), lanes over the head's
 // columns, an online softmax over the keys one at a time, scores and sums in fp64 as
 // the CPU's. No atomics: every output has one owner, and ∂scale_h sums per-query parts
@@ -31,7 +32,7 @@ inline constexpr int64_t kMaxHeadWidth = 256;
 struct AttentionScratch {
   DeviceArray<double> scale{Device::kCuda};    // [heads]
   DeviceArray<double> lse{Device::kCuda};      // [B, heads, T]
-  DeviceArray<double> delta{Device::kCuda};    // [B, heads, T]: D_i = ∂L/∂o_i · o_i
+  DeviceArray<double> delta{Device::kCuda};    // [B, heads, T]: D_i (∂L/∂o_i · o_i; entmax: Σ√p dp / Σ√p)
   DeviceArray<double> parts{Device::kCuda};    // [B, heads, T]: Σ_j ∂L/∂s_ij · q_i·k_j
   DeviceArray<double> d_scale{Device::kCuda};  // [heads]
 };

@@ -228,6 +228,42 @@ TEST_F(TransformerKernelsCudaTest, AttentionMatchesTheCpuForwardAndBackward) {
   }
 }
 
+// Issue 30: every attention mechanism against the CPU's, forward and backward, over two
+// shapes (one and two 64-key blocks on the CPU) in fp32.
+TEST_F(TransformerKernelsCudaTest, EveryAttentionKindMatchesTheCpu) {
+  for (const AttentionKind kind : {AttentionKind::kSoftmax1, AttentionKind::kSsmax, AttentionKind::kSigmoid,
+                                   AttentionKind::kEntmax15}) {
+    for (AttentionShape sh : {AttentionShape{2, 37, 3, 16}, AttentionShape{1, 70, 2, 20}}) {
+      sh.kind = kind;
+      SCOPED_TRACE(::testing::Message() << AttentionKindName(kind) << " T " << sh.seq << " d_h " << sh.d_h);
+      const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h, stats = sh.batch * sh.heads * sh.seq;
+      const uint64_t seed = 50 + sh.seq;
+      const Floats q = Random(n, seed, 0.9f), k = Random(n, seed + 1, 0.9f), v = Random(n, seed + 2),
+                   d_o = Random(n, seed + 3);
+      std::vector<double> scale(sh.heads);
+      for (int64_t h = 0; h < sh.heads; ++h) scale[h] = h % 2 ? 2.5 : 0.6;
+      Floats o(n), dq(n), dk(n), dv(n);
+      std::vector<double> stat(stats), d_scale(sh.heads);
+      kernels::cpu::AttentionForward(sh, q.data(), k.data(), v.data(), scale.data(), o.data(), stat.data());
+      kernels::cpu::AttentionBackward(sh, q.data(), k.data(), v.data(), o.data(), stat.data(), d_o.data(),
+                                      scale.data(), dq.data(), dk.data(), dv.data(), d_scale.data());
+      float *gq = Device(q), *gk = Device(k), *gv = Device(v), *go = Empty(n);
+      std::vector<double> stat_gpu(stats, -1.0), d_scale_gpu(sh.heads, -1.0);
+      tk_->AttentionForward(sh, gq, gk, gv, scale.data(), go, stat_gpu.data());
+      const double tol = Tolerance(Precision::kFp32);
+      EXPECT_CLOSE(Host(go, n), o, tol);
+      EXPECT_CLOSE(stat_gpu, stat, tol);
+      float *gdq = Empty(n), *gdk = Empty(n), *gdv = Empty(n);
+      tk_->AttentionBackward(sh, gq, gk, gv, Device(o), stat_gpu.data(), Device(d_o), scale.data(), gdq, gdk, gdv,
+                             d_scale_gpu.data());
+      EXPECT_CLOSE(Host(gdq, n), dq, tol);
+      EXPECT_CLOSE(Host(gdk, n), dk, tol);
+      EXPECT_CLOSE(Host(gdv, n), dv, tol);
+      EXPECT_CLOSE(d_scale_gpu, d_scale, tol);
+    }
+  }
+}
+
 TEST_F(TransformerKernelsCudaTest, AttentionBackwardIsDeterministic) {
   const AttentionShape sh{2, 150, 4, 32};
   const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h;
