@@ -466,8 +466,13 @@ void Prune(const std::string& ckpt_root, int64_t newest, int64_t keep_last, int6
     const bool recent = i >= n - std::max<int64_t>(keep_last, 1);
     const bool milestone = keep_every > 0 && s % keep_every == 0;
     if (recent || milestone || s == newest) continue;
+    // A reader (eval, export, …) holding it keeps it until a later save; the lock file
+    // goes with the directory (removed while still locked).
+    const fs::path dir = fs::path(ckpt_root) / StepDirName(s);
+    auto lock = FileLock::Acquire(ReaderLockPath(dir.string()), "reader", FileLock::OnRelease::kRemoveFile);
+    if (absl::IsFailedPrecondition(lock.status())) continue;
     std::error_code ec;
-    fs::remove_all(fs::path(ckpt_root) / StepDirName(s), ec);
+    fs::remove_all(dir, ec);
   }
 }
 
@@ -640,6 +645,31 @@ absl::Status AbandonCheckpoint(const std::string& tmp_dir, const absl::Status& e
                                                  " with the partial one removed"));
 }
 
+std::string ReaderLockPath(const std::string& dir) {
+  const fs::path path = fs::path(dir).lexically_normal();
+  const fs::path name = path.has_filename() ? path.filename() : path.parent_path().filename();
+  const fs::path parent = path.has_filename() ? path.parent_path() : path.parent_path().parent_path();
+  if (StepOf(name.string()) < 0 || parent.filename() != "checkpoints") return "";
+  return (parent / (".reading-" + name.string())).string();
+}
+
+namespace {
+
+// The reader's shared lock on checkpoint `dir` (ReaderLockPath), taken before anything
+// of it is read; null where no lock applies or the file cannot be made (a read-only
+// directory: nothing prunes it). Pruned before the lock was had: null (the lock file
+// made for it goes with the lock, FileLock::AcquireShared).
+std::shared_ptr<const FileLock> LockForReading(const std::string& dir) {
+  const std::string path = ReaderLockPath(dir);
+  if (path.empty()) return nullptr;
+  auto lock = FileLock::AcquireShared(path);
+  std::error_code ec;
+  if (!lock.ok() || !fs::exists(fs::path(dir) / kManifest, ec)) return nullptr;
+  return std::make_shared<const FileLock>(*std::move(lock));
+}
+
+}  // namespace
+
 absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
   std::error_code ec;
@@ -695,7 +725,7 @@ absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
   return ref;
 }
 
-absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir) {
+absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir, bool lock_for_reading) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   // A run still training prunes its checkpoints (keep_last) while a reader (eval,
   // forward, generate) goes through them: a checkpoint whose directory is gone after it
@@ -711,11 +741,13 @@ absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir) {
     for (auto it = steps.rbegin(); it != steps.rend() && !removed; ++it) {
       const std::string dir = (root / StepDirName(*it)).string();
       std::vector<std::string> problems;
+      auto reading = lock_for_reading ? LockForReading(dir) : nullptr;
       auto ref = OpenCheckpoint(dir);
       if (ref.ok()) {
         problems = VerifyCheckpoint(*ref);
         if (problems.empty()) {
           for (const std::string& f : failures) LogWarning("skipping checkpoint ", root.string(), "/", f);
+          ref->reading = std::move(reading);
           return ref;
         }
       } else {
@@ -891,9 +923,14 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
   return absl::OkStatus();
 }
 
-absl::StatusOr<CheckpointRef> OpenCheckpointOrRun(const std::string& path) {
-  if (fs::exists(fs::path(path) / kManifest)) return OpenCheckpoint(path);
-  if (fs::exists(fs::path(path) / "checkpoints")) return FindLatestCheckpoint(path);
+absl::StatusOr<CheckpointRef> OpenCheckpointOrRun(const std::string& path, bool lock_for_reading) {
+  if (fs::exists(fs::path(path) / kManifest)) {
+    auto reading = lock_for_reading ? LockForReading(path) : nullptr;
+    auto ref = OpenCheckpoint(path);
+    if (ref.ok()) ref->reading = std::move(reading);
+    return ref;
+  }
+  if (fs::exists(fs::path(path) / "checkpoints")) return FindLatestCheckpoint(path, lock_for_reading);
   return absl::NotFoundError(
       absl::StrCat(path, ": neither a checkpoint (no manifest.json) nor a run directory (no checkpoints/)"));
 }

@@ -29,12 +29,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/weights_file.h"
 #include "common/config.h"
+#include "common/file_lock.h"
 #include "model/param_layout.h"
 #include "nlohmann/json.hpp"
 
@@ -142,7 +144,17 @@ struct CheckpointRef {
   std::string dir;
   CheckpointMeta meta;
   nlohmann::json manifest;
+  // A reader's shared lock on ReaderLockPath(dir) (lock_for_reading below), held while
+  // any copy of this ref lives: the run's pruning leaves the checkpoint in place until
+  // it is released. Null for the run's own refs and where no lock applies.
+  std::shared_ptr<const FileLock> reading;
 };
+
+// The lock file a reader of checkpoint `dir` holds shared and the run's pruning takes
+// exclusively before it removes `dir` (Prune: a checkpoint being read is kept until a
+// later save): checkpoints/.reading-step_N beside checkpoints/step_N. Empty when `dir`
+// is not a step_N directory of a checkpoints/ directory (nothing prunes it).
+std::string ReaderLockPath(const std::string& dir);
 
 // The manifest's schema: every field present with its JSON type (an integer is
 // not a float or a string), format "multiscreen-checkpoint", format_version 1,
@@ -169,8 +181,10 @@ absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir);
 // with a warning. NotFound when the run has no step_* directory; DataLoss when
 // it has some and none verifies, in one line that names each with its first
 // problem ("<dir>: 2 checkpoints found, none verifies: step_00000010:
-// shard_pp1_tp0.h5: missing; step_00000005: ...").
-absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir);
+// shard_pp1_tp0.h5: missing; step_00000005: ..."). `lock_for_reading`: a reader
+// other than the run takes each candidate's reader lock (ReaderLockPath) before it
+// reads a byte of it; the returned ref's `reading` holds it.
+absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir, bool lock_for_reading = false);
 
 // Moves every step_* directory of run_dir/checkpoints with a step after
 // `after_step` (−1: all of them) into checkpoints/unverified/, keeping its name
@@ -182,7 +196,7 @@ absl::StatusOr<std::vector<std::string>> SetAsideCheckpoints(const std::string& 
 
 // `path` is a checkpoint directory (holding manifest.json) or a run directory
 // (its newest loadable checkpoint). Errors name the path.
-absl::StatusOr<CheckpointRef> OpenCheckpointOrRun(const std::string& path);
+absl::StatusOr<CheckpointRef> OpenCheckpointOrRun(const std::string& path, bool lock_for_reading = false);
 
 // The full model's weights of a checkpoint of any layout.
 absl::StatusOr<Weights> ConsolidatedWeights(const CheckpointRef& ckpt);

@@ -263,4 +263,16 @@ absl::Status ExplainVanished(const CheckpointRef& ckpt, absl::Status status) {
       "read a weights file from `ckpt export` (the read failed with: ", status.message(), ")"));
 }
 
+absl::StatusOr<CheckpointRef> ReadCheckpointRetrying(const std::string& path,
+                                                     const std::function<absl::Status(const CheckpointRef&)>& read,
+                                                     int attempts) {
+  for (int attempt = 1;; ++attempt) {
+    auto ckpt = OpenCheckpointOrRun(path, /*lock_for_reading=*/true);
+    if (!ckpt.ok()) return ckpt.status();
+    const absl::Status status = read(*ckpt);
+    if (status.ok()) return ckpt;
+    if (attempt >= attempts || !CheckpointVanished(*ckpt)) return ExplainVanished(*ckpt, status);
+  }
+}
+
 }  // namespace multiscreen

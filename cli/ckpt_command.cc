@@ -88,10 +88,25 @@ int Plan() {
   return 0;
 }
 
-absl::StatusOr<CheckpointRef> OpenGiven() {
+// --checkpoint, read by `read` (ReadCheckpointRetrying: a live run's pruning under the
+// read starts it over on the newest checkpoint).
+absl::StatusOr<CheckpointRef> ReadGiven(const std::function<absl::Status(const CheckpointRef&)>& read) {
   const std::string path = absl::GetFlag(FLAGS_checkpoint);
   if (path.empty()) return absl::InvalidArgumentError("--checkpoint: a checkpoint or run directory is required");
-  return OpenCheckpointOrRun(path);
+  return ReadCheckpointRetrying(path, read);
+}
+
+// --checkpoint verified (weights and moments, or the weights alone) and opened as a
+// TensorSource: its files are held open, so the run's pruning after this returns
+// does not reach the reads.
+absl::StatusOr<CheckpointRef> OpenVerifiedSource(bool weights_only, TensorSource* source) {
+  return ReadGiven([&](const CheckpointRef& ckpt) {
+    MS_RETURN_IF_ERROR(CheckVerified(ckpt, weights_only));
+    auto got = CheckpointSource(ckpt);
+    if (!got.ok()) return got.status();
+    *source = *std::move(got);
+    return absl::OkStatus();
+  });
 }
 
 // Whether directory `out` holds nothing but what a killed `ckpt init` or `ckpt reshard`
@@ -181,7 +196,9 @@ int Reshard() {
   if (auto s = CheckNewRunDir(out, absl::GetFlag(FLAGS_checkpoint)); !s.ok()) return Fail(command, s);
   auto bound = MemoryBoundBytes();
   if (!bound.ok()) return Fail(command, bound.status());
-  auto ckpt = OpenGiven();
+  // Verified before anything is written (opened once: its warnings print once).
+  TensorSource source;
+  auto ckpt = OpenVerifiedSource(/*weights_only=*/false, &source);
   if (!ckpt.ok()) return Fail(command, ckpt.status());
   auto layout = LayoutFromFlags(ckpt->meta.dims);
   if (!layout.ok()) return Fail(command, layout.status());
@@ -192,13 +209,9 @@ int Reshard() {
   const int64_t needed = WeightBytes(ckpt->meta.dims, *layout) +
                          std::max<int64_t>(0, stored - WeightBytes(ckpt->meta.dims, ckpt->meta.layout));
   if (auto s = CheckFreeDisk(out, needed); !s.ok()) return Fail(command, s);
-  // Verified before anything is written (opened once: its warnings print once).
-  if (auto s = CheckVerified(*ckpt, /*weights_only=*/false); !s.ok()) return Fail(command, s);
-  auto source = CheckpointSource(*ckpt);
-  if (!source.ok()) return Fail(command, source.status());
   CheckpointMeta meta = ckpt->meta;
   meta.layout = *layout;
-  return WriteNewRun(command, out, meta, *source, *bound);
+  return WriteNewRun(command, out, meta, source, *bound);
 }
 
 int Export() {
@@ -208,20 +221,25 @@ int Export() {
   if (auto s = CheckOutputFile("out", out, {absl::GetFlag(FLAGS_checkpoint)}); !s.ok()) return Fail(command, s);
   auto bound = MemoryBoundBytes();
   if (!bound.ok()) return Fail(command, bound.status());
-  auto ckpt = OpenGiven();
+  TensorSource source;
+  auto ckpt = OpenVerifiedSource(/*weights_only=*/true, &source);
   if (!ckpt.ok()) return Fail(command, ckpt.status());
   if (auto s = CheckFreeDisk(out, 4 * CountParams(ckpt->meta.dims).total); !s.ok()) return Fail(command, s);
-  if (auto s = CheckVerified(*ckpt, /*weights_only=*/true); !s.ok()) return Fail(command, s);
-  auto source = CheckpointSource(*ckpt);
-  if (!source.ok()) return Fail(command, source.status());
-  if (auto s = WriteWeightsStreamed(out, ckpt->meta.dims, *source, BlockBytes(*bound)); !s.ok()) return Fail(command, s);
+  if (auto s = WriteWeightsStreamed(out, ckpt->meta.dims, source, BlockBytes(*bound)); !s.ok()) return Fail(command, s);
   LogInfo("exported ", ckpt->dir, " (step ", ckpt->meta.step, ") to ", out);
   ReportPeakMemory(command, *bound);
   return 0;
 }
 
 int Inspect() {
-  auto ckpt = OpenGiven();
+  // A corrupt checkpoint is listed with its problems; one that fails only because the
+  // run pruned it while it was read is read again on the newest.
+  std::vector<std::string> problems;
+  auto ckpt = ReadGiven([&](const CheckpointRef& ckpt) {
+    problems = VerifyCheckpoint(ckpt);
+    return problems.empty() || !CheckpointVanished(ckpt) ? absl::OkStatus()
+                                                        : absl::DataLossError(problems.front());
+  });
   if (!ckpt.ok()) return Fail("ckpt inspect", ckpt.status());
   const CheckpointMeta& m = ckpt->meta;
   std::printf("checkpoint %s\n  model %s, step %lld, samples %lld, tokens %lld, adam step %lld\n", ckpt->dir.c_str(),
@@ -234,7 +252,6 @@ int Inspect() {
                 record["datasets"].size());
     total += record["bytes"].get<int64_t>();
   }
-  const std::vector<std::string> problems = VerifyCheckpoint(*ckpt);
   std::printf("  total %lld bytes; checksums: %s\n", (long long)total, problems.empty() ? "all OK" : "FAILED");
   for (const std::string& p : problems) std::printf("    %s\n", p.c_str());
   if (problems.empty()) return 0;

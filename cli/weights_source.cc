@@ -4,29 +4,24 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/streamed_write.h"
 
 namespace multiscreen::cli {
-
-namespace {
-
-// A run still training replaces its checkpoints: a read that lost its checkpoint to the
-// pruning starts over on the newest one, a few times, before it says so.
-constexpr int kAttempts = 5;
-
-}  // namespace
 
 absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::string& checkpoint) {
   if (weights_file.empty() == checkpoint.empty()) {
     return absl::InvalidArgumentError("give exactly one of --weights=FILE.h5 and --checkpoint=DIR");
   }
   if (!weights_file.empty()) return ReadWeightsFile(weights_file);
-  for (int attempt = 1;; ++attempt) {
-    auto ckpt = OpenCheckpointOrRun(checkpoint);
-    if (!ckpt.ok()) return ckpt.status();
-    auto weights = ConsolidatedWeights(*ckpt);
-    if (weights.ok()) return weights;
-    if (attempt == kAttempts || !CheckpointVanished(*ckpt)) return ExplainVanished(*ckpt, weights.status());
-  }
+  Weights weights;
+  auto read = ReadCheckpointRetrying(checkpoint, [&](const CheckpointRef& ckpt) {
+    auto got = ConsolidatedWeights(ckpt);
+    if (!got.ok()) return got.status();
+    weights = *std::move(got);
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read.status();
+  return weights;
 }
 
 absl::StatusOr<StreamedWeights> OpenWeightsStreamed(const std::string& weights_file, const std::string& checkpoint,
@@ -35,20 +30,19 @@ absl::StatusOr<StreamedWeights> OpenWeightsStreamed(const std::string& weights_f
     return absl::InvalidArgumentError("give exactly one of --weights=FILE.h5 and --checkpoint=DIR");
   }
   if (!weights_file.empty()) return OpenWeightsFileStreamed(weights_file, block_bytes);
-  for (int attempt = 1;; ++attempt) {
-    auto ckpt = OpenCheckpointOrRun(checkpoint);
-    if (!ckpt.ok()) return ckpt.status();
-    // The source opens every file now and reads through those handles: pruning after this
-    // point does not reach it (the verification, which reopens them, says so if it must).
-    auto source = CheckpointSource(*ckpt);
-    if (!source.ok()) {
-      if (attempt == kAttempts || !CheckpointVanished(*ckpt)) return ExplainVanished(*ckpt, source.status());
-      continue;
-    }
-    auto ref = std::make_shared<CheckpointRef>(*std::move(ckpt));
-    return StreamedWeights{ref->meta.dims, *std::move(source),
-                           [ref] { return ExplainVanished(*ref, CheckVerified(*ref, /*weights_only=*/true)); }};
-  }
+  // The source opens every file now and reads through those handles: pruning after this
+  // point does not reach it (the verification, which reopens them, says so if it must).
+  TensorSource source;
+  auto ckpt = ReadCheckpointRetrying(checkpoint, [&](const CheckpointRef& ckpt) {
+    auto got = CheckpointSource(ckpt);
+    if (!got.ok()) return got.status();
+    source = *std::move(got);
+    return absl::OkStatus();
+  });
+  if (!ckpt.ok()) return ckpt.status();
+  auto ref = std::make_shared<CheckpointRef>(*std::move(ckpt));
+  return StreamedWeights{ref->meta.dims, std::move(source),
+                         [ref] { return ExplainVanished(*ref, CheckVerified(*ref, /*weights_only=*/true)); }};
 }
 
 absl::Status CheckVerified(const CheckpointRef& ckpt, bool weights_only) {

@@ -25,12 +25,20 @@ class FileLock {
   //
   // `remove`: kRemoveFile unlinks the file when the lock is released (before the descriptor
   // is closed, so still under the lock), for directories that should hold nothing of ours
-  // afterwards (`prepare`'s output). A process that opened the file just before the unlink
-  // and locks it just after the close holds a lock on a file no longer in the directory, so
-  // a third one could run beside it; three starts within microseconds of one another.
+  // afterwards (`prepare`'s output). A lock is only had on the file that `path` names when
+  // it is granted: one granted on a file unlinked meanwhile is dropped and the file opened
+  // again, so that a removed lock file never lets two holders in.
   enum class OnRelease { kKeepFile, kRemoveFile };
   static absl::StatusOr<FileLock> Acquire(const std::string& path, const std::string& holder,
                                           OnRelease on_release = OnRelease::kKeepFile);
+
+  // Opens (creating, mode 0644, close-on-exec) `path` and takes a shared lock, waiting
+  // while an exclusive holder has it: readers share it, and an exclusive Acquire by
+  // another process fails while any reader holds it (a checkpoint's readers against the
+  // run's pruning, checkpoint/checkpoint.h ReaderLockPath). The last holder to release it
+  // removes the file (when it can have it exclusively at that moment). Errors as
+  // Acquire's (no FailedPrecondition: it waits); no flock on the file system: as Acquire.
+  static absl::StatusOr<FileLock> AcquireShared(const std::string& path);
 
   FileLock(FileLock&& other) noexcept;
   FileLock& operator=(FileLock&& other) noexcept;
@@ -56,6 +64,7 @@ class FileLock {
   std::string path_;
   bool supported_ = true;
   OnRelease on_release_ = OnRelease::kKeepFile;
+  bool remove_if_last_ = false;  // AcquireShared's
 };
 
 }  // namespace multiscreen

@@ -630,6 +630,104 @@ TEST(StreamedWriteTest, AVerifyOfACheckpointRemovedUnderItSaysItWasRemoved) {
   EXPECT_THAT(std::string(said.message()), ::testing::HasSubstr(problems.front()));
 }
 
+// VerifyCheckpoint's (weights only) first problem as a DataLoss error; OK when none.
+absl::Status CheckVerifies(const CheckpointRef& ckpt) {
+  const std::vector<std::string> problems = VerifyCheckpoint(ckpt, /*weights_only=*/true);
+  return problems.empty() ? absl::OkStatus() : absl::DataLossError(problems.front());
+}
+
+TEST(StreamedWriteTest, AReadThatLostItsCheckpointToPruningStartsOverOnTheNewest) {
+  // A run with checkpoints at steps 10 and 20; the first read is of step 20, which the
+  // "run" prunes under it: the read starts over and succeeds on what is newest then.
+  const ModelDims dims = Dims("tiny_psi4");
+  const std::string run = FreshDir("read_retrying");
+  fs::create_directories(run + "/checkpoints");
+  // The writer keeps one checkpoint per run: each is written alone and copied in.
+  auto add_checkpoint = [&](int64_t step) {
+    CheckpointMeta meta;
+    meta.seed = 3;
+    meta.step = step;
+    meta.dims = dims;
+    meta.layout = {1, 1, 1, 0};
+    const std::string alone = FreshDir("read_retrying_one");
+    auto dir = WriteCheckpointStreamed(alone, meta, InitSource(dims, 3, 1), int64_t{1} << 20);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    fs::copy(*dir, fs::path(run) / "checkpoints" / fs::path(*dir).filename(), fs::copy_options::recursive);
+  };
+  add_checkpoint(10);
+  add_checkpoint(20);
+  std::vector<int64_t> steps_read;
+  auto prune_first = [&](const CheckpointRef& ckpt) {
+    steps_read.push_back(ckpt.meta.step);
+    if (steps_read.size() > 1) return CheckVerifies(ckpt);
+    fs::remove_all(ckpt.dir);
+    return CheckVerifies(ckpt);
+  };
+  auto got = ReadCheckpointRetrying(run, prune_first);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->meta.step, 10);
+  EXPECT_EQ(steps_read, (std::vector<int64_t>{20, 10}));
+  // A failure of a checkpoint still there is the read's own, after one attempt.
+  steps_read.clear();
+  const absl::Status corrupt = absl::DataLossError("a checksum differs");
+  auto failed = ReadCheckpointRetrying(run, [&](const CheckpointRef& ckpt) {
+    steps_read.push_back(ckpt.meta.step);
+    return corrupt;
+  });
+  EXPECT_EQ(failed.status(), corrupt);
+  EXPECT_EQ(steps_read.size(), 1u);
+  // Pruned under every attempt: after `attempts` it says so.
+  add_checkpoint(30);
+  add_checkpoint(40);
+  steps_read.clear();
+  auto lost = ReadCheckpointRetrying(
+      run,
+      [&](const CheckpointRef& ckpt) {
+        steps_read.push_back(ckpt.meta.step);
+        fs::remove_all(ckpt.dir);
+        return CheckVerifies(ckpt);
+      },
+      /*attempts=*/2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(lost.status())) << lost.status();
+  EXPECT_THAT(std::string(lost.status().message()), ::testing::HasSubstr("removed while it was being read"));
+  EXPECT_EQ(steps_read, (std::vector<int64_t>{40, 30}));
+}
+
+TEST(StreamedWriteTest, ACheckpointBeingReadIsKeptUntilItsReaderIsDone) {
+  // keep_last 1 (the streamed writer's): step 10, read by another command, outlives the
+  // save of step 20, and goes with the save after its reader let it go.
+  const ModelDims dims = Dims("tiny_psi4");
+  const std::string run = FreshDir("reader_lock");
+  auto save = [&](int64_t step) {
+    CheckpointMeta meta;
+    meta.seed = 3;
+    meta.step = step;
+    meta.dims = dims;
+    meta.layout = {1, 1, 1, 0};
+    ASSERT_TRUE(WriteCheckpointStreamed(run, meta, InitSource(dims, 3, 1), int64_t{1} << 20).ok());
+  };
+  auto exists = [&](const char* name) { return fs::exists(fs::path(run) / "checkpoints" / name); };
+  save(10);
+  auto reader = OpenCheckpointOrRun(run, /*lock_for_reading=*/true);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_NE(reader->reading, nullptr);
+  EXPECT_TRUE(exists(".reading-step_00000010"));
+  save(20);
+  EXPECT_TRUE(exists("step_00000010"));  // held
+  EXPECT_TRUE(exists("step_00000020"));
+  auto run_own = OpenCheckpointOrRun(run);  // the run's own open takes no lock
+  ASSERT_TRUE(run_own.ok());
+  EXPECT_EQ(run_own->reading, nullptr);
+  reader = absl::NotFoundError("released");
+  save(30);
+  EXPECT_FALSE(exists("step_00000010"));
+  EXPECT_FALSE(exists("step_00000020"));
+  EXPECT_TRUE(exists("step_00000030"));
+  EXPECT_FALSE(exists(".reading-step_00000010"));  // the pruner's lock file went with it
+  EXPECT_EQ(ReaderLockPath(run + "/checkpoints/step_00000030/"), run + "/checkpoints/.reading-step_00000030");
+  EXPECT_EQ(ReaderLockPath(run), "");  // not a checkpoint of a run: nothing prunes it
+}
+
 TEST(StreamedWriteTest, ReshardRoundTripsAreBitExactMomentsIncluded) {
   // Ψ = 16 with moments 2p and p² (not zeros): tp2·pp2 → tp4·pp1 → tp1·pp1 loads
   // exactly, and back to tp2·pp2 is the original, file by file, dataset by dataset.

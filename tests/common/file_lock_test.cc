@@ -89,6 +89,31 @@ TEST_F(FileLockTest, ALockThatRemovesItsFileLeavesNothingBehind) {
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 
+TEST_F(FileLockTest, SharedHoldersKeepOutAnExclusiveOneAndTheLastRemovesTheFile) {
+  // A checkpoint's readers (shared) against the run's pruning (exclusive, no wait).
+  const std::string path = (dir_ / ".reading-step_00000010").string();
+  auto first = FileLock::AcquireShared(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = FileLock::AcquireShared(path);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto pruner = FileLock::Acquire(path, "reader", FileLock::OnRelease::kRemoveFile);
+  EXPECT_TRUE(absl::IsFailedPrecondition(pruner.status())) << pruner.status();
+  first = absl::CancelledError("released");
+  EXPECT_TRUE(fs::exists(path));  // the second still holds it
+  pruner = FileLock::Acquire(path, "reader", FileLock::OnRelease::kRemoveFile);
+  EXPECT_TRUE(absl::IsFailedPrecondition(pruner.status())) << pruner.status();
+  second = absl::CancelledError("released");
+  EXPECT_FALSE(fs::exists(path));  // the last reader took its file with it
+  // Once no reader holds it, the pruner has it, and removes it in turn.
+  auto reader = FileLock::AcquireShared(path);
+  ASSERT_TRUE(reader.ok());
+  reader = absl::CancelledError("released");
+  pruner = FileLock::Acquire(path, "reader", FileLock::OnRelease::kRemoveFile);
+  ASSERT_TRUE(pruner.ok()) << pruner.status();
+  pruner = absl::CancelledError("released");
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
 TEST_F(FileLockTest, ADirectoryThatCannotHoldTheLockFileIsAnError) {
   if (::geteuid() == 0) GTEST_SKIP() << "root opens read-only directories";
   fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
