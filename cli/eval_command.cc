@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -44,6 +45,7 @@
 #include "eval/python_random.h"
 #include "eval/relevance.h"
 #include "eval/task_dump.h"
+#include "eval/yarn.h"
 #include "launch/text_file.h"
 #include "nlohmann/json.hpp"
 
@@ -77,6 +79,7 @@ ABSL_DECLARE_FLAG(int64_t, warmup);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(std::string, format);
+ABSL_DECLARE_FLAG(std::string, yarn_factor);
 
 namespace multiscreen::cli {
 namespace {
@@ -114,6 +117,11 @@ struct EvalSetup {
   // trains: a resume compares these, never the path (issue 31 §3).
   std::string weights_crc32;
   int64_t checkpoint_step = -1;
+  // --yarn_factor (eval/yarn.h): options.yarn_factor holds a fixed F; with auto each
+  // evaluation sets it from its own length (UseYarnFor).
+  eval::YarnFlag yarn;
+  // Sets options.yarn_factor for an evaluation of eval_len tokens.
+  void UseYarnFor(int64_t eval_len) { options.yarn_factor = eval::YarnFactorFor(yarn, eval_len, options.train_len); }
 };
 
 // CRC-32 (zlib's) of the parameters' bytes, as 8 hex digits.
@@ -156,6 +164,10 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   s.options.train_len = RunTrainLen(given, run_dir, &s.train_len_source);
   if (s.options.train_len < 1) return absl::InvalidArgumentError("--train_len must be >= 1");
+  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), s.weights.dims.transformer(), s.weights.dims.name);
+  if (!yarn.ok()) return yarn.status();
+  s.yarn = *yarn;
+  s.options.yarn_factor = s.yarn.automatic ? 1.0 : s.yarn.factor;
   if (need_tokenizer) {
     auto tok = LoadRunTokenizer(given, run_dir);
     if (!tok.ok()) return tok.status();
@@ -182,6 +194,8 @@ json SetupJson(const EvalSetup& s) {
           {"train_len", s.options.train_len},
           {"train_len_source", s.train_len_source},
           {"window_rule", s.options.expand_windows ? "expand" : "as_learned"},
+          {"yarn_factor", s.options.yarn_factor},
+          {"yarn_context_matched", s.yarn.automatic},
           {"weights_crc32", s.weights_crc32},
           {"checkpoint_step", s.checkpoint_step >= 0 ? json(s.checkpoint_step) : json(nullptr)}};
 }
@@ -311,6 +325,7 @@ int Ppl(const std::vector<std::string>& given) {
   const bool text_input = !data.ends_with(".bin");
   auto setup = Setup(given, text_input);
   if (!setup.ok()) return Fail("eval ppl", setup.status());
+  setup->UseYarnFor(N);
   eval::ModelRunner runner(setup->weights, setup->options);
   // Full pass when it fits in memory (it is the cheaper one: the decode path computes the
   // whole vocabulary's logits at every position); else the decoding cache.
@@ -443,6 +458,9 @@ int Ppl(const std::vector<std::string>& given) {
     std::printf("  position %7lld: smoothed loss %.4f (perplexity %.2f)\n", static_cast<long long>(p), smooth[p - 1],
                 std::exp(smooth[p - 1]));
   }
+  if (setup->options.yarn_factor != 1.0) {
+    std::printf("  YaRN factor %.6g%s\n", setup->options.yarn_factor, setup->yarn.automatic ? " (context-matched: seq_len / train_len)" : "");
+  }
   std::printf("  %.0f tokens/s\n  %s\n", seconds > 0 ? tokens_timed / seconds : 0.0, verdict.line.c_str());
   std::printf("  results: %s/ppl.json, %s/ppl.csv\n", out.c_str(), out.c_str());
   if (absl::GetFlag(FLAGS_plot)) {
@@ -514,13 +532,13 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   if (!depths.ok()) return Fail(cmd.c_str(), depths.status());
   const int64_t K = absl::GetFlag(FLAGS_instances);
   if (K < 1) return Fail(cmd.c_str(), absl::InvalidArgumentError("--instances must be >= 1"));
-  eval::ModelRunner runner(setup.weights, setup.options);
+  auto runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options);
   const int64_t avail = eval::AvailableMemoryBytes();
   for (int64_t c : *contexts) {
     // The decoding cache, and one instance's text, ids and the generator's line indices
     // (about 32 bytes per token: text, ids, the tokenizer's pieces).
     const int64_t tokens = c * task.tokens_per_unit + task.max_new + 64;
-    const int64_t need = runner.DecodeBytes(tokens) + 32 * tokens;
+    const int64_t need = runner->DecodeBytes(tokens) + 32 * tokens;
     if (avail > 0 && need > avail) {
       return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, task.tokens_per_unit > 1 ? " lines" : " tokens",
                                                                          " need about ", GiB(need), " (the decoding cache and the prompt), ",
@@ -576,13 +594,19 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
       if (done(c, d)) continue;
       auto instances = task.make(c, d, K);
       if (!instances.ok()) return Fail(cmd.c_str(), instances.status());
+      if (setup.yarn.automatic) {  // context-matched: this cell's prompt and answer over train_len
+        auto first = setup.tokenizer->Encode(instances->front().prompt);
+        if (!first.ok()) return Fail(cmd.c_str(), first.status());
+        setup.UseYarnFor(static_cast<int64_t>(first->size()) + task.max_new);
+        runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options);
+      }
       const auto t0 = Clock::now();
       int64_t correct = 0, prompt_tokens = 0;
       for (const TaskInstance& inst : *instances) {
         auto ids = setup.tokenizer->Encode(inst.prompt);
         if (!ids.ok()) return Fail(cmd.c_str(), ids.status());
         prompt_tokens += ids->size();
-        const std::vector<int32_t> gen = runner.Greedy(*ids, task.max_new);
+        const std::vector<int32_t> gen = runner->Greedy(*ids, task.max_new);
         auto text = setup.tokenizer->Decode(gen);
         if (!text.ok()) return Fail(cmd.c_str(), text.status());
         const bool ok = task.score(*text, inst.answer);
@@ -598,7 +622,8 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
       if (dump.is_open()) dump.flush();
       const double secs = Seconds(t0);
       cells.push_back({{"context", c}, {"depth", d}, {"instances", K}, {"correct", correct},
-                       {"accuracy", double(correct) / K}, {"mean_prompt_tokens", double(prompt_tokens) / K}, {"seconds", secs}});
+                       {"accuracy", double(correct) / K}, {"mean_prompt_tokens", double(prompt_tokens) / K}, {"seconds", secs},
+                       {"yarn_factor", setup.options.yarn_factor}});
       json results = {{"identity", identity}, {"cells", cells}};
       if (auto s = WriteTextFile(results_path, results.dump(1)); !s.ok()) return Fail(cmd.c_str(), s);
       std::string csv = "context,depth,instances,correct,accuracy\n";
@@ -736,6 +761,7 @@ int Ttft(const std::vector<std::string>& given) {
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("eval ttft", s);
   auto setup = Setup(given, false);
   if (!setup.ok()) return Fail("eval ttft", setup.status());
+  setup->UseYarnFor(N);
   eval::ModelRunner runner(setup->weights, setup->options);
   const int64_t avail = eval::AvailableMemoryBytes(), need = runner.FullPassBytes(N);
   if (avail > 0 && need > avail) {
@@ -884,6 +910,7 @@ int Choice(const std::vector<std::string>& given) {
   // The window of one scored sequence: --seq_len, else the training length (lm-eval's
   // max_length is the model's trained context).
   const int64_t max_len = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : setup->options.train_len;
+  setup->UseYarnFor(max_len);
   eval::ModelRunner runner(setup->weights, setup->options);
   const int64_t avail = eval::AvailableMemoryBytes(), need = runner.FullPassBytes(max_len);
   if (avail > 0 && need > avail) {
@@ -952,7 +979,8 @@ constexpr char kUsage[] =
     "       multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N --out=DIR [--repeats=5 --warmup=2 --threads=]\n"
     "       multiscreen eval relevance (--checkpoint=DIR | --weights=W.h5) --text=FILE --out=DIR [--layers=0,3 --map_tiles=0,7 --plot]\n"
     "       multiscreen eval choice (--checkpoint=DIR | --weights=W.h5) --task=FILE.jsonl --format=hellaswag|piqa|arc|winogrande\n"
-    "                            --out=DIR [--seq_len=N]\n";
+    "                            --out=DIR [--seq_len=N]\n"
+    "       a Transformer (RoPE), every evaluation: [--yarn_factor=F|auto] (YaRN at inference; auto: length / train_len)\n";
 
 }  // namespace
 
@@ -963,7 +991,8 @@ int EvalCommand(int argc, char** argv) {
     std::printf("%s", kUsage);
     return 0;
   }
-  const std::initializer_list<std::string_view> model = {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer"};
+  const std::initializer_list<std::string_view> model = {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer",
+                                                         "yarn_factor"};
   std::vector<std::string_view> accepted(model);
   if (sub == "ppl") {
     accepted.insert(accepted.end(), {"data", "seq_len", "documents", "stride", "stream", "method", "plot", "resume"});
@@ -992,7 +1021,8 @@ int EvalCommand(int argc, char** argv) {
                                  {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer", "data", "seq_len",
                                   "documents", "stride", "stream", "method", "plot", "resume", "contexts", "depths", "instances",
                                   "dump", "generator_seed", "generate_only", "mode", "length", "depth", "context", "repeats",
-                                  "warmup", "device", "threads", "text", "layers", "map_tiles", "task", "format"},
+                                  "warmup", "device", "threads", "text", "layers", "map_tiles", "task", "format",
+                                  "yarn_factor"},
                                  &args);
       !s.ok()) {
     return Fail("eval", s);

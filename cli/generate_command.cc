@@ -1,5 +1,5 @@
 // `multiscreen generate (--checkpoint=DIR | --weights=FILE.h5) --prompt=TEXT
-// [--max_tokens=N --tokenizer=DIR --train_len=T --as_learned]`: greedy decoding
+// [--max_tokens=N --tokenizer=DIR --train_len=T --as_learned --yarn_factor=F|auto]`: greedy decoding
 // with the decoding cache (model/decoder.h: Multiscreen's tile caches with the
 // window-expansion rule, spec "Inference"; the Transformer's KV cache, issue 18).
 // Prints the prompt followed by the continuation.
@@ -16,6 +16,7 @@
 #include "cli/run_data.h"
 #include "data/gpt2_tokenizer.h"
 #include "eval/model_runner.h"
+#include "eval/yarn.h"
 #include "model/decoder.h"
 
 ABSL_FLAG(std::string, prompt, "", "text to continue");
@@ -23,6 +24,9 @@ ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate");
 ABSL_FLAG(int64_t, train_len, 4096,
           "longest training sequence length (window expansion past it); default: the run's recorded one, else 4096");
 ABSL_FLAG(bool, as_learned, false, "keep every learned window (no window expansion)");
+ABSL_FLAG(std::string, yarn_factor, "1",
+          "YaRN's scale factor F >= 1 for a RoPE model (the Transformer; 1: plain RoPE), or auto: the evaluation "
+          "length over the training length (context-matched)");
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);
 ABSL_DECLARE_FLAG(std::string, weights);
@@ -30,8 +34,9 @@ ABSL_DECLARE_FLAG(std::string, weights);
 namespace multiscreen::cli {
 
 int GenerateCommand(int argc, char** argv) {
-  if (auto s = ParseFlags(argc, argv, "multiscreen generate --checkpoint=DIR --prompt=TEXT [--max_tokens=N]",
-                            {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer"}); !s.ok()) {
+  if (auto s = ParseFlags(argc, argv, "multiscreen generate --checkpoint=DIR --prompt=TEXT [--max_tokens=N --yarn_factor=F|auto]",
+                            {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer",
+                             "yarn_factor"}); !s.ok()) {
     return Fail("generate", s);
   }
   if (absl::GetFlag(FLAGS_max_tokens) < 0 || absl::GetFlag(FLAGS_max_tokens) > (int64_t{1} << 32)) {
@@ -41,6 +46,8 @@ int GenerateCommand(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
+  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), weights->dims.transformer(), weights->dims.name);
+  if (!yarn.ok()) return Fail("generate", yarn.status());
   // The tokenizer and training length the run recorded (cli/run_data.h), unless given.
   const std::vector<std::string> given = GivenFlags(argc, argv);
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
@@ -63,6 +70,7 @@ int GenerateCommand(int argc, char** argv) {
   // The decoding cache of prompt + max_tokens positions must fit (a Transformer's keys and
   // values, and Multiscreen's infinite-window tiles, grow with every token).
   const int64_t positions = static_cast<int64_t>(prompt->size()) + absl::GetFlag(FLAGS_max_tokens);
+  options.yarn_factor = eval::YarnFactorFor(*yarn, positions, options.train_len);
   if (const int64_t avail = eval::AvailableMemoryBytes(); avail > 0) {
     const int64_t need = eval::ModelRunner(*weights, options).DecodeBytes(positions) + 8 * positions;
     if (need > avail) {

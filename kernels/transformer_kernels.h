@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/buffer.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/rope.h"
 
 namespace multiscreen {
 namespace kernels {
@@ -30,8 +31,10 @@ class TransformerKernels {
   virtual void RmsNormForward(const Real* x, const Real* gain, Real* y, Real* rstd, int64_t rows, int64_t d) = 0;
   virtual void RmsNormBackward(const Real* x, const Real* gain, const Real* rstd, const Real* dy, Real* dx,
                                Real* dgain, int64_t rows, int64_t d, bool accumulate) = 0;
-  // kernels/cpu/rope.h: in place on [B·T, heads·d_h] (row stride ld); inverse for gradients.
-  virtual void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse) = 0;
+  // kernels/cpu/rope.h: in place on [B·T, heads·d_h] (row stride ld); inverse for gradients;
+  // `scaling`: YaRN's frequencies at inference (plain RoPE by default).
+  virtual void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse,
+                    const cpu::RopeScaling& scaling = {}) = 0;
   // kernels/cpu/attention.h: scale, lse and d_scale are host arrays.
   virtual void AttentionForward(const AttentionShape& shape, const Real* q, const Real* k, const Real* v,
                                 const double* scale, Real* o, double* lse) = 0;

@@ -9,7 +9,7 @@ namespace multiscreen {
 
 template <typename Real>
 std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* params, const InferenceOptions& options) {
-  if (dims.transformer()) return std::make_unique<TransformerDecodeSession<Real>>(dims, params);
+  if (dims.transformer()) return std::make_unique<TransformerDecodeSession<Real>>(dims, params, options);
   return std::make_unique<DecodeSession<Real>>(dims, params, options);
 }
 

@@ -17,6 +17,9 @@ namespace multiscreen {
 struct InferenceOptions {
   bool expand_windows = true;  // w → ∞ for tiles whose w exceeds train_len ("as learned" when false)
   int64_t train_len = 4096;    // longest training sequence length
+  // YaRN's scale factor F for a RoPE model (the Transformer; kernels/cpu/rope.h): 1 is
+  // plain RoPE. Multiscreen (MiPE) has no use for it; the CLI refuses it there.
+  double yarn_factor = 1.0;
 };
 
 // Offsets of a layer's tensors from ParamLayout::LayerEntry(layer).

@@ -175,8 +175,12 @@ void Transformer<Real>::Embed(const Real* params, const int32_t* ids, int64_t n,
 template <typename Real>
 void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, Real* x,
                                       const InferenceOptions* inference) {
-  (void)inference;
   const ModelDims& d = dims();
+  // YaRN at inference (kernels/cpu/rope.h): NTK-by-parts frequencies, and the logits times
+  // (0.1 ln F + 1)², folded into each head's scale.
+  kernels::cpu::RopeScaling yarn;
+  if (inference != nullptr) yarn = {inference->yarn_factor, double(inference->train_len)};
+  const double logit_scale = kernels::cpu::YarnLogitScale(yarn.factor);
   const int64_t dE = d.d_e, H = layout_.shard().tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn(), rows = B * T;
   const Precision prec = options_.precision;
   batch_ = B;
@@ -204,8 +208,8 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
       ops_->Copy2D(a.qkv.data() + p * dl, 3 * dl, rows, dl, qkv[p]->data(), dl);
     }
     timer.emplace(options_.profile, StepProfile::kAttention);
-    tk_->Rope(a.q.data(), dl, B, T, H, dh, false);
-    tk_->Rope(a.k.data(), dl, B, T, H, dh, false);
+    tk_->Rope(a.q.data(), dl, B, T, H, dh, false, yarn);
+    tk_->Rope(a.k.data(), dl, B, T, H, dh, false, yarn);
     if (d.qk_norm) {  // unit(RoPE(q)) = RoPE(unit(q)): a rotation keeps the norm
       a.q_norm.Resize(rows * H);
       a.k_norm.Resize(rows * H);
@@ -214,7 +218,9 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     }
     a.o.Resize(rows * dl);
     a.lse.resize(B * H * T);
-    tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), w.scale.data(), a.o.data(), a.lse.data());
+    std::vector<double> scale = w.scale;
+    for (double& c : scale) c *= logit_scale;
+    tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), scale.data(), a.o.data(), a.lse.data());
     RoundToCompute(a.o.data(), rows * dl);
     // x += o W_O: this rank's heads' part, summed over the tp group.
     timer.emplace(options_.profile, StepProfile::kOutputGemm);

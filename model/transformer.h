@@ -51,7 +51,8 @@ class Transformer final : public ModelStage<Real> {
   // Packs the layers' compute weights, reads s_E, s_F, s_QK to the host, makes Ē (sio).
   void BeginStep(const Real* params) override;
   void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
-  // `inference` is ignored (no windows in this family).
+  // `inference`: only its yarn_factor (with train_len as YaRN's L) is read (no windows in
+  // this family); the backward is of a training forward (no YaRN).
   void LayersForward(const Real* params, int64_t B, int64_t T, Real* x,
                      const InferenceOptions* inference = nullptr) override;
   double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx, Real* grads,

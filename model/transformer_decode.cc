@@ -15,8 +15,9 @@ namespace multiscreen {
 namespace k = kernels::cpu;
 
 template <typename Real>
-TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, const Real* params)
-    : layout_(dims, ShardSpec::Full(dims)) {
+TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, const Real* params,
+                                                         const InferenceOptions& options)
+    : layout_(dims, ShardSpec::Full(dims)), yarn_{options.yarn_factor, double(options.train_len)} {
   const int64_t V = dims.vocab, dE = dims.d_e, H = dims.n_heads, dh = dims.d_k;
   const Real* w_e = params + layout_.Find("embed/W_E")->buffer_offset;
   table_.resize(V * dE);
@@ -56,6 +57,7 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
       const Real* s_ss = at(l, "s_SS");
       for (int64_t h = 0; h < H; ++h) L.scale[h] *= double(s_ss[h]);
     }
+    for (double& c : L.scale) c *= k::YarnLogitScale(yarn_.factor);  // YaRN's temperature (1 without)
   }
 }
 
@@ -73,8 +75,8 @@ void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
     k::RmsNormForward(x.data(), L.attn_norm, a.data(), &rstd, 1, dE);
     k::Gemm<Real>(false, false, 1, 3 * dE, dE, 1, a.data(), dE, L.w_qkv.data(), 3 * dE, 0, qkv.data(), 3 * dE);
     Real *q = qkv.data(), *kn = qkv.data() + dE, *vn = qkv.data() + 2 * dE;
-    k::Rope(q, dE, 1, 1, H, dh, false, pos);
-    k::Rope(kn, dE, 1, 1, H, dh, false, pos);
+    k::Rope(q, dE, 1, 1, H, dh, false, pos, yarn_);
+    k::Rope(kn, dE, 1, 1, H, dh, false, pos, yarn_);
     if (d.qk_norm) {
       k::UnitRowsForward(q, dh, q, dh, norm.data(), H, dh);
       k::UnitRowsForward(kn, dh, kn, dh, norm.data(), H, dh);

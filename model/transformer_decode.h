@@ -12,7 +12,9 @@
 
 #include "common/config.h"
 #include "model/decoder.h"
+#include "kernels/cpu/rope.h"
 #include "model/param_layout.h"
+#include "model/tile_weights.h"
 
 namespace multiscreen {
 
@@ -20,7 +22,9 @@ template <typename Real>
 class TransformerDecodeSession final : public Decoder<Real> {
  public:
   // `params`: the full layout's buffer (ShardSpec::Full), read during the session.
-  TransformerDecodeSession(const ModelDims& dims, const Real* params);
+  // options.yarn_factor ≠ 1: YaRN's frequencies and logit scale (kernels/cpu/rope.h), with
+  // options.train_len as its L; the rest of `options` is Multiscreen's.
+  TransformerDecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options = {});
 
   void Step(int32_t token, Real* logits) override;
   int64_t position() const override { return position_; }
@@ -36,6 +40,7 @@ class TransformerDecodeSession final : public Decoder<Real> {
   std::vector<Real> table_;  // [V, d_E]: Ē (sio) or W_E
   Real embed_scale_ = 1, head_scale_ = 1;  // e^{s_E}, e^{s_F} (sio) or 1
   std::vector<Layer> layers_;
+  kernels::cpu::RopeScaling yarn_;
   int64_t position_ = 0;
 };
 

@@ -21,8 +21,9 @@ class CpuTransformerKernels final : public TransformerKernels<Real> {
                        int64_t rows, int64_t d, bool accumulate) override {
     cpu::RmsNormBackward(x, gain, rstd, dy, dx, dgain, rows, d, accumulate);
   }
-  void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse) override {
-    cpu::Rope(x, ld, B, T, heads, d_h, inverse);
+  void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse,
+            const cpu::RopeScaling& scaling) override {
+    cpu::Rope(x, ld, B, T, heads, d_h, inverse, 0, scaling);
   }
   void AttentionForward(const AttentionShape& shape, const Real* q, const Real* k, const Real* v,
                         const double* scale, Real* o, double* lse) override {

@@ -1,15 +1,38 @@
 #include "kernels/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 namespace multiscreen::kernels::cpu {
 
+void RopeFrequencies(int64_t d_h, const RopeScaling& scaling, double* freq) {
+  for (int64_t p = 0; p < d_h / 2; ++p) {
+    const double theta = std::pow(kRopeTheta, -2.0 * double(p) / double(d_h));
+    if (!scaling.active()) {
+      freq[p] = theta;
+      continue;
+    }
+    const double wavelength = 2.0 * std::numbers::pi / theta;
+    const double r = scaling.original_len / wavelength;
+    const double gamma = std::clamp((r - scaling.alpha) / (scaling.beta - scaling.alpha), 0.0, 1.0);
+    freq[p] = (1.0 - gamma) * theta / scaling.factor + gamma * theta;
+  }
+}
+
+double YarnLogitScale(double factor) {
+  if (factor == 1.0) return 1.0;
+  const double m = 0.1 * std::log(factor) + 1.0;
+  return m * m;
+}
+
 template <typename Real>
-void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse, int64_t pos0) {
+void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse, int64_t pos0,
+          const RopeScaling& scaling) {
   const int64_t half = d_h / 2;
   std::vector<double> freq(half);
-  for (int64_t p = 0; p < half; ++p) freq[p] = std::pow(kRopeTheta, -2.0 * double(p) / double(d_h));
+  RopeFrequencies(d_h, scaling, freq.data());
   const double sign = inverse ? -1.0 : 1.0;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
@@ -29,7 +52,7 @@ void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h,
   }
 }
 
-template void Rope<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t);
-template void Rope<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t);
+template void Rope<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, const RopeScaling&);
+template void Rope<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, const RopeScaling&);
 
 }  // namespace multiscreen::kernels::cpu

@@ -28,8 +28,9 @@ class CudaTransformerKernels final : public TransformerKernels<float> {
                        int64_t rows, int64_t d, bool accumulate) override {
     cuda::RmsNormBackward(x, gain, rstd, dy, dx, dgain, rows, d, accumulate, &rms_norm_, stream_);
   }
-  void Rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse) override {
-    cuda::Rope(x, ld, B, T, heads, d_h, inverse, stream_);
+  void Rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse,
+            const cpu::RopeScaling& scaling) override {
+    cuda::Rope(x, ld, B, T, heads, d_h, inverse, stream_, scaling);
   }
   void AttentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v,
                         const double* scale, float* o, double* lse) override {

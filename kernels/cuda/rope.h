@@ -1,8 +1,10 @@
 // RoPE (spec "Transformer baseline") on a CUDA device, the twin of kernels/cpu/rope.h:
-// half-split pairs (p, p + d_h/2) of each head turned by φ(t, p) = t · θ^(−2p/d_h),
-// θ = 10,000, t the position within its sequence. The angle, its cosine and sine are
-// computed in fp64 from the exact integer position, as the CPU's, then rounded to fp32
-// for the rotation. One thread per pair. Pointers are device pointers; launches on
+// half-split pairs (p, p + d_h/2) of each head turned by φ(t, p) = t · θ_p,
+// θ_p = θ^(−2p/d_h), θ = 10,000, t the position within its sequence; with YaRN's
+// scaling (cpu::RopeScaling, F > 1) θ'_p = (1 − γ(r_p)) θ_p/F + γ(r_p) θ_p, the same
+// NTK-by-parts ramp as cpu::RopeFrequencies. The frequency, angle, its cosine and sine
+// are computed in fp64 from the exact integer position, as the CPU's, then rounded to
+// fp32 for the rotation. One thread per pair. Pointers are device pointers; launches on
 // `stream`; failures are fatal.
 #pragma once
 
@@ -10,10 +12,13 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/rope.h"
+
 namespace multiscreen::kernels::cuda {
 
 // x: [B·T, heads·d_h] in place, row stride ld (≥ heads·d_h); row b·T + t is position t.
 // inverse: turn by −φ (the backward). d_h must be even.
-void Rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse, cudaStream_t stream);
+void Rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse, cudaStream_t stream,
+          const cpu::RopeScaling& scaling = {});
 
 }  // namespace multiscreen::kernels::cuda

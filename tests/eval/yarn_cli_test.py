@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""YaRN at inference (issue 30) end to end: `eval ppl --yarn_factor=F` of a tiny
+Transformer against the PyTorch twin (tools/transformer_twin.py) whose RoPE frequencies
+and attention scores are replaced here by YaRN written out from the paper (Peng et al.
+2023, §3.2 NTK-by-parts, §3.4 the temperature), independently of kernels/cpu/rope.cc;
+the full pass and the decoding cache agree; F = 1 is the plain model; auto is
+context-matched (seq_len / train_len); with qk_norm the temperature still applies (it is
+on the scores, after the unit rows); Multiscreen refuses the flag in one line.
+
+Run: /usr/bin/python3 tests/eval/yarn_cli_test.py --multiscreen=build/multiscreen --source=.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+import transformer_twin as twin  # noqa: E402
+from random_tokens import write_tokens  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, ".."))
+from cli_errors import OneLineErrors  # noqa: E402
+
+BIN = None
+
+
+def run(*args, timeout=120):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def yarn_twin_losses(path, tokens, batch, seq_len, factor, train_len):
+    """The twin's token losses [B, T] with YaRN: θ'_d = (1 − γ) θ_d / F + γ θ_d,
+    γ = clamp((L/λ_d − 1)/(32 − 1), 0, 1), λ_d = 2π/θ_d; scores times (0.1 ln F + 1)²."""
+    plain_rope, plain_weights = twin.rope, twin.weights
+
+    def rope(z):
+        T, d_h = z.shape[2], z.shape[3]
+        half = d_h // 2
+        theta = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float64) / d_h)
+        r = train_len / (2 * math.pi / theta)
+        gamma = torch.clamp((r - 1.0) / (32.0 - 1.0), 0.0, 1.0)
+        freq = (1 - gamma) * theta / factor + gamma * theta
+        phi = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]
+        cos, sin = torch.cos(phi).to(z.dtype), torch.sin(phi).to(z.dtype)
+        a, b = z[..., :half], z[..., half:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+    def weights(cfg, p, z):
+        return plain_weights(cfg, p, z * (0.1 * math.log(factor) + 1) ** 2)
+
+    twin.rope, twin.weights = rope, weights
+    try:
+        cfg, params = twin.load_weights(path)
+        return twin.loss_and_grads(cfg, params, tokens, batch, seq_len)["token_losses"]
+    finally:
+        twin.rope, twin.weights = plain_rope, plain_weights
+
+
+class YarnCliTest(OneLineErrors):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def init(self, body, name):
+        path = os.path.join(self.dir, f"{name}.textproto")
+        with open(path, "w") as f:
+            f.write(f'name: "{name}"\n' + body)
+        w = os.path.join(self.dir, f"{name}.h5")
+        r = run("init", f"--model={path}", "--seed=5", f"--out={w}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return w
+
+    def ppl(self, *args):
+        out = os.path.join(self.dir, "ppl")
+        r = run("eval", "ppl", f"--out={out}", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "ppl.json")) as f:
+            return json.load(f), r
+
+    def check(self, body, name):
+        w = self.init(body, name)
+        B, T, L = 2, 48, 8
+        tokens = np.random.default_rng(7).integers(0, 96, size=B * (T + 1))  # no EOS (96)
+        t = os.path.join(self.dir, "t.bin")
+        write_tokens(t, tokens)
+        common = (f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", f"--train_len={L}")
+        want = yarn_twin_losses(w, tokens, B, T, 4.0, L).mean(axis=0)
+        full, r = self.ppl(*common, "--yarn_factor=4", "--method=full")
+        self.assertIn("YaRN factor 4", r.stdout)
+        self.assertEqual(full["yarn_factor"], 4.0)
+        np.testing.assert_allclose(full["mean_loss"], want, rtol=0, atol=2e-6)
+        decode, _ = self.ppl(*common, "--yarn_factor=4", "--method=decode")
+        np.testing.assert_allclose(decode["mean_loss"], want, rtol=0, atol=2e-6)
+        # auto: 48 / 8 = 6, context-matched.
+        auto, r = self.ppl(*common, "--yarn_factor=auto", "--method=full")
+        self.assertEqual((auto["yarn_factor"], auto["yarn_context_matched"]), (6.0, True))
+        np.testing.assert_allclose(auto["mean_loss"], yarn_twin_losses(w, tokens, B, T, 6.0, L).mean(axis=0),
+                                   rtol=0, atol=2e-6)
+        # F = 1 (the default) is the plain twin, and differs from F = 4.
+        plain, _ = self.ppl(*common, "--method=full")
+        cfg, params = twin.load_weights(w)
+        plain_want = twin.loss_and_grads(cfg, params, tokens, B, T)["token_losses"].mean(axis=0)
+        np.testing.assert_allclose(plain["mean_loss"], plain_want, rtol=0, atol=2e-6)
+        # (errors against the twin: ~2e-7; YaRN's effect on these random-init models: 2e-4, 3e-2 with qk_norm)
+        self.assertGreater(np.abs(np.array(plain["mean_loss"]) - want).max(), 1e-4)
+
+    def test_transformer_with_yarn_equals_the_twin_with_yarn(self):
+        self.check("family: TRANSFORMER\nvocab: 97\nn_layers: 2\nn_heads: 2\nd_e: 32\n", "yarn_tiny")
+
+    def test_the_temperature_applies_with_unit_q_and_k(self):
+        self.check("family: TRANSFORMER\nvocab: 97\nn_layers: 2\nn_heads: 2\nd_e: 32\nqk_norm: true\n", "yarn_qk")
+
+    def test_multiscreen_refuses_yarn(self):
+        w = os.path.join(self.dir, "ms.h5")
+        r = run("init", "--model=tiny_psi2", "--seed=1", f"--out={w}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        t = os.path.join(self.dir, "t.bin")
+        write_tokens(t, np.arange(40) % 30)
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2",
+                f"--out={self.dir}/o")
+        self.assert_one_line_error(r, "--yarn_factor=2: model tiny_psi2 is Multiscreen, positioned by MiPE, not RoPE")
+        r = run("generate", f"--weights={w}", "--prompt=hi", "--yarn_factor=auto")
+        self.assert_one_line_error(r, "--yarn_factor=auto: model tiny_psi2 is Multiscreen")
+        w2 = self.init("family: TRANSFORMER\nvocab: 97\nn_layers: 1\nn_heads: 2\nd_e: 16\n", "t1")
+        r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=0.5",
+                f"--out={self.dir}/o")
+        self.assert_one_line_error(r, "--yarn_factor=0.5: expected a number >= 1")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    p.add_argument("--source", required=True)
+    args, rest = p.parse_known_args()
+    BIN = os.path.abspath(args.multiscreen)
+    unittest.main(argv=[sys.argv[0]] + rest)

@@ -1,0 +1,93 @@
+// YaRN at inference (issue 30): the NTK-by-parts frequencies and the logit scale of
+// kernels/cpu/rope.h against values worked by hand, F = 1 against the plain RoPE formula
+// bit for bit, and the --yarn_factor flag (eval/yarn.h). The model with YaRN against an
+// independent PyTorch YaRN: yarn_cli_test.py.
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <vector>
+
+#include "eval/yarn.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/rope.h"
+
+namespace multiscreen {
+namespace {
+
+using kernels::cpu::Rope;
+using kernels::cpu::RopeFrequencies;
+using kernels::cpu::RopeScaling;
+using kernels::cpu::YarnLogitScale;
+
+// d_h = 8, L = 1000, F = 4: θ_p = 10⁴^(−p/4) = 1, 0.1, 0.01, 0.001; r_p = L θ_p / 2π =
+// 159.15, 15.915, 1.5915, 0.15915; γ = clamp((r − 1)/31, 0, 1) = 1, 0.481145, 0.0190822, 0;
+// θ'_p = θ_p (1/4 + 3γ/4) = 1, 0.1 · 0.610859, 0.01 · 0.264312, 0.001/4.
+TEST(YarnTest, FrequenciesFollowTheNtkByPartsRamp) {
+  std::vector<double> freq(4);
+  RopeFrequencies(8, RopeScaling{4.0, 1000.0}, freq.data());
+  EXPECT_DOUBLE_EQ(freq[0], 1.0);  // turns 159 times in L: left alone
+  EXPECT_NEAR(freq[1], 0.0610859, 1e-7);
+  EXPECT_NEAR(freq[2], 0.00264312, 1e-8);
+  EXPECT_DOUBLE_EQ(freq[3], 0.00025);  // turns 0.16 times in L: interpolated, θ/F
+  RopeFrequencies(8, RopeScaling{}, freq.data());
+  EXPECT_EQ(freq[1], std::pow(10000.0, -2.0 / 8.0));
+}
+
+// (0.1 ln 4 + 1)² = 1.138629² = 1.296477.
+TEST(YarnTest, LogitScaleIsTheSquareOfPointOneLnFPlusOne) {
+  EXPECT_NEAR(YarnLogitScale(4.0), 1.2964770, 1e-7);
+  EXPECT_EQ(YarnLogitScale(1.0), 1.0);
+}
+
+// F = 1 is today's RoPE bit for bit: the formula of the plain kernel, written out here.
+TEST(YarnTest, FactorOneIsPlainRopeBitForBit) {
+  const int64_t T = 37, H = 3, dh = 16, ld = H * dh, half = dh / 2;
+  std::vector<float> x(T * ld), want;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * float(i)) + 0.1f;
+  want = x;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t p = 0; p < half; ++p) {
+      const double phi = double(t) * std::pow(10000.0, -2.0 * double(p) / double(dh));
+      const float c = static_cast<float>(std::cos(phi)), s = static_cast<float>(std::sin(phi));
+      for (int64_t h = 0; h < H; ++h) {
+        float* z = want.data() + t * ld + h * dh;
+        const float a = z[p], b = z[p + half];
+        z[p] = a * c - b * s;
+        z[p + half] = a * s + b * c;
+      }
+    }
+  }
+  std::vector<float> got = x;
+  Rope(got.data(), ld, 1, T, H, dh, false, 0, RopeScaling{1.0, 8.0});
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+// With F = 4, L = 1000, the pair p = 1 of a head at position t = 300 turns by 300 · θ'_1.
+TEST(YarnTest, RopeTurnsByTheScaledFrequency) {
+  const int64_t dh = 8, t = 300;
+  std::vector<double> x((t + 1) * dh, 0.0);
+  x[t * dh + 1] = 1.0;  // a = 1, b = 0 in pair 1 of position t
+  Rope(x.data(), dh, 1, t + 1, 1, dh, false, 0, RopeScaling{4.0, 1000.0});
+  const double phi = 300 * 0.1 * (0.25 + 0.75 * ((1000 / (2 * std::numbers::pi * 10) - 1) / 31));
+  EXPECT_NEAR(x[t * dh + 1], std::cos(phi), 1e-12);
+  EXPECT_NEAR(x[t * dh + 1 + dh / 2], std::sin(phi), 1e-12);
+}
+
+TEST(YarnTest, TheFlagTakesANumberOrAutoAndRefusesMultiscreen) {
+  auto four = eval::ParseYarnFactor("4", true, "t");
+  ASSERT_TRUE(four.ok());
+  EXPECT_EQ(eval::YarnFactorFor(*four, 100, 10), 4.0);
+  auto automatic = eval::ParseYarnFactor("auto", true, "t");
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ(eval::YarnFactorFor(*automatic, 8192, 2048), 4.0);
+  EXPECT_EQ(eval::YarnFactorFor(*automatic, 1000, 2048), 1.0);  // never below 1
+  EXPECT_TRUE(eval::ParseYarnFactor("1", false, "psi8").ok());  // the default: nothing asked
+  EXPECT_EQ(eval::ParseYarnFactor("0.5", true, "t").status().message(),
+            "--yarn_factor=0.5: expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)");
+  EXPECT_EQ(eval::ParseYarnFactor("auto", false, "psi8").status().message(),
+            "--yarn_factor=auto: model psi8 is Multiscreen, positioned by MiPE, not RoPE: YaRN scales RoPE models (the "
+            "Transformer baseline) only");
+}
+
+}  // namespace
+}  // namespace multiscreen
