@@ -46,11 +46,26 @@ enum class HeadPath {
   kBlas,    // whole-row OpenBLAS GEMMs always (the baseline bench compares the panels with)
 };
 
+// Which CUDA screening kernels a table runs (kernels/cuda/screening.h: the simple
+// fp32 kernels, the oracle; kernels/cuda/screening_tiled.h: tensor cores, bf16 operands
+// with fp32 accumulation, d_K = 16 and d_V = 64 only, other widths the simple ones).
+enum class ScreeningKernel {
+  kAuto,    // the precision's: tiled under kBf16, simple under kFp32 and kFp16
+  kSimple,  // the simple kernels in every precision
+  kTiled,   // the tiled kernels in every precision (tests: the tiled kernel alone)
+};
+
 // Options of a kernel table (the head's blocking is the CPU's; CUDA picks its own).
 struct KernelOptions {
   HeadPath head_path = HeadPath::kPanels;
   int64_t head_chunk_rows = 512;   // tokens per logits chunk: [chunk, V] is the largest logits block
   int64_t head_vocab_block = 512;  // vocabulary columns a thread takes at a time (whole panels of 32)
+  // The step's compute precision, as the model passes it to Gemm; the CUDA table picks
+  // its screening kernels by it (screening_kernel). The CPU's table ignores both.
+  Precision precision = Precision::kFp32;
+  // kAuto gives way to the environment variable MULTISCREEN_SCREENING_KERNEL
+  // (auto|simple|tiled), read when a CUDA table is made (docs/performance.md).
+  ScreeningKernel screening_kernel = ScreeningKernel::kAuto;
 };
 
 namespace kernels {

@@ -20,6 +20,8 @@ std::unique_ptr<kernels::KernelTable<Real>> KernelTableFor(const ModelOptions& o
   k.head_path = options.head_path;
   k.head_chunk_rows = options.head_chunk_rows;
   k.head_vocab_block = options.head_vocab_block;
+  k.precision = options.precision;  // the CUDA table's screening kernels follow it
+  k.screening_kernel = options.screening_kernel;
   auto table = MakeKernelTable<Real>(options.device, k);
   if (!table.ok()) FatalModelError("--device=" + DeviceName(options.device) + ": " + std::string(table.status().message()));
   return std::move(*table);

@@ -31,6 +31,9 @@ struct ModelOptions {
   HeadPath head_path = HeadPath::kPanels;
   int64_t head_chunk_rows = 512;  // tokens per logits chunk: [chunk, V] is the largest logits block
   int64_t head_vocab_block = 512;  // vocabulary columns a thread takes at a time in the fused head (whole panels of 32)
+  // The CUDA table's screening kernels (KernelOptions::screening_kernel): kAuto, tiled
+  // under bf16 and simple otherwise; tests pin one to compare the two.
+  ScreeningKernel screening_kernel = ScreeningKernel::kAuto;
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
   // No backward piece (HeadLoss with dx, LayersBackward, EmbedBackward, EndStep) will be
   // called: gradient buffers the forward does not need are not allocated (Multiscreen:

@@ -6,7 +6,13 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
 #include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
 
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/check.h"
@@ -16,6 +22,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/screening.h"
+#include "kernels/cuda/screening_tiled.h"
 #include "kernels/cuda/unit_rows.h"
 
 namespace multiscreen::kernels::cuda {
@@ -23,7 +30,8 @@ namespace {
 
 class CudaKernelTable final : public KernelTable<float> {
  public:
-  CudaKernelTable(cudaStream_t stream, std::unique_ptr<GemmRunner> gemm) : stream_(stream), gemm_(std::move(gemm)) {
+  CudaKernelTable(cudaStream_t stream, std::unique_ptr<GemmRunner> gemm, bool tiled_screening)
+      : stream_(stream), gemm_(std::move(gemm)), tiled_screening_(tiled_screening) {
     reduce_.Resize(kReduceScratch);
   }
   ~CudaKernelTable() override {
@@ -96,12 +104,20 @@ class CudaKernelTable final : public KernelTable<float> {
   }
   void ScreeningForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                         const ScreeningSaved<float>& saved, float* U) override {
-    cuda::ScreeningForward(shape, P, tiles, saved, U, &screening_, stream_);
+    if (tiled_screening_) {
+      cuda::ScreeningTiledForward(shape, P, tiles, saved, U, &screening_, stream_);  // simple at other widths
+    } else {
+      cuda::ScreeningForward(shape, P, tiles, saved, U, &screening_, stream_);
+    }
   }
   void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                          const ScreeningSaved<float>& saved, const float* dU, float* dP,
                          TileScalarGrads* grads) override {
-    cuda::ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, &screening_, stream_);
+    if (tiled_screening_) {
+      cuda::ScreeningTiledBackward(shape, P, tiles, saved, dU, dP, grads, &screening_, stream_);
+    } else {
+      cuda::ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, &screening_, stream_);
+    }
   }
 
   // ---- the vocabulary head ----
@@ -128,6 +144,7 @@ class CudaKernelTable final : public KernelTable<float> {
  private:
   cudaStream_t stream_;
   std::unique_ptr<GemmRunner> gemm_;
+  bool tiled_screening_;  // ScreeningTiledForward/Backward, else the simple kernels
   DeviceArray<double> reduce_{Device::kCuda};       // kReduceScratch doubles for Dot and friends
   DeviceArray<float> host_staging_{Device::kCuda};  // AddHost's uploaded values
   EmbeddingScratch embedding_;
@@ -137,7 +154,28 @@ class CudaKernelTable final : public KernelTable<float> {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const KernelOptions& /*options*/) {
+absl::StatusOr<bool> TiledScreening(const KernelOptions& options) {
+  ScreeningKernel kernel = options.screening_kernel;
+  if (kernel == ScreeningKernel::kAuto) {
+    if (const char* env = std::getenv("MULTISCREEN_SCREENING_KERNEL"); env != nullptr && *env != '\0') {
+      const std::string v = absl::AsciiStrToLower(env);
+      if (v == "simple") {
+        kernel = ScreeningKernel::kSimple;
+      } else if (v == "tiled") {
+        kernel = ScreeningKernel::kTiled;
+      } else if (v != "auto") {
+        return absl::InvalidArgumentError(absl::StrCat("MULTISCREEN_SCREENING_KERNEL=", absl::CHexEscape(env),
+                                                       ": expected auto, simple or tiled"));
+      }
+    }
+  }
+  if (kernel == ScreeningKernel::kAuto) return options.precision == Precision::kBf16;
+  return kernel == ScreeningKernel::kTiled;
+}
+
+absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const KernelOptions& options) {
+  absl::StatusOr<bool> tiled = TiledScreening(options);
+  if (!tiled.ok()) return tiled.status();
   if (absl::Status usable = CheckCudaDevice(); !usable.ok()) return usable;
   // Every table of a process issues on the legacy default stream, so that the ops of
   // different tables — the model's, the stage's parameter upload, bench's optimizer —
@@ -146,7 +184,7 @@ absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const Ke
   cudaStream_t stream = cudaStreamLegacy;
   absl::StatusOr<std::unique_ptr<GemmRunner>> gemm = GemmRunner::Create(stream);
   if (!gemm.ok()) return gemm.status();
-  return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(stream, std::move(*gemm)));
+  return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(stream, std::move(*gemm), *tiled));
 }
 
 }  // namespace multiscreen::kernels::cuda

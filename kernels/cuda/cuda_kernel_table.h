@@ -16,7 +16,18 @@ namespace multiscreen::kernels::cuda {
 // A kernel table on the current CUDA device. Errors (one line each): no CUDA driver or
 // no device visible; a driver older than this build's runtime (with the runtime's
 // message); stream or cuBLAS(Lt) handle creation failure. options: the CPU's head
-// blocking does not apply; the CUDA head picks its own (cross_entropy.h).
+// blocking does not apply; the CUDA head picks its own (cross_entropy.h). The screening
+// kernels are TiledScreening(options)'s; its error comes first.
 absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const KernelOptions& options = {});
+
+// Whether a table made with `options` runs the tiled screening kernels
+// (screening_tiled.h: bf16 operands, fp32 accumulation; at widths other than d_K = 16,
+// d_V = 64 they run the simple ones) rather than the simple fp32 kernels (screening.h):
+// options.screening_kernel, where kAuto gives way to the environment variable
+// MULTISCREEN_SCREENING_KERNEL=auto|simple|tiled (case-insensitive; unset or empty:
+// auto), and auto means tiled exactly when options.precision is kBf16 (kFp16 keeps the
+// simple kernels: the tiled ones' operands are bf16, not the fp16 GEMMs' contract).
+// Error (one line): another value of the variable.
+absl::StatusOr<bool> TiledScreening(const KernelOptions& options);
 
 }  // namespace multiscreen::kernels::cuda
