@@ -2,8 +2,13 @@
 // layouts as kernels/cuda/screening.h's ScreeningForward (spec steps 5–13), computed
 // flash-style per (sequence, tile) with mma.sync m16n8k16 bf16 → fp32
 // (kernels/cuda/tensor_core.cuh). The simple kernel stays the fp32 path and the oracle
-// (tests/kernels/screening_tiled_test.cc). Not yet used by the model, not yet measured on
-// a GPU (docs/performance.md). Forward and backward.
+// (tests/kernels/screening_tiled_test.cc). Forward and backward. The CUDA kernel table
+// runs these under --precision=bf16 and the simple kernels under fp32 and fp16
+// (KernelOptions::precision and screening_kernel; the environment variable
+// MULTISCREEN_SCREENING_KERNEL=auto|simple|tiled overrides auto: TiledScreening in
+// kernels/cuda/cuda_kernel_table.h); tests/cuda/model_cuda_test.cc and
+// tests/cuda_emulator/train_emulated_test.py hold the model and 20 training steps on them
+// against the simple kernels. Not yet measured on a GPU (docs/performance.md).
 //
 // Two launches:
 //   1. Normalize (steps 5–6): one thread per (sequence, tile, token), the simple
