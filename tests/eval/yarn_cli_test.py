@@ -4,7 +4,7 @@ Transformer against the PyTorch twin (tools/transformer_twin.py) whose RoPE freq
 and attention scores are replaced here by YaRN written out from the paper (Peng et al.
 2023, §3.2 NTK-by-parts, §3.4 the temperature), independently of kernels/cpu/rope.cc;
 the full pass and the decoding cache agree; F = 1 is the plain model; auto is
-context-matched (seq_len / train_len); with qk_norm the temperature still applies (it is
+context-matched (seq_len / train_len, and in a grid each cell's prompt); with qk_norm the temperature still applies (it is
 on the scores, after the unit rows); Multiscreen refuses the flag in one line.
 
 Run: /usr/bin/python3 tests/eval/yarn_cli_test.py --multiscreen=build/multiscreen --source=.
@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 from cli_errors import OneLineErrors  # noqa: E402
 
 BIN = None
+SOURCE = None
 
 
 def run(*args, timeout=120):
@@ -120,6 +121,21 @@ class YarnCliTest(OneLineErrors):
     def test_the_temperature_applies_with_unit_q_and_k(self):
         self.check("family: TRANSFORMER\nvocab: 97\nn_layers: 2\nn_heads: 2\nd_e: 32\nqk_norm: true\n", "yarn_qk")
 
+    def test_auto_in_a_grid_matches_each_cells_prompt(self):
+        # Context-matched per cell: F = (prompt tokens + the 8 generated) / train_len.
+        w = self.init("family: TRANSFORMER\nn_layers: 1\nn_heads: 2\nd_e: 16\n", "gpt2_t")
+        out = os.path.join(self.dir, "pk")
+        tok = os.path.join(SOURCE, "data_cache", "gpt2")
+        r = run("eval", "passkey", f"--weights={w}", "--contexts=120,240", "--depths=0", "--instances=1",
+                "--yarn_factor=auto", "--train_len=32", f"--out={out}", f"--tokenizer={tok}", timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "passkey.json")) as f:
+            cells = json.load(f)["cells"]
+        self.assertEqual(len(cells), 2)
+        for cell in cells:
+            self.assertEqual(cell["yarn_factor"], (cell["mean_prompt_tokens"] + 8) / 32)
+            self.assertGreater(cell["yarn_factor"], 3)
+
     def test_multiscreen_refuses_yarn(self):
         w = os.path.join(self.dir, "ms.h5")
         r = run("init", "--model=tiny_psi2", "--seed=1", f"--out={w}")
@@ -142,5 +158,5 @@ if __name__ == "__main__":
     p.add_argument("--multiscreen", required=True)
     p.add_argument("--source", required=True)
     args, rest = p.parse_known_args()
-    BIN = os.path.abspath(args.multiscreen)
+    BIN, SOURCE = os.path.abspath(args.multiscreen), os.path.abspath(args.source)
     unittest.main(argv=[sys.argv[0]] + rest)
