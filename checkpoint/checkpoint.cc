@@ -67,7 +67,8 @@ json DimsToJson(const ModelDims& d) {
           {"d_k", d.d_k},   {"d_v", d.d_v},           {"vocab", d.vocab},     {"w_th", d.w_th},
           {"pl_norm", d.pl_norm}, {"eos_token", d.eos_token}, {"family", FamilyName(d.family)},
           {"qk_norm", d.qk_norm}, {"sio", d.sio}, {"tanh_norm", d.tanh_norm},
-          {"attention", AttentionKindName(d.attention)}};
+          {"attention", AttentionKindName(d.attention)}, {"position", kernels::PositionKindName(d.position)},
+          {"output_gate", d.output_gate}};
 }
 
 json MetaToJson(const CheckpointMeta& m) {
@@ -213,6 +214,17 @@ absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string
   // The tanh_norm switch (absent in manifests written before it: on).
   if (j["model"].contains("tanh_norm")) {
     MS_ASSIGN_OR_RETURN(d.tanh_norm, f.Bool("model.tanh_norm"));
+  }
+  // Multiscreen's position and output_gate switches (absent in manifests written before them:
+  // MiPE, gate on).
+  if (j["model"].contains("position")) {
+    MS_ASSIGN_OR_RETURN(const std::string position, f.String("model.position"));
+    if (!kernels::ParsePositionKind(position, &d.position)) {
+      return f.Error("model.position", absl::StrCat("= \"", position, "\" is not mipe, nope or rope"));
+    }
+  }
+  if (j["model"].contains("output_gate")) {
+    MS_ASSIGN_OR_RETURN(d.output_gate, f.Bool("model.output_gate"));
   }
   // The attention mechanism (absent in manifests written before it: softmax).
   if (j["model"].contains("attention")) {
@@ -834,10 +846,11 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
   if (saved.n_layers != want.n_layers || saved.n_heads != want.n_heads || saved.d_e != want.d_e ||
       saved.d_k != want.d_k || saved.d_v != want.d_v || saved.vocab != want.vocab || saved.w_th != want.w_th ||
       saved.pl_norm != want.pl_norm || saved.family != want.family || saved.qk_norm != want.qk_norm ||
-      saved.sio != want.sio || saved.tanh_norm != want.tanh_norm || saved.attention != want.attention) {
+      saved.sio != want.sio || saved.tanh_norm != want.tanh_norm || saved.attention != want.attention ||
+      saved.position != want.position || saved.output_gate != want.output_gate) {
     return absl::InvalidArgumentError(absl::StrCat(ckpt.dir, ": checkpoint of model '", saved.name,
                                                    "' does not match the model being loaded ('", want.name,
-                                                   "': family, sizes, w_th and the switches pl_norm, qk_norm, sio, tanh_norm, attention must all agree)"));
+                                                   "': family, sizes, w_th and the switches pl_norm, qk_norm, sio, tanh_norm, attention, position, output_gate must all agree)"));
   }
   if (moment_range.second < 0) moment_range.second = target.size();
   std::vector<std::unique_ptr<H5Reader>> files;

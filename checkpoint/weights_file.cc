@@ -29,6 +29,8 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& d) {
   MS_RETURN_IF_ERROR(out.WriteAttribute("sio", int64_t{d.sio ? 1 : 0}));
   MS_RETURN_IF_ERROR(out.WriteAttribute("tanh_norm", int64_t{d.tanh_norm ? 1 : 0}));
   MS_RETURN_IF_ERROR(out.WriteAttribute("attention", std::string(AttentionKindName(d.attention))));
+  MS_RETURN_IF_ERROR(out.WriteAttribute("position", std::string(kernels::PositionKindName(d.position))));
+  MS_RETURN_IF_ERROR(out.WriteAttribute("output_gate", int64_t{d.output_gate ? 1 : 0}));
   return absl::OkStatus();
 }
 
@@ -84,6 +86,21 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   } else if (!absl::IsNotFound(attention.status())) {
     return attention.status();
   }
+  // Multiscreen's position and output_gate switches (absent in files written before them:
+  // MiPE, gate on).
+  if (auto position = in.ReadStringAttribute("position"); position.ok()) {
+    if (!kernels::ParsePositionKind(*position, &d.position)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in.path(), ": root attribute position = \"", *position, "\" is not mipe, nope or rope"));
+    }
+  } else if (!absl::IsNotFound(position.status())) {
+    return position.status();
+  }
+  if (auto output_gate = in.ReadIntAttribute("output_gate"); output_gate.ok()) {
+    d.output_gate = *output_gate != 0;
+  } else if (!absl::IsNotFound(output_gate.status())) {
+    return output_gate.status();
+  }
   MS_RETURN_IF_ERROR(CheckModelDims(d, in.path(), ""));
   // Re-check the sizes as a config would be checked.
   config::ModelConfig m;
@@ -102,6 +119,8 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
     m.set_d_v(d.d_v);
     m.set_w_th(d.w_th);
     m.set_tanh_norm(d.tanh_norm);
+    m.set_position(config::ModelConfig::Position(static_cast<int>(d.position)));
+    m.set_output_gate(d.output_gate);
   }
   m.set_pl_norm(d.pl_norm);
   m.set_eos_token(d.eos_token);
@@ -200,6 +219,11 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
     if (!d.tanh_norm) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": ", field, "tanh_norm = false is a Multiscreen switch, not the Transformer's"));
+    }
+    if (d.position != kernels::PositionKind::kMipe || !d.output_gate) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", field,
+                                                     d.output_gate ? "position" : "output_gate = false",
+                                                     " is a Multiscreen switch, not the Transformer's"));
     }
   } else if (d.qk_norm || d.sio) {
     return absl::InvalidArgumentError(

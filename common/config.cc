@@ -109,10 +109,12 @@ double ModelParamCount(const ModelDims& d) {
            double(d.n_layers) * (4 * dE * dE + 3 * dE * f + 2 * dE + (d.qk_norm ? double(d.n_heads) : 0) +
                                  (d.attention == AttentionKind::kSsmax ? double(d.n_heads) : 0));
   }
-  // W_E and s_E, s_F; per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V],
-  // W_O [d_V, d_E] and s_w, s_r, s_O.
+  // W_E and s_E, s_F; per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V] (no
+  // W_G with output_gate off), W_O [d_V, d_E] and s_w, s_r, s_O.
+  const double value_mats = d.output_gate ? 3.0 : 2.0;
   return double(d.vocab) * double(d.d_e) + 2 +
-         double(d.n_layers) * double(d.n_heads) * (double(d.d_e) * (2.0 * double(d.d_k) + 3.0 * double(d.d_v)) + 3);
+         double(d.n_layers) * double(d.n_heads) *
+             (double(d.d_e) * (2.0 * double(d.d_k) + value_mats * double(d.d_v)) + 3);
 }
 
 absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::string& source) {
@@ -127,6 +129,8 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
       if (set) return Invalid(source, absl::StrCat(field, " is a Multiscreen field; a TRANSFORMER's head width is d_e / n_heads"));
     }
     if (m.has_tanh_norm()) return Invalid(source, "tanh_norm is a Multiscreen switch; a TRANSFORMER has no TanhNorm");
+    if (m.has_position()) return Invalid(source, "position is a Multiscreen switch; a TRANSFORMER uses RoPE");
+    if (m.has_output_gate()) return Invalid(source, "output_gate is a Multiscreen switch; a TRANSFORMER has no tile gate");
     if (!config::ModelConfig::Attention_IsValid(m.attention())) {
       return Invalid(source, absl::StrCat("attention = ", m.attention(),
                                           " is not a known value (SOFTMAX, SOFTMAX1, SSMAX, SIGMOID, ENTMAX15)"));
@@ -134,6 +138,9 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
   } else {
     if (m.has_attention()) {
       return Invalid(source, "attention is a Transformer switch (family: TRANSFORMER); Multiscreen screens");
+    }
+    if (!config::ModelConfig::Position_IsValid(m.position())) {
+      return Invalid(source, absl::StrCat("position = ", m.position(), " is not a known value (MIPE, NOPE, ROPE)"));
     }
     for (const auto& [field, set] : {std::pair{"qk_norm", m.has_qk_norm()}, std::pair{"sio", m.has_sio()}}) {
       if (set) return Invalid(source, absl::StrCat(field, " is a Transformer switch (family: TRANSFORMER)"));
@@ -165,6 +172,8 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
   if (m.has_w_th()) d.w_th = m.w_th();
   if (m.has_pl_norm()) d.pl_norm = m.pl_norm();
   if (m.has_tanh_norm()) d.tanh_norm = m.tanh_norm();
+  if (m.position() != config::ModelConfig::POSITION_UNSPECIFIED) d.position = kernels::PositionKind(m.position());
+  if (m.has_output_gate()) d.output_gate = m.output_gate();
   if (m.has_eos_token()) d.eos_token = m.eos_token();
   const std::pair<const char*, int64_t> sizes[] = {{"n_layers", d.n_layers}, {"n_heads", d.n_heads},
                                                    {"d_e", d.d_e},           {"d_v", d.d_v},
@@ -186,6 +195,9 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     d.d_k = d.d_v = d.d_e / d.n_heads;
   }
   if (d.d_k < 2) return Invalid(source, absl::StrCat("d_k = ", d.d_k, " must be at least 2 (MiPE rotates coordinates 0 and 1)"));
+  if (d.position == kernels::PositionKind::kRope && d.d_k % 2 != 0) {
+    return Invalid(source, absl::StrCat("d_k = ", d.d_k, " must be even for position: ROPE (it turns pairs p, p + d_k/2)"));
+  }
   if (d.d_k > kMaxModelSize) return Invalid(source, absl::StrCat("d_k = ", d.d_k, " is more than ", kMaxModelSize));
   if (d.vocab > INT32_MAX) {
     return Invalid(source, absl::StrCat("vocab = ", d.vocab, " is more than 2^31 - 1 (token ids are int32)"));

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "configs/config.pb.h"
 #include "kernels/attention_kind.h"
+#include "kernels/screening_types.h"
 
 namespace multiscreen {
 
@@ -38,6 +39,10 @@ struct ModelDims {
   // Transformer: the attention mechanism (issue 30; kernels/cpu/attention.h). SSMax adds
   // a learned s_SS per head and layer.
   AttentionKind attention = AttentionKind::kSoftmax;
+  // Multiscreen ablation switches (issue 30; docs/ablations.md): the positional encoding
+  // and the output gate (off: no W_G, u not gated).
+  kernels::PositionKind position = kernels::PositionKind::kMipe;
+  bool output_gate = true;
 
   bool transformer() const { return family == ModelFamily::kTransformer; }
   // The Transformer's SwiGLU hidden width ⌊8 d_E/3⌋.

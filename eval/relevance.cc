@@ -45,18 +45,17 @@ std::vector<TileRelevance> InspectRelevance(const Weights& weights, const Infere
   std::vector<double> q(T * dK), k(T * dK), v(T * dV), g(T * dV), h(dV);
   for (int64_t l = 0; l < d.n_layers; ++l) {
     const auto scalars = MapTileScalars(layout, params, l, &options);
-    const int64_t first = layout.LayerEntry(l);
     const auto& entries = layout.entries();
+    auto slot = [&](LayerTensor t) { return params + entries[layout.MultiscreenEntry(l, t)].buffer_offset; };
+    const int parts = d.output_gate ? 4 : 3;  // no W_G with the output gate off (issue 30)
     std::fill(delta.begin(), delta.end(), 0.0);
     for (int64_t t = 0; t < d.n_heads; ++t) {
-      const float* W[4] = {params + entries[first + kWQ].buffer_offset + t * dE * dK,
-                           params + entries[first + kWK].buffer_offset + t * dE * dK,
-                           params + entries[first + kWV].buffer_offset + t * dE * dV,
-                           params + entries[first + kWG].buffer_offset + t * dE * dV};
+      const float* W[4] = {slot(kWQ) + t * dE * dK, slot(kWK) + t * dE * dK, slot(kWV) + t * dE * dV,
+                           d.output_gate ? slot(kWG) + t * dE * dV : nullptr};
       double* P[4] = {q.data(), k.data(), v.data(), g.data()};
       const int64_t width[4] = {dK, dK, dV, dV};
       // Step 3: projections.
-      for (int part = 0; part < 4; ++part) {
+      for (int part = 0; part < parts; ++part) {
         for (int64_t i = 0; i < T; ++i) {
           for (int64_t c = 0; c < width[part]; ++c) {
             double s = 0;
@@ -72,11 +71,21 @@ std::vector<TileRelevance> InspectRelevance(const Weights& weights, const Infere
         Normalize(&q[i * dK], dK);
         Normalize(&k[i * dK], dK);
         Normalize(&v[i * dV], dV);
+        // The position switch (issue 30): MiPE, none, or RoPE on the pairs (p, p + d_K/2).
         const double phi = kPi * double(i) * gamma / sc.mipe_w;
         for (double* z : {&q[i * dK], &k[i * dK]}) {
-          const double z0 = z[0], z1 = z[1];
-          z[0] = z0 * std::cos(phi) - z1 * std::sin(phi);
-          z[1] = z0 * std::sin(phi) + z1 * std::cos(phi);
+          if (d.position == kernels::PositionKind::kMipe) {
+            const double z0 = z[0], z1 = z[1];
+            z[0] = z0 * std::cos(phi) - z1 * std::sin(phi);
+            z[1] = z0 * std::sin(phi) + z1 * std::cos(phi);
+          } else if (d.position == kernels::PositionKind::kRope) {
+            for (int64_t p = 0; p < dK / 2; ++p) {
+              const double a = z[p], b = z[p + dK / 2];
+              const double angle = double(i) * std::pow(10000.0, -2.0 * double(p) / double(dK));
+              z[p] = a * std::cos(angle) - b * std::sin(angle);
+              z[p + dK / 2] = a * std::sin(angle) + b * std::cos(angle);
+            }
+          }
         }
       }
       TileRelevance rel;
@@ -86,7 +95,7 @@ std::vector<TileRelevance> InspectRelevance(const Weights& weights, const Infere
       rel.r = sc.r;
       rel.w_used = sc.w;
       const bool keep_pairs = l < static_cast<int64_t>(keep.size()) && t < static_cast<int64_t>(keep[l].size()) && keep[l][t];
-      const float* W_O = params + entries[first + kWO].buffer_offset + t * dV * dE;
+      const float* W_O = slot(kWO) + t * dV * dE;
       for (int64_t i = 0; i < T; ++i) {
         std::fill(h.begin(), h.end(), 0.0);
         for (int64_t j = i; j >= 0; --j) {
@@ -112,7 +121,8 @@ std::vector<TileRelevance> InspectRelevance(const Weights& weights, const Infere
         const double f = !d.tanh_norm ? 1.0 : n < 1e-4 ? 1 - n * n / 3 : std::tanh(n) / n;
         for (int64_t c = 0; c < dV; ++c) {
           const double gi = g[i * dV + c];
-          const double u = h[c] * f * std::tanh(gi / (1 + std::exp(-gi))) * sc.scale;
+          const double gate = d.output_gate ? std::tanh(gi / (1 + std::exp(-gi))) : 1.0;
+          const double u = h[c] * f * gate * sc.scale;
           for (int64_t e = 0; e < dE; ++e) delta[i * dE + e] += u * W_O[c * dE + e];
         }
       }

@@ -5,8 +5,37 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace multiscreen::kernels {
+
+// Where positions enter q̃ and k̃ (config.proto ModelConfig.position, issue 30; the
+// paper's Figs. 21–22, docs/ablations.md). Values are the proto's.
+//  kMipe: spec step 6 (coordinates 0, 1 turned by π γ(w)/w per position);
+//  kNope: nothing (only the causal Softmask window knows about distance);
+//  kRope: rotary embedding on all d_K coordinates of q̄, k̄ in the half-split pairing
+//         (p, p + d_K/2), angle position · 10000^(−2p/d_K), independent of w.
+enum class PositionKind { kMipe = 1, kNope = 2, kRope = 3 };
+
+// "mipe", "nope", "rope": the names weights files and manifests record.
+inline const char* PositionKindName(PositionKind kind) {
+  switch (kind) {
+    case PositionKind::kNope: return "nope";
+    case PositionKind::kRope: return "rope";
+    default: return "mipe";
+  }
+}
+
+// The kind named `name` (PositionKindName's spelling); false when there is none.
+inline bool ParsePositionKind(std::string_view name, PositionKind* kind) {
+  for (PositionKind k : {PositionKind::kMipe, PositionKind::kNope, PositionKind::kRope}) {
+    if (name == PositionKindName(k)) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
 
 // Sizes of one layer call. Rows of P and U are tokens b·T + t.
 struct ScreeningShape {
@@ -18,8 +47,11 @@ struct ScreeningShape {
   int64_t pos0 = 0;   // absolute position of token 0 (MiPE)
   double w_th = 256;  // MiPE threshold
   bool tanh_norm = true;  // TanhNorm (step 11); false = identity, u = h (ablation switch, issue 18)
-  // Columns per tile in P: [q (d_k) | k (d_k) | v (d_v) | g (d_v)].
-  int64_t p_cols() const { return 2 * d_k + 2 * d_v; }
+  PositionKind position = PositionKind::kMipe;  // step 6 (ablation switch, issue 30)
+  bool output_gate = true;  // step 12; false: no gate columns in P, u is not gated (issue 30)
+  // Columns per tile in P: [q (d_k) | k (d_k) | v (d_v) | g (d_v)], without g when the
+  // output gate is off.
+  int64_t p_cols() const { return 2 * d_k + (output_gate ? 2 : 1) * d_v; }
 };
 
 // One tile's learned scalars, already mapped: w = e^{s_w} + 1 (or +inf when the

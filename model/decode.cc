@@ -51,7 +51,7 @@ int64_t DecodeSession<Real>::CachedKeys(int64_t layer, int64_t tile) const {
 template <typename Real>
 void DecodeSession<Real>::Step(int32_t token, Real* logits) {
   const ModelDims& d = layout_.dims();
-  const int64_t dE = d.d_e, dK = d.d_k, dV = d.d_v, NH = d.n_heads, C = 2 * dK + 2 * dV;
+  const int64_t dE = d.d_e, dK = d.d_k, dV = d.d_v, NH = d.n_heads, C = 2 * dK + (d.output_gate ? 2 : 1) * dV;
   const int64_t pos = position_;
   std::vector<Real> x(dE), p(NH * C), u(NH * dV), h(dV), norm(1);
   const Real s_e = params_[layout_.Find("embed/s_E")->buffer_offset];
@@ -78,19 +78,19 @@ void DecodeSession<Real>::Step(int32_t token, Real* logits) {
       k::MipeRate(c.scalars.mipe_w, d.w_th, &rate, &rate_dw);
       std::vector<Real> q(dK);
       k::UnitRowsForward(pt, C, q.data(), dK, norm.data(), 1, dK);
-      k::MipeRotateForward(q.data(), dK, 1, pos, rate);
+      k::PositionRotateForward(d.position, q.data(), dK, 1, dK, pos, rate);
       k::UnitRowsForward(pt + dK, C, c.k.data() + slot * dK, dK, norm.data(), 1, dK);
-      k::MipeRotateForward(c.k.data() + slot * dK, dK, 1, pos, rate);
+      k::PositionRotateForward(d.position, c.k.data() + slot * dK, dK, 1, dK, pos, rate);
       k::UnitRowsForward(pt + 2 * dK, C, c.v.data() + slot * dV, dV, norm.data(), 1, dV);
       const int64_t n = static_cast<int64_t>(c.position.size());
       dist.resize(n);
       for (int64_t j = 0; j < n; ++j) dist[j] = c.position[j] < 0 ? -1 : pos - c.position[j];
       k::ScreenOneQuery(q.data(), c.k.data(), c.v.data(), dist.data(), n, dK, dV, static_cast<Real>(c.scalars.r),
                         c.capacity == 0 ? static_cast<const Real*>(nullptr) : c.mask.data(), c.capacity, h.data());
-      k::TileOutputRow(h.data(), pt + 2 * dK + dV, static_cast<Real>(c.scalars.scale), dV, d.tanh_norm,
-                       u.data() + t * dV);
+      k::TileOutputRow(h.data(), d.output_gate ? pt + 2 * dK + dV : nullptr, static_cast<Real>(c.scalars.scale), dV,
+                       d.tanh_norm, u.data() + t * dV);
     }
-    const Real* w_o = params_ + layout_.entries()[layout_.LayerEntry(l) + kWO].buffer_offset;
+    const Real* w_o = params_ + layout_.entries()[layout_.MultiscreenEntry(l, kWO)].buffer_offset;
     k::Gemm<Real>(false, false, 1, dE, NH * dV, 1, u.data(), NH * dV, w_o, dE, 1, x.data(), dE);
   }
   if (d.pl_norm) k::UnitRowsForward(x.data(), dE, x.data(), dE, norm.data(), 1, dE);

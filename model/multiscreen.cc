@@ -73,6 +73,8 @@ kernels::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) const {
   s.d_v = dims().d_v;
   s.w_th = dims().w_th;
   s.tanh_norm = dims().tanh_norm;
+  s.position = dims().position;
+  s.output_gate = dims().output_gate;
   return s;
 }
 
@@ -112,16 +114,16 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
   const int64_t nt = shard.tiles();
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
-    const int64_t first = layout_.LayerEntry(shard.layer_begin + li);
-    PackProjections(*ops_, layout_, params, shard.layer_begin + li, &w.w_cat);
-    const ParamEntry& w_o = entries[first + kWO];
+    const int64_t layer = shard.layer_begin + li;
+    PackProjections(*ops_, layout_, params, layer, &w.w_cat);
+    const ParamEntry& w_o = entries[layout_.MultiscreenEntry(layer, kWO)];
     w.w_o.Resize(w_o.size());
     ops_->Copy(params + w_o.buffer_offset, w_o.size(), w.w_o.data());
     RoundToCompute(w.w_cat.data(), w.w_cat.size());
     RoundToCompute(w.w_o.data(), w.w_o.size());
     for (auto [slot, host] : {std::pair{kSw, &w.s_w}, std::pair{kSr, &w.s_r}, std::pair{kSO, &w.s_o}}) {
       host->resize(nt);
-      ops_->Download(params + entries[first + slot].buffer_offset, nt, host->data());
+      ops_->Download(params + entries[layout_.MultiscreenEntry(layer, slot)].buffer_offset, nt, host->data());
     }
   }
 }
@@ -142,7 +144,7 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   (void)params;  // BeginStep packed the weights and read the scalars
   const ModelDims& d = dims();
   const int64_t nt = layout_.shard().tiles(), dE = d.d_e, dK = d.d_k, dV = d.d_v;
-  const int64_t rows = B * T, C = 2 * dK + 2 * dV;
+  const int64_t rows = B * T, C = ShapeOf(B, T).p_cols();
   batch_ = B;
   seq_ = T;
   scratch_x_.Resize(rows * dE);
@@ -269,7 +271,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   (void)params;  // BeginStep packed the weights and read the scalars
   const ModelDims& d = dims();
   const int64_t nt = layout_.shard().tiles(), dE = d.d_e, dK = d.d_k, dV = d.d_v;
-  const int64_t B = batch_, T = seq_, rows = B * T, C = 2 * dK + 2 * dV;
+  const int64_t B = batch_, T = seq_, rows = B * T, C = ShapeOf(batch_, seq_).p_cols();
   const auto& entries = layout_.entries();
   d_u_.Resize(rows * nt * dV);
   d_p_.Resize(rows * nt * C);
@@ -280,7 +282,8 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
-    const int64_t first = layout_.LayerEntry(layout_.shard().layer_begin + li);
+    const int64_t layer = layout_.shard().layer_begin + li;
+    auto slot = [&](LayerTensor t) { return entries[layout_.MultiscreenEntry(layer, t)].buffer_offset; };
     std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kOutputGemm);
     // Δ = U · W_O: dU = dΔ · W_Oᵀ, dW_O += Uᵀ dΔ (dΔ = dx, the residual passes it through).
     const Real* d_delta = dx;
@@ -293,7 +296,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     ops_->Gemm(options_.precision, false, true, rows, nt * dV, dE, 1, d_delta, dE, w.w_o.data(), dE, 0, d_u_.data(),
                nt * dV);
     ops_->Gemm(options_.precision, true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, d_delta, dE, 1,
-               grads + entries[first + kWO].buffer_offset, dE);
+               grads + slot(kWO), dE);
     timer.emplace(options_.profile, StepProfile::kScreeningBackward);
     const auto tiles = TileScalarsOf(li, nullptr);
     ops_->ScreeningBackward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(), d_p_.data(),
@@ -301,11 +304,11 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}; their gradients, computed
     // on the host, are added to the device's.
     for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].w * (tiles[t].w - 1.0));
-    ops_->AddHost(g_scalars.data(), nt, grads + entries[first + kSw].buffer_offset);
+    ops_->AddHost(g_scalars.data(), nt, grads + slot(kSw));
     for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].r * tiles[t].r * (1.0 - tiles[t].r));
-    ops_->AddHost(g_scalars.data(), nt, grads + entries[first + kSr].buffer_offset);
+    ops_->AddHost(g_scalars.data(), nt, grads + slot(kSr));
     for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].scale * tiles[t].scale);
-    ops_->AddHost(g_scalars.data(), nt, grads + entries[first + kSO].buffer_offset);
+    ops_->AddHost(g_scalars.data(), nt, grads + slot(kSO));
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
     timer.emplace(options_.profile, StepProfile::kProjections);
     RoundGradientToCompute(d_p_.data(), rows * nt * C);

@@ -110,7 +110,7 @@ ParamLayout::ParamLayout(const ModelDims& dims, const ShardSpec& shard) : dims_(
     Add(p + "W_Q", ParamKind::kW_Q, l, {NH, dE, dK}, h0, h1);
     Add(p + "W_K", ParamKind::kW_K, l, {NH, dE, dK}, h0, h1);
     Add(p + "W_V", ParamKind::kW_V, l, {NH, dE, dV}, h0, h1);
-    Add(p + "W_G", ParamKind::kW_G, l, {NH, dE, dV}, h0, h1);
+    if (dims.output_gate) Add(p + "W_G", ParamKind::kW_G, l, {NH, dE, dV}, h0, h1);  // none: issue 30's ablation
     Add(p + "W_O", ParamKind::kW_O, l, {NH, dV, dE}, h0, h1);
     Add(p + "s_w", ParamKind::kS_w, l, {NH}, h0, h1);
     Add(p + "s_r", ParamKind::kS_r, l, {NH}, h0, h1);
@@ -126,7 +126,7 @@ const ParamEntry* ParamLayout::Find(const std::string& name) const {
 }
 
 int64_t ParamLayout::EntriesPerLayer() const {
-  if (!dims_.transformer()) return 8;
+  if (!dims_.transformer()) return dims_.output_gate ? 8 : 7;
   return 9 + (dims_.qk_norm ? 1 : 0) + (dims_.attention == AttentionKind::kSsmax ? 1 : 0);
 }
 
@@ -135,6 +135,12 @@ int64_t ParamLayout::LayerEntry(int64_t layer) const {
   const int64_t first = (shard_.embed || shard_.head ? 1 : 0) + (shard_.embed && scales ? 1 : 0) +
                         (shard_.head && scales ? 1 : 0);
   return first + (layer - shard_.layer_begin) * EntriesPerLayer();
+}
+
+int64_t ParamLayout::MultiscreenEntry(int64_t layer, int slot) const {
+  constexpr int kGateSlot = 3;  // W_G in W_Q, W_K, W_V, W_G, W_O, s_w, s_r, s_O
+  if (dims_.output_gate || slot < kGateSlot) return LayerEntry(layer) + slot;
+  return slot == kGateSlot ? -1 : LayerEntry(layer) + slot - 1;
 }
 
 ParamCounts CountParams(const ModelDims& dims) {

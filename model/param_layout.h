@@ -83,8 +83,13 @@ class ParamLayout {
   // W_G, W_O, s_w, s_r, s_O. Transformer: attn_norm, W_Q, W_K, W_V, W_O, [s_QK,] [s_SS,]
   // ffn_norm, W_gate, W_up, W_down (TransformerSlot).
   int64_t LayerEntry(int64_t layer) const;
-  // Tensors per layer (8, or the Transformer's 9, plus one with qk_norm, one with SSMax).
+  // Tensors per layer (Multiscreen 8, 7 without the output gate; the Transformer's 9, plus
+  // one with qk_norm, one with SSMax).
   int64_t EntriesPerLayer() const;
+  // Multiscreen: index in entries() of layer `layer`'s tensor `slot`, counted in the
+  // gated order W_Q, W_K, W_V, W_G, W_O, s_w, s_r, s_O (model/tile_weights.h LayerTensor).
+  // With output_gate off W_G is absent (−1) and the later slots sit one earlier.
+  int64_t MultiscreenEntry(int64_t layer, int slot) const;
   const ModelDims& dims() const { return dims_; }
   const ShardSpec& shard() const { return shard_; }
 

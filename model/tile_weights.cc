@@ -12,7 +12,7 @@ namespace {
 template <typename F>
 void ForEachProjectionBlock(const ParamLayout& layout, F&& f) {
   for (int64_t t = 0, col = 0; t < layout.shard().tiles(); ++t) {
-    for (int part = 0; part < 4; ++part) {
+    for (int part = 0; part < (layout.dims().output_gate ? 4 : 3); ++part) {  // no W_G without the gate
       f(part, t, col);
       col += part < 2 ? layout.dims().d_k : layout.dims().d_v;
     }
@@ -20,7 +20,7 @@ void ForEachProjectionBlock(const ParamLayout& layout, F&& f) {
 }
 
 int64_t PackedColumns(const ParamLayout& layout) {
-  return layout.shard().tiles() * (2 * layout.dims().d_k + 2 * layout.dims().d_v);
+  return layout.shard().tiles() * (2 * layout.dims().d_k + (layout.dims().output_gate ? 2 : 1) * layout.dims().d_v);
 }
 
 int64_t PartWidth(const ParamLayout& layout, int part) { return part < 2 ? layout.dims().d_k : layout.dims().d_v; }
@@ -30,21 +30,21 @@ int64_t PartWidth(const ParamLayout& layout, int part) { return part < 2 ? layou
 template <typename Real>
 void PackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params, int64_t layer,
                      DeviceArray<Real>* w_cat) {
-  const int64_t dE = layout.dims().d_e, ldw = PackedColumns(layout), first = layout.LayerEntry(layer);
+  const int64_t dE = layout.dims().d_e, ldw = PackedColumns(layout);
   w_cat->Resize(dE * ldw);
   ForEachProjectionBlock(layout, [&](int part, int64_t t, int64_t col) {
     const int64_t w = PartWidth(layout, part);
-    ops.Copy2D(params + layout.entries()[first + part].buffer_offset + t * dE * w, w, dE, w, w_cat->data() + col, ldw);
+    ops.Copy2D(params + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset + t * dE * w, w, dE, w, w_cat->data() + col, ldw);
   });
 }
 
 template <typename Real>
 void UnpackProjectionsAdd(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
                           int64_t layer, Real* grads) {
-  const int64_t dE = layout.dims().d_e, ldw = PackedColumns(layout), first = layout.LayerEntry(layer);
+  const int64_t dE = layout.dims().d_e, ldw = PackedColumns(layout);
   ForEachProjectionBlock(layout, [&](int part, int64_t t, int64_t col) {
     const int64_t w = PartWidth(layout, part);
-    ops.Add2D(d_w_cat + col, ldw, dE, w, grads + layout.entries()[first + part].buffer_offset + t * dE * w, w);
+    ops.Add2D(d_w_cat + col, ldw, dE, w, grads + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset + t * dE * w, w);
   });
 }
 
@@ -69,9 +69,8 @@ template <typename Real>
 std::vector<kernels::TileScalars> MapTileScalars(const ParamLayout& layout, const Real* params, int64_t layer,
                                                  const InferenceOptions* inference) {
   const auto& entries = layout.entries();
-  const int64_t first = layout.LayerEntry(layer);
-  return MapTileScalars(params + entries[first + kSw].buffer_offset, params + entries[first + kSr].buffer_offset,
-                        params + entries[first + kSO].buffer_offset, layout.shard().tiles(), inference);
+  auto at = [&](LayerTensor slot) { return params + entries[layout.MultiscreenEntry(layer, slot)].buffer_offset; };
+  return MapTileScalars(at(kSw), at(kSr), at(kSO), layout.shard().tiles(), inference);
 }
 
 #define MS_INSTANTIATE(Real)                                                                                         \

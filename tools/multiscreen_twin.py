@@ -28,6 +28,14 @@ import torch
 # Parameters of one layer, in the order the spec lists them.
 LAYER_PARAMS = ("W_Q", "W_K", "W_V", "W_G", "W_O", "s_w", "s_r", "s_O")
 
+# Base of the RoPE frequencies for the ablation switch position = "rope" (issue 30).
+ROPE_BASE = 10000.0
+
+
+def layer_params(cfg):
+    """The layer's parameter names: without W_G when the output gate is off (issue 30)."""
+    return tuple(n for n in LAYER_PARAMS if n != "W_G" or cfg.get("output_gate", True))
+
 # Floor on vector norms before dividing (spec step 5: "a small floor on the norm").
 NORM_FLOOR = 1e-12
 
@@ -41,7 +49,8 @@ def load_weights(path):
     """Reads a consolidated weights file written by `multiscreen init` / `ckpt export`.
 
     Returns (cfg, params): cfg is a dict of the root attributes (name, n_layers, n_heads,
-    d_e, d_k, d_v, vocab, eos_token, w_th, pl_norm, tanh_norm); params maps each logical name
+    d_e, d_k, d_v, vocab, eos_token, w_th, pl_norm, tanh_norm, and issue 30's ablation
+    switches position ("mipe", "nope" or "rope") and output_gate); params maps each logical name
     ("embed/W_E", "embed/s_E", "head/s_F", "layers/000/W_Q", ...) to a numpy array of the
     stored (full) shape.
     """
@@ -60,6 +69,10 @@ def load_weights(path):
         cfg["w_th"] = float(cfg["w_th"])
         cfg["pl_norm"] = bool(int(cfg.get("pl_norm", 1)))
         cfg["tanh_norm"] = bool(int(cfg.get("tanh_norm", 1)))
+        cfg["position"] = str(cfg.get("position", "mipe"))
+        if cfg["position"] not in ("mipe", "nope", "rope"):
+            raise ValueError(f"{path}: position = {cfg['position']!r} is not mipe, nope or rope")
+        cfg["output_gate"] = bool(int(cfg.get("output_gate", 1)))
         params = {}
         for name in param_names(cfg):
             if name not in f:
@@ -73,7 +86,7 @@ def param_names(cfg):
     """Logical parameter names, in a fixed order: embed, head, then layer by layer."""
     names = ["embed/W_E", "embed/s_E", "head/s_F"]
     for layer in range(cfg["n_layers"]):
-        names += [f"layers/{layer:03d}/{p}" for p in LAYER_PARAMS]
+        names += [f"layers/{layer:03d}/{p}" for p in layer_params(cfg)]
     return names
 
 
@@ -176,6 +189,19 @@ def softmask(w, seq_len, dtype):
     return m.to(dtype)
 
 
+def rope_rotate(z):
+    """Issue 30's position = "rope": every coordinate of z [..., T, d_K] turned, pairs
+    (p, p + d_K/2) (the half-split pairing of the project's Transformer RoPE) by the angle
+    t * ROPE_BASE^(-2p/d_K) at position t; the angles in float64, independent of w."""
+    seq_len, d_k = z.shape[-2], z.shape[-1]
+    half = d_k // 2
+    theta = ROPE_BASE ** (-2.0 * torch.arange(half, dtype=torch.float64) / d_k)
+    angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * theta[None, :]  # [T, d_K/2]
+    c, s = torch.cos(angle).to(z.dtype), torch.sin(angle).to(z.dtype)
+    a, b = z[..., :half], z[..., half:]
+    return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
+
+
 def tanh_norm(h):
     """Spec step 11: u = h * tanh(||h||)/||h|| along the last axis.
 
@@ -222,15 +248,22 @@ def layer_tiles(cfg, p, x, stats=None):
     q = torch.einsum("btd,hdk->bhtk", x, p["W_Q"])
     k = torch.einsum("btd,hdk->bhtk", x, p["W_K"])
     v = torch.einsum("btd,hdk->bhtk", x, p["W_V"])
-    g = torch.einsum("btd,hdk->bhtk", x, p["W_G"])
+    g = torch.einsum("btd,hdk->bhtk", x, p["W_G"]) if cfg.get("output_gate", True) else None
     # Step 4: tile scalars. w is formed in float64 (it feeds the MiPE angles and mask).
     w = torch.exp(p["s_w"].to(torch.float64)) + 1.0
     r = torch.sigmoid(p["s_r"])
     # Step 5: unit-normalize q, k, v (not g).
     q_bar, k_bar, v_bar = unit_rows(q), unit_rows(k), unit_rows(v)
-    # Step 6: MiPE on q_bar and k_bar, coordinates 0 and 1, absolute positions.
-    phi = mipe_angles(w, cfg["w_th"], seq_len)
-    q_t, k_t = mipe_rotate(q_bar, phi), mipe_rotate(k_bar, phi)
+    # Step 6: MiPE on q_bar and k_bar, coordinates 0 and 1, absolute positions; or, by
+    # issue 30's ablation switch, no positional encoding or RoPE on every coordinate.
+    position = cfg.get("position", "mipe")
+    if position == "mipe":
+        phi = mipe_angles(w, cfg["w_th"], seq_len)
+        q_t, k_t = mipe_rotate(q_bar, phi), mipe_rotate(k_bar, phi)
+    elif position == "nope":
+        q_t, k_t = q_bar, k_bar
+    else:
+        q_t, k_t = rope_rotate(q_bar), rope_rotate(k_bar)
     # Step 7: similarity s_ij = q~_i . k~_j. [B, N_H, T(i), T(j)]
     s = torch.einsum("bhik,bhjk->bhij", q_t, k_t)
     # Step 8: Trim.
@@ -247,10 +280,10 @@ def layer_tiles(cfg, p, x, stats=None):
     h = torch.einsum("bhij,bhjv->bhiv", alpha * m[None], v_bar)
     # Step 11: TanhNorm; the identity when the ablation switch tanh_norm is off (issue 18).
     u = tanh_norm(h) if cfg.get("tanh_norm", True) else h
-    # Step 12: gate.
-    g_hat = gate(g)
+    # Step 12: gate (none when issue 30's switch output_gate is off).
+    gated = u * gate(g) if g is not None else u
     # Step 13: output, e^{s_O} (u . g_hat) W_O; step 2: summed over tiles.
-    out = torch.einsum("bhtv,hve->bhte", u * g_hat, p["W_O"])
+    out = torch.einsum("bhtv,hve->bhte", gated, p["W_O"])
     return torch.einsum("bhte,h->bte", out, torch.exp(p["s_O"]))
 
 
@@ -263,7 +296,7 @@ def forward(cfg, params, inputs, targets, stats=None):
     """
     x, e_bar = embed(params, inputs)                                    # step 1
     for layer in range(cfg["n_layers"]):                                # step 2
-        p = {name: params[f"layers/{layer:03d}/{name}"] for name in LAYER_PARAMS}
+        p = {name: params[f"layers/{layer:03d}/{name}"] for name in layer_params(cfg)}
         x = x + layer_tiles(cfg, p, x, stats)
     y = unit_rows(x) if cfg["pl_norm"] else x                           # step 14, PLNorm
     logits = torch.exp(params["head/s_F"]) * torch.einsum("bte,ve->btv", y, e_bar)

@@ -25,7 +25,7 @@ double ForwardFlopsPerToken(const ModelDims& d, int64_t T, const std::vector<dou
            2.0 * dE * double(d.vocab);
   }
   const double tiles = double(d.n_layers) * double(d.n_heads);
-  double flops = tiles * (2.0 * d.d_e * (2 * d.d_k + 2 * d.d_v) + 2.0 * d.d_v * d.d_e) + 2.0 * d.d_e * d.vocab;
+  double flops = tiles * (2.0 * d.d_e * (2 * d.d_k + (d.output_gate ? 2 : 1) * d.d_v) + 2.0 * d.d_v * d.d_e) + 2.0 * d.d_e * d.vocab;
   const int64_t n = windows.empty() ? int64_t(tiles) : int64_t(windows.size());
   for (int64_t t = 0; t < n; ++t) {
     const double keys = windows.empty() || std::isinf(windows[t]) ? double(T) : std::ceil(windows[t]);

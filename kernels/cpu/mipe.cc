@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 namespace multiscreen::kernels::cpu {
 
@@ -57,6 +58,73 @@ double MipeRotateBackward(const Real* z_rot, int64_t ldz, Real* dz, int64_t lddz
   }
   return d_rate;
 }
+
+double ScreeningRopeFrequency(int64_t p, int64_t d_k) {
+  return std::pow(kScreeningRopeBase, -2.0 * double(p) / double(d_k));
+}
+
+void ScreeningRopeTable(int64_t rows, int64_t d_k, int64_t pos0, double* table) {
+  const int64_t half = d_k / 2;
+  for (int64_t p = 0; p < half; ++p) {
+    const double theta = ScreeningRopeFrequency(p, d_k);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double phi = static_cast<double>(pos0 + r) * theta;
+      table[(r * half + p) * 2] = std::cos(phi);
+      table[(r * half + p) * 2 + 1] = std::sin(phi);
+    }
+  }
+}
+
+template <typename Real>
+void RopeRotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table) {
+  const int64_t half = d_k / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    Real* zr = z + r * ld;
+    const double* cs = table + r * half * 2;
+    for (int64_t p = 0; p < half; ++p) {
+      const double a = zr[p], b = zr[p + half], c = cs[2 * p], s = cs[2 * p + 1];
+      zr[p] = static_cast<Real>(a * c - b * s);
+      zr[p + half] = static_cast<Real>(a * s + b * c);
+    }
+  }
+}
+
+template <typename Real>
+void RopeUnrotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table) {
+  const int64_t half = d_k / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    Real* zr = z + r * ld;
+    const double* cs = table + r * half * 2;
+    for (int64_t p = 0; p < half; ++p) {
+      const double a = zr[p], b = zr[p + half], c = cs[2 * p], s = cs[2 * p + 1];
+      zr[p] = static_cast<Real>(a * c + b * s);
+      zr[p + half] = static_cast<Real>(-a * s + b * c);
+    }
+  }
+}
+
+template <typename Real>
+void PositionRotateForward(PositionKind kind, Real* z, int64_t ld, int64_t rows, int64_t d_k, int64_t pos0,
+                           double mipe_rate) {
+  switch (kind) {
+    case PositionKind::kMipe: MipeRotateForward(z, ld, rows, pos0, mipe_rate); break;
+    case PositionKind::kNope: break;
+    case PositionKind::kRope: {
+      std::vector<double> table(rows * d_k);
+      ScreeningRopeTable(rows, d_k, pos0, table.data());
+      RopeRotateRows(z, ld, rows, d_k, table.data());
+      break;
+    }
+  }
+}
+
+#define MS_INSTANTIATE(Real)                                                                          \
+  template void RopeRotateRows<Real>(Real*, int64_t, int64_t, int64_t, const double*);                \
+  template void RopeUnrotateRows<Real>(Real*, int64_t, int64_t, int64_t, const double*);              \
+  template void PositionRotateForward<Real>(PositionKind, Real*, int64_t, int64_t, int64_t, int64_t, double);
+MS_INSTANTIATE(float)
+MS_INSTANTIATE(double)
+#undef MS_INSTANTIATE
 
 template void MipeRotateForward<float>(float*, int64_t, int64_t, int64_t, double);
 template void MipeRotateForward<double>(double*, int64_t, int64_t, int64_t, double);

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/screening_types.h"
+
 namespace multiscreen::kernels::cpu {
 
 // c(w) = π γ(w)/w, the angle per position (φ_i = i · c(w)), and dc/dw.
@@ -23,5 +25,37 @@ void MipeRotateForward(Real* z, int64_t ld, int64_t rows, int64_t pos0, double r
 template <typename Real>
 double MipeRotateBackward(const Real* z_rot, int64_t ldz, Real* dz, int64_t lddz, int64_t rows,
                           int64_t pos0, double rate);
+
+// ---- The ablation's alternatives (position: NOPE | ROPE; issue 30, the paper's Figs. 21–22) --
+
+// RoPE on a screening tile (PositionKind::kRope): all d_K coordinates of the unit q̄, k̄
+// turned in the half-split pairing (p, p + d_K/2), p < d_K/2, by φ(t, p) = t · θ_p with
+// θ_p = 10000^(−2p/d_K) (Su et al. 2021, "RoFormer"; the pairing and base of the
+// Transformer baseline, kernels/cpu/rope.h, so the two families' RoPE agree), at absolute
+// position t, independent of the tile's w. d_k even (ResolveModel checks).
+inline constexpr double kScreeningRopeBase = 10000.0;
+
+// θ_p for p < d_k/2, radians per position.
+double ScreeningRopeFrequency(int64_t p, int64_t d_k);
+
+// cos and sin of φ(pos0 + r, p) in fp64: table [rows, d_k/2, 2] (resized by the caller to
+// rows · d_k).
+void ScreeningRopeTable(int64_t rows, int64_t d_k, int64_t pos0, double* table);
+
+// Turns each row of z [rows, ld] (d_k columns) by its row of `table` (ScreeningRopeTable):
+// (a, b) ← (a cos φ − b sin φ, a sin φ + b cos φ) for (a, b) = (z_p, z_{p+d_k/2}).
+template <typename Real>
+void RopeRotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table);
+
+// The transpose (backward, or undoing the turn): (a, b) ← (a cos φ + b sin φ, −a sin φ + b cos φ).
+template <typename Real>
+void RopeUnrotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table);
+
+// Spec step 6 as the position switch says, on rows at absolute positions pos0 + r of
+// z [rows, ld] (d_k columns): MiPE with `mipe_rate` (MipeRate), nothing, or RoPE.
+// The decoding path's form (the fused kernels inline their own).
+template <typename Real>
+void PositionRotateForward(PositionKind kind, Real* z, int64_t ld, int64_t rows, int64_t d_k, int64_t pos0,
+                           double mipe_rate);
 
 }  // namespace multiscreen::kernels::cpu

@@ -232,6 +232,7 @@ struct ForwardTask {
     Real* h = call.saved.h + task * T * dv;
     const bool rotate = ws.rate[t] != 0;
     const double* rot = ws.rotation.data() + t * T * 2;
+    const double* rope = shape.position == PositionKind::kRope ? ws.rope.data() : nullptr;
     const int64_t keys = ws.keys[t];
     const Real* mask = ws.mask.data() + t * ws.mask_ld;
     const Real r = static_cast<Real>(call.tiles[t].r), scale = static_cast<Real>(call.tiles[t].scale);
@@ -254,6 +255,9 @@ struct ForwardTask {
       if (rotate) {
         RotateRow(qt + i * dk, rot[2 * i], rot[2 * i + 1]);
         RotateRow(kt + i * dk, rot[2 * i], rot[2 * i + 1]);
+      } else if (rope != nullptr) {  // position ROPE: every pair turns
+        RopeRotateRows(qt + i * dk, dk, 1, dk, rope + i * dk);
+        RopeRotateRows(kt + i * dk, dk, 1, dk, rope + i * dk);
       }
       for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
       // Steps 7–10 over the window [j0, i].
@@ -286,13 +290,21 @@ struct ForwardTask {
       for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
       Real f = 1, unused;
       if (shape.tanh_norm) TanhNormScale(std::sqrt(sq), &f, &unused);
-      const Real* g = row + 2 * dk + dv;
       Real* out = call.U + (b * T + i) * ldu + t * dv;
       Real* h_out = h + i * dv;
+      if (shape.output_gate) {
+        const Real* g = row + 2 * dk + dv;
 #pragma omp simd
-      for (int64_t c = 0; c < dv; ++c) {
-        h_out[c] = hi[c];
-        out[c] = scale * hi[c] * f * GateForward(g[c]);
+        for (int64_t c = 0; c < dv; ++c) {
+          h_out[c] = hi[c];
+          out[c] = scale * hi[c] * f * GateForward(g[c]);
+        }
+      } else {  // output_gate off (issue 30): no gate columns, u = scale · TanhNorm(h)
+#pragma omp simd
+        for (int64_t c = 0; c < dv; ++c) {
+          h_out[c] = hi[c];
+          out[c] = scale * hi[c] * f;
+        }
       }
     }
   }
@@ -322,6 +334,7 @@ struct BackwardTask {
     const Real* h = call.saved.h + task * T * dv;
     const bool rotate = ws.rate[t] != 0;
     const double* rot = ws.rotation.data() + t * T * 2;
+    const double* rope = shape.position == PositionKind::kRope ? ws.rope.data() : nullptr;
     const int64_t keys = ws.keys[t];
     const Real* mask = ws.mask.data() + t * ws.mask_ld;
     const Real* dmask = ws.dmask.data() + t * ws.mask_ld;
@@ -348,6 +361,9 @@ struct BackwardTask {
       Real* dvj = dval + (j & slot_mask) * dv;
       NormalizeRotateBackwardRow<Real, DK>(kt + j * dk, kn[j], dkj, rotate, rot[2 * j], rot[2 * j + 1],
                                            static_cast<double>(shape.pos0 + j), dPb + j * ldp + dk, dk, &d_rate_k);
+      // RoPE commutes with the unit-norm backward (a rotation keeps the dot product):
+      // the rotated frame's ∂L/∂k turned back by Rᵀ.
+      if (rope != nullptr) RopeUnrotateRows(dPb + j * ldp + dk, dk, 1, dk, rope + j * dk);
       double unused = 0;
       NormalizeRotateBackwardRow<Real, DV>(vb + j * dv, vn[j], dvj, false, 1, 0, 0, dPb + j * ldp + 2 * dk, dv,
                                            &unused);
@@ -357,20 +373,18 @@ struct BackwardTask {
     for (int64_t i = 0; i < T; ++i) {
       if (i + kAhead < T) {
         const int64_t ia = i + kAhead;
-        PrefetchRow(Pb + ia * ldp + 2 * dk + dv, dv);
+        if (shape.output_gate) PrefetchRow(Pb + ia * ldp + 2 * dk + dv, dv);
         PrefetchRow(call.dU + (b * T + ia) * ldu + t * dv, dv);
         PrefetchRow(h + ia * dv, dv);
         PrefetchRow(vb + ia * dv, dv);
         PrefetchRowForWrite(dPb + ia * ldp, dk);
-        PrefetchRowForWrite(dPb + ia * ldp + 2 * dk + dv, dv);
+        if (shape.output_gate) PrefetchRowForWrite(dPb + ia * ldp + 2 * dk + dv, dv);
         if (ia + 1 - keys >= 0) PrefetchRowForWrite(dPb + (ia + 1 - keys) * ldp + dk, dk + dv);
       }
       for (int64_t c = 0; c < dk; ++c) k_t[c * ld_t + i] = kt[i * dk + c];
       // Output scale and gate (steps 12–13), then TanhNorm (step 11): ∂L/∂h_i.
       const Real* hi = h + i * dv;
-      const Real* g = Pb + i * ldp + 2 * dk + dv;
       const Real* dUi = call.dU + (b * T + i) * ldu + t * dv;
-      Real* dg = dPb + i * ldp + 2 * dk + dv;
       Real sq = 0;
 #pragma omp simd reduction(+ : sq)
       for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
@@ -378,15 +392,26 @@ struct BackwardTask {
       if (shape.tanh_norm) TanhNormScale(std::sqrt(sq), &f, &f_dn);
       double row_scale = 0;
       Real dot = 0;
+      if (shape.output_gate) {
+        const Real* g = Pb + i * ldp + 2 * dk + dv;
+        Real* dg = dPb + i * ldp + 2 * dk + dv;
 #pragma omp simd reduction(+ : row_scale, dot)
-      for (int64_t c = 0; c < dv; ++c) {
-        Real gate, gate_dg;
-        GateForwardAndDerivative(g[c], &gate, &gate_dg);
-        const Real tn = hi[c] * f;
-        row_scale += static_cast<double>(dUi[c]) * tn * gate;
-        d_tn[c] = scale * dUi[c] * gate;
-        dg[c] = scale * dUi[c] * tn * gate_dg;
-        dot += hi[c] * d_tn[c];
+        for (int64_t c = 0; c < dv; ++c) {
+          Real gate, gate_dg;
+          GateForwardAndDerivative(g[c], &gate, &gate_dg);
+          const Real tn = hi[c] * f;
+          row_scale += static_cast<double>(dUi[c]) * tn * gate;
+          d_tn[c] = scale * dUi[c] * gate;
+          dg[c] = scale * dUi[c] * tn * gate_dg;
+          dot += hi[c] * d_tn[c];
+        }
+      } else {  // output_gate off: the gate is 1 and has no columns
+#pragma omp simd reduction(+ : row_scale, dot)
+        for (int64_t c = 0; c < dv; ++c) {
+          row_scale += static_cast<double>(dUi[c]) * hi[c] * f;
+          d_tn[c] = scale * dUi[c];
+          dot += hi[c] * d_tn[c];
+        }
       }
       d_scale += row_scale;
 #pragma omp simd
@@ -448,6 +473,7 @@ struct BackwardTask {
       // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
       NormalizeRotateBackwardRow<Real, DK>(qi, qn[i], dq, rotate, rot[2 * i], rot[2 * i + 1],
                                            static_cast<double>(shape.pos0 + i), dPb + i * ldp, dk, &d_rate_q);
+      if (rope != nullptr) RopeUnrotateRows(dPb + i * ldp, dk, 1, dk, rope + i * dk);
       if (i - keys + 1 >= 0) finish_key(i - keys + 1);
     }
     for (int64_t j = std::max<int64_t>(0, T - keys + 1); j < T; ++j) finish_key(j);
@@ -471,6 +497,11 @@ void Prepare(const ScreeningShape& shape, const TileScalars* tiles, ScreeningWor
     ws.keys[t] = SoftmaskKeys(tiles[t].w, T);
     ws.mask_ld = std::max(ws.mask_ld, ws.keys[t]);
     MipeRate(tiles[t].mipe_w, shape.w_th, &ws.rate[t], &ws.rate_dw[t]);
+    if (shape.position != PositionKind::kMipe) ws.rate[t] = ws.rate_dw[t] = 0;  // NOPE, ROPE: no MiPE
+  }
+  if (shape.position == PositionKind::kRope) {
+    ws.rope.resize(T * shape.d_k);
+    ScreeningRopeTable(T, shape.d_k, shape.pos0, ws.rope.data());
   }
   ws.mask.resize(nt * ws.mask_ld);
   ws.dmask.resize(nt * ws.mask_ld);
@@ -556,7 +587,7 @@ void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, bool t
   for (int64_t c = 0; c < d_v; ++c) sq += h[c] * h[c];
   Real f = 1, unused;
   if (tanh_norm) TanhNormScale(std::sqrt(sq), &f, &unused);
-  for (int64_t c = 0; c < d_v; ++c) out[c] = scale * h[c] * f * GateForward(g[c]);
+  for (int64_t c = 0; c < d_v; ++c) out[c] = scale * h[c] * f * (g != nullptr ? GateForward(g[c]) : Real(1));
 }
 
 template <typename Real>

@@ -42,6 +42,7 @@ struct ScreeningWorkspace {
   std::vector<int64_t> keys;           // [tiles]
   std::vector<double> rate, rate_dw;   // [tiles] MiPE angle per position, and its w-derivative
   std::vector<double> rotation;        // [tiles, T, 2]: cos φ_i, sin φ_i
+  std::vector<double> rope;            // position ROPE: [T, d_k/2, 2] cos, sin (ScreeningRopeTable)
   std::vector<int64_t> order;          // tasks b·tiles + t, largest window first
   std::vector<TileScalarGrads> partial;  // [B, tiles]
 };
@@ -72,8 +73,9 @@ void ScreenOneQuery(const Real* q, const Real* k, const Real* v, const int64_t* 
                     int64_t d_k, int64_t d_v, Real r, const Real* mask, int64_t mask_len, Real* h);
 
 // One token's tile output (spec steps 11–13): out = scale · TanhNorm(h) ⊙ tanh(SiLU(g)), TanhNorm
-// replaced by the identity when tanh_norm is false (ModelDims::tanh_norm, issue 18).
-//   h, g, out: [d_v].
+// replaced by the identity when tanh_norm is false (ModelDims::tanh_norm, issue 18), and no
+// gate factor when g is null (output_gate off, issue 30).
+//   h, g (or null), out: [d_v].
 template <typename Real>
 void TileOutputRow(const Real* h, const Real* g, Real scale, int64_t d_v, bool tanh_norm, Real* out);
 

@@ -28,7 +28,9 @@ struct Dims {
   int64_t batch, seq, tiles, pos0, mask_ld;
   int dk, dv;
   bool tanh_norm;  // ScreeningShape::tanh_norm: false = identity in place of TanhNorm
-  __host__ __device__ int64_t p_cols() const { return 2 * int64_t(dk) + 2 * dv; }
+  bool rope;       // ScreeningShape::position == kRope (kNope: Prepare zeroes the MiPE rates)
+  bool gate;       // ScreeningShape::output_gate: false = no g columns, u not gated
+  __host__ __device__ int64_t p_cols() const { return 2 * int64_t(dk) + (gate ? 2 : 1) * int64_t(dv); }
 };
 
 // Index of one token: i (position in the sequence), bt, t (tile), b (sequence).
@@ -65,6 +67,18 @@ __device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn
   if (rate != 0) {
     *c = cos(pos * rate);
     *sn = sin(pos * rate);
+  }
+}
+
+// Position ROPE (kernels/screening_types.h, cpu::RopeRotateRows): the pairs (p, p + d/2) of z
+// turned by sign · pos · 10000^(−2p/d) in fp64 (sign −1: the transpose, for the backward).
+__device__ inline void RopeTurnRow(float* z, int d, double pos, double sign) {
+  const int half = d / 2;
+  for (int p = 0; p < half; ++p) {
+    const double phi = sign * pos * pow(10000.0, -2.0 * double(p) / double(d));
+    const double c = cos(phi), sn = sin(phi), a = z[p], b = z[p + half];
+    z[p] = static_cast<float>(a * c - b * sn);
+    z[p + half] = static_cast<float>(a * sn + b * c);
   }
 }
 
@@ -125,6 +139,9 @@ __global__ void NormalizeKernel(Dims s, const float* P, const ScreeningTileParam
     const double c = cos(phi), sn = sin(phi);
     RotateRow(saved.q_tilde + idx * dk, c, sn);
     RotateRow(saved.k_tilde + idx * dk, c, sn);
+  } else if (s.rope) {
+    RopeTurnRow(saved.q_tilde + idx * dk, dk, double(s.pos0 + tok.i), 1.0);
+    RopeTurnRow(saved.k_tilde + idx * dk, dk, double(s.pos0 + tok.i), 1.0);
   }
 }
 
@@ -165,12 +182,12 @@ __global__ void AggregateKernel(Dims s, const float* P, const ScreeningTileParam
   float f = 1.f, unused;
   if (s.tanh_norm) TanhNormScale(sqrtf(sq), &f, &unused);
   const int64_t C = s.p_cols();
-  const float* g = P + (tok.b * s.seq + tok.i) * s.tiles * C + tok.t * C + 2 * dk + dv;
+  const float* g = P + (tok.b * s.seq + tok.i) * s.tiles * C + tok.t * C + 2 * dk + dv;  // read only with the gate
   float* out = U + (tok.b * s.seq + tok.i) * s.tiles * dv + tok.t * dv;
   #pragma unroll
   for (int x = 0; x < dv; ++x) {
-    float gate, gate_dg;
-    GateForwardAndDerivative(g[x], &gate, &gate_dg);
+    float gate = 1.f, gate_dg;
+    if (s.gate) GateForwardAndDerivative(g[x], &gate, &gate_dg);
     out[x] = tp.scale * h[x] * f * gate;
   }
 }
@@ -202,12 +219,12 @@ __global__ void OutputBackwardKernel(Dims s, const float* P, const float* dU, co
   float dh[DV > 0 ? DV : kMaxDv];  // ∂L/∂TanhNorm(h) first, then ∂L/∂h
   #pragma unroll
   for (int c = 0; c < dv; ++c) {
-    float gate, gate_dg;
-    GateForwardAndDerivative(g[c], &gate, &gate_dg);
+    float gate = 1.f, gate_dg = 0.f;  // output_gate off: no gate and no dg columns
+    if (s.gate) GateForwardAndDerivative(g[c], &gate, &gate_dg);
     const float tn = hi[c] * f;
     row_scale += static_cast<double>(dUi[c]) * tn * gate;
     dh[c] = tp.scale * dUi[c] * gate;
-    dg[c] = tp.scale * dUi[c] * tn * gate_dg;
+    if (s.gate) dg[c] = tp.scale * dUi[c] * tn * gate_dg;
     dot += hi[c] * dh[c];
   }
   #pragma unroll
@@ -266,6 +283,8 @@ __global__ void QueryBackwardKernel(Dims s, const ScreeningTileParams* params, c
   MipeCosSin(tp.rate, pos, &c, &sn);
   NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dq, tp.rate != 0, c, sn, pos,
                                  dP + row * ldp + tok.t * C, dk, &d_rate);
+  // ROPE: the unit-norm backward in the turned frame, then turned back (a rotation keeps dots).
+  if (s.rope) RopeTurnRow(dP + row * ldp + tok.t * C, dk, pos, -1.0);
   double* part = partial + idx * kParts;
   part[kPartR] = sum_r;
   part[kPartW] = sum_w;
@@ -324,6 +343,7 @@ __global__ void KeyBackwardKernel(Dims s, const ScreeningTileParams* params, con
   float* dPj = dP + (tok.b * s.seq + j) * ldp + tok.t * C;
   NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dkey, tp.rate != 0, c, sn, pos, dPj + dk,
                                  dk, &d_rate);
+  if (s.rope) RopeTurnRow(dPj + dk, dk, pos, -1.0);
   NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dval, false, 1, 0, 0, dPj + 2 * dk, dv,
                                  &unused);
   partial[idx * kParts + kPartRateK] = d_rate;
@@ -351,10 +371,12 @@ __global__ void NormalizeBackwardKernel(Dims s, const ScreeningTileParams* param
   for (int x = 0; x < dk; ++x) dz[x] = d_q[idx * dk + x];
   NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dz, tp.rate != 0, c, sn, pos, dPi, dk,
                                  &unused);
+  if (s.rope) RopeTurnRow(dPi, dk, pos, -1.0);
   #pragma unroll
   for (int x = 0; x < dk; ++x) dz[x] = d_k[idx * dk + x];
   NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dz, tp.rate != 0, c, sn, pos, dPi + dk,
                                  dk, &unused);
+  if (s.rope) RopeTurnRow(dPi + dk, dk, pos, -1.0);
   #pragma unroll
   for (int x = 0; x < dv; ++x) dz[x] = d_v[idx * dv + x];
   NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dz, false, 1, 0, 0, dPi + 2 * dk, dv,
@@ -383,7 +405,8 @@ __global__ void ReducePartsKernel(const double* partial, int64_t seq, double* su
 
 Dims DimsOf(const ScreeningShape& shape, int64_t mask_ld) {
   return Dims{shape.batch,        shape.seq, shape.tiles, shape.pos0, mask_ld, static_cast<int>(shape.d_k),
-              static_cast<int>(shape.d_v), shape.tanh_norm};
+              static_cast<int>(shape.d_v), shape.tanh_norm, shape.position == PositionKind::kRope,
+              shape.output_gate};
 }
 
 // Checks the shape, fills (screening_tables.h) and uploads the per-tile tables; returns
@@ -398,6 +421,9 @@ Dims Prepare(const char* op, const ScreeningShape& shape, const TileScalars* til
   }
   FillScreeningTables(shape, tiles, scratch);
   const int64_t nt = shape.tiles, ld = scratch->mask_ld;
+  if (shape.position != PositionKind::kMipe) {  // NOPE, ROPE: no MiPE angle and no w-gradient through it
+    for (int64_t t = 0; t < nt; ++t) scratch->host_params[t].rate = scratch->host_rate_dw[t] = 0;
+  }
   scratch->params.Resize(nt);
   scratch->mask.Resize(nt * ld);
   scratch->dmask.Resize(nt * ld);

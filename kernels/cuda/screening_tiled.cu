@@ -561,7 +561,7 @@ template <bool kSplit>
 void Forward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
              float* U, ScreeningScratch* scratch, cudaStream_t stream) {
   if (shape.batch <= 0 || shape.seq <= 0 || shape.tiles <= 0) return;
-  if (shape.d_k != kDk || shape.d_v != kDv) {
+  if (shape.d_k != kDk || shape.d_v != kDv || shape.position != PositionKind::kMipe || !shape.output_gate) {  // issue 30's ablations: the simple kernel
     ScreeningForward(shape, P, tiles, saved, U, scratch, stream);
     return;
   }
@@ -578,7 +578,7 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
 
 void Backward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
               const float* dU, float* dP, TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream) {
-  if (shape.d_k != kDk || shape.d_v != kDv) {
+  if (shape.d_k != kDk || shape.d_v != kDv || shape.position != PositionKind::kMipe || !shape.output_gate) {  // issue 30's ablations: the simple kernel
     ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
     return;
   }

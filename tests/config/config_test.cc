@@ -251,6 +251,18 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 tanh_norm: false"),
             "tanh_norm is a Multiscreen switch; a TRANSFORMER has no TanhNorm");
   EXPECT_EQ(error("psi: 2 tanh_norm: false"), "ok");
+  // Issue 30's Multiscreen ablation switches: a Transformer refuses them; ROPE needs even d_k.
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 position: NOPE"),
+            "position is a Multiscreen switch; a TRANSFORMER uses RoPE");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 output_gate: false"),
+            "output_gate is a Multiscreen switch; a TRANSFORMER has no tile gate");
+  EXPECT_EQ(error("psi: 2 position: 7"), "position = 7 is not a known value (MIPE, NOPE, ROPE)");
+  EXPECT_EQ(error("psi: 2 d_k: 5 position: ROPE"),
+            "d_k = 5 must be even for position: ROPE (it turns pairs p, p + d_k/2)");
+  for (const char* kind : {"MIPE", "NOPE", "ROPE"}) {
+    EXPECT_EQ(error(absl::StrCat("psi: 2 position: ", kind)), "ok") << kind;
+  }
+  EXPECT_EQ(error("psi: 2 d_k: 5 position: NOPE output_gate: false"), "ok");
   // Issue 30's attention switch: the Transformer's, each known value; Multiscreen refuses it.
   EXPECT_EQ(error("psi: 2 attention: SOFTMAX"), "attention is a Transformer switch (family: TRANSFORMER); Multiscreen screens");
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: 9"),
@@ -295,6 +307,21 @@ TEST(ModelValidationTest, TanhNormIsOnUnlessTheModelFileTurnsItOff) {
   ASSERT_TRUE(LoadModel(off).ok());
   EXPECT_TRUE(LoadModel(on)->tanh_norm);
   EXPECT_FALSE(LoadModel(off)->tanh_norm);
+}
+
+TEST(ModelValidationTest, PositionIsMipeAndTheGateOnUnlessTheModelFileSaysOtherwise) {
+  const std::string plain = WriteTemp(absl::StrCat("pos_plain_", ::getpid(), ".textproto"), "psi: 2");
+  const std::string rope = WriteTemp(absl::StrCat("pos_rope_", ::getpid(), ".textproto"), "psi: 2 position: ROPE");
+  const std::string nope = WriteTemp(absl::StrCat("pos_nope_", ::getpid(), ".textproto"),
+                                     "psi: 2 position: NOPE output_gate: false");
+  ASSERT_TRUE(LoadModel(plain).ok() && LoadModel(rope).ok() && LoadModel(nope).ok());
+  EXPECT_EQ(LoadModel(plain)->position, kernels::PositionKind::kMipe);
+  EXPECT_TRUE(LoadModel(plain)->output_gate);
+  EXPECT_EQ(LoadModel(rope)->position, kernels::PositionKind::kRope);
+  EXPECT_EQ(LoadModel(nope)->position, kernels::PositionKind::kNope);
+  EXPECT_FALSE(LoadModel(nope)->output_gate);
+  // Without the gate W_G's N_L · N_H · d_E · d_V = 2 · 2 · 4 · 64 parameters go.
+  EXPECT_EQ(ModelParamCount(*LoadModel(plain)) - ModelParamCount(*LoadModel(nope)), 2.0 * 2 * 4 * 64);
 }
 
 TEST(ModelValidationTest, ConfigFilesThatAreNotRegularFilesAreRefusedWithoutBlocking) {

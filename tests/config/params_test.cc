@@ -37,6 +37,41 @@ INSTANTIATE_TEST_SUITE_P(Paper, PaperTableTest,
                                            PaperRow{"psi64", 3963961346, 3758108674}),
                          [](const ::testing::TestParamInfo<PaperRow>& info) { return std::string(info.param.model); });
 
+// Issue 30's ablation models (configs/models/, docs/ablations.md): the positional variants
+// have the standard model's parameters exactly; the gateless model gives W_G's d_E·d_V per
+// tile to the value path (d_V' = 3 d_V / 2 = 96 widens W_V and W_O), so that
+// 2 d_E d_V' = 3 d_E d_V and the totals agree exactly, with no W_G in the layout.
+TEST(AblationModelsTest, VariantsMatchTheStandardModelsParameterCount) {
+  for (const char* base : {"psi8", "psi32"}) {
+    const auto standard = LoadModel(base);
+    ASSERT_TRUE(standard.ok()) << standard.status();
+    const ParamCounts want = CountParams(*standard);
+    for (const char* suffix : {"_nope", "_rope", "_nogate"}) {
+      const std::string name = std::string(base) + suffix;
+      const auto dims = LoadModel(name);
+      ASSERT_TRUE(dims.ok()) << dims.status();
+      const ParamCounts c = CountParams(*dims);
+      EXPECT_EQ(c.total, want.total) << name;
+      EXPECT_EQ(c.non_embedding, want.non_embedding) << name;
+      EXPECT_EQ(ModelParamCount(*dims), double(want.total)) << name;
+      const ParamLayout layout(*dims, ShardSpec::Full(*dims));
+      EXPECT_EQ(layout.Find("layers/000/W_G") != nullptr, dims->output_gate) << name;
+    }
+  }
+  const auto gateless = LoadModel("psi8_nogate");
+  ASSERT_TRUE(gateless.ok());
+  EXPECT_FALSE(gateless->output_gate);
+  EXPECT_EQ(gateless->d_v, 96);
+  EXPECT_EQ(LoadModel("psi8_rope")->position, kernels::PositionKind::kRope);
+  EXPECT_EQ(LoadModel("psi8_nope")->position, kernels::PositionKind::kNope);
+  // The gateless layout: W_O follows W_V and MultiscreenEntry skips the missing W_G.
+  const ParamLayout layout(*gateless, ShardSpec::Full(*gateless));
+  EXPECT_EQ(layout.EntriesPerLayer(), 7);
+  EXPECT_EQ(layout.MultiscreenEntry(1, 3), -1);
+  EXPECT_EQ(layout.entries()[layout.MultiscreenEntry(1, 4)].name, "layers/001/W_O");
+  EXPECT_EQ(layout.entries()[layout.MultiscreenEntry(1, 7)].name, "layers/001/s_O");
+}
+
 TEST(ParamLayoutTest, ShardsTileTheFullLayoutExactly) {
   auto dims = LoadModel("tiny_psi4");
   ASSERT_TRUE(dims.ok()) << dims.status();

@@ -1,6 +1,7 @@
 // Every parameter's gradient against central finite differences, in double
 // precision, on tiny models whose windows are shorter than the sequence, with PLNorm
-// and TanhNorm (the ablation switch tanh_norm, issue 18) each on and off.
+// and TanhNorm (the ablation switch tanh_norm, issue 18) each on and off, and the
+// ablation switches of issue 30: position NOPE and ROPE, the output gate off.
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -25,12 +26,14 @@ struct GradCase {
   uint64_t seed;
   int64_t matrix_stride;  // check every n-th element of each matrix (all scalars always)
   bool tanh_norm = true;
+  kernels::PositionKind position = kernels::PositionKind::kMipe;
+  bool output_gate = true;
 };
 
 // How a case shows in gtest's output (issue 31: "56-byte object <04-00 24-E9 …>").
 void PrintTo(const GradCase& c, std::ostream* os) {
-  *os << c.model << (c.pl_norm ? " PLNorm" : " no PLNorm") << (c.tanh_norm ? " TanhNorm" : " no TanhNorm") << " B="
-      << c.B << " T=" << c.T << " seed=" << c.seed << " stride=" << c.matrix_stride;
+  *os << c.model << (c.pl_norm ? " PLNorm" : " no PLNorm") << (c.tanh_norm ? " TanhNorm" : " no TanhNorm") << " position="
+      << kernels::PositionKindName(c.position) << (c.output_gate ? "" : " no gate") << " B=" << c.B << " T=" << c.T << " seed=" << c.seed << " stride=" << c.matrix_stride;
 }
 
 class GradientTest : public ::testing::TestWithParam<GradCase> {};
@@ -39,6 +42,8 @@ TEST_P(GradientTest, EveryParameterMatchesCentralDifferences) {
   const GradCase c = GetParam();
   ModelDims dims = TinyDims(c.model, c.pl_norm);
   dims.tanh_norm = c.tanh_norm;
+  dims.position = c.position;
+  dims.output_gate = c.output_gate;
   Multiscreen<double> model(dims, ShardSpec::Full(dims));
   const ParamLayout& layout = model.layout();
   std::vector<double> p = PerturbedParams<double>(layout, c.seed);
@@ -82,11 +87,19 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GradientTest,
                                            GradCase{"tiny_psi2", false, 2, 12, 12, 1},
                                            GradCase{"tiny_psi4", true, 2, 20, 13, 9},
                                            GradCase{"tiny_psi2", true, 2, 12, 14, 1, false},
-                                           GradCase{"tiny_psi2", false, 2, 12, 15, 1, false}),
+                                           GradCase{"tiny_psi2", false, 2, 12, 15, 1, false},
+                                           GradCase{"tiny_psi2", true, 2, 12, 16, 1, true, kernels::PositionKind::kNope},
+                                           GradCase{"tiny_psi2", true, 2, 12, 17, 1, true, kernels::PositionKind::kRope},
+                                           GradCase{"tiny_psi4", true, 2, 20, 18, 9, true, kernels::PositionKind::kRope},
+                                           GradCase{"tiny_psi2", true, 2, 12, 19, 1, true, kernels::PositionKind::kMipe,
+                                                    false},
+                                           GradCase{"tiny_psi2", false, 2, 12, 20, 1, false,
+                                                    kernels::PositionKind::kRope, false}),
                          [](const ::testing::TestParamInfo<GradCase>& info) {
                            const GradCase& c = info.param;
                            return std::string(c.model) + (c.pl_norm ? "_PLNorm" : "") + (c.tanh_norm ? "" : "_NoTanhNorm") +
-                                  "_seed" + std::to_string(c.seed);
+                                  (c.position == kernels::PositionKind::kMipe ? "" : c.position == kernels::PositionKind::kNope ? "_NoPE" : "_RoPE") +
+                                  (c.output_gate ? "" : "_NoGate") + "_seed" + std::to_string(c.seed);
                          });
 
 // The switch changes the model: the same parameters give another (finite) loss with
@@ -101,6 +114,39 @@ TEST(TanhNormSwitchTest, OffChangesTheLoss) {
   const double loss_off = model_off.Loss(p.data(), tokens.data(), 2, 12);
   EXPECT_TRUE(std::isfinite(loss_off));
   EXPECT_GT(std::abs(loss_on - loss_off), 1e-6 * std::abs(loss_on));
+}
+
+// NOPE and ROPE change the model (on tiles whose w is below w_th MiPE turns q̄, k̄ by
+// another angle, NOPE not at all, ROPE every pair), and the gateless model is not the
+// gated one with W_G ignored: the same W_Q, W_K, W_V, W_O, scalars give another loss.
+TEST(PositionAndGateSwitchTest, EachChangesTheLoss) {
+  const ModelDims mipe = TinyDims("tiny_psi2");
+  Multiscreen<double> model(mipe, ShardSpec::Full(mipe));
+  std::vector<double> p = PerturbedParams<double>(model.layout(), 23);
+  for (const ParamEntry& e : model.layout().entries()) {  // tile 0 of each layer: w = 3 < w_th, MiPE turns
+    if (e.kind == ParamKind::kS_w) p[e.buffer_offset] = std::log(2.0);
+  }
+  const auto tokens = RandomTokens(mipe.vocab, 2 * 13, 24);
+  const double loss_mipe = model.Loss(p.data(), tokens.data(), 2, 12);
+  for (kernels::PositionKind kind : {kernels::PositionKind::kNope, kernels::PositionKind::kRope}) {
+    ModelDims other = mipe;
+    other.position = kind;
+    Multiscreen<double> variant(other, ShardSpec::Full(other));
+    const double loss = variant.Loss(p.data(), tokens.data(), 2, 12);
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_GT(std::abs(loss - loss_mipe), 1e-6 * std::abs(loss_mipe)) << kernels::PositionKindName(kind);
+  }
+  ModelDims gateless = mipe;
+  gateless.output_gate = false;
+  Multiscreen<double> no_gate(gateless, ShardSpec::Full(gateless));
+  std::vector<double> q;  // the gated parameters less every W_G
+  for (const ParamEntry& e : model.layout().entries()) {
+    if (e.kind != ParamKind::kW_G) q.insert(q.end(), p.begin() + e.buffer_offset, p.begin() + e.buffer_offset + e.size());
+  }
+  ASSERT_EQ(static_cast<int64_t>(q.size()), no_gate.layout().size());
+  const double loss = no_gate.Loss(q.data(), tokens.data(), 2, 12);
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_GT(std::abs(loss - loss_mipe), 1e-6 * std::abs(loss_mipe));
 }
 
 }  // namespace

@@ -127,12 +127,26 @@ TEST(ScreeningTest, TrimGivesExactlyZeroAtOrBelowTheThreshold) {
   EXPECT_NEAR(h, 1.0 / 9.0, 1e-12);
 }
 
-class DecodeTest : public ::testing::TestWithParam<bool> {};
+// Window expansion on and off; issue 30's ablation switches (position, output gate).
+struct DecodeCase {
+  bool expand_windows;
+  kernels::PositionKind position = kernels::PositionKind::kMipe;
+  bool output_gate = true;
+};
+
+void PrintTo(const DecodeCase& c, std::ostream* os) {
+  *os << (c.expand_windows ? "expand" : "as learned") << " position=" << kernels::PositionKindName(c.position)
+      << (c.output_gate ? "" : " no gate");
+}
+
+class DecodeTest : public ::testing::TestWithParam<DecodeCase> {};
 
 TEST_P(DecodeTest, CachedTokenByTokenDecodingGivesTheFullForwardsLogits) {
-  const ModelDims dims = TinyDims("tiny_psi4");
+  ModelDims dims = TinyDims("tiny_psi4");
+  dims.position = GetParam().position;
+  dims.output_gate = GetParam().output_gate;
   InferenceOptions options;
-  options.expand_windows = GetParam();
+  options.expand_windows = GetParam().expand_windows;
   options.train_len = 8;  // tiles with w > 8 become infinite when expanding
   Multiscreen<double> model(dims, ShardSpec::Full(dims));
   const auto p = PerturbedParams<double>(model.layout(), 21);
@@ -152,7 +166,17 @@ TEST_P(DecodeTest, CachedTokenByTokenDecodingGivesTheFullForwardsLogits) {
   EXPECT_GT(ring_tiles, 0);  // some tiles really decode from a ring buffer shorter than T
 }
 
-INSTANTIATE_TEST_SUITE_P(Windows, DecodeTest, ::testing::Values(true, false));
+INSTANTIATE_TEST_SUITE_P(Windows, DecodeTest,
+                         ::testing::Values(DecodeCase{true}, DecodeCase{false},
+                                           DecodeCase{true, kernels::PositionKind::kNope},
+                                           DecodeCase{false, kernels::PositionKind::kRope},
+                                           DecodeCase{true, kernels::PositionKind::kRope, false},
+                                           DecodeCase{false, kernels::PositionKind::kMipe, false}),
+                         [](const ::testing::TestParamInfo<DecodeCase>& info) {
+                           const DecodeCase& c = info.param;
+                           return std::string(c.expand_windows ? "Expand" : "AsLearned") + "_" +
+                                  kernels::PositionKindName(c.position) + (c.output_gate ? "" : "_NoGate");
+                         });
 
 TEST(ModelTest, WindowExpansionOnlyChangesTilesLongerThanTheTrainingLength) {
   const ModelDims dims = TinyDims("tiny_psi4");

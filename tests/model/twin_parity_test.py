@@ -4,8 +4,10 @@
 For each case: `multiscreen init` a tiny model, perturb its weights file so that every
 part of the spec is exercised (windows w well below T with MiPE active, windows above
 w_th without it, Trim rejecting a real fraction of pairs, non-trivial e^{s_E}, e^{s_O},
-e^{s_F}, PLNorm on and off, TanhNorm on and off — the ablation switch tanh_norm), run the C++ forward at fp32 and fp64 and the twin at
-float64, and compare loss, token losses and every parameter gradient.
+e^{s_F}, PLNorm on and off, TanhNorm on and off — the ablation switch tanh_norm — and
+issue 30's ablation switches position NOPE / ROPE and output_gate false), run the C++
+forward at fp32 and fp64 and the twin at float64, and compare loss, token losses and
+every parameter gradient.
 
 Run by ctest as
     /usr/bin/python3 tests/model/twin_parity_test.py --multiscreen=build/multiscreen
@@ -32,13 +34,19 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import multiscreen_twin as twin  # noqa: E402
 from random_tokens import write_tokens  # noqa: E402
 
-# (name, model, init seed, micro_batch B, seq_len T, pl_norm, tanh_norm)
+# (name, model, init seed, micro_batch B, seq_len T, pl_norm, tanh_norm[, model-file lines
+# added to the model's file: issue 30's switches, which `init` must see (no W_G without the gate)])
 CASES = [
     ("psi2_pl", "tiny_psi2", 11, 2, 16, 1, 1),
     ("psi4_pl", "tiny_psi4", 12, 3, 20, 1, 1),
     ("psi2_nopl", "tiny_psi2", 13, 3, 12, 0, 1),
     ("psi2_notanh", "tiny_psi2", 14, 2, 16, 1, 0),
     ("psi4_notanh_nopl", "tiny_psi4", 15, 2, 20, 0, 0),
+    ("psi2_nope", "tiny_psi2", 16, 2, 16, 1, 1, "position: NOPE"),
+    ("psi2_rope", "tiny_psi2", 17, 2, 16, 1, 1, "position: ROPE"),
+    ("psi4_rope_nopl", "tiny_psi4", 18, 2, 20, 0, 1, "position: ROPE"),
+    ("psi2_nogate", "tiny_psi2", 19, 2, 16, 1, 1, "output_gate: false"),
+    ("psi4_nogate_rope", "tiny_psi4", 20, 2, 20, 1, 0, "output_gate: false position: ROPE"),
 ]
 
 # Tolerances (relative). Gradients are compared by relative L2 error,
@@ -146,9 +154,15 @@ def compare(case, precision, cpp, ref, failures):
     return loss_err, token_err, errs
 
 
-def run_case(exe, tmp, case, model, seed, micro_batch, seq_len, pl_norm, tanh_norm, failures):
+def run_case(exe, tmp, case, model, seed, micro_batch, seq_len, pl_norm, tanh_norm, extra="", *, failures):
     rng = np.random.default_rng(1000 + seed)
     weights = os.path.join(tmp, f"{case}.h5")
+    if extra:  # the model's file with issue 30's switches added
+        with open(os.path.join(ROOT, "configs", "models", f"{model}.textproto")) as f:
+            body = f.read()
+        model = os.path.join(tmp, f"{case}_model.textproto")
+        with open(model, "w") as f:
+            f.write(body + "\n" + extra + "\n")
     run([exe, "init", f"--model={model}", f"--seed={seed}", f"--out={weights}"])
     perturb(weights, seq_len, pl_norm, tanh_norm, rng)
     cfg, params = twin.load_weights(weights)
@@ -168,12 +182,25 @@ def run_case(exe, tmp, case, model, seed, micro_batch, seq_len, pl_norm, tanh_no
     if not switch_effect > 100 * TOL["fp64"]["loss"]:
         failures.append(f"{case}: the twin's loss hardly depends on tanh_norm here "
                         f"({ref['loss']!r} vs {flipped['loss']!r})")
+    # Likewise the position switch against MiPE (and MiPE against NoPE).
+    other = "nope" if cfg["position"] == "mipe" else "mipe"
+    moved = twin.loss_and_grads(dict(cfg, position=other), params, tokens, micro_batch, seq_len,
+                                dtype=torch.float64)
+    position_effect = abs(moved["loss"] - ref["loss"]) / abs(ref["loss"])
+    if not position_effect > 100 * TOL["fp64"]["loss"]:
+        failures.append(f"{case}: the twin's loss hardly depends on position here "
+                        f"({ref['loss']!r} vs {moved['loss']!r})")
+    if any(n.endswith("/W_G") for n in params) != cfg["output_gate"]:  # init wrote the layout the file says
+        failures.append(f"{case}: W_G present = {any(n.endswith('/W_G') for n in params)} "
+                        f"with output_gate = {cfg['output_gate']}")
     w = np.concatenate([s["w"] for s in stats])
     r = np.concatenate([s["r"] for s in stats])
     pairs = np.concatenate([s["pairs"] for s in stats])
     accepted = np.concatenate([s["accepted"] for s in stats])
-    print(f"\n== {case}: {model} B={micro_batch} T={seq_len} pl_norm={pl_norm} tanh_norm={tanh_norm} "
-          f"w_th={cfg['w_th']:g}  twin loss {ref['loss']:.12f}  (tanh_norm flipped: {switch_effect:.1e} rel)")
+    print(f"\n== {case}: {os.path.basename(model)} B={micro_batch} T={seq_len} pl_norm={pl_norm} "
+          f"tanh_norm={tanh_norm} position={cfg['position']} output_gate={cfg['output_gate']} "
+          f"w_th={cfg['w_th']:g}  twin loss {ref['loss']:.12f}  (tanh_norm flipped: {switch_effect:.1e} rel, "
+          f"position {other}: {position_effect:.1e} rel)")
     print("   tile  w       r      MiPE  Trim accepts (of in-window pairs)")
     for t in range(w.size):
         print(f"   {t // cfg['n_heads']}.{t % cfg['n_heads']}  {w[t]:6.2f}  {r[t]:.3f}  "
@@ -222,7 +249,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="twin_parity_") as tmp:
         for case in CASES:
             try:
-                run_case(exe, tmp, *case, failures)
+                run_case(exe, tmp, *case, failures=failures)
             except Exception as e:  # a crash of one case is a failure, not an abort
                 failures.append(f"{case[0]}: {type(e).__name__}: {e}")
     print(f"\n{time.time() - start:.1f} s")
