@@ -159,22 +159,22 @@ TEST_F(TransformerKernelsCudaTest, RopeMatchesTheCpuForwardAndInverseAtLatePosit
     // Plain RoPE and YaRN's NTK-by-parts frequencies (F = 4 over L = 1000; F = 8 over L = 64).
     for (const kernels::cpu::RopeScaling yarn : {kernels::cpu::RopeScaling{}, kernels::cpu::RopeScaling{4.0, 1000.0},
                                                  kernels::cpu::RopeScaling{8.0, 64.0}}) {
-    for (const bool inverse : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "B " << sh.B << " T " << sh.T << " heads " << sh.heads << " d_h "
-                                      << sh.d_h << " inverse " << inverse << " yarn " << yarn.factor);
-      const int64_t ld = sh.heads * sh.d_h + sh.ld_extra, n = sh.B * sh.T * ld;
-      const Floats x = Random(n, 9 + sh.T);
-      Floats ref = x;
-      kernels::cpu::Rope(ref.data(), ld, sh.B, sh.T, sh.heads, sh.d_h, inverse, 0, yarn);
-      float* gx = Device(x);
-      tk_->Rope(gx, ld, sh.B, sh.T, sh.heads, sh.d_h, inverse, yarn);
-      const Floats got = Host(gx, n);
-      ExpectFinite(got, "x");
-      EXPECT_CLOSE(got, ref, 1e-5);  // the columns past heads·d_h (ld_extra) untouched on both
-      // The inverse undoes the rotation.
-      tk_->Rope(gx, ld, sh.B, sh.T, sh.heads, sh.d_h, !inverse, yarn);
-      EXPECT_CLOSE(Host(gx, n), x, 1e-5);
-    }
+      for (const bool inverse : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "B " << sh.B << " T " << sh.T << " heads " << sh.heads << " d_h "
+                                          << sh.d_h << " inverse " << inverse << " yarn " << yarn.factor);
+        const int64_t ld = sh.heads * sh.d_h + sh.ld_extra, n = sh.B * sh.T * ld;
+        const Floats x = Random(n, 9 + sh.T);
+        Floats ref = x;
+        kernels::cpu::Rope(ref.data(), ld, sh.B, sh.T, sh.heads, sh.d_h, inverse, 0, yarn);
+        float* gx = Device(x);
+        tk_->Rope(gx, ld, sh.B, sh.T, sh.heads, sh.d_h, inverse, yarn);
+        const Floats got = Host(gx, n);
+        ExpectFinite(got, "x");
+        EXPECT_CLOSE(got, ref, 1e-5);  // the columns past heads·d_h (ld_extra) untouched on both
+        // The inverse undoes the rotation.
+        tk_->Rope(gx, ld, sh.B, sh.T, sh.heads, sh.d_h, !inverse, yarn);
+        EXPECT_CLOSE(Host(gx, n), x, 1e-5);
+      }
     }
   }
 }
