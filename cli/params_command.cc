@@ -1,6 +1,7 @@
 // `multiscreen params --model=NAME [--json]`: parameter counts from the layout
 // the model uses (model/param_layout.h), with a per-group breakdown.
 #include <cstdio>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "cli/commands.h"
@@ -41,6 +42,10 @@ int ParamsCommand(int argc, char** argv) {
       j["sio"] = dims->sio;
       j["pl_norm"] = dims->pl_norm;
       j["attention"] = AttentionKindName(dims->attention);
+    } else {  // Multiscreen's ablation switches (issue 30)
+      j["tanh_norm"] = dims->tanh_norm;
+      j["position"] = kernels::PositionKindName(dims->position);
+      j["output_gate"] = dims->output_gate;
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -60,12 +65,17 @@ int ParamsCommand(int argc, char** argv) {
     std::printf("  %-34s %15lld\n", "total", (long long)c.total);
     return 0;
   }
-  std::printf("model %s: N_L=%lld N_H=%lld d_E=%lld d_K=%lld d_V=%lld V=%lld\n", dims->name.c_str(),
+  std::printf("model %s: N_L=%lld N_H=%lld d_E=%lld d_K=%lld d_V=%lld V=%lld%s%s%s\n", dims->name.c_str(),
               (long long)dims->n_layers, (long long)dims->n_heads, (long long)dims->d_e, (long long)dims->d_k,
-              (long long)dims->d_v, (long long)dims->vocab);
+              (long long)dims->d_v, (long long)dims->vocab,
+              dims->position != kernels::PositionKind::kMipe
+                  ? (std::string(" position=") + kernels::PositionKindName(dims->position)).c_str()
+                  : "",
+              dims->output_gate ? "" : " output_gate=0", dims->tanh_norm ? "" : " tanh_norm=0");
   std::printf("  %-34s %15lld\n", "embedding W_E", (long long)c.embedding);
   std::printf("  %-34s %15lld\n", "s_E, s_F", (long long)c.embed_head_scalars);
-  std::printf("  %-34s %15lld\n", "tile matrices W_Q W_K W_V W_G W_O", (long long)c.tile_matrices);
+  std::printf("  %-34s %15lld\n", dims->output_gate ? "tile matrices W_Q W_K W_V W_G W_O" : "tile matrices W_Q W_K W_V W_O",
+              (long long)c.tile_matrices);
   std::printf("  %-34s %15lld\n", "tile scalars s_w s_r s_O", (long long)c.tile_scalars);
   std::printf("  %-34s %15lld\n", "non-embedding", (long long)c.non_embedding);
   std::printf("  %-34s %15lld\n", "total", (long long)c.total);

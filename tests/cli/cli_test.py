@@ -99,6 +99,27 @@ class CliTest(OneLineErrors):
         self.assertEqual(j["total"], 7613312 + 6 * 4 + 2)
         self.assertEqual((j["qk_norm"], j["sio"], j["pl_norm"]), (True, True, True))
 
+    def test_params_of_the_ablation_model_files_match_the_standard_models(self):
+        # Issue 30 (docs/ablations.md): NoPE/RoPE change no count; the gateless files give
+        # W_G's parameters to d_v = 96 and match exactly; the table and --json say so.
+        for base in ("psi8", "psi32"):
+            want = json.loads(run("params", f"--model={base}", "--json").stdout)
+            for suffix, position, gate in (("_nope", "nope", True), ("_rope", "rope", True),
+                                           ("_nogate", "mipe", False)):
+                j = json.loads(run("params", f"--model={base}{suffix}", "--json").stdout)
+                self.assertEqual((j["total"], j["non_embedding"]), (want["total"], want["non_embedding"]),
+                                 base + suffix)
+                self.assertEqual((j["position"], j["output_gate"]), (position, gate), base + suffix)
+        table = run("params", "--model=psi8_nogate").stdout
+        self.assertIn("output_gate=0", table.splitlines()[0])
+        self.assertIn("tile matrices W_Q W_K W_V W_O ", table)
+        self.assertIn("4134146", table)
+        self.assertIn("position=rope", run("params", "--model=psi8_rope").stdout.splitlines()[0])
+        path = os.path.join(self.dir, "t_rope.textproto")
+        with open(path, "w") as f:
+            f.write("family: TRANSFORMER\nn_layers: 2\nn_heads: 2\nd_e: 8\nposition: ROPE\n")
+        self.assert_one_line_error(run("params", f"--model={path}"), "position is a Multiscreen switch")
+
     def test_transformer_model_files_refuse_what_does_not_apply(self):
         path = os.path.join(self.dir, "bad.textproto")
         for body, why in (("family: TRANSFORMER\nn_layers: 2\nn_heads: 3\nd_e: 8\n", "even head width"),

@@ -526,6 +526,42 @@ class TrainTest(SyntheticCorpusCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("tanh_norm must all agree", r.stderr)
 
+    def test_position_and_gate_switches_train_record_themselves_and_refuse_the_standard_model(self):
+        # Issue 30's ablation switches through the trainer: a RoPE model without the output
+        # gate trains (finite losses, another path than the standard model's), the manifest
+        # and the exported weights record both switches and hold no W_G, and the run
+        # directory is not resumed as the standard model.
+        with open(os.path.join(SRC, "configs", "models", "tiny_psi4.textproto")) as f:
+            body = f.read().replace('name: "tiny_psi4"', 'name: "tiny_psi4_rope_nogate"')
+        model = os.path.join(self.tmp.name, "tiny_psi4_rope_nogate.textproto")
+        with open(model, "w") as f:
+            f.write(body + "position: ROPE\noutput_gate: false\n")
+        d, ref = self.run_dir("rope_nogate"), self.run_dir("rope_nogate_ref")
+        self.train(d, f"--model={model}", "--steps=10")
+        self.train(ref, "--steps=10")
+        with open(os.path.join(d, "checkpoints", "step_00000010", "manifest.json")) as f:
+            m = json.load(f)["model"]
+        self.assertEqual((m["position"], m["output_gate"]), ("rope", False))
+        with open(os.path.join(ref, "checkpoints", "step_00000010", "manifest.json")) as f:
+            m = json.load(f)["model"]
+        self.assertEqual((m["position"], m["output_gate"]), ("mipe", True))
+        ablated, standard = train_losses(d), train_losses(ref)
+        self.assertTrue(all(math.isfinite(ablated[s]) for s in range(1, 11)))
+        self.assertNotEqual(ablated[10], standard[10])
+        out = os.path.join(self.tmp.name, "rope_nogate.h5")
+        r = subprocess.run([BIN, "ckpt", "export", f"--checkpoint={d}", f"--out={out}"], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import h5py
+        with h5py.File(out) as f:
+            position = f.attrs["position"]
+            self.assertEqual(position.decode() if isinstance(position, bytes) else position, "rope")
+            self.assertEqual(int(f.attrs["output_gate"]), 0)
+            self.assertNotIn("W_G", f["layers/000"])
+        r = self.train(d, "--steps=20", check=False)  # tiny_psi4: MiPE, gate on
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("position, output_gate must all agree", r.stderr)
+
     def test_psi8_at_the_papers_learning_rate_trains_without_divergence(self):
         corpus = os.path.join(SRC, "data_cache", "nlp-corpus")
         tok = os.path.join(SRC, "data_cache", "gpt2")
