@@ -128,6 +128,18 @@ class EmulatedTrainTest(unittest.TestCase):
         self.assertLess(dist(pt, ps), 5e-2)
         self.assertLess(dist(pt, ps), 0.25 * dist(p32, ps))
 
+    def test_an_unknown_screening_kernel_is_refused_in_one_line(self):
+        run_dir = os.path.join(self.tmp.name, "bad_kernel")
+        r = subprocess.run([BIN, "train", "--model=tiny_tiled", f"--data={self.data}", f"--run_dir={run_dir}",
+                            "--steps=1", "--seq_len=32", "--micro_batch=1", "--device=cuda"],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "MULTISCREEN_SCREENING_KERNEL": "fast"})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(r.stderr.strip().splitlines()[-1],
+                         "multiscreen train: --device=cuda: MULTISCREEN_SCREENING_KERNEL=fast: "
+                         "expected auto, simple or tiled")
+        self.assertFalse(os.path.exists(run_dir))
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
