@@ -19,15 +19,23 @@
 namespace multiscreen::eval {
 namespace {
 
-Weights TinyWeights(uint64_t seed) {
+Weights TinyWeights(uint64_t seed, kernels::PositionKind position = kernels::PositionKind::kMipe,
+                    bool output_gate = true) {
   Weights w;
   w.dims = testing::TinyDims("tiny_psi4");
+  w.dims.position = position;  // issue 30's ablation switches
+  w.dims.output_gate = output_gate;
   w.params = testing::PerturbedParams<float>(ParamLayout(w.dims, ShardSpec::Full(w.dims)), seed);
   return w;
 }
 
 TEST(RelevanceTest, InspectionLogitsEqualTheModelsUnderBothWindowRules) {
-  const Weights w = TinyWeights(5);
+  // The standard model and issue 30's ablations (NOPE, ROPE, ROPE without the gate).
+  for (const auto& [position, gate] : {std::pair{kernels::PositionKind::kMipe, true},
+                                       std::pair{kernels::PositionKind::kNope, true},
+                                       std::pair{kernels::PositionKind::kRope, true},
+                                       std::pair{kernels::PositionKind::kRope, false}}) {
+  const Weights w = TinyWeights(5, position, gate);
   const int64_t T = 40, V = w.dims.vocab;
   const std::vector<int32_t> ids = testing::RandomTokens(V, T, 7);
   for (bool expand : {false, true}) {
@@ -41,7 +49,9 @@ TEST(RelevanceTest, InspectionLogitsEqualTheModelsUnderBothWindowRules) {
     model.Logits(w.params.data(), ids.data(), T, o, theirs.data());
     double worst = 0;
     for (int64_t n = 0; n < T * V; ++n) worst = std::max(worst, std::abs(mine[n] - theirs[n]));
-    EXPECT_LT(worst, 2e-4) << "expand=" << expand;
+    EXPECT_LT(worst, 2e-4) << "expand=" << expand << " position=" << kernels::PositionKindName(position)
+                           << " gate=" << gate;
+  }
   }
 }
 
