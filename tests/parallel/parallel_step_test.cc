@@ -258,7 +258,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, OverlapTest,
 // which shows that the looser fp32 bound on s_E above is rounding, not a bug. For
 // Multiscreen (tiles and vocabulary split) and the Transformer baseline (heads, the
 // SwiGLU width — 21 and 85 hidden units here, so split unevenly — and vocabulary
-// split; issue 18), plain and with every switch (qk_norm, sio, pl_norm).
+// split; issue 18), plain and with every switch (qk_norm, sio, pl_norm); Multiscreen
+// also with issue 30's ablations (RoPE, no output gate: a layout without W_G).
 class TensorParallelTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TensorParallelTest, Fp64ShardsEqualTheSingleProcessToRoundoff) {
@@ -308,7 +309,8 @@ TEST_P(TensorParallelTest, Fp64ShardsEqualTheSingleProcessToRoundoff) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelTest,
-                         ::testing::Values("tiny_psi4", "tiny_transformer_train", "tiny_transformer_all"));
+                         ::testing::Values("tiny_psi4", "tiny_psi4_rope_nogate", "tiny_transformer_train",
+                                           "tiny_transformer_all"));
 
 }  // namespace
 }  // namespace multiscreen
