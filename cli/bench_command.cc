@@ -457,6 +457,9 @@ int BenchScreening(int argc, char** argv) {
   shape.d_k = dims->d_k;
   shape.d_v = dims->d_v;
   shape.w_th = dims->w_th;
+  shape.tanh_norm = dims->tanh_norm;  // the model file's ablation switches (issues 18, 30)
+  shape.position = dims->position;
+  shape.output_gate = dims->output_gate;
   const int64_t rows = B * T, C = shape.p_cols(), dk = shape.d_k, dv = shape.d_v;
   std::vector<float> P(rows * nt * C), U(rows * nt * dv), dU(rows * nt * dv), dP(rows * nt * C);
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
