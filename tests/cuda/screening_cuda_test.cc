@@ -1,4 +1,5 @@
-// CUDA screening forward against the CPU kernel, and a timing on the device.
+// CUDA screening forward against the CPU kernel, and a timing on the device; the tiled
+// entry points hand issue 30's ablations to the simple kernels.
 // Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "tests/cuda/cuda_test.h"
 #include "kernels/cpu/screening.h"
 #include "kernels/cuda/screening.h"
+#include "kernels/cuda/screening_tiled.h"
 
 namespace multiscreen {
 namespace {
@@ -104,6 +106,75 @@ TEST_F(CudaScreeningTest, TimesAPsi32LayerAtTrainingLength) {
   RunCuda(p, &ms);
   std::fprintf(stderr, "cuda screening forward, B=1 T=4096 tiles=32: %.3f ms per layer\n", ms);
   EXPECT_GT(ms, 0.0);
+}
+
+// Issue 30's ablations (position NOPE, ROPE; no output gate) at the tiled kernels' widths
+// (d_K = 16, d_V = 64): ScreeningTiledForward/Backward run the simple kernels, so their U,
+// saved h, dP and tile-scalar gradients are the simple kernels' bit for bit (the tiled
+// passes, bf16 tensor-core products, would differ; and know neither RoPE nor a gateless P).
+TEST_F(CudaScreeningTest, TiledEntriesRunTheSimpleKernelsForTheAblations) {
+  for (const auto& [position, gate] : {std::pair{kernels::PositionKind::kNope, true},
+                                       std::pair{kernels::PositionKind::kRope, true},
+                                       std::pair{kernels::PositionKind::kMipe, false}}) {
+    Problem p(2, 150, 4, 16, 64, 7);
+    p.shape.position = position;
+    p.shape.output_gate = gate;
+    p.P.resize(p.shape.batch * p.shape.seq * p.shape.tiles * p.shape.p_cols());  // no g columns without the gate
+    const int64_t rows = p.shape.batch * p.shape.seq * p.shape.tiles, nt = p.shape.tiles;
+    std::vector<float> dU(rows * p.shape.d_v);
+    std::mt19937 rng(8);
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (auto& x : dU) x = n(rng);
+    struct Out {
+      std::vector<float> U, h, dP;
+      std::vector<kernels::TileScalarGrads> grads;
+    };
+    auto run = [&](bool tiled) {
+      auto array = [](const std::vector<float>& host) {
+        DeviceArray<float> a(Device::kCuda);
+        a.Resize(static_cast<int64_t>(host.size()));
+        EXPECT_EQ(cudaMemcpy(a.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        return a;
+      };
+      auto zeros = [&](int64_t count) { return array(std::vector<float>(count, 0.f)); };
+      DeviceArray<float> P = array(p.P), dUd = array(dU), U = zeros(rows * p.shape.d_v), dP = zeros(p.P.size());
+      DeviceArray<float> qt = zeros(rows * 16), kt = zeros(rows * 16), vb = zeros(rows * 64), h = zeros(rows * 64);
+      DeviceArray<float> qn = zeros(rows), kn = zeros(rows), vn = zeros(rows);
+      const kernels::ScreeningSaved<float> saved{qt.data(), kt.data(), vb.data(), qn.data(),
+                                                 kn.data(), vn.data(), h.data()};
+      kernels::cuda::ScreeningScratch scratch;
+      Out out;
+      out.grads.resize(nt);
+      if (tiled) {
+        kernels::cuda::ScreeningTiledForward(p.shape, P.data(), p.tiles.data(), saved, U.data(), &scratch, 0);
+        kernels::cuda::ScreeningTiledBackward(p.shape, P.data(), p.tiles.data(), saved, dUd.data(), dP.data(),
+                                              out.grads.data(), &scratch, 0);
+      } else {
+        kernels::cuda::ScreeningForward(p.shape, P.data(), p.tiles.data(), saved, U.data(), &scratch, 0);
+        kernels::cuda::ScreeningBackward(p.shape, P.data(), p.tiles.data(), saved, dUd.data(), dP.data(),
+                                         out.grads.data(), &scratch, 0);
+      }
+      auto host = [](const DeviceArray<float>& a, int64_t count) {
+        std::vector<float> v(count);
+        EXPECT_EQ(cudaMemcpy(v.data(), a.data(), count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        return v;
+      };
+      out.U = host(U, rows * p.shape.d_v);
+      out.h = host(h, rows * 64);
+      out.dP = host(dP, static_cast<int64_t>(p.P.size()));
+      return out;
+    };
+    const Out simple = run(false), tiled = run(true);
+    SCOPED_TRACE(testing::Message() << "position " << kernels::PositionKindName(position) << (gate ? "" : ", no gate"));
+    EXPECT_EQ(tiled.U, simple.U);
+    EXPECT_EQ(tiled.h, simple.h);
+    EXPECT_EQ(tiled.dP, simple.dP);
+    for (int64_t t = 0; t < nt; ++t) {
+      EXPECT_EQ(tiled.grads[t].w, simple.grads[t].w) << t;
+      EXPECT_EQ(tiled.grads[t].r, simple.grads[t].r) << t;
+      EXPECT_EQ(tiled.grads[t].scale, simple.grads[t].scale) << t;
+    }
+  }
 }
 
 }  // namespace
