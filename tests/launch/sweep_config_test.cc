@@ -189,6 +189,48 @@ TEST(SweepConfigTest, ABudgetOffTheStepGridNamesTheNearestWholeBudgets) {
   fs::remove_all(dir);
 }
 
+// The committed Multiscreen ablation study (configs/studies/multiscreen_ablations, issue 30;
+// docs/ablations.md) expands to its four runs: one recipe, the standard model and its NOPE,
+// ROPE and capacity-matched gateless variants, all with Ψ = 6's 290,414 non-embedding
+// parameters. Its data is swapped for synthetic shards (only the path is checked here).
+TEST(SweepConfigTest, TheMultiscreenAblationStudyExpandsToItsMatchedRuns) {
+  const char* configs = std::getenv("MULTISCREEN_CONFIG_DIR");
+  ASSERT_NE(configs, nullptr);
+  std::ifstream in(fs::path(configs) / "studies" / "multiscreen_ablations" / "sweep.textproto");
+  ASSERT_TRUE(in) << "configs/studies/multiscreen_ablations/sweep.textproto";
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string study = text.str();
+  const fs::path dir = FreshDirWithData("sweep_config_ablations");
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"data: \"data_cache/shards\"", "data: \"" + (dir / "data").string() + "\""},
+           {"root: \"runs/studies/multiscreen_ablations\"", "root: \"" + (dir / "root").string() + "\""}}) {
+    const size_t at = study.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    study.replace(at, from.size(), to);
+  }
+  Write(dir / "sweep.textproto", study);
+  auto sweep = LoadSweep((dir / "sweep.textproto").string());
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(sweep->runs.size(), 4u);
+  std::map<std::string, std::pair<kernels::PositionKind, bool>> seen;
+  for (const SweepRun& r : sweep->runs) {
+    seen[r.model] = {r.dims.position, r.dims.output_gate};
+    EXPECT_EQ(r.non_embedding_params, 290414) << r.name;
+    EXPECT_EQ(r.run.steps(), 3000) << r.name;
+    EXPECT_EQ(r.run.optimizer().lr(), 1.0 / 64) << r.name;
+    EXPECT_EQ(r.run.optimizer().weight_decay(), 0.0) << r.name;
+    EXPECT_EQ(r.dims.d_v, r.dims.output_gate ? 64 : 96) << r.name;
+  }
+  const std::map<std::string, std::pair<kernels::PositionKind, bool>> want = {
+      {"mipe", {kernels::PositionKind::kMipe, true}},
+      {"nope", {kernels::PositionKind::kNope, true}},
+      {"rope", {kernels::PositionKind::kRope, true}},
+      {"nogate", {kernels::PositionKind::kMipe, false}}};
+  EXPECT_EQ(seen, want);
+  fs::remove_all(dir);
+}
+
 // The committed stability study (configs/studies/lr_stability/sweep.textproto) expands to
 // its 20 runs: each family over 2^-10 … 2^-4 with its recipe, Table 6's five switch rows
 // at 2^-4, and the plain Transformer at 2^-4 without weight decay or clipping; models of near-equal non-embedding size. Its data is swapped for
