@@ -7,6 +7,8 @@
 // similarities of a query's window are one vector loop over a transposed copy
 // of k̃, and d_K = 16, d_V = 64 are compiled as constants (other widths take a
 // generic path). All scratch memory lives in a caller-owned ScreeningWorkspace.
+// The ablation switches of ScreeningShape (tanh_norm; position NOPE/ROPE, output_gate off:
+// issue 30, docs/ablations.md) are followed forward and backward.
 #pragma once
 
 #include <cstdint>

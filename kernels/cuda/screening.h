@@ -12,6 +12,10 @@
 //             j gathers from its queries j … j + ⌈w⌉ − 1 in ascending order: ∂L/∂k̃,
 //             ∂L/∂v̄ finished into dP), and a fixed-order fp64 reduction of the partials
 //             per (sequence, tile), summed over sequences on the host in order. No atomics.
+// Issue 30's ablation switches (ScreeningShape::position, output_gate; docs/ablations.md)
+// as on the CPU: NOPE zeroes the MiPE rates; ROPE turns every pair (p, p + d_K/2) of q̃, k̃ in
+// the normalize pass and turns ∂L/∂q, ∂L/∂k back after the unit-norm backward (a rotation
+// keeps dot products, so the two commute); without the gate P has no g columns.
 // d_K = 16, d_V = 64 are compiled as constants; other widths (2 ≤ d_k ≤ 64,
 // 1 ≤ d_v ≤ 256) take a generic path. A failing launch or a shape outside those
 // bounds is fatal (kernels/cuda/check.h).
