@@ -76,29 +76,16 @@ void ScreeningRopeTable(int64_t rows, int64_t d_k, int64_t pos0, double* table) 
 }
 
 template <typename Real>
-void RopeRotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table) {
+void RopeRotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table, bool inverse) {
   const int64_t half = d_k / 2;
+  const double sign = inverse ? -1.0 : 1.0;
   for (int64_t r = 0; r < rows; ++r) {
     Real* zr = z + r * ld;
     const double* cs = table + r * half * 2;
     for (int64_t p = 0; p < half; ++p) {
-      const double a = zr[p], b = zr[p + half], c = cs[2 * p], s = cs[2 * p + 1];
+      const double a = zr[p], b = zr[p + half], c = cs[2 * p], s = sign * cs[2 * p + 1];
       zr[p] = static_cast<Real>(a * c - b * s);
       zr[p + half] = static_cast<Real>(a * s + b * c);
-    }
-  }
-}
-
-template <typename Real>
-void RopeUnrotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table) {
-  const int64_t half = d_k / 2;
-  for (int64_t r = 0; r < rows; ++r) {
-    Real* zr = z + r * ld;
-    const double* cs = table + r * half * 2;
-    for (int64_t p = 0; p < half; ++p) {
-      const double a = zr[p], b = zr[p + half], c = cs[2 * p], s = cs[2 * p + 1];
-      zr[p] = static_cast<Real>(a * c + b * s);
-      zr[p + half] = static_cast<Real>(-a * s + b * c);
     }
   }
 }
@@ -119,8 +106,7 @@ void PositionRotateForward(PositionKind kind, Real* z, int64_t ld, int64_t rows,
 }
 
 #define MS_INSTANTIATE(Real)                                                                          \
-  template void RopeRotateRows<Real>(Real*, int64_t, int64_t, int64_t, const double*);                \
-  template void RopeUnrotateRows<Real>(Real*, int64_t, int64_t, int64_t, const double*);              \
+  template void RopeRotateRows<Real>(Real*, int64_t, int64_t, int64_t, const double*, bool);          \
   template void PositionRotateForward<Real>(PositionKind, Real*, int64_t, int64_t, int64_t, int64_t, double);
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)

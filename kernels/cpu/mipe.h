@@ -43,13 +43,10 @@ double ScreeningRopeFrequency(int64_t p, int64_t d_k);
 void ScreeningRopeTable(int64_t rows, int64_t d_k, int64_t pos0, double* table);
 
 // Turns each row of z [rows, ld] (d_k columns) by its row of `table` (ScreeningRopeTable):
-// (a, b) ← (a cos φ − b sin φ, a sin φ + b cos φ) for (a, b) = (z_p, z_{p+d_k/2}).
+// (a, b) ← (a cos φ − b sin φ, a sin φ + b cos φ) for (a, b) = (z_p, z_{p+d_k/2});
+// `inverse`: the transpose (the backward, or undoing the turn), φ → −φ.
 template <typename Real>
-void RopeRotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table);
-
-// The transpose (backward, or undoing the turn): (a, b) ← (a cos φ + b sin φ, −a sin φ + b cos φ).
-template <typename Real>
-void RopeUnrotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table);
+void RopeRotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table, bool inverse = false);
 
 // Spec step 6 as the position switch says, on rows at absolute positions pos0 + r of
 // z [rows, ld] (d_k columns): MiPE with `mipe_rate` (MipeRate), nothing, or RoPE.

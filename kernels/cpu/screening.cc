@@ -363,7 +363,7 @@ struct BackwardTask {
                                            static_cast<double>(shape.pos0 + j), dPb + j * ldp + dk, dk, &d_rate_k);
       // RoPE commutes with the unit-norm backward (a rotation keeps the dot product):
       // the rotated frame's ∂L/∂k turned back by Rᵀ.
-      if (rope != nullptr) RopeUnrotateRows(dPb + j * ldp + dk, dk, 1, dk, rope + j * dk);
+      if (rope != nullptr) RopeRotateRows(dPb + j * ldp + dk, dk, 1, dk, rope + j * dk, /*inverse=*/true);
       double unused = 0;
       NormalizeRotateBackwardRow<Real, DV>(vb + j * dv, vn[j], dvj, false, 1, 0, 0, dPb + j * ldp + 2 * dk, dv,
                                            &unused);
@@ -473,7 +473,7 @@ struct BackwardTask {
       // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
       NormalizeRotateBackwardRow<Real, DK>(qi, qn[i], dq, rotate, rot[2 * i], rot[2 * i + 1],
                                            static_cast<double>(shape.pos0 + i), dPb + i * ldp, dk, &d_rate_q);
-      if (rope != nullptr) RopeUnrotateRows(dPb + i * ldp, dk, 1, dk, rope + i * dk);
+      if (rope != nullptr) RopeRotateRows(dPb + i * ldp, dk, 1, dk, rope + i * dk, /*inverse=*/true);
       if (i - keys + 1 >= 0) finish_key(i - keys + 1);
     }
     for (int64_t j = std::max<int64_t>(0, T - keys + 1); j < T; ++j) finish_key(j);
