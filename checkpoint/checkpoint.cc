@@ -944,6 +944,12 @@ absl::StatusOr<CheckpointRef> OpenCheckpointOrRun(const std::string& path, bool 
     return ref;
   }
   if (fs::exists(fs::path(path) / "checkpoints")) return FindLatestCheckpoint(path, lock_for_reading);
+  std::error_code ec;
+  if (!ReaderLockPath(path).empty() && !fs::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint (a run still training removes its older "
+                                            "checkpoints: checkpoint.keep_last); give the run directory to read "
+                                            "its newest"));
+  }
   return absl::NotFoundError(
       absl::StrCat(path, ": neither a checkpoint (no manifest.json) nor a run directory (no checkpoints/)"));
 }

@@ -147,13 +147,11 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   if (s.out.empty()) return absl::InvalidArgumentError("--out=DIR is required (results are written there)");
   // Retention deletes a checkpoint directory whole: results written into one would go with it.
   MS_RETURN_IF_ERROR(CheckOutputPath("out", s.out, {}, /*out_is_directory=*/true));
-  auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
+  // The step of the checkpoint read (a live run may save newer ones meanwhile).
+  auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint), &s.checkpoint_step);
   if (!weights.ok()) return weights.status();
   s.weights = std::move(*weights);
   s.weights_crc32 = WeightsCrc32(s.weights.params);
-  if (const std::string dir = absl::GetFlag(FLAGS_checkpoint); !dir.empty()) {
-    if (auto ckpt = OpenCheckpointOrRun(dir); ckpt.ok()) s.checkpoint_step = ckpt->meta.step;
-  }
   if (multiscreen_only && s.weights.dims.transformer()) {
     return absl::InvalidArgumentError(absl::StrCat("model ", s.weights.dims.name,
                                                    " is a Transformer: relevance maps are Multiscreen's (screening "

@@ -8,7 +8,8 @@
 
 namespace multiscreen::cli {
 
-absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::string& checkpoint) {
+absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::string& checkpoint,
+                                    int64_t* checkpoint_step) {
   if (weights_file.empty() == checkpoint.empty()) {
     return absl::InvalidArgumentError("give exactly one of --weights=FILE.h5 and --checkpoint=DIR");
   }
@@ -21,6 +22,7 @@ absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::
     return absl::OkStatus();
   });
   if (!read.ok()) return read.status();
+  if (checkpoint_step != nullptr) *checkpoint_step = read->meta.step;
   return weights;
 }
 

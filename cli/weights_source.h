@@ -12,7 +12,11 @@
 namespace multiscreen::cli {
 
 // Exactly one of the two must be given; errors name the flag, file or dataset.
-absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::string& checkpoint);
+// `checkpoint_step`, when given, receives the step of the checkpoint the weights came
+// from (of a live run: the one read, not whatever is newest afterwards); untouched for
+// a weights file.
+absl::StatusOr<Weights> LoadWeights(const std::string& weights_file, const std::string& checkpoint,
+                                    int64_t* checkpoint_step = nullptr);
 
 // The same choice for a command that reads the model a shard at a time (forward
 // --no_grad): the model's sizes and a TensorSource over the weights file or the

@@ -726,6 +726,10 @@ TEST(StreamedWriteTest, ACheckpointBeingReadIsKeptUntilItsReaderIsDone) {
   EXPECT_FALSE(exists(".reading-step_00000010"));  // the pruner's lock file went with it
   EXPECT_EQ(ReaderLockPath(run + "/checkpoints/step_00000030/"), run + "/checkpoints/.reading-step_00000030");
   EXPECT_EQ(ReaderLockPath(run), "");  // not a checkpoint of a run: nothing prunes it
+  // A step directory given by name that the run has pruned says so.
+  auto pruned = OpenCheckpointOrRun(run + "/checkpoints/step_00000010");
+  EXPECT_TRUE(absl::IsNotFound(pruned.status())) << pruned.status();
+  EXPECT_THAT(std::string(pruned.status().message()), ::testing::HasSubstr("no such checkpoint"));
 }
 
 TEST(StreamedWriteTest, ReshardRoundTripsAreBitExactMomentsIncluded) {
