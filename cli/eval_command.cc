@@ -920,8 +920,21 @@ int Choice(const std::vector<std::string>& given) {
   const std::string stem = fs::path(task).stem().string();
   const std::string items_path = absl::StrCat(setup->out, "/choice_", stem, ".jsonl");
   const std::string summary_path = absl::StrCat(setup->out, "/choice_", stem, ".json");
-  std::ofstream per_item(items_path, std::ios::trunc);
-  if (!per_item) return Fail("eval choice", absl::InvalidArgumentError(absl::StrCat("--out: ", items_path, ": cannot write")));
+  // Outputs are named by the task file's base name: a summary of another task of the same
+  // name in --out is refused rather than overwritten (the same task's is a re-run).
+  std::error_code ec;
+  const std::string task_abs = fs::weakly_canonical(fs::absolute(task), ec).string();
+  if (const json old = ReadJsonFile(summary_path); old.is_object()) {
+    const std::string old_task = old.value("task_path", old.value("task", std::string()));
+    if (old_task != task_abs && old_task != task) {
+      return Fail("eval choice", absl::AlreadyExistsError(absl::StrCat(
+                                     "--out=", setup->out, " already holds ", summary_path, " of --task=", old_task,
+                                     ", not of --task=", task, " (same base name): give another --out")));
+    }
+  }
+  // Both files are written once scoring finished, each through a temporary and a rename:
+  // a failed run leaves an earlier run's pair as it was.
+  std::string per_item;
   std::vector<eval::ChoiceScore> scores;
   const auto start = Clock::now();
   auto last_report = start;
@@ -929,12 +942,12 @@ int Choice(const std::vector<std::string>& given) {
     const eval::ChoiceItem& item = (*items)[i];
     auto score = eval::ScoreChoiceItem(item, absl::StrCat(task, ":", item.line), *setup->tokenizer, eos, max_len, losses);
     if (!score.ok()) return Fail("eval choice", score.status());
-    per_item << json({{"index", i}, {"line", item.line}, {"loglik", score->loglik}, {"tokens", score->tokens},
+    per_item += json({{"index", i}, {"line", item.line}, {"loglik", score->loglik}, {"tokens", score->tokens},
                       {"chars", score->chars}, {"pred", score->pred}, {"pred_norm", score->pred_norm}, {"gold", item.gold},
                       {"correct", score->pred == item.gold}, {"correct_norm", score->pred_norm == item.gold},
                       {"truncated", score->truncated}})
-                    .dump()
-             << "\n";
+                    .dump() +
+                "\n";
     scores.push_back(std::move(*score));
     if (Seconds(last_report) > 10) {
       last_report = Clock::now();
@@ -943,15 +956,14 @@ int Choice(const std::vector<std::string>& given) {
                    Duration((items->size() - i - 1) / rate).c_str());
     }
   }
-  per_item.close();
-  if (!per_item) return Fail("eval choice", absl::DataLossError(absl::StrCat("--out: ", items_path, ": write failed")));
   const eval::ChoiceSummary sum = eval::SummarizeChoices(*items, scores);
   auto number = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
   json result = SetupJson(*setup);
   result.update({{"task", task}, {"format", eval::ChoiceFormatName(*format)}, {"seq_len", max_len}, {"n", sum.n},
                  {"acc", number(sum.acc)}, {"acc_stderr", number(sum.acc_stderr)}, {"acc_norm", number(sum.acc_norm)},
                  {"acc_norm_stderr", number(sum.acc_norm_stderr)}, {"correct", sum.correct}, {"correct_norm", sum.correct_norm},
-                 {"truncated", sum.truncated}, {"seconds", Seconds(start)}, {"items", items_path}});
+                 {"truncated", sum.truncated}, {"seconds", Seconds(start)}, {"items", items_path}, {"task_path", task_abs}});
+  if (auto s = WriteTextFile(items_path, per_item); !s.ok()) return Fail("eval choice", s);
   if (auto s = WriteTextFile(summary_path, result.dump(1)); !s.ok()) return Fail("eval choice", s);
   std::printf("eval choice: %s, %lld items of %s (%s format), %s windows (train_len %lld), seq_len %lld, %s\n",
               setup->weights.dims.name.c_str(), static_cast<long long>(sum.n), task.c_str(), eval::ChoiceFormatName(*format),

@@ -38,6 +38,11 @@ MODELS = {
 }
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def run(*args, stdin=None, timeout=120):
     return subprocess.run([BIN, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
 
@@ -193,6 +198,31 @@ class ChoiceCliTest(OneLineErrors):
         w = self.init("gpt2_tiny_transformer")
         self.check(w, "winogrande")
         self.check(w, "arc")
+
+    def test_outputs_of_another_task_of_the_same_name_are_not_overwritten(self):
+        w = self.init("gpt2_tiny")
+        piqa = os.path.join(HERE, "testdata", "choice_piqa.jsonl")
+        a, b = os.path.join(self.dir, "a", "test.jsonl"), os.path.join(self.dir, "b", "test.jsonl")
+        for path, lines in ((a, read(piqa)), (b, read(piqa).splitlines()[0] + "\n")):
+            os.makedirs(os.path.dirname(path))
+            with open(path, "w") as f:
+                f.write(lines)
+        out = os.path.join(self.dir, "out")
+        summary, rows, _ = self.choice(w, "piqa", a)
+        files = [os.path.join(out, "choice_test.json"), os.path.join(out, "choice_test.jsonl")]
+        before = [read(f) for f in files]
+        r = run("eval", "choice", f"--weights={w}", f"--task={b}", "--format=piqa", f"--out={out}", f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, f"--out={out} already holds {files[0]} of --task={os.path.realpath(a)}, not of --task={b}")
+        self.assertEqual([read(f) for f in files], before)
+        # A run of the same task that fails while scoring leaves the earlier pair as it was.
+        r = run("eval", "choice", f"--weights={w}", f"--task={a}", "--format=piqa", f"--out={out}", "--seq_len=3",
+                f"--tokenizer={self.tokenizer}")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual([read(f) for f in files], before)
+        # The same task again is a re-run: it overwrites.
+        summary2, rows2, _ = self.choice(w, "piqa", a)
+        self.assertEqual(rows2, rows)
+        self.assertEqual(len(rows), 2)
 
     def test_errors_are_one_line(self):
         w = self.init("gpt2_tiny")
