@@ -224,7 +224,15 @@ std::string HellaSwagPreprocess(std::string_view text) {
 }
 
 absl::StatusOr<ChoiceItem> ParseChoiceLine(ChoiceFormat format, std::string_view line, const std::string& where) {
-  const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at …": keep what follows the tag.
+    std::string_view what = e.what();
+    if (const size_t tag = what.find("] "); tag != std::string_view::npos) what.remove_prefix(tag + 2);
+    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON (", std::string(what), ")"));
+  }
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON object"));
   ChoiceItem item;
   absl::Status s;

@@ -118,7 +118,11 @@ TEST_F(ChoiceTest, MalformedLinesNameFileLineAndField) {
             "t.jsonl:7: field \"sentence\": expected a string with a \"_\" (the blank)");
   EXPECT_EQ(Error(ChoiceFormat::kWinoGrande, R"({"sentence": "x _ y", "option1": "a", "option2": "b", "answer": 3})"),
             "t.jsonl:7: field \"answer\": expected an integer in [1, 2] (or its digits as a string), got 3");
-  EXPECT_EQ(Error(ChoiceFormat::kPiqa, "{\"goal\": "), "t.jsonl:7: not a JSON object");
+  EXPECT_EQ(Error(ChoiceFormat::kPiqa, "[1, 2]"), "t.jsonl:7: not a JSON object");
+  EXPECT_EQ(Error(ChoiceFormat::kPiqa, "{\"goal\": ").rfind("t.jsonl:7: not valid JSON (parse error at line 1, column 10: ", 0), 0u)
+      << Error(ChoiceFormat::kPiqa, "{\"goal\": ");
+  EXPECT_NE(Error(ChoiceFormat::kPiqa, "{\"goal\": \"\\ud800\"}").find("not valid JSON (parse error"), std::string::npos);
+  EXPECT_NE(Error(ChoiceFormat::kPiqa, "{\"goal\": \"\xff\"}").find("not valid JSON (parse error"), std::string::npos);
   EXPECT_FALSE(ParseChoiceFormat("mmlu").ok());
 }
 
