@@ -143,6 +143,7 @@ std::string WeightsCrc32(const std::vector<float>& params) {
 absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need_tokenizer,
                                 bool multiscreen_only = false) {
   EvalSetup s;
+  MS_RETURN_IF_ERROR(ApplyThreadsFlag());
   s.out = absl::GetFlag(FLAGS_out);
   if (s.out.empty()) return absl::InvalidArgumentError("--out=DIR is required (results are written there)");
   // Retention deletes a checkpoint directory whole: results written into one would go with it.
@@ -986,11 +987,13 @@ constexpr char kUsage[] =
     "                            --instances=K --mode=tokens|lines --dump=F.jsonl --plot --resume]\n"
     "       multiscreen eval abcdigits --generate_only --mode=lines|tokens --length=N --depth=D --instances=K --dump=F.jsonl\n"
     "       multiscreen eval passkey (--checkpoint=DIR | --weights=W.h5) --out=DIR [--contexts= --depths= --instances= --dump=]\n"
-    "       multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N --out=DIR [--repeats=5 --warmup=2 --threads=]\n"
+    "       multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N --out=DIR [--repeats=5 --warmup=2]\n"
     "       multiscreen eval relevance (--checkpoint=DIR | --weights=W.h5) --text=FILE --out=DIR [--layers=0,3 --map_tiles=0,7 --plot]\n"
     "       multiscreen eval choice (--checkpoint=DIR | --weights=W.h5) --task=FILE.jsonl --format=hellaswag|piqa|arc|winogrande\n"
     "                            --out=DIR [--seq_len=N]\n"
-    "       a Transformer (RoPE), every evaluation: [--yarn_factor=F|auto] (YaRN at inference; auto: length / train_len)\n";
+    "       every evaluation of a model: [--threads=N] (CPU worker threads; 0: all cores)\n"
+    "       a Transformer (RoPE), every evaluation: [--yarn_factor=F|auto] (YaRN at inference; auto: length / train_len)\n"
+    "       choice's --format (required) is the benchmark's: hellaswag|piqa|arc|winogrande (not a token file format)\n";
 
 }  // namespace
 
@@ -1002,7 +1005,7 @@ int EvalCommand(int argc, char** argv) {
     return 0;
   }
   const std::initializer_list<std::string_view> model = {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer",
-                                                         "yarn_factor"};
+                                                         "yarn_factor", "threads"};
   std::vector<std::string_view> accepted(model);
   if (sub == "ppl") {
     accepted.insert(accepted.end(), {"data", "seq_len", "documents", "stride", "stream", "method", "plot", "resume"});
@@ -1010,7 +1013,7 @@ int EvalCommand(int argc, char** argv) {
     accepted.insert(accepted.end(), {"contexts", "depths", "instances", "dump", "generator_seed", "plot", "resume"});
     if (sub == "abcdigits") accepted.insert(accepted.end(), {"generate_only", "mode", "length", "depth"});
   } else if (sub == "ttft") {
-    accepted.insert(accepted.end(), {"context", "repeats", "warmup", "device", "threads", "generator_seed"});
+    accepted.insert(accepted.end(), {"context", "repeats", "warmup", "device", "generator_seed"});
   } else if (sub == "relevance") {
     accepted.insert(accepted.end(), {"text", "layers", "map_tiles", "plot"});
   } else if (sub == "choice") {

@@ -244,6 +244,16 @@ class ChoiceCliTest(OneLineErrors):
         self.assert_one_line_error(r, f"{piqa}:1: choice 1: the continuation has 4 tokens, more than the 3 positions of --seq_len")
         r = run("eval", "choice", f"--weights={w}", f"--task={piqa}", "--format=piqa", f"--out={out}", "--stride=2")
         self.assert_one_line_error(r, "--stride is not a flag of 'eval choice'")
+        # --threads, listed among every evaluation's flags, is taken (and checked) by choice too.
+        r = run("eval", "choice", f"--weights={w}", f"--task={piqa}", "--format=piqa", f"--out={out}", "--threads=-1")
+        self.assert_one_line_error(r, "--threads=-1 must be >= 0")
+
+    def test_help_gives_choices_meaning_of_format(self):
+        r = run("eval", "choice", "--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("for eval choice the benchmark format of --task: hellaswag, piqa, arc or winogrande (required there)", r.stdout)
+        self.assertIn("choice's --format (required) is the benchmark's: hellaswag|piqa|arc|winogrande", r.stdout)
+        self.assertIn("[--threads=N]", r.stdout)
 
 
 if __name__ == "__main__":
