@@ -355,7 +355,7 @@ int Ppl(const std::vector<std::string>& given) {
     }
     if (state.value("identity", json()) != identity) {
       return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat(
-                                  "--resume: ", state_path, " is of another evaluation (model, weights, data, --seq_len, --stride or window rule differ: its ",
+                                  "--resume: ", state_path, " is of another evaluation (model, weights, data, --seq_len, --stride, window rule or --yarn_factor differ: its ",
                                   "weights_crc32 and checkpoint_step say which weights it was of)")));
     }
     skip_windows = state["windows"].get<int64_t>();

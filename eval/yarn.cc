@@ -20,8 +20,9 @@ absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transform
   f.given = f.automatic || f.factor != 1.0;
   if (f.given && !transformer) {
     return absl::InvalidArgumentError(absl::StrCat("--yarn_factor=", text, ": model ", model_name,
-                                                   " is Multiscreen, positioned by MiPE, not RoPE: YaRN scales RoPE "
-                                                   "models (the Transformer baseline) only"));
+                                                   " is Multiscreen: --yarn_factor is YaRN for softmax attention with "
+                                                   "RoPE (the Transformer baseline); screening has no softmax temperature "
+                                                   "for it to scale"));
   }
   return f;
 }

@@ -144,13 +144,30 @@ class YarnCliTest(OneLineErrors):
         write_tokens(t, np.arange(40) % 30)
         r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2",
                 f"--out={self.dir}/o")
-        self.assert_one_line_error(r, "--yarn_factor=2: model tiny_psi2 is Multiscreen, positioned by MiPE, not RoPE")
+        self.assert_one_line_error(r, "--yarn_factor=2: model tiny_psi2 is Multiscreen: --yarn_factor is YaRN for softmax "
+                                      "attention with RoPE (the Transformer baseline)")
         r = run("generate", f"--weights={w}", "--prompt=hi", "--yarn_factor=auto")
         self.assert_one_line_error(r, "--yarn_factor=auto: model tiny_psi2 is Multiscreen")
+        # Multiscreen positioned by RoPE is refused too, and the message does not call it MiPE.
+        w_rope = os.path.join(self.dir, "ms_rope.h5")
+        r = run("init", "--model=tiny_psi4_rope_nogate", "--seed=1", f"--out={w_rope}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run("eval", "ppl", f"--weights={w_rope}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2",
+                f"--out={self.dir}/o")
+        self.assert_one_line_error(r, "is Multiscreen: --yarn_factor is YaRN for softmax attention with RoPE")
+        self.assertNotIn("MiPE", r.stderr)
         w2 = self.init("family: TRANSFORMER\nvocab: 97\nn_layers: 1\nn_heads: 2\nd_e: 16\n", "t1")
         r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=0.5",
                 f"--out={self.dir}/o")
         self.assert_one_line_error(r, "--yarn_factor=0.5: expected a number >= 1")
+        # --resume with another factor is refused, and the refusal names --yarn_factor.
+        out = os.path.join(self.dir, "resumed")
+        r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2", "--resume",
+                f"--out={out}")
+        self.assert_one_line_error(r, "is of another evaluation (model, weights, data, --seq_len, --stride, window rule or "
+                                      "--yarn_factor differ")
 
 
 if __name__ == "__main__":

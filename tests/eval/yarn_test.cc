@@ -85,8 +85,8 @@ TEST(YarnTest, TheFlagTakesANumberOrAutoAndRefusesMultiscreen) {
   EXPECT_EQ(eval::ParseYarnFactor("0.5", true, "t").status().message(),
             "--yarn_factor=0.5: expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)");
   EXPECT_EQ(eval::ParseYarnFactor("auto", false, "psi8").status().message(),
-            "--yarn_factor=auto: model psi8 is Multiscreen, positioned by MiPE, not RoPE: YaRN scales RoPE models (the "
-            "Transformer baseline) only");
+            "--yarn_factor=auto: model psi8 is Multiscreen: --yarn_factor is YaRN for softmax attention with RoPE (the "
+            "Transformer baseline); screening has no softmax temperature for it to scale");
 }
 
 }  // namespace
