@@ -6,6 +6,7 @@
 // Grid evaluations write results as each cell finishes; --resume skips the cells (and ppl
 // the windows) already in --out.
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -328,7 +329,14 @@ int Ppl(const std::vector<std::string>& given) {
   eval::ModelRunner runner(setup->weights, setup->options);
   // Full pass when it fits in memory (it is the cheaper one: the decode path computes the
   // whole vocabulary's logits at every position); else the decoding cache.
-  const int64_t avail = eval::AvailableMemoryBytes(), full_bytes = runner.FullPassBytes(N), decode_bytes = runner.DecodeBytes(N + 1);
+  // Either pass also holds the loss by position (sums, means, the smoothed curve: about 32
+  // bytes a position), in double so that a huge --seq_len saturates rather than wraps.
+  auto with_sums = [N](int64_t bytes) {
+    const double total = double(bytes) + 32.0 * double(N);
+    return total >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
+  };
+  const int64_t avail = eval::AvailableMemoryBytes(), full_bytes = with_sums(runner.FullPassBytes(N)),
+                decode_bytes = with_sums(runner.DecodeBytes(N < std::numeric_limits<int64_t>::max() ? N + 1 : N));
   std::string method = method_flag;
   if (method == "auto") method = avail == 0 || full_bytes < avail * 0.8 ? "full" : "decode";
   const int64_t need = method == "full" ? full_bytes : decode_bytes;
@@ -911,7 +919,15 @@ int Choice(const std::vector<std::string>& given) {
   const int64_t max_len = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : setup->options.train_len;
   setup->UseYarnFor(max_len);
   eval::ModelRunner runner(setup->weights, setup->options);
-  const int64_t avail = eval::AvailableMemoryBytes(), need = runner.FullPassBytes(max_len);
+  // No sequence is longer than its bytes plus the EOS token (a token is at least one byte):
+  // the memory needed is that of the longest item, when shorter than --seq_len.
+  int64_t longest = 0;
+  for (const eval::ChoiceItem& item : *items) {
+    for (size_t k = 0; k < item.contexts.size(); ++k) {
+      longest = std::max<int64_t>(longest, item.contexts[k].size() + item.continuations[k].size() + 1);
+    }
+  }
+  const int64_t avail = eval::AvailableMemoryBytes(), need = runner.FullPassBytes(std::min(max_len, longest));
   if (avail > 0 && need > avail) {
     return Fail("eval choice", absl::ResourceExhaustedError(absl::StrCat("--seq_len=", max_len, ": the full pass needs about ",
                                                                          GiB(need), ", ", GiB(avail), " available")));

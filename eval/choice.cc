@@ -307,7 +307,8 @@ absl::StatusOr<ChoiceScore> ScoreChoiceItem(const ChoiceItem& item, const std::s
                                                      " tokens, more than the ", max_len, " positions of --seq_len"));
     }
     // Left truncation to max_len + 1 tokens (max_len input positions).
-    const int64_t drop = std::max<int64_t>(0, static_cast<int64_t>(whole.size()) - (max_len + 1));
+    const int64_t size = static_cast<int64_t>(whole.size());
+    const int64_t drop = size - 1 > max_len ? size - 1 - max_len : 0;  // not max_len + 1: it may be INT64_MAX
     score.truncated |= drop > 0;
     seq.assign(whole.begin() + drop, whole.end());
     const int64_t n = static_cast<int64_t>(seq.size());

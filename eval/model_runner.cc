@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "kernels/cpu/rms_norm.h"
@@ -81,32 +82,44 @@ int32_t ModelRunner::Prefill(const int32_t* ids, int64_t n) {
   return best;
 }
 
+namespace {
+
+// The estimates are computed in double: a length near INT64_MAX (--seq_len=9223372036854775807)
+// saturates to INT64_MAX bytes, which no memory holds, instead of wrapping to a small number.
+int64_t SaturatedBytes(double bytes) {
+  return bytes >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
+}
+
+}  // namespace
+
 int64_t ModelRunner::FullPassBytes(int64_t n) const {
   const ModelDims& d = dims();
   if (d.transformer()) {
     // Per layer: x_in, xn1, qkv, q, k, v, o, x_mid, xn2 (11 d_E), gu and h (3 d_ff), two rstd.
-    const int64_t per_layer = 11 * d.d_e + 3 * d.d_ff() + 2;
-    return (n * (d.n_layers * per_layer + 4 * d.d_e) + 2 * 512 * d.vocab + 2 * d.vocab * d.d_e) * 4;
+    const double per_layer = 11.0 * d.d_e + 3.0 * d.d_ff() + 2;
+    return SaturatedBytes((double(n) * (d.n_layers * per_layer + 4.0 * d.d_e) + 2.0 * 512 * d.vocab + 2.0 * d.vocab * d.d_e) * 4);
   }
-  const int64_t C = 2 * d.d_k + 2 * d.d_v;
+  const double C = 2.0 * d.d_k + 2.0 * d.d_v;
   // Per layer: x_in, P, U, q̃, k̃, v̄, h and three norms (LayersForward keeps them all).
-  const int64_t per_layer = d.d_e + d.n_heads * (C + 3 * d.d_v + 2 * d.d_k + 3);
-  const int64_t floats = n * (d.n_layers * per_layer + 4 * d.d_e) + 2 * 512 * d.vocab + 2 * d.vocab * d.d_e;
-  return floats * 4;
+  const double per_layer = d.d_e + d.n_heads * (C + 3.0 * d.d_v + 2.0 * d.d_k + 3);
+  const double floats = double(n) * (d.n_layers * per_layer + 4.0 * d.d_e) + 2.0 * 512 * d.vocab + 2.0 * d.vocab * d.d_e;
+  return SaturatedBytes(floats * 4);
 }
 
 int64_t ModelRunner::DecodeBytes(int64_t n) const {
   const ModelDims& d = dims();
   // The Transformer: keys and values of every token in every layer, the packed W_QKV, the table.
-  if (d.transformer()) return (2 * n * d.n_layers * d.d_e + 3 * d.n_layers * d.d_e * d.d_e + d.vocab * d.d_e) * 4;
+  if (d.transformer()) {
+    return SaturatedBytes((2.0 * double(n) * d.n_layers * d.d_e + 3.0 * d.n_layers * d.d_e * d.d_e + double(d.vocab) * d.d_e) * 4);
+  }
   const ParamLayout& layout = model_->layout();
-  int64_t slots = 0;
+  double slots = 0;
   for (int64_t l = 0; l < d.n_layers; ++l) {
     for (const auto& t : MapTileScalars(layout, weights_.params.data(), l, &options_)) {
-      slots += std::isinf(t.w) ? n : std::min<int64_t>(n, static_cast<int64_t>(std::ceil(t.w)));
+      slots += std::isinf(t.w) ? double(n) : std::min(double(n), std::ceil(double(t.w)));
     }
   }
-  return slots * (d.d_k + d.d_v + 3) * 4 + (d.vocab * d.d_e + d.vocab) * 4;
+  return SaturatedBytes(slots * (d.d_k + d.d_v + 3) * 4 + (double(d.vocab) * d.d_e + d.vocab) * 4);
 }
 
 int64_t AvailableMemoryBytes() {

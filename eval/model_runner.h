@@ -43,7 +43,7 @@ class ModelRunner {
   // Estimated peak bytes of TokenLossesFull / Prefill over n tokens (activations of every
   // layer, the head's chunk, Ē), and of TokenLossesDecode / Greedy over n tokens (the caches:
   // Multiscreen ⌈w⌉ keys per finite-window tile, n per infinite one; the Transformer n
-  // keys and values per layer).
+  // keys and values per layer). Both saturate at INT64_MAX bytes rather than overflow.
   int64_t FullPassBytes(int64_t n) const;
   int64_t DecodeBytes(int64_t n) const;
 

@@ -194,6 +194,13 @@ class ChoiceCliTest(OneLineErrors):
         self.assertEqual([row["truncated"] for row in rows], [False, True])
         self.assertIn("context cut on the left to fit --seq_len=14: 1 of 2 items", r.stdout)
 
+    def test_the_memory_check_is_of_the_longest_item_not_of_seq_len(self):
+        # Items far shorter than --seq_len are scored whole; the check (and the left cut) do
+        # not overflow at the largest --seq_len.
+        w = self.init("gpt2_tiny")
+        summary, rows, _ = self.check(w, "piqa", "--seq_len=9223372036854775807")
+        self.assertEqual(summary["truncated"], 0)
+
     def test_the_transformer_baseline_is_scored_the_same_way(self):
         w = self.init("gpt2_tiny_transformer")
         self.check(w, "winogrande")

@@ -404,6 +404,15 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", "--context=10000000000", f"--out={self.dir}/o"),
                                    "--context=10000000000", "GiB")
         self.assert_one_line_error(run("eval", "frobnicate"), "frobnicate")
+        # The largest --seq_len: the estimate saturates (it wrapped to a small number and passed).
+        t = self.tokens(np.arange(40) % 30)
+        big = "9223372036854775807"
+        for method in ("auto", "full", "decode"):
+            self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", f"--data={t}", f"--seq_len={big}",
+                                           f"--method={method}", f"--out={self.dir}/o"),
+                                       f"--seq_len={big}: the ", "pass needs about 8589934592.00 GiB")
+        self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", f"--context={big}", f"--out={self.dir}/o"),
+                                   f"--context={big}: the prefill needs about 8589934592.00 GiB")
         self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", "--contexts=5", f"--out={self.dir}/o"), "--contexts")
         self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=49",
                                        f"--dump={self.dir}/d.jsonl"), "--length=49")
