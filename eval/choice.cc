@@ -161,7 +161,8 @@ absl::Status ParseArc(const json& j, const std::string& where, ChoiceItem* item)
   const std::string context = "Question: " + stem + "\nAnswer:";
   for (size_t i = 0; i < texts.size(); ++i) {
     AddCandidate(item, context, texts[i]);
-    if (ArcKey(labels[i]) == ArcKey(*key)) item->gold = static_cast<int64_t>(i);
+    // The first choice so labelled, as lm-eval's list.index.
+    if (item->gold < 0 && ArcKey(labels[i]) == ArcKey(*key)) item->gold = static_cast<int64_t>(i);
   }
   if (item->gold < 0) return FieldError(where, "answerKey", absl::StrCat("one of the choices' labels, got \"", *key, "\""));
   return absl::OkStatus();
@@ -243,6 +244,12 @@ absl::StatusOr<ChoiceItem> ParseChoiceLine(ChoiceFormat format, std::string_view
     case ChoiceFormat::kWinoGrande: s = ParseWinoGrande(j, where, &item); break;
   }
   if (!s.ok()) return s;
+  // acc_norm divides by len(choice): lm-eval would divide by zero on an empty one.
+  for (size_t k = 0; k < item.choices.size(); ++k) {
+    if (item.choices[k].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": choice ", k, ": empty text (acc_norm divides by its length)"));
+    }
+  }
   return item;
 }
 

@@ -26,8 +26,8 @@
 //   arc        (allenai ARC-V1-Feb2018 *.jsonl): `question` {`stem`, `choices`
 //              [{`text`, `label`}]}, `answerKey`; also the Hugging Face layout (`question`
 //              a string, `choices` {`text`: [...], `label`: [...]}). Context "Question: " +
-//              stem + "\nAnswer:", choices the texts; gold the choice whose label equals
-//              answerKey, where "1"…"5" and "A"…"E" name the same choice (some ARC items
+//              stem + "\nAnswer:", choices the texts; gold the first choice whose label equals
+//              answerKey (lm-eval's list.index), where "1"…"5" and "A"…"E" name the same choice (some ARC items
 //              number their choices).
 //   winogrande (allenai winogrande *.jsonl): `sentence` with a "_" (the first is the blank), `option1`,
 //              `option2`, `answer` "1"|"2". Partial scoring (lm-eval's, after Trinh & Le
@@ -70,7 +70,8 @@ std::string HellaSwagPreprocess(std::string_view text);
 
 // One JSONL line of `format`. `where` is "FILE:LINE", the prefix of every error, which
 // names the missing or malformed field ("FILE:3: field \"endings\": expected an array of
-// 4 strings"), an invalid JSON line, a label out of range.
+// 4 strings"), an invalid JSON line, a label out of range, an empty choice text (acc_norm
+// divides by its length).
 absl::StatusOr<ChoiceItem> ParseChoiceLine(ChoiceFormat format, std::string_view line, const std::string& where);
 
 // Every item of `path` (blank lines skipped). Errors: the file cannot be read, no item,

@@ -91,6 +91,18 @@ TEST_F(ChoiceTest, ArcGoldIsTheChoiceLabelledAnswerKeyWithDigitsForLetters) {
                               R"({"question": "Q?", "choices": {"text": ["x", "y"], "label": ["A", "B"]}, "answerKey": "A"})");
   EXPECT_EQ(hf.contexts[0], "Question: Q?\nAnswer:");
   EXPECT_EQ(hf.gold, 0);
+  // Two choices labelled as answerKey: the first is gold (lm-eval's list.index).
+  const ChoiceItem twice = Parse(ChoiceFormat::kArc,
+                                 R"({"question": "Q?", "choices": {"text": ["x", "y", "z"], "label": ["A", "B", "B"]},)"
+                                 R"( "answerKey": "B"})");
+  EXPECT_EQ(twice.gold, 1);
+}
+
+TEST_F(ChoiceTest, AnEmptyChoiceTextIsRefusedNamingFileAndLine) {
+  EXPECT_EQ(Error(ChoiceFormat::kPiqa, R"({"goal": "g", "sol1": "a", "sol2": "", "label": 0})"),
+            "t.jsonl:7: choice 1: empty text (acc_norm divides by its length)");
+  EXPECT_EQ(Error(ChoiceFormat::kHellaSwag, R"({"ctx": "c", "endings": ["a", " [x] ", "c", "d"], "label": 0})"),
+            "t.jsonl:7: choice 1: empty text (acc_norm divides by its length)");
 }
 
 TEST_F(ChoiceTest, WinoGrandeIsPartialScoringOfTheTextAfterTheBlank) {
