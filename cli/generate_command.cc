@@ -34,9 +34,11 @@ ABSL_DECLARE_FLAG(std::string, weights);
 namespace multiscreen::cli {
 
 int GenerateCommand(int argc, char** argv) {
-  if (auto s = ParseFlags(argc, argv, "multiscreen generate --checkpoint=DIR --prompt=TEXT [--max_tokens=N --yarn_factor=F|auto]",
-                            {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer",
-                             "yarn_factor"}); !s.ok()) {
+  if (auto s = ParseFlags(argc, argv,
+                          "multiscreen generate (--checkpoint=DIR | --weights=W.h5) --prompt=TEXT [--max_tokens=N --tokenizer=DIR\n"
+                          "                     --train_len=T --as_learned --yarn_factor=F|auto]",
+                          {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer",
+                           "yarn_factor"}); !s.ok()) {
     return Fail("generate", s);
   }
   if (absl::GetFlag(FLAGS_max_tokens) < 0 || absl::GetFlag(FLAGS_max_tokens) > (int64_t{1} << 32)) {
