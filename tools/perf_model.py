@@ -57,7 +57,8 @@ ISSUE_PER_STEP = {"forward": 216 + 64 + 50, "query": 748 + 64 + 82, "key": 353 +
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--psi", default="16,32", help="Multiscreen sizes to model, comma-separated (8, 16, 32, 48, 64)")
+    p.add_argument("--psi", default="16,32", help="Multiscreen sizes to model, comma-separated: any Ψ >= 2 (a matched Transformer row\n"
+                        "for 8, 16, 32 and 48)")
     p.add_argument("--seq", type=int, default=4096, help="training sequence length T")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per step B")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 tensor-core peak (H100 SXM: 989)")
@@ -81,7 +82,7 @@ def parse_args(argv=None):
     p.add_argument("--long-fraction", type=float, default=0.125,
                    help="'trained' windows: fraction of tiles whose w exceeds T (the rest log-uniform in [2, T])")
     p.add_argument("--ttft-seq", type=int, default=100000, help="prefill length of the time-to-first-token model")
-    p.add_argument("--ttft-psi", default="32,48", help="Ψ of the TTFT table (each against its matched Transformer)")
+    p.add_argument("--ttft-psi", default="32,48", help="Ψ of the TTFT table, each against its matched Transformer: 8, 16, 32 or 48")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
     args = p.parse_args(argv)
     try:
@@ -89,17 +90,30 @@ def parse_args(argv=None):
         args.ttft_psi = [int(x) for x in args.ttft_psi.split(",")]
     except ValueError:
         p.error("--psi and --ttft-psi take comma-separated integers, e.g. --psi=16,32")
-    for name in ("seq", "micro_batch", "peak_tflops", "hbm_tbs", "sms", "clock_ghz", "gemm_eff", "bw_eff",
-                 "fa2_eff", "mma_eff", "issue_eff", "head_chunk_rows", "ttft_seq"):
+    def flag(name):
+        return "--" + name.replace("_", "-")
+
+    for name in ("peak_tflops", "hbm_tbs", "clock_ghz", "gemm_eff", "bw_eff", "fa2_eff", "mma_eff", "issue_eff",
+                 "issue_scale", "launch_us", "sync_us", "long_fraction"):
+        if not math.isfinite(getattr(args, name)):
+            p.error(f"{flag(name)} must be a finite number, got {getattr(args, name)}")
+    for name in ("seq", "micro_batch", "peak_tflops", "hbm_tbs", "sms", "clock_ghz", "head_chunk_rows", "ttft_seq"):
         if getattr(args, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if args.issue_scale < 0:
-        p.error(f"--issue-scale must not be negative, got {args.issue_scale}")
+            p.error(f"{flag(name)} must be positive, got {getattr(args, name)}")
+    for name in ("gemm_eff", "bw_eff", "fa2_eff", "mma_eff", "issue_eff"):
+        if not 0 < getattr(args, name) <= 1:
+            p.error(f"{flag(name)} is a fraction of a peak: it must lie in (0, 1], got {getattr(args, name)}")
+    for name in ("issue_scale", "launch_us", "sync_us"):
+        if getattr(args, name) < 0:
+            p.error(f"{flag(name)} must not be negative, got {getattr(args, name)}")
     if not 0 <= args.long_fraction <= 1:
         p.error(f"--long-fraction must lie in [0, 1], got {args.long_fraction}")
     for psi in args.psi + args.ttft_psi:
         if psi < 2:
             p.error(f"--psi: Ψ must be at least 2, got {psi}")
+    for psi in args.ttft_psi:
+        if psi not in MATCHED:
+            p.error(f"--ttft-psi={psi}: no matched Transformer for Ψ = {psi} (the TTFT table has 8, 16, 32 and 48)")
     return args
 
 

@@ -35,6 +35,19 @@ def gemm_flops(ops):
 
 
 class PerfModelTest(unittest.TestCase):
+    def test_flags_out_of_range_are_refused_in_one_line(self):
+        for args, message in ((["--fa2-eff=nan"], "--fa2-eff must be a finite number, got nan"),
+                              (["--sync-us=nan"], "--sync-us must be a finite number, got nan"),
+                              (["--launch-us=-5"], "--launch-us must not be negative, got -5.0"),
+                              (["--gemm-eff=5"], "--gemm-eff is a fraction of a peak: it must lie in (0, 1], got 5.0"),
+                              (["--ttft-psi=64"], "--ttft-psi=64: no matched Transformer for Ψ = 64")):
+            r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "perf_model.py"), *args], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(message, r.stderr.strip().splitlines()[-1])
+        # Any Ψ >= 2 is modelled (the help says so); only the matched Transformer needs a table.
+        self.assertEqual(perf_model.parse_args(["--psi=7"]).psi, [7])
+
     def test_model_flops_equal_bench_train(self):
         for model, psi, T in (("psi8", 8, 300), ("psi16", 16, 64)):
             bench = run_json("bench", "train", f"--model={model}", f"--seq_len={T}", "--micro_batch=1", "--steps=1",
