@@ -43,11 +43,49 @@ absl::StatusOr<int64_t> IndexField(const json& j, std::string_view field, const 
   return v;
 }
 
-// Python's str.strip() on ASCII whitespace.
+// Python's str.isspace() for one code point: ASCII \t…\r, \x1c…\x1f and space, and the
+// Unicode whitespace U+0085, U+00A0, U+1680, U+2000…U+200A, U+2028, U+2029, U+202F,
+// U+205F, U+3000.
+bool IsPythonSpace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The UTF-8 sequence of s[i, i + n) as a whitespace code point, n its bytes; 0 if it is not one.
+size_t SpaceAt(std::string_view s, size_t i) {
+  const unsigned char b = s[i];
+  size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : 0;  // whitespace needs at most 3 bytes
+  if (n == 0 || i + n > s.size()) return 0;
+  uint32_t c = n == 1 ? b : n == 2 ? (b & 0x1F) : (b & 0x0F);
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char t = s[i + k];
+    if ((t & 0xC0) != 0x80) return 0;
+    c = (c << 6) | (t & 0x3F);
+  }
+  return IsPythonSpace(c) ? n : 0;
+}
+
+// Bytes of s after Python's str.rstrip() (whitespace as str.isspace(), over UTF-8).
+size_t RStripEnd(std::string_view s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && end - start < 3 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    if (SpaceAt(s, start) != end - start) break;
+    end = start;
+  }
+  return end;
+}
+
+// Python's str.strip(): Unicode whitespace (U+00A0, U+3000, …) too, as lm-eval's Python.
 std::string_view StripWhitespace(std::string_view s) {
-  const size_t first = s.find_first_not_of(" \t\n\r\f\v");
-  if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(" \t\n\r\f\v") - first + 1);
+  size_t first = 0;
+  while (first < s.size()) {
+    const size_t n = SpaceAt(s, first);
+    if (n == 0) break;
+    first += n;
+  }
+  return s.substr(first, RStripEnd(s.substr(first)));
 }
 
 // Python's str.capitalize() on ASCII letters: the first character upper case, the rest lower.
@@ -293,8 +331,7 @@ absl::StatusOr<ChoiceScore> ScoreChoiceItem(const ChoiceItem& item, const std::s
   for (size_t k = 0; k < K; ++k) {
     // lm-eval's pair rule: trailing whitespace of the context belongs to the continuation.
     std::string context = item.contexts[k], continuation = item.continuations[k];
-    const size_t keep = context.find_last_not_of(" \t\n\r\f\v");
-    const size_t cut = keep == std::string::npos ? 0 : keep + 1;
+    const size_t cut = RStripEnd(context);  // lm-eval: len(context) - len(context.rstrip())
     continuation = context.substr(cut) + continuation;
     context.resize(cut);
     std::vector<int32_t> ctx_ids, whole;

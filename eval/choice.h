@@ -15,7 +15,8 @@
 //              ctx_a + " " + Capitalize(ctx_b)), choices = preprocess(ending), as lm-eval's
 //              hellaswag task; without `ctx_a`, `ctx` is used whole; without
 //              `activity_label` no "label: " prefix. preprocess: strip surrounding
-//              whitespace, " [title]" → ". ", every "[…]" (no newline inside) removed,
+//              whitespace (Python's str.strip(): U+00A0, U+3000 and the rest too),
+//              " [title]" → ". ", every "[…]" (no newline inside) removed,
 //              then "  " → " " (one pass, as Python's str.replace). Capitalize is Python's
 //              str.capitalize on ASCII letters (first upper, the rest lower; other bytes
 //              kept).

@@ -65,6 +65,17 @@ TEST_F(ChoiceTest, HellaSwagPreprocessKeepsBracketsAcrossANewlineAndHalvesSpaces
   EXPECT_EQ(HellaSwagPreprocess("Fix it [title] Now [step] go"), "Fix it. Now go");
 }
 
+// Python's str.strip() strips Unicode whitespace too: U+00A0 (C2 A0), U+3000 (E3 80 80),
+// U+2009 (E2 80 89); "é" (C3 A9) and U+2019 (E2 80 99) are kept.
+TEST_F(ChoiceTest, StrippingIsPythonsUnicodeWhitespace) {
+  EXPECT_EQ(HellaSwagPreprocess("\xC2\xA0 caf\xC3\xA9\xE3\x80\x80\xE2\x80\x89"), "caf\xC3\xA9");
+  EXPECT_EQ(HellaSwagPreprocess("\xE2\x80\x99x\xE2\x80\x99"), "\xE2\x80\x99x\xE2\x80\x99");
+  EXPECT_EQ(HellaSwagPreprocess("\xC2\xA0\xE3\x80\x80"), "");
+  const ChoiceItem item = Parse(ChoiceFormat::kWinoGrande,
+                                "{\"sentence\": \"a _ b\\u00a0\", \"option1\": \"x\", \"option2\": \"y\", \"answer\": 1}");
+  EXPECT_EQ(item.continuations[0], " b");
+}
+
 TEST_F(ChoiceTest, PiqaPromptIsQuestionAnswer) {
   const ChoiceItem item = Parse(ChoiceFormat::kPiqa, R"({"goal": "Open a jar", "sol1": "a", "sol2": "twist the lid off", "label": 1})");
   EXPECT_EQ(item.contexts[0], "Question: Open a jar\nAnswer:");
