@@ -40,6 +40,37 @@ fs::path FreshDirWithData(const std::string& name) {
   return dir;
 }
 
+// The committed study configs/studies/<name>/sweep.textproto with its data and root moved
+// into `dir` (FreshDirWithData's), written to dir/sweep.textproto: that path, or "" after
+// a test failure naming what was missing.
+std::string RelocatedStudy(const std::string& name, const fs::path& dir) {
+  const char* configs = std::getenv("MULTISCREEN_CONFIG_DIR");
+  if (configs == nullptr) {
+    ADD_FAILURE() << "MULTISCREEN_CONFIG_DIR is not set";
+    return "";
+  }
+  std::ifstream in(fs::path(configs) / "studies" / name / "sweep.textproto");
+  if (!in) {
+    ADD_FAILURE() << "configs/studies/" << name << "/sweep.textproto";
+    return "";
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string study = text.str();
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"data: \"data_cache/shards\"", "data: \"" + (dir / "data").string() + "\""},
+           {"root: \"runs/studies/" + name + "\"", "root: \"" + (dir / "root").string() + "\""}}) {
+    const size_t at = study.find(from);
+    if (at == std::string::npos) {
+      ADD_FAILURE() << from;
+      return "";
+    }
+    study.replace(at, from.size(), to);
+  }
+  Write(dir / "sweep.textproto", study);
+  return (dir / "sweep.textproto").string();
+}
+
 // Every field the inline base_config writes wins over the base file's, including values
 // equal to the proto3 default (false, 0), which Message::MergeFrom would drop; fields it
 // does not write keep the base file's; repeated fields append.
@@ -194,23 +225,10 @@ TEST(SweepConfigTest, ABudgetOffTheStepGridNamesTheNearestWholeBudgets) {
 // ROPE and capacity-matched gateless variants, all with Ψ = 6's 290,414 non-embedding
 // parameters. Its data is swapped for synthetic shards (only the path is checked here).
 TEST(SweepConfigTest, TheMultiscreenAblationStudyExpandsToItsMatchedRuns) {
-  const char* configs = std::getenv("MULTISCREEN_CONFIG_DIR");
-  ASSERT_NE(configs, nullptr);
-  std::ifstream in(fs::path(configs) / "studies" / "multiscreen_ablations" / "sweep.textproto");
-  ASSERT_TRUE(in) << "configs/studies/multiscreen_ablations/sweep.textproto";
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string study = text.str();
   const fs::path dir = FreshDirWithData("sweep_config_ablations");
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"data: \"data_cache/shards\"", "data: \"" + (dir / "data").string() + "\""},
-           {"root: \"runs/studies/multiscreen_ablations\"", "root: \"" + (dir / "root").string() + "\""}}) {
-    const size_t at = study.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    study.replace(at, from.size(), to);
-  }
-  Write(dir / "sweep.textproto", study);
-  auto sweep = LoadSweep((dir / "sweep.textproto").string());
+  const std::string path = RelocatedStudy("multiscreen_ablations", dir);
+  ASSERT_FALSE(path.empty());
+  auto sweep = LoadSweep(path);
   ASSERT_TRUE(sweep.ok()) << sweep.status();
   ASSERT_EQ(sweep->runs.size(), 4u);
   std::map<std::string, std::pair<kernels::PositionKind, bool>> seen;
@@ -236,23 +254,10 @@ TEST(SweepConfigTest, TheMultiscreenAblationStudyExpandsToItsMatchedRuns) {
 // at 2^-4, and the plain Transformer at 2^-4 without weight decay or clipping; models of near-equal non-embedding size. Its data is swapped for
 // synthetic shards of a vocabulary below 97 (only the path is checked here).
 TEST(SweepConfigTest, TheStabilityStudyExpandsToItsRuns) {
-  const char* configs = std::getenv("MULTISCREEN_CONFIG_DIR");
-  ASSERT_NE(configs, nullptr);
-  std::ifstream in(fs::path(configs) / "studies" / "lr_stability" / "sweep.textproto");
-  ASSERT_TRUE(in) << "configs/studies/lr_stability/sweep.textproto";
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string study = text.str();
   const fs::path dir = FreshDirWithData("sweep_config_study");
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"data: \"data_cache/shards\"", "data: \"" + (dir / "data").string() + "\""},
-           {"root: \"runs/studies/lr_stability\"", "root: \"" + (dir / "root").string() + "\""}}) {
-    const size_t at = study.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    study.replace(at, from.size(), to);
-  }
-  Write(dir / "sweep.textproto", study);
-  auto sweep = LoadSweep((dir / "sweep.textproto").string());
+  const std::string path = RelocatedStudy("lr_stability", dir);
+  ASSERT_FALSE(path.empty());
+  auto sweep = LoadSweep(path);
   ASSERT_TRUE(sweep.ok()) << sweep.status();
   ASSERT_EQ(sweep->runs.size(), 20u);
   const std::vector<double> lrs = {1.0 / 1024, 1.0 / 512, 1.0 / 256, 1.0 / 128, 1.0 / 64, 1.0 / 32, 1.0 / 16};
