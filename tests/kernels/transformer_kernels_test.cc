@@ -96,34 +96,40 @@ TEST(AttentionTest, FirstQuerySeesOnlyItselfAndFutureKeysChangeNothing) {
   for (int64_t i = 0; i < 69 * sh.d_h; ++i) EXPECT_EQ(o[i], o2[i]);
 }
 
-TEST(AttentionTest, BackwardMatchesFiniteDifferencesIncludingTheScale) {
-  const AttentionShape sh{2, 67, 2, 4};  // two blocks
+// AttentionBackward's dq, dk, dv (every `stride`-th element) and d_scale (all) against
+// central differences of loss = Σ w ⊙ o, within `tol` relative (1 + |g|). Inputs drawn
+// with seeds seed .. seed + 3, q and k of amplitude `amplitude`.
+void ExpectAttentionBackwardMatchesFiniteDifferences(const AttentionShape& sh, uint64_t seed, double amplitude,
+                                                     std::vector<double> scale, int64_t stride, double tol) {
   const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h;
-  auto q = Random(n, 7), k = Random(n, 8), v = Random(n, 9);
-  const auto w = Random(n, 10);  // loss = Σ w ⊙ o
-  std::vector<double> scale = {0.7, 1.3};
-  std::vector<double> o(n), lse(sh.batch * sh.heads * sh.seq);
+  auto q = Random(n, seed, amplitude), k = Random(n, seed + 1, amplitude), v = Random(n, seed + 2);
+  const auto w = Random(n, seed + 3);  // loss = Σ w ⊙ o
+  std::vector<double> o(n), stat(sh.batch * sh.heads * sh.seq);
   auto loss = [&] {
-    AttentionForward(sh, q.data(), k.data(), v.data(), scale.data(), o.data(), lse.data());
+    AttentionForward(sh, q.data(), k.data(), v.data(), scale.data(), o.data(), stat.data());
     return Dot(w, o);
   };
   loss();
   std::vector<double> dq(n), dk(n), dv(n), d_scale(sh.heads);
-  AttentionBackward(sh, q.data(), k.data(), v.data(), o.data(), lse.data(), w.data(), scale.data(), dq.data(),
+  AttentionBackward(sh, q.data(), k.data(), v.data(), o.data(), stat.data(), w.data(), scale.data(), dq.data(),
                     dk.data(), dv.data(), d_scale.data());
-  // A subset of each input (every 7th element), all of the scales.
   for (auto [x, g, name] : {std::tuple{&q, &dq, "dq"}, std::tuple{&k, &dk, "dk"}, std::tuple{&v, &dv, "dv"}}) {
-    for (int64_t i = 0; i < n; i += 7) {
+    for (int64_t i = 0; i < n; i += stride) {
       const double saved = (*x)[i];
       (*x)[i] = saved + 1e-6;
       const double up = loss();
       (*x)[i] = saved - 1e-6;
       const double down = loss();
       (*x)[i] = saved;
-      EXPECT_NEAR((*g)[i], (up - down) / 2e-6, 1e-7 * (1 + std::abs((*g)[i]))) << name << "[" << i << "]";
+      EXPECT_NEAR((*g)[i], (up - down) / 2e-6, tol * (1 + std::abs((*g)[i]))) << name << "[" << i << "]";
     }
   }
-  ExpectClose(d_scale, NumericGrad(scale, loss), 1e-7, "d_scale");
+  ExpectClose(d_scale, NumericGrad(scale, loss), tol, "d_scale");
+}
+
+TEST(AttentionTest, BackwardMatchesFiniteDifferencesIncludingTheScale) {
+  // Two blocks; every 7th element of each input, all of the scales.
+  ExpectAttentionBackwardMatchesFiniteDifferences({2, 67, 2, 4}, 7, 1.0, {0.7, 1.3}, 7, 1e-7);
 }
 
 // Every mechanism of AttentionKind (kernels/cpu/attention.h) against a dense reference
@@ -195,32 +201,8 @@ TEST_P(AttentionKindTest, ForwardEqualsTheDenseDefinition) {
 }
 
 TEST_P(AttentionKindTest, BackwardMatchesFiniteDifferencesIncludingTheScale) {
-  const AttentionShape sh{1, 70, 2, 4, GetParam()};  // two blocks
-  const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h;
-  auto q = Random(n, 27, 1.2), k = Random(n, 28, 1.2), v = Random(n, 29);
-  const auto w = Random(n, 30);  // loss = Σ w ⊙ o
-  std::vector<double> scale = {0.8, 1.4};
-  std::vector<double> o(n), stat(sh.batch * sh.heads * sh.seq);
-  auto loss = [&] {
-    AttentionForward(sh, q.data(), k.data(), v.data(), scale.data(), o.data(), stat.data());
-    return Dot(w, o);
-  };
-  loss();
-  std::vector<double> dq(n), dk(n), dv(n), d_scale(sh.heads);
-  AttentionBackward(sh, q.data(), k.data(), v.data(), o.data(), stat.data(), w.data(), scale.data(), dq.data(),
-                    dk.data(), dv.data(), d_scale.data());
-  for (auto [x, g, name] : {std::tuple{&q, &dq, "dq"}, std::tuple{&k, &dk, "dk"}, std::tuple{&v, &dv, "dv"}}) {
-    for (int64_t i = 0; i < n; i += 5) {
-      const double saved = (*x)[i];
-      (*x)[i] = saved + 1e-6;
-      const double up = loss();
-      (*x)[i] = saved - 1e-6;
-      const double down = loss();
-      (*x)[i] = saved;
-      EXPECT_NEAR((*g)[i], (up - down) / 2e-6, 1e-6 * (1 + std::abs((*g)[i]))) << name << "[" << i << "]";
-    }
-  }
-  ExpectClose(d_scale, NumericGrad(scale, loss), 1e-6, "d_scale");
+  // Two blocks.
+  ExpectAttentionBackwardMatchesFiniteDifferences({1, 70, 2, 4, GetParam()}, 27, 1.2, {0.8, 1.4}, 5, 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, AttentionKindTest,
