@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -200,13 +201,11 @@ double ExpectTiledMatchesSimple(const Problem& p, const std::string& what, bool 
   return std::max(u.worst, h.worst);
 }
 
-TEST_F(ScreeningTiledTest, MatchesTheSimpleKernelAtLengthsNoBlockDivides) {
-  // w = 1 (one key), 1.5, 3.5, 40 and 50 (1 < w < T for most T; MiPE on; 1.5 and 50
-  // reach 2 and 50 keys, ≡ 2 mod 16, so a warp's first query reaches exactly one key,
-  // the last, of an earlier 16-key step: a warp skip off by one shows), T + 7 (w ≥ T;
-  // MiPE on, w < w_th), ∞ (plain causal, MiPE off). T = 65: a last block of one query.
-  // Random q, k (most pairs rejected) and clustered ones (most accepted; T = 1 has its
-  // one pair accepted in some tiles).
+// The length grid of the forward and backward tests: random and clustered q, k; T = 1,
+// 17, 65, 100, 130; two sequences of seven tiles, w = 1, 1.5, 3.5, 40, 50, T + 7, ∞.
+// `check(problem, what, expect_accepted)` compares one problem and returns its worst
+// error; the worst over the grid is returned.
+double WorstOverTheLengthGrid(const std::function<double(const Problem&, const std::string&, bool)>& check) {
   double worst = 0;
   for (bool clustered : {false, true}) {
     for (int64_t T : {1, 17, 65, 100, 130}) {
@@ -215,9 +214,20 @@ TEST_F(ScreeningTiledTest, MatchesTheSimpleKernelAtLengthsNoBlockDivides) {
           {50.0, 0.9, 1.0}, {double(T + 7), 0.9, 1.1}, {kInf, 0.5, 0.8}};
       const Problem p(2, T, tiles, clustered, 100 + T);
       const std::string what = std::string(clustered ? "clustered, " : "random, ") + "T = " + std::to_string(T);
-      worst = std::max(worst, ExpectTiledMatchesSimple(p, what, /*expect_accepted=*/clustered || T > 1));
+      worst = std::max(worst, check(p, what, /*expect_accepted=*/clustered || T > 1));
     }
   }
+  return worst;
+}
+
+TEST_F(ScreeningTiledTest, MatchesTheSimpleKernelAtLengthsNoBlockDivides) {
+  // w = 1 (one key), 1.5, 3.5, 40 and 50 (1 < w < T for most T; MiPE on; 1.5 and 50
+  // reach 2 and 50 keys, ≡ 2 mod 16, so a warp's first query reaches exactly one key,
+  // the last, of an earlier 16-key step: a warp skip off by one shows), T + 7 (w ≥ T;
+  // MiPE on, w < w_th), ∞ (plain causal, MiPE off). T = 65: a last block of one query.
+  // Random q, k (most pairs rejected) and clustered ones (most accepted; T = 1 has its
+  // one pair accepted in some tiles).
+  const double worst = WorstOverTheLengthGrid(ExpectTiledMatchesSimple);
   std::fprintf(stderr, "worst row error over the lengths: %.3g\n", worst);
 }
 
@@ -418,17 +428,7 @@ double ExpectTiledBackwardMatchesSimple(const Problem& p, const std::string& wha
 TEST_F(ScreeningTiledTest, BackwardMatchesTheSimpleKernelAtLengthsNoBlockDivides) {
   // The forward test's lengths and windows (see there): T = 1 … 130, w = 1 … ∞, random
   // and clustered q, k, two sequences of seven tiles.
-  double worst = 0;
-  for (bool clustered : {false, true}) {
-    for (int64_t T : {1, 17, 65, 100, 130}) {
-      const std::vector<Tile> tiles = {
-          {1.0, 0.6, 0.7}, {1.5, 0.9, 1.0}, {3.5, 0.7, 1.3},    {40.0, 0.3, 0.9},
-          {50.0, 0.9, 1.0}, {double(T + 7), 0.9, 1.1}, {kInf, 0.5, 0.8}};
-      const Problem p(2, T, tiles, clustered, 100 + T);
-      const std::string what = std::string(clustered ? "clustered, " : "random, ") + "T = " + std::to_string(T);
-      worst = std::max(worst, ExpectTiledBackwardMatchesSimple(p, what, /*expect_accepted=*/clustered || T > 1));
-    }
-  }
+  const double worst = WorstOverTheLengthGrid(ExpectTiledBackwardMatchesSimple);
   std::fprintf(stderr, "backward: worst error over the lengths: %.3g\n", worst);
 }
 
