@@ -231,7 +231,7 @@ absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string
     MS_ASSIGN_OR_RETURN(const std::string attention, f.String("model.attention"));
     if (!ParseAttentionKind(attention, &d.attention)) {
       return f.Error("model.attention",
-                     absl::StrCat("= \"", attention, "\" is not softmax, softmax1, ssmax, sigmoid or entmax15"));
+                     absl::StrCat("= \"", attention, "\" is not softmax, softmax1, ssmax, sigmoid, entmax15 or screening"));
     }
   }
   MS_RETURN_IF_ERROR(CheckModelDims(d, path, "model."));

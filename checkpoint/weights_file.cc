@@ -81,7 +81,7 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   if (auto attention = in.ReadStringAttribute("attention"); attention.ok()) {
     if (!ParseAttentionKind(*attention, &d.attention)) {
       return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute attention = \"", *attention,
-                                                     "\" is not softmax, softmax1, ssmax, sigmoid or entmax15"));
+                                                     "\" is not softmax, softmax1, ssmax, sigmoid, entmax15 or screening"));
     }
   } else if (!absl::IsNotFound(attention.status())) {
     return attention.status();

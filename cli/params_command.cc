@@ -60,7 +60,7 @@ int ParamsCommand(int argc, char** argv) {
     std::printf("  %-34s %15lld\n", "attention W_Q W_K W_V W_O", (long long)c.tile_matrices);
     std::printf("  %-34s %15lld\n", "FFN W_gate W_up W_down", (long long)c.ffn_matrices);
     std::printf("  %-34s %15lld\n", "RMSNorm gains", (long long)c.norm_gains);
-    std::printf("  %-34s %15lld\n", "s_QK (qk_norm), s_SS (ssmax)", (long long)c.tile_scalars);
+    std::printf("  %-34s %15lld\n", "s_QK, s_SS, s_w s_r (screening)", (long long)c.tile_scalars);
     std::printf("  %-34s %15lld\n", "non-embedding", (long long)c.non_embedding);
     std::printf("  %-34s %15lld\n", "total", (long long)c.total);
     return 0;

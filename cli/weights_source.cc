@@ -55,9 +55,11 @@ absl::Status CheckVerified(const CheckpointRef& ckpt, bool weights_only) {
 }
 
 absl::Status CheckWindowFlags(const Weights& weights, bool as_learned) {
-  if (as_learned && weights.dims.transformer()) {
+  if (as_learned && !weights.dims.screens()) {
     return absl::InvalidArgumentError(absl::StrCat("--as_learned: model ", weights.dims.name,
-                                                   " is a Transformer, which has no learned windows to keep"));
+                                                   " is a Transformer without screening (attention: ",
+                                                   AttentionKindName(weights.dims.attention),
+                                                   "), which has no learned windows to keep"));
   }
   return absl::OkStatus();
 }

@@ -103,11 +103,12 @@ double ModelParamCount(const ModelDims& d) {
   if (d.transformer()) {
     // W_E; per layer W_Q, W_K, W_V, W_O [d_E, d_E] in heads, W_gate, W_up, W_down
     // [⌊8d_E/3⌋, d_E], two RMSNorm gains [d_E]; s_QK per head (qk_norm); s_SS per head
-    // (SSMax); s_E, s_F (sio).
+    // (SSMax); s_w, s_r per head (screening); s_E, s_F (sio).
     const double dE = double(d.d_e), f = double(d.d_ff());
     return double(d.vocab) * dE + (d.sio ? 2 : 0) +
            double(d.n_layers) * (4 * dE * dE + 3 * dE * f + 2 * dE + (d.qk_norm ? double(d.n_heads) : 0) +
-                                 (d.attention == AttentionKind::kSsmax ? double(d.n_heads) : 0));
+                                 (d.attention == AttentionKind::kSsmax ? double(d.n_heads) : 0) +
+                                 (d.attention == AttentionKind::kScreening ? 2.0 * double(d.n_heads) : 0));
   }
   // W_E and s_E, s_F; per layer and tile W_Q, W_K [d_E, d_K], W_V, W_G [d_E, d_V] (no
   // W_G with output_gate off), W_O [d_V, d_E] and s_w, s_r, s_O.
@@ -133,7 +134,7 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     if (m.has_output_gate()) return Invalid(source, "output_gate is a Multiscreen switch; a TRANSFORMER has no tile gate");
     if (!config::ModelConfig::Attention_IsValid(m.attention())) {
       return Invalid(source, absl::StrCat("attention = ", m.attention(),
-                                          " is not a known value (SOFTMAX, SOFTMAX1, SSMAX, SIGMOID, ENTMAX15)"));
+                                          " is not a known value (SOFTMAX, SOFTMAX1, SSMAX, SIGMOID, ENTMAX15, SCREENING)"));
     }
   } else {
     if (m.has_attention()) {
@@ -153,6 +154,9 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     d.qk_norm = m.qk_norm();
     d.sio = m.sio();
     if (m.attention() != config::ModelConfig::ATTENTION_UNSPECIFIED) d.attention = AttentionKind(m.attention());
+    if (d.attention == AttentionKind::kScreening && d.qk_norm) {
+      return Invalid(source, "qk_norm does not apply to attention: SCREENING (screening makes q and k unit length itself)");
+    }
   }
   d.name = m.name();
   if (!IsPrintableModelName(d.name)) return Invalid(source, "name is not a line of at most 256 printable characters");

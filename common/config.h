@@ -37,7 +37,8 @@ struct ModelDims {
   bool sio = false;      // Transformer: unit-row tied embeddings, learned e^{s_E}, e^{s_F}
   bool tanh_norm = true; // Multiscreen: TanhNorm (spec step 11) on; off = identity (ablation, issue 18)
   // Transformer: the attention mechanism (issue 30; kernels/cpu/attention.h). SSMax adds
-  // a learned s_SS per head and layer.
+  // a learned s_SS per head and layer; SCREENING the screening unit per head (model/
+  // transformer.h) with a learned s_w, s_r per head and layer (w_th applies, d_v does not).
   AttentionKind attention = AttentionKind::kSoftmax;
   // Multiscreen ablation switches (issue 30; docs/ablations.md): the positional encoding
   // and the output gate (off: no W_G, u not gated).
@@ -45,6 +46,9 @@ struct ModelDims {
   bool output_gate = true;
 
   bool transformer() const { return family == ModelFamily::kTransformer; }
+  // Whether the model screens with learned windows (Multiscreen, or a Transformer with
+  // attention SCREENING): the inference window rule and --as_learned apply.
+  bool screens() const { return !transformer() || attention == AttentionKind::kScreening; }
   // The Transformer's SwiGLU hidden width ⌊8 d_E/3⌋.
   int64_t d_ff() const { return 8 * d_e / 3; }
 };
@@ -101,7 +105,8 @@ bool IsPrintableModelName(const std::string& name);
 // The parameter count of the whole model, in double (no overflow whatever the sizes):
 // V·d_E + 2 + N_L·N_H·(d_E·(2d_K + 3d_V) + 3), ParamLayout's total (spec "Parameter
 // count"); for the Transformer V·d_E + N_L·(4d_E² + 3·d_E·⌊8d_E/3⌋ + 2d_E), plus
-// N_L·N_H scales with qk_norm, N_L·N_H more with attention SSMAX, and 2 with sio.
+// N_L·N_H scales with qk_norm, N_L·N_H more with attention SSMAX, 2·N_L·N_H with attention
+// SCREENING (s_w, s_r), and 2 with sio.
 double ModelParamCount(const ModelDims& dims);
 
 // Where a run's fields came from, for ValidateRun's messages: the run file (may be

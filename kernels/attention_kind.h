@@ -17,9 +17,14 @@ enum class AttentionKind {
   kSsmax = 3,      // Scalable-Softmax (Nakanishi 2025): scores times s_h·log n_i
   kSigmoid = 4,    // sigmoid attention with bias −log n_i (Ramapuram et al. 2024)
   kEntmax15 = 5,   // 1.5-entmax (Peters et al. 2019)
+  // The screening unit (spec steps 5–11, the paper's Table 7 last row) in place of the
+  // head's attention: not a score → weight map, so the attention kernels never see it;
+  // model/transformer.h runs the screening kernels instead (per head: unit q, k, v, MiPE,
+  // Trim · Softmask with a learned s_w, s_r, TanhNorm; no gate, no RoPE).
+  kScreening = 6,
 };
 
-// "softmax", "softmax1", "ssmax", "sigmoid", "entmax15" (the lower-case enum names).
+// "softmax", "softmax1", "ssmax", "sigmoid", "entmax15", "screening" (the lower-case enum names).
 inline const char* AttentionKindName(AttentionKind kind) {
   switch (kind) {
     case AttentionKind::kSoftmax: return "softmax";
@@ -27,6 +32,7 @@ inline const char* AttentionKindName(AttentionKind kind) {
     case AttentionKind::kSsmax: return "ssmax";
     case AttentionKind::kSigmoid: return "sigmoid";
     case AttentionKind::kEntmax15: return "entmax15";
+    case AttentionKind::kScreening: return "screening";
   }
   return "unknown";
 }
@@ -34,7 +40,7 @@ inline const char* AttentionKindName(AttentionKind kind) {
 // The kind named `name` (AttentionKindName's spelling); false if none.
 inline bool ParseAttentionKind(std::string_view name, AttentionKind* kind) {
   for (AttentionKind k : {AttentionKind::kSoftmax, AttentionKind::kSoftmax1, AttentionKind::kSsmax,
-                          AttentionKind::kSigmoid, AttentionKind::kEntmax15}) {
+                          AttentionKind::kSigmoid, AttentionKind::kEntmax15, AttentionKind::kScreening}) {
     if (name == AttentionKindName(k)) {
       *kind = k;
       return true;

@@ -46,6 +46,16 @@ double InitNormal(uint64_t seed, std::string_view name, int64_t index) { return 
 template <typename Real>
 void InitValues(const ModelDims& d, const ParamEntry& e, uint64_t seed, int64_t first, int64_t n, Real* out) {
   double std_dev = 0;
+  switch (e.kind) {  // the screening scalars, a Multiscreen tile's or a screening head's alike
+    case ParamKind::kS_w:
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t h = first + i;  // the global tile (head)
+        out[i] = d.n_heads > 1 ? static_cast<Real>(std::log(d.w_th) * double(h) / double(d.n_heads - 1)) : Real(0);
+      }
+      return;
+    case ParamKind::kS_r: std::fill(out, out + n, Real(0)); return;
+    default: break;
+  }
   if (d.transformer()) {
     // Spec "Transformer baseline": N(0, 0.02), residual output projections (W_O,
     // W_down) over √(2 N_L); gains 1; SIO as Multiscreen (s_E = 0, s_F = log √d_E);
@@ -72,13 +82,6 @@ void InitValues(const ModelDims& d, const ParamEntry& e, uint64_t seed, int64_t 
     case ParamKind::kW_O: std_dev = 0.1 / std::sqrt(double(d.d_e)); break;
     case ParamKind::kS_E: std::fill(out, out + n, Real(0)); return;
     case ParamKind::kS_F: std::fill(out, out + n, static_cast<Real>(std::log(std::sqrt(double(d.d_e))))); return;
-    case ParamKind::kS_w:
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t h = first + i;  // the global tile
-        out[i] = d.n_heads > 1 ? static_cast<Real>(std::log(d.w_th) * double(h) / double(d.n_heads - 1)) : Real(0);
-      }
-      return;
-    case ParamKind::kS_r: std::fill(out, out + n, Real(0)); return;
     case ParamKind::kS_O:
       std::fill(out, out + n, static_cast<Real>(std::log(1.0 / std::sqrt(double(d.n_heads * d.n_layers)))));
       return;

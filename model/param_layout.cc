@@ -98,6 +98,10 @@ ParamLayout::ParamLayout(const ModelDims& dims, const ShardSpec& shard) : dims_(
       Add(p + "W_O", ParamKind::kW_O, l, {NH, dh, dE}, h0, h1);
       if (dims.qk_norm) Add(p + "s_QK", ParamKind::kS_QK, l, {NH}, h0, h1);
       if (dims.attention == AttentionKind::kSsmax) Add(p + "s_SS", ParamKind::kS_SS, l, {NH}, h0, h1);
+      if (dims.attention == AttentionKind::kScreening) {  // each head's window and acceptance width
+        Add(p + "s_w", ParamKind::kS_w, l, {NH}, h0, h1);
+        Add(p + "s_r", ParamKind::kS_r, l, {NH}, h0, h1);
+      }
       Add(p + "ffn_norm", ParamKind::kGain, l, {dE}, 0, dE);
       Add(p + "W_gate", ParamKind::kW_gate, l, {F, dE}, f0, f1);
       Add(p + "W_up", ParamKind::kW_up, l, {F, dE}, f0, f1);
@@ -127,7 +131,8 @@ const ParamEntry* ParamLayout::Find(const std::string& name) const {
 
 int64_t ParamLayout::EntriesPerLayer() const {
   if (!dims_.transformer()) return dims_.output_gate ? 8 : 7;
-  return 9 + (dims_.qk_norm ? 1 : 0) + (dims_.attention == AttentionKind::kSsmax ? 1 : 0);
+  return 9 + (dims_.qk_norm ? 1 : 0) + (dims_.attention == AttentionKind::kSsmax ? 1 : 0) +
+         (dims_.attention == AttentionKind::kScreening ? 2 : 0);
 }
 
 int64_t ParamLayout::LayerEntry(int64_t layer) const {

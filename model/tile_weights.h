@@ -17,8 +17,10 @@ namespace multiscreen {
 struct InferenceOptions {
   bool expand_windows = true;  // w → ∞ for tiles whose w exceeds train_len ("as learned" when false)
   int64_t train_len = 4096;    // longest training sequence length
-  // YaRN's scale factor F for a RoPE model (the Transformer; kernels/cpu/rope.h): 1 is
-  // plain RoPE. Multiscreen (MiPE) has no use for it; the CLI refuses it there.
+  // YaRN's scale factor F for a RoPE model (kernels/cpu/rope.h), train_len its L: 1 is
+  // plain RoPE. The Transformer scales its frequencies and logits; Multiscreen with
+  // position ROPE its frequencies only (docs/ablations.md); MIPE and NOPE have no RoPE and
+  // ignore it (the CLI refuses it there).
   double yarn_factor = 1.0;
 };
 
@@ -47,5 +49,20 @@ std::vector<kernels::TileScalars> MapTileScalars(const Real* s_w, const Real* s_
 template <typename Real>
 std::vector<kernels::TileScalars> MapTileScalars(const ParamLayout& layout, const Real* params, int64_t layer,
                                                  const InferenceOptions* inference);
+
+// The learned scalars' gradients from the kernels' ∂L/∂w, ∂L/∂r, ∂L/∂scale of `tiles`
+// (MapTileScalars of a training forward; spec "Backward-pass notes"): ∂L/∂s_w = ∂L/∂w ·
+// (w − 1), ∂L/∂s_r = ∂L/∂r · r(1 − r), ∂L/∂s_O = ∂L/∂scale · scale. g_sw, g_sr, g_so:
+// [tiles.size()] host, written; g_so may be null (a screening head of the Transformer
+// has no s_O).
+template <typename Real>
+void TileScalarParamGrads(const std::vector<kernels::TileScalars>& tiles,
+                          const std::vector<kernels::TileScalarGrads>& grads, Real* g_sw, Real* g_sr, Real* g_so) {
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    g_sw[t] = static_cast<Real>(grads[t].w * (tiles[t].w - 1.0));
+    g_sr[t] = static_cast<Real>(grads[t].r * tiles[t].r * (1.0 - tiles[t].r));
+    if (g_so != nullptr) g_so[t] = static_cast<Real>(grads[t].scale * tiles[t].scale);
+  }
+}
 
 }  // namespace multiscreen

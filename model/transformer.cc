@@ -64,11 +64,36 @@ typename Transformer<Real>::Slots Transformer<Real>::SlotsOf(int64_t layer) cons
   s.w_o = e[i++].buffer_offset;
   s.s_qk = dims().qk_norm ? e[i++].buffer_offset : -1;
   s.s_ss = dims().attention == AttentionKind::kSsmax ? e[i++].buffer_offset : -1;
+  s.s_w = screening() ? e[i++].buffer_offset : -1;
+  s.s_r = screening() ? e[i++].buffer_offset : -1;
   s.ffn_norm = e[i++].buffer_offset;
   s.w_gate = e[i++].buffer_offset;
   s.w_up = e[i++].buffer_offset;
   s.w_down = e[i++].buffer_offset;
   return s;
+}
+
+template <typename Real>
+int64_t Transformer<Real>::QkvColumn(int p, int64_t h) const {
+  const int64_t dh = dims().d_k, dl = layout_.shard().tiles() * dh;
+  return screening() ? h * 3 * dh + p * dh : p * dl + h * dh;
+}
+
+template <typename Real>
+kernels::ScreeningShape Transformer<Real>::ScreeningShapeOf(int64_t B, int64_t T) const {
+  kernels::ScreeningShape s;
+  s.batch = B;
+  s.seq = T;
+  s.tiles = layout_.shard().tiles();
+  s.d_k = s.d_v = dims().d_k;
+  s.w_th = dims().w_th;
+  s.output_gate = false;  // MiPE, TanhNorm: ScreeningShape's defaults
+  return s;
+}
+
+template <typename Real>
+kernels::ScreeningSaved<Real> Transformer<Real>::LayerActivations::saved() {
+  return {q.data(), k.data(), v.data(), q_norm.data(), k_norm.data(), v_norm.data(), screen_h.data()};
 }
 
 template <typename Real>
@@ -136,7 +161,7 @@ void Transformer<Real>::BeginStep(const Real* params) {
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
     for (int p = 0; p < 3; ++p) {
       for (int64_t h = 0; h < H; ++h) {
-        ops_->Copy2D(params + parts[p] + h * dE * dh, dh, dE, dh, w.w_qkv.data() + p * dl + h * dh, 3 * dl);
+        ops_->Copy2D(params + parts[p] + h * dE * dh, dh, dE, dh, w.w_qkv.data() + QkvColumn(p, h), 3 * dl);
       }
     }
     w.w_o.Resize(dl * dE);
@@ -158,6 +183,13 @@ void Transformer<Real>::BeginStep(const Real* params) {
       std::vector<Real> s_ss(H);
       ops_->Download(params + s.s_ss, H, s_ss.data());
       for (int64_t h = 0; h < H; ++h) w.scale[h] *= double(s_ss[h]);
+    }
+    if (screening()) {
+      w.s_w.resize(H);
+      w.s_r.resize(H);
+      w.s_o.assign(H, Real(0));
+      ops_->Download(params + s.s_w, H, w.s_w.data());
+      ops_->Download(params + s.s_r, H, w.s_r.data());
     }
   }
 }
@@ -191,7 +223,8 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
     const Slots s = SlotsOf(layout_.shard().layer_begin + li);
-    // Attention block: a = RMSNorm(x), q k v = a W, RoPE, [unit q, k], attention, x += o W_O.
+    // Attention block: a = RMSNorm(x), q k v = a W, RoPE, [unit q, k], attention (or
+    // screening), x += o W_O.
     std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kProjections);
     a.x_in.Resize(rows * dE);
     ops_->Copy(x, rows * dE, a.x_in.data());
@@ -203,24 +236,29 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     ops_->Gemm(prec, false, false, rows, 3 * dl, dE, 1, a.xn1.data(), dE, w.w_qkv.data(), 3 * dl, 0, a.qkv.data(),
                3 * dl);
     Array* qkv[3] = {&a.q, &a.k, &a.v};
-    for (int p = 0; p < 3; ++p) {
-      qkv[p]->Resize(rows * dl);
-      ops_->Copy2D(a.qkv.data() + p * dl, 3 * dl, rows, dl, qkv[p]->data(), dl);
-    }
+    for (Array* part : qkv) part->Resize(rows * dl);
     timer.emplace(options_.profile, StepProfile::kAttention);
-    tk_->Rope(a.q.data(), dl, B, T, H, dh, false, yarn);
-    tk_->Rope(a.k.data(), dl, B, T, H, dh, false, yarn);
-    if (d.qk_norm) {  // unit(RoPE(q)) = RoPE(unit(q)): a rotation keeps the norm
-      a.q_norm.Resize(rows * H);
-      a.k_norm.Resize(rows * H);
-      ops_->UnitRowsForward(a.q.data(), dh, a.q.data(), dh, a.q_norm.data(), rows * H, dh);
-      ops_->UnitRowsForward(a.k.data(), dh, a.k.data(), dh, a.k_norm.data(), rows * H, dh);
-    }
     a.o.Resize(rows * dl);
-    a.lse.resize(B * H * T);
-    std::vector<double> scale = w.scale;
-    for (double& c : scale) c *= logit_scale;
-    tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), scale.data(), a.o.data(), a.lse.data());
+    if (screening()) {  // the projection is the screening kernels' P; o = their U
+      for (Array* norm : {&a.q_norm, &a.k_norm, &a.v_norm}) norm->Resize(rows * H);
+      a.screen_h.Resize(rows * dl);
+      const auto tiles = MapTileScalars(w.s_w.data(), w.s_r.data(), w.s_o.data(), H, inference);
+      ops_->ScreeningForward(ScreeningShapeOf(B, T), a.qkv.data(), tiles.data(), a.saved(), a.o.data());
+    } else {  // q k v = the projection's three parts, RoPE, [unit q, k], the mechanism
+      for (int p = 0; p < 3; ++p) ops_->Copy2D(a.qkv.data() + p * dl, 3 * dl, rows, dl, qkv[p]->data(), dl);
+      tk_->Rope(a.q.data(), dl, B, T, H, dh, false, yarn);
+      tk_->Rope(a.k.data(), dl, B, T, H, dh, false, yarn);
+      if (d.qk_norm) {  // unit(RoPE(q)) = RoPE(unit(q)): a rotation keeps the norm
+        a.q_norm.Resize(rows * H);
+        a.k_norm.Resize(rows * H);
+        ops_->UnitRowsForward(a.q.data(), dh, a.q.data(), dh, a.q_norm.data(), rows * H, dh);
+        ops_->UnitRowsForward(a.k.data(), dh, a.k.data(), dh, a.k_norm.data(), rows * H, dh);
+      }
+      a.lse.resize(B * H * T);
+      std::vector<double> scale = w.scale;
+      for (double& c : scale) c *= logit_scale;
+      tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), scale.data(), a.o.data(), a.lse.data());
+    }
     RoundToCompute(a.o.data(), rows * dl);
     // x += o W_O: this rank's heads' part, summed over the tp group.
     timer.emplace(options_.profile, StepProfile::kOutputGemm);
@@ -337,7 +375,8 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   d_qkv_.Resize(rows * 3 * dl);
   d_w_qkv_.Resize(dE * 3 * dl);
   std::vector<double> d_scale(H);
-  std::vector<Real> g_scale(H);
+  std::vector<Real> g_scale(H), g_scale2(H);
+  std::vector<kernels::TileScalarGrads> tile_grads(H);
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
@@ -361,24 +400,35 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     ops_->Gemm(prec, false, true, rows, dl, dE, 1, d_out, dE, w.w_o.data(), dE, 0, d_o_.data(), dl);
     ops_->Gemm(prec, true, false, dl, dE, rows, 1, a.o.data(), dl, d_out, dE, 1, grads + s.w_o, dE);
     timer.emplace(options_.profile, StepProfile::kAttention);
-    tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
-                           w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data());
-    if (d.attention == AttentionKind::kSsmax) {
-      // scale_h = base_h · s_SS,h: ∂L/∂s_SS = base · ∂L/∂scale.
-      for (int64_t h = 0; h < H; ++h) g_scale[h] = static_cast<Real>(d_scale[h] * w.base[h]);
-      ops_->AddHost(g_scale.data(), H, grads + s.s_ss);
+    if (screening()) {  // ∂P straight into ∂qkv (the same per-head layout); s_w, s_r on the host
+      const auto tiles = MapTileScalars(w.s_w.data(), w.s_r.data(), w.s_o.data(), H, nullptr);
+      ops_->ScreeningBackward(ScreeningShapeOf(B, T), a.qkv.data(), tiles.data(), a.saved(), d_o_.data(),
+                              d_qkv_.data(), tile_grads.data());
+      TileScalarParamGrads(tiles, tile_grads, g_scale.data(), g_scale2.data(), static_cast<Real*>(nullptr));
+      ops_->AddHost(g_scale.data(), H, grads + s.s_w);
+      ops_->AddHost(g_scale2.data(), H, grads + s.s_r);
+    } else {
+      tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
+                             w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data());
+      if (d.attention == AttentionKind::kSsmax) {
+        // scale_h = base_h · s_SS,h: ∂L/∂s_SS = base · ∂L/∂scale.
+        for (int64_t h = 0; h < H; ++h) g_scale[h] = static_cast<Real>(d_scale[h] * w.base[h]);
+        ops_->AddHost(g_scale.data(), H, grads + s.s_ss);
+      }
+      if (d.qk_norm) {
+        // scale_h = e^{s_QK,h} (· s_SS,h): ∂L/∂s_QK = scale · ∂L/∂scale.
+        for (int64_t h = 0; h < H; ++h) g_scale[h] = static_cast<Real>(d_scale[h] * w.scale[h]);
+        ops_->AddHost(g_scale.data(), H, grads + s.s_qk);
+        ops_->UnitRowsBackward(a.q.data(), dh, a.q_norm.data(), d_q_.data(), dh, d_q_.data(), dh, rows * H, dh,
+                               false);
+        ops_->UnitRowsBackward(a.k.data(), dh, a.k_norm.data(), d_k_.data(), dh, d_k_.data(), dh, rows * H, dh,
+                               false);
+      }
+      tk_->Rope(d_q_.data(), dl, B, T, H, dh, true);
+      tk_->Rope(d_k_.data(), dl, B, T, H, dh, true);
+      Array* dqkv[3] = {&d_q_, &d_k_, &d_v_};
+      for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dl, rows, dl, d_qkv_.data() + p * dl, 3 * dl);
     }
-    if (d.qk_norm) {
-      // scale_h = e^{s_QK,h} (· s_SS,h): ∂L/∂s_QK = scale · ∂L/∂scale.
-      for (int64_t h = 0; h < H; ++h) g_scale[h] = static_cast<Real>(d_scale[h] * w.scale[h]);
-      ops_->AddHost(g_scale.data(), H, grads + s.s_qk);
-      ops_->UnitRowsBackward(a.q.data(), dh, a.q_norm.data(), d_q_.data(), dh, d_q_.data(), dh, rows * H, dh, false);
-      ops_->UnitRowsBackward(a.k.data(), dh, a.k_norm.data(), d_k_.data(), dh, d_k_.data(), dh, rows * H, dh, false);
-    }
-    tk_->Rope(d_q_.data(), dl, B, T, H, dh, true);
-    tk_->Rope(d_k_.data(), dl, B, T, H, dh, true);
-    Array* dqkv[3] = {&d_q_, &d_k_, &d_v_};
-    for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dl, rows, dl, d_qkv_.data() + p * dl, 3 * dl);
     RoundGradientToCompute(d_qkv_.data(), rows * 3 * dl);
     timer.emplace(options_.profile, StepProfile::kProjections);
     // qkv = xn1 W_qkv: ∂W_qkv = xn1ᵀ ∂qkv (back into the heads of W_Q, W_K, W_V), ∂xn1 = ∂qkv W_qkvᵀ.
@@ -387,7 +437,7 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
     for (int p = 0; p < 3; ++p) {
       for (int64_t h = 0; h < H; ++h) {
-        ops_->Add2D(d_w_qkv_.data() + p * dl + h * dh, 3 * dl, dE, dh, grads + parts[p] + h * dE * dh, dh);
+        ops_->Add2D(d_w_qkv_.data() + QkvColumn(p, h), 3 * dl, dE, dh, grads + parts[p] + h * dE * dh, dh);
       }
     }
     ops_->Gemm(prec, false, true, rows, dE, 3 * dl, 1, d_qkv_.data(), 3 * dl, w.w_qkv.data(), 3 * dl, 0, d_a_.data(),

@@ -8,6 +8,13 @@
 //   attention is dims.attention's mechanism (kernels/cpu/attention.h: softmax by default;
 //   SSMax's learned s_SS,h is folded into scale_h, the kernel adding log n_i);
 //   f = RMSNorm(x; ffn_norm); x ← x + (SiLU(f W_gateᵀ) ⊙ f W_upᵀ) W_down.
+// attention SCREENING (issue 30; the paper's Table 7 last row) puts the screening unit
+// in the head's place instead: no RoPE, no scale; per head h with its learned s_w,h, s_r,h,
+//   o_h = TanhNorm(Σ_j Trim(q̃_i·k̃_j; r_h) · Softmask(j − i; w_h) · v̄_j)   (spec steps 4–11)
+// with q̃, k̃ the unit q, k turned by MiPE and v̄ the unit v — a Multiscreen tile with
+// d_K = d_V = d_h, no output gate and e^{s_O} = 1 (the screening kernels of the kernel
+// table run it: W_Q, W_K, W_V are packed per head, [q_h | k_h | v_h], so the projection
+// is their P). At inference the window rule of InferenceOptions applies as Multiscreen's.
 // Embedding x⁰ = W_E[t] (sio: e^{s_E} Ē[t] with Ē the unit rows of W_E); head
 // y = RMSNorm(x) without gain (pl_norm: y = x/‖x‖); logits y W_Eᵀ (sio: e^{s_F} y Ēᵀ).
 //
@@ -35,6 +42,7 @@
 #include "kernels/transformer_kernels.h"
 #include "model/model_stage.h"
 #include "model/sharded_head.h"
+#include "model/tile_weights.h"
 
 namespace multiscreen {
 
@@ -51,8 +59,8 @@ class Transformer final : public ModelStage<Real> {
   // Packs the layers' compute weights, reads s_E, s_F, s_QK to the host, makes Ē (sio).
   void BeginStep(const Real* params) override;
   void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
-  // `inference`: only its yarn_factor (with train_len as YaRN's L) is read (no windows in
-  // this family); the backward is of a training forward (no YaRN).
+  // `inference`: its yarn_factor (with train_len as YaRN's L), and for attention
+  // SCREENING its window rule; the backward is of a training forward (no YaRN, learned windows).
   void LayersForward(const Real* params, int64_t B, int64_t T, Real* x,
                      const InferenceOptions* inference = nullptr) override;
   double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx, Real* grads,
@@ -64,28 +72,37 @@ class Transformer final : public ModelStage<Real> {
  private:
   using Array = DeviceArray<Real>;
   // Offsets of a layer's tensors from ParamLayout::LayerEntry (s_QK only with qk_norm,
-  // s_SS only with attention SSMAX).
+  // s_SS only with attention SSMAX, s_w and s_r only with attention SCREENING).
   struct Slots {
-    int64_t attn_norm, w_q, w_k, w_v, w_o, s_qk, s_ss, ffn_norm, w_gate, w_up, w_down;
+    int64_t attn_norm, w_q, w_k, w_v, w_o, s_qk, s_ss, s_w, s_r, ffn_norm, w_gate, w_up, w_down;
   };
   struct LayerActivations {
     explicit LayerActivations(Device d)
-        : x_in(d), rstd1(d), xn1(d), qkv(d), q(d), k(d), v(d), q_norm(d), k_norm(d), o(d), x_mid(d), rstd2(d),
-          xn2(d), gu(d), h(d) {}
-    Array x_in, rstd1, xn1, qkv, q, k, v, q_norm, k_norm, o, x_mid, rstd2, xn2, gu, h;
+        : x_in(d), rstd1(d), xn1(d), qkv(d), q(d), k(d), v(d), q_norm(d), k_norm(d), v_norm(d), screen_h(d), o(d),
+          x_mid(d), rstd2(d), xn2(d), gu(d), h(d) {}
+    // Screening keeps q̃, k̃, v̄ [B, H_l, T, d_h] in q, k, v, their norms, and its aggregate.
+    Array x_in, rstd1, xn1, qkv, q, k, v, q_norm, k_norm, v_norm, screen_h, o, x_mid, rstd2, xn2, gu, h;
     std::vector<double> lse;  // [B, N_H, T] host: the attention's row statistic (lse, or entmax's τ)
+    kernels::ScreeningSaved<Real> saved();  // screening's view of q, k, v, the norms, screen_h
   };
   struct LayerWeights {
     explicit LayerWeights(Device d) : w_qkv(d), w_o(d), w_gu(d), w_down(d) {}
     // Local sizes: H_l heads (width d_l = H_l·d_h) and F_l hidden units of this tp rank.
-    Array w_qkv;   // [d_E, 3 d_l]: columns [W_Q heads | W_K heads | W_V heads]
+    Array w_qkv;   // [d_E, 3 d_l]: columns QkvColumn(part, head)
     Array w_o;     // [d_l, d_E]  (heads·d_h rows)
     Array w_gu;    // [2 F_l, d_E]: rows [W_gate; W_up]
     Array w_down;  // [F_l, d_E]
     std::vector<double> scale;  // [H_l] host: base_h (SSMax: base_h · s_SS,h), the kernels' scale_h
     std::vector<double> base;   // [H_l] host: 1/√d_h, or e^{s_QK}
+    std::vector<Real> s_w, s_r, s_o;  // [H_l] host (screening): the heads' s_w, s_r; s_o zeros (scale 1)
   };
   Slots SlotsOf(int64_t layer) const;
+  bool screening() const { return dims().attention == AttentionKind::kScreening; }
+  // The first column of part p (0: W_Q, 1: W_K, 2: W_V) of local head h in the packed
+  // [d_E, 3 d_l] projection: [W_Q heads | W_K heads | W_V heads], or per head
+  // [q_h | k_h | v_h] for screening (the screening kernels' P layout).
+  int64_t QkvColumn(int p, int64_t h) const;
+  kernels::ScreeningShape ScreeningShapeOf(int64_t B, int64_t T) const;
   const Real* Table() const;  // the tied table as the GEMMs and the embedding see it
   void RoundToCompute(Real* data, int64_t n) const;
   // Under kFp16 the backward's GEMM operands hold fp16 values, as Multiscreen's

@@ -16,6 +16,10 @@ The model, for tokens t and x [B, T, d_E]:
                 softmax;  softmax1: a zero logit appended to each row, then dropped;
                 ssmax: softmax(z * s_SS,h * log n_i);  sigmoid: sigmoid(z - log n_i);
                 entmax15: relu(z/2 - tau)^2, tau from the sorted row's closed form
+              screening (the paper's Table 7 last row): per head the screening unit of
+              tools/multiscreen_twin.py (spec steps 4-11) in place of RoPE, scale and
+              weights: q, k, v unit rows, MiPE by w_h = e^{s_w,h} + 1, s = q~ k~^T,
+              o = tanh_norm((trim(s, sigmoid(s_r,h)) * softmask(w_h)) v_bar); no gate
               f = rms_norm(x) * ffn_norm;  x = x + (silu(f W_gate^T) * f W_up^T) W_down
   y = rms_norm(x) (no gain)           (pl_norm: y = x / ||x||)
   logits = y W_E^T                    (sio: e^{s_F} * y unit_rows(W_E)^T)
@@ -36,11 +40,13 @@ import h5py
 import numpy as np
 import torch
 
-from multiscreen_twin import batch_from_tokens, read_tokens, unit_rows, write_output  # noqa: F401
+from multiscreen_twin import (batch_from_tokens, mipe_angles, mipe_rotate, read_tokens, softmask,  # noqa: F401
+                              tanh_norm, trim, unit_rows, write_output)
 
 RMS_EPS = 1e-6
 ROPE_THETA = 10000.0
-ATTENTIONS = ("softmax", "softmax1", "ssmax", "sigmoid", "entmax15")
+ATTENTIONS = ("softmax", "softmax1", "ssmax", "sigmoid", "entmax15", "screening")
+W_TH = 256.0  # the MiPE threshold (spec "Symbols"; a Transformer model file cannot change it)
 
 
 def load_weights(path):
@@ -84,6 +90,8 @@ def layer_param_names(cfg):
         names.append("s_QK")
     if cfg.get("attention") == "ssmax":
         names.append("s_SS")
+    if cfg.get("attention") == "screening":
+        names += ["s_w", "s_r"]
     return names + ["ffn_norm", "W_gate", "W_up", "W_down"]
 
 
@@ -98,7 +106,7 @@ def expected_shape(cfg, name):
     n_h, d_e, d_h, d_ff = cfg["n_heads"], cfg["d_e"], cfg["d_h"], cfg["d_ff"]
     return {
         "W_E": (cfg["vocab"], d_e), "s_E": (), "s_F": (),
-        "attn_norm": (d_e,), "ffn_norm": (d_e,), "s_QK": (n_h,), "s_SS": (n_h,),
+        "attn_norm": (d_e,), "ffn_norm": (d_e,), "s_QK": (n_h,), "s_SS": (n_h,), "s_w": (n_h,), "s_r": (n_h,),
         "W_Q": (n_h, d_e, d_h), "W_K": (n_h, d_e, d_h), "W_V": (n_h, d_e, d_h), "W_O": (n_h, d_h, d_e),
         "W_gate": (d_ff, d_e), "W_up": (d_ff, d_e), "W_down": (d_ff, d_e),
     }[name.rsplit("/", 1)[1]]
@@ -124,6 +132,8 @@ def attention(cfg, p, a):
     q = torch.einsum("bte,hek->bhtk", a, p["W_Q"])
     k = torch.einsum("bte,hek->bhtk", a, p["W_K"])
     v = torch.einsum("bte,hek->bhtk", a, p["W_V"])
+    if cfg["attention"] == "screening":
+        return torch.einsum("bhtk,hke->bte", screening(p, q, k, v), p["W_O"])
     q, k = rope(q), rope(k)
     if cfg["qk_norm"]:
         q, k = unit_rows(q), unit_rows(k)
@@ -133,6 +143,18 @@ def attention(cfg, p, a):
     s = scale * torch.einsum("bhik,bhjk->bhij", q, k)
     o = torch.einsum("bhij,bhjk->bhik", weights(cfg, p, s), v)
     return torch.einsum("bhtk,hke->bte", o, p["W_O"])
+
+
+def screening(p, q, k, v):
+    """The screening unit per head (spec steps 4-11; no gate, no s_O): q, k, v
+    [B, H, T, d_h] raw projections -> TanhNorm(h) [B, H, T, d_h]."""
+    T = q.shape[2]
+    w = torch.exp(p["s_w"].to(torch.float64)) + 1.0
+    phi = mipe_angles(w, W_TH, T)
+    q_t, k_t = mipe_rotate(unit_rows(q), phi), mipe_rotate(unit_rows(k), phi)
+    alpha = trim(torch.einsum("bhik,bhjk->bhij", q_t, k_t), torch.sigmoid(p["s_r"]))
+    h = torch.einsum("bhij,bhjv->bhiv", alpha * softmask(w, T, q.dtype)[None], unit_rows(v))
+    return tanh_norm(h)
 
 
 def weights(cfg, p, z):

@@ -38,6 +38,7 @@ inline double Weight(AttentionKind kind, double z, double stat, int64_t n) {
       const double t = 0.5 * z - stat;
       return t > 0 ? t * t : 0.0;
     }
+    case AttentionKind::kScreening: break;  // not a score map: model/transformer.h screens instead
   }
   return 0;
 }
@@ -52,6 +53,7 @@ inline double ScoreGrad(AttentionKind kind, double p, double dp, double D) {
       return dp * p * (1.0 - p);
     case AttentionKind::kEntmax15:
       return std::sqrt(p) * (dp - D);
+    case AttentionKind::kScreening: break;
   }
   return 0;
 }

@@ -266,8 +266,10 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
   // Issue 30's attention switch: the Transformer's, each known value; Multiscreen refuses it.
   EXPECT_EQ(error("psi: 2 attention: SOFTMAX"), "attention is a Transformer switch (family: TRANSFORMER); Multiscreen screens");
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: 9"),
-            "attention = 9 is not a known value (SOFTMAX, SOFTMAX1, SSMAX, SIGMOID, ENTMAX15)");
-  for (const char* kind : {"SOFTMAX", "SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15"}) {
+            "attention = 9 is not a known value (SOFTMAX, SOFTMAX1, SSMAX, SIGMOID, ENTMAX15, SCREENING)");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: SCREENING qk_norm: true"),
+            "qk_norm does not apply to attention: SCREENING (screening makes q and k unit length itself)");
+  for (const char* kind : {"SOFTMAX", "SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15", "SCREENING"}) {
     EXPECT_EQ(error(absl::StrCat("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: ", kind)), "ok") << kind;
   }
   // The name goes into logs, manifests and one-line errors: checkpoints refuse such a name,
@@ -295,9 +297,12 @@ TEST(ModelValidationTest, AttentionIsSoftmaxUnlessSetAndSsmaxAddsOneScalarPerHea
   EXPECT_EQ(LoadModel(plain)->attention, AttentionKind::kSoftmax);
   EXPECT_EQ(LoadModel(ssmax)->attention, AttentionKind::kSsmax);
   EXPECT_EQ(LoadModel(entmax)->attention, AttentionKind::kEntmax15);
-  // s_SS: N_L · N_H = 6 more parameters; entmax (like the others) none.
+  // s_SS: N_L · N_H = 6 more parameters; entmax (like the others) none; screening's s_w, s_r 12.
   EXPECT_EQ(ModelParamCount(*LoadModel(ssmax)) - ModelParamCount(*LoadModel(plain)), 6.0);
   EXPECT_EQ(ModelParamCount(*LoadModel(entmax)), ModelParamCount(*LoadModel(plain)));
+  ModelDims screening = *LoadModel(plain);
+  screening.attention = AttentionKind::kScreening;
+  EXPECT_EQ(ModelParamCount(screening) - ModelParamCount(*LoadModel(plain)), 12.0);
 }
 
 TEST(ModelValidationTest, TanhNormIsOnUnlessTheModelFileTurnsItOff) {

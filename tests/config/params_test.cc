@@ -1,7 +1,11 @@
 // Parameter counts against the paper's table (spec "Parameters and initialization").
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "common/config.h"
+#include "model/init.h"
 #include "model/param_layout.h"
 
 namespace multiscreen {
@@ -120,6 +124,30 @@ TEST(ParamLayoutTest, SsmaxAddsOneScalarPerHeadAndLayerSplitLikeTheHeads) {
   EXPECT_EQ(rank1.EntriesPerLayer(), 10);
   EXPECT_EQ(rank1.entries()[rank1.LayerEntry(3) + 5].name, "layers/003/s_SS");
   EXPECT_EQ(rank1.entries()[rank1.LayerEntry(3) + 9].name, "layers/003/W_down");
+}
+
+// Issue 30: attention SCREENING adds s_w and s_r per head and layer, after W_O, split over
+// tp like the heads, initialized as Multiscreen's tiles: s_w spread over the heads'
+// log w_th · h/(N_H − 1) (global head h), s_r = 0.
+TEST(ParamLayoutTest, ScreeningAddsAWindowAndAnAcceptanceWidthPerHead) {
+  ModelDims screening = *LoadModel("transformer_8m");
+  screening.attention = AttentionKind::kScreening;
+  const ParamCounts c = CountParams(screening);
+  EXPECT_EQ(c.total, 7613312 + 2 * 6 * 4);
+  EXPECT_EQ(c.tile_scalars, 48);
+  EXPECT_EQ(ModelParamCount(screening), double(c.total));
+  const ParamLayout rank1(screening, ShardSpec::ForRank(screening, 2, 1, 1, 0));
+  EXPECT_EQ(rank1.EntriesPerLayer(), 11);
+  EXPECT_EQ(rank1.entries()[rank1.LayerEntry(3) + 5].name, "layers/003/s_w");
+  EXPECT_EQ(rank1.entries()[rank1.LayerEntry(3) + 6].name, "layers/003/s_r");
+  const ParamEntry* s_w = rank1.Find("layers/003/s_w");
+  ASSERT_NE(s_w, nullptr);
+  EXPECT_EQ(s_w->offset, (std::vector<int64_t>{2}));
+  std::vector<double> p(rank1.size());
+  InitParams(rank1, 1, p.data());
+  EXPECT_NEAR(p[s_w->buffer_offset], std::log(256.0) * 2 / 3, 1e-15);  // global head 2 of 4
+  EXPECT_NEAR(p[s_w->buffer_offset + 1], std::log(256.0), 1e-15);
+  EXPECT_EQ(p[rank1.Find("layers/003/s_r")->buffer_offset], 0.0);
 }
 
 }  // namespace

@@ -282,8 +282,9 @@ TEST(TiledScreeningSelection, TheEnvironmentVariableOverridesAuto) {
   unsetenv("MULTISCREEN_SCREENING_KERNEL");
 }
 
-// The Transformer baseline (issue 18): plain, and with every switch on (QKNorm, SIO,
-// PLNorm); its parameters moved off the init so that attention is far from uniform.
+// The Transformer baseline (issue 18): plain, with every switch on (QKNorm, SIO, PLNorm),
+// and with attention SCREENING (issue 30: the kernel table's screening kernels per head);
+// its parameters moved off the init so that attention is far from uniform.
 class TransformerCudaTest : public CudaTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(TransformerCudaTest, ForwardBackwardMatchesTheCpuInEveryPrecision) {
@@ -310,7 +311,8 @@ TEST_P(TransformerCudaTest, AStageOnDeviceArraysMatchesTheCpuStage) {
   ExpectStagesMatch(dims, testing::PerturbedTransformerParams<float>(ParamLayout(dims, ShardSpec::Full(dims)), 16), 10);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, TransformerCudaTest, ::testing::Values("tiny_transformer", "tiny_transformer_all"));
+INSTANTIATE_TEST_SUITE_P(Tiny, TransformerCudaTest,
+                         ::testing::Values("tiny_transformer", "tiny_transformer_all", "tiny_transformer_screening"));
 
 }  // namespace
 }  // namespace multiscreen

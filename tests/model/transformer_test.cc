@@ -53,13 +53,15 @@ std::string SwitchesName(const ::testing::TestParamInfo<Switches>& info) {
 }
 
 // The switch cases, then every other attention mechanism plain and SSMax with qk_norm
-// (its s_SS and s_QK both scale the scores).
+// (its s_SS and s_QK both scale the scores); screening plain and with sio and pl_norm (its
+// heads: w ≈ 2 with MiPE turning, and w ≈ 257 past w_th, MiPE off).
 const Switches kCases[] = {
     Switches{false, false, false}, Switches{true, false, false}, Switches{false, true, false},
     Switches{false, false, true},  Switches{true, true, true},
     Switches{false, false, false, AttentionKind::kSoftmax1}, Switches{false, false, false, AttentionKind::kSsmax},
     Switches{true, true, false, AttentionKind::kSsmax},      Switches{false, false, false, AttentionKind::kSigmoid},
-    Switches{false, false, false, AttentionKind::kEntmax15}};
+    Switches{false, false, false, AttentionKind::kEntmax15}, Switches{false, false, false, AttentionKind::kScreening},
+    Switches{false, true, true, AttentionKind::kScreening}};
 
 class TransformerGradientTest : public ::testing::TestWithParam<Switches> {};
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Parity of `multiscreen forward` (C++) with the Transformer twin (tools/transformer_twin.py)
 for every combination of the switches qk_norm, sio, pl_norm, and each attention mechanism
-(issue 30: softmax1, ssmax, sigmoid, entmax15 plain; ssmax also with qk_norm and sio).
+(issue 30: softmax1, ssmax, sigmoid, entmax15, screening plain; ssmax also with qk_norm and
+sio; screening also with sio and pl_norm).
 
 For each combination: a tiny Transformer model file (2 layers, 2 heads of width 4,
 d_E = 8, d_ff = 21, V = 37) with the switches set, `multiscreen init`, weights perturbed
@@ -70,7 +71,7 @@ def perturb(path, rng):
                 v = v * 12.0
             elif leaf in ("attn_norm", "ffn_norm"):
                 v = v * rng.uniform(0.5, 1.5, v.shape)
-            else:  # s_QK, s_SS, s_E, s_F
+            else:  # s_QK, s_SS, s_w, s_r, s_E, s_F
                 v = v + rng.normal(0.0, 0.4, np.shape(v))
             obj[...] = np.asarray(v, dtype=np.float32)
         f.visititems(edit)
@@ -105,7 +106,8 @@ def main():
     failures, summary = [], []
     with tempfile.TemporaryDirectory(prefix="transformer_parity_") as tmp:
         cases = [(qk, sio, pl, "SOFTMAX") for qk, sio, pl in itertools.product((0, 1), repeat=3)]
-        cases += [(0, 0, 0, kind) for kind in ("SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15")] + [(1, 1, 0, "SSMAX")]
+        cases += [(0, 0, 0, kind) for kind in ("SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15", "SCREENING")]
+        cases += [(1, 1, 0, "SSMAX"), (0, 1, 1, "SCREENING")]
         for i, (qk, sio, pl, attention) in enumerate(cases):
             tag = f"qk{qk}_sio{sio}_pl{pl}" + ("" if attention == "SOFTMAX" else f"_{attention.lower()}")
             rng = np.random.default_rng(100 + i)

@@ -310,7 +310,7 @@ TEST_P(TensorParallelTest, Fp64ShardsEqualTheSingleProcessToRoundoff) {
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelTest,
                          ::testing::Values("tiny_psi4", "tiny_psi4_rope_nogate", "tiny_transformer_train",
-                                           "tiny_transformer_all"));
+                                           "tiny_transformer_all", "tiny_transformer_screening"));
 
 }  // namespace
 }  // namespace multiscreen
