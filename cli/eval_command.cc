@@ -164,7 +164,8 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   s.options.train_len = RunTrainLen(given, run_dir, &s.train_len_source);
   if (s.options.train_len < 1) return absl::InvalidArgumentError("--train_len must be >= 1");
-  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), s.weights.dims.transformer(), s.weights.dims.name);
+  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), s.weights.dims.transformer(),
+                                    s.weights.dims.position, s.weights.dims.name);
   if (!yarn.ok()) return yarn.status();
   s.yarn = *yarn;
   s.options.yarn_factor = s.yarn.automatic ? 1.0 : s.yarn.factor;
@@ -857,6 +858,7 @@ int Relevance(const std::vector<std::string>& given) {
   for (int64_t l = 0; l < d.n_layers; ++l) {
     for (int64_t t = 0; t < d.n_heads; ++t) keep[l][t] = (*layers)[l] && (*tiles)[t];
   }
+  setup->UseYarnFor(static_cast<int64_t>(ids->size()));  // position ROPE: auto is the text's length over train_len
   const auto start = Clock::now();
   const std::vector<eval::TileRelevance> rel = eval::InspectRelevance(setup->weights, setup->options, *ids, keep, nullptr);
   json tokens = json::array();
@@ -1008,7 +1010,8 @@ constexpr char kUsage[] =
     "       multiscreen eval choice (--checkpoint=DIR | --weights=W.h5) --task=FILE.jsonl --format=hellaswag|piqa|arc|winogrande\n"
     "                            --out=DIR [--seq_len=N]\n"
     "       every evaluation of a model: [--threads=N] (CPU worker threads; 0: all cores)\n"
-    "       a Transformer (RoPE), every evaluation: [--yarn_factor=F|auto] (YaRN at inference; auto: length / train_len)\n"
+    "       a RoPE model (Transformer; Multiscreen position: ROPE), every evaluation: [--yarn_factor=F|auto]\n"
+    "                            (YaRN at inference; auto: length / train_len)\n"
     "       choice's --format (required) is the benchmark's: hellaswag|piqa|arc|winogrande (not a token file format)\n";
 
 }  // namespace

@@ -25,8 +25,8 @@ ABSL_FLAG(int64_t, train_len, 4096,
           "longest training sequence length (window expansion past it); default: the run's recorded one, else 4096");
 ABSL_FLAG(bool, as_learned, false, "keep every learned window (no window expansion)");
 ABSL_FLAG(std::string, yarn_factor, "1",
-          "YaRN's scale factor F >= 1 for a RoPE model (the Transformer; 1: plain RoPE), or auto: the evaluation "
-          "length over the training length (context-matched)");
+          "YaRN's scale factor F >= 1 for a RoPE model (the Transformer, Multiscreen with position: ROPE; 1: plain "
+          "RoPE), or auto: the evaluation length over the training length (context-matched)");
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);
 ABSL_DECLARE_FLAG(std::string, weights);
@@ -48,7 +48,8 @@ int GenerateCommand(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
-  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), weights->dims.transformer(), weights->dims.name);
+  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), weights->dims.transformer(), weights->dims.position,
+                                    weights->dims.name);
   if (!yarn.ok()) return Fail("generate", yarn.status());
   // The tokenizer and training length the run recorded (cli/run_data.h), unless given.
   const std::vector<std::string> given = GivenFlags(argc, argv);

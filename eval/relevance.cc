@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/cpu/rope.h"
 #include "model/param_layout.h"
 
 namespace multiscreen::eval {
@@ -43,6 +44,10 @@ std::vector<TileRelevance> InspectRelevance(const Weights& weights, const Infere
   }
   std::vector<TileRelevance> out;
   std::vector<double> q(T * dK), k(T * dK), v(T * dV), g(T * dV), h(dV);
+  // Position ROPE: θ_p, or YaRN's θ'_p at inference (options.yarn_factor ≠ 1; the
+  // frequencies only, no temperature: docs/ablations.md), from the one definition.
+  std::vector<double> rope_freq(dK / 2);
+  kernels::cpu::RopeFrequencies(dK, {options.yarn_factor, double(options.train_len)}, rope_freq.data());
   for (int64_t l = 0; l < d.n_layers; ++l) {
     const auto scalars = MapTileScalars(layout, params, l, &options);
     const auto& entries = layout.entries();
@@ -81,7 +86,7 @@ std::vector<TileRelevance> InspectRelevance(const Weights& weights, const Infere
           } else if (d.position == kernels::PositionKind::kRope) {
             for (int64_t p = 0; p < dK / 2; ++p) {
               const double a = z[p], b = z[p + dK / 2];
-              const double angle = double(i) * std::pow(10000.0, -2.0 * double(p) / double(dK));
+              const double angle = double(i) * rope_freq[p];
               z[p] = a * std::cos(angle) - b * std::sin(angle);
               z[p + dK / 2] = a * std::sin(angle) + b * std::cos(angle);
             }

@@ -1,6 +1,7 @@
 // Direct inspection (spec "Evaluations", the paper's relevance maps): the model's forward
 // written out step by step in double precision (spec steps 1–14, the inference window rule
-// of MapTileScalars), keeping per tile the relevance of every query–key pair inside the
+// of MapTileScalars; for position ROPE, YaRN's frequencies when options.yarn_factor ≠ 1),
+// keeping per tile the relevance of every query–key pair inside the
 // window: Trim's α_ij = max(1 − (1 − s_ij)/r, 0)² and Softmask's m_ij, listed sparsely (only
 // pairs with α_ij · m_ij > 0). Its logits equal Multiscreen::Logits (tests/eval), which is
 // what makes the maps the model's. O(T · ⌈w⌉) per tile: meant for texts of a few thousand

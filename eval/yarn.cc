@@ -9,7 +9,8 @@
 
 namespace multiscreen::eval {
 
-absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transformer, const std::string& model_name) {
+absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transformer, kernels::PositionKind position,
+                                         const std::string& model_name) {
   YarnFlag f;
   if (text == "auto") {
     f.automatic = true;
@@ -18,11 +19,12 @@ absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transform
         absl::StrCat("--yarn_factor=", text, ": expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)"));
   }
   f.given = f.automatic || f.factor != 1.0;
-  if (f.given && !transformer) {
-    return absl::InvalidArgumentError(absl::StrCat("--yarn_factor=", text, ": model ", model_name,
-                                                   " is Multiscreen: --yarn_factor is YaRN for softmax attention with "
-                                                   "RoPE (the Transformer baseline); screening has no softmax temperature "
-                                                   "for it to scale"));
+  if (f.given && !transformer && position != kernels::PositionKind::kRope) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--yarn_factor=", text, ": model ", model_name, " is Multiscreen with position: ",
+        position == kernels::PositionKind::kNope ? "NOPE" : "MIPE",
+        ", which has no RoPE for YaRN to rescale (--yarn_factor takes a Transformer or a Multiscreen model with "
+        "position: ROPE)"));
   }
   return f;
 }

@@ -2,13 +2,17 @@
 // model at inference (the equations and their source: kernels/cpu/rope.h), a number ≥ 1,
 // or "auto", the paper's "context-matched" factor F = max(1, evaluation length /
 // training length) (Peng et al. 2023 scale s = L'/L; the Multiscreen paper's Figs. 4, 5,
-// 17, 18 compare against it). A Multiscreen model positions by MiPE, not RoPE: refused.
+// 17, 18 compare against it). Models with RoPE take it: the Transformer (frequencies and
+// its logit temperature) and Multiscreen with position: ROPE (the frequencies only, no
+// temperature: docs/ablations.md, the paper's Figs. 21–22); Multiscreen with MIPE or NOPE
+// has no RoPE to rescale and is refused.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kernels/screening_types.h"
 
 namespace multiscreen::eval {
 
@@ -18,9 +22,12 @@ struct YarnFlag {
   bool given = false;      // anything but the default "1"
 };
 
-// Parses the flag's text. Errors (one line, naming --yarn_factor): not a number ≥ 1 nor
-// "auto"; given (≠ 1) for a model without RoPE (`transformer` false: Multiscreen's MiPE).
-absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transformer, const std::string& model_name);
+// Parses the flag's text for model `model_name` (`transformer`: the Transformer family;
+// else Multiscreen positioned by `position`). Errors (one line, naming --yarn_factor): not
+// a number ≥ 1 nor "auto"; given (≠ 1, or auto) for a model without RoPE (Multiscreen with
+// position MIPE or NOPE).
+absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transformer, kernels::PositionKind position,
+                                         const std::string& model_name);
 
 // F = max(1, eval_len / train_len).
 double ContextMatchedYarnFactor(int64_t eval_len, int64_t train_len);

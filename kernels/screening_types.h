@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/cpu/rope.h"
+
 namespace multiscreen::kernels {
 
 // Where positions enter q̃ and k̃ (config.proto ModelConfig.position, issue 30; the
@@ -49,6 +51,12 @@ struct ScreeningShape {
   bool tanh_norm = true;  // TanhNorm (step 11); false = identity, u = h (ablation switch, issue 18)
   PositionKind position = PositionKind::kMipe;  // step 6 (ablation switch, issue 30)
   bool output_gate = true;  // step 12; false: no gate columns in P, u is not gated (issue 30)
+  // Position ROPE at inference: YaRN's NTK-by-parts frequencies θ'_p (kernels/cpu/rope.h,
+  // L = the training length, F = factor; docs/ablations.md), and nothing else: no
+  // temperature (s_ij stays the cosine Trim compares with 1 − r). The default is plain
+  // RoPE. Read for PositionKind::kRope only; training never sets it (YaRN is inference
+  // only), and the backward follows it as it follows any fixed rotation.
+  cpu::RopeScaling rope_scaling;
   // Columns per tile in P: [q (d_k) | k (d_k) | v (d_v) | g (d_v)], without g when the
   // output gate is off.
   int64_t p_cols() const { return 2 * d_k + (output_gate ? 2 : 1) * d_v; }

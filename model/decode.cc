@@ -15,6 +15,8 @@ namespace k = kernels::cpu;
 template <typename Real>
 DecodeSession<Real>::DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options)
     : layout_(dims, ShardSpec::Full(dims)), params_(params) {
+  // Position ROPE: YaRN's frequencies at inference (Multiscreen::LayersForward's rule).
+  if (dims.position == kernels::PositionKind::kRope) rope_scaling_ = {options.yarn_factor, double(options.train_len)};
   const int64_t V = dims.vocab, dE = dims.d_e;
   e_bar_.resize(V * dE);
   k::UnitRowsForward(params + layout_.Find("embed/W_E")->buffer_offset, dE, e_bar_.data(), dE,
@@ -78,9 +80,9 @@ void DecodeSession<Real>::Step(int32_t token, Real* logits) {
       k::MipeRate(c.scalars.mipe_w, d.w_th, &rate, &rate_dw);
       std::vector<Real> q(dK);
       k::UnitRowsForward(pt, C, q.data(), dK, norm.data(), 1, dK);
-      k::PositionRotateForward(d.position, q.data(), dK, 1, dK, pos, rate);
+      k::PositionRotateForward(d.position, q.data(), dK, 1, dK, pos, rate, rope_scaling_);
       k::UnitRowsForward(pt + dK, C, c.k.data() + slot * dK, dK, norm.data(), 1, dK);
-      k::PositionRotateForward(d.position, c.k.data() + slot * dK, dK, 1, dK, pos, rate);
+      k::PositionRotateForward(d.position, c.k.data() + slot * dK, dK, 1, dK, pos, rate, rope_scaling_);
       k::UnitRowsForward(pt + 2 * dK, C, c.v.data() + slot * dV, dV, norm.data(), 1, dV);
       const int64_t n = static_cast<int64_t>(c.position.size());
       dist.resize(n);

@@ -2,13 +2,15 @@
 // the k̃ (normalized, rotated by MiPE at its absolute position) and v̄ of past
 // tokens; a finite-window tile keeps only its last ⌈w⌉ keys in a ring buffer,
 // an infinite-window tile (window expansion) keeps all. Logits equal those of
-// Multiscreen::Logits over the whole prefix.
+// Multiscreen::Logits over the whole prefix, YaRN's frequencies included (position ROPE
+// with options.yarn_factor ≠ 1; docs/ablations.md).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "common/config.h"
+#include "kernels/cpu/rope.h"
 #include "model/decoder.h"
 #include "model/param_layout.h"
 #include "model/tile_weights.h"
@@ -40,6 +42,7 @@ class DecodeSession final : public Decoder<Real> {
   std::vector<DeviceArray<Real>> w_cat_;     // per layer, PackProjections
   std::vector<std::vector<TileCache>> caches_;  // [layer][tile]
   int64_t position_ = 0;
+  kernels::cpu::RopeScaling rope_scaling_;  // position ROPE: YaRN's θ'_p (options.yarn_factor ≠ 1)
 };
 
 }  // namespace multiscreen

@@ -75,6 +75,7 @@ kernels::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) const {
   s.tanh_norm = dims().tanh_norm;
   s.position = dims().position;
   s.output_gate = dims().output_gate;
+  s.rope_scaling = rope_scaling_;
   return s;
 }
 
@@ -147,6 +148,12 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   const int64_t rows = B * T, C = ShapeOf(B, T).p_cols();
   batch_ = B;
   seq_ = T;
+  // YaRN at inference for position ROPE (the frequencies only; docs/ablations.md): F and the
+  // training length L, as the Transformer reads them. Kept for a backward of this forward.
+  rope_scaling_ = {};
+  if (inference != nullptr && d.position == kernels::PositionKind::kRope) {
+    rope_scaling_ = {inference->yarn_factor, double(inference->train_len)};
+  }
   scratch_x_.Resize(rows * dE);
   StepProfile* profile = options_.profile;
   for (int64_t li = 0; li < layout_.shard().layers(); ++li) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
 #include "model/model_stage.h"
@@ -122,6 +123,7 @@ class Multiscreen final : public ModelStage<Real> {
   SingleProcessCommunicator single_;
   Communicator* tp_;
   int64_t batch_ = 0, seq_ = 0;
+  kernels::cpu::RopeScaling rope_scaling_;  // position ROPE: YaRN of the last LayersForward (ShapeOf)
   Real s_e_ = 0, s_f_ = 0;                  // host copies (BeginStep)
   Array e_bar_, e_norm_, d_e_bar_;          // Ē [V_local, d_E], row norms, ∂L/∂Ē
   Array e_bar_compute_;                     // Ē rounded for the GEMMs (kBf16, kFp16; unused under kFp32)

@@ -59,14 +59,10 @@ double MipeRotateBackward(const Real* z_rot, int64_t ldz, Real* dz, int64_t lddz
   return d_rate;
 }
 
-double ScreeningRopeFrequency(int64_t p, int64_t d_k) {
-  return std::pow(kScreeningRopeBase, -2.0 * double(p) / double(d_k));
-}
-
-void ScreeningRopeTable(int64_t rows, int64_t d_k, int64_t pos0, double* table) {
+void ScreeningRopeTable(int64_t rows, int64_t d_k, int64_t pos0, double* table, const RopeScaling& scaling) {
   const int64_t half = d_k / 2;
   for (int64_t p = 0; p < half; ++p) {
-    const double theta = ScreeningRopeFrequency(p, d_k);
+    const double theta = RopeFrequency(p, d_k, scaling);
     for (int64_t r = 0; r < rows; ++r) {
       const double phi = static_cast<double>(pos0 + r) * theta;
       table[(r * half + p) * 2] = std::cos(phi);
@@ -92,13 +88,13 @@ void RopeRotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double
 
 template <typename Real>
 void PositionRotateForward(PositionKind kind, Real* z, int64_t ld, int64_t rows, int64_t d_k, int64_t pos0,
-                           double mipe_rate) {
+                           double mipe_rate, const RopeScaling& rope_scaling) {
   switch (kind) {
     case PositionKind::kMipe: MipeRotateForward(z, ld, rows, pos0, mipe_rate); break;
     case PositionKind::kNope: break;
     case PositionKind::kRope: {
       std::vector<double> table(rows * d_k);
-      ScreeningRopeTable(rows, d_k, pos0, table.data());
+      ScreeningRopeTable(rows, d_k, pos0, table.data(), rope_scaling);
       RopeRotateRows(z, ld, rows, d_k, table.data());
       break;
     }
@@ -107,7 +103,8 @@ void PositionRotateForward(PositionKind kind, Real* z, int64_t ld, int64_t rows,
 
 #define MS_INSTANTIATE(Real)                                                                          \
   template void RopeRotateRows<Real>(Real*, int64_t, int64_t, int64_t, const double*, bool);          \
-  template void PositionRotateForward<Real>(PositionKind, Real*, int64_t, int64_t, int64_t, int64_t, double);
+  template void PositionRotateForward<Real>(PositionKind, Real*, int64_t, int64_t, int64_t, int64_t, double,    \
+                                           const RopeScaling&);
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)
 #undef MS_INSTANTIATE

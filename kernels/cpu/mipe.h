@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/rope.h"
 #include "kernels/screening_types.h"
 
 namespace multiscreen::kernels::cpu {
@@ -30,17 +31,16 @@ double MipeRotateBackward(const Real* z_rot, int64_t ldz, Real* dz, int64_t lddz
 
 // RoPE on a screening tile (PositionKind::kRope): all d_K coordinates of the unit q̄, k̄
 // turned in the half-split pairing (p, p + d_K/2), p < d_K/2, by φ(t, p) = t · θ_p with
-// θ_p = 10000^(−2p/d_K) (Su et al. 2021, "RoFormer"; the pairing and base of the
-// Transformer baseline, kernels/cpu/rope.h, so the two families' RoPE agree), at absolute
-// position t, independent of the tile's w. d_k even (ResolveModel checks).
-inline constexpr double kScreeningRopeBase = 10000.0;
+// θ_p = 10000^(−2p/d_K) (Su et al. 2021, "RoFormer"; the pairing, base and frequencies of
+// the Transformer baseline, kernels/cpu/rope.h RopeFrequency, so the two families' RoPE
+// agree), at absolute position t, independent of the tile's w. d_k even (ResolveModel
+// checks). At inference `scaling` may give YaRN's NTK-by-parts frequencies θ'_p (F > 1;
+// issue 30, docs/ablations.md) — only the frequencies: screening has no temperature
+// (its similarity is a cosine compared with Trim's absolute threshold 1 − r).
 
-// θ_p for p < d_k/2, radians per position.
-double ScreeningRopeFrequency(int64_t p, int64_t d_k);
-
-// cos and sin of φ(pos0 + r, p) in fp64: table [rows, d_k/2, 2] (resized by the caller to
-// rows · d_k).
-void ScreeningRopeTable(int64_t rows, int64_t d_k, int64_t pos0, double* table);
+// cos and sin of φ(pos0 + r, p) = (pos0 + r) · θ'_p in fp64: table [rows, d_k/2, 2]
+// (resized by the caller to rows · d_k). The default scaling is plain RoPE.
+void ScreeningRopeTable(int64_t rows, int64_t d_k, int64_t pos0, double* table, const RopeScaling& scaling = {});
 
 // Turns each row of z [rows, ld] (d_k columns) by its row of `table` (ScreeningRopeTable):
 // (a, b) ← (a cos φ − b sin φ, a sin φ + b cos φ) for (a, b) = (z_p, z_{p+d_k/2});
@@ -49,10 +49,11 @@ template <typename Real>
 void RopeRotateRows(Real* z, int64_t ld, int64_t rows, int64_t d_k, const double* table, bool inverse = false);
 
 // Spec step 6 as the position switch says, on rows at absolute positions pos0 + r of
-// z [rows, ld] (d_k columns): MiPE with `mipe_rate` (MipeRate), nothing, or RoPE.
+// z [rows, ld] (d_k columns): MiPE with `mipe_rate` (MipeRate), nothing, or RoPE with
+// `rope_scaling` (ScreeningRopeTable; read for kRope only).
 // The decoding path's form (the fused kernels inline their own).
 template <typename Real>
 void PositionRotateForward(PositionKind kind, Real* z, int64_t ld, int64_t rows, int64_t d_k, int64_t pos0,
-                           double mipe_rate);
+                           double mipe_rate, const RopeScaling& rope_scaling = {});
 
 }  // namespace multiscreen::kernels::cpu

@@ -7,18 +7,17 @@
 
 namespace multiscreen::kernels::cpu {
 
+double RopeFrequency(int64_t p, int64_t d_h, const RopeScaling& scaling) {
+  const double theta = std::pow(kRopeTheta, -2.0 * double(p) / double(d_h));
+  if (!scaling.active()) return theta;
+  const double wavelength = 2.0 * std::numbers::pi / theta;
+  const double r = scaling.original_len / wavelength;
+  const double gamma = std::clamp((r - scaling.alpha) / (scaling.beta - scaling.alpha), 0.0, 1.0);
+  return (1.0 - gamma) * theta / scaling.factor + gamma * theta;
+}
+
 void RopeFrequencies(int64_t d_h, const RopeScaling& scaling, double* freq) {
-  for (int64_t p = 0; p < d_h / 2; ++p) {
-    const double theta = std::pow(kRopeTheta, -2.0 * double(p) / double(d_h));
-    if (!scaling.active()) {
-      freq[p] = theta;
-      continue;
-    }
-    const double wavelength = 2.0 * std::numbers::pi / theta;
-    const double r = scaling.original_len / wavelength;
-    const double gamma = std::clamp((r - scaling.alpha) / (scaling.beta - scaling.alpha), 0.0, 1.0);
-    freq[p] = (1.0 - gamma) * theta / scaling.factor + gamma * theta;
-  }
+  for (int64_t p = 0; p < d_h / 2; ++p) freq[p] = RopeFrequency(p, d_h, scaling);
 }
 
 double YarnLogitScale(double factor) {

@@ -35,7 +35,12 @@ struct RopeScaling {
   bool active() const { return factor != 1.0; }
 };
 
-// freq[p] = θ'_p (θ_p when !scaling.active()), p < d_h/2, radians per position.
+// θ'_p (θ_p when !scaling.active()) of pair p < d_h/2, radians per position: the one
+// definition, which the Transformer's RoPE and Multiscreen's position ROPE
+// (kernels/cpu/mipe.h ScreeningRopeTable) both use.
+double RopeFrequency(int64_t p, int64_t d_h, const RopeScaling& scaling);
+
+// freq[p] = RopeFrequency(p, d_h, scaling) for p < d_h/2.
 void RopeFrequencies(int64_t d_h, const RopeScaling& scaling, double* freq);
 
 // YaRN's factor on the attention logits, (0.1 ln F + 1)² (1 for F = 1).

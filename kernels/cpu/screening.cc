@@ -501,7 +501,7 @@ void Prepare(const ScreeningShape& shape, const TileScalars* tiles, ScreeningWor
   }
   if (shape.position == PositionKind::kRope) {
     ws.rope.resize(T * shape.d_k);
-    ScreeningRopeTable(T, shape.d_k, shape.pos0, ws.rope.data());
+    ScreeningRopeTable(T, shape.d_k, shape.pos0, ws.rope.data(), shape.rope_scaling);  // YaRN's θ'_p at inference
   }
   ws.mask.resize(nt * ws.mask_ld);
   ws.dmask.resize(nt * ws.mask_ld);

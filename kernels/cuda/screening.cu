@@ -30,6 +30,9 @@ struct Dims {
   bool tanh_norm;  // ScreeningShape::tanh_norm: false = identity in place of TanhNorm
   bool rope;       // ScreeningShape::position == kRope (kNope: Prepare zeroes the MiPE rates)
   bool gate;       // ScreeningShape::output_gate: false = no g columns, u not gated
+  // Position ROPE: [dk/2] pair p's frequency θ'_p on the device (ScreeningScratch::rope_freq,
+  // made by FillScreeningTables; YaRN's at inference); null otherwise.
+  const double* rope_freq;
   __host__ __device__ int64_t p_cols() const { return 2 * int64_t(dk) + (gate ? 2 : 1) * int64_t(dv); }
 };
 
@@ -71,11 +74,11 @@ __device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn
 }
 
 // Position ROPE (kernels/screening_types.h, cpu::RopeRotateRows): the pairs (p, p + d/2) of z
-// turned by sign · pos · 10000^(−2p/d) in fp64 (sign −1: the transpose, for the backward).
-__device__ inline void RopeTurnRow(float* z, int d, double pos, double sign) {
+// turned by sign · pos · freq[p] in fp64 (Dims::rope_freq; sign −1: the transpose, for the backward).
+__device__ inline void RopeTurnRow(float* z, int d, double pos, double sign, const double* freq) {
   const int half = d / 2;
   for (int p = 0; p < half; ++p) {
-    const double phi = sign * pos * pow(10000.0, -2.0 * double(p) / double(d));
+    const double phi = sign * pos * freq[p];
     const double c = cos(phi), sn = sin(phi), a = z[p], b = z[p + half];
     z[p] = static_cast<float>(a * c - b * sn);
     z[p + half] = static_cast<float>(a * sn + b * c);
@@ -140,8 +143,8 @@ __global__ void NormalizeKernel(Dims s, const float* P, const ScreeningTileParam
     RotateRow(saved.q_tilde + idx * dk, c, sn);
     RotateRow(saved.k_tilde + idx * dk, c, sn);
   } else if (s.rope) {
-    RopeTurnRow(saved.q_tilde + idx * dk, dk, double(s.pos0 + tok.i), 1.0);
-    RopeTurnRow(saved.k_tilde + idx * dk, dk, double(s.pos0 + tok.i), 1.0);
+    RopeTurnRow(saved.q_tilde + idx * dk, dk, double(s.pos0 + tok.i), 1.0, s.rope_freq);
+    RopeTurnRow(saved.k_tilde + idx * dk, dk, double(s.pos0 + tok.i), 1.0, s.rope_freq);
   }
 }
 
@@ -284,7 +287,7 @@ __global__ void QueryBackwardKernel(Dims s, const ScreeningTileParams* params, c
   NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dq, tp.rate != 0, c, sn, pos,
                                  dP + row * ldp + tok.t * C, dk, &d_rate);
   // ROPE: the unit-norm backward in the turned frame, then turned back (a rotation keeps dots).
-  if (s.rope) RopeTurnRow(dP + row * ldp + tok.t * C, dk, pos, -1.0);
+  if (s.rope) RopeTurnRow(dP + row * ldp + tok.t * C, dk, pos, -1.0, s.rope_freq);
   double* part = partial + idx * kParts;
   part[kPartR] = sum_r;
   part[kPartW] = sum_w;
@@ -343,7 +346,7 @@ __global__ void KeyBackwardKernel(Dims s, const ScreeningTileParams* params, con
   float* dPj = dP + (tok.b * s.seq + j) * ldp + tok.t * C;
   NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dkey, tp.rate != 0, c, sn, pos, dPj + dk,
                                  dk, &d_rate);
-  if (s.rope) RopeTurnRow(dPj + dk, dk, pos, -1.0);
+  if (s.rope) RopeTurnRow(dPj + dk, dk, pos, -1.0, s.rope_freq);
   NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dval, false, 1, 0, 0, dPj + 2 * dk, dv,
                                  &unused);
   partial[idx * kParts + kPartRateK] = d_rate;
@@ -371,12 +374,12 @@ __global__ void NormalizeBackwardKernel(Dims s, const ScreeningTileParams* param
   for (int x = 0; x < dk; ++x) dz[x] = d_q[idx * dk + x];
   NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dz, tp.rate != 0, c, sn, pos, dPi, dk,
                                  &unused);
-  if (s.rope) RopeTurnRow(dPi, dk, pos, -1.0);
+  if (s.rope) RopeTurnRow(dPi, dk, pos, -1.0, s.rope_freq);
   #pragma unroll
   for (int x = 0; x < dk; ++x) dz[x] = d_k[idx * dk + x];
   NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dz, tp.rate != 0, c, sn, pos, dPi + dk,
                                  dk, &unused);
-  if (s.rope) RopeTurnRow(dPi + dk, dk, pos, -1.0);
+  if (s.rope) RopeTurnRow(dPi + dk, dk, pos, -1.0, s.rope_freq);
   #pragma unroll
   for (int x = 0; x < dv; ++x) dz[x] = d_v[idx * dv + x];
   NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dz, false, 1, 0, 0, dPi + 2 * dk, dv,
@@ -403,10 +406,12 @@ __global__ void ReducePartsKernel(const double* partial, int64_t seq, double* su
   if (threadIdx.x < kParts) sums[int64_t(blockIdx.x) * kParts + threadIdx.x] = tree[threadIdx.x][0];
 }
 
-Dims DimsOf(const ScreeningShape& shape, int64_t mask_ld) {
-  return Dims{shape.batch,        shape.seq, shape.tiles, shape.pos0, mask_ld, static_cast<int>(shape.d_k),
-              static_cast<int>(shape.d_v), shape.tanh_norm, shape.position == PositionKind::kRope,
-              shape.output_gate};
+// The kernels' sizes, with the tables Prepare uploaded into `scratch`.
+Dims DimsOf(const ScreeningShape& shape, const ScreeningScratch& scratch) {
+  const bool rope = shape.position == PositionKind::kRope;
+  return Dims{shape.batch,        shape.seq, shape.tiles, shape.pos0, scratch.mask_ld, static_cast<int>(shape.d_k),
+              static_cast<int>(shape.d_v), shape.tanh_norm, rope, shape.output_gate,
+              rope ? scratch.rope_freq.data() : nullptr};
 }
 
 // Checks the shape, fills (screening_tables.h) and uploads the per-tile tables; returns
@@ -433,7 +438,12 @@ Dims Prepare(const char* op, const ScreeningShape& shape, const TileScalars* til
                                     cudaMemcpyHostToDevice, stream));
   MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->dmask.data(), scratch->host_dmask.data(), nt * ld * sizeof(float),
                                     cudaMemcpyHostToDevice, stream));
-  return DimsOf(shape, ld);
+  if (const int64_t n = static_cast<int64_t>(scratch->host_rope_freq.size()); n > 0) {
+    scratch->rope_freq.Resize(n);
+    MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->rope_freq.data(), scratch->host_rope_freq.data(), n * sizeof(double),
+                                      cudaMemcpyHostToDevice, stream));
+  }
+  return DimsOf(shape, *scratch);
 }
 
 unsigned Blocks(const Dims& s) { return static_cast<unsigned>((s.batch * s.tiles * s.seq + kBlock - 1) / kBlock); }
@@ -551,7 +561,7 @@ bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const T
 
 void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<float>& saved, float* dP,
                              TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream) {
-  const Dims s = DimsOf(shape, scratch->mask_ld);
+  const Dims s = DimsOf(shape, *scratch);
   if (FixedWidths(s)) {
     LaunchNormalizeBackward<16, 64>(s, *scratch, saved, dP, stream);
   } else {
@@ -564,7 +574,7 @@ void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileSc
                        const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
                        ScreeningScratch* scratch, cudaStream_t stream) {
   if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
-  const Dims s = DimsOf(shape, scratch->mask_ld);
+  const Dims s = DimsOf(shape, *scratch);
   if (FixedWidths(s)) {
     LaunchWindowBackward<16, 64>(s, *scratch, saved, dP, stream);
   } else {

@@ -15,7 +15,9 @@
 // Issue 30's ablation switches (ScreeningShape::position, output_gate; docs/ablations.md)
 // as on the CPU: NOPE zeroes the MiPE rates; ROPE turns every pair (p, p + d_K/2) of q̃, k̃ in
 // the normalize pass and turns ∂L/∂q, ∂L/∂k back after the unit-norm backward (a rotation
-// keeps dot products, so the two commute); without the gate P has no g columns.
+// keeps dot products, so the two commute), by the CPU's frequencies made on the host and
+// uploaded per call (screening_tables.h; YaRN's with ScreeningShape::rope_scaling); without
+// the gate P has no g columns.
 // d_K = 16, d_V = 64 are compiled as constants; other widths (2 ≤ d_k ≤ 64,
 // 1 ≤ d_v ≤ 256) take a generic path. A failing launch or a shape outside those
 // bounds is fatal (kernels/cuda/check.h).
@@ -62,9 +64,11 @@ struct ScreeningScratch {
   // ∂L/∂q̃, ∂L/∂k̃ [B, tiles, T, d_k] and ∂L/∂v̄ [B, tiles, T, d_v], as a tiled backward
   // leaves them for ScreeningBackwardFinish (sized by that backward; unused by the simple one).
   DeviceArray<float> d_q{Device::kCuda}, d_k{Device::kCuda}, d_v{Device::kCuda};
+  DeviceArray<double> rope_freq{Device::kCuda};              // position ROPE: [d_k/2] θ'_p
   std::vector<ScreeningTileParams> host_params;
   std::vector<float> host_mask, host_dmask;
   std::vector<double> host_rate_dw, host_sums;
+  std::vector<double> host_rope_freq;  // [d_k/2] for position ROPE, empty otherwise
   int64_t mask_ld = 1;
 };
 

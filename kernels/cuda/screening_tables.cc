@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/mipe.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/softmask.h"
 
 namespace multiscreen::kernels::cuda {
@@ -21,6 +22,11 @@ void FillScreeningTables(const ScreeningShape& shape, const TileScalars* tiles, 
     p.keys = cpu::SoftmaskKeys(tiles[t].w, shape.seq);
     cpu::MipeRate(tiles[t].mipe_w, shape.w_th, &p.rate, &scratch->host_rate_dw[t]);
     scratch->mask_ld = std::max(scratch->mask_ld, p.keys);
+  }
+  scratch->host_rope_freq.clear();
+  if (shape.position == PositionKind::kRope) {
+    scratch->host_rope_freq.resize(shape.d_k / 2);
+    cpu::RopeFrequencies(shape.d_k, shape.rope_scaling, scratch->host_rope_freq.data());
   }
   const int64_t ld = scratch->mask_ld;
   scratch->host_mask.assign(nt * ld, 0.f);

@@ -258,6 +258,13 @@ TEST_F(CudaKernelTableTest, ScreeningForwardAndBackwardMatchTheCpu) {
   variant(0, kernels::PositionKind::kMipe, false, 96);
   variant(0, kernels::PositionKind::kMipe, false, 64);
   variant(1, kernels::PositionKind::kRope, false, 24);
+  // ROPE with YaRN at inference (its frequencies, uploaded from the host; docs/ablations.md):
+  // F = 4 over L = 256 (d_K = 16: pair 0 kept, 1–3 on the ramp, 4–7 interpolated) at the
+  // fixed widths, F = 2.5 over L = 200 at the generic widths (d_K = 8) with pos0 = 1000.
+  variant(0, kernels::PositionKind::kRope, true, 64);
+  cases.back().shape.rope_scaling = {4.0, 256.0};
+  variant(1, kernels::PositionKind::kRope, true, 24);
+  cases.back().shape.rope_scaling = {2.5, 200.0};
   for (const ScreeningCase& c : cases) {
     const kernels::ScreeningShape& s = c.shape;
     const int64_t tokens = s.batch * s.seq, saved_rows = tokens * s.tiles;
@@ -282,7 +289,8 @@ TEST_F(CudaKernelTableTest, ScreeningForwardAndBackwardMatchTheCpu) {
     table_->ScreeningBackward(s, gP, c.tiles.data(), saved, Device(dU), gdP, ggrads.data());
     SCOPED_TRACE(testing::Message() << "B T tiles d_k d_v = " << s.batch << " " << s.seq << " " << s.tiles << " "
                                     << s.d_k << " " << s.d_v << ", position "
-                                    << kernels::PositionKindName(s.position) << (s.output_gate ? "" : ", no gate"));
+                                    << kernels::PositionKindName(s.position) << (s.output_gate ? "" : ", no gate")
+                                    << ", yarn " << s.rope_scaling.factor);
     EXPECT_CLOSE(Host(saved.q_tilde, qt.size()), qt, 1e-6);
     EXPECT_CLOSE(Host(saved.k_tilde, kt.size()), kt, 1e-6);
     EXPECT_CLOSE(Host(saved.v_bar, vb.size()), vb, 1e-6);

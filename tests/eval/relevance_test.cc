@@ -39,9 +39,12 @@ TEST(RelevanceTest, InspectionLogitsEqualTheModelsUnderBothWindowRules) {
   const int64_t T = 40, V = w.dims.vocab;
   const std::vector<int32_t> ids = testing::RandomTokens(V, T, 7);
   for (bool expand : {false, true}) {
+  // ROPE also with YaRN at inference (F = 4 over L = 6: its frequencies, docs/ablations.md).
+  for (double yarn : position == kernels::PositionKind::kRope ? std::vector<double>{1.0, 4.0} : std::vector<double>{1.0}) {
     InferenceOptions o;
     o.expand_windows = expand;
     o.train_len = 6;  // perturbed windows reach 2·w_th: some tiles expand
+    o.yarn_factor = yarn;
     std::vector<double> mine;
     InspectRelevance(w, o, ids, {}, &mine);
     Multiscreen<float> model(w.dims, ShardSpec::Full(w.dims));
@@ -50,7 +53,8 @@ TEST(RelevanceTest, InspectionLogitsEqualTheModelsUnderBothWindowRules) {
     double worst = 0;
     for (int64_t n = 0; n < T * V; ++n) worst = std::max(worst, std::abs(mine[n] - theirs[n]));
     EXPECT_LT(worst, 2e-4) << "expand=" << expand << " position=" << kernels::PositionKindName(position)
-                           << " gate=" << gate;
+                           << " gate=" << gate << " yarn=" << yarn;
+  }
   }
   }
 }

@@ -5,7 +5,10 @@ and attention scores are replaced here by YaRN written out from the paper (Peng 
 2023, §3.2 NTK-by-parts, §3.4 the temperature), independently of kernels/cpu/rope.cc;
 the full pass and the decoding cache agree; F = 1 is the plain model; auto is
 context-matched (seq_len / train_len, and in a grid each cell's prompt); with qk_norm the temperature still applies (it is
-on the scores, after the unit rows); Multiscreen refuses the flag in one line.
+on the scores, after the unit rows). A Multiscreen model with position: ROPE takes YaRN's
+frequencies and no temperature (docs/ablations.md): its losses against the Multiscreen twin
+(tools/multiscreen_twin.py) whose RoPE is replaced here by YaRN's frequencies; MIPE and
+NOPE models refuse the flag in one line.
 
 Run: /usr/bin/python3 tests/eval/yarn_cli_test.py --multiscreen=build/multiscreen --source=.
 """
@@ -24,6 +27,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 import transformer_twin as twin  # noqa: E402
+import multiscreen_twin as ms_twin  # noqa: E402
 from random_tokens import write_tokens  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, ".."))
 from cli_errors import OneLineErrors  # noqa: E402
@@ -62,6 +66,38 @@ def yarn_twin_losses(path, tokens, batch, seq_len, factor, train_len):
         return twin.loss_and_grads(cfg, params, tokens, batch, seq_len)["token_losses"]
     finally:
         twin.rope, twin.weights = plain_rope, plain_weights
+
+
+def yarn_frequencies(d, factor, train_len):
+    """YaRN's NTK-by-parts θ'_p, p < d/2 (Peng et al. 2023 §3.2, α = 1, β = 32)."""
+    theta = 10000.0 ** (-2.0 * torch.arange(d // 2, dtype=torch.float64) / d)
+    r = train_len / (2 * math.pi / theta)
+    gamma = torch.clamp((r - 1.0) / (32.0 - 1.0), 0.0, 1.0)
+    return (1 - gamma) * theta / factor + gamma * theta
+
+
+def multiscreen_yarn_twin_losses(path, tokens, batch, seq_len, factor, train_len):
+    """The Multiscreen twin's token losses [B, T] with position ROPE turned by YaRN's θ'_p
+    (pairs (p, p + d_K/2) at position t by t θ'_p) and nothing else: no temperature."""
+    plain_rope = ms_twin.rope_rotate
+
+    def rope(z):
+        T, d_k = z.shape[-2], z.shape[-1]
+        half = d_k // 2
+        phi = torch.arange(T, dtype=torch.float64)[:, None] * yarn_frequencies(d_k, factor, train_len)[None, :]
+        cos, sin = torch.cos(phi).to(z.dtype), torch.sin(phi).to(z.dtype)
+        a, b = z[..., :half], z[..., half:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+    ms_twin.rope_rotate = rope
+    try:
+        cfg, params = ms_twin.load_weights(path)
+        return ms_twin.loss_and_grads(cfg, params, tokens, batch, seq_len)["token_losses"]
+    finally:
+        ms_twin.rope_rotate = plain_rope
+
+
+MULTISCREEN_TINY = "family: MULTISCREEN\npsi: 4\nd_k: 8\nd_v: 16\nvocab: 97\nw_th: 16\n"
 
 
 class YarnCliTest(OneLineErrors):
@@ -136,7 +172,35 @@ class YarnCliTest(OneLineErrors):
             self.assertEqual(cell["yarn_factor"], (cell["mean_prompt_tokens"] + 8) / 32)
             self.assertGreater(cell["yarn_factor"], 3)
 
-    def test_multiscreen_refuses_yarn(self):
+    def test_multiscreen_rope_takes_yarns_frequencies_and_no_temperature(self):
+        # The paper's Figs. 21-22 (the RoPE ablation with fixed and context-matched YaRN).
+        # --as_learned: the twin has no window expansion.
+        w = self.init(MULTISCREEN_TINY + "position: ROPE\n", "ms_rope")
+        B, T, L = 2, 48, 8
+        tokens = np.random.default_rng(9).integers(0, 96, size=B * (T + 1))
+        t = os.path.join(self.dir, "t.bin")
+        write_tokens(t, tokens)
+        common = (f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", f"--train_len={L}", "--as_learned")
+        want = multiscreen_yarn_twin_losses(w, tokens, B, T, 2.0, L).mean(axis=0)
+        full, r = self.ppl(*common, "--yarn_factor=2", "--method=full")
+        self.assertIn("YaRN factor 2", r.stdout)
+        self.assertEqual(full["yarn_factor"], 2.0)
+        np.testing.assert_allclose(full["mean_loss"], want, rtol=0, atol=2e-6)
+        decode, _ = self.ppl(*common, "--yarn_factor=2", "--method=decode")
+        np.testing.assert_allclose(decode["mean_loss"], want, rtol=0, atol=2e-6)
+        # auto: 48 / 8 = 6, context-matched.
+        auto, _ = self.ppl(*common, "--yarn_factor=auto", "--method=full")
+        self.assertEqual((auto["yarn_factor"], auto["yarn_context_matched"]), (6.0, True))
+        np.testing.assert_allclose(auto["mean_loss"], multiscreen_yarn_twin_losses(w, tokens, B, T, 6.0, L).mean(axis=0),
+                                   rtol=0, atol=2e-6)
+        # F = 1 is the plain twin, and YaRN changes the loss.
+        plain, _ = self.ppl(*common, "--method=full")
+        cfg, params = ms_twin.load_weights(w)
+        plain_want = ms_twin.loss_and_grads(cfg, params, tokens, B, T)["token_losses"].mean(axis=0)
+        np.testing.assert_allclose(plain["mean_loss"], plain_want, rtol=0, atol=2e-6)
+        self.assertGreater(np.abs(np.array(plain["mean_loss"]) - want).max(), 1e-4)
+
+    def test_multiscreen_without_rope_refuses_yarn(self):
         w = os.path.join(self.dir, "ms.h5")
         r = run("init", "--model=tiny_psi2", "--seed=1", f"--out={w}")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -144,18 +208,25 @@ class YarnCliTest(OneLineErrors):
         write_tokens(t, np.arange(40) % 30)
         r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2",
                 f"--out={self.dir}/o")
-        self.assert_one_line_error(r, "--yarn_factor=2: model tiny_psi2 is Multiscreen: --yarn_factor is YaRN for softmax "
-                                      "attention with RoPE (the Transformer baseline)")
+        self.assert_one_line_error(r, "--yarn_factor=2: model tiny_psi2 is Multiscreen with position: MIPE, which has no "
+                                      "RoPE for YaRN to rescale (--yarn_factor takes a Transformer or a Multiscreen "
+                                      "model with position: ROPE)")
         r = run("generate", f"--weights={w}", "--prompt=hi", "--yarn_factor=auto")
-        self.assert_one_line_error(r, "--yarn_factor=auto: model tiny_psi2 is Multiscreen")
-        # Multiscreen positioned by RoPE is refused too, and the message does not call it MiPE.
-        w_rope = os.path.join(self.dir, "ms_rope.h5")
-        r = run("init", "--model=tiny_psi4_rope_nogate", "--seed=1", f"--out={w_rope}")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        r = run("eval", "ppl", f"--weights={w_rope}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2",
+        self.assert_one_line_error(r, "--yarn_factor=auto: model tiny_psi2 is Multiscreen with position: MIPE, which has "
+                                      "no RoPE")
+        w_nope = self.init(MULTISCREEN_TINY + "position: NOPE\n", "ms_nope")
+        r = run("eval", "ppl", f"--weights={w_nope}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=auto",
                 f"--out={self.dir}/o")
-        self.assert_one_line_error(r, "is Multiscreen: --yarn_factor is YaRN for softmax attention with RoPE")
-        self.assertNotIn("MiPE", r.stderr)
+        self.assert_one_line_error(r, "--yarn_factor=auto: model ms_nope is Multiscreen with position: NOPE, which has "
+                                      "no RoPE")
+        # --yarn_factor=1 (plain RoPE: nothing asked) stays accepted for every model.
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=1",
+                f"--out={self.dir}/o1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_flag_errors_and_resume(self):
+        t = os.path.join(self.dir, "t.bin")
+        write_tokens(t, np.arange(40) % 30)
         w2 = self.init("family: TRANSFORMER\nvocab: 97\nn_layers: 1\nn_heads: 2\nd_e: 16\n", "t1")
         r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=0.5",
                 f"--out={self.dir}/o")

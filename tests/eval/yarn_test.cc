@@ -1,6 +1,6 @@
 // YaRN at inference (issue 30): the NTK-by-parts frequencies and the logit scale of
 // kernels/cpu/rope.h against values worked by hand, F = 1 against the plain RoPE formula
-// bit for bit, and the --yarn_factor flag (eval/yarn.h). The model with YaRN against an
+// bit for bit, and the --yarn_factor flag (eval/yarn.h). The models with YaRN against an
 // independent PyTorch YaRN: yarn_cli_test.py.
 #include <cmath>
 #include <cstring>
@@ -73,20 +73,33 @@ TEST(YarnTest, RopeTurnsByTheScaledFrequency) {
   EXPECT_NEAR(x[t * dh + 1 + dh / 2], std::sin(phi), 1e-12);
 }
 
-TEST(YarnTest, TheFlagTakesANumberOrAutoAndRefusesMultiscreen) {
-  auto four = eval::ParseYarnFactor("4", true, "t");
+// The flag: a number ≥ 1 or auto, for a model with RoPE (the Transformer, Multiscreen with
+// position ROPE); Multiscreen with MIPE or NOPE has none to rescale and is refused.
+TEST(YarnTest, TheFlagTakesANumberOrAutoForModelsWithRope) {
+  constexpr auto kMipe = kernels::PositionKind::kMipe, kNope = kernels::PositionKind::kNope,
+                 kRope = kernels::PositionKind::kRope;
+  auto four = eval::ParseYarnFactor("4", true, kMipe, "t");  // a Transformer (its position field is unused)
   ASSERT_TRUE(four.ok());
   EXPECT_EQ(eval::YarnFactorFor(*four, 100, 10), 4.0);
-  auto automatic = eval::ParseYarnFactor("auto", true, "t");
+  auto automatic = eval::ParseYarnFactor("auto", true, kMipe, "t");
   ASSERT_TRUE(automatic.ok());
   EXPECT_EQ(eval::YarnFactorFor(*automatic, 8192, 2048), 4.0);
   EXPECT_EQ(eval::YarnFactorFor(*automatic, 1000, 2048), 1.0);  // never below 1
-  EXPECT_TRUE(eval::ParseYarnFactor("1", false, "psi8").ok());  // the default: nothing asked
-  EXPECT_EQ(eval::ParseYarnFactor("0.5", true, "t").status().message(),
+  auto rope = eval::ParseYarnFactor("2", false, kRope, "psi32_rope");  // the paper's Figs. 21–22
+  ASSERT_TRUE(rope.ok());
+  EXPECT_EQ(eval::YarnFactorFor(*rope, 100, 10), 2.0);
+  EXPECT_TRUE(eval::ParseYarnFactor("auto", false, kRope, "psi32_rope").value().automatic);
+  EXPECT_TRUE(eval::ParseYarnFactor("1", false, kMipe, "psi8").ok());  // the default: nothing asked
+  EXPECT_EQ(eval::ParseYarnFactor("0.5", true, kMipe, "t").status().message(),
             "--yarn_factor=0.5: expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)");
-  EXPECT_EQ(eval::ParseYarnFactor("auto", false, "psi8").status().message(),
-            "--yarn_factor=auto: model psi8 is Multiscreen: --yarn_factor is YaRN for softmax attention with RoPE (the "
-            "Transformer baseline); screening has no softmax temperature for it to scale");
+  EXPECT_EQ(eval::ParseYarnFactor("0.5", false, kRope, "r").status().message(),
+            "--yarn_factor=0.5: expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)");
+  EXPECT_EQ(eval::ParseYarnFactor("auto", false, kMipe, "psi8").status().message(),
+            "--yarn_factor=auto: model psi8 is Multiscreen with position: MIPE, which has no RoPE for YaRN to rescale "
+            "(--yarn_factor takes a Transformer or a Multiscreen model with position: ROPE)");
+  EXPECT_EQ(eval::ParseYarnFactor("2", false, kNope, "psi8_nope").status().message(),
+            "--yarn_factor=2: model psi8_nope is Multiscreen with position: NOPE, which has no RoPE for YaRN to rescale "
+            "(--yarn_factor takes a Transformer or a Multiscreen model with position: ROPE)");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The screening kernel at the paper's widths (d_K = 16, d_V = 64, compiled as
-// constants): forward against a dense reference written from the spec, backward
-// against central differences, fp32 against fp64, and workspace reuse. (The model
-// tests use tiny widths, which take the kernel's generic path.)
+// constants): forward against a dense reference written from the spec (MiPE; position
+// ROPE with and without YaRN), backward against central differences, fp32 against fp64,
+// and workspace reuse. (The model tests use tiny widths, which take the kernel's generic
+// path.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/mipe.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/screening.h"
 #include "tests/kernels/isa_test.h"
 
@@ -104,8 +106,20 @@ std::vector<double> Unit(const double* x, int64_t d, double* norm) {
   return y;
 }
 
-// Spec steps 5–13 written out densely (every j ≤ i visited), in fp64.
-std::vector<double> DenseReference(const Problem<double>& p) {
+// Spec step 6 for position ROPE as docs/ablations.md defines it, in fp64: the pairs
+// (c, c + d/2) of the unit z turned by pos · freq[c].
+void RopeTurn(std::vector<double>* z, double pos, const std::vector<double>& freq) {
+  const int64_t half = static_cast<int64_t>(z->size()) / 2;
+  for (int64_t c = 0; c < half; ++c) {
+    const double a = (*z)[c], b = (*z)[c + half], phi = pos * freq[c];
+    (*z)[c] = a * std::cos(phi) - b * std::sin(phi);
+    (*z)[c + half] = a * std::sin(phi) + b * std::cos(phi);
+  }
+}
+
+// Spec steps 5–13 written out densely (every j ≤ i visited), in fp64. Position MIPE, or
+// ROPE with the frequencies `rope_freq` [d_K/2] (the caller's: θ_p, or YaRN's θ'_p).
+std::vector<double> DenseReference(const Problem<double>& p, const std::vector<double>& rope_freq = {}) {
   const ScreeningShape& s = p.shape;
   const int64_t T = s.seq, nt = s.tiles, C = s.p_cols();
   std::vector<double> U(s.batch * T * nt * kDv);
@@ -120,6 +134,11 @@ std::vector<double> DenseReference(const Problem<double>& p) {
         q[i] = Unit(row, kDk, &norm);
         k[i] = Unit(row + kDk, kDk, &norm);
         v[i] = Unit(row + 2 * kDk, kDv, &norm);
+        if (s.position == PositionKind::kRope) {
+          RopeTurn(&q[i], double(s.pos0 + i), rope_freq);
+          RopeTurn(&k[i], double(s.pos0 + i), rope_freq);
+          continue;
+        }
         const double phi = double(s.pos0 + i) * rate;
         for (auto* z : {&q[i], &k[i]}) {
           const double z0 = (*z)[0], z1 = (*z)[1];
@@ -164,6 +183,71 @@ TEST_P(ScreeningKernelTest, FixedWidthForwardMatchesADenseReference) {
   for (double x : want) max_abs = std::max(max_abs, std::abs(x));
   ASSERT_GT(max_abs, 0.05);
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(p.U[i], want[i], 1e-12) << i;
+}
+
+// Position ROPE with YaRN at inference (issue 30; docs/ablations.md): q̃ and k̃ turned by
+// the NTK-by-parts θ'_p of kernels/cpu/rope.h (F = 4, L = 256: at d_K = 16 pair 0 turns
+// 41 times in L and keeps θ_0, pairs 1–3 are on the ramp, 4–7 are interpolated, θ_p/4), no
+// temperature (Trim compares the plain cosine with 1 − r). Saved q̃, k̃ at a few positions
+// and every output against the definition in fp64; YaRN really moves the output.
+TEST_P(ScreeningKernelTest, RopeWithYarnTurnsByTheScaledFrequenciesAndNothingElse) {
+  const RopeScaling yarn{4.0, 256.0};
+  std::vector<double> freq(kDk / 2), plain(kDk / 2);
+  RopeFrequencies(kDk, yarn, freq.data());
+  for (int64_t c = 0; c < kDk / 2; ++c) plain[c] = std::pow(10000.0, -2.0 * double(c) / double(kDk));
+  EXPECT_EQ(freq[0], plain[0]);                        // γ = 1: kept
+  EXPECT_DOUBLE_EQ(freq[kDk / 2 - 1], plain[kDk / 2 - 1] / 4);  // γ = 0: interpolated
+  Problem<double> p(2, 40, SomeTiles(), 11);
+  p.shape.position = PositionKind::kRope;
+  p.shape.pos0 = 300;  // past L, where YaRN matters
+  p.shape.rope_scaling = yarn;
+  p.Forward();
+  const int64_t nt = p.shape.tiles, C = p.shape.p_cols(), T = p.shape.seq;
+  for (int64_t b : {0, 1}) {
+    for (int64_t t : {0, 3}) {
+      for (int64_t i : {0, 17, 39}) {
+        const double* row = p.P.data() + (b * T + i) * nt * C + t * C;
+        double norm;
+        std::vector<double> q = Unit(row, kDk, &norm), k = Unit(row + kDk, kDk, &norm);
+        RopeTurn(&q, double(p.shape.pos0 + i), freq);
+        RopeTurn(&k, double(p.shape.pos0 + i), freq);
+        const int64_t saved = ((b * nt + t) * T + i) * kDk;
+        for (int64_t c = 0; c < kDk; ++c) {
+          ASSERT_NEAR(p.qt[saved + c], q[c], 1e-14) << b << "," << t << "," << i << "," << c;
+          ASSERT_NEAR(p.kt[saved + c], k[c], 1e-14) << b << "," << t << "," << i << "," << c;
+        }
+      }
+    }
+  }
+  const std::vector<double> want = DenseReference(p, freq), unscaled = DenseReference(p, plain);
+  double max_abs = 0, worst = 0, moved = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(want[i]));
+    worst = std::max(worst, std::abs(p.U[i] - want[i]));
+    moved = std::max(moved, std::abs(want[i] - unscaled[i]));
+  }
+  ASSERT_GT(max_abs, 0.05);
+  EXPECT_LT(worst, 1e-12);
+  EXPECT_GT(moved, 1e-2);  // the scaled frequencies really change what Trim accepts
+}
+
+// F = 1 is plain RoPE bit for bit (whatever L), and plain RoPE is θ_p = 10000^(−2p/d_K).
+TEST_P(ScreeningKernelTest, RopeWithYarnFactorOneIsPlainRopeBitForBit) {
+  Problem<double> plain(2, 40, SomeTiles(), 12), one(2, 40, SomeTiles(), 12);
+  for (auto* p : {&plain, &one}) {
+    p->shape.position = PositionKind::kRope;
+    p->shape.pos0 = 300;
+  }
+  one.shape.rope_scaling = RopeScaling{1.0, 256.0};
+  plain.Forward();
+  one.Forward();
+  EXPECT_EQ(one.U, plain.U);
+  EXPECT_EQ(one.qt, plain.qt);
+  EXPECT_EQ(one.kt, plain.kt);
+  std::vector<double> theta(kDk / 2);
+  for (int64_t c = 0; c < kDk / 2; ++c) theta[c] = std::pow(10000.0, -2.0 * double(c) / double(kDk));
+  const std::vector<double> want = DenseReference(plain, theta);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(plain.U[i], want[i], 1e-12) << i;
 }
 
 double Objective(Problem<double>& p, const std::vector<double>& R) {

@@ -127,16 +127,18 @@ TEST(ScreeningTest, TrimGivesExactlyZeroAtOrBelowTheThreshold) {
   EXPECT_NEAR(h, 1.0 / 9.0, 1e-12);
 }
 
-// Window expansion on and off; issue 30's ablation switches (position, output gate).
+// Window expansion on and off; issue 30's ablation switches (position, output gate), and
+// YaRN at inference for position ROPE (its frequencies, F = yarn_factor, L = train_len).
 struct DecodeCase {
   bool expand_windows;
   kernels::PositionKind position = kernels::PositionKind::kMipe;
   bool output_gate = true;
+  double yarn_factor = 1.0;
 };
 
 void PrintTo(const DecodeCase& c, std::ostream* os) {
   *os << (c.expand_windows ? "expand" : "as learned") << " position=" << kernels::PositionKindName(c.position)
-      << (c.output_gate ? "" : " no gate");
+      << (c.output_gate ? "" : " no gate") << (c.yarn_factor != 1.0 ? " yarn" : "");
 }
 
 class DecodeTest : public ::testing::TestWithParam<DecodeCase> {};
@@ -148,12 +150,22 @@ TEST_P(DecodeTest, CachedTokenByTokenDecodingGivesTheFullForwardsLogits) {
   InferenceOptions options;
   options.expand_windows = GetParam().expand_windows;
   options.train_len = 8;  // tiles with w > 8 become infinite when expanding
+  options.yarn_factor = GetParam().yarn_factor;
   Multiscreen<double> model(dims, ShardSpec::Full(dims));
   const auto p = PerturbedParams<double>(model.layout(), 21);
   const int64_t T = 30;
   const auto ids = RandomTokens(dims.vocab, T, 22);
   std::vector<double> full(T * dims.vocab), step(dims.vocab);
   model.Logits(p.data(), ids.data(), T, options, full.data());
+  if (options.yarn_factor != 1.0) {  // YaRN really changes the forward (so decoding must follow it)
+    InferenceOptions plain = options;
+    plain.yarn_factor = 1.0;
+    std::vector<double> unscaled(T * dims.vocab);
+    model.Logits(p.data(), ids.data(), T, plain, unscaled.data());
+    double moved = 0;
+    for (int64_t n = 0; n < T * dims.vocab; ++n) moved = std::max(moved, std::abs(full[n] - unscaled[n]));
+    EXPECT_GT(moved, 1e-3);
+  }
   DecodeSession<double> session(dims, p.data(), options);
   int ring_tiles = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -171,11 +183,14 @@ INSTANTIATE_TEST_SUITE_P(Windows, DecodeTest,
                                            DecodeCase{true, kernels::PositionKind::kNope},
                                            DecodeCase{false, kernels::PositionKind::kRope},
                                            DecodeCase{true, kernels::PositionKind::kRope, false},
-                                           DecodeCase{false, kernels::PositionKind::kMipe, false}),
+                                           DecodeCase{false, kernels::PositionKind::kMipe, false},
+                                           DecodeCase{false, kernels::PositionKind::kRope, true, 4.0},
+                                           DecodeCase{true, kernels::PositionKind::kRope, false, 2.5}),
                          [](const ::testing::TestParamInfo<DecodeCase>& info) {
                            const DecodeCase& c = info.param;
                            return std::string(c.expand_windows ? "Expand" : "AsLearned") + "_" +
-                                  kernels::PositionKindName(c.position) + (c.output_gate ? "" : "_NoGate");
+                                  kernels::PositionKindName(c.position) + (c.output_gate ? "" : "_NoGate") +
+                                  (c.yarn_factor != 1.0 ? "_Yarn" : "");
                          });
 
 TEST(ModelTest, WindowExpansionOnlyChangesTilesLongerThanTheTrainingLength) {
