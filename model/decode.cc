@@ -4,8 +4,7 @@
 
 #include "kernels/cpu/cpu_kernel_table.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/mipe.h"
-#include "kernels/cpu/softmask.h"
+#include "kernels/cpu/screening.h"
 #include "kernels/cpu/unit_rows.h"
 
 namespace multiscreen {
@@ -26,28 +25,15 @@ DecodeSession<Real>::DecodeSession(const ModelDims& dims, const Real* params, co
   for (int64_t l = 0; l < dims.n_layers; ++l) {
     w_cat_.emplace_back(Device::kCpu);
     PackProjections(cpu, layout_, params, l, &w_cat_[l]);
-    const auto scalars = MapTileScalars(layout_, params, l, &options);
-    caches_[l].resize(dims.n_heads);
-    for (int64_t t = 0; t < dims.n_heads; ++t) {
-      TileCache& c = caches_[l][t];
-      c.scalars = scalars[t];
-      if (!std::isinf(c.scalars.w)) {
-        c.capacity = static_cast<int64_t>(std::ceil(c.scalars.w));
-        c.k.resize(c.capacity * dims.d_k);
-        c.v.resize(c.capacity * dims.d_v);
-        c.position.assign(c.capacity, -1);
-        c.mask.resize(c.capacity);
-        std::vector<Real> unused(c.capacity);
-        k::SoftmaskTable(c.scalars.w, c.capacity, c.mask.data(), unused.data());
-      }
+    for (const kernels::TileScalars& t : MapTileScalars(layout_, params, l, &options)) {
+      caches_[l].emplace_back(t, dims.d_k, dims.d_v);
     }
   }
 }
 
 template <typename Real>
 int64_t DecodeSession<Real>::CachedKeys(int64_t layer, int64_t tile) const {
-  const TileCache& c = caches_[layer][tile];
-  return c.capacity == 0 ? static_cast<int64_t>(c.position.size()) : std::min(position_, c.capacity);
+  return caches_[layer][tile].CachedKeys(position_);
 }
 
 template <typename Real>
@@ -59,37 +45,13 @@ void DecodeSession<Real>::Step(int32_t token, Real* logits) {
   const Real s_e = params_[layout_.Find("embed/s_E")->buffer_offset];
   const Real* e_row = e_bar_.data() + static_cast<int64_t>(token) * dE;
   for (int64_t c = 0; c < dE; ++c) x[c] = static_cast<Real>(std::exp(double(s_e))) * e_row[c];
-  std::vector<int64_t> dist;
   for (int64_t l = 0; l < d.n_layers; ++l) {
     k::Gemm<Real>(false, false, 1, NH * C, dE, 1, x.data(), dE, w_cat_[l].data(), NH * C, 0, p.data(), NH * C);
     for (int64_t t = 0; t < NH; ++t) {
-      TileCache& c = caches_[l][t];
-      const Real* pt = p.data() + t * C;
-      // Normalize and rotate the new query and key at position pos; cache k̃ and v̄.
-      int64_t slot;
-      if (c.capacity == 0) {
-        slot = static_cast<int64_t>(c.position.size());
-        c.position.push_back(pos);
-        c.k.resize((slot + 1) * dK);
-        c.v.resize((slot + 1) * dV);
-      } else {
-        slot = pos % c.capacity;
-        c.position[slot] = pos;
-      }
-      double rate, rate_dw;
-      k::MipeRate(c.scalars.mipe_w, d.w_th, &rate, &rate_dw);
-      std::vector<Real> q(dK);
-      k::UnitRowsForward(pt, C, q.data(), dK, norm.data(), 1, dK);
-      k::PositionRotateForward(d.position, q.data(), dK, 1, dK, pos, rate, rope_scaling_);
-      k::UnitRowsForward(pt + dK, C, c.k.data() + slot * dK, dK, norm.data(), 1, dK);
-      k::PositionRotateForward(d.position, c.k.data() + slot * dK, dK, 1, dK, pos, rate, rope_scaling_);
-      k::UnitRowsForward(pt + 2 * dK, C, c.v.data() + slot * dV, dV, norm.data(), 1, dV);
-      const int64_t n = static_cast<int64_t>(c.position.size());
-      dist.resize(n);
-      for (int64_t j = 0; j < n; ++j) dist[j] = c.position[j] < 0 ? -1 : pos - c.position[j];
-      k::ScreenOneQuery(q.data(), c.k.data(), c.v.data(), dist.data(), n, dK, dV, static_cast<Real>(c.scalars.r),
-                        c.capacity == 0 ? static_cast<const Real*>(nullptr) : c.mask.data(), c.capacity, h.data());
-      k::TileOutputRow(h.data(), d.output_gate ? pt + 2 * dK + dV : nullptr, static_cast<Real>(c.scalars.scale), dV,
+      ScreeningTileCache<Real>& c = caches_[l][t];
+      const Real* pt = p.data() + t * C;  // [q | k | v | g] of tile t
+      c.Step(pt, pt + dK, pt + 2 * dK, pos, d.position, d.w_th, rope_scaling_, h.data());
+      k::TileOutputRow(h.data(), d.output_gate ? pt + 2 * dK + dV : nullptr, static_cast<Real>(c.scalars().scale), dV,
                        d.tanh_norm, u.data() + t * dV);
     }
     const Real* w_o = params_ + layout_.entries()[layout_.MultiscreenEntry(l, kWO)].buffer_offset;

@@ -3,7 +3,8 @@
 // tokens; a finite-window tile keeps only its last ⌈w⌉ keys in a ring buffer,
 // an infinite-window tile (window expansion) keeps all. Logits equal those of
 // Multiscreen::Logits over the whole prefix, YaRN's frequencies included (position ROPE
-// with options.yarn_factor ≠ 1; docs/ablations.md).
+// with options.yarn_factor ≠ 1; docs/ablations.md). Each tile's cache is a
+// ScreeningTileCache (model/screening_cache.h), shared with the Transformer's screening heads.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "kernels/cpu/rope.h"
 #include "model/decoder.h"
 #include "model/param_layout.h"
+#include "model/screening_cache.h"
 #include "model/tile_weights.h"
 
 namespace multiscreen {
@@ -30,17 +32,11 @@ class DecodeSession final : public Decoder<Real> {
   int64_t CachedKeys(int64_t layer, int64_t tile) const;
 
  private:
-  struct TileCache {
-    int64_t capacity = 0;            // ring slots; 0 = unbounded (grows)
-    std::vector<Real> k, v, mask;    // [slots, d_K], [slots, d_V], m(d) for d < ⌈w⌉
-    std::vector<int64_t> position;   // absolute position of each slot's key
-    kernels::TileScalars scalars;
-  };
   ParamLayout layout_;
   const Real* params_;
   std::vector<Real> e_bar_;                  // Ē [V, d_E]
   std::vector<DeviceArray<Real>> w_cat_;     // per layer, PackProjections
-  std::vector<std::vector<TileCache>> caches_;  // [layer][tile]
+  std::vector<std::vector<ScreeningTileCache<Real>>> caches_;  // [layer][tile]
   int64_t position_ = 0;
   kernels::cpu::RopeScaling rope_scaling_;  // position ROPE: YaRN's θ'_p (options.yarn_factor ≠ 1)
 };
