@@ -115,9 +115,24 @@ class KernelTable {
   virtual void AddInto(const Real* src, int64_t n, Real* dst) = 0;
   // dst[i] += host[i] (a few gradient scalars computed on the host).
   virtual void AddHost(const Real* host, int64_t n, Real* dst) = 0;
-  // Block [rows, cols] of src (row stride ld_src) copied into / added to dst (ld_dst).
-  virtual void Copy2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) = 0;
-  virtual void Add2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) = 0;
+  // `count` blocks [rows, cols] copied into / added to dst, one launch on a device:
+  // block b is [rows, cols] of src + b·src_stride (row stride ld_src) and goes to
+  // dst + b·dst_stride (row stride ld_dst); strides in elements. E.g. the tiles' W_Q
+  // [tiles, d_E, d_K] into the W_Q columns of the packed [d_E, tiles·C] matrix:
+  // (W_Q, d_K, d_E·d_K, d_E, d_K, tiles, w_cat, tiles·C, C). Each element is written
+  // once, so the result is the loop of single blocks b = 0, 1, … bit for bit. The
+  // destination blocks may overlap neither one another nor any source block.
+  virtual void Copy2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols,
+                             int64_t count, Real* dst, int64_t ld_dst, int64_t dst_stride) = 0;
+  virtual void Add2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols,
+                            int64_t count, Real* dst, int64_t ld_dst, int64_t dst_stride) = 0;
+  // One block [rows, cols] of src (row stride ld_src) copied into / added to dst (ld_dst).
+  void Copy2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) {
+    Copy2DBatched(src, ld_src, 0, rows, cols, 1, dst, ld_dst, 0);
+  }
+  void Add2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) {
+    Add2DBatched(src, ld_src, 0, rows, cols, 1, dst, ld_dst, 0);
+  }
   // Σ_i a_i b_i accumulated in fp64 (the order is the implementation's; the CPU's is i = 0, 1, …).
   virtual double Dot(const Real* a, const Real* b, int64_t n) = 0;
   // init + Σ_i x_i² in fp64 (the global gradient norm's part of this buffer; init carries

@@ -7,44 +7,45 @@
 namespace multiscreen {
 namespace {
 
-// Calls f(part, tile, column of w_cat) for each of the [d_E, width] blocks of a layer's
-// packed projections, in column order; width = widths[part].
+// Columns of one tile in w_cat: [W_Q | W_K | W_V | W_G] (no W_G without the gate).
+int64_t TileColumns(const ModelDims& d) { return 2 * d.d_k + (d.output_gate ? 2 : 1) * d.d_v; }
+
+// Calls f(part, width, first column of the part's block in tile 0) for each part of a
+// tile's columns; tile t's block of that part starts t·TileColumns further right.
 template <typename F>
-void ForEachProjectionBlock(const ParamLayout& layout, F&& f) {
-  for (int64_t t = 0, col = 0; t < layout.shard().tiles(); ++t) {
-    for (int part = 0; part < (layout.dims().output_gate ? 4 : 3); ++part) {  // no W_G without the gate
-      f(part, t, col);
-      col += part < 2 ? layout.dims().d_k : layout.dims().d_v;
-    }
+void ForEachProjectionPart(const ModelDims& d, F&& f) {
+  int64_t col = 0;
+  for (int part = 0; part < (d.output_gate ? 4 : 3); ++part) {
+    const int64_t width = part < 2 ? d.d_k : d.d_v;
+    f(part, width, col);
+    col += width;
   }
 }
 
-int64_t PackedColumns(const ParamLayout& layout) {
-  return layout.shard().tiles() * (2 * layout.dims().d_k + (layout.dims().output_gate ? 2 : 1) * layout.dims().d_v);
-}
-
-int64_t PartWidth(const ParamLayout& layout, int part) { return part < 2 ? layout.dims().d_k : layout.dims().d_v; }
-
 }  // namespace
 
+// One batched copy per part: the tiles' [d_E, width] blocks of W_part [tiles, d_E,
+// width] (tile stride d_E·width) into w_cat's columns (tile stride TileColumns).
 template <typename Real>
 void PackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params, int64_t layer,
                      DeviceArray<Real>* w_cat) {
-  const int64_t dE = layout.dims().d_e, ldw = PackedColumns(layout);
+  const ModelDims& d = layout.dims();
+  const int64_t dE = d.d_e, nt = layout.shard().tiles(), C = TileColumns(d), ldw = nt * C;
   w_cat->Resize(dE * ldw);
-  ForEachProjectionBlock(layout, [&](int part, int64_t t, int64_t col) {
-    const int64_t w = PartWidth(layout, part);
-    ops.Copy2D(params + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset + t * dE * w, w, dE, w, w_cat->data() + col, ldw);
+  ForEachProjectionPart(d, [&](int part, int64_t w, int64_t col) {
+    const Real* src = params + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset;
+    ops.Copy2DBatched(src, w, dE * w, dE, w, nt, w_cat->data() + col, ldw, C);
   });
 }
 
 template <typename Real>
 void UnpackProjectionsAdd(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
                           int64_t layer, Real* grads) {
-  const int64_t dE = layout.dims().d_e, ldw = PackedColumns(layout);
-  ForEachProjectionBlock(layout, [&](int part, int64_t t, int64_t col) {
-    const int64_t w = PartWidth(layout, part);
-    ops.Add2D(d_w_cat + col, ldw, dE, w, grads + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset + t * dE * w, w);
+  const ModelDims& d = layout.dims();
+  const int64_t dE = d.d_e, nt = layout.shard().tiles(), C = TileColumns(d), ldw = nt * C;
+  ForEachProjectionPart(d, [&](int part, int64_t w, int64_t col) {
+    Real* dst = grads + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset;
+    ops.Add2DBatched(d_w_cat + col, ldw, C, dE, w, nt, dst, w, dE * w);
   });
 }
 

@@ -118,14 +118,24 @@ absl::StatusOr<double> EvaluateLoss(ProcessGrid& grid, ParallelModel& model, con
 double GlobalGradNorm(ProcessGrid& grid, ParallelModel& model, const float* grads) {
   const ParamLayout& layout = model.layout();
   const auto [begin, end] = model.data_parallel().OwnedRange();
+  // The counted ranges, merged where one ends where the next begins (all of them on a
+  // single process): one SumSquares, one reduction on a device, per run. On the CPU the
+  // terms are added in the same order either way, so the sum is the same bit for bit.
   double sum = 0;
+  int64_t run_begin = 0, run_end = 0;
   for (const ParamEntry& e : layout.entries()) {
     // Count replicas once: W_E on the first stage only, s_E, s_F and gains on tp rank 0 only.
     if (e.kind == ParamKind::kW_E && !grid.first_stage()) continue;
     if (ReplicatedOverTp(e.kind) && grid.coord().tp != 0) continue;
     const int64_t b = std::max(begin, e.buffer_offset), f = std::min(end, e.buffer_offset + e.size());
-    if (f > b) sum = model.ops().SumSquares(grads + b, f - b, sum);
+    if (f <= b) continue;
+    if (b != run_end) {
+      if (run_end > run_begin) sum = model.ops().SumSquares(grads + run_begin, run_end - run_begin, sum);
+      run_begin = b;
+    }
+    run_end = f;
   }
+  if (run_end > run_begin) sum = model.ops().SumSquares(grads + run_begin, run_end - run_begin, sum);
   grid.world().AllReduce(&sum, 1, ReduceOp::kSum);
   return std::sqrt(sum);
 }

@@ -30,16 +30,24 @@ void CpuKernelTable<Real>::AddInto(const Real* src, int64_t n, Real* dst) {
 }
 
 template <typename Real>
-void CpuKernelTable<Real>::Copy2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst,
-                                  int64_t ld_dst) {
-  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * ld_src, src + r * ld_src + cols, dst + r * ld_dst);
+void CpuKernelTable<Real>::Copy2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows,
+                                         int64_t cols, int64_t count, Real* dst, int64_t ld_dst, int64_t dst_stride) {
+  for (int64_t b = 0; b < count; ++b) {
+    const Real* s = src + b * src_stride;
+    Real* d = dst + b * dst_stride;
+    for (int64_t r = 0; r < rows; ++r) std::copy(s + r * ld_src, s + r * ld_src + cols, d + r * ld_dst);
+  }
 }
 
 template <typename Real>
-void CpuKernelTable<Real>::Add2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst,
-                                 int64_t ld_dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) dst[r * ld_dst + c] += src[r * ld_src + c];
+void CpuKernelTable<Real>::Add2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows,
+                                        int64_t cols, int64_t count, Real* dst, int64_t ld_dst, int64_t dst_stride) {
+  for (int64_t b = 0; b < count; ++b) {
+    const Real* s = src + b * src_stride;
+    Real* d = dst + b * dst_stride;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) d[r * ld_dst + c] += s[r * ld_src + c];
+    }
   }
 }
 

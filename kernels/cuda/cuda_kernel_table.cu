@@ -64,11 +64,15 @@ class CudaKernelTable final : public KernelTable<float> {
                   cudaMemcpyAsync(host_staging_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
     cuda::AddInto(host_staging_.data(), n, dst, stream_);
   }
-  void Copy2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst) override {
-    cuda::Copy2D(src, ld_src, rows, cols, dst, ld_dst, /*accumulate=*/false, stream_);
+  void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
+                     float* dst, int64_t ld_dst, int64_t dst_stride) override {
+    cuda::Copy2DBatched(src, ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride, /*accumulate=*/false,
+                        stream_);
   }
-  void Add2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst) override {
-    cuda::Copy2D(src, ld_src, rows, cols, dst, ld_dst, /*accumulate=*/true, stream_);
+  void Add2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
+                    float* dst, int64_t ld_dst, int64_t dst_stride) override {
+    cuda::Copy2DBatched(src, ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride, /*accumulate=*/true,
+                        stream_);
   }
   double Dot(const float* a, const float* b, int64_t n) override { return cuda::Dot(a, b, n, reduce_.data(), stream_); }
   double SumSquares(const float* x, int64_t n, double init = 0) override {

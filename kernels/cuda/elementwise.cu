@@ -34,16 +34,19 @@ __global__ void ScaleKernel(float* x, int64_t n, float factor) {
   }
 }
 
-__global__ void Copy2DKernel(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst,
-                             bool accumulate) {
-  const int64_t n = rows * cols;
+// One grid-stride walk over the count·rows·cols elements of all blocks, block-major.
+__global__ void Copy2DBatchedKernel(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols,
+                                    int64_t count, float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate) {
+  const int64_t block = rows * cols, n = block * count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    const float x = src[r * ld_src + c];
+    const int64_t b = i / block, j = i - b * block;
+    const int64_t r = j / cols, c = j - r * cols;
+    const float x = src[b * src_stride + r * ld_src + c];
+    float* out = dst + b * dst_stride + r * ld_dst + c;
     if (accumulate) {
-      dst[r * ld_dst + c] += x;
+      *out += x;
     } else {
-      dst[r * ld_dst + c] = x;
+      *out = x;
     }
   }
 }
@@ -129,11 +132,12 @@ void Scale(float* x, int64_t n, float factor, cudaStream_t stream) {
   MS_CUDA_CHECK_LAUNCH("Scale");
 }
 
-void Copy2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst, bool accumulate,
-            cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0) return;
-  Launch<Copy2DKernel>(BlocksFor(rows * cols), kThreads, 0, stream, src, ld_src, rows, cols, dst, ld_dst, accumulate);
-  MS_CUDA_CHECK_LAUNCH(accumulate ? "Add2D" : "Copy2D");
+void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
+                   float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0 || count <= 0) return;
+  Launch<Copy2DBatchedKernel>(BlocksFor(rows * cols * count), kThreads, 0, stream, src, ld_src, src_stride, rows, cols,
+                              count, dst, ld_dst, dst_stride, accumulate);
+  MS_CUDA_CHECK_LAUNCH(accumulate ? "Add2DBatched" : "Copy2DBatched");
 }
 
 void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream) {

@@ -1,5 +1,5 @@
 // Elementwise ops and reductions of the CUDA kernel table (kernels/kernel_table.h's
-// memory section) on fp32 device arrays: fill, add, strided 2-D copy/add, scale,
+// memory section) on fp32 device arrays: fill, add, batched strided 2-D copy/add, scale,
 // rounding to bf16/fp16 (the twin of kernels/cpu/bf16.h), and the fp64 reductions
 // Dot, SumSquares and the finiteness check. Every call is enqueued on `stream`; the
 // reductions wait for their result. A failing launch is fatal (kernels/cuda/check.h).
@@ -22,10 +22,12 @@ void AddInto(const float* src, int64_t n, float* dst, cudaStream_t stream);
 // dst[i] ← dst[i] · factor, i < n.
 void Scale(float* x, int64_t n, float factor, cudaStream_t stream);
 
-// Block [rows, cols] of src (row stride ld_src) copied into dst (row stride ld_dst)
-// when !accumulate, added to it when accumulate. The two blocks may not overlap.
-void Copy2D(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst, bool accumulate,
-            cudaStream_t stream);
+// `count` blocks [rows, cols], block b of src + b·src_stride (row stride ld_src) copied
+// into dst + b·dst_stride (row stride ld_dst) when !accumulate, added to it when
+// accumulate; one launch. The destination blocks overlap neither one another nor any
+// source block (kernel_table.h's Copy2DBatched).
+void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
+                   float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate, cudaStream_t stream);
 
 // x[i] ← the value x[i] has in `precision`'s 16-bit format, round to nearest even:
 // bf16 bit-for-bit as cpu::FloatToBf16 (NaN stays NaN), fp16 as IEEE half (past

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "kernels/cuda/check.h"
@@ -27,28 +28,42 @@ int Alignment(const void* p) {
 __device__ inline void StoreHalf(float x, __nv_bfloat16* dst) { *dst = __float2bfloat16_rn(x); }
 __device__ inline void StoreHalf(float x, __half* dst) { *dst = __float2half_rn(x); }
 
-// dst[r, c] = 16-bit(src[r, c]) for the [rows, cols] block of src (row stride ld), packed.
+// A [rows, cols] block of src (row stride ld) and the packed 16-bit copy it becomes.
+struct PackOperand {
+  const float* src;
+  int64_t ld, rows, cols;
+  void* dst;
+};
+
+// dst[r, c] = 16-bit(src[r, c]) for both operands of a GEMM in one launch: one
+// grid-stride walk over a's elements, then b's.
 template <typename Half>
-__global__ void PackKernel(const float* src, int64_t ld, int64_t rows, int64_t cols, Half* dst) {
-  const int64_t n = rows * cols;
+__global__ void PackKernel(PackOperand a, PackOperand b) {
+  const int64_t na = a.rows * a.cols, n = na + b.rows * b.cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    StoreHalf(src[(i / cols) * ld + i % cols], dst + i);
+    const PackOperand& o = i < na ? a : b;
+    const int64_t j = i < na ? i : i - na;
+    StoreHalf(o.src[(j / o.cols) * o.ld + j % o.cols], static_cast<Half*>(o.dst) + j);
   }
 }
 
-// Packs [rows, cols] of src into *dst (grown as needed); returns the packed copy.
-const void* Pack(Precision precision, const float* src, int64_t ld, int64_t rows, int64_t cols,
-                 DeviceArray<uint16_t>* dst, cudaStream_t stream) {
-  dst->Resize(rows * cols);
+// Packs the [rows, cols] blocks of a and b into *a16 and *b16 (grown as needed), one
+// launch; returns the packed copies.
+std::pair<const void*, const void*> PackPair(Precision precision, const float* a, int64_t lda, int64_t rows_a,
+                                             int64_t cols_a, const float* b, int64_t ldb, int64_t rows_b,
+                                             int64_t cols_b, DeviceArray<uint16_t>* a16, DeviceArray<uint16_t>* b16,
+                                             cudaStream_t stream) {
+  a16->Resize(rows_a * cols_a);
+  b16->Resize(rows_b * cols_b);
+  const PackOperand pa{a, lda, rows_a, cols_a, a16->data()}, pb{b, ldb, rows_b, cols_b, b16->data()};
+  const unsigned blocks = BlocksFor(rows_a * cols_a + rows_b * cols_b);
   if (precision == Precision::kBf16) {
-    Launch<PackKernel<__nv_bfloat16>>(BlocksFor(rows * cols), kThreads, 0, stream, src, ld, rows, cols,
-                                      reinterpret_cast<__nv_bfloat16*>(dst->data()));
+    Launch<PackKernel<__nv_bfloat16>>(blocks, kThreads, 0, stream, pa, pb);
   } else {
-    Launch<PackKernel<__half>>(BlocksFor(rows * cols), kThreads, 0, stream, src, ld, rows, cols,
-                               reinterpret_cast<__half*>(dst->data()));
+    Launch<PackKernel<__half>>(blocks, kThreads, 0, stream, pa, pb);
   }
   MS_CUDA_CHECK_LAUNCH("Gemm");
-  return dst->data();
+  return {a16->data(), b16->data()};
 }
 
 constexpr int kTile = 32, kTileRows = 8;
@@ -179,8 +194,8 @@ void GemmRunner::Run(Precision precision, bool trans_a, bool trans_b, int64_t m,
   const void* a_used = a;
   const void* b_used = b;
   if (half) {
-    a_used = Pack(precision, a, lda, rows_a, cols_a, &a16_, stream_);
-    b_used = Pack(precision, b, ldb, rows_b, cols_b, &b16_, stream_);
+    std::tie(a_used, b_used) =
+        PackPair(precision, a, lda, rows_a, cols_a, b, ldb, rows_b, cols_b, &a16_, &b16_, stream_);
   }
   const cublasStatus_t s = cublasLtMatmul(lt_, plan.desc, &alpha, b_used, plan.a, a_used, plan.b, &beta, c, plan.c, c,
                                           plan.c, &plan.algo, workspace_.data(), kWorkspaceBytes, stream_);

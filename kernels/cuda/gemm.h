@@ -4,7 +4,7 @@
 // library as their transposes: C[m, n]ᵀ = op(B)ᵀ op(A)ᵀ, so A and B swap places and
 // m and n swap, with the same strides.
 //   kFp32: fp32 operands, CUBLAS_COMPUTE_32F (exact fp32 products, no TF32).
-//   kBf16 / kFp16: A and B converted into packed 16-bit scratch copies (exact where
+//   kBf16 / kFp16: A and B converted, in one launch, into packed 16-bit scratch copies (exact where
 //   the caller rounded them; round to nearest even otherwise), fp32 accumulation and
 //   fp32 C, alpha and beta as given.
 // Matmul descriptors, layouts and the chosen algorithm are cached per shape, stride

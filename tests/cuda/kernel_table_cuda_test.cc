@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/cpu_kernel_table.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
@@ -80,6 +81,35 @@ TEST_F(CudaKernelTableTest, MemoryOpsMatchTheirDefinitions) {
     for (int c = 0; c < 9; ++c) want[2 + r * 25 + c] = a[3 + r * 40 + c] + a[3 + r * 40 + c];
   }
   EXPECT_EQ(Host(dst, n), want);
+}
+
+TEST_F(CudaKernelTableTest, BatchedCopyAndAddOfBlocksMatchTheCpuBitForBit) {
+  // {rows, cols, count, ld_src, src_stride, ld_dst, dst_stride}: count 1 and many, odd
+  // shapes, ld > cols, blocks interleaved in dst as a layer's tiles in the packed
+  // projections (and the reverse), overlapping sources, more elements than one grid block.
+  const int64_t batches[][7] = {{7, 9, 1, 40, 0, 25, 0},   {5, 3, 11, 4, 21, 77, 7},
+                                {13, 5, 6, 5, 65, 84, 14}, {13, 5, 6, 84, 14, 5, 65},
+                                {3, 17, 4, 20, 3, 17, 51}, {33, 17, 9, 19, 630, 160, 17}};
+  kernels::cpu::CpuKernelTable<float> cpu;
+  uint64_t seed = 40;
+  for (const auto& [rows, cols, count, ld_src, src_stride, ld_dst, dst_stride] : batches) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows << " cols " << cols << " count " << count);
+    const int64_t n_src = (count - 1) * src_stride + (rows - 1) * ld_src + cols;
+    const int64_t n_dst = (count - 1) * dst_stride + (rows - 1) * ld_dst + cols + 3;
+    const Floats src = Random(n_src, seed++), before = Random(n_dst, seed++);
+    for (bool add : {false, true}) {
+      Floats want = before;
+      float* dst = Device(before);
+      if (add) {
+        cpu.Add2DBatched(src.data(), ld_src, src_stride, rows, cols, count, want.data(), ld_dst, dst_stride);
+        table_->Add2DBatched(Device(src), ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride);
+      } else {
+        cpu.Copy2DBatched(src.data(), ld_src, src_stride, rows, cols, count, want.data(), ld_dst, dst_stride);
+        table_->Copy2DBatched(Device(src), ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride);
+      }
+      EXPECT_EQ(Host(dst, n_dst), want) << (add ? "Add2DBatched" : "Copy2DBatched");
+    }
+  }
 }
 
 TEST_F(CudaKernelTableTest, DotAndSumSquaresMatchAnFp64SumAndRepeatExactly) {

@@ -1,0 +1,103 @@
+// The CPU kernel table's own ops (kernels/cpu/cpu_kernel_table.h) against their
+// definitions in kernels/kernel_table.h, written out as element loops.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernel_table.h"
+
+namespace multiscreen::kernels::cpu {
+namespace {
+
+// A batch of 2-D blocks: count blocks [rows, cols], block b at src + b·src_stride (row
+// stride ld_src) and at dst + b·dst_stride (row stride ld_dst).
+struct Batch {
+  int64_t rows, cols, count, ld_src, src_stride, ld_dst, dst_stride;
+  // Elements src and dst must hold.
+  int64_t SrcSize() const { return (count - 1) * src_stride + (rows - 1) * ld_src + cols; }
+  int64_t DstSize() const { return (count - 1) * dst_stride + (rows - 1) * ld_dst + cols; }
+};
+
+// Odd shapes, ld > cols on both sides, count 1 and many; the blocks interleave in dst
+// (dst_stride < ld_dst) as a layer's tiles do in the packed projections, and in src too.
+const Batch kBatches[] = {
+    {7, 9, 1, 40, 0, 25, 0},        // one block between two strides
+    {1, 1, 1, 1, 0, 1, 0},          // one element
+    {5, 3, 11, 4, 21, 77, 7},       // 11 blocks side by side, each 3 of a tile's 7 columns
+    {13, 5, 6, 5, 65, 84, 14},      // PackProjections' shape: [tiles, d_E, w] → [d_E, tiles·C]
+    {13, 5, 6, 84, 14, 5, 65},      // and UnpackProjectionsAdd's, its reverse
+    {3, 17, 4, 20, 3, 17, 51},      // source blocks overlapping (only destinations may not)
+};
+
+template <typename Real>
+std::vector<Real> Random(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<Real> x(n);
+  for (Real& v : x) v = static_cast<Real>(normal(rng));
+  return x;
+}
+
+// dst after the batched copy (add = false) or add (add = true), element by element.
+template <typename Real>
+std::vector<Real> Reference(const Batch& s, const std::vector<Real>& src, std::vector<Real> dst, bool add) {
+  for (int64_t b = 0; b < s.count; ++b) {
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (int64_t c = 0; c < s.cols; ++c) {
+        const Real x = src[b * s.src_stride + r * s.ld_src + c];
+        Real& y = dst[b * s.dst_stride + r * s.ld_dst + c];
+        y = add ? y + x : x;
+      }
+    }
+  }
+  return dst;
+}
+
+template <typename Real>
+void ExpectBatchedOpsMatchTheirDefinition() {
+  CpuKernelTable<Real> table;
+  uint64_t seed = 1;
+  for (const Batch& s : kBatches) {
+    SCOPED_TRACE(testing::Message() << "rows " << s.rows << " cols " << s.cols << " count " << s.count);
+    const std::vector<Real> src = Random<Real>(s.SrcSize(), seed++);
+    const std::vector<Real> before = Random<Real>(s.DstSize() + 3, seed++);  // 3 past the last block stay
+    std::vector<Real> dst = before;
+    table.Copy2DBatched(src.data(), s.ld_src, s.src_stride, s.rows, s.cols, s.count, dst.data(), s.ld_dst,
+                        s.dst_stride);
+    EXPECT_EQ(dst, Reference(s, src, before, false));
+    dst = before;
+    table.Add2DBatched(src.data(), s.ld_src, s.src_stride, s.rows, s.cols, s.count, dst.data(), s.ld_dst,
+                       s.dst_stride);
+    EXPECT_EQ(dst, Reference(s, src, before, true));
+    // The loop of single blocks it replaces, bit for bit.
+    std::vector<Real> looped = before;
+    dst = before;
+    for (int64_t b = 0; b < s.count; ++b) {
+      table.Add2D(src.data() + b * s.src_stride, s.ld_src, s.rows, s.cols, looped.data() + b * s.dst_stride,
+                  s.ld_dst);
+    }
+    table.Add2DBatched(src.data(), s.ld_src, s.src_stride, s.rows, s.cols, s.count, dst.data(), s.ld_dst,
+                       s.dst_stride);
+    EXPECT_EQ(dst, looped);
+  }
+}
+
+TEST(CpuKernelTableTest, BatchedCopyAndAddOfBlocksMatchTheirElementLoops) {
+  ExpectBatchedOpsMatchTheirDefinition<float>();
+  ExpectBatchedOpsMatchTheirDefinition<double>();
+}
+
+TEST(CpuKernelTableTest, BatchedCopyOfNoBlocksOrEmptyBlocksWritesNothing) {
+  CpuKernelTable<float> table;
+  const std::vector<float> src(16, 1.f), before(16, 2.f);
+  std::vector<float> dst = before;
+  table.Copy2DBatched(src.data(), 4, 4, 4, 4, 0, dst.data(), 4, 4);
+  table.Add2DBatched(src.data(), 4, 4, 0, 4, 3, dst.data(), 4, 4);
+  table.Add2DBatched(src.data(), 4, 4, 4, 0, 3, dst.data(), 4, 4);
+  EXPECT_EQ(dst, before);
+}
+
+}  // namespace
+}  // namespace multiscreen::kernels::cpu
