@@ -285,7 +285,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   d_w_cat_.Resize(dE * nt * C);
   scratch_x_.Resize(rows * dE);
   std::vector<kernels::TileScalarGrads> tile_grads(nt);
-  std::vector<Real> g_scalars(nt);
+  std::vector<Real> g_scalars(3 * nt);  // ∂L/∂s_w, ∂L/∂s_r, ∂L/∂s_O of the local tiles
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
@@ -310,12 +310,9 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
                             tile_grads.data());
     // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}; their gradients, computed
     // on the host, are added to the device's.
-    for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].w * (tiles[t].w - 1.0));
-    ops_->AddHost(g_scalars.data(), nt, grads + slot(kSw));
-    for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].r * tiles[t].r * (1.0 - tiles[t].r));
-    ops_->AddHost(g_scalars.data(), nt, grads + slot(kSr));
-    for (int64_t t = 0; t < nt; ++t) g_scalars[t] = static_cast<Real>(tile_grads[t].scale * tiles[t].scale);
-    ops_->AddHost(g_scalars.data(), nt, grads + slot(kSO));
+    // s_w, s_r, s_O are adjacent in the layout (ParamLayout): one upload for the three.
+    TileScalarParamGrads(tiles, tile_grads, g_scalars.data(), g_scalars.data() + nt, g_scalars.data() + 2 * nt);
+    ops_->AddHost(g_scalars.data(), 3 * nt, grads + slot(kSw));
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
     timer.emplace(options_.profile, StepProfile::kProjections);
     RoundGradientToCompute(d_p_.data(), rows * nt * C);

@@ -159,10 +159,9 @@ void Transformer<Real>::BeginStep(const Real* params) {
     // The local heads of W_Q, W_K, W_V [H_l, d_E, d_h] → the columns of one [d_E, 3 d_l] matrix.
     w.w_qkv.Resize(dE * 3 * dl);
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
-    for (int p = 0; p < 3; ++p) {
-      for (int64_t h = 0; h < H; ++h) {
-        ops_->Copy2D(params + parts[p] + h * dE * dh, dh, dE, dh, w.w_qkv.data() + QkvColumn(p, h), 3 * dl);
-      }
+    for (int p = 0; p < 3; ++p) {  // head h's [d_E, d_h] block → the columns from QkvColumn(p, h)
+      ops_->Copy2DBatched(params + parts[p], dh, dE * dh, dE, dh, H, w.w_qkv.data() + QkvColumn(p, 0), 3 * dl,
+                          QkvColumn(p, 1) - QkvColumn(p, 0));
     }
     w.w_o.Resize(dl * dE);
     ops_->Copy(params + s.w_o, dl * dE, w.w_o.data());
@@ -375,7 +374,7 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   d_qkv_.Resize(rows * 3 * dl);
   d_w_qkv_.Resize(dE * 3 * dl);
   std::vector<double> d_scale(H);
-  std::vector<Real> g_scale(H), g_scale2(H);
+  std::vector<Real> g_scale(H), g_screen(2 * H);  // g_screen: ∂L/∂s_w, ∂L/∂s_r
   std::vector<kernels::TileScalarGrads> tile_grads(H);
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
@@ -404,9 +403,9 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       const auto tiles = MapTileScalars(w.s_w.data(), w.s_r.data(), w.s_o.data(), H, nullptr);
       ops_->ScreeningBackward(ScreeningShapeOf(B, T), a.qkv.data(), tiles.data(), a.saved(), d_o_.data(),
                               d_qkv_.data(), tile_grads.data());
-      TileScalarParamGrads(tiles, tile_grads, g_scale.data(), g_scale2.data(), static_cast<Real*>(nullptr));
-      ops_->AddHost(g_scale.data(), H, grads + s.s_w);
-      ops_->AddHost(g_scale2.data(), H, grads + s.s_r);
+      // s_w and s_r are adjacent in the layout (ParamLayout): one upload for both.
+      TileScalarParamGrads(tiles, tile_grads, g_screen.data(), g_screen.data() + H, static_cast<Real*>(nullptr));
+      ops_->AddHost(g_screen.data(), 2 * H, grads + s.s_w);
     } else {
       tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
                              w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data());
@@ -436,9 +435,8 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
                3 * dl);
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
     for (int p = 0; p < 3; ++p) {
-      for (int64_t h = 0; h < H; ++h) {
-        ops_->Add2D(d_w_qkv_.data() + QkvColumn(p, h), 3 * dl, dE, dh, grads + parts[p] + h * dE * dh, dh);
-      }
+      ops_->Add2DBatched(d_w_qkv_.data() + QkvColumn(p, 0), 3 * dl, QkvColumn(p, 1) - QkvColumn(p, 0), dE, dh, H,
+                         grads + parts[p], dh, dE * dh);
     }
     ops_->Gemm(prec, false, true, rows, dE, 3 * dl, 1, d_qkv_.data(), 3 * dl, w.w_qkv.data(), 3 * dl, 0, d_a_.data(),
                dE);
