@@ -5,6 +5,8 @@
 // --plot draws PNGs through tools/plot_eval.py (which re-runs on the results alone).
 // Grid evaluations write results as each cell finishes; --resume skips the cells (and ppl
 // the windows) already in --out.
+// --device=cpu|cuda and --precision=fp32|bf16 (default cpu, fp32) place the full forward
+// (eval::ModelRunner); the decoding cache stays on the CPU in fp32.
 #include <algorithm>
 #include <limits>
 #include <chrono>
@@ -22,6 +24,7 @@
 #include <zlib.h>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/flags.h"
 #include "cli/run_data.h"
 #include "cli/weights_source.h"
@@ -106,10 +110,38 @@ json ReadJsonFile(const std::string& path) {
   return json::parse(in, nullptr, false);
 }
 
-// What every model-reading evaluation shares: the weights, the window rule, the tokenizer.
+// --device and --precision of an evaluation (eval's defaults: cpu, fp32, whatever the
+// global --device default of train and forward): where the full forward runs. Only parsed
+// here; Setup checks that the device can run (CheckRunnerDevice).
+absl::StatusOr<eval::RunnerDevice> DeviceFlags(const std::vector<std::string>& given) {
+  eval::RunnerDevice d;
+  const std::string device = Given(given, "device") ? absl::AsciiStrToLower(absl::GetFlag(FLAGS_device)) : "cpu";
+  if (device == "cuda") {
+    d.device = Device::kCuda;
+  } else if (device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": expected cpu or cuda (eval's default: cpu)"));
+  }
+  const std::string precision = Given(given, "precision") ? absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision)) : "fp32";
+  if (precision == "bf16") {
+    d.precision = Precision::kBf16;
+  } else if (precision != "fp32") {
+    return absl::InvalidArgumentError(absl::StrCat("--precision=", precision,
+                                                   ": expected fp32 or bf16 (eval's default: fp32)"));
+  }
+  return d;
+}
+
+// "cpu, fp32", "cuda, bf16": the device and precision as the summaries print them.
+std::string DeviceWords(const eval::RunnerDevice& d) {
+  return absl::StrCat(DeviceName(d.device), ", ", eval::PrecisionName(d.precision));
+}
+
+// What every model-reading evaluation shares: the weights, the window rule, the tokenizer,
+// the device.
 struct EvalSetup {
   Weights weights;
   InferenceOptions options;
+  eval::RunnerDevice device;  // --device, --precision (where the full forward runs)
   std::string train_len_source;  // where train_len came from, for the summary
   std::unique_ptr<Gpt2Tokenizer> tokenizer;
   std::string out;
@@ -149,6 +181,11 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   if (s.out.empty()) return absl::InvalidArgumentError("--out=DIR is required (results are written there)");
   // Retention deletes a checkpoint directory whole: results written into one would go with it.
   MS_RETURN_IF_ERROR(CheckOutputPath("out", s.out, {}, /*out_is_directory=*/true));
+  // The device is checked before the weights are read: no CUDA, or no GPU, is one line at once.
+  auto device = DeviceFlags(given);
+  if (!device.ok()) return device.status();
+  s.device = *device;
+  MS_RETURN_IF_ERROR(eval::CheckRunnerDevice(s.device));
   // The step of the checkpoint read (a live run may save newer ones meanwhile).
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint), &s.checkpoint_step);
   if (!weights.ok()) return weights.status();
@@ -197,8 +234,20 @@ json SetupJson(const EvalSetup& s) {
           {"window_rule", s.options.expand_windows ? "expand" : "as_learned"},
           {"yarn_factor", s.options.yarn_factor},
           {"yarn_context_matched", s.yarn.automatic},
+          {"device", DeviceName(s.device.device)},
+          {"precision", eval::PrecisionName(s.device.precision)},
           {"weights_crc32", s.weights_crc32},
           {"checkpoint_step", s.checkpoint_step >= 0 ? json(s.checkpoint_step) : json(nullptr)}};
+}
+
+// The identity of results written before eval recorded device and precision: those ran
+// on the CPU in fp32, so a resume compares them as such.
+json WithDeviceDefaults(json identity) {
+  if (identity.is_object() && !identity.contains("device")) {
+    identity["device"] = "cpu";
+    identity["precision"] = "fp32";
+  }
+  return identity;
 }
 
 // Runs tools/plot_eval.py on --out (Debian's /usr/bin/python3, which has python3-matplotlib;
@@ -324,10 +373,21 @@ int Ppl(const std::vector<std::string>& given) {
   }
   const std::string data = absl::GetFlag(FLAGS_data);
   const bool text_input = !data.ends_with(".bin");
+  // The decoding cache is the CPU's, in fp32 (model/decoder.h): --method=decode is refused
+  // on a device and under bf16, and auto takes the full pass there.
+  auto device = DeviceFlags(given);
+  if (!device.ok()) return Fail("eval ppl", device.status());
+  const bool on_device = device->device != Device::kCpu, bf16 = device->precision != Precision::kFp32;
+  if (method_flag == "decode" && (on_device || bf16)) {
+    return Fail("eval ppl", absl::InvalidArgumentError(absl::StrCat(
+                                "--method=decode with ", on_device ? "--device=cuda" : "--precision=bf16",
+                                ": the decoding cache runs on the CPU in fp32; use --method=full (or auto)",
+                                on_device ? " on the device, or --device=cpu for the decoding cache" : "")));
+  }
   auto setup = Setup(given, text_input);
   if (!setup.ok()) return Fail("eval ppl", setup.status());
   setup->UseYarnFor(N);
-  eval::ModelRunner runner(setup->weights, setup->options);
+  eval::ModelRunner runner(setup->weights, setup->options, setup->device);
   // Full pass when it fits in memory (it is the cheaper one: the decode path computes the
   // whole vocabulary's logits at every position); else the decoding cache.
   // Either pass also holds the loss by position (sums, means, the smoothed curve: about 32
@@ -336,15 +396,29 @@ int Ppl(const std::vector<std::string>& given) {
     const double total = double(bytes) + 32.0 * double(N);
     return total >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
   };
-  const int64_t avail = eval::AvailableMemoryBytes(), full_bytes = with_sums(runner.FullPassBytes(N)),
-                decode_bytes = with_sums(runner.DecodeBytes(N < std::numeric_limits<int64_t>::max() ? N + 1 : N));
   std::string method = method_flag;
-  if (method == "auto") method = avail == 0 || full_bytes < avail * 0.8 ? "full" : "decode";
-  const int64_t need = method == "full" ? full_bytes : decode_bytes;
-  if (avail > 0 && need > avail) {
-    return Fail("eval ppl", absl::ResourceExhaustedError(absl::StrCat(
-                                "--seq_len=", N, ": the ", method, " pass needs about ", GiB(need), ", ", GiB(avail),
-                                " available (full pass ", GiB(full_bytes), ", decoding cache ", GiB(decode_bytes), ")")));
+  if (on_device) {
+    // The full pass on the device: its activations against the device's free memory (read
+    // after the parameters were uploaded). Host memory is not checked: besides the weights
+    // already loaded, the host holds one window's tokens, its losses and the sums by
+    // position, which MemAvailable need not be asked about.
+    method = "full";
+    const int64_t free_bytes = eval::DeviceFreeBytes(), need = runner.FullPassBytes(N);
+    if (free_bytes > 0 && need > free_bytes) {
+      return Fail("eval ppl", absl::ResourceExhaustedError(absl::StrCat("--seq_len=", N, ": the full pass on ",
+                                                                        DeviceName(setup->device.device), " needs about ",
+                                                                        GiB(need), ", ", GiB(free_bytes), " free on the device")));
+    }
+  } else {
+    const int64_t avail = eval::AvailableMemoryBytes(), full_bytes = with_sums(runner.FullPassBytes(N)),
+                  decode_bytes = with_sums(runner.DecodeBytes(N < std::numeric_limits<int64_t>::max() ? N + 1 : N));
+    if (method == "auto") method = avail == 0 || full_bytes < avail * 0.8 || bf16 ? "full" : "decode";
+    const int64_t need = method == "full" ? full_bytes : decode_bytes;
+    if (avail > 0 && need > avail) {
+      return Fail("eval ppl", absl::ResourceExhaustedError(absl::StrCat(
+                                  "--seq_len=", N, ": the ", method, " pass needs about ", GiB(need), ", ", GiB(avail),
+                                  " available (full pass ", GiB(full_bytes), ", decoding cache ", GiB(decode_bytes), ")")));
+    }
   }
   auto reader = DocumentReader::Open(data, setup->weights.dims, setup->tokenizer.get(), absl::GetFlag(FLAGS_stream));
   if (!reader.ok()) return Fail("eval ppl", reader.status());
@@ -362,9 +436,9 @@ int Ppl(const std::vector<std::string>& given) {
     if (!state.is_object()) {
       return Fail("eval ppl", absl::NotFoundError(absl::StrCat("--resume: ", state_path, " is missing or not JSON")));
     }
-    if (state.value("identity", json()) != identity) {
+    if (WithDeviceDefaults(state.value("identity", json())) != identity) {
       return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat(
-                                  "--resume: ", state_path, " is of another evaluation (model, weights, data, --seq_len, --stride, window rule or --yarn_factor differ: its ",
+                                  "--resume: ", state_path, " is of another evaluation (model, weights, data, --seq_len, --stride, window rule, --yarn_factor, --device or --precision differ: its ",
                                   "weights_crc32 and checkpoint_step say which weights it was of)")));
     }
     skip_windows = state["windows"].get<int64_t>();
@@ -394,6 +468,8 @@ int Ppl(const std::vector<std::string>& given) {
     result["documents_read"] = documents;
     result["skipped_short"] = skipped;
     result["tokens_per_s"] = seconds > 0 ? tokens_timed / seconds : 0.0;
+    // The most bytes the process held on the GPU (0 on the CPU; the kernel tables' workspaces included).
+    result["device_bytes_peak"] = BufferBytesPeak(Device::kCuda);
     result["mean_loss_all"] = acc.documents() ? std::accumulate(mean.begin(), mean.end(), 0.0) / N : 0.0;
     result["verdict"] = {{"applicable", verdict.applicable}, {"flat", verdict.flat}, {"before", verdict.before},
                          {"after", verdict.after}, {"line", verdict.line}};
@@ -457,10 +533,11 @@ int Ppl(const std::vector<std::string>& given) {
   if (auto s = save(true); !s.ok()) return Fail("eval ppl", s);
   const auto smooth = acc.Smoothed();
   const eval::FlatVerdict verdict = eval::PastTrainingLength(smooth, setup->options.train_len);
-  std::printf("eval ppl: %lld windows of %lld tokens from %s (%lld documents shorter than %lld skipped), %s pass, "
+  std::printf("eval ppl: %lld windows of %lld tokens from %s (%lld documents shorter than %lld skipped), %s pass (%s), "
               "train_len %lld (%s), %s windows\n",
               static_cast<long long>(acc.documents()), static_cast<long long>(N), data.c_str(), static_cast<long long>(skipped),
-              static_cast<long long>(N + 1), method.c_str(), static_cast<long long>(setup->options.train_len),
+              static_cast<long long>(N + 1), method.c_str(),
+              DeviceWords(setup->device).c_str(), static_cast<long long>(setup->options.train_len),
               setup->train_len_source.c_str(), setup->options.expand_windows ? "expanded" : "as-learned");
   for (int64_t p : {int64_t{1}, std::min(N, setup->options.train_len), N}) {
     std::printf("  position %7lld: smoothed loss %.4f (perplexity %.2f)\n", static_cast<long long>(p), smooth[p - 1],
@@ -540,17 +617,34 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   if (!depths.ok()) return Fail(cmd.c_str(), depths.status());
   const int64_t K = absl::GetFlag(FLAGS_instances);
   if (K < 1) return Fail(cmd.c_str(), absl::InvalidArgumentError("--instances must be >= 1"));
-  auto runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options);
-  const int64_t avail = eval::AvailableMemoryBytes();
+  // On the CPU the instances are continued with the decoding cache, in fp32 only; on a
+  // device by one full forward per new token (eval::ModelRunner::Greedy).
+  const bool on_device = setup.device.device != Device::kCpu;
+  if (!on_device && setup.device.precision != Precision::kFp32) {
+    return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat(
+                                 "--precision=", eval::PrecisionName(setup.device.precision),
+                                 ": on the CPU the grid decodes with the decoding cache, in fp32; bf16 runs with "
+                                 "--device=cuda (a full forward per new token)")));
+  }
+  auto runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options, setup.device);
+  const int64_t avail = eval::AvailableMemoryBytes(), device_free = on_device ? eval::DeviceFreeBytes() : 0;
   for (int64_t c : *contexts) {
-    // The decoding cache, and one instance's text, ids and the generator's line indices
-    // (about 32 bytes per token: text, ids, the tokenizer's pieces).
+    // One instance's text, ids and the generator's line indices (about 32 bytes per token:
+    // text, ids, the tokenizer's pieces) in host memory, and the decoding cache on the CPU
+    // or the full pass on the device.
     const int64_t tokens = c * task.tokens_per_unit + task.max_new + 64;
-    const int64_t need = runner->DecodeBytes(tokens) + 32 * tokens;
-    if (avail > 0 && need > avail) {
-      return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, task.tokens_per_unit > 1 ? " lines" : " tokens",
-                                                                         " need about ", GiB(need), " (the decoding cache and the prompt), ",
+    const int64_t host_need = (on_device ? 0 : runner->DecodeBytes(tokens)) + 32 * tokens;
+    const char* unit = task.tokens_per_unit > 1 ? " lines" : " tokens";
+    if (avail > 0 && host_need > avail) {
+      return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, unit, " need about ", GiB(host_need),
+                                                                         on_device ? " (the prompt), " : " (the decoding cache and the prompt), ",
                                                                          GiB(avail), " available")));
+    }
+    const int64_t device_need = on_device ? runner->FullPassBytes(tokens) : 0;
+    if (device_free > 0 && device_need > device_free) {
+      return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, unit, " need about ", GiB(device_need),
+                                                                         " (the full pass on ", DeviceName(setup.device.device), "), ",
+                                                                         GiB(device_free), " free on the device")));
     }
   }
   // A context the generator cannot fill (too short) is refused before any cell runs, named
@@ -571,9 +665,9 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   if (absl::GetFlag(FLAGS_resume)) {
     const json old = ReadJsonFile(results_path);
     if (!old.is_object()) return Fail(cmd.c_str(), absl::NotFoundError(absl::StrCat("--resume: ", results_path, " is missing or not JSON")));
-    if (old.value("identity", json()) != identity) {
+    if (WithDeviceDefaults(old.value("identity", json())) != identity) {
       return Fail(cmd.c_str(), absl::FailedPreconditionError(absl::StrCat("--resume: ", results_path,
-                                                                          " is of another evaluation (model, weights, window rule, mode, instances or seed differ)")));
+                                                                          " is of another evaluation (model, weights, window rule, mode, instances, seed, --device or --precision differ)")));
     }
     cells = old["cells"];
   }
@@ -606,7 +700,7 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
         auto first = setup.tokenizer->Encode(instances->front().prompt);
         if (!first.ok()) return Fail(cmd.c_str(), first.status());
         setup.UseYarnFor(static_cast<int64_t>(first->size()) + task.max_new);
-        runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options);
+        runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options, setup.device);
       }
       const auto t0 = Clock::now();
       int64_t correct = 0, prompt_tokens = 0;
@@ -650,9 +744,11 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
     }
   }
   // Summary: the accuracy table, contexts down, depths across.
-  std::printf("%s: accuracy per (context, depth), %lld instances per cell; train_len %lld (%s), %s windows\n", cmd.c_str(),
-              static_cast<long long>(K), static_cast<long long>(setup.options.train_len), setup.train_len_source.c_str(),
-              setup.options.expand_windows ? "expanded" : "as-learned");
+  std::printf("%s: accuracy per (context, depth), %lld instances per cell; train_len %lld (%s), %s windows; %s (%s)\n",
+              cmd.c_str(), static_cast<long long>(K), static_cast<long long>(setup.options.train_len),
+              setup.train_len_source.c_str(), setup.options.expand_windows ? "expanded" : "as-learned",
+              on_device ? "greedy by a full forward per token" : "greedy with the decoding cache",
+              DeviceWords(setup.device).c_str());
   std::printf("%10s", "context");
   for (double d : *depths) std::printf(" %6g", d);
   std::printf("\n");
@@ -762,32 +858,42 @@ int Ttft(const std::vector<std::string>& given) {
   if (N < 1 || repeats < 1 || warmup < 0) {
     return Fail("eval ttft", absl::InvalidArgumentError("--context and --repeats must be >= 1, --warmup >= 0"));
   }
-  if (Given(given, "device") && absl::GetFlag(FLAGS_device) != "cpu" && absl::GetFlag(FLAGS_device) != "auto") {
-    return Fail("eval ttft", absl::UnimplementedError(absl::StrCat("--device=", absl::GetFlag(FLAGS_device),
-                                                                  ": the inference forward runs on the CPU only so far")));
-  }
-  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("eval ttft", s);
   auto setup = Setup(given, false);
   if (!setup.ok()) return Fail("eval ttft", setup.status());
   setup->UseYarnFor(N);
-  eval::ModelRunner runner(setup->weights, setup->options);
-  const int64_t avail = eval::AvailableMemoryBytes(), need = runner.FullPassBytes(N);
+  const bool on_device = setup->device.device != Device::kCpu;
+  // "cuda:0 (NVIDIA H200)": which GPU the times are of (cudaSetDevice(0), as a single rank binds).
+  std::string device_name = "cpu";
+  if (on_device) {
+    auto bound = BindDevice(0);
+    if (!bound.ok()) return Fail("eval ttft", bound.status());
+    device_name = *bound;
+  }
+  eval::ModelRunner runner(setup->weights, setup->options, setup->device);
+  // The prefill's activations against the memory of the device they live on: MemAvailable
+  // on the CPU, the free device memory (read after the parameters were uploaded) on a GPU,
+  // where host memory holds only the weights already loaded and the ids.
+  const int64_t avail = on_device ? eval::DeviceFreeBytes() : eval::AvailableMemoryBytes(), need = runner.FullPassBytes(N);
   if (avail > 0 && need > avail) {
     return Fail("eval ttft", absl::ResourceExhaustedError(absl::StrCat("--context=", N, ": the prefill needs about ", GiB(need),
-                                                                       ", ", GiB(avail), " available")));
+                                                                       ", ", GiB(avail), on_device ? " free on the device" : " available")));
   }
   // Token ids drawn uniformly (the work of a prefill does not depend on the text).
   eval::PythonRandom rng(absl::GetFlag(FLAGS_generator_seed));
   std::vector<int32_t> ids(N);
   for (int32_t& id : ids) id = static_cast<int32_t>(rng.RandBelow(setup->weights.dims.vocab));
-  for (int64_t i = 0; i < warmup; ++i) runner.Prefill(ids.data(), N);
+  for (int64_t i = 0; i < warmup; ++i) runner.Prefill(ids.data(), N, /*first_token=*/false);
+  // Each timed prefill starts with the device idle and ends with it synchronized (Prefill
+  // synchronizes before returning); on a device the argmax of the first token is taken on
+  // the host after the timed runs, so the times are the device's work.
   std::vector<double> times;
-  int32_t first = -1;
   for (int64_t i = 0; i < repeats; ++i) {
+    runner.Synchronize();
     const auto t0 = Clock::now();
-    first = runner.Prefill(ids.data(), N);
+    runner.Prefill(ids.data(), N, /*first_token=*/false);
     times.push_back(Seconds(t0));
   }
+  const int32_t first = runner.LastToken();
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   const double median = repeats % 2 ? sorted[repeats / 2] : 0.5 * (sorted[repeats / 2 - 1] + sorted[repeats / 2]);
@@ -796,16 +902,16 @@ int Ttft(const std::vector<std::string>& given) {
   for (double t : times) var += (t - mean) * (t - mean);
   const double stdev = repeats > 1 ? std::sqrt(var / (repeats - 1)) : 0.0;
   json result = SetupJson(*setup);
-  result.update({{"context", N}, {"batch", 1}, {"device", "cpu"}, {"precision", "fp32"}, {"warmup", warmup},
+  result.update({{"context", N}, {"batch", 1}, {"device_name", device_name}, {"warmup", warmup},
                  {"repeats", repeats}, {"times_s", times}, {"median_s", median}, {"mean_s", mean}, {"stdev_s", stdev},
                  {"min_s", sorted.front()}, {"max_s", sorted.back()}, {"tokens_per_s", N / median},
                  {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},
-                 {"first_token", first}, {"estimated_bytes", need}});
+                 {"first_token", first}, {"estimated_bytes", need}, {"device_bytes_peak", BufferBytesPeak(Device::kCuda)}});
   const std::string path = absl::StrCat(setup->out, "/ttft_", N, ".json");
   if (auto s = WriteTextFile(path, result.dump(1)); !s.ok()) return Fail("eval ttft", s);
-  std::printf("eval ttft: %s, %lld tokens, batch 1, fp32 on the CPU, %s windows (train_len %lld)\n", setup->weights.dims.name.c_str(),
-              static_cast<long long>(N), setup->options.expand_windows ? "expanded" : "as-learned",
-              static_cast<long long>(setup->options.train_len));
+  std::printf("eval ttft: %s, %lld tokens, batch 1, %s on %s, %s windows (train_len %lld)\n", setup->weights.dims.name.c_str(),
+              static_cast<long long>(N), eval::PrecisionName(setup->device.precision).c_str(), device_name.c_str(),
+              setup->options.expand_windows ? "expanded" : "as-learned", static_cast<long long>(setup->options.train_len));
   std::printf("  median %.3f s, mean %.3f s, stdev %.3f s, min %.3f s, max %.3f s over %lld runs after %lld warm-up; %.0f tokens/s\n",
               median, mean, stdev, sorted.front(), sorted.back(), static_cast<long long>(repeats), static_cast<long long>(warmup),
               N / median);
@@ -920,7 +1026,7 @@ int Choice(const std::vector<std::string>& given) {
   // max_length is the model's trained context).
   const int64_t max_len = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : setup->options.train_len;
   setup->UseYarnFor(max_len);
-  eval::ModelRunner runner(setup->weights, setup->options);
+  eval::ModelRunner runner(setup->weights, setup->options, setup->device);
   // No sequence is longer than its bytes plus the EOS token (a token is at least one byte):
   // the memory needed is that of the longest item, when shorter than --seq_len.
   int64_t longest = 0;
@@ -929,10 +1035,14 @@ int Choice(const std::vector<std::string>& given) {
       longest = std::max<int64_t>(longest, item.contexts[k].size() + item.continuations[k].size() + 1);
     }
   }
-  const int64_t avail = eval::AvailableMemoryBytes(), need = runner.FullPassBytes(std::min(max_len, longest));
+  // On a device against its free memory (the host holds the weights, the items and their scores only).
+  const bool on_device = setup->device.device != Device::kCpu;
+  const int64_t avail = on_device ? eval::DeviceFreeBytes() : eval::AvailableMemoryBytes(),
+                need = runner.FullPassBytes(std::min(max_len, longest));
   if (avail > 0 && need > avail) {
     return Fail("eval choice", absl::ResourceExhaustedError(absl::StrCat("--seq_len=", max_len, ": the full pass needs about ",
-                                                                         GiB(need), ", ", GiB(avail), " available")));
+                                                                         GiB(need), ", ", GiB(avail),
+                                                                         on_device ? " free on the device" : " available")));
   }
   const int32_t eos = static_cast<int32_t>(setup->weights.dims.eos_token);
   const eval::TokenLossFn losses = [&runner](const int32_t* ids, int64_t n, float* out) { runner.TokenLossesFull(ids, n, out); };
@@ -984,10 +1094,10 @@ int Choice(const std::vector<std::string>& given) {
                  {"truncated", sum.truncated}, {"seconds", Seconds(start)}, {"items", items_path}, {"task_path", task_abs}});
   if (auto s = WriteTextFile(items_path, per_item); !s.ok()) return Fail("eval choice", s);
   if (auto s = WriteTextFile(summary_path, result.dump(1)); !s.ok()) return Fail("eval choice", s);
-  std::printf("eval choice: %s, %lld items of %s (%s format), %s windows (train_len %lld), seq_len %lld, %s\n",
+  std::printf("eval choice: %s, %lld items of %s (%s format), %s windows (train_len %lld), seq_len %lld, %s, %s\n",
               setup->weights.dims.name.c_str(), static_cast<long long>(sum.n), task.c_str(), eval::ChoiceFormatName(*format),
               setup->options.expand_windows ? "expanded" : "as-learned", static_cast<long long>(setup->options.train_len),
-              static_cast<long long>(max_len), Duration(Seconds(start)).c_str());
+              static_cast<long long>(max_len), DeviceWords(setup->device).c_str(), Duration(Seconds(start)).c_str());
   std::printf("  acc      %.4f ± %.4f (%lld correct)\n", sum.acc, sum.acc_stderr, static_cast<long long>(sum.correct));
   std::printf("  acc_norm %.4f ± %.4f (%lld correct)\n", sum.acc_norm, sum.acc_norm_stderr, static_cast<long long>(sum.correct_norm));
   if (sum.truncated > 0) {
@@ -1010,6 +1120,8 @@ constexpr char kUsage[] =
     "       multiscreen eval choice (--checkpoint=DIR | --weights=W.h5) --task=FILE.jsonl --format=hellaswag|piqa|arc|winogrande\n"
     "                            --out=DIR [--seq_len=N]\n"
     "       every evaluation of a model: [--threads=N] (CPU worker threads; 0: all cores)\n"
+    "       ppl, abcdigits, passkey, ttft, choice: [--device=cpu|cuda --precision=fp32|bf16] (where the full forward runs;\n"
+    "                            default cpu, fp32; the decoding cache, --method=decode and the grids on the CPU, is fp32)\n"
     "       a RoPE model (Transformer; Multiscreen position: ROPE), every evaluation: [--yarn_factor=F|auto]\n"
     "                            (YaRN at inference; auto: length / train_len)\n"
     "       choice's --format (required) is the benchmark's: hellaswag|piqa|arc|winogrande (not a token file format)\n";
@@ -1026,13 +1138,16 @@ int EvalCommand(int argc, char** argv) {
   const std::initializer_list<std::string_view> model = {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer",
                                                          "yarn_factor", "threads"};
   std::vector<std::string_view> accepted(model);
+  if (sub == "ppl" || sub == "abcdigits" || sub == "passkey" || sub == "ttft" || sub == "choice") {
+    accepted.insert(accepted.end(), {"device", "precision"});
+  }
   if (sub == "ppl") {
     accepted.insert(accepted.end(), {"data", "seq_len", "documents", "stride", "stream", "method", "plot", "resume"});
   } else if (sub == "abcdigits" || sub == "passkey") {
     accepted.insert(accepted.end(), {"contexts", "depths", "instances", "dump", "generator_seed", "plot", "resume"});
     if (sub == "abcdigits") accepted.insert(accepted.end(), {"generate_only", "mode", "length", "depth"});
   } else if (sub == "ttft") {
-    accepted.insert(accepted.end(), {"context", "repeats", "warmup", "device", "generator_seed"});
+    accepted.insert(accepted.end(), {"context", "repeats", "warmup", "generator_seed"});
   } else if (sub == "relevance") {
     accepted.insert(accepted.end(), {"text", "layers", "map_tiles", "plot"});
   } else if (sub == "choice") {
@@ -1053,7 +1168,7 @@ int EvalCommand(int argc, char** argv) {
                                  {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer", "data", "seq_len",
                                   "documents", "stride", "stream", "method", "plot", "resume", "contexts", "depths", "instances",
                                   "dump", "generator_seed", "generate_only", "mode", "length", "depth", "context", "repeats",
-                                  "warmup", "device", "threads", "text", "layers", "map_tiles", "task", "format",
+                                  "warmup", "device", "precision", "threads", "text", "layers", "map_tiles", "task", "format",
                                   "yarn_factor"},
                                  &args);
       !s.ok()) {

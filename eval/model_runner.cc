@@ -6,23 +6,77 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/rms_norm.h"
 #include "model/decoder.h"
 
+#ifdef MULTISCREEN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace multiscreen::eval {
 
-ModelRunner::ModelRunner(const Weights& weights, const InferenceOptions& options)
-    : weights_(weights), options_(options), model_(MakeModelStage<float>(weights.dims, ShardSpec::Full(weights.dims))) {}
+std::string PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+absl::Status CheckRunnerDevice(const RunnerDevice& device) {
+  if (device.device == Device::kCpu) return absl::OkStatus();
+  auto table = MakeKernelTable<float>(device.device);
+  if (table.ok()) return absl::OkStatus();
+  return absl::Status(table.status().code(),
+                      absl::StrCat("--device=", DeviceName(device.device), ": ", table.status().message()));
+}
+
+namespace {
+
+ModelOptions StageOptions(const RunnerDevice& device) {
+  ModelOptions o;
+  o.device = device.device;
+  o.precision = device.precision;
+  o.forward_only = true;  // no gradient buffers (the same bits)
+  return o;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const Weights& weights, const InferenceOptions& options, RunnerDevice device)
+    : weights_(weights),
+      options_(options),
+      device_(device),
+      model_(MakeModelStage<float>(weights.dims, ShardSpec::Full(weights.dims), StageOptions(device))),
+      params_(device.device),
+      x_(device.device) {
+  if (device.device == Device::kCpu) return;
+  ops_ = KernelTableFor<float>(StageOptions(device));
+  params_.Resize(static_cast<int64_t>(weights.params.size()));
+  params_.CopyFromHost(weights.params.data());
+}
+
+void ModelRunner::Forward(const int32_t* ids, int64_t n) {
+  const float* params = Params();
+  model_->BeginStep(params);
+  x_.Resize(n * dims().d_e);
+  model_->Embed(params, ids, n, x_.data());
+  model_->LayersForward(params, 1, n, x_.data(), &options_);
+  last_n_ = n;
+  last_token_ = -1;
+}
 
 void ModelRunner::TokenLossesFull(const int32_t* ids, int64_t n, float* losses) {
-  const int64_t T = n - 1, dE = dims().d_e;
-  const float* params = weights_.params.data();
-  model_->BeginStep(params);
-  x_.resize(T * dE);
-  model_->Embed(params, ids, T, x_.data());
-  model_->LayersForward(params, 1, T, x_.data(), &options_);
+  const int64_t T = n - 1;
+  Forward(ids, T);
   targets_.assign(ids + 1, ids + n);
-  model_->HeadLoss(params, x_.data(), targets_.data(), T, nullptr, nullptr, 1.0, losses);
+  // The per-token losses come back to host memory (on a device: complete on return).
+  model_->HeadLoss(Params(), x_.data(), targets_.data(), T, nullptr, nullptr, 1.0, losses);
 }
 
 void ModelRunner::TokenLossesDecode(const int32_t* ids, int64_t n, float* losses) {
@@ -38,23 +92,60 @@ void ModelRunner::TokenLossesDecode(const int32_t* ids, int64_t n, float* losses
 }
 
 std::vector<int32_t> ModelRunner::Greedy(const std::vector<int32_t>& prompt, int64_t max_new) {
-  auto session = MakeDecoder<float>(dims(), weights_.params.data(), options_);
-  return GreedyContinuation(*session, prompt, max_new, dims().vocab);
+  if (device_.device == Device::kCpu) {
+    auto session = MakeDecoder<float>(dims(), weights_.params.data(), options_);
+    return GreedyContinuation(*session, prompt, max_new, dims().vocab);
+  }
+  std::vector<int32_t> seq = prompt, out;
+  for (int64_t i = 0; i < max_new; ++i) {
+    Forward(seq.data(), static_cast<int64_t>(seq.size()));
+    out.push_back(LastToken());
+    seq.push_back(out.back());
+  }
+  return out;
 }
 
-int32_t ModelRunner::Prefill(const int32_t* ids, int64_t n) {
+int32_t ModelRunner::Prefill(const int32_t* ids, int64_t n, bool first_token) {
+  Forward(ids, n);
+  const int64_t dE = dims().d_e;
+  if (device_.device == Device::kCpu) {
+    last_token_ = HostArgmax(x_.data() + (n - 1) * dE);
+    return last_token_;
+  }
+  // The head over the last row on the device: its V logits and their log-sum-exp (the
+  // target is immaterial; the loss is not looked at).
+  const int32_t target = 0;
+  float loss = 0;
+  model_->HeadLoss(Params(), x_.data() + (n - 1) * dE, &target, 1, nullptr, nullptr, 1.0, &loss);
+  ops_->Synchronize();
+  return first_token ? LastToken() : -1;
+}
+
+int32_t ModelRunner::LastToken() {
+  if (last_token_ >= 0 || last_n_ == 0) return last_token_;
+  const int64_t dE = dims().d_e;
+  if (device_.device == Device::kCpu) {
+    last_token_ = HostArgmax(x_.data() + (last_n_ - 1) * dE);
+  } else {
+    row_.resize(dE);
+    ops_->Download(x_.data() + (last_n_ - 1) * dE, dE, row_.data());
+    last_token_ = HostArgmax(row_.data());
+  }
+  return last_token_;
+}
+
+void ModelRunner::Synchronize() {
+  if (ops_ != nullptr) ops_->Synchronize();
+}
+
+int32_t ModelRunner::HostArgmax(const float* x) const {
   const ModelDims& d = dims();
   const int64_t dE = d.d_e;
   const float* params = weights_.params.data();
-  model_->BeginStep(params);
-  x_.resize(n * dE);
-  model_->Embed(params, ids, n, x_.data());
-  model_->LayersForward(params, 1, n, x_.data(), &options_);
   // The last position's logits (spec step 14): z_v = e^{s_F} · (x/‖x‖) · W_E[v]/‖W_E[v]‖;
   // for the Transformer e^{s_F} and the unit rows of W_E only with sio, and RMSNorm(x)
   // without gain in place of x/‖x‖ unless pl_norm.
   const ParamLayout& layout = model_->layout();
-  const float* x = x_.data() + (n - 1) * dE;
   const float* w_e = params + layout.Find("embed/W_E")->buffer_offset;
   const bool unit_table = !d.transformer() || d.sio;
   double x_scale = 1.0;
@@ -94,15 +185,24 @@ int64_t SaturatedBytes(double bytes) {
 
 int64_t ModelRunner::FullPassBytes(int64_t n) const {
   const ModelDims& d = dims();
+  double floats;
   if (d.transformer()) {
     // Per layer: x_in, xn1, qkv, q, k, v, o, x_mid, xn2 (11 d_E), gu and h (3 d_ff), two rstd.
     const double per_layer = 11.0 * d.d_e + 3.0 * d.d_ff() + 2;
-    return SaturatedBytes((double(n) * (d.n_layers * per_layer + 4.0 * d.d_e) + 2.0 * 512 * d.vocab + 2.0 * d.vocab * d.d_e) * 4);
+    floats = double(n) * (d.n_layers * per_layer + 4.0 * d.d_e) + 2.0 * 512 * d.vocab + 2.0 * d.vocab * d.d_e;
+  } else {
+    const double C = 2.0 * d.d_k + 2.0 * d.d_v;
+    // Per layer: x_in, P, U, q̃, k̃, v̄, h and three norms (LayersForward keeps them all).
+    const double per_layer = d.d_e + d.n_heads * (C + 3.0 * d.d_v + 2.0 * d.d_k + 3);
+    floats = double(n) * (d.n_layers * per_layer + 4.0 * d.d_e) + 2.0 * 512 * d.vocab + 2.0 * d.vocab * d.d_e;
   }
-  const double C = 2.0 * d.d_k + 2.0 * d.d_v;
-  // Per layer: x_in, P, U, q̃, k̃, v̄, h and three norms (LayersForward keeps them all).
-  const double per_layer = d.d_e + d.n_heads * (C + 3.0 * d.d_v + 2.0 * d.d_k + 3);
-  const double floats = double(n) * (d.n_layers * per_layer + 4.0 * d.d_e) + 2.0 * 512 * d.vocab + 2.0 * d.vocab * d.d_e;
+  if (device_.device != Device::kCpu) {
+    // On the device besides the resident parameters: BeginStep's packed copies of the
+    // layers' weights (about the parameters once) and, under bf16, Ē's rounded copy and the
+    // activations' rounded GEMM operands (about d_E a row per layer).
+    floats += double(weights_.params.size());
+    if (device_.precision != Precision::kFp32) floats += double(d.vocab) * d.d_e + double(n) * d.n_layers * d.d_e;
+  }
   return SaturatedBytes(floats * 4);
 }
 
@@ -130,6 +230,14 @@ int64_t AvailableMemoryBytes() {
   while (in >> key >> kb >> unit) {
     if (key == "MemAvailable:") return kb * 1024;
   }
+  return 0;
+}
+
+int64_t DeviceFreeBytes() {
+#ifdef MULTISCREEN_HAVE_CUDA
+  size_t free_bytes = 0, total = 0;
+  if (CudaAvailable() && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) return static_cast<int64_t>(free_bytes);
+#endif
   return 0;
 }
 

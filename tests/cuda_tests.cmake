@@ -51,3 +51,14 @@ endif()
 # The tiled tensor-core screening forward and backward (kernels/cuda/screening_tiled.h)
 # against the simple CUDA kernel at ragged lengths, every window kind, r near 0 and 1 (issue 29).
 ms_add_gtest(screening_tiled_test cuda SOURCES kernels/screening_tiled_test.cc LIBS ms_kernels_cuda ms_kernels_cpu ms_buffer)
+
+# Evaluations on the device (issue 29): eval/model_runner.h over the CUDA table against
+# the CPU's (losses, greedy tokens, the prefill), then `multiscreen eval --device=cuda`
+# end to end against --device=cpu (ppl in fp32 and bf16, ttft, the refusals). Both skip,
+# visibly, where no GPU is visible.
+ms_add_gtest(eval_cuda_test cuda SOURCES eval/model_runner_cuda_test.cc LIBS ms_eval)
+add_test(NAME eval_device_test COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/eval/eval_device_test.py
+         --multiscreen=$<TARGET_FILE:multiscreen> --source=${CMAKE_SOURCE_DIR})
+set_tests_properties(eval_device_test PROPERTIES LABELS cuda TIMEOUT 300
+  ENVIRONMENT "MULTISCREEN_CONFIG_DIR=${CMAKE_SOURCE_DIR}/configs;OMP_NUM_THREADS=2"
+  SKIP_REGULAR_EXPRESSION "\\*\\*\\* SKIPPED")

@@ -306,6 +306,59 @@ class EvalCliTest(OneLineErrors):
         self.assertAlmostEqual(j["tokens_per_s"], 64 / j["median_s"], places=3)
         self.assertIn(j["first_token"], range(37))
 
+    # ---- --device, --precision (issue 29; the device itself: eval_device_test.py) ---------------
+    def test_device_and_precision_flags(self):
+        w = self.init()
+        t = self.tokens(np.random.default_rng(6).integers(0, 36, size=2 * 33))
+        common = (f"--weights={w}", f"--data={t}", "--seq_len=32", "--stream")
+        fp32, r = self.ppl(*common)
+        self.assertEqual((fp32["device"], fp32["precision"], fp32["device_bytes_peak"]), ("cpu", "fp32", 0))
+        self.assertIn("full pass (cpu, fp32)", r.stdout)
+        # bf16 on the CPU: the GEMM operands rounded (the CPU table's bf16), the full pass.
+        bf16, r = self.ppl(*common, "--precision=bf16")
+        self.assertEqual((bf16["device"], bf16["precision"], bf16["method"]), ("cpu", "bf16", "full"))
+        self.assertIn("full pass (cpu, bf16)", r.stdout)
+        a, b = np.array(fp32["mean_loss"]), np.array(bf16["mean_loss"])
+        self.assertLessEqual(np.max(np.abs(b - a) / a), 1e-2)
+        self.assertGreater(np.max(np.abs(b - a)), 1e-6)
+        out = f"--out={self.dir}/o"
+        # Without CUDA in the build, or without a visible GPU, the kernel table's one line.
+        r = run("eval", "ppl", *common, "--device=cuda", out)
+        if r.returncode != 0:
+            self.assert_one_line_error(r, "multiscreen eval ppl: --device=cuda: ", "CUDA")
+        self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", "--device=tpu", out),
+                                   "--device=tpu: expected cpu or cuda")
+        self.assert_one_line_error(run("eval", "ppl", *common, "--precision=fp16", out),
+                                   "--precision=fp16: expected fp32 or bf16")
+        # The decoding cache is the CPU's, fp32: refused on the device (before the device is
+        # looked for) and under bf16, naming both flags.
+        self.assert_one_line_error(run("eval", "ppl", *common, "--method=decode", "--device=cuda", out),
+                                   "--method=decode with --device=cuda", "--method=full")
+        self.assert_one_line_error(run("eval", "ppl", *common, "--method=decode", "--precision=bf16", out),
+                                   "--method=decode with --precision=bf16", "fp32")
+        g = self.init("gpt2_tiny", seed=4)
+        self.assert_one_line_error(run("eval", "passkey", f"--weights={g}", "--contexts=120", "--depths=0", "--instances=1",
+                                       "--precision=bf16", out, f"--tokenizer={self.tokenizer}"),
+                                   "--precision=bf16: on the CPU the grid decodes with the decoding cache, in fp32")
+        self.assert_one_line_error(run("eval", "relevance", f"--weights={w}", "--text=x.txt", "--device=cpu", out),
+                                   "--device is not a flag of 'eval relevance'")
+        # Results written before device and precision were recorded ran on the CPU in fp32:
+        # they resume there.
+        part = os.path.join(self.dir, "old_state")
+        r = run("eval", "ppl", *common, "--documents=1", f"--out={part}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        state_path = os.path.join(part, "ppl_state.json")
+        with open(state_path) as f:
+            state = json.load(f)
+        del state["identity"]["device"], state["identity"]["precision"]
+        with open(state_path, "w") as f:
+            json.dump(state, f)
+        r = run("eval", "ppl", *common, "--resume", f"--out={part}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("resuming after 1 windows", r.stderr)
+        self.assert_one_line_error(run("eval", "ppl", *common, "--resume", "--precision=bf16", f"--out={part}"),
+                                   "--yarn_factor, --device or --precision differ")
+
     # ---- relevance ------------------------------------------------------------------------
     def test_relevance_lists_every_tile_and_the_pairs_of_the_chosen_ones(self):
         w = self.init("gpt2_tiny")

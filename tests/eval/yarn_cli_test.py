@@ -237,8 +237,8 @@ class YarnCliTest(OneLineErrors):
         self.assertEqual(r.returncode, 0, r.stderr)
         r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2", "--resume",
                 f"--out={out}")
-        self.assert_one_line_error(r, "is of another evaluation (model, weights, data, --seq_len, --stride, window rule or "
-                                      "--yarn_factor differ")
+        self.assert_one_line_error(r, "is of another evaluation (model, weights, data, --seq_len, --stride, window rule, "
+                                      "--yarn_factor, --device or --precision differ")
 
 
 if __name__ == "__main__":
