@@ -201,8 +201,7 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   s.options.train_len = RunTrainLen(given, run_dir, &s.train_len_source);
   if (s.options.train_len < 1) return absl::InvalidArgumentError("--train_len must be >= 1");
-  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), s.weights.dims.transformer(),
-                                    s.weights.dims.position, s.weights.dims.name);
+  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), s.weights.dims);
   if (!yarn.ok()) return yarn.status();
   s.yarn = *yarn;
   s.options.yarn_factor = s.yarn.automatic ? 1.0 : s.yarn.factor;

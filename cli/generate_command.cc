@@ -48,8 +48,7 @@ int GenerateCommand(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
-  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), weights->dims.transformer(), weights->dims.position,
-                                    weights->dims.name);
+  auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), weights->dims);
   if (!yarn.ok()) return Fail("generate", yarn.status());
   // The tokenizer and training length the run recorded (cli/run_data.h), unless given.
   const std::vector<std::string> given = GivenFlags(argc, argv);

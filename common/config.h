@@ -49,6 +49,11 @@ struct ModelDims {
   // Whether the model screens with learned windows (Multiscreen, or a Transformer with
   // attention SCREENING): the inference window rule and --as_learned apply.
   bool screens() const { return !transformer() || attention == AttentionKind::kScreening; }
+  // Whether positions enter by RoPE (what YaRN rescales): the Transformer, unless it screens
+  // (MiPE), and Multiscreen with position ROPE.
+  bool has_rope() const {
+    return transformer() ? attention != AttentionKind::kScreening : position == kernels::PositionKind::kRope;
+  }
   // The Transformer's SwiGLU hidden width ⌊8 d_E/3⌋.
   int64_t d_ff() const { return 8 * d_e / 3; }
 };

@@ -9,8 +9,7 @@
 
 namespace multiscreen::eval {
 
-absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transformer, kernels::PositionKind position,
-                                         const std::string& model_name) {
+absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, const ModelDims& dims) {
   YarnFlag f;
   if (text == "auto") {
     f.automatic = true;
@@ -19,11 +18,14 @@ absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transform
         absl::StrCat("--yarn_factor=", text, ": expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)"));
   }
   f.given = f.automatic || f.factor != 1.0;
-  if (f.given && !transformer && position != kernels::PositionKind::kRope) {
+  if (f.given && !dims.has_rope()) {
+    const std::string what =
+        dims.transformer() ? "a Transformer with attention: SCREENING"
+                           : absl::StrCat("Multiscreen with position: ",
+                                          dims.position == kernels::PositionKind::kNope ? "NOPE" : "MIPE");
     return absl::InvalidArgumentError(absl::StrCat(
-        "--yarn_factor=", text, ": model ", model_name, " is Multiscreen with position: ",
-        position == kernels::PositionKind::kNope ? "NOPE" : "MIPE",
-        ", which has no RoPE for YaRN to rescale (--yarn_factor takes a Transformer or a Multiscreen model with "
+        "--yarn_factor=", text, ": model ", dims.name, " is ", what,
+        ", which has no RoPE for YaRN to rescale (--yarn_factor takes a RoPE Transformer or a Multiscreen model with "
         "position: ROPE)"));
   }
   return f;

@@ -5,14 +5,15 @@
 // 17, 18 compare against it). Models with RoPE take it: the Transformer (frequencies and
 // its logit temperature) and Multiscreen with position: ROPE (the frequencies only, no
 // temperature: docs/ablations.md, the paper's Figs. 21–22); Multiscreen with MIPE or NOPE
-// has no RoPE to rescale and is refused.
+// and the Transformer with attention SCREENING (MiPE, no RoPE) have none to rescale and are
+// refused.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/screening_types.h"
+#include "common/config.h"
 
 namespace multiscreen::eval {
 
@@ -22,12 +23,9 @@ struct YarnFlag {
   bool given = false;      // anything but the default "1"
 };
 
-// Parses the flag's text for model `model_name` (`transformer`: the Transformer family;
-// else Multiscreen positioned by `position`). Errors (one line, naming --yarn_factor): not
-// a number ≥ 1 nor "auto"; given (≠ 1, or auto) for a model without RoPE (Multiscreen with
-// position MIPE or NOPE).
-absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, bool transformer, kernels::PositionKind position,
-                                         const std::string& model_name);
+// Parses the flag's text for the model `dims`. Errors (one line, naming --yarn_factor): not
+// a number ≥ 1 nor "auto"; given (≠ 1, or auto) for a model without RoPE (dims.has_rope()).
+absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, const ModelDims& dims);
 
 // F = max(1, eval_len / train_len).
 double ContextMatchedYarnFactor(int64_t eval_len, int64_t train_len);

@@ -209,7 +209,7 @@ class YarnCliTest(OneLineErrors):
         r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2",
                 f"--out={self.dir}/o")
         self.assert_one_line_error(r, "--yarn_factor=2: model tiny_psi2 is Multiscreen with position: MIPE, which has no "
-                                      "RoPE for YaRN to rescale (--yarn_factor takes a Transformer or a Multiscreen "
+                                      "RoPE for YaRN to rescale (--yarn_factor takes a RoPE Transformer or a Multiscreen "
                                       "model with position: ROPE)")
         r = run("generate", f"--weights={w}", "--prompt=hi", "--yarn_factor=auto")
         self.assert_one_line_error(r, "--yarn_factor=auto: model tiny_psi2 is Multiscreen with position: MIPE, which has "

@@ -76,30 +76,46 @@ TEST(YarnTest, RopeTurnsByTheScaledFrequency) {
 // The flag: a number ≥ 1 or auto, for a model with RoPE (the Transformer, Multiscreen with
 // position ROPE); Multiscreen with MIPE or NOPE has none to rescale and is refused.
 TEST(YarnTest, TheFlagTakesANumberOrAutoForModelsWithRope) {
+  auto model = [](bool transformer, kernels::PositionKind position, const char* name,
+                  AttentionKind attention = AttentionKind::kSoftmax) {
+    ModelDims d;
+    d.family = transformer ? ModelFamily::kTransformer : ModelFamily::kMultiscreen;
+    d.position = position;  // unused by a Transformer
+    d.attention = attention;  // unused by Multiscreen
+    d.name = name;
+    return d;
+  };
   constexpr auto kMipe = kernels::PositionKind::kMipe, kNope = kernels::PositionKind::kNope,
                  kRope = kernels::PositionKind::kRope;
-  auto four = eval::ParseYarnFactor("4", true, kMipe, "t");  // a Transformer (its position field is unused)
+  const ModelDims transformer = model(true, kMipe, "t");
+  auto four = eval::ParseYarnFactor("4", transformer);
   ASSERT_TRUE(four.ok());
   EXPECT_EQ(eval::YarnFactorFor(*four, 100, 10), 4.0);
-  auto automatic = eval::ParseYarnFactor("auto", true, kMipe, "t");
+  auto automatic = eval::ParseYarnFactor("auto", transformer);
   ASSERT_TRUE(automatic.ok());
   EXPECT_EQ(eval::YarnFactorFor(*automatic, 8192, 2048), 4.0);
   EXPECT_EQ(eval::YarnFactorFor(*automatic, 1000, 2048), 1.0);  // never below 1
-  auto rope = eval::ParseYarnFactor("2", false, kRope, "psi32_rope");  // the paper's Figs. 21–22
+  auto rope = eval::ParseYarnFactor("2", model(false, kRope, "psi32_rope"));  // the paper's Figs. 21–22
   ASSERT_TRUE(rope.ok());
   EXPECT_EQ(eval::YarnFactorFor(*rope, 100, 10), 2.0);
-  EXPECT_TRUE(eval::ParseYarnFactor("auto", false, kRope, "psi32_rope").value().automatic);
-  EXPECT_TRUE(eval::ParseYarnFactor("1", false, kMipe, "psi8").ok());  // the default: nothing asked
-  EXPECT_EQ(eval::ParseYarnFactor("0.5", true, kMipe, "t").status().message(),
+  EXPECT_TRUE(eval::ParseYarnFactor("auto", model(false, kRope, "psi32_rope")).value().automatic);
+  EXPECT_TRUE(eval::ParseYarnFactor("1", model(false, kMipe, "psi8")).ok());  // the default: nothing asked
+  EXPECT_EQ(eval::ParseYarnFactor("0.5", transformer).status().message(),
             "--yarn_factor=0.5: expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)");
-  EXPECT_EQ(eval::ParseYarnFactor("0.5", false, kRope, "r").status().message(),
+  EXPECT_EQ(eval::ParseYarnFactor("0.5", model(false, kRope, "r")).status().message(),
             "--yarn_factor=0.5: expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)");
-  EXPECT_EQ(eval::ParseYarnFactor("auto", false, kMipe, "psi8").status().message(),
+  EXPECT_EQ(eval::ParseYarnFactor("auto", model(false, kMipe, "psi8")).status().message(),
             "--yarn_factor=auto: model psi8 is Multiscreen with position: MIPE, which has no RoPE for YaRN to rescale "
-            "(--yarn_factor takes a Transformer or a Multiscreen model with position: ROPE)");
-  EXPECT_EQ(eval::ParseYarnFactor("2", false, kNope, "psi8_nope").status().message(),
+            "(--yarn_factor takes a RoPE Transformer or a Multiscreen model with position: ROPE)");
+  EXPECT_EQ(eval::ParseYarnFactor("2", model(false, kNope, "psi8_nope")).status().message(),
             "--yarn_factor=2: model psi8_nope is Multiscreen with position: NOPE, which has no RoPE for YaRN to rescale "
-            "(--yarn_factor takes a Transformer or a Multiscreen model with position: ROPE)");
+            "(--yarn_factor takes a RoPE Transformer or a Multiscreen model with position: ROPE)");
+  // The Transformer with the screening unit in place of attention positions by MiPE.
+  const ModelDims screening = model(true, kMipe, "ts", AttentionKind::kScreening);
+  EXPECT_TRUE(eval::ParseYarnFactor("1", screening).ok());
+  EXPECT_EQ(eval::ParseYarnFactor("8", screening).status().message(),
+            "--yarn_factor=8: model ts is a Transformer with attention: SCREENING, which has no RoPE for YaRN to "
+            "rescale (--yarn_factor takes a RoPE Transformer or a Multiscreen model with position: ROPE)");
 }
 
 }  // namespace
