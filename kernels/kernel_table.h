@@ -55,6 +55,12 @@ enum class ScreeningKernel {
   kTiled,   // the tiled kernels in every precision (tests: the tiled kernel alone)
 };
 
+// Which CUDA attention kernels the Transformer's kernels run (kernels/cuda/attention.h:
+// the simple fp32 kernels, the oracle; kernels/cuda/attention_tiled.h: tensor cores,
+// bf16 operands with fp32 accumulation, softmax at d_h = 64 only, the rest the simple
+// ones): the same three choices as the screening's.
+using AttentionKernel = ScreeningKernel;
+
 // Options of a kernel table (the head's blocking is the CPU's; CUDA picks its own).
 struct KernelOptions {
   HeadPath head_path = HeadPath::kPanels;
@@ -66,6 +72,9 @@ struct KernelOptions {
   // kAuto gives way to the environment variable MULTISCREEN_SCREENING_KERNEL
   // (auto|simple|tiled), read when a CUDA table is made (docs/performance.md).
   ScreeningKernel screening_kernel = ScreeningKernel::kAuto;
+  // The CUDA Transformer kernels' attention (kernels/transformer_kernels.h), as
+  // screening_kernel: kAuto gives way to MULTISCREEN_ATTENTION_KERNEL (auto|simple|tiled).
+  AttentionKernel attention_kernel = AttentionKernel::kAuto;
 };
 
 namespace kernels {

@@ -15,6 +15,7 @@
 #include "kernels/buffer.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/kernel_table.h"
 
 namespace multiscreen {
 namespace kernels {
@@ -48,9 +49,13 @@ class TransformerKernels {
 
 }  // namespace kernels
 
-// The Transformer kernels of `device`. Errors (one line, as MakeKernelTable's): CUDA
-// for double, a build without CUDA, no device visible, a driver too old.
+// The Transformer kernels of `device`. options: the CUDA kernels' attention
+// (KernelOptions::precision and attention_kernel; kernels/cuda/cuda_kernel_table.h's
+// TiledAttention); the CPU's ignore them. Errors (one line, as MakeKernelTable's): CUDA
+// for double, a build without CUDA, no device visible, a driver too old, a bad
+// MULTISCREEN_ATTENTION_KERNEL.
 template <typename Real>
-absl::StatusOr<std::unique_ptr<kernels::TransformerKernels<Real>>> MakeTransformerKernels(Device device);
+absl::StatusOr<std::unique_ptr<kernels::TransformerKernels<Real>>> MakeTransformerKernels(
+    Device device, const KernelOptions& options = {});
 
 }  // namespace multiscreen

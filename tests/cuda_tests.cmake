@@ -52,6 +52,11 @@ endif()
 # against the simple CUDA kernel at ragged lengths, every window kind, r near 0 and 1 (issue 29).
 ms_add_gtest(screening_tiled_test cuda SOURCES kernels/screening_tiled_test.cc LIBS ms_kernels_cuda ms_kernels_cpu ms_buffer)
 
+# The tiled tensor-core softmax attention forward and backward (kernels/cuda/attention_tiled.h)
+# against the simple CUDA kernel and the CPU's fp64 one at ragged lengths, typical, peaked and
+# flat softmax (issue 29).
+ms_add_gtest(attention_tiled_test cuda SOURCES cuda/attention_tiled_test.cc LIBS ms_kernels_cuda ms_kernels_cpu ms_buffer)
+
 # Evaluations on the device (issue 29): eval/model_runner.h over the CUDA table against
 # the CPU's (losses, greedy tokens, the prefill), then `multiscreen eval --device=cuda`
 # end to end against --device=cpu (ppl in fp32 and bf16, ttft, the refusals). Both skip,

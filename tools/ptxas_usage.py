@@ -10,8 +10,11 @@ docs/performance.md.
 to PTX (`nvcc -ptx`) and checks that every tiled kernel entry in it (a kernel whose name
 holds "Tiled") holds `mma.sync.aligned.m16n8k16` and `ldmatrix` instructions, and that
 each such source has one: exit 1 when the tensor-core path of a tiled kernel was compiled
-out or made unreachable (the tensor_core_ptx_test of the nvcc build). PTX, not SASS: this
-toolkit has no cuobjdump; scripts/gpu_check looks for HMMA in the SASS where it has one.
+out or made unreachable (the tensor_core_ptx_test of the nvcc build). The tiled kernels'
+sources (TILED_SOURCES: the screening's and the attention's) must be among them, so that
+one which stops including tensor_core.cuh fails rather than drops out of the check. PTX,
+not SASS: this toolkit has no cuobjdump; scripts/gpu_check looks for HMMA in the SASS
+where it has one.
 
 Run: /usr/bin/python3 tools/ptxas_usage.py --nvcc=/usr/local/cuda/bin/nvcc --source=. --build=build [--arch=90]
      [--check] [--markdown] [--tensor-cores]
@@ -55,6 +58,9 @@ def compile_one(nvcc, source, build, arch, path):
     return kernels
 
 
+# The sources of the tiled tensor-core kernels (issue 29); each must include tensor_core.cuh.
+TILED_SOURCES = ("kernels/cuda/screening_tiled.cu", "kernels/cuda/attention_tiled.cu")
+
 ENTRY_PTX = re.compile(r"^(?:\.visible\s+)?\.entry\s+([^\s(]+)")
 MMA = "mma.sync.aligned.m16n8k16"
 LDMATRIX = "ldmatrix.sync.aligned"
@@ -86,10 +92,12 @@ def check_tensor_cores(args, source):
              if '#include "kernels/cuda/tensor_core.cuh"' in open(f, encoding="utf-8").read()]
     if not files:
         sys.exit("ptxas_usage: no kernels/cuda source includes kernels/cuda/tensor_core.cuh")
+    missing = [t for t in TILED_SOURCES if os.path.join(source, t) not in files]
     build = os.path.abspath(args.build)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         reports = list(pool.map(lambda f: ptx_entries(args.nvcc, source, build, args.arch, f), files))
-    failures = []
+    failures = [f"{t} does not include kernels/cuda/tensor_core.cuh (or is gone): its tiled kernels are unchecked"
+                for t in missing]
     for path, entries in zip(files, reports):
         rel = os.path.relpath(path, source)
         names = demangle([e[0] for e in entries]) if entries else []

@@ -312,20 +312,35 @@ void AttentionForward(const cpu::AttentionShape& shape, const float* q, const fl
   DownloadDoubles("AttentionForward", scratch->lse.data(), rows, lse, stream);
 }
 
-void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
-                       const float* o, const double* lse, const float* d_o, const double* scale, float* dq, float* dk,
-                       float* dv, double* d_scale, AttentionScratch* scratch, cudaStream_t stream) {
-  const int64_t rows = shape.batch * shape.heads * shape.seq, T = shape.seq, H = shape.heads, dh = shape.d_h;
+bool AttentionBackwardBegin(const cpu::AttentionShape& shape, const double* lse, const double* scale,
+                            double* d_scale, AttentionScratch* scratch, cudaStream_t stream) {
+  const int64_t rows = shape.batch * shape.heads * shape.seq, H = shape.heads;
   if (rows <= 0) {
     for (int64_t h = 0; h < H; ++h) d_scale[h] = 0;
-    return;
+    return false;
   }
-  CheckHeadWidth("AttentionBackward", dh);
+  CheckHeadWidth("AttentionBackward", shape.d_h);
   UploadDoubles("AttentionBackward", scale, H, &scratch->scale, stream);
   UploadDoubles("AttentionBackward", lse, rows, &scratch->lse, stream);
   scratch->delta.Resize(rows);
   scratch->parts.Resize(rows);
   scratch->d_scale.Resize(H);
+  return true;
+}
+
+void AttentionBackwardFinish(const cpu::AttentionShape& shape, double* d_scale, AttentionScratch* scratch,
+                             cudaStream_t stream) {
+  Launch<ScaleGradKernel>(static_cast<unsigned>(shape.heads), kThreads, 0, stream, scratch->parts.data(), shape.batch,
+                          shape.seq, shape.heads, scratch->d_scale.data());
+  MS_CUDA_CHECK_LAUNCH("AttentionBackward");
+  DownloadDoubles("AttentionBackward", scratch->d_scale.data(), shape.heads, d_scale, stream);
+}
+
+void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
+                       const float* o, const double* lse, const float* d_o, const double* scale, float* dq, float* dk,
+                       float* dv, double* d_scale, AttentionScratch* scratch, cudaStream_t stream) {
+  if (!AttentionBackwardBegin(shape, lse, scale, d_scale, scratch, stream)) return;
+  const int64_t rows = shape.batch * shape.heads * shape.seq, T = shape.seq, H = shape.heads, dh = shape.d_h;
   const dim3 grid = WarpGrid(rows), block(kWarp, kWarpsPerBlock);
   Launch<DeltaKernel>(grid, block, 0, stream, q, k, v, o, d_o, scratch->lse.data(), scratch->scale.data(),
                       scratch->delta.data(), rows, T, H, dh, shape.kind);
@@ -336,10 +351,7 @@ void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const f
   Launch<KeyValueGradKernel>(grid, block, 0, stream, q, k, v, d_o, scratch->lse.data(), scratch->delta.data(),
                              scratch->scale.data(), dk, dv, rows, T, H, dh, shape.kind);
   MS_CUDA_CHECK_LAUNCH("AttentionBackward");
-  Launch<ScaleGradKernel>(static_cast<unsigned>(H), kThreads, 0, stream,
-                          scratch->parts.data(), shape.batch, T, H, scratch->d_scale.data());
-  MS_CUDA_CHECK_LAUNCH("AttentionBackward");
-  DownloadDoubles("AttentionBackward", scratch->d_scale.data(), H, d_scale, stream);
+  AttentionBackwardFinish(shape, d_scale, scratch, stream);
 }
 
 }  // namespace multiscreen::kernels::cuda

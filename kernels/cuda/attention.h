@@ -8,7 +8,8 @@
 // columns, an online softmax over the keys one at a time, scores and sums in fp64 as
 // the CPU's. No atomics: every output has one owner, and ∂scale_h sums per-query parts
 // in a fixed order, so results are deterministic. Not fast (no tiling, no tensor
-// cores); the fast kernel is for later and this one stays its oracle.
+// cores): kernels/cuda/attention_tiled.h is the fast softmax kernel, and this one its
+// oracle.
 //
 // q, k, v, o and their gradients are device [B·T, heads·d_h] (row b·T + t, columns
 // h·d_h ..); scale, lse and d_scale are host arrays (kernels/transformer_kernels.h),
@@ -46,5 +47,15 @@ void AttentionForward(const cpu::AttentionShape& shape, const float* q, const fl
 void AttentionBackward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
                        const float* o, const double* lse, const float* d_o, const double* scale, float* dq, float* dk,
                        float* dv, double* d_scale, AttentionScratch* scratch, cudaStream_t stream);
+
+// The backward's uploads and its last pass, which the tiled backward (attention_tiled.h)
+// runs around its own. Begin: scale and lse uploaded to scratch->scale and scratch->lse;
+// scratch->delta, parts and d_scale sized. Returns false when there are no rows (d_scale
+// then zeroed; nothing to do). Finish: d_scale [heads] host written, Σ over (b, i) of
+// scratch->parts in a fixed order; waits.
+bool AttentionBackwardBegin(const cpu::AttentionShape& shape, const double* lse, const double* scale,
+                            double* d_scale, AttentionScratch* scratch, cudaStream_t stream);
+void AttentionBackwardFinish(const cpu::AttentionShape& shape, double* d_scale, AttentionScratch* scratch,
+                             cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

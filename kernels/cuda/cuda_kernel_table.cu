@@ -156,25 +156,35 @@ class CudaKernelTable final : public KernelTable<float> {
   CrossEntropyScratch cross_entropy_;
 };
 
-}  // namespace
-
-absl::StatusOr<bool> TiledScreening(const KernelOptions& options) {
-  ScreeningKernel kernel = options.screening_kernel;
+// `kernel`, where kAuto gives way to the environment variable `variable`
+// (auto|simple|tiled, case-insensitive; unset or empty: auto) and auto means tiled
+// exactly under kBf16: whether the tiled kernels run.
+absl::StatusOr<bool> TiledKernel(ScreeningKernel kernel, const char* variable, Precision precision) {
   if (kernel == ScreeningKernel::kAuto) {
-    if (const char* env = std::getenv("MULTISCREEN_SCREENING_KERNEL"); env != nullptr && *env != '\0') {
+    if (const char* env = std::getenv(variable); env != nullptr && *env != '\0') {
       const std::string v = absl::AsciiStrToLower(env);
       if (v == "simple") {
         kernel = ScreeningKernel::kSimple;
       } else if (v == "tiled") {
         kernel = ScreeningKernel::kTiled;
       } else if (v != "auto") {
-        return absl::InvalidArgumentError(absl::StrCat("MULTISCREEN_SCREENING_KERNEL=", absl::CHexEscape(env),
-                                                       ": expected auto, simple or tiled"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(variable, "=", absl::CHexEscape(env), ": expected auto, simple or tiled"));
       }
     }
   }
-  if (kernel == ScreeningKernel::kAuto) return options.precision == Precision::kBf16;
+  if (kernel == ScreeningKernel::kAuto) return precision == Precision::kBf16;
   return kernel == ScreeningKernel::kTiled;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> TiledScreening(const KernelOptions& options) {
+  return TiledKernel(options.screening_kernel, "MULTISCREEN_SCREENING_KERNEL", options.precision);
+}
+
+absl::StatusOr<bool> TiledAttention(const KernelOptions& options) {
+  return TiledKernel(options.attention_kernel, "MULTISCREEN_ATTENTION_KERNEL", options.precision);
 }
 
 absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const KernelOptions& options) {

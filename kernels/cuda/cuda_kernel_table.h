@@ -30,4 +30,10 @@ absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const Ke
 // Error (one line): another value of the variable.
 absl::StatusOr<bool> TiledScreening(const KernelOptions& options);
 
+// Whether the CUDA Transformer kernels made with `options` run the tiled attention
+// (attention_tiled.h: bf16 operands, fp32 accumulation; softmax at d_h = 64, the rest the
+// simple kernels) rather than the simple fp32 kernels (attention.h): as TiledScreening,
+// with options.attention_kernel and MULTISCREEN_ATTENTION_KERNEL=auto|simple|tiled.
+absl::StatusOr<bool> TiledAttention(const KernelOptions& options);
+
 }  // namespace multiscreen::kernels::cuda

@@ -1,12 +1,14 @@
 // The CUDA Transformer kernels (cuda_transformer_kernels.h): one call per op into the
 // op families, on the legacy default stream, with their scratch. The attention's host
-// arrays (scale, lse, d_scale) are copied inside attention.cu.
+// arrays (scale, lse, d_scale) are copied inside attention.cu and attention_tiled.cu.
 #include "kernels/cuda/cuda_transformer_kernels.h"
 
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_tiled.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_kernel_table.h"
 #include "kernels/cuda/device_check.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
@@ -17,7 +19,8 @@ namespace {
 
 class CudaTransformerKernels final : public TransformerKernels<float> {
  public:
-  explicit CudaTransformerKernels(cudaStream_t stream) : stream_(stream) {}
+  CudaTransformerKernels(cudaStream_t stream, bool tiled_attention)
+      : stream_(stream), tiled_attention_(tiled_attention) {}
   ~CudaTransformerKernels() override { cudaStreamSynchronize(stream_); }
 
   Device device() const override { return Device::kCuda; }
@@ -34,12 +37,20 @@ class CudaTransformerKernels final : public TransformerKernels<float> {
   }
   void AttentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v,
                         const double* scale, float* o, double* lse) override {
-    cuda::AttentionForward(shape, q, k, v, scale, o, lse, &attention_, stream_);
+    if (tiled_attention_) {
+      cuda::AttentionTiledForward(shape, q, k, v, scale, o, lse, &attention_, stream_);  // simple where it must
+    } else {
+      cuda::AttentionForward(shape, q, k, v, scale, o, lse, &attention_, stream_);
+    }
   }
   void AttentionBackward(const AttentionShape& shape, const float* q, const float* k, const float* v, const float* o,
                          const double* lse, const float* d_o, const double* scale, float* dq, float* dk, float* dv,
                          double* d_scale) override {
-    cuda::AttentionBackward(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, &attention_, stream_);
+    if (tiled_attention_) {
+      cuda::AttentionTiledBackward(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, &attention_, stream_);
+    } else {
+      cuda::AttentionBackward(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, &attention_, stream_);
+    }
   }
   void SwiGluForward(const float* gu, float* h, int64_t rows, int64_t f) override {
     cuda::SwiGluForward(gu, h, rows, f, stream_);
@@ -50,16 +61,19 @@ class CudaTransformerKernels final : public TransformerKernels<float> {
 
  private:
   cudaStream_t stream_;
+  bool tiled_attention_;  // AttentionTiledForward/Backward, else the simple kernels
   RmsNormScratch rms_norm_;
   AttentionScratch attention_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TransformerKernels<float>>> MakeCudaTransformerKernels() {
+absl::StatusOr<std::unique_ptr<TransformerKernels<float>>> MakeCudaTransformerKernels(const KernelOptions& options) {
+  absl::StatusOr<bool> tiled = TiledAttention(options);
+  if (!tiled.ok()) return tiled.status();
   if (absl::Status usable = CheckCudaDevice(); !usable.ok()) return usable;
   // The legacy default stream, as the kernel table's (cuda_kernel_table.cu says why).
-  return std::unique_ptr<TransformerKernels<float>>(new CudaTransformerKernels(cudaStreamLegacy));
+  return std::unique_ptr<TransformerKernels<float>>(new CudaTransformerKernels(cudaStreamLegacy, *tiled));
 }
 
 }  // namespace multiscreen::kernels::cuda
