@@ -14,15 +14,19 @@ void FatalModelError(const std::string& what) {
   std::exit(1);
 }
 
-template <typename Real>
-std::unique_ptr<kernels::KernelTable<Real>> KernelTableFor(const ModelOptions& options) {
+KernelOptions KernelOptionsOf(const ModelOptions& options) {
   KernelOptions k;
   k.head_path = options.head_path;
   k.head_chunk_rows = options.head_chunk_rows;
   k.head_vocab_block = options.head_vocab_block;
-  k.precision = options.precision;  // the CUDA table's screening kernels follow it
+  k.precision = options.precision;  // the CUDA tables' screening and attention kernels follow it
   k.screening_kernel = options.screening_kernel;
-  auto table = MakeKernelTable<Real>(options.device, k);
+  return k;
+}
+
+template <typename Real>
+std::unique_ptr<kernels::KernelTable<Real>> KernelTableFor(const ModelOptions& options) {
+  auto table = MakeKernelTable<Real>(options.device, KernelOptionsOf(options));
   if (!table.ok()) FatalModelError("--device=" + DeviceName(options.device) + ": " + std::string(table.status().message()));
   return std::move(*table);
 }

@@ -108,9 +108,13 @@ class ModelStage {
   std::vector<int32_t> step_inputs_, step_targets_;
 };
 
-// The kernel table of options.device with the head options; a failure ends the process
-// with one line naming --device (the command line checks the device before building a
-// model). For the model families' constructors.
+// The kernel options a model's tables are made with: the head's blocking, the step's
+// precision, and the CUDA kernels' choice by it (screening; the Transformer's attention).
+KernelOptions KernelOptionsOf(const ModelOptions& options);
+
+// The kernel table of options.device with KernelOptionsOf(options); a failure ends the
+// process with one line naming --device (the command line checks the device before
+// building a model). For the model families' constructors.
 template <typename Real>
 std::unique_ptr<kernels::KernelTable<Real>> KernelTableFor(const ModelOptions& options);
 

@@ -13,7 +13,8 @@ namespace {
 
 template <typename Real>
 std::unique_ptr<kernels::TransformerKernels<Real>> TransformerTableFor(const ModelOptions& options) {
-  auto table = MakeTransformerKernels<Real>(options.device);
+  // Under bf16 the CUDA table runs the tiled attention (kernels/cuda/attention_tiled.h).
+  auto table = MakeTransformerKernels<Real>(options.device, KernelOptionsOf(options));
   if (!table.ok()) FatalModelError(std::string(table.status().message()));
   return std::move(*table);
 }
