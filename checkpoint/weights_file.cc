@@ -208,13 +208,16 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
         absl::StrCat(source, ": ", field, "eos_token = ", d.eos_token, " is not a token id below vocab = ", d.vocab));
   }
   // The families' own constraints (what ResolveModel enforces for model files): the
-  // Transformer's head width is d_e / n_heads, a whole even number, and the kernels size
-  // their buffers from d_k; its switches do not exist for Multiscreen.
+  // Transformer's head width is d_e / n_heads, a whole number, even for RoPE (at least 2
+  // for screening's MiPE), and the kernels size their buffers from d_k; its switches do not
+  // exist for Multiscreen.
   if (d.transformer()) {
-    if (d.d_e % d.n_heads != 0 || (d.d_e / d.n_heads) % 2 != 0 || d.d_k != d.d_e / d.n_heads) {
+    const bool rope_pairs = d.attention != AttentionKind::kScreening;
+    if (d.d_e % d.n_heads != 0 || (rope_pairs && (d.d_e / d.n_heads) % 2 != 0) || d.d_k != d.d_e / d.n_heads) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, "d_k = ", d.d_k,
                                                      " is not the Transformer's head width d_e / n_heads = ", d.d_e,
-                                                     " / ", d.n_heads, " (a whole, even number)"));
+                                                     " / ", d.n_heads,
+                                                     rope_pairs ? " (a whole, even number)" : " (a whole number)"));
     }
     if (!d.tanh_norm) {
       return absl::InvalidArgumentError(

@@ -10,7 +10,8 @@
 #endif
 
 ABSL_FLAG(std::string, device, "auto",
-          "cpu | cuda | auto: where the step computes (auto: cuda when this build has it and a GPU is visible)");
+          "cpu | cuda | auto: where the step computes (auto: cuda when this build has it and a GPU is visible); eval: "
+          "cpu | cuda (default cpu)");
 
 namespace multiscreen::cli {
 

@@ -1174,12 +1174,28 @@ int EvalCommand(int argc, char** argv) {
     return Fail("eval", s);
   }
   if (!args.empty()) return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));
-  if (sub == "ppl") return Ppl(given);
-  if (sub == "abcdigits") return AbcDigits(given);
-  if (sub == "passkey") return Passkey(given);
-  if (sub == "relevance") return Relevance(given);
-  if (sub == "choice") return Choice(given);
-  return Ttft(given);
+  // Setup makes --out before each evaluation checks its own flags and data: a refused
+  // evaluation takes away the directory it made while it is still empty (one it found is
+  // left as it was).
+  const std::string out = absl::GetFlag(FLAGS_out);
+  std::error_code ec;
+  const bool out_existed = out.empty() || fs::exists(out, ec);
+  int rc;
+  if (sub == "ppl") {
+    rc = Ppl(given);
+  } else if (sub == "abcdigits") {
+    rc = AbcDigits(given);
+  } else if (sub == "passkey") {
+    rc = Passkey(given);
+  } else if (sub == "relevance") {
+    rc = Relevance(given);
+  } else if (sub == "choice") {
+    rc = Choice(given);
+  } else {
+    rc = Ttft(given);
+  }
+  if (rc != 0 && !out_existed && fs::is_directory(out, ec) && fs::is_empty(out, ec)) fs::remove(out, ec);
+  return rc;
 }
 
 }  // namespace multiscreen::cli

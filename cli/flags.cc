@@ -40,7 +40,8 @@ ABSL_FLAG(int32_t, threads, 0, "worker threads (0: all cores)");
 ABSL_FLAG(std::string, isa, "",
           "CPU kernels' instruction-set path: generic | avx2 | avx512 | native (default: $MULTISCREEN_ISA, else the "
           "CPU's best)");
-ABSL_FLAG(std::string, precision, "fp32", "train and bench train: fp32 | bf16 | fp16 (mixed precision); forward: fp32 | bf16 | fp64 (fp64: the double-precision reference)");
+ABSL_FLAG(std::string, precision, "fp32", "train and bench train: fp32 | bf16 | fp16 (mixed precision); forward: fp32 | bf16 | fp64 (fp64: the double-precision "
+          "reference); eval: fp32 | bf16");
 
 namespace multiscreen::cli {
 

@@ -35,8 +35,8 @@ namespace multiscreen::cli {
 
 int GenerateCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
-                          "multiscreen generate (--checkpoint=DIR | --weights=W.h5) --prompt=TEXT [--max_tokens=N --tokenizer=DIR\n"
-                          "                     --train_len=T --as_learned --yarn_factor=F|auto]",
+                          "multiscreen generate (--checkpoint=DIR | --weights=W.h5) --prompt=TEXT [--max_tokens=N --tokenizer=DIR "
+                          "--train_len=T --as_learned --yarn_factor=F|auto]",
                           {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer",
                            "yarn_factor"}); !s.ok()) {
     return Fail("generate", s);

@@ -60,7 +60,12 @@ int ParamsCommand(int argc, char** argv) {
     std::printf("  %-34s %15lld\n", "attention W_Q W_K W_V W_O", (long long)c.tile_matrices);
     std::printf("  %-34s %15lld\n", "FFN W_gate W_up W_down", (long long)c.ffn_matrices);
     std::printf("  %-34s %15lld\n", "RMSNorm gains", (long long)c.norm_gains);
-    std::printf("  %-34s %15lld\n", "s_QK, s_SS, s_w s_r (screening)", (long long)c.tile_scalars);
+    // The per-head scalars this model's switches add (qk_norm: s_QK; SSMAX: s_SS; SCREENING: s_w, s_r).
+    std::string scalars = dims->qk_norm ? "s_QK" : "";
+    if (dims->attention == AttentionKind::kSsmax) scalars += scalars.empty() ? "s_SS" : " s_SS";
+    if (dims->attention == AttentionKind::kScreening) scalars = "s_w s_r";  // refuses qk_norm
+    std::printf("  %-34s %15lld\n", ("head scalars " + (scalars.empty() ? std::string("(none)") : scalars)).c_str(),
+                (long long)c.tile_scalars);
     std::printf("  %-34s %15lld\n", "non-embedding", (long long)c.non_embedding);
     std::printf("  %-34s %15lld\n", "total", (long long)c.total);
     return 0;

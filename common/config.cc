@@ -130,7 +130,9 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
       if (set) return Invalid(source, absl::StrCat(field, " is a Multiscreen field; a TRANSFORMER's head width is d_e / n_heads"));
     }
     if (m.has_tanh_norm()) return Invalid(source, "tanh_norm is a Multiscreen switch; a TRANSFORMER has no TanhNorm");
-    if (m.has_position()) return Invalid(source, "position is a Multiscreen switch; a TRANSFORMER uses RoPE");
+    if (m.has_position()) {
+      return Invalid(source, "position is a Multiscreen switch; a TRANSFORMER uses RoPE (attention: SCREENING, MiPE)");
+    }
     if (m.has_output_gate()) return Invalid(source, "output_gate is a Multiscreen switch; a TRANSFORMER has no tile gate");
     if (!config::ModelConfig::Attention_IsValid(m.attention())) {
       return Invalid(source, absl::StrCat("attention = ", m.attention(),
@@ -191,7 +193,12 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     }
   }
   if (transformer) {
-    if (d.d_e % d.n_heads != 0 || (d.d_e / d.n_heads) % 2 != 0) {
+    if (d.attention == AttentionKind::kScreening) {  // MiPE turns coordinates 0 and 1: a width ≥ 2
+      if (d.d_e % d.n_heads != 0 || d.d_e / d.n_heads < 2) {
+        return Invalid(source, absl::StrCat("d_e = ", d.d_e, " must be n_heads = ", d.n_heads,
+                                            " times a head width of at least 2 (screening's MiPE turns coordinates 0 and 1)"));
+      }
+    } else if (d.d_e % d.n_heads != 0 || (d.d_e / d.n_heads) % 2 != 0) {
       return Invalid(source, absl::StrCat("d_e = ", d.d_e, " must be n_heads = ", d.n_heads,
                                           " times an even head width (RoPE rotates pairs)"));
     }

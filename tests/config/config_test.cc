@@ -253,7 +253,7 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
   EXPECT_EQ(error("psi: 2 tanh_norm: false"), "ok");
   // Issue 30's Multiscreen ablation switches: a Transformer refuses them; ROPE needs even d_k.
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 position: NOPE"),
-            "position is a Multiscreen switch; a TRANSFORMER uses RoPE");
+            "position is a Multiscreen switch; a TRANSFORMER uses RoPE (attention: SCREENING, MiPE)");
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 output_gate: false"),
             "output_gate is a Multiscreen switch; a TRANSFORMER has no tile gate");
   EXPECT_EQ(error("psi: 2 position: 7"), "position = 7 is not a known value (MIPE, NOPE, ROPE)");
@@ -267,6 +267,12 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
   EXPECT_EQ(error("psi: 2 attention: SOFTMAX"), "attention is a Transformer switch (family: TRANSFORMER); Multiscreen screens");
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: 9"),
             "attention = 9 is not a known value (SOFTMAX, SOFTMAX1, SSMAX, SIGMOID, ENTMAX15, SCREENING)");
+  // Screening needs no RoPE pairs: an odd head width of at least 2 is a model.
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 6 attention: SCREENING"), "ok");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 6"),
+            "d_e = 6 must be n_heads = 2 times an even head width (RoPE rotates pairs)");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 4 d_e: 4 attention: SCREENING"),
+            "d_e = 4 must be n_heads = 4 times a head width of at least 2 (screening's MiPE turns coordinates 0 and 1)");
   EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: SCREENING qk_norm: true"),
             "qk_norm does not apply to attention: SCREENING (screening makes q and k unit length itself)");
   for (const char* kind : {"SOFTMAX", "SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15", "SCREENING"}) {

@@ -485,6 +485,15 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--mode=lines", "--contexts=1000000000",
                                        f"--out={self.dir}/o", f"--tokenizer={self.tokenizer}", timeout=30),
                                    "--contexts: 1000000000 lines need about", "GiB")
+        # None of these refusals left its --out behind (the setup makes it before each evaluation
+        # checks its own flags); a directory that was there stays, with what it held.
+        self.assertFalse(os.path.exists(f"{self.dir}/o"))
+        kept = os.path.join(self.dir, "kept")
+        os.makedirs(kept)
+        open(os.path.join(kept, "x"), "w").close()
+        self.assert_one_line_error(run("eval", "passkey", f"--weights={g}", "--depths=0.5,0.5", f"--out={kept}",
+                                       f"--tokenizer={self.tokenizer}"), "0.5 is given twice")
+        self.assertEqual(os.listdir(kept), ["x"])
 
 
 if __name__ == "__main__":
