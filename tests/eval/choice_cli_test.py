@@ -32,10 +32,6 @@ BIN = None
 SOURCE = None
 EOS = 50256
 
-MODELS = {
-    "gpt2_tiny": 'name: "tiny_gpt2_vocab"\nfamily: MULTISCREEN\npsi: 2\nd_e: 16\nd_k: 4\nd_v: 6\nw_th: 8\n',
-    "gpt2_tiny_transformer": 'name: "tiny_gpt2_transformer"\nfamily: TRANSFORMER\nn_layers: 2\nn_heads: 2\nd_e: 16\n',
-}
 
 
 def read(path):
@@ -92,11 +88,8 @@ class ChoiceCliTest(OneLineErrors):
         self.tmp.cleanup()
 
     def init(self, model, seed=3):
-        path = os.path.join(self.dir, MODELS[model].split('"')[1] + ".textproto")
-        with open(path, "w") as f:
-            f.write(MODELS[model])
-        w = os.path.join(self.dir, f"{model}_{seed}.h5")
-        r = run("init", f"--model={path}", f"--seed={seed}", f"--out={w}")
+        w = os.path.join(self.dir, f"{model}_{seed}.h5")  # configs/models/tiny_gpt2_vocab or tiny_gpt2_transformer
+        r = run("init", f"--model={model}", f"--seed={seed}", f"--out={w}")
         self.assertEqual(r.returncode, 0, r.stderr)
         return w
 
@@ -176,7 +169,7 @@ class ChoiceCliTest(OneLineErrors):
         return summary, rows, r
 
     def test_each_format_scores_the_continuations_forward_scores(self):
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         for fmt in ("hellaswag", "piqa", "arc", "winogrande"):
             with self.subTest(fmt=fmt):
                 summary, rows, r = self.check(w, fmt)
@@ -187,7 +180,7 @@ class ChoiceCliTest(OneLineErrors):
         self.assertEqual(rows[2]["chars"][3], len("Café au lait is served."))
 
     def test_long_contexts_are_cut_on_the_left(self):
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         # Item 1's longest sequence has 12 tokens, item 2's 23 (a 12-token continuation).
         summary, rows, r = self.check(w, "piqa", "--seq_len=14", seq_len=14)
         self.assertEqual(summary["truncated"], 1)
@@ -197,17 +190,17 @@ class ChoiceCliTest(OneLineErrors):
     def test_the_memory_check_is_of_the_longest_item_not_of_seq_len(self):
         # Items far shorter than --seq_len are scored whole; the check (and the left cut) do
         # not overflow at the largest --seq_len.
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         summary, rows, _ = self.check(w, "piqa", "--seq_len=9223372036854775807")
         self.assertEqual(summary["truncated"], 0)
 
     def test_the_transformer_baseline_is_scored_the_same_way(self):
-        w = self.init("gpt2_tiny_transformer")
+        w = self.init("tiny_gpt2_transformer")
         self.check(w, "winogrande")
         self.check(w, "arc")
 
     def test_outputs_of_another_task_of_the_same_name_are_not_overwritten(self):
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         piqa = os.path.join(HERE, "testdata", "choice_piqa.jsonl")
         a, b = os.path.join(self.dir, "a", "test.jsonl"), os.path.join(self.dir, "b", "test.jsonl")
         for path, lines in ((a, read(piqa)), (b, read(piqa).splitlines()[0] + "\n")):
@@ -232,7 +225,7 @@ class ChoiceCliTest(OneLineErrors):
         self.assertEqual(len(rows), 2)
 
     def test_errors_are_one_line(self):
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         bad = os.path.join(self.dir, "bad.jsonl")
         with open(bad, "w") as f:
             f.write('{"goal": "g", "sol1": "a", "sol2": "b", "label": 0}\n\n{"goal": "g", "sol1": "a", "label": 0}\n')

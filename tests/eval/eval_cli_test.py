@@ -31,23 +31,8 @@ from cli_errors import OneLineErrors  # noqa: E402
 BIN = None
 SOURCE = None
 
-# tiny_psi2 with GPT-2's vocabulary, so that text prompts tokenize into it.
-GPT2_TINY = """name: "tiny_gpt2_vocab"
-family: MULTISCREEN
-psi: 2
-d_e: 16
-d_k: 4
-d_v: 6
-w_th: 8
-"""
-
-# A Transformer baseline with GPT-2's vocabulary (issue 18).
-GPT2_TINY_TRANSFORMER = """name: "tiny_gpt2_transformer"
-family: TRANSFORMER
-n_layers: 2
-n_heads: 2
-d_e: 16
-"""
+# Models with GPT-2's vocabulary, so that text prompts tokenize into them:
+# configs/models/tiny_gpt2_vocab (Multiscreen) and tiny_gpt2_transformer.
 
 
 def run(*args, timeout=120):
@@ -65,13 +50,6 @@ class EvalCliTest(OneLineErrors):
 
     def init(self, model="tiny_psi2", seed=3):
         w = os.path.join(self.dir, f"w_{seed}.h5")
-        if model in ("gpt2_tiny", "gpt2_tiny_transformer"):
-            body = GPT2_TINY if model == "gpt2_tiny" else GPT2_TINY_TRANSFORMER
-            name = body.split('"')[1]  # the file is named as the model (a checkpoint test reads it back)
-            path = os.path.join(self.dir, f"{name}.textproto")
-            with open(path, "w") as f:
-                f.write(body)
-            model = path
         r = run("init", f"--model={model}", f"--seed={seed}", f"--out={w}")
         self.assertEqual(r.returncode, 0, r.stderr)
         return w
@@ -171,7 +149,7 @@ class EvalCliTest(OneLineErrors):
             self.assert_one_line_error(r, "--tokenizer: its 50257 tokens do not fit model tiny_psi2's V = 37")
 
     def test_ppl_reads_text_and_jsonl(self):
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         text = os.path.join(self.dir, "a.txt")
         with open(text, "w") as f:
             f.write("The quick brown fox jumps over the lazy dog. " * 10)
@@ -196,7 +174,7 @@ class EvalCliTest(OneLineErrors):
                 self.assertEqual(a.read(), b.read(), path)
 
     def test_abcdigits_scores_what_generate_generates(self):
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         out = os.path.join(self.dir, "abc")
         dump = os.path.join(self.dir, "abc.jsonl")
         r = run("eval", "abcdigits", f"--weights={w}", "--contexts=400,450", "--depths=0.2,0.8", "--instances=2",
@@ -226,7 +204,7 @@ class EvalCliTest(OneLineErrors):
         self.assertEqual(len(re.findall(r"cell \d+/6", r.stderr)), 2, r.stderr)
 
     def test_passkey_grid_runs_and_scores_each_cell(self):
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         out = os.path.join(self.dir, "pk")
         r = run("eval", "passkey", f"--weights={w}", "--contexts=120", "--depths=0,1", "--instances=2", f"--out={out}",
                 f"--tokenizer={self.tokenizer}")
@@ -238,7 +216,7 @@ class EvalCliTest(OneLineErrors):
 
     # ---- the Transformer baseline (issue 18) -----------------------------------------------
     def test_the_transformer_runs_ppl_abcdigits_passkey_ttft_and_refuses_relevance(self):
-        w = self.init("gpt2_tiny_transformer")
+        w = self.init("tiny_gpt2_transformer")
         with h5py.File(w, "r+") as f:  # off the init (std 0.02), so predictions are far from uniform
             for name in ("layers/000/W_Q", "layers/000/W_K", "layers/001/W_Q", "layers/001/W_K", "embed/W_E"):
                 f[name][...] = f[name][...] * 20
@@ -336,7 +314,7 @@ class EvalCliTest(OneLineErrors):
                                    "--method=decode with --device=cuda", "--method=full")
         self.assert_one_line_error(run("eval", "ppl", *common, "--method=decode", "--precision=bf16", out),
                                    "--method=decode with --precision=bf16", "fp32")
-        g = self.init("gpt2_tiny", seed=4)
+        g = self.init("tiny_gpt2_vocab", seed=4)
         self.assert_one_line_error(run("eval", "passkey", f"--weights={g}", "--contexts=120", "--depths=0", "--instances=1",
                                        "--precision=bf16", out, f"--tokenizer={self.tokenizer}"),
                                    "--precision=bf16: on the CPU the grid decodes with the decoding cache, in fp32")
@@ -361,7 +339,7 @@ class EvalCliTest(OneLineErrors):
 
     # ---- relevance ------------------------------------------------------------------------
     def test_relevance_lists_every_tile_and_the_pairs_of_the_chosen_ones(self):
-        w = self.init("gpt2_tiny")
+        w = self.init("tiny_gpt2_vocab")
         text = os.path.join(self.dir, "t.txt")
         with open(text, "w") as f:
             f.write("The history of the world is a story of people.")
@@ -391,10 +369,9 @@ class EvalCliTest(OneLineErrors):
         data = os.path.join(self.dir, "data")
         os.makedirs(data)
         write_tokens(os.path.join(data, "train_000000.bin"), np.random.default_rng(4).integers(0, 50257, size=4000))
-        self.init("gpt2_tiny")  # writes the model file
         run_dir = os.path.join(self.dir, "run")
         r = subprocess.run([BIN, "train", f"--config={SOURCE}/configs/train/tiny_test.textproto",
-                            f"--model={self.dir}/tiny_gpt2_vocab.textproto", f"--data={data}", f"--run_dir={run_dir}",
+                            "--model=tiny_gpt2_vocab", f"--data={data}", f"--run_dir={run_dir}",
                             "--steps=2", "--seq_len=16", "--checkpoint_every=2", "--eval_every=0"],
                            capture_output=True, text=True, timeout=120, cwd=SOURCE)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -470,7 +447,7 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=49",
                                        f"--dump={self.dir}/d.jsonl"), "--length=49")
         # A grid context past the machine's memory is refused before anything is generated.
-        g = self.init("gpt2_tiny", seed=4)
+        g = self.init("tiny_gpt2_vocab", seed=4)
         self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--depths=0.5,2", f"--out={self.dir}/o",
                                        f"--tokenizer={self.tokenizer}"), "--depths")
         # Issue 31: duplicates made cells twice; a context too short was named --length.

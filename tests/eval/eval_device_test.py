@@ -31,17 +31,6 @@ from cli_errors import OneLineErrors  # noqa: E402
 BIN = None
 SOURCE = None
 
-# tiny_psi2 with GPT-2's vocabulary (as eval_cli_test.py), so that text prompts tokenize into it.
-GPT2_TINY = """name: "tiny_gpt2_vocab"
-family: MULTISCREEN
-psi: 2
-d_e: 16
-d_k: 4
-d_v: 6
-w_th: 8
-"""
-
-
 def run(*args, timeout=240, env=None):
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout,
                           env=None if env is None else {**os.environ, **env})
@@ -71,13 +60,7 @@ class EvalDeviceTest(OneLineErrors):
         if model in self.weights:
             return self.weights[model]
         w = os.path.join(self.dir, f"{model}.h5")
-        if model == "gpt2_tiny":
-            path = os.path.join(self.dir, "tiny_gpt2_vocab.textproto")
-            with open(path, "w") as f:
-                f.write(GPT2_TINY)
-            r = run("init", f"--model={path}", "--seed=3", f"--out={w}")
-        else:
-            r = run("init", f"--model={model}", "--seed=5", f"--out={w}")
+        r = run("init", f"--model={model}", f"--seed={3 if model == 'tiny_gpt2_vocab' else 5}", f"--out={w}")
         self.assertEqual(r.returncode, 0, r.stderr)
         with h5py.File(w, "r+") as f:
             for layer in f["layers"].values():
@@ -201,7 +184,7 @@ class EvalDeviceTest(OneLineErrors):
 
     # ---- the grids and choice -------------------------------------------------------------------
     def test_passkey_on_the_device_generates_the_cpus_tokens(self):
-        w = self.model_weights("gpt2_tiny")
+        w = self.model_weights("tiny_gpt2_vocab")
         dumps = {}
         for device in ("cpu", "cuda"):
             out, dump = os.path.join(self.dir, f"pk_{device}"), os.path.join(self.dir, f"pk_{device}.jsonl")
@@ -216,7 +199,7 @@ class EvalDeviceTest(OneLineErrors):
         self.assertEqual(dumps["cuda"], dumps["cpu"])
 
     def test_choice_on_the_device_scores_as_the_cpu(self):
-        w = self.model_weights("gpt2_tiny")
+        w = self.model_weights("tiny_gpt2_vocab")
         task = os.path.join(self.dir, "piqa.jsonl")
         with open(task, "w") as f:
             f.write(json.dumps({"goal": "To open a jar", "sol1": "twist the lid.", "sol2": "paint the lid.", "label": 0}) + "\n")
