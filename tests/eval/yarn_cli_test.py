@@ -124,29 +124,33 @@ class YarnCliTest(OneLineErrors):
         with open(os.path.join(out, "ppl.json")) as f:
             return json.load(f), r
 
-    def check(self, body, name):
+    def check(self, body, name, factor=4, seed=7, extra=(), yarn_losses=None, plain_twin=twin):
+        """eval ppl of a fresh model against its twin: --yarn_factor=`factor` (full pass and
+        decoding), auto (48 / 8 = 6, context-matched) and 1 (the plain twin, which YaRN must
+        move). yarn_losses(w, tokens, B, T, F, L): the twin with YaRN (default the Transformer's)."""
+        yarn_losses = yarn_losses or yarn_twin_losses
         w = self.init(body, name)
         B, T, L = 2, 48, 8
-        tokens = np.random.default_rng(7).integers(0, 96, size=B * (T + 1))  # no EOS (96)
+        tokens = np.random.default_rng(seed).integers(0, 96, size=B * (T + 1))  # no EOS (96)
         t = os.path.join(self.dir, "t.bin")
         write_tokens(t, tokens)
-        common = (f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", f"--train_len={L}")
-        want = yarn_twin_losses(w, tokens, B, T, 4.0, L).mean(axis=0)
-        full, r = self.ppl(*common, "--yarn_factor=4", "--method=full")
-        self.assertIn("YaRN factor 4", r.stdout)
-        self.assertEqual(full["yarn_factor"], 4.0)
+        common = (f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", f"--train_len={L}", *extra)
+        want = yarn_losses(w, tokens, B, T, float(factor), L).mean(axis=0)
+        full, r = self.ppl(*common, f"--yarn_factor={factor}", "--method=full")
+        self.assertIn(f"YaRN factor {factor}", r.stdout)
+        self.assertEqual(full["yarn_factor"], float(factor))
         np.testing.assert_allclose(full["mean_loss"], want, rtol=0, atol=2e-6)
-        decode, _ = self.ppl(*common, "--yarn_factor=4", "--method=decode")
+        decode, _ = self.ppl(*common, f"--yarn_factor={factor}", "--method=decode")
         np.testing.assert_allclose(decode["mean_loss"], want, rtol=0, atol=2e-6)
         # auto: 48 / 8 = 6, context-matched.
         auto, r = self.ppl(*common, "--yarn_factor=auto", "--method=full")
         self.assertEqual((auto["yarn_factor"], auto["yarn_context_matched"]), (6.0, True))
-        np.testing.assert_allclose(auto["mean_loss"], yarn_twin_losses(w, tokens, B, T, 6.0, L).mean(axis=0),
+        np.testing.assert_allclose(auto["mean_loss"], yarn_losses(w, tokens, B, T, 6.0, L).mean(axis=0),
                                    rtol=0, atol=2e-6)
-        # F = 1 (the default) is the plain twin, and differs from F = 4.
+        # F = 1 (the default) is the plain twin, and differs from F = factor.
         plain, _ = self.ppl(*common, "--method=full")
-        cfg, params = twin.load_weights(w)
-        plain_want = twin.loss_and_grads(cfg, params, tokens, B, T)["token_losses"].mean(axis=0)
+        cfg, params = plain_twin.load_weights(w)
+        plain_want = plain_twin.loss_and_grads(cfg, params, tokens, B, T)["token_losses"].mean(axis=0)
         np.testing.assert_allclose(plain["mean_loss"], plain_want, rtol=0, atol=2e-6)
         # (errors against the twin: ~2e-7; YaRN's effect on these random-init models: 2e-4, 3e-2 with qk_norm)
         self.assertGreater(np.abs(np.array(plain["mean_loss"]) - want).max(), 1e-4)
@@ -175,30 +179,8 @@ class YarnCliTest(OneLineErrors):
     def test_multiscreen_rope_takes_yarns_frequencies_and_no_temperature(self):
         # The paper's Figs. 21-22 (the RoPE ablation with fixed and context-matched YaRN).
         # --as_learned: the twin has no window expansion.
-        w = self.init(MULTISCREEN_TINY + "position: ROPE\n", "ms_rope")
-        B, T, L = 2, 48, 8
-        tokens = np.random.default_rng(9).integers(0, 96, size=B * (T + 1))
-        t = os.path.join(self.dir, "t.bin")
-        write_tokens(t, tokens)
-        common = (f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", f"--train_len={L}", "--as_learned")
-        want = multiscreen_yarn_twin_losses(w, tokens, B, T, 2.0, L).mean(axis=0)
-        full, r = self.ppl(*common, "--yarn_factor=2", "--method=full")
-        self.assertIn("YaRN factor 2", r.stdout)
-        self.assertEqual(full["yarn_factor"], 2.0)
-        np.testing.assert_allclose(full["mean_loss"], want, rtol=0, atol=2e-6)
-        decode, _ = self.ppl(*common, "--yarn_factor=2", "--method=decode")
-        np.testing.assert_allclose(decode["mean_loss"], want, rtol=0, atol=2e-6)
-        # auto: 48 / 8 = 6, context-matched.
-        auto, _ = self.ppl(*common, "--yarn_factor=auto", "--method=full")
-        self.assertEqual((auto["yarn_factor"], auto["yarn_context_matched"]), (6.0, True))
-        np.testing.assert_allclose(auto["mean_loss"], multiscreen_yarn_twin_losses(w, tokens, B, T, 6.0, L).mean(axis=0),
-                                   rtol=0, atol=2e-6)
-        # F = 1 is the plain twin, and YaRN changes the loss.
-        plain, _ = self.ppl(*common, "--method=full")
-        cfg, params = ms_twin.load_weights(w)
-        plain_want = ms_twin.loss_and_grads(cfg, params, tokens, B, T)["token_losses"].mean(axis=0)
-        np.testing.assert_allclose(plain["mean_loss"], plain_want, rtol=0, atol=2e-6)
-        self.assertGreater(np.abs(np.array(plain["mean_loss"]) - want).max(), 1e-4)
+        self.check(MULTISCREEN_TINY + "position: ROPE\n", "ms_rope", factor=2, seed=9, extra=("--as_learned",),
+                   yarn_losses=multiscreen_yarn_twin_losses, plain_twin=ms_twin)
 
     def test_multiscreen_without_rope_refuses_yarn(self):
         w = os.path.join(self.dir, "ms.h5")
