@@ -75,12 +75,6 @@ typename Transformer<Real>::Slots Transformer<Real>::SlotsOf(int64_t layer) cons
 }
 
 template <typename Real>
-int64_t Transformer<Real>::QkvColumn(int p, int64_t h) const {
-  const int64_t dh = dims().d_k, dl = layout_.shard().tiles() * dh;
-  return screening() ? h * 3 * dh + p * dh : p * dl + h * dh;
-}
-
-template <typename Real>
 kernels::ScreeningShape Transformer<Real>::ScreeningShapeOf(int64_t B, int64_t T) const {
   kernels::ScreeningShape s;
   s.batch = B;

@@ -46,6 +46,15 @@
 
 namespace multiscreen {
 
+// The first column of part p (0: W_Q, 1: W_K, 2: W_V) of head h in the packed [d_E, 3·heads·d_h]
+// projection of `heads` heads of width d_h: [W_Q heads | W_K heads | W_V heads], or per head
+// [q_h | k_h | v_h] with attention SCREENING (the screening kernels' P layout). The training
+// model and the decoder (model/transformer_decode.h) pack alike.
+inline int64_t QkvColumn(const ModelDims& dims, int p, int64_t h, int64_t heads) {
+  const int64_t dh = dims.d_k;
+  return dims.attention == AttentionKind::kScreening ? h * 3 * dh + p * dh : p * heads * dh + h * dh;
+}
+
 template <typename Real>
 class Transformer final : public ModelStage<Real> {
  public:
@@ -98,10 +107,8 @@ class Transformer final : public ModelStage<Real> {
   };
   Slots SlotsOf(int64_t layer) const;
   bool screening() const { return dims().attention == AttentionKind::kScreening; }
-  // The first column of part p (0: W_Q, 1: W_K, 2: W_V) of local head h in the packed
-  // [d_E, 3 d_l] projection: [W_Q heads | W_K heads | W_V heads], or per head
-  // [q_h | k_h | v_h] for screening (the screening kernels' P layout).
-  int64_t QkvColumn(int p, int64_t h) const;
+  // multiscreen::QkvColumn of this shard's local heads.
+  int64_t QkvColumn(int p, int64_t h) const { return multiscreen::QkvColumn(dims(), p, h, layout_.shard().tiles()); }
   kernels::ScreeningShape ScreeningShapeOf(int64_t B, int64_t T) const;
   const Real* Table() const;  // the tied table as the GEMMs and the embedding see it
   void RoundToCompute(Real* data, int64_t n) const;

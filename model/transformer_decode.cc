@@ -10,6 +10,7 @@
 #include "kernels/cpu/screening.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/unit_rows.h"
+#include "model/transformer.h"
 
 namespace multiscreen {
 
@@ -47,7 +48,7 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
     for (int p = 0; p < 3; ++p) {
       const Real* w = at(l, parts[p]);
       for (int64_t h = 0; h < H; ++h) {
-        const int64_t column = screening ? h * 3 * dh + p * dh : p * dE + h * dh;
+        const int64_t column = QkvColumn(dims, p, h, H);
         for (int64_t r = 0; r < dE; ++r) {
           std::copy_n(w + (h * dE + r) * dh, dh, L.w_qkv.begin() + r * 3 * dE + column);
         }
