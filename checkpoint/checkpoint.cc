@@ -843,14 +843,11 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
                        float* adam_v, std::pair<int64_t, int64_t> moment_range) {
   const ModelDims& saved = ckpt.meta.dims;
   const ModelDims& want = target.dims();
-  if (saved.n_layers != want.n_layers || saved.n_heads != want.n_heads || saved.d_e != want.d_e ||
-      saved.d_k != want.d_k || saved.d_v != want.d_v || saved.vocab != want.vocab || saved.w_th != want.w_th ||
-      saved.pl_norm != want.pl_norm || saved.family != want.family || saved.qk_norm != want.qk_norm ||
-      saved.sio != want.sio || saved.tanh_norm != want.tanh_norm || saved.attention != want.attention ||
-      saved.position != want.position || saved.output_gate != want.output_gate) {
+  if (const std::vector<std::string> differ = ModelDifferences(saved, want, "the checkpoint", "the model being loaded");
+      !differ.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(ckpt.dir, ": checkpoint of model '", saved.name,
-                                                   "' does not match the model being loaded ('", want.name,
-                                                   "': family, sizes, w_th and the switches pl_norm, qk_norm, sio, tanh_norm, attention, position, output_gate must all agree)"));
+                                                   "' does not match the model being loaded ('", want.name, "'): ",
+                                                   absl::StrJoin(differ, "; ")));
   }
   if (moment_range.second < 0) moment_range.second = target.size();
   std::vector<std::unique_ptr<H5Reader>> files;

@@ -207,7 +207,8 @@ absl::StatusOr<Weights> ConsolidatedWeights(const CheckpointRef& ckpt);
 // its CRC-32C, refused when it holds NaN or ±inf, and the overlap copied. params covers the whole layout; adam_m
 // and adam_v (may be null) cover flat elements moment_range = [begin, end) of
 // it (end < 0: to the end), so a ZeRO-1 rank reads only its share.
-// Errors name the file and dataset.
+// Errors name the file and dataset; a checkpoint of another model (ModelDifferences:
+// family, sizes, w_th, a switch) names each field that differs with both values.
 absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, float* params, float* adam_m,
                        float* adam_v, std::pair<int64_t, int64_t> moment_range = {0, -1});
 

@@ -249,6 +249,22 @@ json WithDeviceDefaults(json identity) {
   return identity;
 }
 
+// What a --resume found (`saved`, WithDeviceDefaults applied) against this evaluation's
+// identity: each field that differs, "seq_len = 16 there, 32 here", in key order joined
+// by "; " (empty when they agree).
+std::string IdentityDifferences(const json& saved, const json& now) {
+  if (!saved.is_object()) return "its identity is missing";
+  std::vector<std::string> out;
+  json all = saved;
+  all.update(now);  // every key of either, in key order
+  for (const auto& [key, unused] : all.items()) {
+    const json there = saved.contains(key) ? saved[key] : json("(none)");
+    const json here = now.contains(key) ? now[key] : json("(none)");
+    if (there != here) out.push_back(absl::StrCat(key, " = ", there.dump(), " there, ", here.dump(), " here"));
+  }
+  return absl::StrJoin(out, "; ");
+}
+
 // Runs tools/plot_eval.py on --out (Debian's /usr/bin/python3, which has python3-matplotlib;
 // python3 from PATH where it is missing).
 absl::Status Plot(const std::string& out, const std::string& kind) {
@@ -435,10 +451,10 @@ int Ppl(const std::vector<std::string>& given) {
     if (!state.is_object()) {
       return Fail("eval ppl", absl::NotFoundError(absl::StrCat("--resume: ", state_path, " is missing or not JSON")));
     }
-    if (WithDeviceDefaults(state.value("identity", json())) != identity) {
-      return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat(
-                                  "--resume: ", state_path, " is of another evaluation (model, weights, data, --seq_len, --stride, window rule, --yarn_factor, --device or --precision differ: its ",
-                                  "weights_crc32 and checkpoint_step say which weights it was of)")));
+    if (const json saved = WithDeviceDefaults(state.value("identity", json())); saved != identity) {
+      return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat("--resume: ", state_path,
+                                                                         " is of another evaluation: ",
+                                                                         IdentityDifferences(saved, identity))));
     }
     skip_windows = state["windows"].get<int64_t>();
     acc.Restore(state["sums"].get<std::vector<double>>(), skip_windows);
@@ -664,9 +680,10 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   if (absl::GetFlag(FLAGS_resume)) {
     const json old = ReadJsonFile(results_path);
     if (!old.is_object()) return Fail(cmd.c_str(), absl::NotFoundError(absl::StrCat("--resume: ", results_path, " is missing or not JSON")));
-    if (WithDeviceDefaults(old.value("identity", json())) != identity) {
+    if (const json saved = WithDeviceDefaults(old.value("identity", json())); saved != identity) {
       return Fail(cmd.c_str(), absl::FailedPreconditionError(absl::StrCat("--resume: ", results_path,
-                                                                          " is of another evaluation (model, weights, window rule, mode, instances, seed, --device or --precision differ)")));
+                                                                          " is of another evaluation: ",
+                                                                          IdentityDifferences(saved, identity))));
     }
     cells = old["cells"];
   }

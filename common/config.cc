@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <numeric>
 #include <cstdlib>
@@ -97,6 +98,40 @@ bool IsPrintableModelName(const std::string& name) {
 
 const char* FamilyName(ModelFamily family) {
   return family == ModelFamily::kTransformer ? "transformer" : "multiscreen";
+}
+
+std::vector<ModelField> ModelFields(const ModelDims& d) {
+  const bool t = d.transformer(), screening = d.attention == AttentionKind::kScreening;
+  auto flag = [](bool on) { return std::string(on ? "true" : "false"); };
+  // w_th in its shortest exact form (two thresholds that differ never print alike).
+  char w_th[32];
+  const auto end = std::to_chars(w_th, w_th + sizeof(w_th), d.w_th).ptr;
+  return {{"family", FamilyName(d.family), true},
+          {"n_layers", absl::StrCat(d.n_layers), true},
+          {"n_heads", absl::StrCat(d.n_heads), true},
+          {"d_e", absl::StrCat(d.d_e), true},
+          {"d_k", absl::StrCat(d.d_k), true},
+          {"d_v", absl::StrCat(d.d_v), !t},
+          {"vocab", absl::StrCat(d.vocab), true},
+          {"w_th", std::string(w_th, end), !t || screening},
+          {"pl_norm", flag(d.pl_norm), true},
+          {"qk_norm", flag(d.qk_norm), t},
+          {"sio", flag(d.sio), t},
+          {"tanh_norm", flag(d.tanh_norm), !t},
+          {"attention", AttentionKindName(d.attention), t},
+          {"position", kernels::PositionKindName(d.position), !t},
+          {"output_gate", flag(d.output_gate), !t}};
+}
+
+std::vector<std::string> ModelDifferences(const ModelDims& a, const ModelDims& b, const std::string& a_label,
+                                          const std::string& b_label) {
+  const std::vector<ModelField> fa = ModelFields(a), fb = ModelFields(b);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < fa.size(); ++i) {
+    if (fa[i].value == fb[i].value) continue;
+    out.push_back(absl::StrCat(fa[i].name, " = ", fa[i].value, " in ", a_label, ", ", fb[i].value, " in ", b_label));
+  }
+  return out;
 }
 
 double ModelParamCount(const ModelDims& d) {

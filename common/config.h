@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "configs/config.pb.h"
@@ -60,6 +61,25 @@ struct ModelDims {
 
 // "multiscreen" or "transformer".
 const char* FamilyName(ModelFamily family);
+
+// One field of a model's shape or switches, as checkpoints and weights files name it,
+// with its value as text ("attention", "softmax"; "d_e", "16"; "tanh_norm", "true").
+struct ModelField {
+  const char* name;
+  std::string value;
+  bool applies;  // whether the family uses it (a Transformer has no position; w_th only with SCREENING)
+};
+
+// Every field that makes two models the same model (the name and eos_token do not): family,
+// n_layers, n_heads, d_e, d_k, d_v, vocab, w_th, pl_norm, qk_norm, sio, tanh_norm,
+// attention, position, output_gate, in that order.
+std::vector<ModelField> ModelFields(const ModelDims& dims);
+
+// The ModelFields in which `a` and `b` differ, each "field = A in a_label, B in b_label"
+// (e.g. "attention = softmax in the checkpoint, screening in the model being loaded");
+// empty when they are the same model.
+std::vector<std::string> ModelDifferences(const ModelDims& a, const ModelDims& b, const std::string& a_label,
+                                          const std::string& b_label);
 
 // The directory holding models/ and train/ (env MULTISCREEN_CONFIG_DIR, else
 // the source tree's configs/ compiled in).

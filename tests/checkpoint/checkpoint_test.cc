@@ -411,6 +411,37 @@ TEST(CheckpointTest, FilesAndDatasetsMustBeWhatTheLayoutWrites) {
                             "CRC-32C (0 to 2^32 - 1)");
 }
 
+TEST(CheckpointTest, ALoadIntoAnotherModelNamesTheFieldsThatDifferWithBothValues) {
+  // A resume under other model flags: the message names what differs, not every field
+  // that might (it listed all fifteen whatever differed).
+  const ModelDims saved = Dims("tiny_transformer");
+  const std::string run = FreshDir("other_model");
+  SaveUnder(run, saved, 1, 1, 3);
+  auto ckpt = FindLatestCheckpoint(run);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto load_error = [&](const ModelDims& want) {
+    const ParamLayout layout(want, ShardSpec::Full(want));
+    std::vector<float> p(layout.size()), m(layout.size()), v(layout.size());
+    const absl::Status s = LoadShard(*ckpt, layout, p.data(), m.data(), v.data());
+    return s.ok() ? std::string("OK") : std::string(s.message());
+  };
+  ModelDims screening = saved;
+  screening.name = "tiny_transformer_screening";
+  screening.attention = AttentionKind::kScreening;
+  EXPECT_EQ(load_error(screening), ckpt->dir + ": checkpoint of model 'tiny_transformer' does not match the model being "
+                                               "loaded ('tiny_transformer_screening'): attention = softmax in the "
+                                               "checkpoint, screening in the model being loaded");
+  ModelDims two = saved;
+  two.qk_norm = true;
+  two.d_e = 16;
+  two.d_k = 8;
+  EXPECT_EQ(load_error(two), ckpt->dir + ": checkpoint of model 'tiny_transformer' does not match the model being "
+                                         "loaded ('tiny_transformer'): d_e = 8 in the checkpoint, 16 in the model being "
+                                         "loaded; d_k = 4 in the checkpoint, 8 in the model being loaded; qk_norm = false "
+                                         "in the checkpoint, true in the model being loaded");
+  EXPECT_EQ(load_error(saved), "OK");
+}
+
 TEST(CheckpointTest, ThePlanForTheFourBillionModelAddsUp) {
   const ModelDims dims = Dims("psi64");
   const auto plan = PlanCheckpoint(dims, {8, 8, 1, 0});

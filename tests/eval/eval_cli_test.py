@@ -119,7 +119,23 @@ class EvalCliTest(OneLineErrors):
         self.assertRegex(crc, r"^[0-9a-f]{8}$")
         shutil.copyfile(self.init(seed=4), w)  # other weights at the same path
         r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--resume", f"--out={out}")
-        self.assert_one_line_error(r, "--resume:", "is of another evaluation (model, weights,")
+        self.assert_one_line_error(r, "--resume:", f"is of another evaluation: weights_crc32 = \"{crc}\" there, \"")
+
+    def test_ppl_resume_under_other_flags_names_only_what_differs_with_both_values(self):
+        # It listed every field that might differ (model, weights, data, --seq_len, ...).
+        w = self.init()
+        t = self.tokens(np.random.default_rng(3).integers(0, 36, size=6 * 17))
+        out = os.path.join(self.dir, "other_flags")
+        common = (f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", f"--out={out}")
+        r = run("eval", "ppl", *common, "--documents=2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        state = os.path.join(out, "ppl_state.json")
+        for flags, differs in ((["--as_learned"], 'window_rule = "expand" there, "as_learned" here'),
+                               (["--stride=8", "--as_learned"],
+                                'stride = 0 there, 8 here; window_rule = "expand" there, "as_learned" here')):
+            r = run("eval", "ppl", *common, "--resume", *flags)
+            self.assert_one_line_error(r, f"--resume: {state} is of another evaluation: {differs}")
+            self.assertTrue(r.stderr.rstrip().endswith(differs), r.stderr)
 
     def test_ppl_resume_continues_from_the_saved_windows(self):
         w = self.init()
@@ -335,7 +351,7 @@ class EvalCliTest(OneLineErrors):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("resuming after 1 windows", r.stderr)
         self.assert_one_line_error(run("eval", "ppl", *common, "--resume", "--precision=bf16", f"--out={part}"),
-                                   "--yarn_factor, --device or --precision differ")
+                                   "is of another evaluation: precision = \"fp32\" there, \"bf16\" here")
 
     # ---- relevance ------------------------------------------------------------------------
     def test_relevance_lists_every_tile_and_the_pairs_of_the_chosen_ones(self):

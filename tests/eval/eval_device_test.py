@@ -146,9 +146,10 @@ class EvalDeviceTest(OneLineErrors):
         common = (f"--weights={w}", f"--data={t}", "--seq_len=32", "--stream", f"--out={out}")
         r = run("eval", "ppl", *common, "--documents=2")
         self.assertEqual(r.returncode, 0, r.stderr)
-        for flags in (["--device=cuda"], ["--precision=bf16"]):
+        for flags, differs in ((["--device=cuda"], 'device = "cpu" there, "cuda" here'),
+                               (["--precision=bf16"], 'precision = "fp32" there, "bf16" here')):
             self.assert_one_line_error(run("eval", "ppl", *common, "--resume", *flags),
-                                       "--resume:", "is of another evaluation", "--yarn_factor, --device or --precision differ")
+                                       "--resume:", f"is of another evaluation: {differs}")
         r = run("eval", "ppl", *common, "--resume")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("resuming after 2 windows", r.stderr)
