@@ -156,8 +156,10 @@ int Plan(const Sweep& sweep) {
     const double tokens = static_cast<double>(r.budgets.back().tokens);
     const double flops = r.flops_per_token * tokens;
     // Validation passes: forward only, about a third of a training token's cost.
-    const double eval_tokens = static_cast<double>(r.run.steps() / r.run.eval().every()) * r.run.eval().batches() *
-                               r.run.micro_batch() * r.run.seq_len();
+    const int64_t eval_windows =
+        r.run.eval().windows() > 0 ? r.run.eval().windows() : r.run.eval().batches() * r.run.micro_batch();
+    const double eval_tokens =
+        static_cast<double>(r.run.steps() / r.run.eval().every()) * eval_windows * r.run.seq_len();
     const bool own = rate.count(r.model) && rate[r.model] > 0;
     const double flops_per_s = own ? rate[r.model] : fallback;
     const double seconds = flops_per_s > 0 ? (tokens + eval_tokens / 3) * r.flops_per_token / flops_per_s : -1;

@@ -1,6 +1,6 @@
 // `multiscreen train --config=FILE [--run_dir= --steps= --seed= --tp= --pp=
 // --micro_batch= --grad_accum= --seq_len= --lr= --precision= --checkpoint_every=
-// --eval_every= --data= --model= --zero= --dp_overlap= --dp_bucket_mb= --restart]`: the main job. Flags
+// --eval_every= --eval_windows= --data= --model= --zero= --dp_overlap= --dp_bucket_mb= --restart]`: the main job. Flags
 // override the run file's fields. A run_dir with a checkpoint is resumed; one
 // whose checkpoints all fail to verify is refused unless --restart.
 #include <cstdlib>
@@ -47,6 +47,9 @@ ABSL_FLAG(int64_t, grad_accum, 1, "micro-batches per optimizer step");
 ABSL_FLAG(double, lr, 0.0625, "peak learning rate");
 ABSL_FLAG(int64_t, checkpoint_every, 0, "steps between checkpoints (0: at the end and on signals only)");
 ABSL_FLAG(int64_t, eval_every, 0, "steps between validation passes (0: never)");
+ABSL_FLAG(int64_t, eval_windows, 0,
+          "held-out windows per validation pass, the same under every layout (a multiple of dp; replaces the run "
+          "file's eval.batches)");
 ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (train_*.bin, val_*.bin)");
 ABSL_FLAG(std::string, format, "auto",
           "token file format of --data: auto, llmc, megatron (a .bin/.idx pair) or raw_uint16 (nanoGPT's .bin); "
@@ -152,6 +155,10 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   if (from_flag("lr", "optimizer.lr")) run.mutable_optimizer()->set_lr(absl::GetFlag(FLAGS_lr));
   if (from_flag("checkpoint_every", "checkpoint.every")) run.mutable_checkpoint()->set_every(absl::GetFlag(FLAGS_checkpoint_every));
   if (from_flag("eval_every", "eval.every")) run.mutable_eval()->set_every(absl::GetFlag(FLAGS_eval_every));
+  if (from_flag("eval_windows", "eval.windows")) {
+    run.mutable_eval()->set_windows(absl::GetFlag(FLAGS_eval_windows));
+    run.mutable_eval()->clear_batches();
+  }
   if (Given(given, "model")) run.set_model(absl::GetFlag(FLAGS_model));
   if (Given(given, "data")) {
     run.mutable_data()->clear_sources();
@@ -261,7 +268,7 @@ int TrainCommand(int argc, char** argv) {
   const absl::Status prepared = [&]() -> absl::Status {
     MS_RETURN_IF_ERROR(ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                                   {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len",
-                                   "lr", "precision", "checkpoint_every", "eval_every", "model", "tp", "pp", "zero",
+                                   "lr", "precision", "checkpoint_every", "eval_every", "eval_windows", "model", "tp", "pp", "zero",
                                    "threads", "isa", "restart", "device", "comm", "format", "allow_data_change",
                                    "dp_overlap", "dp_bucket_mb", "collective_timeout"}));
     comm = ParseCommKind(absl::GetFlag(FLAGS_comm));

@@ -286,7 +286,7 @@ void ApplyRunDefaults(config::RunConfig* r) {
   if (!o->has_beta1()) o->set_beta1(0.9);
   if (!o->has_beta2()) o->set_beta2(0.95);
   if (!o->has_eps()) o->set_eps(1e-8);
-  if (r->eval().batches() == 0) r->mutable_eval()->set_batches(4);
+  if (r->eval().batches() == 0 && r->eval().windows() == 0) r->mutable_eval()->set_batches(4);
   if (r->checkpoint().keep_last() == 0) r->mutable_checkpoint()->set_keep_last(3);
   if (r->logging().console_every() == 0) r->mutable_logging()->set_console_every(1);
   if (r->max_nonfinite_steps() == 0) r->set_max_nonfinite_steps(10);
@@ -417,6 +417,13 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
   if (r.eval().every() < 0) return bad("eval.every", r.eval().every(), " is negative");
   if (r.eval().batches() < 0 || r.eval().batches() > kMaxEvalBatches) {
     return bad("eval.batches", r.eval().batches(), " must be in [0, 2^20] (micro-batches per validation pass)");
+  }
+  if (r.eval().windows() < 0 || r.eval().windows() > kMaxEvalBatches * 64) {
+    return bad("eval.windows", r.eval().windows(), " must be in [0, 2^26] (held-out windows per validation pass)");
+  }
+  if (r.eval().windows() > 0 && r.eval().batches() > 0) {
+    return bad("eval.windows", r.eval().windows(), " and eval.batches = ", r.eval().batches(),
+               " are both set: set one (windows: the same windows under every layout)");
   }
   if (r.logging().console_every() < 0) return bad("logging.console_every", r.logging().console_every(), " is negative");
   if (r.max_nonfinite_steps() < 0) return bad("max_nonfinite_steps", r.max_nonfinite_steps(), " is negative");

@@ -520,25 +520,40 @@ absl::StatusOr<Batch> TrainLoader::Next() {
 
 absl::StatusOr<std::unique_ptr<ValidationLoader>> ValidationLoader::Create(std::shared_ptr<const TokenStream> stream,
                                                                            const ValidationOptions& options) {
-  MS_RETURN_IF_ERROR(CheckLayout(options.seq_len, options.global_batch, options.dp_rank, options.dp_size));
-  MS_RETURN_IF_ERROR(stream->CheckShardSizes(options.seq_len + 1));
-  const int64_t windows = (stream->size() - 1) / options.seq_len;
-  int64_t batches = windows / options.global_batch;
-  if (batches == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        stream->paths().front(), stream->paths().size() > 1 ? " ..." : "", ": ", stream->size(), " tokens make ",
-        windows, " validation windows of seq_len + 1 = ", options.seq_len + 1, ", fewer than one batch of ",
-        options.global_batch));
+  const int dp = options.dp_size;
+  MS_RETURN_IF_ERROR(CheckLayout(options.seq_len, options.micro_batch * dp, options.dp_rank, dp));
+  if (options.windows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("validation windows ", options.windows, " (expected >= 0)"));
   }
-  if (options.max_batches > 0) batches = std::min(batches, options.max_batches);
-  return std::unique_ptr<ValidationLoader>(new ValidationLoader(std::move(stream), options, batches));
+  MS_RETURN_IF_ERROR(stream->CheckShardSizes(options.seq_len + 1));
+  const std::string shards = absl::StrCat(stream->paths().front(), stream->paths().size() > 1 ? " ..." : "");
+  const int64_t held = (stream->size() - 1) / options.seq_len;
+  if (options.exact && (options.windows == 0 || options.windows % dp != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eval.windows = ", options.windows, " is not a positive multiple of dp = ", dp,
+                     " (each replica takes an equal block of the held-out windows)"));
+  }
+  if (options.exact && options.windows > held) {
+    return absl::InvalidArgumentError(absl::StrCat(shards, ": ", stream->size(), " tokens make ", held,
+                                                   " validation windows of seq_len + 1 = ", options.seq_len + 1,
+                                                   ", fewer than eval.windows = ", options.windows));
+  }
+  const int64_t want = options.windows > 0 ? std::min(options.windows, held) : held;
+  const int64_t windows = want / dp * dp;
+  if (windows == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(shards, ": ", stream->size(), " tokens make ", held,
+                                                   " validation windows of seq_len + 1 = ", options.seq_len + 1,
+                                                   ", fewer than one per data-parallel replica (dp = ", dp, ")"));
+  }
+  return std::unique_ptr<ValidationLoader>(new ValidationLoader(std::move(stream), options, windows));
 }
 
 Batch ValidationLoader::Get(int64_t b) const {
-  const int64_t rows = options_.global_batch / options_.dp_size;
+  const int64_t first = b * options_.micro_batch;
+  const int64_t rows = std::min(options_.micro_batch, per_replica_ - first);
   const int64_t width = options_.seq_len + 1;
   Batch out;
-  out.first_sample = b * options_.global_batch + options_.dp_rank * rows;
+  out.first_sample = options_.dp_rank * per_replica_ + first;
   out.rows = rows;
   out.seq_len = options_.seq_len;
   out.tokens.resize(static_cast<size_t>(rows * width));

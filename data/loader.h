@@ -159,7 +159,7 @@ class WindowSampler {
 // One rank's rows of a batch.
 struct Batch {
   int64_t first_sample = 0;     // sample index (train) or window index (validation) of row 0
-  int64_t rows = 0;             // global_batch / dp_size
+  int64_t rows = 0;             // global_batch / dp_size (train); micro_batch or fewer (validation)
   int64_t seq_len = 0;          // T
   std::vector<int32_t> tokens;  // [rows, T + 1]: row r is the window of sample first_sample + r
 };
@@ -240,36 +240,49 @@ class TrainLoader {
 };
 
 struct ValidationOptions {
-  int64_t seq_len = 0;       // T
-  int64_t global_batch = 0;  // windows per global batch
+  int64_t seq_len = 0;      // T
+  int64_t micro_batch = 0;  // rows per micro-batch (the last one of a replica may have fewer)
   int dp_rank = 0;
   int dp_size = 1;
-  int64_t max_batches = 0;   // 0: every full batch
+  int64_t windows = 0;      // windows per pass, all replicas together; 0: every window there is
+  // Whether `windows` is a promise (eval.windows): fewer windows in the stream, or a
+  // count dp does not divide, is an error. Otherwise (eval.batches) the pass takes the
+  // largest multiple of dp that is at most `windows` and held by the stream.
+  bool exact = false;
 };
 
 // The held-out stream walked in order: window k covers tokens [k * T, k * T + T + 1),
-// k < floor((N - 1) / T); batch b holds windows [b * global_batch, (b + 1) * global_batch)
-// (rank r its slice, as in training); only full batches are used.
+// k < floor((N - 1) / T). A pass covers windows [0, W), W = windows(): replica r owns the
+// block [r * W / dp, (r + 1) * W / dp) and walks it in micro-batches of micro_batch rows,
+// its last one with what is left. So the windows of a pass depend on `windows` alone,
+// not on dp or micro_batch, and their mean loss is comparable across every layout.
 class ValidationLoader {
  public:
-  // Errors: bad options, a shard shorter than T + 1 tokens, fewer windows than one
-  // global batch (names the shards).
+  // Errors: bad options, a shard shorter than T + 1 tokens, fewer than dp windows, and
+  // with `exact` a count dp does not divide or the stream cannot hold (names the shards).
   static absl::StatusOr<std::unique_ptr<ValidationLoader>> Create(std::shared_ptr<const TokenStream> stream,
                                                                   const ValidationOptions& options);
   int64_t num_batches() const { return num_batches_; }
+  // Windows of one pass, all replicas together (a multiple of dp).
+  int64_t windows() const { return windows_; }
   const TokenStream& stream() const { return *stream_; }
-  // Batch b (0 <= b < num_batches()) for this rank.
+  // Micro-batch b (0 <= b < num_batches()) of this replica: micro_batch rows, or fewer
+  // for the last one. Every replica has the same number of rows in its micro-batch b.
   Batch Get(int64_t b) const;
   // Walks batches 0, 1, ...; false after the last one. Reset() starts over.
   bool Next(Batch* batch);
   void Reset() { next_ = 0; }
 
  private:
-  ValidationLoader(std::shared_ptr<const TokenStream> stream, const ValidationOptions& options, int64_t batches)
-      : stream_(std::move(stream)), options_(options), num_batches_(batches) {}
+  ValidationLoader(std::shared_ptr<const TokenStream> stream, const ValidationOptions& options, int64_t windows)
+      : stream_(std::move(stream)),
+        options_(options),
+        windows_(windows),
+        per_replica_(windows / options.dp_size),
+        num_batches_((per_replica_ + options.micro_batch - 1) / options.micro_batch) {}
   std::shared_ptr<const TokenStream> stream_;
   const ValidationOptions options_;
-  const int64_t num_batches_;
+  const int64_t windows_, per_replica_, num_batches_;
   int64_t next_ = 0;
 };
 

@@ -267,31 +267,29 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   std::vector<LoaderSource> val_sources = sources.val_sources;
   if (val_sources.empty() && sources.val != nullptr) val_sources.push_back({"", 1, sources.val});
   if (!val_sources.empty() && run.eval().every() > 0) {
+    // One pass covers eval.windows held-out windows, the same under every layout, or
+    // eval.batches × micro_batch of them (data/loader.h ValidationLoader).
     ValidationOptions vo;
     vo.seq_len = run.seq_len();
-    vo.global_batch = dp * run.micro_batch();
+    vo.micro_batch = run.micro_batch();
     vo.dp_rank = dp_rank;
     vo.dp_size = dp;
-    // eval.batches micro-batches of windows in all, dp of them per global
-    // batch: the same held-out windows for every layout when dp divides it.
-    vo.max_batches = (run.eval().batches() + dp - 1) / dp;
-    if (t->is_logger() && run.eval().batches() % dp != 0) {
-      LogWarning("eval.batches=", run.eval().batches(), " is not a multiple of dp=", dp, ": validation takes ",
-                 vo.max_batches * dp, " micro-batches, so its loss is not comparable with other layouts'");
-    }
+    vo.exact = run.eval().windows() > 0;
+    vo.windows = vo.exact ? run.eval().windows() : run.eval().batches() * run.micro_batch();
     for (LoaderSource& v : val_sources) {
       auto val = ValidationLoader::Create(v.stream, vo);
       if (!val.ok()) {
         if (!t->named_val_) return val.status();
         return absl::Status(val.status().code(), absl::StrCat("validation source ", v.name, ": ", val.status().message()));
       }
-      // Fewer held-out windows than eval.batches asks for: every window is used once,
-      // never repeated, and said (issue 31 §3: "without a word").
-      if (t->is_logger() && (*val)->num_batches() < vo.max_batches) {
+      // Fewer windows than eval.batches asks for (the stream holds fewer, or dp does not
+      // divide them): every window is used once, never repeated, and said (issue 31 §3:
+      // "without a word").
+      if (t->is_logger() && (*val)->windows() < vo.windows) {
         LogWarning(v.name.empty() ? "validation data" : absl::StrCat("validation source ", v.name), ": eval.batches=",
-                   run.eval().batches(), " asks for ", vo.max_batches * dp, " micro-batches of ", run.micro_batch(),
-                   " windows; its ", v.stream->size(), " tokens hold ", (*val)->num_batches() * dp,
-                   ": each validation uses those");
+                   run.eval().batches(), " asks for ", vo.windows, " windows (", run.eval().batches(), " x micro_batch ",
+                   run.micro_batch(), "); ", v.stream->size(), " tokens and dp = ", dp, " give ", (*val)->windows(),
+                   ": each validation uses those (eval.windows names a count that every layout validates alike)");
       }
       t->val_loaders_.push_back({v.name, v.weight > 0 ? v.weight : 1.0, std::move(*val)});
     }
@@ -733,6 +731,7 @@ absl::StatusOr<double> Trainer::Validate() {
   for (const ValSource& source : val_loaders_) {
     const ValidationLoader& val = *source.loader;
     double loss = 0;
+    int64_t rows = 0;
     for (int64_t b = 0; b < val.num_batches(); ++b) {
       // A stop signal ends the pass (every rank alike: the world's maximum decides), so
       // that a long validation cannot delay the checkpoint a preemption asks for.
@@ -747,12 +746,15 @@ absl::StatusOr<double> Trainer::Validate() {
           !s.ok()) {
         return s;
       }
+      // Each micro-batch's loss is the mean over its rows (all replicas alike); weighted by
+      // rows, the pass's loss is the mean over its windows whatever the layout.
       auto l = EvaluateLoss(*grid_, *model_, state_.params.data(), batch.tokens.data(),
-                            {1, run_.micro_batch(), run_.seq_len()});
+                            {1, batch.rows, run_.seq_len()});
       if (!l.ok()) return l.status();
-      loss += *l;
+      loss += *l * double(batch.rows);
+      rows += batch.rows;
     }
-    loss /= double(val.num_batches());
+    loss /= double(rows);
     losses.emplace_back(source.name, loss);
     weighted += source.weight * loss;
     weights += source.weight;

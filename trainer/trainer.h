@@ -108,8 +108,9 @@ class Trainer {
   // the tensor): the previous checkpoint stays the newest.
   absl::Status SaveCheckpointNow();
 
-  // Mean validation loss over the first run.eval().batches() micro-batches of
-  // the held-out stream, taken dp at a time (rounded up to a multiple of dp); with
+  // Mean validation loss over the first eval.windows held-out windows (or eval.batches ×
+  // micro_batch of them, rounded down to a multiple of dp), each replica a block of
+  // them in micro-batches (data/loader.h ValidationLoader); with
   // several held-out sources, each one's (last_val_losses()) and their weighted mean.
   // A collective. Cancelled when a stop signal reached any rank (checked before
   // each batch, so a long pass never delays a preemption's checkpoint).

@@ -103,6 +103,28 @@ TEST(ConfigTest, PpNotDividingLayersIsRefusedByField) {
   EXPECT_NE(s.message().find("parallel.pp"), std::string::npos) << s;
 }
 
+TEST(ConfigTest, EvalWindowsReplaceTheDefaultBatchesAndRefuseBothOrOutOfRange) {
+  auto dims = LoadModel("psi8");
+  config::RunConfig run;  // eval.windows alone: no default eval.batches beside it
+  run.set_steps(10);
+  run.set_micro_batch(2);
+  run.set_seq_len(64);
+  run.mutable_eval()->set_windows(64);
+  ApplyRunDefaults(&run);
+  EXPECT_EQ(run.eval().batches(), 0);
+  EXPECT_TRUE(ValidateRun(run, *dims).ok()) << ValidateRun(run, *dims);
+  run.mutable_eval()->set_batches(3);
+  EXPECT_NE(ValidateRun(run, *dims).message().find("eval.windows: 64 and eval.batches = 3 are both set"),
+            std::string::npos)
+      << ValidateRun(run, *dims);
+  run.mutable_eval()->clear_batches();
+  run.mutable_eval()->set_windows(-1);
+  EXPECT_NE(ValidateRun(run, *dims).message().find("eval.windows"), std::string::npos) << ValidateRun(run, *dims);
+  run.mutable_eval()->set_windows(int64_t{1} << 27);
+  EXPECT_NE(ValidateRun(run, *dims).message().find("must be in [0, 2^26]"), std::string::npos)
+      << ValidateRun(run, *dims);
+}
+
 TEST(ConfigTest, DpOverlapAndBucketSizeAreCheckedByField) {
   auto dims = LoadModel("psi8");
   config::RunConfig run = ValidRun();

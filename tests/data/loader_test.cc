@@ -6,17 +6,20 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "data/token_file.h"
 #include "data_test_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace multiscreen {
 namespace {
 
 using testing::TempDir;
+using ::testing::HasSubstr;
 
 // Shards whose token at stream position p is p (so a window shows where it came from).
 std::shared_ptr<TokenStream> PositionStream(const TempDir& dir, const std::vector<int64_t>& sizes,
@@ -192,13 +195,15 @@ TEST(ValidationLoaderTest, WalksTheHeldOutStreamInOrder) {
   auto stream = PositionStream(dir, {1001});
   ValidationOptions o;
   o.seq_len = 10;
-  o.global_batch = 4;
+  o.micro_batch = 4;
   auto val = ValidationLoader::Create(stream, o);
   ASSERT_TRUE(val.ok()) << val.status();
-  EXPECT_EQ((*val)->num_batches(), 25);  // 100 windows
+  EXPECT_EQ((*val)->windows(), 100);
+  EXPECT_EQ((*val)->num_batches(), 25);
   Batch b;
   int64_t batches = 0;
   while ((*val)->Next(&b)) {
+    ASSERT_EQ(b.rows, 4);
     for (int64_t r = 0; r < 4; ++r) {
       for (int64_t k = 0; k < 11; ++k) ASSERT_EQ(b.tokens[r * 11 + k], (batches * 4 + r) * 10 + k);
     }
@@ -208,15 +213,79 @@ TEST(ValidationLoaderTest, WalksTheHeldOutStreamInOrder) {
   (*val)->Reset();
   ASSERT_TRUE((*val)->Next(&b));
   EXPECT_EQ(b.first_sample, 0);
-  // dp ranks take slices of the same batches; max_batches caps the walk.
+}
+
+// Window k of the stream starts at token 10k (PositionStream), so a batch's rows name
+// their windows; the windows of one pass, over every replica and micro-batch.
+std::vector<int64_t> PassWindows(std::shared_ptr<const TokenStream> stream, ValidationOptions o) {
+  std::vector<int64_t> windows;
+  for (o.dp_rank = 0; o.dp_rank < o.dp_size; ++o.dp_rank) {
+    auto val = ValidationLoader::Create(stream, o);
+    EXPECT_TRUE(val.ok()) << val.status();
+    if (!val.ok()) return {};
+    Batch b;
+    int64_t previous_rows = -1;
+    while ((*val)->Next(&b)) {
+      EXPECT_LE(b.rows, o.micro_batch);
+      EXPECT_GE(b.rows, 1);
+      if (previous_rows >= 0) EXPECT_LE(b.rows, previous_rows);  // only the last one is short
+      previous_rows = b.rows;
+      for (int64_t r = 0; r < b.rows; ++r) windows.push_back(b.tokens[r * 11] / 10);
+    }
+  }
+  std::sort(windows.begin(), windows.end());
+  return windows;
+}
+
+TEST(ValidationLoaderTest, EvalWindowsAreTheSameWindowsUnderEveryLayout) {
+  TempDir dir;
+  auto stream = PositionStream(dir, {1001});
+  std::vector<int64_t> first24(24);
+  std::iota(first24.begin(), first24.end(), 0);
+  ValidationOptions o;
+  o.seq_len = 10;
+  o.windows = 24;
+  o.exact = true;
+  for (auto [dp, micro_batch] : {std::pair{1, 4}, {2, 2}, {2, 5}, {4, 1}, {3, 7}, {8, 2}, {1, 24}, {1, 50}}) {
+    o.dp_size = dp;
+    o.micro_batch = micro_batch;
+    EXPECT_EQ(PassWindows(stream, o), first24) << "dp " << dp << " micro_batch " << micro_batch;
+  }
+  // dp = 2, micro_batch 5: each replica 12 windows, micro-batches of 5, 5, 2 rows.
   o.dp_size = 2;
   o.dp_rank = 1;
-  o.max_batches = 3;
+  o.micro_batch = 5;
   auto rank1 = *ValidationLoader::Create(stream, o);
   EXPECT_EQ(rank1->num_batches(), 3);
-  const Batch part = rank1->Get(2), whole = (*val)->Get(2);
-  EXPECT_EQ(part.first_sample, 2 * 4 + 2);
-  EXPECT_EQ(part.tokens, std::vector<int32_t>(whole.tokens.begin() + 22, whole.tokens.end()));
+  EXPECT_EQ(rank1->Get(2).rows, 2);
+  EXPECT_EQ(rank1->Get(2).first_sample, 12 + 10);
+}
+
+TEST(ValidationLoaderTest, ACountThatCannotBeKeptIsAnErrorWithWindowsAndRoundedDownWithBatches) {
+  TempDir dir;
+  auto stream = PositionStream(dir, {1001});  // 100 windows of T = 10
+  ValidationOptions o;
+  o.seq_len = 10;
+  o.micro_batch = 4;
+  o.dp_size = 4;
+  o.windows = 30;
+  o.exact = true;
+  auto odd = ValidationLoader::Create(stream, o);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(std::string(odd.status().message()), HasSubstr("eval.windows = 30 is not a positive multiple of dp = 4"));
+  o.windows = 104;
+  auto many = ValidationLoader::Create(stream, o);
+  ASSERT_FALSE(many.ok());
+  EXPECT_THAT(std::string(many.status().message()), HasSubstr("100 validation windows"));
+  EXPECT_THAT(std::string(many.status().message()), HasSubstr("fewer than eval.windows = 104"));
+  // eval.batches: what dp and the stream allow, rounded down to a multiple of dp.
+  o.exact = false;
+  EXPECT_EQ((*ValidationLoader::Create(stream, o))->windows(), 100);
+  o.windows = 30;
+  EXPECT_EQ((*ValidationLoader::Create(stream, o))->windows(), 28);
+  o.dp_size = 3;
+  o.windows = 0;  // every window there is
+  EXPECT_EQ((*ValidationLoader::Create(stream, o))->windows(), 99);
 }
 
 TEST(LoaderErrorsTest, BadShardsAreOneLineErrorsNamingTheFile) {
@@ -259,16 +328,18 @@ TEST(LoaderErrorsTest, BadShardsAreOneLineErrorsNamingTheFile) {
             short_shard + ": holds 30 tokens, fewer than the 41 a window needs (seq_len + 1)");
   ValidationOptions v40;
   v40.seq_len = 40;
-  v40.global_batch = 1;
+  v40.micro_batch = 1;
   EXPECT_EQ(ValidationLoader::Create(two, v40).status().message(),
             short_shard + ": holds 30 tokens, fewer than the 41 a window needs (seq_len + 1)");
   EXPECT_EQ(TrainLoader::Create(stream, Options(10, 6, 0, 0, 4)).status().message(),
             "global batch 6 is not divisible by the data-parallel degree 4");
   ValidationOptions v;
   v.seq_len = 10;
-  v.global_batch = 16;
+  v.micro_batch = 1;
+  v.dp_size = 16;
   EXPECT_EQ(ValidationLoader::Create(stream, v).status().message(),
-            good + ": 100 tokens make 9 validation windows of seq_len + 1 = 11, fewer than one batch of 16");
+            good + ": 100 tokens make 9 validation windows of seq_len + 1 = 11, fewer than one per data-parallel "
+                   "replica (dp = 16)");
 }
 
 TEST(LoaderErrorsTest, ListShardsFindsOurAndLlmcNames) {

@@ -85,6 +85,27 @@ class TrainLayoutsTest(SyntheticCorpusCase):
                                f"--zero={zero}", "--steps=10")
                     self.assert_same_trajectory(d, keys)
 
+    def test_eval_windows_validate_the_same_windows_whatever_the_micro_batch(self):
+        # The reference validates eval.batches 2 x micro_batch 4 = the first 8 held-out
+        # windows; --eval_windows=8 names those windows under any dp and micro_batch (a
+        # replica's last micro-batch may be short: 16 rows asked, 8 there). Without it,
+        # micro_batch 2 would validate 2 x 2 windows (4.5e-4 relative off at step 5).
+        keys = [(s, "train") for s in range(1, 11)] + [(5, "val"), (10, "val")]
+        for name, np, flags in [("dp2_mb2", 2, ["--micro_batch=2", "--grad_accum=4"]),
+                                ("mb16", 1, ["--micro_batch=16", "--grad_accum=1"]),
+                                ("pp2_dp2_mb1", 4, ["--pp=2", "--micro_batch=1", "--grad_accum=8"])]:
+            with self.subTest(name):
+                d = os.path.join(self.tmp.name, f"windows_{name}")
+                self.train(d, np, *flags, "--eval_windows=8", "--steps=10")
+                self.assert_same_trajectory(d, keys)
+        # A count dp does not divide is one line naming the flag's field before anything runs.
+        d = os.path.join(self.tmp.name, "windows_odd")
+        cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", "2", BIN, "train", f"--config={self.config}",
+               f"--data={self.data}", f"--run_dir={d}", "--eval_every=5", "--eval_windows=7", "--steps=2"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("eval.windows = 7 is not a positive multiple of dp = 2", r.stderr)
+
     def test_the_transformer_matches_its_single_process_under_every_layout_and_resumes_across_them(self):
         model = "--model=tiny_transformer_train"
         ref = os.path.join(self.tmp.name, "transformer_single")
