@@ -62,16 +62,15 @@ MS_ALWAYS_INLINE void RotateRow(Real* z, double c, double s) {
 }
 
 // Backward of UnitRow (unit_rows.h) then RotateRow for one row of q̃ or k̃ (or of
-// v̄ with rotate = false): dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x. Adds the row's
-// ∂L/∂rate to *d_rate (MipeRotateBackward's sum).
+// v̄ with rotate = false): dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x. The row's part of
+// ∂L/∂rate is not formed here: the window loop sums ∂L/∂rate pair by pair (see Run).
 template <typename Real, int D>
 MS_ALWAYS_INLINE void NormalizeRotateBackwardRow(const Real* z, Real norm, Real* dz, bool rotate, double c, double s,
-                                                 double pos, Real* dx, int64_t d_rt, double* d_rate) {
+                                                 Real* dx, int64_t d_rt) {
   const int64_t d = D > 0 ? D : d_rt;
   Real y0 = z[0], y1 = d > 1 ? z[1] : Real(0);
   if (rotate) {
     const double g0 = dz[0], g1 = dz[1];
-    *d_rate += pos * (-g0 * z[1] + g1 * z[0]);
     dz[0] = static_cast<Real>(g0 * c + g1 * s);
     dz[1] = static_cast<Real>(-g0 * s + g1 * c);
     y0 = static_cast<Real>(double(z[0]) * c + double(z[1]) * s);  // z̄ = R(−φ) z̃
@@ -354,19 +353,22 @@ struct BackwardTask {
     Real* d_tn = DV > 0 ? dtn_fixed : th.row.data() + dv;
     Real* dq = DK > 0 ? dq_fixed : th.row.data() + 2 * dv;
 
-    double d_scale = 0, sum_r = 0, sum_w = 0, d_rate_q = 0, d_rate_k = 0;
+    // ∂L/∂rate (MiPE's angle φ_i = pos_i · rate) pair by pair: s_ij = q̃_i · k̃_j turns with
+    // φ_i − φ_j, so ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]), exact at any pos0.
+    // (The per-row form Σ_i pos_i (q̃_i × ∂L/∂q̃_i) + Σ_j pos_j (k̃_j × ∂L/∂k̃_j) is equal in
+    // exact arithmetic, but its halves grow with pos0 and cancel: in fp32 at pos0 = 70000
+    // ∂L/∂w came out 1.4e-3 off fp64's; tests/kernels/screening_test.cc.)
+    double d_scale = 0, sum_r = 0, sum_w = 0, d_rate = 0;
     // Key j is complete: MiPE and unit normalization backward of k̃_j and v̄_j into dP.
     auto finish_key = [&](int64_t j) {
       Real* dkj = dkey + (j & slot_mask) * dk;
       Real* dvj = dval + (j & slot_mask) * dv;
       NormalizeRotateBackwardRow<Real, DK>(kt + j * dk, kn[j], dkj, rotate, rot[2 * j], rot[2 * j + 1],
-                                           static_cast<double>(shape.pos0 + j), dPb + j * ldp + dk, dk, &d_rate_k);
+                                           dPb + j * ldp + dk, dk);
       // RoPE commutes with the unit-norm backward (a rotation keeps the dot product):
       // the rotated frame's ∂L/∂k turned back by Rᵀ.
       if (rope != nullptr) RopeRotateRows(dPb + j * ldp + dk, dk, 1, dk, rope + j * dk, /*inverse=*/true);
-      double unused = 0;
-      NormalizeRotateBackwardRow<Real, DV>(vb + j * dv, vn[j], dvj, false, 1, 0, 0, dPb + j * ldp + 2 * dk, dv,
-                                           &unused);
+      NormalizeRotateBackwardRow<Real, DV>(vb + j * dv, vn[j], dvj, false, 1, 0, dPb + j * ldp + 2 * dk, dv);
       std::fill(dkj, dkj + dk, Real(0));
       std::fill(dvj, dvj + dv, Real(0));
     };
@@ -460,6 +462,7 @@ struct BackwardTask {
         sum_w += static_cast<double>(d_weight) * a * a * dm[jj];
         if (ds != 0) {
           const Real* kj = kt + j * dk;
+          if (rotate) d_rate += double(ds) * double(i - j) * (double(qi[0]) * kj[1] - double(qi[1]) * kj[0]);
           Real* dkj = dkey + (j & slot_mask) * dk;
           if constexpr (kFixed) dq_reg.AddScaled(ds, kj);
 #pragma omp simd
@@ -471,15 +474,14 @@ struct BackwardTask {
       }
       if constexpr (kFixed) dq_reg.Store(dq);
       // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
-      NormalizeRotateBackwardRow<Real, DK>(qi, qn[i], dq, rotate, rot[2 * i], rot[2 * i + 1],
-                                           static_cast<double>(shape.pos0 + i), dPb + i * ldp, dk, &d_rate_q);
+      NormalizeRotateBackwardRow<Real, DK>(qi, qn[i], dq, rotate, rot[2 * i], rot[2 * i + 1], dPb + i * ldp, dk);
       if (rope != nullptr) RopeRotateRows(dPb + i * ldp, dk, 1, dk, rope + i * dk, /*inverse=*/true);
       if (i - keys + 1 >= 0) finish_key(i - keys + 1);
     }
     for (int64_t j = std::max<int64_t>(0, T - keys + 1); j < T; ++j) finish_key(j);
     grads->scale = d_scale;
     grads->r = sum_r;
-    grads->w = sum_w + (d_rate_q + d_rate_k) * ws.rate_dw[t];
+    grads->w = sum_w + d_rate * ws.rate_dw[t];
   }
 };
 

@@ -20,7 +20,7 @@ constexpr float kFloor = 1e-12f;  // cpu::kUnitNormFloor (that header is not inc
 
 // The per-token parts of the tile-scalar gradients, summed per (sequence, tile) (screening.h).
 constexpr int kPartScale = kScreeningPartScale, kPartR = kScreeningPartR, kPartW = kScreeningPartW,
-              kPartRateQ = kScreeningPartRateQ, kPartRateK = kScreeningPartRateK, kParts = kScreeningParts;
+              kPartRate = kScreeningPartRate, kParts = kScreeningParts;
 
 // Sizes every kernel reads. Tokens of a (b, tile) task lie at bt·T + i in the saved
 // arrays (bt = b·tiles + t) and at row b·T + i of P, dP, U and dU.
@@ -95,15 +95,14 @@ __device__ inline float Dot(const float* a, const float* b, int d_rt) {
 }
 
 // Backward of UnitRow then RotateRow for one row (cpu::NormalizeRotateBackwardRow):
-// dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x; adds the row's ∂L/∂rate to *d_rate.
+// dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x. ∂L/∂rate is the query pass's, pair by pair.
 template <int D>
 __device__ inline void NormalizeRotateBackwardRow(const float* z, float norm, float* dz, bool rotate, double c,
-                                                  double s, double pos, float* dx, int d_rt, double* d_rate) {
+                                                  double s, float* dx, int d_rt) {
   const int d = D > 0 ? D : d_rt;
   float y0 = z[0], y1 = d > 1 ? z[1] : 0.f;
   if (rotate) {
     const double g0 = dz[0], g1 = dz[1];
-    *d_rate += pos * (-g0 * z[1] + g1 * z[0]);
     dz[0] = static_cast<float>(g0 * c + g1 * s);
     dz[1] = static_cast<float>(-g0 * s + g1 * c);
     y0 = static_cast<float>(double(z[0]) * c + double(z[1]) * s);  // z̄ = R(−φ) z̃
@@ -237,7 +236,11 @@ __global__ void OutputBackwardKernel(Dims s, const float* P, const float* dU, co
 
 // Backward, query pass: the window's pairs are recomputed from ∂L/∂h_i (the output
 // pass's) and ∂L/∂q̃_i is finished through MiPE and the unit norm into dP. Writes the
-// query's parts of the r and w gradients and of ∂L/∂rate.
+// query's parts of the r and w gradients and of ∂L/∂rate, the latter pair by pair:
+// s_ij turns with φ_i − φ_j = (i − j)·rate, so ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] −
+// q̃_i[1] k̃_j[0]) (the tiled kernel's sum, exact at any pos0; the per-row form
+// Σ_i pos_i (q̃_i × ∂L/∂q̃_i) + Σ_j pos_j (k̃_j × ∂L/∂k̃_j), equal in exact arithmetic, has
+// halves that grow with pos0 and cancel: 3.7e-3 off fp64's ∂L/∂w at pos0 = 70000).
 template <int DK, int DV>
 __global__ void QueryBackwardKernel(Dims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
                                    ScreeningSaved<float> saved, const float* dh_in, float* dP, double* partial) {
@@ -262,7 +265,8 @@ __global__ void QueryBackwardKernel(Dims s, const ScreeningTileParams* params, c
   }
   const float two_over_r = 2.f / tp.r;
   const double inv_r2 = 1.0 / (double(tp.r) * tp.r);
-  double sum_r = 0, sum_w = 0;
+  const bool rotate = tp.rate != 0;
+  double sum_r = 0, sum_w = 0, d_rate = 0;
   const int64_t base = tok.bt * s.seq;
   const int64_t j0 = tok.i - tp.keys + 1 > 0 ? tok.i - tp.keys + 1 : 0;
   for (int64_t j = j0; j <= tok.i; ++j) {
@@ -276,27 +280,28 @@ __global__ void QueryBackwardKernel(Dims s, const ScreeningTileParams* params, c
     sum_r += static_cast<double>(d_weight) * mj * 2.0 * a * (1.0 - sim) * inv_r2;
     sum_w += static_cast<double>(d_weight) * a * a * dm[tok.i - j];
     if (ds != 0.f) {
+      if (rotate) d_rate += double(ds) * double(tok.i - j) * (double(q[0]) * kj[1] - double(q[1]) * kj[0]);
       #pragma unroll
       for (int x = 0; x < dk; ++x) dq[x] += ds * kj[x];
     }
   }
   // q̃_i is complete: MiPE (step 6) and unit normalization (step 5) backward.
-  double d_rate = 0, c, sn;
+  double c, sn;
   const double pos = double(s.pos0 + tok.i);
   MipeCosSin(tp.rate, pos, &c, &sn);
-  NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dq, tp.rate != 0, c, sn, pos,
-                                 dP + row * ldp + tok.t * C, dk, &d_rate);
+  NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dq, rotate, c, sn,
+                                 dP + row * ldp + tok.t * C, dk);
   // ROPE: the unit-norm backward in the turned frame, then turned back (a rotation keeps dots).
   if (s.rope) RopeTurnRow(dP + row * ldp + tok.t * C, dk, pos, -1.0, s.rope_freq);
   double* part = partial + idx * kParts;
   part[kPartR] = sum_r;
   part[kPartW] = sum_w;
-  part[kPartRateQ] = d_rate;
+  part[kPartRate] = d_rate;
 }
 
 // Backward, key pass: key j gathers ∂L/∂k̃_j and ∂L/∂v̄_j from its queries
 // i = j … j + keys − 1 in ascending order, then finishes both into dP (MiPE and the
-// unit norm for k̃, the unit norm for v̄) and writes its part of ∂L/∂rate.
+// unit norm for k̃, the unit norm for v̄). (∂L/∂rate is the query pass's, every pair's.)
 template <int DK, int DV>
 __global__ void KeyBackwardKernel(Dims s, const ScreeningTileParams* params, const float* mask,
                                   ScreeningSaved<float> saved, const float* dh, float* dP, double* partial) {
@@ -340,22 +345,19 @@ __global__ void KeyBackwardKernel(Dims s, const ScreeningTileParams* params, con
       for (int x = 0; x < dk; ++x) dkey[x] += ds * qi[x];
     }
   }
-  double d_rate = 0, c, sn, unused = 0;
+  double c, sn;
   const double pos = double(s.pos0 + j);
   MipeCosSin(tp.rate, pos, &c, &sn);
   float* dPj = dP + (tok.b * s.seq + j) * ldp + tok.t * C;
-  NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dkey, tp.rate != 0, c, sn, pos, dPj + dk,
-                                 dk, &d_rate);
+  NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dkey, tp.rate != 0, c, sn, dPj + dk, dk);
   if (s.rope) RopeTurnRow(dPj + dk, dk, pos, -1.0, s.rope_freq);
-  NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dval, false, 1, 0, 0, dPj + 2 * dk, dv,
-                                 &unused);
-  partial[idx * kParts + kPartRateK] = d_rate;
+  NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dval, false, 1, 0, dPj + 2 * dk, dv);
 }
 
 // Backward of steps 6 and 5 for a window pass that left complete ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄
 // in d_q, d_k, d_v (ScreeningBackwardFinish): the query and key passes' own finish,
-// row by row, into dP's q, k and v columns. The rows' ∂L/∂rate is not kept: the window
-// pass sums ∂L/∂rate pair by pair (screening.h).
+// row by row, into dP's q, k and v columns. ∂L/∂rate is the window pass's, summed pair
+// by pair (screening.h).
 template <int DK, int DV>
 __global__ void NormalizeBackwardKernel(Dims s, const ScreeningTileParams* params, ScreeningSaved<float> saved,
                                         const float* d_q, const float* d_k, const float* d_v, float* dP) {
@@ -366,24 +368,21 @@ __global__ void NormalizeBackwardKernel(Dims s, const ScreeningTileParams* param
   const ScreeningTileParams tp = params[tok.t];
   const int64_t C = s.p_cols();
   float* dPi = dP + (tok.b * s.seq + tok.i) * s.tiles * C + tok.t * C;
-  double c, sn, unused = 0;
+  double c, sn;
   const double pos = double(s.pos0 + tok.i);
   MipeCosSin(tp.rate, pos, &c, &sn);
   float dz[DV > 0 ? (DV > DK ? DV : DK) : kMaxDv];  // overwritten by the row backward
   #pragma unroll
   for (int x = 0; x < dk; ++x) dz[x] = d_q[idx * dk + x];
-  NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dz, tp.rate != 0, c, sn, pos, dPi, dk,
-                                 &unused);
+  NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dz, tp.rate != 0, c, sn, dPi, dk);
   if (s.rope) RopeTurnRow(dPi, dk, pos, -1.0, s.rope_freq);
   #pragma unroll
   for (int x = 0; x < dk; ++x) dz[x] = d_k[idx * dk + x];
-  NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dz, tp.rate != 0, c, sn, pos, dPi + dk,
-                                 dk, &unused);
+  NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dz, tp.rate != 0, c, sn, dPi + dk, dk);
   if (s.rope) RopeTurnRow(dPi + dk, dk, pos, -1.0, s.rope_freq);
   #pragma unroll
   for (int x = 0; x < dv; ++x) dz[x] = d_v[idx * dv + x];
-  NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dz, false, 1, 0, 0, dPi + 2 * dk, dv,
-                                 &unused);
+  NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dz, false, 1, 0, dPi + 2 * dk, dv);
 }
 
 // sums[bt, part] = Σ_i partial[bt, i, part]: one block per (b, tile), strided per-thread
@@ -509,7 +508,7 @@ void ReduceTileScalarGrads(const ScreeningShape& shape, TileScalarGrads* grads, 
   for (int64_t t = 0; t < nt; ++t) {
     for (int64_t b = 0; b < shape.batch; ++b) {
       const double* sum = scratch->host_sums.data() + (b * nt + t) * kParts;
-      grads[t].w += sum[kPartW] + (sum[kPartRateQ] + sum[kPartRateK]) * scratch->host_rate_dw[t];
+      grads[t].w += sum[kPartW] + sum[kPartRate] * scratch->host_rate_dw[t];
       grads[t].r += sum[kPartR];
       grads[t].scale += sum[kPartScale];
     }

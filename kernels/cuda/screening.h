@@ -48,8 +48,7 @@ enum ScreeningPart : int {
   kScreeningPartScale,  // ∂L/∂scale
   kScreeningPartR,      // ∂L/∂r
   kScreeningPartW,      // ∂L/∂w through Softmask
-  kScreeningPartRateQ,  // ∂L/∂rate (MiPE) through q̃
-  kScreeningPartRateK,  // ∂L/∂rate through k̃
+  kScreeningPartRate,   // ∂L/∂rate (MiPE): the query's pairs, Σ_j ∂L/∂s_ij (i − j)(q̃_i × k̃_j)
   kScreeningParts
 };
 
@@ -108,9 +107,10 @@ bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const T
 // 6 and 5 backward (MiPE, the unit norms) into dP's q, k and v columns (written), then
 // the fixed-order reduction of the parts into grads (=), as ScreeningBackward's. The
 // window pass sums ∂L/∂rate pair by pair, Σ_ij ∂L/∂s_ij (i − j)(q̃_i[0] k̃_j[1] −
-// q̃_i[1] k̃_j[0]), equal in exact arithmetic to the simple kernel's per-row sums
-// Σ_i pos_i (…) over q̃ plus Σ_j pos_j (…) over k̃, whose two halves grow with pos0 and
-// cancel (the rows' ∂L/∂rate computed here is not kept). Waits for the gradients.
+// q̃_i[1] k̃_j[0]), as the simple kernel's query pass does: equal in exact arithmetic to
+// per-row sums Σ_i pos_i (q̃_i × ∂L/∂q̃_i) over q̃ plus Σ_j pos_j (…) over k̃, whose two
+// halves grow with pos0 and cancel (3.7e-3 off fp64's ∂L/∂w at pos0 = 70000, as the
+// simple kernel was). Waits for the gradients.
 void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<float>& saved, float* dP,
                              TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream);
 

@@ -416,8 +416,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     if (u == 0) {
       partial[(bt * T + i) * kScreeningParts + kScreeningPartR] = sum_r[half];
       partial[(bt * T + i) * kScreeningParts + kScreeningPartW] = sum_w[half];
-      partial[(bt * T + i) * kScreeningParts + kScreeningPartRateQ] = sum_rate[half];
-      partial[(bt * T + i) * kScreeningParts + kScreeningPartRateK] = 0;
+      partial[(bt * T + i) * kScreeningParts + kScreeningPartRate] = sum_rate[half];
     }
   }
 }

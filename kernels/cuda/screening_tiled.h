@@ -54,9 +54,9 @@
 //      pair is accepted (warp vote), then ∂L/∂(αm) = ∂L/∂h·v̄ᵀ, ∂L/∂s = ∂L/∂(αm) m a 2/r,
 //      ∂L/∂q̃ += ∂L/∂s·k̃ on tensor cores; per query, fp64 partials of ∂L/∂r, of ∂L/∂w
 //      through Softmask and of ∂L/∂rate (MiPE) pair by pair, Σ_j ∂L/∂s_ij (i − j)
-//      (q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]): in exact arithmetic the simple kernel's per-row
-//      sums over q̃ and k̃, whose halves grow with pos0 and cancel (at pos0 = 70000 the
-//      simple kernel's ∂L/∂w is 3.7e-3 off the fp64 CPU's, this one's 6.6e-6).
+//      (q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]), as the simple kernel's: in exact arithmetic the
+//      per-row sums over q̃ and k̃, whose halves grow with pos0 and cancel (at pos0 = 70000
+//      those left ∂L/∂w 3.7e-3 off the fp64 CPU's; the pair sum 6.6e-6).
 //   3. Key pass: a CTA per (64-key block, tile, sequence), walking the query blocks
 //      [k0, k_last + keys − 1] ∩ [0, T) in ascending order; sᵀ, the pairs and ∂L/∂(αm)ᵀ =
 //      v̄·∂L/∂hᵀ recomputed, ∂L/∂v̄ += (αm)ᵀ ∂L/∂h and ∂L/∂k̃ += ∂L/∂sᵀ q̃ on tensor cores.

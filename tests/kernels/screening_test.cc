@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <numbers>
@@ -334,6 +335,36 @@ TEST_P(ScreeningKernelTest, Fp32FixedWidthPathAgreesWithFp64) {
   for (int64_t t = 0; t < p64.shape.tiles; ++t) {
     EXPECT_NEAR(p32.grads[t].r, p64.grads[t].r, 1e-4 * std::max(1.0, std::abs(p64.grads[t].r))) << t;
     EXPECT_NEAR(p32.grads[t].w, p64.grads[t].w, 1e-4 * std::max(1.0, std::abs(p64.grads[t].w))) << t;
+  }
+}
+
+TEST_P(ScreeningKernelTest, Fp32RateGradientAgreesWithFp64FarFromPositionZero) {
+  // ∂L/∂w through MiPE's angle φ = pos · rate depends on relative positions only. Summed
+  // per row as pos_i (q̃_i × ∂L/∂q̃_i) over queries plus pos_j (…) over keys, its two
+  // halves grow with pos and cancel: in fp32 at pos0 = 70000 that left ∂L/∂w 1e-3 off
+  // (measured before the pair-by-pair sum). At pos0 = 5 and 70000, ∂L/∂w of every tile
+  // within 1e-5 relative of fp64's.
+  for (const int64_t pos0 : {int64_t{5}, int64_t{70000}}) {
+    Problem<double> p64(2, 64, SomeTiles(), 4);
+    Problem<float> p32(2, 64, SomeTiles(), 4);
+    p64.shape.pos0 = p32.shape.pos0 = pos0;
+    for (size_t i = 0; i < p64.P.size(); ++i) p64.P[i] = p32.P[i];
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> normal(0, 1);
+    std::vector<double> R64(p64.U.size());
+    for (double& x : R64) x = static_cast<float>(normal(rng));
+    const std::vector<float> R32(R64.begin(), R64.end());
+    p64.Forward();
+    p64.Backward(R64);
+    p32.Forward();
+    p32.Backward(R32);
+    for (int64_t t = 0; t < p64.shape.tiles; ++t) {
+      const double ref = p64.grads[t].w, got = p32.grads[t].w;
+      std::fprintf(stderr, "pos0 %lld tile %lld: dw fp32 %.9g fp64 %.9g, relative %.3g\n",
+                   static_cast<long long>(pos0), static_cast<long long>(t), got, ref,
+                   ref == 0 ? std::abs(got) : std::abs(got - ref) / std::abs(ref));
+      EXPECT_NEAR(got, ref, 1e-5 * std::abs(ref)) << "pos0 " << pos0 << ", tile " << t;
+    }
   }
 }
 

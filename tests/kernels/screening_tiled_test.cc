@@ -6,7 +6,8 @@
 // simple kernel zeroes exactly zero; the backward bit-identical between two runs).
 // Lengths that are no multiple of any block, windows 1 ≤ w < T, w ≥ T and w = ∞,
 // acceptance widths near 0 and 1, a tile whose every pair Trim rejects, several tiles and
-// sequences. Label cuda: on the emulated device
+// sequences; and the simple kernel's tile gradients against the fp64 CPU's near and far
+// (pos0 = 70000) from position 0. Label cuda: on the emulated device
 // (with its race, bounds and initialization checks) in CI; on a GPU in scripts/gpu_check;
 // skipped, visibly, elsewhere.
 #include <gtest/gtest.h>
@@ -374,8 +375,8 @@ std::vector<float> Columns(const ScreeningShape& s, const std::vector<float>& dP
 
 // Relative error of a tile scalar's gradient against the fp64 one: |got − ref| /
 // max(|ref|, 1e-9). The floor: a gradient that is zero in exact arithmetic (∂L/∂w of
-// w = 1, whose one key sits at d = 0) comes out ~1e-16 in fp64, exactly 0 from the
-// tiled kernel and ~1e-7 from the simple one (its cancelling ∂L/∂rate halves).
+// w = 1, whose one key sits at d = 0) comes out ~1e-16 in fp64 and exactly 0 from either
+// CUDA kernel (∂L/∂rate summed pair by pair: (i − j) = 0).
 double ScalarError(double ref, double got) {
   if (ref == got) return 0;
   return std::isnan(got) ? kInf : std::abs(got - ref) / std::max(std::abs(ref), 1e-9);
@@ -438,6 +439,31 @@ TEST_F(ScreeningTiledTest, BackwardMatchesTheSimpleKernelPastSeveralKeyBlocks) {
   const std::vector<Tile> tiles = {{40.0, 0.4, 1.0}, {70.0, 0.8, 0.6}, {200.0, 0.5, 1.2}};
   const Problem p(1, 300, tiles, /*clustered=*/false, 7, /*pos0=*/70000);
   ExpectTiledBackwardMatchesSimple(p, "T = 300, w = 40, 70, 200");
+}
+
+TEST_F(ScreeningTiledTest, TheSimpleKernelsWindowGradientMatchesFp64NearAndFarFromPositionZero) {
+  // The simple kernel's ∂L/∂w, whose MiPE part (φ = pos · rate) depends on relative
+  // positions only, against the CPU's fp64: summed per row, pos_i (q̃_i × ∂L/∂q̃_i) over
+  // queries plus pos_j (…) over keys, its halves grew with pos0 and cancelled, 3.7e-3 off
+  // at pos0 = 70000; summed pair by pair as the tiled kernel's, (i − j)(q̃_i[0] k̃_j[1] −
+  // q̃_i[1] k̃_j[0]), it is as exact far out as near 0. The tiles of the test above (MiPE on
+  // at w = 40, 70, 200 < w_th = 256); ∂L/∂w, ∂L/∂r, ∂L/∂scale within 1e-4 relative.
+  const std::vector<Tile> tiles = {{40.0, 0.4, 1.0}, {70.0, 0.8, 0.6}, {200.0, 0.5, 1.2}};
+  for (const int64_t pos0 : {int64_t{3}, int64_t{70000}}) {
+    const Problem p(1, 300, tiles, /*clustered=*/false, 7, pos0);
+    const Gradients simple = RunBackward(p, /*tiled=*/false);
+    const std::vector<TileScalarGrads> exact = Fp64TileGrads(p);
+    for (int64_t t = 0; t < p.shape.tiles; ++t) {
+      const TileScalarGrads& x = exact[t];
+      const TileScalarGrads& g = simple.grads[t];
+      std::fprintf(stderr, "pos0 = %lld, tile %lld: dw %.9g (fp64 %.9g, relative %.3g), dr %.3g, dscale %.3g\n",
+                   static_cast<long long>(pos0), static_cast<long long>(t), g.w, x.w, ScalarError(x.w, g.w),
+                   ScalarError(x.r, g.r), ScalarError(x.scale, g.scale));
+      EXPECT_LE(ScalarError(x.w, g.w), 1e-4) << "pos0 " << pos0 << ", tile " << t << ": dw " << g.w << " vs " << x.w;
+      EXPECT_LE(ScalarError(x.r, g.r), 1e-4) << "pos0 " << pos0 << ", tile " << t;
+      EXPECT_LE(ScalarError(x.scale, g.scale), 1e-4) << "pos0 " << pos0 << ", tile " << t;
+    }
+  }
 }
 
 TEST_F(ScreeningTiledTest, BackwardMatchesTheSimpleKernelAtAcceptanceWidthsNearZeroAndOne) {
