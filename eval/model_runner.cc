@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/rms_norm.h"
 #include "model/decoder.h"
@@ -26,6 +27,25 @@ std::string PrecisionName(Precision precision) {
       return "fp16";
   }
   return "?";
+}
+
+absl::StatusOr<RunnerDevice> ParseRunnerDevice(const std::string* device, const std::string* precision,
+                                               const char* command) {
+  RunnerDevice d;
+  const std::string dev = device != nullptr ? absl::AsciiStrToLower(*device) : "cpu";
+  if (dev == "cuda") {
+    d.device = Device::kCuda;
+  } else if (dev != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device=", dev, ": expected cpu or cuda (", command, "'s default: cpu)"));
+  }
+  const std::string prec = precision != nullptr ? absl::AsciiStrToLower(*precision) : "fp32";
+  if (prec == "bf16") {
+    d.precision = Precision::kBf16;
+  } else if (prec != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision=", prec, ": expected fp32 or bf16 (", command, "'s default: fp32)"));
+  }
+  return d;
 }
 
 absl::Status CheckRunnerDevice(const RunnerDevice& device) {
@@ -80,7 +100,7 @@ void ModelRunner::TokenLossesFull(const int32_t* ids, int64_t n, float* losses) 
 }
 
 void ModelRunner::TokenLossesDecode(const int32_t* ids, int64_t n, float* losses) {
-  auto session = MakeDecoder<float>(dims(), weights_.params.data(), options_);
+  auto session = MakeDecoder<float>(dims(), Params(), options_, StageOptions(device_));
   std::vector<float> logits(dims().vocab);
   for (int64_t i = 0; i + 1 < n; ++i) {
     session->Step(ids[i], logits.data());
@@ -92,17 +112,8 @@ void ModelRunner::TokenLossesDecode(const int32_t* ids, int64_t n, float* losses
 }
 
 std::vector<int32_t> ModelRunner::Greedy(const std::vector<int32_t>& prompt, int64_t max_new) {
-  if (device_.device == Device::kCpu) {
-    auto session = MakeDecoder<float>(dims(), weights_.params.data(), options_);
-    return GreedyContinuation(*session, prompt, max_new, dims().vocab);
-  }
-  std::vector<int32_t> seq = prompt, out;
-  for (int64_t i = 0; i < max_new; ++i) {
-    Forward(seq.data(), static_cast<int64_t>(seq.size()));
-    out.push_back(LastToken());
-    seq.push_back(out.back());
-  }
-  return out;
+  auto session = MakeDecoder<float>(dims(), Params(), options_, StageOptions(device_));
+  return GreedyContinuation(*session, prompt, max_new, dims().vocab);
 }
 
 int32_t ModelRunner::Prefill(const int32_t* ids, int64_t n, bool first_token) {
@@ -208,18 +219,27 @@ int64_t ModelRunner::FullPassBytes(int64_t n) const {
 
 int64_t ModelRunner::DecodeBytes(int64_t n) const {
   const ModelDims& d = dims();
-  // The Transformer: keys and values of every token in every layer, the packed W_QKV, the table.
+  const bool on_device = device_.device != Device::kCpu;
+  double cache = 0, fixed = 0;  // floats: the caches; the packed weights, the table
   if (d.transformer()) {
-    return SaturatedBytes((2.0 * double(n) * d.n_layers * d.d_e + 3.0 * d.n_layers * d.d_e * d.d_e + double(d.vocab) * d.d_e) * 4);
-  }
-  const ParamLayout& layout = model_->layout();
-  double slots = 0;
-  for (int64_t l = 0; l < d.n_layers; ++l) {
-    for (const auto& t : MapTileScalars(layout, weights_.params.data(), l, &options_)) {
-      slots += std::isinf(t.w) ? double(n) : std::min(double(n), std::ceil(double(t.w)));
+    // Keys and values of every token in every layer, the packed W_QKV, the table.
+    cache = 2.0 * double(n) * d.n_layers * d.d_e;
+    fixed = 3.0 * d.n_layers * d.d_e * d.d_e + double(d.vocab) * d.d_e;
+  } else {
+    const ParamLayout& layout = model_->layout();
+    double slots = 0;
+    for (int64_t l = 0; l < d.n_layers; ++l) {
+      for (const auto& t : MapTileScalars(layout, weights_.params.data(), l, &options_)) {
+        slots += std::isinf(t.w) ? double(n) : std::min(double(n), std::ceil(double(t.w)));
+      }
     }
+    cache = slots * (d.d_k + d.d_v + 3);
+    fixed = double(d.vocab) * d.d_e + d.vocab;
   }
-  return SaturatedBytes(slots * (d.d_k + d.d_v + 3) * 4 + (double(d.vocab) * d.d_e + d.vocab) * 4);
+  // On a device the cache buffers grow by doubling (up to twice what they hold), and the
+  // session's packed (under bf16, rounded) copies of the weights are about the parameters once.
+  if (on_device) cache *= 2, fixed += double(weights_.params.size());
+  return SaturatedBytes((cache + fixed) * 4);
 }
 
 int64_t AvailableMemoryBytes() {

@@ -5,12 +5,11 @@
 // greedy continuation, and the prefill of time to first token; memory estimates for
 // refusing contexts that do not fit.
 //
-// Where it runs (RunnerDevice, eval's --device and --precision): the full forward on the
-// CPU or on a CUDA device, in fp32 or with bf16 GEMM operands (and on the device, at
-// d_K = 16 and d_V = 64, the tiled screening kernels: kernels/kernel_table.h). The
-// decoding cache (model/decoder.h) is the CPU's, fp32: on a device, greedy continuation
-// runs the full forward once per new token instead. Parameters are uploaded once, at
-// construction; token ids and losses stay in host memory.
+// Where it runs (RunnerDevice, eval's and generate's --device and --precision): the full
+// forward and the decoding cache (model/decoder.h) on the CPU or on a CUDA device, in fp32
+// or with bf16 GEMM operands (and on the device, at d_K = 16 and d_V = 64, the full
+// forward's tiled screening kernels: kernels/kernel_table.h). Parameters are uploaded
+// once, at construction; token ids, logits and losses stay in host memory.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "checkpoint/weights_file.h"
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
@@ -35,6 +35,13 @@ struct RunnerDevice {
 
 // "fp32" | "bf16" | "fp16".
 std::string PrecisionName(Precision precision);
+
+// The device and precision an inference command's --device and --precision name (null:
+// the flag was not given: cpu, fp32, whatever train's --device default is): cpu or cuda
+// (case-insensitive), fp32 or bf16. Errors (one line naming the flag and `command`'s
+// default, e.g. "--device=tpu: expected cpu or cuda (eval's default: cpu)").
+absl::StatusOr<RunnerDevice> ParseRunnerDevice(const std::string* device, const std::string* precision,
+                                               const char* command);
 
 // Whether this build and machine can run `device` (always on the CPU). Errors: the kernel
 // table factory's (no CUDA kernels in this build, no device visible, a driver too old),
@@ -55,14 +62,13 @@ class ModelRunner {
   // over the n − 1 inputs (with the window rule; equal to `forward`'s token_losses under
   // as-learned windows), on the runner's device.
   void TokenLossesFull(const int32_t* ids, int64_t n, float* losses);
-  // The same from the decoding cache, one token at a time (memory: the caches, not T × rows).
-  // On the CPU in fp32 whatever the runner's device.
+  // The same from the decoding cache, one token at a time (memory: the caches, not T × rows),
+  // on the runner's device (the logits of each token brought to the host).
   void TokenLossesDecode(const int32_t* ids, int64_t n, float* losses);
 
   // Greedy continuation of `prompt` by `max_new` tokens (the argmax, the lowest id on
-  // ties): on the CPU with the decoding cache, the tokens `multiscreen generate` prints for
-  // the same prompt; on a device by one full forward per new token over prompt and the
-  // tokens so far, the argmax of the last position taken on the host in double.
+  // ties) with the decoding cache on the runner's device: the tokens `multiscreen
+  // generate` prints for the same prompt and device.
   std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int64_t max_new);
 
   // Time-to-first-token work: the inference forward over ids [n] (batch 1) and the head
@@ -72,8 +78,8 @@ class ModelRunner {
   // then taken on the host as LastToken does, else −1 is returned and the timed work is
   // the device's alone.
   int32_t Prefill(const int32_t* ids, int64_t n, bool first_token = true);
-  // The argmax of the last position's logits of the last Prefill (or Greedy forward),
-  // from its final hidden row, in double on the host.
+  // The argmax of the last position's logits of the last Prefill, from its final hidden
+  // row, in double on the host.
   int32_t LastToken();
   // Waits for the device's work issued so far (nothing on the CPU): for timers.
   void Synchronize();
@@ -82,9 +88,10 @@ class ModelRunner {
   // (activations of every layer, the head's chunk, Ē; on a device also the packed copies
   // of the weights BeginStep makes — the uploaded parameters are resident already, so
   // compare it with DeviceFreeBytes read after construction), and of TokenLossesDecode /
-  // Greedy on the CPU over n tokens (the caches: Multiscreen ⌈w⌉ keys per finite-window
-  // tile, n per infinite one; the Transformer n keys and values per layer). Both saturate
-  // at INT64_MAX bytes rather than overflow.
+  // Greedy over n tokens on the runner's device (the caches: Multiscreen ⌈w⌉ keys per
+  // finite-window tile, n per infinite one; the Transformer n keys and values per layer;
+  // on a device twice that, as its buffers grow by doubling, and the packed weights).
+  // Both saturate at INT64_MAX bytes rather than overflow.
   int64_t FullPassBytes(int64_t n) const;
   int64_t DecodeBytes(int64_t n) const;
 

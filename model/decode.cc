@@ -2,65 +2,83 @@
 
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernel_table.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/screening.h"
-#include "kernels/cpu/unit_rows.h"
-
 namespace multiscreen {
 
-namespace k = kernels::cpu;
-
 template <typename Real>
-DecodeSession<Real>::DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options)
-    : layout_(dims, ShardSpec::Full(dims)), params_(params) {
-  // Position ROPE: YaRN's frequencies at inference (Multiscreen::LayersForward's rule).
-  if (dims.position == kernels::PositionKind::kRope) rope_scaling_ = {options.yarn_factor, double(options.train_len)};
-  const int64_t V = dims.vocab, dE = dims.d_e;
-  e_bar_.resize(V * dE);
-  k::UnitRowsForward(params + layout_.Find("embed/W_E")->buffer_offset, dE, e_bar_.data(), dE,
-                     static_cast<Real*>(nullptr), V, dE);
-  caches_.resize(dims.n_layers);
-  kernels::cpu::CpuKernelTable<Real> cpu;  // decoding runs on the CPU
+DecodeSession<Real>::DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options,
+                                   const ModelOptions& placement)
+    : layout_(dims, ShardSpec::Full(dims)),
+      precision_(placement.precision),
+      ops_(KernelTableFor<Real>(placement)),
+      e_bar_(placement.device),
+      x_(placement.device), operand_(placement.device), p_(placement.device), u_(placement.device),
+      logits_(placement.device) {
+  const int64_t V = dims.vocab, dE = dims.d_e, nt = dims.n_heads;
+  Real s[3];  // s_E, s_F; then a layer's s_w, s_r, s_O (adjacent in the layout)
+  ops_->Download(params + layout_.Find("embed/s_E")->buffer_offset, 1, &s[0]);
+  ops_->Download(params + layout_.Find("head/s_F")->buffer_offset, 1, &s[1]);
+  embed_scale_ = static_cast<Real>(std::exp(double(s[0])));
+  head_scale_ = static_cast<Real>(std::exp(double(s[1])));
+  e_bar_.Resize(V * dE);
+  ops_->UnitRowsForward(params + layout_.Find("embed/W_E")->buffer_offset, dE, e_bar_.data(), dE, nullptr, V, dE);
+  if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, e_bar_.data(), V * dE);
+  // The layer's screening shape (Multiscreen::ShapeOf's switches); position ROPE: YaRN's
+  // frequencies at inference (Multiscreen::LayersForward's rule).
+  kernels::ScreeningShape shape;
+  shape.tiles = nt;
+  shape.d_k = dims.d_k;
+  shape.d_v = dims.d_v;
+  shape.w_th = dims.w_th;
+  shape.tanh_norm = dims.tanh_norm;
+  shape.position = dims.position;
+  shape.output_gate = dims.output_gate;
+  if (dims.position == kernels::PositionKind::kRope) shape.rope_scaling = {options.yarn_factor, double(options.train_len)};
+  const auto& entries = layout_.entries();
+  std::vector<Real> scalars(3 * nt);
+  w_o_store_.reserve(dims.n_layers);  // w_o_ may point into these
   for (int64_t l = 0; l < dims.n_layers; ++l) {
-    w_cat_.emplace_back(Device::kCpu);
-    PackProjections(cpu, layout_, params, l, &w_cat_[l]);
-    for (const kernels::TileScalars& t : MapTileScalars(layout_, params, l, &options)) {
-      caches_[l].emplace_back(t, dims.d_k, dims.d_v);
-    }
+    w_cat_.emplace_back(placement.device);
+    PackProjections(*ops_, layout_, params, l, &w_cat_[l]);
+    if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, w_cat_[l].data(), w_cat_[l].size());
+    const ParamEntry& w_o = entries[layout_.MultiscreenEntry(l, kWO)];
+    w_o_store_.emplace_back(placement.device);
+    w_o_.push_back(GemmOperand(*ops_, precision_, params + w_o.buffer_offset, w_o.size(), &w_o_store_[l]));
+    ops_->Download(params + entries[layout_.MultiscreenEntry(l, kSw)].buffer_offset, 3 * nt, scalars.data());
+    const auto tiles = MapTileScalars(scalars.data(), scalars.data() + nt, scalars.data() + 2 * nt, nt, &options);
+    caches_.push_back(ScreeningCacheFor<Real>(placement.device, shape, tiles));
   }
+  x_.Resize(dE);
+  p_.Resize(nt * shape.p_cols());
+  u_.Resize(nt * dims.d_v);
+  logits_.Resize(V);
 }
 
 template <typename Real>
 int64_t DecodeSession<Real>::CachedKeys(int64_t layer, int64_t tile) const {
-  return caches_[layer][tile].CachedKeys(position_);
+  return caches_[layer]->CachedKeys(tile, position_);
 }
 
 template <typename Real>
 void DecodeSession<Real>::Step(int32_t token, Real* logits) {
   const ModelDims& d = layout_.dims();
-  const int64_t dE = d.d_e, dK = d.d_k, dV = d.d_v, NH = d.n_heads, C = 2 * dK + (d.output_gate ? 2 : 1) * dV;
-  const int64_t pos = position_;
-  std::vector<Real> x(dE), p(NH * C), u(NH * dV), h(dV), norm(1);
-  const Real s_e = params_[layout_.Find("embed/s_E")->buffer_offset];
-  const Real* e_row = e_bar_.data() + static_cast<int64_t>(token) * dE;
-  for (int64_t c = 0; c < dE; ++c) x[c] = static_cast<Real>(std::exp(double(s_e))) * e_row[c];
+  const int64_t dE = d.d_e, NH = d.n_heads, dV = d.d_v, C = 2 * d.d_k + (d.output_gate ? 2 : 1) * dV, V = d.vocab;
+  Real* x = x_.data();
+  ops_->EmbeddingForward(e_bar_.data(), 0, V, dE, &token, 1, embed_scale_, x);
   for (int64_t l = 0; l < d.n_layers; ++l) {
-    k::Gemm<Real>(false, false, 1, NH * C, dE, 1, x.data(), dE, w_cat_[l].data(), NH * C, 0, p.data(), NH * C);
-    for (int64_t t = 0; t < NH; ++t) {
-      ScreeningTileCache<Real>& c = caches_[l][t];
-      const Real* pt = p.data() + t * C;  // [q | k | v | g] of tile t
-      c.Step(pt, pt + dK, pt + 2 * dK, pos, d.position, d.w_th, rope_scaling_, h.data());
-      k::TileOutputRow(h.data(), d.output_gate ? pt + 2 * dK + dV : nullptr, static_cast<Real>(c.scalars().scale), dV,
-                       d.tanh_norm, u.data() + t * dV);
-    }
-    const Real* w_o = params_ + layout_.entries()[layout_.MultiscreenEntry(l, kWO)].buffer_offset;
-    k::Gemm<Real>(false, false, 1, dE, NH * dV, 1, u.data(), NH * dV, w_o, dE, 1, x.data(), dE);
+    // P = x · W_cat (spec step 3); U = the tiles' screening of this token (steps 5–13);
+    // x += U · W_O (step 13, 2).
+    ops_->Gemm(precision_, false, false, 1, NH * C, dE, 1, GemmOperand(*ops_, precision_, x, dE, &operand_), dE,
+               w_cat_[l].data(), NH * C, 0, p_.data(), NH * C);
+    if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, p_.data(), NH * C);
+    caches_[l]->Step(p_.data(), position_, u_.data());
+    if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, u_.data(), NH * dV);
+    ops_->Gemm(precision_, false, false, 1, dE, NH * dV, 1, u_.data(), NH * dV, w_o_[l], dE, 1, x, dE);
   }
-  if (d.pl_norm) k::UnitRowsForward(x.data(), dE, x.data(), dE, norm.data(), 1, dE);
-  const Real s_f = params_[layout_.Find("head/s_F")->buffer_offset];
-  k::Gemm<Real>(false, true, 1, d.vocab, dE, static_cast<Real>(std::exp(double(s_f))), x.data(), dE, e_bar_.data(),
-                dE, 0, logits, d.vocab);
+  // PLNorm (step 14) and the logits e^{s_F} · y Ēᵀ.
+  if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, nullptr, 1, dE);
+  ops_->Gemm(precision_, false, true, 1, V, dE, head_scale_, GemmOperand(*ops_, precision_, x, dE, &operand_), dE,
+             e_bar_.data(), dE, 0, logits_.data(), V);
+  ops_->Download(logits_.data(), V, logits);
   ++position_;
 }
 

@@ -1,20 +1,26 @@
-// Token-by-token inference with a decoding cache (spec "Inference"): per tile
-// the k̃ (normalized, rotated by MiPE at its absolute position) and v̄ of past
-// tokens; a finite-window tile keeps only its last ⌈w⌉ keys in a ring buffer,
-// an infinite-window tile (window expansion) keeps all. Logits equal those of
-// Multiscreen::Logits over the whole prefix, YaRN's frequencies included (position ROPE
-// with options.yarn_factor ≠ 1; docs/ablations.md). Each tile's cache is a
-// ScreeningTileCache (model/screening_cache.h), shared with the Transformer's screening heads.
+// Multiscreen's token-by-token inference with a decoding cache (spec "Inference"): per
+// layer one GEMM for every tile's q, k, v, g, the layer's screening cache
+// (kernels/decode_cache.h: per tile the k̃ — normalized, turned by MiPE or RoPE at its
+// absolute position — and v̄ of past tokens, a finite-window tile's last ⌈w⌉ in a ring
+// buffer, an infinite-window tile's all), one GEMM for W_O; then PLNorm and the head's
+// logits. Written once over a kernel table: on the CPU (the default) or a CUDA device
+// (ModelOptions::device; docs/evaluation.md). Logits equal those of Multiscreen::Logits
+// over the whole prefix, YaRN's frequencies included (position ROPE with
+// options.yarn_factor ≠ 1; docs/ablations.md). Under bf16 the GEMM operands hold bf16
+// values as in the forward (W_cat, W_O, Ē; x, P, U, y per token).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/config.h"
-#include "kernels/cpu/rope.h"
+#include "kernels/decode_cache.h"
+#include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
 #include "model/decoder.h"
+#include "model/model_stage.h"
 #include "model/param_layout.h"
-#include "model/screening_cache.h"
 #include "model/tile_weights.h"
 
 namespace multiscreen {
@@ -22,10 +28,12 @@ namespace multiscreen {
 template <typename Real>
 class DecodeSession final : public Decoder<Real> {
  public:
-  // `params`: the full layout's buffer (ShardSpec::Full), read during the session.
-  DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options);
+  // `params`: the full layout's buffer (ShardSpec::Full) on placement.device, read here
+  // (the weights are packed into the session's own arrays).
+  DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options,
+                const ModelOptions& placement = {});
 
-  // Feeds the token at absolute position position(); writes logits [V] for the next token.
+  // Feeds the token at absolute position position(); writes logits [V] (host) for the next token.
   void Step(int32_t token, Real* logits) override;
   int64_t position() const override { return position_; }
   // Keys held by (layer, tile)'s cache: min(position, ⌈w⌉), or position for w = ∞.
@@ -33,12 +41,16 @@ class DecodeSession final : public Decoder<Real> {
 
  private:
   ParamLayout layout_;
-  const Real* params_;
-  std::vector<Real> e_bar_;                  // Ē [V, d_E]
-  std::vector<DeviceArray<Real>> w_cat_;     // per layer, PackProjections
-  std::vector<std::vector<ScreeningTileCache<Real>>> caches_;  // [layer][tile]
+  Precision precision_;
+  std::unique_ptr<kernels::KernelTable<Real>> ops_;
+  Real embed_scale_ = 1, head_scale_ = 1;     // e^{s_E}, e^{s_F}
+  DeviceArray<Real> e_bar_;                   // Ē [V, d_E] (the compute precision's)
+  std::vector<DeviceArray<Real>> w_cat_;      // per layer: PackProjections (the compute precision's)
+  std::vector<DeviceArray<Real>> w_o_store_;  // per layer: W_O rounded (bf16; unused in fp32)
+  std::vector<const Real*> w_o_;              // per layer: W_O as the GEMM reads it
+  std::vector<std::unique_ptr<kernels::ScreeningCache<Real>>> caches_;  // per layer
+  DeviceArray<Real> x_, operand_, p_, u_, logits_;  // one token's activations; operand_: a rounded x
   int64_t position_ = 0;
-  kernels::cpu::RopeScaling rope_scaling_;  // position ROPE: YaRN's θ'_p (options.yarn_factor ≠ 1)
 };
 
 }  // namespace multiscreen

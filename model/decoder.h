@@ -1,7 +1,10 @@
 // Token-by-token greedy decoding with a cache, for either model family (spec
 // "Inference"; issue 18 for the Transformer's KV cache): the interface `generate` and
 // `eval` use, and the factory that picks the family's session (model/decode.h for
-// Multiscreen, model/transformer_decode.h for the Transformer baseline). On the CPU.
+// Multiscreen, model/transformer_decode.h for the Transformer baseline). Each session is
+// written once over a kernel table and the per-layer decoding caches of
+// kernels/decode_cache.h, so it decodes on the CPU (the default, any Real) or on a CUDA
+// device (ModelOptions::device, float; issue 29) with the same orchestration.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +12,10 @@
 #include <vector>
 
 #include "common/config.h"
+#include "kernels/decode_cache.h"
+#include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
+#include "model/model_stage.h"
 #include "model/tile_weights.h"
 
 namespace multiscreen {
@@ -17,18 +24,22 @@ template <typename Real>
 class Decoder {
  public:
   virtual ~Decoder() = default;
-  // Feeds the token at absolute position position(); writes logits [V] for the next
-  // token, equal (to rounding) to the last row of the whole model's forward over the
-  // tokens fed so far.
+  // Feeds the token at absolute position position(); writes logits [V] (host) for the
+  // next token, equal (to rounding) to the last row of the whole model's forward over
+  // the tokens fed so far.
   virtual void Step(int32_t token, Real* logits) = 0;
   virtual int64_t position() const = 0;
 };
 
 // The decoder of dims.family over `params` (the full layout's buffer, ShardSpec::Full,
-// read during the session). `options` is Multiscreen's window rule (the Transformer
-// has no windows and ignores it).
+// on placement.device, read during the session). `options` is the inference window rule
+// and YaRN (the Transformer has no windows). placement: the device and precision the
+// session computes in (device and precision of ModelOptions; the rest does not apply):
+// fp32, or bf16 with the forward's rule that GEMM operands hold bf16 values. A device
+// without kernels is fatal (one line naming --device): check it first.
 template <typename Real>
-std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* params, const InferenceOptions& options);
+std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* params, const InferenceOptions& options,
+                                           const ModelOptions& placement = {});
 
 // Greedy continuation: feeds `prompt` (non-empty) to a fresh decoder, then `max_new`
 // times the argmax of the logits (the lowest id on ties); returns those tokens. What
@@ -36,5 +47,21 @@ std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* pa
 template <typename Real>
 std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vector<int32_t>& prompt, int64_t max_new,
                                         int64_t vocab);
+
+// `src` [n] (on ops' device) as a GEMM operand in `precision`: src itself in fp32, else
+// its copy in `store` rounded to the precision (the forward's rule: GEMM operands hold
+// the compute precision). The decoders' weights, once, and activations, per token.
+template <typename Real>
+const Real* GemmOperand(kernels::KernelTable<Real>& ops, Precision precision, const Real* src, int64_t n,
+                        DeviceArray<Real>* store);
+
+// The decoding caches of `device` (kernels/decode_cache.h), fatal (one line naming
+// --device) where the factories refuse: for the sessions' constructors.
+template <typename Real>
+std::unique_ptr<kernels::ScreeningCache<Real>> ScreeningCacheFor(Device device, const kernels::ScreeningShape& shape,
+                                                                 const std::vector<kernels::TileScalars>& tiles);
+template <typename Real>
+std::unique_ptr<kernels::AttentionCache<Real>> AttentionCacheFor(Device device,
+                                                                 const kernels::AttentionCacheShape& shape);
 
 }  // namespace multiscreen

@@ -1,148 +1,149 @@
 #include "model/transformer_decode.h"
 
-#include <algorithm>
 #include <cmath>
+#include <string>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/screening.h"
-#include "kernels/cpu/swiglu.h"
-#include "kernels/cpu/unit_rows.h"
+#include "model/tile_weights.h"
 #include "model/transformer.h"
 
 namespace multiscreen {
 
-namespace k = kernels::cpu;
+namespace {
+
+template <typename Real>
+std::unique_ptr<kernels::TransformerKernels<Real>> TransformerKernelsFor(const ModelOptions& placement) {
+  auto table = MakeTransformerKernels<Real>(placement.device, KernelOptionsOf(placement));
+  if (!table.ok()) FatalModelError("--device=" + DeviceName(placement.device) + ": " + std::string(table.status().message()));
+  return std::move(*table);
+}
+
+}  // namespace
 
 template <typename Real>
 TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, const Real* params,
-                                                         const InferenceOptions& options)
-    : layout_(dims, ShardSpec::Full(dims)), yarn_{options.yarn_factor, double(options.train_len)} {
-  const int64_t V = dims.vocab, dE = dims.d_e, H = dims.n_heads, dh = dims.d_k;
-  const bool screening = dims.attention == AttentionKind::kScreening;
+                                                         const InferenceOptions& options, const ModelOptions& placement)
+    : layout_(dims, ShardSpec::Full(dims)),
+      precision_(placement.precision),
+      ops_(KernelTableFor<Real>(placement)),
+      tk_(TransformerKernelsFor<Real>(placement)),
+      table_store_(placement.device),
+      x_(placement.device), a_(placement.device), qkv_(placement.device), o_(placement.device), gu_(placement.device),
+      hidden_(placement.device), rstd_(placement.device), operand_(placement.device), logits_(placement.device) {
+  const Device device = placement.device;
+  const int64_t V = dims.vocab, dE = dims.d_e, H = dims.n_heads, dh = dims.d_k, F = dims.d_ff();
+  const kernels::cpu::RopeScaling yarn{options.yarn_factor, double(options.train_len)};
+  auto read = [&](const Real* src, int64_t n) {  // host values of parameters
+    std::vector<Real> host(n);
+    ops_->Download(src, n, host.data());
+    return host;
+  };
   const Real* w_e = params + layout_.Find("embed/W_E")->buffer_offset;
-  table_.resize(V * dE);
-  if (dims.sio) {
-    k::UnitRowsForward(w_e, dE, table_.data(), dE, static_cast<Real*>(nullptr), V, dE);
-    embed_scale_ = static_cast<Real>(std::exp(double(params[layout_.Find("embed/s_E")->buffer_offset])));
-    head_scale_ = static_cast<Real>(std::exp(double(params[layout_.Find("head/s_F")->buffer_offset])));
+  if (dims.sio) {  // Ē: unit rows of W_E
+    table_store_.Resize(V * dE);
+    ops_->UnitRowsForward(w_e, dE, table_store_.data(), dE, nullptr, V, dE);
+    if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, table_store_.data(), V * dE);
+    table_ = table_store_.data();
+    embed_scale_ = static_cast<Real>(std::exp(double(read(params + layout_.Find("embed/s_E")->buffer_offset, 1)[0])));
+    head_scale_ = static_cast<Real>(std::exp(double(read(params + layout_.Find("head/s_F")->buffer_offset, 1)[0])));
   } else {
-    std::copy_n(w_e, V * dE, table_.begin());
+    table_ = GemmOperand(*ops_, precision_, w_e, V * dE, &table_store_);
   }
   auto at = [&](int64_t l, const char* name) { return params + layout_.Find(ParamLayout::LayerPrefix(l) + name)->buffer_offset; };
-  layers_.resize(dims.n_layers);
+  const bool screening = dims.attention == AttentionKind::kScreening;
+  layers_.reserve(dims.n_layers);  // w_o, w_gu, w_down may point into a layer's own arrays
   for (int64_t l = 0; l < dims.n_layers; ++l) {
-    Layer& L = layers_[l];
+    Layer& L = layers_.emplace_back(device);
     L.attn_norm = at(l, "attn_norm");
-    L.w_o = at(l, "W_O");
     L.ffn_norm = at(l, "ffn_norm");
-    L.w_gu = at(l, "W_gate");
-    L.w_down = at(l, "W_down");
-    // W_Q, W_K, W_V [N_H, d_E, d_h] → columns of [d_E, 3 d_E], as Transformer::BeginStep packs
-    // them: [W_Q heads | W_K heads | W_V heads] (the three parts of each head side by side
-    // for screening, which reads them per head).
-    L.w_qkv.resize(dE * 3 * dE);
+    // W_Q, W_K, W_V [N_H, d_E, d_h] → the columns of one [d_E, 3 d_E] matrix, as
+    // Transformer::BeginStep packs them (QkvColumn: either head order).
+    L.w_qkv.Resize(dE * 3 * dE);
     const char* parts[3] = {"W_Q", "W_K", "W_V"};
     for (int p = 0; p < 3; ++p) {
-      const Real* w = at(l, parts[p]);
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t column = QkvColumn(dims, p, h, H);
-        for (int64_t r = 0; r < dE; ++r) {
-          std::copy_n(w + (h * dE + r) * dh, dh, L.w_qkv.begin() + r * 3 * dE + column);
-        }
-      }
+      const int64_t col = QkvColumn(dims, p, 0, H);
+      ops_->Copy2DBatched(at(l, parts[p]), dh, dE * dh, dE, dh, H, L.w_qkv.data() + col, 3 * dE,
+                          QkvColumn(dims, p, 1, H) - col);
     }
-    if (screening) {
-      std::vector<Real> s_o(H, Real(0));  // no s_O: scale 1
-      for (const kernels::TileScalars& t : MapTileScalars(at(l, "s_w"), at(l, "s_r"), s_o.data(), H, &options)) {
-        L.screens.emplace_back(t, dh, dh);
-      }
+    if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, L.w_qkv.data(), dE * 3 * dE);
+    L.w_o = GemmOperand(*ops_, precision_, at(l, "W_O"), dE * dE, &L.w_o_store);
+    L.w_gu = GemmOperand(*ops_, precision_, at(l, "W_gate"), 2 * F * dE, &L.w_gu_store);  // W_up follows W_gate
+    L.w_down = GemmOperand(*ops_, precision_, at(l, "W_down"), F * dE, &L.w_down_store);
+    if (screening) {  // the heads' units (Transformer::ScreeningShapeOf: MiPE, TanhNorm, no gate, scale 1)
+      kernels::ScreeningShape shape;
+      shape.tiles = H;
+      shape.d_k = shape.d_v = dh;
+      shape.w_th = dims.w_th;
+      shape.output_gate = false;
+      const std::vector<Real> s_w = read(at(l, "s_w"), H), s_r = read(at(l, "s_r"), H), s_o(H, Real(0));
+      L.screens = ScreeningCacheFor<Real>(device, shape, MapTileScalars(s_w.data(), s_r.data(), s_o.data(), H, &options));
+      continue;
     }
-    L.scale.assign(H, 1.0 / std::sqrt(double(dh)));
+    kernels::AttentionCacheShape shape;
+    shape.heads = H;
+    shape.d_h = dh;
+    shape.kind = dims.attention;
+    shape.qk_norm = dims.qk_norm;
+    shape.rope_scaling = yarn;
+    shape.scale.assign(H, 1.0 / std::sqrt(double(dh)));
     if (dims.qk_norm) {
-      const Real* s_qk = at(l, "s_QK");
-      for (int64_t h = 0; h < H; ++h) L.scale[h] = std::exp(double(s_qk[h]));
+      const std::vector<Real> s_qk = read(at(l, "s_QK"), H);
+      for (int64_t h = 0; h < H; ++h) shape.scale[h] = std::exp(double(s_qk[h]));
     }
     if (dims.attention == AttentionKind::kSsmax) {  // SSMax's s_SS folded in, as Transformer::BeginStep
-      const Real* s_ss = at(l, "s_SS");
-      for (int64_t h = 0; h < H; ++h) L.scale[h] *= double(s_ss[h]);
+      const std::vector<Real> s_ss = read(at(l, "s_SS"), H);
+      for (int64_t h = 0; h < H; ++h) shape.scale[h] *= double(s_ss[h]);
     }
-    for (double& c : L.scale) c *= k::YarnLogitScale(yarn_.factor);  // YaRN's temperature (1 without)
+    for (double& c : shape.scale) c *= kernels::cpu::YarnLogitScale(yarn.factor);  // YaRN's temperature (1 without)
+    L.attention = AttentionCacheFor<Real>(device, shape);
   }
-}
-
-template <typename Real>
-void TransformerDecodeSession<Real>::FfnStep(const Layer& L, Real* x) {
-  // x += SwiGLU(RMSNorm(x) [W_gate; W_up]ᵀ) W_down.
-  const int64_t dE = layout_.dims().d_e, F = layout_.dims().d_ff();
-  std::vector<Real> a(dE), gu(2 * F), hidden(F);
-  Real rstd;
-  k::RmsNormForward(x, L.ffn_norm, a.data(), &rstd, 1, dE);
-  k::Gemm<Real>(false, true, 1, 2 * F, dE, 1, a.data(), dE, L.w_gu, dE, 0, gu.data(), 2 * F);
-  k::SwiGluForward(gu.data(), hidden.data(), 1, F);
-  k::Gemm<Real>(false, false, 1, dE, F, 1, hidden.data(), F, L.w_down, dE, 1, x, dE);
+  x_.Resize(dE);
+  a_.Resize(dE);
+  qkv_.Resize(3 * dE);
+  o_.Resize(dE);
+  gu_.Resize(2 * F);
+  hidden_.Resize(F);
+  rstd_.Resize(1);
+  logits_.Resize(V);
 }
 
 template <typename Real>
 void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
   const ModelDims& d = layout_.dims();
-  const int64_t dE = d.d_e, H = d.n_heads, dh = d.d_k, pos = position_, n = pos + 1;
-  std::vector<Real> x(dE), a(dE), qkv(3 * dE), o(dE), hs(dh), norm(H);
-  std::vector<double> p(n), z(n), work(n);
-  Real rstd;
-  const Real* e_row = table_.data() + static_cast<int64_t>(token) * dE;
-  for (int64_t c = 0; c < dE; ++c) x[c] = embed_scale_ * e_row[c];
+  const int64_t dE = d.d_e, F = d.d_ff(), V = d.vocab;
+  const Precision prec = precision_;
+  Real *x = x_.data(), *a = a_.data();
+  ops_->EmbeddingForward(table_, 0, V, dE, &token, 1, embed_scale_, x);
   for (Layer& L : layers_) {
-    // a = RMSNorm(x); q, k, v = a W; RoPE at position pos; [unit q, k]; the cache grows by k, v.
-    k::RmsNormForward(x.data(), L.attn_norm, a.data(), &rstd, 1, dE);
-    k::Gemm<Real>(false, false, 1, 3 * dE, dE, 1, a.data(), dE, L.w_qkv.data(), 3 * dE, 0, qkv.data(), 3 * dE);
-    if (!L.screens.empty()) {  // o_h = TanhNorm(h_h), h_h screened over head h's cache
-      for (int64_t h = 0; h < H; ++h) {
-        const Real* p = qkv.data() + h * 3 * dh;  // [q_h | k_h | v_h]
-        L.screens[h].Step(p, p + dh, p + 2 * dh, pos, kernels::PositionKind::kMipe, d.w_th, {}, hs.data());
-        k::TileOutputRow(hs.data(), static_cast<const Real*>(nullptr), Real(1), dh, true, o.data() + h * dh);
-      }
-      k::Gemm<Real>(false, false, 1, dE, dE, 1, o.data(), dE, L.w_o, dE, 1, x.data(), dE);
-      FfnStep(L, x.data());
-      continue;
+    // a = RMSNorm(x); [q | k | v] = a W_QKV; o = the layer's attention (or screening) of
+    // this token over the cache; x += o W_O.
+    tk_->RmsNormForward(x, L.attn_norm, a, rstd_.data(), 1, dE);
+    if (prec != Precision::kFp32) ops_->RoundTo(prec, a, dE);
+    ops_->Gemm(prec, false, false, 1, 3 * dE, dE, 1, a, dE, L.w_qkv.data(), 3 * dE, 0, qkv_.data(), 3 * dE);
+    if (L.screens != nullptr) {
+      L.screens->Step(qkv_.data(), position_, o_.data());
+    } else {
+      L.attention->Step(qkv_.data(), position_, o_.data());
     }
-    Real *q = qkv.data(), *kn = qkv.data() + dE, *vn = qkv.data() + 2 * dE;
-    k::Rope(q, dE, 1, 1, H, dh, false, pos, yarn_);
-    k::Rope(kn, dE, 1, 1, H, dh, false, pos, yarn_);
-    if (d.qk_norm) {
-      k::UnitRowsForward(q, dh, q, dh, norm.data(), H, dh);
-      k::UnitRowsForward(kn, dh, kn, dh, norm.data(), H, dh);
-    }
-    L.k.insert(L.k.end(), kn, kn + dE);
-    L.v.insert(L.v.end(), vn, vn + dE);
-    // o_h = Σ_j p_j v_j,h over the n cached positions, p the mechanism's weights of the
-    // scores z_j = c · q_h · k_j,h, c = scale_h (SSMax: times log n) (fp64 weights).
-    const double lambda = k::AttentionLengthFactor(d.attention, pos);
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t c = 0; c < dh; ++c) s += double(q[h * dh + c]) * L.k[j * dE + h * dh + c];
-        z[j] = L.scale[h] * lambda * s;
-      }
-      k::AttentionWeights(d.attention, z.data(), n, p.data(), work.data());
-      for (int64_t c = 0; c < dh; ++c) {
-        double acc = 0;
-        for (int64_t j = 0; j < n; ++j) acc += p[j] * L.v[j * dE + h * dh + c];
-        o[h * dh + c] = static_cast<Real>(acc);
-      }
-    }
-    k::Gemm<Real>(false, false, 1, dE, dE, 1, o.data(), dE, L.w_o, dE, 1, x.data(), dE);
-    FfnStep(L, x.data());
+    if (prec != Precision::kFp32) ops_->RoundTo(prec, o_.data(), dE);
+    ops_->Gemm(prec, false, false, 1, dE, dE, 1, o_.data(), dE, L.w_o, dE, 1, x, dE);
+    // x += SwiGLU(RMSNorm(x) [W_gate; W_up]ᵀ) W_down.
+    tk_->RmsNormForward(x, L.ffn_norm, a, rstd_.data(), 1, dE);
+    if (prec != Precision::kFp32) ops_->RoundTo(prec, a, dE);
+    ops_->Gemm(prec, false, true, 1, 2 * F, dE, 1, a, dE, L.w_gu, dE, 0, gu_.data(), 2 * F);
+    tk_->SwiGluForward(gu_.data(), hidden_.data(), 1, F);
+    if (prec != Precision::kFp32) ops_->RoundTo(prec, hidden_.data(), F);
+    ops_->Gemm(prec, false, false, 1, dE, F, 1, hidden_.data(), F, L.w_down, dE, 1, x, dE);
   }
   // y = x/‖x‖ (pl_norm) or RMSNorm(x) without gain; logits = scale · y tableᵀ.
   if (d.pl_norm) {
-    k::UnitRowsForward(x.data(), dE, a.data(), dE, norm.data(), 1, dE);
+    ops_->UnitRowsForward(x, dE, a, dE, nullptr, 1, dE);
   } else {
-    k::RmsNormForward(x.data(), static_cast<const Real*>(nullptr), a.data(), &rstd, 1, dE);
+    tk_->RmsNormForward(x, nullptr, a, rstd_.data(), 1, dE);
   }
-  k::Gemm<Real>(false, true, 1, d.vocab, dE, head_scale_, a.data(), dE, table_.data(), dE, 0, logits, d.vocab);
+  if (prec != Precision::kFp32) ops_->RoundTo(prec, a, dE);
+  ops_->Gemm(prec, false, true, 1, V, dE, head_scale_, a, dE, table_, dE, 0, logits_.data(), V);
+  ops_->Download(logits_.data(), V, logits);
   ++position_;
 }
 

@@ -1,50 +1,63 @@
 // Decoding the Transformer baseline (model/transformer.h) with a KV cache (issue 18):
-// per layer the RoPE-rotated (and, with qk_norm, unit) keys and the values of every
-// past token, so each new token costs one row through the layers plus attention over
-// the cached positions (by dims.attention's mechanism), instead of the whole prefix. Logits equal the last row of
-// Transformer's forward over the prefix to rounding (tests/model/transformer_test.cc).
-// The cache grows by 2·d_E values per layer per token (no window: every past token is
-// attended to). With attention SCREENING each head keeps a screening cache instead
-// (model/screening_cache.h: its last ⌈w⌉ keys, or all for an expanded window). CPU, any Real.
+// each new token is one row through the layers — RMSNorm, the packed W_QKV GEMM, the
+// layer's decoding cache (kernels/decode_cache.h: the RoPE-turned, with qk_norm unit,
+// keys and the values of every past token and one query's attention over them by
+// dims.attention's mechanism; with attention SCREENING each head's screening cache
+// instead, its last ⌈w⌉ keys or all for an expanded window), W_O, the SwiGLU FFN — and
+// the head, instead of the whole prefix. Logits equal the last row of Transformer's
+// forward over the prefix to rounding (tests/model/transformer_test.cc). The KV cache
+// grows by 2·d_E values per layer per token (no window). Written once over the kernel
+// table and the Transformer kernels: on the CPU (the default) or a CUDA device
+// (ModelOptions::device); under bf16 the GEMM operands hold bf16 values as in the forward.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/config.h"
+#include "kernels/decode_cache.h"
+#include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
+#include "kernels/transformer_kernels.h"
 #include "model/decoder.h"
-#include "kernels/cpu/rope.h"
+#include "model/model_stage.h"
 #include "model/param_layout.h"
-#include "model/screening_cache.h"
-#include "model/tile_weights.h"
 
 namespace multiscreen {
 
 template <typename Real>
 class TransformerDecodeSession final : public Decoder<Real> {
  public:
-  // `params`: the full layout's buffer (ShardSpec::Full), read during the session.
+  // `params`: the full layout's buffer (ShardSpec::Full) on placement.device, read during
+  // the session (the norms' gains; in fp32 also W_O, W_gate, W_up, W_down).
   // options.yarn_factor ≠ 1: YaRN's frequencies and logit scale (kernels/cpu/rope.h), with
   // options.train_len as its L; the window rule applies to attention SCREENING's heads.
-  TransformerDecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options = {});
+  TransformerDecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options = {},
+                           const ModelOptions& placement = {});
 
   void Step(int32_t token, Real* logits) override;
   int64_t position() const override { return position_; }
 
  private:
   struct Layer {
-    const Real *attn_norm, *w_o, *ffn_norm, *w_gu, *w_down;  // into params (W_gate, W_up adjacent: [2 d_ff, d_E])
-    std::vector<Real> w_qkv;     // [d_E, 3 d_E]: columns [W_Q heads | W_K heads | W_V heads]
-    std::vector<double> scale;   // [N_H]: 1/√d_h, or e^{s_QK}; SSMax: times s_SS
-    std::vector<Real> k, v;      // [position, d_E]: the cache
-    std::vector<ScreeningTileCache<Real>> screens;  // attention SCREENING: per head (k, v unused)
+    explicit Layer(Device device) : w_qkv(device), w_o_store(device), w_gu_store(device), w_down_store(device) {}
+    const Real *attn_norm = nullptr, *ffn_norm = nullptr;  // gains, into params
+    const Real *w_o = nullptr, *w_gu = nullptr, *w_down = nullptr;  // as the GEMMs read them ([W_gate; W_up]: [2 d_ff, d_E])
+    DeviceArray<Real> w_qkv;     // [d_E, 3 d_E]: columns QkvColumn(part, head)
+    DeviceArray<Real> w_o_store, w_gu_store, w_down_store;  // bf16: the rounded copies
+    std::unique_ptr<kernels::AttentionCache<Real>> attention;  // the softmax family
+    std::unique_ptr<kernels::ScreeningCache<Real>> screens;   // attention SCREENING: a unit per head
   };
-  void FfnStep(const Layer& L, Real* x);  // x += the layer's SwiGLU FFN of RMSNorm(x)
   ParamLayout layout_;
-  std::vector<Real> table_;  // [V, d_E]: Ē (sio) or W_E
+  Precision precision_;
+  std::unique_ptr<kernels::KernelTable<Real>> ops_;
+  std::unique_ptr<kernels::TransformerKernels<Real>> tk_;
+  DeviceArray<Real> table_store_;  // Ē (sio), or W_E rounded (bf16); unused for W_E in fp32
+  const Real* table_ = nullptr;    // [V, d_E] as the embedding and the head read it
   Real embed_scale_ = 1, head_scale_ = 1;  // e^{s_E}, e^{s_F} (sio) or 1
   std::vector<Layer> layers_;
-  kernels::cpu::RopeScaling yarn_;
+  DeviceArray<Real> x_, a_, qkv_, o_, gu_, hidden_, rstd_, operand_, logits_;  // one token's activations
   int64_t position_ = 0;
 };
 

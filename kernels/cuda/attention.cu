@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "kernels/cuda/attention_row.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
@@ -15,9 +16,9 @@
 namespace multiscreen::kernels::cuda {
 namespace {
 
-constexpr int kWarp = 32;
+using namespace attention_row;  // kWarp, kPerLane, the row functions and the weight map
+
 constexpr int kWarpsPerBlock = 8;
-constexpr int kPerLane = int(kMaxHeadWidth) / kWarp;  // columns per lane, at most
 
 // Where warp row g's vectors start, and its (b, h) pair's.
 struct RowIndex {
@@ -33,94 +34,7 @@ __device__ inline RowIndex IndexOf(int64_t g, int64_t T, int64_t H, int64_t dh) 
   return r;
 }
 
-// x[u] ← row[lane + 32u] (0 past d_h), as fp64.
-__device__ inline void LoadRow(const float* row, int64_t dh, double* x) {
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) {
-    const int64_t c = threadIdx.x + int64_t(u) * kWarp;
-    x[u] = c < dh ? double(row[c]) : 0.0;
-  }
-}
-
-// Σ_c x[c] · row[c] over the warp (every lane gets it).
-__device__ inline double WarpDot(const double* x, const float* row, int64_t dh) {
-  double part = 0;
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) {
-    const int64_t c = threadIdx.x + int64_t(u) * kWarp;
-    if (c < dh) part += x[u] * double(row[c]);
-  }
-  return WarpSumDouble(part);
-}
-
-// row[lane + 32u] ← x[u] (below d_h).
-__device__ inline void StoreRow(const double* x, int64_t dh, float* row) {
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) {
-    const int64_t c = threadIdx.x + int64_t(u) * kWarp;
-    if (c < dh) row[c] = static_cast<float>(x[u]);
-  }
-}
-
-// The mechanism's switches (kernels/cpu/attention.h), as the CPU's kernels/cpu/attention.cc.
-__device__ inline bool SoftmaxLike(AttentionKind kind) {
-  return kind == AttentionKind::kSoftmax || kind == AttentionKind::kSoftmax1 || kind == AttentionKind::kSsmax;
-}
-
-// SSMax's length factor log n_i of query position t, 1 for the others.
-__device__ inline double LengthFactor(AttentionKind kind, int64_t t) {
-  return kind == AttentionKind::kSsmax ? log(double(t + 1)) : 1.0;
-}
-
-__device__ inline double SigmoidOf(double x) {
-  if (x >= 0) return 1.0 / (1.0 + exp(-x));
-  const double e = exp(x);
-  return e / (1.0 + e);
-}
-
-// p_ij from z_ij, the row statistic (lse or entmax's τ) and n_i = t + 1.
-__device__ inline double Weight(AttentionKind kind, double z, double stat, int64_t n) {
-  if (SoftmaxLike(kind)) return exp(z - stat);
-  if (kind == AttentionKind::kSigmoid) return SigmoidOf(z - log(double(n)));
-  const double t = 0.5 * z - stat;  // entmax 1.5
-  return t > 0 ? t * t : 0.0;
-}
-
-// ∂L/∂z_ij from p_ij, dp_ij and the row's D_i.
-__device__ inline double ScoreGrad(AttentionKind kind, double p, double dp, double d) {
-  if (SoftmaxLike(kind)) return p * (dp - d);
-  if (kind == AttentionKind::kSigmoid) return dp * p * (1.0 - p);
-  return sqrt(p) * (dp - d);  // entmax 1.5: √p (dp − Σ√p dp / Σ√p)
-}
-
-// Entmax 1.5's τ of query t (Σ_j max(0, z_j/2 − τ)² = 1, z_j = sc q·k_j): bisection on
-// [max − 1, max] of y = z/2 for the support, then τ exactly from the support's sums
-// (the CPU's Entmax15Threshold sorts instead).
-__device__ double EntmaxThreshold(const double* qi, const float* k, int64_t base, int64_t t, int64_t ld, int64_t dh,
-                                  double sc) {
-  double y_max = -CUDART_INF;
-  for (int64_t j = 0; j <= t; ++j) y_max = fmax(y_max, 0.5 * sc * WarpDot(qi, k + base + j * ld, dh));
-  double lo = y_max - 1.0, hi = y_max;
-  for (int it = 0; it < 60; ++it) {
-    const double mid = 0.5 * (lo + hi);
-    double mass = 0;
-    for (int64_t j = 0; j <= t; ++j) {
-      const double d = 0.5 * sc * WarpDot(qi, k + base + j * ld, dh) - mid;
-      if (d > 0) mass += d * d;
-    }
-    if (mass > 1) lo = mid; else hi = mid;
-  }
-  double s1 = 0, s2 = 0, n = 0;
-  for (int64_t j = 0; j <= t; ++j) {
-    const double y = 0.5 * sc * WarpDot(qi, k + base + j * ld, dh);
-    if (y > lo) s1 += y, s2 += y * y, n += 1;
-  }
-  const double mean = s1 / n, delta = (1.0 - (s2 - n * mean * mean)) / n;
-  return mean - sqrt(fmax(delta, 0.0));
-}
-
-// One warp per query: the weights over keys 0..i (an online softmax for the softmax
-// kinds), then o_i and the row statistic.
+// One warp per query: the weights over keys 0..i, then o_i and the row statistic.
 __global__ void ForwardKernel(const float* q, const float* k, const float* v, const double* scale, float* o,
                               double* lse, int64_t rows, int64_t T, int64_t H, int64_t dh, AttentionKind kind) {
   const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
@@ -130,41 +44,9 @@ __global__ void ForwardKernel(const float* q, const float* k, const float* v, co
   const double sc = scale[r.bh % H] * LengthFactor(kind, r.t);
   double qi[kPerLane], acc[kPerLane];
   LoadRow(q + r.base + r.t * ld, dh, qi);
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) acc[u] = 0;
-  if (!SoftmaxLike(kind)) {  // sigmoid, entmax: each weight on its own, no rescaling
-    const double stat = kind == AttentionKind::kEntmax15 ? EntmaxThreshold(qi, k, r.base, r.t, ld, dh, sc) : 0.0;
-    for (int64_t j = 0; j <= r.t; ++j) {
-      const double p = Weight(kind, sc * WarpDot(qi, k + r.base + j * ld, dh), stat, r.t + 1);
-      const float* vj = v + r.base + j * ld;
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int64_t c = threadIdx.x + int64_t(u) * kWarp;
-        if (c < dh) acc[u] += p * double(vj[c]);
-      }
-    }
-    StoreRow(acc, dh, o + r.base + r.t * ld);
-    if (threadIdx.x == 0) lse[g] = stat;
-    return;
-  }
-  // softmax1's extra e^0 in the denominator: the running max and sum start at 0 and 1.
-  double m = kind == AttentionKind::kSoftmax1 ? 0.0 : -CUDART_INF, l = kind == AttentionKind::kSoftmax1 ? 1.0 : 0.0;
-  for (int64_t j = 0; j <= r.t; ++j) {
-    const double s = sc * WarpDot(qi, k + r.base + j * ld, dh);
-    const double m_new = fmax(m, s), rescale = exp(m - m_new), p = exp(s - m_new);
-    l = l * rescale + p;
-    const float* vj = v + r.base + j * ld;
-#pragma unroll
-    for (int u = 0; u < kPerLane; ++u) {
-      const int64_t c = threadIdx.x + int64_t(u) * kWarp;
-      acc[u] = acc[u] * rescale + (c < dh ? p * double(vj[c]) : 0.0);
-    }
-    m = m_new;
-  }
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) acc[u] /= l;
+  const double stat = AttendQuery(qi, k, v, r.base, r.t, ld, dh, sc, kind, acc);
   StoreRow(acc, dh, o + r.base + r.t * ld);
-  if (threadIdx.x == 0) lse[g] = m + log(l);
+  if (threadIdx.x == 0) lse[g] = stat;
 }
 
 // The row constant D_i, one warp per query: softmax kinds ∂L/∂o_i · o_i; entmax

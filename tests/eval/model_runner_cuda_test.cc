@@ -1,8 +1,8 @@
 // eval/model_runner.h on a CUDA device (issue 29) against the same runner on the CPU:
 // the full pass's per-token losses (fp32 within 1e-5 relative; bf16 within 1e-2 of the
-// CPU's fp32 and measurably not fp32), greedy continuation by one full forward per token
-// equal to the CPU's decoding cache, the prefill's first token, and the device's memory
-// estimate. Multiscreen (tiny_psi4 with expanded windows; tiny_tiled, whose bf16 runs
+// CPU's fp32 and measurably not fp32), the decoding cache's losses and greedy continuation
+// on the device equal to the CPU's decoding cache, the prefill's first token, and the
+// device's memory estimates. Multiscreen (tiny_psi4 with expanded windows; tiny_tiled, whose bf16 runs
 // the tiled screening kernels) and the Transformer baseline. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
@@ -72,7 +72,23 @@ TEST_P(ModelRunnerCudaTest, FullPassLossesEqualTheCpusInFp32AndWithinBf16) {
   EXPECT_GT(RelativeError(got16, got), 1e-5);
 }
 
-TEST_P(ModelRunnerCudaTest, GreedyByFullForwardsEqualsTheDecodingCache) {
+TEST_P(ModelRunnerCudaTest, DecodeLossesOnTheDeviceEqualTheCpus) {
+  const Weights w = TestWeights(GetParam(), 51);
+  const std::vector<int32_t> ids = testing::RandomTokens(w.dims.vocab, 41, 53);
+  ModelRunner cpu(w, Expanded());
+  ModelRunner gpu(w, Expanded(), {Device::kCuda, Precision::kFp32});
+  std::vector<float> want(ids.size() - 1), got(ids.size() - 1);
+  cpu.TokenLossesDecode(ids.data(), static_cast<int64_t>(ids.size()), want.data());
+  gpu.TokenLossesDecode(ids.data(), static_cast<int64_t>(ids.size()), got.data());
+  std::printf("%s: relative error of the decoding cache's losses, cuda vs cpu %.3g\n", GetParam(),
+              RelativeError(got, want));
+  EXPECT_CLOSE(got, want, 1e-5);
+  EXPECT_GT(RelativeError(got, want), 0);  // the device decoded
+  // The device's decoding estimate adds the packed weights and the caches' doubling.
+  EXPECT_GT(gpu.DecodeBytes(4096), cpu.DecodeBytes(4096));
+}
+
+TEST_P(ModelRunnerCudaTest, GreedyOnTheDeviceEqualsTheCpusDecodingCache) {
   const Weights w = TestWeights(GetParam(), 31);
   ModelRunner cpu(w, Expanded());
   ModelRunner gpu(w, Expanded(), {Device::kCuda, Precision::kFp32});

@@ -1,0 +1,355 @@
+// Decoding on the device (issue 29) against the CPU, the oracle: the decoding caches of
+// kernels/decode_cache.h (screening's ring buffers and growing caches; the Transformer's
+// KV cache and every attention mechanism) step by step on random projections, and the
+// decoders of model/decoder.h (the same orchestration over the CUDA table and caches)
+// token by token on tiny models — logits in fp32 within 1e-5 relative at every step, in
+// bf16 against the CPU's bf16 decoder within 1e-2 (and measurably not fp32). Multiscreen
+// with finite windows whose ring buffers wrap, windows expanded to w = ∞, MiPE, RoPE (with
+// YaRN), NoPE, no gate, no TanhNorm; the Transformer with softmax, softmax1, SSMax,
+// sigmoid, entmax 1.5, QKNorm, SIO and attention SCREENING. Skips, visibly, without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention_cache.h"
+#include "kernels/cpu/screening_cache.h"
+#include "kernels/cuda/attention_decode.h"
+#include "kernels/cuda/screening_decode.h"
+#include "kernels/decode_cache.h"
+#include "kernels/device_array.h"
+#include "model/decode.h"
+#include "model/decoder.h"
+#include "model/param_layout.h"
+#include "tests/cuda/cuda_test.h"
+#include "tests/model/test_model.h"
+
+namespace multiscreen {
+namespace {
+
+using kernels::PositionKind;
+
+// A device copy of a host array (kept by the caller).
+DeviceArray<float> OnDevice(const Floats& host) {
+  DeviceArray<float> a(Device::kCuda);
+  a.Resize(static_cast<int64_t>(host.size()));
+  a.CopyFromHost(host.data());
+  return a;
+}
+
+// ---- the screening cache alone -------------------------------------------------------
+
+struct ScreeningCase {
+  PositionKind position;
+  bool output_gate, tanh_norm;
+  int64_t d_k, d_v, keys_per_block;
+  double yarn_factor = 1.0;
+};
+
+std::string ScreeningCaseName(const ::testing::TestParamInfo<ScreeningCase>& info) {
+  const ScreeningCase& c = info.param;
+  return std::string(kernels::PositionKindName(c.position)) + (c.output_gate ? "" : "_NoGate") +
+         (c.tanh_norm ? "" : "_NoTanhNorm") + "_dk" + std::to_string(c.d_k) + "_dv" + std::to_string(c.d_v) +
+         "_block" + std::to_string(c.keys_per_block) + (c.yarn_factor != 1.0 ? "_Yarn" : "");
+}
+
+void PrintTo(const ScreeningCase& c, std::ostream* os) {
+  *os << kernels::PositionKindName(c.position) << (c.output_gate ? "" : " no gate") << (c.tanh_norm ? "" : " no TanhNorm")
+      << " d_K " << c.d_k << " d_V " << c.d_v << ", " << c.keys_per_block << " keys per block, YaRN " << c.yarn_factor;
+}
+
+class ScreeningCacheCudaTest : public CudaTest, public ::testing::WithParamInterface<ScreeningCase> {};
+
+// Windows below the run's length (whose rings wrap: ⌈1.5⌉ = 2 slots up to ⌈9.2⌉ = 10), one
+// exactly integral, one longer than the run (never wraps) and two expanded (w = ∞, one
+// with MiPE from its learned w = 12 < w_th, one past w_th without). Acceptance widths from
+// strict to loose, so that Trim rejects a real share of the pairs.
+std::vector<kernels::TileScalars> Tiles() {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double w[] = {1.5, 3.0, 4.7, 9.2, 60.0, inf, inf};
+  const double mipe_w[] = {1.5, 3.0, 4.7, 9.2, 60.0, 12.0, 40.0};
+  const double r[] = {0.9, 0.6, 0.75, 0.5, 0.85, 0.7, 0.95};
+  std::vector<kernels::TileScalars> tiles(7);
+  for (int t = 0; t < 7; ++t) tiles[t] = {w[t], r[t], 0.5 + 0.25 * t, mipe_w[t]};
+  return tiles;
+}
+
+TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
+  const ScreeningCase& c = GetParam();
+  kernels::ScreeningShape shape;
+  shape.tiles = 7;
+  shape.d_k = c.d_k;
+  shape.d_v = c.d_v;
+  shape.w_th = 16;
+  shape.position = c.position;
+  shape.output_gate = c.output_gate;
+  shape.tanh_norm = c.tanh_norm;
+  shape.rope_scaling = {c.yarn_factor, 8.0};
+  const auto tiles = Tiles();
+  kernels::cpu::CpuScreeningCache<float> cpu(shape, tiles);
+  auto gpu = kernels::cuda::MakeCudaScreeningCache(shape, tiles, c.keys_per_block);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const int64_t T = 40, C = shape.p_cols(), n_p = shape.tiles * C, n_u = shape.tiles * c.d_v;
+  DeviceArray<float> u_dev(Device::kCuda);
+  u_dev.Resize(n_u);
+  double worst = 0;
+  int64_t nonzero = 0;
+  for (int64_t pos = 0; pos < T; ++pos) {
+    // Keys near one another (a shared direction plus noise), so that many pairs pass Trim.
+    Floats p = Random(n_p, 100 + pos, 0.6f);
+    const Floats common = Random(C, 7, 1.f);
+    for (int64_t t = 0; t < shape.tiles; ++t) {
+      for (int64_t x = 0; x < 2 * c.d_k; ++x) p[t * C + x] += common[x % c.d_k];
+    }
+    Floats want(n_u);
+    cpu.Step(p.data(), pos, want.data());
+    const DeviceArray<float> p_dev = OnDevice(p);
+    (*gpu)->Step(p_dev.data(), pos, u_dev.data());
+    const Floats got = u_dev.ToHost();
+    const double err = RelativeError(got, want);
+    worst = std::max(worst, err);
+    ASSERT_LE(err, 1e-5) << "position " << pos;
+    for (float v : want) nonzero += v != 0.f;
+  }
+  for (int64_t t = 0; t < shape.tiles; ++t) EXPECT_EQ((*gpu)->CachedKeys(t, T), cpu.CachedKeys(t, T));
+  EXPECT_LT((*gpu)->CachedKeys(0, T), T);  // a ring that wrapped
+  EXPECT_EQ((*gpu)->CachedKeys(5, T), T);  // w = ∞ keeps every key
+  EXPECT_GT(nonzero, T * n_u / 2) << "Trim rejected nearly every pair: the test would prove little";
+  std::printf("worst relative error of U over %lld steps: %.3g\n", static_cast<long long>(T), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ScreeningCacheCudaTest,
+    ::testing::Values(ScreeningCase{PositionKind::kMipe, true, true, 8, 16, 1024},
+                      ScreeningCase{PositionKind::kMipe, true, true, 8, 16, 3},   // several key blocks per unit
+                      ScreeningCase{PositionKind::kRope, false, true, 8, 16, 4, 4.0},
+                      ScreeningCase{PositionKind::kNope, true, false, 8, 16, 5},
+                      ScreeningCase{PositionKind::kMipe, true, true, 16, 64, 7},
+                      ScreeningCase{PositionKind::kRope, true, false, 6, 200, 1024}),  // d_v past a block's threads
+    ScreeningCaseName);
+
+// ---- the Transformer's attention cache alone ------------------------------------------
+
+struct AttentionCase {
+  AttentionKind kind;
+  bool qk_norm;
+  int64_t d_h;
+  double yarn_factor = 1.0;
+};
+
+std::string AttentionCaseName(const ::testing::TestParamInfo<AttentionCase>& info) {
+  const AttentionCase& c = info.param;
+  return std::string(AttentionKindName(c.kind)) + (c.qk_norm ? "_QkNorm" : "") + "_dh" + std::to_string(c.d_h) +
+         (c.yarn_factor != 1.0 ? "_Yarn" : "");
+}
+
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << AttentionKindName(c.kind) << (c.qk_norm ? " QKNorm" : "") << " d_h " << c.d_h << ", YaRN " << c.yarn_factor;
+}
+
+class AttentionCacheCudaTest : public CudaTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(AttentionCacheCudaTest, EveryStepEqualsTheCpusCache) {
+  const AttentionCase& c = GetParam();
+  kernels::AttentionCacheShape shape;
+  shape.heads = 3;
+  shape.d_h = c.d_h;
+  shape.kind = c.kind;
+  shape.qk_norm = c.qk_norm;
+  shape.rope_scaling = {c.yarn_factor, 16.0};
+  shape.scale = {0.9, 1.6, 2.5};  // peaked weights: far from uniform, entmax's support partial
+  kernels::cpu::CpuAttentionCache<float> cpu(shape);
+  auto gpu = kernels::cuda::MakeCudaAttentionCache(shape);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const int64_t T = 70, dl = shape.heads * c.d_h;  // 70 > the cache's first 64 rows: it grows
+  DeviceArray<float> o_dev(Device::kCuda);
+  o_dev.Resize(dl);
+  double worst = 0;
+  for (int64_t pos = 0; pos < T; ++pos) {
+    const Floats qkv = Random(3 * dl, 300 + pos, c.qk_norm ? 1.f : 0.5f);
+    Floats want(dl);
+    cpu.Step(qkv.data(), pos, want.data());
+    const DeviceArray<float> qkv_dev = OnDevice(qkv);
+    (*gpu)->Step(qkv_dev.data(), pos, o_dev.data());
+    const double err = RelativeError(o_dev.ToHost(), want);
+    worst = std::max(worst, err);
+    ASSERT_LE(err, 1e-5) << "position " << pos;
+  }
+  std::printf("worst relative error of o over %lld steps: %.3g\n", static_cast<long long>(T), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, AttentionCacheCudaTest,
+                         ::testing::Values(AttentionCase{AttentionKind::kSoftmax, false, 8},
+                                           AttentionCase{AttentionKind::kSoftmax, true, 64, 4.0},
+                                           AttentionCase{AttentionKind::kSoftmax1, false, 8},
+                                           AttentionCase{AttentionKind::kSsmax, true, 8},
+                                           AttentionCase{AttentionKind::kSigmoid, false, 8},
+                                           AttentionCase{AttentionKind::kEntmax15, false, 40}),
+                         AttentionCaseName);
+
+TEST(DecodeCacheFactoryTest, RefusesWhatTheKernelsDoNotTake) {
+  kernels::ScreeningShape shape;
+  shape.tiles = 1;
+  shape.d_k = 65;
+  shape.d_v = 16;
+  EXPECT_FALSE(kernels::cuda::MakeCudaScreeningCache(shape, {kernels::TileScalars{}}).ok());
+  kernels::AttentionCacheShape attention;
+  attention.heads = 1;
+  attention.d_h = 7;  // odd: no RoPE pairs
+  attention.scale = {1.0};
+  EXPECT_FALSE(kernels::cuda::MakeCudaAttentionCache(attention).ok());
+  attention.d_h = 8;
+  attention.kind = AttentionKind::kScreening;
+  EXPECT_FALSE(kernels::cuda::MakeCudaAttentionCache(attention).ok());
+  // fp64 has no CUDA caches.
+  EXPECT_FALSE(MakeAttentionCache<double>(Device::kCuda, attention).ok());
+}
+
+// ---- the decoders, token by token ----------------------------------------------------
+
+struct DecoderCase {
+  const char* model;
+  bool expand_windows = true;
+  PositionKind position = PositionKind::kMipe;
+  bool output_gate = true, tanh_norm = true;
+  double yarn_factor = 1.0;
+  AttentionKind attention = AttentionKind::kSoftmax;  // the Transformer's
+  bool qk_norm = false, sio = false, pl_norm = false;  // the Transformer's switches
+  std::string name;
+};
+
+void PrintTo(const DecoderCase& c, std::ostream* os) { *os << c.name; }
+
+ModelDims DimsOf(const DecoderCase& c) {
+  ModelDims d = testing::TinyDims(c.model, !std::string(c.model).starts_with("tiny_transformer") || c.pl_norm);
+  if (d.transformer()) {
+    d.attention = c.attention;
+    d.qk_norm = c.qk_norm;
+    d.sio = c.sio;
+  } else {
+    d.position = c.position;
+    d.output_gate = c.output_gate;
+    d.tanh_norm = c.tanh_norm;
+  }
+  return d;
+}
+
+Floats ParamsOf(const ModelDims& dims, uint64_t seed) {
+  const ParamLayout layout(dims, ShardSpec::Full(dims));
+  return dims.transformer() ? testing::PerturbedTransformerParams<float>(layout, seed)
+                            : testing::WellConditionedParams<float>(layout, seed);
+}
+
+InferenceOptions OptionsOf(const DecoderCase& c) {
+  InferenceOptions o;
+  o.expand_windows = c.expand_windows;
+  o.train_len = 8;  // tiles with w > 8 become infinite when expanding
+  o.yarn_factor = c.yarn_factor;
+  return o;
+}
+
+// The logits of every step of `tokens` from a decoder on `device` in `precision`.
+std::vector<Floats> DecodeAll(const ModelDims& dims, const Floats& params, const InferenceOptions& options,
+                              Device device, Precision precision, const std::vector<int32_t>& tokens,
+                              std::vector<int64_t>* cached_keys = nullptr) {
+  DeviceArray<float> p(device);
+  p.Resize(static_cast<int64_t>(params.size()));
+  p.CopyFromHost(params.data());
+  ModelOptions placement;
+  placement.device = device;
+  placement.precision = precision;
+  auto decoder = MakeDecoder<float>(dims, p.data(), options, placement);
+  std::vector<Floats> out;
+  for (int32_t id : tokens) {
+    out.emplace_back(dims.vocab);
+    decoder->Step(id, out.back().data());
+  }
+  if (cached_keys != nullptr && !dims.transformer()) {
+    const auto& session = dynamic_cast<const DecodeSession<float>&>(*decoder);
+    for (int64_t l = 0; l < dims.n_layers; ++l) {
+      for (int64_t t = 0; t < dims.n_heads; ++t) cached_keys->push_back(session.CachedKeys(l, t));
+    }
+  }
+  return out;
+}
+
+class DecoderCudaTest : public CudaTest, public ::testing::WithParamInterface<DecoderCase> {};
+
+TEST_P(DecoderCudaTest, EveryTokensLogitsEqualTheCpuDecodersInFp32) {
+  const DecoderCase& c = GetParam();
+  const ModelDims dims = DimsOf(c);
+  const Floats params = ParamsOf(dims, 61);
+  const InferenceOptions options = OptionsOf(c);
+  const int64_t T = 36;
+  const std::vector<int32_t> tokens = testing::RandomTokens(dims.vocab, T, 62);
+  std::vector<int64_t> keys_cpu, keys_gpu;
+  const auto want = DecodeAll(dims, params, options, Device::kCpu, Precision::kFp32, tokens, &keys_cpu);
+  const auto got = DecodeAll(dims, params, options, Device::kCuda, Precision::kFp32, tokens, &keys_gpu);
+  double worst = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const double err = RelativeError(got[t], want[t]);
+    worst = std::max(worst, err);
+    ASSERT_LE(err, 1e-5) << "token " << t;
+  }
+  EXPECT_GT(worst, 0) << "the device computed them: some bits differ";
+  EXPECT_EQ(keys_gpu, keys_cpu);
+  if (!dims.transformer()) {  // some tiles decode from a ring that wrapped; expanded ones hold every key
+    int ring = 0, all = 0;
+    for (int64_t k : keys_gpu) ring += k < T, all += k == T;
+    EXPECT_GT(ring, 0);
+    if (c.expand_windows) EXPECT_GT(all, 0);
+  }
+  std::printf("%s: worst relative error of the logits over %lld tokens, cuda vs cpu: %.3g\n", c.name.c_str(),
+              static_cast<long long>(T), worst);
+}
+
+const DecoderCase kDecoderCases[] = {
+    {"tiny_psi4", true, PositionKind::kMipe, true, true, 1.0, {}, false, false, false, "Psi4_Expand_Mipe"},
+    {"tiny_psi4", false, PositionKind::kMipe, true, true, 1.0, {}, false, false, false, "Psi4_AsLearned_Mipe"},
+    {"tiny_psi4", true, PositionKind::kRope, false, true, 4.0, {}, false, false, false, "Psi4_Expand_Rope_NoGate_Yarn"},
+    {"tiny_psi4", false, PositionKind::kNope, true, false, 1.0, {}, false, false, false, "Psi4_AsLearned_Nope_NoTanh"},
+    {"tiny_tiled", false, PositionKind::kMipe, true, true, 1.0, {}, false, false, false, "Tiled_AsLearned_Mipe"},
+    {"tiny_transformer", true, {}, true, true, 1.0, AttentionKind::kSoftmax, false, false, false, "Transformer"},
+    {"tiny_transformer", true, {}, true, true, 3.0, AttentionKind::kSoftmax, true, true, true,
+     "Transformer_QkNorm_Sio_PlNorm_Yarn"},
+    {"tiny_transformer", true, {}, true, true, 1.0, AttentionKind::kSoftmax1, false, false, false, "Transformer_Softmax1"},
+    {"tiny_transformer", true, {}, true, true, 1.0, AttentionKind::kSsmax, true, true, false, "Transformer_Ssmax"},
+    {"tiny_transformer", true, {}, true, true, 1.0, AttentionKind::kSigmoid, false, false, false, "Transformer_Sigmoid"},
+    {"tiny_transformer", true, {}, true, true, 1.0, AttentionKind::kEntmax15, false, false, false,
+     "Transformer_Entmax15"},
+    {"tiny_transformer", true, {}, true, true, 1.0, AttentionKind::kScreening, false, true, true,
+     "Transformer_Screening"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Models, DecoderCudaTest, ::testing::ValuesIn(kDecoderCases),
+                         [](const auto& info) { return info.param.name; });
+
+// bf16 on the device is the CPU decoder's bf16 (the same rounded operands) to bf16's
+// precision, and bf16 did happen: the logits are not fp32's.
+TEST_F(CudaTest, Bf16DecodingOnTheDeviceFollowsTheCpusBf16) {
+  for (const DecoderCase& c : {kDecoderCases[0], kDecoderCases[4], kDecoderCases[6]}) {
+    const ModelDims dims = DimsOf(c);
+    const Floats params = ParamsOf(dims, 71);
+    const InferenceOptions options = OptionsOf(c);
+    const std::vector<int32_t> tokens = testing::RandomTokens(dims.vocab, 24, 72);
+    const auto cpu16 = DecodeAll(dims, params, options, Device::kCpu, Precision::kBf16, tokens);
+    const auto gpu16 = DecodeAll(dims, params, options, Device::kCuda, Precision::kBf16, tokens);
+    const auto gpu32 = DecodeAll(dims, params, options, Device::kCuda, Precision::kFp32, tokens);
+    double worst = 0, moved = 0;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      worst = std::max(worst, RelativeError(gpu16[t], cpu16[t]));
+      moved = std::max(moved, RelativeError(gpu16[t], gpu32[t]));
+    }
+    std::printf("%s: bf16 cuda vs cpu %.3g, bf16 vs fp32 on cuda %.3g\n", c.name.c_str(), worst, moved);
+    EXPECT_LE(worst, 1e-2) << c.name;
+    EXPECT_GT(moved, 1e-5) << c.name << ": bf16 did not round anything";
+  }
+}
+
+}  // namespace
+}  // namespace multiscreen
