@@ -48,11 +48,16 @@ MATCHED = {8: "8m", 16: "45m", 32: "353m", 48: "1.3b"}
 # amplify errors).
 MMA_FLOPS = 2 * 16 * 8 * 16
 MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
-# Warp instructions issued per step, SASS estimated from the PTX of the step loops: PTX
-# instructions (216, 748, 353) plus 8 per div.rn.f32 (8 per step, each a reciprocal,
-# two FMAs and a range check in SASS) plus one per 64-bit integer operation (50, 82, 45:
-# two 32-bit halves). An estimate: no cuobjdump here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 216 + 64 + 50, "query": 748 + 64 + 82, "key": 353 + 64 + 45}
+# Warp instructions issued per step, SASS estimated from the PTX of the step loops
+# (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the step loop's PTX
+# instructions (forward 206, query pass 631, key pass 334, plus the key pass's inner
+# loop 3 more times, 3 x 24), plus 8 per div.rn.f32 (none since the step loops multiply
+# by 1/r: they had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per
+# 64-bit integer operation (2, 5, 2: 32-bit positions in the step loops; they had 44,
+# 56, 39). Before those two changes and fp32 per-step sums in the query pass (it had 314
+# f64 instructions per step): 324, 888, 513. An estimate: no cuobjdump here to count the
+# SASS itself.
+ISSUE_PER_STEP = {"forward": 206 + 2, "query": 631 + 5, "key": 334 + 3 * 24 + 2}
 
 
 def parse_args(argv=None):

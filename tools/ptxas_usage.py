@@ -16,8 +16,12 @@ one which stops including tensor_core.cuh fails rather than drops out of the che
 not SASS: this toolkit has no cuobjdump; scripts/gpu_check looks for HMMA in the SASS
 where it has one.
 
+--step-loops prints, for each loop of a tiled kernel that holds mma.sync, its static PTX
+instruction count and how many of them are mma, div.rn.f32, 64-bit integer, f64 and
+global loads: the instruction side of tools/perf_model.py (ISSUE_PER_STEP).
+
 Run: /usr/bin/python3 tools/ptxas_usage.py --nvcc=/usr/local/cuda/bin/nvcc --source=. --build=build [--arch=90]
-     [--check] [--markdown] [--tensor-cores]
+     [--check] [--markdown] [--tensor-cores] [--step-loops]
 """
 import argparse
 import concurrent.futures
@@ -66,15 +70,20 @@ MMA = "mma.sync.aligned.m16n8k16"
 LDMATRIX = "ldmatrix.sync.aligned"
 
 
-def ptx_entries(nvcc, source, build, arch, path):
-    """The PTX of one source file, by kernel entry: [(mangled name, mma count, ldmatrix count)]."""
+def ptx_text(nvcc, source, build, arch, path):
+    """The PTX of one source file (nvcc -O2 -ptx for sm_`arch`)."""
     cmd = [nvcc, "-O2", "-DNDEBUG", "-DMULTISCREEN_HAVE_CUDA", "-std=c++17", f"-arch=sm_{arch}", f"-I{source}",
            f"-I{build}", "-ptx", path, "-o", "-"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"ptxas_usage: {path}: nvcc -ptx failed:\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def ptx_entries(nvcc, source, build, arch, path):
+    """The PTX of one source file, by kernel entry: [(mangled name, mma count, ldmatrix count)]."""
     entries, current = [], None
-    for line in r.stdout.splitlines():
+    for line in ptx_text(nvcc, source, build, arch, path).splitlines():
         if m := ENTRY_PTX.match(line):
             current = [m.group(1), 0, 0]
             entries.append(current)
@@ -117,6 +126,55 @@ def check_tensor_cores(args, source):
         sys.exit(1)
 
 
+LABEL = re.compile(r"^(\$L__\w+):")
+BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L__\w+);")
+# What --step-loops counts in a loop's PTX instructions (one line each).
+STEP_CLASSES = {
+    "mma": re.compile(r"^mma\."),
+    "div.rn.f32": re.compile(r"^div\.rn\.f32"),
+    "64-bit int": re.compile(r"^(add|sub|mul|mad|shl|shr|setp|selp|min|max|and|or|xor|neg)\S*\.[su]64\b"),
+    "f64": re.compile(r"\.f64\b"),
+    "ld.global": re.compile(r"^ld\.global"),
+}
+
+
+def mma_loops(ptx):
+    """Per kernel entry of `ptx`, its loops that hold mma.sync, from the branches back to an
+    earlier label: [(mangled name, [(depth, first line, counts)])], depth 0 the outermost
+    such loop; counts: static PTX instructions of the loop's lines (a nested loop's once),
+    and those of each STEP_CLASSES class."""
+    out = []
+    for chunk in re.split(r"\n(?=(?:\.visible\s+)?\.entry\s)", ptx):
+        m = ENTRY_PTX.match(chunk)
+        if not m:
+            continue
+        lines = chunk.splitlines()
+        labels = {lm.group(1): i for i, l in enumerate(lines) if (lm := LABEL.match(l))}
+        spans = [(labels[b.group(1)], i) for i, l in enumerate(lines)
+                 if (b := BRANCH.search(l)) and labels.get(b.group(1), i) < i]
+        spans = [(a, b) for a, b in spans if any(MMA in l for l in lines[a:b + 1])]
+        loops = []
+        for a, b in sorted(set(spans)):
+            body = [l.strip() for l in lines[a:b + 1]]
+            body = [l for l in body if l.endswith(";") and not l.startswith((".", "//"))]
+            counts = {"instructions": len(body), **{k: sum(1 for l in body if c.search(l)) for k, c in STEP_CLASSES.items()}}
+            depth = sum(1 for a2, b2 in spans if a2 <= a and b <= b2 and (a2, b2) != (a, b))
+            loops.append((depth, a, counts))
+        out.append((m.group(1), loops))
+    return out
+
+
+def print_step_loops(args, source):
+    """--step-loops: the mma loops of the tiled kernels (TILED_SOURCES), for the performance model."""
+    build = os.path.abspath(args.build)
+    for rel in TILED_SOURCES:
+        entries = mma_loops(ptx_text(args.nvcc, source, build, args.arch, os.path.join(source, rel)))
+        for name, (_, loops) in zip(demangle([e[0] for e in entries]), entries):
+            for depth, first, c in loops:
+                print(f"{name} ({rel}, sm_{args.arch} PTX) loop at line {first}, depth {depth}: " +
+                      ", ".join(f"{v} {k}" for k, v in c.items()))
+
+
 def demangle(names):
     r = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True)
     out = []
@@ -135,12 +193,18 @@ def main():
     p.add_argument("--arch", default="90")
     p.add_argument("--check", action="store_true", help="exit 1 when a kernel spills")
     p.add_argument("--markdown", action="store_true")
+    p.add_argument("--step-loops", action="store_true",
+                   help="print the PTX instruction counts of the tiled kernels' loops that hold mma.sync instead\n"
+                        "(static: a nested loop's instructions once; tools/perf_model.py ISSUE_PER_STEP)")
     p.add_argument("--tensor-cores", action="store_true",
                    help="check the tiled kernels' PTX for mma.sync and ldmatrix instead (exit 1 when one lacks them)")
     args = p.parse_args()
     source = os.path.abspath(args.source)
     if args.tensor_cores:
         check_tensor_cores(args, source)
+        return
+    if args.step_loops:
+        print_step_loops(args, source)
         return
     files = sorted(glob.glob(os.path.join(source, "kernels", "cuda", "*.cu")))
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:

@@ -41,6 +41,13 @@ struct TiledDims {
 
 // ---- Pass 2: steps 7–13 on tensor cores ------------------------------------------
 
+// 1/r for Trim, once per tile, capped at FLT_MAX so that a = 1 + (s − 1)·(1/r) is 1 at
+// s = 1 for any r > 0 (as 1 − (1 − s)/r is) rather than 0·∞. The step loops multiply:
+// an IEEE division per pair was 8 of a 16×16 step's instructions in SASS each.
+__device__ inline float TrimReciprocal(float r) { return fminf(1.f / r, 3.402823466e38f); }
+// Trim's a = 1 − (1 − s)/r (spec step 8), by the reciprocal: within 2 ulp of the division.
+__device__ inline float TrimA(float sim, float inv_r) { return fmaf(sim - 1.f, inv_r, 1.f); }
+
 __device__ inline uint16_t Bf16Bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 __device__ inline float Bf16Value(uint16_t bits) {
   return __bfloat162float(__ushort_as_bfloat16(bits));
@@ -133,12 +140,16 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   __shared__ __align__(16) uint16_t k_lo[kSplit ? kBlockK * kStrideK : 8];
   __shared__ __align__(16) uint16_t v_s[kBlockK * kStrideV];
 
-  const int64_t T = s.seq, t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
-  const int64_t q0 = int64_t(blockIdx.x) * kBlockQ;
+  // Positions within a task fit 32 bits (T < 2^27, checked by the launch): the step
+  // loops' index arithmetic is 32-bit; offsets into the saved arrays stay 64-bit.
+  const int T = int(s.seq);
+  const int64_t t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
+  const int q0 = int(blockIdx.x) * kBlockQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, u = lane % 4;
-  const int64_t qw = q0 + 16 * warp;
+  const int qw = q0 + 16 * warp;
   const ScreeningTileParams tp = params[t];
-  const int64_t keys = tp.keys;  // min(⌈w⌉, T): key j reaches query i iff 0 ≤ i − j < keys
+  const int keys = int(tp.keys);  // min(⌈w⌉, T): key j reaches query i iff 0 ≤ i − j < keys
+  const float inv_r = TrimReciprocal(tp.r);
   const float* m = mask + t * s.mask_ld;
   const float* q_tilde = saved.q_tilde + bt * T * kDk;
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
@@ -155,16 +166,16 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   #pragma unroll
   for (int n = 0; n < kDv / 8; ++n) h[n][0] = h[n][1] = h[n][2] = h[n][3] = 0.f;
 
-  const int64_t q_last = (q0 + kBlockQ < T ? q0 + kBlockQ : T) - 1;
-  const int64_t j_first = q0 - keys + 1 > 0 ? q0 - keys + 1 : 0;
-  for (int64_t k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
+  const int q_last = (q0 + kBlockQ < T ? q0 + kBlockQ : T) - 1;
+  const int j_first = q0 - keys + 1 > 0 ? q0 - keys + 1 : 0;
+  for (int k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
     __syncthreads();  // every warp is done with the previous block
     StageUnitRows<kSplit>(k_tilde, k0, T, k_hi, k_lo);
     StageValueRows(v_bar, k0, T, v_s);
     __syncthreads();
     #pragma unroll 1
     for (int step = 0; step < kBlockK / 16; ++step) {
-      const int64_t kj = k0 + 16 * step;
+      const int kj = k0 + 16 * step;
       // Warp-uniform: some pair (i, j), i in [qw, qw + 15] ∩ [0, T), j in [kj, kj + 15],
       // has 0 ≤ i − j < keys.
       if (qw >= T || kj > qw + 15 || kj + 15 < qw - keys + 1) continue;
@@ -194,8 +205,8 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
       for (int n = 0; n < 2; ++n) {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int64_t i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2, d = i - j;
-          const float a = 1.f - (1.f - sim[n][e]) / tp.r;
+          const int i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2, d = i - j;
+          const float a = TrimA(sim[n][e], inv_r);
           const bool inside = i < T && d >= 0 && d < keys;
           sim[n][e] = !inside || a <= 0.f ? 0.f : a * a * m[d];
           any |= sim[n][e] != 0.f;
@@ -264,8 +275,8 @@ struct PairTerms {
   float a;
   bool active;
 };
-__device__ inline PairTerms Pair(float sim, int64_t i, int64_t d, int64_t T, int64_t keys, float r) {
-  const float a = 1.f - (1.f - sim) / r;
+__device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float inv_r) {
+  const float a = TrimA(sim, inv_r);
   return {a, i < T && d >= 0 && d < keys && !(a <= 0.f)};
 }
 
@@ -276,8 +287,10 @@ __device__ inline PairTerms Pair(float sim, int64_t i, int64_t d, int64_t T, int
 //                                      v̄ᵀ by ldmatrix, plain bf16, 4 k-steps of d_V),
 //   ∂L/∂s_ij = ∂L/∂(αm)_ij m_ij a_ij 2/r,
 //   ∂L/∂q̃_i += Σ_j ∂L/∂s_ij k̃_j    (tensor cores, ∂L/∂s and k̃ both hi/lo split),
-// and the query's parts of ∂L/∂r (Σ ∂L/∂(αm) m 2a(1 − s)/r²) and of ∂L/∂w through
-// Softmask (Σ ∂L/∂(αm) a² ∂m/∂w), fp64 per lane, then summed over the row's four lanes.
+// and the query's parts of ∂L/∂r (Σ ∂L/∂(αm) m 2a(1 − s)/r²), of ∂L/∂w through
+// Softmask (Σ ∂L/∂(αm) a² ∂m/∂w) and of ∂L/∂rate: fp32 over a step's four pairs per row
+// and lane, fp64 across steps (per-pair fp64 was 314 of the step loop's 768 PTX
+// instructions), then summed over the row's four lanes.
 // Writes ∂L/∂q̃ to d_q and the two parts to partial.
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledQueryBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
@@ -291,16 +304,18 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   __shared__ __align__(16) uint16_t v_hi[kBlockK * kStrideV];
   __shared__ __align__(16) uint16_t v_lo[kBlockK * kStrideV];
 
-  const int64_t T = s.seq, t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
-  const int64_t q0 = int64_t(blockIdx.x) * kBlockQ;
+  const int T = int(s.seq);  // 32-bit positions, as the forward
+  const int64_t t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
+  const int q0 = int(blockIdx.x) * kBlockQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, u = lane % 4;
-  const int64_t qw = q0 + 16 * warp;
+  const int qw = q0 + 16 * warp;
   const ScreeningTileParams tp = params[t];
-  const int64_t keys = tp.keys;
+  const int keys = int(tp.keys);
   const float* m = mask + t * s.mask_ld;
   const float* dm = dmask + t * s.mask_ld;
+  const float inv_r = TrimReciprocal(tp.r);
   const float two_over_r = 2.f / tp.r;
-  const double inv_r2 = 1.0 / (double(tp.r) * tp.r);
+  const double two_over_r2 = 2.0 / (double(tp.r) * tp.r);
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
   const float* v_bar = saved.v_bar + bt * T * kDv;
 
@@ -321,16 +336,16 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   }
   const bool rotate = tp.rate != 0;
 
-  const int64_t q_last = (q0 + kBlockQ < T ? q0 + kBlockQ : T) - 1;
-  const int64_t j_first = q0 - keys + 1 > 0 ? q0 - keys + 1 : 0;
-  for (int64_t k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
+  const int q_last = (q0 + kBlockQ < T ? q0 + kBlockQ : T) - 1;
+  const int j_first = q0 - keys + 1 > 0 ? q0 - keys + 1 : 0;
+  for (int k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
     __syncthreads();  // every warp is done with the previous block
     StageUnitRows<true>(k_tilde, k0, T, k_hi, k_lo);
     StageValueRows(v_bar, k0, T, v_hi, v_lo);
     __syncthreads();
     #pragma unroll 1
     for (int step = 0; step < kBlockK / 16; ++step) {
-      const int64_t kj = k0 + 16 * step;
+      const int kj = k0 + 16 * step;
       if (qw >= T || kj > qw + 15 || kj + 15 < qw - keys + 1) continue;  // warp-uniform, as the forward
       // s = q̃ k̃ᵀ (the forward's fragments).
       const int key_row = 16 * step + 8 * (lane / 16) + lane % 8, col = 8 * ((lane / 8) % 2);
@@ -345,8 +360,8 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       for (int n = 0; n < 2; ++n) {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int64_t i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2;
-          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, tp.r);
+          const int i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2;
+          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, inv_r);
           any |= pair[n][e].active;
         }
       }
@@ -364,7 +379,19 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
         LdmatrixX4(vb_lo, &v_lo[key_row * kStrideV + 16 * kk + col]);
         MmaSplit(dw, ha_hi, ha_lo, vb_hi, vb_lo);
       }
-      float ds[2][4];
+      // k̃_j[0], k̃_j[1] of the step's four keys of this lane (j = kj + 8n + 2u + c), fp32
+      // from global memory (cached; a shared copy would pass the 48 KB of static shared
+      // memory), for ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]).
+      float2 kv[2][2];
+      #pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        #pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int j = kj + 8 * n + 2 * u + c;
+          kv[n][c] = rotate && j < T ? *reinterpret_cast<const float2*>(k_tilde + j * kDk) : make_float2(0.f, 0.f);
+        }
+      }
+      float ds[2][4], step_r[2] = {0.f, 0.f}, step_w[2] = {0.f, 0.f}, step_rate[2] = {0.f, 0.f};
       #pragma unroll
       for (int n = 0; n < 2; ++n) {
         #pragma unroll
@@ -372,19 +399,22 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
           const PairTerms& p = pair[n][e];
           ds[n][e] = 0.f;
           if (!p.active) continue;
-          const int64_t i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2;
-          const float mij = m[i - j];
-          ds[n][e] = dw[n][e] * mij * p.a * two_over_r;
-          sum_r[e / 2] += static_cast<double>(dw[n][e]) * mij * 2.0 * p.a * (1.0 - sim[n][e]) * inv_r2;
-          sum_w[e / 2] += static_cast<double>(dw[n][e]) * p.a * p.a * dm[i - j];
-          if (rotate) {  // ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0])
-            // k̃_j[0], k̃_j[1] in fp32 from global memory (cached): a shared copy would pass
-            // the 48 KB of static shared memory.
-            const float2 qv = q01[e / 2], kv = *reinterpret_cast<const float2*>(k_tilde + j * kDk);
-            sum_rate[e / 2] += static_cast<double>(ds[n][e]) * double(i - j) *
-                               (double(qv.x) * kv.y - double(qv.y) * kv.x);
+          const int i = qw + g + 8 * (e / 2), d = i - (kj + 8 * n + 2 * u + e % 2);
+          const float dwa = dw[n][e] * p.a, dwam = dwa * m[d];
+          ds[n][e] = dwam * two_over_r;
+          step_r[e / 2] = fmaf(dwam, 1.f - sim[n][e], step_r[e / 2]);  // × 2/r² per step
+          step_w[e / 2] = fmaf(dwa * p.a, dm[d], step_w[e / 2]);
+          if (rotate) {
+            const float2 qv = q01[e / 2], kq = kv[n][e % 2];
+            step_rate[e / 2] = fmaf(ds[n][e] * float(d), fmaf(qv.x, kq.y, -qv.y * kq.x), step_rate[e / 2]);
           }
         }
+      }
+      #pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        sum_r[half] += double(step_r[half]) * two_over_r2;
+        sum_w[half] += double(step_w[half]);
+        sum_rate[half] += double(step_rate[half]);
       }
       // ∂L/∂q̃ += ∂L/∂s k̃: B = k̃ rows kj … kj + 15 ([k][n]) by ldmatrix.trans.
       uint32_t da_hi[4], da_lo[4], kt_hi[4], kt_lo[4];
@@ -441,13 +471,15 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   __shared__ __align__(16) uint16_t dh_hi[kBlockQ * kStrideV];
   __shared__ __align__(16) uint16_t dh_lo[kBlockQ * kStrideV];
 
-  const int64_t T = s.seq, t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
-  const int64_t k0 = int64_t(blockIdx.x) * kBlockK;
+  const int T = int(s.seq);  // 32-bit positions, as the forward
+  const int64_t t = blockIdx.y, b = blockIdx.z, bt = b * s.tiles + t;
+  const int k0 = int(blockIdx.x) * kBlockK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, u = lane % 4;
-  const int64_t kw = k0 + 16 * warp;
+  const int kw = k0 + 16 * warp;
   const ScreeningTileParams tp = params[t];
-  const int64_t keys = tp.keys;
+  const int keys = int(tp.keys);
   const float* m = mask + t * s.mask_ld;
+  const float inv_r = TrimReciprocal(tp.r);
   const float two_over_r = 2.f / tp.r;
   const float* q_tilde = saved.q_tilde + bt * T * kDk;
   const float* dh_t = dh + bt * T * kDv;
@@ -463,16 +495,16 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   #pragma unroll
   for (int n = 0; n < kDv / 8; ++n) dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.f;
 
-  const int64_t k_last = (k0 + kBlockK < T ? k0 + kBlockK : T) - 1;
-  const int64_t i_last = k_last + keys - 1 < T - 1 ? k_last + keys - 1 : T - 1;
-  for (int64_t q0 = k0; q0 <= i_last; q0 += kBlockQ) {
+  const int k_last = (k0 + kBlockK < T ? k0 + kBlockK : T) - 1;
+  const int i_last = k_last + keys - 1 < T - 1 ? k_last + keys - 1 : T - 1;
+  for (int q0 = k0; q0 <= i_last; q0 += kBlockQ) {
     __syncthreads();  // every warp is done with the previous block
     StageUnitRows<true>(q_tilde, q0, T, q_hi, q_lo);
     StageValueRows(dh_t, q0, T, dh_hi, dh_lo);
     __syncthreads();
     #pragma unroll 1
     for (int step = 0; step < kBlockQ / 16; ++step) {
-      const int64_t qi = q0 + 16 * step;
+      const int qi = q0 + 16 * step;
       // Warp-uniform: some pair (i, j), j in [kw, kw + 15] ∩ [0, T), i in [qi, qi + 15],
       // has 0 ≤ i − j < keys.
       if (kw >= T || qi + 15 < kw || qi > kw + 15 + keys - 1) continue;
@@ -489,8 +521,8 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       for (int n = 0; n < 2; ++n) {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {  // row: key j; column: query i
-          const int64_t j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
-          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, tp.r);
+          const int j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
+          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, inv_r);
           any |= pair[n][e].active;
         }
       }
@@ -513,7 +545,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const PairTerms& p = pair[n][e];
-          const int64_t j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
+          const int j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
           const float mij = p.active ? m[i - j] : 0.f;
           weight[n][e] = p.active ? p.a * p.a * mij : 0.f;
           ds[n][e] = p.active ? dw[n][e] * mij * p.a * two_over_r : 0.f;
@@ -556,11 +588,18 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   }
 }
 
+// Whether the tiled kernels take `shape`: d_K = 16, d_V = 64, MiPE and the gate (issue
+// 30's ablations run the simple kernel), T < 2^27 (32-bit positions in the step loops).
+bool TiledShape(const ScreeningShape& shape) {
+  return shape.d_k == kDk && shape.d_v == kDv && shape.position == PositionKind::kMipe && shape.output_gate &&
+         shape.seq < (int64_t{1} << 27);
+}
+
 template <bool kSplit>
 void Forward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
              float* U, ScreeningScratch* scratch, cudaStream_t stream) {
   if (shape.batch <= 0 || shape.seq <= 0 || shape.tiles <= 0) return;
-  if (shape.d_k != kDk || shape.d_v != kDv || shape.position != PositionKind::kMipe || !shape.output_gate) {  // issue 30's ablations: the simple kernel
+  if (!TiledShape(shape)) {
     ScreeningForward(shape, P, tiles, saved, U, scratch, stream);
     return;
   }
@@ -577,7 +616,7 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
 
 void Backward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
               const float* dU, float* dP, TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream) {
-  if (shape.d_k != kDk || shape.d_v != kDv || shape.position != PositionKind::kMipe || !shape.output_gate) {  // issue 30's ablations: the simple kernel
+  if (!TiledShape(shape)) {
     ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
     return;
   }

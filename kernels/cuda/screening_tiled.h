@@ -52,8 +52,9 @@
 //      forward's key blocks; per 16×16 step whose pairs the window reaches, s (split),
 //      a = Trim base and the window recomputed in registers, the step skipped when no
 //      pair is accepted (warp vote), then ∂L/∂(αm) = ∂L/∂h·v̄ᵀ, ∂L/∂s = ∂L/∂(αm) m a 2/r,
-//      ∂L/∂q̃ += ∂L/∂s·k̃ on tensor cores; per query, fp64 partials of ∂L/∂r, of ∂L/∂w
-//      through Softmask and of ∂L/∂rate (MiPE) pair by pair, Σ_j ∂L/∂s_ij (i − j)
+//      ∂L/∂q̃ += ∂L/∂s·k̃ on tensor cores; per query, partials of ∂L/∂r, of ∂L/∂w
+//      through Softmask and of ∂L/∂rate (MiPE) pair by pair (fp32 over a step's pairs,
+//      fp64 across steps), Σ_j ∂L/∂s_ij (i − j)
 //      (q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]), as the simple kernel's: in exact arithmetic the
 //      per-row sums over q̃ and k̃, whose halves grow with pos0 and cancel (at pos0 = 70000
 //      those left ∂L/∂w 3.7e-3 off the fp64 CPU's; the pair sum 6.6e-6).
@@ -81,9 +82,12 @@
 //   Occupancy designed for: 3 CTAs (12 warps) per SM. Each backward CTA has 49,152 bytes
 //   of static shared memory (q̃, k̃ hi/lo 64×16 and v̄, ∂L/∂h hi/lo 64×64, bf16, rows
 //   padded as the forward's), which allows 3 CTAs on sm_80 (164 KB) and 4 on sm_90;
-//   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py's
-//   compile_one per arch): query pass 140 registers on sm_80, 148 on sm_90; key pass 135
-//   and 141; no spills, no stack. Not yet measured on a GPU.
+//   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py,
+//   sm_90): query pass 136 registers, key pass 135; no spills, no stack. Not yet measured
+//   on a GPU.
+// Step loops (all three kernels): Trim's a by a multiply with 1/r (TrimReciprocal, once
+// per tile), positions as 32-bit integers (T < 2^27; longer sequences run the simple
+// kernels). `tools/ptxas_usage.py --step-loops` counts their PTX (docs/performance.md).
 // Inputs and outputs as ScreeningForward: P [B·T, tiles·p_cols()] device, read; tiles
 // [tiles] host; U [B·T, tiles·d_v] device, written; every buffer of `saved` written.
 // Precision: bf16 operands (α·m and v̄ rounded once each), fp32 accumulation; U and h
