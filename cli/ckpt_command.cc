@@ -3,7 +3,7 @@
 //   init    --model=M --seed=S --tp --pp [--dp --zero] --out=RUN_DIR   the step-0 checkpoint of a layout
 //   reshard --checkpoint=DIR --tp --pp [--dp --zero] --out=RUN_DIR     the same checkpoint in another layout
 //   export  --checkpoint=DIR --out=FILE.h5                   the consolidated weights file
-//   inspect --checkpoint=DIR                                  step, layout, sizes, checksum status
+//   inspect --checkpoint=DIR                                  step, model sizes and switches, layout, checksum status
 // init, reshard and export stream (checkpoint/streamed_write.h): memory stays
 // under --memory (default 1G) whatever the model, and they end by logging the
 // peak resident memory (VmHWM).
@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -25,6 +26,7 @@
 #include "cli/flags.h"
 #include "cli/memory_bound.h"
 #include "cli/weights_source.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -244,6 +246,12 @@ int Inspect() {
   const CheckpointMeta& m = ckpt->meta;
   std::printf("checkpoint %s\n  model %s, step %lld, samples %lld, tokens %lld, adam step %lld\n", ckpt->dir.c_str(),
               m.dims.name.c_str(), (long long)m.step, (long long)m.samples, (long long)m.tokens, (long long)m.adam_step);
+  // The model's sizes and every switch its family has (attention, position, output_gate, ...).
+  std::string fields;
+  for (const ModelField& f : ModelFields(m.dims)) {
+    if (std::string_view(f.name) != "family" && f.applies) absl::StrAppend(&fields, " ", f.name, "=", f.value);
+  }
+  std::printf("  family %s:%s\n", FamilyName(m.dims.family), fields.c_str());
   std::printf("  layout tp=%lld pp=%lld dp=%lld zero=%lld, loss scale %g\n", (long long)m.layout.tp, (long long)m.layout.pp,
               (long long)m.layout.dp, (long long)m.layout.zero, m.loss_scale);
   int64_t total = 0;

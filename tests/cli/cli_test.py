@@ -120,6 +120,27 @@ class CliTest(OneLineErrors):
             f.write("family: TRANSFORMER\nn_layers: 2\nn_heads: 2\nd_e: 8\nposition: ROPE\n")
         self.assert_one_line_error(run("params", f"--model={path}"), "position is a Multiscreen switch")
 
+    def test_ckpt_inspect_prints_the_models_sizes_and_every_switch_its_family_has(self):
+        # It printed the model's name only: a checkpoint's attention kind or ablation
+        # switches could not be told without reading manifest.json.
+        for model, line in (
+                ("tiny_transformer_screening",
+                 "  family transformer: n_layers=2 n_heads=2 d_e=8 d_k=4 vocab=37 w_th=256 pl_norm=true qk_norm=false "
+                 "sio=true attention=screening"),
+                ("tiny_transformer",
+                 "  family transformer: n_layers=2 n_heads=2 d_e=8 d_k=4 vocab=37 pl_norm=false qk_norm=false "
+                 "sio=false attention=softmax"),
+                ("tiny_psi4_rope_nogate",
+                 "  family multiscreen: n_layers=4 n_heads=4 d_e=16 d_k=8 d_v=16 vocab=97 w_th=16 pl_norm=true "
+                 "tanh_norm=true position=rope output_gate=false")):
+            out = os.path.join(self.dir, model)
+            r = run("ckpt", "init", f"--model={model}", f"--out={out}")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = run("ckpt", "inspect", f"--checkpoint={out}")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"  model {model}, step 0,", r.stdout)
+            self.assertIn(line + "\n", r.stdout)
+
     def test_transformer_model_files_refuse_what_does_not_apply(self):
         path = os.path.join(self.dir, "bad.textproto")
         for body, why in (("family: TRANSFORMER\nn_layers: 2\nn_heads: 3\nd_e: 8\n", "even head width"),
