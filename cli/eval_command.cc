@@ -38,6 +38,7 @@
 #include "cli/run_data.h"
 #include "cli/weights_source.h"
 #include "common/config.h"
+#include "common/decimal.h"
 #include "common/input_file.h"
 #include "common/status.h"
 #include "data/gpt2_tokenizer.h"
@@ -601,7 +602,7 @@ absl::StatusOr<std::vector<double>> ParseDepths(const std::string& text) {
   std::vector<double> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     double v;
-    if (!absl::SimpleAtod(part, &v) || !(v >= 0 && v <= 1)) {
+    if (!ParseDecimal(std::string(absl::StripAsciiWhitespace(part)), &v) || !(v >= 0 && v <= 1)) {
       return absl::InvalidArgumentError(absl::StrCat("--depths=", text, ": '", part, "' is not a number in [0, 1]"));
     }
     out.push_back(v);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/decimal.h"
 #include "common/input_file.h"
 #include "common/status.h"
 #include "kernels/cpu/isa.h"
@@ -72,9 +74,14 @@ absl::Status RefuseOtherFlags(int argc, char** argv, const char* usage, std::ini
 
 namespace {
 
+// A flag given, and the text it was given ("" for a boolean given as --name or --noname).
+struct GivenFlag {
+  std::string name, value;
+};
+
 // Adds to `names` this program's flags that `args` sets, reading --flagfile files
 // (nested up to a depth) and --fromenv/--tryfromenv lists as absl does.
-void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vector<std::string>* names) {
+void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vector<GivenFlag>* names) {
   const auto all = absl::GetAllFlags();
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];  // Debian's Abseil has its own string_view
@@ -92,7 +99,8 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
         if (name != "flagfile") {
           const std::string env = absl::StrCat("FLAGS_", item);
           if (name == "fromenv" || std::getenv(env.c_str()) != nullptr) {
-            if (auto it = all.find(item); it != all.end()) names->emplace_back(it->first);
+            const char* text = std::getenv(env.c_str());
+            if (auto it = all.find(item); it != all.end()) names->push_back({std::string(it->first), text ? text : ""});
           }
           continue;
         }
@@ -110,9 +118,10 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
     if (it == all.end() && absl::StartsWith(name, "no")) it = all.find(name.substr(2));  // --noflag
     if (it == all.end()) continue;
     // "--name value" for a non-boolean flag: the next argument is the value, even if it starts with '-'.
-    if (!has_value && !it->second->IsOfType<bool>()) ++i;
+    const bool takes_next = !has_value && !it->second->IsOfType<bool>();
+    if (takes_next) ++i;
     if (it->second->Filename().find("cli/") == std::string::npos) continue;
-    names->emplace_back(it->first);
+    names->push_back({std::string(it->first), has_value || takes_next ? value : std::string()});
   }
 }
 
@@ -197,9 +206,40 @@ void PrintCommandHelpIfAsked(int argc, char** argv, const char* usage, std::init
 
 }  // namespace
 
+namespace {
+
+std::vector<GivenFlag> GivenFlagsAndValues(int argc, char** argv) {
+  std::vector<GivenFlag> given;
+  CollectGivenFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc), 0, &given);
+  return given;
+}
+
+// The double flags that also take "inf" (what it means is in their help).
+constexpr std::string_view kFlagsTakingInf[] = {"w"};
+
+// absl reads a double flag with strtod's rules, so --lr=0x1p-4, --min_seconds=inf and
+// --dp_bucket_mb=" 16" were taken. Every double flag given must be a plain decimal
+// (common/decimal.h), checked here before absl reads it so that the error is ours, one line.
+absl::Status CheckDecimalFlags(int argc, char** argv) {
+  for (const GivenFlag& f : GivenFlagsAndValues(argc, argv)) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.name);
+    if (flag == nullptr || !flag->IsOfType<double>()) continue;
+    const bool takes_inf = std::find(std::begin(kFlagsTakingInf), std::end(kFlagsTakingInf), f.name) !=
+                           std::end(kFlagsTakingInf);
+    double unused;
+    if (ParseDecimal(f.value, &unused) || (takes_inf && f.value == "inf")) continue;
+    return absl::InvalidArgumentError(absl::StrCat("--", f.name, "=", f.value,
+                                                   ": expected a decimal number (e.g. 16, 0.0625 or 1e-3",
+                                                   takes_inf ? ", or inf" : "", "; no hex, inf, nan or blanks)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 std::vector<std::string> GivenFlags(int argc, char** argv) {
   std::vector<std::string> names;
-  CollectGivenFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc), 0, &names);
+  for (GivenFlag& f : GivenFlagsAndValues(argc, argv)) names.push_back(std::move(f.name));
   return names;
 }
 
@@ -211,6 +251,7 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializ
   SetUsage(usage);
   PrintCommandHelpIfAsked(argc, argv, usage, accepted);
   MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
+  MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "' (flags are --name=value)"));
@@ -223,6 +264,7 @@ absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::in
   SetUsage(usage);
   PrintCommandHelpIfAsked(argc, argv, usage, accepted);
   MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
+  MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   args->assign(rest.begin() + 1, rest.end());
   return RefuseOtherFlags(argc, argv, usage, accepted);

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/decimal.h"
 
 namespace multiscreen::eval {
 
@@ -13,9 +13,10 @@ absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, const ModelDim
   YarnFlag f;
   if (text == "auto") {
     f.automatic = true;
-  } else if (!absl::SimpleAtod(text, &f.factor) || !std::isfinite(f.factor) || f.factor < 1.0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--yarn_factor=", text, ": expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)"));
+  } else if (!ParseDecimal(text, &f.factor) || !(f.factor >= 1.0 && f.factor <= kMaxYarnFactor)) {
+    return absl::InvalidArgumentError(absl::StrCat("--yarn_factor=", text, ": expected a decimal number in [1, ",
+                                                   kMaxYarnFactor,
+                                                   "] (1: plain RoPE) or auto (evaluation length / training length)"));
   }
   f.given = f.automatic || f.factor != 1.0;
   if (f.given && !dims.has_rope()) {

@@ -185,6 +185,29 @@ class CliTest(OneLineErrors):
                 f.attrs[attr] = np.int64(1000 if attr == "d_k" else 1)
             self.assert_one_line_error(self._forward(w, t, "--device=cpu")[0], w, why)
 
+    def test_floating_point_flags_take_plain_decimals_only(self):
+        # absl reads double flags as strtod does: --lr=0x1p-4 trained at 2^-4, --min_seconds=inf
+        # timed for ever, --dp_bucket_mb=" 16" was 16. One line naming the flag and its text.
+        cfg = os.path.join(self.dir, "never.textproto")
+        for flag in ("--lr=0x1p-4", "--lr=nan", "--dp_bucket_mb= 16", "--collective_timeout=inf", "--lr=1e999"):
+            self.assert_one_line_error(run("train", f"--config={cfg}", flag),
+                                       f"{flag}: expected a decimal number (e.g. 16, 0.0625 or 1e-3; no hex")
+        self.assert_one_line_error(run("train", f"--config={cfg}", "--lr", "0x10"), "--lr=0x10: expected a decimal")
+        self.assert_one_line_error(run("bench", "screening", "--min_seconds=inf"), "--min_seconds=inf: expected a decimal")
+        self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--depth=0x0.8"),
+                                   "--depth=0x0.8: expected a decimal")
+        flagfile = os.path.join(self.dir, "flags")
+        with open(flagfile, "w") as f:
+            f.write("--lr=0X1P-4\n")
+        self.assert_one_line_error(run("train", f"--flagfile={flagfile}"), "--lr=0X1P-4: expected a decimal")
+        r = subprocess.run([BIN, "train", "--fromenv=lr"], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, FLAGS_lr="inf"))
+        self.assert_one_line_error(r, "--lr=inf: expected a decimal")
+        # bench's --w takes inf (the whole sequence); decimals pass the check and reach the command.
+        self.assert_one_line_error(run("bench", "screening", "--model=tiny_psi2", "--w=inf", "--T=0"),
+                                   "--T, --micro_batch and --tiles must be positive")
+        self.assert_one_line_error(run("train", f"--config={cfg}", "--lr=1e-3"), cfg)
+
     def test_params_table_lists_the_groups(self):
         r = run("params", "--model=psi16")
         self.assertEqual(r.returncode, 0, r.stderr)

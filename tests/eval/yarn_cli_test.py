@@ -210,17 +210,18 @@ class YarnCliTest(OneLineErrors):
         t = os.path.join(self.dir, "t.bin")
         write_tokens(t, np.arange(40) % 30)
         w2 = self.init("family: TRANSFORMER\nvocab: 97\nn_layers: 1\nn_heads: 2\nd_e: 16\n", "t1")
-        r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=0.5",
-                f"--out={self.dir}/o")
-        self.assert_one_line_error(r, "--yarn_factor=0.5: expected a number >= 1")
+        # A decimal in [1, 1024]: strtod's hex, inf and nan were taken ("0x2" as 2), and any size.
+        for factor in ("0.5", "0x2", "inf", "nan", "2048"):
+            r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream",
+                    f"--yarn_factor={factor}", f"--out={self.dir}/o")
+            self.assert_one_line_error(r, f"--yarn_factor={factor}: expected a decimal number in [1, 1024]")
         # --resume with another factor is refused, and the refusal names --yarn_factor.
         out = os.path.join(self.dir, "resumed")
         r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", f"--out={out}")
         self.assertEqual(r.returncode, 0, r.stderr)
         r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", "--yarn_factor=2", "--resume",
                 f"--out={out}")
-        self.assert_one_line_error(r, "is of another evaluation (model, weights, data, --seq_len, --stride, window rule, "
-                                      "--yarn_factor, --device or --precision differ")
+        self.assert_one_line_error(r, "is of another evaluation: yarn_factor = 1.0 there, 2.0 here")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #include <numbers>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "eval/yarn.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/rope.h"
@@ -101,9 +102,11 @@ TEST(YarnTest, TheFlagTakesANumberOrAutoForModelsWithRope) {
   EXPECT_TRUE(eval::ParseYarnFactor("auto", model(false, kRope, "psi32_rope")).value().automatic);
   EXPECT_TRUE(eval::ParseYarnFactor("1", model(false, kMipe, "psi8")).ok());  // the default: nothing asked
   EXPECT_EQ(eval::ParseYarnFactor("0.5", transformer).status().message(),
-            "--yarn_factor=0.5: expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)");
+            "--yarn_factor=0.5: expected a decimal number in [1, 1024] (1: plain RoPE) or auto (evaluation length / "
+            "training length)");
   EXPECT_EQ(eval::ParseYarnFactor("0.5", model(false, kRope, "r")).status().message(),
-            "--yarn_factor=0.5: expected a number >= 1 (1: plain RoPE) or auto (evaluation length / training length)");
+            "--yarn_factor=0.5: expected a decimal number in [1, 1024] (1: plain RoPE) or auto (evaluation length / "
+            "training length)");
   EXPECT_EQ(eval::ParseYarnFactor("auto", model(false, kMipe, "psi8")).status().message(),
             "--yarn_factor=auto: model psi8 is Multiscreen with position: MIPE, which has no RoPE for YaRN to rescale "
             "(--yarn_factor takes a RoPE Transformer or a Multiscreen model with position: ROPE)");
@@ -116,6 +119,22 @@ TEST(YarnTest, TheFlagTakesANumberOrAutoForModelsWithRope) {
   EXPECT_EQ(eval::ParseYarnFactor("8", screening).status().message(),
             "--yarn_factor=8: model ts is a Transformer with attention: SCREENING, which has no RoPE for YaRN to "
             "rescale (--yarn_factor takes a RoPE Transformer or a Multiscreen model with position: ROPE)");
+}
+
+TEST(YarnTest, TheFactorIsAPlainDecimalFromOneToTheLargestThatKeepsAdjacentPositionsApart) {
+  // strtod's hex ("0x2" read as 2), inf, nan and blanks were accepted, and any size.
+  ModelDims transformer;
+  transformer.family = ModelFamily::kTransformer;
+  for (const char* text : {"1", "1.5", "8", "1e1", "1024", "1024.0"}) {
+    EXPECT_TRUE(eval::ParseYarnFactor(text, transformer).ok()) << text;
+  }
+  EXPECT_EQ(eval::ParseYarnFactor("1e1", transformer).value().factor, 10.0);
+  for (const char* text : {"0x2", "0x1p3", "inf", "nan", " 2", "2 ", "1024.5", "1e4", "1e999", "", "2x"}) {
+    EXPECT_EQ(eval::ParseYarnFactor(text, transformer).status().message(),
+              absl::StrCat("--yarn_factor=", text, ": expected a decimal number in [1, 1024] (1: plain RoPE) or auto ",
+                           "(evaluation length / training length)"))
+        << text;
+  }
 }
 
 }  // namespace
