@@ -7,6 +7,8 @@
 // the model read a stage at a time (model/streamed_forward.h) so that a model
 // larger than memory runs: peak about the largest stage (the tied table) rather
 // than the model twice plus its gradients.
+// A non-finite loss or gradient is written, then reported as an error (exit 1).
+#include <cmath>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -19,6 +21,7 @@
 #include "cli/device.h"
 #include "cli/flags.h"
 #include "cli/memory_bound.h"
+#include "common/status.h"
 #include "data/token_file.h"
 #include "kernels/host_staging.h"
 #include "model/model_stage.h"
@@ -38,6 +41,26 @@ template <typename Real>
 absl::Status WriteLosses(H5Writer& h5, double loss, int64_t B, int64_t T, const Real* token_losses) {
   if (auto s = h5.Write("loss", {}, &loss); !s.ok()) return s;
   return h5.Write("token_losses", {B, T}, token_losses);
+}
+
+// The first non-finite result, as an error naming `out_path` (written all the same, so that
+// what overflowed can be looked at): the loss, else the first gradient element (`grads` may
+// be null: --no_grad). A model whose parameters overflow (e^{s_O} past fp32's range, say)
+// gives NaN; `forward` exited 0 with it.
+template <typename Real>
+absl::Status CheckResultsFinite(const std::string& out_path, double loss, const ParamLayout* layout, const Real* grads) {
+  const std::string written = " (the file is written for inspection): the parameters overflow somewhere";
+  if (!std::isfinite(loss)) return absl::DataLossError(absl::StrCat(out_path, ": the loss is ", loss, written));
+  if (grads == nullptr) return absl::OkStatus();
+  for (const ParamEntry& e : layout->entries()) {
+    for (int64_t i = 0; i < e.size(); ++i) {
+      const double g = grads[e.buffer_offset + i];
+      if (!std::isfinite(g)) {
+        return absl::DataLossError(absl::StrCat(out_path, ": grad/", e.name, " holds ", g, " at element ", i, written));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 template <typename Real>
@@ -62,7 +85,8 @@ absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B
   for (const ParamEntry& e : layout.entries()) {
     if (auto s = h5.Write("grad/" + e.name, e.global_shape, grads.data() + e.buffer_offset); !s.ok()) return s;
   }
-  return h5.Commit();
+  MS_RETURN_IF_ERROR(h5.Commit());
+  return CheckResultsFinite(out_path, loss, &layout, grads.data());
 }
 
 // --no_grad: StreamedLoss over `weights` (verified by the caller), each stage's
@@ -83,7 +107,8 @@ absl::Status RunNoGrad(const StreamedWeights& weights, const std::vector<int32_t
   auto out = H5Writer::Create(out_path);
   if (!out.ok()) return out.status();
   if (auto s = WriteLosses(**out, *loss, B, T, token_losses.data()); !s.ok()) return s;
-  return (*out)->Commit();
+  MS_RETURN_IF_ERROR((*out)->Commit());
+  return CheckResultsFinite<Real>(out_path, *loss, nullptr, nullptr);
 }
 
 // forward --no_grad: the bound checked against the model's estimate before the

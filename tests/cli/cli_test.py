@@ -372,6 +372,31 @@ class CliTest(OneLineErrors):
         r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=2", "--seq_len=8", f"--out={out}", *flags)
         return r, out
 
+    def test_forward_gives_an_overflowing_window_its_limit_and_refuses_a_non_finite_loss(self):
+        # s_w = 1000 (w = e^{s_w} + 1 overflows: the plain causal mask) gave a NaN gradient of
+        # s_w with exit code 0; its limit is 0. A loss that does overflow (e^{s_O} past fp32,
+        # in Multiscreen and in the Transformer's screening heads' s_w alike) is an error.
+        for model, vocab in (("tiny_psi2", 37), ("tiny_transformer_screening", 37)):
+            w, t = self._init_and_tokens(2 * 9, vocab=vocab, model=model)
+            with h5py.File(w, "r+") as f:
+                f["layers/000/s_w"][0] = 1000.0
+                del f.attrs["params_crc32c"]
+            r, out = self._forward(w, t, "--device=cpu")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with h5py.File(out) as f:
+                self.assertEqual(float(f["grad/layers/000/s_w"][0]), 0.0, model)
+                for name in ("loss", "grad/layers/000/s_w", "grad/layers/001/s_w", "grad/embed/W_E"):
+                    self.assertTrue(np.all(np.isfinite(f[name][()])), f"{model} {name}")
+        w, t = self._init_and_tokens(2 * 9)
+        with h5py.File(w, "r+") as f:
+            f["layers/000/s_O"][0] = 1000.0
+            del f.attrs["params_crc32c"]
+        r, out = self._forward(w, t, "--device=cpu")
+        self.assert_one_line_error(r, f"{out}: the loss is nan (the file is written for inspection)")
+        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=2", "--seq_len=8", "--no_grad",
+                f"--out={out}.no_grad")
+        self.assert_one_line_error(r, f"{out}.no_grad: the loss is nan")
+
     def test_device_cpu_is_the_default_here_and_gives_the_same_gradients(self):
         w, t = self._init_and_tokens(2 * 9)
         r_cpu, cpu = self._forward(w, t, "--device=cpu")

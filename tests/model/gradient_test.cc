@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "model/model_stage.h"
 #include "model/multiscreen.h"
 #include "tests/model/test_model.h"
 
@@ -147,6 +148,56 @@ TEST(PositionAndGateSwitchTest, EachChangesTheLoss) {
   const double loss = no_gate.Loss(q.data(), tokens.data(), 2, 12);
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_GT(std::abs(loss - loss_mipe), 1e-6 * std::abs(loss_mipe));
+}
+
+// A window so large that w = e^{s_w} + 1 overflows to ∞ (s_w = 1000 in a weights file or
+// checkpoint): Softmask is then the plain causal mask and ∂L/∂s_w its limit, 0 (it was
+// ∂L/∂w · (w − 1) = 0 · ∞ = NaN, written by `forward` with exit code 0). Every other
+// gradient is that of a window merely huge (s_w = 100, w ≈ 2.7·10⁴³: a mask of exactly 1
+// on these lengths), bit for bit; that window's own s_w gradient is ~0 too.
+template <typename Real>
+void ExpectAnOverflowingWindowGivesItsLimit(const ModelDims& dims, std::vector<Real> p) {
+  SCOPED_TRACE(dims.name);
+  auto model = MakeModelStage<Real>(dims, ShardSpec::Full(dims));
+  const ParamLayout& layout = model->layout();
+  const int64_t B = 2, T = 12;
+  const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 31);
+  auto gradients = [&](Real s_w) {
+    for (const ParamEntry& e : layout.entries()) {
+      if (e.kind == ParamKind::kS_w) p[e.buffer_offset] = s_w;  // tile (head) 0 of every layer
+    }
+    std::vector<Real> g(layout.size(), Real(0));
+    EXPECT_TRUE(std::isfinite(model->ForwardBackward(p.data(), tokens.data(), B, T, g.data())));
+    return g;
+  };
+  const std::vector<Real> overflow = gradients(Real(1000)), huge = gradients(Real(100));
+  int windows = 0;
+  for (const ParamEntry& e : layout.entries()) {
+    for (int64_t i = 0; i < e.size(); ++i) {
+      const int64_t at = e.buffer_offset + i;
+      ASSERT_TRUE(std::isfinite(overflow[at])) << e.name << "[" << i << "]";
+      if (e.kind == ParamKind::kS_w && i == 0) {
+        EXPECT_EQ(overflow[at], Real(0)) << e.name;
+        EXPECT_LT(std::abs(huge[at]), 1e-30) << e.name;
+        ++windows;
+      } else {
+        EXPECT_EQ(overflow[at], huge[at]) << e.name << "[" << i << "]";
+      }
+    }
+  }
+  EXPECT_EQ(windows, dims.n_layers);
+}
+
+TEST(OverflowingWindowTest, GivesTheCausalMaskAndAZeroWindowGradient) {
+  const ModelDims multiscreen = TinyDims("tiny_psi2");
+  const ParamLayout layout(multiscreen, ShardSpec::Full(multiscreen));
+  ExpectAnOverflowingWindowGivesItsLimit(multiscreen, PerturbedParams<double>(layout, 30));
+  ExpectAnOverflowingWindowGivesItsLimit(multiscreen, PerturbedParams<float>(layout, 30));
+  // The Transformer's screening heads map their s_w the same way.
+  const ModelDims screening = TinyDims("tiny_transformer_screening");
+  const ParamLayout heads(screening, ShardSpec::Full(screening));
+  ExpectAnOverflowingWindowGivesItsLimit(screening, testing::PerturbedTransformerParams<double>(heads, 32));
+  ExpectAnOverflowingWindowGivesItsLimit(screening, testing::PerturbedTransformerParams<float>(heads, 32));
 }
 
 }  // namespace
