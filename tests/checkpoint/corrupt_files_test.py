@@ -399,6 +399,24 @@ class CorruptCheckpointTest(OneLineErrors):
                                    "dataset layers/000/s_w holds a non-finite value")
         self.assertFalse(os.path.exists(os.path.join(run, "metrics.jsonl")))
 
+    def test_a_checkpoint_whose_window_overflows_trains_on_with_the_causal_mask(self):
+        # s_w = 1000: w = e^{s_w} + 1 is inf, Softmask the plain causal mask, and s_w's gradient
+        # its limit 0. It was 0 * inf = NaN, and the resumed run stopped at once ("non-finite
+        # gradients ... the run diverged").
+        run, ckpt = self.fx.copy_run("overflowing_window")
+        with h5py.File(os.path.join(ckpt, "shard_pp0_tp0.h5"), "r") as f:
+            values = f["layers/000/s_w"][...]
+        values[0] = 1000.0
+        rewrite_dataset(ckpt, "layers/000/s_w", values)
+        r = run_capped(self.fx.checkpoint_commands(run, ckpt, self.tmp.name)["train"] + ["--steps=" + str(STEP + 2)])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(run, "metrics.jsonl")) as f:
+            rows = [json.loads(line) for line in f if '"loss"' in line]
+        self.assertEqual([m["step"] for m in rows], [STEP + 1, STEP + 2])
+        self.assertTrue(all(np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"]) for m in rows), rows)
+        with h5py.File(os.path.join(run, "checkpoints", f"step_{STEP + 2:08d}", "shard_pp0_tp0.h5"), "r") as f:
+            self.assertGreater(f["layers/000/s_w"][0], 999.0)  # moved by Adam's momentum only
+
     def test_fp32_and_bf16_training_that_diverges_stops_naming_the_step_and_keeps_the_last_good_checkpoint(self):
         # Finite weights so large that the first step's loss is not finite: before, the
         # run trained on to "final train_loss nan" and exit 0, saving NaN weights.
