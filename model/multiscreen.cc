@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cpu/head_loss.h"
+#include "model/residual.h"
 
 namespace multiscreen {
 
@@ -154,7 +155,6 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   if (inference != nullptr && d.position == kernels::PositionKind::kRope) {
     rope_scaling_ = {inference->yarn_factor, double(inference->train_len)};
   }
-  scratch_x_.Resize(rows * dE);
   StepProfile* profile = options_.profile;
   for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
     LayerActivations& a = acts_[li];
@@ -183,10 +183,8 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     RoundToCompute(a.U.data(), rows * nt * dV);
     timer.emplace(profile, StepProfile::kOutputGemm);
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
-    ops_->Gemm(options_.precision, false, false, rows, dE, nt * dV, 1, a.U.data(), nt * dV, w.w_o.data(), dE, 0,
-               scratch_x_.data(), dE);
-    tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
-    ops_->AddInto(scratch_x_.data(), rows * dE, x);
+    AddProductAcrossTp(*ops_, *tp_, options_.precision, false, false, rows, dE, nt * dV, a.U.data(), nt * dV,
+                       w.w_o.data(), dE, scratch_x_, x);
   }
 }
 
@@ -283,7 +281,6 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   d_u_.Resize(rows * nt * dV);
   d_p_.Resize(rows * nt * C);
   d_w_cat_.Resize(dE * nt * C);
-  scratch_x_.Resize(rows * dE);
   std::vector<kernels::TileScalarGrads> tile_grads(nt);
   std::vector<Real> g_scalars(3 * nt);  // ∂L/∂s_w, ∂L/∂s_r, ∂L/∂s_O of the local tiles
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
@@ -319,10 +316,8 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     ops_->Gemm(options_.precision, true, false, dE, nt * C, rows, 1, a.x_in.data(), dE, d_p_.data(), nt * C, 0,
                d_w_cat_.data(), nt * C);
     UnpackProjectionsAdd(*ops_, layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
-    ops_->Gemm(options_.precision, false, true, rows, dE, nt * C, 1, d_p_.data(), nt * C, w.w_cat.data(), nt * C, 0,
-               scratch_x_.data(), dE);
-    tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
-    ops_->AddInto(scratch_x_.data(), rows * dE, dx);
+    AddProductAcrossTp(*ops_, *tp_, options_.precision, false, true, rows, dE, nt * C, d_p_.data(), nt * C,
+                       w.w_cat.data(), nt * C, scratch_x_, dx);
     this->LayerGradientsWritten(layout_.shard().layer_begin + li);
   }
 }
