@@ -5,8 +5,9 @@
 // --plot draws PNGs through tools/plot_eval.py (which re-runs on the results alone).
 // Grid evaluations write results as each cell finishes; --resume skips the cells (and ppl
 // the windows) already in --out.
-// --device=cpu|cuda and --precision=fp32|bf16 (default cpu, fp32) place the full forward
-// (eval::ModelRunner); the decoding cache stays on the CPU in fp32.
+// --device=cpu|cuda and --precision=fp32|bf16 (default cpu, fp32) place the model
+// (eval::ModelRunner): the full forward and the decoding cache; on the CPU the decoding
+// cache runs in fp32 only.
 #include <algorithm>
 #include <limits>
 #include <chrono>
@@ -112,24 +113,12 @@ json ReadJsonFile(const std::string& path) {
 }
 
 // --device and --precision of an evaluation (eval's defaults: cpu, fp32, whatever the
-// global --device default of train and forward): where the full forward runs. Only parsed
-// here; Setup checks that the device can run (CheckRunnerDevice).
+// global --device default of train and forward): where the model runs. Only parsed here;
+// Setup checks that the device can run (CheckRunnerDevice).
 absl::StatusOr<eval::RunnerDevice> DeviceFlags(const std::vector<std::string>& given) {
-  eval::RunnerDevice d;
-  const std::string device = Given(given, "device") ? absl::AsciiStrToLower(absl::GetFlag(FLAGS_device)) : "cpu";
-  if (device == "cuda") {
-    d.device = Device::kCuda;
-  } else if (device != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": expected cpu or cuda (eval's default: cpu)"));
-  }
-  const std::string precision = Given(given, "precision") ? absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision)) : "fp32";
-  if (precision == "bf16") {
-    d.precision = Precision::kBf16;
-  } else if (precision != "fp32") {
-    return absl::InvalidArgumentError(absl::StrCat("--precision=", precision,
-                                                   ": expected fp32 or bf16 (eval's default: fp32)"));
-  }
-  return d;
+  const std::string device = absl::GetFlag(FLAGS_device), precision = absl::GetFlag(FLAGS_precision);
+  return eval::ParseRunnerDevice(Given(given, "device") ? &device : nullptr,
+                                 Given(given, "precision") ? &precision : nullptr, "eval");
 }
 
 // "cpu, fp32", "cuda, bf16": the device and precision as the summaries print them.
@@ -142,7 +131,7 @@ std::string DeviceWords(const eval::RunnerDevice& d) {
 struct EvalSetup {
   Weights weights;
   InferenceOptions options;
-  eval::RunnerDevice device;  // --device, --precision (where the full forward runs)
+  eval::RunnerDevice device;  // --device, --precision (where the model runs)
   std::string train_len_source;  // where train_len came from, for the summary
   std::unique_ptr<Gpt2Tokenizer> tokenizer;
   std::string out;
@@ -389,16 +378,15 @@ int Ppl(const std::vector<std::string>& given) {
   }
   const std::string data = absl::GetFlag(FLAGS_data);
   const bool text_input = !data.ends_with(".bin");
-  // The decoding cache is the CPU's, in fp32 (model/decoder.h): --method=decode is refused
-  // on a device and under bf16, and auto takes the full pass there.
+  // The decoding cache (model/decoder.h) runs on either device, on the CPU in fp32 only:
+  // there --method=decode is refused under bf16, and auto takes the full pass.
   auto device = DeviceFlags(given);
   if (!device.ok()) return Fail("eval ppl", device.status());
   const bool on_device = device->device != Device::kCpu, bf16 = device->precision != Precision::kFp32;
-  if (method_flag == "decode" && (on_device || bf16)) {
-    return Fail("eval ppl", absl::InvalidArgumentError(absl::StrCat(
-                                "--method=decode with ", on_device ? "--device=cuda" : "--precision=bf16",
-                                ": the decoding cache runs on the CPU in fp32; use --method=full (or auto)",
-                                on_device ? " on the device, or --device=cpu for the decoding cache" : "")));
+  if (method_flag == "decode" && !on_device && bf16) {
+    return Fail("eval ppl", absl::InvalidArgumentError(
+                                "--method=decode with --precision=bf16: the CPU's decoding cache runs in fp32; use "
+                                "--method=full (or auto), or --device=cuda for bf16 decoding"));
   }
   auto setup = Setup(given, text_input);
   if (!setup.ok()) return Fail("eval ppl", setup.status());
@@ -414,16 +402,24 @@ int Ppl(const std::vector<std::string>& given) {
   };
   std::string method = method_flag;
   if (on_device) {
-    // The full pass on the device: its activations against the device's free memory (read
-    // after the parameters were uploaded). Host memory is not checked: besides the weights
-    // already loaded, the host holds one window's tokens, its losses and the sums by
-    // position, which MemAvailable need not be asked about.
-    method = "full";
-    const int64_t free_bytes = eval::DeviceFreeBytes(), need = runner.FullPassBytes(N);
+    // Either pass on the device: its activations, or its decoding cache, against the
+    // device's free memory (read after the parameters were uploaded); auto takes the full
+    // pass when it fits. Then the host's part: besides the weights already loaded, one
+    // window's tokens and losses and the loss by position (about 32 bytes a position).
+    const int64_t free_bytes = eval::DeviceFreeBytes(), full_bytes = runner.FullPassBytes(N),
+                  decode_bytes = runner.DecodeBytes(N < std::numeric_limits<int64_t>::max() ? N + 1 : N);
+    if (method == "auto") method = free_bytes == 0 || full_bytes < free_bytes * 0.8 ? "full" : "decode";
+    const int64_t need = method == "full" ? full_bytes : decode_bytes;
     if (free_bytes > 0 && need > free_bytes) {
-      return Fail("eval ppl", absl::ResourceExhaustedError(absl::StrCat("--seq_len=", N, ": the full pass on ",
-                                                                        DeviceName(setup->device.device), " needs about ",
-                                                                        GiB(need), ", ", GiB(free_bytes), " free on the device")));
+      return Fail("eval ppl", absl::ResourceExhaustedError(absl::StrCat(
+                                  "--seq_len=", N, ": the ", method, " pass on ", DeviceName(setup->device.device),
+                                  " needs about ", GiB(need), ", ", GiB(free_bytes), " free on the device (full pass ",
+                                  GiB(full_bytes), ", decoding cache ", GiB(decode_bytes), ")")));
+    }
+    if (const int64_t avail = eval::AvailableMemoryBytes(), host_need = with_sums(0); avail > 0 && host_need > avail) {
+      return Fail("eval ppl", absl::ResourceExhaustedError(absl::StrCat("--seq_len=", N, ": the loss by position needs about ",
+                                                                        GiB(host_need), " of host memory, ", GiB(avail),
+                                                                        " available")));
     }
   } else {
     const int64_t avail = eval::AvailableMemoryBytes(), full_bytes = with_sums(runner.FullPassBytes(N)),
@@ -633,21 +629,21 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   if (!depths.ok()) return Fail(cmd.c_str(), depths.status());
   const int64_t K = absl::GetFlag(FLAGS_instances);
   if (K < 1) return Fail(cmd.c_str(), absl::InvalidArgumentError("--instances must be >= 1"));
-  // On the CPU the instances are continued with the decoding cache, in fp32 only; on a
-  // device by one full forward per new token (eval::ModelRunner::Greedy).
+  // The instances are continued with the decoding cache on the runner's device
+  // (eval::ModelRunner::Greedy), on the CPU in fp32 only.
   const bool on_device = setup.device.device != Device::kCpu;
   if (!on_device && setup.device.precision != Precision::kFp32) {
     return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat(
                                  "--precision=", eval::PrecisionName(setup.device.precision),
                                  ": on the CPU the grid decodes with the decoding cache, in fp32; bf16 runs with "
-                                 "--device=cuda (a full forward per new token)")));
+                                 "--device=cuda (the device's decoding cache)")));
   }
   auto runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options, setup.device);
   const int64_t avail = eval::AvailableMemoryBytes(), device_free = on_device ? eval::DeviceFreeBytes() : 0;
   for (int64_t c : *contexts) {
     // One instance's text, ids and the generator's line indices (about 32 bytes per token:
     // text, ids, the tokenizer's pieces) in host memory, and the decoding cache on the CPU
-    // or the full pass on the device.
+    // or on the device.
     const int64_t tokens = c * task.tokens_per_unit + task.max_new + 64;
     const int64_t host_need = (on_device ? 0 : runner->DecodeBytes(tokens)) + 32 * tokens;
     const char* unit = task.tokens_per_unit > 1 ? " lines" : " tokens";
@@ -656,10 +652,10 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
                                                                          on_device ? " (the prompt), " : " (the decoding cache and the prompt), ",
                                                                          GiB(avail), " available")));
     }
-    const int64_t device_need = on_device ? runner->FullPassBytes(tokens) : 0;
+    const int64_t device_need = on_device ? runner->DecodeBytes(tokens) : 0;
     if (device_free > 0 && device_need > device_free) {
       return Fail(cmd.c_str(), absl::ResourceExhaustedError(absl::StrCat("--contexts: ", c, unit, " need about ", GiB(device_need),
-                                                                         " (the full pass on ", DeviceName(setup.device.device), "), ",
+                                                                         " (the decoding cache on ", DeviceName(setup.device.device), "), ",
                                                                          GiB(device_free), " free on the device")));
     }
   }
@@ -761,10 +757,10 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
     }
   }
   // Summary: the accuracy table, contexts down, depths across.
-  std::printf("%s: accuracy per (context, depth), %lld instances per cell; train_len %lld (%s), %s windows; %s (%s)\n",
+  std::printf("%s: accuracy per (context, depth), %lld instances per cell; train_len %lld (%s), %s windows; greedy with "
+              "the decoding cache (%s)\n",
               cmd.c_str(), static_cast<long long>(K), static_cast<long long>(setup.options.train_len),
               setup.train_len_source.c_str(), setup.options.expand_windows ? "expanded" : "as-learned",
-              on_device ? "greedy by a full forward per token" : "greedy with the decoding cache",
               DeviceWords(setup.device).c_str());
   std::printf("%10s", "context");
   for (double d : *depths) std::printf(" %6g", d);
@@ -1137,8 +1133,9 @@ constexpr char kUsage[] =
     "       multiscreen eval choice (--checkpoint=DIR | --weights=W.h5) --task=FILE.jsonl --format=hellaswag|piqa|arc|winogrande\n"
     "                            --out=DIR [--seq_len=N]\n"
     "       every evaluation of a model: [--threads=N] (CPU worker threads; 0: all cores)\n"
-    "       ppl, abcdigits, passkey, ttft, choice: [--device=cpu|cuda --precision=fp32|bf16] (where the full forward runs;\n"
-    "                            default cpu, fp32; the decoding cache, --method=decode and the grids on the CPU, is fp32)\n"
+    "       ppl, abcdigits, passkey, ttft, choice: [--device=cpu|cuda --precision=fp32|bf16] (where the model runs, the full\n"
+    "                            forward and the decoding cache; default cpu, fp32; on the CPU the decoding cache, so\n"
+    "                            --method=decode and the grids, is fp32)\n"
     "       a RoPE model (Transformer; Multiscreen position: ROPE), every evaluation: [--yarn_factor=F|auto]\n"
     "                            (YaRN at inference; auto: length / train_len)\n"
     "       choice's --format (required) is the benchmark's: hellaswag|piqa|arc|winogrande (not a token file format)\n";

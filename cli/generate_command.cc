@@ -1,8 +1,10 @@
 // `multiscreen generate (--checkpoint=DIR | --weights=FILE.h5) --prompt=TEXT
-// [--max_tokens=N --tokenizer=DIR --train_len=T --as_learned --yarn_factor=F|auto]`: greedy decoding
-// with the decoding cache (model/decoder.h: Multiscreen's tile caches with the
-// window-expansion rule, spec "Inference"; the Transformer's KV cache, issue 18).
-// Prints the prompt followed by the continuation.
+// [--max_tokens=N --tokenizer=DIR --train_len=T --as_learned --yarn_factor=F|auto
+// --device=cpu|cuda --precision=fp32|bf16]`: greedy decoding with the decoding cache
+// (model/decoder.h: Multiscreen's tile caches with the window-expansion rule, spec
+// "Inference"; the Transformer's KV cache, issue 18), on the CPU (the default, fp32) or a
+// CUDA device (issue 29; eval::ModelRunner::Greedy, as eval's grids). Prints the prompt
+// followed by the continuation.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -17,7 +19,6 @@
 #include "data/gpt2_tokenizer.h"
 #include "eval/model_runner.h"
 #include "eval/yarn.h"
-#include "model/decoder.h"
 
 ABSL_FLAG(std::string, prompt, "", "text to continue");
 ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate");
@@ -30,15 +31,17 @@ ABSL_FLAG(std::string, yarn_factor, "1",
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);
 ABSL_DECLARE_FLAG(std::string, weights);
+ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(std::string, precision);
 
 namespace multiscreen::cli {
 
 int GenerateCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
                           "multiscreen generate (--checkpoint=DIR | --weights=W.h5) --prompt=TEXT [--max_tokens=N --tokenizer=DIR "
-                          "--train_len=T --as_learned --yarn_factor=F|auto]",
+                          "--train_len=T --as_learned --yarn_factor=F|auto --device=cpu|cuda --precision=fp32|bf16]",
                           {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer",
-                           "yarn_factor"}); !s.ok()) {
+                           "yarn_factor", "device", "precision"}); !s.ok()) {
     return Fail("generate", s);
   }
   if (absl::GetFlag(FLAGS_max_tokens) < 0 || absl::GetFlag(FLAGS_max_tokens) > (int64_t{1} << 32)) {
@@ -46,12 +49,24 @@ int GenerateCommand(int argc, char** argv) {
                                 absl::StrCat("--max_tokens=", absl::GetFlag(FLAGS_max_tokens), ": expected 0 to 2^32")));
   }
   if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
+  // Where the decoder runs (default cpu, fp32), checked before the weights are read: no
+  // CUDA, or no GPU, is one line at once. On the CPU the decoding cache is fp32's.
+  const std::vector<std::string> given = GivenFlags(argc, argv);
+  const std::string device_flag = absl::GetFlag(FLAGS_device), precision_flag = absl::GetFlag(FLAGS_precision);
+  auto device = eval::ParseRunnerDevice(Given(given, "device") ? &device_flag : nullptr,
+                                        Given(given, "precision") ? &precision_flag : nullptr, "generate");
+  if (!device.ok()) return Fail("generate", device.status());
+  const bool on_device = device->device != Device::kCpu;
+  if (!on_device && device->precision != Precision::kFp32) {
+    return Fail("generate", absl::InvalidArgumentError(
+                                "--precision=bf16: on the CPU the decoding cache runs in fp32; bf16 decodes with --device=cuda"));
+  }
+  if (auto s = eval::CheckRunnerDevice(*device); !s.ok()) return Fail("generate", s);
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
   auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), weights->dims);
   if (!yarn.ok()) return Fail("generate", yarn.status());
   // The tokenizer and training length the run recorded (cli/run_data.h), unless given.
-  const std::vector<std::string> given = GivenFlags(argc, argv);
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
   auto tokenizer = LoadRunTokenizer(given, run_dir);
   if (!tokenizer.ok()) return Fail("generate", tokenizer.status());
@@ -70,22 +85,22 @@ int GenerateCommand(int argc, char** argv) {
   std::string train_len_source;
   options.train_len = RunTrainLen(given, run_dir, &train_len_source);
   // The decoding cache of prompt + max_tokens positions must fit (a Transformer's keys and
-  // values, and Multiscreen's infinite-window tiles, grow with every token).
+  // values, and Multiscreen's infinite-window tiles, grow with every token): in host memory,
+  // or on a device in its free memory (read after the parameters were uploaded).
   const int64_t positions = static_cast<int64_t>(prompt->size()) + absl::GetFlag(FLAGS_max_tokens);
   options.yarn_factor = eval::YarnFactorFor(*yarn, positions, options.train_len);
-  if (const int64_t avail = eval::AvailableMemoryBytes(); avail > 0) {
-    const int64_t need = eval::ModelRunner(*weights, options).DecodeBytes(positions) + 8 * positions;
+  eval::ModelRunner runner(*weights, options, *device);
+  if (const int64_t avail = on_device ? eval::DeviceFreeBytes() : eval::AvailableMemoryBytes(); avail > 0) {
+    const int64_t need = runner.DecodeBytes(positions) + (on_device ? 0 : 8 * positions);
     if (need > avail) {
       return Fail("generate", absl::ResourceExhaustedError(absl::StrFormat(
                                   "--max_tokens=%d: the decoding cache of %d positions (prompt and new tokens) needs "
-                                  "about %.2f GiB, %.2f GiB available",
+                                  "about %.2f GiB, %.2f GiB %s",
                                   absl::GetFlag(FLAGS_max_tokens), positions, double(need) / (1 << 30),
-                                  double(avail) / (1 << 30))));
+                                  double(avail) / (1 << 30), on_device ? "free on the device" : "available")));
     }
   }
-  auto decoder = MakeDecoder<float>(weights->dims, weights->params.data(), options);
-  const std::vector<int32_t> generated =
-      GreedyContinuation(*decoder, *prompt, absl::GetFlag(FLAGS_max_tokens), weights->dims.vocab);
+  const std::vector<int32_t> generated = runner.Greedy(*prompt, absl::GetFlag(FLAGS_max_tokens));
   auto text = (*tokenizer)->Decode(generated);
   if (!text.ok()) return Fail("generate", text.status());
   std::printf("%s%s\n", absl::GetFlag(FLAGS_prompt).c_str(), text->c_str());

@@ -254,13 +254,15 @@ class ChoiceCliTest(OneLineErrors):
         self.assertIn("for eval choice the benchmark format of --task: hellaswag, piqa, arc or winogrande (required there)", r.stdout)
         self.assertIn("choice's --format (required) is the benchmark's: hellaswag|piqa|arc|winogrande", r.stdout)
         self.assertIn("[--threads=N]", r.stdout)
-        # The top-level list names choice; generate's usage its window and YaRN flags.
+        # The top-level list names choice; generate's usage its window, YaRN and device flags.
         r = run("--help")
         self.assertIn("| choice --task=F --format=B", r.stdout + r.stderr)
-        self.assertIn("--as_learned --yarn_factor=F|auto]", r.stdout + r.stderr)
+        self.assertIn("--as_learned --yarn_factor=F|auto", r.stdout + r.stderr)
+        self.assertIn("--device=cpu|cuda --precision=fp32|bf16]", r.stdout + r.stderr)
         r = run("generate", "--help")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("--train_len=T --as_learned --yarn_factor=F|auto]", r.stdout.split("\n\n")[0])
+        self.assertIn("--train_len=T --as_learned --yarn_factor=F|auto --device=cpu|cuda --precision=fp32|bf16]",
+                      r.stdout.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -328,12 +328,10 @@ class EvalCliTest(OneLineErrors):
                                    "--device=tpu: expected cpu or cuda")
         self.assert_one_line_error(run("eval", "ppl", *common, "--precision=fp16", out),
                                    "--precision=fp16: expected fp32 or bf16")
-        # The decoding cache is the CPU's, fp32: refused on the device (before the device is
-        # looked for) and under bf16, naming both flags.
-        self.assert_one_line_error(run("eval", "ppl", *common, "--method=decode", "--device=cuda", out),
-                                   "--method=decode with --device=cuda", "--method=full")
+        # The CPU's decoding cache is fp32: refused under bf16 on the CPU (before the weights are
+        # read), naming both flags and the device that decodes in bf16.
         self.assert_one_line_error(run("eval", "ppl", *common, "--method=decode", "--precision=bf16", out),
-                                   "--method=decode with --precision=bf16", "fp32")
+                                   "--method=decode with --precision=bf16", "fp32", "--device=cuda")
         g = self.init("tiny_gpt2_vocab", seed=4)
         self.assert_one_line_error(run("eval", "passkey", f"--weights={g}", "--contexts=120", "--depths=0", "--instances=1",
                                        "--precision=bf16", out, f"--tokenizer={self.tokenizer}"),

@@ -3,11 +3,13 @@
 loss by position of `eval ppl` within 1e-4 in fp32 and within bf16's precision (1e-2
 relative) with --precision=bf16, for Multiscreen (tiny_psi4 with expanded windows;
 tiny_tiled, whose bf16 runs the tiled screening kernels) and the Transformer baseline;
-`eval ttft` timed on the device with the CPU's first token; a passkey cell and `eval
-choice` on the device against the CPU; device and precision in the results, a resume on
-another device refused; --method=decode and windows past the device's memory refused in
-one line. Runs on the emulated device (build-emulated) or a GPU; skips, visibly, where
-no device is visible (the nvcc build on a machine without a GPU).
+`eval ppl --method=decode` with the device's decoding cache against the CPU's (fp32 and
+bf16); `generate --device=cuda` printing the CPU's tokens; `eval ttft` timed on the device
+with the CPU's first token; a passkey cell (decoded on the device) and `eval choice` on the
+device against the CPU; device and precision in the results, a resume on another device
+refused; windows past the device's memory and bf16 decoding on the CPU refused in one
+line. Runs on the emulated device (build-emulated) or a GPU; skips, visibly, where no
+device is visible (the nvcc build on a machine without a GPU).
 
 Run: /usr/bin/python3 tests/eval/eval_device_test.py --multiscreen=build-emulated/multiscreen --source=.
 """
@@ -196,7 +198,7 @@ class EvalDeviceTest(OneLineErrors):
                 self.assertEqual(json.load(f)["identity"]["device"], device)
             with open(dump) as f:
                 dumps[device] = [json.loads(line) for line in f]
-        self.assertIn("greedy by a full forward per token (cuda, fp32)", r.stdout)
+        self.assertIn("greedy with the decoding cache (cuda, fp32)", r.stdout)
         self.assertEqual(dumps["cuda"], dumps["cpu"])
 
     def test_choice_on_the_device_scores_as_the_cpu(self):
@@ -216,18 +218,73 @@ class EvalDeviceTest(OneLineErrors):
                 got[device] = [json.loads(line)["loglik"] for line in f]
         np.testing.assert_allclose(got["cuda"], got["cpu"], rtol=0, atol=1e-4)
 
+    # ---- decoding on the device -----------------------------------------------------------------
+    def test_decode_on_the_device_gives_the_cpus_losses(self):
+        for model, vocab in (("tiny_psi4", 97), ("tiny_transformer", 37)):
+            with self.subTest(model=model):
+                cpu, dev, r = self.ppl_pair(model, vocab, "--device=cuda", "--method=decode")
+                self.assertEqual((dev["device"], dev["precision"], dev["method"]), ("cuda", "fp32", "decode"))
+                self.assertIn("decode pass (cuda, fp32)", r.stdout)
+                self.assertGreater(dev["device_bytes_peak"], 0)
+                diff = np.max(np.abs(np.array(dev["mean_loss"]) - cpu["mean_loss"]))
+                print(f"{model} decode fp32: max |cuda decode - cpu full| by position {diff:.3g}", file=sys.stderr)
+                self.assertLessEqual(diff, 1e-4)
+                _, dev16, r = self.ppl_pair(model, vocab, "--device=cuda", "--method=decode", "--precision=bf16")
+                self.assertIn("decode pass (cuda, bf16)", r.stdout)
+                got16 = np.array(dev16["mean_loss"])
+                rel = np.max(np.abs(got16 - cpu["mean_loss"]) / np.array(cpu["mean_loss"]))
+                print(f"{model} decode bf16: max relative |cuda bf16 decode - cpu fp32| by position {rel:.3g}",
+                      file=sys.stderr)
+                self.assertLessEqual(rel, 1e-2)
+                self.assertGreater(np.max(np.abs(got16 - dev["mean_loss"])), 1e-5)  # bf16 ran
+
+    def test_generate_on_the_device_prints_the_cpus_tokens(self):
+        for model in ("tiny_gpt2_vocab", "tiny_gpt2_transformer"):
+            with self.subTest(model=model):
+                w = self.model_weights(model)
+                common = (f"--weights={w}", f"--tokenizer={self.tokenizer}", "--prompt=The quick brown fox jumps",
+                          "--max_tokens=12", "--train_len=4")
+                cpu = run("generate", *common)
+                self.assertEqual(cpu.returncode, 0, cpu.stderr)
+                dev = run("generate", *common, "--device=cuda")
+                self.assertEqual(dev.returncode, 0, dev.stderr)
+                print(f"{model}: {cpu.stdout.strip()!r}", file=sys.stderr)
+                self.assertEqual(dev.stdout, cpu.stdout)
+                self.assertGreater(len(cpu.stdout.strip()), len("The quick brown fox jumps"))
+                dev16 = run("generate", *common, "--device=cuda", "--precision=bf16")
+                self.assertEqual(dev16.returncode, 0, dev16.stderr)
+                self.assertTrue(dev16.stdout.startswith("The quick brown fox jumps"), dev16.stdout)
+
     # ---- refusals ---------------------------------------------------------------------------------
-    def test_decode_and_windows_past_the_devices_memory_are_refused(self):
+    def test_windows_past_the_devices_memory_and_bf16_decoding_on_the_cpu_are_refused(self):
         w = self.model_weights("tiny_psi4")
         t = self.tokens(97, 100, 11, "refuse.bin")
         out = os.path.join(self.dir, "refused")
-        self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--method=decode",
-                                       "--device=cuda", f"--out={out}"),
-                                   "--method=decode with --device=cuda", "the decoding cache runs on the CPU")
         big = "9223372036854775807"
         self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", f"--data={t}", f"--seq_len={big}", "--device=cuda",
-                                       f"--out={out}"),
+                                       "--method=full", f"--out={out}"),
                                    f"--seq_len={big}: the full pass on cuda needs about 8589934592.00 GiB", "free on the device")
+        # auto takes the decoding cache when the full pass does not fit: Multiscreen's finite
+        # windows hold it in kilobytes, but the loss by position does not fit the host.
+        self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", f"--data={t}", f"--seq_len={big}", "--device=cuda",
+                                       f"--out={out}"),
+                                   f"--seq_len={big}: the loss by position needs about 8589934592.00 GiB of host memory",
+                                   "available")
+        # A Transformer's cache grows with every position.
+        tw = self.model_weights("tiny_transformer")
+        self.assert_one_line_error(run("eval", "ppl", f"--weights={tw}", f"--data={t}", f"--seq_len={big}", "--device=cuda",
+                                       "--method=decode", f"--out={out}"),
+                                   f"--seq_len={big}: the decode pass on cuda needs about 8589934592.00 GiB",
+                                   "free on the device (full pass 8589934592.00 GiB")
+        # A Transformer's decoding cache grows with every token.
+        g = self.model_weights("tiny_gpt2_transformer")
+        self.assert_one_line_error(run("generate", f"--weights={g}", f"--tokenizer={self.tokenizer}", "--prompt=a",
+                                       "--max_tokens=4000000000", "--device=cuda"),
+                                   "--max_tokens=4000000000: the decoding cache of 4000000001 positions",
+                                   "free on the device")
+        self.assert_one_line_error(run("generate", f"--weights={g}", f"--tokenizer={self.tokenizer}", "--prompt=a",
+                                       "--precision=bf16"),
+                                   "--precision=bf16: on the CPU the decoding cache runs in fp32")
         self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", f"--context={big}", "--device=cuda", f"--out={out}"),
                                    f"--context={big}: the prefill needs about 8589934592.00 GiB", "free on the device")
 
