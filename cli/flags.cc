@@ -74,9 +74,10 @@ absl::Status RefuseOtherFlags(int argc, char** argv, const char* usage, std::ini
 
 namespace {
 
-// A flag given, and the text it was given ("" for a boolean given as --name or --noname).
+// A flag given, and the text it was given ("" for a boolean given as --name or --noname);
+// `arg`: how it was written ("--input=a.txt", "--noplot"), for messages.
 struct GivenFlag {
-  std::string name, value;
+  std::string name, value, arg;
 };
 
 // Adds to `names` this program's flags that `args` sets, reading --flagfile files
@@ -100,7 +101,9 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
           const std::string env = absl::StrCat("FLAGS_", item);
           if (name == "fromenv" || std::getenv(env.c_str()) != nullptr) {
             const char* text = std::getenv(env.c_str());
-            if (auto it = all.find(item); it != all.end()) names->push_back({std::string(it->first), text ? text : ""});
+            if (auto it = all.find(item); it != all.end()) {
+              names->push_back({std::string(it->first), text ? text : "", absl::StrCat("--fromenv=", item)});
+            }
           }
           continue;
         }
@@ -121,7 +124,8 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
     const bool takes_next = !has_value && !it->second->IsOfType<bool>();
     if (takes_next) ++i;
     if (it->second->Filename().find("cli/") == std::string::npos) continue;
-    names->push_back({std::string(it->first), has_value || takes_next ? value : std::string()});
+    names->push_back({std::string(it->first), has_value || takes_next ? value : std::string(),
+                      takes_next ? absl::StrCat(args[i - 1], " ", value) : args[i]});
   }
 }
 
@@ -235,6 +239,26 @@ absl::Status CheckDecimalFlags(int argc, char** argv) {
   return absl::OkStatus();
 }
 
+// absl keeps the last value of a flag given twice, so `prepare --input=a --input=b` read
+// b alone and `--lr=1 ... --lr=2` trained at 2 without a word. No flag of ours adds up
+// repeated values: a flag given more than once (on the command line, in flagfiles or
+// through --fromenv) is refused, naming both.
+absl::Status CheckRepeatedFlags(int argc, char** argv) {
+  const std::vector<GivenFlag> given = GivenFlagsAndValues(argc, argv);
+  for (size_t i = 0; i < given.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (given[j].name != given[i].name) continue;
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(given[i].name);
+      const bool list = flag != nullptr && flag->IsOfType<std::vector<std::string>>();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", given[i].name, " is given twice (", given[j].arg, ", then ", given[i].arg,
+          "): a flag takes one value and the last would silently replace the first; give it once",
+          list ? absl::StrCat(", its values comma-separated (--", given[i].name, "=A,B)") : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<std::string> GivenFlags(int argc, char** argv) {
@@ -252,6 +276,7 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializ
   PrintCommandHelpIfAsked(argc, argv, usage, accepted);
   MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
   MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
+  MS_RETURN_IF_ERROR(CheckRepeatedFlags(argc, argv));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "' (flags are --name=value)"));
@@ -265,6 +290,7 @@ absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::in
   PrintCommandHelpIfAsked(argc, argv, usage, accepted);
   MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
   MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
+  MS_RETURN_IF_ERROR(CheckRepeatedFlags(argc, argv));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   args->assign(rest.begin() + 1, rest.end());
   return RefuseOtherFlags(argc, argv, usage, accepted);

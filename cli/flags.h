@@ -32,7 +32,9 @@ namespace multiscreen::cli {
 // regular file of at most 1 MiB or that names itself through a cycle (absl would read it
 // for ever), or a floating-point flag whose text is not a plain decimal number
 // (common/decimal.h: absl reads doubles as strtod does, so "0x10", "inf", "nan" and " 2"
-// were taken; bench's --w also takes "inf"). absl itself exits on an unknown flag.
+// were taken; bench's --w also takes "inf"), or a flag given twice (on the command line,
+// in flagfiles or through --fromenv: absl would keep the last value without a word).
+// absl itself exits on an unknown flag.
 absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted);
 
 // As ParseFlags, but positional arguments are returned in `args` instead of refused.

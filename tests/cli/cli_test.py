@@ -304,6 +304,28 @@ class CliTest(OneLineErrors):
         missing = os.path.join(self.dir, "missing")
         self.assert_one_line_error(params(f"--flagfile={good},{missing}"), f"--flagfile={missing}: cannot open flagfile")
 
+    def test_a_flag_given_twice_is_refused_naming_both(self):
+        # absl keeps a repeated flag's last value: `prepare --input=a --input=b` read b
+        # alone, `params --model=psi8 --model=tiny_psi2` counted tiny_psi2, without a word.
+        self.assert_one_line_error(run("params", "--model=psi8", "--model=tiny_psi2"),
+                                   "--model is given twice (--model=psi8, then --model=tiny_psi2): a flag takes one "
+                                   "value and the last would silently replace the first; give it once")
+        self.assert_one_line_error(run("params", "--model", "psi8", "--json", "--model=tiny_psi2"),
+                                   "--model is given twice (--model psi8, then --model=tiny_psi2)")
+        self.assert_one_line_error(run("params", "--json", "--model=tiny_psi2", "--nojson"),
+                                   "--json is given twice (--json, then --nojson)")
+        flagfile = os.path.join(self.dir, "flags")
+        with open(flagfile, "w") as f:
+            f.write("--model=psi8\n")
+        self.assert_one_line_error(run("params", f"--flagfile={flagfile}", "--model=tiny_psi2"),
+                                   "--model is given twice (--model=psi8, then --model=tiny_psi2)")
+        # A list flag says how to give several values.
+        self.assert_one_line_error(run("prepare", "--input=a.txt", "--input=b.txt", f"--output={self.dir}/o"),
+                                   "--input is given twice (--input=a.txt, then --input=b.txt)",
+                                   "its values comma-separated (--input=A,B)")
+        r = run("params", f"--flagfile={flagfile}", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_forward_refuses_a_short_token_file(self):
         w, t = self._init_and_tokens(20)
         r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=3", "--seq_len=8",
