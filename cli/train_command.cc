@@ -49,7 +49,7 @@ ABSL_FLAG(int64_t, checkpoint_every, 0, "steps between checkpoints (0: at the en
 ABSL_FLAG(int64_t, eval_every, 0, "steps between validation passes (0: never)");
 ABSL_FLAG(int64_t, eval_windows, 0,
           "held-out windows per validation pass, the same under every layout (a multiple of dp; replaces the run "
-          "file's eval.batches)");
+          "file's eval.batches; 0: eval.batches)");
 ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (train_*.bin, val_*.bin)");
 ABSL_FLAG(std::string, format, "auto",
           "token file format of --data: auto, llmc, megatron (a .bin/.idx pair) or raw_uint16 (nanoGPT's .bin); "
@@ -155,9 +155,10 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   if (from_flag("lr", "optimizer.lr")) run.mutable_optimizer()->set_lr(absl::GetFlag(FLAGS_lr));
   if (from_flag("checkpoint_every", "checkpoint.every")) run.mutable_checkpoint()->set_every(absl::GetFlag(FLAGS_checkpoint_every));
   if (from_flag("eval_every", "eval.every")) run.mutable_eval()->set_every(absl::GetFlag(FLAGS_eval_every));
+  // --eval_windows=N replaces the run file's eval.batches; =0 leaves eval.batches as it is.
   if (from_flag("eval_windows", "eval.windows")) {
     run.mutable_eval()->set_windows(absl::GetFlag(FLAGS_eval_windows));
-    run.mutable_eval()->clear_batches();
+    if (run.eval().windows() != 0) run.mutable_eval()->clear_batches();
   }
   if (Given(given, "model")) run.set_model(absl::GetFlag(FLAGS_model));
   if (Given(given, "data")) {
@@ -171,6 +172,10 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
       run.mutable_data()->set_val_shard(absl::GetFlag(FLAGS_data));
     } else {
       run.mutable_data()->clear_val_shard();
+      if (run.eval().every() > 0 || Given(given, "eval_windows")) {
+        LogWarning("--data=", absl::GetFlag(FLAGS_data), " is a file: training data only, so validation is off (a "
+                   "--data directory with val_*.bin, or data.val_shard in the run file, gives held-out data)");
+      }
     }
   }
   if (from_flag("format", "data.format")) {
@@ -309,6 +314,14 @@ int TrainCommand(int argc, char** argv) {
     LogInfo(grid->Describe(), ", device ", bound_device, "; launcher: ", LauncherEnv());
     if (grid->world_rank() == 0) LogInfo("process grid: ", grid->world_size(), " ranks, tp=", grid->shape().tp,
                                          " pp=", grid->shape().pp, " dp=", grid->shape().dp, "; ", grid->Describe());
+    // eval.windows against dp, now known: every rank alike, one line, before any file is made.
+    if (const int64_t w = run->eval().windows(); w > 0 && w % grid->shape().dp != 0) {
+      return grid->world_rank() == 0
+                 ? Fail("train", absl::InvalidArgumentError(absl::StrCat(
+                                     source.Name("eval.windows"), ": ", w, " is not a multiple of dp = ",
+                                     grid->shape().dp, " (each replica takes an equal block of the held-out windows)")))
+                 : 1;
+    }
   } else {
     // `srun -n 2 --mpi=none` lands here twice: say so before the run directory is touched.
     if (auto s = CheckLauncherProcessCount(1); !s.ok()) return Fail("train", s);
@@ -401,7 +414,11 @@ int TrainCommand(int argc, char** argv) {
   }
   if (logger && (*trainer)->steps_run() > 0) {
     std::printf("final train_loss %.4f", (*trainer)->last_loss());
-    if ((*trainer)->last_val_loss() > 0) std::printf(" val_loss %.4f", (*trainer)->last_val_loss());
+    std::printf(" (step %lld)", static_cast<long long>((*trainer)->state().step));
+    if ((*trainer)->last_val_loss() > 0) {
+      std::printf(" val_loss %.4f (step %lld)", (*trainer)->last_val_loss(),
+                  static_cast<long long>((*trainer)->last_val_step()));
+    }
     for (const auto& [name, loss] : (*trainer)->last_val_losses()) std::printf(" val_loss/%s %.4f", name.c_str(), loss);
     std::printf("\n");
   }

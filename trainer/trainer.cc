@@ -52,9 +52,11 @@ absl::Status CheckTokenIds(const Batch& batch, int64_t vocab, const std::string&
   for (size_t i = 0; i < batch.tokens.size(); ++i) {
     const int32_t id = batch.tokens[i];
     if (id >= 0 && id < vocab) continue;
+    // A version-2 shard's uint32 id past 2^31 - 1 reads as a negative int32: say the file's value.
+    const uint32_t held = static_cast<uint32_t>(id);
     return absl::InvalidArgumentError(absl::StrCat(
         locate(int64_t(i) / width, int64_t(i) % width), ": ", split, " window ",
-        batch.first_sample + int64_t(i) / width, " holds token id ", id, ", outside the vocabulary V = ", vocab,
+        batch.first_sample + int64_t(i) / width, " holds token id ", held, ", outside the vocabulary V = ", vocab,
         " of model ", model, " (shards made with another tokenizer?)"));
   }
   return absl::OkStatus();
@@ -218,6 +220,63 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   // spec's count at initialization) against the GEMM rate measured per process.
   t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), InitialWindows(dims));
   t->peak_gflops_ = MeasureSgemmGflops() * grid->world_size();
+  // The held-out passes first: their windows are fixed by eval.windows (or eval.batches),
+  // dp and the data alone, and a problem with them is met before the run directory is
+  // made or a checkpoint read.
+  t->named_val_ = !sources.val_sources.empty();
+  {
+    const int dp = grid->shape().dp, dp_rank = grid->coord().dp;
+    std::vector<LoaderSource> val_sources = sources.val_sources;
+    if (val_sources.empty() && sources.val != nullptr) val_sources.push_back({"", 1, sources.val});
+    if (!val_sources.empty() && run.eval().every() > 0) {
+      // One pass covers eval.windows held-out windows, the same under every layout, or
+      // eval.batches × micro_batch of them (data/loader.h ValidationLoader).
+      ValidationOptions vo;
+      vo.seq_len = run.seq_len();
+      vo.micro_batch = run.micro_batch();
+      vo.dp_rank = dp_rank;
+      vo.dp_size = dp;
+      vo.exact = run.eval().windows() > 0;
+      // eval.batches: that many micro-batches, rounded up to a multiple of dp (every
+      // replica takes as many).
+      const int64_t batches = (run.eval().batches() + dp - 1) / dp * dp;
+      vo.windows = vo.exact ? run.eval().windows() : batches * run.micro_batch();
+      if (t->is_logger() && !vo.exact && run.eval().batches() % dp != 0) {
+        LogWarning("eval.batches=", run.eval().batches(), " is not a multiple of dp=", dp, ": validation takes ", batches,
+                   " micro-batches, so its loss is not comparable with other layouts' (eval.windows is)");
+      }
+      for (LoaderSource& v : val_sources) {
+        auto val = ValidationLoader::Create(v.stream, vo);
+        if (!val.ok()) {
+          if (!t->named_val_) return val.status();
+          return absl::Status(val.status().code(), absl::StrCat("validation source ", v.name, ": ", val.status().message()));
+        }
+        // Fewer windows than eval.batches asks for (the stream holds fewer, or dp does not
+        // divide them): every window is used once, never repeated, and said (issue 31 §3:
+        // "without a word").
+        if (t->is_logger() && (*val)->windows() < vo.windows) {
+          LogWarning(v.name.empty() ? "validation data" : absl::StrCat("validation source ", v.name), ": eval.batches=",
+                     run.eval().batches(), " asks for ", vo.windows, " windows (", batches, " x micro_batch ",
+                     run.micro_batch(), "); ", v.stream->size(), " tokens and dp = ", dp, " give ", (*val)->windows(),
+                     ": each validation uses those (eval.windows names a count that every layout validates alike)");
+        }
+        // The pass's windows are fixed: a token id the model cannot embed is found now,
+        // not at the first validation hours later (and before that step's checkpoint).
+        for (int64_t b = 0; b < (*val)->num_batches(); ++b) {
+          const Batch batch = (*val)->Get(b);
+          const ValidationLoader& loader = **val;
+          auto s = CheckTokenIds(batch, dims.vocab, dims.name, "validation", [&](int64_t row, int64_t col) {
+            return loader.stream().Locate((batch.first_sample + row) * run.seq_len() + col);
+          });
+          if (!s.ok()) {
+            if (!t->named_val_) return s;
+            return absl::Status(s.code(), absl::StrCat("validation source ", v.name, ": ", s.message()));
+          }
+        }
+        t->val_loaders_.push_back({v.name, v.weight > 0 ? v.weight : 1.0, std::move(*val)});
+      }
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(run.run_dir(), ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("--run_dir=", run.run_dir(), ": ", ec.message()));
@@ -263,37 +322,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   if (!loader.ok()) return loader.status();
   t->loader_ = std::move(*loader);
   t->named_train_ = !sources.mixture.empty();
-  t->named_val_ = !sources.val_sources.empty();
-  std::vector<LoaderSource> val_sources = sources.val_sources;
-  if (val_sources.empty() && sources.val != nullptr) val_sources.push_back({"", 1, sources.val});
-  if (!val_sources.empty() && run.eval().every() > 0) {
-    // One pass covers eval.windows held-out windows, the same under every layout, or
-    // eval.batches × micro_batch of them (data/loader.h ValidationLoader).
-    ValidationOptions vo;
-    vo.seq_len = run.seq_len();
-    vo.micro_batch = run.micro_batch();
-    vo.dp_rank = dp_rank;
-    vo.dp_size = dp;
-    vo.exact = run.eval().windows() > 0;
-    vo.windows = vo.exact ? run.eval().windows() : run.eval().batches() * run.micro_batch();
-    for (LoaderSource& v : val_sources) {
-      auto val = ValidationLoader::Create(v.stream, vo);
-      if (!val.ok()) {
-        if (!t->named_val_) return val.status();
-        return absl::Status(val.status().code(), absl::StrCat("validation source ", v.name, ": ", val.status().message()));
-      }
-      // Fewer windows than eval.batches asks for (the stream holds fewer, or dp does not
-      // divide them): every window is used once, never repeated, and said (issue 31 §3:
-      // "without a word").
-      if (t->is_logger() && (*val)->windows() < vo.windows) {
-        LogWarning(v.name.empty() ? "validation data" : absl::StrCat("validation source ", v.name), ": eval.batches=",
-                   run.eval().batches(), " asks for ", vo.windows, " windows (", run.eval().batches(), " x micro_batch ",
-                   run.micro_batch(), "); ", v.stream->size(), " tokens and dp = ", dp, " give ", (*val)->windows(),
-                   ": each validation uses those (eval.windows names a count that every layout validates alike)");
-      }
-      t->val_loaders_.push_back({v.name, v.weight > 0 ? v.weight : 1.0, std::move(*val)});
-    }
-  }
   if (t->is_logger() && run.logging().tensorboard()) {
     auto tb = TensorBoardWriter::Open(run.run_dir() + "/tb");
     if (!tb.ok()) return tb.status();
@@ -378,6 +406,14 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
                  run_.run_dir(), "/run.json): its trajectory changes here; ",
                  "keep dp x grad_accum x micro_batch fixed to continue it");
     }
+    // Validation over other held-out windows than at the start: its losses before and
+    // after do not compare (eval.batches moves with micro_batch and dp).
+    if (identity.is_object() && identity.contains("val_windows") && !val_loaders_.empty() &&
+        identity["val_windows"] != ValidationWindows()) {
+      LogWarning("validation now covers ", ValidationWindows().dump(), " held-out windows per pass; the run started with ",
+                 identity["val_windows"].dump(), " (", run_.run_dir(), "/run.json): val_loss before and after step ",
+                 m.step, " is over other windows; eval.windows (--eval_windows) fixes them under every layout");
+    }
     // So do another window length and, for a schedule shaped by the run's length,
     // another --steps (issue 31 §5: a cosine lr jumped from 0.0020 to 0.0238 unsaid).
     if (const auto started = started_with("seq_len"); started && *started != run_.seq_len()) {
@@ -423,11 +459,15 @@ absl::StatusOr<bool> Trainer::ValidateAndLog() {
   if (absl::IsCancelled(val.status())) return false;
   if (!val.ok()) return val.status();
   last_val_loss_ = *val;
+  last_val_step_ = state_.step;
   if (!is_logger()) return true;
   nlohmann::json row = {{"step", state_.step}, {"val_loss", *val}};
+  if (!named_val_) row["val_windows"] = val_loaders_.front().loader->windows();
   std::string per_source;
   if (named_val_) {
-    for (const auto& [name, loss] : last_val_losses_) {
+    for (size_t k = 0; k < last_val_losses_.size(); ++k) {
+      const auto& [name, loss] = last_val_losses_[k];
+      row["val_windows/" + name] = val_loaders_[k].loader->windows();
       row["val_loss/" + name] = loss;
       absl::StrAppend(&per_source, " | ", name, " ", absl::StrFormat("%.4f", loss));
     }
@@ -530,6 +570,12 @@ nlohmann::json Trainer::RunIdentity() const {
           {"global_batch", grid_->shape().dp * run_.grad_accum() * run_.micro_batch()}};
 }
 
+nlohmann::json Trainer::ValidationWindows() const {
+  nlohmann::json windows;
+  for (const ValSource& v : val_loaders_) windows[v.name.empty() ? "val" : v.name] = v.loader->windows();
+  return windows;
+}
+
 std::string Trainer::MetricsPath() const { return run_.run_dir() + "/metrics.jsonl"; }
 
 absl::Status Trainer::CheckSameRun(const absl::Status& why_no_checkpoint) const {
@@ -537,7 +583,10 @@ absl::Status Trainer::CheckSameRun(const absl::Status& why_no_checkpoint) const 
   const bool has_metrics = std::filesystem::exists(metrics) && std::filesystem::file_size(metrics) > 0;
   std::ifstream in(run_.run_dir() + "/run.json");
   nlohmann::json saved = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
-  if (saved.is_object()) saved.erase("steps");  // not part of the identity
+  if (saved.is_object()) {  // not part of the identity
+    saved.erase("steps");
+    saved.erase("val_windows");
+  }
   if (has_metrics && saved != RunIdentity()) {
     // Metrics of another run (or of one we cannot tell is this one): keep them.
     return absl::FailedPreconditionError(absl::StrCat(
@@ -564,6 +613,7 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
   // (it shapes every schedule but WARMUP_CONSTANT).
   nlohmann::json identity = RunIdentity();
   identity["steps"] = run_.steps();
+  if (!val_loaders_.empty()) identity["val_windows"] = ValidationWindows();
   out << identity.dump() << "\n";
   if (!out.flush()) return WriteError(identity_path, "write failed", errno);
   return absl::OkStatus();

@@ -124,6 +124,7 @@ class Trainer {
   const ParamLayout& layout() const { return model_->layout(); }
   double last_loss() const { return last_loss_; }
   double last_val_loss() const { return last_val_loss_; }
+  int64_t last_val_step() const { return last_val_step_; }  // the step last_val_loss() was taken at
   // (name, loss) of each held-out source at the last validation (Sources::val_sources).
   const std::vector<std::pair<std::string, double>>& last_val_losses() const { return last_val_losses_; }
   bool stopped_by_signal() const { return stopped_by_signal_; }
@@ -162,6 +163,9 @@ class Trainer {
   absl::Status MarkSupersededMetrics(int64_t step);
   std::string MetricsPath() const;
   nlohmann::json RunIdentity() const;
+  // Held-out windows per validation pass, by source ("val" for the unnamed one): what
+  // run.json records at the start and a resume compares (null without validation).
+  nlohmann::json ValidationWindows() const;
   // Rank 0, on resume: OK when the checkpoint's training data (`saved`, null for a
   // checkpoint without the record) are this run's data_ (or allow_data_change_, with a
   // warning); else an error naming the first source that differs.
@@ -188,6 +192,7 @@ class Trainer {
   TrainState state_;
   DeviceArray<float> grads_;  // on the step's device
   double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
+  int64_t last_val_step_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;
   // Resumed at a validation step whose validation a stop signal cancelled (no standing

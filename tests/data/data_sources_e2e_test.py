@@ -151,6 +151,19 @@ data {{
         for name in ("megatron", "megatron_idx", "raw"):
             self.assertEqual(losses[name], losses["llmc"], name)
 
+    def test_an_id_past_2_31_is_named_as_the_file_holds_it(self):
+        # A uint32 (version 2) shard's id 2^31 + 5 was reported as "token id -2147483643".
+        cfg = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
+        wide = self.path("wide.bin")
+        ids = stream(1, 3000)
+        ids[::30] = 2**31 + 5  # one in every window of 33 tokens
+        write_llmc(wide, ids)
+        r = train([f"--config={cfg}", f"--run_dir={self.path('wide_run')}", f"--data={wide}", "--steps=1"],
+                  check=False)
+        self.assertNotEqual(r.returncode, 0)
+        line = r.stderr.strip().splitlines()[-1]
+        self.assertIn("holds token id 2147483653, outside the vocabulary V = 97", line)
+
     def test_bad_sources_are_one_line_errors(self):
         cfg = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
         big = self.path("big_ids.u16")
@@ -162,6 +175,27 @@ data {{
         line = r.stderr.strip().splitlines()[-1]
         self.assertIn(f"{big}: token 1234: training window", line)
         self.assertIn("holds token id 60000, outside the vocabulary V = 97", line)
+
+        # A bad id in a held-out window is met at the start, before step 1 (it used to end
+        # the run at its first validation, before that step's checkpoint).
+        bad_val = self.path("bad_val")
+        os.makedirs(bad_val, exist_ok=True)
+        held = stream(3, 4000)
+        held[700] = 60000
+        write_llmc(os.path.join(bad_val, "val_000000.bin"), held)
+        web = self.path("web")
+        path = self.path("bad_val.textproto")
+        with open(path, "w") as f:
+            f.write(self.base + f'data {{ sources {{ name: "web" weight: 1 paths: "{web}" }} '
+                                f'val_sources {{ name: "held" paths: "{bad_val}" }} }}\n')
+        run_dir = self.path("bad_val_run")
+        r = train([f"--config={path}", f"--run_dir={run_dir}", "--eval_windows=40", "--eval_every=6"], check=False)
+        self.assertNotEqual(r.returncode, 0)
+        line = r.stderr.strip().splitlines()[-1]
+        self.assertIn(f"validation source held: {bad_val}/val_000000.bin: token 700: validation window 21 holds token "
+                      "id 60000, outside the vocabulary V = 97", line)
+        self.assertNotIn("step 1/", r.stderr)
+        self.assertFalse(os.path.exists(run_dir))
 
         def config_error(data):
             path = self.path("bad.textproto")

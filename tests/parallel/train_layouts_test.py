@@ -98,13 +98,22 @@ class TrainLayoutsTest(SyntheticCorpusCase):
                 d = os.path.join(self.tmp.name, f"windows_{name}")
                 self.train(d, np, *flags, "--eval_windows=8", "--steps=10")
                 self.assert_same_trajectory(d, keys)
+        # eval.batches (2 here) that dp = 4 does not divide: rounded up to 4 micro-batches of 1
+        # window, one per replica, and said (rounded down to a multiple of dp it was 0 and
+        # refused: "fewer than one per data-parallel replica").
+        d = os.path.join(self.tmp.name, "batches_dp4")
+        r = self.train(d, 4, "--micro_batch=1", "--grad_accum=4", "--steps=5")
+        self.assertIn("eval.batches=2 is not a multiple of dp=4: validation takes 4 micro-batches", r.stderr)
+        with open(os.path.join(d, "metrics.jsonl")) as f:
+            self.assertEqual([row["val_windows"] for row in map(json.loads, f) if "val_loss" in row], [4])
         # A count dp does not divide is one line naming the flag's field before anything runs.
         d = os.path.join(self.tmp.name, "windows_odd")
         cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", "2", BIN, "train", f"--config={self.config}",
                f"--data={self.data}", f"--run_dir={d}", "--eval_every=5", "--eval_windows=7", "--steps=2"]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("eval.windows = 7 is not a positive multiple of dp = 2", r.stderr)
+        self.assertIn("multiscreen train: --eval_windows (eval.windows): 7 is not a multiple of dp = 2", r.stderr)
+        self.assertFalse(os.path.exists(d))  # refused before the run directory is made
 
     def test_the_transformer_matches_its_single_process_under_every_layout_and_resumes_across_them(self):
         model = "--model=tiny_transformer_train"
