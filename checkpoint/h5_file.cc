@@ -506,6 +506,18 @@ std::vector<std::string> H5Reader::DatasetNames() const {
   return names;
 }
 
+std::vector<std::string> H5Reader::RootAttributeNames() const {
+  std::vector<std::string> names;
+  H5Aiterate2(
+      file_, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->push_back(name);
+        return 0;
+      },
+      &names);
+  return names;
+}
+
 // Opens root attribute `name` when it is a single value (scalar or one-element
 // array) whose class is one of `classes`; `what` describes them for the error.
 absl::StatusOr<int64_t> H5Reader::OpenScalarAttribute(const std::string& name, std::initializer_list<int> classes,

@@ -105,6 +105,8 @@ class H5Reader {
   absl::Status ReadRows(const std::string& name, int64_t row_begin, int64_t rows, float* out) const;
   // All dataset names (full paths, no leading '/').
   std::vector<std::string> DatasetNames() const;
+  // The names of the root group's attributes, in name order.
+  std::vector<std::string> RootAttributeNames() const;
   // Root attributes. Each must be a scalar (or a one-element array) of the
   // right class: an integer attribute an HDF5 integer, a double one an integer
   // or float; NotFound when missing, InvalidArgument (naming the attribute and

@@ -27,6 +27,7 @@ absl::StatusOr<StreamedWeights> OpenWeightsFileStreamed(const std::string& path,
   StreamedWeights r;
   MS_ASSIGN_OR_RETURN(r.dims, ReadModelDims(*in));
   auto layout = std::make_shared<ParamLayout>(r.dims, ShardSpec::Full(r.dims));
+  MS_RETURN_IF_ERROR(CheckWeightsFileDatasets(*in, *layout));
   r.verify = [in, layout, path, block_bytes]() -> absl::Status {
     const ParamLayout& full = *layout;
     for (const ParamEntry& e : full.entries()) MS_RETURN_IF_ERROR(CheckDatasetHolds(*in, e.name, e.global_shape));

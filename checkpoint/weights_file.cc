@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -34,12 +36,63 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& d) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The root attributes a weights file has: WriteModelDims's and the checksum.
+constexpr const char* kRootAttributes[] = {
+    "format", "format_version", "name",      "n_layers",  "n_heads",   "d_e",      "d_k",
+    "d_v",    "vocab",          "w_th",      "pl_norm",   "eos_token", "family",   "qk_norm",
+    "sio",    "tanh_norm",      "attention", "position",  "output_gate", "params_crc32c"};
+
+// The switch attributes in the order files gained them. A file written before one lacks
+// it and every later one (and reads as their defaults); a file that has one has every
+// earlier one and the rest of its group, so a missing one was deleted.
+const std::vector<std::vector<const char*>>& SwitchGenerations() {
+  static const std::vector<std::vector<const char*>> generations = {
+      {"family", "qk_norm", "sio"}, {"tanh_norm"}, {"attention"}, {"position", "output_gate"}};
+  return generations;
+}
+
+// Refuses a root attribute a weights file does not have, and a switch attribute missing
+// from a file that has a later one (SwitchGenerations).
+absl::Status CheckRootAttributeNames(const H5Reader& in) {
+  const std::vector<std::string> names = in.RootAttributeNames();
+  auto has = [&](const char* a) { return std::find(names.begin(), names.end(), a) != names.end(); };
+  for (const std::string& name : names) {
+    if (std::none_of(std::begin(kRootAttributes), std::end(kRootAttributes), [&](const char* a) { return name == a; })) {
+      return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute ", name,
+                                                     " is not one a weights file has (",
+                                                     absl::StrJoin(kRootAttributes, ", "), ")"));
+    }
+  }
+  const auto& generations = SwitchGenerations();
+  for (size_t g = 0; g < generations.size(); ++g) {
+    for (const char* missing : generations[g]) {
+      if (has(missing)) continue;
+      // The first attribute of this group or a later one that the file has.
+      for (size_t later = g; later < generations.size(); ++later) {
+        for (const char* present : generations[later]) {
+          if (!has(present)) continue;
+          return absl::InvalidArgumentError(absl::StrCat(
+              in.path(), ": root attribute ", missing, " is missing, though ", present, ", which files gained ",
+              later == g ? "with" : "after", " it, is present: the file was edited (a weights file keeps every "
+              "model attribute it was written with)"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   auto format = in.ReadStringAttribute("format");
   if (!format.ok() || *format != "multiscreen-weights") {
     return absl::InvalidArgumentError(
         absl::StrCat(in.path(), ": not a multiscreen weights file (root attribute format != \"multiscreen-weights\")"));
   }
+  MS_RETURN_IF_ERROR(CheckRootAttributeNames(in));
   MS_ASSIGN_OR_RETURN(const int64_t version, in.ReadIntAttribute("format_version"));
   if (version != 1) {
     return absl::InvalidArgumentError(
@@ -102,6 +155,20 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
     return output_gate.status();
   }
   MS_RETURN_IF_ERROR(CheckModelDims(d, in.path(), ""));
+  // What a Transformer does not read from the file must hold what it uses: its MiPE
+  // threshold (screening heads) is the default, which model files cannot set, and d_v its
+  // head width (both were ignored when edited).
+  if (d.transformer()) {
+    if (d.w_th != ModelDims().w_th) {
+      return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute w_th = ", d.w_th,
+                                                     ": a Transformer's is ", ModelDims().w_th,
+                                                     " (model files cannot set it)"));
+    }
+    if (d.d_v != d.d_k) {
+      return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute d_v = ", d.d_v,
+                                                     ": a Transformer's is its head width d_k = ", d.d_k));
+    }
+  }
   // Re-check the sizes as a config would be checked.
   config::ModelConfig m;
   m.set_name(d.name);
@@ -149,6 +216,21 @@ absl::StatusOr<int64_t> StoredParamsCrc(const H5Reader& in) {
   return *crc;
 }
 
+absl::Status CheckWeightsFileDatasets(const H5Reader& in, const ParamLayout& full) {
+  for (const std::string& name : in.DatasetNames()) {
+    if (full.Find(name) != nullptr) continue;
+    const ModelDims& d = full.dims();
+    const std::string switches =
+        d.transformer() ? absl::StrCat("attention ", AttentionKindName(d.attention))
+                        : absl::StrCat("position ", kernels::PositionKindName(d.position), ", output_gate ",
+                                       d.output_gate ? "true" : "false");
+    return absl::InvalidArgumentError(absl::StrCat(in.path(), ": dataset ", name, " is not a parameter of model ",
+                                                   d.name, " (family ", FamilyName(d.family), ", ", switches,
+                                                   ", as the root attributes say)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Weights> ReadWeightsFile(const std::string& path) {
   MS_ASSIGN_OR_RETURN(auto in, H5Reader::Open(path));
   Weights w;
@@ -162,6 +244,7 @@ absl::StatusOr<Weights> ReadWeightsFile(const std::string& path) {
                                                    " bytes of parameters, more than the file's ", file_bytes));
   }
   const ParamLayout layout(w.dims, ShardSpec::Full(w.dims));
+  MS_RETURN_IF_ERROR(CheckWeightsFileDatasets(*in, layout));
   for (const ParamEntry& e : layout.entries()) MS_RETURN_IF_ERROR(CheckDatasetHolds(*in, e.name, e.global_shape));
   MS_ASSIGN_OR_RETURN(const int64_t stored, StoredParamsCrc(*in));
   w.params.resize(layout.size());

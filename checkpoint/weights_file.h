@@ -1,9 +1,10 @@
 // The consolidated weights file: what `multiscreen init` and `ckpt export`
 // write and `forward --weights` reads. Root attributes give the model sizes
 // (format = "multiscreen-weights", format_version = 1, name, n_layers, n_heads,
-// d_e, d_k, d_v, vocab, w_th, pl_norm, eos_token, and params_crc32c: the CRC-32C
-// of all parameters' fp32 bytes in ParamLayout order); one fp32 dataset per
-// parameter under its logical name, with its full global shape.
+// d_e, d_k, d_v, vocab, w_th, pl_norm, eos_token, the switches family, qk_norm, sio,
+// tanh_norm, attention, position, output_gate, and params_crc32c: the CRC-32C of all
+// parameters' fp32 bytes in ParamLayout order); one fp32 dataset per parameter under its
+// logical name, with its full global shape. Nothing else.
 #pragma once
 
 #include <string>
@@ -25,8 +26,17 @@ struct Weights {
 absl::Status WriteModelDims(H5Writer& out, const ModelDims& dims);
 // Reads them back; errors name the file and attribute. Every attribute must
 // have its type (an integer size, a number w_th, a string name) and the sizes
-// pass CheckModelDims; format_version must be 1.
+// pass CheckModelDims; format_version must be 1. Refused too: a root attribute a weights
+// file does not have; a switch attribute missing though the file has one that files
+// gained after it (family, qk_norm, sio; tanh_norm; attention; position, output_gate: a
+// file written before a switch lacks it and all later ones, and reads as their defaults);
+// a Transformer's w_th other than the default 256 or d_v other than its head width (it
+// reads neither).
 absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in);
+
+// Refuses a dataset of `in` that is not a parameter of `full` (the file's own model, read
+// by ReadModelDims): e.g. s_w of a file whose attention attribute was removed.
+absl::Status CheckWeightsFileDatasets(const H5Reader& in, const ParamLayout& full);
 
 // Model sizes read from a file (a weights file's attributes, a manifest's
 // "model"), checked before anything is sized from them: N_L, N_H in [1, 2^16],
@@ -57,7 +67,8 @@ absl::Status WriteWeightsFile(const std::string& path, const ParamLayout& full, 
 
 // Reads `path`. Errors: not a weights file, model sizes that fail
 // CheckModelDims or need more bytes than the file has, a missing dataset or one
-// that fails CheckDatasetHolds (named with the file), a non-finite parameter,
+// that fails CheckDatasetHolds (named with the file), a dataset that is not a parameter
+// (CheckWeightsFileDatasets), a non-finite parameter,
 // parameters that fail params_crc32c (DataLoss; files without the attribute
 // load unchecked; one that is not an integer in [0, 2^32) is an error).
 absl::StatusOr<Weights> ReadWeightsFile(const std::string& path);

@@ -208,6 +208,53 @@ class CliTest(OneLineErrors):
                                    "--T, --micro_batch and --tiles must be positive")
         self.assert_one_line_error(run("train", f"--config={cfg}", "--lr=1e-3"), cfg)
 
+    def test_a_weights_file_with_an_attribute_or_dataset_its_model_lacks_or_needs_is_refused(self):
+        # A screening Transformer's file without its `attention` attribute loaded as softmax,
+        # s_w and s_r ignored; a Transformer's w_th (fixed at 256) was ignored when edited.
+        # Both readers (forward, and forward --no_grad's streamed one) refuse, naming file
+        # and attribute or dataset.
+        def refused(edit, model, *why):
+            w, t = self._init_and_tokens(2 * 9, model=model)
+            with h5py.File(w, "r+") as f:
+                edit(f)
+                del f.attrs["params_crc32c"]  # as an edit with h5py must (the checksum is not the check here)
+            for flags in ((), ("--no_grad",)):
+                r, _ = self._forward(w, t, "--device=cpu", *flags)
+                self.assert_one_line_error(r, f"{w}: ", *why)
+
+        def delete(name):
+            return lambda f: f.attrs.__delitem__(name)
+
+        def put(name, value):
+            return lambda f: f.attrs.__setitem__(name, value)
+
+        refused(delete("attention"), "tiny_transformer_screening",
+                "root attribute attention is missing, though position, which files gained after it, is present")
+        refused(delete("tanh_norm"), "tiny_psi2", "root attribute tanh_norm is missing, though attention")
+        refused(delete("output_gate"), "tiny_psi2", "root attribute output_gate is missing, though position")
+        refused(put("w_thh", np.int64(16)), "tiny_psi2", "root attribute w_thh is not one a weights file has")
+        refused(put("w_th", 16.0), "tiny_transformer_screening",
+                "root attribute w_th = 16: a Transformer's is 256 (model files cannot set it)")
+        refused(put("d_v", np.int64(7)), "tiny_transformer",
+                "root attribute d_v = 7: a Transformer's is its head width d_k = 4")
+        refused(lambda f: f.create_dataset("layers/000/s_x", data=np.zeros(2, np.float32)), "tiny_psi2",
+                "dataset layers/000/s_x is not a parameter of model tiny_psi2")
+        # A screening file read as softmax (no attribute attention, and no later one either)
+        # holds s_w and s_r, which a softmax Transformer has not.
+        refused(lambda f: [f.attrs.__delitem__(a) for a in ("attention", "position", "output_gate")],
+                "tiny_transformer_screening", "dataset layers/000/s_r is not a parameter of model "
+                "tiny_transformer_screening (family transformer, attention softmax, as the root attributes say)")
+        # Files written before the switches (no tanh_norm, attention, position, output_gate;
+        # the oldest no family, qk_norm, sio either) still load, as their defaults.
+        for names in (("tanh_norm", "attention", "position", "output_gate"),
+                      ("family", "qk_norm", "sio", "tanh_norm", "attention", "position", "output_gate")):
+            w, t = self._init_and_tokens(2 * 9)
+            with h5py.File(w, "r+") as f:
+                for name in names:
+                    del f.attrs[name]
+            r, _ = self._forward(w, t, "--device=cpu")  # the parameters unchanged: their checksum holds
+            self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_params_table_lists_the_groups(self):
         r = run("params", "--model=psi16")
         self.assertEqual(r.returncode, 0, r.stderr)
