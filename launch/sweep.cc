@@ -196,16 +196,33 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
   base.clear_run_dir();
   if (!sc.data().empty()) {
     const std::string data = fs::absolute(sc.data(), ec).lexically_normal().string();
+    // Where it was looked for: relative paths are relative to the current directory (run
+    // from outside the repository, configs/sweeps' data_cache/shards is not there).
+    if (!fs::exists(data, ec)) {
+      const fs::path beside = (fs::path(path).parent_path() / sc.data()).lexically_normal();
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": data: ", data, " does not exist",
+          fs::path(sc.data()).is_relative()
+              ? absl::StrCat(" (relative paths in a sweep file are relative to the current directory, ",
+                             fs::current_path(ec).string(),
+                             fs::exists(beside, ec) ? absl::StrCat("; relative to the sweep file's directory this is ",
+                                                                   beside.string())
+                                                    : "",
+                             ")")
+              : ""));
+    }
+    // data replaces the base run's data, validation included.
+    if (!fs::is_directory(data, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": data: ", data,
+                                                     " is a file, not a directory with val_*.bin: no validation data "
+                                                     "(the fit reads validation losses)"));
+    }
     config::DataConfig* d = base.mutable_data();
     d->clear_sources();
     d->clear_val_sources();
     d->clear_train_shards();
     d->add_train_shards(data);
-    if (fs::is_directory(data, ec)) {
-      d->set_val_shard(data);
-    } else {
-      d->clear_val_shard();
-    }
+    d->set_val_shard(data);
   }
   if (base.data().val_shard().empty() && base.data().val_sources_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -54,7 +54,9 @@ struct Sweep {
 // smaller than one step or not a whole number of steps (the two nearest that are are
 // named), two budgets of the same step count, a value repeated on the lr (to the %g of
 // run names), seed or psi axis (named), ONE_RUN_PER_MODEL with a
-// schedule whose lr depends on the run's length, no validation data, duplicate run names.
+// schedule whose lr depends on the run's length, no validation data (a `data` that does
+// not exist is named with the absolute path looked for and the current directory; one
+// that is a file has no val_*.bin), duplicate run names.
 absl::StatusOr<Sweep> LoadSweep(const std::string& path);
 
 // The run file of `run` in text format (what <dir>/run.textproto holds).

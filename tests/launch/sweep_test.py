@@ -273,6 +273,29 @@ class SweepTest(unittest.TestCase):
         self.assertIn(os.path.join(SRC, "launch", "train.sbatch"), script)
         self.assertIn("all 3 runs are done", sweep("run", f"--sweep={self.reference_file}", "--slurm", "--dry_run").stdout)
 
+    def test_relative_data_that_is_not_there_is_named_where_it_was_looked_for(self):
+        # `sweep plan` of configs/sweeps/cpu_small.textproto from outside the repository said
+        # "no validation data", not which data_cache/shards it had looked for.
+        sub = os.path.join(WORK, "missing_data", "configs")
+        os.makedirs(sub)
+        elsewhere = os.path.join(WORK, "missing_data", "elsewhere")
+        os.makedirs(elsewhere)
+        f = write(os.path.join(sub, "s.textproto"), sweep_text("root", "data_cache/shards"))
+        r = subprocess.run([BIN, "sweep", "plan", f"--sweep={f}", "--measure=false"], capture_output=True, text=True,
+                           cwd=elsewhere, timeout=60)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(f"{f}: data: {os.path.join(elsewhere, 'data_cache', 'shards')} does not exist (relative paths in "
+                      f"a sweep file are relative to the current directory, {elsewhere})", lines[0])
+        # A file where a directory of train_*.bin and val_*.bin is wanted: named too.
+        shard = write(os.path.join(elsewhere, "train_000000.bin"), "")
+        f = write(os.path.join(sub, "file.textproto"), sweep_text("root", shard))
+        r = sweep("plan", f"--sweep={f}", "--measure=false", check=False)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn(f"{f}: data: {shard} is a file, not a directory with val_*.bin: no validation data", r.stderr)
+
     def test_relative_paths_resolve_against_the_current_directory(self):
         """base, data and root alike: relative to where the command runs, not to the sweep file."""
         sub = os.path.join(WORK, "paths", "configs")
