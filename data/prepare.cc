@@ -28,6 +28,7 @@
 #include "common/file_lock.h"
 #include "common/status.h"
 #include "data/loader.h"
+#include "data/megatron_index.h"
 #include "data/token_file.h"
 #include "data/utf8.h"
 #include "nlohmann/json.hpp"
@@ -210,6 +211,48 @@ absl::StatusOr<std::string> ReadAll(ByteSource& source, const std::string& path,
 }
 
 // ---------------------------------------------------------------------------
+// Files that are not text: token files (llm.c shards, Megatron pairs, headerless ids),
+// other binary files, compressed data under a plain name. Tokenized as text they become
+// one document of U+FFFD (a 3.76M-token shard did, and prepare exited 0).
+
+constexpr char kNotText[] =
+    ", not text: prepare tokenizes UTF-8 text, JSONL and JSON (token files are read as they are by train --data and "
+    "eval ppl --data)";
+
+// The error for a NUL byte at `byte` (of the decompressed file) of `where` ("FILE" or
+// "FILE:LINE", then " file byte" for a line).
+absl::Status NulByteError(const std::string& where, bool line, int64_t byte) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": a NUL byte at ", line ? "file byte " : "byte ", byte,
+                                                 ": a binary file (token ids without a header? an archive?)", kNotText));
+}
+
+// What the first bytes of `path` (decompressed) say it is when it is not text, as an
+// error naming it; OK for what may be text. `compressed`: the name ends in .gz or .zst.
+absl::Status CheckHeadIsText(const std::string& path, std::string_view head, bool compressed) {
+  int32_t magic = 0;
+  if (head.size() >= 4) std::memcpy(&magic, head.data(), 4);
+  if (magic == kTokenFileMagic) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": an llm.c token shard (header magic ", kTokenFileMagic, ")", kNotText));
+  }
+  if (head.substr(0, kMegatronIndexMagicBytes) == std::string_view(kMegatronIndexMagic, kMegatronIndexMagicBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a Megatron-LM index (magic MMIDIDX)", kNotText));
+  }
+  if (!compressed && head.size() >= 2 && head.substr(0, 2) == "\x1f\x8b") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": gzip data (magic 1f 8b) under a name without .gz: name it ",
+                                                   path, ".gz and prepare decompresses it"));
+  }
+  if (!compressed && head.size() >= 4 && head.substr(0, 4) == "\x28\xb5\x2f\xfd") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": zstd data (magic 28 b5 2f fd) under a name without .zst: "
+                                                   "name it ", path, ".zst and prepare decompresses it"));
+  }
+  if (const size_t nul = head.find('\0'); nul != std::string_view::npos) {
+    return NulByteError(path, /*line=*/false, static_cast<int64_t>(nul));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
 // Readers.
 
 InputFormat FormatOf(const std::string& path, InputFormat requested) {
@@ -286,6 +329,9 @@ absl::Status JsonlLine(std::string_view line, const Place& at, const ReadOptions
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (IsBlank(line)) return absl::OkStatus();
   const std::string where = absl::StrCat(at.path, ":", at.line);
+  if (const size_t nul = line.find('\0'); nul != std::string_view::npos) {
+    return NulByteError(where, /*line=*/true, at.byte + static_cast<int64_t>(nul));
+  }
   std::string repaired;
   if (FindInvalidUtf8(line) >= 0 || FindLoneSurrogateEscape(line) >= 0) {
     repaired.assign(line);
@@ -349,6 +395,7 @@ absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptio
     MS_RETURN_IF_ERROR(ReadJsonl(*source, path, options, on_document, &stats));
   } else {
     MS_ASSIGN_OR_RETURN(std::string content, ReadAll(*source, path, options));
+    MS_RETURN_IF_ERROR(CheckHeadIsText(path, content, EndsWith(path, ".gz") || EndsWith(path, ".zst")));
     if (format == InputFormat::kText) {
       if (content.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty input"));
       MS_RETURN_IF_ERROR(MakeValid(&content, /*json=*/false, Place{path}, options, &stats.replacements));
@@ -489,28 +536,101 @@ absl::StatusOr<std::vector<InputUnit>> SplitInputs(const std::vector<std::string
   return units;
 }
 
-absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
-  std::vector<std::string> files;
+namespace {
+
+// "a/, b/, c/" (the first five names, then how many more).
+std::string NameList(const std::vector<std::string>& names, const char* suffix = "") {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 5; ++i) absl::StrAppend(&out, i ? ", " : "", names[i], suffix);
+  if (names.size() > 5) absl::StrAppend(&out, " and ", names.size() - 5, " more");
+  return out;
+}
+
+// `path` is a symbolic link whose target is missing: the error naming both.
+absl::Status BrokenLinkError(const std::string& path) {
+  std::error_code ec;
+  return absl::NotFoundError(absl::StrCat(path, ": a broken symbolic link (to ", fs::read_symlink(path, ec).string(),
+                                          "): the file it names is missing"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs,
+                                                      std::vector<std::string>* notices) {
+  // Each file with the input that named it ("" when named itself), for the duplicates' notice.
+  std::vector<std::pair<std::string, std::string>> named;
   for (const std::string& input : inputs) {
     std::error_code ec;
     if (fs::is_directory(input, ec)) {
-      std::vector<std::string> found;
+      std::vector<std::string> found, subdirectories, others;
       for (const auto& entry : fs::directory_iterator(input, ec)) {
         const std::string name = entry.path().filename().string();
+        if (name.empty() || name[0] == '.') continue;
         std::error_code file_ec;
-        if (!name.empty() && name[0] != '.' && entry.is_regular_file(file_ec)) found.push_back(entry.path().string());
+        if (entry.is_regular_file(file_ec)) {
+          found.push_back(entry.path().string());
+        } else if (entry.is_directory(file_ec)) {
+          subdirectories.push_back(name);
+        } else if (entry.is_symlink(file_ec) && !fs::exists(entry.path(), file_ec)) {
+          return BrokenLinkError(entry.path().string());
+        } else {
+          others.push_back(name);
+        }
       }
       if (ec) return absl::NotFoundError(absl::StrCat(input, ": cannot list directory (", ec.message(), ")"));
+      std::sort(subdirectories.begin(), subdirectories.end());
+      std::sort(others.begin(), others.end());
+      const size_t n_dirs = subdirectories.size(), n_others = others.size();
+      if (found.empty() && n_dirs > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            input, ": no files directly in it, only ", n_dirs, n_dirs == 1 ? " subdirectory (" : " subdirectories (",
+            NameList(subdirectories, "/"), "): prepare does not recurse; give each as an input of its own (--input=",
+            (fs::path(input) / subdirectories[0]).string(), ",...)"));
+      }
       if (found.empty()) return absl::InvalidArgumentError(absl::StrCat(input, ": empty input (no files)"));
+      if ((n_dirs > 0 || n_others > 0) && notices != nullptr) {
+        std::vector<std::string> parts;
+        if (n_dirs > 0) {
+          parts.push_back(absl::StrCat(n_dirs, n_dirs == 1 ? " subdirectory (" : " subdirectories (",
+                                       NameList(subdirectories, "/"),
+                                       "; not read: prepare does not recurse, so give one as an --input of its own)"));
+        }
+        if (n_others > 0) {
+          parts.push_back(absl::StrCat(n_others, n_others == 1 ? " entry that is" : " entries that are",
+                                       " not a regular file (", NameList(others), ")"));
+        }
+        notices->push_back(absl::StrCat("--input=", input, ": skipped ", absl::StrJoin(parts, " and ")));
+      }
       std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
+      for (std::string& f : found) named.emplace_back(std::move(f), input);
     } else if (fs::exists(input, ec)) {
-      files.push_back(input);
+      named.emplace_back(input, "");
+    } else if (fs::is_symlink(fs::symlink_status(input, ec))) {
+      return BrokenLinkError(input);
     } else {
       return absl::NotFoundError(absl::StrCat(input, ": no such input file or directory"));
     }
   }
-  if (files.empty()) return absl::InvalidArgumentError("no input files (--input)");
+  if (named.empty()) return absl::InvalidArgumentError("no input files (--input)");
+  // A file named twice (itself and through its directory, two spellings, a link) is read
+  // once, at its first place: read twice, its documents would be in the validation shard
+  // and in training both. Files are told apart by device and inode.
+  std::vector<std::string> files;
+  std::map<std::pair<dev_t, ino_t>, std::string> seen;
+  for (auto& [file, from] : named) {
+    struct stat st {};
+    if (::stat(file.c_str(), &st) == 0) {
+      const auto [it, inserted] = seen.emplace(std::pair{st.st_dev, st.st_ino}, file);
+      if (!inserted) {
+        if (notices != nullptr) {
+          notices->push_back(absl::StrCat("--input: ", file, from.empty() ? "" : absl::StrCat(" (in ", from, ")"), " is ",
+                                          it->second, " again: read once, at its first place"));
+        }
+        continue;
+      }
+    }
+    files.push_back(std::move(file));
+  }
   return files;
 }
 
@@ -723,6 +843,29 @@ int64_t ShardIndex(const std::string& name, const std::string& split) {
   return index;
 }
 
+// Refuses a regular input file that is not text by its first 64 KiB (decompressed): a
+// token file or another binary file (CheckHeadIsText), or the data half of a Megatron
+// pair (headerless, known by the .idx beside it). Pipes, FIFOs and devices are not looked
+// at first (that would consume them): their NUL bytes are met as they are read.
+absl::Status CheckLooksLikeText(const std::string& path, const ReadOptions& options) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return absl::OkStatus();
+  std::string bin, idx;
+  if (EndsWith(path, ".bin") && FindMegatronPair(path, &bin, &idx)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a Megatron-LM token file (", idx, " beside it)", kNotText));
+  }
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenSource(path, options));
+  std::string head(64 << 10, '\0');
+  size_t got = 0;
+  while (got < head.size()) {
+    MS_ASSIGN_OR_RETURN(const size_t n, source->Read(head.data() + got, head.size() - got));
+    if (n == 0) break;
+    got += n;
+  }
+  head.resize(got);
+  return CheckHeadIsText(path, head, EndsWith(path, ".gz") || EndsWith(path, ".zst"));
+}
+
 // Whether `path` is `dir` or lies under it (both absolute and normal).
 bool Within(const fs::path& path, const fs::path& dir) {
   const fs::path rel = path.lexically_relative(dir);
@@ -796,8 +939,13 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
     return absl::InvalidArgumentError(absl::StrCat("--val_tokens=", options.val_tokens, " (expected >= 0)"));
   }
   if (options.output_dir.empty()) return absl::InvalidArgumentError("--output=DIR is required");
-  MS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandInputs(options.inputs));
+  std::vector<std::string> notices;
+  MS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandInputs(options.inputs, &notices));
   MS_RETURN_IF_ERROR(CheckOutputApartFromInputs(options.inputs, files, options.output_dir));
+  for (const std::string& file : files) MS_RETURN_IF_ERROR(CheckLooksLikeText(file, options.read));
+  if (options.on_notice) {
+    for (const std::string& line : notices) options.on_notice(line);
+  }
   std::error_code ec;
   fs::create_directories(options.output_dir, ec);
   if (ec || !fs::is_directory(options.output_dir, ec)) {

@@ -7,7 +7,12 @@
 //                       objects with the text field; a .json file that starts with '{'
 //                       is read as JSONL.
 //   anything else       plain UTF-8 text, the whole file one document.
-// A directory stands for its regular files (not hidden, not recursive), sorted by name.
+// A directory stands for the regular files directly in it (not hidden), sorted by name: it
+// is not read recursively (its subdirectories, FIFOs and sockets are named in a notice),
+// and a broken symbolic link in it is an error. A file named twice is read once, at its
+// first place (ExpandInputs). A file that is not text is refused before any work, naming
+// it: an llm.c shard, a Megatron .idx or .bin (by its .idx), gzip or zstd data under a
+// plain name, anything with a NUL byte (in its first 64 KiB, or met later as it is read).
 //
 // Output: every document's tokens followed by EOS, in input order. The first documents
 // go to the held-out `val_000000.bin` until it holds at least `val_tokens` tokens; the
@@ -80,8 +85,14 @@ using DocumentFn = std::function<absl::Status(std::string text, const std::strin
 absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptions& options,
                                         const DocumentFn& on_document);
 
-// Expands directories in `inputs` (see above); errors name a missing input.
-absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs);
+// Expands directories in `inputs` (see above) and drops a file named twice (by itself and
+// through its directory, by two spellings, through a link: the same device and inode),
+// keeping its first place. `notices` (may be null) gets one line per duplicate dropped and
+// per directory that holds entries it skipped (subdirectories, FIFOs, sockets). Errors
+// name a missing input, a broken symbolic link (given or in a directory), a directory with
+// no regular file (saying when it holds only subdirectories).
+absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs,
+                                                      std::vector<std::string>* notices = nullptr);
 
 // One piece of prepare's input: a whole file, or, for an uncompressed JSONL file larger
 // than PrepareOptions::split_bytes, bytes [begin, end) of it, cut just after a newline, so

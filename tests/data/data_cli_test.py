@@ -329,6 +329,87 @@ class DataCliTest(OneLineErrors):
             f"{self.path('s.jsonl')}:1: lone surrogate escape \\udbc0 at file byte 11 (--strict_utf8)")
 
 
+    def test_prepare_refuses_token_files_and_binary_files_naming_them(self):
+        """A user's `prepare --input=data_cache/shards` tokenized an llm.c shard as one
+        document of U+FFFD and exited 0: token files and binary files are refused before any
+        work, naming the file and what it is (a directory's first such file)."""
+        shards = self.path("shards")
+        os.mkdir(shards)
+        for name in ("train_000000.bin", "val_000000.bin"):
+            header = struct.pack("<3i", 20240520, 1, 3) + bytes(1012)
+            with open(os.path.join(shards, name), "wb") as f:
+                f.write(header + struct.pack("<3H", 1, 2, 3))
+        out = self.path("out2")
+        base = ["prepare", f"--tokenizer={TOKENIZER}", f"--output={out}"]
+        self.assert_one_line_error(run(*base, f"--input={shards}"),
+                                   f"{shards}/train_000000.bin: an llm.c token shard (header magic 20240520), not "
+                                   "text: prepare tokenizes UTF-8 text, JSONL and JSON")
+        with open(self.path("val.u16"), "wb") as f:
+            f.write(struct.pack("<4H", 15496, 995, 0, 50256))
+        self.assert_one_line_error(run(*base, f"--input={self.path('val.u16')}"),
+                                   f"{self.path('val.u16')}: a NUL byte at byte 4: a binary file")
+        self.assertFalse(os.path.exists(out), "a refused prepare left the --output directory it created")
+
+    def test_prepare_reads_a_file_named_twice_once(self):
+        """--input=ind/a.txt,ind read a.txt twice: into the validation shard and into
+        training. A file named twice (itself and through its directory, two spellings) is
+        read once, at its first place, with a notice naming it."""
+        ind = self.path("ind")
+        os.mkdir(ind)
+        for name, text in (("a.txt", "alpha"), ("b.txt", "beta")):
+            with open(os.path.join(ind, name), "w") as f:
+                f.write(text)
+        with open(self.path("small.txt"), "w") as f:
+            f.write("small")
+        out = self.path("out")
+        for inputs, documents, again in (([f"{ind}/a.txt,{ind}"], 2, f"--input: {ind}/a.txt (in {ind}) is {ind}/a.txt again"),
+                                         (["small.txt,small.txt"], 1, "--input: small.txt is small.txt again"),
+                                         (["small.txt,./small.txt"], 1, "--input: ./small.txt is small.txt again"),
+                                         (["small.txt", "./small.txt"], 1, "--input: ./small.txt is small.txt again")):
+            r = subprocess.run([BIN, "prepare", f"--tokenizer={TOKENIZER}", f"--output={out}", "--val_tokens=0",
+                                *[f"--input={i}" if k == 0 else i for k, i in enumerate(inputs)]],
+                               capture_output=True, timeout=300, cwd=self.dir)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"prepare: {documents} document".encode(), r.stdout)
+            self.assertIn(f"prepare: {again}: read once, at its first place".encode(), r.stderr)
+
+    def test_prepare_input_given_twice_is_refused(self):
+        """`--input=small.txt --input=hugeline.txt` read hugeline.txt alone (absl keeps the
+        last value): refused, saying to give the files comma-separated."""
+        for name in ("small.txt", "hugeline.txt"):
+            with open(self.path(name), "w") as f:
+                f.write("text")
+        self.assert_one_line_error(run("prepare", f"--tokenizer={TOKENIZER}", f"--input={self.path('small.txt')}",
+                                       f"--input={self.path('hugeline.txt')}", f"--output={self.path('out')}"),
+                                   f"--input is given twice (--input={self.path('small.txt')}, then "
+                                   f"--input={self.path('hugeline.txt')})", "comma-separated")
+
+    def test_prepare_names_what_a_directory_input_skips(self):
+        """prepare --input=DIR skipped subdirectories and broken links without a word, and a
+        directory of folders only said "empty input (no files)"."""
+        corpus = self.path("corpus")
+        os.makedirs(os.path.join(corpus, "sub"))
+        with open(os.path.join(corpus, "a.txt"), "w") as f:
+            f.write("alpha")
+        with open(os.path.join(corpus, "sub", "b.txt"), "w") as f:
+            f.write("nested")
+        out = self.path("out")
+        base = ["prepare", f"--tokenizer={TOKENIZER}", f"--output={out}", "--val_tokens=0"]
+        r = run(*base, f"--input={corpus}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"prepare: 1 document", r.stdout)
+        self.assertIn(f"prepare: --input={corpus}: skipped 1 subdirectory (sub/; not read: prepare does not recurse, "
+                      "so give one as an --input of its own)".encode(), r.stderr)
+        os.symlink(self.path("gone.txt"), os.path.join(corpus, "broken.txt"))
+        self.assert_one_line_error(run(*base, f"--input={corpus}"),
+                                   f"{corpus}/broken.txt: a broken symbolic link (to {self.path('gone.txt')}): the "
+                                   "file it names is missing")
+        nested = self.path("nested")
+        os.makedirs(os.path.join(nested, "x"))
+        self.assert_one_line_error(run(*base, f"--input={nested}"),
+                                   f"{nested}: no files directly in it, only 1 subdirectory (x/): prepare does not "
+                                   f"recurse; give each as an input of its own (--input={nested}/x,...)")
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--multiscreen", required=True)

@@ -8,6 +8,8 @@
 
 #include <filesystem>
 
+#include <sys/stat.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "data/token_file.h"
@@ -353,6 +355,134 @@ TEST(PrepareTest, BadInputIsAOneLineErrorNamingTheFileAndLine) {
             p("missing_field.jsonl") + ":2: no field 'text'");
   // Nothing was written by any failed run.
   EXPECT_FALSE(std::filesystem::exists(out) && !std::filesystem::is_empty(out));
+}
+
+// Issue: `prepare --input=data_cache/shards` tokenized a 3.76M-token shard as one document
+// of U+FFFD and exited 0. Token files and binary files are refused before any work, naming
+// the file and what it is; a NUL byte past what was looked at first is met while reading.
+TEST(PrepareTest, TokenFilesAndBinaryFilesAreRefusedNamingTheFileAndWhatItIs) {
+  auto tok = testing::TinyTokenizer();
+  ASSERT_NE(tok, nullptr);
+  TempDir dir;
+  const std::string out = dir.path("out");
+  auto p = [&](const std::string& name) { return dir.path(name); };
+  const std::string tail = ", not text: prepare tokenizes UTF-8 text, JSONL and JSON";
+
+  ASSERT_TRUE(WriteTokenFile(p("train_000000.bin"), {1, 2, 3, 4}).ok());
+  EXPECT_EQ(PrepareError(*tok, {p("train_000000.bin")}, out).rfind(
+                p("train_000000.bin") + ": an llm.c token shard (header magic 20240520)" + tail, 0), 0u);
+  WriteGzip(p("shard.bin.gz"), ReadFile(p("train_000000.bin")));
+  EXPECT_EQ(PrepareError(*tok, {p("shard.bin.gz")}, out).rfind(
+                p("shard.bin.gz") + ": an llm.c token shard (header magic 20240520)" + tail, 0), 0u);
+  // A Megatron pair: the index by its magic, the .bin by the index beside it.
+  WriteFile(p("corpus_text_document.idx"), std::string("MMIDIDX\0\0", 9) + std::string(8, '\x01'));
+  WriteFile(p("corpus_text_document.bin"), "tokens without a header, any bytes at all");
+  EXPECT_EQ(PrepareError(*tok, {p("corpus_text_document.idx")}, out).rfind(
+                p("corpus_text_document.idx") + ": a Megatron-LM index (magic MMIDIDX)" + tail, 0), 0u);
+  EXPECT_EQ(PrepareError(*tok, {p("corpus_text_document.bin")}, out).rfind(
+                p("corpus_text_document.bin") + ": a Megatron-LM token file (" + p("corpus_text_document.idx") +
+                    " beside it)" + tail, 0), 0u);
+  // Headerless uint16 tokens (nanoGPT's .bin, a .u16): their NUL bytes.
+  WriteFile(p("val.u16"), std::string("\x10\x27\x00\x01\x05\x00", 6));
+  EXPECT_EQ(PrepareError(*tok, {p("val.u16")}, out).rfind(p("val.u16") + ": a NUL byte at byte 2: a binary file", 0), 0u);
+  // Compressed data under a name that does not say so.
+  WriteGzip(p("gzipped.txt"), "text, but gzipped");
+  EXPECT_EQ(PrepareError(*tok, {p("gzipped.txt")}, out),
+            p("gzipped.txt") + ": gzip data (magic 1f 8b) under a name without .gz: name it " + p("gzipped.txt") +
+                ".gz and prepare decompresses it");
+  // A NUL byte far into a text file, and in a JSONL line (its line and file byte).
+  WriteFile(p("late.txt"), std::string(100000, 'a') + std::string(1, '\0') + "b");
+  EXPECT_EQ(PrepareError(*tok, {p("late.txt")}, out).rfind(p("late.txt") + ": a NUL byte at byte 100000: a binary file", 0), 0u);
+  const std::string line1 = "{\"text\": \"" + std::string(70000, 'x') + "\"}\n";  // past the first 64 KiB looked at
+  WriteFile(p("nul.jsonl"), line1 + std::string("{\"text\": \"a\0b\"}\n", 16));
+  EXPECT_EQ(PrepareError(*tok, {p("nul.jsonl")}, out)
+                .rfind(absl::StrCat(p("nul.jsonl"), ":2: a NUL byte at file byte ", line1.size() + 11, ": a binary file"), 0),
+            0u);
+  // A directory holding one: refused naming the first such file, before any is read.
+  std::filesystem::create_directories(p("mixed"));
+  WriteFile(p("mixed/a.txt"), "good text");
+  ASSERT_TRUE(WriteTokenFile(p("mixed/b.bin"), {5, 6}).ok());
+  ASSERT_TRUE(WriteTokenFile(p("mixed/c.bin"), {5, 6}).ok());
+  EXPECT_EQ(PrepareError(*tok, {p("mixed")}, out).rfind(p("mixed/b.bin") + ": an llm.c token shard", 0), 0u);
+  EXPECT_FALSE(std::filesystem::exists(out) && !std::filesystem::is_empty(out));
+}
+
+// Issue: --input=ind/a.txt,ind read a.txt twice, once into the validation shard and once
+// into training. A file named twice (by itself and through its directory, by two
+// spellings, through a link) is read once, at its first place, and the notice says so.
+TEST(PrepareTest, AFileGivenTwiceIsReadOnceAtItsFirstPlace) {
+  TempDir dir;
+  auto p = [&](const std::string& name) { return dir.path(name); };
+  std::filesystem::create_directories(p("ind"));
+  WriteFile(p("ind/a.txt"), "alpha");
+  WriteFile(p("ind/b.txt"), "beta");
+  WriteFile(p("small.txt"), "small");
+  std::filesystem::create_symlink(p("small.txt"), p("link.txt"));
+  std::vector<std::string> notices;
+  auto files = ExpandInputs({p("ind/a.txt"), p("ind")}, &notices);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(*files, (std::vector<std::string>{p("ind/a.txt"), p("ind/b.txt")}));
+  EXPECT_EQ(notices, std::vector<std::string>{absl::StrCat("--input: ", p("ind/a.txt"), " (in ", p("ind"),
+                                                           ") is ", p("ind/a.txt"), " again: read once, at its first place")});
+  for (const std::vector<std::string>& twice : {std::vector<std::string>{p("small.txt"), p("small.txt")},
+                                                {p("small.txt"), dir.path() + "/./small.txt"},
+                                                {p("small.txt"), p("link.txt")}}) {
+    notices.clear();
+    files = ExpandInputs(twice, &notices);
+    ASSERT_TRUE(files.ok()) << files.status();
+    EXPECT_EQ(*files, std::vector<std::string>{p("small.txt")});
+    ASSERT_EQ(notices.size(), 1u);
+    EXPECT_EQ(notices[0], absl::StrCat("--input: ", twice[1], " is ", p("small.txt"), " again: read once, at its first place"));
+  }
+  // End to end: each document once.
+  auto tok = testing::TinyTokenizer();
+  ASSERT_NE(tok, nullptr);
+  PrepareOptions o;
+  o.inputs = {p("ind/a.txt"), p("ind"), p("small.txt"), p("link.txt")};
+  o.output_dir = p("out");
+  o.val_tokens = 0;
+  std::vector<std::string> said;
+  o.on_notice = [&](const std::string& line) { said.push_back(line); };
+  auto s = Prepare(*tok, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->documents, 3);
+  EXPECT_EQ(*tok->Decode(AllTokens(*s)), "alpha<|endoftext|>beta<|endoftext|>small<|endoftext|>");
+  EXPECT_EQ(said.size(), 2u);
+}
+
+// A directory stands for the regular files directly in it: what it also holds is named
+// (subdirectories, not read: prepare does not recurse; FIFOs and sockets), a broken link is
+// an error (its file is missing), and a directory of folders only says so.
+TEST(PrepareTest, ADirectoryNamesWhatItSkipsAndRefusesABrokenLink) {
+  TempDir dir;
+  auto p = [&](const std::string& name) { return dir.path(name); };
+  std::filesystem::create_directories(p("corpus/sub"));
+  std::filesystem::create_directories(p("corpus/more"));
+  WriteFile(p("corpus/a.txt"), "alpha");
+  WriteFile(p("corpus/sub/c.txt"), "nested");
+  WriteFile(p("corpus/.hidden"), "not read, not named");
+  ASSERT_EQ(::mkfifo(p("corpus/pipe").c_str(), 0600), 0);
+  std::vector<std::string> notices;
+  auto files = ExpandInputs({p("corpus")}, &notices);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(*files, std::vector<std::string>{p("corpus/a.txt")});
+  EXPECT_EQ(notices, std::vector<std::string>{absl::StrCat(
+                         "--input=", p("corpus"), ": skipped 2 subdirectories (more/, sub/; not read: prepare does not "
+                         "recurse, so give one as an --input of its own) and 1 entry that is not a regular file (pipe)")});
+
+  std::filesystem::create_directories(p("nested/x"));
+  std::filesystem::create_directories(p("nested/y"));
+  EXPECT_EQ(ExpandInputs({p("nested")}).status().message(),
+            p("nested") + ": no files directly in it, only 2 subdirectories (x/, y/): prepare does not recurse; give "
+                          "each as an input of its own (--input=" + p("nested/x") + ",...)");
+  std::filesystem::create_directories(p("none"));
+  EXPECT_EQ(ExpandInputs({p("none")}).status().message(), p("none") + ": empty input (no files)");
+
+  std::filesystem::create_symlink(p("gone.txt"), p("corpus/broken.txt"));
+  EXPECT_EQ(ExpandInputs({p("corpus")}).status().message(),
+            p("corpus/broken.txt") + ": a broken symbolic link (to " + p("gone.txt") + "): the file it names is missing");
+  EXPECT_EQ(ExpandInputs({p("corpus/broken.txt")}).status().message(),
+            p("corpus/broken.txt") + ": a broken symbolic link (to " + p("gone.txt") + "): the file it names is missing");
 }
 
 // The inputs of the UTF-8 tests: invalid bytes in a text file, a JSONL file and a JSON
