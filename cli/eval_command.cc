@@ -4,7 +4,7 @@
 // w), writes JSON (and CSV where a table fits) into --out, prints a summary, and with
 // --plot draws PNGs through tools/plot_eval.py (which re-runs on the results alone).
 // Grid evaluations write results as each cell finishes; --resume skips the cells (and ppl
-// the windows) already in --out.
+// the windows) already in --out. Single-process: refused under a launcher of several.
 // --device=cpu|cuda and --precision=fp32|bf16 (default cpu, fp32) place the model
 // (eval::ModelRunner): the full forward and the decoding cache; on the CPU the decoding
 // cache runs in fp32 only.
@@ -53,6 +53,7 @@
 #include "eval/relevance.h"
 #include "eval/task_dump.h"
 #include "eval/yarn.h"
+#include "parallel/launcher.h"
 #include "launch/text_file.h"
 #include "nlohmann/json.hpp"
 
@@ -1189,6 +1190,9 @@ int EvalCommand(int argc, char** argv) {
     return Fail("eval", s);
   }
   if (!args.empty()) return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));
+  // One process: under `mpirun -n 2` every rank ran the whole evaluation into the same --out.
+  bool quiet = false;
+  if (auto s = RequireSingleProcess("eval", &quiet); !s.ok()) return quiet ? 1 : Fail("eval", s);
   // Setup makes --out before each evaluation checks its own flags and data: a refused
   // evaluation takes away the directory it made while it is still empty (one it found is
   // left as it was).

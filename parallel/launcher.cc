@@ -60,4 +60,23 @@ absl::Status CheckLauncherProcessCount(int mpi_world_size) {
                                                     mpi_world_size == 1 ? "" : "es", ": ", cause));
 }
 
+absl::Status RequireSingleProcess(const std::string& command, bool* quiet) {
+  *quiet = false;
+  std::string var;
+  int64_t count = 0;
+  if (!FirstCount({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}, &var, &count) || count == 1) {
+    return absl::OkStatus();
+  }
+  for (const char* rank_var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(rank_var);
+    int64_t rank = 0;
+    if (value != nullptr && absl::SimpleAtoi(value, &rank)) {
+      *quiet = rank != 0;
+      break;
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(command, " is single-process: the launcher started ", count,
+                                                    " processes (", var, "=", count, "); run it without mpirun or srun"));
+}
+
 }  // namespace multiscreen

@@ -27,4 +27,12 @@ std::string LauncherEnv();
 // without srun, is no error). Call it before anything is written.
 absl::Status CheckLauncherProcessCount(int mpi_world_size);
 
+// For a command that runs in one process (`eval`): OK when no launcher, or a launcher of
+// one process, started this one (the count as CheckLauncherProcessCount reads it).
+// Otherwise "<command> is single-process: the launcher started N processes (VAR=N); run it
+// without mpirun or srun", and *quiet set when this is not the launcher's rank 0
+// (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK or SLURM_PROCID), so that the job says it
+// once: that rank exits non-zero without a word.
+absl::Status RequireSingleProcess(const std::string& command, bool* quiet);
+
 }  // namespace multiscreen
