@@ -470,6 +470,16 @@ std::vector<int64_t> CompleteSteps(const std::string& ckpt_root) {
   return steps;
 }
 
+// Removes the step directory `dir` unless a reader (eval, export, …) holds it: that one
+// stays until a later save. The lock file goes with the directory (removed while still
+// locked).
+void RemoveUnlessRead(const fs::path& dir) {
+  auto lock = FileLock::Acquire(ReaderLockPath(dir.string()), "reader", FileLock::OnRelease::kRemoveFile);
+  if (absl::IsFailedPrecondition(lock.status())) return;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 void Prune(const std::string& ckpt_root, int64_t newest, int64_t keep_last, int64_t keep_every) {
   const std::vector<int64_t> steps = CompleteSteps(ckpt_root);
   const int64_t n = static_cast<int64_t>(steps.size());
@@ -478,13 +488,25 @@ void Prune(const std::string& ckpt_root, int64_t newest, int64_t keep_last, int6
     const bool recent = i >= n - std::max<int64_t>(keep_last, 1);
     const bool milestone = keep_every > 0 && s % keep_every == 0;
     if (recent || milestone || s == newest) continue;
-    // A reader (eval, export, …) holding it keeps it until a later save; the lock file
-    // goes with the directory (removed while still locked).
-    const fs::path dir = fs::path(ckpt_root) / StepDirName(s);
-    auto lock = FileLock::Acquire(ReaderLockPath(dir.string()), "reader", FileLock::OnRelease::kRemoveFile);
-    if (absl::IsFailedPrecondition(lock.status())) continue;
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+    RemoveUnlessRead(fs::path(ckpt_root) / StepDirName(s));
+  }
+  // What killed saves and prunes leave: a step directory older than the newest with no
+  // manifest (a prune stopped after deleting it, or one cut short by hand), never a
+  // checkpoint again and never pruned above, so its bytes would stay; and the reader lock
+  // files of step directories that are gone.
+  const std::vector<int64_t> complete = CompleteSteps(ckpt_root);
+  for (const int64_t s : StepDirs(ckpt_root)) {
+    if (s < newest && !std::binary_search(complete.begin(), complete.end(), s)) {
+      RemoveUnlessRead(fs::path(ckpt_root) / StepDirName(s));
+    }
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(ckpt_root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".reading-", 0) != 0 || StepOf(name.substr(9)) < 0) continue;
+    if (fs::exists(fs::path(ckpt_root) / name.substr(9))) continue;
+    // Removed on release unless a reader still holds it.
+    (void)FileLock::Acquire(e.path().string(), "reader", FileLock::OnRelease::kRemoveFile);
   }
 }
 

@@ -278,6 +278,24 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
     }
   }
   std::error_code ec;
+  // A run writes .lock, run.json, metrics.jsonl and checkpoints/ into its directory: never
+  // the file system's root; a directory holding other files but no run is said.
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(run.run_dir(), ec);
+  if (!ec && canonical == canonical.root_path()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--run_dir=", run.run_dir(), " is the file system's root: give the run a directory of its own"));
+  }
+  if (t->is_logger() && std::filesystem::is_directory(run.run_dir(), ec) &&
+      !std::filesystem::is_empty(run.run_dir(), ec)) {
+    bool a_run = false;
+    for (const char* mark : {"run.json", "metrics.jsonl", "checkpoints", ".lock"}) {
+      a_run = a_run || std::filesystem::exists(std::filesystem::path(run.run_dir()) / mark, ec);
+    }
+    if (!a_run) {
+      LogWarning("--run_dir=", run.run_dir(), " holds files but no run (no run.json, metrics.jsonl or checkpoints/): "
+                 "the run's files go among them");
+    }
+  }
   std::filesystem::create_directories(run.run_dir(), ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("--run_dir=", run.run_dir(), ": ", ec.message()));
   if (t->is_logger()) {

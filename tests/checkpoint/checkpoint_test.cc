@@ -238,6 +238,24 @@ TEST(CheckpointTest, KeepsTheLastKAndEveryNth) {
   EXPECT_EQ(kept, (std::vector<std::string>{"step_00000004", "step_00000008", "step_00000009"}));
 }
 
+TEST(CheckpointTest, ASaveRemovesWhatKilledSavesAndPrunesLeft) {
+  const ModelDims dims = Dims("tiny_psi2");
+  const std::string run = FreshDir("leftovers");
+  SaveUnder(run, dims, 1, 1, 3);
+  // A prune killed after deleting step 2's manifest leaves its directory (and a shard's
+  // bytes); a reader killed after its checkpoint went leaves its lock file.
+  fs::create_directories(run + "/checkpoints/step_00000002");
+  std::ofstream(run + "/checkpoints/step_00000002/" + ShardFileName(0, 0)) << "bytes no save will reclaim";
+  std::ofstream(run + "/checkpoints/.reading-step_00000001") << "";
+  // A newer directory without a manifest is not touched (nothing older than the save is).
+  fs::create_directories(run + "/checkpoints/step_00000009");
+  SaveUnder(run, dims, 1, 1, 4);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints")) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"latest", "step_00000003", "step_00000004", "step_00000009"}));
+}
+
 // Every file under `dir` with its bytes, by relative path.
 std::map<std::string, std::string> Snapshot(const std::string& dir) {
   std::map<std::string, std::string> files;

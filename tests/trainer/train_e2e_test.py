@@ -281,6 +281,20 @@ class TrainTest(SyntheticCorpusCase):
         self.assertIn("resumed from", r.stderr)
         self.assertIn("step_00000010", r.stderr)
 
+    def test_the_root_is_no_run_directory_and_other_files_are_said(self):
+        r = self.train("/", "--steps=1", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(r.stderr.strip().splitlines()[-1],
+                         "multiscreen train: --run_dir=/ is the file system's root: give the run a directory of its own")
+        self.assertFalse(os.path.exists("/run.json"))
+        d = self.run_dir("with_notes")
+        os.makedirs(d)
+        with open(os.path.join(d, "notes.txt"), "w") as f:
+            f.write("mine\n")
+        r = self.train(d, "--steps=1")
+        self.assertIn(f"--run_dir={d} holds files but no run", r.stderr)
+        self.assertNotIn("holds files but no run", self.train(d, "--steps=2").stderr)  # now it holds one
+
     def test_a_run_directory_without_checkpoints_is_not_overwritten(self):
         d = self.run_dir("occupied")
         os.makedirs(d)
