@@ -176,6 +176,26 @@ TEST_P(ModelCudaTest, InferenceLogitsMatchTheCpu) {
   EXPECT_LE(RelativeError(logits[1], logits[0], 0, logits[0].size()), 1e-5);
 }
 
+// A window that overflows (s_w = 1000: w = ∞, the plain causal mask) on the device: every
+// gradient finite and the CPU's, and that window's ∂L/∂s_w its limit 0 (it was 0 · ∞ = NaN:
+// the host maps the kernels' ∂L/∂w to ∂L/∂s_w for either device).
+TEST_P(ModelCudaTest, AnOverflowingWindowGivesTheCpusFiniteGradients) {
+  const ModelDims dims = TinyDims(GetParam());
+  const ParamLayout layout(dims, ShardSpec::Full(dims));
+  auto params = WellConditionedParams<float>(layout, 15);
+  for (const ParamEntry& e : layout.entries()) {
+    if (e.kind == ParamKind::kS_w) params[e.buffer_offset] = 1000.f;  // tile 0 of every layer
+  }
+  const int64_t B = 2, T = 37;
+  const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 9);
+  const Result gpu = RunModel(Device::kCuda, dims, Precision::kFp32, params, tokens, B, T);
+  for (const ParamEntry& e : layout.entries()) {
+    if (e.kind == ParamKind::kS_w) EXPECT_EQ(gpu.grads[e.buffer_offset], 0.f) << e.name;
+  }
+  ExpectClose(dims, gpu, RunModel(Device::kCpu, dims, Precision::kFp32, params, tokens, B, T), 1e-5,
+              Fp64Grads(dims, params, tokens, B, T));
+}
+
 TEST_P(ModelCudaTest, AStageOnDeviceArraysMatchesTheCpuStage) {
   const ModelDims dims = TinyDims(GetParam());
   ExpectStagesMatch(dims, PerturbedParams<float>(ParamLayout(dims, ShardSpec::Full(dims)), 14), 8);
