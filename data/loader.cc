@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -67,6 +68,58 @@ absl::StatusOr<TokenFormat> ParseTokenFormat(const std::string& name) {
       absl::StrCat("format=", name, ": expected auto, llmc, megatron or raw_uint16"));
 }
 
+namespace {
+
+// A directory's shards numbered with a gap (train_000000.bin, then train_000005.bin) are
+// usually shards lost in a copy: refused, naming the missing ones. Shards are grouped by
+// their name without the digits before ".bin" (llm.c's fineweb_train_000001.bin ... and
+// ours, train_000000.bin ..., apart); each group must count up by one from its first.
+absl::Status CheckShardNumbering(const std::string& dir, const std::string& split, const std::vector<std::string>& shards) {
+  struct Group {
+    std::vector<int64_t> numbers;
+    size_t width = 0;
+  };
+  std::map<std::string, Group> groups;  // by the name before the digits
+  for (const std::string& shard : shards) {
+    const std::string name = fs::path(shard).filename().string();
+    const size_t end = name.size() - 4;  // before ".bin"
+    size_t begin = end;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(name[begin - 1]))) --begin;
+    if (begin == end || end - begin > 18) continue;
+    Group& g = groups[name.substr(0, begin)];
+    g.numbers.push_back(std::stoll(name.substr(begin, end - begin)));
+    g.width = end - begin;
+  }
+  std::vector<std::string> missing;
+  for (auto& [prefix, g] : groups) {
+    std::sort(g.numbers.begin(), g.numbers.end());
+    const std::string& before = prefix;
+    auto named = [&](int64_t n) {
+      std::string digits = std::to_string(n);
+      if (digits.size() < g.width) digits.insert(0, g.width - digits.size(), '0');
+      return absl::StrCat(before, digits, ".bin");
+    };
+    for (size_t i = 1; i < g.numbers.size(); ++i) {
+      const int64_t from = g.numbers[i - 1] + 1, to = g.numbers[i] - 1;
+      if (from > to) continue;
+      missing.push_back(from == to ? named(from) : absl::StrCat(named(from), " to ", named(to)));
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  std::string list;
+  for (size_t i = 0; i < missing.size(); ++i) {
+    absl::StrAppend(&list, i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ", missing[i]);
+  }
+  const bool one = missing.size() == 1 && missing[0].find(" to ") == std::string::npos;
+  return absl::FailedPreconditionError(absl::StrCat(
+      dir, ": ", list, one ? " is" : " are",
+      " missing from the numbering (lost shards?); ",
+      split == "train" ? "to use the shards there alone, name each file (data.train_shards in a run file)"
+                       : "to use one shard alone, name the file itself"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split,
                                                     TokenFormat format) {
   std::error_code ec;
@@ -100,6 +153,7 @@ absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, con
                                             ") in the directory"));
   }
   std::sort(shards.begin(), shards.end());
+  MS_RETURN_IF_ERROR(CheckShardNumbering(path, split, shards));
   return shards;
 }
 

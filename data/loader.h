@@ -63,7 +63,10 @@ absl::StatusOr<TokenFormat> ParseTokenFormat(const std::string& name);
 // directory, whose files named "<split>_*.bin" or "*_<split>_*.bin" (llm.c's naming) are
 // returned sorted; with kRawUint16 a directory's "<split>.bin" (nanoGPT's naming) too.
 // Errors: no such path, a directory with no such shard, a directory holding
-// kPrepareIncompleteMarker (new shards beside stale ones).
+// kPrepareIncompleteMarker (new shards beside stale ones), a directory whose shards are
+// numbered with a gap (train_000000.bin, then train_000005.bin: lost shards, named; each
+// group of names that differ only in their digits counts up by one from its first, so
+// llm.c's numbering from 1 passes).
 // The file `prepare` keeps in its output directory while it moves new shards into place
 // (data/prepare.cc): present afterwards only when that was interrupted.
 inline constexpr char kPrepareIncompleteMarker[] = ".prepare-incomplete";

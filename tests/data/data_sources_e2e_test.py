@@ -164,6 +164,19 @@ data {{
         line = r.stderr.strip().splitlines()[-1]
         self.assertIn("holds token id 2147483653, outside the vocabulary V = 97", line)
 
+    def test_a_gap_in_the_shard_numbers_is_refused_naming_the_missing_ones(self):
+        # train_000000.bin and train_000005.bin trained without a word on what was left.
+        cfg = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
+        gap = self.path("gap")
+        os.makedirs(gap, exist_ok=True)
+        for n in (0, 5):
+            write_llmc(os.path.join(gap, f"train_{n:06d}.bin"), stream(n, 3000))
+        r = train([f"--config={cfg}", f"--run_dir={self.path('gap_run')}", f"--data={gap}", "--steps=1"], check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(f"{gap}: train_000001.bin to train_000004.bin are missing from the numbering (lost shards?)",
+                      r.stderr.strip().splitlines()[-1])
+        self.assertFalse(os.path.exists(self.path("gap_run")))
+
     def test_bad_sources_are_one_line_errors(self):
         cfg = os.path.join(SRC, "configs", "train", "tiny_test.textproto")
         big = self.path("big_ids.u16")

@@ -360,6 +360,27 @@ TEST(LoaderErrorsTest, ListShardsFindsOurAndLlmcNames) {
             dir.path() + ": no test shards (test_*.bin) in the directory");
 }
 
+// A gap in a directory's shard numbers (train_000000.bin, then train_000005.bin) usually
+// means shards lost in a copy; it trained on what was left without a word. Refused, naming
+// the missing numbers; llm.c's numbering from 1 and each file named alone still pass.
+TEST(LoaderErrorsTest, AGapInTheShardNumbersIsRefusedNamingTheMissingOnes) {
+  TempDir dir;
+  for (const char* name : {"train_000000.bin", "train_000005.bin", "train_000006.bin", "train_000008.bin",
+                           "val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"}) {
+    testing::WriteFile(dir.path(name), "");
+  }
+  EXPECT_EQ(ListShards(dir.path(), "train").status().message(),
+            dir.path() + ": train_000001.bin to train_000004.bin and train_000007.bin are missing from the numbering "
+                         "(lost shards?); to use the shards there alone, name each file (data.train_shards in a run file)");
+  EXPECT_EQ(ListShards(dir.path(), "val")->size(), 1u);
+  EXPECT_EQ(*ListShards(dir.path("train_000005.bin"), "train"), std::vector<std::string>{dir.path("train_000005.bin")});
+  TempDir llmc;
+  for (const char* name : {"fineweb_val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"}) {
+    testing::WriteFile(llmc.path(name), "");
+  }
+  EXPECT_EQ(ListShards(llmc.path(), "train")->size(), 2u);
+}
+
 
 TEST(LoaderErrorsTest, AShardThatIsNotARegularFileIsRefusedWithoutBlocking) {
   TempDir dir;
