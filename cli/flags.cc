@@ -298,7 +298,10 @@ absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::in
 
 absl::Status ApplyThreadsFlag() {
   const int32_t threads = absl::GetFlag(FLAGS_threads);
-  if (threads < 0) return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, " must be >= 0"));
+  // prepare's bound too: more OpenMP threads than any machine has cores only thrashes.
+  if (threads < 0 || threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads=", threads, ": expected 0 (all cores) to 1024"));
+  }
   if (threads > 0) omp_set_num_threads(threads);
   return absl::OkStatus();
 }

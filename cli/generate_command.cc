@@ -20,7 +20,7 @@
 #include "eval/model_runner.h"
 #include "eval/yarn.h"
 
-ABSL_FLAG(std::string, prompt, "", "text to continue");
+ABSL_FLAG(std::string, prompt, "", "text to continue (empty: an unconditional sample, from the end-of-text token)");
 ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate");
 ABSL_FLAG(int64_t, train_len, 4096,
           "longest training sequence length (window expansion past it); default: the run's recorded one, else 4096");

@@ -75,8 +75,14 @@ absl::StatusOr<config::ModelConfig> LoadModelConfig(const std::string& name_or_p
     const fs::path models = fs::path(ConfigDir()) / "models";
     path = (models / (path + ".textproto")).string();
     if (!fs::exists(path)) {
-      std::vector<std::string> known;
       std::error_code ec;
+      if (!fs::is_directory(models, ec)) {
+        const char* env = std::getenv("MULTISCREEN_CONFIG_DIR");
+        return absl::NotFoundError(absl::StrCat(
+            "--model: unknown model '", name_or_path, "': the model directory ", models.string(), " does not exist",
+            env != nullptr && *env != '\0' ? " (MULTISCREEN_CONFIG_DIR names its parent)" : ""));
+      }
+      std::vector<std::string> known;
       for (const auto& entry : fs::directory_iterator(models, ec)) {
         if (entry.path().extension() == ".textproto") known.push_back(entry.path().stem().string());
       }
@@ -245,6 +251,9 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     return Invalid(source, absl::StrCat("d_k = ", d.d_k, " must be even for position: ROPE (it turns pairs p, p + d_k/2)"));
   }
   if (d.d_k > kMaxModelSize) return Invalid(source, absl::StrCat("d_k = ", d.d_k, " is more than ", kMaxModelSize));
+  if (d.vocab < 2) {  // one token: nothing to predict (softmax over one logit is 1)
+    return Invalid(source, absl::StrCat("vocab = ", d.vocab, " must be at least 2"));
+  }
   if (d.vocab > INT32_MAX) {
     return Invalid(source, absl::StrCat("vocab = ", d.vocab, " is more than 2^31 - 1 (token ids are int32)"));
   }

@@ -43,6 +43,22 @@ TEST(ConfigTest, UnknownModelNameListsTheKnownOnes) {
   EXPECT_NE(dims.status().message().find("psi8"), std::string::npos) << dims.status();
 }
 
+TEST(ConfigTest, AMissingConfigDirectoryIsNamedNotAnEmptyList) {
+  const char* before = std::getenv("MULTISCREEN_CONFIG_DIR");
+  const std::string saved = before != nullptr ? before : "";
+  setenv("MULTISCREEN_CONFIG_DIR", "/nonexistent/configs", 1);
+  auto dims = LoadModel("psi8");
+  if (before != nullptr) {
+    setenv("MULTISCREEN_CONFIG_DIR", saved.c_str(), 1);
+  } else {
+    unsetenv("MULTISCREEN_CONFIG_DIR");
+  }
+  ASSERT_FALSE(dims.ok());
+  EXPECT_EQ(std::string(dims.status().message()),
+            "--model: unknown model 'psi8': the model directory /nonexistent/configs/models does not exist "
+            "(MULTISCREEN_CONFIG_DIR names its parent)");
+}
+
 TEST(ConfigTest, MalformedFileReportsLineAndColumn) {
   const std::string path = WriteTemp("bad_model.textproto", "name: \"x\"\npsi: 8\nd_k: [oops\n");
   auto dims = LoadModel(path);
@@ -307,6 +323,7 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
             "name is not a line of at most 256 printable characters");
   EXPECT_EQ(error("psi: 1000000000000"), "psi = 1000000000000 must be in [1, 4096]");
   EXPECT_EQ(error("psi: 2 d_e: 100000000"), "d_e = 100000000 is more than 16777216");
+  EXPECT_EQ(error("psi: 2 vocab: 1"), "vocab = 1 must be at least 2");
   EXPECT_EQ(error("psi: 2 vocab: 3000000000"), "vocab = 3000000000 is more than 2^31 - 1 (token ids are int32)");
   EXPECT_EQ(error("psi: 2 d_e: 16777216 vocab: 1000000"),
             "the sizes (N_L = 2, N_H = 2, d_E = 16777216, d_K = 16, d_V = 64, V = 1000000) make 1.68e+13 "

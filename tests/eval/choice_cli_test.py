@@ -246,7 +246,10 @@ class ChoiceCliTest(OneLineErrors):
         self.assert_one_line_error(r, "--stride is not a flag of 'eval choice'")
         # --threads, listed among every evaluation's flags, is taken (and checked) by choice too.
         r = run("eval", "choice", f"--weights={w}", f"--task={piqa}", "--format=piqa", f"--out={out}", "--threads=-1")
-        self.assert_one_line_error(r, "--threads=-1 must be >= 0")
+        self.assert_one_line_error(r, "--threads=-1: expected 0 (all cores) to 1024")
+        r = run("eval", "choice", f"--weights={w}", f"--task={piqa}", "--format=piqa", f"--out={out}",
+                "--threads=100000")
+        self.assert_one_line_error(r, "--threads=100000: expected 0 (all cores) to 1024")
 
     def test_help_gives_choices_meaning_of_format(self):
         r = run("eval", "choice", "--help")
