@@ -42,10 +42,10 @@ class EmulatedTrainTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.case.tearDownClass()
 
-    def train(self, name, *flags, steps=STEPS, env=None):
+    def train(self, name, *flags, steps=STEPS, lr=0.01, env=None):
         run_dir = os.path.join(self.tmp.name, name)
         r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}",
-                            f"--steps={steps}", "--micro_batch=2", "--grad_accum=1", "--lr=0.01", *flags],
+                            f"--steps={steps}", "--micro_batch=2", "--grad_accum=1", f"--lr={lr}", *flags],
                            capture_output=True, text=True, timeout=900, env=None if env is None else {**os.environ, **env})
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         return run_dir
@@ -139,9 +139,9 @@ class EmulatedTrainTest(unittest.TestCase):
         # bf16: 2 % in the loss; measured); at 0.002 the loss falls steadily from 4.69 to 1.13.
         # Wall time (2 cores): ~30 s each.
         flags = ("--model=tiny_transformer_tiled", "--seq_len=70", "--eval_every=0", "--device=cuda",
-                 "--precision=bf16", "--lr=0.002")
-        tiled = self.train("attention_tiled", *flags, env={"MULTISCREEN_ATTENTION_KERNEL": "auto"})
-        simple = self.train("attention_simple", *flags, env={"MULTISCREEN_ATTENTION_KERNEL": "simple"})
+                 "--precision=bf16")
+        tiled = self.train("attention_tiled", *flags, lr=0.002, env={"MULTISCREEN_ATTENTION_KERNEL": "auto"})
+        simple = self.train("attention_simple", *flags, lr=0.002, env={"MULTISCREEN_ATTENTION_KERNEL": "simple"})
         t, s = self.rows(tiled), self.rows(simple)
         self.assertEqual(sorted(t), list(range(1, self.STEPS + 1)))
         # Per step, loss and gradient norm within 5e-3 relative (measured worst 1.7e-3, the
