@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include "absl/flags/flag.h"
@@ -43,6 +45,8 @@
 #include "common/input_file.h"
 #include "common/status.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/loader.h"
+#include "data/megatron_index.h"
 #include "data/token_file.h"
 #include "eval/abcdigits.h"
 #include "eval/choice.h"
@@ -271,52 +275,148 @@ absl::Status Plot(const std::string& out, const std::string& kind) {
 
 // ---- ppl ------------------------------------------------------------------------------
 
-// Documents of --data, one at a time: a token shard split at EOS (or, with --stream,
-// read whole), a JSONL file's text field per line, or a text file as one document.
+// What --data holds: token ids in one of the formats train reads (--format, as train's:
+// auto, llmc, megatron, raw_uint16; auto takes a Megatron pair, a name ending in .bin,
+// .idx, .u16 or .uint16, and a file that starts with llm.c's magic), else text: JSONL
+// (.jsonl, .json) or plain text, one document. Errors name --data: missing, a broken link,
+// a directory, an unknown --format.
+struct PplData {
+  bool tokens = false;
+  TokenFormat format = TokenFormat::kAuto;  // tokens only
+};
+
+// Text holds no NUL byte: token ids under a name auto does not take for tokens. The error
+// for `text` (of --data, at `where`: "" or ":LINE"), OK when it has none.
+absl::Status NotTextError(const std::string& path, const std::string& where, std::string_view text) {
+  const size_t nul = text.find('\0');
+  if (nul == std::string_view::npos) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--data=", path, where, ": a NUL byte at byte ", nul, where.empty() ? "" : " of the line",
+      ": not text; token ids need --format=llmc, megatron or raw_uint16 (auto takes names ending in .bin, .idx, .u16 "
+      "or .uint16, Megatron pairs and llm.c's magic)"));
+}
+
+absl::StatusOr<PplData> PplDataOf(const std::string& path, const std::vector<std::string>& given) {
+  PplData d;
+  if (Given(given, "format")) {
+    auto f = ParseTokenFormat(absl::GetFlag(FLAGS_format));
+    if (!f.ok()) return absl::InvalidArgumentError(absl::StrCat("--", f.status().message()));
+    d.format = *f;
+  }
+  std::string bin, idx;
+  if (d.format != TokenFormat::kLlmc && d.format != TokenFormat::kRawUint16 && FindMegatronPair(path, &bin, &idx)) {
+    d.tokens = true;
+    return d;
+  }
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    if (fs::is_symlink(fs::symlink_status(path, ec))) {
+      return absl::NotFoundError(absl::StrCat("--data=", path, ": a broken symbolic link (to ",
+                                              fs::read_symlink(path, ec).string(), ")"));
+    }
+    return absl::NotFoundError(absl::StrCat("--data=", path, ": does not exist"));
+  }
+  if (fs::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--data=", path, ": is a directory; eval ppl reads one file (a "
+                                                   "token file such as DIR/val_000000.bin, or text or JSONL)"));
+  }
+  d.tokens = d.format != TokenFormat::kAuto || path.ends_with(".bin") || path.ends_with(".idx") ||
+             path.ends_with(".u16") || path.ends_with(".uint16");
+  if (!d.tokens && fs::is_regular_file(path, ec)) {
+    // llm.c's magic says tokens; a NUL byte in the first 64 KiB says not text (before a
+    // tokenizer is loaded for it). DocumentReader meets later NUL bytes as it reads.
+    std::string head(64 << 10, '\0');
+    std::ifstream in(path, std::ios::binary);
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(in.gcount()));
+    int32_t magic = 0;
+    if (head.size() >= 4) std::memcpy(&magic, head.data(), 4);
+    d.tokens = magic == kTokenFileMagic;
+    if (!d.tokens) MS_RETURN_IF_ERROR(NotTextError(path, "", head));
+  }
+  return d;
+}
+
+const char* FormatName(TokenFormat f) {
+  switch (f) {
+    case TokenFormat::kLlmc: return "llmc";
+    case TokenFormat::kMegatron: return "megatron";
+    case TokenFormat::kRawUint16: return "raw_uint16";
+    default: return "auto";
+  }
+}
+
+// Documents of --data, one at a time: token ids split at EOS and at a Megatron pair's
+// document boundaries (or, with --stream, read whole), a JSONL file's text field per
+// line, or a text file as one document.
 class DocumentReader {
  public:
-  static absl::StatusOr<DocumentReader> Open(const std::string& path, const ModelDims& dims, const Gpt2Tokenizer* tok,
-                                             bool stream) {
+  static absl::StatusOr<DocumentReader> Open(const std::string& path, const PplData& data, const ModelDims& dims,
+                                             const Gpt2Tokenizer* tok, bool stream) {
     DocumentReader r;
     r.path_ = path;
     r.dims_ = dims;
     r.tok_ = tok;
     r.stream_ = stream;
-    if (!fs::is_regular_file(path)) return absl::NotFoundError(absl::StrCat("--data=", path, ": not a regular file"));
-    r.in_ = std::make_shared<std::ifstream>(path, std::ios::binary);
-    if (path.ends_with(".bin")) {
-      int32_t header[kTokenFileHeaderInts] = {};
-      r.in_->read(reinterpret_cast<char*>(header), sizeof header);
-      auto info = CheckTokenFileHeader(path, header, static_cast<int64_t>(fs::file_size(path)));
-      if (!info.ok()) return info.status();
-      r.info_ = *info;
-      r.kind_ = kShard;
-    } else {
-      r.kind_ = path.ends_with(".jsonl") || path.ends_with(".json") ? kJsonl : kText;
-      if (tok == nullptr) return absl::InternalError("a tokenizer is needed for text input");
+    if (data.tokens) {
+      auto opened = TokenStream::Open({path}, /*min_tokens_per_shard=*/0, data.format);
+      if (!opened.ok()) {
+        const std::string m(opened.status().message());
+        return absl::Status(opened.status().code(), m.starts_with(path) ? "--data=" + m : absl::StrCat("--data=", path, ": ", m));
+      }
+      r.tokens_ = std::shared_ptr<const TokenStream>(std::move(*opened));
+      r.kind_ = kTokens;
+      r.format_ = FormatName(r.tokens_->shard_format(0));
+      r.fingerprint_ = r.tokens_->Fingerprint();
+      if (!stream) {
+        auto boundaries = r.tokens_->DocumentBoundaries();  // a Megatron pair's documents
+        if (boundaries.ok()) r.boundaries_ = std::move(*boundaries);
+      }
+      return r;
     }
+    if (tok == nullptr) return absl::InternalError("a tokenizer is needed for text input");
+    int64_t size = 0;
+    auto fd = OpenRegularFile(path, "text file", INT64_MAX, &size);
+    if (!fd.ok()) return absl::Status(fd.status().code(), absl::StrCat("--data=", fd.status().message()));
+    ::close(*fd);
+    auto fingerprint = SampledFileFingerprint(path, "text file");
+    if (!fingerprint.ok()) return fingerprint.status();
+    r.fingerprint_ = *fingerprint;
+    r.in_ = std::make_shared<std::ifstream>(path, std::ios::binary);
+    r.kind_ = path.ends_with(".jsonl") || path.ends_with(".json") ? kJsonl : kText;
+    r.format_ = r.kind_ == kJsonl ? "jsonl" : "text";
     return r;
   }
+
+  // "llmc", "megatron", "raw_uint16" (as read), "jsonl" or "text".
+  const std::string& format() const { return format_; }
+  // The content's sampled fingerprint: TokenStream::Fingerprint of token input (train's),
+  // SampledFileFingerprint of a text file's bytes.
+  const std::string& fingerprint() const { return fingerprint_; }
 
   // The next document; false at the end. Errors name the file (and line or token index).
   absl::StatusOr<bool> Next(std::vector<int32_t>* doc) {
     doc->clear();
-    if (kind_ == kShard) {
-      while (read_ < info_.count) {
-        uint32_t id = 0;
-        if (info_.width == 2) {
-          uint16_t v;
-          in_->read(reinterpret_cast<char*>(&v), 2);
-          id = v;
-        } else {
-          in_->read(reinterpret_cast<char*>(&id), 4);
+    if (kind_ == kTokens) {
+      constexpr int64_t kChunk = 1 << 16;
+      while (pos_ < tokens_->size()) {
+        if (next_boundary_ < boundaries_.size() && boundaries_[next_boundary_] <= pos_) {
+          ++next_boundary_;
+          if (!doc->empty() && boundaries_[next_boundary_ - 1] == pos_) return true;  // a document of the index ends
+          continue;
         }
-        if (!*in_) return absl::DataLossError(absl::StrCat("--data=", path_, ": short read at token ", read_));
+        if (chunk_at_ >= static_cast<int64_t>(chunk_.size())) {
+          chunk_.resize(static_cast<size_t>(std::min(kChunk, tokens_->size() - pos_)));
+          tokens_->Read(pos_, static_cast<int64_t>(chunk_.size()), chunk_.data());
+          chunk_at_ = 0;
+        }
+        const uint32_t id = static_cast<uint32_t>(chunk_[chunk_at_]);  // a uint32 id past 2^31 - 1 is negative as int32
         if (id >= static_cast<uint32_t>(dims_.vocab)) {
-          return absl::InvalidArgumentError(absl::StrCat("--data=", path_, ": token ", read_, " is ", id,
+          return absl::InvalidArgumentError(absl::StrCat("--data=", tokens_->Locate(pos_), " is ", id,
                                                          ", past the model's V = ", dims_.vocab));
         }
-        ++read_;
+        ++pos_;
+        ++chunk_at_;
         if (!stream_ && static_cast<int64_t>(id) == dims_.eos_token) {
           if (!doc->empty()) return true;
           continue;
@@ -330,11 +430,13 @@ class DocumentReader {
       done_ = true;
       std::stringstream s;
       s << in_->rdbuf();
+      MS_RETURN_IF_ERROR(CheckText(s.view(), ""));
       return Encode(s.str(), doc, "");
     }
     std::string line;
     while (std::getline(*in_, line)) {
       ++line_;
+      MS_RETURN_IF_ERROR(CheckText(line, absl::StrCat(":", line_)));
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       const json j = json::parse(line, nullptr, false);
       const std::string field = "text";
@@ -349,21 +451,25 @@ class DocumentReader {
   }
 
  private:
-  enum Kind { kShard, kJsonl, kText };
+  enum Kind { kTokens, kJsonl, kText };
+  absl::Status CheckText(std::string_view text, const std::string& where) const { return NotTextError(path_, where, text); }
   absl::StatusOr<bool> Encode(const std::string& text, std::vector<int32_t>* doc, const std::string& where) {
     auto ids = tok_->Encode(text);
     if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("--data=", path_, where, ": ", ids.status().message()));
     *doc = std::move(*ids);
     return !doc->empty();
   }
-  std::string path_;
+  std::string path_, format_, fingerprint_;
   ModelDims dims_;
   const Gpt2Tokenizer* tok_ = nullptr;
   bool stream_ = false, done_ = false;
-  Kind kind_ = kShard;
+  Kind kind_ = kTokens;
   std::shared_ptr<std::ifstream> in_;
-  TokenFileInfo info_;
-  int64_t read_ = 0, line_ = 0;
+  std::shared_ptr<const TokenStream> tokens_;
+  std::vector<int64_t> boundaries_;  // where documents start (a Megatron pair's), then size(); empty: EOS only
+  size_t next_boundary_ = 0;
+  std::vector<int32_t> chunk_;       // tokens [pos_ - chunk_at_, ...) of the stream
+  int64_t pos_ = 0, chunk_at_ = 0, line_ = 0;
 };
 
 int Ppl(const std::vector<std::string>& given) {
@@ -378,7 +484,9 @@ int Ppl(const std::vector<std::string>& given) {
     return Fail("eval ppl", absl::InvalidArgumentError("--stride and --documents must be >= 0"));
   }
   const std::string data = absl::GetFlag(FLAGS_data);
-  const bool text_input = !data.ends_with(".bin");
+  auto data_kind = PplDataOf(data, given);
+  if (!data_kind.ok()) return Fail("eval ppl", data_kind.status());
+  const bool text_input = !data_kind->tokens;
   // The decoding cache (model/decoder.h) runs on either device, on the CPU in fp32 only:
   // there --method=decode is refused under bf16, and auto takes the full pass.
   auto device = DeviceFlags(given);
@@ -433,7 +541,7 @@ int Ppl(const std::vector<std::string>& given) {
                                   " available (full pass ", GiB(full_bytes), ", decoding cache ", GiB(decode_bytes), ")")));
     }
   }
-  auto reader = DocumentReader::Open(data, setup->weights.dims, setup->tokenizer.get(), absl::GetFlag(FLAGS_stream));
+  auto reader = DocumentReader::Open(data, *data_kind, setup->weights.dims, setup->tokenizer.get(), absl::GetFlag(FLAGS_stream));
   if (!reader.ok()) return Fail("eval ppl", reader.status());
 
   const std::string out = setup->out, state_path = out + "/ppl_state.json";
@@ -441,6 +549,10 @@ int Ppl(const std::vector<std::string>& given) {
   int64_t skip_windows = 0;
   json identity = SetupJson(*setup);
   identity["data"] = data;
+  // What --data held (its format as read, and a sampled fingerprint of its content, as
+  // train's manifest records): a file overwritten between two runs shows.
+  identity["data_format"] = reader->format();
+  identity["data_fingerprint"] = reader->fingerprint();
   identity["seq_len"] = N;
   identity["stride"] = absl::GetFlag(FLAGS_stride);
   identity["stream"] = absl::GetFlag(FLAGS_stream);
@@ -450,6 +562,20 @@ int Ppl(const std::vector<std::string>& given) {
       return Fail("eval ppl", absl::NotFoundError(absl::StrCat("--resume: ", state_path, " is missing or not JSON")));
     }
     if (const json saved = WithDeviceDefaults(state.value("identity", json())); saved != identity) {
+      // The same --data path with another content: the windows would be averaged with
+      // another file's under one result.
+      if (saved.is_object() && saved.value("data", json()) == identity["data"] &&
+          saved.value("data_fingerprint", json()) != identity["data_fingerprint"]) {
+        return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat(
+                                    "--resume: --data=", data,
+                                    saved.contains("data_fingerprint")
+                                        ? absl::StrCat(" changed since ", state_path, " was written")
+                                        : absl::StrCat(" may have changed: ", state_path,
+                                                       " is from before eval recorded what --data held"),
+                                    ", and its windows would be averaged with another file's; rerun without --resume "
+                                    "(into a new --out): ",
+                                    IdentityDifferences(saved, identity))));
+      }
       return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat("--resume: ", state_path,
                                                                          " is of another evaluation: ",
                                                                          IdentityDifferences(saved, identity))));
@@ -1124,7 +1250,8 @@ int Choice(const std::vector<std::string>& given) {
 
 constexpr char kUsage[] =
     "usage: multiscreen eval ppl (--checkpoint=DIR | --weights=W.h5) --data=FILE --seq_len=N --out=DIR [--documents=K\n"
-    "                            --stride=S --stream --method=auto|full|decode --train_len=T --as_learned --plot --resume]\n"
+    "                            --stride=S --stream --method=auto|full|decode --train_len=T --as_learned --plot --resume\n"
+    "                            --format=auto|llmc|megatron|raw_uint16] (--data: token ids as train reads them, or text/JSONL)\n"
     "       multiscreen eval abcdigits (--checkpoint=DIR | --weights=W.h5) --out=DIR [--contexts=4096,... --depths=0.1,...\n"
     "                            --instances=K --mode=tokens|lines --dump=F.jsonl --plot --resume]\n"
     "       multiscreen eval abcdigits --generate_only --mode=lines|tokens --length=N --depth=D --instances=K --dump=F.jsonl\n"
@@ -1157,7 +1284,7 @@ int EvalCommand(int argc, char** argv) {
     accepted.insert(accepted.end(), {"device", "precision"});
   }
   if (sub == "ppl") {
-    accepted.insert(accepted.end(), {"data", "seq_len", "documents", "stride", "stream", "method", "plot", "resume"});
+    accepted.insert(accepted.end(), {"data", "format", "seq_len", "documents", "stride", "stream", "method", "plot", "resume"});
   } else if (sub == "abcdigits" || sub == "passkey") {
     accepted.insert(accepted.end(), {"contexts", "depths", "instances", "dump", "generator_seed", "plot", "resume"});
     if (sub == "abcdigits") accepted.insert(accepted.end(), {"generate_only", "mode", "length", "depth"});

@@ -1,7 +1,8 @@
 // `multiscreen forward --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B
 // --seq_len=T --out=OUT.h5 [--precision=fp32|bf16|fp64 --device=cpu|cuda|auto]`: the parity hook for
-// reference implementations. Reads the first B·(T+1) tokens (sequence b is
-// tokens [b(T+1), (b+1)(T+1))) and writes `loss` (scalar), `token_losses`
+// reference implementations. Reads the first B·(T+1) tokens of --tokens, a token file
+// in any format train reads (--format=auto|llmc|megatron|raw_uint16, data/loader.h;
+// sequence b is tokens [b(T+1), (b+1)(T+1))) and writes `loss` (scalar), `token_losses`
 // [B, T] and `grad/<name>` (gradient of the mean loss) for every parameter.
 // With --no_grad [--memory=BOUND]: `loss` and `token_losses` only (the same bits),
 // the model read a stage at a time (model/streamed_forward.h) so that a model
@@ -22,14 +23,15 @@
 #include "cli/flags.h"
 #include "cli/memory_bound.h"
 #include "common/status.h"
-#include "data/token_file.h"
+#include "data/loader.h"
 #include "kernels/host_staging.h"
 #include "model/model_stage.h"
 #include "model/streamed_forward.h"
 
 ABSL_FLAG(std::string, weights, "", "consolidated weights file (.h5) from init or ckpt export");
 ABSL_FLAG(std::string, checkpoint, "", "a checkpoint directory or a run directory (its latest checkpoint)");
-ABSL_FLAG(std::string, tokens, "", "llm.c token file (.bin)");
+ABSL_FLAG(std::string, tokens, "", "token file: an llm.c .bin, a Megatron pair or raw uint16 (--format)");
+ABSL_DECLARE_FLAG(std::string, format);
 ABSL_FLAG(bool, no_grad, false,
           "forward: loss and token_losses only, the model read one stage at a time (bounded by --memory)");
 
@@ -113,7 +115,7 @@ absl::Status RunNoGrad(const StreamedWeights& weights, const std::vector<int32_t
 
 // forward --no_grad: the bound checked against the model's estimate before the
 // weights are verified (minutes for a large model), then StreamedLoss.
-int NoGrad(const std::string& weights_path, const std::string& tokens_path, int64_t B, int64_t T,
+int NoGrad(const std::string& weights_path, const std::string& tokens_path, TokenFormat format, int64_t B, int64_t T,
            const std::string& precision, Precision compute, Device device, const std::string& out) {
   auto bound = MemoryBoundBytes();
   if (!bound.ok()) return Fail("forward", bound.status());
@@ -129,7 +131,7 @@ int NoGrad(const std::string& weights_path, const std::string& tokens_path, int6
                                absl::GetFlag(FLAGS_memory), weights->dims.name, B, T,
                                double(needed) / double(int64_t{1} << 30))));
   }
-  auto tokens = ReadTokenFile(tokens_path, B * (T + 1), weights->dims.vocab);
+  auto tokens = ReadTokens(tokens_path, format, B * (T + 1), weights->dims.vocab);
   if (!tokens.ok()) return Fail("forward", tokens.status());
   if (auto s = weights->verify(); !s.ok()) return Fail("forward", s);
   const absl::Status s =
@@ -146,9 +148,10 @@ int NoGrad(const std::string& weights_path, const std::string& tokens_path, int6
 int ForwardCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
                           "multiscreen forward (--weights=FILE.h5 | --checkpoint=DIR) --tokens=FILE.bin --micro_batch=B --seq_len=T "
-                          "--out=OUT.h5 [--precision=fp32|bf16|fp64 --device=cpu|cuda|auto] [--no_grad [--memory=1G]]",
-                          {"weights", "checkpoint", "tokens", "micro_batch", "seq_len", "precision", "out", "device",
-                           "no_grad", "memory"});
+                          "--out=OUT.h5 [--format=auto|llmc|megatron|raw_uint16 --precision=fp32|bf16|fp64 "
+                          "--device=cpu|cuda|auto] [--no_grad [--memory=1G]]",
+                          {"weights", "checkpoint", "tokens", "format", "micro_batch", "seq_len", "precision", "out",
+                           "device", "no_grad", "memory"});
       !s.ok()) {
     return Fail("forward", s);
   }
@@ -170,8 +173,13 @@ int ForwardCommand(int argc, char** argv) {
     return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--micro_batch=", B, " --seq_len=", T, ": ",
                                                                    "more than 2^31 - 1 tokens")));
   }
+  // --tokens in any format train reads (data/loader.h TokenFormat; auto by default).
+  auto format = ParseTokenFormat(absl::GetFlag(FLAGS_format));
+  if (!format.ok()) return Fail("forward", absl::InvalidArgumentError(absl::StrCat("--", format.status().message())));
   const Precision compute = precision == "bf16" ? Precision::kBf16 : Precision::kFp32;
-  if (absl::GetFlag(FLAGS_no_grad)) return NoGrad(weights_path, tokens_path, B, T, precision, compute, *device, out);
+  if (absl::GetFlag(FLAGS_no_grad)) {
+    return NoGrad(weights_path, tokens_path, *format, B, T, precision, compute, *device, out);
+  }
   if (Given(GivenFlags(argc, argv), "memory")) {
     return Fail("forward", absl::InvalidArgumentError(
                                "--memory bounds forward --no_grad only (the gradient forward holds the whole model)"));
@@ -180,7 +188,7 @@ int ForwardCommand(int argc, char** argv) {
   if (!weights.ok()) return Fail("forward", weights.status());
   // Every id read is checked against the model's vocabulary (a version-2 id past
   // 2^31 - 1 would be negative as int32).
-  auto tokens = ReadTokenFile(tokens_path, B * (T + 1), weights->dims.vocab);
+  auto tokens = ReadTokens(tokens_path, *format, B * (T + 1), weights->dims.vocab);
   if (!tokens.ok()) return Fail("forward", tokens.status());
   const absl::Status s = precision == "fp64" ? Run<double>(*weights, *tokens, B, T, Precision::kFp32, *device, out)
                                              : Run<float>(*weights, *tokens, B, T, compute, *device, out);

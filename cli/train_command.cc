@@ -52,8 +52,9 @@ ABSL_FLAG(int64_t, eval_windows, 0,
           "file's eval.batches; 0: eval.batches)");
 ABSL_FLAG(std::string, data, "", "directory of token shards from `prepare` (train_*.bin, val_*.bin)");
 ABSL_FLAG(std::string, format, "auto",
-          "token file format of --data: auto, llmc, megatron (a .bin/.idx pair) or raw_uint16 (nanoGPT's .bin); "
-          "for eval choice the benchmark format of --task: hellaswag, piqa, arc or winogrande (required there)");
+          "token file format of train's and eval ppl's --data and forward's --tokens: auto, llmc, megatron (a "
+          ".bin/.idx pair) or raw_uint16 (nanoGPT's .bin); for eval choice the benchmark format of --task: "
+          "hellaswag, piqa, arc or winogrande (required there)");
 ABSL_FLAG(int64_t, zero, 0, "1: shard the optimizer state over data-parallel ranks (ZeRO-1)");
 ABSL_FLAG(std::string, dp_overlap, "on",
           "on: reduce each data-parallel gradient bucket on a communication thread as soon as the backward has "

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -339,6 +340,54 @@ std::string TokenStream::Fingerprint() const {
   char hex[9];
   std::snprintf(hex, sizeof(hex), "%08x", crc.value());
   return hex;
+}
+
+absl::StatusOr<std::vector<int32_t>> ReadTokens(const std::string& path, TokenFormat format, int64_t n,
+                                                int64_t vocab) {
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<TokenStream> stream, TokenStream::Open({path}, /*min_tokens_per_shard=*/0, format));
+  if (n > stream->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", stream->size(), " tokens, ", n, " needed"));
+  }
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  stream->Read(0, n, tokens.data());
+  const int64_t limit = vocab > 0 ? vocab : int64_t{INT32_MAX} + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = static_cast<uint32_t>(tokens[i]);  // a uint32 id past 2^31 - 1 reads as a negative int32
+    if (id >= limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": token ", i, " is ", id, ", not below ",
+          vocab > 0 ? absl::StrCat("the model's vocabulary V = ", vocab) : std::string("2^31")));
+    }
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::string> SampledFileFingerprint(const std::string& path, const char* what) {
+  int64_t size = 0;
+  MS_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, what, INT64_MAX, &size));
+  constexpr int64_t kBlocks = 256, kBlock = 4096;
+  Crc32cStream crc;
+  crc.Update(&size, sizeof(size));
+  std::vector<char> block(kBlock);
+  const int64_t span = std::max<int64_t>(0, size - kBlock);  // where the last block starts
+  for (int64_t b = 0; b < kBlocks && size > 0; ++b) {
+    const int64_t start = span * b / (kBlocks - 1), n = std::min(kBlock, size - start);
+    for (int64_t got = 0; got < n;) {
+      const ssize_t r = ::pread(fd, block.data() + got, static_cast<size_t>(n - got), start + got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        ::close(fd);
+        return absl::DataLossError(absl::StrCat(path, ": read failed (the file shrank?)"));
+      }
+      got += r;
+    }
+    crc.Update(block.data(), static_cast<size_t>(n));
+    if (span == 0) break;  // the whole file was one block
+  }
+  ::close(fd);
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", crc.value());
+  return std::string(hex);
 }
 
 void TokenStream::Read(int64_t start, int64_t n, int32_t* out) const {

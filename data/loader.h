@@ -138,6 +138,22 @@ class TokenStream {
   int64_t size_ = 0;
 };
 
+// The first `n` tokens of the token file `path` (`format` as TokenStream::Open takes it:
+// an llm.c shard, a Megatron pair, raw uint16), each checked below `vocab` (when > 0).
+// Errors name the file: TokenStream::Open's, fewer than n tokens ("holds 20 tokens, 27
+// needed"), an id out of range with its index and its value as the file holds it (a
+// version-2 id past 2^31 - 1 unsigned, never a negative int32).
+absl::StatusOr<std::vector<int32_t>> ReadTokens(const std::string& path, TokenFormat format, int64_t n,
+                                                int64_t vocab = 0);
+
+// A sampled fingerprint of a regular file's bytes, for telling whether a file read again
+// (eval ppl --resume's text --data) is the one read before, as TokenStream::Fingerprint
+// is for tokens: CRC-32C (hex) of the size and of 256 blocks of up to 4 KiB spread evenly
+// over the file, the first and the last included (1 MiB read at any size). Errors name
+// the file (and `what` kind of file it should be: "text file") when it cannot be opened
+// as a regular file or read.
+absl::StatusOr<std::string> SampledFileFingerprint(const std::string& path, const char* what);
+
 // The window definition above, as a pure function.
 class WindowSampler {
  public:

@@ -207,5 +207,53 @@ TEST(RawUint16Test, FilesOfAnotherFormatAreRefusedNamingIt) {
   EXPECT_EQ(ParseTokenFormat("npy").status().message(), "format=npy: expected auto, llmc, megatron or raw_uint16");
 }
 
+// forward --tokens reads the first tokens of any format (it read llm.c shards only), each
+// checked against the vocabulary with its value as the file holds it.
+TEST(ReadTokensTest, TheFirstTokensOfEveryFormatAreTheSameIdsCheckedAgainstTheVocabulary) {
+  TempDir dir;
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE(WriteTokenFile(dir.path("t.bin"), ids).ok());
+  std::vector<uint16_t> raw(ids.begin(), ids.end());
+  testing::WriteFile(dir.path("t.u16"), std::string(reinterpret_cast<const char*>(raw.data()), raw.size() * 2));
+  WriteMegatron(dir, dir.path("m"), "uint16", "[[1, 2, 3], [4, 5, 6, 7, 8]]");
+  for (const std::string& path : {dir.path("t.bin"), dir.path("t.u16"), dir.path("m.idx")}) {
+    auto got = ReadTokens(path, TokenFormat::kAuto, 6, 9);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, std::vector<int32_t>(ids.begin(), ids.begin() + 6)) << path;
+    EXPECT_EQ(ReadTokens(path, TokenFormat::kAuto, 9).status().message(), path + ": holds 8 tokens, 9 needed");
+    EXPECT_EQ(ReadTokens(path, TokenFormat::kAuto, 8, 8).status().message(),
+              path + ": token 7 is 8, not below the model's vocabulary V = 8");
+  }
+  // A version-2 shard holding 2^31 + 5 (WriteTokenFile refuses it as a negative int32).
+  std::string wide(1024, '\0');
+  const int32_t header[3] = {kTokenFileMagic, 2, 3};
+  std::memcpy(wide.data(), header, sizeof header);
+  const uint32_t big[3] = {1, 2, 0x80000005u};
+  wide.append(reinterpret_cast<const char*>(big), sizeof big);
+  testing::WriteFile(dir.path("wide.bin"), wide);
+  EXPECT_EQ(ReadTokens(dir.path("wide.bin"), TokenFormat::kAuto, 3, 50257).status().message(),
+            dir.path("wide.bin") + ": token 2 is 2147483653, not below the model's vocabulary V = 50257");
+}
+
+// eval ppl --resume's identity of a text --data: the same bytes give the same
+// fingerprint; another byte in a sampled block, or another size, another one.
+TEST(SampledFileFingerprintTest, ChangesWithTheBytesAndTheSize) {
+  TempDir dir;
+  std::string text(100000, 'a');
+  testing::WriteFile(dir.path("a.txt"), text);
+  const std::string first = SampledFileFingerprint(dir.path("a.txt"), "text file").value();
+  EXPECT_EQ(first.size(), 8u);
+  testing::WriteFile(dir.path("b.txt"), text);
+  EXPECT_EQ(SampledFileFingerprint(dir.path("b.txt"), "text file").value(), first);
+  text[0] = 'b';  // the first block is always sampled
+  testing::WriteFile(dir.path("a.txt"), text);
+  EXPECT_NE(SampledFileFingerprint(dir.path("a.txt"), "text file").value(), first);
+  text[0] = 'a';
+  testing::WriteFile(dir.path("a.txt"), text + "a");
+  EXPECT_NE(SampledFileFingerprint(dir.path("a.txt"), "text file").value(), first);
+  EXPECT_EQ(SampledFileFingerprint(dir.path(), "text file").status().message(),
+            dir.path() + ": is a directory, not a regular file (expected a text file)");
+}
+
 }  // namespace
 }  // namespace multiscreen
