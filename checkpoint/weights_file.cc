@@ -155,20 +155,6 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
     return output_gate.status();
   }
   MS_RETURN_IF_ERROR(CheckModelDims(d, in.path(), ""));
-  // What a Transformer does not read from the file must hold what it uses: its MiPE
-  // threshold (screening heads) is the default, which model files cannot set, and d_v its
-  // head width (both were ignored when edited).
-  if (d.transformer()) {
-    if (d.w_th != ModelDims().w_th) {
-      return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute w_th = ", d.w_th,
-                                                     ": a Transformer's is ", ModelDims().w_th,
-                                                     " (model files cannot set it)"));
-    }
-    if (d.d_v != d.d_k) {
-      return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute d_v = ", d.d_v,
-                                                     ": a Transformer's is its head width d_k = ", d.d_k));
-    }
-  }
   // Re-check the sizes as a config would be checked.
   config::ModelConfig m;
   m.set_name(d.name);
@@ -301,6 +287,16 @@ absl::Status CheckModelDims(const ModelDims& d, const std::string& source, const
                                                      " is not the Transformer's head width d_e / n_heads = ", d.d_e,
                                                      " / ", d.n_heads,
                                                      rope_pairs ? " (a whole, even number)" : " (a whole number)"));
+    }
+    // What model files cannot set for a Transformer: its MiPE threshold (screening heads)
+    // is the default, d_v its head width (a weights file's were ignored when edited).
+    if (d.w_th != ModelDims().w_th) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, "w_th = ", d.w_th, ": a Transformer's is ",
+                                                     ModelDims().w_th, " (model files cannot set it)"));
+    }
+    if (d.d_v != d.d_k) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, "d_v = ", d.d_v,
+                                                     ": a Transformer's is its head width d_k = ", d.d_k));
     }
     if (!d.tanh_norm) {
       return absl::InvalidArgumentError(

@@ -29,9 +29,7 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& dims);
 // pass CheckModelDims; format_version must be 1. Refused too: a root attribute a weights
 // file does not have; a switch attribute missing though the file has one that files
 // gained after it (family, qk_norm, sio; tanh_norm; attention; position, output_gate: a
-// file written before a switch lacks it and all later ones, and reads as their defaults);
-// a Transformer's w_th other than the default 256 or d_v other than its head width (it
-// reads neither).
+// file written before a switch lacks it and all later ones, and reads as their defaults).
 absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in);
 
 // Refuses a dataset of `in` that is not a parameter of `full` (the file's own model, read
@@ -43,7 +41,8 @@ absl::Status CheckWeightsFileDatasets(const H5Reader& in, const ParamLayout& ful
 // d_E, d_V in [1, 2^20], d_K in [2, 2^20], V in [1, 2^31 − 1] (token ids are
 // int32), w_th finite and positive, eos_token in [0, V), a name of at most 256
 // characters and no control characters; a Transformer's d_k = d_e / n_heads (whole,
-// even), no Transformer switch on a Multiscreen. `source` names the
+// even), d_v = d_k and w_th the default 256 (model files cannot set either), no
+// Transformer switch on a Multiscreen. `source` names the
 // file, `field` the prefix of the field names ("model." in a manifest).
 absl::Status CheckModelDims(const ModelDims& dims, const std::string& source, const std::string& field);
 

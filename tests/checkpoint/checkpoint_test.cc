@@ -399,6 +399,22 @@ TEST(CheckpointTest, ManifestFieldsAreTypeCheckedAndBoundedByName) {
             "m.json: field data[\"web\"] is not {\"tokens\": N, \"fingerprint\": \"...\"}");
 }
 
+TEST(CheckpointTest, ATransformerManifestHoldsTheThresholdAndValueWidthItUses) {
+  // Model files cannot set a Transformer's w_th (its screening heads' MiPE threshold) or
+  // d_v; an edited manifest set them (ckpt inspect printed w_th=16), as CheckModelDims
+  // now refuses for weights files and manifests alike.
+  const ModelDims dims = Dims("tiny_transformer_screening");
+  const std::string run = FreshDir("manifest_transformer");
+  auto ckpt = OpenCheckpoint(SaveUnder(run, dims, 1, 1, 2));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const nlohmann::json& m = ckpt->manifest;
+  EXPECT_EQ(ManifestError(m, [](auto&) {}), "OK");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["model"]["w_th"] = 16; }),
+            "m.json: model.w_th = 16: a Transformer's is 256 (model files cannot set it)");
+  EXPECT_EQ(ManifestError(m, [](auto& j) { j["model"]["d_v"] = 7; }),
+            "m.json: model.d_v = 7: a Transformer's is its head width d_k = 4");
+}
+
 TEST(CheckpointTest, FilesAndDatasetsMustBeWhatTheLayoutWrites) {
   const ModelDims dims = Dims("tiny_psi2");
   const std::string run = FreshDir("manifest_files");

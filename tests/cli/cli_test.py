@@ -234,9 +234,9 @@ class CliTest(OneLineErrors):
         refused(delete("output_gate"), "tiny_psi2", "root attribute output_gate is missing, though position")
         refused(put("w_thh", np.int64(16)), "tiny_psi2", "root attribute w_thh is not one a weights file has")
         refused(put("w_th", 16.0), "tiny_transformer_screening",
-                "root attribute w_th = 16: a Transformer's is 256 (model files cannot set it)")
+                "w_th = 16: a Transformer's is 256 (model files cannot set it)")
         refused(put("d_v", np.int64(7)), "tiny_transformer",
-                "root attribute d_v = 7: a Transformer's is its head width d_k = 4")
+                "d_v = 7: a Transformer's is its head width d_k = 4")
         refused(lambda f: f.create_dataset("layers/000/s_x", data=np.zeros(2, np.float32)), "tiny_psi2",
                 "dataset layers/000/s_x is not a parameter of model tiny_psi2")
         # A screening file read as softmax (no attribute attention, and no later one either)
