@@ -192,9 +192,10 @@ class TrainTest(SyntheticCorpusCase):
                             f"--run_dir={self.run_dir('val_short')}", "--steps=2"],
                            capture_output=True, text=True, timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
-        # The synthetic val shard: 8,800 tokens, 274 windows of 32 + 1, 68 micro-batches of 4.
-        self.assertIn("validation data: eval.batches=500 asks for 500 micro-batches of 4 windows; its 8800 tokens "
-                      "hold 68: each validation uses those", r.stderr)
+        # The synthetic val shard: 8,800 tokens, 274 windows of 32 + 1 (in micro-batches of 4,
+        # the last one of 2).
+        self.assertIn("validation data: eval.batches=500 asks for 2000 windows (500 x micro_batch 4); 8800 tokens and "
+                      "dp = 1 give 274: each validation uses those", r.stderr)
         self.assertNotIn("asks for", self.train(self.run_dir("val_fits"), "--steps=2", "--eval_every=2").stderr)
 
     def test_sigkill_after_a_checkpoint_resumes_bit_identically(self):
