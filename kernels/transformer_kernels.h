@@ -32,16 +32,19 @@ class TransformerKernels {
   virtual void RmsNormForward(const Real* x, const Real* gain, Real* y, Real* rstd, int64_t rows, int64_t d) = 0;
   virtual void RmsNormBackward(const Real* x, const Real* gain, const Real* rstd, const Real* dy, Real* dx,
                                Real* dgain, int64_t rows, int64_t d, bool accumulate) = 0;
-  // kernels/cpu/rope.h: in place on [B·T, heads·d_h] (row stride ld); inverse for gradients;
-  // `scaling`: YaRN's frequencies at inference (plain RoPE by default).
-  virtual void Rope(Real* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse,
-                    const cpu::RopeScaling& scaling = {}) = 0;
-  // kernels/cpu/attention.h: scale, lse and d_scale are host arrays.
+  // kernels/cpu/attention.h: scale, lse and d_scale are host arrays. rope: RoPE inside the
+  // op (kernels/cpu/rope.h, with these frequencies: YaRN's at inference, plain RoPE by
+  // default): q and k are the unturned rows, the attention is of RoPE(q), RoPE(k) at
+  // positions 0 … T − 1 of each sequence, and the backward's dq, dk are the gradients of
+  // the unturned q, k (RoPE's transpose applied); d_h even. Null: q, k as given. The CPU
+  // turns copies of q and k before its kernel and dq, dk after it; the CUDA tiled kernel
+  // turns them as it loads them (kernels/cuda/attention_tiled.h), the simple one as the CPU.
   virtual void AttentionForward(const AttentionShape& shape, const Real* q, const Real* k, const Real* v,
-                                const double* scale, Real* o, double* lse) = 0;
+                                const double* scale, Real* o, double* lse,
+                                const cpu::RopeScaling* rope = nullptr) = 0;
   virtual void AttentionBackward(const AttentionShape& shape, const Real* q, const Real* k, const Real* v,
                                  const Real* o, const double* lse, const Real* d_o, const double* scale, Real* dq,
-                                 Real* dk, Real* dv, double* d_scale) = 0;
+                                 Real* dk, Real* dv, double* d_scale, const cpu::RopeScaling* rope = nullptr) = 0;
   // kernels/cpu/swiglu.h: gu [rows, 2f] = [gate | up], h [rows, f].
   virtual void SwiGluForward(const Real* gu, Real* h, int64_t rows, int64_t f) = 0;
   virtual void SwiGluBackward(const Real* gu, const Real* dh, Real* dgu, int64_t rows, int64_t f) = 0;

@@ -204,9 +204,9 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   const ModelDims& d = dims();
   // YaRN at inference (kernels/cpu/rope.h): NTK-by-parts frequencies, and the logits times
   // (0.1 ln F + 1)², folded into each head's scale.
-  kernels::cpu::RopeScaling yarn;
-  if (inference != nullptr) yarn = {inference->yarn_factor, double(inference->train_len)};
-  const double logit_scale = kernels::cpu::YarnLogitScale(yarn.factor);
+  rope_ = {};
+  if (inference != nullptr) rope_ = {inference->yarn_factor, double(inference->train_len)};
+  const double logit_scale = kernels::cpu::YarnLogitScale(rope_.factor);
   const int64_t dE = d.d_e, H = layout_.shard().tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn(), rows = B * T;
   const Precision prec = options_.precision;
   batch_ = B;
@@ -217,7 +217,7 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
     const Slots s = SlotsOf(layout_.shard().layer_begin + li);
-    // Attention block: a = RMSNorm(x), q k v = a W, RoPE, [unit q, k], attention (or
+    // Attention block: a = RMSNorm(x), q k v = a W, [unit q, k], attention with RoPE (or
     // screening), x += o W_O.
     std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kProjections);
     a.x_in.Resize(rows * dE);
@@ -238,11 +238,9 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
       a.screen_h.Resize(rows * dl);
       const auto tiles = MapTileScalars(w.s_w.data(), w.s_r.data(), w.s_o.data(), H, inference);
       ops_->ScreeningForward(ScreeningShapeOf(B, T), a.qkv.data(), tiles.data(), a.saved(), a.o.data());
-    } else {  // q k v = the projection's three parts, RoPE, [unit q, k], the mechanism
+    } else {  // q k v = the projection's three parts, [unit q, k], the mechanism with RoPE
       for (int p = 0; p < 3; ++p) ops_->Copy2D(a.qkv.data() + p * dl, 3 * dl, rows, dl, qkv[p]->data(), dl);
-      tk_->Rope(a.q.data(), dl, B, T, H, dh, false, yarn);
-      tk_->Rope(a.k.data(), dl, B, T, H, dh, false, yarn);
-      if (d.qk_norm) {  // unit(RoPE(q)) = RoPE(unit(q)): a rotation keeps the norm
+      if (d.qk_norm) {  // before RoPE, which the attention op applies: RoPE(unit(q)) = unit(RoPE(q))
         a.q_norm.Resize(rows * H);
         a.k_norm.Resize(rows * H);
         ops_->UnitRowsForward(a.q.data(), dh, a.q.data(), dh, a.q_norm.data(), rows * H, dh);
@@ -251,7 +249,9 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
       a.lse.resize(B * H * T);
       std::vector<double> scale = w.scale;
       for (double& c : scale) c *= logit_scale;
-      tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), scale.data(), a.o.data(), a.lse.data());
+      // RoPE inside the op: fused into the tiled CUDA kernel's loads, else turned copies.
+      tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), scale.data(), a.o.data(), a.lse.data(),
+                            &rope_);
     }
     RoundToCompute(a.o.data(), rows * dl);
     // x += o W_O: this rank's heads' part, summed over the tp group.
@@ -402,8 +402,9 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       TileScalarParamGrads(tiles, tile_grads, g_screen.data(), g_screen.data() + H, static_cast<Real*>(nullptr));
       ops_->AddHost(g_screen.data(), 2 * H, grads + s.s_w);
     } else {
+      // d_q_, d_k_: the gradients of the unturned (unit) q, k (RoPE's transpose inside the op).
       tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
-                             w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data());
+                             w.scale.data(), d_q_.data(), d_k_.data(), d_v_.data(), d_scale.data(), &rope_);
       if (d.attention == AttentionKind::kSsmax) {
         // scale_h = base_h · s_SS,h: ∂L/∂s_SS = base · ∂L/∂scale.
         for (int64_t h = 0; h < H; ++h) g_scale[h] = static_cast<Real>(d_scale[h] * w.base[h]);
@@ -418,8 +419,6 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
         ops_->UnitRowsBackward(a.k.data(), dh, a.k_norm.data(), d_k_.data(), dh, d_k_.data(), dh, rows * H, dh,
                                false);
       }
-      tk_->Rope(d_q_.data(), dl, B, T, H, dh, true);
-      tk_->Rope(d_k_.data(), dl, B, T, H, dh, true);
       Array* dqkv[3] = {&d_q_, &d_k_, &d_v_};
       for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dl, rows, dl, d_qkv_.data() + p * dl, 3 * dl);
     }

@@ -20,7 +20,7 @@
 //
 // Written over two kernel tables: the shared one (kernels/kernel_table.h: GEMMs,
 // embedding, unit rows, the fused head) and the Transformer's (kernels/
-// transformer_kernels.h: RMSNorm, RoPE, attention, SwiGLU), on the CPU or a CUDA
+// transformer_kernels.h: RMSNorm, attention with RoPE, SwiGLU), on the CPU or a CUDA
 // device (fp32). Computes one shard: layers (pipeline stages) and, over a tp group (issue 18,
 // Megatron-LM's split, Shoeybi et al. 2019 §3), heads and the SwiGLU width: W_Q, W_K,
 // W_V and W_gate, W_up column-split (this rank's heads / hidden units), W_O and W_down
@@ -131,6 +131,7 @@ class Transformer final : public ModelStage<Real> {
   std::unique_ptr<kernels::KernelTable<Real>> ops_;
   std::unique_ptr<kernels::TransformerKernels<Real>> tk_;
   int64_t batch_ = 0, seq_ = 0;
+  kernels::cpu::RopeScaling rope_;  // the last LayersForward's RoPE frequencies (YaRN's at inference)
   Real s_e_ = 0, s_f_ = 0;  // host copies (BeginStep; sio)
   Array table_, e_norm_, table_c_, d_table_;  // Ē (sio) or a copy of W_E, its row norms, its rounding, ∂L/∂table
   std::vector<LayerWeights> weights_;

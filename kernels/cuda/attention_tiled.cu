@@ -29,13 +29,18 @@ constexpr int kStride = kDh + 8;            // bf16 per shared row: 144 bytes, l
 constexpr int kTile = kBlockK * kStride;    // bf16 per staged 64-row tile
 // Occupancy designed for: 3 CTAs (12 warps) per SM, ≤ 168 registers per thread; the key
 // pass, which holds k and v (hi, lo) and ∂k, ∂v through its walk, spills 16 bytes at 168
-// on sm_80 and gets 2 there (≤ 255 registers).
+// on sm_80 and gets 2 there (≤ 255 registers). With RoPE fused the key pass gets 2 on
+// sm_90 too: at 168 registers it spilled 20 to 40 bytes in every arrangement tried (the
+// staging of q̃ two or four pairs at a time, unrolled or not; k's lo fragments read from
+// shared memory instead of held; the turn-back of ∂k before or with ∂v's writes), 204
+// registers without the bound (ptxas, CUDA 13).
 constexpr int kCtasPerSm = 3;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 constexpr int kKeyPassCtasPerSm = 2;
 #else
 constexpr int kKeyPassCtasPerSm = 3;
 #endif
+constexpr int kRopeKeyPassCtasPerSm = 2;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr double kLn2 = 0.6931471805599453;
 
@@ -80,6 +85,73 @@ __device__ inline void StageRows(const float* src, int64_t ld, int64_t row0, int
       *reinterpret_cast<uint2*>(&lo[r * kStride + c]) = make_uint2(PackBf16Rest(x.x, x.y), PackBf16Rest(x.z, x.w));
     }
   }
+}
+
+// StageRows for q or k with RoPE fused: row t's pairs (p, p + d_h/2) turned by φ(t, p)
+// on their way to shared memory, (a, b) ← (a cos φ − b sin φ, a sin φ + b cos φ) in fp32
+// (cuda::Rope's arithmetic), then split as StageRows. rope: RopeTable's [T, d_h] (cos,
+// sin) of the call's positions (kernels/cuda/rope.h); !kRope: StageRows itself. An
+// element is two pairs of one row (a float2 of x at p and at p + 32, a float4 of the
+// table), one at a time (not unrolled).
+template <bool kRope>
+__device__ inline void StageTurnedRows(const float* src, int64_t ld, int64_t row0, int64_t T, const float* rope,
+                                       uint16_t* hi, uint16_t* lo = nullptr) {
+  if (!kRope) {
+    StageRows(src, ld, row0, T, hi, lo);
+    return;
+  }
+  constexpr int kHalf = kDh / 2;
+  #pragma unroll 1
+  for (int e = threadIdx.x; e < kBlockK * (kHalf / 2); e += kThreadsPerCta) {
+    const int r = e / (kHalf / 2), c = 2 * (e % (kHalf / 2));
+    float2 a = make_float2(0.f, 0.f), b = a;  // columns c, c + 1 and c + 32, c + 33
+    if (row0 + r < T) {
+      const float* x = src + (row0 + r) * ld;
+      const float2 x0 = *reinterpret_cast<const float2*>(x + c), x1 = *reinterpret_cast<const float2*>(x + c + kHalf);
+      const float4 cs = *reinterpret_cast<const float4*>(rope + (row0 + r) * kDh + 2 * c);  // pairs c, c + 1
+      a = make_float2(x0.x * cs.x - x1.x * cs.y, x0.y * cs.z - x1.y * cs.w);
+      b = make_float2(x0.x * cs.y + x1.x * cs.x, x0.y * cs.w + x1.y * cs.z);
+    }
+    *reinterpret_cast<uint32_t*>(&hi[r * kStride + c]) = PackBf16(a.x, a.y);
+    *reinterpret_cast<uint32_t*>(&hi[r * kStride + c + kHalf]) = PackBf16(b.x, b.y);
+    if (lo != nullptr) {
+      *reinterpret_cast<uint32_t*>(&lo[r * kStride + c]) = PackBf16Rest(a.x, a.y);
+      *reinterpret_cast<uint32_t*>(&lo[r * kStride + c + kHalf]) = PackBf16Rest(b.x, b.y);
+    }
+  }
+}
+
+// Writes one row of ∂L/∂q or ∂L/∂k from the accumulators of the warp's lane (element pair
+// `half` of each n-tile: columns 8n + 2t, 8n + 2t + 1), times sc; with RoPE fused
+// (kRope; rope_row: RopeTable's row of the token) turned back by the rotation's
+// transpose, the gradient of the unturned row: (∂a, ∂b) ← (∂ã cos φ + ∂b̃ sin φ,
+// −∂ã sin φ + ∂b̃ cos φ) for the pair (p, p + d_h/2), which sit in n-tiles n and n + 4
+// of the same lane.
+template <bool kRope>
+__device__ inline void StoreGradientRow(const float acc[kDh / 8][4], int half, float sc, const float* rope_row,
+                                        float* out) {
+  const int t = threadIdx.x % 4;
+  float x[kDh / 8][2];
+  #pragma unroll
+  for (int n = 0; n < kDh / 8; ++n) {
+    x[n][0] = sc * acc[n][2 * half];
+    x[n][1] = sc * acc[n][2 * half + 1];
+  }
+  if (kRope) {
+    #pragma unroll
+    for (int n = 0; n < kDh / 16; ++n) {
+      const float4 cs = *reinterpret_cast<const float4*>(rope_row + 2 * (8 * n + 2 * t));  // pairs 8n + 2t, + 1
+      const float c[2] = {cs.x, cs.z}, sn[2] = {cs.y, cs.w};
+      #pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float a = x[n][e], b = x[n + kDh / 16][e];
+        x[n][e] = a * c[e] + b * sn[e];
+        x[n + kDh / 16][e] = b * c[e] - a * sn[e];
+      }
+    }
+  }
+  #pragma unroll
+  for (int n = 0; n < kDh / 8; ++n) *reinterpret_cast<float2*>(out + 8 * n + 2 * t) = make_float2(x[n][0], x[n][1]);
 }
 
 // The A fragments (16 rows × d_h, k-steps kk = 0..3) of rows [row, row + 16) of a
@@ -160,10 +232,13 @@ __device__ inline void MmaIntoColumns(float acc[kDh / 8][4], const uint32_t a[4]
 // skipped), scaled to base 2 (c = scale·log2 e), masked (j > i) on the diagonal block,
 // the running max m and sum l (per lane, over its columns) updated, o rescaled, and
 // o += p·v on tensor cores. kSplit: every operand as bf16 hi + lo (attention_tiled.h).
-template <bool kSplit>
+// kRope: q and k turned as staged by the table `rope` (StageTurnedRows). A template
+// argument, not a null test: with both staging loops in one kernel the key pass spilled
+// 4 bytes at sm_90's 168 registers (ptxas), with one it does not.
+template <bool kSplit, bool kRope>
 __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
     AttentionTiledForwardKernel(int64_t T, int64_t heads, const float* q, const float* k, const float* v,
-                                const double* scale, float* o, double* lse) {
+                                const float* rope, const double* scale, float* o, double* lse) {
   __shared__ __align__(16) uint16_t k_hi[kTile];
   __shared__ __align__(16) uint16_t k_lo[kSplit ? kTile : 8];
   __shared__ __align__(16) uint16_t v_hi[kTile];
@@ -177,7 +252,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
 
   // The warp's q (16 rows × d_h) as A fragments, held for the walk; staged through k's
   // buffers.
-  StageRows(q + hv.base, hv.ld, q0, T, k_hi, kSplit ? k_lo : nullptr);
+  StageTurnedRows<kRope>(q + hv.base, hv.ld, q0, T, rope, k_hi, kSplit ? k_lo : nullptr);
   __syncthreads();
   uint32_t qa_hi[kDh / 16][4], qa_lo[kDh / 16][4];
   LoadRowsAsA(k_hi, 16 * warp, qa_hi);
@@ -190,7 +265,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
 
   for (int64_t k0 = 0; k0 <= q0; k0 += kBlockK) {
     __syncthreads();  // every warp is done with the previous block (and with q)
-    StageRows(k + hv.base, hv.ld, k0, T, k_hi, kSplit ? k_lo : nullptr);
+    StageTurnedRows<kRope>(k + hv.base, hv.ld, k0, T, rope, k_hi, kSplit ? k_lo : nullptr);
     StageRows(v + hv.base, hv.ld, k0, T, v_hi, kSplit ? v_lo : nullptr);
     __syncthreads();
     if (qw >= T) continue;  // warp-uniform: no query of this warp exists
@@ -288,12 +363,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
 // p = 2^(c·s − lse_i·log2 e) (0 for j > i), dp = ∂L/∂o_i·v_j, ds = p (dp − D_i) (= ∂L/∂z),
 // ∂L/∂q_i += ds·k_j (tensor cores, ds and k rounded to bf16) and the row's
 // Σ_j ds·(q_i·k_j) (fp32 per step, fp64 across steps). Writes ∂L/∂q = scale·Σ ds k and
-// parts_i.
-template <bool kSplit>
+// parts_i. kRope: q and k turned as staged by `rope`, and ∂L/∂q turned back (StoreGradientRow).
+template <bool kSplit, bool kRope>
 __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
     AttentionTiledQueryBackwardKernel(int64_t T, int64_t heads, const float* q, const float* k, const float* v,
-                                      const float* o, const float* d_o, const double* scale, const double* lse,
-                                      double* delta, float* dq, double* parts) {
+                                      const float* rope, const float* o, const float* d_o, const double* scale,
+                                      const double* lse, double* delta, float* dq, double* parts) {
   __shared__ __align__(16) uint16_t k_hi[kTile];
   __shared__ __align__(16) uint16_t k_lo[kSplit ? kTile : 8];
   __shared__ __align__(16) uint16_t v_hi[kTile];
@@ -308,7 +383,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
   const float c = static_cast<float>(scale_h) * kLog2e;
 
   // q through k's buffers and ∂L/∂o through v's, as A fragments.
-  StageRows(q + hv.base, hv.ld, q0, T, k_hi, kSplit ? k_lo : nullptr);
+  StageTurnedRows<kRope>(q + hv.base, hv.ld, q0, T, rope, k_hi, kSplit ? k_lo : nullptr);
   StageRows(d_o + hv.base, hv.ld, q0, T, v_hi, kSplit ? v_lo : nullptr);
   // D_i = ∂L/∂o_i · o_i of the block's rows, two threads per row (32 columns each, fp64,
   // then the pair's sum), into delta (the key pass's) and d_rows (this pass's).
@@ -350,7 +425,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
 
   for (int64_t k0 = 0; k0 <= q0; k0 += kBlockK) {
     __syncthreads();  // every warp is done with the previous block (and with q, ∂L/∂o)
-    StageRows(k + hv.base, hv.ld, k0, T, k_hi, kSplit ? k_lo : nullptr);
+    StageTurnedRows<kRope>(k + hv.base, hv.ld, k0, T, rope, k_hi, kSplit ? k_lo : nullptr);
     StageRows(v + hv.base, hv.ld, k0, T, v_hi, kSplit ? v_lo : nullptr);
     __syncthreads();
     if (qw >= T) continue;
@@ -401,11 +476,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
   for (int half = 0; half < 2; ++half) {
     const int64_t i = qw + g + 8 * half;
     if (i >= T) continue;
-    float* out = dq + hv.base + i * hv.ld;
-    #pragma unroll
-    for (int n = 0; n < kDh / 8; ++n) {
-      *reinterpret_cast<float2*>(out + 8 * n + 2 * t) = make_float2(sc * acc[n][2 * half], sc * acc[n][2 * half + 1]);
-    }
+    StoreGradientRow<kRope>(acc, half, sc, rope + i * kDh, dq + hv.base + i * hv.ld);
     if (t == 0) parts[hv.bh * T + i] = part[half];
   }
 }
@@ -416,12 +487,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm)
 // sᵀ = k·qᵀ, pᵀ (0 for j > i), dpᵀ = v_j·∂L/∂o_i, dsᵀ = pᵀ (dpᵀ − D_i) recomputed (the
 // block's lse and D staged), then ∂L/∂v_j += Σ_i p_ij ∂L/∂o_i and ∂L/∂k_j += Σ_i ds_ij q_i
 // on tensor cores (pᵀ, dsᵀ, ∂L/∂o and q rounded to bf16). Writes ∂L/∂k = scale·Σ ds q and
-// ∂L/∂v.
-template <bool kSplit>
-__global__ void __launch_bounds__(kThreadsPerCta, kKeyPassCtasPerSm)
+// ∂L/∂v. kRope: q and k turned as staged by `rope`, and ∂L/∂k turned back.
+template <bool kSplit, bool kRope>
+__global__ void __launch_bounds__(kThreadsPerCta, kRope ? kRopeKeyPassCtasPerSm : kKeyPassCtasPerSm)
     AttentionTiledKeyBackwardKernel(int64_t T, int64_t heads, const float* q, const float* k, const float* v,
-                                    const float* d_o, const double* scale, const double* lse, const double* delta,
-                                    float* dk, float* dv) {
+                                    const float* rope, const float* d_o, const double* scale, const double* lse,
+                                    const double* delta, float* dk, float* dv) {
   __shared__ __align__(16) uint16_t q_hi[kTile];
   __shared__ __align__(16) uint16_t q_lo[kSplit ? kTile : 8];
   __shared__ __align__(16) uint16_t do_hi[kTile];
@@ -436,7 +507,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kKeyPassCtasPerSm)
   const float c = static_cast<float>(scale_h) * kLog2e;
 
   // k through q's buffers and v through ∂L/∂o's, as A fragments.
-  StageRows(k + hv.base, hv.ld, k0, T, q_hi, kSplit ? q_lo : nullptr);
+  StageTurnedRows<kRope>(k + hv.base, hv.ld, k0, T, rope, q_hi, kSplit ? q_lo : nullptr);
   StageRows(v + hv.base, hv.ld, k0, T, do_hi, kSplit ? do_lo : nullptr);
   __syncthreads();
   uint32_t ka_hi[kDh / 16][4], ka_lo[kDh / 16][4], va_hi[kDh / 16][4], va_lo[kDh / 16][4];
@@ -455,7 +526,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kKeyPassCtasPerSm)
 
   for (int64_t q0 = k0; q0 < T; q0 += kBlockQ) {
     __syncthreads();  // every warp is done with the previous block (and with k, v)
-    StageRows(q + hv.base, hv.ld, q0, T, q_hi, kSplit ? q_lo : nullptr);
+    StageTurnedRows<kRope>(q + hv.base, hv.ld, q0, T, rope, q_hi, kSplit ? q_lo : nullptr);
     StageRows(d_o + hv.base, hv.ld, q0, T, do_hi, kSplit ? do_lo : nullptr);
     for (int r = threadIdx.x; r < kBlockQ; r += kThreadsPerCta) {  // +∞ past T: p = 0
       const int64_t i = q0 + r;
@@ -511,6 +582,13 @@ __global__ void __launch_bounds__(kThreadsPerCta, kKeyPassCtasPerSm)
     if (j >= T) continue;
     float* out_k = dk + hv.base + j * hv.ld;
     float* out_v = dv + hv.base + j * hv.ld;
+    if (kRope) {
+      StoreGradientRow<true>(acc_k, half, sc, rope + j * kDh, out_k);
+      StoreGradientRow<false>(acc_v, half, 1.f, nullptr, out_v);
+      continue;
+    }
+    // (Without RoPE, ∂k and ∂v written in one loop: as two, the sm_90 instance spilled 24
+    // bytes at its 168 registers.)
     #pragma unroll
     for (int n = 0; n < kDh / 8; ++n) {
       *reinterpret_cast<float2*>(out_k + 8 * n + 2 * t) =
@@ -520,9 +598,69 @@ __global__ void __launch_bounds__(kThreadsPerCta, kKeyPassCtasPerSm)
   }
 }
 
-// Whether the tiled kernels take this call: softmax, d_h = 64, 16-byte aligned arrays
-// (float4 loads), a grid the device accepts.
-bool Tiles(const cpu::AttentionShape& shape, std::initializer_list<const float*> arrays) {
+dim3 GridOf(const cpu::AttentionShape& shape) {
+  return dim3(static_cast<unsigned>((shape.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(shape.heads),
+              static_cast<unsigned>(shape.batch));
+}
+
+// A RoPE table given for a call the tiled kernels do not take is the caller's error: the
+// simple kernel cannot turn q and k.
+void CheckRope(const char* op, const float* rope, bool tiles) {
+  if (rope != nullptr && !tiles) {
+    FatalCudaError(op, "a RoPE table for a call the tiled kernels do not take (AttentionTiledTakes)");
+  }
+}
+
+template <bool kSplit, bool kRope>
+void Forward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v, const double* scale,
+             float* o, double* lse, AttentionScratch* scratch, cudaStream_t stream, const float* rope) {
+  const int64_t rows = shape.batch * shape.heads * shape.seq;
+  const bool tiles = AttentionTiledTakes(shape, {q, k, v, o, rope});
+  CheckRope("AttentionTiledForward", rope, tiles);
+  if (rows <= 0 || !tiles) {
+    AttentionForward(shape, q, k, v, scale, o, lse, scratch, stream);
+    return;
+  }
+  scratch->scale.Resize(shape.heads);
+  MS_CUDA_CHECK("AttentionTiledForward", cudaMemcpyAsync(scratch->scale.data(), scale, shape.heads * sizeof(double),
+                                                         cudaMemcpyHostToDevice, stream));
+  scratch->lse.Resize(rows);
+  Launch<AttentionTiledForwardKernel<kSplit, kRope>>(GridOf(shape), kThreadsPerCta, 0, stream, shape.seq, shape.heads,
+                                                     q, k, v, rope, scratch->scale.data(), o, scratch->lse.data());
+  MS_CUDA_CHECK_LAUNCH("AttentionTiledForward");
+  MS_CUDA_CHECK("AttentionTiledForward", cudaMemcpyAsync(lse, scratch->lse.data(), rows * sizeof(double),
+                                                         cudaMemcpyDeviceToHost, stream));
+  MS_CUDA_CHECK("AttentionTiledForward", cudaStreamSynchronize(stream));
+}
+
+template <bool kSplit, bool kRope>
+void Backward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v, const float* o,
+              const double* lse, const float* d_o, const double* scale, float* dq, float* dk, float* dv,
+              double* d_scale, AttentionScratch* scratch, cudaStream_t stream, const float* rope) {
+  const bool tiles = AttentionTiledTakes(shape, {q, k, v, d_o, dq, dk, dv, rope});
+  CheckRope("AttentionTiledBackward", rope, tiles);
+  if (!tiles) {
+    AttentionBackward(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, scratch, stream);
+    return;
+  }
+  // The simple kernel's uploads (scale, lse); D_i is the query pass's.
+  if (!AttentionBackwardBegin(shape, lse, scale, d_scale, scratch, stream)) return;
+  Launch<AttentionTiledQueryBackwardKernel<kSplit, kRope>>(GridOf(shape), kThreadsPerCta, 0, stream, shape.seq,
+                                                           shape.heads, q, k, v, rope, o, d_o, scratch->scale.data(),
+                                                           scratch->lse.data(), scratch->delta.data(), dq,
+                                                           scratch->parts.data());
+  MS_CUDA_CHECK_LAUNCH("AttentionTiledBackward");
+  Launch<AttentionTiledKeyBackwardKernel<kSplit, kRope>>(GridOf(shape), kThreadsPerCta, 0, stream, shape.seq,
+                                                         shape.heads, q, k, v, rope, d_o, scratch->scale.data(),
+                                                         scratch->lse.data(), scratch->delta.data(), dk, dv);
+  MS_CUDA_CHECK_LAUNCH("AttentionTiledBackward");
+  // The simple kernel's fixed-order Σ of the per-query parts into d_scale.
+  AttentionBackwardFinish(shape, d_scale, scratch, stream);
+}
+
+}  // namespace
+
+bool AttentionTiledTakes(const cpu::AttentionShape& shape, std::initializer_list<const float*> arrays) {
   if (shape.kind != AttentionKind::kSoftmax || shape.d_h != kDh || shape.batch > 65535 || shape.heads > 65535) {
     return false;
   }
@@ -532,73 +670,34 @@ bool Tiles(const cpu::AttentionShape& shape, std::initializer_list<const float*>
   return true;
 }
 
-dim3 GridOf(const cpu::AttentionShape& shape) {
-  return dim3(static_cast<unsigned>((shape.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(shape.heads),
-              static_cast<unsigned>(shape.batch));
-}
-
-template <bool kSplit>
-void Forward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v, const double* scale,
-             float* o, double* lse, AttentionScratch* scratch, cudaStream_t stream) {
-  const int64_t rows = shape.batch * shape.heads * shape.seq;
-  if (rows <= 0 || !Tiles(shape, {q, k, v, o})) {
-    AttentionForward(shape, q, k, v, scale, o, lse, scratch, stream);
-    return;
-  }
-  scratch->scale.Resize(shape.heads);
-  MS_CUDA_CHECK("AttentionTiledForward", cudaMemcpyAsync(scratch->scale.data(), scale, shape.heads * sizeof(double),
-                                                         cudaMemcpyHostToDevice, stream));
-  scratch->lse.Resize(rows);
-  Launch<AttentionTiledForwardKernel<kSplit>>(GridOf(shape), kThreadsPerCta, 0, stream, shape.seq, shape.heads, q, k,
-                                              v, scratch->scale.data(), o, scratch->lse.data());
-  MS_CUDA_CHECK_LAUNCH("AttentionTiledForward");
-  MS_CUDA_CHECK("AttentionTiledForward", cudaMemcpyAsync(lse, scratch->lse.data(), rows * sizeof(double),
-                                                         cudaMemcpyDeviceToHost, stream));
-  MS_CUDA_CHECK("AttentionTiledForward", cudaStreamSynchronize(stream));
-}
-
-template <bool kSplit>
-void Backward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v, const float* o,
-              const double* lse, const float* d_o, const double* scale, float* dq, float* dk, float* dv,
-              double* d_scale, AttentionScratch* scratch, cudaStream_t stream) {
-  if (!Tiles(shape, {q, k, v, d_o, dq, dk, dv})) {
-    AttentionBackward(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, scratch, stream);
-    return;
-  }
-  // The simple kernel's uploads (scale, lse); D_i is the query pass's.
-  if (!AttentionBackwardBegin(shape, lse, scale, d_scale, scratch, stream)) return;
-  Launch<AttentionTiledQueryBackwardKernel<kSplit>>(GridOf(shape), kThreadsPerCta, 0, stream, shape.seq, shape.heads,
-                                                    q, k, v, o, d_o, scratch->scale.data(), scratch->lse.data(),
-                                                    scratch->delta.data(), dq, scratch->parts.data());
-  MS_CUDA_CHECK_LAUNCH("AttentionTiledBackward");
-  Launch<AttentionTiledKeyBackwardKernel<kSplit>>(GridOf(shape), kThreadsPerCta, 0, stream, shape.seq, shape.heads,
-                                                  q, k, v, d_o, scratch->scale.data(), scratch->lse.data(),
-                                                  scratch->delta.data(), dk, dv);
-  MS_CUDA_CHECK_LAUNCH("AttentionTiledBackward");
-  // The simple kernel's fixed-order Σ of the per-query parts into d_scale.
-  AttentionBackwardFinish(shape, d_scale, scratch, stream);
-}
-
-}  // namespace
-
 void AttentionTiledForward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
                            const double* scale, float* o, double* lse, AttentionScratch* scratch, cudaStream_t stream,
-                           AttentionOperands operands) {
-  if (operands == AttentionOperands::kSplit) {
-    Forward<true>(shape, q, k, v, scale, o, lse, scratch, stream);
+                           AttentionOperands operands, const float* rope) {
+  const bool split = operands == AttentionOperands::kSplit;
+  if (split && rope != nullptr) {
+    Forward<true, true>(shape, q, k, v, scale, o, lse, scratch, stream, rope);
+  } else if (split) {
+    Forward<true, false>(shape, q, k, v, scale, o, lse, scratch, stream, rope);
+  } else if (rope != nullptr) {
+    Forward<false, true>(shape, q, k, v, scale, o, lse, scratch, stream, rope);
   } else {
-    Forward<false>(shape, q, k, v, scale, o, lse, scratch, stream);
+    Forward<false, false>(shape, q, k, v, scale, o, lse, scratch, stream, rope);
   }
 }
 
 void AttentionTiledBackward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
                             const float* o, const double* lse, const float* d_o, const double* scale, float* dq,
                             float* dk, float* dv, double* d_scale, AttentionScratch* scratch, cudaStream_t stream,
-                            AttentionOperands operands) {
-  if (operands == AttentionOperands::kSplit) {
-    Backward<true>(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, scratch, stream);
+                            AttentionOperands operands, const float* rope) {
+  const bool split = operands == AttentionOperands::kSplit;
+  if (split && rope != nullptr) {
+    Backward<true, true>(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, scratch, stream, rope);
+  } else if (split) {
+    Backward<true, false>(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, scratch, stream, rope);
+  } else if (rope != nullptr) {
+    Backward<false, true>(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, scratch, stream, rope);
   } else {
-    Backward<false>(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, scratch, stream);
+    Backward<false, false>(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, scratch, stream, rope);
   }
 }
 

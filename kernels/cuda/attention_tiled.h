@@ -7,13 +7,23 @@
 // either runs where the other does; the simple kernel stays the oracle
 // (tests/cuda/attention_tiled_test.cc). Other kinds (softmax1, SSMax, sigmoid, entmax),
 // d_h ≠ 64, arrays not 16-byte aligned and more than 65,535 sequences or heads take the
-// simple kernel, whole. RoPE is not fused: the model rotates q and k in its own pass
-// (kernels/cuda/rope.h) before this, and ∂q, ∂k back after. The CUDA Transformer kernels
-// run it by TiledAttention (kernels/cuda/cuda_kernel_table.h): under --precision=bf16, or
-// by MULTISCREEN_ATTENTION_KERNEL=auto|simple|tiled.
+// simple kernel, whole (AttentionTiledTakes says which). The CUDA Transformer kernels run
+// it by TiledAttention (kernels/cuda/cuda_kernel_table.h): under --precision=bf16, or by
+// MULTISCREEN_ATTENTION_KERNEL=auto|simple|tiled.
+//
+// RoPE fused (the Transformer's; kernels/cpu/rope.h): given a table of the positions'
+// cosines and sines (cuda::RopeTable, YaRN's frequencies included), q and k are the
+// unturned rows and are turned on their way to shared memory, (a, b) ← (a cos φ − b sin φ,
+// a sin φ + b cos φ) for the pairs (p, p + 32), in fp32 as cuda::Rope, before the bf16
+// split; the backward turns ∂L/∂q̃ and ∂L/∂k̃ back by the transpose in its epilogues (the
+// pair's two columns sit in n-tiles n and n + 4 of one lane), so it writes the gradients
+// of the unturned q and k. No turned copy of q or k is written, and no RoPE pass runs:
+// the model's two RoPE launches of the forward and two of the backward per layer go
+// (kernels/cuda/cuda_transformer_kernels.cu). A call the tiled kernels do not take cannot
+// have a table (fatal): the caller turns q and k itself and runs this without.
 //
 // Forward, one launch: a CTA of 4 warps per (64-query block, head, sequence); warp w owns
-// 16 queries, whose q it holds as A fragments. The CTA walks the key blocks k0 = 0, 64,
+// 16 queries, whose q (turned, with RoPE) it holds as A fragments. The CTA walks the key blocks k0 = 0, 64,
 // …, q0 only (causal block skipping; the diagonal block last and the only one masked, on
 // which a warp also skips the 16-key groups past its last query). Per block: s = q·kᵀ on
 // tensor cores (16 × 64 per warp, eight n-tiles, four k-steps of d_h), scaled by
@@ -59,7 +69,9 @@
 //   the same to the digits shown) over T = 1, 37, 64, 65, 130, 200, typical, peaked and
 //   flat heads: rows of o 6.6e-5, lse 1.4e-4 (absolute), rows of ∂q 4.3e-3, ∂k 4.1e-3, ∂v
 //   4.4e-3 (rows of ∂q, ∂k below 1 % of their head's largest held to 1e-4 of it: see
-//   the test), d_scale 1.4e-3 relative.
+//   the test), d_scale 1.4e-3 relative. With RoPE fused (T = 37, 65, 70, 130, 200; plain
+//   and YaRN F = 4, 16): o 8.2e-5, lse 1.4e-4, ∂q 4.7e-3, ∂k 4.5e-3, ∂v 4.3e-3, d_scale
+//   2.0e-3; and bit for bit the unfused tiled kernel's on cuda::Rope's turned copies.
 //
 // Launch configuration, designed for 3 CTAs (12 warps) per SM on sm_80 and sm_90: 128
 // threads per CTA, grid (⌈T/64⌉, heads, B); static shared memory only, bf16 rows of 64
@@ -70,12 +82,19 @@
 // ≤ 168 registers. ptxas (CUDA 13, tools/ptxas_usage.py), kSplit: forward 168 registers on
 // sm_90 (156 on sm_80), query pass 165 (164), key pass 168 on sm_90; on sm_80 the key pass,
 // which holds k and v (hi, lo) and ∂k, ∂v through its walk, spilled 16 bytes at 168 and is
-// bounded to 2 CTAs there (206 registers). No spills, no stack. The fp32 inputs are
-// converted to bf16 on their way to shared memory (plain loads, one buffer, no cp.async
-// pipeline). Not yet measured on a GPU (docs/performance.md).
+// bounded to 2 CTAs there (206 registers). With RoPE fused (a template instance of each
+// kernel, so the kernels without it are unchanged): forward 159 (157), query pass 166
+// (162); the key pass needs 206 on sm_90 (207 on sm_80) and is bounded to 2 CTAs on both
+// (at 168 it spilled 20–40 bytes in every arrangement tried: attention_tiled.cu). No
+// spills, no stack. The fp32 inputs are converted to bf16 on their way to shared memory
+// (plain loads, one buffer, no cp.async pipeline). Not yet measured on a GPU
+// (docs/performance.md), nor whether the fused key pass's 8 warps per SM cost more than
+// the two RoPE passes over q and k they save.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <initializer_list>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
@@ -87,16 +106,25 @@ namespace multiscreen::kernels::cuda {
 // product, FlashAttention-2's arithmetic (for the tests' measurement and GPU timing).
 enum class AttentionOperands { kSplit, kPlain };
 
+// Whether the tiled kernels take a call of `shape` on these device arrays (every array
+// of the call, and the RoPE table if any): softmax, d_h = 64, every array 16-byte aligned
+// (float4 loads), at most 65,535 sequences and heads. Otherwise the calls below run the
+// simple kernel, whole.
+bool AttentionTiledTakes(const cpu::AttentionShape& shape, std::initializer_list<const float*> arrays);
+
 // As AttentionForward (attention.h): o written; lse [B, heads, T] host written; waits.
+// rope: null, or cuda::RopeTable's [≥ T, 64] table of positions 0 … T − 1 (the call must
+// be one AttentionTiledTakes accepts, else fatal): o and lse of RoPE(q), RoPE(k).
 void AttentionTiledForward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
                            const double* scale, float* o, double* lse, AttentionScratch* scratch, cudaStream_t stream,
-                           AttentionOperands operands = AttentionOperands::kSplit);
+                           AttentionOperands operands = AttentionOperands::kSplit, const float* rope = nullptr);
 
 // As AttentionBackward (attention.h): dq, dk, dv written; d_scale [heads] host written;
-// o and lse the forward's (either kernel's); waits.
+// o and lse the forward's (either kernel's); waits. rope: as the forward's; dq and dk are
+// then the gradients of the unturned q and k.
 void AttentionTiledBackward(const cpu::AttentionShape& shape, const float* q, const float* k, const float* v,
                             const float* o, const double* lse, const float* d_o, const double* scale, float* dq,
                             float* dk, float* dv, double* d_scale, AttentionScratch* scratch, cudaStream_t stream,
-                            AttentionOperands operands = AttentionOperands::kSplit);
+                            AttentionOperands operands = AttentionOperands::kSplit, const float* rope = nullptr);
 
 }  // namespace multiscreen::kernels::cuda

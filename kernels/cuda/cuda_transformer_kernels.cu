@@ -1,9 +1,16 @@
 // The CUDA Transformer kernels (cuda_transformer_kernels.h): one call per op into the
 // op families, on the legacy default stream, with their scratch. The attention's host
 // arrays (scale, lse, d_scale) are copied inside attention.cu and attention_tiled.cu.
+// The attention's RoPE: fused into the tiled kernel where it takes the call (a table of
+// cosines and sines made once per length and scaling, no pass over q or k); elsewhere
+// (the simple kernel, or a call the tiled one does not take) turned copies of q and k,
+// one RopePair launch, before the kernel, and dq, dk turned back in place after.
 #include "kernels/cuda/cuda_transformer_kernels.h"
 
 #include <cuda_runtime.h>
+
+#include <initializer_list>
+#include <tuple>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_tiled.h"
@@ -31,25 +38,31 @@ class CudaTransformerKernels final : public TransformerKernels<float> {
                        int64_t rows, int64_t d, bool accumulate) override {
     cuda::RmsNormBackward(x, gain, rstd, dy, dx, dgain, rows, d, accumulate, &rms_norm_, stream_);
   }
-  void Rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse,
-            const cpu::RopeScaling& scaling) override {
-    cuda::Rope(x, ld, B, T, heads, d_h, inverse, stream_, scaling);
-  }
   void AttentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                        const double* scale, float* o, double* lse) override {
-    if (tiled_attention_) {
-      cuda::AttentionTiledForward(shape, q, k, v, scale, o, lse, &attention_, stream_);  // simple where it must
+                        const double* scale, float* o, double* lse, const cpu::RopeScaling* rope) override {
+    const bool fused = rope != nullptr && Fuses(shape, {q, k, v, o});
+    if (rope != nullptr && !fused) Turn(shape, &q, &k, *rope);
+    if (tiled_attention_) {  // simple where it must
+      cuda::AttentionTiledForward(shape, q, k, v, scale, o, lse, &attention_, stream_, AttentionOperands::kSplit,
+                                  fused ? RopeTableFor(shape, *rope) : nullptr);
     } else {
       cuda::AttentionForward(shape, q, k, v, scale, o, lse, &attention_, stream_);
     }
   }
   void AttentionBackward(const AttentionShape& shape, const float* q, const float* k, const float* v, const float* o,
                          const double* lse, const float* d_o, const double* scale, float* dq, float* dk, float* dv,
-                         double* d_scale) override {
+                         double* d_scale, const cpu::RopeScaling* rope) override {
+    const bool fused = rope != nullptr && Fuses(shape, {q, k, v, d_o, dq, dk, dv});
+    if (rope != nullptr && !fused) Turn(shape, &q, &k, *rope);
     if (tiled_attention_) {
-      cuda::AttentionTiledBackward(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, &attention_, stream_);
+      cuda::AttentionTiledBackward(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, &attention_, stream_,
+                                   AttentionOperands::kSplit, fused ? RopeTableFor(shape, *rope) : nullptr);
     } else {
       cuda::AttentionBackward(shape, q, k, v, o, lse, d_o, scale, dq, dk, dv, d_scale, &attention_, stream_);
+    }
+    if (rope != nullptr && !fused) {  // ∂L/∂q = RoPE(·)ᵀ ∂L/∂q̃, likewise k
+      cuda::RopePair(dq, dk, dq, dk, shape.heads * shape.d_h, shape.batch, shape.seq, shape.heads, shape.d_h,
+                     /*inverse=*/true, stream_, *rope);
     }
   }
   void SwiGluForward(const float* gu, float* h, int64_t rows, int64_t f) override {
@@ -60,10 +73,43 @@ class CudaTransformerKernels final : public TransformerKernels<float> {
   }
 
  private:
+  // Whether the tiled kernel runs this call, with RoPE fused (its table 16-byte aligned,
+  // as DeviceArray's allocations are).
+  bool Fuses(const AttentionShape& shape, std::initializer_list<const float*> arrays) const {
+    return tiled_attention_ && shape.seq > 0 && cuda::AttentionTiledTakes(shape, arrays);
+  }
+  // A RopeTable of at least positions 0 … T − 1 for `scaling`: the last call's, unless
+  // the width or scaling differs or it is shorter (one launch then; none in a training run
+  // of one length).
+  const float* RopeTableFor(const AttentionShape& shape, const cpu::RopeScaling& scaling) {
+    const auto key = std::make_tuple(shape.d_h, scaling.factor, scaling.original_len, scaling.alpha, scaling.beta);
+    if (rope_rows_ < shape.seq || key != rope_key_) {
+      rope_table_.Resize(shape.seq * shape.d_h);
+      cuda::RopeTable(rope_table_.data(), shape.seq, shape.d_h, stream_, scaling);
+      rope_rows_ = shape.seq;
+      rope_key_ = key;
+    }
+    return rope_table_.data();
+  }
+  // *q, *k pointed at turned copies RoPE(q), RoPE(k) (one launch).
+  void Turn(const AttentionShape& shape, const float** q, const float** k, const cpu::RopeScaling& scaling) {
+    const int64_t ld = shape.heads * shape.d_h, n = shape.batch * shape.seq * ld;
+    q_turned_.Resize(n);
+    k_turned_.Resize(n);
+    cuda::RopePair(*q, *k, q_turned_.data(), k_turned_.data(), ld, shape.batch, shape.seq, shape.heads, shape.d_h,
+                   /*inverse=*/false, stream_, scaling);
+    *q = q_turned_.data();
+    *k = k_turned_.data();
+  }
+
   cudaStream_t stream_;
   bool tiled_attention_;  // AttentionTiledForward/Backward, else the simple kernels
   RmsNormScratch rms_norm_;
   AttentionScratch attention_;
+  DeviceArray<float> rope_table_{Device::kCuda};  // [rope_rows_, d_h]: RopeTable of rope_key_
+  int64_t rope_rows_ = 0;
+  std::tuple<int64_t, double, double, double, double> rope_key_;  // d_h, the scaling
+  DeviceArray<float> q_turned_{Device::kCuda}, k_turned_{Device::kCuda};   // the unfused RoPE's copies
 };
 
 }  // namespace

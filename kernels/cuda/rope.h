@@ -21,4 +21,16 @@ namespace multiscreen::kernels::cuda {
 void Rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t d_h, bool inverse, cudaStream_t stream,
           const cpu::RopeScaling& scaling = {});
 
+// Two arrays of that layout in one launch (q and k, or their gradients): q_out = RoPE(q),
+// k_out = RoPE(k) (inverse: by −φ), each out of place or in place (q_out = q); the
+// columns past heads·d_h of the outputs are not written.
+void RopePair(const float* q, const float* k, float* q_out, float* k_out, int64_t ld, int64_t B, int64_t T,
+              int64_t heads, int64_t d_h, bool inverse, cudaStream_t stream, const cpu::RopeScaling& scaling = {});
+
+// The cosines and sines of positions 0 … T − 1 as the rotations above use them, for a
+// kernel that turns rows as it loads them (attention_tiled.h): table [T, d_h] fp32, row t
+// holding (cos φ(t, p), sin φ(t, p)) at columns 2p, 2p + 1 for p < d_h/2, the same fp32
+// values Rope multiplies by. d_h must be even.
+void RopeTable(float* table, int64_t T, int64_t d_h, cudaStream_t stream, const cpu::RopeScaling& scaling = {});
+
 }  // namespace multiscreen::kernels::cuda

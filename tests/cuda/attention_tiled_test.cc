@@ -7,9 +7,10 @@
 // (p = e^{z − lse} within 1 %), d_scale within 1e-2 relative per head. Lengths that are
 // no multiple of the 64-row blocks (1, 37, 64, 65, 130, 200), two sequences, heads whose
 // scales make the softmax typical (1/√d_h), peaked (1: scores of standard deviation 8)
-// and flat (0.005). What the hi/lo split buys over plain bf16; both passes bit-identical
-// between runs; other kinds and widths the simple kernel's results bit for bit; what
-// selects the kernel. Label cuda: on the emulated device (race, bounds, initialization
+// and flat (0.005). RoPE fused (a RopeTable; plain and YaRN) against the simple kernel on
+// turned copies and the CPU's fp64 RoPE then attention, dq and dk turned back. What the
+// hi/lo split buys over plain bf16; both passes bit-identical between runs; other kinds
+// and widths the simple kernel's results bit for bit; what selects the kernel. Label cuda: on the emulated device (race, bounds, initialization
 // and barrier checks) in CI; on a GPU in scripts/gpu_check; skipped, visibly, elsewhere.
 #include <gtest/gtest.h>
 
@@ -20,16 +21,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_tiled.h"
 #include "kernels/cuda/cuda_kernel_table.h"
 #include "kernels/cuda/cuda_transformer_kernels.h"
+#include "kernels/cuda/rope.h"
 #include "kernels/device_array.h"
 #include "tests/cuda/cuda_test.h"
 
@@ -47,11 +51,13 @@ using AttentionTiledTest = CudaTest;  // skips, saying so, where no CUDA device 
 // The three heads' scales: typical (1/√d_h), peaked, flat.
 const std::vector<double> kScales = {0.125, 1.0, 0.005};
 
-// One attention call's inputs: q, k, v, ∂L/∂o standard normal, seeded.
+// One attention call's inputs: q, k, v, ∂L/∂o standard normal, seeded; with `rope`, q and
+// k are the unturned rows of an attention of RoPE(q), RoPE(k) with these frequencies.
 struct Problem {
   AttentionShape shape;
   std::vector<double> scale;
   Floats q, k, v, d_o;
+  std::optional<kernels::cpu::RopeScaling> rope;
   Problem(int64_t B, int64_t T, std::vector<double> scales, uint64_t seed, int64_t d_h = 64,
           AttentionKind kind = AttentionKind::kSoftmax)
       : scale(std::move(scales)) {
@@ -93,19 +99,41 @@ Outputs RunAttention(const Problem& p, Kernel kernel, bool backward = true) {
   out.lse.resize(p.rows());
   out.d_scale.resize(p.shape.heads);
   const AttentionOperands operands = kernel == Kernel::kTiledPlain ? AttentionOperands::kPlain : AttentionOperands::kSplit;
+  // RoPE: the tiled kernels fuse it (a RopeTable); the simple one attends over turned
+  // copies, and its dq, dk are turned back after, as the CUDA Transformer kernels do.
+  const AttentionShape& s = p.shape;
+  const int64_t ld = s.heads * s.d_h;
+  DeviceArray<float> table(Device::kCuda), q_turned(Device::kCuda), k_turned(Device::kCuda);
+  const float* rope = nullptr;
+  const float *q_in = q, *k_in = k;
+  if (p.rope && kernel == Kernel::kSimple) {
+    q_turned.Resize(n);
+    k_turned.Resize(n);
+    kernels::cuda::RopePair(q, k, q_turned.data(), k_turned.data(), ld, s.batch, s.seq, s.heads, s.d_h, false,
+                            nullptr, *p.rope);
+    q_in = q_turned.data();
+    k_in = k_turned.data();
+  } else if (p.rope) {
+    table.Resize(s.seq * s.d_h);
+    kernels::cuda::RopeTable(table.data(), s.seq, s.d_h, nullptr, *p.rope);
+    rope = table.data();
+  }
   if (kernel == Kernel::kSimple) {
-    kernels::cuda::AttentionForward(p.shape, q, k, v, p.scale.data(), o, out.lse.data(), &scratch, nullptr);
+    kernels::cuda::AttentionForward(s, q_in, k_in, v, p.scale.data(), o, out.lse.data(), &scratch, nullptr);
   } else {
-    kernels::cuda::AttentionTiledForward(p.shape, q, k, v, p.scale.data(), o, out.lse.data(), &scratch, nullptr,
-                                         operands);
+    kernels::cuda::AttentionTiledForward(s, q_in, k_in, v, p.scale.data(), o, out.lse.data(), &scratch, nullptr,
+                                         operands, rope);
   }
   if (backward) {
     if (kernel == Kernel::kSimple) {
-      kernels::cuda::AttentionBackward(p.shape, q, k, v, o, out.lse.data(), d_o, p.scale.data(), dq, dk, dv,
+      kernels::cuda::AttentionBackward(s, q_in, k_in, v, o, out.lse.data(), d_o, p.scale.data(), dq, dk, dv,
                                        out.d_scale.data(), &scratch, nullptr);
+      if (p.rope) {
+        kernels::cuda::RopePair(dq, dk, dq, dk, ld, s.batch, s.seq, s.heads, s.d_h, true, nullptr, *p.rope);
+      }
     } else {
-      kernels::cuda::AttentionTiledBackward(p.shape, q, k, v, o, out.lse.data(), d_o, p.scale.data(), dq, dk, dv,
-                                            out.d_scale.data(), &scratch, nullptr, operands);
+      kernels::cuda::AttentionTiledBackward(s, q_in, k_in, v, o, out.lse.data(), d_o, p.scale.data(), dq, dk, dv,
+                                            out.d_scale.data(), &scratch, nullptr, operands, rope);
     }
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -118,13 +146,21 @@ Outputs RunAttention(const Problem& p, Kernel kernel, bool backward = true) {
   return out;
 }
 
-// The CPU's fp64 forward and backward on the same inputs.
+// The CPU's fp64 forward and backward on the same inputs (RoPE: q and k turned in fp64
+// first, dq and dk turned back after).
 struct Exact {
   std::vector<double> o, dq, dk, dv, lse, d_scale;
 };
 Exact RunCpu(const Problem& p) {
   auto wide = [](const Floats& x) { return std::vector<double>(x.begin(), x.end()); };
-  const std::vector<double> q = wide(p.q), k = wide(p.k), v = wide(p.v), d_o = wide(p.d_o);
+  std::vector<double> q = wide(p.q), k = wide(p.k);
+  const std::vector<double> v = wide(p.v), d_o = wide(p.d_o);
+  const AttentionShape& s = p.shape;
+  const int64_t ld = s.heads * s.d_h;
+  if (p.rope) {
+    kernels::cpu::Rope(q.data(), ld, s.batch, s.seq, s.heads, s.d_h, false, 0, *p.rope);
+    kernels::cpu::Rope(k.data(), ld, s.batch, s.seq, s.heads, s.d_h, false, 0, *p.rope);
+  }
   Exact e;
   e.o.resize(p.size());
   e.dq.resize(p.size());
@@ -137,6 +173,10 @@ Exact RunCpu(const Problem& p) {
   kernels::cpu::AttentionBackward<double>(p.shape, q.data(), k.data(), v.data(), e.o.data(), e.lse.data(),
                                           d_o.data(), p.scale.data(), e.dq.data(), e.dk.data(), e.dv.data(),
                                           e.d_scale.data());
+  if (p.rope) {
+    kernels::cpu::Rope(e.dq.data(), ld, s.batch, s.seq, s.heads, s.d_h, true, 0, *p.rope);
+    kernels::cpu::Rope(e.dk.data(), ld, s.batch, s.seq, s.heads, s.d_h, true, 0, *p.rope);
+  }
   return e;
 }
 
@@ -272,6 +312,64 @@ TEST_F(AttentionTiledTest, MatchesTheSimpleKernelPastSeveralBlocks) {
   ExpectTiledMatches(Problem(1, 200, {0.125, 0.5}, 7), "T = 200");
 }
 
+// With RoPE fused: the tiled kernels turn q and k as they stage them (a RopeTable) and dq,
+// dk back in their epilogues; the simple kernel attends over turned copies (RopePair) and
+// its dq, dk are turned back after; the CPU turns in fp64. Lengths no block divides (the
+// last block's rows past T read no table row: T = 37, 65, 70, 130, 200), B = 2, the three
+// kinds of head; plain RoPE (T = 37, 65, 200) and YaRN (F = 4 over L = 48 at T = 130, so
+// that positions past L turn by interpolated frequencies; F = 16 over L = 16 at T = 70,
+// most pairs interpolated). Every error within 1e-2, as without RoPE.
+TEST_F(AttentionTiledTest, WithRopeFusedMatchesTheSimpleKernelOnTurnedCopiesAndTheCpu) {
+  struct Case {
+    kernels::cpu::RopeScaling rope;
+    int64_t T;
+  };
+  double worst = 0;
+  for (const Case c : {Case{{}, 37}, Case{{}, 65}, Case{{}, 200}, Case{{4.0, 48.0}, 130}, Case{{16.0, 16.0}, 70}}) {
+    Problem p(2, c.T, kScales, 300 + c.T);
+    p.rope = c.rope;
+    const std::string what = "RoPE F = " + std::to_string(int(c.rope.factor)) + ", T = " + std::to_string(c.T);
+    worst = std::max(worst, ExpectTiledMatches(p, what));
+  }
+  std::fprintf(stderr, "with RoPE fused: worst error %.3g\n", worst);
+}
+
+TEST_F(AttentionTiledTest, WithRopeFusedEqualsTheTiledKernelOnTurnedCopies) {
+  // The fused turn is cuda::Rope's fp32 arithmetic on the same fp32 table values, and the
+  // turn back of dq, dk the inverse Rope's: every output of the fused kernel equals the
+  // unfused tiled kernel's on Rope's turned copies (dq, dk turned back by Rope), within
+  // 1e-6 relative (on the emulated device bit for bit; a GPU compiler may contract the
+  // two kernels' products into FMAs differently); T = 130, YaRN F = 4.
+  Problem fused(2, 130, kScales, 17);
+  fused.rope = kernels::cpu::RopeScaling{4.0, 48.0};
+  Problem copies = fused;
+  copies.rope.reset();
+  const AttentionShape& s = fused.shape;
+  const int64_t ld = s.heads * s.d_h, n = fused.size();
+  for (Floats* x : {&copies.q, &copies.k}) {  // turned on the device, as the unfused path
+    DeviceArray<float> a(Device::kCuda);
+    a.Resize(n);
+    a.CopyFromHost(x->data());
+    kernels::cuda::Rope(a.data(), ld, s.batch, s.seq, s.heads, s.d_h, false, nullptr, *fused.rope);
+    *x = a.ToHost();
+  }
+  const Outputs got = RunAttention(fused, Kernel::kTiled), ref = RunAttention(copies, Kernel::kTiled);
+  Floats dq = ref.dq, dk = ref.dk;
+  DeviceArray<float> a(Device::kCuda);
+  a.Resize(n);
+  for (Floats* x : {&dq, &dk}) {
+    a.CopyFromHost(x->data());
+    kernels::cuda::Rope(a.data(), ld, s.batch, s.seq, s.heads, s.d_h, true, nullptr, *fused.rope);
+    *x = a.ToHost();
+  }
+  const double errors[] = {RelativeError(got.o, ref.o), RelativeError(got.lse, ref.lse),
+                           RelativeError(got.dq, dq),   RelativeError(got.dk, dk),
+                           RelativeError(got.dv, ref.dv), RelativeError(got.d_scale, ref.d_scale)};
+  for (double e : errors) EXPECT_LE(e, 1e-6);
+  std::fprintf(stderr, "fused against turned copies: o %.3g, lse %.3g, dq %.3g, dk %.3g, dv %.3g, d_scale %.3g\n",
+               errors[0], errors[1], errors[2], errors[3], errors[4], errors[5]);
+}
+
 TEST_F(AttentionTiledTest, ASingleKeyGivesItsValueAndPassesNoGradientToQueryKeyOrScale) {
   // T = 1: p = 1 whatever the score, so o = v, lse = z, ∂v = ∂o, and ds = dp − D = 0:
   // ∂q, ∂k and ∂scale are 0 in exact arithmetic (and in the CPU's fp64); here what the
@@ -327,18 +425,23 @@ TEST_F(AttentionTiledTest, PlainBf16OperandsMissTheToleranceWhereTheSplitMeetsIt
 
 TEST_F(AttentionTiledTest, ForwardAndBackwardAreBitIdenticalBetweenRuns) {
   // No float atomics: every output has one owner, and d_scale sums per-query parts in a
-  // fixed order. B = 2, two heads, T = 200 (several blocks each way).
-  const Problem p(2, 200, {0.125, 1.0}, 13);
-  const Outputs first = RunAttention(p, Kernel::kTiled), second = RunAttention(p, Kernel::kTiled);
-  auto same = [](const auto& a, const auto& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
-  };
-  EXPECT_TRUE(same(first.o, second.o));
-  EXPECT_TRUE(same(first.lse, second.lse));
-  EXPECT_TRUE(same(first.dq, second.dq));
-  EXPECT_TRUE(same(first.dk, second.dk));
-  EXPECT_TRUE(same(first.dv, second.dv));
-  EXPECT_TRUE(same(first.d_scale, second.d_scale));
+  // fixed order. B = 2, two heads, T = 200 (several blocks each way); without and with
+  // RoPE fused.
+  for (const bool rope : {false, true}) {
+    SCOPED_TRACE(rope ? "RoPE fused" : "no RoPE");
+    Problem p(2, 200, {0.125, 1.0}, 13);
+    if (rope) p.rope = kernels::cpu::RopeScaling{};
+    const Outputs first = RunAttention(p, Kernel::kTiled), second = RunAttention(p, Kernel::kTiled);
+    auto same = [](const auto& a, const auto& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+    };
+    EXPECT_TRUE(same(first.o, second.o));
+    EXPECT_TRUE(same(first.lse, second.lse));
+    EXPECT_TRUE(same(first.dq, second.dq));
+    EXPECT_TRUE(same(first.dk, second.dk));
+    EXPECT_TRUE(same(first.dv, second.dv));
+    EXPECT_TRUE(same(first.d_scale, second.d_scale));
+  }
 }
 
 TEST_F(AttentionTiledTest, OtherKindsAndWidthsAreTheSimpleKernelsResults) {

@@ -1,6 +1,7 @@
-// The Transformer's CUDA kernels (kernels/cuda/cuda_transformer_kernels.h) against their
-// CPU twins (kernels/cpu/{rms_norm,rope,attention,swiglu}.h, called directly), op by
-// op, on random inputs at several shapes: sequence lengths below, at and past the CPU
+// The Transformer's CUDA kernels (kernels/cuda/cuda_transformer_kernels.h, and the RoPE
+// functions of kernels/cuda/rope.h) against their CPU twins (kernels/cpu/{rms_norm,rope,
+// attention,swiglu}.h, called directly, and the CPU table for the attention with RoPE),
+// op by op, on random inputs at several shapes: sequence lengths below, at and past the CPU
 // attention's 64-key block and not a multiple of it, several heads, d_h = 16, 20, 32,
 // 64, positions past 4096 for RoPE, rows past one chunk of the gain's gradient. fp32
 // within 1e-5 relative (‖Δ‖/‖ref‖); inputs rounded to bf16 and to fp16 (what the
@@ -11,7 +12,9 @@
 // everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,10 +22,12 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/cpu_transformer_kernels.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/cuda_transformer_kernels.h"
+#include "kernels/cuda/rope.h"
 #include "tests/cuda/cuda_test.h"
 
 namespace multiscreen {
@@ -167,14 +172,47 @@ TEST_F(TransformerKernelsCudaTest, RopeMatchesTheCpuForwardAndInverseAtLatePosit
         Floats ref = x;
         kernels::cpu::Rope(ref.data(), ld, sh.B, sh.T, sh.heads, sh.d_h, inverse, 0, yarn);
         float* gx = Device(x);
-        tk_->Rope(gx, ld, sh.B, sh.T, sh.heads, sh.d_h, inverse, yarn);
+        kernels::cuda::Rope(gx, ld, sh.B, sh.T, sh.heads, sh.d_h, inverse, cudaStreamLegacy, yarn);
         const Floats got = Host(gx, n);
         ExpectFinite(got, "x");
         EXPECT_CLOSE(got, ref, 1e-5);  // the columns past heads·d_h (ld_extra) untouched on both
+        // RopePair: two arrays in one launch, out of place (the Rope's values bit for bit;
+        // the outputs' columns past heads·d_h not written) and in place.
+        float *gq = Device(x), *gk = Device(Floats(n, 0.f)), *gq_out = Device(Floats(n, 7.f));
+        kernels::cuda::Rope(gk, ld, sh.B, sh.T, sh.heads, sh.d_h, !inverse, cudaStreamLegacy, yarn);
+        kernels::cuda::RopePair(gq, gk, gq_out, gk, ld, sh.B, sh.T, sh.heads, sh.d_h, inverse, cudaStreamLegacy, yarn);
+        const Floats q_out = Host(gq_out, n);
+        for (int64_t e = 0; e < n; ++e) {
+          ASSERT_EQ(q_out[e], e % ld < sh.heads * sh.d_h ? got[e] : 7.f) << e;
+        }
+        EXPECT_EQ(Host(gq, n), x);  // the input kept
         // The inverse undoes the rotation.
-        tk_->Rope(gx, ld, sh.B, sh.T, sh.heads, sh.d_h, !inverse, yarn);
+        kernels::cuda::Rope(gx, ld, sh.B, sh.T, sh.heads, sh.d_h, !inverse, cudaStreamLegacy, yarn);
         EXPECT_CLOSE(Host(gx, n), x, 1e-5);
       }
+    }
+  }
+}
+
+TEST_F(TransformerKernelsCudaTest, RopeTableHoldsTheCosinesAndSinesTheCpuTurnsBy) {
+  // The table of the fused attention (kernels/cuda/attention_tiled.h): row t, columns 2p,
+  // 2p + 1 = cos, sin of t · θ'_p in fp32 (cpu::RopeFrequency's θ'_p, fp64 angle), at
+  // positions past 4096, plain and with YaRN.
+  for (const kernels::cpu::RopeScaling yarn : {kernels::cpu::RopeScaling{}, kernels::cpu::RopeScaling{4.0, 1000.0}}) {
+    for (const int64_t d_h : {16, 64}) {
+      const int64_t T = 4100;
+      float* gt = Empty(T * d_h);
+      kernels::cuda::RopeTable(gt, T, d_h, cudaStreamLegacy, yarn);
+      const Floats table = Host(gt, T * d_h);
+      double worst = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t p = 0; p < d_h / 2; ++p) {
+          const double phi = double(t) * kernels::cpu::RopeFrequency(p, d_h, yarn);
+          worst = std::max({worst, std::abs(table[t * d_h + 2 * p] - double(static_cast<float>(std::cos(phi)))),
+                            std::abs(table[t * d_h + 2 * p + 1] - double(static_cast<float>(std::sin(phi))))});
+        }
+      }
+      EXPECT_LE(worst, 6e-8) << "d_h " << d_h << " yarn " << yarn.factor;  // the fp32 rounding at most
     }
   }
 }
@@ -227,6 +265,57 @@ TEST_F(TransformerKernelsCudaTest, AttentionMatchesTheCpuForwardAndBackward) {
         EXPECT_CLOSE(d_scale_gpu, d_scale, tol);
       } else {
         for (int64_t h = 0; h < sh.heads; ++h) EXPECT_NEAR(d_scale_gpu[h], 0.0, 1e-12);  // one key: p ≡ 1
+      }
+    }
+  }
+}
+
+// The attention with RoPE inside the op (transformer_kernels.h): the CUDA table's, simple
+// (fp32: turned copies) and tiled (bf16: RoPE fused into the kernel's loads at d_h = 64; the
+// turned copies at d_h = 16 and 32), against the CPU table's (turned copies), forward and
+// backward (dq, dk: gradients of the unturned q, k), plain RoPE and YaRN (F = 4 over L = 48,
+// so that positions past L turn by interpolated frequencies), lengths no 64-block divides.
+// fp32 within 1e-5 relative; the tiled kernel within 1e-2 (its bf16 split operands).
+TEST_F(TransformerKernelsCudaTest, AttentionWithRopeMatchesTheCpuTable) {
+  unsetenv("MULTISCREEN_ATTENTION_KERNEL");  // auto: tiled under bf16
+  kernels::cpu::CpuTransformerKernels<float> cpu;
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    KernelOptions options;
+    options.precision = precision;
+    auto made = kernels::cuda::MakeCudaTransformerKernels(options);
+    ASSERT_TRUE(made.ok()) << made.status();
+    kernels::TransformerKernels<float>& gpu = **made;
+    for (const AttentionShape sh : {AttentionShape{2, 37, 3, 16}, AttentionShape{2, 70, 2, 64},
+                                    AttentionShape{1, 130, 2, 64}, AttentionShape{1, 65, 2, 32}}) {
+      for (const kernels::cpu::RopeScaling rope : {kernels::cpu::RopeScaling{}, kernels::cpu::RopeScaling{4.0, 48.0}}) {
+        SCOPED_TRACE(::testing::Message() << "precision " << int(precision) << " B " << sh.batch << " T " << sh.seq
+                                          << " heads " << sh.heads << " d_h " << sh.d_h << " yarn " << rope.factor);
+        const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h, stats = sh.batch * sh.heads * sh.seq;
+        const uint64_t seed = 70 + sh.seq + sh.d_h;
+        const Floats q = Random(n, seed, 0.7f), k = Random(n, seed + 1, 0.7f), v = Random(n, seed + 2),
+                     d_o = Random(n, seed + 3);
+        std::vector<double> scale(sh.heads);
+        for (int64_t h = 0; h < sh.heads; ++h) scale[h] = h == 0 ? 1.0 / std::sqrt(double(sh.d_h)) : 0.4;
+        Floats o(n), dq(n), dk(n), dv(n);
+        std::vector<double> lse(stats), d_scale(sh.heads);
+        cpu.AttentionForward(sh, q.data(), k.data(), v.data(), scale.data(), o.data(), lse.data(), &rope);
+        cpu.AttentionBackward(sh, q.data(), k.data(), v.data(), o.data(), lse.data(), d_o.data(), scale.data(),
+                              dq.data(), dk.data(), dv.data(), d_scale.data(), &rope);
+        float *gq = Device(q), *gk = Device(k), *gv = Device(v), *go = Empty(n);
+        std::vector<double> lse_gpu(stats, -1.0), d_scale_gpu(sh.heads, -1.0);
+        gpu.AttentionForward(sh, gq, gk, gv, scale.data(), go, lse_gpu.data(), &rope);
+        float *gdq = Empty(n), *gdk = Empty(n), *gdv = Empty(n);
+        gpu.AttentionBackward(sh, gq, gk, gv, go, lse_gpu.data(), Device(d_o), scale.data(), gdq, gdk, gdv,
+                              d_scale_gpu.data(), &rope);
+        const double tol = precision == Precision::kFp32 ? 1e-5 : 1e-2;
+        EXPECT_CLOSE(Host(go, n), o, tol);
+        EXPECT_CLOSE(lse_gpu, lse, tol);
+        EXPECT_CLOSE(Host(gdq, n), dq, tol);
+        EXPECT_CLOSE(Host(gdk, n), dk, tol);
+        EXPECT_CLOSE(Host(gdv, n), dv, tol);
+        EXPECT_CLOSE(d_scale_gpu, d_scale, tol);
+        EXPECT_EQ(Host(gq, n), q);  // q and k are read, not turned in place
+        EXPECT_EQ(Host(gk, n), k);
       }
     }
   }

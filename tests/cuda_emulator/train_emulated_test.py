@@ -132,8 +132,9 @@ class EmulatedTrainTest(unittest.TestCase):
     def test_tiled_attention_trains_as_the_simple_kernel(self):
         # tiny_transformer_tiled (d_h = 64, kernels/cuda/attention_tiled.h), T = 70 (two
         # 64-query blocks, the second ragged), bf16: `auto` (the model passes its precision
-        # to the Transformer kernels, model/transformer.cc) against the simple kernel forced
-        # by MULTISCREEN_ATTENTION_KERNEL; that the two differ shows auto ran the tiled one.
+        # to the Transformer kernels, model/transformer.cc: the tiled kernel, RoPE fused into
+        # its q and k loads) against the simple kernel forced by MULTISCREEN_ATTENTION_KERNEL
+        # (RoPE on turned copies of q and k); that the two differ shows auto ran the tiled one.
         # lr 0.002: at 0.01 this model's loss jumps about (4.3 at step 4 after 3.8) and any
         # two implementations part by step 10 (the simple kernel on the GPU and the CPU, both
         # bf16: 2 % in the loss; measured); at 0.002 the loss falls steadily from 4.69 to 1.13.

@@ -1,5 +1,6 @@
 // The Transformer's CPU kernels (kernels/cpu/{attention,rms_norm,rope,swiglu}.h) against
-// dense references and central finite differences, in double precision.
+// dense references and central finite differences, in double precision; the CPU table's
+// attention with RoPE inside the op (kernels/cpu/cpu_transformer_kernels.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_transformer_kernels.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
@@ -256,6 +258,46 @@ TEST(RopeTest, KeepsNormsIsInvertedByItsInverseAndDependsOnRelativePositionOnly)
   EXPECT_NEAR(q[ld + 0], q0[0] * std::cos(1.0) - q0[3] * std::sin(1.0), 1e-15);
   Rope(q.data(), ld, 1, T, H, dh, true);
   for (int64_t i = 0; i < T * ld; ++i) EXPECT_NEAR(q[i], q_in[i], 1e-14);
+}
+
+TEST(AttentionWithRopeTest, TheTableOpIsRopeThenAttentionAndItsGradientsAreOfTheUnturnedQAndK) {
+  // The table's op with RoPE (YaRN's frequencies, F = 4 over L = 4, so that the ramp
+  // interpolates some pairs): o and lse those of cpu::Rope then cpu::AttentionForward, bit
+  // for bit; dq, dk the gradients of Σ w·o with respect to the unturned q, k (central
+  // differences), dv and d_scale the plain backward's of the turned q, k; q, k untouched.
+  const AttentionShape sh{2, 7, 2, 6};
+  const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h, ld = sh.heads * sh.d_h, stats = sh.batch * sh.heads * sh.seq;
+  auto q = Random(n, 40), k = Random(n, 41);
+  const auto v = Random(n, 42), w = Random(n, 43);
+  const double scale[2] = {0.7, 1.3};
+  const RopeScaling yarn{4.0, 4.0};
+  CpuTransformerKernels<double> table;
+  std::vector<double> o(n), lse(stats);
+  table.AttentionForward(sh, q.data(), k.data(), v.data(), scale, o.data(), lse.data(), &yarn);
+  std::vector<double> qt = q, kt = k, o_ref(n), lse_ref(stats);
+  Rope(qt.data(), ld, sh.batch, sh.seq, sh.heads, sh.d_h, false, 0, yarn);
+  Rope(kt.data(), ld, sh.batch, sh.seq, sh.heads, sh.d_h, false, 0, yarn);
+  AttentionForward(sh, qt.data(), kt.data(), v.data(), scale, o_ref.data(), lse_ref.data());
+  EXPECT_EQ(o, o_ref);
+  EXPECT_EQ(lse, lse_ref);
+  std::vector<double> dq(n), dk(n), dv(n), d_scale(2), dv_ref(n), dq_t(n), dk_t(n), d_scale_ref(2);
+  const auto q_in = q, k_in = k;
+  table.AttentionBackward(sh, q.data(), k.data(), v.data(), o.data(), lse.data(), w.data(), scale, dq.data(),
+                          dk.data(), dv.data(), d_scale.data(), &yarn);
+  EXPECT_EQ(q, q_in);
+  EXPECT_EQ(k, k_in);
+  AttentionBackward(sh, qt.data(), kt.data(), v.data(), o_ref.data(), lse_ref.data(), w.data(), scale, dq_t.data(),
+                    dk_t.data(), dv_ref.data(), d_scale_ref.data());
+  EXPECT_EQ(dv, dv_ref);
+  EXPECT_EQ(d_scale, d_scale_ref);
+  auto loss = [&] {
+    std::vector<double> out(n), stat(stats);
+    CpuTransformerKernels<double> fresh;
+    fresh.AttentionForward(sh, q.data(), k.data(), v.data(), scale, out.data(), stat.data(), &yarn);
+    return Dot(w, out);
+  };
+  ExpectClose(dq, NumericGrad(q, loss), 1e-7, "dq");
+  ExpectClose(dk, NumericGrad(k, loss), 1e-7, "dk");
 }
 
 TEST(SwiGluTest, ForwardIsSiluTimesUpAndBackwardMatchesFiniteDifferences) {
