@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "model/residual.h"
+
 namespace multiscreen {
 namespace {
 
@@ -211,7 +213,6 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   const Precision prec = options_.precision;
   batch_ = B;
   seq_ = T;
-  scratch_x_.Resize(rows * dE);
   const kernels::AttentionShape shape{B, T, H, dh, d.attention};
   for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
     LayerActivations& a = acts_[li];
@@ -256,9 +257,7 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     RoundToCompute(a.o.data(), rows * dl);
     // x += o W_O: this rank's heads' part, summed over the tp group.
     timer.emplace(options_.profile, StepProfile::kOutputGemm);
-    ops_->Gemm(prec, false, false, rows, dE, dl, 1, a.o.data(), dl, w.w_o.data(), dE, 0, scratch_x_.data(), dE);
-    tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);
-    ops_->AddInto(scratch_x_.data(), rows * dE, x);
+    AddProductAcrossTp(*ops_, *tp_, prec, false, false, rows, dE, dl, a.o.data(), dl, w.w_o.data(), dE, scratch_x_, x);
     // FFN block: f = RMSNorm(x), x += (SiLU(f W_gateᵀ) ⊙ f W_upᵀ) W_down.
     timer.emplace(options_.profile, StepProfile::kFfn);
     a.x_mid.Resize(rows * dE);
@@ -272,9 +271,8 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     a.h.Resize(rows * F);
     tk_->SwiGluForward(a.gu.data(), a.h.data(), rows, F);
     RoundToCompute(a.h.data(), rows * F);
-    ops_->Gemm(prec, false, false, rows, dE, F, 1, a.h.data(), F, w.w_down.data(), dE, 0, scratch_x_.data(), dE);
-    tp_->AllReduce(scratch_x_.data(), rows * dE, ReduceOp::kSum);  // this rank's hidden units' part
-    ops_->AddInto(scratch_x_.data(), rows * dE, x);
+    // This rank's hidden units' part, summed over the tp group.
+    AddProductAcrossTp(*ops_, *tp_, prec, false, false, rows, dE, F, a.h.data(), F, w.w_down.data(), dE, scratch_x_, x);
   }
 }
 
