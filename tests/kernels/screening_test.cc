@@ -309,19 +309,30 @@ TEST_P(ScreeningKernelTest, FixedWidthBackwardMatchesCentralDifferences) {
   }
 }
 
+// One problem through the fp64 and the fp32 kernels: the same fp32-representable inputs
+// and output gradient, tiles starting at absolute position pos0.
+struct Fp32AndFp64 {
+  Problem<double> p64{2, 64, SomeTiles(), 4};
+  Problem<float> p32{2, 64, SomeTiles(), 4};
+  explicit Fp32AndFp64(int64_t pos0) {
+    p64.shape.pos0 = p32.shape.pos0 = pos0;
+    for (size_t i = 0; i < p64.P.size(); ++i) p64.P[i] = p32.P[i];
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> normal(0, 1);
+    std::vector<double> R64(p64.U.size());
+    for (double& x : R64) x = static_cast<float>(normal(rng));
+    const std::vector<float> R32(R64.begin(), R64.end());
+    p64.Forward();
+    p64.Backward(R64);
+    p32.Forward();
+    p32.Backward(R32);
+  }
+};
+
 TEST_P(ScreeningKernelTest, Fp32FixedWidthPathAgreesWithFp64) {
-  Problem<double> p64(2, 64, SomeTiles(), 4);
-  Problem<float> p32(2, 64, SomeTiles(), 4);
-  for (size_t i = 0; i < p64.P.size(); ++i) p64.P[i] = p32.P[i];  // the same fp32-representable inputs
-  std::mt19937_64 rng(5);
-  std::normal_distribution<double> normal(0, 1);
-  std::vector<double> R64(p64.U.size());
-  for (double& x : R64) x = static_cast<float>(normal(rng));
-  const std::vector<float> R32(R64.begin(), R64.end());
-  p64.Forward();
-  p64.Backward(R64);
-  p32.Forward();
-  p32.Backward(R32);
+  const Fp32AndFp64 both(0);
+  const Problem<double>& p64 = both.p64;
+  const Problem<float>& p32 = both.p32;
   auto rel = [](const auto& a, const std::vector<double>& b) {
     double diff = 0, norm = 0;
     for (size_t i = 0; i < b.size(); ++i) {
@@ -345,19 +356,9 @@ TEST_P(ScreeningKernelTest, Fp32RateGradientAgreesWithFp64FarFromPositionZero) {
   // (measured before the pair-by-pair sum). At pos0 = 5 and 70000, ∂L/∂w of every tile
   // within 1e-5 relative of fp64's.
   for (const int64_t pos0 : {int64_t{5}, int64_t{70000}}) {
-    Problem<double> p64(2, 64, SomeTiles(), 4);
-    Problem<float> p32(2, 64, SomeTiles(), 4);
-    p64.shape.pos0 = p32.shape.pos0 = pos0;
-    for (size_t i = 0; i < p64.P.size(); ++i) p64.P[i] = p32.P[i];
-    std::mt19937_64 rng(5);
-    std::normal_distribution<double> normal(0, 1);
-    std::vector<double> R64(p64.U.size());
-    for (double& x : R64) x = static_cast<float>(normal(rng));
-    const std::vector<float> R32(R64.begin(), R64.end());
-    p64.Forward();
-    p64.Backward(R64);
-    p32.Forward();
-    p32.Backward(R32);
+    const Fp32AndFp64 both(pos0);
+    const Problem<double>& p64 = both.p64;
+    const Problem<float>& p32 = both.p32;
     for (int64_t t = 0; t < p64.shape.tiles; ++t) {
       const double ref = p64.grads[t].w, got = p32.grads[t].w;
       std::fprintf(stderr, "pos0 %lld tile %lld: dw fp32 %.9g fp64 %.9g, relative %.3g\n",
