@@ -22,17 +22,8 @@ DecodeSession<Real>::DecodeSession(const ModelDims& dims, const Real* params, co
   e_bar_.Resize(V * dE);
   ops_->UnitRowsForward(params + layout_.Find("embed/W_E")->buffer_offset, dE, e_bar_.data(), dE, nullptr, V, dE);
   if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, e_bar_.data(), V * dE);
-  // The layer's screening shape (Multiscreen::ShapeOf's switches); position ROPE: YaRN's
-  // frequencies at inference (Multiscreen::LayersForward's rule).
-  kernels::ScreeningShape shape;
-  shape.tiles = nt;
-  shape.d_k = dims.d_k;
-  shape.d_v = dims.d_v;
-  shape.w_th = dims.w_th;
-  shape.tanh_norm = dims.tanh_norm;
-  shape.position = dims.position;
-  shape.output_gate = dims.output_gate;
-  if (dims.position == kernels::PositionKind::kRope) shape.rope_scaling = {options.yarn_factor, double(options.train_len)};
+  // The layers' screening shape, as the model's forward at inference has it.
+  const kernels::ScreeningShape shape = MultiscreenShape(dims, nt, 0, 0, &options);
   const auto& entries = layout_.entries();
   std::vector<Real> scalars(3 * nt);
   w_o_store_.reserve(dims.n_layers);  // w_o_ may point into these

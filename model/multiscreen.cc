@@ -66,16 +66,7 @@ Real Multiscreen<Real>::ReadScalar(const Real* params, int64_t offset) const {
 
 template <typename Real>
 kernels::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) const {
-  kernels::ScreeningShape s;
-  s.batch = B;
-  s.seq = T;
-  s.tiles = layout_.shard().tiles();
-  s.d_k = dims().d_k;
-  s.d_v = dims().d_v;
-  s.w_th = dims().w_th;
-  s.tanh_norm = dims().tanh_norm;
-  s.position = dims().position;
-  s.output_gate = dims().output_gate;
+  kernels::ScreeningShape s = MultiscreenShape(dims(), layout_.shard().tiles(), B, T, nullptr);
   s.rope_scaling = rope_scaling_;
   return s;
 }
@@ -149,12 +140,8 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   const int64_t rows = B * T, C = ShapeOf(B, T).p_cols();
   batch_ = B;
   seq_ = T;
-  // YaRN at inference for position ROPE (the frequencies only; docs/ablations.md): F and the
-  // training length L, as the Transformer reads them. Kept for a backward of this forward.
-  rope_scaling_ = {};
-  if (inference != nullptr && d.position == kernels::PositionKind::kRope) {
-    rope_scaling_ = {inference->yarn_factor, double(inference->train_len)};
-  }
+  // YaRN at inference for position ROPE (MultiscreenShape): kept for a backward of this forward.
+  rope_scaling_ = MultiscreenShape(d, nt, B, T, inference).rope_scaling;
   StepProfile* profile = options_.profile;
   for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
     LayerActivations& a = acts_[li];

@@ -5,6 +5,24 @@
 #include <limits>
 
 namespace multiscreen {
+
+kernels::ScreeningShape MultiscreenShape(const ModelDims& dims, int64_t tiles, int64_t B, int64_t T,
+                                         const InferenceOptions* inference) {
+  kernels::ScreeningShape s;
+  s.batch = B;
+  s.seq = T;
+  s.tiles = tiles;
+  s.d_k = dims.d_k;
+  s.d_v = dims.d_v;
+  s.w_th = dims.w_th;
+  s.tanh_norm = dims.tanh_norm;
+  s.position = dims.position;
+  s.output_gate = dims.output_gate;
+  if (inference != nullptr && dims.position == kernels::PositionKind::kRope) {
+    s.rope_scaling = {inference->yarn_factor, double(inference->train_len)};
+  }
+  return s;
+}
 namespace {
 
 // Columns of one tile in w_cat: [W_Q | W_K | W_V | W_G] (no W_G without the gate).

@@ -25,6 +25,14 @@ struct InferenceOptions {
   double yarn_factor = 1.0;
 };
 
+// The screening shape of a Multiscreen layer of `tiles` tiles over B sequences of T
+// tokens (spec steps 4–13: d_K, d_V, w_th and the switches of `dims`). Position ROPE at
+// inference (`inference` non-null): YaRN's frequencies, F and L = train_len, as the
+// Transformer reads them (docs/ablations.md); training and the other positions: none.
+// One definition for the model's forward and backward and for its decoder.
+kernels::ScreeningShape MultiscreenShape(const ModelDims& dims, int64_t tiles, int64_t B, int64_t T,
+                                         const InferenceOptions* inference);
+
 // Offsets of a layer's tensors from ParamLayout::LayerEntry(layer).
 enum LayerTensor { kWQ = 0, kWK, kWV, kWG, kWO, kSw, kSr, kSO };
 
