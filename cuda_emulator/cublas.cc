@@ -315,6 +315,7 @@ cublasStatus_t CheckAndRun(const char* fn, const Product& g, cudaStream_t stream
     }
   }
   WaitStream(stream);
+  CountWork(fn, 0);
   if (g.read_ab) {
     CheckInitialized(fn, g.a);
     CheckInitialized(fn, g.b);

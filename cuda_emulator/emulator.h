@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,24 @@ class ScopedCapture {
   ScopedCapture& operator=(const ScopedCapture&) = delete;
   const std::vector<std::string>& reports() const;
 };
+
+// ---- Work accounting (tests) ---------------------------------------------------------
+
+// What the device ran under one name since the process started: kernel launches (the
+// kernel's name, as in reports) with their threads (grid × block, summed over
+// launches), cuBLAS/cuBLASLt products ("cublasSgemm", "cublasLtMatmul"; threads 0) and
+// copies ("cudaMemcpy" and "cudaMemcpyAsync", every direction; threads 0). A call the
+// emulator refuses (a bad launch configuration, an invalid argument) is not counted.
+// Tests read it before and after a call to count what the call launched, e.g. the
+// launches and the 16-bit packing of a decoded token (tests/cuda/decoder_cuda_test.cc).
+struct WorkTally {
+  uint64_t calls = 0;
+  uint64_t threads = 0;
+};
+// A snapshot, by name (every thread's work; safe to call while others launch).
+std::map<std::string, WorkTally> WorkTallies();
+// Adds one call of `name` with `threads` threads (the emulator's parts call it).
+void CountWork(const std::string& name, uint64_t threads);
 
 // ---- Streams ------------------------------------------------------------------------
 

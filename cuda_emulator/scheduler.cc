@@ -457,6 +457,7 @@ cudaError_t LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 b
                   WhereNow().c_str()));
     return cudaErrorNotSupported;
   }
+  CountWork(name, uint64_t(grid.x) * grid.y * grid.z * threads);
   s.entry = entry;
   s.params = params;
   s.error = cudaSuccess;

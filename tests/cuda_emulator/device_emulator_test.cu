@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cuda_emulator/emulator.h"
@@ -370,6 +371,30 @@ TEST_F(EmulatorTest, AtomicsSumOverTheGrid) {
   EXPECT_TRUE(capture.reports().empty()) << AllReports(capture);
   EXPECT_EQ(HostCopy(counter, 1)[0], 4 * 96);
   EXPECT_EQ(HostCopy(total, 1)[0], 4 * 96 * 0.5f);
+}
+
+// The work tally counts what ran (launches with their threads, copies), not what the
+// emulator refused.
+TEST_F(EmulatorTest, WorkTallyCountsLaunchesThreadsAndCopies) {
+  int* counter = DeviceCopy(std::vector<int>(1, 0));
+  float* total = DeviceCopy(std::vector<float>(1, 0.f));
+  auto count = [](const std::string& part) {  // (calls, threads) of the names holding `part`
+    std::pair<uint64_t, uint64_t> sum{0, 0};
+    for (const auto& [name, tally] : msemu::WorkTallies()) {
+      if (name.find(part) != std::string::npos) sum.first += tally.calls, sum.second += tally.threads;
+    }
+    return sum;
+  };
+  const auto kernels0 = count("AtomicKernel"), copies0 = count("cudaMemcpy");
+  Launch<AtomicKernel>(dim3(3, 2), 96, 0, nullptr, counter, total);
+  Launch<AtomicKernel>(1, 2048, 0, nullptr, counter, total);  // refused: too many threads
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(HostCopy(counter, 1)[0], 6 * 96);
+  const auto kernels1 = count("AtomicKernel"), copies1 = count("cudaMemcpy");
+  EXPECT_EQ(kernels1.first - kernels0.first, 1u);
+  EXPECT_EQ(kernels1.second - kernels0.second, 6u * 96u);
+  EXPECT_EQ(copies1.first - copies0.first, 1u);  // HostCopy's
+  EXPECT_EQ(copies1.second - copies0.second, 0u);
 }
 
 TEST_F(EmulatorTest, DevicePropertiesAreAnSm90Device) {
