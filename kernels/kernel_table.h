@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/buffer.h"
+#include "kernels/device_array.h"
 #include "kernels/screening_types.h"
 
 namespace multiscreen {
@@ -99,6 +100,19 @@ struct HeadLossArgs {
   Real* dy = nullptr;             // [rows, d_e] device, written; null: the loss alone
   Real* d_e_bar = nullptr;        // [vocab, d_e] device, added to (with dy)
   Precision precision = Precision::kFp32;  // the step's, as for Gemm (a device may run 16-bit products)
+};
+
+// A matrix that many GEMMs read as their B operand (the decoders' weights, token after
+// token), held in the form the table's GemmPacked reads in `precision`, so that no GEMM
+// converts it again: made once by KernelTable::PackOperand. Which member holds it is the
+// table's business; callers pass it whole.
+template <typename Real>
+struct PackedOperand {
+  Precision precision = Precision::kFp32;
+  int64_t size = 0;              // elements
+  const Real* values = nullptr;  // its Real values: the source itself (kFp32) or `rounded`'s; null where `half` holds it
+  DeviceArray<Real> rounded;     // the source rounded to the precision, in Real (the CPU's 16-bit operands)
+  DeviceArray<uint16_t> half;    // the precision's 16-bit format itself (a device's 16-bit operands)
 };
 
 // AdamW as trainer/adamw.h defines it (torch.optim.AdamW), one fused pass over
@@ -174,6 +188,19 @@ class KernelTable {
   // under kFp32 the product is exact fp32 (no TF32).
   virtual void Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
                     const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc) = 0;
+  // `src` [n] (on device()) as the B operand of GemmPacked in `precision`, into *out,
+  // once: values src's rounded as RoundTo rounds, held as the table chooses (a device: a
+  // 16-bit copy, one launch). The table may read src itself instead of a copy (under
+  // kFp32 always): keep src alive and unchanged while *out is used.
+  virtual void PackOperand(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) = 0;
+  // Gemm in b.precision with B packed by PackOperand (ldb: the row stride B has in the
+  // source it was packed from) and A rounded to that precision as the op reads it (a
+  // itself unchanged, so the caller need not round a copy): bit for bit RoundTo on a copy
+  // of A, then Gemm(b.precision, ...) on B's rounded values (on a device for a compact B,
+  // ldb its row length, as Gemm packs it). A device converts A alone (one launch for its
+  // [m, k] elements), never B.
+  virtual void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a,
+                          int64_t lda, const PackedOperand<Real>& b, int64_t ldb, Real beta, Real* c, int64_t ldc) = 0;
   // b[j, i] += a[i, j], then a = 0 (kernels/cpu/gemm.h).
   virtual void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) = 0;
   // kernels/cpu/screening.h: tiles and grads are host arrays of shape.tiles.

@@ -11,7 +11,7 @@ DecodeSession<Real>::DecodeSession(const ModelDims& dims, const Real* params, co
       precision_(placement.precision),
       ops_(KernelTableFor<Real>(placement)),
       e_bar_(placement.device),
-      x_(placement.device), operand_(placement.device), p_(placement.device), u_(placement.device),
+      x_(placement.device), p_(placement.device), u_(placement.device),
       logits_(placement.device) {
   const int64_t V = dims.vocab, dE = dims.d_e, nt = dims.n_heads;
   Real s[3];  // s_E, s_F; then a layer's s_w, s_r, s_O (adjacent in the layout)
@@ -22,18 +22,20 @@ DecodeSession<Real>::DecodeSession(const ModelDims& dims, const Real* params, co
   e_bar_.Resize(V * dE);
   ops_->UnitRowsForward(params + layout_.Find("embed/W_E")->buffer_offset, dE, e_bar_.data(), dE, nullptr, V, dE);
   if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, e_bar_.data(), V * dE);
+  ops_->PackOperand(precision_, e_bar_.data(), V * dE, &e_bar_op_);
   // The layers' screening shape, as the model's forward at inference has it.
   const kernels::ScreeningShape shape = MultiscreenShape(dims, nt, 0, 0, &options);
   const auto& entries = layout_.entries();
   std::vector<Real> scalars(3 * nt);
-  w_o_store_.reserve(dims.n_layers);  // w_o_ may point into these
+  w_cat_op_.resize(dims.n_layers);
+  w_o_op_.resize(dims.n_layers);
   for (int64_t l = 0; l < dims.n_layers; ++l) {
     w_cat_.emplace_back(placement.device);
     PackProjections(*ops_, layout_, params, l, &w_cat_[l]);
     if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, w_cat_[l].data(), w_cat_[l].size());
+    ops_->PackOperand(precision_, w_cat_[l].data(), w_cat_[l].size(), &w_cat_op_[l]);
     const ParamEntry& w_o = entries[layout_.MultiscreenEntry(l, kWO)];
-    w_o_store_.emplace_back(placement.device);
-    w_o_.push_back(GemmOperand(*ops_, precision_, params + w_o.buffer_offset, w_o.size(), &w_o_store_[l]));
+    ops_->PackOperand(precision_, params + w_o.buffer_offset, w_o.size(), &w_o_op_[l]);
     ops_->Download(params + entries[layout_.MultiscreenEntry(l, kSw)].buffer_offset, 3 * nt, scalars.data());
     const auto tiles = MapTileScalars(scalars.data(), scalars.data() + nt, scalars.data() + 2 * nt, nt, &options);
     caches_.push_back(ScreeningCacheFor<Real>(placement.device, shape, tiles));
@@ -57,18 +59,15 @@ void DecodeSession<Real>::Step(int32_t token, Real* logits) {
   ops_->EmbeddingForward(e_bar_.data(), 0, V, dE, &token, 1, embed_scale_, x);
   for (int64_t l = 0; l < d.n_layers; ++l) {
     // P = x · W_cat (spec step 3); U = the tiles' screening of this token (steps 5–13);
-    // x += U · W_O (step 13, 2).
-    ops_->Gemm(precision_, false, false, 1, NH * C, dE, 1, GemmOperand(*ops_, precision_, x, dE, &operand_), dE,
-               w_cat_[l].data(), NH * C, 0, p_.data(), NH * C);
+    // x += U · W_O (step 13, 2). GemmPacked rounds x and U as it reads them.
+    ops_->GemmPacked(false, false, 1, NH * C, dE, 1, x, dE, w_cat_op_[l], NH * C, 0, p_.data(), NH * C);
     if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, p_.data(), NH * C);
     caches_[l]->Step(p_.data(), position_, u_.data());
-    if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, u_.data(), NH * dV);
-    ops_->Gemm(precision_, false, false, 1, dE, NH * dV, 1, u_.data(), NH * dV, w_o_[l], dE, 1, x, dE);
+    ops_->GemmPacked(false, false, 1, dE, NH * dV, 1, u_.data(), NH * dV, w_o_op_[l], dE, 1, x, dE);
   }
   // PLNorm (step 14) and the logits e^{s_F} · y Ēᵀ.
   if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, nullptr, 1, dE);
-  ops_->Gemm(precision_, false, true, 1, V, dE, head_scale_, GemmOperand(*ops_, precision_, x, dE, &operand_), dE,
-             e_bar_.data(), dE, 0, logits_.data(), V);
+  ops_->GemmPacked(false, true, 1, V, dE, head_scale_, x, dE, e_bar_op_, dE, 0, logits_.data(), V);
   ops_->Download(logits_.data(), V, logits);
   ++position_;
 }

@@ -7,7 +7,9 @@
 // (ModelOptions::device; docs/evaluation.md). Logits equal those of Multiscreen::Logits
 // over the whole prefix, YaRN's frequencies included (position ROPE with
 // options.yarn_factor ≠ 1; docs/ablations.md). Under bf16 the GEMM operands hold bf16
-// values as in the forward (W_cat, W_O, Ē; x, P, U, y per token).
+// values as in the forward (W_cat, W_O, Ē; x, P, U, y per token): the weights packed into
+// the table's 16-bit operands once, at construction, and each token's GEMMs converting
+// their activation row alone (KernelTable::GemmPacked).
 #pragma once
 
 #include <cstdint>
@@ -44,12 +46,14 @@ class DecodeSession final : public Decoder<Real> {
   Precision precision_;
   std::unique_ptr<kernels::KernelTable<Real>> ops_;
   Real embed_scale_ = 1, head_scale_ = 1;     // e^{s_E}, e^{s_F}
-  DeviceArray<Real> e_bar_;                   // Ē [V, d_E] (the compute precision's)
+  DeviceArray<Real> e_bar_;                   // Ē [V, d_E] (the compute precision's): what the embedding gathers
   std::vector<DeviceArray<Real>> w_cat_;      // per layer: PackProjections (the compute precision's)
-  std::vector<DeviceArray<Real>> w_o_store_;  // per layer: W_O rounded (bf16; unused in fp32)
-  std::vector<const Real*> w_o_;              // per layer: W_O as the GEMM reads it
+  // The GEMMs' weights as the kernel table reads them, packed once (KernelTable::PackOperand):
+  // Ē, and per layer W_cat and W_O (read from the parameters).
+  kernels::PackedOperand<Real> e_bar_op_;
+  std::vector<kernels::PackedOperand<Real>> w_cat_op_, w_o_op_;
   std::vector<std::unique_ptr<kernels::ScreeningCache<Real>>> caches_;  // per layer
-  DeviceArray<Real> x_, operand_, p_, u_, logits_;  // one token's activations; operand_: a rounded x
+  DeviceArray<Real> x_, p_, u_, logits_;  // one token's activations
   int64_t position_ = 0;
 };
 

@@ -48,9 +48,11 @@ template <typename Real>
 std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vector<int32_t>& prompt, int64_t max_new,
                                         int64_t vocab);
 
-// `src` [n] (on ops' device) as a GEMM operand in `precision`: src itself in fp32, else
-// its copy in `store` rounded to the precision (the forward's rule: GEMM operands hold
-// the compute precision). The decoders' weights, once, and activations, per token.
+// `src` [n] (on ops' device) in `precision`'s values: src itself in fp32, else its copy
+// in `store` rounded to the precision (the forward's rule: GEMM operands hold the compute
+// precision). A weight that is read other than as a GEMM's packed operand (the
+// Transformer's embedding table, which the token's gather reads); the GEMMs' weights are
+// KernelTable::PackOperand's.
 template <typename Real>
 const Real* GemmOperand(kernels::KernelTable<Real>& ops, Precision precision, const Real* src, int64_t n,
                         DeviceArray<Real>* store);

@@ -29,7 +29,7 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
       tk_(TransformerKernelsFor<Real>(placement)),
       table_store_(placement.device),
       x_(placement.device), a_(placement.device), qkv_(placement.device), o_(placement.device), gu_(placement.device),
-      hidden_(placement.device), rstd_(placement.device), operand_(placement.device), logits_(placement.device) {
+      hidden_(placement.device), rstd_(placement.device), logits_(placement.device) {
   const Device device = placement.device;
   const int64_t V = dims.vocab, dE = dims.d_e, H = dims.n_heads, dh = dims.d_k, F = dims.d_ff();
   const kernels::cpu::RopeScaling yarn{options.yarn_factor, double(options.train_len)};
@@ -49,9 +49,10 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
   } else {
     table_ = GemmOperand(*ops_, precision_, w_e, V * dE, &table_store_);
   }
+  ops_->PackOperand(precision_, table_, V * dE, &table_op_);
   auto at = [&](int64_t l, const char* name) { return params + layout_.Find(ParamLayout::LayerPrefix(l) + name)->buffer_offset; };
   const bool screening = dims.attention == AttentionKind::kScreening;
-  layers_.reserve(dims.n_layers);  // w_o, w_gu, w_down may point into a layer's own arrays
+  layers_.reserve(dims.n_layers);
   for (int64_t l = 0; l < dims.n_layers; ++l) {
     Layer& L = layers_.emplace_back(device);
     L.attn_norm = at(l, "attn_norm");
@@ -66,9 +67,10 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
                           QkvColumn(dims, p, 1, H) - col);
     }
     if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, L.w_qkv.data(), dE * 3 * dE);
-    L.w_o = GemmOperand(*ops_, precision_, at(l, "W_O"), dE * dE, &L.w_o_store);
-    L.w_gu = GemmOperand(*ops_, precision_, at(l, "W_gate"), 2 * F * dE, &L.w_gu_store);  // W_up follows W_gate
-    L.w_down = GemmOperand(*ops_, precision_, at(l, "W_down"), F * dE, &L.w_down_store);
+    ops_->PackOperand(precision_, L.w_qkv.data(), dE * 3 * dE, &L.w_qkv_op);
+    ops_->PackOperand(precision_, at(l, "W_O"), dE * dE, &L.w_o);
+    ops_->PackOperand(precision_, at(l, "W_gate"), 2 * F * dE, &L.w_gu);  // W_up follows W_gate
+    ops_->PackOperand(precision_, at(l, "W_down"), F * dE, &L.w_down);
     if (screening) {  // the heads' units (Transformer::ScreeningShapeOf: MiPE, TanhNorm, no gate, scale 1)
       kernels::ScreeningShape shape;
       shape.tiles = H;
@@ -111,29 +113,25 @@ template <typename Real>
 void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, F = d.d_ff(), V = d.vocab;
-  const Precision prec = precision_;
   Real *x = x_.data(), *a = a_.data();
   ops_->EmbeddingForward(table_, 0, V, dE, &token, 1, embed_scale_, x);
   for (Layer& L : layers_) {
     // a = RMSNorm(x); [q | k | v] = a W_QKV; o = the layer's attention (or screening) of
-    // this token over the cache; x += o W_O.
+    // this token over the cache; x += o W_O. GemmPacked rounds a, o, the hidden row as it
+    // reads them.
     tk_->RmsNormForward(x, L.attn_norm, a, rstd_.data(), 1, dE);
-    if (prec != Precision::kFp32) ops_->RoundTo(prec, a, dE);
-    ops_->Gemm(prec, false, false, 1, 3 * dE, dE, 1, a, dE, L.w_qkv.data(), 3 * dE, 0, qkv_.data(), 3 * dE);
+    ops_->GemmPacked(false, false, 1, 3 * dE, dE, 1, a, dE, L.w_qkv_op, 3 * dE, 0, qkv_.data(), 3 * dE);
     if (L.screens != nullptr) {
       L.screens->Step(qkv_.data(), position_, o_.data());
     } else {
       L.attention->Step(qkv_.data(), position_, o_.data());
     }
-    if (prec != Precision::kFp32) ops_->RoundTo(prec, o_.data(), dE);
-    ops_->Gemm(prec, false, false, 1, dE, dE, 1, o_.data(), dE, L.w_o, dE, 1, x, dE);
+    ops_->GemmPacked(false, false, 1, dE, dE, 1, o_.data(), dE, L.w_o, dE, 1, x, dE);
     // x += SwiGLU(RMSNorm(x) [W_gate; W_up]ᵀ) W_down.
     tk_->RmsNormForward(x, L.ffn_norm, a, rstd_.data(), 1, dE);
-    if (prec != Precision::kFp32) ops_->RoundTo(prec, a, dE);
-    ops_->Gemm(prec, false, true, 1, 2 * F, dE, 1, a, dE, L.w_gu, dE, 0, gu_.data(), 2 * F);
+    ops_->GemmPacked(false, true, 1, 2 * F, dE, 1, a, dE, L.w_gu, dE, 0, gu_.data(), 2 * F);
     tk_->SwiGluForward(gu_.data(), hidden_.data(), 1, F);
-    if (prec != Precision::kFp32) ops_->RoundTo(prec, hidden_.data(), F);
-    ops_->Gemm(prec, false, false, 1, dE, F, 1, hidden_.data(), F, L.w_down, dE, 1, x, dE);
+    ops_->GemmPacked(false, false, 1, dE, F, 1, hidden_.data(), F, L.w_down, dE, 1, x, dE);
   }
   // y = x/‖x‖ (pl_norm) or RMSNorm(x) without gain; logits = scale · y tableᵀ.
   if (d.pl_norm) {
@@ -141,8 +139,7 @@ void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
   } else {
     tk_->RmsNormForward(x, nullptr, a, rstd_.data(), 1, dE);
   }
-  if (prec != Precision::kFp32) ops_->RoundTo(prec, a, dE);
-  ops_->Gemm(prec, false, true, 1, V, dE, head_scale_, a, dE, table_, dE, 0, logits_.data(), V);
+  ops_->GemmPacked(false, true, 1, V, dE, head_scale_, a, dE, table_op_, dE, 0, logits_.data(), V);
   ops_->Download(logits_.data(), V, logits);
   ++position_;
 }

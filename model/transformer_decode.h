@@ -8,7 +8,9 @@
 // forward over the prefix to rounding (tests/model/transformer_test.cc). The KV cache
 // grows by 2·d_E values per layer per token (no window). Written once over the kernel
 // table and the Transformer kernels: on the CPU (the default) or a CUDA device
-// (ModelOptions::device); under bf16 the GEMM operands hold bf16 values as in the forward.
+// (ModelOptions::device); under bf16 the GEMM operands hold bf16 values as in the forward:
+// the weights packed into the table's 16-bit operands once, at construction, and each
+// token's GEMMs converting their activation row alone (KernelTable::GemmPacked).
 #pragma once
 
 #include <cstdint>
@@ -41,11 +43,12 @@ class TransformerDecodeSession final : public Decoder<Real> {
 
  private:
   struct Layer {
-    explicit Layer(Device device) : w_qkv(device), w_o_store(device), w_gu_store(device), w_down_store(device) {}
+    explicit Layer(Device device) : w_qkv(device) {}
     const Real *attn_norm = nullptr, *ffn_norm = nullptr;  // gains, into params
-    const Real *w_o = nullptr, *w_gu = nullptr, *w_down = nullptr;  // as the GEMMs read them ([W_gate; W_up]: [2 d_ff, d_E])
     DeviceArray<Real> w_qkv;     // [d_E, 3 d_E]: columns QkvColumn(part, head)
-    DeviceArray<Real> w_o_store, w_gu_store, w_down_store;  // bf16: the rounded copies
+    // The GEMMs' weights as the kernel table reads them, packed once
+    // (KernelTable::PackOperand): W_QKV, W_O, [W_gate; W_up] ([2 d_ff, d_E]), W_down.
+    kernels::PackedOperand<Real> w_qkv_op, w_o, w_gu, w_down;
     std::unique_ptr<kernels::AttentionCache<Real>> attention;  // the softmax family
     std::unique_ptr<kernels::ScreeningCache<Real>> screens;   // attention SCREENING: a unit per head
   };
@@ -54,10 +57,11 @@ class TransformerDecodeSession final : public Decoder<Real> {
   std::unique_ptr<kernels::KernelTable<Real>> ops_;
   std::unique_ptr<kernels::TransformerKernels<Real>> tk_;
   DeviceArray<Real> table_store_;  // Ē (sio), or W_E rounded (bf16); unused for W_E in fp32
-  const Real* table_ = nullptr;    // [V, d_E] as the embedding and the head read it
+  const Real* table_ = nullptr;    // [V, d_E] as the embedding reads it
+  kernels::PackedOperand<Real> table_op_;  // table_ as the head's GEMM reads it, packed once
   Real embed_scale_ = 1, head_scale_ = 1;  // e^{s_E}, e^{s_F} (sio) or 1
   std::vector<Layer> layers_;
-  DeviceArray<Real> x_, a_, qkv_, o_, gu_, hidden_, rstd_, operand_, logits_;  // one token's activations
+  DeviceArray<Real> x_, a_, qkv_, o_, gu_, hidden_, rstd_, logits_;  // one token's activations
   int64_t position_ = 0;
 };
 

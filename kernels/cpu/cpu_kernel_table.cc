@@ -118,6 +118,48 @@ void CpuKernelTable<Real>::Gemm(Precision, bool trans_a, bool trans_b, int64_t m
 }
 
 template <typename Real>
+void CpuKernelTable<Real>::PackOperand(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) {
+  out->precision = precision;
+  out->size = n;
+  if (precision == Precision::kFp32) {
+    out->values = src;
+    return;
+  }
+  // src already holding the precision's values (a decoder's rounded Ē) is read as it is.
+  constexpr int64_t kChunk = 4096;
+  std::vector<Real> chunk;
+  bool exact = true;
+  for (int64_t i = 0; i < n && exact; i += kChunk) {
+    chunk.assign(src + i, src + std::min(n, i + kChunk));
+    RoundTo(precision, chunk.data(), static_cast<int64_t>(chunk.size()));
+    exact = std::memcmp(chunk.data(), src + i, chunk.size() * sizeof(Real)) == 0;
+  }
+  if (exact) {
+    out->values = src;
+    return;
+  }
+  out->rounded = DeviceArray<Real>(Device::kCpu);
+  out->rounded.Resize(n);
+  Copy(src, n, out->rounded.data());
+  RoundTo(precision, out->rounded.data(), n);
+  out->values = out->rounded.data();
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+                                      const Real* a, int64_t lda, const PackedOperand<Real>& b, int64_t ldb, Real beta,
+                                      Real* c, int64_t ldc) {
+  if (b.precision == Precision::kFp32) {
+    return Gemm(b.precision, trans_a, trans_b, m, n, k, alpha, a, lda, b.values, ldb, beta, c, ldc);
+  }
+  const int64_t rows = trans_a ? k : m, cols = trans_a ? m : k;
+  a_rounded_.resize(static_cast<size_t>(rows * cols));
+  this->Copy2D(a, lda, rows, cols, a_rounded_.data(), cols);
+  RoundTo(b.precision, a_rounded_.data(), rows * cols);
+  Gemm(b.precision, trans_a, trans_b, m, n, k, alpha, a_rounded_.data(), cols, b.values, ldb, beta, c, ldc);
+}
+
+template <typename Real>
 void CpuKernelTable<Real>::MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) {
   cpu::MoveAddTransposed(a, rows, cols, lda, b, ldb);
 }

@@ -4,6 +4,8 @@
 // against, and the CPU training path.
 #pragma once
 
+#include <vector>
+
 #include "kernels/cpu/head_loss.h"
 #include "kernels/cpu/screening.h"
 #include "kernels/kernel_table.h"
@@ -42,6 +44,13 @@ class CpuKernelTable final : public KernelTable<Real> {
                          Real scale, Real* dtable) override;
   void Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
             const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc) override;
+  // src itself under kFp32 and where src already holds the 16-bit precision's values
+  // (then it must outlive the operand unchanged, as under kFp32); else a rounded copy in
+  // out->rounded.
+  void PackOperand(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) override;
+  // A's [m, k] block rounded into a compact copy, then Gemm on b.values.
+  void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a, int64_t lda,
+                  const PackedOperand<Real>& b, int64_t ldb, Real beta, Real* c, int64_t ldc) override;
   void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) override;
   void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                         const ScreeningSaved<Real>& saved, Real* U) override;
@@ -63,6 +72,7 @@ class CpuKernelTable final : public KernelTable<Real> {
   FusedHead<Real> head_;
   ScreeningWorkspace<Real> screening_ws_;
   std::vector<Real> coef_;
+  std::vector<Real> a_rounded_;  // GemmPacked's rounded A
 };
 
 }  // namespace multiscreen::kernels::cpu

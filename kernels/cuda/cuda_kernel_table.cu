@@ -103,6 +103,23 @@ class CudaKernelTable final : public KernelTable<float> {
             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     gemm_->Run(precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+  // 16-bit operands in their own format (out->half), converted once; kFp32: src itself.
+  void PackOperand(Precision precision, const float* src, int64_t n, PackedOperand<float>* out) override {
+    out->precision = precision;
+    out->size = n;
+    out->values = precision == Precision::kFp32 ? src : nullptr;
+    if (precision == Precision::kFp32) return;
+    out->half = DeviceArray<uint16_t>(Device::kCuda);
+    out->half.Resize(n);
+    gemm_->Pack(precision, src, n, out->half.data());
+  }
+  void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                  int64_t lda, const PackedOperand<float>& b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    if (b.precision == Precision::kFp32) {
+      return gemm_->Run(b.precision, trans_a, trans_b, m, n, k, alpha, a, lda, b.values, ldb, beta, c, ldc);
+    }
+    gemm_->RunPackedB(b.precision, trans_a, trans_b, m, n, k, alpha, a, lda, b.half.data(), ldb, beta, c, ldc);
+  }
   void MoveAddTransposed(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb) override {
     cuda::MoveAddTransposed(a, rows, cols, lda, b, ldb, stream_);
   }

@@ -47,6 +47,17 @@ __global__ void PackKernel(PackOperand a, PackOperand b) {
   }
 }
 
+// The 16-bit copies of a and b (b may be empty: rows 0), one launch.
+void Pack(Precision precision, const PackOperand& a, const PackOperand& b, cudaStream_t stream) {
+  const unsigned blocks = BlocksFor(a.rows * a.cols + b.rows * b.cols);
+  if (precision == Precision::kBf16) {
+    Launch<PackKernel<__nv_bfloat16>>(blocks, kThreads, 0, stream, a, b);
+  } else {
+    Launch<PackKernel<__half>>(blocks, kThreads, 0, stream, a, b);
+  }
+  MS_CUDA_CHECK_LAUNCH("Gemm");
+}
+
 // Packs the [rows, cols] blocks of a and b into *a16 and *b16 (grown as needed), one
 // launch; returns the packed copies.
 std::pair<const void*, const void*> PackPair(Precision precision, const float* a, int64_t lda, int64_t rows_a,
@@ -55,14 +66,7 @@ std::pair<const void*, const void*> PackPair(Precision precision, const float* a
                                              cudaStream_t stream) {
   a16->Resize(rows_a * cols_a);
   b16->Resize(rows_b * cols_b);
-  const PackOperand pa{a, lda, rows_a, cols_a, a16->data()}, pb{b, ldb, rows_b, cols_b, b16->data()};
-  const unsigned blocks = BlocksFor(rows_a * cols_a + rows_b * cols_b);
-  if (precision == Precision::kBf16) {
-    Launch<PackKernel<__nv_bfloat16>>(blocks, kThreads, 0, stream, pa, pb);
-  } else {
-    Launch<PackKernel<__half>>(blocks, kThreads, 0, stream, pa, pb);
-  }
-  MS_CUDA_CHECK_LAUNCH("Gemm");
+  Pack(precision, {a, lda, rows_a, cols_a, a16->data()}, {b, ldb, rows_b, cols_b, b16->data()}, stream);
   return {a16->data(), b16->data()};
 }
 
@@ -177,6 +181,18 @@ void GemmRunner::Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                                          n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
 }
 
+bool GemmRunner::Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, float* c) {
+  const cublasStatus_t s = cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c, plan.c,
+                                          plan.has_algo ? &plan.algo : nullptr, workspace_.data(), kWorkspaceBytes,
+                                          stream_);
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED && plan.has_algo) {  // the algorithm refuses this call after all: never again
+    plan.has_algo = false;
+    return false;
+  }
+  MS_CUBLAS_CHECK("Gemm", s);
+  return true;
+}
+
 void GemmRunner::Run(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
@@ -197,13 +213,30 @@ void GemmRunner::Run(Precision precision, bool trans_a, bool trans_b, int64_t m,
     std::tie(a_used, b_used) =
         PackPair(precision, a, lda, rows_a, cols_a, b, ldb, rows_b, cols_b, &a16_, &b16_, stream_);
   }
-  const cublasStatus_t s = cublasLtMatmul(lt_, plan.desc, &alpha, b_used, plan.a, a_used, plan.b, &beta, c, plan.c, c,
-                                          plan.c, &plan.algo, workspace_.data(), kWorkspaceBytes, stream_);
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED) {  // the algorithm refuses this call after all: never again
-    plan.has_algo = false;
-    return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (!Matmul(plan, alpha, a_used, b_used, beta, c)) {
+    Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
-  MS_CUBLAS_CHECK("Gemm", s);
+}
+
+void GemmRunner::RunPackedB(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float* a, int64_t lda, const uint16_t* b16, int64_t ldb, float beta,
+                            float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  // k = 0: C = beta · C, and B is not read (cuBLAS's quick return), so A stands in for it.
+  if (k <= 0) return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, a, ldb, beta, c, ldc);
+  const int64_t rows_a = trans_a ? k : m, cols_a = trans_a ? m : k;
+  const int align_b = Alignment(b16), align_c = Alignment(c);
+  const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, cols_a, ldb, ldc, 256, align_b, align_c};
+  Plan& plan = PlanFor(key, precision, trans_a, trans_b, m, n, k, cols_a, ldb, ldc, 256, align_b, align_c);
+  a16_.Resize(rows_a * cols_a);
+  cuda::Pack(precision, {a, lda, rows_a, cols_a, a16_.data()}, {nullptr, 0, 0, 1, nullptr}, stream_);
+  // No fp32 B to fall back on: without a heuristic's algorithm the library picks its own.
+  if (!Matmul(plan, alpha, a16_.data(), b16, beta, c)) Matmul(plan, alpha, a16_.data(), b16, beta, c);
+}
+
+void GemmRunner::Pack(Precision precision, const float* src, int64_t n, uint16_t* dst) {
+  if (n <= 0) return;
+  cuda::Pack(precision, {src, n, 1, n, dst}, {nullptr, 0, 0, 1, nullptr}, stream_);
 }
 
 void MoveAddTransposed(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb, cudaStream_t stream) {

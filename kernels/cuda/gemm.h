@@ -6,7 +6,8 @@
 //   kFp32: fp32 operands, CUBLAS_COMPUTE_32F (exact fp32 products, no TF32).
 //   kBf16 / kFp16: A and B converted, in one launch, into packed 16-bit scratch copies (exact where
 //   the caller rounded them; round to nearest even otherwise), fp32 accumulation and
-//   fp32 C, alpha and beta as given.
+//   fp32 C, alpha and beta as given; or (RunPackedB) B packed once beforehand (Pack: the
+//   decoders' weights) and A alone converted per call.
 // Matmul descriptors, layouts and the chosen algorithm are cached per shape, stride
 // and pointer alignment; a shape with no cuBLASLt heuristic (or k = 0) runs
 // cublasSgemm on the fp32 operands instead. Failures are fatal (check.h).
@@ -41,6 +42,15 @@ class GemmRunner {
   // ldc are the stored row strides in elements. All pointers on the device.
   void Run(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+  // Run under kBf16 or kFp16 with B already in that 16-bit format (b16, made by Pack; ldb
+  // its row stride) and A fp32, converted alone (one launch, A's elements): the product of
+  // the same values Run computes on A and B's fp32 values, bit for bit. Without a
+  // heuristic's algorithm cuBLASLt picks its own (there is no fp32 B to hand to cublasSgemm).
+  void RunPackedB(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const uint16_t* b16, int64_t ldb, float beta, float* c, int64_t ldc);
+  // dst [n] = src [n] in `precision`'s 16-bit format (kBf16 or kFp16), rounded to nearest
+  // even as Run's packing rounds: a B operand for RunPackedB, made once. One launch.
+  void Pack(Precision precision, const float* src, int64_t n, uint16_t* dst);
 
  private:
   // What a cached plan depends on: precision, transposes, sizes, strides, alignments.
@@ -55,6 +65,10 @@ class GemmRunner {
   GemmRunner(cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas);
   Plan& PlanFor(const Key& key, Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                 int64_t lda, int64_t ldb, int64_t ldc, int align_a, int align_b, int align_c);
+  // The plan's product on operands as the library reads them (a and b swapped into its
+  // column-major view), with the plan's algorithm or, where it has none, the library's
+  // choice; false when the plan's algorithm refuses the call (then dropped from the plan).
+  bool Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, float* c);
   void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
              const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

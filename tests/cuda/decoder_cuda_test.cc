@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#ifdef MULTISCREEN_CUDA_EMULATED
+#include "cuda_emulator/emulator.h"
+#endif
 #include "kernels/cpu/attention_cache.h"
 #include "kernels/cpu/screening_cache.h"
 #include "kernels/cuda/attention_decode.h"
@@ -350,6 +353,79 @@ TEST_F(CudaTest, Bf16DecodingOnTheDeviceFollowsTheCpusBf16) {
     EXPECT_GT(moved, 1e-5) << c.name << ": bf16 did not round anything";
   }
 }
+
+#ifdef MULTISCREEN_CUDA_EMULATED
+// What one decoded token ran on the emulated device (cuda_emulator/emulator.h's tally):
+// kernel launches and cuBLAS products, copies, and the threads of the GEMMs' 16-bit
+// packing kernel (one thread per element converted, up to a block's 256).
+struct TokenWork {
+  uint64_t launches = 0, copies = 0, packed = 0;
+};
+
+TokenWork Tally() {
+  TokenWork w;
+  for (const auto& [name, tally] : msemu::WorkTallies()) {
+    if (name.starts_with("cudaMemcpy")) {
+      w.copies += tally.calls;
+    } else {
+      w.launches += tally.calls;
+    }
+    if (name.find("PackKernel") != std::string::npos) w.packed += tally.threads;
+  }
+  return w;
+}
+
+// The work of the third token a fresh decoder on the device takes (the first two make
+// the GEMM plans and the caches' first blocks).
+TokenWork WorkOfAToken(const ModelDims& dims, const Floats& params, const InferenceOptions& options,
+                       Precision precision) {
+  DeviceArray<float> p(Device::kCuda);
+  p.Resize(static_cast<int64_t>(params.size()));
+  p.CopyFromHost(params.data());
+  ModelOptions placement;
+  placement.device = Device::kCuda;
+  placement.precision = precision;
+  auto decoder = MakeDecoder<float>(dims, p.data(), options, placement);
+  Floats logits(dims.vocab);
+  decoder->Step(1, logits.data());
+  decoder->Step(2, logits.data());
+  const TokenWork before = Tally();
+  decoder->Step(3, logits.data());
+  const TokenWork after = Tally();
+  return {after.launches - before.launches, after.copies - before.copies, after.packed - before.packed};
+}
+
+// Under bf16 a token's GEMMs read weights packed once by the session: each GEMM converts
+// its activation row alone (one packing launch of ⌈k/256⌉ blocks), and the launches beyond
+// fp32's are those packings and Multiscreen's rounding of P, no more. Before the weights
+// were packed once, every token converted every weight matrix again.
+TEST_F(CudaTest, Bf16DecodingConvertsActivationsOnlyAndLaunchesOnePackingPerGemm) {
+  auto blocks = [](int64_t k) { return uint64_t((k + 255) / 256 * 256); };  // threads packing a [1, k] row
+  for (const DecoderCase& c : {kDecoderCases[0], kDecoderCases[6], kDecoderCases[11]}) {
+    const ModelDims dims = DimsOf(c);
+    const Floats params = ParamsOf(dims, 81);
+    const InferenceOptions options = OptionsOf(c);
+    const TokenWork fp32 = WorkOfAToken(dims, params, options, Precision::kFp32);
+    const TokenWork bf16 = WorkOfAToken(dims, params, options, Precision::kBf16);
+    const int64_t L = dims.n_layers, dE = dims.d_e;
+    // Each GEMM's activation row: Multiscreen's x (W_cat), U (W_O); the Transformer's a
+    // (W_QKV), o (W_O), a (W_gate; W_up), the SwiGLU hidden row (W_down); the head's y.
+    const uint64_t gemms = (dims.transformer() ? 4 : 2) * L + 1;
+    const uint64_t packed = dims.transformer()
+                                ? L * (3 * blocks(dE) + blocks(dims.d_ff())) + blocks(dE)
+                                : L * (blocks(dE) + blocks(dims.n_heads * dims.d_v)) + blocks(dE);
+    const uint64_t rounded = dims.transformer() ? 0 : L;  // Multiscreen's P, as the forward rounds it
+    std::printf("%s: a token launches %llu (fp32) and %llu (bf16), copies %llu and %llu; bf16 converts %llu elements\n",
+                c.name.c_str(), static_cast<unsigned long long>(fp32.launches),
+                static_cast<unsigned long long>(bf16.launches), static_cast<unsigned long long>(fp32.copies),
+                static_cast<unsigned long long>(bf16.copies), static_cast<unsigned long long>(bf16.packed));
+    EXPECT_EQ(bf16.launches, fp32.launches + gemms + rounded) << c.name;
+    EXPECT_EQ(bf16.copies, fp32.copies) << c.name;
+    EXPECT_EQ(fp32.packed, 0u) << c.name;
+    EXPECT_EQ(bf16.packed, packed) << c.name;
+  }
+}
+#endif  // MULTISCREEN_CUDA_EMULATED
 
 }  // namespace
 }  // namespace multiscreen

@@ -7,6 +7,7 @@
 // error without a device is tested everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -234,6 +235,41 @@ TEST_F(CudaKernelTableTest, GemmMatchesTheCpuInEveryLayoutAndPrecision) {
         SCOPED_TRACE(testing::Message() << "m n k = " << s.m << " " << s.n << " " << s.k << ", trans " << ta << tb
                                         << ", precision " << int(precision));
         EXPECT_CLOSE(Host(gc, s.m * ldc), ref, tol);
+      }
+    }
+  }
+}
+
+// GemmPacked (B packed once by PackOperand, A rounded as it is read) is bit for bit Gemm
+// on operands the caller rounded, in every layout and precision, with a padded A and C
+// and k = 0 (C = beta · C). B is compact, as the decoders' weights are (a padded B's
+// product may take another cuBLASLt algorithm than Gemm's compact packed copy).
+TEST_F(CudaKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{7, 13, 5}, Shape{1, 70, 257}, Shape{130, 70, 33}, Shape{5, 6, 0}}) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool ta = layout & 1, tb = layout & 2;
+      const int64_t lda = (ta ? s.m : s.k) + 3, ldb = std::max<int64_t>(tb ? s.k : s.n, 1), ldc = s.n + 2;
+      const Floats a = Random((ta ? s.k : s.m) * lda, 23), b = Random((tb ? s.n : s.k) * ldb, 24);
+      const Floats c = Random(s.m * ldc, 25);
+      for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+        SCOPED_TRACE(testing::Message() << "m n k = " << s.m << " " << s.n << " " << s.k << ", trans " << ta << tb
+                                        << ", precision " << int(precision));
+        float* ra = Device(a);
+        float* rb = Device(b);
+        table_->RoundTo(precision, ra, static_cast<int64_t>(a.size()));
+        table_->RoundTo(precision, rb, static_cast<int64_t>(b.size()));
+        float* want = Device(c);
+        table_->Gemm(precision, ta, tb, s.m, s.n, s.k, 0.75f, ra, lda, rb, ldb, 0.5f, want, ldc);
+        kernels::PackedOperand<float> packed;
+        table_->PackOperand(precision, Device(b), static_cast<int64_t>(b.size()), &packed);
+        float* got = Device(c);
+        float* da = Device(a);
+        table_->GemmPacked(ta, tb, s.m, s.n, s.k, 0.75f, da, lda, packed, ldb, 0.5f, got, ldc);
+        EXPECT_EQ(Host(got, s.m * ldc), Host(want, s.m * ldc));
+        EXPECT_EQ(Host(da, static_cast<int64_t>(a.size())), a);  // A is rounded as read, not in place
       }
     }
   }

@@ -89,6 +89,41 @@ TEST(CpuKernelTableTest, BatchedCopyAndAddOfBlocksMatchTheirElementLoops) {
   ExpectBatchedOpsMatchTheirDefinition<double>();
 }
 
+// GemmPacked is Gemm on operands the caller rounded, bit for bit (padded strides, both
+// transposes, every precision), and PackOperand reads a B that already holds the
+// precision's values in place instead of copying it.
+TEST(CpuKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
+  CpuKernelTable<float> table;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  auto random = [&](int64_t n) {
+    std::vector<float> x(n);
+    for (float& v : x) v = uniform(rng);
+    return x;
+  };
+  const int64_t m = 9, n = 70, k = 37;
+  for (int layout = 0; layout < 4; ++layout) {
+    const bool ta = layout & 1, tb = layout & 2;
+    const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+    const std::vector<float> a = random((ta ? k : m) * lda), b = random((tb ? n : k) * ldb), c = random(m * ldc);
+    for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      SCOPED_TRACE(testing::Message() << "trans " << ta << tb << ", precision " << int(precision));
+      std::vector<float> ra = a, rb = b, want = c, got = c;
+      table.RoundTo(precision, ra.data(), static_cast<int64_t>(ra.size()));
+      table.RoundTo(precision, rb.data(), static_cast<int64_t>(rb.size()));
+      table.Gemm(precision, ta, tb, m, n, k, 0.75f, ra.data(), lda, rb.data(), ldb, 0.5f, want.data(), ldc);
+      PackedOperand<float> packed, packed_rounded;
+      table.PackOperand(precision, b.data(), static_cast<int64_t>(b.size()), &packed);
+      table.PackOperand(precision, rb.data(), static_cast<int64_t>(rb.size()), &packed_rounded);
+      table.GemmPacked(ta, tb, m, n, k, 0.75f, a.data(), lda, packed, ldb, 0.5f, got.data(), ldc);
+      EXPECT_EQ(got, want);
+      EXPECT_NE(got, c);
+      EXPECT_EQ(packed_rounded.values, rb.data());  // already rounded: read in place
+      EXPECT_EQ(packed.values == b.data(), precision == Precision::kFp32);
+    }
+  }
+}
+
 TEST(CpuKernelTableTest, BatchedCopyOfNoBlocksOrEmptyBlocksWritesNothing) {
   CpuKernelTable<float> table;
   const std::vector<float> src(16, 1.f), before(16, 2.f);
