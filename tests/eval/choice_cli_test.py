@@ -31,6 +31,11 @@ from cli_errors import OneLineErrors  # noqa: E402
 BIN = None
 SOURCE = None
 EOS = 50256
+# What the tests only read, made once for the whole file: `tokenize`'s ids of a text, the
+# initialized weights of a model, and `forward`'s token losses of a sequence under them.
+TOKENS = {}
+WEIGHTS = {}
+LOSSES = {}
 
 
 
@@ -78,47 +83,66 @@ def candidates(fmt, d):
 
 
 class ChoiceCliTest(OneLineErrors):
+    @classmethod
+    def setUpClass(cls):
+        cls.shared = tempfile.TemporaryDirectory()  # the weights, read by every test
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.shared.cleanup()
+
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
         self.tokenizer = os.path.join(SOURCE, "data_cache", "gpt2")
-        self.cache = {}
 
     def tearDown(self):
         self.tmp.cleanup()
 
     def init(self, model, seed=3):
-        w = os.path.join(self.dir, f"{model}_{seed}.h5")  # configs/models/tiny_gpt2_vocab or tiny_gpt2_transformer
-        r = run("init", f"--model={model}", f"--seed={seed}", f"--out={w}")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        return w
+        if (model, seed) not in WEIGHTS:
+            w = os.path.join(self.shared.name, f"{model}_{seed}.h5")  # configs/models/tiny_gpt2_vocab or tiny_gpt2_transformer
+            r = run("init", f"--model={model}", f"--seed={seed}", f"--out={w}")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            WEIGHTS[model, seed] = w
+        return WEIGHTS[model, seed]
 
     def encode(self, text):
-        if text not in self.cache:
+        if text not in TOKENS:
             r = run("tokenize", f"--tokenizer={self.tokenizer}", stdin=text)
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.cache[text] = [int(t) for t in r.stdout.split()]
-        return self.cache[text]
+            TOKENS[text] = [int(t) for t in r.stdout.split()]
+        return TOKENS[text]
 
-    def forward_losses(self, w, ids):
-        """`forward`'s token losses of one sequence: −log p(ids[i+1] | ids[..i])."""
-        t = os.path.join(self.dir, "seq.bin")
-        write_tokens(t, np.asarray(ids))
-        out = os.path.join(self.dir, "fwd.h5")
-        r = run("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=1", f"--seq_len={len(ids) - 1}", f"--out={out}")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        with h5py.File(out) as f:
-            return f["token_losses"][()][0].astype(np.float64)
+    def forward_losses(self, w, seqs):
+        """`forward`'s token losses of each sequence: −log p(ids[i+1] | ids[..i]). The ones
+        not yet known run in one `forward`, each sequence a row of the batch, padded on the
+        right with EOS to the longest: the model is causal, so what follows a position
+        changes nothing of its loss."""
+        todo = sorted({tuple(ids) for ids in seqs if (w, tuple(ids)) not in LOSSES})
+        if todo:
+            T = max(len(ids) for ids in todo) - 1
+            t = os.path.join(self.dir, "seqs.bin")
+            write_tokens(t, np.concatenate([np.asarray(ids + (EOS,) * (T + 1 - len(ids))) for ids in todo]))
+            out = os.path.join(self.dir, "fwd.h5")
+            r = run("forward", f"--weights={w}", f"--tokens={t}", f"--micro_batch={len(todo)}", f"--seq_len={T}",
+                    f"--out={out}")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with h5py.File(out) as f:
+                losses = f["token_losses"][()].astype(np.float64)
+            for row, ids in zip(losses, todo):
+                LOSSES[w, ids] = row[:len(ids) - 1]
+        return [LOSSES[w, tuple(ids)] for ids in seqs]
 
     def expected(self, w, fmt, path, seq_len=4096):
         """Per item: the log-likelihoods, gold, and len(choice), computed here."""
-        items = []
+        items = []  # per item: gold, and per candidate (sequence, continuation tokens, len(choice))
         with open(path) as f:
             for line in f:
                 if not line.strip():
                     continue
                 cands, gold = candidates(fmt, json.loads(line))
-                lls, lens = [], []
+                scored = []
                 for ctx, choice in cands:
                     cont = " " + choice
                     n = len(ctx) - len(ctx.rstrip())  # trailing whitespace goes with the continuation
@@ -126,12 +150,11 @@ class ChoiceCliTest(OneLineErrors):
                         ctx, cont = ctx[:-n], ctx[-n:] + cont
                     ctx_ids, whole = self.encode(ctx), self.encode(ctx + cont)
                     n_cont = len(whole) - len(ctx_ids)
-                    seq = whole[-(seq_len + 1):]
-                    losses = self.forward_losses(w, seq)
-                    lls.append(-losses[-n_cont:].sum())
-                    lens.append(len(choice))
-                items.append((np.array(lls), gold, np.array(lens, dtype=np.float64)))
-        return items
+                    scored.append((whole[-(seq_len + 1):], n_cont, len(choice)))
+                items.append((gold, scored))
+        losses = iter(self.forward_losses(w, [seq for _, scored in items for seq, _, _ in scored]))
+        return [(np.array([-next(losses)[-n_cont:].sum() for _, n_cont, _ in scored]), gold,
+                 np.array([chars for _, _, chars in scored], dtype=np.float64)) for gold, scored in items]
 
     def choice(self, w, fmt, path, *extra):
         out = os.path.join(self.dir, "out")
@@ -170,14 +193,14 @@ class ChoiceCliTest(OneLineErrors):
 
     def test_each_format_scores_the_continuations_forward_scores(self):
         w = self.init("tiny_gpt2_vocab")
+        rows_of = {}
         for fmt in ("hellaswag", "piqa", "arc", "winogrande"):
             with self.subTest(fmt=fmt):
-                summary, rows, r = self.check(w, fmt)
+                summary, rows_of[fmt], r = self.check(w, fmt)
                 self.assertIn("acc_norm", r.stdout)
                 self.assertEqual(summary["truncated"], 0)
         # HellaSwag's third item has an ending with "é": 23 characters, 24 bytes.
-        _, rows, _ = self.check(w, "hellaswag")
-        self.assertEqual(rows[2]["chars"][3], len("Café au lait is served."))
+        self.assertEqual(rows_of["hellaswag"][2]["chars"][3], len("Café au lait is served."))
 
     def test_long_contexts_are_cut_on_the_left(self):
         w = self.init("tiny_gpt2_vocab")
