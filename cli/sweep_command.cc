@@ -337,6 +337,10 @@ int SweepCommand(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_sweep).empty()) return Fail("sweep", absl::InvalidArgumentError(absl::StrCat("--sweep is required; usage: ", kUsage)));
   auto sweep = LoadSweep(absl::GetFlag(FLAGS_sweep));
   if (!sweep.ok()) return Fail("sweep", sweep.status());
+  // plan and run: data each run's trainer would refuse at start is refused now, before any run starts.
+  if (sub == "plan" || sub == "run") {
+    if (absl::Status s = CheckSweepData(*sweep); !s.ok()) return Fail("sweep", s);
+  }
   if (sub == "plan") return Plan(*sweep);
   if (sub == "status") return Status(*sweep);
   if (sub == "report" && Given(given, "out")) {

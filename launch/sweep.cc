@@ -25,6 +25,8 @@
 #include "model/param_layout.h"
 #include "nlohmann/json.hpp"
 #include "trainer/flops.h"
+#include "trainer/run_data.h"
+#include "trainer/validation_data.h"
 
 namespace multiscreen {
 namespace {
@@ -380,6 +382,28 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path) {
     }
   }
   return sweep;
+}
+
+absl::Status CheckSweepData(const Sweep& sweep) {
+  if (sweep.runs.empty()) return absl::OkStatus();
+  // Every run validates over the same held-out windows (the data, seq_len, micro_batch and
+  // eval settings come from the base run alone): the first stands for all.
+  const config::RunConfig& run = sweep.runs.front().run;
+  RunSource source;
+  source.file = sweep.file;
+  auto data = OpenRunData(run, source, /*logger=*/false);
+  if (!data.ok()) return absl::Status(data.status().code(), absl::StrCat(sweep.file, ": data: ", data.status().message()));
+  if (data->val == nullptr && data->val_sources.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(sweep.file, ": data: ", run.data().val_shard(),
+                                                   " holds no val_*.bin: no validation data (the fit reads validation losses)"));
+  }
+  auto opened = OpenValidation(run, data->val_sources, data->val, /*dp=*/1, /*dp_rank=*/0);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat(sweep.file, ": every run's trainer would refuse its validation data at start: ",
+                                     opened.status().message()));
+  }
+  return absl::OkStatus();
 }
 
 std::string RunConfigText(const SweepRun& run) {

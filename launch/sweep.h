@@ -59,6 +59,14 @@ struct Sweep {
 // that is a file has no val_*.bin), duplicate run names.
 absl::StatusOr<Sweep> LoadSweep(const std::string& path);
 
+// Opens the sweep's data as each run's trainer will (trainer/run_data.h) and its held-out
+// windows with the trainer's own check (trainer/validation_data.h) at dp = 1 (each run is
+// one process): `sweep plan` and `sweep run` call it, so that data every run's trainer
+// would refuse at start (fewer held-out windows than eval.windows, none at all) is refused
+// before any run starts, in one line naming the sweep file, the shards and the numbers.
+// (LoadSweep does not open the data: `status`, `fit` and `report` read finished runs.)
+absl::Status CheckSweepData(const Sweep& sweep);
+
 // The run file of `run` in text format (what <dir>/run.textproto holds).
 std::string RunConfigText(const SweepRun& run);
 

@@ -69,7 +69,16 @@ void OnStop(int sig) { g_stop_signal = sig; }
 struct Child {
   size_t run = 0;
   FileLock lock;  // <run dir>/sweep.lock, held while the run's trainer lives
+  uintmax_t metrics_bytes = 0;  // metrics.jsonl's size when the child started
 };
+
+// metrics.jsonl's size (0 when absent): the trainer appends to it at every step it trains
+// (and when it resumes), and at nothing else.
+uintmax_t MetricsBytes(const fs::path& dir) {
+  std::error_code ec;
+  const uintmax_t n = fs::file_size(dir / "metrics.jsonl", ec);
+  return ec ? 0 : n;
+}
 
 }  // namespace
 
@@ -148,7 +157,7 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
   sigaction(SIGTERM, &sa, &old_term);
   g_stop_signal = 0;
   std::map<pid_t, Child> active;
-  int failed = 0, skipped = 0, forwarded = 0;
+  int failed = 0, refused_at_start = 0, skipped = 0, forwarded = 0;
   const pid_t parent = ::getpid();
   while (!queue.empty() || !active.empty()) {
     while (g_stop_signal == 0 && static_cast<int>(active.size()) < options.jobs && !queue.empty()) {
@@ -190,7 +199,7 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
         std::fprintf(stderr, "multiscreen sweep: cannot start %s: %s\n", options.binary.c_str(), std::strerror(errno));
         ::_exit(127);
       }
-      active.emplace(pid, Child{i, *std::move(lock)});
+      active.emplace(pid, Child{i, *std::move(lock), MetricsBytes(dir)});
       LogInfo("started ", r.name, " (pid ", pid, "; ", r.run.steps(), " steps; log ", log, ")");
     }
     if (active.empty()) break;
@@ -222,16 +231,23 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
     } else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 && state == "stopped") {
       LogInfo("stopped ", r.name, " with a checkpoint at step ", status.value("step", int64_t{0}), "; `sweep run` resumes it");
     } else {
+      // A trainer that exits with an error before training a step (metrics.jsonl did not
+      // grow) refused its run at start: its run file, data or run directory; the same
+      // start meets the same refusal, so it is not a failure to retry.
+      const bool refused = WIFEXITED(wstatus) && MetricsBytes(r.dir) == it->second.metrics_bytes;
       const std::string reason =
           WIFSIGNALED(wstatus)
               ? absl::StrCat("killed by signal ", WTERMSIG(wstatus), " (", strsignal(WTERMSIG(wstatus)), ") at step ", st.step)
-              : absl::StrCat("exit status ", WEXITSTATUS(wstatus), ": ", FailureReason(fs::path(r.dir) / "train.log"));
-      const nlohmann::json failed_json = {{"reason", reason}, {"step", st.step}};
+              : absl::StrCat(refused ? "refused at start, " : "", "exit status ", WEXITSTATUS(wstatus), ": ",
+                             FailureReason(fs::path(r.dir) / "train.log"));
+      const nlohmann::json failed_json = {{"reason", reason}, {"step", st.step}, {"retryable", !refused}};
       if (absl::Status s = WriteTextFile((fs::path(r.dir) / "sweep_failed.json").string(), failed_json.dump() + "\n"); !s.ok()) {
         LogWarning(s.message());
       }
       ++failed;
-      LogWarning("run ", r.name, " failed: ", reason);
+      refused_at_start += refused ? 1 : 0;
+      LogWarning("run ", r.name, " failed: ", reason,
+                 refused ? " (not retryable: a retry meets the same refusal until its cause is fixed)" : "");
     }
     active.erase(it);  // releases the run's lock
   }
@@ -242,9 +258,14 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
                                            " runs done or diverged; `sweep run` again resumes the rest"));
   }
   if (failed > 0 || skipped > 0) {
-    return absl::AbortedError(absl::StrCat(failed, " of ", sweep.runs.size(), " runs failed",
-                                           skipped > 0 ? absl::StrCat(" and ", skipped, " were held by another runner") : "",
-                                           " (see `sweep status`); `sweep run` again retries them"));
+    const int retryable = failed - refused_at_start + skipped;
+    return absl::AbortedError(absl::StrCat(
+        failed, " of ", sweep.runs.size(), " runs failed",
+        skipped > 0 ? absl::StrCat(" and ", skipped, " were held by another runner") : "", " (see `sweep status`)",
+        refused_at_start > 0 ? absl::StrCat("; ", refused_at_start, " of them refused at start, which a retry meets again: ",
+                                            "fix the cause their reason names first")
+                             : "",
+        retryable > 0 ? absl::StrCat("; `sweep run` again retries ", refused_at_start > 0 ? "the others" : "them") : ""));
   }
   return absl::OkStatus();
 }

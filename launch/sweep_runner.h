@@ -50,11 +50,15 @@ struct LocalOptions {
 // files first (WriteRunFiles). A child whose metrics show divergence (the trainer stops at
 // a non-finite loss) is a finished outcome, not a failure; any other child that dies on
 // its own (non-zero exit, a signal) marks its run failed (<dir>/sweep_failed.json with the
-// reason); the others go on either way;
+// reason); the others go on either way. One that exits with an error before training a step
+// (metrics.jsonl did not grow: the trainer refused its run file, data or directory) is
+// "refused at start", retryable false in sweep_failed.json: the same start meets the same
+// refusal, and the runner says so instead of offering a retry;
 // SIGINT/SIGTERM to the runner are passed to the children, which stop with a
 // checkpoint, and no further run starts. The children die with the runner
 // (PR_SET_PDEATHSIG), so a killed runner leaves no orphan holding a lock.
-// Errors: a run file that cannot be written; after all runs, "K of N runs failed".
+// Errors: a run file that cannot be written; after all runs, "K of N runs failed" (how many
+// of them were refused at start, and a retry offered only for the others).
 absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options);
 
 }  // namespace multiscreen

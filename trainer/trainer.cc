@@ -224,58 +224,43 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   // dp and the data alone, and a problem with them is met before the run directory is
   // made or a checkpoint read.
   t->named_val_ = !sources.val_sources.empty();
-  {
-    const int dp = grid->shape().dp, dp_rank = grid->coord().dp;
-    std::vector<LoaderSource> val_sources = sources.val_sources;
-    if (val_sources.empty() && sources.val != nullptr) val_sources.push_back({"", 1, sources.val});
-    if (!val_sources.empty() && run.eval().every() > 0) {
-      // One pass covers eval.windows held-out windows, the same under every layout, or
-      // eval.batches × micro_batch of them (data/loader.h ValidationLoader).
-      ValidationOptions vo;
-      vo.seq_len = run.seq_len();
-      vo.micro_batch = run.micro_batch();
-      vo.dp_rank = dp_rank;
-      vo.dp_size = dp;
-      vo.exact = run.eval().windows() > 0;
-      // eval.batches: that many micro-batches, rounded up to a multiple of dp (every
-      // replica takes as many).
-      const int64_t batches = (run.eval().batches() + dp - 1) / dp * dp;
-      vo.windows = vo.exact ? run.eval().windows() : batches * run.micro_batch();
-      if (t->is_logger() && !vo.exact && run.eval().batches() % dp != 0) {
-        LogWarning("eval.batches=", run.eval().batches(), " is not a multiple of dp=", dp, ": validation takes ", batches,
-                   " micro-batches, so its loss is not comparable with other layouts' (eval.windows is)");
+  if (run.eval().every() > 0) {
+    const int dp = grid->shape().dp;
+    // One pass covers eval.windows held-out windows, the same under every layout, or
+    // eval.batches × micro_batch of them (data/loader.h ValidationLoader).
+    const ValidationOptions vo = RunValidationOptions(run, dp, grid->coord().dp);
+    const int64_t batches = vo.windows / run.micro_batch();  // eval.batches rounded up to a multiple of dp
+    if (t->is_logger() && !vo.exact && run.eval().batches() % dp != 0) {
+      LogWarning("eval.batches=", run.eval().batches(), " is not a multiple of dp=", dp, ": validation takes ", batches,
+                 " micro-batches, so its loss is not comparable with other layouts' (eval.windows is)");
+    }
+    auto opened = OpenValidation(run, sources.val_sources, sources.val, dp, grid->coord().dp);
+    if (!opened.ok()) return opened.status();
+    for (ValidationSource& v : *opened) {
+      // Fewer windows than eval.batches asks for (the stream holds fewer, or dp does not
+      // divide them): every window is used once, never repeated, and said (issue 31 §3:
+      // "without a word").
+      if (t->is_logger() && v.loader->windows() < vo.windows) {
+        LogWarning(v.name.empty() ? "validation data" : absl::StrCat("validation source ", v.name), ": eval.batches=",
+                   run.eval().batches(), " asks for ", vo.windows, " windows (", batches, " x micro_batch ",
+                   run.micro_batch(), "); ", v.loader->stream().size(), " tokens and dp = ", dp, " give ",
+                   v.loader->windows(), ": each validation uses those (eval.windows names a count that every layout validates alike)");
       }
-      for (LoaderSource& v : val_sources) {
-        auto val = ValidationLoader::Create(v.stream, vo);
-        if (!val.ok()) {
-          if (!t->named_val_) return val.status();
-          return absl::Status(val.status().code(), absl::StrCat("validation source ", v.name, ": ", val.status().message()));
+      // The pass's windows are fixed: a token id the model cannot embed is found now,
+      // not at the first validation hours later (and before that step's checkpoint).
+      const ValidationLoader& loader = *v.loader;
+      for (int64_t b = 0; b < loader.num_batches(); ++b) {
+        const Batch batch = loader.Get(b);
+        auto s = CheckTokenIds(batch, dims.vocab, dims.name, "validation", [&](int64_t row, int64_t col) {
+          return loader.stream().Locate((batch.first_sample + row) * run.seq_len() + col);
+        });
+        if (!s.ok()) {
+          if (!t->named_val_) return s;
+          return absl::Status(s.code(), absl::StrCat("validation source ", v.name, ": ", s.message()));
         }
-        // Fewer windows than eval.batches asks for (the stream holds fewer, or dp does not
-        // divide them): every window is used once, never repeated, and said (issue 31 §3:
-        // "without a word").
-        if (t->is_logger() && (*val)->windows() < vo.windows) {
-          LogWarning(v.name.empty() ? "validation data" : absl::StrCat("validation source ", v.name), ": eval.batches=",
-                     run.eval().batches(), " asks for ", vo.windows, " windows (", batches, " x micro_batch ",
-                     run.micro_batch(), "); ", v.stream->size(), " tokens and dp = ", dp, " give ", (*val)->windows(),
-                     ": each validation uses those (eval.windows names a count that every layout validates alike)");
-        }
-        // The pass's windows are fixed: a token id the model cannot embed is found now,
-        // not at the first validation hours later (and before that step's checkpoint).
-        for (int64_t b = 0; b < (*val)->num_batches(); ++b) {
-          const Batch batch = (*val)->Get(b);
-          const ValidationLoader& loader = **val;
-          auto s = CheckTokenIds(batch, dims.vocab, dims.name, "validation", [&](int64_t row, int64_t col) {
-            return loader.stream().Locate((batch.first_sample + row) * run.seq_len() + col);
-          });
-          if (!s.ok()) {
-            if (!t->named_val_) return s;
-            return absl::Status(s.code(), absl::StrCat("validation source ", v.name, ": ", s.message()));
-          }
-        }
-        t->val_loaders_.push_back({v.name, v.weight > 0 ? v.weight : 1.0, std::move(*val)});
       }
     }
+    t->val_loaders_ = *std::move(opened);
   }
   std::error_code ec;
   // A run writes .lock, run.json, metrics.jsonl and checkpoints/ into its directory: never
@@ -590,7 +575,7 @@ nlohmann::json Trainer::RunIdentity() const {
 
 nlohmann::json Trainer::ValidationWindows() const {
   nlohmann::json windows;
-  for (const ValSource& v : val_loaders_) windows[v.name.empty() ? "val" : v.name] = v.loader->windows();
+  for (const ValidationSource& v : val_loaders_) windows[v.name.empty() ? "val" : v.name] = v.loader->windows();
   return windows;
 }
 
@@ -796,7 +781,7 @@ absl::StatusOr<double> Trainer::Validate() {
   // The loss comes through the same pipeline as training, forwards only.
   std::vector<std::pair<std::string, double>> losses;
   double weighted = 0, weights = 0;
-  for (const ValSource& source : val_loaders_) {
+  for (const ValidationSource& source : val_loaders_) {
     const ValidationLoader& val = *source.loader;
     double loss = 0;
     int64_t rows = 0;

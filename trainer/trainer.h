@@ -23,6 +23,7 @@
 #include "trainer/adamw.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/tensorboard_writer.h"
+#include "trainer/validation_data.h"
 #include "data/loader.h"
 #include "kernels/device_array.h"
 
@@ -175,12 +176,7 @@ class Trainer {
   ModelDims dims_;
   std::unique_ptr<TrainLoader> loader_;
   // One per held-out source (one, unnamed, for Sources::val), with its name and weight.
-  struct ValSource {
-    std::string name;
-    double weight = 1;
-    std::unique_ptr<ValidationLoader> loader;
-  };
-  std::vector<ValSource> val_loaders_;
+  std::vector<ValidationSource> val_loaders_;
   bool named_val_ = false;     // val_loss/<name> rows
   bool named_train_ = false;   // tokens/<name> rows
   std::vector<std::pair<std::string, double>> last_val_losses_;

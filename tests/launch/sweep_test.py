@@ -152,6 +152,44 @@ class SweepTest(unittest.TestCase):
                 self.assertIn(expect[name], lines[0])
             self.assertFalse(os.path.exists(os.path.join(os.getcwd(), "r")), "a refused sweep created its root")
 
+    def test_too_few_held_out_windows_are_refused_before_any_run_starts(self):
+        # eval.windows past what the validation shard holds (8,800 tokens: 549 windows of
+        # 16 + 1): every run's trainer would refuse it at start; plan and run refuse it now,
+        # in one line naming the sweep file and the numbers, and no run directory is made.
+        root = os.path.join(WORK, "few_windows")
+        path = write(os.path.join(WORK, "few_windows.textproto"),
+                     sweep_text(root, self.data).replace("eval { batches: 2 }", "eval { windows: 100000 }"))
+        for sub in ("plan", "run"):
+            r = sweep(sub, f"--sweep={path}", *(["--local"] if sub == "run" else []), check=False)
+            self.assertNotEqual(r.returncode, 0, f"{sub}: {r.stdout}")
+            lines = r.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, f"{sub}: {r.stderr}")
+            self.assertIn(f"{path}: every run's trainer would refuse its validation data at start: ", lines[0])
+            self.assertIn("8800 tokens make 549 validation windows of seq_len + 1 = 17, fewer than eval.windows = 100000",
+                          lines[0])
+            self.assertFalse(os.path.exists(root), f"{sub} made the root")
+
+    def test_a_run_refused_at_start_is_not_offered_a_retry(self):
+        # A refusal `sweep plan` cannot see (the validation data holds token ids past the
+        # model's vocabulary of 50): the trainer exits before its first step. The runner
+        # records it as refused at start, not retryable, and does not offer a retry.
+        root = os.path.join(WORK, "refused")
+        path = write(os.path.join(WORK, "refused.textproto"),
+                     sweep_text(root, self.data, tokens=(1280,),
+                                models='models { name: "ms" psi: 2 d_k: 8 d_v: 16 vocab: 50 w_th: 16 }\n'))
+        r = sweep("run", f"--sweep={path}", "--local", "--threads=1", check=False)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        last = r.stderr.strip().splitlines()[-1]
+        self.assertIn("1 of 1 runs failed (see `sweep status`); 1 of them refused at start, which a retry meets again",
+                      last)
+        self.assertNotIn("retries", last)
+        with open(os.path.join(root, "ms_lr0.01_s1", "sweep_failed.json")) as f:
+            failed = json.load(f)
+        self.assertIs(failed["retryable"], False)
+        self.assertRegex(failed["reason"], r"^refused at start, exit status 1: multiscreen train: .*holds token id \d+, "
+                                           r"outside the vocabulary V = 50 of model ms")
+        self.assertRegex(sweep("status", f"--sweep={path}").stdout, r"ms_lr0.01_s1 +failed .*refused at start")
+
     def test_plan_lists_every_run_with_counts_and_a_measured_estimate(self):
         out = sweep("plan", f"--sweep={self.reference_file}", "--jobs=2", "--threads=1").stdout
         for name in RUNS:
@@ -194,7 +232,7 @@ class SweepTest(unittest.TestCase):
         os.kill(victims[0], signal.SIGKILL)
         out, err = runner.communicate(timeout=600)
         self.assertNotEqual(runner.returncode, 0)
-        self.assertIn("1 of 3 runs failed", err.strip().splitlines()[-1])
+        self.assertIn("1 of 3 runs failed (see `sweep status`); `sweep run` again retries them", err.strip().splitlines()[-1])
         st = status_lines(path)
         self.assertIn("done", st[RUNS[0]])
         self.assertRegex(st[RUNS[1]], r"failed .*killed by signal 9")
