@@ -40,6 +40,10 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import logsumexp, softmax
 
 HUBER_DELTA = 1e-3
+# The joint fit's exponents alpha and beta are kept in [0, 3] (Hoffmann et al.'s grid of
+# starts spans [0, 2]; language-model exponents are ~0.05-0.7): an optimum on either bound
+# is a degenerate fit (0: the term is a constant that trades with E), warned about.
+EXPONENT_BOUNDS = (0.0, 3.0)
 PARAMS = ("E", "A", "alpha", "B", "beta")
 BUDGET_PARAMS = ("E", "A", "alpha")
 
@@ -89,21 +93,30 @@ def _terms(theta, logs):
     return terms, jac
 
 
-def _minimize(starts, logs, log_loss):
+def _minimize(starts, logs, log_loss, bounds=None):
     """L-BFGS-B from every start with SciPy's default tolerances, then the best one
-    polished with tight tolerances (the Huber loss of a near-exact fit is ~1e-12)."""
+    polished with tight tolerances (the Huber loss of a near-exact fit is ~1e-12).
+    Returns (theta, converged): converged when the best start or its polish met L-BFGS-B's
+    convergence test (the polish's tight tolerances often end in a line-search stop at
+    an optimum already found, which is no failure)."""
     best = None
     with np.errstate(over="ignore", invalid="ignore"):
         for start in starts:
-            res = minimize(_objective, np.asarray(start, dtype=float), args=(logs, log_loss), jac=True, method="L-BFGS-B",
-                           options={"maxiter": 500})
+            start = np.asarray(start, dtype=float)
+            if bounds is not None:
+                start = np.clip(start, [lo if lo is not None else -np.inf for lo, _ in bounds],
+                                [hi if hi is not None else np.inf for _, hi in bounds])
+            res = minimize(_objective, start, args=(logs, log_loss), jac=True, method="L-BFGS-B",
+                           bounds=bounds, options={"maxiter": 500})
             if np.isfinite(res.fun) and np.all(np.isfinite(res.x)) and (best is None or res.fun < best.fun):
                 best = res
         if best is None:
             raise FitError("the fit found no finite optimum")
-        res = minimize(_objective, best.x, args=(logs, log_loss), jac=True, method="L-BFGS-B",
+        res = minimize(_objective, best.x, args=(logs, log_loss), jac=True, method="L-BFGS-B", bounds=bounds,
                        options={"ftol": 1e-22, "gtol": 1e-16, "maxiter": 20000, "maxcor": 30})
-    return res.x if np.isfinite(res.fun) and res.fun <= best.fun else best.x
+    if np.isfinite(res.fun) and res.fun <= best.fun:
+        return res.x, bool(best.success or res.success)
+    return best.x, bool(best.success)
 
 
 def joint_grid():
@@ -134,13 +147,44 @@ def _to_theta(p):
 
 
 def fit_joint(N, D, L, starts=None):
-    """(E, A, alpha, B, beta) of L = E + A/N^alpha + B/D^beta (approach 3)."""
+    """(E, A, alpha, B, beta) of L = E + A/N^alpha + B/D^beta (approach 3), alpha and beta
+    within EXPONENT_BOUNDS, with "converged" (whether L-BFGS-B met its convergence test)."""
     N, D, L = (np.asarray(x, dtype=float) for x in (N, D, L))
     if len(set(N)) < 2 or len(set(D)) < 2 or len(L) < 5:
         raise FitError(f"the joint fit needs at least 5 results over 2 or more model sizes and 2 or more budgets "
                        f"(have {len(L)} results, {len(set(N))} sizes, {len(set(D))} budgets)")
     logs = np.stack([np.log(N), np.log(D)], axis=1)
-    return _to_params(_minimize(starts or joint_grid(), logs, np.log(L)))
+    bounds = [(None, None), (None, None), EXPONENT_BOUNDS, (None, None), EXPONENT_BOUNDS]
+    theta, converged = _minimize(starts or joint_grid(), logs, np.log(L), bounds)
+    return dict(_to_params(theta), converged=converged)
+
+
+def joint_warnings(N, D, p):
+    """Why the joint fit `p` of results at sizes N and budgets D says little, one sentence
+    each (empty: none): fewer distinct sizes (or budgets) than the 3 parameters of that
+    axis's law (E, A, alpha along N; E, B, beta along D) or fewer distinct (N, D) points
+    than the 5 parameters, leave parameters undetermined; an exponent on its bound
+    (EXPONENT_BOUNDS); an optimizer that did not converge."""
+    out = []
+    sizes, budgets, points = len(set(N)), len(set(D)), len(set(zip(N, D)))
+    if sizes < 3:
+        out.append(f"{sizes} distinct model sizes, fewer than the 3 parameters (E, A, alpha) of the law along N: "
+                   "A and alpha are not determined")
+    if budgets < 3:
+        out.append(f"{budgets} distinct token budgets, fewer than the 3 parameters (E, B, beta) of the law along D: "
+                   "B and beta are not determined")
+    if points < len(PARAMS):
+        out.append(f"{points} distinct (N, D) points, fewer than the {len(PARAMS)} parameters of the joint fit")
+    for k in ("alpha", "beta"):
+        for bound in EXPONENT_BOUNDS:
+            if abs(p[k] - bound) <= 1e-6:
+                out.append(f"{k} = {p[k]:.4g} lies on its bound {bound:g} (the fit is kept in "
+                           f"[{EXPONENT_BOUNDS[0]:g}, {EXPONENT_BOUNDS[1]:g}]): "
+                           + ("the loss does not fall along that axis; the term trades with E"
+                              if bound == EXPONENT_BOUNDS[0] else "no plausible power law fits along that axis"))
+    if not p.get("converged", True):
+        out.append("L-BFGS-B did not converge from any start (its convergence test was not met): the optimum is not one")
+    return out
 
 
 def fit_budget(N, L, starts=None):
@@ -148,7 +192,7 @@ def fit_budget(N, L, starts=None):
     N, L = np.asarray(N, dtype=float), np.asarray(L, dtype=float)
     if len(set(N)) < 3:
         raise FitError(f"a per-budget fit needs 3 or more model sizes (have {len(set(N))})")
-    return _to_params(_minimize(starts or budget_grid(), np.log(N)[:, None], np.log(L)))
+    return _to_params(_minimize(starts or budget_grid(), np.log(N)[:, None], np.log(L))[0])
 
 
 def predict(p, N, D=None):
@@ -387,6 +431,7 @@ def analyse(rows, samples, size="params"):
             boots = bootstrap(fr, lambda s: fit_joint([r["params"] for r in s], [r["tokens"] for r in s], [r["loss"] for r in s], start),
                               samples)
             entry.update(joint)
+            entry["warnings"] = joint_warnings([r["params"] for r in fr], [r["tokens"] for r in fr], joint)
             entry["intervals"] = {k: interval([b[k] for b in boots], samples) for k in PARAMS}
             entry["bootstrap_fits"] = len(boots)
             # Compute-optimal allocation at the sweep's largest compute and 10x, 100x, 1000x beyond it.
@@ -452,6 +497,8 @@ def print_text(result):
             print("  L(N, D) = E + A/N^alpha + B/D^beta:")
             for k in PARAMS:
                 print(f"    {k:6s} {e[k]:12.5g}  {fmt_interval(e['intervals'][k])}")
+            for w in e["warnings"]:
+                print(f"  warning: degenerate joint fit: {w}")
             for c in e["compute_optimal"]:
                 print(f"  compute-optimal at {c['flops']:.3g} FLOPs: N = {c['params']:.3g} {fmt_interval(c['params_interval'], '{:.3g}')}, "
                       f"D = {c['tokens']:.3g} {fmt_interval(c['tokens_interval'], '{:.3g}')}, L = {c['loss']:.4f}")

@@ -148,6 +148,9 @@ def markdown(manifest, rows, fit_rows, excluded, result, result_ne, figures):
                 lines.append(f"| {fam} | " + " | ".join(f"{e[k]:.4g} {_iv(e['intervals'][k])}" for k in sf.PARAMS) + " |")
             else:
                 lines.append(f"| {fam} | {e['joint_error']} | | | | |")
+        warnings = [f"- **Warning** ({fam}): degenerate joint fit: {w}." for fam, e in res["families"].items()
+                    for w in e.get("warnings", [])]
+        lines += [""] + warnings if warnings else []
         lines += ["", f"Per-budget fits L(N) = E + A·N^-α (N = {title}):", "", "| family | tokens D | E | A | α |", "|---|---:|---|---|---|"]
         for fam, e in res["families"].items():
             for b in e["per_budget"]:

@@ -8,6 +8,9 @@
   - the compute-optimal N, D with F(N) = 6N match Hoffmann et al.'s closed form
     N_opt = G (C/6)^(beta/(alpha+beta)), G = (alpha A / (beta B))^(1/(alpha+beta));
   - two families with known laws: the parameter ratio at equal loss is the closed form's;
+  - degenerate joint fits (fewer distinct sizes than the law along N has parameters, an
+    exponent on its bound, an optimizer that did not converge) carry a warning, in the text
+    and in --json;
   - `multiscreen sweep fit --results=F.csv --json` prints the same fit as the module, and
     bad CSVs are refused in one line.
 Run: /usr/bin/python3 tests/tools/sweep_fit_test.py [--multiscreen=build/multiscreen]
@@ -100,6 +103,46 @@ class SweepFitTest(unittest.TestCase):
         self.assertEqual((r["numerator"], r["denominator"]), ("multiscreen", "transformer"))
         self.assertLess(abs(r["value"] - 0.5) / 0.5, 0.01, r)
 
+    def test_a_well_posed_joint_fit_converges_without_warnings(self):
+        e = sf.analyse(grid_rows(TRUTH), samples=0)["families"]["multiscreen"]
+        self.assertIs(e["converged"], True)
+        self.assertEqual(e["warnings"], [])
+
+    def test_two_model_sizes_warn_that_alpha_is_not_determined(self):
+        rows = [r for r in grid_rows(TRUTH) if r["params"] in N_GRID[:2]]  # 2 sizes x 4 budgets: fits, says little along N
+        e = sf.analyse(rows, samples=0)["families"]["multiscreen"]
+        self.assertIn("E", e)
+        self.assertEqual(e["warnings"], ["2 distinct model sizes, fewer than the 3 parameters (E, A, alpha) of the law "
+                                         "along N: A and alpha are not determined"])
+
+    def test_a_loss_rising_with_n_puts_alpha_on_its_bound_and_warns(self):
+        # No decaying power of N fits a loss that rises with N: the term is driven out, alpha
+        # to its upper bound, and the fit says so (it printed alpha = 3 without a word).
+        rows = [dict(r, loss=2.0 + 0.01 * (r["params"] / 3e5) ** 0.5 + TRUTH["B"] * r["tokens"] ** -TRUTH["beta"])
+                for r in grid_rows(TRUTH)]
+        e = sf.analyse(rows, samples=0)["families"]["multiscreen"]
+        self.assertEqual(e["alpha"], sf.EXPONENT_BOUNDS[1])
+        self.assertEqual(e["warnings"], ["alpha = 3 lies on its bound 3 (the fit is kept in [0, 3]): no plausible power "
+                                         "law fits along that axis"])
+        # The lower bound: the term is a constant that trades with E.
+        grid = grid_rows(TRUTH)
+        self.assertEqual(sf.joint_warnings([r["params"] for r in grid], [r["tokens"] for r in grid], dict(TRUTH, beta=0.0)),
+                         ["beta = 0 lies on its bound 0 (the fit is kept in [0, 3]): the loss does not fall along that "
+                          "axis; the term trades with E"])
+
+    def test_an_optimizer_that_stops_early_is_reported_as_not_converged(self):
+        real = sf.minimize
+
+        def one_iteration(*args, **kwargs):  # every L-BFGS-B run stops after one iteration
+            return real(*args, **dict(kwargs, options=dict(kwargs.get("options", {}), maxiter=1)))
+        sf.minimize = one_iteration
+        try:
+            e = sf.analyse(grid_rows(TRUTH), samples=0)["families"]["multiscreen"]
+        finally:
+            sf.minimize = real
+        self.assertIs(e["converged"], False)
+        self.assertIn("L-BFGS-B did not converge from any start", e["warnings"][-1])
+
     def test_too_few_results_are_refused_with_the_reason(self):
         with self.assertRaisesRegex(sf.FitError, "2 or more model sizes"):
             sf.fit_joint([1e6] * 5, [1e5, 2e5, 3e5, 4e5, 5e5], [3.0] * 5)
@@ -156,6 +199,10 @@ class SweepFitTest(unittest.TestCase):
             text = self.fit_cli(rising).stdout.decode()
             self.assertNotIn("N^--", text)
             self.assertIn("the loss does not fall with N", text)
+            # The joint fit of it has alpha on its bound 0: a warning line, and the same in --json.
+            self.assertRegex(text, r"\n  warning: degenerate joint fit: alpha = 3 lies on its bound 3 ")
+            fit = json.loads(self.fit_cli(rising, "--json").stdout)["families"]["multiscreen"]
+            self.assertTrue(any(w.startswith("alpha = 3 lies on its bound 3") for w in fit["warnings"]), fit["warnings"])
 
     def fit_cli(self, path, *flags):
         """`sweep fit --results=path` through the binary when given, else the script it runs."""
@@ -221,6 +268,29 @@ class SweepFitTest(unittest.TestCase):
             self.assertEqual(out.stderr, "")
             for fig in ("curves", "params", "frontier"):
                 self.assertGreater(os.path.getsize(os.path.join(tmp, "figures", f"r_{fig}.png")), 5000)
+
+    def test_the_report_says_when_the_joint_fit_is_degenerate(self):
+        """Two model sizes x three budgets: a joint fit, with the warning that A and alpha
+        are not determined, in the report under the fit's table."""
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = []
+            for name, n in (("psi2", 3e5), ("psi3", 1e6)):
+                run_dir = os.path.join(tmp, name)
+                os.makedirs(run_dir)
+                with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+                    for step in (20, 40, 80):
+                        f.write(json.dumps({"step": step, "val_loss": float(sf.predict(TRUTH, n, step * 64))}) + "\n")
+                runs.append({"name": name, "dir": run_dir, "family": "multiscreen", "model": name, "params": int(n),
+                             "non_embedding_params": int(n) // 2, "flops_per_token": 6 * n, "lr": 0.01, "seed": 1,
+                             "steps": 80, "budgets": [{"steps": s, "tokens": s * 64} for s in (20, 40, 80)]})
+            manifest = {"sweep": os.path.join(tmp, "s.textproto"), "root": tmp, "budget_mode": "one_run_per_model",
+                        "step_tokens": 64, "runs": runs}
+            out = write_report(tmp, manifest)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            with open(os.path.join(tmp, "r.md")) as f:
+                report = f.read()
+            self.assertIn("- **Warning** (multiscreen): degenerate joint fit: 2 distinct model sizes, fewer than the 3 "
+                          "parameters (E, A, alpha) of the law along N: A and alpha are not determined.", report)
 
     def test_diverged_runs_are_left_out_and_the_best_lr_is_the_point(self):
         """Two lrs x two seeds of one model and a third lr that diverged: the fit rows are the
