@@ -148,8 +148,14 @@ struct EvalSetup {
   // --yarn_factor (eval/yarn.h): options.yarn_factor holds a fixed F; with auto each
   // evaluation sets it from its own length (UseYarnFor).
   eval::YarnFlag yarn;
-  // Sets options.yarn_factor for an evaluation of eval_len tokens.
-  void UseYarnFor(int64_t eval_len) { options.yarn_factor = eval::YarnFactorFor(yarn, eval_len, options.train_len); }
+  // Sets options.yarn_factor for an evaluation of eval_len tokens. Errors: YarnFactorFor's
+  // (auto's factor above kMaxYarnFactor).
+  absl::Status UseYarnFor(int64_t eval_len) {
+    auto f = eval::YarnFactorFor(yarn, eval_len, options.train_len);
+    if (!f.ok()) return f.status();
+    options.yarn_factor = *f;
+    return absl::OkStatus();
+  }
 };
 
 // CRC-32 (zlib's) of the parameters' bytes, as 8 hex digits.
@@ -499,7 +505,7 @@ int Ppl(const std::vector<std::string>& given) {
   }
   auto setup = Setup(given, text_input);
   if (!setup.ok()) return Fail("eval ppl", setup.status());
-  setup->UseYarnFor(N);
+  if (auto s = setup->UseYarnFor(N); !s.ok()) return Fail("eval ppl", s);
   eval::ModelRunner runner(setup->weights, setup->options, setup->device);
   // Full pass when it fits in memory (it is the cheaper one: the decode path computes the
   // whole vocabulary's logits at every position); else the decoding cache.
@@ -839,7 +845,9 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
       if (setup.yarn.automatic) {  // context-matched: this cell's prompt and answer over train_len
         auto first = setup.tokenizer->Encode(instances->front().prompt);
         if (!first.ok()) return Fail(cmd.c_str(), first.status());
-        setup.UseYarnFor(static_cast<int64_t>(first->size()) + task.max_new);
+        if (auto s = setup.UseYarnFor(static_cast<int64_t>(first->size()) + task.max_new); !s.ok()) {
+          return Fail(cmd.c_str(), s);
+        }
         runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options, setup.device);
       }
       const auto t0 = Clock::now();
@@ -1000,7 +1008,7 @@ int Ttft(const std::vector<std::string>& given) {
   }
   auto setup = Setup(given, false);
   if (!setup.ok()) return Fail("eval ttft", setup.status());
-  setup->UseYarnFor(N);
+  if (auto s = setup->UseYarnFor(N); !s.ok()) return Fail("eval ttft", s);
   const bool on_device = setup->device.device != Device::kCpu;
   // "cuda:0 (NVIDIA H200)": which GPU the times are of (cudaSetDevice(0), as a single rank binds).
   std::string device_name = "cpu";
@@ -1104,7 +1112,8 @@ int Relevance(const std::vector<std::string>& given) {
   for (int64_t l = 0; l < d.n_layers; ++l) {
     for (int64_t t = 0; t < d.n_heads; ++t) keep[l][t] = (*layers)[l] && (*tiles)[t];
   }
-  setup->UseYarnFor(static_cast<int64_t>(ids->size()));  // position ROPE: auto is the text's length over train_len
+  // position ROPE: auto is the text's length over train_len
+  if (auto s = setup->UseYarnFor(static_cast<int64_t>(ids->size())); !s.ok()) return Fail("eval relevance", s);
   const auto start = Clock::now();
   const std::vector<eval::TileRelevance> rel = eval::InspectRelevance(setup->weights, setup->options, *ids, keep, nullptr);
   json tokens = json::array();
@@ -1165,7 +1174,7 @@ int Choice(const std::vector<std::string>& given) {
   // The window of one scored sequence: --seq_len, else the training length (lm-eval's
   // max_length is the model's trained context).
   const int64_t max_len = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : setup->options.train_len;
-  setup->UseYarnFor(max_len);
+  if (auto s = setup->UseYarnFor(max_len); !s.ok()) return Fail("eval choice", s);
   eval::ModelRunner runner(setup->weights, setup->options, setup->device);
   // No sequence is longer than its bytes plus the EOS token (a token is at least one byte):
   // the memory needed is that of the longest item, when shorter than --seq_len.

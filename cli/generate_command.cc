@@ -88,7 +88,9 @@ int GenerateCommand(int argc, char** argv) {
   // values, and Multiscreen's infinite-window tiles, grow with every token): in host memory,
   // or on a device in its free memory (read after the parameters were uploaded).
   const int64_t positions = static_cast<int64_t>(prompt->size()) + absl::GetFlag(FLAGS_max_tokens);
-  options.yarn_factor = eval::YarnFactorFor(*yarn, positions, options.train_len);
+  auto yarn_factor = eval::YarnFactorFor(*yarn, positions, options.train_len);
+  if (!yarn_factor.ok()) return Fail("generate", yarn_factor.status());
+  options.yarn_factor = *yarn_factor;
   eval::ModelRunner runner(*weights, options, *device);
   if (const int64_t avail = on_device ? eval::DeviceFreeBytes() : eval::AvailableMemoryBytes(); avail > 0) {
     const int64_t need = runner.DecodeBytes(positions) + (on_device ? 0 : 8 * positions);

@@ -36,4 +36,16 @@ double ContextMatchedYarnFactor(int64_t eval_len, int64_t train_len) {
   return std::max(1.0, double(eval_len) / double(train_len));
 }
 
+absl::StatusOr<double> YarnFactorFor(const YarnFlag& flag, int64_t eval_len, int64_t train_len) {
+  if (!flag.automatic) return flag.factor;
+  const double f = ContextMatchedYarnFactor(eval_len, train_len);
+  if (f > kMaxYarnFactor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--yarn_factor=auto: the context-matched factor ", eval_len, " / ", train_len, " = ", f,
+        " (evaluation length / training length) is above ", kMaxYarnFactor,
+        ", the largest factor YaRN takes (fp32 RoPE resolves no finer): evaluate shorter, or give --train_len"));
+  }
+  return f;
+}
+
 }  // namespace multiscreen::eval

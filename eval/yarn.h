@@ -28,8 +28,8 @@ struct YarnFlag {
 // 10⁴^(−2p/d_h), 2p < d_h), interpolated θ_p/F. Rotated fp32 q and k change between
 // adjacent positions in that pair by about θ_p/F of their size, which fp32 resolves only
 // above its relative precision 2⁻²⁴ ≈ 6·10⁻⁸: F < 10⁻⁴/(6·10⁻⁸) ≈ 1,700. 2¹⁰ keeps a
-// margin, and at the paper's L = 4,096 it already aims at 4M-token contexts. (`auto`, F =
-// max(1, length/L) per evaluation, is not capped.)
+// margin, and at the paper's L = 4,096 it already aims at 4M-token contexts. `auto`, F =
+// max(1, length/L) per evaluation, is held to the same bound (YarnFactorFor).
 inline constexpr double kMaxYarnFactor = 1024;
 
 // Parses the flag's text for the model `dims`. Errors (one line, naming --yarn_factor): not
@@ -40,9 +40,8 @@ absl::StatusOr<YarnFlag> ParseYarnFactor(const std::string& text, const ModelDim
 // F = max(1, eval_len / train_len).
 double ContextMatchedYarnFactor(int64_t eval_len, int64_t train_len);
 
-// The factor of `flag` for an evaluation of eval_len tokens.
-inline double YarnFactorFor(const YarnFlag& flag, int64_t eval_len, int64_t train_len) {
-  return flag.automatic ? ContextMatchedYarnFactor(eval_len, train_len) : flag.factor;
-}
+// The factor of `flag` for an evaluation of eval_len tokens. Error (one line naming
+// --yarn_factor=auto, the factor and both lengths): auto's factor above kMaxYarnFactor.
+absl::StatusOr<double> YarnFactorFor(const YarnFlag& flag, int64_t eval_len, int64_t train_len);
 
 }  // namespace multiscreen::eval

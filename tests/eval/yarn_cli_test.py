@@ -215,6 +215,11 @@ class YarnCliTest(OneLineErrors):
             r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream",
                     f"--yarn_factor={factor}", f"--out={self.dir}/o")
             self.assert_one_line_error(r, f"--yarn_factor={factor}: expected a decimal number in [1, 1024]")
+        # auto is held to the same bound: a context of 1100 over --train_len=1 is F = 1100.
+        r = run("eval", "ttft", f"--weights={w2}", "--context=1100", "--train_len=1", "--yarn_factor=auto",
+                f"--out={self.dir}/ttft")
+        self.assert_one_line_error(r, "--yarn_factor=auto: the context-matched factor 1100 / 1 = 1100 (evaluation length "
+                                      "/ training length) is above 1024, the largest factor YaRN takes")
         # --resume with another factor is refused, and the refusal names --yarn_factor.
         out = os.path.join(self.dir, "resumed")
         r = run("eval", "ppl", f"--weights={w2}", f"--data={t}", "--seq_len=16", "--stream", f"--out={out}")

@@ -91,14 +91,20 @@ TEST(YarnTest, TheFlagTakesANumberOrAutoForModelsWithRope) {
   const ModelDims transformer = model(true, kMipe, "t");
   auto four = eval::ParseYarnFactor("4", transformer);
   ASSERT_TRUE(four.ok());
-  EXPECT_EQ(eval::YarnFactorFor(*four, 100, 10), 4.0);
+  EXPECT_EQ(eval::YarnFactorFor(*four, 100, 10).value(), 4.0);
   auto automatic = eval::ParseYarnFactor("auto", transformer);
   ASSERT_TRUE(automatic.ok());
-  EXPECT_EQ(eval::YarnFactorFor(*automatic, 8192, 2048), 4.0);
-  EXPECT_EQ(eval::YarnFactorFor(*automatic, 1000, 2048), 1.0);  // never below 1
+  EXPECT_EQ(eval::YarnFactorFor(*automatic, 8192, 2048).value(), 4.0);
+  EXPECT_EQ(eval::YarnFactorFor(*automatic, 1000, 2048).value(), 1.0);  // never below 1
+  // auto is held to the bound an explicit factor is: 1024 exactly is taken, 2048 refused.
+  EXPECT_EQ(eval::YarnFactorFor(*automatic, 1024 * 16, 16).value(), 1024.0);
+  EXPECT_EQ(eval::YarnFactorFor(*automatic, 2048 * 16, 16).status().message(),
+            "--yarn_factor=auto: the context-matched factor 32768 / 16 = 2048 (evaluation length / training length) "
+            "is above 1024, the largest factor YaRN takes (fp32 RoPE resolves no finer): evaluate shorter, or give "
+            "--train_len");
   auto rope = eval::ParseYarnFactor("2", model(false, kRope, "psi32_rope"));  // the paper's Figs. 21–22
   ASSERT_TRUE(rope.ok());
-  EXPECT_EQ(eval::YarnFactorFor(*rope, 100, 10), 2.0);
+  EXPECT_EQ(eval::YarnFactorFor(*rope, 100, 10).value(), 2.0);
   EXPECT_TRUE(eval::ParseYarnFactor("auto", model(false, kRope, "psi32_rope")).value().automatic);
   EXPECT_TRUE(eval::ParseYarnFactor("1", model(false, kMipe, "psi8")).ok());  // the default: nothing asked
   EXPECT_EQ(eval::ParseYarnFactor("0.5", transformer).status().message(),
