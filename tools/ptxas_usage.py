@@ -2,9 +2,11 @@
 """Resource usage of every CUDA kernel as ptxas reports it (registers per thread, stack
 frame, spill stores and loads, static shared memory), with no GPU: each kernels/cuda
 source is compiled for one architecture with `nvcc --resource-usage` and the report
-parsed. --check exits 1 when any kernel spills registers to local memory (the
-ptxas_usage_test of the nvcc build); --markdown prints the table of
-docs/performance.md.
+parsed; with --reports, the reports the nvcc build kept beside its objects
+(tools/nvcc_resource_log.sh, the CUDA compiler launcher of kernels/cuda) are read instead,
+so that the objects checked are the ones built and nothing is compiled twice. --check
+exits 1 when any kernel spills registers to local memory (the ptxas_usage_test of the nvcc
+build); --markdown prints the table of docs/performance.md.
 
 --tensor-cores instead compiles each source that includes kernels/cuda/tensor_core.cuh
 to PTX (`nvcc -ptx`) and checks that every tiled kernel entry in it (a kernel whose name
@@ -21,7 +23,7 @@ instruction count and how many of them are mma, div.rn.f32, 64-bit integer, f64 
 global loads: the instruction side of tools/perf_model.py (ISSUE_PER_STEP).
 
 Run: /usr/bin/python3 tools/ptxas_usage.py --nvcc=/usr/local/cuda/bin/nvcc --source=. --build=build [--arch=90]
-     [--check] [--markdown] [--tensor-cores] [--step-loops]
+     [--reports] [--check] [--markdown] [--tensor-cores] [--step-loops]
 """
 import argparse
 import concurrent.futures
@@ -38,19 +40,15 @@ USED = re.compile(r"Used (\d+) registers(.*)")
 SMEM = re.compile(r"(\d+) bytes smem")
 
 
-def compile_one(nvcc, source, build, arch, path):
-    """ptxas's report of one source file: [(mangled kernel, usage dict)]."""
-    cmd = [nvcc, "-O2", "-DNDEBUG", "-DMULTISCREEN_HAVE_CUDA", "-std=c++17",
-           f"--generate-code=arch=compute_{arch},code=[sm_{arch}]", f"-I{source}", f"-I{build}",
-           "--resource-usage", "-c", path, "-o", os.devnull]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"ptxas_usage: {path}: nvcc failed:\n{r.stderr[-3000:]}")
+def parse_report(text, rel, arch):
+    """ptxas's --resource-usage report (nvcc's stderr) of one source: [usage dict] of its
+    kernels for sm_`arch` (a report of several architectures keeps that one's)."""
     kernels, current, props_of = [], None, None
-    for line in r.stderr.splitlines():
+    for line in text.splitlines():
         if m := ENTRY.search(line):
-            current = {"name": m.group(1), "file": os.path.relpath(path, source)}
-            kernels.append(current)
+            current = {"name": m.group(1), "file": rel} if m.group(2) == str(arch) else None
+            if current is not None:
+                kernels.append(current)
         elif m := PROPS.search(line):
             props_of = m.group(1)
         elif (m := FRAME.search(line)) and current is not None and props_of == current["name"]:
@@ -60,6 +58,34 @@ def compile_one(nvcc, source, build, arch, path):
             s = SMEM.search(m.group(2))
             current["shared"] = int(s.group(1)) if s else 0
     return kernels
+
+
+def compile_one(nvcc, source, build, arch, path):
+    """ptxas's report of one source file, compiled here: [usage dict]."""
+    cmd = [nvcc, "-O2", "-DNDEBUG", "-DMULTISCREEN_HAVE_CUDA", "-std=c++17",
+           f"--generate-code=arch=compute_{arch},code=[sm_{arch}]", f"-I{source}", f"-I{build}",
+           "--resource-usage", "-c", path, "-o", os.devnull]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"ptxas_usage: {path}: nvcc failed:\n{r.stderr[-3000:]}")
+    return parse_report(r.stderr, os.path.relpath(path, source), arch)
+
+
+# Where the nvcc build keeps each kernels/cuda object's report (tools/nvcc_resource_log.sh).
+REPORT_DIR = os.path.join("kernels", "cuda", "CMakeFiles", "ms_kernels_cuda.dir")
+
+
+def build_report(source, build, arch, path):
+    """ptxas's report of one source file as the build compiled it (OBJECT.ptxas): [usage dict]."""
+    rel = os.path.relpath(path, source)
+    report = os.path.join(build, REPORT_DIR, os.path.basename(path) + ".o.ptxas")
+    if not os.path.exists(report):
+        sys.exit(f"ptxas_usage: {report}: no ptxas report of {rel}; build ms_kernels_cuda with nvcc first "
+                 "(tools/nvcc_resource_log.sh writes the reports)")
+    if os.path.getmtime(report) < os.path.getmtime(path):
+        sys.exit(f"ptxas_usage: {report} is older than {rel}; rebuild ms_kernels_cuda")
+    with open(report, encoding="utf-8") as f:
+        return parse_report(f.read(), rel, arch)
 
 
 # The sources of the tiled tensor-core kernels (issue 29); each must include tensor_core.cuh.
@@ -192,6 +218,9 @@ def main():
     p.add_argument("--build", required=True, help="the build directory (generated headers)")
     p.add_argument("--arch", default="90")
     p.add_argument("--check", action="store_true", help="exit 1 when a kernel spills")
+    p.add_argument("--reports", action="store_true",
+                   help="read the reports the nvcc build kept beside its objects (tools/nvcc_resource_log.sh)\n"
+                        "instead of compiling each source again")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--step-loops", action="store_true",
                    help="print the PTX instruction counts of the tiled kernels' loops that hold mma.sync instead\n"
@@ -207,9 +236,12 @@ def main():
         print_step_loops(args, source)
         return
     files = sorted(glob.glob(os.path.join(source, "kernels", "cuda", "*.cu")))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        reports = list(pool.map(lambda f: compile_one(args.nvcc, source, os.path.abspath(args.build), args.arch, f),
-                                files))
+    build = os.path.abspath(args.build)
+    if args.reports:
+        reports = [build_report(source, build, args.arch, f) for f in files]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            reports = list(pool.map(lambda f: compile_one(args.nvcc, source, build, args.arch, f), files))
     kernels = [k for report in reports for k in report]
     for k, name in zip(kernels, demangle([k["name"] for k in kernels])):
         k["short"] = name
