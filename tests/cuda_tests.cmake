@@ -67,6 +67,6 @@ ms_add_gtest(attention_tiled_test cuda SOURCES cuda/attention_tiled_test.cc LIBS
 ms_add_gtest(eval_cuda_test cuda SOURCES eval/model_runner_cuda_test.cc LIBS ms_eval)
 add_test(NAME eval_device_test COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/eval/eval_device_test.py
          --multiscreen=$<TARGET_FILE:multiscreen> --source=${CMAKE_SOURCE_DIR})
-set_tests_properties(eval_device_test PROPERTIES LABELS cuda TIMEOUT 300
+set_tests_properties(eval_device_test PROPERTIES COST 35 LABELS cuda TIMEOUT 300
   ENVIRONMENT "MULTISCREEN_CONFIG_DIR=${CMAKE_SOURCE_DIR}/configs;OMP_NUM_THREADS=2"
   SKIP_REGULAR_EXPRESSION "\\*\\*\\* SKIPPED")
