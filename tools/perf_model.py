@@ -59,6 +59,15 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # SASS itself.
 ISSUE_PER_STEP = {"forward": 206 + 2, "query": 631 + 5, "key": 334 + 3 * 24 + 2}
 
+# ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
+# Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k
+# are turned on their way to shared memory from a [T, 64] fp32 table of the positions'
+# cosines and sines (read once by the forward and once by each backward pass), and ∂q, ∂k
+# turned back in the backward's epilogues, so no RoPE pass runs. At other head widths the
+# attention op turns copies of q and k before the kernel (the forward: one pass; the
+# backward: one before it and one over ∂q, ∂k after).
+FUSED_ROPE_HEAD = 64
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
@@ -333,17 +342,22 @@ def transformer_model_flops(name, seq):
 def transformer_ops(name, seq, batch, chunk_rows, train=True, last_row_head=False):
     """LLaMA-style pre-norm layers as model/transformer.cc runs them, FlashAttention-2 for
     the attention (causal; FLOPs as the FA papers count them: forward 4·T²·d_head·H/2,
-    backward 2.5 × forward)."""
+    backward 2.5 × forward), RoPE fused into it at head width FUSED_ROPE_HEAD, else passes
+    over copies of q and k (and ∂q, ∂k)."""
     n_l, n_h, d, f = transformer_dims(name)
     n = batch * seq
     fa_fwd = batch * 4 * seq * seq * d / 2
+    fused = d // n_h == FUSED_ROPE_HEAD
+    table = seq * FUSED_ROPE_HEAD * 4 if fused else 0  # the cos/sin table the fused kernels read
+    rope = ", RoPE fused" if fused else ""
+    rope_pass = [] if fused else [Op("RoPE on copies of q, k", "mem", n_l, 0, n * 2 * d * (2 + 2))]
     ops = [Op("W_E fp32 → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2), once=True),
            Op("layer weights fp32 → bf16 (BeginStep)", "mem", n_l, 0, (4 * d * d + 3 * d * f) * (4 + 2), launches=4, once=True),
            Op("x⁰ = W_E[t] (gather)", "mem", 1, 0, n * d * (2 + 4)),
            Op("RMSNorm → bf16 (×2 per layer)", "mem", 2 * n_l, 0, n * d * (4 + 2)),
            Op("qkv = a·W_qkv (GEMM)", "gemm", n_l, 2 * n * d * 3 * d, n * d * 2 + 3 * d * d * 2 + n * 3 * d * 2),
-           Op("RoPE on q, k", "mem", n_l, 0, n * 2 * d * (2 + 2)),
-           Op("FlashAttention-2 forward (causal)", "fa2", n_l, fa_fwd, n * 4 * d * 2 + n * n_h * 4),
+           *rope_pass,
+           Op(f"FlashAttention-2 forward (causal{rope})", "fa2", n_l, fa_fwd, n * 4 * d * 2 + n * n_h * 4 + table),
            Op("x += o·W_O (GEMM, β = 1)", "gemm", n_l, 2 * n * d * d, n * d * 2 + d * d * 2 + n * d * 4 * 2),
            Op("[gate|up] = a·W_gu (GEMM)", "gemm", n_l, 2 * n * d * 2 * f, n * d * 2 + 2 * f * d * 2 + n * 2 * f * 2),
            Op("SwiGLU", "mem", n_l, 0, n * (2 * f * 2 + f * 2)),
@@ -363,9 +377,10 @@ def transformer_ops(name, seq, batch, chunk_rows, train=True, last_row_head=Fals
                 Op("RMSNorm backward (×2 per layer)", "mem", 2 * n_l, 0, n * d * 4 * 4),
                 Op("∂o = ∂x·W_Oᵀ; ∂W_O += oᵀ·∂x (GEMMs)", "gemm", n_l, 2 * 2 * n * d * d,
                    n * d * 2 * 4 + d * d * 2 + d * d * 4 * 2, launches=2),
-                Op("FlashAttention-2 backward (causal)", "fa2", n_l, 2.5 * fa_fwd,
-                   n * d * 2 * 5 + n * n_h * 4 + n * d * 4 * 2 + n * 3 * d * 2, launches=3),
-                Op("RoPE backward on ∂q, ∂k", "mem", n_l, 0, n * 2 * d * (2 + 2)),
+                *rope_pass,
+                Op(f"FlashAttention-2 backward (causal{rope})", "fa2", n_l, 2.5 * fa_fwd,
+                   n * d * 2 * 5 + n * n_h * 4 + n * d * 4 * 2 + n * 3 * d * 2 + 2 * table, launches=3),
+                *[Op("RoPE backward on ∂q, ∂k", "mem", n_l, 0, n * 2 * d * (2 + 2)) for _ in rope_pass],
                 Op("∂a = ∂qkv·W_qkvᵀ; ∂W_qkv += aᵀ·∂qkv (GEMMs)", "gemm", n_l, 2 * 2 * n * 3 * d * d,
                    n * 3 * d * 2 * 2 + 3 * d * d * 2 + n * d * 2 * 2 + 3 * d * d * 4 * 2, launches=2),
                 Op("∂W_E[t] += ∂x⁰ (scatter)", "mem", 1, 0, n * d * (4 + 4 + 4)),

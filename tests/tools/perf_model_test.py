@@ -3,7 +3,9 @@
 models: its model FLOPs per token equal what `multiscreen bench train` counts
 (trainer/flops.h) for a Multiscreen model and a Transformer; its GEMMs add up to 6·N·T
 with N the matrix parameters `multiscreen params` reports; its count of the tiled screening
-kernel's 16×16 steps and of in-window pairs equals a walk of the kernel's own loops.
+kernel's 16×16 steps and of in-window pairs equals a walk of the kernel's own loops; the
+Transformer's RoPE fused into its attention at head width 64 (no RoPE pass, the table read),
+passes over copies of q and k at other widths.
 
 Run: /usr/bin/python3 tests/tools/perf_model_test.py --multiscreen=build/multiscreen
      (with MULTISCREEN_CONFIG_DIR pointing at configs/)
@@ -72,6 +74,31 @@ class PerfModelTest(unittest.TestCase):
             ops, _ = perf_model.transformer_ops(name, T, 1, 512)
             self.assertEqual(gemm_flops(ops), 6 * (p["total"] - p["norm_gains"]) * T, name)
             self.assertEqual(perf_model.transformer_params(name)["total"], p["total"])
+
+    def test_rope_is_fused_into_the_attention_at_head_width_64_and_passes_elsewhere(self):
+        # kernels/cuda/attention_tiled.h under bf16: at d_head = 64 (45m, 353m) no RoPE pass
+        # runs and the attention reads the [T, 64] fp32 cos/sin table (forward once, backward
+        # once per pass); at d_head = 128 (1.3b) the op turns copies of q and k, one pass in
+        # the forward, one before the backward and one over ∂q, ∂k after it.
+        T = 4096
+        for name in ("45m", "353m"):
+            n_l, n_h, d, _ = perf_model.transformer_dims(name)
+            self.assertEqual(d // n_h, perf_model.FUSED_ROPE_HEAD, name)
+            ops, _ = perf_model.transformer_ops(name, T, 1, 512)
+            self.assertEqual([op.name for op in ops if "RoPE" in op.name],
+                             ["FlashAttention-2 forward (causal, RoPE fused)",
+                              "FlashAttention-2 backward (causal, RoPE fused)"], name)
+            attn = {op.name.split()[1]: op for op in ops if op.kind == "fa2"}
+            self.assertEqual(attn["forward"].bytes, T * 4 * d * 2 + T * n_h * 4 + T * 64 * 4, name)
+            self.assertEqual(attn["backward"].bytes, T * d * 2 * 5 + T * n_h * 4 + T * d * 4 * 2 + T * 3 * d * 2
+                             + 2 * T * 64 * 4, name)
+        n_l, _, d, _ = perf_model.transformer_dims("1.3b")
+        for train, passes in ((True, 3), (False, 1)):
+            ops, _ = perf_model.transformer_ops("1.3b", T, 1, 512, train=train)
+            rope = [op for op in ops if op.kind == "mem" and "RoPE" in op.name]
+            self.assertEqual(sum(op.calls for op in rope), passes * n_l, f"train={train}")
+            self.assertTrue(all(op.bytes == T * 2 * d * 4 for op in rope))
+            self.assertFalse(any("fused" in op.name for op in ops))
 
     def test_warp_steps_and_pairs_equal_a_walk_of_the_kernel(self):
         # screening_tiled.cu: a CTA per 64 queries walks 64-key blocks from
