@@ -306,6 +306,8 @@ int CkptCommand(int argc, char** argv) {
     return Fail("ckpt", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub, "': expected ", expected)));
   }
   if (!parsed.ok()) return Fail("ckpt", parsed);
+  // One process: under `mpirun -n 2` every rank wrote the same --out (ckpt init, reshard, export).
+  if (int rc = RefuseSeveralProcesses("ckpt"); rc != 0) return rc;
   return run();
 }
 

@@ -57,7 +57,6 @@
 #include "eval/relevance.h"
 #include "eval/task_dump.h"
 #include "eval/yarn.h"
-#include "parallel/launcher.h"
 #include "launch/text_file.h"
 #include "nlohmann/json.hpp"
 
@@ -1327,8 +1326,7 @@ int EvalCommand(int argc, char** argv) {
   }
   if (!args.empty()) return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));
   // One process: under `mpirun -n 2` every rank ran the whole evaluation into the same --out.
-  bool quiet = false;
-  if (auto s = RequireSingleProcess("eval", &quiet); !s.ok()) return quiet ? 1 : Fail("eval", s);
+  if (int rc = RefuseSeveralProcesses("eval"); rc != 0) return rc;
   // Setup makes --out before each evaluation checks its own flags and data: a refused
   // evaluation takes away the directory it made while it is still empty (one it found is
   // left as it was).

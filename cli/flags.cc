@@ -28,6 +28,7 @@
 #include "common/input_file.h"
 #include "common/status.h"
 #include "kernels/cpu/isa.h"
+#include "parallel/launcher.h"
 
 ABSL_FLAG(std::string, model, "psi8", "model name under configs/models/ or a .textproto path");
 ABSL_FLAG(std::string, out, "", "output file");
@@ -394,6 +395,13 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& out, st
 int Fail(const char* command, const absl::Status& status) {
   std::fprintf(stderr, "multiscreen %s: %s\n", command, OneLine(std::string(status.message())).c_str());
   return 1;
+}
+
+int RefuseSeveralProcesses(const char* command) {
+  bool quiet = false;
+  const absl::Status s = RequireSingleProcess(command, &quiet);
+  if (s.ok()) return 0;
+  return quiet ? 1 : Fail(command, s);
 }
 
 }  // namespace multiscreen::cli

@@ -81,6 +81,12 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& out, st
 // Prints "multiscreen <command>: <message>" on stderr and returns 1.
 int Fail(const char* command, const absl::Status& status);
 
+// For a command that runs in one process (eval, forward, generate, init, ckpt, prepare):
+// 0 when no launcher, or a launcher of one process, started it; else 1, the exit code to
+// return, after RequireSingleProcess's line (parallel/launcher.h) from the launcher's rank 0
+// only (every other rank exits 1 without a word), before anything is written.
+int RefuseSeveralProcesses(const char* command);
+
 // `message` made one line whatever it quotes from a file: control characters as \n,
 // \r, \t or \xNN, and the Unicode line breaks NEL, U+2028 and U+2029 as \uNNNN. Fail
 // and main's last-resort handler print through it.

@@ -155,6 +155,8 @@ int ForwardCommand(int argc, char** argv) {
       !s.ok()) {
     return Fail("forward", s);
   }
+  // One process: under `mpirun -n 2` every rank wrote the same --out.
+  if (int rc = RefuseSeveralProcesses("forward"); rc != 0) return rc;
   const std::string weights_path = absl::GetFlag(FLAGS_weights), tokens_path = absl::GetFlag(FLAGS_tokens);
   const std::string out = absl::GetFlag(FLAGS_out), precision = absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision));
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);

@@ -44,6 +44,8 @@ int GenerateCommand(int argc, char** argv) {
                            "yarn_factor", "device", "precision"}); !s.ok()) {
     return Fail("generate", s);
   }
+  // One process: under `mpirun -n 2` every rank decoded the same prompt.
+  if (int rc = RefuseSeveralProcesses("generate"); rc != 0) return rc;
   if (absl::GetFlag(FLAGS_max_tokens) < 0 || absl::GetFlag(FLAGS_max_tokens) > (int64_t{1} << 32)) {
     return Fail("generate", absl::InvalidArgumentError(
                                 absl::StrCat("--max_tokens=", absl::GetFlag(FLAGS_max_tokens), ": expected 0 to 2^32")));

@@ -21,6 +21,8 @@ int InitCommand(int argc, char** argv) {
       !s.ok()) {
     return Fail("init", s);
   }
+  // One process: under `mpirun -n 2` every rank wrote the same --out.
+  if (int rc = RefuseSeveralProcesses("init"); rc != 0) return rc;
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("init", absl::InvalidArgumentError("--out: an output .h5 path is required"));
   if (auto s = CheckOutputFile("out", out, {}); !s.ok()) return Fail("init", s);

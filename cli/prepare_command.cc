@@ -64,6 +64,8 @@ int PrepareCommand(int argc, char** argv) {
       !s.ok()) {
     return Fail("prepare", s);
   }
+  // One process: under `mpirun -n 2` every rank wrote the same shards into --output.
+  if (int rc = RefuseSeveralProcesses("prepare"); rc != 0) return rc;
   PrepareOptions options;
   options.inputs = absl::GetFlag(FLAGS_input);
   options.inputs.insert(options.inputs.end(), args.begin(), args.end());

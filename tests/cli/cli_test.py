@@ -8,6 +8,7 @@ Run: /usr/bin/python3 tests/cli/cli_test.py --multiscreen=build/multiscreen
 import argparse
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -281,6 +282,43 @@ class CliTest(OneLineErrors):
         t = os.path.join(self.dir, "t.bin")
         write_tokens(t, np.random.default_rng(0).integers(0, vocab, size=count))
         return w, t
+
+    def test_single_process_commands_under_a_launcher_of_several_processes_are_refused_once(self):
+        # Under `mpirun -n 2` forward, generate, init, ckpt and prepare ran on every rank, each
+        # writing the same files. Like eval: rank 0 says so in one line, every rank exits 1,
+        # and nothing is written.
+        w, t = self._init_and_tokens(2 * 9)
+        text = os.path.join(self.dir, "corpus.txt")
+        with open(text, "w") as f:
+            f.write("a few words\n")
+        outs = {"forward": os.path.join(self.dir, "f.h5"), "init": os.path.join(self.dir, "i.h5"),
+                "ckpt": os.path.join(self.dir, "run"), "prepare": os.path.join(self.dir, "shards")}
+        commands = {
+            "forward": ["forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=2", "--seq_len=8", f"--out={outs['forward']}"],
+            "generate": ["generate", f"--weights={w}", "--prompt=hi", "--max_tokens=2"],
+            "init": ["init", "--model=tiny_psi2", "--seed=1", f"--out={outs['init']}"],
+            "ckpt": ["ckpt", "init", "--model=tiny_psi2", "--seed=1", "--tp=1", "--pp=1", f"--out={outs['ckpt']}"],
+            "prepare": ["prepare", f"--input={text}", f"--output={outs['prepare']}"],
+        }
+        mpirun = shutil.which("mpirun")
+        for name, args in commands.items():
+            with self.subTest(command=name):
+                why = (f"{name} is single-process: the launcher started 2 processes (OMPI_COMM_WORLD_SIZE=2); run it "
+                       "without mpirun or srun")
+                for rank in (0, 1):
+                    r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60,
+                                       env=dict(os.environ, OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_RANK=str(rank)))
+                    if rank == 0:
+                        self.assert_one_line_error(r, why)
+                    else:
+                        self.assertEqual((r.returncode, r.stderr), (1, ""))
+                if mpirun is not None:
+                    r = subprocess.run([mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "2", BIN, *args],
+                                       capture_output=True, text=True, timeout=120)
+                    self.assertNotEqual(r.returncode, 0, r.stdout)
+                    self.assertEqual(r.stderr.count(why), 1, r.stderr)
+                if name in outs:
+                    self.assertFalse(os.path.exists(outs[name]), outs[name])
 
     def test_forward_writes_loss_token_losses_and_every_gradient(self):
         w, t = self._init_and_tokens(3 * 9)
