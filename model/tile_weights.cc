@@ -23,6 +23,19 @@ kernels::ScreeningShape MultiscreenShape(const ModelDims& dims, int64_t tiles, i
   }
   return s;
 }
+
+kernels::ScreeningShape TransformerScreeningShape(const ModelDims& dims, int64_t heads, int64_t B, int64_t T) {
+  kernels::ScreeningShape s;
+  s.batch = B;
+  s.seq = T;
+  s.tiles = heads;
+  s.d_k = s.d_v = dims.d_k;
+  s.w_th = dims.w_th;
+  s.tanh_norm = true;
+  s.position = kernels::PositionKind::kMipe;
+  s.output_gate = false;
+  return s;
+}
 namespace {
 
 // Columns of one tile in w_cat: [W_Q | W_K | W_V | W_G] (no W_G without the gate).

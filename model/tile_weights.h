@@ -33,6 +33,13 @@ struct InferenceOptions {
 kernels::ScreeningShape MultiscreenShape(const ModelDims& dims, int64_t tiles, int64_t B, int64_t T,
                                          const InferenceOptions* inference);
 
+// The screening shape of the Transformer's screening attention (attention: SCREENING): its
+// `heads` local heads over B sequences of T tokens as tiles of width d_K = d_V = d_h
+// (dims.d_k), w_th of `dims`; MiPE, TanhNorm and no output gate (a head's u goes to W_O;
+// no s_O: the caller's scales are 1), no RoPE and so nothing of YaRN. One definition for
+// Transformer::ScreeningShapeOf (forward, backward) and for its decoder.
+kernels::ScreeningShape TransformerScreeningShape(const ModelDims& dims, int64_t heads, int64_t B, int64_t T);
+
 // Offsets of a layer's tensors from ParamLayout::LayerEntry(layer).
 enum LayerTensor { kWQ = 0, kWK, kWV, kWG, kWO, kSw, kSr, kSO };
 

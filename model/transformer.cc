@@ -78,14 +78,7 @@ typename Transformer<Real>::Slots Transformer<Real>::SlotsOf(int64_t layer) cons
 
 template <typename Real>
 kernels::ScreeningShape Transformer<Real>::ScreeningShapeOf(int64_t B, int64_t T) const {
-  kernels::ScreeningShape s;
-  s.batch = B;
-  s.seq = T;
-  s.tiles = layout_.shard().tiles();
-  s.d_k = s.d_v = dims().d_k;
-  s.w_th = dims().w_th;
-  s.output_gate = false;  // MiPE, TanhNorm: ScreeningShape's defaults
-  return s;
+  return TransformerScreeningShape(dims(), layout_.shard().tiles(), B, T);
 }
 
 template <typename Real>

@@ -71,12 +71,8 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
     ops_->PackOperand(precision_, at(l, "W_O"), dE * dE, &L.w_o);
     ops_->PackOperand(precision_, at(l, "W_gate"), 2 * F * dE, &L.w_gu);  // W_up follows W_gate
     ops_->PackOperand(precision_, at(l, "W_down"), F * dE, &L.w_down);
-    if (screening) {  // the heads' units (Transformer::ScreeningShapeOf: MiPE, TanhNorm, no gate, scale 1)
-      kernels::ScreeningShape shape;
-      shape.tiles = H;
-      shape.d_k = shape.d_v = dh;
-      shape.w_th = dims.w_th;
-      shape.output_gate = false;
+    if (screening) {  // the heads' units, as the model's (TransformerScreeningShape; scale 1: no s_O)
+      const kernels::ScreeningShape shape = TransformerScreeningShape(dims, H, 0, 0);
       const std::vector<Real> s_w = read(at(l, "s_w"), H), s_r = read(at(l, "s_r"), H), s_o(H, Real(0));
       L.screens = ScreeningCacheFor<Real>(device, shape, MapTileScalars(s_w.data(), s_r.data(), s_o.data(), H, &options));
       continue;

@@ -291,6 +291,30 @@ TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
 
 INSTANTIATE_TEST_SUITE_P(Switches, TransformerDecodeTest, ::testing::ValuesIn(kCases), SwitchesName);
 
+// The screening attention's shape (model/tile_weights.h), the one its forward, backward and
+// decoder share: the heads as tiles of width d_h = d_E / N_H, the model's w_th, MiPE,
+// TanhNorm, no output gate (P holds 3 d_h columns per head) and no RoPE, whatever
+// Multiscreen switches the model's dims carry.
+TEST(TransformerScreeningShapeTest, HeadsAreUngatedMipeTilesOfTheHeadWidth) {
+  ModelDims dims = TinyTransformer(false, false, false, AttentionKind::kScreening);
+  dims.w_th = 37;
+  dims.tanh_norm = false;  // Multiscreen's switches: not the Transformer's to read
+  dims.position = kernels::PositionKind::kRope;
+  dims.output_gate = true;
+  const kernels::ScreeningShape s = TransformerScreeningShape(dims, 2, 3, 5);
+  EXPECT_EQ(s.batch, 3);
+  EXPECT_EQ(s.seq, 5);
+  EXPECT_EQ(s.tiles, 2);
+  EXPECT_EQ(s.d_k, dims.d_e / dims.n_heads);
+  EXPECT_EQ(s.d_v, dims.d_e / dims.n_heads);
+  EXPECT_EQ(s.w_th, 37.0);
+  EXPECT_TRUE(s.tanh_norm);
+  EXPECT_EQ(s.position, kernels::PositionKind::kMipe);
+  EXPECT_FALSE(s.output_gate);
+  EXPECT_EQ(s.p_cols(), 3 * dims.d_e / dims.n_heads);
+  EXPECT_FALSE(s.rope_scaling.active());
+}
+
 // Greedy decoding with the cache picks, at every step, the argmax of the full forward
 // over the prefix (fp32, the model `generate` runs).
 TEST(TransformerDecodeTest, GreedyTokensAreTheFullForwardsArgmax) {
