@@ -82,35 +82,13 @@ double BestSgemmGflops(int64_t* best_n) {
   return best;
 }
 
-// The best GEMM rate of a device's kernel table in `precision` (square n × n products,
-// each size timed for at least `seconds`): the GPU's measured peak that MFU is taken
+// The best GEMM rate of a device's kernel table in `precision` (trainer/flops.h
+// MeasureGemmGflops, each size for 0.3 s): the GPU's measured peak that MFU is taken
 // against, as the BLAS's SGEMM rate is on the CPU.
 double BestDeviceGemmGflops(Device device, Precision precision, int64_t* best_n) {
   auto made = MakeKernelTable<float>(device);
   if (!made.ok()) return 0;
-  kernels::KernelTable<float>& ops = **made;
-  double best = 0;
-  for (int64_t n : {4096, 8192}) {
-    DeviceArray<float> a(device), b(device), c(device);
-    for (DeviceArray<float>* m : {&a, &b, &c}) m->Resize(n * n);
-    ops.Fill(a.data(), n * n, 0.5f);
-    ops.Fill(b.data(), n * n, 0.25f);
-    ops.Gemm(precision, false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);  // warm-up
-    ops.Synchronize();
-    int64_t reps = 0;
-    const auto start = Clock::now();
-    do {
-      ops.Gemm(precision, false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-      ops.Synchronize();
-      ++reps;
-    } while (Seconds(start) < 0.3);
-    const double rate = 2.0 * double(n) * n * n * reps / Seconds(start) / 1e9;
-    if (rate > best) {
-      best = rate;
-      *best_n = n;
-    }
-  }
-  return best;
+  return MeasureGemmGflops(**made, precision, 8192, 0.3, best_n);
 }
 
 // Refuses a product of sizes past 2^31 tokens (or rows), before it overflows an index.
@@ -264,13 +242,16 @@ int BenchTrain(int argc, char** argv) {
   const char* usage =
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
       "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --isa=PATH "
-      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --json]";
+      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --json]";
   if (auto s = ParseFlags(argc, argv, usage,
                           {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
-                           "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device"});
+                           "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device",
+                           "peak_tflops"});
       !s.ok()) {
     return Fail("bench", s);
   }
+  const absl::StatusOr<double> peak_tflops = PeakTflops();
+  if (!peak_tflops.ok()) return Fail("bench", peak_tflops.status());
   if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench", s);
   if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
@@ -346,8 +327,10 @@ int BenchTrain(int argc, char** argv) {
   const int64_t peak_rss = PeakResidentBytes(), peak_device = BufferBytesPeak(*device);
   const bool gpu = *device != Device::kCpu;
   int64_t sgemm_n = 0;
-  // MFU against the GEMM rate of the step's precision on its device.
-  const double sgemm = gpu ? BestDeviceGemmGflops(*device, p, &sgemm_n) : BestSgemmGflops(&sgemm_n);
+  // MFU against --peak_tflops, or the GEMM rate of the step's precision measured on its device.
+  const double sgemm = *peak_tflops > 0 ? *peak_tflops * 1e3
+                       : gpu            ? BestDeviceGemmGflops(*device, p, &sgemm_n)
+                                        : BestSgemmGflops(&sgemm_n);
 
   const double step = Median(r.step_seconds);
   const double tokens_per_s = double(B * T) / step;
@@ -391,7 +374,9 @@ int BenchTrain(int argc, char** argv) {
                         {"sgemm_gflops", sgemm},
                         {"sgemm_n", sgemm_n},
                         {"mfu", mfu},
-                        {"gemm_rate_source", gpu ? "device GEMM in the step's precision" : "BLAS SGEMM"},
+                        {"gemm_rate_source", *peak_tflops > 0 ? "--peak_tflops"
+                                              : gpu ? "device GEMM in the step's precision"
+                                                    : "BLAS SGEMM"},
                         {"peak_rss_bytes", peak_rss},
                         {"peak_device_bytes", gpu ? peak_device : 0},
                         {"loss_first", r.losses.front()},
@@ -412,8 +397,12 @@ int BenchTrain(int argc, char** argv) {
   std::printf("  tokens/s        %10.0f\n", tokens_per_s);
   std::printf("  model FLOPs     %10.3f GFLOP/step (%.4g per token)\n", flops_per_token * B * T / 1e9, flops_per_token);
   std::printf("  achieved        %10.2f GFLOP/s\n", gflops);
-  std::printf("  GEMM rate       %10.2f GFLOP/s (%s, n=%lld)\n", sgemm, gpu ? "device" : "BLAS SGEMM",
-              (long long)sgemm_n);
+  if (*peak_tflops > 0) {
+    std::printf("  peak (given)    %10.2f GFLOP/s (--peak_tflops)\n", sgemm);
+  } else {
+    std::printf("  GEMM rate       %10.2f GFLOP/s (%s, n=%lld)\n", sgemm, gpu ? "device" : "BLAS SGEMM",
+                (long long)sgemm_n);
+  }
   std::printf("  MFU             %10.1f %%\n", 100 * mfu);
   std::printf("  peak RSS        %10.1f MiB\n", peak_rss / 1048576.0);
   if (gpu) std::printf("  peak device mem %10.1f MiB (the model's arrays)\n", peak_device / 1048576.0);

@@ -1,5 +1,7 @@
 #include "cli/device.h"
 
+#include <cmath>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -13,7 +15,20 @@ ABSL_FLAG(std::string, device, "auto",
           "cpu | cuda | auto: where the step computes (auto: cuda when this build has it and a GPU is visible); eval: "
           "cpu | cuda (default cpu)");
 
+ABSL_FLAG(double, peak_tflops, 0,
+          "train, bench train: the peak rate MFU is taken against, TFLOP/s per process (a datasheet's dense peak, "
+          "e.g. 989 for an H100 SXM in bf16); 0: measured at start (a CPU's SGEMM rate, a GPU's GEMM rate in the "
+          "step's precision)");
+
 namespace multiscreen::cli {
+
+absl::StatusOr<double> PeakTflops() {
+  const double v = absl::GetFlag(FLAGS_peak_tflops);
+  if (!(v >= 0) || std::isinf(v)) {
+    return absl::InvalidArgumentError(absl::StrCat("--peak_tflops=", v, ": must be a finite rate >= 0 (0: measured)"));
+  }
+  return v;
+}
 
 absl::StatusOr<std::string> BindDevice(int local_rank) {
 #ifdef MULTISCREEN_HAVE_CUDA

@@ -11,6 +11,7 @@
 #include "kernels/buffer.h"
 
 ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(double, peak_tflops);
 
 namespace multiscreen::cli {
 
@@ -26,5 +27,9 @@ absl::StatusOr<std::string> BindDevice(int local_rank);
 //   transport: parallel/comm_choice.h).
 // Errors name the flag: "--device=cuda: ...".
 absl::StatusOr<Device> ResolveDevice(bool fp64);
+
+// --peak_tflops (train, bench train): MFU's denominator per process in TFLOP/s; 0 (the
+// default) means measured at start. Error: a negative value, naming the flag.
+absl::StatusOr<double> PeakTflops();
 
 }  // namespace multiscreen::cli

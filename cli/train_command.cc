@@ -276,11 +276,12 @@ int TrainCommand(int argc, char** argv) {
                                   {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len",
                                    "lr", "precision", "checkpoint_every", "eval_every", "eval_windows", "model", "tp", "pp", "zero",
                                    "threads", "isa", "restart", "device", "comm", "format", "allow_data_change",
-                                   "dp_overlap", "dp_bucket_mb", "collective_timeout"}));
+                                   "dp_overlap", "dp_bucket_mb", "collective_timeout", "peak_tflops"}));
     comm = ParseCommKind(absl::GetFlag(FLAGS_comm));
     MS_RETURN_IF_ERROR(comm.status());
     MS_RETURN_IF_ERROR(ApplyThreadsFlag());
     MS_RETURN_IF_ERROR(ApplyIsaFlag());
+    MS_RETURN_IF_ERROR(PeakTflops().status());
     run = BuildRun(GivenFlags(argc, argv), &source);
     MS_RETURN_IF_ERROR(run.status());
     dims = run->model().empty() ? ResolveModel(run->model_config(),
@@ -373,7 +374,8 @@ int TrainCommand(int argc, char** argv) {
   auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),
                                  {.restart = absl::GetFlag(FLAGS_restart),
                                   .device = *device,
-                                  .allow_data_change = absl::GetFlag(FLAGS_allow_data_change)});
+                                  .allow_data_change = absl::GetFlag(FLAGS_allow_data_change),
+                                  .peak_tflops = absl::GetFlag(FLAGS_peak_tflops)});
   if (!trainer.ok()) return fail_before_first_step(trainer.status());
   // data.json as it was, so that a start that fails before its first step leaves a run
   // directory that existed as it found it (RecordRunData may raise max_seq_len).

@@ -42,6 +42,7 @@ double ForwardFlopsPerToken(const ModelDims& d, int64_t T, const std::vector<dou
 #include <chrono>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/device_array.h"
 
 namespace multiscreen {
 
@@ -62,6 +63,36 @@ double MeasureSgemmGflops(int64_t n, double seconds) {
       elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } while (elapsed < seconds / kTrials);
     best = std::max(best, 2.0 * double(n) * n * n * reps / elapsed / 1e9);
+  }
+  return best;
+}
+
+double MeasureGemmGflops(kernels::KernelTable<float>& ops, Precision precision, int64_t max_n, double seconds,
+                         int64_t* best_n) {
+  using Clock = std::chrono::steady_clock;
+  double best = 0;
+  for (int64_t n = 256; n <= max_n; n *= 2) {
+    DeviceArray<float> a(ops.device()), b(ops.device()), c(ops.device());
+    for (DeviceArray<float>* m : {&a, &b, &c}) m->Resize(n * n);
+    ops.Fill(a.data(), n * n, 0.5f);
+    ops.Fill(b.data(), n * n, 0.25f);
+    ops.Gemm(precision, false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);  // warm-up
+    ops.Synchronize();
+    const auto start = Clock::now();
+    int64_t reps = 0;
+    double elapsed = 0;
+    do {
+      ops.Gemm(precision, false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+      ops.Synchronize();
+      ++reps;
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (elapsed < seconds);
+    const double rate = 2.0 * double(n) * n * n * reps / elapsed / 1e9;
+    if (rate > best) {
+      best = rate;
+      if (best_n != nullptr) *best_n = n;
+    }
+    if (8 * elapsed / double(reps) > seconds) break;  // the next size's one product would take longer than `seconds`
   }
   return best;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "kernels/kernel_table.h"
 
 namespace multiscreen {
 
@@ -41,5 +42,14 @@ namespace multiscreen {
 // (the MFU denominator on CPUs; on a loaded machine it still reads low, so MFU
 // reads high).
 double MeasureSgemmGflops(int64_t n = 512, double seconds = 0.3);
+
+// The best rate of `ops`'s Gemm in `precision` on its own device, in GFLOP/s (the MFU
+// denominator of a GPU: its GEMM rate in the step's precision, as the BLAS's SGEMM rate is
+// a CPU's). Square n × n × n products, n = 256, 512, … up to max_n, each size repeated
+// (synchronized per product) for about `seconds`; the sizes stop growing once the next
+// size's one product (8× this one's) would take longer than `seconds`, so a slow device
+// (the emulated one: cuda_emulator/) is not held for minutes. *best_n (may be null): the size that gave the best rate.
+double MeasureGemmGflops(kernels::KernelTable<float>& ops, Precision precision, int64_t max_n, double seconds,
+                         int64_t* best_n = nullptr);
 
 }  // namespace multiscreen

@@ -217,9 +217,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   t->grads_ = DeviceArray<float>(start.device);
   t->grads_.Resize(layout.size());
   // MFU: FLOPs at the initial windows (the learned windows move; this is the
-  // spec's count at initialization) against the GEMM rate measured per process.
+  // spec's count at initialization) against the peak given or the GEMM rate measured per
+  // process on the step's device, in its precision.
   t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), InitialWindows(dims));
-  t->peak_gflops_ = MeasureSgemmGflops() * grid->world_size();
+  double peak = start.peak_tflops * 1e3;
+  if (peak <= 0) {
+    peak = start.device == Device::kCpu ? MeasureSgemmGflops()
+                                        : MeasureGemmGflops(t->model_->ops(), options.precision, 8192, 0.05);
+  }
+  t->peak_gflops_ = peak * grid->world_size();
   // The held-out passes first: their windows are fixed by eval.windows (or eval.batches),
   // dp and the data alone, and a problem with them is met before the run directory is
   // made or a checkpoint read.

@@ -62,6 +62,10 @@ struct StartOptions {
   // fingerprints) differ from this run's; without it such a resume is refused, since
   // the samples counter would index other data (--allow_data_change).
   bool allow_data_change = false;
+  // MFU's denominator per process, TFLOP/s (a datasheet's dense peak, e.g. 989 for an
+  // H100 SXM in bf16; --peak_tflops). 0: measured at start, the BLAS's SGEMM rate on a
+  // CPU, the device's GEMM rate in the run's precision on a GPU (trainer/flops.h).
+  double peak_tflops = 0;
 };
 
 class Trainer {

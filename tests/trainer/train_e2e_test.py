@@ -133,6 +133,32 @@ class TrainTest(SyntheticCorpusCase):
         with open(os.path.join(d, "status.json")) as f:
             self.assertEqual(json.load(f), {"state": "finished", "step": 40, "steps": 40})
 
+    def test_mfu_is_taken_against_peak_tflops_when_given(self):
+        # MFU = tokens/s x the model's training FLOPs per token / the peak: with --peak_tflops
+        # the peak is the given rate (no measurement), so mfu x peak / tokens/s is the FLOPs
+        # per token that bench train reports for the same model and T, in every row (within
+        # 1 %: bench counts the windows of the fp32 s_w it initialized, the trainer the
+        # spec's initial windows in fp64, and a ceil(w) can differ).
+        d = self.run_dir("peak")
+        self.train(d, "--steps=3", "--peak_tflops=0.002")
+        bench = subprocess.run([BIN, "bench", "train", "--model=tiny_psi4", "--seq_len=32", "--micro_batch=1",
+                                "--steps=1", "--warmup=0", "--peak_tflops=0.002", "--json"],
+                               capture_output=True, text=True, timeout=300)
+        self.assertEqual(bench.returncode, 0, bench.stderr[-2000:])
+        b = json.loads(bench.stdout)
+        self.assertEqual(b["gemm_rate_source"], "--peak_tflops")
+        self.assertAlmostEqual(b["sgemm_gflops"], 2.0)
+        self.assertAlmostEqual(b["mfu"], b["gflops"] / 2.0)
+        rows = [x for x in metrics(d) if "loss" in x]
+        self.assertEqual(len(rows), 3)
+        for x in rows:
+            self.assertAlmostEqual(x["mfu"] * 2e9 / x["tokens_per_s"] / b["flops_per_token"], 1.0, delta=0.01)
+        r = self.train(self.run_dir("peak_bad"), "--steps=1", "--peak_tflops=-1", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip().splitlines(), ["multiscreen train: --peak_tflops=-1: must be a finite rate "
+                                                         ">= 0 (0: measured)"])
+        self.assertFalse(os.path.exists(self.run_dir("peak_bad")))
+
     def test_checkpoints_gone_while_latest_names_one_are_refused_not_buried(self):
         # Issue 31: the step directories vanished (moved away, a mount gone) while
         # checkpoints/latest still names one; train restarted from step 0 saying "no
