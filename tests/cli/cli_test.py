@@ -284,21 +284,23 @@ class CliTest(OneLineErrors):
         return w, t
 
     def test_single_process_commands_under_a_launcher_of_several_processes_are_refused_once(self):
-        # Under `mpirun -n 2` forward, generate, init, ckpt and prepare ran on every rank, each
-        # writing the same files. Like eval: rank 0 says so in one line, every rank exits 1,
-        # and nothing is written.
+        # Under `mpirun -n 2` forward, generate, init, ckpt, prepare and eval ran on every rank,
+        # each writing the same files: rank 0 says so in one line, every rank exits 1, and
+        # nothing is written. One process under a launcher (mpirun -n 1) runs.
         w, t = self._init_and_tokens(2 * 9)
         text = os.path.join(self.dir, "corpus.txt")
         with open(text, "w") as f:
             f.write("a few words\n")
         outs = {"forward": os.path.join(self.dir, "f.h5"), "init": os.path.join(self.dir, "i.h5"),
-                "ckpt": os.path.join(self.dir, "run"), "prepare": os.path.join(self.dir, "shards")}
+                "ckpt": os.path.join(self.dir, "run"), "prepare": os.path.join(self.dir, "shards"),
+                "eval": os.path.join(self.dir, "ppl")}
         commands = {
             "forward": ["forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=2", "--seq_len=8", f"--out={outs['forward']}"],
-            "generate": ["generate", f"--weights={w}", "--prompt=hi", "--max_tokens=2"],
+            "generate": ["generate", f"--weights={w}", "--prompt=", "--max_tokens=2"],
             "init": ["init", "--model=tiny_psi2", "--seed=1", f"--out={outs['init']}"],
             "ckpt": ["ckpt", "init", "--model=tiny_psi2", "--seed=1", "--tp=1", "--pp=1", f"--out={outs['ckpt']}"],
-            "prepare": ["prepare", f"--input={text}", f"--output={outs['prepare']}"],
+            "prepare": ["prepare", f"--input={text}", f"--output={outs['prepare']}", "--val_tokens=0"],
+            "eval": ["eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=8", "--stream", f"--out={outs['eval']}"],
         }
         mpirun = shutil.which("mpirun")
         for name, args in commands.items():
@@ -319,6 +321,9 @@ class CliTest(OneLineErrors):
                     self.assertEqual(r.stderr.count(why), 1, r.stderr)
                 if name in outs:
                     self.assertFalse(os.path.exists(outs[name]), outs[name])
+                r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60,
+                                   env=dict(os.environ, OMPI_COMM_WORLD_SIZE="1", OMPI_COMM_WORLD_RANK="0"))
+                self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_forward_writes_loss_token_losses_and_every_gradient(self):
         w, t = self._init_and_tokens(3 * 9)

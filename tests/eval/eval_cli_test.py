@@ -137,35 +137,6 @@ class EvalCliTest(OneLineErrors):
             self.assert_one_line_error(r, f"--resume: {state} is of another evaluation: {differs}")
             self.assertTrue(r.stderr.rstrip().endswith(differs), r.stderr)
 
-    def test_eval_under_a_launcher_of_several_processes_is_refused_once(self):
-        # `mpirun -n 2 multiscreen eval` ran the whole evaluation on every rank into the same
-        # --out. eval is single-process: rank 0 says so in one line, every rank exits 1,
-        # and --out is not made.
-        w = self.init()
-        t = self.tokens(np.random.default_rng(3).integers(0, 36, size=2 * 17))
-        out = os.path.join(self.dir, "ranks")
-        args = ("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", f"--out={out}")
-        why = ("eval is single-process: the launcher started 2 processes (OMPI_COMM_WORLD_SIZE=2); run it without "
-               "mpirun or srun")
-        for rank in (0, 1):
-            r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60,
-                               env=dict(os.environ, OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_RANK=str(rank)))
-            if rank == 0:
-                self.assert_one_line_error(r, why)
-            else:
-                self.assertEqual((r.returncode, r.stderr), (1, ""))
-        mpirun = shutil.which("mpirun")
-        if mpirun is not None:
-            r = subprocess.run([mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "2", BIN, *args],
-                               capture_output=True, text=True, timeout=120)
-            self.assertNotEqual(r.returncode, 0, r.stdout)
-            self.assertEqual(r.stderr.count(why), 1, r.stderr)
-        self.assertFalse(os.path.exists(out))
-        # One process under a launcher (mpirun -n 1) runs.
-        r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60,
-                           env=dict(os.environ, OMPI_COMM_WORLD_SIZE="1", OMPI_COMM_WORLD_RANK="0"))
-        self.assertEqual(r.returncode, 0, r.stderr)
-
     def test_ppl_resume_continues_from_the_saved_windows(self):
         w = self.init()
         t = self.tokens(np.random.default_rng(3).integers(0, 36, size=6 * 17))
