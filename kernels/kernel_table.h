@@ -80,6 +80,20 @@ struct KernelOptions {
 
 namespace kernels {
 
+// A matrix that many GEMMs read as their B operand (the decoders' weights, token after
+// token; the training step's weights, every micro-batch's forward and backward), held in
+// the form the table's GemmPacked reads in `precision`, so that no GEMM converts it
+// again: made once by KernelTable::PackOperand. Which member holds it is the table's
+// business; callers pass it whole.
+template <typename Real>
+struct PackedOperand {
+  Precision precision = Precision::kFp32;
+  int64_t size = 0;              // elements
+  const Real* values = nullptr;  // its Real values: the source itself (kFp32) or `rounded`'s; null where `half` holds it
+  DeviceArray<Real> rounded;     // the source rounded to the precision, in Real (the CPU's 16-bit operands)
+  DeviceArray<uint16_t> half;    // the precision's 16-bit format itself (a device's 16-bit operands)
+};
+
 // The single-rank softmax cross-entropy head (spec steps 14–15 after PLNorm), fused over
 // row chunks so that no [rows, V] logits matrix is held whole:
 //   z = scale · y Ēᵀ, lse_r = log Σ_v exp z_rv, target_logit_r = z_{r,t_r};
@@ -100,19 +114,22 @@ struct HeadLossArgs {
   Real* dy = nullptr;             // [rows, d_e] device, written; null: the loss alone
   Real* d_e_bar = nullptr;        // [vocab, d_e] device, added to (with dy)
   Precision precision = Precision::kFp32;  // the step's, as for Gemm (a device may run 16-bit products)
+  // Ē as PackOperand packed it in `precision` (the values of e_bar), which a device's
+  // products read instead of converting e_bar again in every chunk; null: e_bar is
+  // converted per product. The CPU's head reads e_bar (PrepareHead's panels).
+  const PackedOperand<Real>* e_bar_packed = nullptr;
 };
 
-// A matrix that many GEMMs read as their B operand (the decoders' weights, token after
-// token), held in the form the table's GemmPacked reads in `precision`, so that no GEMM
-// converts it again: made once by KernelTable::PackOperand. Which member holds it is the
-// table's business; callers pass it whole.
-template <typename Real>
-struct PackedOperand {
-  Precision precision = Precision::kFp32;
-  int64_t size = 0;              // elements
-  const Real* values = nullptr;  // its Real values: the source itself (kFp32) or `rounded`'s; null where `half` holds it
-  DeviceArray<Real> rounded;     // the source rounded to the precision, in Real (the CPU's 16-bit operands)
-  DeviceArray<uint16_t> half;    // the precision's 16-bit format itself (a device's 16-bit operands)
+
+// How KernelTable::GemmPacked reads its A operand (a itself is never written).
+enum class PackedGemmA {
+  // Rounded to the packed B's precision on every device: a decoder's activation rows,
+  // which nothing else rounds.
+  kRounded,
+  // As Gemm reads it: the CPU as given (the caller rounded it where the precision asks;
+  // under kBf16 a backward gradient stays fp32), a device converted to 16 bits as Gemm
+  // converts it. The training step's operands: bit for bit Gemm on B's values.
+  kAsGemm,
 };
 
 // AdamW as trainer/adamw.h defines it (torch.optim.AdamW), one fused pass over
@@ -194,13 +211,14 @@ class KernelTable {
   // kFp32 always): keep src alive and unchanged while *out is used.
   virtual void PackOperand(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) = 0;
   // Gemm in b.precision with B packed by PackOperand (ldb: the row stride B has in the
-  // source it was packed from) and A rounded to that precision as the op reads it (a
-  // itself unchanged, so the caller need not round a copy): bit for bit RoundTo on a copy
-  // of A, then Gemm(b.precision, ...) on B's rounded values (on a device for a compact B,
-  // ldb its row length, as Gemm packs it). A device converts A alone (one launch for its
-  // [m, k] elements), never B.
+  // source it was packed from; op(B) by trans_b as Gemm's) and A read as `read_a` says
+  // (PackedGemmA; a itself unchanged, so the caller need not round a copy): bit for bit
+  // Gemm(b.precision, ...) on B's rounded values and A as read_a makes it (kRounded:
+  // RoundTo on a copy of A; on a device for a compact B, ldb its row length, as Gemm
+  // packs it). A device converts A alone (one launch for its [m, k] elements), never B.
   virtual void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a,
-                          int64_t lda, const PackedOperand<Real>& b, int64_t ldb, Real beta, Real* c, int64_t ldc) = 0;
+                          int64_t lda, PackedGemmA read_a, const PackedOperand<Real>& b, int64_t ldb, Real beta,
+                          Real* c, int64_t ldc) = 0;
   // b[j, i] += a[i, j], then a = 0 (kernels/cpu/gemm.h).
   virtual void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) = 0;
   // kernels/cpu/screening.h: tiles and grads are host arrays of shape.tiles.

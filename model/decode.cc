@@ -56,18 +56,19 @@ void DecodeSession<Real>::Step(int32_t token, Real* logits) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, NH = d.n_heads, dV = d.d_v, C = 2 * d.d_k + (d.output_gate ? 2 : 1) * dV, V = d.vocab;
   Real* x = x_.data();
+  constexpr auto kRounded = kernels::PackedGemmA::kRounded;  // nothing else rounds a token's rows
   ops_->EmbeddingForward(e_bar_.data(), 0, V, dE, &token, 1, embed_scale_, x);
   for (int64_t l = 0; l < d.n_layers; ++l) {
     // P = x · W_cat (spec step 3); U = the tiles' screening of this token (steps 5–13);
     // x += U · W_O (step 13, 2). GemmPacked rounds x and U as it reads them.
-    ops_->GemmPacked(false, false, 1, NH * C, dE, 1, x, dE, w_cat_op_[l], NH * C, 0, p_.data(), NH * C);
+    ops_->GemmPacked(false, false, 1, NH * C, dE, 1, x, dE, kRounded, w_cat_op_[l], NH * C, 0, p_.data(), NH * C);
     if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, p_.data(), NH * C);
     caches_[l]->Step(p_.data(), position_, u_.data());
-    ops_->GemmPacked(false, false, 1, dE, NH * dV, 1, u_.data(), NH * dV, w_o_op_[l], dE, 1, x, dE);
+    ops_->GemmPacked(false, false, 1, dE, NH * dV, 1, u_.data(), NH * dV, kRounded, w_o_op_[l], dE, 1, x, dE);
   }
   // PLNorm (step 14) and the logits e^{s_F} · y Ēᵀ.
   if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, nullptr, 1, dE);
-  ops_->GemmPacked(false, true, 1, V, dE, head_scale_, x, dE, e_bar_op_, dE, 0, logits_.data(), V);
+  ops_->GemmPacked(false, true, 1, V, dE, head_scale_, x, dE, kRounded, e_bar_op_, dE, 0, logits_.data(), V);
   ops_->Download(logits_.data(), V, logits);
   ++position_;
 }

@@ -110,24 +110,25 @@ void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, F = d.d_ff(), V = d.vocab;
   Real *x = x_.data(), *a = a_.data();
+  constexpr auto kRounded = kernels::PackedGemmA::kRounded;  // nothing else rounds a token's rows
   ops_->EmbeddingForward(table_, 0, V, dE, &token, 1, embed_scale_, x);
   for (Layer& L : layers_) {
     // a = RMSNorm(x); [q | k | v] = a W_QKV; o = the layer's attention (or screening) of
     // this token over the cache; x += o W_O. GemmPacked rounds a, o, the hidden row as it
     // reads them.
     tk_->RmsNormForward(x, L.attn_norm, a, rstd_.data(), 1, dE);
-    ops_->GemmPacked(false, false, 1, 3 * dE, dE, 1, a, dE, L.w_qkv_op, 3 * dE, 0, qkv_.data(), 3 * dE);
+    ops_->GemmPacked(false, false, 1, 3 * dE, dE, 1, a, dE, kRounded, L.w_qkv_op, 3 * dE, 0, qkv_.data(), 3 * dE);
     if (L.screens != nullptr) {
       L.screens->Step(qkv_.data(), position_, o_.data());
     } else {
       L.attention->Step(qkv_.data(), position_, o_.data());
     }
-    ops_->GemmPacked(false, false, 1, dE, dE, 1, o_.data(), dE, L.w_o, dE, 1, x, dE);
+    ops_->GemmPacked(false, false, 1, dE, dE, 1, o_.data(), dE, kRounded, L.w_o, dE, 1, x, dE);
     // x += SwiGLU(RMSNorm(x) [W_gate; W_up]ᵀ) W_down.
     tk_->RmsNormForward(x, L.ffn_norm, a, rstd_.data(), 1, dE);
-    ops_->GemmPacked(false, true, 1, 2 * F, dE, 1, a, dE, L.w_gu, dE, 0, gu_.data(), 2 * F);
+    ops_->GemmPacked(false, true, 1, 2 * F, dE, 1, a, dE, kRounded, L.w_gu, dE, 0, gu_.data(), 2 * F);
     tk_->SwiGluForward(gu_.data(), hidden_.data(), 1, F);
-    ops_->GemmPacked(false, false, 1, dE, F, 1, hidden_.data(), F, L.w_down, dE, 1, x, dE);
+    ops_->GemmPacked(false, false, 1, dE, F, 1, hidden_.data(), F, kRounded, L.w_down, dE, 1, x, dE);
   }
   // y = x/‖x‖ (pl_norm) or RMSNorm(x) without gain; logits = scale · y tableᵀ.
   if (d.pl_norm) {
@@ -135,7 +136,7 @@ void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
   } else {
     tk_->RmsNormForward(x, nullptr, a, rstd_.data(), 1, dE);
   }
-  ops_->GemmPacked(false, true, 1, V, dE, head_scale_, a, dE, table_op_, dE, 0, logits_.data(), V);
+  ops_->GemmPacked(false, true, 1, V, dE, head_scale_, a, dE, kRounded, table_op_, dE, 0, logits_.data(), V);
   ops_->Download(logits_.data(), V, logits);
   ++position_;
 }

@@ -138,8 +138,7 @@ void CpuKernelTable<Real>::PackOperand(Precision precision, const Real* src, int
     out->values = src;
     return;
   }
-  out->rounded = DeviceArray<Real>(Device::kCpu);
-  out->rounded.Resize(n);
+  out->rounded.Resize(n);  // a repack reuses its memory
   Copy(src, n, out->rounded.data());
   RoundTo(precision, out->rounded.data(), n);
   out->values = out->rounded.data();
@@ -147,9 +146,9 @@ void CpuKernelTable<Real>::PackOperand(Precision precision, const Real* src, int
 
 template <typename Real>
 void CpuKernelTable<Real>::GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
-                                      const Real* a, int64_t lda, const PackedOperand<Real>& b, int64_t ldb, Real beta,
-                                      Real* c, int64_t ldc) {
-  if (b.precision == Precision::kFp32) {
+                                      const Real* a, int64_t lda, PackedGemmA read_a, const PackedOperand<Real>& b,
+                                      int64_t ldb, Real beta, Real* c, int64_t ldc) {
+  if (b.precision == Precision::kFp32 || read_a == PackedGemmA::kAsGemm) {
     return Gemm(b.precision, trans_a, trans_b, m, n, k, alpha, a, lda, b.values, ldb, beta, c, ldc);
   }
   const int64_t rows = trans_a ? k : m, cols = trans_a ? m : k;

@@ -48,9 +48,11 @@ class CpuKernelTable final : public KernelTable<Real> {
   // (then it must outlive the operand unchanged, as under kFp32); else a rounded copy in
   // out->rounded.
   void PackOperand(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) override;
-  // A's [m, k] block rounded into a compact copy, then Gemm on b.values.
+  // Gemm on b.values with A as given (kAsGemm) or A's [m, k] block rounded into a compact
+  // copy (kRounded).
   void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a, int64_t lda,
-                  const PackedOperand<Real>& b, int64_t ldb, Real beta, Real* c, int64_t ldc) override;
+                  PackedGemmA read_a, const PackedOperand<Real>& b, int64_t ldb, Real beta, Real* c,
+                  int64_t ldc) override;
   void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) override;
   void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                         const ScreeningSaved<Real>& saved, Real* U) override;

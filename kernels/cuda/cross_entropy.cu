@@ -163,15 +163,26 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
   scratch->logits.Resize(chunk * V);
   float* z = scratch->logits.data();
   const bool grad = args.dy != nullptr;
+  // C = alpha · A · op(Ē): Ē as packed once (args.e_bar_packed, 16-bit), else converted here.
+  const PackedOperand<float>* packed = args.e_bar_packed;
+  auto times_e_bar = [&](bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                         float* c, int64_t ldc) {
+    if (packed != nullptr && packed->precision != Precision::kFp32) {
+      gemm->RunPackedB(packed->precision, false, trans_b, m, n, k, alpha, a, lda, packed->half.data(), d_e, 0.f, c,
+                       ldc);
+    } else {
+      gemm->Run(args.precision, false, trans_b, m, n, k, alpha, a, lda, args.e_bar, d_e, 0.f, c, ldc);
+    }
+  };
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t nr = std::min(chunk, rows - r0);
     const float* y = args.y + r0 * d_e;
-    gemm->Run(args.precision, false, true, nr, V, d_e, args.scale, y, d_e, args.e_bar, d_e, 0.f, z, V);
+    times_e_bar(true, nr, V, d_e, args.scale, y, d_e, z, V);
     Launch<HeadRowKernel>(static_cast<unsigned>(nr), kThreads, 0, stream, z, V, args.shift, target_dev + r0,
                           args.coef * args.scale, grad, scratch->first.data() + r0, scratch->second.data() + r0);
     MS_CUDA_CHECK_LAUNCH(op);
     if (grad) {
-      gemm->Run(args.precision, false, false, nr, d_e, V, 1.f, z, V, args.e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);
+      times_e_bar(false, nr, d_e, V, 1.f, z, V, args.dy + r0 * d_e, d_e);
       gemm->Run(args.precision, true, false, V, d_e, nr, 1.f, z, V, y, d_e, 1.f, args.d_e_bar, d_e);
     }
   }

@@ -46,7 +46,9 @@ void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const doubl
 // The fused single-rank head (HeadLossArgs), in chunks of kHeadChunkRows rows:
 // z = scale · y Ēᵀ (fp32 GEMM into scratch), lse and target logits (row max or the
 // fixed shift, fp64 sums) copied to the host, and with args.dy the gradient
-// z ← coef · scale · (softmax − onehot), dy = z Ē, d_e_bar += zᵀ y. Waits for lse.
+// z ← coef · scale · (softmax − onehot), dy = z Ē, d_e_bar += zᵀ y. The two products
+// with Ē read args.e_bar_packed where given (16-bit), else convert args.e_bar per chunk.
+// Waits for lse.
 void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

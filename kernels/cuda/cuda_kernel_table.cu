@@ -104,17 +104,20 @@ class CudaKernelTable final : public KernelTable<float> {
     gemm_->Run(precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   // 16-bit operands in their own format (out->half), converted once; kFp32: src itself.
+  // A repack (the training step's, every step) reuses out->half's memory.
   void PackOperand(Precision precision, const float* src, int64_t n, PackedOperand<float>* out) override {
     out->precision = precision;
     out->size = n;
     out->values = precision == Precision::kFp32 ? src : nullptr;
     if (precision == Precision::kFp32) return;
-    out->half = DeviceArray<uint16_t>(Device::kCuda);
+    if (out->half.device() != Device::kCuda) out->half = DeviceArray<uint16_t>(Device::kCuda);
     out->half.Resize(n);
     gemm_->Pack(precision, src, n, out->half.data());
   }
+  // A converted either way (read_a: Gemm's packing rounds as RoundTo does).
   void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                  int64_t lda, const PackedOperand<float>& b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+                  int64_t lda, PackedGemmA, const PackedOperand<float>& b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) override {
     if (b.precision == Precision::kFp32) {
       return gemm_->Run(b.precision, trans_a, trans_b, m, n, k, alpha, a, lda, b.values, ldb, beta, c, ldc);
     }

@@ -241,9 +241,11 @@ TEST_F(CudaKernelTableTest, GemmMatchesTheCpuInEveryLayoutAndPrecision) {
 }
 
 // GemmPacked (B packed once by PackOperand, A rounded as it is read) is bit for bit Gemm
-// on operands the caller rounded, in every layout and precision, with a padded A and C
-// and k = 0 (C = beta · C). B is compact, as the decoders' weights are (a padded B's
-// product may take another cuBLASLt algorithm than Gemm's compact packed copy).
+// on operands the caller rounded, and on the operands as given (the device converts both
+// the same way), for either PackedGemmA: the decoders' kRounded and the training step's
+// kAsGemm. In every layout and precision, with a padded A and C and k = 0 (C = beta · C).
+// B is compact, as the weights are (a padded B's product may take another cuBLASLt
+// algorithm than Gemm's compact packed copy).
 TEST_F(CudaKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
   struct Shape {
     int64_t m, n, k;
@@ -263,13 +265,18 @@ TEST_F(CudaKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
         table_->RoundTo(precision, rb, static_cast<int64_t>(b.size()));
         float* want = Device(c);
         table_->Gemm(precision, ta, tb, s.m, s.n, s.k, 0.75f, ra, lda, rb, ldb, 0.5f, want, ldc);
+        float* want_as_given = Device(c);
+        table_->Gemm(precision, ta, tb, s.m, s.n, s.k, 0.75f, Device(a), lda, Device(b), ldb, 0.5f, want_as_given, ldc);
+        EXPECT_EQ(Host(want_as_given, s.m * ldc), Host(want, s.m * ldc));
         kernels::PackedOperand<float> packed;
         table_->PackOperand(precision, Device(b), static_cast<int64_t>(b.size()), &packed);
-        float* got = Device(c);
-        float* da = Device(a);
-        table_->GemmPacked(ta, tb, s.m, s.n, s.k, 0.75f, da, lda, packed, ldb, 0.5f, got, ldc);
-        EXPECT_EQ(Host(got, s.m * ldc), Host(want, s.m * ldc));
-        EXPECT_EQ(Host(da, static_cast<int64_t>(a.size())), a);  // A is rounded as read, not in place
+        for (kernels::PackedGemmA read_a : {kernels::PackedGemmA::kRounded, kernels::PackedGemmA::kAsGemm}) {
+          float* got = Device(c);
+          float* da = Device(a);
+          table_->GemmPacked(ta, tb, s.m, s.n, s.k, 0.75f, da, lda, read_a, packed, ldb, 0.5f, got, ldc);
+          EXPECT_EQ(Host(got, s.m * ldc), Host(want, s.m * ldc)) << int(read_a);
+          EXPECT_EQ(Host(da, static_cast<int64_t>(a.size())), a);  // A is rounded as read, not in place
+        }
       }
     }
   }

@@ -90,8 +90,10 @@ TEST(CpuKernelTableTest, BatchedCopyAndAddOfBlocksMatchTheirElementLoops) {
 }
 
 // GemmPacked is Gemm on operands the caller rounded, bit for bit (padded strides, both
-// transposes, every precision), and PackOperand reads a B that already holds the
-// precision's values in place instead of copying it.
+// transposes, every precision): with A rounded as read (kRounded, the decoders') or read
+// as given (kAsGemm, the training step's: a bf16 gradient stays fp32 on the CPU, so the
+// product differs from kRounded's); PackOperand reads a B that already holds the
+// precision's values in place instead of copying it, and a repack reuses its copy.
 TEST(CpuKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
   CpuKernelTable<float> table;
   std::mt19937 rng(5);
@@ -108,18 +110,27 @@ TEST(CpuKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
     const std::vector<float> a = random((ta ? k : m) * lda), b = random((tb ? n : k) * ldb), c = random(m * ldc);
     for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
       SCOPED_TRACE(testing::Message() << "trans " << ta << tb << ", precision " << int(precision));
-      std::vector<float> ra = a, rb = b, want = c, got = c;
+      std::vector<float> ra = a, rb = b, want = c, got = c, want_as_given = c, got_as_given = c;
       table.RoundTo(precision, ra.data(), static_cast<int64_t>(ra.size()));
       table.RoundTo(precision, rb.data(), static_cast<int64_t>(rb.size()));
       table.Gemm(precision, ta, tb, m, n, k, 0.75f, ra.data(), lda, rb.data(), ldb, 0.5f, want.data(), ldc);
+      table.Gemm(precision, ta, tb, m, n, k, 0.75f, a.data(), lda, rb.data(), ldb, 0.5f, want_as_given.data(), ldc);
       PackedOperand<float> packed, packed_rounded;
       table.PackOperand(precision, b.data(), static_cast<int64_t>(b.size()), &packed);
       table.PackOperand(precision, rb.data(), static_cast<int64_t>(rb.size()), &packed_rounded);
-      table.GemmPacked(ta, tb, m, n, k, 0.75f, a.data(), lda, packed, ldb, 0.5f, got.data(), ldc);
+      table.GemmPacked(ta, tb, m, n, k, 0.75f, a.data(), lda, PackedGemmA::kRounded, packed, ldb, 0.5f, got.data(),
+                       ldc);
+      table.GemmPacked(ta, tb, m, n, k, 0.75f, a.data(), lda, PackedGemmA::kAsGemm, packed, ldb, 0.5f,
+                       got_as_given.data(), ldc);
       EXPECT_EQ(got, want);
+      EXPECT_EQ(got_as_given, want_as_given);
       EXPECT_NE(got, c);
+      EXPECT_EQ(got_as_given == got, precision == Precision::kFp32);
       EXPECT_EQ(packed_rounded.values, rb.data());  // already rounded: read in place
       EXPECT_EQ(packed.values == b.data(), precision == Precision::kFp32);
+      const float* copy = packed.values;
+      table.PackOperand(precision, b.data(), static_cast<int64_t>(b.size()), &packed);
+      EXPECT_EQ(packed.values, copy);  // repacked into the same memory
     }
   }
 }
