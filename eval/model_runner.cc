@@ -209,10 +209,13 @@ int64_t ModelRunner::FullPassBytes(int64_t n) const {
   }
   if (device_.device != Device::kCpu) {
     // On the device besides the resident parameters: BeginStep's packed copies of the
-    // layers' weights (about the parameters once) and, under bf16, Ē's rounded copy and the
+    // layers' weights (about the parameters once) and, under bf16, Ē's rounded copy, the
+    // GEMMs' 16-bit copies of both (KernelTable::PackOperand: half a float each) and the
     // activations' rounded GEMM operands (about d_E a row per layer).
     floats += double(weights_.params.size());
-    if (device_.precision != Precision::kFp32) floats += double(d.vocab) * d.d_e + double(n) * d.n_layers * d.d_e;
+    if (device_.precision != Precision::kFp32) {
+      floats += 1.5 * double(d.vocab) * d.d_e + 0.5 * double(weights_.params.size()) + double(n) * d.n_layers * d.d_e;
+    }
   }
   return SaturatedBytes(floats * 4);
 }

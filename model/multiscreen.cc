@@ -12,6 +12,11 @@
 #include "model/residual.h"
 
 namespace multiscreen {
+namespace {
+// The step's GEMMs with a packed weight read their A operand (activations, gradients) as
+// Gemm does (KernelTable::GemmPacked): the step's results bit for bit those of Gemm.
+constexpr auto kAsGemm = kernels::PackedGemmA::kAsGemm;
+}  // namespace
 
 
 template <typename Real>
@@ -102,6 +107,7 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     }
     // Ē as the single-rank head sees it, once per step however many micro-batches.
     if (shard.head && tp_->size() == 1) ops_->PrepareHead(EBarCompute(), rows, dE);
+    if (shard.head) ops_->PackOperand(options_.precision, EBarCompute(), rows * dE, &e_bar_op_);
   }
   const auto& entries = layout_.entries();
   const int64_t nt = shard.tiles();
@@ -114,6 +120,8 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     ops_->Copy(params + w_o.buffer_offset, w_o.size(), w.w_o.data());
     RoundToCompute(w.w_cat.data(), w.w_cat.size());
     RoundToCompute(w.w_o.data(), w.w_o.size());
+    ops_->PackOperand(options_.precision, w.w_cat.data(), w.w_cat.size(), &w.w_cat_op);
+    ops_->PackOperand(options_.precision, w.w_o.data(), w.w_o.size(), &w.w_o_op);
     for (auto [slot, host] : {std::pair{kSw, &w.s_w}, std::pair{kSr, &w.s_r}, std::pair{kSO, &w.s_o}}) {
       host->resize(nt);
       ops_->Download(params + entries[layout_.MultiscreenEntry(layer, slot)].buffer_offset, nt, host->data());
@@ -161,8 +169,8 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3). The
     // stored x_in and U are the GEMM operands, so they hold the compute precision.
     RoundToCompute(a.x_in.data(), rows * dE);
-    ops_->Gemm(options_.precision, false, false, rows, nt * C, dE, 1, a.x_in.data(), dE, w.w_cat.data(), nt * C, 0,
-               a.P.data(), nt * C);
+    ops_->GemmPacked(false, false, rows, nt * C, dE, 1, a.x_in.data(), dE, kAsGemm, w.w_cat_op,
+                     nt * C, 0, a.P.data(), nt * C);
     RoundToCompute(a.P.data(), rows * nt * C);
     timer.emplace(profile, StepProfile::kScreeningForward);
     const auto tiles = TileScalarsOf(li, inference);
@@ -170,8 +178,7 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     RoundToCompute(a.U.data(), rows * nt * dV);
     timer.emplace(profile, StepProfile::kOutputGemm);
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
-    AddProductAcrossTp(*ops_, *tp_, options_.precision, false, false, rows, dE, nt * dV, a.U.data(), nt * dV,
-                       w.w_o.data(), dE, scratch_x_, x);
+    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, nt * dV, a.U.data(), nt * dV, w.w_o_op, dE, scratch_x_, x);
   }
 }
 
@@ -226,6 +233,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   args.dy = dx != nullptr ? hb.dy.data() : nullptr;
   args.d_e_bar = d_e_bar_.data();
   args.precision = options_.precision;
+  args.e_bar_packed = &e_bar_op_;
   if (tp_->size() > 1) {
     ShardedHeadLoss(*ops_, *tp_, args, options_.head_chunk_rows, &hb.sharded);
   } else {
@@ -284,8 +292,8 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       RoundGradientToCompute(d_delta_.data(), rows * dE);
       d_delta = d_delta_.data();
     }
-    ops_->Gemm(options_.precision, false, true, rows, nt * dV, dE, 1, d_delta, dE, w.w_o.data(), dE, 0, d_u_.data(),
-               nt * dV);
+    ops_->GemmPacked(false, true, rows, nt * dV, dE, 1, d_delta, dE, kAsGemm, w.w_o_op, dE, 0,
+                     d_u_.data(), nt * dV);
     ops_->Gemm(options_.precision, true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, d_delta, dE, 1,
                grads + slot(kWO), dE);
     timer.emplace(options_.profile, StepProfile::kScreeningBackward);
@@ -303,8 +311,8 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     ops_->Gemm(options_.precision, true, false, dE, nt * C, rows, 1, a.x_in.data(), dE, d_p_.data(), nt * C, 0,
                d_w_cat_.data(), nt * C);
     UnpackProjectionsAdd(*ops_, layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
-    AddProductAcrossTp(*ops_, *tp_, options_.precision, false, true, rows, dE, nt * C, d_p_.data(), nt * C,
-                       w.w_cat.data(), nt * C, scratch_x_, dx);
+    AddProductAcrossTp(*ops_, *tp_, false, true, rows, dE, nt * C, d_p_.data(), nt * C, w.w_cat_op, nt * C, scratch_x_,
+                       dx);
     this->LayerGradientsWritten(layout_.shard().layer_begin + li);
   }
 }
@@ -356,8 +364,8 @@ void Multiscreen<Real>::Logits(const Real* params, const int32_t* ids, int64_t T
   // Into the caller's host memory directly on the CPU; through a device array elsewhere.
   const bool host = ops_->device() == Device::kCpu;
   if (!host) logits_.Resize(T * V);
-  ops_->Gemm(options_.precision, false, true, T, V, dE, scale, x, dE, EBarCompute(), dE, 0,
-             host ? logits : logits_.data(), V);
+  ops_->GemmPacked(false, true, T, V, dE, scale, x, dE, kAsGemm, e_bar_op_, dE, 0,
+                   host ? logits : logits_.data(), V);
   if (!host) ops_->Download(logits_.data(), T * V, logits);
 }
 

@@ -66,7 +66,10 @@ class Multiscreen final : public ModelStage<Real> {
   void Logits(const Real* params, const int32_t* ids, int64_t T, const InferenceOptions& options, Real* logits);
 
   // ---- stage pieces (pipeline stages call these) ----------------------------------
-  // Prepares Ē (unit rows of W_E) and the layers' packed compute weights for `params`.
+  // Prepares Ē (unit rows of W_E) and the layers' packed compute weights for `params`,
+  // and packs the GEMMs' weights (W_cat, W_O, the head's Ē) once in the step's precision
+  // (KernelTable::PackOperand), which every micro-batch's forward and backward read until
+  // the next BeginStep: new parameters (an update, a load, an init) are seen only here.
   void BeginStep(const Real* params) override;
   // x[n, d_E] = e^{s_E} · Ē[ids] (all-reduced over tp). Needs shard.embed.
   void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
@@ -98,6 +101,9 @@ class Multiscreen final : public ModelStage<Real> {
     explicit LayerWeights(Device d) : w_cat(d), w_o(d) {}
     Array w_cat;  // [d_E, tiles·p_cols]: per tile [W_Q | W_K | W_V | W_G]
     Array w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
+    // w_cat and w_o as the GEMMs read them (packed by BeginStep from the arrays above,
+    // which must stay unchanged while these are used).
+    kernels::PackedOperand<Real> w_cat_op, w_o_op;
     std::vector<Real> s_w, s_r, s_o;  // host copies of the tiles' scalars (BeginStep)
   };
   struct HeadBuffers {  // HeadLoss's buffers, kept between steps
@@ -127,6 +133,7 @@ class Multiscreen final : public ModelStage<Real> {
   Real s_e_ = 0, s_f_ = 0;                  // host copies (BeginStep)
   Array e_bar_, e_norm_, d_e_bar_;          // Ē [V_local, d_E], row norms, ∂L/∂Ē
   Array e_bar_compute_;                     // Ē rounded for the GEMMs (kBf16, kFp16; unused under kFp32)
+  kernels::PackedOperand<Real> e_bar_op_;   // EBarCompute() as the head's GEMMs read it (BeginStep; shard.head)
   const Real* EBarCompute() const {
     return options_.precision == Precision::kFp32 ? e_bar_.data() : e_bar_compute_.data();
   }

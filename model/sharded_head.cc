@@ -15,10 +15,18 @@ void ShardedHeadLoss(kernels::KernelTable<Real>& ops, Communicator& tp, const ke
   hb->row_sum.resize(n);
   std::fill(a.target_logit, a.target_logit + n, 0.0);
   Real* z = hb->z.data();
-  // Logits of rows [r0, r0 + rc): z = scale · y Ēᵀ on the local vocabulary.
-  auto logits = [&](int64_t r0, int64_t rc) {
-    ops.Gemm(a.precision, false, true, rc, Vl, dE, a.scale, a.y + r0 * dE, dE, a.e_bar, dE, 0, z, Vl);
+  // C = scale · A · op(Ē): Ē packed once (a.e_bar_packed), else converted per product.
+  auto times_e_bar = [&](bool trans_b, int64_t m, int64_t n, int64_t k, const Real* A, int64_t lda, Real* c,
+                         int64_t ldc) {
+    if (a.e_bar_packed != nullptr) {
+      ops.GemmPacked(false, trans_b, m, n, k, a.scale, A, lda, kernels::PackedGemmA::kAsGemm, *a.e_bar_packed, dE, 0,
+                     c, ldc);
+    } else {
+      ops.Gemm(a.precision, false, trans_b, m, n, k, a.scale, A, lda, a.e_bar, dE, 0, c, ldc);
+    }
   };
+  // Logits of rows [r0, r0 + rc): z = scale · y Ēᵀ on the local vocabulary.
+  auto logits = [&](int64_t r0, int64_t rc) { times_e_bar(true, rc, Vl, dE, a.y + r0 * dE, dE, z, Vl); };
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
     logits(r0, rc);
@@ -42,7 +50,7 @@ void ShardedHeadLoss(kernels::KernelTable<Real>& ops, Communicator& tp, const ke
     logits(r0, rc);
     ops.CrossEntropyGrad(z, Vl, rc, Vl, a.lse + r0, a.target + r0, a.coef);
     ops.Gemm(a.precision, true, false, dE, Vl, rc, a.scale, a.y + r0 * dE, dE, z, Vl, 1, hb->d_e_bar_t.data(), Vl);
-    ops.Gemm(a.precision, false, false, rc, dE, Vl, a.scale, z, Vl, a.e_bar, dE, 0, a.dy + r0 * dE, dE);
+    times_e_bar(false, rc, dE, Vl, z, Vl, a.dy + r0 * dE, dE);
   }
   ops.MoveAddTransposed(hb->d_e_bar_t.data(), dE, Vl, Vl, a.d_e_bar, dE);
 }

@@ -31,7 +31,8 @@ struct ShardedHeadBuffers {
 // taken). lse and target_logit come out global and identical on every rank; dy is this
 // rank's part of ∂L/∂y (the caller all-reduces it); d_e_bar gets this rank's rows'
 // gradient. Logits are computed chunk_rows rows at a time ([chunk_rows, vocab] is the
-// largest block).
+// largest block). The products with Ē read args.e_bar_packed where given (as Gemm would
+// read e_bar, bit for bit), else e_bar.
 template <typename Real>
 void ShardedHeadLoss(kernels::KernelTable<Real>& ops, Communicator& tp, const kernels::HeadLossArgs<Real>& args,
                      int64_t chunk_rows, ShardedHeadBuffers<Real>* buffers);

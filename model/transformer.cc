@@ -7,11 +7,15 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "model/residual.h"
 
 namespace multiscreen {
 namespace {
+// The step's GEMMs with a packed weight read their A operand (activations, gradients) as
+// Gemm does (KernelTable::GemmPacked): the step's results bit for bit those of Gemm.
+constexpr auto kAsGemm = kernels::PackedGemmA::kAsGemm;
 
 template <typename Real>
 std::unique_ptr<kernels::TransformerKernels<Real>> TransformerTableFor(const ModelOptions& options) {
@@ -142,6 +146,7 @@ void Transformer<Real>::BeginStep(const Real* params) {
     if (d.sio && shard.embed) ops_->Download(params + layout_.Find("embed/s_E")->buffer_offset, 1, &s_e_);
     if (d.sio && shard.head) ops_->Download(params + layout_.Find("head/s_F")->buffer_offset, 1, &s_f_);
     if (shard.head && tp_->size() == 1) ops_->PrepareHead(Table(), rows, dE);
+    if (shard.head) ops_->PackOperand(options_.precision, Table(), rows * dE, &table_op_);
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
@@ -161,6 +166,9 @@ void Transformer<Real>::BeginStep(const Real* params) {
     w.w_down.Resize(F * dE);
     ops_->Copy(params + s.w_down, F * dE, w.w_down.data());
     for (Array* a : {&w.w_qkv, &w.w_o, &w.w_gu, &w.w_down}) RoundToCompute(a->data(), a->size());
+    const std::pair<const Array*, kernels::PackedOperand<Real>*> packs[] = {
+        {&w.w_qkv, &w.w_qkv_op}, {&w.w_o, &w.w_o_op}, {&w.w_gu, &w.w_gu_op}, {&w.w_down, &w.w_down_op}};
+    for (auto [a, op] : packs) ops_->PackOperand(options_.precision, a->data(), a->size(), op);
     w.base.assign(H, 1.0 / std::sqrt(double(dh)));
     if (d.qk_norm) {
       std::vector<Real> s_qk(H);
@@ -203,7 +211,6 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   if (inference != nullptr) rope_ = {inference->yarn_factor, double(inference->train_len)};
   const double logit_scale = kernels::cpu::YarnLogitScale(rope_.factor);
   const int64_t dE = d.d_e, H = layout_.shard().tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn(), rows = B * T;
-  const Precision prec = options_.precision;
   batch_ = B;
   seq_ = T;
   const kernels::AttentionShape shape{B, T, H, dh, d.attention};
@@ -221,8 +228,8 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     tk_->RmsNormForward(a.x_in.data(), params + s.attn_norm, a.xn1.data(), a.rstd1.data(), rows, dE);
     RoundToCompute(a.xn1.data(), rows * dE);
     a.qkv.Resize(rows * 3 * dl);
-    ops_->Gemm(prec, false, false, rows, 3 * dl, dE, 1, a.xn1.data(), dE, w.w_qkv.data(), 3 * dl, 0, a.qkv.data(),
-               3 * dl);
+    ops_->GemmPacked(false, false, rows, 3 * dl, dE, 1, a.xn1.data(), dE, kAsGemm, w.w_qkv_op, 3 * dl, 0,
+                     a.qkv.data(), 3 * dl);
     Array* qkv[3] = {&a.q, &a.k, &a.v};
     for (Array* part : qkv) part->Resize(rows * dl);
     timer.emplace(options_.profile, StepProfile::kAttention);
@@ -250,7 +257,7 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     RoundToCompute(a.o.data(), rows * dl);
     // x += o W_O: this rank's heads' part, summed over the tp group.
     timer.emplace(options_.profile, StepProfile::kOutputGemm);
-    AddProductAcrossTp(*ops_, *tp_, prec, false, false, rows, dE, dl, a.o.data(), dl, w.w_o.data(), dE, scratch_x_, x);
+    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, dl, a.o.data(), dl, w.w_o_op, dE, scratch_x_, x);
     // FFN block: f = RMSNorm(x), x += (SiLU(f W_gateᵀ) ⊙ f W_upᵀ) W_down.
     timer.emplace(options_.profile, StepProfile::kFfn);
     a.x_mid.Resize(rows * dE);
@@ -260,12 +267,13 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     tk_->RmsNormForward(a.x_mid.data(), params + s.ffn_norm, a.xn2.data(), a.rstd2.data(), rows, dE);
     RoundToCompute(a.xn2.data(), rows * dE);
     a.gu.Resize(rows * 2 * F);
-    ops_->Gemm(prec, false, true, rows, 2 * F, dE, 1, a.xn2.data(), dE, w.w_gu.data(), dE, 0, a.gu.data(), 2 * F);
+    ops_->GemmPacked(false, true, rows, 2 * F, dE, 1, a.xn2.data(), dE, kAsGemm, w.w_gu_op, dE, 0, a.gu.data(),
+                     2 * F);
     a.h.Resize(rows * F);
     tk_->SwiGluForward(a.gu.data(), a.h.data(), rows, F);
     RoundToCompute(a.h.data(), rows * F);
     // This rank's hidden units' part, summed over the tp group.
-    AddProductAcrossTp(*ops_, *tp_, prec, false, false, rows, dE, F, a.h.data(), F, w.w_down.data(), dE, scratch_x_, x);
+    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, F, a.h.data(), F, w.w_down_op, dE, scratch_x_, x);
   }
 }
 
@@ -317,6 +325,7 @@ double Transformer<Real>::HeadLoss(const Real* params, const Real* x, const int3
   args.dy = dx != nullptr ? dy_.data() : nullptr;
   args.d_e_bar = d_table_.data();
   args.precision = options_.precision;
+  args.e_bar_packed = &table_op_;
   if (tp_->size() > 1) {
     ShardedHeadLoss(*ops_, *tp_, args, options_.head_chunk_rows, &sharded_);
   } else {
@@ -369,20 +378,21 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kFfn);
     // FFN: x_out = x_mid + h W_down, h = SwiGLU(xn2 [W_gate; W_up]ᵀ), xn2 = RMSNorm(x_mid).
     const Real* d_out = GradientOperand(dx, rows * dE);
-    ops_->Gemm(prec, false, true, rows, F, dE, 1, d_out, dE, w.w_down.data(), dE, 0, d_h_.data(), F);
+    ops_->GemmPacked(false, true, rows, F, dE, 1, d_out, dE, kAsGemm, w.w_down_op, dE, 0, d_h_.data(), F);
     ops_->Gemm(prec, true, false, F, dE, rows, 1, a.h.data(), F, d_out, dE, 1, grads + s.w_down, dE);
     tk_->SwiGluBackward(a.gu.data(), d_h_.data(), d_gu_.data(), rows, F);
     RoundGradientToCompute(d_gu_.data(), rows * 2 * F);
     // W_gate and W_up are adjacent in the layout: one [2 d_ff, d_E] gradient.
     ops_->Gemm(prec, true, false, 2 * F, dE, rows, 1, d_gu_.data(), 2 * F, a.xn2.data(), dE, 1, grads + s.w_gate, dE);
-    ops_->Gemm(prec, false, false, rows, dE, 2 * F, 1, d_gu_.data(), 2 * F, w.w_gu.data(), dE, 0, d_a_.data(), dE);
+    ops_->GemmPacked(false, false, rows, dE, 2 * F, 1, d_gu_.data(), 2 * F, kAsGemm, w.w_gu_op, dE, 0, d_a_.data(),
+                     dE);
     tp_->AllReduce(d_a_.data(), rows * dE, ReduceOp::kSum);  // ∂L/∂xn2 over every rank's hidden units
     tk_->RmsNormBackward(a.x_mid.data(), params + s.ffn_norm, a.rstd2.data(), d_a_.data(), dx, grads + s.ffn_norm,
                          rows, dE, true);
     // Attention: x_mid = x_in + o W_O.
     timer.emplace(options_.profile, StepProfile::kOutputGemm);
     d_out = GradientOperand(dx, rows * dE);
-    ops_->Gemm(prec, false, true, rows, dl, dE, 1, d_out, dE, w.w_o.data(), dE, 0, d_o_.data(), dl);
+    ops_->GemmPacked(false, true, rows, dl, dE, 1, d_out, dE, kAsGemm, w.w_o_op, dE, 0, d_o_.data(), dl);
     ops_->Gemm(prec, true, false, dl, dE, rows, 1, a.o.data(), dl, d_out, dE, 1, grads + s.w_o, dE);
     timer.emplace(options_.profile, StepProfile::kAttention);
     if (screening()) {  // ∂P straight into ∂qkv (the same per-head layout); s_w, s_r on the host
@@ -423,8 +433,8 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       ops_->Add2DBatched(d_w_qkv_.data() + QkvColumn(p, 0), 3 * dl, QkvColumn(p, 1) - QkvColumn(p, 0), dE, dh, H,
                          grads + parts[p], dh, dE * dh);
     }
-    ops_->Gemm(prec, false, true, rows, dE, 3 * dl, 1, d_qkv_.data(), 3 * dl, w.w_qkv.data(), 3 * dl, 0, d_a_.data(),
-               dE);
+    ops_->GemmPacked(false, true, rows, dE, 3 * dl, 1, d_qkv_.data(), 3 * dl, kAsGemm, w.w_qkv_op, 3 * dl, 0,
+                     d_a_.data(), dE);
     tp_->AllReduce(d_a_.data(), rows * dE, ReduceOp::kSum);  // ∂L/∂xn1 over every rank's heads
     tk_->RmsNormBackward(a.x_in.data(), params + s.attn_norm, a.rstd1.data(), d_a_.data(), dx, grads + s.attn_norm,
                          rows, dE, true);

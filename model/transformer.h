@@ -65,7 +65,11 @@ class Transformer final : public ModelStage<Real> {
   const ParamLayout& layout() const override { return layout_; }
   const ModelDims& dims() const { return layout_.dims(); }
 
-  // Packs the layers' compute weights, reads s_E, s_F, s_QK to the host, makes Ē (sio).
+  // Packs the layers' compute weights, reads s_E, s_F, s_QK to the host, makes Ē (sio),
+  // and packs the GEMMs' weights (W_QKV, W_O, [W_gate; W_up], W_down, the head's table)
+  // once in the step's precision (KernelTable::PackOperand), which every micro-batch's
+  // forward and backward read until the next BeginStep: new parameters (an update, a
+  // load, an init) are seen only here.
   void BeginStep(const Real* params) override;
   void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
   // `inference`: its yarn_factor (with train_len as YaRN's L), and for attention
@@ -101,6 +105,9 @@ class Transformer final : public ModelStage<Real> {
     Array w_o;     // [d_l, d_E]  (heads·d_h rows)
     Array w_gu;    // [2 F_l, d_E]: rows [W_gate; W_up]
     Array w_down;  // [F_l, d_E]
+    // The four as the GEMMs read them (packed by BeginStep from the arrays above, which
+    // must stay unchanged while these are used).
+    kernels::PackedOperand<Real> w_qkv_op, w_o_op, w_gu_op, w_down_op;
     std::vector<double> scale;  // [H_l] host: base_h (SSMax: base_h · s_SS,h), the kernels' scale_h
     std::vector<double> base;   // [H_l] host: 1/√d_h, or e^{s_QK}
     std::vector<Real> s_w, s_r, s_o;  // [H_l] host (screening): the heads' s_w, s_r; s_o zeros (scale 1)
@@ -134,6 +141,7 @@ class Transformer final : public ModelStage<Real> {
   kernels::cpu::RopeScaling rope_;  // the last LayersForward's RoPE frequencies (YaRN's at inference)
   Real s_e_ = 0, s_f_ = 0;  // host copies (BeginStep; sio)
   Array table_, e_norm_, table_c_, d_table_;  // Ē (sio) or a copy of W_E, its row norms, its rounding, ∂L/∂table
+  kernels::PackedOperand<Real> table_op_;     // Table() as the head's GEMMs read it (BeginStep; shard.head)
   std::vector<LayerWeights> weights_;
   std::vector<LayerActivations> acts_;
   // LayersBackward's scratch, and HeadLoss's.

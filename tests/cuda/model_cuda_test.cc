@@ -12,8 +12,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
+#ifdef MULTISCREEN_CUDA_EMULATED
+#include "cuda_emulator/emulator.h"
+#endif
 #include "kernels/cuda/cuda_kernel_table.h"
 #include "kernels/device_array.h"
 #include "kernels/host_staging.h"
@@ -203,6 +207,97 @@ TEST_P(ModelCudaTest, AStageOnDeviceArraysMatchesTheCpuStage) {
 
 // tiny_psi2: the CPU head's whole-row path; tiny_psi4: its panel path.
 INSTANTIATE_TEST_SUITE_P(Tiny, ModelCudaTest, ::testing::Values("tiny_psi2", "tiny_psi4"));
+
+#ifdef MULTISCREEN_CUDA_EMULATED
+// What a training step ran on the emulated device (cuda_emulator/emulator.h's tally):
+// kernel launches and cuBLAS products, copies, and the GEMMs' 16-bit packing kernel's
+// launches and threads (one thread per element converted, up to a block's 256).
+struct StepWork {
+  uint64_t launches = 0, copies = 0, pack_launches = 0, packed = 0;
+};
+
+StepWork StepTally() {
+  StepWork w;
+  for (const auto& [name, tally] : msemu::WorkTallies()) {
+    (name.starts_with("cudaMemcpy") ? w.copies : w.launches) += tally.calls;
+    if (name.find("PackKernel") != std::string::npos) {
+      w.pack_launches += tally.calls;
+      w.packed += tally.threads;
+    }
+  }
+  return w;
+}
+
+// The work of the second of two training steps of M micro-batches of B × T tokens (a
+// one-stage pipeline on the device, as the trainer runs it; the first step makes the
+// GEMM plans and grows the buffers).
+StepWork WorkOfAStep(const ModelDims& dims, Precision precision, int64_t M, int64_t B, int64_t T) {
+  const ShardSpec shard = ShardSpec::Full(dims);
+  const ParamLayout layout(dims, shard);
+  const auto params = dims.transformer() ? testing::PerturbedTransformerParams<float>(layout, 41)
+                                         : PerturbedParams<float>(layout, 41);
+  const auto tokens = RandomTokens(dims.vocab, M * B * (T + 1), 42);
+  ModelOptions options;
+  options.device = Device::kCuda;
+  options.precision = precision;
+  PipelineStage stage(dims, shard, options, nullptr, nullptr);
+  DeviceArray<float> p(Device::kCuda), g(Device::kCuda);
+  p.Resize(layout.size());
+  p.CopyFromHost(params.data());
+  g.Resize(layout.size());
+  EXPECT_TRUE(stage.Run(p.data(), tokens.data(), M, B, T, g.data(), 1.0 / M).ok());
+  const StepWork before = StepTally();
+  EXPECT_TRUE(stage.Run(p.data(), tokens.data(), M, B, T, g.data(), 1.0 / M).ok());
+  const StepWork after = StepTally();
+  return {after.launches - before.launches, after.copies - before.copies,
+          after.pack_launches - before.pack_launches, after.packed - before.packed};
+}
+
+// Under bf16 a training step converts each weight matrix once (BeginStep packs W_cat,
+// W_O, Ē; the Transformer's W_QKV, W_O, [W_gate; W_up], W_down and its table) and per
+// micro-batch only the GEMMs' other operands: activations and gradients, the
+// activation-by-gradient products' two. The bound counts each such operand once per
+// GEMM, padded to the packing launch's blocks of 256 as the tally counts threads;
+// converting a weight again in any micro-batch's GEMM (the forward, the backward's
+// dX = dY·Wᵀ, the head) exceeds it.
+TEST_F(CudaTest, Bf16TrainingStepConvertsEachWeightOnceAndActivationsPerMicroBatch) {
+  auto padded = [](int64_t n) { return uint64_t((n + 255) / 256 * 256); };
+  const int64_t M = 3, B = 2, T = 13, R = B * T;
+  for (const char* name : {"tiny_psi4", "tiny_transformer"}) {
+    const ModelDims dims = *LoadModel(name);
+    const int64_t L = dims.n_layers, dE = dims.d_e, V = dims.vocab;
+    uint64_t weights = padded(V * dE), activations = 0;  // the tied head's Ē
+    // The head (one chunk: R < 512 rows): logits y·Ēᵀ, ∂y = ∂z·Ē, ∂Ē += ∂zᵀ·y.
+    activations += padded(R * dE) + padded(R * V) + padded(R * V + R * dE);
+    if (dims.transformer()) {
+      const int64_t dl = dims.n_heads * dims.d_k, F = dims.d_ff();
+      weights += L * (padded(dE * 3 * dl) + padded(dl * dE) + padded(2 * F * dE) + padded(F * dE));
+      // Forward: a·W_QKV, o·W_O, a·[W_gate; W_up]ᵀ, h·W_down. Backward: ∂h, ∂W_down, ∂W_gate|up,
+      // ∂a (FFN), ∂o, ∂W_O, ∂W_QKV, ∂a (attention).
+      activations += L * (padded(R * dE) + padded(R * dl) + padded(R * dE) + padded(R * F) + padded(R * dE) +
+                          padded(R * F + R * dE) + padded(R * 2 * F + R * dE) + padded(R * 2 * F) + padded(R * dE) +
+                          padded(R * dl + R * dE) + padded(R * dE + R * 3 * dl) + padded(R * 3 * dl));
+    } else {
+      const int64_t nt = dims.n_heads, dV = dims.d_v, C = 2 * dims.d_k + (dims.output_gate ? 2 : 1) * dV;
+      weights += L * (padded(dE * nt * C) + padded(nt * dV * dE));
+      // Forward: x·W_cat, U·W_O. Backward: ∂U = ∂Δ·W_Oᵀ, ∂W_O = Uᵀ∂Δ, ∂W_cat = xᵀ∂P, ∂x += ∂P·W_catᵀ.
+      activations += L * (padded(R * dE) + padded(R * nt * dV) + padded(R * dE) + padded(R * nt * dV + R * dE) +
+                          padded(R * dE + R * nt * C) + padded(R * nt * C));
+    }
+    const StepWork fp32 = WorkOfAStep(dims, Precision::kFp32, M, B, T);
+    const StepWork bf16 = WorkOfAStep(dims, Precision::kBf16, M, B, T);
+    std::printf("%s, a step of %lld micro-batches: launches %llu (fp32) and %llu (bf16), copies %llu and %llu; "
+                "bf16 packs %llu times, %llu elements (bound: weights %llu once + %lld x activations %llu)\n",
+                name, static_cast<long long>(M), static_cast<unsigned long long>(fp32.launches),
+                static_cast<unsigned long long>(bf16.launches), static_cast<unsigned long long>(fp32.copies),
+                static_cast<unsigned long long>(bf16.copies), static_cast<unsigned long long>(bf16.pack_launches),
+                static_cast<unsigned long long>(bf16.packed), static_cast<unsigned long long>(weights),
+                static_cast<long long>(M), static_cast<unsigned long long>(activations));
+    EXPECT_EQ(fp32.packed, 0u) << name;
+    EXPECT_LE(bf16.packed, weights + M * activations) << name;
+  }
+}
+#endif  // MULTISCREEN_CUDA_EMULATED
 
 // The tiled screening kernels (kernels/cuda/screening_tiled.h) in the model: tiny_tiled
 // has their widths (d_K = 16, d_V = 64); T = 70 is two 64-query blocks, the second
