@@ -534,6 +534,8 @@ int BenchScreening(int argc, char** argv) {
 }  // namespace
 
 int BenchCommand(int argc, char** argv) {
+  // One process: copies under a launcher would time each other.
+  if (int rc = RefuseSeveralProcesses("bench"); rc != 0) return rc;
   const std::string what = argc >= 2 ? argv[1] : "";
   if (what == "train") return BenchTrain(argc - 1, argv + 1);
   if (what == "screening") return BenchScreening(argc - 1, argv + 1);

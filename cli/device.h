@@ -29,7 +29,8 @@ absl::StatusOr<std::string> BindDevice(int local_rank);
 absl::StatusOr<Device> ResolveDevice(bool fp64);
 
 // --peak_tflops (train, bench train): MFU's denominator per process in TFLOP/s; 0 (the
-// default) means measured at start. Error: a negative value, naming the flag.
+// default) means measured at start. Error: a value outside [0.001, 1e6] other than 0,
+// naming the flag.
 absl::StatusOr<double> PeakTflops();
 
 }  // namespace multiscreen::cli

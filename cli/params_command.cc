@@ -15,6 +15,7 @@ ABSL_FLAG(bool, json, false, "print one JSON object instead of a table");
 namespace multiscreen::cli {
 
 int ParamsCommand(int argc, char** argv) {
+  if (int rc = RefuseSeveralProcesses("params"); rc != 0) return rc;
   if (auto s = ParseFlags(argc, argv, "multiscreen params --model=psi8 [--json]", {"model", "json"}); !s.ok()) return Fail("params", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("params", dims.status());

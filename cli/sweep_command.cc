@@ -297,6 +297,9 @@ int SweepCommand(int argc, char** argv) {
     std::printf("usage: %s\n", kUsage);
     return 0;
   }
+  // Every subcommand in one process: run's children are train processes of their own,
+  // which under a launcher's environment would join one job.
+  if (int rc = RefuseSeveralProcesses("sweep"); rc != 0) return rc;
   std::vector<std::string_view> accepted = {"sweep"};
   if (sub == "plan") {
     accepted.insert(accepted.end(), {"jobs", "threads", "measure"});

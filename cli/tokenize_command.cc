@@ -25,6 +25,7 @@ std::string ReadStdin() {
 }  // namespace
 
 int TokenizeCommand(int argc, char** argv) {
+  if (int rc = RefuseSeveralProcesses("tokenize"); rc != 0) return rc;
   if (auto s = ParseFlags(argc, argv, "multiscreen tokenize --tokenizer=DIR [--decode] < INPUT", {"tokenizer", "decode"}); !s.ok()) {
     return Fail("tokenize", s);
   }

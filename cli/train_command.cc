@@ -173,7 +173,9 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
       run.mutable_data()->set_val_shard(absl::GetFlag(FLAGS_data));
     } else {
       run.mutable_data()->clear_val_shard();
-      if (run.eval().every() > 0 || Given(given, "eval_windows")) {
+      // (A path that is not there is refused when the shards are opened, without this.)
+      if ((run.eval().every() > 0 || Given(given, "eval_windows")) &&
+          std::filesystem::exists(absl::GetFlag(FLAGS_data))) {
         LogWarning("--data=", absl::GetFlag(FLAGS_data), " is a file: training data only, so validation is off (a "
                    "--data directory with val_*.bin, or data.val_shard in the run file, gives held-out data)");
       }

@@ -27,8 +27,8 @@ std::string LauncherEnv();
 // without srun, is no error). Call it before anything is written.
 absl::Status CheckLauncherProcessCount(int mpi_world_size);
 
-// For a command that runs in one process (eval, forward, generate, init, ckpt, prepare;
-// cli RefuseSeveralProcesses): OK when no launcher, or a launcher of
+// For a command that runs in one process (every command but train; cli
+// RefuseSeveralProcesses): OK when no launcher, or a launcher of
 // one process, started this one (the count as CheckLauncherProcessCount reads it).
 // Otherwise "<command> is single-process: the launcher started N processes (VAR=N); run it
 // without mpirun or srun", and *quiet set when this is not the launcher's rank 0

@@ -279,7 +279,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   if (t->is_logger() && std::filesystem::is_directory(run.run_dir(), ec) &&
       !std::filesystem::is_empty(run.run_dir(), ec)) {
     bool a_run = false;
-    for (const char* mark : {"run.json", "metrics.jsonl", "checkpoints", ".lock", "status.json", "data.json", "tb"}) {
+    // run.textproto and train.log: what a sweep's runner writes into a run's directory
+    // before it starts the run (launch/sweep_runner.cc).
+    for (const char* mark : {"run.json", "metrics.jsonl", "checkpoints", ".lock", "status.json", "data.json", "tb",
+                             "run.textproto", "train.log"}) {
       a_run = a_run || std::filesystem::exists(std::filesystem::path(run.run_dir()) / mark, ec);
     }
     if (!a_run) {

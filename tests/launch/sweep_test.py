@@ -414,6 +414,8 @@ class SweepTest(unittest.TestCase):
         sweep("run", f"--sweep={path}", "--local", "--threads=1")
         first = losses(run_dir)
         self.assertEqual(max(s for s, _ in first), 40)
+        with open(os.path.join(run_dir, "train.log")) as f:  # run.textproto, written first, is a run's file
+            self.assertNotIn("holds files but no run", f.read())
         # A third, larger budget: the same run trains on from step 40 to 80.
         write(path, sweep_text(root, self.data, models=models, tokens=(1280, 2560, 5120)))
         r = sweep("run", f"--sweep={path}", "--local", "--threads=1")

@@ -153,11 +153,23 @@ class TrainTest(SyntheticCorpusCase):
         self.assertEqual(len(rows), 3)
         for x in rows:
             self.assertAlmostEqual(x["mfu"] * 2e9 / x["tokens_per_s"] / b["flops_per_token"], 1.0, delta=0.01)
-        r = self.train(self.run_dir("peak_bad"), "--steps=1", "--peak_tflops=-1", check=False)
-        self.assertEqual(r.returncode, 1)
-        self.assertEqual(r.stderr.strip().splitlines(), ["multiscreen train: --peak_tflops=-1: must be a finite rate "
-                                                         ">= 0 (0: measured)"])
-        self.assertFalse(os.path.exists(self.run_dir("peak_bad")))
+        for bad in ("-1", "1e-320", "0.0009", "2e6"):
+            r = self.train(self.run_dir("peak_bad"), "--steps=1", f"--peak_tflops={bad}", check=False)
+            self.assertEqual(r.returncode, 1)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertRegex(r.stderr, r"^multiscreen train: --peak_tflops=\S+: must be 0 \(measured\) or a rate in "
+                                       r"\[0.001, 1e6\] TFLOP/s per process$")
+            self.assertFalse(os.path.exists(self.run_dir("peak_bad")))
+
+    def test_a_data_path_that_is_not_there_is_one_line(self):
+        # It was first called a file ("training data only, so validation is off"), then refused.
+        missing = os.path.join(self.tmp.name, "no_such_data")
+        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={missing}",
+                            f"--run_dir={self.run_dir('no_data')}", "--steps=1"], capture_output=True, text=True,
+                           timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(r.stderr.strip().splitlines(), [f"multiscreen train: {missing}: no such shard file or directory"])
+        self.assertFalse(os.path.exists(self.run_dir("no_data")))
 
     def test_checkpoints_gone_while_latest_names_one_are_refused_not_buried(self):
         # Issue 31: the step directories vanished (moved away, a mount gone) while
