@@ -21,6 +21,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 from random_tokens import write_tokens  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# The default tokenizer (scripts/fetch_data), by the checkout's path: ctest runs elsewhere.
+TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data_cache", "gpt2")
 from cli_errors import OneLineErrors  # noqa: E402
 
 BIN = None
@@ -299,7 +301,8 @@ class CliTest(OneLineErrors):
             "generate": ["generate", f"--weights={w}", "--prompt=", "--max_tokens=2"],
             "init": ["init", "--model=tiny_psi2", "--seed=1", f"--out={outs['init']}"],
             "ckpt": ["ckpt", "init", "--model=tiny_psi2", "--seed=1", "--tp=1", "--pp=1", f"--out={outs['ckpt']}"],
-            "prepare": ["prepare", f"--input={text}", f"--output={outs['prepare']}", "--val_tokens=0"],
+            "prepare": ["prepare", f"--input={text}", f"--output={outs['prepare']}", "--val_tokens=0",
+                        f"--tokenizer={TOKENIZER}"],
             "eval": ["eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=8", "--stream", f"--out={outs['eval']}"],
             "params": ["params", "--model=tiny_psi2"],
             "bench": ["bench", "screening", "--T=16", "--w=4", "--min_seconds=0.01"],
