@@ -305,7 +305,7 @@ absl::Status H5Writer::WriteAttribute(const std::string& name, const std::string
   return status;
 }
 
-absl::Status H5Writer::Commit() {
+absl::Status H5Writer::Commit(const std::function<bool()>& cancelled) {
   const herr_t err = H5Fclose(file_);
   file_ = -1;
   if (err < 0) {
@@ -322,6 +322,10 @@ absl::Status H5Writer::Commit() {
     return status;
   }
   ::close(fd);
+  if (cancelled && cancelled()) {
+    std::remove(tmp_.c_str());
+    return absl::CancelledError(absl::StrCat(tmp_, ": interrupted before it was renamed into place"));
+  }
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     std::remove(tmp_.c_str());
     return absl::DataLossError(absl::StrCat(path_, ": cannot rename ", tmp_, " into place"));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -60,8 +61,10 @@ class H5Writer {
   absl::Status WriteAttribute(const std::string& name, int64_t value);
   absl::Status WriteAttribute(const std::string& name, double value);
   absl::Status WriteAttribute(const std::string& name, const std::string& value);
-  // Closes, fsyncs and renames into place.
-  absl::Status Commit();
+  // Closes, fsyncs and renames into place. `cancelled` (a stop signal, trainer/stop_signal.h)
+  // is polled once more before the rename: true removes the temporary and returns
+  // CANCELLED, so that a file interrupted while it was flushed replaces nothing.
+  absl::Status Commit(const std::function<bool()>& cancelled = nullptr);
 
  private:
   H5Writer(std::string path, int64_t file);

@@ -48,11 +48,12 @@ bool AllZeroBits(const float* data, int64_t n) {
 // Writes one dataset of `shape` whose element 0 is global element `first` of
 // tensor `name`, block by block from source: the CRC-32C of its data (and of
 // `total`, when given, over the same bytes). Blocks of zero bits are skipped
-// when skip_zero_blocks.
+// when skip_zero_blocks. `cancelled` true before a block: CANCELLED.
 absl::StatusOr<uint32_t> WriteDatasetStreamed(H5Writer& out, const std::string& dataset, const std::string& tensor,
                                               const std::vector<int64_t>& shape, int64_t first,
                                               const TensorSource& source, int64_t block_bytes, bool skip_zero_blocks,
-                                              std::vector<float>& buffer, Crc32cStream* total) {
+                                              std::vector<float>& buffer, Crc32cStream* total,
+                                              const std::function<bool()>& cancelled) {
   const int64_t rows = shape.empty() ? 1 : shape[0];
   int64_t inner = 1;
   for (size_t d = 1; d < shape.size(); ++d) inner *= shape[d];
@@ -66,6 +67,7 @@ absl::StatusOr<uint32_t> WriteDatasetStreamed(H5Writer& out, const std::string& 
     const int64_t n_rows = std::min(block_rows, rows - r);
     const int64_t n = n_rows * inner;
     if (n == 0) continue;
+    if (cancelled && cancelled()) return absl::CancelledError(absl::StrCat(dataset, ": interrupted"));
     if (int64_t(buffer.size()) < n) buffer.resize(n);
     MS_RETURN_IF_ERROR(source(tensor, first + r * inner, n, buffer.data()));
     crc.Update(buffer.data(), n * sizeof(float));
@@ -88,7 +90,7 @@ int64_t FirstElement(const ExpectedDataset& d) {
 // One file of a checkpoint: its root attributes, then each dataset.
 absl::StatusOr<json> WriteCheckpointFile(const std::string& path, const std::string& name, const ExpectedFile& datasets,
                                          const CheckpointMeta& meta, const TensorSource& source, int64_t block_bytes,
-                                         std::vector<float>& buffer) {
+                                         std::vector<float>& buffer, const std::function<bool()>& cancelled) {
   MS_ASSIGN_OR_RETURN(auto out, H5Writer::Create(path));
   long long pp = 0, tp = 0, dp = 0;
   if (std::sscanf(name.c_str(), "optim_pp%lld_tp%lld_dp%lld.h5", &pp, &tp, &dp) == 3) {
@@ -110,7 +112,7 @@ absl::StatusOr<json> WriteCheckpointFile(const std::string& path, const std::str
   for (const auto& [dataset, where] : datasets) {
     MS_ASSIGN_OR_RETURN(const uint32_t crc,
                         WriteDatasetStreamed(*out, dataset, dataset, where.shape, FirstElement(where), source,
-                                             block_bytes, /*skip_zero_blocks=*/true, buffer, nullptr));
+                                             block_bytes, /*skip_zero_blocks=*/true, buffer, nullptr, cancelled));
     if (where.flat_offset >= 0) {
       MS_RETURN_IF_ERROR(out->WriteDatasetAttributes(
           dataset, {{"global_shape", where.global_shape}, {"flat_offset", {where.flat_offset}}}));
@@ -120,8 +122,31 @@ absl::StatusOr<json> WriteCheckpointFile(const std::string& path, const std::str
     }
     sums[dataset] = crc;
   }
-  MS_RETURN_IF_ERROR(out->Commit());
+  MS_RETURN_IF_ERROR(out->Commit(cancelled));
   return json{{"bytes", static_cast<int64_t>(fs::file_size(path))}, {"datasets", sums}};
+}
+
+// The consolidated weights file, as WriteWeightsStreamed says; any CANCELLED as it came.
+absl::Status WriteWeightsFile(const std::string& path, const ModelDims& dims, const TensorSource& source,
+                              int64_t block_bytes, const std::function<bool()>& cancelled) {
+  MS_ASSIGN_OR_RETURN(auto out, H5Writer::Create(path));
+  MS_RETURN_IF_ERROR(WriteModelDims(*out, dims));
+  const ParamLayout full(dims, ShardSpec::Full(dims));
+  Crc32cStream total;  // params_crc32c: all parameters in ParamLayout order
+  std::vector<float> buffer;
+  for (const ParamEntry& e : full.entries()) {
+    MS_RETURN_IF_ERROR(WriteDatasetStreamed(*out, e.name, e.name, e.global_shape, 0, source, block_bytes,
+                                            /*skip_zero_blocks=*/false, buffer, &total, cancelled)
+                           .status());
+  }
+  MS_RETURN_IF_ERROR(out->WriteAttribute("params_crc32c", int64_t{total.value()}));
+  return out->Commit(cancelled);
+}  // the writer, destroyed uncommitted, removes its temporary
+
+// What an interrupted writer returns: `temporary` is gone by the time it is read.
+absl::Status Interrupted(const std::string& target, const std::string& temporary) {
+  return absl::CancelledError(absl::StrCat(target, ": interrupted; the unfinished ", temporary,
+                                           " removed, nothing written in its place"));
 }
 
 // Where each range of a tensor lives in a checkpoint's files.
@@ -218,14 +243,19 @@ absl::StatusOr<TensorSource> CheckpointSource(const CheckpointRef& ckpt) {
 }
 
 absl::StatusOr<std::string> WriteCheckpointStreamed(const std::string& run_dir, const CheckpointMeta& meta,
-                                                    const TensorSource& source, int64_t block_bytes) {
+                                                    const TensorSource& source, int64_t block_bytes,
+                                                    const std::function<bool()>& cancelled) {
   MS_ASSIGN_OR_RETURN(const std::string tmp, BeginCheckpoint(run_dir, meta.step));
   int64_t bytes = 0;
   for (const ShardPlan& p : PlanCheckpoint(meta.dims, meta.layout)) bytes += p.weight_bytes + p.moment_bytes;
   json files = json::object();
   std::vector<float> buffer;
   for (const auto& [name, datasets] : ExpectedContents(meta.dims, meta.layout)) {
-    auto record = WriteCheckpointFile((fs::path(tmp) / name).string(), name, datasets, meta, source, block_bytes, buffer);
+    auto record =
+        WriteCheckpointFile((fs::path(tmp) / name).string(), name, datasets, meta, source, block_bytes, buffer, cancelled);
+    if (absl::IsCancelled(record.status()) || (record.ok() && cancelled && cancelled())) {
+      return AbandonCheckpoint(tmp, Interrupted(run_dir, tmp), bytes);
+    }
     if (!record.ok()) return AbandonCheckpoint(tmp, record.status(), bytes);
     files[name] = *std::move(record);
   }
@@ -235,19 +265,9 @@ absl::StatusOr<std::string> WriteCheckpointStreamed(const std::string& run_dir, 
 }
 
 absl::Status WriteWeightsStreamed(const std::string& path, const ModelDims& dims, const TensorSource& source,
-                                  int64_t block_bytes) {
-  MS_ASSIGN_OR_RETURN(auto out, H5Writer::Create(path));
-  MS_RETURN_IF_ERROR(WriteModelDims(*out, dims));
-  const ParamLayout full(dims, ShardSpec::Full(dims));
-  Crc32cStream total;  // params_crc32c: all parameters in ParamLayout order
-  std::vector<float> buffer;
-  for (const ParamEntry& e : full.entries()) {
-    MS_RETURN_IF_ERROR(WriteDatasetStreamed(*out, e.name, e.name, e.global_shape, 0, source, block_bytes,
-                                            /*skip_zero_blocks=*/false, buffer, &total)
-                           .status());
-  }
-  MS_RETURN_IF_ERROR(out->WriteAttribute("params_crc32c", int64_t{total.value()}));
-  return out->Commit();
+                                  int64_t block_bytes, const std::function<bool()>& cancelled) {
+  const absl::Status status = WriteWeightsFile(path, dims, source, block_bytes, cancelled);
+  return absl::IsCancelled(status) ? Interrupted(path, path + ".tmp") : status;
 }
 
 bool CheckpointVanished(const CheckpointRef& ckpt) {

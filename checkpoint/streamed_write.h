@@ -69,12 +69,18 @@ int64_t BlockRows(int64_t inner, int64_t block_bytes);
 // directory, fsync, rename, `latest`); all-zero blocks are left unwritten
 // (above). Returns the checkpoint directory. A failure removes the temporary
 // directory.
+//
+// Both writers poll `cancelled` (the commands pass StopRequested, trainer/stop_signal.h,
+// as prepare does) before each block and once more before renaming into place: true
+// ends the write with CANCELLED, the temporary removed and nothing at the target
+// replaced (an interrupted `init` leaves no *.tmp of gigabytes). Null: never.
 absl::StatusOr<std::string> WriteCheckpointStreamed(const std::string& run_dir, const CheckpointMeta& meta,
-                                                    const TensorSource& source, int64_t block_bytes);
+                                                    const TensorSource& source, int64_t block_bytes,
+                                                    const std::function<bool()>& cancelled = nullptr);
 
 // Writes the consolidated weights file of `dims` (weights_file.h's format,
 // params_crc32c included) from `source` at `path`, atomically.
 absl::Status WriteWeightsStreamed(const std::string& path, const ModelDims& dims, const TensorSource& source,
-                                  int64_t block_bytes);
+                                  int64_t block_bytes, const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace multiscreen

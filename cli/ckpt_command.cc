@@ -6,7 +6,9 @@
 //   inspect --checkpoint=DIR                                  step, model sizes and switches, layout, checksum status
 // init, reshard and export stream (checkpoint/streamed_write.h): memory stays
 // under --memory (default 1G) whatever the model, and they end by logging the
-// peak resident memory (VmHWM).
+// peak resident memory (VmHWM). SIGINT / SIGTERM while they write (trainer/stop_signal.h,
+// as in prepare) stop them between blocks: the unfinished FILE.h5.tmp or RUN_DIR removed,
+// an existing FILE.h5 left as it was, exit 1.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +31,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "trainer/stop_signal.h"
 
 ABSL_FLAG(int64_t, dp, 1, "data-parallel degree (ckpt plan, init, reshard)");
 
@@ -153,7 +156,8 @@ absl::Status CheckNewRunDir(const std::string& out, const std::string& input) {
 int WriteNewRun(const char* command, const std::string& out, const CheckpointMeta& meta, const TensorSource& source,
                 int64_t bound) {
   const auto start = std::chrono::steady_clock::now();
-  auto dir = WriteCheckpointStreamed(out, meta, source, BlockBytes(bound));
+  InstallStopHandlers();  // only now: a signal during the checks or the verification ends the command at once
+  auto dir = WriteCheckpointStreamed(out, meta, source, BlockBytes(bound), [] { return StopRequested(); });
   if (!dir.ok()) {
     std::error_code ec;
     std::filesystem::remove_all(out, ec);
@@ -227,7 +231,11 @@ int Export() {
   auto ckpt = OpenVerifiedSource(/*weights_only=*/true, &source);
   if (!ckpt.ok()) return Fail(command, ckpt.status());
   if (auto s = CheckFreeDisk(out, 4 * CountParams(ckpt->meta.dims).total); !s.ok()) return Fail(command, s);
-  if (auto s = WriteWeightsStreamed(out, ckpt->meta.dims, source, BlockBytes(*bound)); !s.ok()) return Fail(command, s);
+  InstallStopHandlers();  // only now: a signal during the verification ends export at once
+  if (auto s = WriteWeightsStreamed(out, ckpt->meta.dims, source, BlockBytes(*bound), [] { return StopRequested(); });
+      !s.ok()) {
+    return Fail(command, s);
+  }
   LogInfo("exported ", ckpt->dir, " (step ", ckpt->meta.step, ") to ", out);
   ReportPeakMemory(command, *bound);
   return 0;

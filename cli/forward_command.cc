@@ -10,6 +10,7 @@
 // than the model twice plus its gradients.
 // A non-finite loss or gradient is written, then reported as an error (exit 1).
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -27,6 +28,7 @@
 #include "kernels/host_staging.h"
 #include "model/model_stage.h"
 #include "model/streamed_forward.h"
+#include "trainer/stop_signal.h"
 
 ABSL_FLAG(std::string, weights, "", "consolidated weights file (.h5) from init or ckpt export");
 ABSL_FLAG(std::string, checkpoint, "", "a checkpoint directory or a run directory (its latest checkpoint)");
@@ -80,14 +82,23 @@ absl::Status Run(const Weights& w, const std::vector<int32_t>& tokens, int64_t B
   const double loss = model.ForwardBackward(staging->In(params.data(), layout.size()), tokens.data(), B, T,
                                             staging->GradientsFor(grads.data(), layout.size()), token_losses.data());
   staging->AddOut(grads.data());
+  // The gradients are the model's size: a SIGINT / SIGTERM while they are written stops
+  // between tensors, the writer removing the partial OUT.h5.tmp (trainer/stop_signal.h, as
+  // init does). Installed only now: before, a signal ends forward the default way.
+  InstallStopHandlers();
+  const std::function<bool()> cancelled = [] { return StopRequested(); };
   auto out = H5Writer::Create(out_path);
   if (!out.ok()) return out.status();
   H5Writer& h5 = **out;
   if (auto s = WriteLosses(h5, loss, B, T, token_losses.data()); !s.ok()) return s;
   for (const ParamEntry& e : layout.entries()) {
+    if (cancelled()) {
+      return absl::CancelledError(
+          absl::StrCat(out_path, ": interrupted; the unfinished ", out_path, ".tmp removed, nothing written in its place"));
+    }
     if (auto s = h5.Write("grad/" + e.name, e.global_shape, grads.data() + e.buffer_offset); !s.ok()) return s;
   }
-  MS_RETURN_IF_ERROR(h5.Commit());
+  MS_RETURN_IF_ERROR(h5.Commit(cancelled));
   return CheckResultsFinite(out_path, loss, &layout, grads.data());
 }
 

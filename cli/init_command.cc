@@ -2,6 +2,8 @@
 // initialized model (spec "Parameters and initialization") as a consolidated weights
 // file, streamed (issue 20): each block of each tensor generated on every core,
 // written and reused, so that memory is bounded by --memory, not by the model.
+// SIGINT / SIGTERM (trainer/stop_signal.h, as in prepare) stop it between blocks, the
+// partial FILE.h5.tmp removed and an existing FILE.h5 left as it was (exit 1).
 #include <algorithm>
 #include <thread>
 
@@ -12,6 +14,7 @@
 #include "cli/memory_bound.h"
 #include "common/log.h"
 #include "model/param_layout.h"
+#include "trainer/stop_signal.h"
 
 namespace multiscreen::cli {
 
@@ -33,8 +36,9 @@ int InitCommand(int argc, char** argv) {
   const int64_t params = CountParams(*dims).total;
   if (auto s = CheckFreeDisk(out, 4 * params); !s.ok()) return Fail("init", s);
   const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  InstallStopHandlers();  // before the temporary exists; until then a signal ends init the default way
   if (auto s = WriteWeightsStreamed(out, *dims, InitSource(*dims, uint64_t(absl::GetFlag(FLAGS_seed)), threads),
-                                    BlockBytes(*bound));
+                                    BlockBytes(*bound), [] { return StopRequested(); });
       !s.ok()) {
     return Fail("init", s);
   }

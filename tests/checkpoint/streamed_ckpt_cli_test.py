@@ -7,8 +7,9 @@ original; `init`, `ckpt init` and `ckpt export` of Psi = 16 (110 MB of weights) 
 under --memory=64M (VmHWM, as they log it) and agree with each other; bad input
 (a layout that does not divide, a target that exists, a disk too small, a bound
 too small) is one line on stderr with nothing written; a `ckpt init` killed mid-write
-can be run again (its temporary is removed, nothing else is), and a checkpoint skipped
-as unverifiable is reported once by export and reshard.
+can be run again (its temporary is removed, nothing else is), an `init` stopped by
+SIGINT or SIGTERM removes its partial FILE.h5.tmp and leaves an existing FILE.h5 as it
+was, and a checkpoint skipped as unverifiable is reported once by export and reshard.
 
 Run: /usr/bin/python3 tests/checkpoint/streamed_ckpt_cli_test.py --multiscreen=build/multiscreen --source=. \
        --mpirun=mpirun
@@ -17,6 +18,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -164,6 +166,34 @@ class StreamedCkptCliTest(SyntheticCorpusCase):
             f.write("mine\n")
         self.refused("ckpt", "init", "--model=tiny_psi4", f"--out={other}", says="exists")
         self.assertTrue(os.path.exists(os.path.join(other, "notes.txt")))
+
+    def test_an_interrupted_init_removes_its_temporary_and_keeps_the_existing_file(self):
+        out = self.path("kept.h5")
+        self.run_ok("init", "--model=tiny_psi4", "--seed=1", f"--out={out}")
+        with open(out, "rb") as f:
+            before = f.read()
+        tmp = out + ".tmp"
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # psi32 (1.1 GB) takes about 30 s to write here: the signal comes long before the end,
+            # and the handler is in place before the temporary is created.
+            p = subprocess.Popen([BIN, "init", "--model=psi32", "--seed=1", f"--out={out}"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                deadline = time.time() + 60
+                while p.poll() is None and time.time() < deadline and not os.path.exists(tmp):
+                    time.sleep(0.01)
+                self.assertTrue(os.path.exists(tmp), f"init wrote no {tmp} before it ended")
+                p.send_signal(sig)
+                _, err = p.communicate(timeout=60)
+            finally:
+                p.kill()
+                p.wait()
+            self.assertFalse(os.path.exists(tmp), f"{sig.name} left {tmp}")
+            self.assertEqual(p.returncode, 1, f"{sig.name}: {err}")  # a clean failure, not death by the signal
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertIn(f"{out}: interrupted; the unfinished {tmp} removed", err)
+            with open(out, "rb") as f:
+                self.assertTrue(f.read() == before, f"{sig.name} changed the existing {out}")
 
     def test_a_skipped_checkpoint_is_reported_once(self):
         run = self.path("with_a_broken_newest")
