@@ -25,6 +25,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -120,6 +122,13 @@ struct HeadLossArgs {
   const PackedOperand<Real>* e_bar_packed = nullptr;
 };
 
+// Aborts (a caller's bug) unless a and b were packed in one precision: GemmBothPacked's check.
+template <typename Real>
+void CheckSamePrecision(const PackedOperand<Real>& a, const PackedOperand<Real>& b) {
+  if (a.precision == b.precision) return;
+  std::fprintf(stderr, "multiscreen: internal error: GemmBothPacked on operands packed in two precisions\n");
+  std::abort();
+}
 
 // How KernelTable::GemmPacked reads its A operand (a itself is never written).
 enum class PackedGemmA {
@@ -219,6 +228,24 @@ class KernelTable {
   virtual void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a,
                           int64_t lda, PackedGemmA read_a, const PackedOperand<Real>& b, int64_t ldb, Real beta,
                           Real* c, int64_t ldc) = 0;
+  // x [n] (on device()) rounded in place to `precision` as RoundTo rounds it and held
+  // in *out as a GEMM operand of that precision, in one pass: a step's activation that
+  // more than one GEMM reads (the forward's product, the backward's weight gradient),
+  // converted once. A device writes the rounded values and their 16-bit copy in one
+  // launch; the CPU reads x itself. Keep x alive and unchanged while *out is used.
+  virtual void PackRounded(Precision precision, Real* x, int64_t n, PackedOperand<Real>* out) = 0;
+  // `src` [n] (on device()) as a GEMM operand read as Gemm reads it in `precision`
+  // (PackedGemmA::kAsGemm: the CPU as given, so a backward gradient stays fp32 under
+  // kBf16; a device converted to 16 bits, once, one launch). A step's gradient that two
+  // GEMMs read (∂X = ∂Y·Wᵀ and ∂W = Xᵀ∂Y). Keep src alive and unchanged while *out is used.
+  virtual void PackAsGemm(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) = 0;
+  // Gemm on two packed operands of one precision (PackOperand, PackRounded, PackAsGemm;
+  // lda, ldb: the row strides of the sources they were packed from, op(·) by trans_a,
+  // trans_b as Gemm's): Gemm(a.precision, ...) on their values. A device converts
+  // nothing. Operands of two precisions are a caller's bug (aborts).
+  virtual void GemmBothPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+                              const PackedOperand<Real>& a, int64_t lda, const PackedOperand<Real>& b, int64_t ldb,
+                              Real beta, Real* c, int64_t ldc) = 0;
   // b[j, i] += a[i, j], then a = 0 (kernels/cpu/gemm.h).
   virtual void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) = 0;
   // kernels/cpu/screening.h: tiles and grads are host arrays of shape.tiles.

@@ -13,8 +13,9 @@
 
 namespace multiscreen {
 namespace {
-// The step's GEMMs with a packed weight read their A operand (activations, gradients) as
-// Gemm does (KernelTable::GemmPacked): the step's results bit for bit those of Gemm.
+// Logits' GEMM reads its activation rows as Gemm does (KernelTable::GemmPacked). The
+// step's GEMMs read every operand packed once (GemmBothPacked): weights per step,
+// activations and gradients per micro-batch; their values are those Gemm reads.
 constexpr auto kAsGemm = kernels::PackedGemmA::kAsGemm;
 }  // namespace
 
@@ -118,10 +119,8 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     const ParamEntry& w_o = entries[layout_.MultiscreenEntry(layer, kWO)];
     w.w_o.Resize(w_o.size());
     ops_->Copy(params + w_o.buffer_offset, w_o.size(), w.w_o.data());
-    RoundToCompute(w.w_cat.data(), w.w_cat.size());
-    RoundToCompute(w.w_o.data(), w.w_o.size());
-    ops_->PackOperand(options_.precision, w.w_cat.data(), w.w_cat.size(), &w.w_cat_op);
-    ops_->PackOperand(options_.precision, w.w_o.data(), w.w_o.size(), &w.w_o_op);
+    ops_->PackRounded(options_.precision, w.w_cat.data(), w.w_cat.size(), &w.w_cat_op);
+    ops_->PackRounded(options_.precision, w.w_o.data(), w.w_o.size(), &w.w_o_op);
     for (auto [slot, host] : {std::pair{kSw, &w.s_w}, std::pair{kSr, &w.s_r}, std::pair{kSO, &w.s_o}}) {
       host->resize(nt);
       ops_->Download(params + entries[layout_.MultiscreenEntry(layer, slot)].buffer_offset, nt, host->data());
@@ -168,17 +167,16 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     a.v_norm.Resize(rows * nt);
     // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3). The
     // stored x_in and U are the GEMM operands, so they hold the compute precision.
-    RoundToCompute(a.x_in.data(), rows * dE);
-    ops_->GemmPacked(false, false, rows, nt * C, dE, 1, a.x_in.data(), dE, kAsGemm, w.w_cat_op,
-                     nt * C, 0, a.P.data(), nt * C);
+    ops_->PackRounded(options_.precision, a.x_in.data(), rows * dE, &a.x_in_op);
+    ops_->GemmBothPacked(false, false, rows, nt * C, dE, 1, a.x_in_op, dE, w.w_cat_op, nt * C, 0, a.P.data(), nt * C);
     RoundToCompute(a.P.data(), rows * nt * C);
     timer.emplace(profile, StepProfile::kScreeningForward);
     const auto tiles = TileScalarsOf(li, inference);
     ops_->ScreeningForward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), a.U.data());
-    RoundToCompute(a.U.data(), rows * nt * dV);
+    ops_->PackRounded(options_.precision, a.U.data(), rows * nt * dV, &a.u_op);
     timer.emplace(profile, StepProfile::kOutputGemm);
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
-    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, nt * dV, a.U.data(), nt * dV, w.w_o_op, dE, scratch_x_, x);
+    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, nt * dV, a.u_op, nt * dV, w.w_o_op, dE, scratch_x_, x);
   }
 }
 
@@ -292,10 +290,10 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       RoundGradientToCompute(d_delta_.data(), rows * dE);
       d_delta = d_delta_.data();
     }
-    ops_->GemmPacked(false, true, rows, nt * dV, dE, 1, d_delta, dE, kAsGemm, w.w_o_op, dE, 0,
-                     d_u_.data(), nt * dV);
-    ops_->Gemm(options_.precision, true, false, nt * dV, dE, rows, 1, a.U.data(), nt * dV, d_delta, dE, 1,
-               grads + slot(kWO), dE);
+    ops_->PackAsGemm(options_.precision, d_delta, rows * dE, &d_delta_op_);
+    ops_->GemmBothPacked(false, true, rows, nt * dV, dE, 1, d_delta_op_, dE, w.w_o_op, dE, 0, d_u_.data(), nt * dV);
+    ops_->GemmBothPacked(true, false, nt * dV, dE, rows, 1, a.u_op, nt * dV, d_delta_op_, dE, 1, grads + slot(kWO),
+                         dE);
     timer.emplace(options_.profile, StepProfile::kScreeningBackward);
     const auto tiles = TileScalarsOf(li, nullptr);
     ops_->ScreeningBackward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(), d_p_.data(),
@@ -308,10 +306,10 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
     timer.emplace(options_.profile, StepProfile::kProjections);
     RoundGradientToCompute(d_p_.data(), rows * nt * C);
-    ops_->Gemm(options_.precision, true, false, dE, nt * C, rows, 1, a.x_in.data(), dE, d_p_.data(), nt * C, 0,
-               d_w_cat_.data(), nt * C);
+    ops_->PackAsGemm(options_.precision, d_p_.data(), rows * nt * C, &d_p_op_);
+    ops_->GemmBothPacked(true, false, dE, nt * C, rows, 1, a.x_in_op, dE, d_p_op_, nt * C, 0, d_w_cat_.data(), nt * C);
     UnpackProjectionsAdd(*ops_, layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
-    AddProductAcrossTp(*ops_, *tp_, false, true, rows, dE, nt * C, d_p_.data(), nt * C, w.w_cat_op, nt * C, scratch_x_,
+    AddProductAcrossTp(*ops_, *tp_, false, true, rows, dE, nt * C, d_p_op_, nt * C, w.w_cat_op, nt * C, scratch_x_,
                        dx);
     this->LayerGradientsWritten(layout_.shard().layer_begin + li);
   }

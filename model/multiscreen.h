@@ -94,6 +94,9 @@ class Multiscreen final : public ModelStage<Real> {
     explicit LayerActivations(Device d)
         : x_in(d), P(d), U(d), q_tilde(d), k_tilde(d), v_bar(d), q_norm(d), k_norm(d), v_norm(d), h(d) {}
     Array x_in, P, U;
+    // x_in and U as the GEMMs read them (PackRounded: converted once, read by the forward's
+    // product and the backward's weight gradient).
+    kernels::PackedOperand<Real> x_in_op, u_op;
     Array q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
     kernels::ScreeningSaved<Real> saved();
   };
@@ -140,6 +143,7 @@ class Multiscreen final : public ModelStage<Real> {
   std::vector<LayerWeights> weights_;
   std::vector<LayerActivations> acts_;
   Array d_u_, d_p_, d_w_cat_, d_delta_, scratch_x_;
+  kernels::PackedOperand<Real> d_delta_op_, d_p_op_;  // ∂Δ and ∂P as both of their GEMMs read them (PackAsGemm)
   HeadBuffers head_;
   Array step_x0_, logits_;  // EmbedBackward's x⁰, Logits' output
 };

@@ -13,10 +13,6 @@
 
 namespace multiscreen {
 namespace {
-// The step's GEMMs with a packed weight read their A operand (activations, gradients) as
-// Gemm does (KernelTable::GemmPacked): the step's results bit for bit those of Gemm.
-constexpr auto kAsGemm = kernels::PackedGemmA::kAsGemm;
-
 template <typename Real>
 std::unique_ptr<kernels::TransformerKernels<Real>> TransformerTableFor(const ModelOptions& options) {
   // Under bf16 the CUDA table runs the tiled attention (kernels/cuda/attention_tiled.h).
@@ -165,10 +161,9 @@ void Transformer<Real>::BeginStep(const Real* params) {
     ops_->Copy(params + s.w_up, F * dE, w.w_gu.data() + F * dE);
     w.w_down.Resize(F * dE);
     ops_->Copy(params + s.w_down, F * dE, w.w_down.data());
-    for (Array* a : {&w.w_qkv, &w.w_o, &w.w_gu, &w.w_down}) RoundToCompute(a->data(), a->size());
-    const std::pair<const Array*, kernels::PackedOperand<Real>*> packs[] = {
+    const std::pair<Array*, kernels::PackedOperand<Real>*> packs[] = {
         {&w.w_qkv, &w.w_qkv_op}, {&w.w_o, &w.w_o_op}, {&w.w_gu, &w.w_gu_op}, {&w.w_down, &w.w_down_op}};
-    for (auto [a, op] : packs) ops_->PackOperand(options_.precision, a->data(), a->size(), op);
+    for (auto [a, op] : packs) ops_->PackRounded(options_.precision, a->data(), a->size(), op);
     w.base.assign(H, 1.0 / std::sqrt(double(dh)));
     if (d.qk_norm) {
       std::vector<Real> s_qk(H);
@@ -226,10 +221,9 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     a.rstd1.Resize(rows);
     a.xn1.Resize(rows * dE);
     tk_->RmsNormForward(a.x_in.data(), params + s.attn_norm, a.xn1.data(), a.rstd1.data(), rows, dE);
-    RoundToCompute(a.xn1.data(), rows * dE);
+    ops_->PackRounded(options_.precision, a.xn1.data(), rows * dE, &a.xn1_op);
     a.qkv.Resize(rows * 3 * dl);
-    ops_->GemmPacked(false, false, rows, 3 * dl, dE, 1, a.xn1.data(), dE, kAsGemm, w.w_qkv_op, 3 * dl, 0,
-                     a.qkv.data(), 3 * dl);
+    ops_->GemmBothPacked(false, false, rows, 3 * dl, dE, 1, a.xn1_op, dE, w.w_qkv_op, 3 * dl, 0, a.qkv.data(), 3 * dl);
     Array* qkv[3] = {&a.q, &a.k, &a.v};
     for (Array* part : qkv) part->Resize(rows * dl);
     timer.emplace(options_.profile, StepProfile::kAttention);
@@ -254,10 +248,10 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
       tk_->AttentionForward(shape, a.q.data(), a.k.data(), a.v.data(), scale.data(), a.o.data(), a.lse.data(),
                             &rope_);
     }
-    RoundToCompute(a.o.data(), rows * dl);
+    ops_->PackRounded(options_.precision, a.o.data(), rows * dl, &a.o_op);
     // x += o W_O: this rank's heads' part, summed over the tp group.
     timer.emplace(options_.profile, StepProfile::kOutputGemm);
-    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, dl, a.o.data(), dl, w.w_o_op, dE, scratch_x_, x);
+    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, dl, a.o_op, dl, w.w_o_op, dE, scratch_x_, x);
     // FFN block: f = RMSNorm(x), x += (SiLU(f W_gateᵀ) ⊙ f W_upᵀ) W_down.
     timer.emplace(options_.profile, StepProfile::kFfn);
     a.x_mid.Resize(rows * dE);
@@ -265,15 +259,14 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     a.rstd2.Resize(rows);
     a.xn2.Resize(rows * dE);
     tk_->RmsNormForward(a.x_mid.data(), params + s.ffn_norm, a.xn2.data(), a.rstd2.data(), rows, dE);
-    RoundToCompute(a.xn2.data(), rows * dE);
+    ops_->PackRounded(options_.precision, a.xn2.data(), rows * dE, &a.xn2_op);
     a.gu.Resize(rows * 2 * F);
-    ops_->GemmPacked(false, true, rows, 2 * F, dE, 1, a.xn2.data(), dE, kAsGemm, w.w_gu_op, dE, 0, a.gu.data(),
-                     2 * F);
+    ops_->GemmBothPacked(false, true, rows, 2 * F, dE, 1, a.xn2_op, dE, w.w_gu_op, dE, 0, a.gu.data(), 2 * F);
     a.h.Resize(rows * F);
     tk_->SwiGluForward(a.gu.data(), a.h.data(), rows, F);
-    RoundToCompute(a.h.data(), rows * F);
+    ops_->PackRounded(options_.precision, a.h.data(), rows * F, &a.h_op);
     // This rank's hidden units' part, summed over the tp group.
-    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, F, a.h.data(), F, w.w_down_op, dE, scratch_x_, x);
+    AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, F, a.h_op, F, w.w_down_op, dE, scratch_x_, x);
   }
 }
 
@@ -377,23 +370,23 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     const Slots s = SlotsOf(layout_.shard().layer_begin + li);
     std::optional<PhaseTimer> timer(std::in_place, options_.profile, StepProfile::kFfn);
     // FFN: x_out = x_mid + h W_down, h = SwiGLU(xn2 [W_gate; W_up]ᵀ), xn2 = RMSNorm(x_mid).
-    const Real* d_out = GradientOperand(dx, rows * dE);
-    ops_->GemmPacked(false, true, rows, F, dE, 1, d_out, dE, kAsGemm, w.w_down_op, dE, 0, d_h_.data(), F);
-    ops_->Gemm(prec, true, false, F, dE, rows, 1, a.h.data(), F, d_out, dE, 1, grads + s.w_down, dE);
+    ops_->PackAsGemm(prec, GradientOperand(dx, rows * dE), rows * dE, &d_out_op_);
+    ops_->GemmBothPacked(false, true, rows, F, dE, 1, d_out_op_, dE, w.w_down_op, dE, 0, d_h_.data(), F);
+    ops_->GemmBothPacked(true, false, F, dE, rows, 1, a.h_op, F, d_out_op_, dE, 1, grads + s.w_down, dE);
     tk_->SwiGluBackward(a.gu.data(), d_h_.data(), d_gu_.data(), rows, F);
     RoundGradientToCompute(d_gu_.data(), rows * 2 * F);
+    ops_->PackAsGemm(prec, d_gu_.data(), rows * 2 * F, &d_gu_op_);
     // W_gate and W_up are adjacent in the layout: one [2 d_ff, d_E] gradient.
-    ops_->Gemm(prec, true, false, 2 * F, dE, rows, 1, d_gu_.data(), 2 * F, a.xn2.data(), dE, 1, grads + s.w_gate, dE);
-    ops_->GemmPacked(false, false, rows, dE, 2 * F, 1, d_gu_.data(), 2 * F, kAsGemm, w.w_gu_op, dE, 0, d_a_.data(),
-                     dE);
+    ops_->GemmBothPacked(true, false, 2 * F, dE, rows, 1, d_gu_op_, 2 * F, a.xn2_op, dE, 1, grads + s.w_gate, dE);
+    ops_->GemmBothPacked(false, false, rows, dE, 2 * F, 1, d_gu_op_, 2 * F, w.w_gu_op, dE, 0, d_a_.data(), dE);
     tp_->AllReduce(d_a_.data(), rows * dE, ReduceOp::kSum);  // ∂L/∂xn2 over every rank's hidden units
     tk_->RmsNormBackward(a.x_mid.data(), params + s.ffn_norm, a.rstd2.data(), d_a_.data(), dx, grads + s.ffn_norm,
                          rows, dE, true);
     // Attention: x_mid = x_in + o W_O.
     timer.emplace(options_.profile, StepProfile::kOutputGemm);
-    d_out = GradientOperand(dx, rows * dE);
-    ops_->GemmPacked(false, true, rows, dl, dE, 1, d_out, dE, kAsGemm, w.w_o_op, dE, 0, d_o_.data(), dl);
-    ops_->Gemm(prec, true, false, dl, dE, rows, 1, a.o.data(), dl, d_out, dE, 1, grads + s.w_o, dE);
+    ops_->PackAsGemm(prec, GradientOperand(dx, rows * dE), rows * dE, &d_out_op_);
+    ops_->GemmBothPacked(false, true, rows, dl, dE, 1, d_out_op_, dE, w.w_o_op, dE, 0, d_o_.data(), dl);
+    ops_->GemmBothPacked(true, false, dl, dE, rows, 1, a.o_op, dl, d_out_op_, dE, 1, grads + s.w_o, dE);
     timer.emplace(options_.profile, StepProfile::kAttention);
     if (screening()) {  // ∂P straight into ∂qkv (the same per-head layout); s_w, s_r on the host
       const auto tiles = MapTileScalars(w.s_w.data(), w.s_r.data(), w.s_o.data(), H, nullptr);
@@ -424,17 +417,16 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
       for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dl, rows, dl, d_qkv_.data() + p * dl, 3 * dl);
     }
     RoundGradientToCompute(d_qkv_.data(), rows * 3 * dl);
+    ops_->PackAsGemm(prec, d_qkv_.data(), rows * 3 * dl, &d_qkv_op_);
     timer.emplace(options_.profile, StepProfile::kProjections);
     // qkv = xn1 W_qkv: ∂W_qkv = xn1ᵀ ∂qkv (back into the heads of W_Q, W_K, W_V), ∂xn1 = ∂qkv W_qkvᵀ.
-    ops_->Gemm(prec, true, false, dE, 3 * dl, rows, 1, a.xn1.data(), dE, d_qkv_.data(), 3 * dl, 0, d_w_qkv_.data(),
-               3 * dl);
+    ops_->GemmBothPacked(true, false, dE, 3 * dl, rows, 1, a.xn1_op, dE, d_qkv_op_, 3 * dl, 0, d_w_qkv_.data(), 3 * dl);
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
     for (int p = 0; p < 3; ++p) {
       ops_->Add2DBatched(d_w_qkv_.data() + QkvColumn(p, 0), 3 * dl, QkvColumn(p, 1) - QkvColumn(p, 0), dE, dh, H,
                          grads + parts[p], dh, dE * dh);
     }
-    ops_->GemmPacked(false, true, rows, dE, 3 * dl, 1, d_qkv_.data(), 3 * dl, kAsGemm, w.w_qkv_op, 3 * dl, 0,
-                     d_a_.data(), dE);
+    ops_->GemmBothPacked(false, true, rows, dE, 3 * dl, 1, d_qkv_op_, 3 * dl, w.w_qkv_op, 3 * dl, 0, d_a_.data(), dE);
     tp_->AllReduce(d_a_.data(), rows * dE, ReduceOp::kSum);  // ∂L/∂xn1 over every rank's heads
     tk_->RmsNormBackward(a.x_in.data(), params + s.attn_norm, a.rstd1.data(), d_a_.data(), dx, grads + s.attn_norm,
                          rows, dE, true);

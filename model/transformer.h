@@ -95,6 +95,9 @@ class Transformer final : public ModelStage<Real> {
           x_mid(d), rstd2(d), xn2(d), gu(d), h(d) {}
     // Screening keeps q̃, k̃, v̄ [B, H_l, T, d_h] in q, k, v, their norms, and its aggregate.
     Array x_in, rstd1, xn1, qkv, q, k, v, q_norm, k_norm, v_norm, screen_h, o, x_mid, rstd2, xn2, gu, h;
+    // The GEMMs' activation operands as they read them (PackRounded: converted once, read by
+    // the forward's product and the backward's weight gradient).
+    kernels::PackedOperand<Real> xn1_op, o_op, xn2_op, h_op;
     std::vector<double> lse;  // [B, N_H, T] host: the attention's row statistic (lse, or entmax's τ)
     kernels::ScreeningSaved<Real> saved();  // screening's view of q, k, v, the norms, screen_h
   };
@@ -146,6 +149,8 @@ class Transformer final : public ModelStage<Real> {
   std::vector<LayerActivations> acts_;
   // LayersBackward's scratch, and HeadLoss's.
   Array d_a_, d_qkv_, d_q_, d_k_, d_v_, d_o_, d_gu_, d_h_, d_w_qkv_, scratch_x_, d_delta_;
+  // The backward's gradient operands as both of their GEMMs read them (PackAsGemm).
+  kernels::PackedOperand<Real> d_out_op_, d_gu_op_, d_qkv_op_;
   Array y_, y_c_, y_stat_, dy_;
   std::vector<double> lse_, target_logit_;
   std::vector<int64_t> local_target_;

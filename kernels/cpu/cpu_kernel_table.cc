@@ -159,6 +159,27 @@ void CpuKernelTable<Real>::GemmPacked(bool trans_a, bool trans_b, int64_t m, int
 }
 
 template <typename Real>
+void CpuKernelTable<Real>::PackRounded(Precision precision, Real* x, int64_t n, PackedOperand<Real>* out) {
+  RoundTo(precision, x, n);
+  PackAsGemm(precision, x, n, out);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::PackAsGemm(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) {
+  out->precision = precision;
+  out->size = n;
+  out->values = src;
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::GemmBothPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+                                          const PackedOperand<Real>& a, int64_t lda, const PackedOperand<Real>& b,
+                                          int64_t ldb, Real beta, Real* c, int64_t ldc) {
+  CheckSamePrecision(a, b);
+  Gemm(a.precision, trans_a, trans_b, m, n, k, alpha, a.values, lda, b.values, ldb, beta, c, ldc);
+}
+
+template <typename Real>
 void CpuKernelTable<Real>::MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) {
   cpu::MoveAddTransposed(a, rows, cols, lda, b, ldb);
 }

@@ -53,6 +53,13 @@ class CpuKernelTable final : public KernelTable<Real> {
   void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a, int64_t lda,
                   PackedGemmA read_a, const PackedOperand<Real>& b, int64_t ldb, Real beta, Real* c,
                   int64_t ldc) override;
+  // RoundTo in place; x itself is the operand.
+  void PackRounded(Precision precision, Real* x, int64_t n, PackedOperand<Real>* out) override;
+  // src itself, as Gemm reads it.
+  void PackAsGemm(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) override;
+  void GemmBothPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+                      const PackedOperand<Real>& a, int64_t lda, const PackedOperand<Real>& b, int64_t ldb, Real beta,
+                      Real* c, int64_t ldc) override;
   void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) override;
   void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                         const ScreeningSaved<Real>& saved, Real* U) override;

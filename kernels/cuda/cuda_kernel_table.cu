@@ -104,15 +104,25 @@ class CudaKernelTable final : public KernelTable<float> {
     gemm_->Run(precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   // 16-bit operands in their own format (out->half), converted once; kFp32: src itself.
-  // A repack (the training step's, every step) reuses out->half's memory.
+  // A repack (the training step's, every step and micro-batch) reuses out->half's memory.
   void PackOperand(Precision precision, const float* src, int64_t n, PackedOperand<float>* out) override {
-    out->precision = precision;
-    out->size = n;
-    out->values = precision == Precision::kFp32 ? src : nullptr;
-    if (precision == Precision::kFp32) return;
-    if (out->half.device() != Device::kCuda) out->half = DeviceArray<uint16_t>(Device::kCuda);
-    out->half.Resize(n);
-    gemm_->Pack(precision, src, n, out->half.data());
+    if (HalfOperand(precision, src, n, out)) gemm_->Pack(precision, src, n, out->half.data());
+  }
+  void PackAsGemm(Precision precision, const float* src, int64_t n, PackedOperand<float>* out) override {
+    PackOperand(precision, src, n, out);  // Gemm converts as Pack does
+  }
+  void PackRounded(Precision precision, float* x, int64_t n, PackedOperand<float>* out) override {
+    if (HalfOperand(precision, x, n, out)) gemm_->PackRounded(precision, x, n, out->half.data());
+  }
+  void GemmBothPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const PackedOperand<float>& a, int64_t lda, const PackedOperand<float>& b, int64_t ldb,
+                      float beta, float* c, int64_t ldc) override {
+    CheckSamePrecision(a, b);
+    if (a.precision == Precision::kFp32) {
+      return gemm_->Run(a.precision, trans_a, trans_b, m, n, k, alpha, a.values, lda, b.values, ldb, beta, c, ldc);
+    }
+    gemm_->RunPacked(a.precision, trans_a, trans_b, m, n, k, alpha, a.half.data(), lda, b.half.data(), ldb, beta, c,
+                     ldc);
   }
   // A converted either way (read_a: Gemm's packing rounds as RoundTo does).
   void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -166,6 +176,18 @@ class CudaKernelTable final : public KernelTable<float> {
   void Synchronize() override { MS_CUDA_CHECK("Synchronize", cudaStreamSynchronize(stream_)); }
 
  private:
+  // *out set up as an operand of `precision` with n elements: src itself under kFp32
+  // (false: nothing to pack), else out->half sized for the 16-bit copy (true).
+  static bool HalfOperand(Precision precision, const float* src, int64_t n, PackedOperand<float>* out) {
+    out->precision = precision;
+    out->size = n;
+    out->values = precision == Precision::kFp32 ? src : nullptr;
+    if (precision == Precision::kFp32) return false;
+    if (out->half.device() != Device::kCuda) out->half = DeviceArray<uint16_t>(Device::kCuda);
+    out->half.Resize(n);
+    return true;
+  }
+
   cudaStream_t stream_;
   std::unique_ptr<GemmRunner> gemm_;
   bool tiled_screening_;  // ScreeningTiledForward/Backward, else the simple kernels

@@ -47,6 +47,40 @@ __global__ void PackKernel(PackOperand a, PackOperand b) {
   }
 }
 
+// x[i] rounded in place to the 16-bit format and that value's bits into dst[i].
+template <typename Half>
+__global__ void RoundPackKernel(float* x, int64_t n, Half* dst) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    StoreHalf(x[i], dst + i);
+    x[i] = static_cast<float>(dst[i]);
+  }
+}
+
+// dst[r, c] = fp32(src16[r·ld + c]) for a [rows, cols] block (exact: every 16-bit value is an fp32 one).
+template <typename Half>
+__global__ void WidenKernel(const Half* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] = static_cast<float>(src[(i / cols) * ld + i % cols]);
+  }
+}
+
+// The [rows, cols] block of a 16-bit operand (row stride ld) widened into *dst (compact).
+float* Widen(Precision precision, const uint16_t* src, int64_t ld, int64_t rows, int64_t cols,
+             DeviceArray<float>* dst, cudaStream_t stream) {
+  dst->Resize(rows * cols);
+  if (rows * cols == 0) return dst->data();
+  if (precision == Precision::kBf16) {
+    Launch<WidenKernel<__nv_bfloat16>>(BlocksFor(rows * cols), kThreads, 0, stream,
+                                       reinterpret_cast<const __nv_bfloat16*>(src), ld, rows, cols, dst->data());
+  } else {
+    Launch<WidenKernel<__half>>(BlocksFor(rows * cols), kThreads, 0, stream, reinterpret_cast<const __half*>(src),
+                                ld, rows, cols, dst->data());
+  }
+  MS_CUDA_CHECK_LAUNCH("Gemm");
+  return dst->data();
+}
+
 // The 16-bit copies of a and b (b may be empty: rows 0), one launch.
 void Pack(Precision precision, const PackOperand& a, const PackOperand& b, cudaStream_t stream) {
   const unsigned blocks = BlocksFor(a.rows * a.cols + b.rows * b.cols);
@@ -218,25 +252,53 @@ void GemmRunner::Run(Precision precision, bool trans_a, bool trans_b, int64_t m,
   }
 }
 
+void GemmRunner::RunPacked(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                           float alpha, const uint16_t* a16, int64_t lda, const uint16_t* b16, int64_t ldb, float beta,
+                           float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  const int64_t rows_a = trans_a ? k : m, cols_a = trans_a ? m : k;
+  const int64_t rows_b = trans_b ? n : k, cols_b = trans_b ? k : n;
+  const int align_a = Alignment(a16), align_b = Alignment(b16), align_c = Alignment(c);
+  if (k > 0) {
+    const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c};
+    Plan& plan = PlanFor(key, precision, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c);
+    if (plan.has_algo && Matmul(plan, alpha, a16, b16, beta, c)) return;
+  }
+  // No algorithm for the shape (or k = 0: C = beta · C): the same values in fp32.
+  const float* a = Widen(precision, a16, lda, rows_a, cols_a, &a32_, stream_);
+  const float* b = Widen(precision, b16, ldb, rows_b, cols_b, &b32_, stream_);
+  Sgemm(trans_a, trans_b, m, n, k, alpha, a, std::max<int64_t>(cols_a, 1), b, std::max<int64_t>(cols_b, 1), beta, c,
+        ldc);
+}
+
 void GemmRunner::RunPackedB(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                             float alpha, const float* a, int64_t lda, const uint16_t* b16, int64_t ldb, float beta,
                             float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  // k = 0: C = beta · C, and B is not read (cuBLAS's quick return), so A stands in for it.
-  if (k <= 0) return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, a, ldb, beta, c, ldc);
   const int64_t rows_a = trans_a ? k : m, cols_a = trans_a ? m : k;
-  const int align_b = Alignment(b16), align_c = Alignment(c);
-  const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, cols_a, ldb, ldc, 256, align_b, align_c};
-  Plan& plan = PlanFor(key, precision, trans_a, trans_b, m, n, k, cols_a, ldb, ldc, 256, align_b, align_c);
   a16_.Resize(rows_a * cols_a);
-  cuda::Pack(precision, {a, lda, rows_a, cols_a, a16_.data()}, {nullptr, 0, 0, 1, nullptr}, stream_);
-  // No fp32 B to fall back on: without a heuristic's algorithm the library picks its own.
-  if (!Matmul(plan, alpha, a16_.data(), b16, beta, c)) Matmul(plan, alpha, a16_.data(), b16, beta, c);
+  Pack(precision, a, lda, rows_a, cols_a, a16_.data());
+  RunPacked(precision, trans_a, trans_b, m, n, k, alpha, a16_.data(), cols_a, b16, ldb, beta, c, ldc);
 }
 
 void GemmRunner::Pack(Precision precision, const float* src, int64_t n, uint16_t* dst) {
+  Pack(precision, src, n, 1, n, dst);
+}
+
+void GemmRunner::Pack(Precision precision, const float* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst) {
+  if (rows * cols <= 0) return;
+  cuda::Pack(precision, {src, ld, rows, cols, dst}, {nullptr, 0, 0, 1, nullptr}, stream_);
+}
+
+void GemmRunner::PackRounded(Precision precision, float* x, int64_t n, uint16_t* dst) {
   if (n <= 0) return;
-  cuda::Pack(precision, {src, n, 1, n, dst}, {nullptr, 0, 0, 1, nullptr}, stream_);
+  if (precision == Precision::kBf16) {
+    Launch<RoundPackKernel<__nv_bfloat16>>(BlocksFor(n), kThreads, 0, stream_, x, n,
+                                           reinterpret_cast<__nv_bfloat16*>(dst));
+  } else {
+    Launch<RoundPackKernel<__half>>(BlocksFor(n), kThreads, 0, stream_, x, n, reinterpret_cast<__half*>(dst));
+  }
+  MS_CUDA_CHECK_LAUNCH("Gemm");
 }
 
 void MoveAddTransposed(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb, cudaStream_t stream) {

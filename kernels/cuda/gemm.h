@@ -7,7 +7,8 @@
 //   kBf16 / kFp16: A and B converted, in one launch, into packed 16-bit scratch copies (exact where
 //   the caller rounded them; round to nearest even otherwise), fp32 accumulation and
 //   fp32 C, alpha and beta as given; or (RunPackedB) B packed once beforehand (Pack: the
-//   decoders' weights) and A alone converted per call.
+//   decoders' weights) and A alone converted per call; or (RunPacked) both packed
+//   beforehand (the training step's weights, activations and gradients, each once).
 // Matmul descriptors, layouts and the chosen algorithm are cached per shape, stride
 // and pointer alignment; a shape with no cuBLASLt heuristic (or k = 0) runs
 // cublasSgemm on the fp32 operands instead. Failures are fatal (check.h).
@@ -42,15 +43,22 @@ class GemmRunner {
   // ldc are the stored row strides in elements. All pointers on the device.
   void Run(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-  // Run under kBf16 or kFp16 with B already in that 16-bit format (b16, made by Pack; ldb
-  // its row stride) and A fp32, converted alone (one launch, A's elements): the product of
-  // the same values Run computes on A and B's fp32 values, bit for bit. Without a
-  // heuristic's algorithm cuBLASLt picks its own (there is no fp32 B to hand to cublasSgemm).
+  // Run under kBf16 or kFp16 with both operands already in that 16-bit format (a16, b16,
+  // made by Pack or PackRounded; lda, ldb their row strides): the product of the same
+  // values Run computes on their fp32 values. Converts nothing; where cuBLASLt has no
+  // algorithm for the shape, both are widened back to fp32 (exactly) for cublasSgemm.
+  void RunPacked(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const uint16_t* a16, int64_t lda, const uint16_t* b16, int64_t ldb, float beta, float* c,
+                 int64_t ldc);
+  // RunPacked with A fp32, converted alone (one launch, A's elements): the decoders' rows.
   void RunPackedB(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, const uint16_t* b16, int64_t ldb, float beta, float* c, int64_t ldc);
   // dst [n] = src [n] in `precision`'s 16-bit format (kBf16 or kFp16), rounded to nearest
-  // even as Run's packing rounds: a B operand for RunPackedB, made once. One launch.
+  // even as Run's packing rounds: an operand for RunPacked, made once. One launch.
   void Pack(Precision precision, const float* src, int64_t n, uint16_t* dst);
+  // Pack that also rounds x in place to the 16-bit format's values (RoundTo), in the same
+  // launch: an activation that a later kernel reads in fp32 as well.
+  void PackRounded(Precision precision, float* x, int64_t n, uint16_t* dst);
 
  private:
   // What a cached plan depends on: precision, transposes, sizes, strides, alignments.
@@ -69,6 +77,8 @@ class GemmRunner {
   // column-major view), with the plan's algorithm or, where it has none, the library's
   // choice; false when the plan's algorithm refuses the call (then dropped from the plan).
   bool Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, float* c);
+  // The [rows, cols] block of src (row stride ld) packed into dst (compact), one launch.
+  void Pack(Precision precision, const float* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst);
   void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
              const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
@@ -77,6 +87,7 @@ class GemmRunner {
   cublasHandle_t blas_;
   DeviceArray<uint8_t> workspace_{Device::kCuda};
   DeviceArray<uint16_t> a16_{Device::kCuda}, b16_{Device::kCuda};  // packed 16-bit operand copies
+  DeviceArray<float> a32_{Device::kCuda}, b32_{Device::kCuda};      // RunPacked's widened fallback operands
   std::map<Key, Plan> plans_;
 };
 

@@ -282,6 +282,52 @@ TEST_F(CudaKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
   }
 }
 
+// The training step's operands, each packed once (PackRounded: an activation, rounded
+// in place as RoundTo rounds it; PackAsGemm: a gradient, read as Gemm reads it;
+// PackOperand: a weight): GemmBothPacked is bit for bit Gemm on the same fp32 arrays, in
+// every layout and precision, k = 0 (C = beta · C) included. Operands compact, as the
+// step's are (Gemm's own packed copies are compact: the same cuBLASLt plan on a GPU).
+TEST_F(CudaKernelTableTest, GemmBothPackedIsGemmOnTheSameOperandsBitForBit) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{7, 13, 5}, Shape{1, 70, 257}, Shape{130, 70, 33}, Shape{5, 6, 0}}) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool ta = layout & 1, tb = layout & 2;
+      const int64_t lda = std::max<int64_t>(ta ? s.m : s.k, 1), ldb = std::max<int64_t>(tb ? s.k : s.n, 1);
+      const int64_t ldc = s.n + 2;
+      const Floats a = Random((ta ? s.k : s.m) * lda, 33), b = Random((tb ? s.n : s.k) * ldb, 34);
+      const Floats c = Random(s.m * ldc, 35);
+      const int64_t na = static_cast<int64_t>(a.size()), nb = static_cast<int64_t>(b.size());
+      for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+        SCOPED_TRACE(testing::Message() << "m n k = " << s.m << " " << s.n << " " << s.k << ", trans " << ta << tb
+                                        << ", precision " << int(precision));
+        float* rounded = Device(a);
+        table_->RoundTo(precision, rounded, na);
+        float* x = Device(a);
+        kernels::PackedOperand<float> pa, pa_as_given, pb, pb_weight;
+        table_->PackRounded(precision, x, na, &pa);
+        EXPECT_EQ(Host(x, na), Host(rounded, na));  // rounded in place, as RoundTo rounds
+        const float* da = Device(a);
+        const float* db = Device(b);
+        table_->PackAsGemm(precision, da, na, &pa_as_given);
+        table_->PackAsGemm(precision, db, nb, &pb);
+        table_->PackOperand(precision, db, nb, &pb_weight);
+        float* want = Device(c);
+        table_->Gemm(precision, ta, tb, s.m, s.n, s.k, 0.75f, da, lda, db, ldb, 0.5f, want, ldc);
+        for (const auto* a_op : {&pa, &pa_as_given}) {
+          for (const auto* b_op : {&pb, &pb_weight}) {
+            float* got = Device(c);
+            table_->GemmBothPacked(ta, tb, s.m, s.n, s.k, 0.75f, *a_op, lda, *b_op, ldb, 0.5f, got, ldc);
+            EXPECT_EQ(Host(got, s.m * ldc), Host(want, s.m * ldc));
+          }
+        }
+        EXPECT_EQ(Host(db, nb), b);  // read, never written
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernelTableTest, MoveAddTransposedMatchesTheCpu) {
   const int64_t rows = 70, cols = 45, lda = 50, ldb = 75;
   const Floats a = Random(rows * lda, 16), b = Random(cols * ldb, 17);
