@@ -70,9 +70,11 @@ __global__ void GradKernel(float* z, int64_t ld, int64_t V, const double* lse, c
 
 // The head's row pass, block r of a chunk: the shift m (fixed, or the row max), the
 // target logit (read before anything is written), lse = m + log Σ exp(z − m), and with
-// grad z ← c · (exp(z − m)/Σ − [v == target]).
+// grad z ← c · (exp(z − m)/Σ − [v == target]), or where z16 is given that gradient
+// rounded into z16 instead (row stride V; z then unchanged): as the 16-bit products read it.
+template <typename Half>
 __global__ void HeadRowKernel(float* z, int64_t V, double shift, const int64_t* target, float c, bool grad,
-                              double* lse, double* target_logit) {
+                              double* lse, double* target_logit, Half* z16) {
   float* zr = z + int64_t(blockIdx.x) * V;
   const int64_t t = target[blockIdx.x];
   const float m = isnan(shift) ? RowMax(zr, V) : static_cast<float>(shift);
@@ -84,10 +86,29 @@ __global__ void HeadRowKernel(float* z, int64_t V, double shift, const int64_t* 
   }
   if (!grad) return;
   const float inv = static_cast<float>(1.0 / sum);
+  Half* z16r = z16 != nullptr ? z16 + int64_t(blockIdx.x) * V : nullptr;
   for (int64_t v = threadIdx.x; v < V; v += kThreads) {
     const float p = expf(zr[v] - m) * inv;
-    zr[v] = c * (v == t ? p - 1.f : p);
+    const float g = c * (v == t ? p - 1.f : p);
+    if (z16r != nullptr) {
+      StoreHalf(g, z16r + v);  // the products read these alone
+    } else {
+      zr[v] = g;
+    }
   }
+}
+
+// HeadRowKernel over a chunk of nr rows; z16 (16-bit gradient rows) null or in `precision`.
+void HeadRows(Precision precision, unsigned nr, float* z, int64_t V, double shift, const int64_t* target, float c,
+              bool grad, double* lse, double* target_logit, uint16_t* z16, cudaStream_t stream) {
+  if (precision == Precision::kFp16) {
+    Launch<HeadRowKernel<__half>>(nr, kThreads, 0, stream, z, V, shift, target, c, grad, lse, target_logit,
+                                  reinterpret_cast<__half*>(z16));
+  } else {
+    Launch<HeadRowKernel<__nv_bfloat16>>(nr, kThreads, 0, stream, z, V, shift, target, c, grad, lse, target_logit,
+                                         reinterpret_cast<__nv_bfloat16*>(z16));
+  }
+  MS_CUDA_CHECK_LAUNCH("HeadLoss");
 }
 
 // Uploads host [rows] targets into scratch.
@@ -163,27 +184,44 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
   scratch->logits.Resize(chunk * V);
   float* z = scratch->logits.data();
   const bool grad = args.dy != nullptr;
-  // C = alpha · A · op(Ē): Ē as packed once (args.e_bar_packed, 16-bit), else converted here.
-  const PackedOperand<float>* packed = args.e_bar_packed;
-  auto times_e_bar = [&](bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                         float* c, int64_t ldc) {
-    if (packed != nullptr && packed->precision != Precision::kFp32) {
-      gemm->RunPackedB(packed->precision, false, trans_b, m, n, k, alpha, a, lda, packed->half.data(), d_e, 0.f, c,
-                       ldc);
-    } else {
-      gemm->Run(args.precision, false, trans_b, m, n, k, alpha, a, lda, args.e_bar, d_e, 0.f, c, ldc);
+  const Precision precision = args.precision;
+  if (precision == Precision::kFp32) {
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t nr = std::min(chunk, rows - r0);
+      const float* y = args.y + r0 * d_e;
+      gemm->Run(precision, false, true, nr, V, d_e, args.scale, y, d_e, args.e_bar, d_e, 0.f, z, V);
+      HeadRows(precision, static_cast<unsigned>(nr), z, V, args.shift, target_dev + r0, args.coef * args.scale, grad,
+               scratch->first.data() + r0, scratch->second.data() + r0, nullptr, stream);
+      if (grad) {
+        gemm->Run(precision, false, false, nr, d_e, V, 1.f, z, V, args.e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);
+        gemm->Run(precision, true, false, V, d_e, nr, 1.f, z, V, y, d_e, 1.f, args.d_e_bar, d_e);
+      }
     }
-  };
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t nr = std::min(chunk, rows - r0);
-    const float* y = args.y + r0 * d_e;
-    times_e_bar(true, nr, V, d_e, args.scale, y, d_e, z, V);
-    Launch<HeadRowKernel>(static_cast<unsigned>(nr), kThreads, 0, stream, z, V, args.shift, target_dev + r0,
-                          args.coef * args.scale, grad, scratch->first.data() + r0, scratch->second.data() + r0);
-    MS_CUDA_CHECK_LAUNCH(op);
-    if (grad) {
-      times_e_bar(false, nr, d_e, V, 1.f, z, V, args.dy + r0 * d_e, d_e);
-      gemm->Run(args.precision, true, false, V, d_e, nr, 1.f, z, V, y, d_e, 1.f, args.d_e_bar, d_e);
+  } else {
+    // Each operand converted once: y, Ē (unless packed by the caller), the gradient rows by the row pass.
+    scratch->y16.Resize(rows * d_e);
+    gemm->Pack(precision, args.y, rows * d_e, scratch->y16.data());
+    const uint16_t* e16 = nullptr;
+    if (args.e_bar_packed != nullptr && args.e_bar_packed->precision == precision) {
+      e16 = args.e_bar_packed->half.data();
+    } else {
+      scratch->e_bar16.Resize(V * d_e);
+      gemm->Pack(precision, args.e_bar, V * d_e, scratch->e_bar16.data());
+      e16 = scratch->e_bar16.data();
+    }
+    scratch->grad16.Resize(grad ? chunk * V : 0);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t nr = std::min(chunk, rows - r0);
+      const uint16_t* y16 = scratch->y16.data() + r0 * d_e;
+      gemm->RunPacked(precision, false, true, nr, V, d_e, args.scale, y16, d_e, e16, d_e, 0.f, z, V);
+      HeadRows(precision, static_cast<unsigned>(nr), z, V, args.shift, target_dev + r0, args.coef * args.scale, grad,
+               scratch->first.data() + r0, scratch->second.data() + r0, grad ? scratch->grad16.data() : nullptr,
+               stream);
+      if (grad) {
+        const uint16_t* g16 = scratch->grad16.data();
+        gemm->RunPacked(precision, false, false, nr, d_e, V, 1.f, g16, V, e16, d_e, 0.f, args.dy + r0 * d_e, d_e);
+        gemm->RunPacked(precision, true, false, V, d_e, nr, 1.f, g16, V, y16, d_e, 1.f, args.d_e_bar, d_e);
+      }
     }
   }
   MS_CUDA_CHECK(op, cudaMemcpyAsync(args.lse, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,

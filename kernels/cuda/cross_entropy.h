@@ -23,6 +23,9 @@ struct CrossEntropyScratch {
   DeviceArray<double> first{Device::kCuda}, second{Device::kCuda};  // [rows] statistics
   DeviceArray<int64_t> target{Device::kCuda};                       // [rows]
   DeviceArray<float> logits{Device::kCuda};                         // the head's [chunk, V]
+  // The head's 16-bit operands: y [rows, d_e], Ē [V, d_e] (where not packed by the
+  // caller) and the chunk's gradient rows [chunk, V], each converted once.
+  DeviceArray<uint16_t> y16{Device::kCuda}, e_bar16{Device::kCuda}, grad16{Device::kCuda};
   std::vector<double> host;                                         // [rows] staging
 };
 
@@ -46,9 +49,10 @@ void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const doubl
 // The fused single-rank head (HeadLossArgs), in chunks of kHeadChunkRows rows:
 // z = scale · y Ēᵀ (fp32 GEMM into scratch), lse and target logits (row max or the
 // fixed shift, fp64 sums) copied to the host, and with args.dy the gradient
-// z ← coef · scale · (softmax − onehot), dy = z Ē, d_e_bar += zᵀ y. The two products
-// with Ē read args.e_bar_packed where given (16-bit), else convert args.e_bar per chunk.
-// Waits for lse.
+// z ← coef · scale · (softmax − onehot), dy = z Ē, d_e_bar += zᵀ y. Under a 16-bit
+// precision every product reads 16-bit operands converted once: y for all rows, Ē
+// (args.e_bar_packed where given, else once per call), and the gradient rows, which the
+// row pass writes in 16 bits as it computes them (no conversion pass). Waits for lse.
 void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

@@ -1,14 +1,21 @@
 // Device functions shared by the CUDA kernels: the TanhNorm scale (spec step 11, the
 // twin of cpu::TanhNormScale with its series below ‖h‖ = 0.1), the output gate (spec
 // step 12, the twin of kernels/cpu/gate.h with the library's expf/tanhf), warp sums
-// in fp32 and fp64, and a block sum in fp64.
+// in fp32 and fp64, a block sum in fp64, and the 16-bit GEMM operands' rounding.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/launch.h"
 
 namespace multiscreen::kernels::cuda {
+
+// x rounded to nearest even into the 16-bit format of *dst: how every 16-bit GEMM
+// operand is made (gemm.h's packing, the head's gradient rows).
+__device__ inline void StoreHalf(float x, __nv_bfloat16* dst) { *dst = __float2bfloat16_rn(x); }
+__device__ inline void StoreHalf(float x, __half* dst) { *dst = __float2half_rn(x); }
 
 // f(n) = tanh(n)/n and g(n) = f'(n)/n, with the CPU kernel's series below 0.1.
 __device__ inline void TanhNormScale(float n, float* f, float* g) {

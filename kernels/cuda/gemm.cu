@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace multiscreen::kernels::cuda {
@@ -23,10 +24,6 @@ int Alignment(const void* p) {
   while (align > 1 && address % align != 0) align /= 2;
   return align;
 }
-
-// x rounded to nearest even into the 16-bit format of *dst.
-__device__ inline void StoreHalf(float x, __nv_bfloat16* dst) { *dst = __float2bfloat16_rn(x); }
-__device__ inline void StoreHalf(float x, __half* dst) { *dst = __float2half_rn(x); }
 
 // A [rows, cols] block of src (row stride ld) and the packed 16-bit copy it becomes.
 struct PackOperand {

@@ -460,6 +460,9 @@ TEST_F(CudaKernelTableTest, SoftmaxStatsTargetLogitsAndGradMatchTheCpu) {
   EXPECT_CLOSE(got, ref, 1e-5);
 }
 
+// In every precision, with Ē packed by the caller or not: under 16 bits the head's
+// products read y, Ē and the gradient rows rounded to nearest even (the reference rounds
+// the same operands on the CPU), with fp32 accumulation; lse from the fp32 logits.
 TEST_F(CudaKernelTableTest, HeadLossMatchesTheCpuOverSeveralChunks) {
   const int64_t rows = 600, V = 1003, d_e = 32;  // rows > one chunk of 512
   const float scale = 2.5f, coef = 1.f / rows;
@@ -468,25 +471,44 @@ TEST_F(CudaKernelTableTest, HeadLossMatchesTheCpuOverSeveralChunks) {
   kernels::cpu::UnitRowsForward<float>(e_bar.data(), d_e, e_bar.data(), d_e, nullptr, V, d_e);
   std::vector<int64_t> target(rows);
   for (int64_t r = 0; r < rows; ++r) target[r] = r % 7 == 3 ? -1 : (r * 31) % V;
-  // The reference: the logits, their statistics, the gradient, and the two products.
-  Floats z(rows * V);
-  kernels::cpu::Gemm(false, true, rows, V, d_e, scale, y.data(), d_e, e_bar.data(), d_e, 0.f, z.data(), V);
-  std::vector<double> row_max(rows), row_sum(rows), lse(rows), tl(rows);
-  kernels::cpu::SoftmaxStats(z.data(), V, rows, V, row_max.data(), row_sum.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    lse[r] = row_max[r] + std::log(row_sum[r]);
-    tl[r] = target[r] >= 0 ? z[r * V + target[r]] : 0.0;
-  }
-  const Floats coefs(rows, coef * scale);
-  kernels::cpu::CrossEntropyGrad(z.data(), V, rows, V, lse.data(), target.data(), coefs.data());
   const Floats d_e_bar0 = Random(V * d_e, 23);
-  Floats dy(rows * d_e), d_e_bar = d_e_bar0;
-  kernels::cpu::Gemm(false, false, rows, d_e, V, 1.f, z.data(), V, e_bar.data(), d_e, 0.f, dy.data(), d_e);
-  kernels::cpu::Gemm(true, false, V, d_e, rows, 1.f, z.data(), V, y.data(), d_e, 1.f, d_e_bar.data(), d_e);
-
-  for (double shift : {std::numeric_limits<double>::quiet_NaN(), double(scale)}) {  // row max; the bound e^{s_F}
-    for (bool with_grad : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "shift " << shift << ", gradient " << with_grad);
+  auto rounded = [](Precision precision, Floats x) {
+    if (precision == Precision::kBf16) kernels::cpu::RoundToBf16(x.data(), x.size());
+    if (precision == Precision::kFp16) kernels::cpu::RoundToFp16(x.data(), x.size());
+    return x;
+  };
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    // The reference: the logits, their statistics, the gradient, and the two products.
+    const Floats yr = rounded(precision, y), er = rounded(precision, e_bar);
+    Floats z(rows * V);
+    kernels::cpu::Gemm(false, true, rows, V, d_e, scale, yr.data(), d_e, er.data(), d_e, 0.f, z.data(), V);
+    std::vector<double> row_max(rows), row_sum(rows), lse(rows), tl(rows);
+    kernels::cpu::SoftmaxStats(z.data(), V, rows, V, row_max.data(), row_sum.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      lse[r] = row_max[r] + std::log(row_sum[r]);
+      tl[r] = target[r] >= 0 ? z[r * V + target[r]] : 0.0;
+    }
+    const Floats coefs(rows, coef * scale);
+    kernels::cpu::CrossEntropyGrad(z.data(), V, rows, V, lse.data(), target.data(), coefs.data());
+    z = rounded(precision, z);
+    Floats dy(rows * d_e), d_e_bar = d_e_bar0;
+    kernels::cpu::Gemm(false, false, rows, d_e, V, 1.f, z.data(), V, er.data(), d_e, 0.f, dy.data(), d_e);
+    kernels::cpu::Gemm(true, false, V, d_e, rows, 1.f, z.data(), V, yr.data(), d_e, 1.f, d_e_bar.data(), d_e);
+    kernels::PackedOperand<float> e_bar_packed;
+    table_->PackOperand(precision, Device(e_bar), V * d_e, &e_bar_packed);
+    struct Case {
+      double shift;  // NaN: the row max; else the bound e^{s_F}
+      bool with_grad, packed;
+    };
+    const double kRowMax = std::numeric_limits<double>::quiet_NaN();
+    // fp32: both shifts with and without the gradient; 16 bits: Ē packed or not.
+    const std::vector<Case> cases =
+        precision == Precision::kFp32
+            ? std::vector<Case>{{kRowMax, false, false}, {kRowMax, true, false}, {scale, false, true}, {scale, true, true}}
+            : std::vector<Case>{{kRowMax, true, false}, {scale, true, true}};
+    for (const auto& [shift, with_grad, packed] : cases) {
+      SCOPED_TRACE(testing::Message() << "precision " << int(precision) << ", shift " << shift << ", gradient "
+                                      << with_grad << ", Ē packed " << packed);
       kernels::HeadLossArgs<float> args;
       args.y = Device(y);
       args.e_bar = Device(e_bar);
@@ -497,6 +519,8 @@ TEST_F(CudaKernelTableTest, HeadLossMatchesTheCpuOverSeveralChunks) {
       args.shift = shift;
       args.target = target.data();
       args.coef = coef;
+      args.precision = precision;
+      args.e_bar_packed = packed ? &e_bar_packed : nullptr;
       std::vector<double> g_lse(rows), g_tl(rows, -1.0);
       args.lse = g_lse.data();
       args.target_logit = g_tl.data();

@@ -257,7 +257,7 @@ StepWork WorkOfAStep(const ModelDims& dims, Precision precision, int64_t M, int6
 // W_O, Ē; the Transformer's W_QKV, W_O, [W_gate; W_up], W_down and its table) and each
 // activation and gradient that a layer's GEMMs read once per micro-batch, however many
 // GEMMs read it (the forward's product and the backward's weight gradient; the
-// backward's ∂X = ∂Y·Wᵀ and ∂W = Xᵀ∂Y), plus the head's operands per chunk. Counted
+// backward's ∂X = ∂Y·Wᵀ and ∂W = Xᵀ∂Y), and the head's input. Counted
 // exactly, each padded to the packing launch's blocks of 256 as the tally counts
 // threads: converting a weight again in any micro-batch, or an activation per GEMM,
 // changes the count.
@@ -268,8 +268,9 @@ TEST_F(CudaTest, Bf16TrainingStepConvertsEachWeightOnceAndActivationsPerMicroBat
     const ModelDims dims = *LoadModel(name);
     const int64_t L = dims.n_layers, dE = dims.d_e, V = dims.vocab;
     uint64_t weights = padded(V * dE), activations = 0;  // the tied head's Ē
-    // The head (one chunk: R < 512 rows): logits y·Ēᵀ, ∂y = ∂z·Ē, ∂Ē += ∂zᵀ·y.
-    activations += padded(R * dE) + padded(R * V) + padded(R * V + R * dE);
+    // The head: y, once for its three products (logits y·Ēᵀ, ∂y = ∂z·Ē, ∂Ē += ∂zᵀ·y); its
+    // row pass writes ∂z in 16 bits itself.
+    activations += padded(R * dE);
     if (dims.transformer()) {
       const int64_t dl = dims.n_heads * dims.d_k, F = dims.d_ff();
       weights += L * (padded(dE * 3 * dl) + padded(dl * dE) + padded(2 * F * dE) + padded(F * dE));
