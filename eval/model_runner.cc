@@ -210,11 +210,15 @@ int64_t ModelRunner::FullPassBytes(int64_t n) const {
   if (device_.device != Device::kCpu) {
     // On the device besides the resident parameters: BeginStep's packed copies of the
     // layers' weights (about the parameters once) and, under bf16, Ē's rounded copy, the
-    // GEMMs' 16-bit copies of both (KernelTable::PackOperand: half a float each) and the
-    // activations' rounded GEMM operands (about d_E a row per layer).
+    // GEMMs' 16-bit copies of both (KernelTable::PackRounded: half a float each), each
+    // layer's 16-bit GEMM activations (Multiscreen x and U; the Transformer's two RMSNorm
+    // outputs, o and h) and the head's y.
     floats += double(weights_.params.size());
     if (device_.precision != Precision::kFp32) {
-      floats += 1.5 * double(d.vocab) * d.d_e + 0.5 * double(weights_.params.size()) + double(n) * d.n_layers * d.d_e;
+      const double gemm_inputs =
+          d.transformer() ? 2.0 * d.d_e + d.n_heads * d.d_k + d.d_ff() : d.d_e + double(d.n_heads) * d.d_v;
+      floats += 1.5 * double(d.vocab) * d.d_e + 0.5 * double(weights_.params.size()) +
+                0.5 * double(n) * (d.n_layers * gemm_inputs + d.d_e);
     }
   }
   return SaturatedBytes(floats * 4);

@@ -120,6 +120,35 @@ TEST_P(ModelRunnerCudaTest, PrefillOnTheDeviceGivesTheCpusFirstToken) {
   EXPECT_GT(DeviceFreeBytes(), 0);
 }
 
+// FullPassBytes bounds what a full pass leaves allocated on the device (its buffers
+// persist between passes, so what stays is its peak but for transient scratch), in fp32
+// and bf16 (whose 16-bit copies it counts: the increase over fp32 bounds the bytes they
+// add), and is not a gross overestimate. Multiscreen over more rows than one head
+// chunk; the Transformer over fewer (its emulated attention takes ~12 s at 520).
+TEST_P(ModelRunnerCudaTest, FullPassBytesBoundsTheDeviceMemoryAPassKeeps) {
+  const Weights w = TestWeights(GetParam(), 51);
+  const int64_t n = w.dims.transformer() ? 160 : 520;
+  const std::vector<int32_t> ids = testing::RandomTokens(w.dims.vocab, n, 52);
+  int64_t kept_fp32 = 0, estimate_fp32 = 0;
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    ModelRunner gpu(w, Expanded(), {Device::kCuda, precision});
+    const int64_t before = DeviceFreeBytes();
+    gpu.Prefill(ids.data(), n);
+    const int64_t kept = before - DeviceFreeBytes(), estimate = gpu.FullPassBytes(n);
+    if (precision == Precision::kFp32) {
+      kept_fp32 = kept;
+      estimate_fp32 = estimate;
+    } else {  // bf16's 16-bit copies are counted, not covered by fp32's slack
+      EXPECT_GE(estimate - estimate_fp32, kept - kept_fp32);
+    }
+    std::printf("%s %s: a pass of %lld tokens keeps %lld bytes on the device, estimate %lld\n", GetParam(),
+                PrecisionName(precision).c_str(), static_cast<long long>(n), static_cast<long long>(kept),
+                static_cast<long long>(estimate));
+    EXPECT_LE(kept, estimate) << PrecisionName(precision);
+    EXPECT_LE(estimate, 4 * kept) << PrecisionName(precision);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ModelRunnerCudaTest, ::testing::Values("tiny_psi4", "tiny_tiled", "tiny_transformer"),
                          [](const auto& info) { return std::string(info.param); });
 
