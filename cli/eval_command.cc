@@ -37,6 +37,7 @@
 #include "checkpoint/checkpoint.h"
 #include "cli/commands.h"
 #include "cli/device.h"
+#include "cli/device_memory.h"
 #include "cli/flags.h"
 #include "cli/run_data.h"
 #include "cli/weights_source.h"
@@ -171,6 +172,15 @@ std::string WeightsCrc32(const std::vector<float>& params) {
   return absl::StrFormat("%08x", static_cast<uint32_t>(crc));
 }
 
+// What shrinks evaluation `sub`'s memory on a device (cli/device_memory.h's lines).
+std::string DeviceMemoryAdvice(const std::string& sub) {
+  const char* flag = sub == "ppl" || sub == "choice"           ? "a shorter --seq_len, "
+                     : sub == "abcdigits" || sub == "passkey" ? "smaller --contexts, "
+                     : sub == "ttft"                           ? "a shorter --context, "
+                                                               : "";
+  return absl::StrCat(flag, "a smaller model, or --device=cpu");
+}
+
 // multiscreen_only: the evaluation reads Multiscreen's tiles (relevance), so a
 // Transformer is refused in one line; every other evaluation runs either family.
 absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need_tokenizer,
@@ -191,6 +201,10 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   if (!weights.ok()) return weights.status();
   s.weights = std::move(*weights);
   s.weights_crc32 = WeightsCrc32(s.weights.params);
+  // The device's copy of the parameters, up front (what else does not fit there is
+  // OnDeviceOutOfMemory's line, installed by EvalCommand).
+  MS_RETURN_IF_ERROR(CheckDeviceMemory(s.device.device, 4 * int64_t(s.weights.params.size()),
+                                       absl::StrCat("the parameters of ", s.weights.dims.name)));
   if (multiscreen_only && s.weights.dims.transformer()) {
     return absl::InvalidArgumentError(absl::StrCat("model ", s.weights.dims.name,
                                                    " is a Transformer: relevance maps are Multiscreen's (screening "
@@ -1333,6 +1347,11 @@ int EvalCommand(int argc, char** argv) {
   const std::string out = absl::GetFlag(FLAGS_out);
   std::error_code ec;
   const bool out_existed = out.empty() || fs::exists(out, ec);
+  auto remove_unused_out = [out, out_existed] {
+    std::error_code ec;
+    if (!out_existed && fs::is_directory(out, ec) && fs::is_empty(out, ec)) fs::remove(out, ec);
+  };
+  OnDeviceOutOfMemory(absl::StrCat("eval ", sub), DeviceMemoryAdvice(sub), remove_unused_out);
   int rc;
   if (sub == "ppl") {
     rc = Ppl(given);
@@ -1347,7 +1366,7 @@ int EvalCommand(int argc, char** argv) {
   } else {
     rc = Ttft(given);
   }
-  if (rc != 0 && !out_existed && fs::is_directory(out, ec) && fs::is_empty(out, ec)) fs::remove(out, ec);
+  if (rc != 0) remove_unused_out();
   return rc;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/weights_source.h"
 #include "cli/commands.h"
+#include "cli/device_memory.h"
 #include "cli/flags.h"
 #include "cli/run_data.h"
 #include "data/gpt2_tokenizer.h"
@@ -63,6 +64,10 @@ int GenerateCommand(int argc, char** argv) {
     return Fail("generate", absl::InvalidArgumentError(
                                 "--precision=bf16: on the CPU the decoding cache runs in fp32; bf16 decodes with --device=cuda"));
   }
+  // A device too small for what generate puts there (a kernel table's GEMM workspace, the
+  // parameters, the decoding cache): one line naming the flags, whenever it is allocated.
+  constexpr const char* kAdvice = "fewer --max_tokens or a shorter --prompt, a smaller model, or --device=cpu";
+  OnDeviceOutOfMemory("generate", kAdvice);
   if (auto s = eval::CheckRunnerDevice(*device); !s.ok()) return Fail("generate", s);
   auto weights = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
   if (!weights.ok()) return Fail("generate", weights.status());
@@ -93,6 +98,12 @@ int GenerateCommand(int argc, char** argv) {
   auto yarn_factor = eval::YarnFactorFor(*yarn, positions, options.train_len);
   if (!yarn_factor.ok()) return Fail("generate", yarn_factor.status());
   options.yarn_factor = *yarn_factor;
+  // The device's copy of the parameters, up front.
+  if (auto s = CheckDeviceMemory(device->device, 4 * int64_t(weights->params.size()),
+                                 absl::StrCat("the parameters of ", weights->dims.name));
+      !s.ok()) {
+    return Fail("generate", s);
+  }
   eval::ModelRunner runner(*weights, options, *device);
   if (const int64_t avail = on_device ? eval::DeviceFreeBytes() : eval::AvailableMemoryBytes(); avail > 0) {
     const int64_t need = runner.DecodeBytes(positions) + (on_device ? 0 : 8 * positions);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "cli/created_dirs.h"
+#include "cli/device_memory.h"
 #include "cli/flags.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -360,11 +361,6 @@ int TrainCommand(int argc, char** argv) {
       return fail(MarkAgreed(s));
     }
   }
-  // Every rank resolves its own device (its GPU was bound above); the step runs there.
-  auto device = ResolveDevice(false);
-  if (!device.ok()) return fail(device.status());
-  // The groups' transport for that device (a collective: NCCL communicators are made here).
-  if (auto s = grid->UseStepDevice(*device, *comm); !s.ok()) return fail(s);
   // Single-process runs clean up a run directory they created and never used (under
   // MPI a failing rank ends the job at once, and the directory stays).
   const std::filesystem::path created_dir = mpi == nullptr ? FirstMissingDir(run->run_dir()) : std::filesystem::path();
@@ -373,6 +369,36 @@ int TrainCommand(int argc, char** argv) {
     if (fresh_run_dir) RemoveUnusedRunDir(run->run_dir(), created_dir);
     return fail(status);
   };
+  // A GPU too small for the run is one line naming the flags, from the first allocation
+  // there (a kernel table's GEMM workspace) to the activations of --micro_batch x --seq_len.
+  OnDeviceOutOfMemory("train",
+                      "lower --micro_batch (raise --grad_accum to keep the batch) or --seq_len, or shard the model "
+                      "over more GPUs (--tp, --pp; --zero=1 shards AdamW's moments over dp)",
+                      [fresh_run_dir, run_dir = run->run_dir(), created_dir] {
+                        if (fresh_run_dir) RemoveUnusedRunDir(run_dir, created_dir);
+                      });
+  // Every rank resolves its own device (its GPU was bound above); the step runs there.
+  auto device = ResolveDevice(false);
+  if (!device.ok()) return fail(device.status());
+  // The groups' transport for that device (a collective: NCCL communicators are made here).
+  if (auto s = grid->UseStepDevice(*device, *comm); !s.ok()) return fail(s);
+  // Up front, on the device: what RunMemoryLowerBound counts there (this rank's fp32
+  // parameters and gradients, the activations one micro-batch keeps for the backward) and
+  // AdamW's moments (fp32; spread over dp under ZeRO-1).
+  {
+    const int64_t tp = grid->shape().tp, pp = grid->shape().pp;
+    const double moments = 8.0 * ModelParamCount(*dims) / double(tp * pp) /
+                           double(run->parallel().zero() > 0 ? grid->shape().dp : 1);
+    const int64_t need = RunMemoryLowerBound(*dims, tp, pp, run->micro_batch() * run->seq_len(), 0) + int64_t(moments);
+    if (auto s = CheckDeviceMemory(*device, need,
+                                   absl::StrCat("--micro_batch=", run->micro_batch(), " x --seq_len=", run->seq_len(),
+                                                " of ", dims->name, " (parameters, gradients, AdamW moments and one "
+                                                "micro-batch's activations",
+                                                grid->world_size() > 1 ? ", this rank's share)" : ")"));
+        !s.ok()) {
+      return fail_before_first_step(s);
+    }
+  }
   auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),
                                  {.restart = absl::GetFlag(FLAGS_restart),
                                   .device = *device,

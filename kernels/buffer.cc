@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +36,39 @@ void Count(Device device, int64_t bytes) {
 }  // namespace
 
 int64_t BufferBytesPeak(Device device) { return UsageOf(device).peak.load(); }
+
+int64_t BufferBytesNow(Device device) { return UsageOf(device).now.load(); }
+
+namespace {
+std::mutex& HandlerMutex() {
+  static std::mutex m;
+  return m;
+}
+AllocationFailureHandler& Handler() {
+  static AllocationFailureHandler handler;
+  return handler;
+}
+}  // namespace
+
+void SetAllocationFailureHandler(AllocationFailureHandler handler) {
+  std::lock_guard<std::mutex> lock(HandlerMutex());
+  Handler() = std::move(handler);
+}
+
+[[noreturn]] void AllocationFailed(Device device, int64_t bytes, const absl::Status& status, const std::string& generic) {
+  AllocationFailureHandler handler;
+  {
+    std::lock_guard<std::mutex> lock(HandlerMutex());
+    handler = Handler();
+  }
+  if (handler) {
+    handler(device, bytes, status);
+  } else {
+    std::fprintf(stderr, "multiscreen: fatal: %s\n", generic.c_str());
+  }
+  std::fflush(stderr);
+  std::exit(1);
+}
 
 std::string DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
 

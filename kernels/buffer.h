@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,6 +18,21 @@ std::string DeviceName(Device device);
 // The most bytes Buffers (and so DeviceArrays) held at once on `device` in this
 // process: a model's device memory, for bench's report.
 int64_t BufferBytesPeak(Device device);
+
+// What a command says when a DeviceArray cannot get memory on a device (`bytes`: the
+// array's new size; `status`: the allocator's error): called once, from the thread that
+// allocated, before the process exits 1. A command installs it to name the flags that shrink its memory
+// and to remove outputs it has begun (cli/device_memory.h); without one the line is
+// "multiscreen: fatal: <device> array of N elements: <error>".
+using AllocationFailureHandler = std::function<void(Device device, int64_t bytes, const absl::Status& status)>;
+void SetAllocationFailureHandler(AllocationFailureHandler handler);
+
+// The failure path of DeviceArray's allocations: the installed handler (else `generic`
+// on one line), then exit(1). Never returns.
+[[noreturn]] void AllocationFailed(Device device, int64_t bytes, const absl::Status& status, const std::string& generic);
+
+// Bytes Buffers hold on `device` now in this process.
+int64_t BufferBytesNow(Device device);
 
 // True when this build has the CUDA kernels and a CUDA device is visible.
 bool CudaAvailable();

@@ -31,15 +31,15 @@ class DeviceArray {
 
   // size() becomes n. Growing past the capacity reallocates and keeps the first size()
   // elements; elements never used before are zero, ones reused within the capacity
-  // keep what they last held (fill them where it matters). Allocation failure is fatal (one line, the size and
-  // device), as for std::vector.
+  // keep what they last held (fill them where it matters). Allocation failure is fatal
+  // (AllocationFailed: the command's line, or one naming the size and device), as for std::vector.
   void Resize(int64_t n) {
     if (n > capacity_) {
       absl::StatusOr<Buffer> grown = Buffer::Allocate(device_, static_cast<size_t>(n) * sizeof(T));
       if (!grown.ok()) {
-        std::fprintf(stderr, "multiscreen: fatal: %s array of %lld elements: %s\n", DeviceName(device_).c_str(),
-                     static_cast<long long>(n), std::string(grown.status().message()).c_str());
-        std::exit(1);
+        AllocationFailed(device_, n * int64_t(sizeof(T)), grown.status(),
+                         DeviceName(device_) + " array of " + std::to_string(n) + " elements: " +
+                             std::string(grown.status().message()));
       }
       if (size_ > 0) {
         absl::Status copied = grown->CopyFrom(buffer_);

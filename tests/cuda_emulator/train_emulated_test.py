@@ -181,6 +181,31 @@ class EmulatedTrainTest(unittest.TestCase):
                          "expected auto, simple or tiled")
         self.assertFalse(os.path.exists(run_dir))
 
+    def test_a_device_too_small_is_one_line_naming_the_flags_and_leaves_no_run_directory(self):
+        # A field report: "multiscreen: fatal: cuda array of N elements: cudaMalloc(N): out of
+        # memory", and the new run directory stayed. Up front where it can be estimated (the
+        # parameters, gradients and moments, 16 bytes each, and RunMemoryLowerBound's
+        # activations); else the allocation that failed (at 10 MB a kernel table's workspace; at
+        # 40 MB one inside the trainer).
+        for mem, flags, words in (
+                ("100000000", ["--model=psi16"], "--micro_batch=4 x --seq_len=32 of psi16 (parameters, gradients, AdamW "
+                                                 "moments and one micro-batch's activations) need about 494092320 bytes "
+                                                 "(0.46 GiB), only 100000000 bytes (0.09 GiB) are free of 100000000"),
+                ("100000000", ["--micro_batch=64", "--seq_len=2048"], "--micro_batch=64 x --seq_len=2048 of tiny_psi4 ("),
+                ("10000000", [], "out of memory: an array of 33554432 bytes (0.03 GiB) did not fit"),
+                ("40000000", [], "out of memory: an array of 33554432 bytes (0.03 GiB) did not fit")):
+            run_dir = os.path.join(self.tmp.name, f"too_small_{mem}_{len(flags)}", "run")
+            r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}",
+                                "--steps=1", "--device=cuda", *flags], capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "MULTISCREEN_EMULATED_GPU_MEMORY": mem})
+            self.assertEqual(r.returncode, 1, r.stderr[-2000:])
+            last = r.stderr.strip().splitlines()[-1]
+            self.assertTrue(last.startswith("multiscreen train: cuda:0 ("), last)
+            self.assertIn(words, last)
+            self.assertIn("lower --micro_batch (raise --grad_accum to keep the batch) or --seq_len", last)
+            self.assertNotIn("fatal", r.stderr)
+            self.assertFalse(os.path.exists(os.path.dirname(run_dir)), r.stderr[-2000:])
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

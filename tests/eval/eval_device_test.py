@@ -288,6 +288,39 @@ class EvalDeviceTest(OneLineErrors):
         self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", f"--context={big}", "--device=cuda", f"--out={out}"),
                                    f"--context={big}: the prefill needs about 8589934592.00 GiB", "free on the device")
 
+    def test_a_device_too_small_is_one_line_naming_the_flags(self):
+        # A field report: "multiscreen: fatal: cuda array of N elements: cudaMalloc(N): out of
+        # memory". MULTISCREEN_EMULATED_GPU_MEMORY sizes the emulated device only: on a GPU this
+        # test has nothing to shrink.
+        w = self.model_weights("tiny_psi4")
+        t = self.tokens(97, 100, 12, "small_device.bin")
+        out = os.path.join(self.dir, "small_device")
+        small = {"MULTISCREEN_EMULATED_GPU_MEMORY": "10000000"}
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--device=cuda", f"--out={out}", env=small)
+        if r.returncode == 0:
+            self.skipTest("not the emulated device (MULTISCREEN_EMULATED_GPU_MEMORY has no effect)")
+        # Any allocation (here a kernel table's GEMM workspace) that does not fit: the device,
+        # the bytes asked and free, the flags; --out, made by this command, is gone again.
+        self.assert_one_line_error(r, "multiscreen eval ppl: cuda:0 (", "out of memory: an array of 33554432 bytes",
+                                   "10000000 bytes (0.01 GiB) free of 10000000 bytes",
+                                   "; a shorter --seq_len, a smaller model, or --device=cpu")
+        self.assertFalse(os.path.exists(out))
+        g = self.model_weights("tiny_gpt2_transformer")
+        self.assert_one_line_error(run("generate", f"--weights={g}", f"--tokenizer={self.tokenizer}", "--prompt=a",
+                                       "--device=cuda", env=small),
+                                   "multiscreen generate: cuda:0 (", "out of memory: an array of 33554432 bytes",
+                                   "; fewer --max_tokens or a shorter --prompt, a smaller model, or --device=cpu")
+        # Parameters that cannot fit are said up front, before any is copied (psi16: 4 bytes each).
+        p = os.path.join(self.dir, "psi16.h5")
+        self.assertEqual(run("init", "--model=psi16", f"--out={p}").returncode, 0)
+        self.assert_one_line_error(run("eval", "passkey", f"--weights={p}", f"--tokenizer={self.tokenizer}",
+                                       "--contexts=100", "--device=cuda", f"--out={out}",
+                                       env={"MULTISCREEN_EMULATED_GPU_MEMORY": "40000000"}),
+                                   "multiscreen eval passkey: cuda:0 (", "the parameters of psi16 need about 110186504 "
+                                   "bytes (0.10 GiB), only 40000000 bytes (0.04 GiB) are free of 40000000 bytes",
+                                   "; smaller --contexts, a smaller model, or --device=cpu")
+        self.assertFalse(os.path.exists(out))
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
