@@ -4,7 +4,8 @@
 // w), writes JSON (and CSV where a table fits) into --out, prints a summary, and with
 // --plot draws PNGs through tools/plot_eval.py (which re-runs on the results alone).
 // Grid evaluations write results as each cell finishes; --resume skips the cells (and ppl
-// the windows) already in --out. Single-process: refused under a launcher of several.
+// the windows) already in --out, and without it results there are refused, not
+// overwritten. Single-process: refused under a launcher of several.
 // --device=cpu|cuda and --precision=fp32|bf16 (default cpu, fp32) place the model
 // (eval::ModelRunner): the full forward and the decoding cache; on the CPU the decoding
 // cache runs in fp32 only.
@@ -179,6 +180,32 @@ std::string DeviceMemoryAdvice(const std::string& sub) {
                      : sub == "ttft"                           ? "a shorter --context, "
                                                                : "";
   return absl::StrCat(flag, "a smaller model, or --device=cpu");
+}
+
+// The files evaluation `sub` keeps its results in, under --out, which --resume continues:
+// ppl's (ppl.json, and ppl_state.json, its windows so far) and the grids' (<task>.json);
+// none for the others (abcdigits --generate_only writes only its --dump).
+std::vector<std::string> ResumableResults(const std::string& sub) {
+  if (sub == "ppl") return {"ppl.json", "ppl_state.json"};
+  if ((sub == "abcdigits" && !absl::GetFlag(FLAGS_generate_only)) || sub == "passkey") return {sub + ".json"};
+  return {};
+}
+
+// Without --resume, results of an earlier evaluation in --out are refused rather than
+// overwritten (a field report: `eval ppl --out=DIR` replaced DIR's ppl.json): "--out=DIR
+// already holds DIR/ppl.json: --resume continues that evaluation (refused if it is another),
+// or give another --out". Before the weights are read.
+absl::Status RefuseEarlierResults(const std::string& sub, const std::string& out) {
+  if (absl::GetFlag(FLAGS_resume) || out.empty()) return absl::OkStatus();
+  for (const std::string& name : ResumableResults(sub)) {
+    const std::string path = (fs::path(out) / name).string();
+    if (std::error_code ec; fs::exists(path, ec)) {
+      return absl::AlreadyExistsError(absl::StrCat("--out=", out, " already holds ", path,
+                                                   ": --resume continues that evaluation (refused if it is another), "
+                                                   "or give another --out"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // multiscreen_only: the evaluation reads Multiscreen's tiles (relevance), so a
@@ -1352,6 +1379,7 @@ int EvalCommand(int argc, char** argv) {
     if (!out_existed && fs::is_directory(out, ec) && fs::is_empty(out, ec)) fs::remove(out, ec);
   };
   OnDeviceOutOfMemory(absl::StrCat("eval ", sub), DeviceMemoryAdvice(sub), remove_unused_out);
+  if (auto s = RefuseEarlierResults(sub, out); !s.ok()) return Fail(absl::StrCat("eval ", sub).c_str(), s);
   int rc;
   if (sub == "ppl") {
     rc = Ppl(given);

@@ -60,7 +60,11 @@ class EvalCliTest(OneLineErrors):
         return t
 
     def ppl(self, *args):
+        """eval ppl into a fresh --out (results already in one are refused without --resume);
+        the last call's stays at self.dir/ppl_out."""
         out = os.path.join(self.dir, "ppl_out")
+        if os.path.exists(out):
+            shutil.rmtree(out)
         r = run("eval", "ppl", f"--out={out}", *args)
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(os.path.join(out, "ppl.json")) as f:
@@ -151,6 +155,29 @@ class EvalCliTest(OneLineErrors):
             resumed = json.load(f)
         self.assertEqual(resumed["documents"], 6)
         np.testing.assert_allclose(resumed["mean_loss"], whole["mean_loss"], atol=1e-9)
+
+    def test_results_already_in_out_are_refused_without_resume(self):
+        # A field report: `eval ppl --out=DIR` over another evaluation's ppl.json replaced it.
+        w = self.init()
+        t = self.tokens(np.random.default_rng(3).integers(0, 36, size=6 * 17))
+        out = os.path.join(self.dir, "taken")
+        common = (f"--weights={w}", f"--data={t}", "--stream", f"--out={out}")
+        self.assertEqual(run("eval", "ppl", *common, "--seq_len=16", "--documents=2").returncode, 0)
+        files = {n: open(os.path.join(out, n), "rb").read() for n in ("ppl.json", "ppl_state.json", "ppl.csv")}
+        for flags in (["--seq_len=16"], ["--seq_len=8"]):  # the same evaluation again, or another one
+            self.assert_one_line_error(run("eval", "ppl", *common, *flags),
+                                       f"multiscreen eval ppl: --out={out} already holds {out}/ppl.json: --resume "
+                                       "continues that evaluation (refused if it is another), or give another --out")
+        os.remove(os.path.join(out, "ppl.json"))  # a run stopped before its first results: the state alone
+        self.assert_one_line_error(run("eval", "ppl", *common, "--seq_len=16"), f"already holds {out}/ppl_state.json: --resume")
+        for name, data in files.items():
+            if name != "ppl.json":
+                with open(os.path.join(out, name), "rb") as f:
+                    self.assertEqual(f.read(), data, name)
+        # --resume continues it.
+        self.assertEqual(run("eval", "ppl", *common, "--seq_len=16", "--resume").returncode, 0)
+        with open(os.path.join(out, "ppl.json")) as f:
+            self.assertEqual(json.load(f)["documents"], 6)
 
     def test_text_evaluations_refuse_a_tokenizer_larger_than_the_model(self):
         # Issue 31: a small-vocabulary model fed GPT-2 ids reported "perplexity 97.00" (V = 97) and exited 0.
@@ -321,7 +348,7 @@ class EvalCliTest(OneLineErrors):
         self.assertGreater(np.max(np.abs(b - a)), 1e-6)
         out = f"--out={self.dir}/o"
         # Without CUDA in the build, or without a visible GPU, the kernel table's one line.
-        r = run("eval", "ppl", *common, "--device=cuda", out)
+        r = run("eval", "ppl", *common, "--device=cuda", f"--out={self.dir}/on_cuda")  # runs on the emulated device
         if r.returncode != 0:
             self.assert_one_line_error(r, "multiscreen eval ppl: --device=cuda: ", "CUDA")
         self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", "--device=tpu", out),
@@ -418,8 +445,8 @@ class EvalCliTest(OneLineErrors):
         recorded["tokenizer_dir"] = os.path.join(self.dir, "gone")
         with open(os.path.join(run_dir, "data.json"), "w") as f:
             json.dump(recorded, f)
-        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={run_dir}", f"--data={text}", "--seq_len=20", f"--out={out}"],
-                           capture_output=True, text=True, timeout=120, cwd="/")
+        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={run_dir}", f"--data={text}", "--seq_len=20",
+                            f"--out={out}_2"], capture_output=True, text=True, timeout=120, cwd="/")
         self.assert_one_line_error(r, "data.json", "--tokenizer")
 
     # ---- errors -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ Run: /usr/bin/python3 tests/eval/eval_device_test.py --multiscreen=build-emulate
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,8 @@ class EvalDeviceTest(OneLineErrors):
         return t
 
     def ppl(self, out, *args, env=None):
+        """eval ppl into self.dir/`out`, afresh (results already there are refused without --resume)."""
+        shutil.rmtree(os.path.join(self.dir, out), ignore_errors=True)
         r = run("eval", "ppl", f"--out={os.path.join(self.dir, out)}", *args, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(os.path.join(self.dir, out, "ppl.json")) as f:

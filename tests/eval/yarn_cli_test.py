@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,7 @@ class YarnCliTest(OneLineErrors):
 
     def ppl(self, *args):
         out = os.path.join(self.dir, "ppl")
+        shutil.rmtree(out, ignore_errors=True)  # results already in --out are refused without --resume
         r = run("eval", "ppl", f"--out={out}", *args)
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(os.path.join(out, "ppl.json")) as f:
