@@ -243,6 +243,10 @@ int BenchTrain(int argc, char** argv) {
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
       "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --isa=PATH "
       "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --json]";
+  // bench train's own defaults (train's --steps and --seq_len default to the run file's):
+  // set before parsing, so that --help shows them and a flag given replaces them.
+  absl::SetFlag(&FLAGS_steps, 10);
+  absl::SetFlag(&FLAGS_seq_len, 256);
   if (auto s = ParseFlags(argc, argv, usage,
                           {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
                            "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device",
@@ -256,11 +260,11 @@ int BenchTrain(int argc, char** argv) {
   if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
   if (!dims.ok()) return Fail("bench", dims.status());
-  // Unset: T = 256, 10 steps, the model's head blocking. Given: at least 1.
+  // Unset: the model's head blocking. Given: at least 1.
   const std::vector<std::string> given = GivenFlags(argc, argv);
   auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(given, name) ? value : unset; };
-  const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = given_or("seq_len", absl::GetFlag(FLAGS_seq_len), 256);
-  const int64_t warmup = absl::GetFlag(FLAGS_warmup), steps = given_or("steps", absl::GetFlag(FLAGS_steps), 10);
+  const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_steps);
   ModelOptions head;
   head.head_chunk_rows = given_or("head_chunk_rows", absl::GetFlag(FLAGS_head_chunk_rows), head.head_chunk_rows);
   head.head_vocab_block = given_or("head_vocab_block", absl::GetFlag(FLAGS_head_vocab_block), head.head_vocab_block);

@@ -218,6 +218,10 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   if (s.out.empty()) return absl::InvalidArgumentError("--out=DIR is required (results are written there)");
   // Retention deletes a checkpoint directory whole: results written into one would go with it.
   MS_RETURN_IF_ERROR(CheckOutputPath("out", s.out, {}, /*out_is_directory=*/true));
+  if (std::error_code ec; fs::exists(s.out, ec) && !fs::is_directory(s.out, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--out=", s.out, ": is a file, not a directory (results are "
+                                                   "written into a directory)"));
+  }
   // The device is checked before the weights are read: no CUDA, or no GPU, is one line at once.
   auto device = DeviceFlags(given);
   if (!device.ok()) return device.status();
@@ -520,7 +524,11 @@ class DocumentReader {
 
 int Ppl(const std::vector<std::string>& given) {
   const int64_t N = absl::GetFlag(FLAGS_seq_len);
-  if (N < 1) return Fail("eval ppl", absl::InvalidArgumentError("--seq_len=N (positions per window, >= 1) is required"));
+  if (N < 1) {
+    return Fail("eval ppl", absl::InvalidArgumentError(
+                                N == 0 ? "--seq_len=N (positions per window, >= 1) is required"
+                                       : absl::StrCat("--seq_len=", N, ": must be positive (positions per window)")));
+  }
   if (absl::GetFlag(FLAGS_data).empty()) return Fail("eval ppl", absl::InvalidArgumentError("--data=FILE is required"));
   const std::string method_flag = absl::GetFlag(FLAGS_method);
   if (method_flag != "auto" && method_flag != "full" && method_flag != "decode") {

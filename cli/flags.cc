@@ -77,8 +77,11 @@ namespace {
 
 // A flag given, and the text it was given ("" for a boolean given as --name or --noname);
 // `arg`: how it was written ("--input=a.txt", "--noplot"), for messages.
+// `known`: a flag of this program (else `name` is what was written, for the error);
+// `has_value`: text was given (--name=v, --name v, --fromenv), not just --name or --noname.
 struct GivenFlag {
   std::string name, value, arg;
+  bool known = true, has_value = false;
 };
 
 // Adds to `names` this program's flags that `args` sets, reading --flagfile files
@@ -103,7 +106,7 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
           if (name == "fromenv" || std::getenv(env.c_str()) != nullptr) {
             const char* text = std::getenv(env.c_str());
             if (auto it = all.find(item); it != all.end()) {
-              names->push_back({std::string(it->first), text ? text : "", absl::StrCat("--fromenv=", item)});
+              names->push_back({std::string(it->first), text ? text : "", absl::StrCat("--fromenv=", item), true, true});
             }
           }
           continue;
@@ -119,14 +122,30 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
       continue;
     }
     auto it = all.find(name);
-    if (it == all.end() && absl::StartsWith(name, "no")) it = all.find(name.substr(2));  // --noflag
-    if (it == all.end()) continue;
+    const bool negated = it == all.end() && absl::StartsWith(name, "no");
+    if (negated) it = all.find(name.substr(2));  // --noflag
+    if (it == all.end()) {
+      // absl's own flags, registered or not (--help, -h as PrintCommandHelpIfAsked takes it, ...).
+      constexpr std::string_view kAbslOwn[] = {"help", "h", "helpfull", "helpshort", "helppackage", "helpon",
+                                               "helpmatch", "version", "only_check_args", "undefok"};
+      if (std::find(std::begin(kAbslOwn), std::end(kAbslOwn), std::string_view(name.data(), name.size())) ==
+          std::end(kAbslOwn)) {
+        names->push_back({std::string(name), "", args[i], /*known=*/false});
+      }
+      continue;
+    }
     // "--name value" for a non-boolean flag: the next argument is the value, even if it starts with '-'.
-    const bool takes_next = !has_value && !it->second->IsOfType<bool>();
+    const bool takes_next = !has_value && !negated && !it->second->IsOfType<bool>();
+    const bool next_missing = takes_next && i + 1 >= args.size();
     if (takes_next) ++i;
     if (it->second->Filename().find("cli/") == std::string::npos) continue;
+    if (negated && !it->second->IsOfType<bool>()) {  // absl refuses --nosteps: kept unknown, so it is refused as such
+      names->push_back({std::string(name), "", args[i], /*known=*/false});
+      continue;
+    }
     names->push_back({std::string(it->first), has_value || takes_next ? value : std::string(),
-                      takes_next ? absl::StrCat(args[i - 1], " ", value) : args[i]});
+                      takes_next && !next_missing ? absl::StrCat(args[i - 1], " ", value) : args[i - takes_next],
+                      /*known=*/true, has_value || (takes_next && !next_missing)});
   }
 }
 
@@ -200,8 +219,10 @@ void PrintCommandHelpIfAsked(int argc, char** argv, const char* usage, std::init
   for (const auto& [group, flags] : groups) {
     std::printf("\n%s flags:\n", group.c_str());
     for (const absl::CommandLineFlag* flag : flags) {
+      // The value before parsing: the flag's default, or the command's own (bench train's --steps).
+      const std::string value = flag->CurrentValue();
       std::printf("  --%s  %s (default: %s)\n", std::string(flag->Name()).c_str(), flag->Help().c_str(),
-                  flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue().c_str());
+                  value.empty() ? "\"\"" : value.c_str());
     }
   }
   std::printf("\n--helpfull lists the flags of every command.\n");
@@ -235,7 +256,40 @@ absl::Status CheckDecimalFlags(int argc, char** argv) {
     if (ParseDecimal(f.value, &unused) || (takes_inf && f.value == "inf")) continue;
     return absl::InvalidArgumentError(absl::StrCat("--", f.name, "=", f.value,
                                                    ": expected a decimal number (e.g. 16, 0.0625 or 1e-3",
-                                                   takes_inf ? ", or inf" : "", "; no hex, inf, nan or blanks)"));
+                                                   takes_inf ? ") or inf (no hex, nan or blanks)"
+                                                             : "; no hex, inf, nan or blanks)"));
+  }
+  return absl::OkStatus();
+}
+
+// What a flag of this type takes, for CheckFlagValues' message.
+std::string ExpectedValue(const absl::CommandLineFlag& flag) {
+  const std::string name(flag.Name());
+  if (flag.IsOfType<bool>()) return absl::StrCat("true or false (or --", name, ", --no", name, ")");
+  if (flag.IsOfType<int32_t>()) return "an integer from -2147483648 to 2147483647";
+  if (flag.IsOfType<int64_t>()) return "an integer from -2^63 to 2^63 - 1";
+  if (flag.IsOfType<uint64_t>() || flag.IsOfType<uint32_t>()) return "an integer >= 0";
+  return "a value";
+}
+
+// absl reports a value it cannot read (--steps=abc, --json=maybe, a trailing --steps) as
+// "ERROR: Illegal value ..." and exits, without the command's name: every given value is
+// read here first, so that the error is ours, one line naming the flag. (Reading it sets
+// the flag; absl sets it again from the same text.)
+absl::Status CheckFlagValues(int argc, char** argv) {
+  for (const GivenFlag& f : GivenFlagsAndValues(argc, argv)) {
+    if (!f.known) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.name);
+    if (flag == nullptr) continue;
+    if (!f.has_value) {
+      if (flag->IsOfType<bool>()) continue;  // --json, --nojson
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.arg, ": no value given (--", f.name, "=VALUE; expected ", ExpectedValue(*flag), ")"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(f.value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat(f.arg, ": expected ", ExpectedValue(*flag)));
+    }
   }
   return absl::OkStatus();
 }
@@ -260,6 +314,18 @@ absl::Status CheckRepeatedFlags(int argc, char** argv) {
   return absl::OkStatus();
 }
 
+// Everything absl would report itself as "ERROR: ..." (and exit) is checked first, so that
+// a command's flag errors are one line of ours, "multiscreen CMD: --flag...": the
+// flagfiles, a flag that is not this command's (or no flag at all), the values.
+absl::Status CheckFlagsBeforeAbsl(int argc, char** argv, const char* usage,
+                                  std::initializer_list<std::string_view> accepted) {
+  MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
+  MS_RETURN_IF_ERROR(RefuseOtherFlags(argc, argv, usage, accepted));
+  MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
+  MS_RETURN_IF_ERROR(CheckRepeatedFlags(argc, argv));
+  return CheckFlagValues(argc, argv);
+}
+
 }  // namespace
 
 std::vector<std::string> GivenFlags(int argc, char** argv) {
@@ -275,26 +341,22 @@ bool Given(const std::vector<std::string>& given, std::string_view name) {
 absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted) {
   SetUsage(usage);
   PrintCommandHelpIfAsked(argc, argv, usage, accepted);
-  MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
-  MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
-  MS_RETURN_IF_ERROR(CheckRepeatedFlags(argc, argv));
+  MS_RETURN_IF_ERROR(CheckFlagsBeforeAbsl(argc, argv, usage, accepted));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "' (flags are --name=value)"));
   }
-  return RefuseOtherFlags(argc, argv, usage, accepted);
+  return absl::OkStatus();
 }
 
 absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted,
                                std::vector<std::string>* args) {
   SetUsage(usage);
   PrintCommandHelpIfAsked(argc, argv, usage, accepted);
-  MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
-  MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
-  MS_RETURN_IF_ERROR(CheckRepeatedFlags(argc, argv));
+  MS_RETURN_IF_ERROR(CheckFlagsBeforeAbsl(argc, argv, usage, accepted));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   args->assign(rest.begin() + 1, rest.end());
-  return RefuseOtherFlags(argc, argv, usage, accepted);
+  return absl::OkStatus();
 }
 
 absl::Status ApplyThreadsFlag() {

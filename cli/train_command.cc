@@ -198,6 +198,11 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
     }
     run.set_precision(value);
   }
+  if (run.model().empty() && !run.has_model_config()) {
+    if (source->file.empty()) return absl::InvalidArgumentError("--config: required (a run file; or --model=NAME)");
+    return absl::InvalidArgumentError(
+        absl::StrCat("--config=", source->file, ": names no model (set model or model_config, or give --model=NAME)"));
+  }
   if (run.run_dir().empty()) return absl::InvalidArgumentError("--run_dir: required (or run_dir in --config)");
   if (run.data().train_shards().empty() && run.data().sources().empty()) {
     return absl::InvalidArgumentError("--data: required (or data.train_shards or data.sources in --config)");

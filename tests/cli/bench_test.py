@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,16 @@ class BenchTest(OneLineErrors):
         self.assertTrue(0 <= j["accepted_fraction"] <= 1)
         self.assertGreater(j["forward_ns_per_tile_token"], 0)
         self.assertGreater(j["backward_ns_per_tile_token"], 0)
+
+    def test_train_help_shows_the_defaults_it_runs_with(self):
+        # Field report: `bench train --help` said --steps (default: 0) and --seq_len (default: 0)
+        # while bench ran 10 steps of 256 tokens.
+        shown = dict(re.findall(r"^  --(steps|seq_len)  .*\(default: (\d+)\)$", run("train", "--help").stdout, re.M))
+        self.assertEqual(shown, {"steps": "10", "seq_len": "256"})
+        r = run("train", "--model=tiny_psi2", "--micro_batch=1", "--warmup=0", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual((j["steps"], j["seq_len"]), (int(shown["steps"]), int(shown["seq_len"])))
 
     def test_bad_input_is_one_line(self):
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--micro_batch=0"), "--micro_batch")

@@ -273,6 +273,39 @@ class CliTest(OneLineErrors):
             f.write("psi: 8\nd_k: x\n")
         self.assert_one_line_error(run("params", f"--model={path}"), f"{path}:2:")
 
+    def test_flag_errors_are_one_line_naming_the_command_and_the_flag(self):
+        # Field reports: absl's "ERROR: Illegal value 'abc' specified for flag 'steps'" had no
+        # "multiscreen train:"; train without --config said "n_layers = 0 must be positive";
+        # eval's --seq_len=-1 was "required", its --out=FILE "cannot create the directory";
+        # bench's --w=nan said "or inf; no ... inf".
+        for args, line in ((["train", "--steps=abc"], "multiscreen train: --steps=abc: expected an integer"),
+                           (["train", "--steps"], "multiscreen train: --steps: no value given"),
+                           (["params", "--json=maybe"], "multiscreen params: --json=maybe: expected true or false"),
+                           (["eval", "ppl", "--seq_len", "x"], "multiscreen eval: --seq_len x: expected an integer"),
+                           (["train", "--bogus=1"], "multiscreen train: --bogus is not a flag of this command"),
+                           (["tokenize", "--nodecoded"], "multiscreen tokenize: --nodecoded is not a flag of this command"),
+                           (["bench", "screening", "--w=nan"],
+                            "multiscreen bench: --w=nan: expected a decimal number (e.g. 16, 0.0625 or 1e-3) or inf "
+                            "(no hex, nan or blanks)")):
+            r = run(*args)
+            self.assert_one_line_error(r, line)
+            self.assertTrue(r.stderr.startswith(line), r.stderr)
+        data = os.path.join(self.dir, "shards")
+        os.makedirs(data)
+        write_tokens(os.path.join(data, "train_000000.bin"), np.arange(100) % 37)
+        self.assert_one_line_error(run("train", f"--run_dir={self.dir}/run", f"--data={data}"),
+                                   "multiscreen train: --config: required")
+        no_model = os.path.join(self.dir, "no_model.textproto")
+        with open(no_model, "w") as f:
+            f.write("steps: 2\n")
+        self.assert_one_line_error(run("train", f"--config={no_model}", f"--run_dir={self.dir}/run", f"--data={data}"),
+                                   f"--config={no_model}: names no model")
+        tokens = os.path.join(data, "train_000000.bin")
+        self.assert_one_line_error(run("eval", "ppl", "--seq_len=-1", f"--data={tokens}", f"--out={self.dir}/o"),
+                                   "--seq_len=-1: must be positive")
+        self.assert_one_line_error(run("eval", "ppl", "--seq_len=8", f"--data={tokens}", f"--out={tokens}"),
+                                   f"--out={tokens}: is a file, not a directory")
+
     def test_unknown_command_and_stray_arguments_fail(self):
         self.assertNotEqual(run("frobnicate").returncode, 0)
         self.assert_one_line_error(run("params", "psi8"), "unexpected argument 'psi8'")
