@@ -925,6 +925,18 @@ std::vector<std::string> RemoveStaleTemporaryShards(const fs::path& dir) {
   return removed;
 }
 
+// The complete shards ("train_NNNNNN.bin", "val_NNNNNN.bin") in `dir`: {train, val}.
+std::pair<int64_t, int64_t> CountShards(const fs::path& dir) {
+  std::pair<int64_t, int64_t> count{0, 0};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    count.first += ShardIndex(name, "train") >= 0;
+    count.second += ShardIndex(name, "val") >= 0;
+  }
+  return count;
+}
+
 }  // namespace
 
 absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const PrepareOptions& options) {
@@ -966,6 +978,10 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
     options.on_notice(absl::StrCat("removed ", stale.size(), " temporary shard", stale.size() == 1 ? "" : "s",
                                    " left in ", options.output_dir, " by an interrupted prepare: ", absl::StrJoin(stale, ", ")));
   }
+  // Re-preparing into a directory replaces its shards, all of them (stale ones are dropped
+  // below), only once this run has finished: said then (a failed run leaves them, and its
+  // error stays one line).
+  const std::pair<int64_t, int64_t> earlier = CountShards(options.output_dir);
   const int version = tokenizer.vocab_size() <= 65536 ? 1 : 2;
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -1114,6 +1130,11 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
   }
   fs::remove(marker, ec);
   if (ec) return absl::DataLossError(absl::StrCat(marker.string(), ": cannot remove (", ec.message(), ")"));
+  if (const auto [train_shards, val_shards] = earlier; train_shards + val_shards > 0 && options.on_notice) {
+    options.on_notice(absl::StrCat("replaced the ", train_shards + val_shards, " shard",
+                                   train_shards + val_shards == 1 ? "" : "s", " of an earlier prepare in --output=",
+                                   options.output_dir, " (", train_shards, " train, ", val_shards, " val)"));
+  }
   summary.seconds = seconds();
   report();
   return summary;

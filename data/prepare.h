@@ -163,7 +163,9 @@ struct PrepareSummary {
 // that is an input directory or lies inside one, and an input file inside the output
 // directory (a re-run would read its own shards as text); it then removes the
 // temporary shards (train_NNNNNN.bin.tmp, val_NNNNNN.bin.tmp, nothing else) that a
-// killed prepare left there, saying so through `on_notice`. Besides the input errors
+// killed prepare left there, saying so through `on_notice`. Complete shards of an earlier
+// prepare there are all replaced once the run has finished (a failed run leaves them), and
+// `on_notice` then says how many (one line). Besides the input errors
 // above: no training documents left after the validation split, an unwritable output
 // directory.
 absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const PrepareOptions& options);

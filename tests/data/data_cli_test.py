@@ -266,6 +266,28 @@ class DataCliTest(OneLineErrors):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn(b"temporary shard", r.stderr)
 
+    def test_prepare_into_a_directory_with_shards_says_it_replaces_them(self):
+        """Field report: re-preparing into a directory dropped its earlier shards without a
+        word. They stay until the new run finishes (a failed run leaves them, its error one
+        line); then every one is replaced, and one line says how many."""
+        with open(self.path("a.txt"), "w") as f:
+            f.write("one document, " * 40)
+        out = self.path("out")
+        base = ["prepare", f"--tokenizer={TOKENIZER}", f"--input={self.path('a.txt')}", f"--output={out}"]
+        r = run(*base, "--shard_tokens=50", "--val_tokens=0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn(b"earlier prepare", r.stderr)  # an empty --output: nothing to say
+        before = sorted(os.listdir(out))
+        self.assertGreater(len(before), 2, before)
+        # A run that fails (no training documents left) leaves the earlier shards, in one line.
+        self.assert_one_line_error(run(*base, "--val_tokens=100000"), "went to the validation shard")
+        self.assertEqual(sorted(os.listdir(out)), before)
+        r = run(*base, "--val_tokens=0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"prepare: replaced the {len(before)} shards of an earlier prepare in --output={out} "
+                      f"({len(before)} train, 0 val)\n".encode(), r.stderr)
+        self.assertEqual(sorted(os.listdir(out)), ["train_000000.bin"])
+
     def test_prepare_max_document_bytes_takes_size_suffixes(self):
         """--max_document_bytes parses as --memory does: K, M, G (powers of 1024)."""
         with open(self.path("long.jsonl"), "w") as f:
