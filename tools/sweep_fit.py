@@ -159,12 +159,47 @@ def fit_joint(N, D, L, starts=None):
     return dict(_to_params(theta), converged=converged)
 
 
+# A power-law term that changes the fitted loss by less than this fraction across the
+# sweep's sizes (or budgets) is flat: its exponent and coefficient are not determined.
+FLAT = 1e-4
+TERMS = {"alpha": ("A", "N"), "beta": ("B", "D")}  # exponent: (its coefficient, its axis)
+
+
+def degenerate_axes(p, axes):
+    """{exponent: why} for the exponents of the fit `p` whose law says nothing about the loss
+    along its axis; `axes` = {exponent: the results' values along its axis} ({"alpha": N} per
+    budget, {"alpha": N, "beta": D} jointly). An exponent on its bound (EXPONENT_BOUNDS), or a
+    term (A/N^alpha, B/D^beta) whose spread over the values is under FLAT of the loss."""
+    out = {}
+    for k, values in axes.items():
+        coef, axis = TERMS[k]
+        bound = next((b for b in EXPONENT_BOUNDS if abs(p[k] - b) <= 1e-6), None)
+        term = p[coef] * np.asarray(values, dtype=float) ** -p[k]
+        if bound is not None:
+            out[k] = (f"{k} = {p[k]:.4g} lies on its bound {bound:g} (the fit is kept in "
+                      f"[{EXPONENT_BOUNDS[0]:g}, {EXPONENT_BOUNDS[1]:g}]): "
+                      + ("the loss does not fall along that axis; the term trades with E"
+                         if bound == EXPONENT_BOUNDS[0] else "no plausible power law fits along that axis"))
+        elif np.ptp(term) < FLAT * (p["E"] + term.min()):
+            out[k] = (f"{coef}/{axis}^{k} changes the loss by {np.ptp(term):.2g} across the results' {axis} "
+                      f"(under {FLAT:g} of it): the loss is flat along {axis}, {coef} and {k} are not determined")
+    return out
+
+
+def fit_warnings(p, axes):
+    """Why the fit `p` (joint or per budget) says little along `axes` (degenerate_axes'), one
+    sentence each, and whether the optimizer did not converge."""
+    out = list(degenerate_axes(p, axes).values())
+    if not p.get("converged", True):
+        out.append("L-BFGS-B did not converge from any start (its convergence test was not met): the optimum is not one")
+    return out
+
+
 def joint_warnings(N, D, p):
     """Why the joint fit `p` of results at sizes N and budgets D says little, one sentence
     each (empty: none): fewer distinct sizes (or budgets) than the 3 parameters of that
     axis's law (E, A, alpha along N; E, B, beta along D) or fewer distinct (N, D) points
-    than the 5 parameters, leave parameters undetermined; an exponent on its bound
-    (EXPONENT_BOUNDS); an optimizer that did not converge."""
+    than the 5 parameters, leave parameters undetermined; then fit_warnings'."""
     out = []
     sizes, budgets, points = len(set(N)), len(set(D)), len(set(zip(N, D)))
     if sizes < 3:
@@ -175,24 +210,18 @@ def joint_warnings(N, D, p):
                    "B and beta are not determined")
     if points < len(PARAMS):
         out.append(f"{points} distinct (N, D) points, fewer than the {len(PARAMS)} parameters of the joint fit")
-    for k in ("alpha", "beta"):
-        for bound in EXPONENT_BOUNDS:
-            if abs(p[k] - bound) <= 1e-6:
-                out.append(f"{k} = {p[k]:.4g} lies on its bound {bound:g} (the fit is kept in "
-                           f"[{EXPONENT_BOUNDS[0]:g}, {EXPONENT_BOUNDS[1]:g}]): "
-                           + ("the loss does not fall along that axis; the term trades with E"
-                              if bound == EXPONENT_BOUNDS[0] else "no plausible power law fits along that axis"))
-    if not p.get("converged", True):
-        out.append("L-BFGS-B did not converge from any start (its convergence test was not met): the optimum is not one")
-    return out
+    return out + fit_warnings(p, {"alpha": N, "beta": D})
 
 
 def fit_budget(N, L, starts=None):
-    """(E, A, alpha) of L = E + A·N^-alpha at one budget."""
+    """(E, A, alpha) of L = E + A·N^-alpha at one budget, alpha within EXPONENT_BOUNDS as the
+    joint fit's, with "converged"; its warnings are fit_warnings(p, {"alpha": N})."""
     N, L = np.asarray(N, dtype=float), np.asarray(L, dtype=float)
     if len(set(N)) < 3:
         raise FitError(f"a per-budget fit needs 3 or more model sizes (have {len(set(N))})")
-    return _to_params(_minimize(starts or budget_grid(), np.log(N)[:, None], np.log(L))[0])
+    theta, converged = _minimize(starts or budget_grid(), np.log(N)[:, None], np.log(L),
+                                 [(None, None), (None, None), EXPONENT_BOUNDS])
+    return dict(_to_params(theta), converged=converged)
 
 
 def predict(p, N, D=None):
@@ -228,15 +257,39 @@ class FlopsModel:
         return "6N" if self.logn is None else "trainer/flops.h's count of the sweep's models, interpolated log-log"
 
 
+OPTIMUM_SEARCH = (1e2, 1e14)  # the model sizes compute_optimal searches
+NO_INTERIOR_OPTIMUM = (f"no optimum: the fitted loss at this compute has no minimum over N in "
+                       f"[{OPTIMUM_SEARCH[0]:g}, {OPTIMUM_SEARCH[1]:g}] (it falls on past an edge) or its minimum "
+                       "holds fewer than 1 token")
+
+
+def no_optimum(p, N, D):
+    """Why the joint fit `p` of results at sizes N and budgets D has no compute-optimal
+    allocation at any compute (None: it may have one): a law that says nothing along N or D
+    (degenerate_axes) leaves the trade of N against D undetermined, and a minimizer would
+    return an arbitrary N (a CSV of equal losses gave D < 1 token)."""
+    bad = degenerate_axes(p, {"alpha": N, "beta": D})
+    if bad:
+        return (f"no optimum: the fit is degenerate along {' and '.join(TERMS[k][1] for k in bad)}, "
+                "so it does not say how the loss trades N against D")
+    return None
+
+
 def compute_optimal(p, C, flops):
-    """argmin over N of L(N, C / F(N)): (N, D, L)."""
+    """argmin over N in OPTIMUM_SEARCH of L(N, C / F(N)): (N, D, L), or None where the minimum
+    lies on the edge of the search (the loss falls on beyond it) or at fewer than 1 token
+    (NO_INTERIOR_OPTIMUM). A degenerate fit's minimum is arbitrary: no_optimum says so first."""
     def loss(logn):
         n = math.exp(logn)
         d = C / flops(n)
         return float(predict(p, n, d))
-    res = minimize_scalar(loss, bounds=(math.log(1e2), math.log(1e14)), method="bounded", options={"xatol": 1e-10})
+    lo, hi = (math.log(x) for x in OPTIMUM_SEARCH)
+    res = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
     n = math.exp(res.x)
-    return n, C / flops(n), float(res.fun)
+    d = C / flops(n)
+    if min(res.x - lo, hi - res.x) < 1e-3 or d < 1 or not math.isfinite(res.fun):
+        return None
+    return n, d, float(res.fun)
 
 
 def params_at_loss(p, loss, D):
@@ -437,13 +490,21 @@ def analyse(rows, samples, size="params"):
             # Compute-optimal allocation at the sweep's largest compute and 10x, 100x, 1000x beyond it.
             c_max = max(flops(r["params"]) * r["tokens"] for r in fr)
             entry["compute_optimal"] = []
+            degenerate = no_optimum(joint, [r["params"] for r in fr], [r["tokens"] for r in fr])
+            if degenerate:
+                entry["no_optimum"] = degenerate
             for mult in (1, 10, 100, 1000):
                 C = c_max * mult
-                n, d, l = compute_optimal(joint, C, flops)
-                bo = [compute_optimal(b, C, flops) for b in boots]
+                opt = None if degenerate else compute_optimal(joint, C, flops)
+                if opt is None:
+                    entry["compute_optimal"].append({"flops": C, "params": None, "tokens": None, "loss": None,
+                                                     "no_optimum": degenerate or NO_INTERIOR_OPTIMUM})
+                    continue
+                n, d, l = opt
+                bo = [x for x in (compute_optimal(b, C, flops) for b in boots) if x is not None]
                 entry["compute_optimal"].append({"flops": C, "params": n, "tokens": d, "loss": l,
-                                                 "params_interval": interval([x[0] for x in bo]),
-                                                 "tokens_interval": interval([x[1] for x in bo])})
+                                                 "params_interval": interval([x[0] for x in bo], len(boots)),
+                                                 "tokens_interval": interval([x[1] for x in bo], len(boots))})
             entry["_boots"] = boots
         per_budget = []
         for D in sorted(set(r["tokens"] for r in fr)):
@@ -454,6 +515,7 @@ def analyse(rows, samples, size="params"):
                 start = [_to_theta(p)] + budget_grid()[::6]
                 boots = bootstrap(br, lambda s: fit_budget([r["params"] for r in s], [r["loss"] for r in s], start), samples)
                 item.update(p)
+                item["warnings"] = fit_warnings(p, {"alpha": [r["params"] for r in br]})
                 item["intervals"] = {k: interval([b[k] for b in boots], samples) for k in BUDGET_PARAMS}
                 item["bootstrap_fits"] = len(boots)
             except FitError as e:
@@ -500,18 +562,19 @@ def print_text(result):
             for w in e["warnings"]:
                 print(f"  warning: degenerate joint fit: {w}")
             for c in e["compute_optimal"]:
+                if c["params"] is None:
+                    print(f"  compute-optimal at {c['flops']:.3g} FLOPs: {c['no_optimum']}")
+                    continue
                 print(f"  compute-optimal at {c['flops']:.3g} FLOPs: N = {c['params']:.3g} {fmt_interval(c['params_interval'], '{:.3g}')}, "
                       f"D = {c['tokens']:.3g} {fmt_interval(c['tokens_interval'], '{:.3g}')}, L = {c['loss']:.4f}")
         else:
             print(f"  joint fit: {e['joint_error']}")
         for b in e["per_budget"]:
             if "E" in b:
-                power = f"N^-{b['alpha']:.4g}" if b["alpha"] >= 0 else f"N^{-b['alpha']:.4g}"
-                print(f"  D = {b['tokens']:.4g}: L(N) = {b['E']:.4g} + {b['A']:.4g}·{power}  "
+                print(f"  D = {b['tokens']:.4g}: L(N) = {b['E']:.4g} + {b['A']:.4g}·N^-{b['alpha']:.4g}  "
                       f"alpha {fmt_interval(b['intervals']['alpha'])}")
-                if b["alpha"] <= 0:
-                    print(f"  warning: at D = {b['tokens']:.4g} the loss does not fall with N (alpha {b['alpha']:.4g} "
-                          "<= 0): too few models, too few steps, or runs that did not train; the fit says nothing there")
+                for w in b["warnings"]:
+                    print(f"  warning: degenerate fit at D = {b['tokens']:.4g}: {w}")
             else:
                 print(f"  D = {b['tokens']:.4g}: {b['error']}")
     if "ratio" in result:

@@ -84,16 +84,19 @@ def plot_frontier(rows, result, path):
         flops = sf.FlopsModel([(r["params"], r["flops_per_token"]) for r in fr if "flops_per_token" in r])
         C = [flops(r["params"]) * r["tokens"] for r in fr]
         sc = ax.scatter(C, [r["loss"] for r in fr], c=np.log10([r["params"] for r in fr]), cmap="viridis", zorder=3)
-        if "E" not in entry:
+        if "E" not in entry or entry.get("no_optimum"):
             continue
         cs = np.geomspace(min(C) / 2, max(C) * 1000, 60)
-        opt = [sf.compute_optimal(entry, c, flops) for c in cs]
+        # No optimum (a degenerate fit, sweep_fit.compute_optimal): a gap in the curves.
+        opt = [sf.compute_optimal(entry, c, flops) or (np.nan, np.nan, np.nan) for c in cs]
+        if all(np.isnan(o[0]) for o in opt):
+            continue
         ax.plot(cs, [o[2] for o in opt], color="k", lw=1.2, label=f"{fam}: frontier of the joint fit")
         bx.plot(cs, [o[0] for o in opt], label=f"{fam}: N_opt")
         bx.plot(cs, [o[1] for o in opt], ls="--", label=f"{fam}: D_opt")
         bx.axvline(max(C), color="gray", lw=0.8, ls=":")
     if not bx.lines:
-        bx.text(0.5, 0.5, "no joint fit", transform=bx.transAxes, ha="center", va="center", color="gray")
+        bx.text(0.5, 0.5, "no joint fit with an optimum", transform=bx.transAxes, ha="center", va="center", color="gray")
     fig.colorbar(sc, ax=ax, label="log10 N")
     _axes(ax, "training FLOPs (trainer/flops.h)", "validation loss", "loss against compute")
     _axes(bx, "training FLOPs", "parameters / tokens", "compute-optimal N, D (dotted: largest run)", logy=True)
@@ -158,6 +161,9 @@ def markdown(manifest, rows, fit_rows, excluded, result, result_ne, figures):
                     lines.append(f"| {fam} | {b['tokens']:,.0f} | " + " | ".join(f"{b[k]:.4g} {_iv(b['intervals'][k])}" for k in sf.BUDGET_PARAMS) + " |")
                 else:
                     lines.append(f"| {fam} | {b['tokens']:,.0f} | {b['error']} | | |")
+        budget_warnings = [f"- **Warning** ({fam}): degenerate fit at D = {b['tokens']:,.0f}: {w}."
+                           for fam, e in res["families"].items() for b in e["per_budget"] for w in b.get("warnings", [])]
+        lines += [""] + budget_warnings if budget_warnings else []
     lines += ["", "## Compute-optimal allocation (joint fit, total parameters)", ""]
     for fam, e in result["families"].items():
         if "compute_optimal" not in e:
@@ -165,6 +171,9 @@ def markdown(manifest, rows, fit_rows, excluded, result, result_ne, figures):
         lines += [f"{fam} (training FLOPs per token: {e['flops_model']}):", "", "| FLOPs | N_opt | D_opt | D/N | predicted loss |",
                   "|---:|---|---|---:|---:|"]
         for c in e["compute_optimal"]:
+            if c["params"] is None:
+                lines.append(f"| {c['flops']:.3g} | {c['no_optimum']} | | | |")
+                continue
             lines.append(f"| {c['flops']:.3g} | {c['params']:.3g} {_iv(c['params_interval'])} | {c['tokens']:.3g} "
                          f"{_iv(c['tokens_interval'])} | {c['tokens'] / c['params']:.3g} | {c['loss']:.4f} |")
         lines.append("")

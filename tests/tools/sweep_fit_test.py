@@ -10,7 +10,10 @@
   - two families with known laws: the parameter ratio at equal loss is the closed form's;
   - degenerate joint fits (fewer distinct sizes than the law along N has parameters, an
     exponent on its bound, an optimizer that did not converge) carry a warning, in the text
-    and in --json;
+    and in --json, and so do per-budget fits by the same check (an exponent on its bound, a
+    term flat across the sizes);
+  - losses that say nothing of the trade of N against D (all equal) give no compute-optimal
+    allocation, said, never an arbitrary one;
   - `multiscreen sweep fit --results=F.csv --json` prints the same fit as the module, and
     bad CSVs are refused in one line.
 Run: /usr/bin/python3 tests/tools/sweep_fit_test.py [--multiscreen=build/multiscreen]
@@ -130,6 +133,37 @@ class SweepFitTest(unittest.TestCase):
                          ["beta = 0 lies on its bound 0 (the fit is kept in [0, 3]): the loss does not fall along that "
                           "axis; the term trades with E"])
 
+    def test_a_budget_whose_loss_is_flat_in_n_warns_as_the_joint_fit_does(self):
+        # Field report: only the joint fit carried degeneracy warnings. The same check
+        # (sf.fit_warnings) runs on each budget's fit: the flat budget warns, the others not.
+        flat_d = D_GRID[1]
+        rows = [dict(r, loss=3.0) if r["tokens"] == flat_d else r for r in grid_rows(TRUTH)]
+        budgets = {b["tokens"]: b for b in sf.analyse(rows, samples=0)["families"]["multiscreen"]["per_budget"]}
+        self.assertEqual([d for d, b in budgets.items() if b["warnings"]], [flat_d])
+        self.assertRegex(budgets[flat_d]["warnings"][0], r"^alpha = 3 lies on its bound 3 |^A/N\^alpha changes the loss by ")
+
+    def test_equal_losses_have_no_compute_optimal_allocation(self):
+        # Field report: a CSV whose every loss is equal gave a "compute-optimal" D < 1 token.
+        # Equal losses say nothing of how N trades against D: no optimum, said, in text and --json.
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "flat.csv")
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=["family", "params", "tokens", "loss"])
+                w.writeheader()
+                for r in grid_rows(TRUTH):
+                    w.writerow({"family": r["family"], "params": r["params"], "tokens": r["tokens"], "loss": 3.5})
+            fit = json.loads(self.fit_cli(path, "--json").stdout)["families"]["multiscreen"]
+            self.assertTrue(fit["warnings"])
+            self.assertEqual([c["params"] for c in fit["compute_optimal"]], [None] * 4)
+            self.assertTrue(all(c["no_optimum"].startswith("no optimum: the fit is degenerate along N")
+                                for c in fit["compute_optimal"]), fit["compute_optimal"])
+            self.assertTrue(all(b["warnings"] for b in fit["per_budget"]), fit["per_budget"])
+            text = self.fit_cli(path).stdout.decode()
+            self.assertNotRegex(text, r"compute-optimal at .*: N = ")
+            self.assertEqual(text.count(": no optimum: the fit is degenerate along N"), 4, text)
+        # A fit with an optimum past the sizes searched: none either (it was the edge's N).
+        self.assertIsNone(sf.compute_optimal(dict(TRUTH, B=1e-30), 6e20, sf.FlopsModel()))
+
     def test_an_optimizer_that_stops_early_is_reported_as_not_converged(self):
         real = sf.minimize
 
@@ -198,7 +232,8 @@ class SweepFitTest(unittest.TestCase):
                                 "loss": 2.0 + 1e-7 * r["params"] ** 0.5})
             text = self.fit_cli(rising).stdout.decode()
             self.assertNotIn("N^--", text)
-            self.assertIn("the loss does not fall with N", text)
+            # Each budget's fit has alpha on its bound too: the joint fit's warning, per budget.
+            self.assertIn("\n  warning: degenerate fit at D = 2.5e+05: alpha = 3 lies on its bound 3 ", text)
             # The joint fit of it has alpha on its bound 0: a warning line, and the same in --json.
             self.assertRegex(text, r"\n  warning: degenerate joint fit: alpha = 3 lies on its bound 3 ")
             fit = json.loads(self.fit_cli(rising, "--json").stdout)["families"]["multiscreen"]
