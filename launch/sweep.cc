@@ -403,6 +403,16 @@ absl::Status CheckSweepData(const Sweep& sweep) {
                         absl::StrCat(sweep.file, ": every run's trainer would refuse its validation data at start: ",
                                      opened.status().message()));
   }
+  // The trainer scans those windows against its model's vocabulary at start: the model
+  // with the smallest V refuses whatever any model would.
+  const SweepRun* smallest = &sweep.runs.front();
+  for (const SweepRun& r : sweep.runs) {
+    if (r.dims.vocab < smallest->dims.vocab) smallest = &r;
+  }
+  if (auto s = CheckValidationTokenIds(*opened, smallest->dims.vocab, smallest->dims.name); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(sweep.file, ": run ", smallest->name,
+                                               "'s trainer would refuse its validation data at start: ", s.message()));
+  }
   return absl::OkStatus();
 }
 

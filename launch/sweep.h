@@ -62,8 +62,10 @@ absl::StatusOr<Sweep> LoadSweep(const std::string& path);
 // Opens the sweep's data as each run's trainer will (trainer/run_data.h) and its held-out
 // windows with the trainer's own check (trainer/validation_data.h) at dp = 1 (each run is
 // one process): `sweep plan` and `sweep run` call it, so that data every run's trainer
-// would refuse at start (fewer held-out windows than eval.windows, none at all) is refused
-// before any run starts, in one line naming the sweep file, the shards and the numbers.
+// would refuse at start (fewer held-out windows than eval.windows, none at all, a token id
+// past the vocabulary of a model of the grid: the trainer's scan, run with the smallest V)
+// is refused before any run starts, in one line naming the sweep file, the shards and the
+// numbers (for a token id: the run, the file and token, the id and V).
 // (LoadSweep does not open the data: `status`, `fit` and `report` read finished runs.)
 absl::Status CheckSweepData(const Sweep& sweep);
 

@@ -31,6 +31,7 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/run_agreement.h"
 #include "trainer/stop_signal.h"
+#include "trainer/token_ids.h"
 
 namespace multiscreen {
 namespace {
@@ -41,25 +42,6 @@ Precision ModelPrecision(config::RunConfig::Precision p) {
     case config::RunConfig::FP16: return Precision::kFp16;
     default: return Precision::kFp32;
   }
-}
-
-// Token ids past the model's vocabulary would be embedded as zeros and scored
-// against a logit that does not exist: refuse them, naming where they came from.
-// `locate(row, column)` names the file and token of the batch's row and column.
-absl::Status CheckTokenIds(const Batch& batch, int64_t vocab, const std::string& model, const char* split,
-                           const std::function<std::string(int64_t, int64_t)>& locate) {
-  const int64_t width = batch.seq_len + 1;
-  for (size_t i = 0; i < batch.tokens.size(); ++i) {
-    const int32_t id = batch.tokens[i];
-    if (id >= 0 && id < vocab) continue;
-    // A version-2 shard's uint32 id past 2^31 - 1 reads as a negative int32: say the file's value.
-    const uint32_t held = static_cast<uint32_t>(id);
-    return absl::InvalidArgumentError(absl::StrCat(
-        locate(int64_t(i) / width, int64_t(i) % width), ": ", split, " window ",
-        batch.first_sample + int64_t(i) / width, " holds token id ", held, ", outside the vocabulary V = ", vocab,
-        " of model ", model, " (shards made with another tokenizer?)"));
-  }
-  return absl::OkStatus();
 }
 
 constexpr char kAgreedPayload[] = "multiscreen/agreed";
@@ -252,20 +234,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
                    run.micro_batch(), "); ", v.loader->stream().size(), " tokens and dp = ", dp, " give ",
                    v.loader->windows(), ": each validation uses those (eval.windows names a count that every layout validates alike)");
       }
-      // The pass's windows are fixed: a token id the model cannot embed is found now,
-      // not at the first validation hours later (and before that step's checkpoint).
-      const ValidationLoader& loader = *v.loader;
-      for (int64_t b = 0; b < loader.num_batches(); ++b) {
-        const Batch batch = loader.Get(b);
-        auto s = CheckTokenIds(batch, dims.vocab, dims.name, "validation", [&](int64_t row, int64_t col) {
-          return loader.stream().Locate((batch.first_sample + row) * run.seq_len() + col);
-        });
-        if (!s.ok()) {
-          if (!t->named_val_) return s;
-          return absl::Status(s.code(), absl::StrCat("validation source ", v.name, ": ", s.message()));
-        }
-      }
     }
+    // The pass's windows are fixed: a token id the model cannot embed is found now,
+    // not at the first validation hours later (and before that step's checkpoint).
+    MS_RETURN_IF_ERROR(CheckValidationTokenIds(*opened, dims.vocab, dims.name));
     t->val_loaders_ = *std::move(opened);
   }
   std::error_code ec;

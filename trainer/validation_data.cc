@@ -2,6 +2,7 @@
 #include "trainer/validation_data.h"
 
 #include "absl/strings/str_cat.h"
+#include "trainer/token_ids.h"
 
 namespace multiscreen {
 
@@ -36,6 +37,24 @@ absl::StatusOr<std::vector<ValidationSource>> OpenValidation(const config::RunCo
     out.push_back({v.name, v.weight > 0 ? v.weight : 1.0, std::move(*loader)});
   }
   return out;
+}
+
+absl::Status CheckValidationTokenIds(const std::vector<ValidationSource>& sources, int64_t vocab,
+                                     const std::string& model) {
+  for (const ValidationSource& v : sources) {
+    const ValidationLoader& loader = *v.loader;
+    for (int64_t b = 0; b < loader.num_batches(); ++b) {
+      const Batch batch = loader.Get(b);
+      auto s = CheckTokenIds(batch, vocab, model, "validation", [&](int64_t row, int64_t col) {
+        return loader.stream().Locate((batch.first_sample + row) * batch.seq_len + col);
+      });
+      if (!s.ok()) {
+        if (v.name.empty()) return s;
+        return absl::Status(s.code(), absl::StrCat("validation source ", v.name, ": ", s.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace multiscreen

@@ -1,7 +1,8 @@
 // The held-out windows of a run's validation passes: how many one pass covers (eval.windows,
 // or eval.batches micro-batches) and a ValidationLoader over each held-out source. The
-// trainer validates over these; `sweep plan` opens them too, so that a grid whose runs the
-// trainer would refuse at start (too few held-out windows) is refused before any run starts.
+// trainer validates over these; `sweep plan` opens and scans them too, so that a grid whose
+// runs the trainer would refuse at start (too few held-out windows, a token id past a
+// model's vocabulary) is refused before any run starts.
 #pragma once
 
 #include <memory>
@@ -35,5 +36,12 @@ absl::StatusOr<std::vector<ValidationSource>> OpenValidation(const config::RunCo
                                                              const std::vector<LoaderSource>& val_sources,
                                                              std::shared_ptr<const TokenStream> val, int dp,
                                                              int dp_rank);
+
+// Every window of every source's pass (OpenValidation's) against the vocabulary V = `vocab`
+// of model `model`: CheckTokenIds' error (trainer/token_ids.h) for the first id outside
+// [0, vocab), for a named source prefixed "validation source NAME: ". The trainer scans
+// at start (a pass's windows are fixed), and `sweep plan` with each of its models.
+absl::Status CheckValidationTokenIds(const std::vector<ValidationSource>& sources, int64_t vocab,
+                                     const std::string& model);
 
 }  // namespace multiscreen

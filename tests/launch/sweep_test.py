@@ -169,13 +169,38 @@ class SweepTest(unittest.TestCase):
                           lines[0])
             self.assertFalse(os.path.exists(root), f"{sub} made the root")
 
+    def test_held_out_ids_past_a_models_vocabulary_are_refused_before_any_run_starts(self):
+        # Field report: plan opened the validation windows but did not scan their ids as the
+        # trainer does at start (trainer/validation_data.h): the shared scan, with the grid's
+        # smallest vocabulary (50; the held-out ids reach 96), refuses in plan and run alike.
+        root = os.path.join(WORK, "val_vocab")
+        path = write(os.path.join(WORK, "val_vocab.textproto"),
+                     sweep_text(root, self.data, tokens=(1280,),
+                                models='models { name: "big" psi: 2 d_k: 8 d_v: 16 vocab: 97 w_th: 16 }\n'
+                                       'models { name: "ms" psi: 2 d_k: 8 d_v: 16 vocab: 50 w_th: 16 }\n'))
+        for sub in ("plan", "run"):
+            r = sweep(sub, f"--sweep={path}", *(["--local"] if sub == "run" else []), check=False)
+            self.assertNotEqual(r.returncode, 0, f"{sub}: {r.stdout}")
+            lines = r.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, f"{sub}: {r.stderr}")
+            self.assertRegex(lines[0], rf"^multiscreen sweep: {re.escape(path)}: run ms_lr0.01_s1's trainer would refuse "
+                                       rf"its validation data at start: {re.escape(self.data)}/val_000000.bin: token \d+: "
+                                       r"validation window \d+ holds token id (5\d|[6-9]\d), outside the vocabulary V = 50 "
+                                       r"of model ms")
+            self.assertFalse(os.path.exists(root), f"{sub} made the root")
+
     def test_a_run_refused_at_start_is_not_offered_a_retry(self):
-        # A refusal `sweep plan` cannot see (the validation data holds token ids past the
-        # model's vocabulary of 50): the trainer exits before its first step. The runner
-        # records it as refused at start, not retryable, and does not offer a retry.
+        # A refusal `sweep plan` cannot see (the training data holds token ids past the
+        # model's vocabulary of 50, the held-out data none): the trainer exits before its
+        # first step. The runner records it as refused at start, not retryable, and does not
+        # offer a retry.
+        import train_e2e_test
+        data = os.path.join(WORK, "refused_data")
+        train_e2e_test.synthetic_shards(data)
+        train_e2e_test.write_tokens(os.path.join(data, "val_000000.bin"), [i % 50 for i in range(2000)])
         root = os.path.join(WORK, "refused")
         path = write(os.path.join(WORK, "refused.textproto"),
-                     sweep_text(root, self.data, tokens=(1280,),
+                     sweep_text(root, data, tokens=(1280,),
                                 models='models { name: "ms" psi: 2 d_k: 8 d_v: 16 vocab: 50 w_th: 16 }\n'))
         r = sweep("run", f"--sweep={path}", "--local", "--threads=1", check=False)
         self.assertNotEqual(r.returncode, 0, r.stdout)
