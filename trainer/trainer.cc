@@ -29,6 +29,7 @@
 #include "parallel/progress.h"
 #include "trainer/flops.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/recipe_change.h"
 #include "trainer/run_agreement.h"
 #include "trainer/stop_signal.h"
 #include "trainer/token_ids.h"
@@ -404,6 +405,9 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
       LogWarning("--seq_len is now ", run_.seq_len(), "; the run started with ", *started, " (", run_.run_dir(),
                  "/run.json): its trajectory changes here");
     }
+    // And another recipe (trainer/recipe_change.h: lr, precision, AdamW, clipping, schedule).
+    const nlohmann::json recipe = identity.is_object() ? identity.value("recipe", nlohmann::json()) : nlohmann::json();
+    for (const std::string& line : RecipeChanges(recipe, RecipeOf(run_), run_.run_dir() + "/run.json")) LogWarning(line);
     if (const auto started = started_with("steps"); started && *started != run_.steps() && m.step < run_.steps()) {
       const config::ScheduleConfig& schedule = run_.schedule();
       const double peak = run_.optimizer().lr();
@@ -570,6 +574,7 @@ absl::Status Trainer::CheckSameRun(const absl::Status& why_no_checkpoint) const 
   if (saved.is_object()) {  // not part of the identity
     saved.erase("steps");
     saved.erase("val_windows");
+    saved.erase("recipe");
   }
   if (has_metrics && saved != RunIdentity()) {
     // Metrics of another run (or of one we cannot tell is this one): keep them.
@@ -594,10 +599,11 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
   std::ofstream out(identity_path, std::ios::trunc);
   errno = 0;
   // The identity, and what a resume may change but should hear about: the run's length
-  // (it shapes every schedule but WARMUP_CONSTANT).
+  // (it shapes every schedule but WARMUP_CONSTANT) and its recipe (RecipeOf).
   nlohmann::json identity = RunIdentity();
   identity["steps"] = run_.steps();
   if (!val_loaders_.empty()) identity["val_windows"] = ValidationWindows();
+  identity["recipe"] = RecipeOf(run_);
   out << identity.dump() << "\n";
   if (!out.flush()) return WriteError(identity_path, "write failed", errno);
   return absl::OkStatus();

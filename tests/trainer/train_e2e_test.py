@@ -219,6 +219,29 @@ class TrainTest(SyntheticCorpusCase):
         self.train(c, "--steps=10")
         self.assertNotIn("--steps is now", self.train(c, "--steps=20").stderr)
 
+    def test_a_resume_that_changes_the_recipe_says_so(self):
+        # A field report: another --lr or --precision resumed without a word, while another
+        # --seq_len warned. Run file fields without a flag are named by their field.
+        clipped = os.path.join(self.tmp.name, "clipped.textproto")
+        with open(self.config) as f:
+            text = f.read()
+        with open(clipped, "w") as f:
+            f.write(text.replace("optimizer {", "optimizer {\n  grad_clip: 1.0", 1))
+        d = self.run_dir("recipe")
+        self.train(d, "--steps=2", "--eval_every=0")
+        r = subprocess.run([BIN, "train", f"--config={clipped}", f"--data={self.data}", f"--run_dir={d}", "--steps=3",
+                            "--eval_every=0", "--lr=0.01", "--precision=bf16"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        run_json = os.path.join(d, "run.json")
+        changed = [l for l in r.stderr.splitlines() if "its trajectory changes here" in l]
+        self.assertEqual(changed, [
+            f"[W] optimizer.grad_clip is now 1.0; the run started with 0.0 ({run_json}): its trajectory changes here",
+            f"[W] --lr is now 0.01; the run started with 0.0625 ({run_json}): its trajectory changes here",
+            f"[W] --precision is now bf16; the run started with fp32 ({run_json}): its trajectory changes here"],
+            r.stderr[-2000:])
+        # The run's start is what a resume compares with; the same recipe says nothing.
+        self.assertNotIn("is now", self.train(d, "--steps=4", "--eval_every=0").stderr)
+
     def test_more_validation_batches_than_the_data_holds_are_said_not_repeated(self):
         many = os.path.join(self.tmp.name, "many_val_batches.textproto")
         with open(self.config) as f:
