@@ -7,7 +7,7 @@ ms_add_gtest(cuda_test cuda SOURCES cuda/tanh_norm_cuda_test.cc cuda/screening_c
   cuda/kernel_table_cuda_test.cc cuda/transformer_kernels_cuda_test.cc ${CMAKE_SOURCE_DIR}/trainer/adamw.cc
   LIBS ms_kernel_table ms_kernels_cpu ms_kernels_cuda ms_buffer)
 # The models (Multiscreen, the Transformer) over the CUDA tables against the CPU's.
-ms_add_gtest(model_cuda_test cuda SOURCES cuda/model_cuda_test.cc LIBS ms_model ms_parallel)
+ms_add_gtest(model_cuda_test cuda SOURCES cuda/model_cuda_test.cc LIBS ms_model ms_parallel ms_trainer)
 # Decoding on the device (issue 29): the decoding caches and the decoders over the CUDA
 # table against the CPU's, token by token.
 ms_add_gtest(decoder_cuda_test cuda SOURCES cuda/decoder_cuda_test.cc LIBS ms_model ms_kernels_cuda)

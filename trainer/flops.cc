@@ -76,13 +76,16 @@ double MeasureGemmGflops(kernels::KernelTable<float>& ops, Precision precision, 
     for (DeviceArray<float>* m : {&a, &b, &c}) m->Resize(n * n);
     ops.Fill(a.data(), n * n, 0.5f);
     ops.Fill(b.data(), n * n, 0.25f);
-    ops.Gemm(precision, false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);  // warm-up
+    kernels::PackedOperand<float> pa, pb;
+    ops.PackOperand(precision, a.data(), n * n, &pa);
+    ops.PackOperand(precision, b.data(), n * n, &pb);
+    ops.GemmBothPacked(false, false, n, n, n, 1.f, pa, n, pb, n, 0.f, c.data(), n);  // warm-up
     ops.Synchronize();
     const auto start = Clock::now();
     int64_t reps = 0;
     double elapsed = 0;
     do {
-      ops.Gemm(precision, false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+      ops.GemmBothPacked(false, false, n, n, n, 1.f, pa, n, pb, n, 0.f, c.data(), n);
       ops.Synchronize();
       ++reps;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();

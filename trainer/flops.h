@@ -45,7 +45,9 @@ double MeasureSgemmGflops(int64_t n = 512, double seconds = 0.3);
 
 // The best rate of `ops`'s Gemm in `precision` on its own device, in GFLOP/s (the MFU
 // denominator of a GPU: its GEMM rate in the step's precision, as the BLAS's SGEMM rate is
-// a CPU's). Square n × n × n products, n = 256, 512, … up to max_n, each size repeated
+// a CPU's). Square n × n × n products on operands packed once (KernelTable::PackOperand,
+// GemmBothPacked: as the training step's GEMMs read theirs, so a device's rate is its
+// products' alone, not their operands' conversion), n = 256, 512, … up to max_n, each size repeated
 // (synchronized per product) for about `seconds`; the sizes stop growing once the next
 // size's one product (8× this one's) would take longer than `seconds`, so a slow device
 // (the emulated one: cuda_emulator/) is not held for minutes. *best_n (may be null): the size that gave the best rate.

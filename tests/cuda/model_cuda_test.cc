@@ -26,6 +26,7 @@
 #include "parallel/pipeline.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/model/test_model.h"
+#include "trainer/flops.h"
 
 namespace multiscreen {
 namespace {
@@ -296,6 +297,21 @@ TEST_F(CudaTest, Bf16TrainingStepConvertsEachWeightOnceAndActivationsPerMicroBat
     EXPECT_EQ(fp32.packed, 0u) << name;
     EXPECT_EQ(bf16.packed, weights + M * activations) << name;
   }
+}
+
+// The MFU denominator on a device (trainer/flops.h) times products alone: each size's two
+// operands are packed once, however many products it times (a Gemm per product would
+// convert both every time: on a GPU a large part of a bf16 product's time).
+TEST_F(CudaTest, MeasuredGemmRateConvertsEachSizesOperandsOnce) {
+  auto table = MakeKernelTable<float>(Device::kCuda);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const StepWork before = StepTally();
+  int64_t best_n = 0;
+  EXPECT_GT(MeasureGemmGflops(**table, Precision::kBf16, 256, 0.02, &best_n), 0);
+  const StepWork after = StepTally();
+  EXPECT_EQ(best_n, 256);
+  EXPECT_EQ(after.pack_launches - before.pack_launches, 2u);
+  EXPECT_EQ(after.packed - before.packed, 2u * 256 * 256);
 }
 #endif  // MULTISCREEN_CUDA_EMULATED
 
