@@ -314,12 +314,24 @@ int TrainCommand(int argc, char** argv) {
     // From here a rank that never arrives in a collective ends the job, named (issue 31 §2).
     const double timeout = run->parallel().collective_timeout_s();
     mpi->StartCollectiveWatchdog({.seconds = timeout > 0 ? timeout : 600});
+    // A layout the job's size cannot hold, or a GPU a rank cannot bind, is met by every
+    // rank at the same point (no collective inside either that a failing rank could leave
+    // the others waiting in): agreed, so that what every rank met is said once, by rank 0,
+    // and one rank's own failure once, naming it; every rank then exits 1 (MPI_Finalize),
+    // never MPI_Abort with a line per rank.
     auto made = ProcessGrid::Create(int(run->parallel().tp()), int(run->parallel().pp()));
-    AbortJobIfError(made.status());
+    {
+      auto world = MpiCommunicator::Duplicate(MPI_COMM_WORLD);
+      if (auto s = AgreeOnError(*world, made.status(), /*name_rank=*/true); !s.ok()) {
+        return world->rank() == 0 ? Fail("train", s) : 1;
+      }
+    }
     grid = std::move(*made);
     SetFatalContext(grid->Describe());
     auto bound = BindDevice(grid->local_rank());
-    AbortJobIfError(bound.status());
+    if (auto s = AgreeOnError(grid->world(), bound.status(), /*name_rank=*/true); !s.ok()) {
+      return grid->world_rank() == 0 ? Fail("train", s) : 1;
+    }
     bound_device = *bound;
     LogInfo(grid->Describe(), ", device ", bound_device, "; launcher: ", LauncherEnv());
     if (grid->world_rank() == 0) LogInfo("process grid: ", grid->world_size(), " ranks, tp=", grid->shape().tp,
@@ -384,6 +396,10 @@ int TrainCommand(int argc, char** argv) {
                       });
   // Every rank resolves its own device (its GPU was bound above); the step runs there.
   auto device = ResolveDevice(false);
+  if (mpi != nullptr) {
+    // --device that no rank can serve (tpu; cuda without a GPU) is met by every rank alike: said once.
+    if (auto s = AgreeOnError(grid->world(), device.status(), /*name_rank=*/true); !s.ok()) return fail(MarkAgreed(s));
+  }
   if (!device.ok()) return fail(device.status());
   // The groups' transport for that device (a collective: NCCL communicators are made here).
   if (auto s = grid->UseStepDevice(*device, *comm); !s.ok()) return fail(s);

@@ -721,11 +721,17 @@ absl::StatusOr<double> Trainer::Step(double lr, double* grad_norm, bool* applied
   auto next = loader_->Next();  // this dp rank's accum micro-batches of B windows
   if (!next.ok()) return next.status();
   const Batch& batch = *next;
-  if (auto s = CheckTokenIds(batch, dims_.vocab, dims_.name, "training",
-                             [&](int64_t row, int64_t col) { return loader_->Locate(batch.first_sample + row, col); });
-      !s.ok()) {
-    return s;
+  absl::Status ids = CheckTokenIds(batch, dims_.vocab, dims_.name, "training", [&](int64_t row, int64_t col) {
+    return loader_->Locate(batch.first_sample + row, col);
+  });
+  // The first step of a start: shards of another tokenizer show in every rank's windows,
+  // so the ranks agree (one line, rank 0's window; a single rank's named) and each exits 1.
+  // Later, an id that one rank meets ends the job at once (MPI_Abort).
+  if (run_steps_ == 0 && grid_->world_size() > 1) {
+    ids = AgreeOnError(grid_->world(), ids, /*name_rank=*/true);
+    if (!ids.ok()) return MarkAgreed(ids);
   }
+  if (!ids.ok()) return ids;
   progress::SetPhase(progress::Phase::kForwardBackward);
   auto loss = ComputeGradients(*grid_, *model_, state_.params.data(), batch.tokens.data(), {accum, B, T},
                                grads_.data(), scale);

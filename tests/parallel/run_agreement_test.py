@@ -33,9 +33,11 @@ class RunAgreementTest(SyntheticCorpusCase):
             cmd += ["-np", "1"] + (["--wdir", wdirs[i]] if wdirs else []) + base + flags
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                            env=dict(os.environ, OMP_NUM_THREADS="1"))
-        self.assertNotEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(r.returncode, 1, r.stderr[-2000:])
         ours = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("multiscreen")]
         self.assertEqual(len(ours), 1, r.stdout[-2000:] + r.stderr[-2000:])
+        # Every rank exited 1 on its own: no rank aborted the job (Open MPI's MPI_ABORT banner).
+        self.assertNotIn("MPI_ABORT", r.stdout + r.stderr)
         return ours[0]
 
     def test_another_steps_on_one_rank_is_named(self):
@@ -56,6 +58,23 @@ class RunAgreementTest(SyntheticCorpusCase):
     def test_a_user_error_on_one_rank_is_said_once_naming_it(self):
         line = self.mpmd("bad_flag_on_rank_1", ["--steps=4"], ["--steps=4", "--precision=fp64x"])
         self.assertRegex(line, r"^multiscreen train: rank 1 of 2: .*precision")
+
+    def test_a_layout_or_device_error_is_said_once_and_every_rank_exits_1(self):
+        # A field report: these printed "multiscreen: fatal on rank R of 2 ..." once per rank,
+        # then Open MPI's MPI_ABORT banner.
+        self.assertEqual(self.mpmd("layout", ["--tp=4"], ["--tp=4"]),
+                         "multiscreen train: --tp=4 × --pp=1 = 4 does not divide the 2 ranks of this job")
+        self.assertEqual(self.mpmd("device", ["--device=tpu"], ["--device=tpu"]),
+                         "multiscreen train: --device=tpu: expected cpu, cuda or auto")
+
+    def test_shards_of_another_tokenizer_are_said_once_and_every_rank_exits_1(self):
+        # Every rank meets ids past V in its first windows (each its own): rank 0's is said.
+        big = os.path.join(self.tmp.name, "big_ids")
+        synthetic_shards(big, vocab=5000)
+        os.remove(os.path.join(big, "val_000000.bin"))  # the training windows' check, at the first step
+        line = self.mpmd("big_ids", ["--steps=2"], ["--steps=2"], data=big)
+        self.assertRegex(line, r"^multiscreen train: \S+train_000000.bin: token \d+: training window 0 holds token id "
+                               r"\d+, outside the vocabulary V = 97 of model tiny_psi4")
 
     def test_the_same_files_at_other_paths_agree(self):
         other = os.path.join(self.tmp.name, "copy_elsewhere")
