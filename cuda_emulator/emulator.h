@@ -91,18 +91,23 @@ class ScopedCapture {
 // What the device ran under one name since the process started: kernel launches (the
 // kernel's name, as in reports) with their threads (grid × block, summed over
 // launches), cuBLAS/cuBLASLt products ("cublasSgemm", "cublasLtMatmul"; threads 0) and
-// copies ("cudaMemcpy" and "cudaMemcpyAsync", every direction; threads 0). A call the
+// copies ("cudaMemcpy" and "cudaMemcpyAsync", every direction; threads 0, with the bytes
+// they moved and, of those, the bytes that went from the device to the host). A call the
 // emulator refuses (a bad launch configuration, an invalid argument) is not counted.
 // Tests read it before and after a call to count what the call launched, e.g. the
-// launches and the 16-bit packing of a decoded token (tests/cuda/decoder_cuda_test.cc).
+// launches and the 16-bit packing of a decoded token, and the 4 bytes of its greedy
+// choice (tests/cuda/decoder_cuda_test.cc).
 struct WorkTally {
   uint64_t calls = 0;
   uint64_t threads = 0;
+  uint64_t bytes = 0;          // copies: bytes moved
+  uint64_t bytes_to_host = 0;  // copies: of those, device → host
 };
 // A snapshot, by name (every thread's work; safe to call while others launch).
 std::map<std::string, WorkTally> WorkTallies();
-// Adds one call of `name` with `threads` threads (the emulator's parts call it).
-void CountWork(const std::string& name, uint64_t threads);
+// Adds one call of `name` with `threads` threads, moving `bytes` (of which `to_host`
+// device → host; the emulator's parts call it).
+void CountWork(const std::string& name, uint64_t threads, uint64_t bytes = 0, uint64_t to_host = 0);
 
 // ---- Streams ------------------------------------------------------------------------
 

@@ -147,7 +147,7 @@ cudaError_t MemcpyOn(const char* api, cudaStream_t stream, void* dst, const void
   if (bytes == 0) return cudaSuccess;
   if (!CheckCopy(api, dst, src, bytes, &kind)) return Fail(cudaErrorInvalidValue);
   WaitStream(stream);
-  CountWork(api, 0);
+  CountWork(api, 0, bytes, kind == cudaMemcpyDeviceToHost ? bytes : 0);
   Copy(dst, src, bytes, kind);
   return cudaSuccess;
 }

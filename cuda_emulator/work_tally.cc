@@ -23,11 +23,13 @@ std::map<std::string, WorkTally> WorkTallies() {
   return Tallies();
 }
 
-void CountWork(const std::string& name, uint64_t threads) {
+void CountWork(const std::string& name, uint64_t threads, uint64_t bytes, uint64_t to_host) {
   std::lock_guard lock(g_tally_mutex);
   WorkTally& t = Tallies()[name];
   ++t.calls;
   t.threads += threads;
+  t.bytes += bytes;
+  t.bytes_to_host += to_host;
 }
 
 }  // namespace msemu

@@ -397,6 +397,24 @@ TEST_F(EmulatorTest, WorkTallyCountsLaunchesThreadsAndCopies) {
   EXPECT_EQ(copies1.second - copies0.second, 0u);
 }
 
+// Copies count the bytes they move, and apart those that went to the host (what a decoded
+// token's greedy choice costs: tests/cuda/decoder_cuda_test.cc).
+TEST_F(EmulatorTest, WorkTallyCountsTheBytesOfCopiesAndThoseToTheHost) {
+  auto bytes = [] {  // (bytes, bytes to the host) of the copies
+    std::pair<uint64_t, uint64_t> sum{0, 0};
+    for (const auto& [name, tally] : msemu::WorkTallies()) {
+      if (name.starts_with("cudaMemcpy")) sum.first += tally.bytes, sum.second += tally.bytes_to_host;
+    }
+    return sum;
+  };
+  const auto b0 = bytes();
+  float* x = DeviceCopy(std::vector<float>(5, 1.f));  // 20 bytes in
+  EXPECT_EQ(HostCopy(x, 2)[1], 1.f);                  // 8 bytes out
+  const auto b1 = bytes();
+  EXPECT_EQ(b1.first - b0.first, 28u);
+  EXPECT_EQ(b1.second - b0.second, 8u);
+}
+
 TEST_F(EmulatorTest, DevicePropertiesAreAnSm90Device) {
   cudaDeviceProp prop;
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
