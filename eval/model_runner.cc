@@ -111,9 +111,10 @@ void ModelRunner::TokenLossesDecode(const int32_t* ids, int64_t n, float* losses
   }
 }
 
-std::vector<int32_t> ModelRunner::Greedy(const std::vector<int32_t>& prompt, int64_t max_new) {
+std::vector<int32_t> ModelRunner::Greedy(const std::vector<int32_t>& prompt, int64_t max_new,
+                                         const OnToken& on_token) {
   auto session = MakeDecoder<float>(dims(), Params(), options_, StageOptions(device_));
-  return GreedyContinuation(*session, prompt, max_new, dims().vocab);
+  return GreedyContinuation(*session, prompt, max_new, on_token);
 }
 
 int32_t ModelRunner::Prefill(const int32_t* ids, int64_t n, bool first_token) {

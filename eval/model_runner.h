@@ -22,6 +22,7 @@
 #include "checkpoint/weights_file.h"
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
+#include "model/decoder.h"
 #include "model/model_stage.h"
 #include "model/tile_weights.h"
 
@@ -67,9 +68,10 @@ class ModelRunner {
   void TokenLossesDecode(const int32_t* ids, int64_t n, float* losses);
 
   // Greedy continuation of `prompt` by `max_new` tokens (the argmax, the lowest id on
-  // ties) with the decoding cache on the runner's device: the tokens `multiscreen
-  // generate` prints for the same prompt and device.
-  std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int64_t max_new);
+  // ties, taken on the runner's device: one int32 a token crosses) with the decoding cache
+  // on the runner's device: the tokens `multiscreen generate` prints for the same prompt
+  // and device. on_token: GreedyContinuation's (each token as chosen; false stops there).
+  std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int64_t max_new, const OnToken& on_token = nullptr);
 
   // Time-to-first-token work: the inference forward over ids [n] (batch 1) and the head
   // over the last position, complete on return (a device synchronized). On the CPU the

@@ -190,6 +190,10 @@ class KernelTable {
   virtual double SumSquares(const Real* x, int64_t n, double init = 0) = 0;
   // Whether every x_i is finite (fp16 loss scaling's overflow check).
   virtual bool AllFinite(const Real* x, int64_t n) = 0;
+  // The index of the largest x_i (kernels/cpu/argmax.h: the lowest index on ties, the
+  // first NaN if any), in host memory: a device takes it there and copies one int32 back
+  // (greedy decoding's next token without the logits crossing). −1 when n ≤ 0; n < 2^31.
+  virtual int64_t Argmax(const Real* x, int64_t n) = 0;
   // x_i ← x_i · factor.
   virtual void Scale(Real* x, int64_t n, Real factor) = 0;
   // x[i] ← the value x[i] has in `precision`'s 16-bit format (no-op for kFp32 or double).

@@ -69,7 +69,7 @@ void DecodeSession<Real>::Step(int32_t token, Real* logits) {
   // PLNorm (step 14) and the logits e^{s_F} · y Ēᵀ.
   if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, nullptr, 1, dE);
   ops_->GemmPacked(false, true, 1, V, dE, head_scale_, x, dE, kRounded, e_bar_op_, dE, 0, logits_.data(), V);
-  ops_->Download(logits_.data(), V, logits);
+  if (logits != nullptr) ops_->Download(logits_.data(), V, logits);
   ++position_;
 }
 

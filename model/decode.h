@@ -35,8 +35,10 @@ class DecodeSession final : public Decoder<Real> {
   DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options,
                 const ModelOptions& placement = {});
 
-  // Feeds the token at absolute position position(); writes logits [V] (host) for the next token.
+  // Feeds the token at absolute position position(); writes logits [V] (host) for the
+  // next token, or keeps them on the session's device (logits null).
   void Step(int32_t token, Real* logits) override;
+  int32_t Argmax() override { return static_cast<int32_t>(ops_->Argmax(logits_.data(), logits_.size())); }
   int64_t position() const override { return position_; }
   // Keys held by (layer, tile)'s cache: min(position, ⌈w⌉), or position for w = ∞.
   int64_t CachedKeys(int64_t layer, int64_t tile) const;

@@ -1,6 +1,5 @@
 #include "model/decoder.h"
 
-#include <algorithm>
 #include <string>
 
 #include "kernels/decode_cache.h"
@@ -18,13 +17,13 @@ std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* pa
 
 template <typename Real>
 std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vector<int32_t>& prompt, int64_t max_new,
-                                        int64_t vocab) {
-  std::vector<Real> logits(vocab);
-  for (int32_t id : prompt) decoder.Step(id, logits.data());
+                                        const OnToken& on_token) {
+  for (int32_t id : prompt) decoder.Step(id, nullptr);
   std::vector<int32_t> out;
   for (int64_t i = 0; i < max_new; ++i) {
-    out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    if (i + 1 < max_new) decoder.Step(out.back(), logits.data());
+    out.push_back(decoder.Argmax());
+    if (on_token && !on_token(out.back())) break;
+    if (i + 1 < max_new) decoder.Step(out.back(), nullptr);
   }
   return out;
 }
@@ -59,7 +58,7 @@ std::unique_ptr<kernels::AttentionCache<Real>> AttentionCacheFor(Device device,
   template std::unique_ptr<Decoder<Real>> MakeDecoder<Real>(const ModelDims&, const Real*, const InferenceOptions&, \
                                                             const ModelOptions&);                                   \
   template std::vector<int32_t> GreedyContinuation<Real>(Decoder<Real>&, const std::vector<int32_t>&, int64_t,      \
-                                                         int64_t);                                                  \
+                                                         const OnToken&);                                           \
   template const Real* GemmOperand<Real>(kernels::KernelTable<Real>&, Precision, const Real*, int64_t,             \
                                          DeviceArray<Real>*);                                                       \
   template std::unique_ptr<kernels::ScreeningCache<Real>> ScreeningCacheFor<Real>(                                 \

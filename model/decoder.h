@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,8 +27,14 @@ class Decoder {
   virtual ~Decoder() = default;
   // Feeds the token at absolute position position(); writes logits [V] (host) for the
   // next token, equal (to rounding) to the last row of the whole model's forward over
-  // the tokens fed so far.
+  // the tokens fed so far. logits null: they stay where the session runs (for Argmax;
+  // nothing crosses from a device).
   virtual void Step(int32_t token, Real* logits) = 0;
+  // The next token's greedy choice from the last Step's logits: their argmax in
+  // kernels/cpu/argmax.h's order (the lowest id on ties, the first NaN if any), taken
+  // where the session runs (KernelTable::Argmax: from a device one int32 crosses). Only
+  // after a Step.
+  virtual int32_t Argmax() = 0;
   virtual int64_t position() const = 0;
 };
 
@@ -41,12 +48,17 @@ template <typename Real>
 std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* params, const InferenceOptions& options,
                                            const ModelOptions& placement = {});
 
-// Greedy continuation: feeds `prompt` (non-empty) to a fresh decoder, then `max_new`
-// times the argmax of the logits (the lowest id on ties); returns those tokens. What
-// `multiscreen generate` prints and eval's abcdigits/passkey score.
+// Called with each greedy token as soon as it is chosen, before the next is decoded;
+// false stops the continuation there (generate's streaming and its SIGINT).
+using OnToken = std::function<bool(int32_t token)>;
+
+// Greedy continuation: feeds `prompt` (non-empty) to a fresh decoder, then up to `max_new`
+// times Decoder::Argmax (the lowest id on ties) and feeds it back; returns those tokens,
+// fewer when on_token (if given) returned false on the last of them. What `multiscreen
+// generate` prints and eval's abcdigits/passkey score. No logits cross to the host.
 template <typename Real>
 std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vector<int32_t>& prompt, int64_t max_new,
-                                        int64_t vocab);
+                                        const OnToken& on_token = nullptr);
 
 // `src` [n] (on ops' device) in `precision`'s values: src itself in fp32, else its copy
 // in `store` rounded to the precision (the forward's rule: GEMM operands hold the compute

@@ -38,7 +38,8 @@ class TransformerDecodeSession final : public Decoder<Real> {
   TransformerDecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options = {},
                            const ModelOptions& placement = {});
 
-  void Step(int32_t token, Real* logits) override;
+  void Step(int32_t token, Real* logits) override;  // logits null: kept on the device (Argmax)
+  int32_t Argmax() override { return static_cast<int32_t>(ops_->Argmax(logits_.data(), logits_.size())); }
   int64_t position() const override { return position_; }
 
  private:

@@ -4,7 +4,8 @@
 # kernel_table_cuda_test compiles trainer/adamw.cc in as AdamW's CPU twin.
 # transformer_kernels_cuda_test: the Transformer's CUDA kernels against their CPU twins.
 ms_add_gtest(cuda_test cuda SOURCES cuda/tanh_norm_cuda_test.cc cuda/screening_cuda_test.cc
-  cuda/kernel_table_cuda_test.cc cuda/transformer_kernels_cuda_test.cc ${CMAKE_SOURCE_DIR}/trainer/adamw.cc
+  cuda/kernel_table_cuda_test.cc cuda/transformer_kernels_cuda_test.cc cuda/argmax_cuda_test.cc
+  ${CMAKE_SOURCE_DIR}/trainer/adamw.cc
   LIBS ms_kernel_table ms_kernels_cpu ms_kernels_cuda ms_buffer)
 # The models (Multiscreen, the Transformer) over the CUDA tables against the CPU's.
 ms_add_gtest(model_cuda_test cuda SOURCES cuda/model_cuda_test.cc LIBS ms_model ms_parallel ms_trainer)

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "kernels/cpu/argmax.h"
 #include "kernels/cpu/head_loss.h"
 #include "kernels/cpu/screening.h"
 #include "kernels/kernel_table.h"
@@ -31,6 +32,7 @@ class CpuKernelTable final : public KernelTable<Real> {
   double Dot(const Real* a, const Real* b, int64_t n) override;
   double SumSquares(const Real* x, int64_t n, double init = 0) override;
   bool AllFinite(const Real* x, int64_t n) override;
+  int64_t Argmax(const Real* x, int64_t n) override { return cpu::Argmax(x, n); }
   void Scale(Real* x, int64_t n, Real factor) override;
   void RoundTo(Precision precision, Real* x, int64_t n) override;
 

@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 
 #include "kernels/cuda/adamw.h"
+#include "kernels/cuda/argmax.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_check.h"
 #include "kernels/cuda/cross_entropy.h"
@@ -79,6 +80,10 @@ class CudaKernelTable final : public KernelTable<float> {
     return init + cuda::SumSquares(x, n, reduce_.data(), stream_);
   }
   bool AllFinite(const float* x, int64_t n) override { return cuda::AllFinite(x, n, reduce_.data(), stream_); }
+  int64_t Argmax(const float* x, int64_t n) override {
+    if (argmax_.size() == 0) argmax_.Resize(1);
+    return cuda::Argmax(x, n, argmax_.data(), stream_);
+  }
   void Scale(float* x, int64_t n, float factor) override { cuda::Scale(x, n, factor, stream_); }
   void RoundTo(Precision precision, float* x, int64_t n) override { cuda::RoundTo(precision, x, n, stream_); }
 
@@ -193,6 +198,7 @@ class CudaKernelTable final : public KernelTable<float> {
   bool tiled_screening_;  // ScreeningTiledForward/Backward, else the simple kernels
   DeviceArray<double> reduce_{Device::kCuda};       // kReduceScratch doubles for Dot and friends
   DeviceArray<float> host_staging_{Device::kCuda};  // AddHost's uploaded values
+  DeviceArray<int32_t> argmax_{Device::kCuda};      // Argmax's one index
   EmbeddingScratch embedding_;
   ScreeningScratch screening_;
   CrossEntropyScratch cross_entropy_;

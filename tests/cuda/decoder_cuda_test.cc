@@ -6,14 +6,19 @@
 // bf16 against the CPU's bf16 decoder within 1e-2 (and measurably not fp32). Multiscreen
 // with finite windows whose ring buffers wrap, windows expanded to w = ∞, MiPE, RoPE (with
 // YaRN), NoPE, no gate, no TanhNorm; the Transformer with softmax, softmax1, SSMax,
-// sigmoid, entmax 1.5, QKNorm, SIO and attention SCREENING. Skips, visibly, without a GPU.
+// sigmoid, entmax 1.5, QKNorm, SIO and attention SCREENING. Greedy decoding with the
+// device's argmax generates the tokens the host's argmax over downloaded logits did (Ψ = 8,
+// transformer_8m; fp32, bf16; CPU and device), and on the emulated device a token costs 4
+// bytes to the host instead of 4·V. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -354,7 +359,113 @@ TEST_F(CudaTest, Bf16DecodingOnTheDeviceFollowsTheCpusBf16) {
   }
 }
 
+// Greedy decoding as it was before the argmax moved to the device (issue 29): every
+// token's logits downloaded, std::max_element on the host (the lowest id on ties).
+std::vector<int32_t> HostArgmaxGreedy(Decoder<float>& decoder, const std::vector<int32_t>& prompt, int64_t max_new,
+                                      int64_t vocab) {
+  Floats logits(vocab);
+  for (int32_t id : prompt) decoder.Step(id, logits.data());
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < max_new; ++i) {
+    out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    if (i + 1 < max_new) decoder.Step(out.back(), logits.data());
+  }
+  return out;
+}
+
+// The decoder of dims over `params` (host) on `device` in `precision`; p keeps its parameters.
+std::unique_ptr<Decoder<float>> DecoderOn(const ModelDims& dims, const Floats& params, Device device,
+                                          Precision precision, DeviceArray<float>* p) {
+  *p = DeviceArray<float>(device);
+  p->Resize(static_cast<int64_t>(params.size()));
+  p->CopyFromHost(params.data());
+  ModelOptions placement;
+  placement.device = device;
+  placement.precision = precision;
+  InferenceOptions options;
+  options.train_len = 8;
+  return MakeDecoder<float>(dims, p->data(), options, placement);
+}
+
+// GreedyContinuation (Decoder::Argmax: on the device, one int a token) generates the
+// tokens the host's argmax over downloaded logits generated, for Ψ = 8 and transformer_8m
+// at GPT-2's vocabulary, fp32 and bf16, on the CPU and the device, from two prompts.
+// (Multiscreen's continuations soon repeat one token at these parameters; the prompts
+// make them differ.)
+TEST_F(CudaTest, GreedyTokensAreThoseOfTheHostArgmaxAsBefore) {
+  for (const char* model : {"psi8", "transformer_8m"}) {
+    const ModelDims dims = *LoadModel(model);
+    const Floats params = ParamsOf(dims, 91);
+    for (Device device : {Device::kCpu, Device::kCuda}) {
+      for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+        const std::string what = std::string(model) + (device == Device::kCpu ? " cpu " : " cuda ") +
+                                 (precision == Precision::kFp32 ? "fp32" : "bf16");
+        std::set<int32_t> distinct;
+        for (uint64_t seed : {92, 95}) {
+          const std::vector<int32_t> prompt = testing::RandomTokens(dims.vocab, 5, seed);
+          DeviceArray<float> p(device);
+          auto before = DecoderOn(dims, params, device, precision, &p);
+          const std::vector<int32_t> want = HostArgmaxGreedy(*before, prompt, 8, dims.vocab);
+          auto after = DecoderOn(dims, params, device, precision, &p);
+          EXPECT_EQ(GreedyContinuation(*after, prompt, 8), want) << what;
+          distinct.insert(want.begin(), want.end());
+          if (seed != 92) continue;
+          // on_token sees each token as chosen and stops the continuation where it says.
+          std::vector<int32_t> seen;
+          auto stopped = DecoderOn(dims, params, device, precision, &p);
+          const std::vector<int32_t> part = GreedyContinuation(*stopped, prompt, 8, [&](int32_t id) {
+            seen.push_back(id);
+            return seen.size() < 4;
+          });
+          EXPECT_EQ(part, std::vector<int32_t>(want.begin(), want.begin() + 4)) << what;
+          EXPECT_EQ(seen, part) << what;
+        }
+        std::printf("%s: %zu distinct tokens of 16\n", what.c_str(), distinct.size());
+        EXPECT_GT(distinct.size(), 1u) << what << ": degenerate continuations";
+      }
+    }
+  }
+}
+
 #ifdef MULTISCREEN_CUDA_EMULATED
+// The bytes copies moved to the host on the emulated device so far.
+uint64_t BytesToHost() {
+  uint64_t bytes = 0;
+  for (const auto& [name, tally] : msemu::WorkTallies()) bytes += tally.bytes_to_host;
+  return bytes;
+}
+
+// A greedy token costs 4 bytes to the host (its id) instead of its V logits: for Ψ = 8
+// at V = 50,257, 4 bytes where the host's argmax downloaded 201,028.
+TEST_F(CudaTest, AGreedyTokenCopiesFourBytesToTheHostInsteadOfTheLogits) {
+  for (const char* model : {"psi8", "transformer_8m"}) {
+    const ModelDims dims = *LoadModel(model);
+    const Floats params = ParamsOf(dims, 93);
+    for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      DeviceArray<float> p(Device::kCuda);
+      auto decoder = DecoderOn(dims, params, Device::kCuda, precision, &p);
+      Floats logits(dims.vocab);
+      decoder->Step(1, nullptr);
+      const uint64_t b0 = BytesToHost();
+      const int32_t next = decoder->Argmax();  // the greedy choice: one int32 back
+      decoder->Step(next, nullptr);            // the next token: nothing back
+      const uint64_t b1 = BytesToHost();
+      decoder->Step(2, logits.data());  // as the host's argmax took it: the logits
+      const uint64_t b2 = BytesToHost();
+      std::printf("%s %s: a greedy token copies %llu bytes to the host; with its logits %llu\n", model,
+                  precision == Precision::kFp32 ? "fp32" : "bf16", static_cast<unsigned long long>(b1 - b0),
+                  static_cast<unsigned long long>(b2 - b1));
+      EXPECT_EQ(b1 - b0, 4u) << model;
+      EXPECT_EQ(b2 - b1, uint64_t(4 * dims.vocab)) << model;
+      // A continuation of 6 tokens from a prompt of 3: 6 ids, nothing else.
+      auto fresh = DecoderOn(dims, params, Device::kCuda, precision, &p);
+      const uint64_t b3 = BytesToHost();
+      EXPECT_EQ(GreedyContinuation(*fresh, {5, 6, 7}, 6).size(), 6u);
+      EXPECT_EQ(BytesToHost() - b3, 6u * 4u) << model;
+    }
+  }
+}
+
 // What one decoded token ran on the emulated device (cuda_emulator/emulator.h's tally):
 // kernel launches and cuBLAS products, copies, and the threads of the GEMMs' 16-bit
 // packing kernel (one thread per element converted, up to a block's 256).

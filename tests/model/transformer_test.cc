@@ -324,7 +324,7 @@ TEST(TransformerDecodeTest, GreedyTokensAreTheFullForwardsArgmax) {
   const std::vector<float> p(p64.begin(), p64.end());
   const std::vector<int32_t> prompt = {3, 14, 15, 9, 2, 6};
   auto decoder = MakeDecoder<float>(dims, p.data(), InferenceOptions{});
-  const std::vector<int32_t> got = GreedyContinuation(*decoder, prompt, 20, dims.vocab);
+  const std::vector<int32_t> got = GreedyContinuation(*decoder, prompt, 20);
   ASSERT_EQ(got.size(), 20u);
   std::vector<int32_t> seq = prompt;
   for (int32_t next : got) {
