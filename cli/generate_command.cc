@@ -3,10 +3,17 @@
 // --device=cpu|cuda --precision=fp32|bf16]`: greedy decoding with the decoding cache
 // (model/decoder.h: Multiscreen's tile caches with the window-expansion rule, spec
 // "Inference"; the Transformer's KV cache, issue 18), on the CPU (the default, fp32) or a
-// CUDA device (issue 29; eval::ModelRunner::Greedy, as eval's grids). Prints the prompt
-// followed by the continuation.
-#include <algorithm>
+// CUDA device (issue 29; eval::ModelRunner::Greedy, as eval's grids; the argmax taken on
+// the device, so one int32 a token crosses). Prints the prompt followed by the
+// continuation and a newline, streamed: the prompt at once, then each token's bytes as it
+// is chosen, flushed (a character that a token leaves unfinished waits for the next,
+// data/utf8.h's Utf8Holdback), so the bytes equal the whole output's. SIGINT / SIGTERM
+// (trainer/stop_signal.h's handlers) stop decoding after the current token: what was
+// generated is printed with the newline, one line on stderr says so, and the exit status
+// is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+#include <csignal>
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -18,8 +25,10 @@
 #include "cli/flags.h"
 #include "cli/run_data.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/utf8.h"
 #include "eval/model_runner.h"
 #include "eval/yarn.h"
+#include "trainer/stop_signal.h"
 
 ABSL_FLAG(std::string, prompt, "", "text to continue (empty: an unconditional sample, from the end-of-text token)");
 ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate");
@@ -36,6 +45,29 @@ ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, precision);
 
 namespace multiscreen::cli {
+namespace {
+
+// Writes `bytes` to stdout and flushes; false when either fails (a closed pipe: SIGPIPE
+// is ignored once the stop handlers are installed, so the write fails instead).
+bool WriteOut(std::string_view bytes) {
+  return std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size() && std::fflush(stdout) == 0;
+}
+
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGUSR1:
+      return "SIGUSR1";
+  }
+  return "a signal";
+}
+
+}  // namespace
 
 int GenerateCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
@@ -115,10 +147,37 @@ int GenerateCommand(int argc, char** argv) {
                                   double(avail) / (1 << 30), on_device ? "free on the device" : "available")));
     }
   }
-  const std::vector<int32_t> generated = runner.Greedy(*prompt, absl::GetFlag(FLAGS_max_tokens));
-  auto text = (*tokenizer)->Decode(generated);
-  if (!text.ok()) return Fail("generate", text.status());
-  std::printf("%s%s\n", absl::GetFlag(FLAGS_prompt).c_str(), text->c_str());
+  // From here a stop signal ends decoding after the current token (before, the default
+  // way: nothing was printed yet).
+  InstallStopHandlers();
+  const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  absl::Status failed;
+  int64_t printed = 0;
+  Utf8Holdback holdback;
+  auto write_failed = [&] { return absl::UnavailableError(absl::StrCat("writing stdout failed after ", printed,
+                                                                       " of ", max_tokens, " tokens")); };
+  if (!WriteOut(absl::GetFlag(FLAGS_prompt))) return Fail("generate", write_failed());
+  runner.Greedy(*prompt, max_tokens, [&](int32_t id) {
+    auto bytes = (*tokenizer)->Decode({id});
+    if (!bytes.ok()) {  // a model's V past the tokenizer's
+      failed = absl::InvalidArgumentError(absl::StrCat("--tokenizer: generated token ", printed, " (id ", id,
+                                                       ") is not in the tokenizer's vocabulary"));
+      return false;
+    }
+    if (!WriteOut(holdback.Push(*bytes))) {
+      failed = write_failed();
+      return false;
+    }
+    ++printed;
+    return !StopRequested();
+  });
+  if (!WriteOut(holdback.Finish() + "\n") && failed.ok()) failed = write_failed();
+  if (!failed.ok()) return Fail("generate", failed);
+  if (StopRequested() && printed < max_tokens) {
+    std::fprintf(stderr, "multiscreen generate: interrupted by %s after %lld of %lld tokens; printed those\n",
+                 SignalName(StopSignal()), static_cast<long long>(printed), static_cast<long long>(max_tokens));
+    return 128 + StopSignal();
+  }
   return 0;
 }
 

@@ -105,6 +105,30 @@ int64_t FindInvalidUtf8(std::string_view text) {
   return -1;
 }
 
+int64_t IncompleteUtf8Tail(std::string_view text) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  // The last byte that is not a continuation byte, within the 4 last bytes.
+  size_t k = 1;
+  while (k <= 4 && k <= n && (s[n - k] & 0xC0) == 0x80) ++k;
+  if (k > 3 || k > n || s[n - k] < 0xC2 || s[n - k] > 0xF4) return 0;  // no lead byte in reach
+  return SequenceAt(s, n, n - k) == -static_cast<int>(k) ? static_cast<int64_t>(k) : 0;
+}
+
+std::string Utf8Holdback::Push(std::string_view bytes) {
+  held_.append(bytes);
+  const size_t keep = static_cast<size_t>(IncompleteUtf8Tail(held_));
+  std::string ready = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return ready;
+}
+
+std::string Utf8Holdback::Finish() {
+  std::string rest;
+  rest.swap(held_);
+  return rest;
+}
+
 int64_t ReplaceInvalidUtf8(std::string* text) {
   const int64_t first = FindInvalidUtf8(*text);
   if (first < 0) return 0;

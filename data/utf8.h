@@ -23,6 +23,27 @@ int64_t FindInvalidUtf8(std::string_view text);
 // `text` untouched.
 int64_t ReplaceInvalidUtf8(std::string* text);
 
+// The length (1–3) of the UTF-8 sequence `text` ends inside: a lead byte and the
+// continuation bytes valid after it so far (Unicode Table 3-7), fewer than it needs, so
+// that more bytes may still complete it. 0 when `text` ends at a sequence boundary or in
+// bytes that no continuation can make valid.
+int64_t IncompleteUtf8Tail(std::string_view text);
+
+// A byte stream written in pieces (`generate`'s tokens: GPT-2's byte-level BPE may end a
+// token inside a character) cut so that no piece ends inside a character that the next
+// bytes may complete: Push returns what may be written now, holding back such a tail
+// (IncompleteUtf8Tail, at most 3 bytes); Finish returns what is held. The bytes returned,
+// in order, are exactly the bytes pushed: ill-formed UTF-8 passes through unchanged once
+// it cannot complete.
+class Utf8Holdback {
+ public:
+  std::string Push(std::string_view bytes);
+  std::string Finish();
+
+ private:
+  std::string held_;
+};
+
 // In JSON text `json` (valid UTF-8), the byte offset of the first `\uXXXX` escape of a
 // UTF-16 surrogate that is not half of an escaped pair (a high \uD800–\uDBFF followed
 // at once by a low \uDC00–\uDFFF), or -1 when there is none. An escaped backslash

@@ -3,6 +3,7 @@
 #include "data/utf8.h"
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "gtest/gtest.h"
@@ -73,6 +74,48 @@ TEST(Utf8Test, LoneSurrogateEscapesBecomeReplacementsAndPairsStay) {
   EXPECT_EQ(FindLoneSurrogateEscape(two), 2);
   EXPECT_EQ(ReplaceLoneSurrogateEscapes(&two), 2);
   EXPECT_EQ(two, R"(["\uFFFD \uFFFD"])");
+}
+
+TEST(Utf8Test, IncompleteTailIsAWellFormedPrefixCutShort) {
+  const std::pair<std::string, int64_t> cases[] = {
+      {"", 0},          {"abc", 0},
+      {"a\xc3", 1},     {"a\xc3\xa9", 0},                          // é cut after its lead; whole
+      {"\xe3\x81", 2},  {"\xe3", 1},  {"\xe3\x81\xae", 0},         // の
+      {"\xf0\x9f\x99", 3}, {"\xf0\x9f", 2}, {"\xf0\x9f\x99\x82", 0},  // 🙂
+      {"\xe0\x80", 0},  {"\xed\xa0", 0},  {"\xf4\x90", 0},          // second bytes no sequence takes
+      {"\x99\x82", 0},  {"\xc0", 0},  {"\xf5", 0},  {"\xff", 0},     // bytes that never lead
+      {"\xc3\xa9\xe2\x98", 2},                                    // after a whole character
+      {"\xe2\x98 x", 0},                                           // cut short by ASCII: never completes
+  };
+  for (const auto& [text, want] : cases) EXPECT_EQ(IncompleteUtf8Tail(text), want) << ::testing::PrintToString(text);
+}
+
+// Pieces cut anywhere (as GPT-2's byte-level tokens may cut a character) come out as
+// whole characters, and the bytes out are the bytes in, ill-formed ones included.
+TEST(Utf8Test, HoldbackEmitsWholeCharactersAndEveryByte) {
+  const std::string text = "絵文字🙂 caf\xc3\xa9 日本語の\xf0\x9f\x98\x80!";
+  for (size_t a = 0; a <= text.size(); ++a) {
+    for (size_t b = a; b <= text.size(); ++b) {
+      Utf8Holdback h;
+      std::string out;
+      for (const std::string_view piece : {std::string_view(text).substr(0, a),
+                                           std::string_view(text).substr(a, b - a), std::string_view(text).substr(b)}) {
+        const std::string ready = h.Push(piece);
+        EXPECT_EQ(FindInvalidUtf8(ready), -1) << a << " " << b;  // never part of a character
+        out += ready;
+      }
+      out += h.Finish();
+      EXPECT_EQ(out, text) << a << " " << b;
+    }
+  }
+  // Ill-formed bytes pass through as soon as they cannot complete; Finish gives the rest.
+  Utf8Holdback h;
+  EXPECT_EQ(h.Push("\x99\x82"), "\x99\x82");      // continuation bytes alone (a token's)
+  EXPECT_EQ(h.Push("x\xe2\x98"), "x");             // held: U+2600's first two bytes
+  EXPECT_EQ(h.Push(" realized"), "\xe2\x98 realized");
+  EXPECT_EQ(h.Push("\xf0\x9f"), "");
+  EXPECT_EQ(h.Finish(), "\xf0\x9f");
+  EXPECT_EQ(h.Finish(), "");
 }
 
 }  // namespace
