@@ -223,8 +223,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
       LogWarning("eval.batches=", run.eval().batches(), " is not a multiple of dp=", dp, ": validation takes ", batches,
                  " micro-batches, so its loss is not comparable with other layouts' (eval.windows is)");
     }
+    // Each rank opens its own dp shard's windows: what one rank meets ends every rank
+    // alike, said once (a collective, reached by every rank).
     auto opened = OpenValidation(run, sources.val_sources, sources.val, dp, grid->coord().dp);
-    if (!opened.ok()) return opened.status();
+    MS_RETURN_IF_ERROR(AgreeOnStatus(grid->world(), opened.status()));
     for (ValidationSource& v : *opened) {
       // Fewer windows than eval.batches asks for (the stream holds fewer, or dp does not
       // divide them): every window is used once, never repeated, and said (issue 31 §3:
@@ -238,7 +240,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
     }
     // The pass's windows are fixed: a token id the model cannot embed is found now,
     // not at the first validation hours later (and before that step's checkpoint).
-    MS_RETURN_IF_ERROR(CheckValidationTokenIds(*opened, dims.vocab, dims.name));
+    MS_RETURN_IF_ERROR(AgreeOnStatus(grid->world(), CheckValidationTokenIds(*opened, dims.vocab, dims.name)));
     t->val_loaders_ = *std::move(opened);
   }
   std::error_code ec;

@@ -76,6 +76,15 @@ class RunAgreementTest(SyntheticCorpusCase):
         self.assertRegex(line, r"^multiscreen train: \S+train_000000.bin: token \d+: training window 0 holds token id "
                                r"\d+, outside the vocabulary V = 97 of model tiny_psi4")
 
+    def test_held_out_shards_of_another_tokenizer_are_said_once_and_every_rank_exits_1(self):
+        # The held-out windows are scanned at start (each rank its dp shard's): that printed
+        # once per rank, then Open MPI's MPI_ABORT banner.
+        big = os.path.join(self.tmp.name, "big_val_ids")
+        synthetic_shards(big, vocab=5000)
+        line = self.mpmd("big_val_ids", ["--steps=2"], ["--steps=2"], data=big)
+        self.assertRegex(line, r"^multiscreen train: \S+val_000000.bin: token \d+: validation window \d+ holds token "
+                               r"id \d+, outside the vocabulary V = 97 of model tiny_psi4")
+
     def test_the_same_files_at_other_paths_agree(self):
         other = os.path.join(self.tmp.name, "copy_elsewhere")
         shutil.copytree(self.data, other)
