@@ -52,7 +52,7 @@ int64_t DecodeSession<Real>::CachedKeys(int64_t layer, int64_t tile) const {
 }
 
 template <typename Real>
-void DecodeSession<Real>::Step(int32_t token, Real* logits) {
+void DecodeSession<Real>::Feed(int32_t token) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, NH = d.n_heads, dV = d.d_v, C = 2 * d.d_k + (d.output_gate ? 2 : 1) * dV, V = d.vocab;
   Real* x = x_.data();
@@ -66,11 +66,22 @@ void DecodeSession<Real>::Step(int32_t token, Real* logits) {
     caches_[l]->Step(p_.data(), position_, u_.data());
     ops_->GemmPacked(false, false, 1, dE, NH * dV, 1, u_.data(), NH * dV, kRounded, w_o_op_[l], dE, 1, x, dE);
   }
+  ++position_;
+  logits_ready_ = false;
+}
+
+template <typename Real>
+void DecodeSession<Real>::Step(int32_t token, Real* logits) {
+  Feed(token);
+  const ModelDims& d = layout_.dims();
+  const int64_t dE = d.d_e, V = d.vocab;
+  constexpr auto kRounded = kernels::PackedGemmA::kRounded;
+  Real* x = x_.data();
   // PLNorm (step 14) and the logits e^{s_F} · y Ēᵀ.
   if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, nullptr, 1, dE);
   ops_->GemmPacked(false, true, 1, V, dE, head_scale_, x, dE, kRounded, e_bar_op_, dE, 0, logits_.data(), V);
   if (logits != nullptr) ops_->Download(logits_.data(), V, logits);
-  ++position_;
+  logits_ready_ = true;
 }
 
 template class DecodeSession<float>;

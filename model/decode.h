@@ -38,7 +38,11 @@ class DecodeSession final : public Decoder<Real> {
   // Feeds the token at absolute position position(); writes logits [V] (host) for the
   // next token, or keeps them on the session's device (logits null).
   void Step(int32_t token, Real* logits) override;
-  int32_t Argmax() override { return static_cast<int32_t>(ops_->Argmax(logits_.data(), logits_.size())); }
+  void Feed(int32_t token) override;
+  int32_t Argmax() override {
+    CheckLogitsReady(logits_ready_);
+    return static_cast<int32_t>(ops_->Argmax(logits_.data(), logits_.size()));
+  }
   int64_t position() const override { return position_; }
   // Keys held by (layer, tile)'s cache: min(position, ⌈w⌉), or position for w = ∞.
   int64_t CachedKeys(int64_t layer, int64_t tile) const;
@@ -57,6 +61,7 @@ class DecodeSession final : public Decoder<Real> {
   std::vector<std::unique_ptr<kernels::ScreeningCache<Real>>> caches_;  // per layer
   DeviceArray<Real> x_, p_, u_, logits_;  // one token's activations
   int64_t position_ = 0;
+  bool logits_ready_ = false;  // logits_ are the last token's (a Step, not a Feed)
 };
 
 }  // namespace multiscreen

@@ -1,5 +1,7 @@
 #include "model/decoder.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/decode_cache.h"
@@ -18,7 +20,8 @@ std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* pa
 template <typename Real>
 std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vector<int32_t>& prompt, int64_t max_new,
                                         const OnToken& on_token) {
-  for (int32_t id : prompt) decoder.Step(id, nullptr);
+  for (size_t i = 0; i + 1 < prompt.size(); ++i) decoder.Feed(prompt[i]);
+  decoder.Step(prompt.back(), nullptr);
   std::vector<int32_t> out;
   for (int64_t i = 0; i < max_new; ++i) {
     out.push_back(decoder.Argmax());
@@ -26,6 +29,12 @@ std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vecto
     if (i + 1 < max_new) decoder.Step(out.back(), nullptr);
   }
   return out;
+}
+
+void CheckLogitsReady(bool ready) {
+  if (ready) return;
+  std::fprintf(stderr, "multiscreen: internal error: Decoder::Argmax without the logits of a Step\n");
+  std::abort();
 }
 
 template <typename Real>

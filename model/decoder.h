@@ -30,10 +30,14 @@ class Decoder {
   // the tokens fed so far. logits null: they stay where the session runs (for Argmax;
   // nothing crosses from a device).
   virtual void Step(int32_t token, Real* logits) = 0;
+  // Feeds the token at position() as Step does but computes no logits (the head's
+  // product over the vocabulary, most of a small model's token): a prompt token whose
+  // successor is given. The layers' results and caches are Step's, bit for bit.
+  virtual void Feed(int32_t token) = 0;
   // The next token's greedy choice from the last Step's logits: their argmax in
   // kernels/cpu/argmax.h's order (the lowest id on ties, the first NaN if any), taken
   // where the session runs (KernelTable::Argmax: from a device one int32 crosses). Only
-  // after a Step.
+  // after a Step (after a Feed or none: a caller's bug, fatal).
   virtual int32_t Argmax() = 0;
   virtual int64_t position() const = 0;
 };
@@ -52,7 +56,8 @@ std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* pa
 // false stops the continuation there (generate's streaming and its SIGINT).
 using OnToken = std::function<bool(int32_t token)>;
 
-// Greedy continuation: feeds `prompt` (non-empty) to a fresh decoder, then up to `max_new`
+// Greedy continuation: feeds `prompt` (non-empty; Feed, and Step for its last token) to a
+// fresh decoder, then up to `max_new`
 // times Decoder::Argmax (the lowest id on ties) and feeds it back; returns those tokens,
 // fewer when on_token (if given) returned false on the last of them. What `multiscreen
 // generate` prints and eval's abcdigits/passkey score. No logits cross to the host.
@@ -68,6 +73,10 @@ std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vecto
 template <typename Real>
 const Real* GemmOperand(kernels::KernelTable<Real>& ops, Precision precision, const Real* src, int64_t n,
                         DeviceArray<Real>* store);
+
+// The sessions' Argmax guard: fatal (a caller's bug) unless the last token fed came with
+// its logits (Step, not Feed).
+void CheckLogitsReady(bool ready);
 
 // The decoding caches of `device` (kernels/decode_cache.h), fatal (one line naming
 // --device) where the factories refuse: for the sessions' constructors.

@@ -106,7 +106,7 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
 }
 
 template <typename Real>
-void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
+void TransformerDecodeSession<Real>::Feed(int32_t token) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, F = d.d_ff(), V = d.vocab;
   Real *x = x_.data(), *a = a_.data();
@@ -130,6 +130,17 @@ void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
     tk_->SwiGluForward(gu_.data(), hidden_.data(), 1, F);
     ops_->GemmPacked(false, false, 1, dE, F, 1, hidden_.data(), F, kRounded, L.w_down, dE, 1, x, dE);
   }
+  ++position_;
+  logits_ready_ = false;
+}
+
+template <typename Real>
+void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
+  Feed(token);
+  const ModelDims& d = layout_.dims();
+  const int64_t dE = d.d_e, V = d.vocab;
+  constexpr auto kRounded = kernels::PackedGemmA::kRounded;
+  Real *x = x_.data(), *a = a_.data();
   // y = x/‖x‖ (pl_norm) or RMSNorm(x) without gain; logits = scale · y tableᵀ.
   if (d.pl_norm) {
     ops_->UnitRowsForward(x, dE, a, dE, nullptr, 1, dE);
@@ -138,7 +149,7 @@ void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
   }
   ops_->GemmPacked(false, true, 1, V, dE, head_scale_, a, dE, kRounded, table_op_, dE, 0, logits_.data(), V);
   if (logits != nullptr) ops_->Download(logits_.data(), V, logits);
-  ++position_;
+  logits_ready_ = true;
 }
 
 template class TransformerDecodeSession<float>;

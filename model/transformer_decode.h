@@ -39,7 +39,11 @@ class TransformerDecodeSession final : public Decoder<Real> {
                            const ModelOptions& placement = {});
 
   void Step(int32_t token, Real* logits) override;  // logits null: kept on the device (Argmax)
-  int32_t Argmax() override { return static_cast<int32_t>(ops_->Argmax(logits_.data(), logits_.size())); }
+  void Feed(int32_t token) override;
+  int32_t Argmax() override {
+    CheckLogitsReady(logits_ready_);
+    return static_cast<int32_t>(ops_->Argmax(logits_.data(), logits_.size()));
+  }
   int64_t position() const override { return position_; }
 
  private:
@@ -64,6 +68,7 @@ class TransformerDecodeSession final : public Decoder<Real> {
   std::vector<Layer> layers_;
   DeviceArray<Real> x_, a_, qkv_, o_, gu_, hidden_, rstd_, logits_;  // one token's activations
   int64_t position_ = 0;
+  bool logits_ready_ = false;  // logits_ are the last token's (a Step, not a Feed)
 };
 
 }  // namespace multiscreen

@@ -428,6 +428,52 @@ TEST_F(CudaTest, GreedyTokensAreThoseOfTheHostArgmaxAsBefore) {
   }
 }
 
+// Feed (a prompt token whose successor is given) is Step without the head: the logits
+// after fed tokens and a Step are bit for bit those of Steps throughout, on the CPU and
+// the device, fp32 and bf16, for both families. On the emulated device a fed token makes
+// its layers' cuBLAS products alone, a Step those and the head's over the vocabulary.
+TEST_F(CudaTest, FeedIsStepWithoutTheHead) {
+  for (const char* model : {"tiny_psi4", "tiny_transformer"}) {
+    const ModelDims dims = *LoadModel(model);
+    const Floats params = ParamsOf(dims, 97);
+    const std::vector<int32_t> prompt = testing::RandomTokens(dims.vocab, 9, 98);
+    for (Device device : {Device::kCpu, Device::kCuda}) {
+      for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+        SCOPED_TRACE(::testing::Message() << model << (device == Device::kCpu ? " cpu " : " cuda ")
+                                        << (precision == Precision::kFp32 ? "fp32" : "bf16"));
+        DeviceArray<float> p(device);
+        auto stepped = DecoderOn(dims, params, device, precision, &p);
+        auto fed = DecoderOn(dims, params, device, precision, &p);
+        Floats want(dims.vocab), got(dims.vocab);
+        for (int32_t id : prompt) stepped->Step(id, want.data());
+        for (size_t i = 0; i + 1 < prompt.size(); ++i) fed->Feed(prompt[i]);
+        fed->Step(prompt.back(), got.data());
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(fed->position(), stepped->position());
+        EXPECT_EQ(fed->Argmax(), stepped->Argmax());
+#ifdef MULTISCREEN_CUDA_EMULATED
+        if (device == Device::kCuda) {
+          auto products = [] {
+            uint64_t n = 0;
+            for (const auto& [name, tally] : msemu::WorkTallies()) n += name.starts_with("cublas") ? tally.calls : 0;
+            return n;
+          };
+          const uint64_t p0 = products();
+          fed->Feed(prompt[0]);
+          const uint64_t p1 = products();
+          fed->Step(prompt[1], nullptr);
+          const uint64_t p2 = products();
+          // Per layer: W_cat and W_O (the Transformer: W_QKV, W_O, [W_gate; W_up], W_down).
+          const uint64_t per_layer = dims.transformer() ? 4 : 2;
+          EXPECT_EQ(p1 - p0, per_layer * dims.n_layers);
+          EXPECT_EQ(p2 - p1, per_layer * dims.n_layers + 1);
+        }
+#endif
+      }
+    }
+  }
+}
+
 #ifdef MULTISCREEN_CUDA_EMULATED
 // The bytes copies moved to the host on the emulated device so far.
 uint64_t BytesToHost() {
