@@ -191,6 +191,35 @@ std::vector<std::string> ResumableResults(const std::string& sub) {
   return {};
 }
 
+// An input file (`flag`=`path`) inside --out, where the evaluation writes its results
+// files, is refused (a field report: `eval ppl --data=DIR/ppl.csv --out=DIR` replaced its
+// own input with its results): one line naming both.
+absl::Status RefuseInputInsideOut(const char* flag, const std::string& path, const std::string& out) {
+  std::error_code ec;
+  if (path.empty() || out.empty() || !fs::exists(out, ec)) return absl::OkStatus();
+  if (fs::equivalent(fs::absolute(path, ec).parent_path(), out, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", path, " lies in --out=", out,
+                                                   ", where this evaluation writes its results: keep inputs outside it"));
+  }
+  return absl::OkStatus();
+}
+
+// --dump (a file the grids write): refused where CheckOutputFile refuses an output (a
+// directory, FIFO or device; the weights; a training run's own file; inside a checkpoint)
+// and where it is one of the results files `task` writes into --out (<task>.json, .csv).
+absl::Status CheckDumpPath(const std::string& dump, const std::string& out, const std::string& task) {
+  MS_RETURN_IF_ERROR(CheckOutputFile("dump", dump, {absl::GetFlag(FLAGS_weights)}));
+  std::error_code ec;
+  for (const char* ext : {".json", ".csv"}) {
+    const fs::path results = fs::path(out) / (task + ext);
+    if (!out.empty() && fs::weakly_canonical(results, ec) == fs::weakly_canonical(dump, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("--dump=", dump, " is the results file ", results.string(),
+                                                     " of this evaluation: choose another path"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Without --resume, results of an earlier evaluation in --out are refused rather than
 // overwritten (a field report: `eval ppl --out=DIR` replaced DIR's ppl.json): "--out=DIR
 // already holds DIR/ppl.json: --resume continues that evaluation (refused if it is another),
@@ -538,6 +567,7 @@ int Ppl(const std::vector<std::string>& given) {
     return Fail("eval ppl", absl::InvalidArgumentError("--stride and --documents must be >= 0"));
   }
   const std::string data = absl::GetFlag(FLAGS_data);
+  if (auto s = RefuseInputInsideOut("data", data, absl::GetFlag(FLAGS_out)); !s.ok()) return Fail("eval ppl", s);
   auto data_kind = PplDataOf(data, given);
   if (!data_kind.ok()) return Fail("eval ppl", data_kind.status());
   const bool text_input = !data_kind->tokens;
@@ -873,7 +903,7 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   };
   std::ofstream dump;
   if (!absl::GetFlag(FLAGS_dump).empty()) {
-    if (auto s = CheckReplaceableOutput("--dump", absl::GetFlag(FLAGS_dump)); !s.ok()) return Fail(cmd.c_str(), s);
+    if (auto s = CheckDumpPath(absl::GetFlag(FLAGS_dump), setup.out, task.name); !s.ok()) return Fail(cmd.c_str(), s);
     dump.open(absl::GetFlag(FLAGS_dump), absl::GetFlag(FLAGS_resume) ? std::ios::app : std::ios::trunc);
     if (!dump) return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--dump=", absl::GetFlag(FLAGS_dump), ": cannot write")));
   }
@@ -996,7 +1026,7 @@ int AbcDigits(const std::vector<std::string>& given) {
   if (absl::GetFlag(FLAGS_generate_only)) {
     const std::string dump = absl::GetFlag(FLAGS_dump);
     if (dump.empty()) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --dump=F.jsonl"));
-    if (auto s = CheckReplaceableOutput("--dump", dump); !s.ok()) return Fail("eval abcdigits", s);
+    if (auto s = CheckDumpPath(dump, absl::GetFlag(FLAGS_out), "abcdigits"); !s.ok()) return Fail("eval abcdigits", s);
     if (absl::GetFlag(FLAGS_length) < 1) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --length=N"));
     std::unique_ptr<Gpt2Tokenizer> tok;
     if (mode == "tokens") {
@@ -1137,6 +1167,7 @@ int Relevance(const std::vector<std::string>& given) {
   const std::string path = absl::GetFlag(FLAGS_text);
   if (path.empty()) return Fail("eval relevance", absl::InvalidArgumentError("--text=FILE is required"));
   if (!fs::is_regular_file(path)) return Fail("eval relevance", absl::NotFoundError(absl::StrCat("--text=", path, ": not a regular file")));
+  if (auto s = RefuseInputInsideOut("text", path, absl::GetFlag(FLAGS_out)); !s.ok()) return Fail("eval relevance", s);
   auto setup = Setup(given, true, /*multiscreen_only=*/true);
   if (!setup.ok()) return Fail("eval relevance", setup.status());
   const ModelDims& d = setup->weights.dims;

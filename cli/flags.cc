@@ -439,6 +439,17 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
     }
   }
   const fs::path resolved = fs::weakly_canonical(fs::path(out), ec);
+  // A training run's own files (trainer/trainer.cc's marks of a run directory): a field
+  // report's `eval passkey --dump=RUN/run.json` replaced the run's identity.
+  constexpr std::string_view kRunFiles[] = {"run.json", "metrics.jsonl", "status.json", "data.json",
+                                            ".lock",    "run.textproto", "train.log"};
+  const fs::path parent = resolved.parent_path();
+  if (!out_is_directory && std::find(std::begin(kRunFiles), std::end(kRunFiles), resolved.filename().string()) !=
+                               std::end(kRunFiles) &&
+      (fs::exists(parent / "run.json", ec) || fs::exists(parent / "metrics.jsonl", ec))) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " is a file of the training run in ",
+                                                   parent.string(), ": choose another path"));
+  }
   for (fs::path dir = out_is_directory ? resolved : resolved.parent_path(); !dir.empty(); dir = dir.parent_path()) {
     if (dir.filename() == "checkpoints" || fs::exists(dir / "manifest.json", ec)) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " lies inside the checkpoint directory ",

@@ -69,9 +69,10 @@ absl::Status ApplyIsaFlag();
 absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& text);
 
 // Refuses an output path (`flag`=`out`) that would overwrite one of `inputs` (the same
-// file, through any link) or lies inside a checkpoint (a directory holding manifest.json,
-// or anywhere under a `checkpoints` directory), so that a command never replaces what it
-// reads or a run's checkpoint.
+// file, through any link), is one of a training run's own files (run.json, metrics.jsonl,
+// ... in a directory holding a run), or lies inside a checkpoint (a directory holding
+// manifest.json, or anywhere under a `checkpoints` directory), so that a command never
+// replaces what it reads, a run's records or a run's checkpoint.
 // `out_is_directory`: `out` is a directory the command writes its files into (eval's
 // --out), so `out` itself may not be a checkpoint or a `checkpoints` directory either.
 absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs,

@@ -156,6 +156,34 @@ class EvalCliTest(OneLineErrors):
         self.assertEqual(resumed["documents"], 6)
         np.testing.assert_allclose(resumed["mean_loss"], whole["mean_loss"], atol=1e-9)
 
+    def test_outputs_over_inputs_runs_or_results_are_refused(self):
+        # A fresh-eyes pass: --dump=RUN/run.json replaced a run's identity, --dump=OUT/passkey.json
+        # was replaced by the results, and `eval ppl --data=OUT/ppl.csv --out=OUT` its own input.
+        g = self.init("tiny_gpt2_vocab")
+        run_dir = os.path.join(self.dir, "a_run")
+        os.makedirs(run_dir)
+        with open(os.path.join(run_dir, "run.json"), "w") as f:
+            f.write('{"model": "x"}')
+        grid = (f"--weights={g}", "--contexts=100", "--depths=0.5", "--instances=1", f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(run("eval", "passkey", *grid, f"--out={self.dir}/pk_a", f"--dump={run_dir}/run.json"),
+                                   f"--dump={run_dir}/run.json is a file of the training run in ")
+        with open(os.path.join(run_dir, "run.json")) as f:
+            self.assertEqual(f.read(), '{"model": "x"}')
+        out = os.path.join(self.dir, "pk_b")
+        self.assert_one_line_error(run("eval", "passkey", *grid, f"--out={out}", f"--dump={out}/passkey.json"),
+                                   f"--dump={out}/passkey.json is the results file {out}/passkey.json of this evaluation")
+        w = self.init()
+        out = os.path.join(self.dir, "ppl_out")
+        os.makedirs(out)
+        data = os.path.join(out, "ppl.csv")
+        with open(data, "w") as f:
+            f.write("a text to evaluate " * 20)
+        self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", f"--data={data}", "--seq_len=8", f"--out={out}",
+                                       f"--tokenizer={self.tokenizer}"),
+                                   f"--data={data} lies in --out={out}, where this evaluation writes its results")
+        with open(data) as f:
+            self.assertEqual(f.read(), "a text to evaluate " * 20)
+
     def test_results_already_in_out_are_refused_without_resume(self):
         # A field report: `eval ppl --out=DIR` over another evaluation's ppl.json replaced it.
         w = self.init()
