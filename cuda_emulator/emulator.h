@@ -45,7 +45,7 @@ struct Allocation {
 
 // Allocates `bytes` of device memory on the current device (guard zones either side,
 // counted against the device's capacity: MULTISCREEN_EMULATED_GPU_MEMORY bytes,
-// default 80 GiB); nullptr when it would not fit.
+// default 80 GiB or the host's available memory if less); nullptr when it would not fit.
 void* DeviceAllocate(size_t bytes);
 // Frees what DeviceAllocate returned; false when p is not the start of a live allocation.
 bool DeviceFree(void* p);

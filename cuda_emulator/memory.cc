@@ -29,9 +29,27 @@ constexpr int kMaxDevices = 64;
 
 // Node-wide devices (MULTISCREEN_EMULATED_GPUS) and those CUDA_VISIBLE_DEVICES leaves,
 // read once.
+// The host's available memory in bytes (/proc/meminfo's MemAvailable; else its physical
+// memory): what an emulated device's allocations really come from.
+size_t HostAvailableBytes() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f) != nullptr) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<size_t>(kib) << 10;
+  }
+  return static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
 struct Devices {
   std::vector<int> visible;  // node-wide index of each visible device
-  size_t capacity = size_t(80) << 30;
+  // 80 GiB, or less where the host has less available: the emulated device's memory is
+  // the host's, so a command's device-memory check must not pass what the host cannot
+  // hold (a fresh-eyes pass: eval ttft --context=50000000 --device=cuda passed the check
+  // and grew until the host ran out).
+  size_t capacity = std::min(size_t(80) << 30, HostAvailableBytes());
   Devices() {
     int node = 1;
     // Whole numbers only: a typo is said, not read as 0 or as its leading digits.

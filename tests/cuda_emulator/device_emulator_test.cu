@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -446,6 +447,25 @@ TEST_F(EmulatorTest, AllocationsCountAgainstTheDevicesCapacity) {
   EXPECT_EQ(cudaMalloc(&p, total + 1), cudaErrorMemoryAllocation);
   EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// The emulated device's memory is the host's: by default its capacity is at most what the
+// host has (80 GiB on a 23 GiB machine let a device-memory check pass what the host then
+// could not hold).
+TEST_F(EmulatorTest, TheDefaultCapacityIsNoMoreThanTheHostsMemory) {
+  if (std::getenv("MULTISCREEN_EMULATED_GPU_MEMORY") != nullptr) GTEST_SKIP() << "the capacity is set";
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  ASSERT_NE(f, nullptr);
+  unsigned long long kib = 0;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr && std::sscanf(line, "MemTotal: %llu kB", &kib) != 1) {
+  }
+  std::fclose(f);
+  ASSERT_GT(kib, 0u);
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_LE(total, size_t(kib) << 10);
+  EXPECT_LE(total, size_t(80) << 30);
 }
 
 TEST_F(EmulatorTest, StreamQueryIsNotReadyWhileQueuedWorkRuns) {
