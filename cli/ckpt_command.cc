@@ -48,10 +48,13 @@ std::string Gib(int64_t bytes) { return absl::StrFormat("%.3f GiB", double(bytes
 // The layout --tp, --pp, --dp, --zero give, refused unless tp divides N_H and pp N_L.
 absl::StatusOr<ParallelLayout> LayoutFromFlags(const ModelDims& dims) {
   ParallelLayout layout{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pp), absl::GetFlag(FLAGS_dp), absl::GetFlag(FLAGS_zero)};
-  if (layout.tp < 1 || dims.n_heads % layout.tp != 0) {
+  // A degree below 1 first: "--tp=-2 does not divide N_H = 4" would be untrue.
+  if (layout.tp < 1) return absl::InvalidArgumentError(absl::StrCat("--tp=", layout.tp, ": must be >= 1"));
+  if (layout.pp < 1) return absl::InvalidArgumentError(absl::StrCat("--pp=", layout.pp, ": must be >= 1"));
+  if (dims.n_heads % layout.tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--tp=", layout.tp, " does not divide N_H = ", dims.n_heads, " of ", dims.name));
   }
-  if (layout.pp < 1 || dims.n_layers % layout.pp != 0) {
+  if (dims.n_layers % layout.pp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--pp=", layout.pp, " does not divide N_L = ", dims.n_layers, " of ", dims.name));
   }
   if (layout.dp < 1 || layout.dp > (int64_t{1} << 20)) return absl::InvalidArgumentError("--dp must be in [1, 2^20]");

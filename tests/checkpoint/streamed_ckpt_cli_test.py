@@ -213,6 +213,13 @@ class StreamedCkptCliTest(SyntheticCorpusCase):
         out = self.path("refused")
         self.refused("ckpt", "init", "--model=tiny_psi4", "--tp=3", "--pp=1", f"--out={out}", says="--tp=3 does not divide N_H = 4")
         self.refused("ckpt", "init", "--model=tiny_psi4", "--tp=1", "--pp=3", f"--out={out}", says="--pp=3 does not divide N_L = 4")
+        # A degree below 1 is not "does not divide" (-2 divides 4): plan, init and reshard alike.
+        self.refused("ckpt", "plan", "--model=tiny_psi4", "--tp=-2", "--pp=1", says="--tp=-2: must be >= 1")
+        self.refused("ckpt", "init", "--model=tiny_psi4", "--tp=0", "--pp=1", f"--out={out}", says="--tp=0: must be >= 1")
+        self.refused("ckpt", "init", "--model=tiny_psi4", "--tp=1", "--pp=-1", f"--out={out}", says="--pp=-1: must be >= 1")
+        source = self.path("degree_source")
+        self.run_ok("ckpt", "init", "--model=tiny_psi4", "--seed=2", "--tp=1", "--pp=1", f"--out={source}")
+        self.refused("ckpt", "reshard", f"--checkpoint={source}", "--tp=-2", "--pp=1", f"--out={out}", says="--tp=-2: must be >= 1")
         self.refused("ckpt", "init", "--model=tiny_psi4", "--memory=1M", f"--out={out}", says="below the 64 MiB")
         self.refused("ckpt", "init", "--model=tiny_psi4", "--memory=lots", f"--out={out}", says="--memory=lots")
         self.assertFalse(os.path.exists(out))
