@@ -5,11 +5,13 @@
 // prints the script); status reads each run directory; fit and report hand the results
 // to tools/sweep_fit.py (SciPy's L-BFGS-B, matplotlib) through <root>/sweep.json.
 // `sweep fit --results=F.csv [--json]` fits results from elsewhere the same way.
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/config.h"
+#include "common/input_file.h"
 #include "google/protobuf/text_format.h"
 #include "launch/divergence.h"
 #include "launch/sweep.h"
@@ -85,14 +88,24 @@ std::string Duration(double s) {
 }
 
 // Runs argv to completion, its output to ours; returns its exit status (127: not started).
+// The child dies with us (PR_SET_PDEATHSIG): a killed `sweep fit` leaves no python behind.
 int Spawn(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
-    std::fprintf(stderr, "multiscreen sweep: cannot start %s\n", argv[0]);
+  const std::string cannot = absl::StrCat("multiscreen sweep: cannot start ", args[0], "\n");
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "multiscreen sweep: cannot start %s (fork: %s)\n", argv[0], std::strerror(errno));
     return 127;
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // we died before prctl
+    ::execvp(argv[0], argv.data());
+    (void)!::write(2, cannot.data(), cannot.size());
+    ::_exit(127);
   }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -254,6 +267,14 @@ int RunSlurm(const Sweep& sweep, const std::vector<std::string>& sbatch_args) {
   return 0;
 }
 
+// An input the fit tool reads whole: a regular file (stat only, so a FIFO cannot block),
+// e.g. "--results=/dev/zero: is a character device, not a regular file".
+absl::Status CheckInputFile(const std::string& flag, const std::string& path) {
+  const absl::Status s = CheckRegularInput(path);
+  if (s.ok() || flag.empty()) return s;
+  return absl::Status(s.code(), absl::StrCat(flag, "=", s.message()));
+}
+
 // tools/sweep_fit.py `mode` with the fit's flags.
 int FitTool(const std::string& mode, const std::vector<std::string>& input, const std::vector<std::string>& given) {
   std::vector<std::string> argv = {"/usr/bin/python3", SourcePath("tools/sweep_fit.py"), mode};
@@ -335,7 +356,10 @@ int SweepCommand(int argc, char** argv) {
 
   if (sub == "fit" && Given(given, "results")) {
     if (Given(given, "sweep")) return Fail("sweep", absl::InvalidArgumentError("give --sweep or --results, not both"));
-    return FitTool("fit", {absl::StrCat("--results=", absl::GetFlag(FLAGS_results))}, given);
+    // The child reads the file to its end: /dev/zero never ends, a FIFO blocks.
+    const std::string results = absl::GetFlag(FLAGS_results);
+    if (absl::Status s = CheckInputFile("--results", results); !s.ok()) return Fail("sweep", s);
+    return FitTool("fit", {absl::StrCat("--results=", results)}, given);
   }
   if (absl::GetFlag(FLAGS_sweep).empty()) return Fail("sweep", absl::InvalidArgumentError(absl::StrCat("--sweep is required; usage: ", kUsage)));
   auto sweep = LoadSweep(absl::GetFlag(FLAGS_sweep));
@@ -358,7 +382,9 @@ int SweepCommand(int argc, char** argv) {
                                "): no run has started yet, nothing to ", sub, "; `sweep run` first")));
     }
     if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail("sweep", s);
-    return FitTool(sub, {absl::StrCat("--manifest=", (fs::path(sweep->root) / "sweep.json").string())}, given);
+    const std::string manifest = (fs::path(sweep->root) / "sweep.json").string();
+    if (absl::Status s = CheckInputFile("", manifest); !s.ok()) return Fail("sweep", s);
+    return FitTool(sub, {absl::StrCat("--manifest=", manifest)}, given);
   }
   // run
   if (absl::GetFlag(FLAGS_local) == slurm) return Fail("sweep", absl::InvalidArgumentError("sweep run needs exactly one of --local and --slurm"));

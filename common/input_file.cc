@@ -62,6 +62,19 @@ absl::StatusOr<int> OpenRegularFile(const std::string& path, const char* what, i
   return fd;
 }
 
+absl::Status CheckRegularInput(const std::string& path) {
+  struct stat st = {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int e = errno;
+    const std::string why = absl::StrCat(path, ": ", std::strerror(e));
+    return e == ENOENT || e == ENOTDIR ? absl::NotFoundError(why) : absl::InvalidArgumentError(why);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is ", KindOf(st.st_mode), ", not a regular file"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckReplaceableOutput(const std::string& flag, const std::string& path) {
   struct stat st = {};
   if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return absl::OkStatus();

@@ -25,6 +25,11 @@ absl::StatusOr<int> OpenRegularFile(const std::string& path, const char* what, i
 // OpenRegularFile, then the whole file. Errors as OpenRegularFile, and a failed read.
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const char* what, int64_t max_bytes);
 
+// Without opening it (stat: a FIFO cannot block), that `path` is a regular file, for
+// an input another process reads: missing, or "PATH: is a FIFO (named pipe), not a
+// regular file" (a directory, a character device such as /dev/zero, ...).
+absl::Status CheckRegularInput(const std::string& path);
+
 // Refuses an output path that exists as anything but a regular file or a symbolic
 // link: a directory, a FIFO, a character or block device (/dev/null), a socket. Every
 // command writes its output files beside their path (`path`.tmp) and renames them into

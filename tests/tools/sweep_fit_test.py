@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -209,6 +210,56 @@ class SweepFitTest(unittest.TestCase):
                 self.assertNotEqual(out.returncode, 0, name)
                 self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
                 self.assertIn(name, out.stderr)
+
+    def test_results_not_a_regular_file_is_refused_before_the_child_and_the_child_dies_with_us(self):
+        # Field defect: --results=/dev/zero went to the python child, which read without
+        # limit (1.6 GB in 3 s); a FIFO with no writer blocked it; and a killed
+        # multiscreen left the child running.
+        if BIN is None:
+            self.skipTest("needs --multiscreen")
+        with tempfile.TemporaryDirectory() as tmp:
+            fifo = os.path.join(tmp, "results.fifo")
+            os.mkfifo(fifo)
+            for path, kind in (("/dev/zero", "character device"), (fifo, "FIFO"), (tmp, "directory")):
+                out = subprocess.run([BIN, "sweep", "fit", f"--results={path}"], capture_output=True, text=True, timeout=5)
+                self.assertEqual(out.returncode, 1, out.stderr)
+                self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+                self.assertIn(f"--results={path}: is a", out.stderr)
+                self.assertIn(kind, out.stderr)
+                self.assertIn("not a regular file", out.stderr)
+            # A fit that runs long (many bootstrap resamples); kill multiscreen, the child goes too.
+            path = os.path.join(tmp, "results.csv")
+            with open(path, "w") as f:
+                f.write("family,params,tokens,loss\n")
+                for r in grid_rows(TRUTH):
+                    f.write(f"{r['family']},{r['params']},{r['tokens']},{r['loss']}\n")
+            p = subprocess.Popen([BIN, "sweep", "fit", f"--results={path}", "--bootstrap=1000000"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            child = None
+            deadline = time.monotonic() + 5
+            while child is None and time.monotonic() < deadline:
+                for task in os.listdir(f"/proc/{p.pid}/task"):
+                    with open(f"/proc/{p.pid}/task/{task}/children") as f:
+                        pids = f.read().split()
+                    child = int(pids[0]) if pids else child
+                time.sleep(0.05)
+            self.assertIsNotNone(child, "no child started")
+            p.kill()
+            p.wait()
+
+            def alive():
+                try:
+                    with open(f"/proc/{child}/status") as f:
+                        return "State:\tZ" not in f.read()
+                except FileNotFoundError:
+                    return False
+
+            deadline = time.monotonic() + 3
+            while alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if alive():
+                os.kill(child, 9)
+                self.fail("the fit's child outlived multiscreen")
 
     def test_a_csv_with_a_byte_order_mark_fits_and_a_rising_law_is_flagged(self):
         # Issue 31: a spreadsheet's BOM read as "missing column family"; a negative
