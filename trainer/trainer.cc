@@ -381,6 +381,13 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
     // "Choosing tp, pp, dp"). run.json holds the batch the run started with.
     std::ifstream identity_file(run_.run_dir() + "/run.json");
     const nlohmann::json identity = identity_file ? nlohmann::json::parse(identity_file, nullptr, false) : nlohmann::json();
+    // A run.json that does not parse (cut short, emptied) would turn every check below off
+    // unsaid: said once. Warned, not refused: the checkpoint is whole and run.json only informs.
+    if (identity_file && !identity.is_object()) {
+      LogWarning(run_.run_dir(), "/run.json cannot be read: ",
+                 identity.is_discarded() ? "not JSON" : "not a JSON object",
+                 "; the resume's seq_len/batch/recipe checks are skipped");
+    }
     // What run.json says the run started with (nullopt where it says nothing).
     auto started_with = [&](const char* key) -> std::optional<int64_t> {
       if (!identity.is_object() || !identity.contains(key) || !identity[key].is_number_integer()) return std::nullopt;
@@ -598,16 +605,28 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
     MS_RETURN_IF_ERROR(MarkSupersededMetrics(0));
   }
   const std::string identity_path = run_.run_dir() + "/run.json";
-  std::ofstream out(identity_path, std::ios::trunc);
-  errno = 0;
   // The identity, and what a resume may change but should hear about: the run's length
   // (it shapes every schedule but WARMUP_CONSTANT) and its recipe (RecipeOf).
   nlohmann::json identity = RunIdentity();
   identity["steps"] = run_.steps();
   if (!val_loaders_.empty()) identity["val_windows"] = ValidationWindows();
   identity["recipe"] = RecipeOf(run_);
-  out << identity.dump() << "\n";
-  if (!out.flush()) return WriteError(identity_path, "write failed", errno);
+  // Written beside and renamed into place (as status.json): a crash mid-write leaves the
+  // old run.json or the new one, never a cut-short one.
+  {
+    std::ofstream out(identity_path + ".tmp", std::ios::trunc);
+    errno = 0;
+    out << identity.dump() << "\n";
+    if (!out.flush()) {
+      const int err = errno;
+      out.close();
+      std::remove((identity_path + ".tmp").c_str());
+      return WriteError(identity_path + ".tmp", "write failed", err);
+    }
+  }
+  if (std::rename((identity_path + ".tmp").c_str(), identity_path.c_str()) != 0) {
+    return absl::DataLossError(absl::StrCat(identity_path, ": rename failed"));
+  }
   return absl::OkStatus();
 }
 

@@ -261,6 +261,32 @@ class ResumeSafetyTest(SyntheticCorpusCase):
         self.assertIn("resumed from", r.stderr)
         self.assertNotIn("global batch", r.stderr)
 
+    def test_a_run_dir_inside_another_runs_checkpoints_is_refused(self):
+        # The outer run's retention would delete the nested run unsaid.
+        d = os.path.join(self.tmp.name, "outer")
+        self.train(d, "--steps=2", "--checkpoint_every=2")
+        ckpts = os.path.join(d, "checkpoints")
+        for nested in (ckpts, os.path.join(ckpts, "step_00000002"), os.path.join(ckpts, "step_00000002", "run")):
+            before = snapshot(d)
+            r = self.train(nested, "--steps=2", check=False)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(f"--run_dir={nested} lies inside the checkpoint directory", r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertEqual(snapshot(d), before)
+        self.assertFalse(os.path.exists(os.path.join(ckpts, "step_00000002", "run")))
+
+    def test_a_resume_over_a_corrupt_run_json_says_its_checks_are_skipped(self):
+        d = os.path.join(self.tmp.name, "corrupt_run_json")
+        self.train(d, "--steps=2", "--checkpoint_every=2")
+        self.assertFalse(os.path.exists(os.path.join(d, "run.json.tmp")))
+        for steps, text in ((3, '{"bad'), (4, "")):
+            with open(os.path.join(d, "run.json"), "w") as f:
+                f.write(text)
+            r = self.train(d, f"--steps={steps}", "--checkpoint_every=2", "--lr=0.5")
+            self.assertEqual(r.stderr.count("run.json cannot be read"), 1, r.stderr)
+            self.assertIn(f"{d}/run.json cannot be read: not JSON; the resume's seq_len/batch/recipe checks are skipped",
+                          r.stderr)
+
     def mount_tmpfs(self, name, size):
         """A tmpfs of `size` at <tmp>/`name` to fill (the caller unmounts it); the test is
         skipped, saying so, where it cannot be mounted (needs root with CAP_SYS_ADMIN)."""
