@@ -450,14 +450,25 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
     return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " is a file of the training run in ",
                                                    parent.string(), ": choose another path"));
   }
-  for (fs::path dir = out_is_directory ? resolved : resolved.parent_path(); !dir.empty(); dir = dir.parent_path()) {
-    if (dir.filename() == "checkpoints" || fs::exists(dir / "manifest.json", ec)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " lies inside the checkpoint directory ",
-                                                     dir.string(), ": choose a path outside it"));
-    }
-    if (dir == dir.root_path()) break;
+  if (const fs::path dir = EnclosingCheckpointDirectory(out_is_directory ? resolved : parent, false); !dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " lies inside the checkpoint directory ",
+                                                   dir.string(), ": choose a path outside it"));
   }
   return absl::OkStatus();
+}
+
+std::filesystem::path EnclosingCheckpointDirectory(const std::filesystem::path& start, bool checkpoints_of_a_run) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
+    const fs::path parent = dir.parent_path();
+    const bool checkpoints = dir.filename() == "checkpoints" &&
+                             (!checkpoints_of_a_run || fs::exists(parent / "run.json", ec) ||
+                              fs::exists(parent / "metrics.jsonl", ec));
+    if (checkpoints || fs::exists(dir / "manifest.json", ec)) return dir;
+    if (dir == dir.root_path()) break;
+  }
+  return {};
 }
 
 absl::Status CheckOutputFile(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs) {

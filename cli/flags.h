@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -77,6 +78,12 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& 
 // --out), so `out` itself may not be a checkpoint or a `checkpoints` directory either.
 absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs,
                              bool out_is_directory = false);
+
+// The checkpoint directory that `start` (an absolute, resolved path) is or lies in: the
+// nearest of it and its parents that holds manifest.json (a checkpoint) or is named
+// `checkpoints` (with checkpoints_of_a_run, only one whose parent holds a run: run.json or
+// metrics.jsonl); empty when none. CheckOutputPath's rule, and train's for --run_dir.
+std::filesystem::path EnclosingCheckpointDirectory(const std::filesystem::path& start, bool checkpoints_of_a_run);
 
 // An output file (`flag`=`out`, written beside it and renamed into place): refused where it
 // exists as a directory, FIFO or device (CheckReplaceableOutput, common/input_file.h), and

@@ -207,19 +207,13 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   // Inside another run's checkpoints/ (or inside a checkpoint), that run's retention would
   // delete this one unsaid. A directory named checkpoints counts where its parent is a run.
   {
-    namespace fs = std::filesystem;
     std::error_code ec;
-    const fs::path resolved = fs::weakly_canonical(fs::path(run.run_dir()), ec);
-    for (fs::path dir = resolved; !dir.empty(); dir = dir.parent_path()) {
-      const fs::path parent = dir.parent_path();
-      if (fs::exists(dir / "manifest.json", ec) ||
-          (dir.filename() == "checkpoints" &&
-           (fs::exists(parent / "run.json", ec) || fs::exists(parent / "metrics.jsonl", ec)))) {
-        return absl::InvalidArgumentError(absl::StrCat("--run_dir=", run.run_dir(),
-                                                       " lies inside the checkpoint directory ", dir.string(),
-                                                       ": its retention would delete this run; choose a path outside it"));
-      }
-      if (dir == dir.root_path()) break;
+    const std::filesystem::path dir = EnclosingCheckpointDirectory(
+        std::filesystem::weakly_canonical(run.run_dir(), ec), /*checkpoints_of_a_run=*/true);
+    if (!dir.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--run_dir=", run.run_dir(), " lies inside the checkpoint directory ",
+                                                     dir.string(),
+                                                     ": its retention would delete this run; choose a path outside it"));
     }
   }
   if (run.data().train_shards().empty() && run.data().sources().empty()) {
