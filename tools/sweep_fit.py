@@ -23,7 +23,8 @@ models", section 3.3, approach 3):
 Intervals: 95 % percentile bootstrap over runs (resampled with replacement, refitted from the
 full fit's optimum and a few grid starts).
 Errors: one line "multiscreen sweep <mode>: ..." on stderr, exit 1: an unreadable, non-UTF-8 or
-malformed CSV; a value of params, tokens, loss, non_embedding_params or flops_per_token that is
+malformed CSV (a header column empty or named twice, a row whose fields are more or fewer
+than the header's: each naming its line); a value of params, tokens, loss, non_embedding_params or flops_per_token that is
 not a positive, finite number (naming its line and column); `fit` where nothing could be fitted
 (after printing what was tried).
 """
@@ -363,12 +364,29 @@ def read_results_csv(path):
 
 
 def _read_results(path, reader):
-    missing = [c for c in ("family", "params", "tokens", "loss") if c not in (reader.fieldnames or [])]
+    """The rows of a results CSV, read strictly: the header names each column once (none
+    empty, as a trailing comma would make) and every row has exactly the header's fields, so
+    that a shifted or cut row is refused (naming its line) rather than read into the wrong
+    columns or as a missing value."""
+    header = reader.fieldnames or []
+    for i, name in enumerate(header):
+        if not name.strip():
+            raise FitError(f"{path}:1: column {i + 1} of the header has no name"
+                           + (" (a trailing comma?)" if i == len(header) - 1 else ""))
+        if name in header[:i]:
+            raise FitError(f"{path}:1: column '{name}' appears twice in the header (columns {header.index(name) + 1} "
+                           f"and {i + 1})")
+    missing = [c for c in ("family", "params", "tokens", "loss") if c not in header]
     if missing:
         raise FitError(f"{path}: missing column(s) {', '.join(missing)} (need family,params,tokens,loss)")
     rows = []
     for rec in reader:
         line = reader.line_num
+        # DictReader puts a long row's extra fields under None and fills a short row with None.
+        fields = len(header) + len(rec.get(None, [])) - sum(1 for k in header if rec[k] is None)
+        if fields != len(header):
+            raise FitError(f"{path}:{line}: {fields} field{'s' if fields != 1 else ''}, the header has {len(header)}"
+                           + (" (a trailing comma?)" if fields == len(header) + 1 and rec[None] == [""] else ""))
         row = {"family": (rec["family"] or "").strip()}
         for k in ("params", "tokens", "loss"):
             row[k] = _positive(path, line, rec, k)

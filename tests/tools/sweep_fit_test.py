@@ -335,6 +335,27 @@ class SweepFitTest(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stderr)
             self.assertIn("E", json.loads(out.stdout)["families"]["multiscreen"])
 
+    def test_a_row_or_header_unlike_the_header_is_refused_naming_its_line(self):
+        # Field defect: an extra field, a trailing comma and a duplicate header column were
+        # read without a word (the extra field dropped, the second 'loss' replacing the
+        # first); a short row said "loss = None is not a number".
+        with tempfile.TemporaryDirectory() as tmp:
+            head, good = "family,params,tokens,loss\n", "m,1e6,1e6,3\n"
+            cases = {"extra.csv": (head + good + "m,1e6,2e6,3,4\n", ":3: 5 fields, the header has 4"),
+                     "trailing.csv": (head + "m,1e6,2e6,3,\n", ":2: 5 fields, the header has 4 (a trailing comma?)"),
+                     "short.csv": (head + good + "m,1e6,2e6\n", ":3: 3 fields, the header has 4"),
+                     "head_comma.csv": ("family,params,tokens,loss,\n" + "m,1e6,2e6,3,\n",
+                                        ":1: column 5 of the header has no name (a trailing comma?)"),
+                     "dup.csv": ("family,params,loss,tokens,loss\n" + "m,1e6,3,2e6,4\n",
+                                 ":1: column 'loss' appears twice in the header (columns 3 and 5)")}
+            for name, (text, message) in cases.items():
+                p = os.path.join(tmp, name)
+                with open(p, "w") as f:
+                    f.write(text)
+                out = self.fit_cli(p)
+                self.assertEqual(out.returncode, 1, name)
+                self.assert_one_line(out, f"multiscreen sweep fit: {p}{message}")
+
     def test_report_of_a_sweep_with_no_joint_fit_draws_without_warnings(self):
         """One model, two budgets: nothing to fit, no labelled artist on the frontier plots;
         the report is written and stderr stays empty (matplotlib warned of an empty legend)."""
