@@ -323,14 +323,27 @@ json WithDeviceDefaults(json identity) {
   return identity;
 }
 
+// The fields of an identity that say how an input was named, each with the field that
+// says what it held: the weights by their CRC-32, --data by its sampled fingerprint,
+// where train_len came from (a path under the run directory) by train_len itself.
+constexpr std::pair<const char*, const char*> kNamedBy[] = {
+    {"weights", "weights_crc32"}, {"data", "data_fingerprint"}, {"train_len_source", "train_len"}};
+
 // What a --resume found (`saved`, WithDeviceDefaults applied) against this evaluation's
 // identity: each field that differs, "seq_len = 16 there, 32 here", in key order joined
-// by "; " (empty when they agree).
+// by "; " (empty when they agree). Inputs are compared by content, not by how they were
+// spelled (a field report: a resume from another working directory, --checkpoint=RUN
+// there and --checkpoint=/abs/RUN here, was refused as "weights = ... there, ... here"):
+// a path field (kNamedBy) counts only when its content field differs too, or is missing
+// from either side (results from before eval recorded it).
 std::string IdentityDifferences(const json& saved, const json& now) {
   if (!saved.is_object()) return "its identity is missing";
   std::vector<std::string> out;
   json all = saved;
   all.update(now);  // every key of either, in key order
+  for (const auto& [path, content] : kNamedBy) {
+    if (saved.contains(content) && now.contains(content) && saved[content] == now[content]) all.erase(path);
+  }
   for (const auto& [key, unused] : all.items()) {
     const json there = saved.contains(key) ? saved[key] : json("(none)");
     const json here = now.contains(key) ? now[key] : json("(none)");
@@ -645,7 +658,8 @@ int Ppl(const std::vector<std::string>& given) {
     if (!state.is_object()) {
       return Fail("eval ppl", absl::NotFoundError(absl::StrCat("--resume: ", state_path, " is missing or not JSON")));
     }
-    if (const json saved = WithDeviceDefaults(state.value("identity", json())); saved != identity) {
+    const json saved = WithDeviceDefaults(state.value("identity", json()));
+    if (const std::string differs = IdentityDifferences(saved, identity); !differs.empty()) {
       // The same --data path with another content: the windows would be averaged with
       // another file's under one result.
       if (saved.is_object() && saved.value("data", json()) == identity["data"] &&
@@ -658,11 +672,10 @@ int Ppl(const std::vector<std::string>& given) {
                                                        " is from before eval recorded what --data held"),
                                     ", and its windows would be averaged with another file's; rerun without --resume "
                                     "(into a new --out): ",
-                                    IdentityDifferences(saved, identity))));
+                                    differs)));
       }
-      return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat("--resume: ", state_path,
-                                                                         " is of another evaluation: ",
-                                                                         IdentityDifferences(saved, identity))));
+      return Fail("eval ppl", absl::FailedPreconditionError(
+                                  absl::StrCat("--resume: ", state_path, " is of another evaluation: ", differs)));
     }
     skip_windows = state["windows"].get<int64_t>();
     acc.Restore(state["sums"].get<std::vector<double>>(), skip_windows);
@@ -888,10 +901,10 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   if (absl::GetFlag(FLAGS_resume)) {
     const json old = ReadJsonFile(results_path);
     if (!old.is_object()) return Fail(cmd.c_str(), absl::NotFoundError(absl::StrCat("--resume: ", results_path, " is missing or not JSON")));
-    if (const json saved = WithDeviceDefaults(old.value("identity", json())); saved != identity) {
-      return Fail(cmd.c_str(), absl::FailedPreconditionError(absl::StrCat("--resume: ", results_path,
-                                                                          " is of another evaluation: ",
-                                                                          IdentityDifferences(saved, identity))));
+    const json saved = WithDeviceDefaults(old.value("identity", json()));
+    if (const std::string differs = IdentityDifferences(saved, identity); !differs.empty()) {
+      return Fail(cmd.c_str(), absl::FailedPreconditionError(
+                                   absl::StrCat("--resume: ", results_path, " is of another evaluation: ", differs)));
     }
     cells = old["cells"];
   }

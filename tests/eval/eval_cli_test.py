@@ -125,6 +125,40 @@ class EvalCliTest(OneLineErrors):
         r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--resume", f"--out={out}")
         self.assert_one_line_error(r, "--resume:", f"is of another evaluation: weights_crc32 = \"{crc}\" there, \"")
 
+    def test_ppl_resume_compares_the_inputs_content_not_how_their_paths_are_spelled(self):
+        # A field report: resuming from another working directory (--checkpoint=run there,
+        # --checkpoint=/abs/run here) was refused as 'weights = "run" there, "/abs/run" here'.
+        for seed, name in ((3, "run"), (4, "other")):
+            r = run("ckpt", "init", "--model=tiny_psi2", f"--seed={seed}", "--tp=1", "--pp=1",
+                    f"--out={os.path.join(self.dir, name)}")
+            self.assertEqual(r.returncode, 0, r.stderr)
+        self.tokens(np.random.default_rng(3).integers(0, 36, size=6 * 17))
+        out = os.path.join(self.dir, "o")
+        first = subprocess.run([BIN, "eval", "ppl", "--checkpoint=run", "--data=t.bin", "--seq_len=16", "--stream",
+                                "--documents=2", "--out=o"], capture_output=True, text=True, timeout=120, cwd=self.dir)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        with open(os.path.join(out, "ppl_state.json")) as f:
+            crc = json.load(f)["identity"]["weights_crc32"]
+        common = ("--seq_len=16", "--stream", f"--out={out}", "--resume")
+        # Other weights are refused, named by content and path both.
+        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={self.dir}/other", f"--data={self.dir}/t.bin", *common],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assert_one_line_error(r, "is of another evaluation:", f'weights = "run" there, "{self.dir}/other" here',
+                                   f'weights_crc32 = "{crc}" there, "')
+        # Other data too.
+        self.tokens(np.random.default_rng(5).integers(0, 36, size=6 * 17), name="u.bin")
+        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={self.dir}/run", *common, f"--data={self.dir}/u.bin"],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assert_one_line_error(r, "is of another evaluation:", f'data = "t.bin" there, "{self.dir}/u.bin" here',
+                                   "data_fingerprint = ")
+        # The same files by absolute paths, from another directory: it resumes.
+        r = subprocess.run([BIN, "eval", "ppl", f"--checkpoint={self.dir}/run", f"--data={self.dir}/t.bin", *common],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("resuming after 2 windows", r.stderr)
+        with open(os.path.join(out, "ppl.json")) as f:
+            self.assertEqual(json.load(f)["documents"], 6)
+
     def test_ppl_resume_under_other_flags_names_only_what_differs_with_both_values(self):
         # It listed every field that might differ (model, weights, data, --seq_len, ...).
         w = self.init()
