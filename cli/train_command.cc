@@ -78,8 +78,6 @@ ABSL_FLAG(bool, restart, false,
 namespace multiscreen::cli {
 namespace {
 
-// The run: --config's file with the given flags (GivenFlags) over its fields; *source
-// records which fields a flag set, so that ValidateRun's errors name that flag.
 // <run_dir>/data.json: what later commands (`eval`, `generate`) need to know of the run's data
 // without the current directory: the tokenizer (the run file's data.tokenizer_dir, else
 // --tokenizer's default where it exists), as an absolute path, and the longest training
@@ -113,7 +111,13 @@ void RecordRunData(const config::RunConfig& run) {
   if (ec) LogWarning(path.string(), ": ", ec.message());
 }
 
-absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given, RunSource* source) {
+// The run: --config's file with the given flags (GivenFlags) over its fields; *source
+// records which fields a flag set, so that ValidateRun's errors name that flag.
+// *start_warning: a warning about the run as asked (a --data file turns validation off),
+// for the start lines; empty when there is none. Never printed here: a run refused later
+// (its --data not token data, a flag out of range) says only its error.
+absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given, RunSource* source,
+                                           std::string* start_warning) {
   config::RunConfig run;
   source->file = absl::GetFlag(FLAGS_config);
   // Whether --flag overrides the run file's `field`; if so, errors about the field name the flag.
@@ -177,8 +181,9 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
       // (A path that is not there is refused when the shards are opened, without this.)
       if ((run.eval().every() > 0 || Given(given, "eval_windows")) &&
           std::filesystem::exists(absl::GetFlag(FLAGS_data))) {
-        LogWarning("--data=", absl::GetFlag(FLAGS_data), " is a file: training data only, so validation is off (a "
-                   "--data directory with val_*.bin, or data.val_shard in the run file, gives held-out data)");
+        *start_warning = absl::StrCat("--data=", absl::GetFlag(FLAGS_data), " is a file: training data only, so "
+                                      "validation is off (a --data directory with val_*.bin, or data.val_shard in the "
+                                      "run file, gives held-out data)");
       }
     }
   }
@@ -291,6 +296,7 @@ int TrainCommand(int argc, char** argv) {
   absl::StatusOr<config::RunConfig> run;
   absl::StatusOr<ModelDims> dims;
   RunSource source;  // where each field came from, for ValidateRun's messages
+  std::string start_warning;  // BuildRun's, said with the start lines
   const absl::Status prepared = [&]() -> absl::Status {
     MS_RETURN_IF_ERROR(ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                                   {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len",
@@ -302,7 +308,7 @@ int TrainCommand(int argc, char** argv) {
     MS_RETURN_IF_ERROR(ApplyThreadsFlag());
     MS_RETURN_IF_ERROR(ApplyIsaFlag());
     MS_RETURN_IF_ERROR(PeakTflops().status());
-    run = BuildRun(GivenFlags(argc, argv), &source);
+    run = BuildRun(GivenFlags(argc, argv), &source, &start_warning);
     MS_RETURN_IF_ERROR(run.status());
     dims = run->model().empty() ? ResolveModel(run->model_config(),
                                                absl::StrCat("--config=", absl::GetFlag(FLAGS_config),
@@ -452,6 +458,7 @@ int TrainCommand(int argc, char** argv) {
         grid->world_size() > 1 ? absl::StrCat("; comm: ", CommKindName(grid->comm_kind()), " (--comm=",
                                               absl::GetFlag(FLAGS_comm), ")")
                                : "";
+    if (!start_warning.empty()) LogWarning(start_warning);
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
     if (*device == Device::kCpu) {

@@ -171,6 +171,21 @@ class TrainTest(SyntheticCorpusCase):
         self.assertEqual(r.stderr.strip().splitlines(), [f"multiscreen train: {missing}: no such shard file or directory"])
         self.assertFalse(os.path.exists(self.run_dir("no_data")))
 
+    def test_a_data_file_that_is_not_token_data_is_one_line(self):
+        # A fresh-eyes report: the warning that a --data file turns validation off came
+        # first, then the error; a run that never starts has nothing to warn of.
+        text = os.path.join(self.tmp.name, "notes.txt")
+        with open(text, "w") as f:
+            f.write("plain text, not token ids\n" * 200)
+        r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={text}",
+                            f"--run_dir={self.run_dir('text_data')}", "--steps=1", "--eval_every=1"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("multiscreen train: ") and text in lines[0], lines[0])
+        self.assertFalse(os.path.exists(self.run_dir("text_data")))
+
     def test_checkpoints_gone_while_latest_names_one_are_refused_not_buried(self):
         # Issue 31: the step directories vanished (moved away, a mount gone) while
         # checkpoints/latest still names one; train restarted from step 0 saying "no
@@ -484,6 +499,7 @@ class TrainTest(SyntheticCorpusCase):
                             f"--run_dir={d}", "--steps=3", "--seq_len=32", "--micro_batch=4", "--eval_every=1"],
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(r.stderr.count("is a file: training data only, so validation is off"), 1, r.stderr)
         m = metrics(d)
         self.assertEqual([x["lr"] for x in m if "lr" in x], [0.0625] * 3)
         self.assertFalse(any("val_loss" in x for x in m))
