@@ -124,6 +124,24 @@ absl::Status RunNoGrad(const StreamedWeights& weights, const std::vector<int32_t
   return CheckResultsFinite<Real>(out_path, *loss, nullptr, nullptr);
 }
 
+// What forward --no_grad holds beside StreamedLossBytes's stages, in bytes, for `real_bytes`
+// compute and a --memory bound of `bound` (a field report: psi8 at --seq_len=140 passed
+// --memory=64M on the stages' estimate, 63.8 MiB, and peaked at 71.7 MiB):
+//   - the ids and losses: the B·(T+1) tokens read, their inputs and targets, token_losses;
+//   - one read block (BlockBytes): verify reads the weights a block at a time, and glibc
+//     keeps a freed block that large resident (its mmap threshold rises to it), where the
+//     stages' buffers then reuse it only in part;
+//   - kProgramGrowthBytes: what the program itself touches after start-up (HDF5's caches,
+//     code paged in, thread stacks, BLAS packing buffers): measured 5.3-7.3 MiB on psi8,
+//     psi16 and tiny_psi4 with 1 and 2 threads (VmHWM over the start-up figure).
+// Not counted: BLAS packing buffers of further threads in GEMMs with many rows (psi8,
+// --micro_batch=32 --seq_len=512: about 10 MiB more per thread past the first).
+constexpr int64_t kProgramGrowthBytes = int64_t{8} << 20;
+int64_t NoGradOverheadBytes(int64_t B, int64_t T, int64_t real_bytes, int64_t bound) {
+  const int64_t rows = B * T;
+  return 4 * (B * (T + 1) + 2 * rows) + real_bytes * rows + BlockBytes(bound) + kProgramGrowthBytes;
+}
+
 // forward --no_grad: the bound checked against the model's estimate before the
 // weights are verified (minutes for a large model), then StreamedLoss.
 int NoGrad(const std::string& weights_path, const std::string& tokens_path, TokenFormat format, int64_t B, int64_t T,
@@ -133,12 +151,14 @@ int NoGrad(const std::string& weights_path, const std::string& tokens_path, Toke
   auto weights = OpenWeightsStreamed(weights_path, absl::GetFlag(FLAGS_checkpoint), BlockBytes(*bound));
   if (!weights.ok()) return Fail("forward", weights.status());
   const int64_t real_bytes = precision == "fp64" ? 8 : 4;
-  const int64_t needed = StreamedLossBytes(weights->dims, B, T, real_bytes);
+  const int64_t needed =
+      StreamedLossBytes(weights->dims, B, T, real_bytes) + NoGradOverheadBytes(B, T, real_bytes, *bound);
   if (needed > *bound) {
     return Fail("forward", absl::ResourceExhaustedError(absl::StrFormat(
                                "--memory=%s: --no_grad of %s at --micro_batch=%d --seq_len=%d needs about %.2f GiB "
                                "(its largest stage: the tied embedding table W_E with its unit rows and the head's "
-                               "packed copy, or one layer, plus activations)",
+                               "packed copy, or one layer, plus activations; a read block and the program's own "
+                               "growth)",
                                absl::GetFlag(FLAGS_memory), weights->dims.name, B, T,
                                double(needed) / double(int64_t{1} << 30))));
   }

@@ -3,8 +3,8 @@
 `forward`: the same `loss` and `token_losses`, bit for bit, in fp32, bf16 and fp64,
 from a weights file and from a sharded checkpoint (tp=2 x pp=2) of a trained tiny
 model, and from Psi = 16's initialization (weights file, and `ckpt init` tp2.pp2);
-peak memory under --memory (VmHWM, as logged) and below the gradient forward's; one
-line for bad input (a bound too small, --memory without --no_grad, a corrupted file)
+peak memory under --memory (VmHWM, as logged) and below the gradient forward's, up to
+the longest --seq_len the bound's estimate lets through; one line for bad input (a bound too small, --memory without --no_grad, a corrupted file)
 with no output written.
 
 Run: /usr/bin/python3 tests/cli/forward_no_grad_test.py --multiscreen=build/multiscreen --source=.
@@ -118,6 +118,33 @@ class ForwardNoGradTest(SyntheticCorpusCase):
                      "--memory=64M", *shape, says="--memory=64M: --no_grad of psi16 at --micro_batch=1 --seq_len=48 "
                      "needs about")
         self.assertFalse(os.path.exists(out))
+
+    def test_every_seq_len_the_estimate_lets_through_stays_under_the_bound(self):
+        # A field report: psi8 at --seq_len=140 passed --memory=64M (the stages' estimate,
+        # 63.8 MiB) and peaked at 71.7 MiB. The longest --seq_len not refused is found by
+        # bisection; every run along the way stays under the bound.
+        weights = self.path("psi8.h5")
+        self.run_ok("init", "--model=psi8", "--seed=3", f"--out={weights}")
+        lo, hi = 0, 512  # lo: known to run (0: none yet), hi: known refused
+        r = subprocess.run([BIN, "forward", f"--weights={weights}", f"--tokens={self.tokens}",
+                            f"--out={self.path('psi8_512.h5')}", "--no_grad", "--memory=64M", "--micro_batch=1",
+                            "--seq_len=512"], capture_output=True, text=True, timeout=300)
+        self.assertIn("--memory=64M: --no_grad of psi8 at --micro_batch=1 --seq_len=512 needs about", r.stderr)
+        while hi - lo > 1:
+            T = (lo + hi) // 2
+            r = subprocess.run([BIN, "forward", f"--weights={weights}", f"--tokens={self.tokens}",
+                                f"--out={self.path(f'psi8_{T}.h5')}", "--no_grad", "--memory=64M", "--micro_batch=1",
+                                f"--seq_len={T}"], capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, OMP_NUM_THREADS="2"))
+            if r.returncode != 0:
+                self.assertIn(f"--seq_len={T} needs about", r.stderr)
+                hi = T
+                continue
+            peak, bound = peak_mib(r.stderr)
+            self.assertEqual(bound, 64.0)
+            self.assertLessEqual(peak, bound, f"--seq_len={T}: {r.stderr}")
+            lo = T
+        self.assertGreater(lo, 0, "psi8 ran at no --seq_len under --memory=64M")
 
     def test_compare_export_tool(self):
         """tools/compare_export.py (used on the Psi = 64 export): identical, then one flipped sign found."""
