@@ -29,6 +29,7 @@
 #include "common/status.h"
 #include "kernels/cpu/isa.h"
 #include "parallel/launcher.h"
+#include "trainer/run_files.h"
 
 ABSL_FLAG(std::string, model, "psi8", "model name under configs/models/ or a .textproto path");
 ABSL_FLAG(std::string, out, "", "output file");
@@ -439,10 +440,8 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
     }
   }
   const fs::path resolved = fs::weakly_canonical(fs::path(out), ec);
-  // A training run's own files (trainer/trainer.cc's marks of a run directory): a field
-  // report's `eval passkey --dump=RUN/run.json` replaced the run's identity.
-  constexpr std::string_view kRunFiles[] = {"run.json", "metrics.jsonl", "status.json", "data.json",
-                                            ".lock",    "run.textproto", "train.log"};
+  // A training run's own files (trainer/run_files.h): a field report's `eval passkey
+  // --dump=RUN/run.json` replaced the run's identity.
   const fs::path parent = resolved.parent_path();
   if (!out_is_directory && std::find(std::begin(kRunFiles), std::end(kRunFiles), resolved.filename().string()) !=
                                std::end(kRunFiles) &&

@@ -31,6 +31,7 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/recipe_change.h"
 #include "trainer/run_agreement.h"
+#include "trainer/run_files.h"
 #include "trainer/stop_signal.h"
 #include "trainer/token_ids.h"
 
@@ -254,12 +255,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   if (t->is_logger() && std::filesystem::is_directory(run.run_dir(), ec) &&
       !std::filesystem::is_empty(run.run_dir(), ec)) {
     bool a_run = false;
-    // run.textproto and train.log: what a sweep's runner writes into a run's directory
-    // before it starts the run (launch/sweep_runner.cc).
-    for (const char* mark : {"run.json", "metrics.jsonl", "checkpoints", ".lock", "status.json", "data.json", "tb",
-                             "run.textproto", "train.log"}) {
-      a_run = a_run || std::filesystem::exists(std::filesystem::path(run.run_dir()) / mark, ec);
-    }
+    auto holds = [&](std::string_view name) { return std::filesystem::exists(std::filesystem::path(run.run_dir()) / name, ec); };
+    for (std::string_view mark : kRunFiles) a_run = a_run || holds(mark);
+    for (std::string_view mark : kRunDirectories) a_run = a_run || holds(mark);
     if (!a_run) {
       LogWarning("--run_dir=", run.run_dir(), " holds files but no run (no run.json, metrics.jsonl or checkpoints/): "
                  "the run's files go among them");
