@@ -31,9 +31,9 @@
 #include "trainer/stop_signal.h"
 
 ABSL_FLAG(std::string, prompt, "", "text to continue (empty: an unconditional sample, from the end-of-text token)");
-ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate");
+ABSL_FLAG(int64_t, max_tokens, 32, "tokens to generate: 0 to 2^31 - 1 (kMaxNewTokens)");
 ABSL_FLAG(int64_t, train_len, 4096,
-          "longest training sequence length (window expansion past it); default: the run's recorded one, else 4096");
+          "longest training sequence length (window expansion past it); not given: the run's recorded one, else 4096");
 ABSL_FLAG(bool, as_learned, false, "keep every learned window (no window expansion)");
 ABSL_FLAG(std::string, yarn_factor, "1",
           "YaRN's scale factor F >= 1 for a RoPE model (the Transformer, Multiscreen with position: ROPE; 1: plain "
@@ -67,6 +67,14 @@ const char* SignalName(int sig) {
   return "a signal";
 }
 
+// The most tokens one generate makes: 2^31 - 1. Every token is kept on the host until the
+// end (GreedyContinuation's list: 4 bytes a token, up to 8 while it grows by doubling), on
+// whatever device the model runs, so the list alone is 8-16 GiB there; a windowed model's
+// decoding cache stays bounded, so nothing else would stop such a request before the list
+// exhausts the host (a field report: --max_tokens=4294967296 --device=cuda started). The
+// host memory check below counts the list too.
+constexpr int64_t kMaxNewTokens = (int64_t{1} << 31) - 1;
+
 }  // namespace
 
 int GenerateCommand(int argc, char** argv) {
@@ -79,11 +87,14 @@ int GenerateCommand(int argc, char** argv) {
   }
   // One process: under `mpirun -n 2` every rank decoded the same prompt.
   if (int rc = RefuseSeveralProcesses("generate"); rc != 0) return rc;
-  if (absl::GetFlag(FLAGS_max_tokens) < 0 || absl::GetFlag(FLAGS_max_tokens) > (int64_t{1} << 32)) {
-    return Fail("generate", absl::InvalidArgumentError(
-                                absl::StrCat("--max_tokens=", absl::GetFlag(FLAGS_max_tokens), ": expected 0 to 2^32")));
+  if (absl::GetFlag(FLAGS_max_tokens) < 0 || absl::GetFlag(FLAGS_max_tokens) > kMaxNewTokens) {
+    return Fail("generate", absl::InvalidArgumentError(absl::StrCat(
+                                "--max_tokens=", absl::GetFlag(FLAGS_max_tokens),
+                                ": expected 0 to 2^31 - 1 (every token generated is kept in host memory until the end)")));
   }
-  if (absl::GetFlag(FLAGS_train_len) < 1) return Fail("generate", absl::InvalidArgumentError("--train_len must be >= 1"));
+  if (const int64_t train_len = absl::GetFlag(FLAGS_train_len); train_len < 1) {
+    return Fail("generate", absl::InvalidArgumentError(absl::StrCat("--train_len=", train_len, ": must be >= 1")));
+  }
   // Where the decoder runs (default cpu, fp32), checked before the weights are read: no
   // CUDA, or no GPU, is one line at once. On the CPU the decoding cache is fp32's.
   const std::vector<std::string> given = GivenFlags(argc, argv);
@@ -146,6 +157,14 @@ int GenerateCommand(int argc, char** argv) {
                                   absl::GetFlag(FLAGS_max_tokens), positions, double(need) / (1 << 30),
                                   double(avail) / (1 << 30), on_device ? "free on the device" : "available")));
     }
+  }
+  // On a device the tokens' list (8 bytes a token at most, kMaxNewTokens) is the host's.
+  if (const int64_t avail = eval::AvailableMemoryBytes(); on_device && avail > 0 && 8 * positions > avail) {
+    return Fail("generate", absl::ResourceExhaustedError(absl::StrFormat(
+                                "--max_tokens=%d: the %d tokens (prompt and new tokens) kept on the host need about "
+                                "%.2f GiB, %.2f GiB available",
+                                absl::GetFlag(FLAGS_max_tokens), positions, double(8 * positions) / (1 << 30),
+                                double(avail) / (1 << 30))));
   }
   // From here a stop signal ends decoding after the current token (before, the default
   // way: nothing was printed yet).

@@ -373,10 +373,12 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(r, "which has no learned windows to keep")
         # A Transformer's decoding cache grows with every token: --max_tokens whose cache would not
         # fit in memory is refused before decoding (it decoded for ever, printing nothing).
-        r = run("generate", f"--weights={w}", "--prompt=hi", "--max_tokens=4000000000", f"--tokenizer={self.tokenizer}")
-        self.assert_one_line_error(r, "--max_tokens=4000000000: the decoding cache of 4000000001 positions", "available")
-        r = run("generate", f"--weights={w}", "--prompt=hi", "--max_tokens=99999999999999", f"--tokenizer={self.tokenizer}")
-        self.assert_one_line_error(r, "--max_tokens=99999999999999: expected 0 to 2^32")
+        r = run("generate", f"--weights={w}", "--prompt=hi", "--max_tokens=2000000000", f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, "--max_tokens=2000000000: the decoding cache of 2000000001 positions", "available")
+        # Past 2^31 - 1 tokens (all kept on the host) it is refused whatever the model and device.
+        for n in ("2147483648", "4294967296", "99999999999999", "-1"):
+            r = run("generate", f"--weights={w}", "--prompt=hi", f"--max_tokens={n}", f"--tokenizer={self.tokenizer}")
+            self.assert_one_line_error(r, f"--max_tokens={n}: expected 0 to 2^31 - 1")
 
     # ---- ttft ---------------------------------------------------------------------------
     def test_ttft_reports_median_mean_and_spread(self):

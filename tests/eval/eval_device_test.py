@@ -282,9 +282,16 @@ class EvalDeviceTest(OneLineErrors):
         # A Transformer's decoding cache grows with every token.
         g = self.model_weights("tiny_gpt2_transformer")
         self.assert_one_line_error(run("generate", f"--weights={g}", f"--tokenizer={self.tokenizer}", "--prompt=a",
-                                       "--max_tokens=4000000000", "--device=cuda"),
-                                   "--max_tokens=4000000000: the decoding cache of 4000000001 positions",
+                                       "--max_tokens=2000000000", "--device=cuda"),
+                                   "--max_tokens=2000000000: the decoding cache of 2000000001 positions",
                                    "free on the device")
+        # A field report: a windowed model's cache stays small, and --max_tokens=2^32 started
+        # (every token is kept on the host): past 2^31 - 1 it is refused, as on the CPU.
+        m = self.model_weights("tiny_gpt2_vocab")
+        for device in ("cuda", "cpu"):
+            self.assert_one_line_error(run("generate", f"--weights={m}", f"--tokenizer={self.tokenizer}", "--prompt=a",
+                                           "--max_tokens=4294967296", "--as_learned", f"--device={device}"),
+                                       "multiscreen generate: --max_tokens=4294967296: expected 0 to 2^31 - 1")
         self.assert_one_line_error(run("generate", f"--weights={g}", f"--tokenizer={self.tokenizer}", "--prompt=a",
                                        "--precision=bf16"),
                                    "--precision=bf16: on the CPU the decoding cache runs in fp32")
