@@ -327,6 +327,8 @@ int TrainCommand(int argc, char** argv) {
   }
   std::unique_ptr<ProcessGrid> grid;
   std::string bound_device;  // BindDevice's answer: "cuda:N (name)" or "cpu"
+  // --device=cpu binds no GPU (cudaSetDevice would open a context on one, for nothing).
+  const bool cpu_asked = absl::AsciiStrToLower(absl::GetFlag(FLAGS_device)) == "cpu";
   if (mpi != nullptr) {
     if (auto s = CheckLauncherProcessCount(mpi->world_size()); !s.ok()) return Fail("train", s);
     // From here a rank that never arrives in a collective ends the job, named (issue 31 §2).
@@ -346,12 +348,11 @@ int TrainCommand(int argc, char** argv) {
     }
     grid = std::move(*made);
     SetFatalContext(grid->Describe());
-    auto bound = BindDevice(grid->local_rank());
+    auto bound = cpu_asked ? absl::StatusOr<std::string>("cpu") : BindDevice(grid->local_rank());
     if (auto s = AgreeOnError(grid->world(), bound.status(), /*name_rank=*/true); !s.ok()) {
       return grid->world_rank() == 0 ? Fail("train", s) : 1;
     }
     bound_device = *bound;
-    LogInfo(grid->Describe(), ", device ", bound_device, "; launcher: ", LauncherEnv());
     if (grid->world_rank() == 0) LogInfo("process grid: ", grid->world_size(), " ranks, tp=", grid->shape().tp,
                                          " pp=", grid->shape().pp, " dp=", grid->shape().dp, "; ", grid->Describe());
     // eval.windows against dp, now known: every rank alike, one line, before any file is made.
@@ -371,7 +372,7 @@ int TrainCommand(int argc, char** argv) {
                                " needs tp·pp·dp processes: start it under mpirun -np N or srun --mpi=pmix")));
     }
     grid = ProcessGrid::Single();
-    auto bound = BindDevice(0);
+    auto bound = cpu_asked ? absl::StatusOr<std::string>("cpu") : BindDevice(0);
     if (!bound.ok()) return Fail("train", bound.status());
     bound_device = *bound;
   }
@@ -419,6 +420,11 @@ int TrainCommand(int argc, char** argv) {
     if (auto s = AgreeOnError(grid->world(), device.status(), /*name_rank=*/true); !s.ok()) return fail(MarkAgreed(s));
   }
   if (!device.ok()) return fail(device.status());
+  // Each rank's start line names the device its step runs on: the GPU it bound, or the
+  // CPU (a field report: --device=cpu ranks said "device cuda:0 (Emulated ...)").
+  if (mpi != nullptr) {
+    LogInfo(grid->Describe(), ", device ", *device == Device::kCpu ? "cpu" : bound_device, "; launcher: ", LauncherEnv());
+  }
   // The groups' transport for that device (a collective: NCCL communicators are made here).
   if (auto s = grid->UseStepDevice(*device, *comm); !s.ok()) return fail(s);
   // Up front, on the device: what RunMemoryLowerBound counts there (this rank's fp32

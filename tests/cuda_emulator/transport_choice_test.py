@@ -2,7 +2,8 @@
 """The transport `train --device=cuda --comm=auto` picks under mpirun on the emulated
 device (parallel/comm_choice.h): ranks that each see only their own GPU (Slurm's
 --gpus-per-task=1: CUDA_VISIBLE_DEVICES per rank) are told apart by PCI bus id and get
-NCCL; ranks whose visible GPU is the same one get the staged path.
+NCCL; ranks whose visible GPU is the same one get the staged path. A --device=cpu run binds no
+GPU: each rank's start line says cpu.
 
 Run: /usr/bin/python3 tests/cuda_emulator/transport_choice_test.py --multiscreen=build-emulated/multiscreen \
        --source=. [--mpirun=mpirun]
@@ -51,6 +52,20 @@ class TransportChoiceTest(unittest.TestCase):
 
     def test_ranks_whose_one_visible_gpu_is_the_same_get_staged(self):
         self.assertEqual(self.comm_of("same", ("1", "1")), "staged")
+
+    def test_a_cpu_run_says_cpu_on_every_ranks_start_line(self):
+        # A field report: each rank of `mpirun -np 2 ... train --device=cpu` said "device
+        # cuda:0 (Emulated ...)" on its start line, then ran on the CPU.
+        run_dir = os.path.join(self.case.tmp.name, "cpu")
+        env = dict(os.environ, MULTISCREEN_EMULATED_GPUS="2", OMP_NUM_THREADS="1")
+        r = subprocess.run([MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", "2", BIN, "train",
+                            f"--config={self.case.config}", f"--data={self.case.data}", f"--run_dir={run_dir}",
+                            "--steps=1", "--device=cpu"], capture_output=True, text=True, timeout=300, env=env)
+        text = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, text[-2000:])
+        starts = re.findall(r"rank (\d) of 2: .*, device (.*); launcher: ", text)
+        self.assertEqual(sorted(starts), [("0", "cpu"), ("1", "cpu")], text[-2000:])
+        self.assertIn("device: cpu", text)
 
 
 if __name__ == "__main__":
