@@ -81,11 +81,23 @@ namespace {
 // `known`: a flag of this program (else `name` is what was written, for the error);
 // `has_value`: text was given (--name=v, --name v, --fromenv), not just --name or --noname.
 struct GivenFlag {
+// `problem`: why absl would refuse how it was given (--nojson=1, --fromenv=NAME with FLAGS_NAME
+// unset, a trailing --flagfile), said by CheckSpecialForms; such an entry is no flag given.
   std::string name, value, arg;
   bool known = true, has_value = false;
 };
+  std::string problem;
 
 // Adds to `names` this program's flags that `args` sets, reading --flagfile files
+// An entry CheckSpecialForms refuses with `problem`.
+GivenFlag Problem(std::string arg, std::string problem) {
+  GivenFlag f;
+  f.arg = std::move(arg);
+  f.known = false;
+  f.problem = std::move(problem);
+  return f;
+}
+
 // (nested up to a depth) and --fromenv/--tryfromenv lists as absl does.
 void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vector<GivenFlag>* names) {
   const auto all = absl::GetAllFlags();
@@ -101,14 +113,28 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
                                         : (i + 1 < args.size() ? args[i + 1] : std::string());
     if (name == "flagfile" || name == "fromenv" || name == "tryfromenv") {
       if (!has_value) ++i;  // "--flagfile FILE"
+      if (!has_value && i + 1 >= args.size()) {  // absl: "Missing the value for the flag 'flagfile'"
+        names->push_back(Problem(args[i], absl::StrCat(args[i], ": no value given (--", name, "=",
+                                                       name == "flagfile" ? "FILE" : "NAME,...", ")")));
+        continue;
+      }
       for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
         if (name != "flagfile") {
           const std::string env = absl::StrCat("FLAGS_", item);
-          if (name == "fromenv" || std::getenv(env.c_str()) != nullptr) {
-            const char* text = std::getenv(env.c_str());
-            if (auto it = all.find(item); it != all.end()) {
-              names->push_back({std::string(it->first), text ? text : "", absl::StrCat("--fromenv=", item), true, true});
-            }
+          // absl sets --NAME from $FLAGS_NAME: a name that is not one of this program's flags
+          // (absl's own --flagfile, --help, ... included), and with --fromenv an unset
+          // variable, were absl's "ERROR: ..." lines.
+          const std::string given = absl::StrCat("--", name, "=", item);
+          const char* text = std::getenv(env.c_str());
+          auto it = all.find(item);
+          if (it == all.end() || it->second->Filename().find("cli/") == std::string::npos) {
+            names->push_back(Problem(given, absl::StrCat(given, ": ", item, " is not a flag of this program")));
+          } else if (text == nullptr && name == "fromenv") {
+            names->push_back(Problem(given, absl::StrCat(given, ": ", env, " is not set in the environment (--", name,
+                                                         " reads each flag named from FLAGS_<name>; --tryfromenv "
+                                                         "skips those unset)")));
+          } else if (text != nullptr) {
+            names->push_back({std::string(it->first), text, given, true, true});
           }
           continue;
         }
@@ -145,6 +171,12 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
       continue;
     }
     names->push_back({std::string(it->first), has_value || takes_next ? value : std::string(),
+    if (negated && has_value) {  // absl: "Negative form with assignment is not valid for the boolean flag"
+      const std::string flag(it->first);
+      names->push_back(Problem(args[i], absl::StrCat(args[i], ": the negative form takes no value (--no", flag,
+                                                     " alone, or --", flag, "=", value, ")")));
+      continue;
+    }
                       takes_next && !next_missing ? absl::StrCat(args[i - 1], " ", value) : args[i - takes_next],
                       /*known=*/true, has_value || (takes_next && !next_missing)});
   }
@@ -235,13 +267,33 @@ void PrintCommandHelpIfAsked(int argc, char** argv, const char* usage, std::init
 
 namespace {
 
-std::vector<GivenFlag> GivenFlagsAndValues(int argc, char** argv) {
+// Every flag given (with CheckSpecialForms' problems, which GivenFlags leaves out).
+std::vector<GivenFlag> AllGiven(int argc, char** argv) {
   std::vector<GivenFlag> given;
   CollectGivenFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc), 0, &given);
   return given;
 }
 
 // The double flags that also take "inf" (what it means is in their help).
+// The flags given, without the ways of giving them that CheckSpecialForms refuses.
+std::vector<GivenFlag> GivenFlagsAndValues(int argc, char** argv) {
+  std::vector<GivenFlag> given = AllGiven(argc, argv);
+  given.erase(std::remove_if(given.begin(), given.end(), [](const GivenFlag& f) { return !f.problem.empty(); }),
+              given.end());
+  return given;
+}
+
+// Forms absl would refuse with "ERROR: ..." lines of its own: a negated boolean given a
+// value (--nojson=1), --fromenv/--tryfromenv naming what is not a flag of this program or
+// (--fromenv) a variable that is not set, --flagfile/--fromenv/--tryfromenv with nothing
+// after them. The first is refused in one line of ours.
+absl::Status CheckSpecialForms(int argc, char** argv) {
+  for (const GivenFlag& f : AllGiven(argc, argv)) {
+    if (!f.problem.empty()) return absl::InvalidArgumentError(f.problem);
+  }
+  return absl::OkStatus();
+}
+
 constexpr std::string_view kFlagsTakingInf[] = {"w"};
 
 // absl reads a double flag with strtod's rules, so --lr=0x1p-4, --min_seconds=inf and
@@ -322,6 +374,7 @@ absl::Status CheckFlagsBeforeAbsl(int argc, char** argv, const char* usage,
                                   std::initializer_list<std::string_view> accepted) {
   MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
   MS_RETURN_IF_ERROR(RefuseOtherFlags(argc, argv, usage, accepted));
+  MS_RETURN_IF_ERROR(CheckSpecialForms(argc, argv));
   MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
   MS_RETURN_IF_ERROR(CheckRepeatedFlags(argc, argv));
   return CheckFlagValues(argc, argv);

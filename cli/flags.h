@@ -35,8 +35,10 @@ namespace multiscreen::cli {
 // (common/decimal.h: absl reads doubles as strtod does, so "0x10", "inf", "nan" and " 2"
 // were taken; bench's --w also takes "inf"), or a flag given twice (on the command line,
 // in flagfiles or through --fromenv: absl would keep the last value without a word), or a
-// value absl cannot read (--steps=abc, --json=maybe, --steps with nothing after it) or an
-// unknown flag, which absl would report as "ERROR: ..." without the command's name.
+// value absl cannot read (--steps=abc, --json=maybe, --steps with nothing after it), a
+// negated boolean given a value (--nojson=1), --fromenv/--tryfromenv naming what is not a
+// flag of this program or (--fromenv) an unset FLAGS_<name>, or an unknown flag, which
+// absl would report as "ERROR: ..." without the command's name.
 // Every such error is one line, naming the flag as given, for Fail's "multiscreen CMD: ".
 // --help (-h) prints the accepted flags with their defaults (the value before parsing, so
 // a command's own default set with absl::SetFlag first) and exits 0.
