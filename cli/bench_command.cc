@@ -53,7 +53,8 @@ ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
 ABSL_FLAG(double, r, 0.5, "bench screening: acceptance width r = σ(s_r) of every tile (0.5 at initialization)");
-ABSL_FLAG(double, min_seconds, 1.0, "bench screening: time each direction for at least this long");
+ABSL_FLAG(double, min_seconds, 1.0,
+          "bench screening: time each direction for at least this many seconds, and 3 calls (0: the 3 calls alone)");
 
 namespace multiscreen::cli {
 namespace {
@@ -136,7 +137,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   const int64_t n = layout.size();
   auto made = MakeKernelTable<Real>(options.device);  // the device was checked by ResolveDevice
   if (!made.ok()) {
-    std::fprintf(stderr, "multiscreen bench: %s\n", std::string(made.status().message()).c_str());
+    std::fprintf(stderr, "multiscreen bench train: %s\n", std::string(made.status().message()).c_str());
     std::exit(1);
   }
   kernels::KernelTable<Real>& ops = **made;
@@ -203,7 +204,7 @@ int ComparePaths(const ModelDims& dims, const std::string& precision, const Mode
     std::printf("  %-8s %-7s %12s %12s %10s\n", "path", "head", "step ms", "tokens/s", "vs blas");
   }
   for (kernels::cpu::Isa isa : kernels::cpu::SupportedIsas()) {
-    if (auto s = kernels::cpu::SetIsaCap(isa); !s.ok()) return Fail("bench", s);
+    if (auto s = kernels::cpu::SetIsaCap(isa); !s.ok()) return Fail("bench train", s);
     double blas_step = 0;
     for (HeadPath path : {HeadPath::kBlas, HeadPath::kPanels}) {
       ModelOptions options = base;
@@ -222,7 +223,7 @@ int ComparePaths(const ModelDims& dims, const std::string& precision, const Mode
       }
     }
   }
-  if (auto s = kernels::cpu::SetIsaCap(saved); !s.ok()) return Fail("bench", s);
+  if (auto s = kernels::cpu::SetIsaCap(saved); !s.ok()) return Fail("bench train", s);
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json j = {{"command", "bench train --compare_paths"},
                         {"model", dims.name},
@@ -252,14 +253,14 @@ int BenchTrain(int argc, char** argv) {
                            "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device",
                            "peak_tflops"});
       !s.ok()) {
-    return Fail("bench", s);
+    return Fail("bench train", s);
   }
   const absl::StatusOr<double> peak_tflops = PeakTflops();
-  if (!peak_tflops.ok()) return Fail("bench", peak_tflops.status());
-  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench", s);
-  if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench", s);
+  if (!peak_tflops.ok()) return Fail("bench train", peak_tflops.status());
+  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench train", s);
+  if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench train", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
-  if (!dims.ok()) return Fail("bench", dims.status());
+  if (!dims.ok()) return Fail("bench train", dims.status());
   // Unset: the model's head blocking. Given: at least 1.
   const std::vector<std::string> given = GivenFlags(argc, argv);
   auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(given, name) ? value : unset; };
@@ -270,41 +271,41 @@ int BenchTrain(int argc, char** argv) {
   head.head_vocab_block = given_or("head_vocab_block", absl::GetFlag(FLAGS_head_vocab_block), head.head_vocab_block);
   const std::string head_path = absl::AsciiStrToLower(absl::GetFlag(FLAGS_head_path));
   if (head_path != "panels" && head_path != "blas") {
-    return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--head_path=", head_path, ": expected panels or blas")));
+    return Fail("bench train", absl::InvalidArgumentError(absl::StrCat("--head_path=", head_path, ": expected panels or blas")));
   }
   head.head_path = head_path == "blas" ? HeadPath::kBlas : HeadPath::kPanels;
   const std::string precision = absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision));  // as train: FP16 = fp16
   for (const auto& [name, value] : {std::pair<const char*, int64_t>{"micro_batch", B}, {"seq_len", T}, {"steps", steps},
                                     {"head_chunk_rows", head.head_chunk_rows}, {"head_vocab_block", head.head_vocab_block}}) {
-    if (value < 1) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " must be at least 1")));
+    if (value < 1) return Fail("bench train", absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " must be at least 1")));
   }
-  if (auto s = CheckTokens(double(B), double(T) + 1, "--micro_batch × (--seq_len + 1)"); !s.ok()) return Fail("bench", s);
-  if (warmup < 0) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--warmup=", warmup, " must be >= 0")));
+  if (auto s = CheckTokens(double(B), double(T) + 1, "--micro_batch × (--seq_len + 1)"); !s.ok()) return Fail("bench train", s);
+  if (warmup < 0) return Fail("bench train", absl::InvalidArgumentError(absl::StrCat("--warmup=", warmup, " must be >= 0")));
   Precision p = Precision::kFp32;
   if (precision == "bf16") {
     p = Precision::kBf16;
   } else if (precision == "fp16") {
     p = Precision::kFp16;
   } else if (precision != "fp32" && precision != "fp64") {
-    return Fail("bench", absl::InvalidArgumentError(
+    return Fail("bench train", absl::InvalidArgumentError(
                              absl::StrCat("--precision=", precision, ": expected fp32, bf16, fp16 or fp64")));
   }
   const uint64_t seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   const double lr = absl::GetFlag(FLAGS_lr);
   if (!(lr >= 0 && std::isfinite(lr))) {
-    return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
+    return Fail("bench train", absl::InvalidArgumentError(absl::StrCat("--lr=", lr, " must be finite and >= 0")));
   }
   // The bound train applies (common/config.h), so that a size train refuses at once is
   // not bench's to grow into until killed (issue 31 §5: 6 GB at Ψ = 8, 15 GB at Ψ = 64).
   if (const int64_t need = RunMemoryLowerBound(*dims, 1, 1, B * T, B * (T + 1)) * (precision == "fp64" ? 2 : 1),
       memory = PhysicalMemoryBytes();
       need > memory) {
-    return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
+    return Fail("bench train", absl::InvalidArgumentError(absl::StrCat(
                              "--micro_batch=", B, " x --seq_len=", T, " needs at least ", ByteSize(need),
                              " for model ", dims->name, ", more than the ", ByteSize(memory), " of memory this machine has")));
   }
   auto device = ResolveDevice(precision == "fp64");
-  if (!device.ok()) return Fail("bench", device.status());
+  if (!device.ok()) return Fail("bench train", device.status());
   head.device = *device;
   auto run = [&](const ModelOptions& options) {
     return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr)
@@ -318,12 +319,12 @@ int BenchTrain(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_compare_paths)) {
     for (const char* flag : {"isa", "head_path"}) {
       if (Given(given, flag)) {
-        return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
+        return Fail("bench train", absl::InvalidArgumentError(absl::StrCat(
                                  "--compare_paths runs every path and both heads: --", flag, " does not apply")));
       }
     }
     if (*device != Device::kCpu) {
-      return Fail("bench", absl::InvalidArgumentError("--compare_paths compares the CPU's paths: add --device=cpu"));
+      return Fail("bench train", absl::InvalidArgumentError("--compare_paths compares the CPU's paths: add --device=cpu"));
     }
     return ComparePaths(*dims, precision, head, B, T, run, head_used);
   }
@@ -428,20 +429,26 @@ int BenchScreening(int argc, char** argv) {
                           {"T", "w", "r", "tiles", "micro_batch", "min_seconds", "model", "threads", "seed", "json",
                            "isa"});
       !s.ok()) {
-    return Fail("bench", s);
+    return Fail("bench screening", s);
   }
-  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench", s);
-  if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench", s);
+  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("bench screening", s);
+  if (auto s = ApplyIsaFlag(); !s.ok()) return Fail("bench screening", s);
   auto dims = LoadModel(absl::GetFlag(FLAGS_model));
-  if (!dims.ok()) return Fail("bench", dims.status());
+  if (!dims.ok()) return Fail("bench screening", dims.status());
   const int64_t T = absl::GetFlag(FLAGS_T), B = absl::GetFlag(FLAGS_micro_batch), nt = absl::GetFlag(FLAGS_tiles);
   const double w = absl::GetFlag(FLAGS_w), r = absl::GetFlag(FLAGS_r), min_seconds = absl::GetFlag(FLAGS_min_seconds);
-  if (T <= 0 || B <= 0 || nt <= 0) {
-    return Fail("bench", absl::InvalidArgumentError("--T, --micro_batch and --tiles must be positive"));
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"T", T}, {"micro_batch", B}, {"tiles", nt}}) {
+    if (value < 1) {
+      return Fail("bench screening", absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": must be >= 1")));
+    }
   }
-  if (auto s = CheckTokens(double(B) * double(T), double(nt), "--micro_batch × --T × --tiles"); !s.ok()) return Fail("bench", s);
-  if (!(w >= 1)) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--w=", w, " must be >= 1")));
-  if (!(r > 0 && r <= 1)) return Fail("bench", absl::InvalidArgumentError(absl::StrCat("--r=", r, " must be in (0, 1]")));
+  if (auto s = CheckTokens(double(B) * double(T), double(nt), "--micro_batch × --T × --tiles"); !s.ok()) return Fail("bench screening", s);
+  if (!(w >= 1)) return Fail("bench screening", absl::InvalidArgumentError(absl::StrCat("--w=", w, " must be >= 1")));
+  if (!(r > 0 && r <= 1)) return Fail("bench screening", absl::InvalidArgumentError(absl::StrCat("--r=", r, " must be in (0, 1]")));
+  if (!(min_seconds >= 0)) {
+    return Fail("bench screening", absl::InvalidArgumentError(
+                                       absl::StrCat("--min_seconds=", min_seconds, ": must be >= 0 (seconds to time for)")));
+  }
 
   kernels::cpu::ScreeningShape shape;
   shape.batch = B;
@@ -549,8 +556,10 @@ int BenchCommand(int argc, char** argv) {
                 "'multiscreen bench train --help' lists the flags.\n");
     return 0;
   }
-  std::fprintf(stderr, "multiscreen bench: expected 'train' or 'screening' (got '%s')\n", what.c_str());
-  return 2;
+  // As ckpt, eval and sweep: a user error, exit 1 (2 is main's, for no command or an unknown one).
+  return Fail("bench", absl::InvalidArgumentError(
+                           what.empty() ? "expected a subcommand: train, screening or decode"
+                                        : absl::StrCat("unknown subcommand '", what, "': expected train, screening or decode")));
 }
 
 }  // namespace multiscreen::cli

@@ -57,7 +57,9 @@ absl::StatusOr<ParallelLayout> LayoutFromFlags(const ModelDims& dims) {
   if (dims.n_layers % layout.pp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--pp=", layout.pp, " does not divide N_L = ", dims.n_layers, " of ", dims.name));
   }
-  if (layout.dp < 1 || layout.dp > (int64_t{1} << 20)) return absl::InvalidArgumentError("--dp must be in [1, 2^20]");
+  if (layout.dp < 1 || layout.dp > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("--dp=", layout.dp, ": must be in [1, 2^20]"));
+  }
   if (layout.zero != 0 && layout.zero != 1) {
     return absl::InvalidArgumentError(absl::StrCat("--zero=", layout.zero, ": expected 0 or 1"));
   }
@@ -316,7 +318,7 @@ int CkptCommand(int argc, char** argv) {
   } else {
     return Fail("ckpt", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub, "': expected ", expected)));
   }
-  if (!parsed.ok()) return Fail("ckpt", parsed);
+  if (!parsed.ok()) return Fail(absl::StrCat("ckpt ", sub).c_str(), parsed);
   // One process: under `mpirun -n 2` every rank wrote the same --out (ckpt init, reshard, export).
   if (int rc = RefuseSeveralProcesses("ckpt"); rc != 0) return rc;
   return run();

@@ -22,6 +22,8 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -274,7 +276,9 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   if (auto st = CheckWindowFlags(s.weights, absl::GetFlag(FLAGS_as_learned)); !st.ok()) return st;
   s.options.expand_windows = !absl::GetFlag(FLAGS_as_learned);
   s.options.train_len = RunTrainLen(given, run_dir, &s.train_len_source);
-  if (s.options.train_len < 1) return absl::InvalidArgumentError("--train_len must be >= 1");
+  if (s.options.train_len < 1) {  // only a --train_len given can be (a run's record is read only when >= 1)
+    return absl::InvalidArgumentError(absl::StrCat("--train_len=", s.options.train_len, ": must be >= 1"));
+  }
   auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), s.weights.dims);
   if (!yarn.ok()) return yarn.status();
   s.yarn = *yarn;
@@ -576,8 +580,9 @@ int Ppl(const std::vector<std::string>& given) {
   if (method_flag != "auto" && method_flag != "full" && method_flag != "decode") {
     return Fail("eval ppl", absl::InvalidArgumentError(absl::StrCat("--method=", method_flag, ": expected full, decode or auto")));
   }
-  if (absl::GetFlag(FLAGS_stride) < 0 || absl::GetFlag(FLAGS_documents) < 0) {
-    return Fail("eval ppl", absl::InvalidArgumentError("--stride and --documents must be >= 0"));
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"stride", absl::GetFlag(FLAGS_stride)},
+                                    {"documents", absl::GetFlag(FLAGS_documents)}}) {
+    if (value < 0) return Fail("eval ppl", absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": must be >= 0")));
   }
   const std::string data = absl::GetFlag(FLAGS_data);
   if (auto s = RefuseInputInsideOut("data", data, absl::GetFlag(FLAGS_out)); !s.ok()) return Fail("eval ppl", s);
@@ -852,7 +857,7 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
   auto depths = ParseDepths(absl::GetFlag(FLAGS_depths));
   if (!depths.ok()) return Fail(cmd.c_str(), depths.status());
   const int64_t K = absl::GetFlag(FLAGS_instances);
-  if (K < 1) return Fail(cmd.c_str(), absl::InvalidArgumentError("--instances must be >= 1"));
+  if (K < 1) return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--instances=", K, ": must be >= 1")));
   // The instances are continued with the decoding cache on the runner's device
   // (eval::ModelRunner::Greedy), on the CPU in fp32 only.
   const bool on_device = setup.device.device != Device::kCpu;
@@ -1094,8 +1099,11 @@ int Passkey(const std::vector<std::string>& given) {
 
 int Ttft(const std::vector<std::string>& given) {
   const int64_t N = absl::GetFlag(FLAGS_context), repeats = absl::GetFlag(FLAGS_repeats), warmup = absl::GetFlag(FLAGS_warmup);
-  if (N < 1 || repeats < 1 || warmup < 0) {
-    return Fail("eval ttft", absl::InvalidArgumentError("--context and --repeats must be >= 1, --warmup >= 0"));
+  for (const auto& [name, value, least] : {std::tuple<const char*, int64_t, int64_t>{"context", N, 1},
+                                           {"repeats", repeats, 1}, {"warmup", warmup, 0}}) {
+    if (value < least) {
+      return Fail("eval ttft", absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": must be >= ", least)));
+    }
   }
   auto setup = Setup(given, false);
   if (!setup.ok()) return Fail("eval ttft", setup.status());
@@ -1258,7 +1266,10 @@ int Choice(const std::vector<std::string>& given) {
   auto format = eval::ParseChoiceFormat(absl::GetFlag(FLAGS_format));
   if (!format.ok()) return Fail("eval choice", format.status());
   if (!fs::is_regular_file(task)) return Fail("eval choice", absl::NotFoundError(absl::StrCat("--task=", task, ": not a regular file")));
-  if (absl::GetFlag(FLAGS_seq_len) < 0) return Fail("eval choice", absl::InvalidArgumentError("--seq_len must be >= 0 (0: the training length)"));
+  if (const int64_t seq_len = absl::GetFlag(FLAGS_seq_len); seq_len < 0) {
+    return Fail("eval choice",
+                absl::InvalidArgumentError(absl::StrCat("--seq_len=", seq_len, ": must be >= 0 (0: the training length)")));
+  }
   auto items = eval::ReadChoiceFile(task, *format);
   if (!items.ok()) return Fail("eval choice", items.status());
   auto setup = Setup(given, true);
@@ -1403,8 +1414,10 @@ int EvalCommand(int argc, char** argv) {
   const std::vector<std::string> given = GivenFlags(argc - 1, argv + 1);
   for (const std::string& g : given) {
     if (std::find(accepted.begin(), accepted.end(), g) == accepted.end()) {
-      return Fail("eval", absl::InvalidArgumentError(absl::StrCat("--", g, " is not a flag of 'eval ", sub, "'")));
+      return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--", g, " is not a flag of 'eval ", sub, "'")));
     }
+  // From here on the subcommand is known: errors say "multiscreen eval ppl: ...".
+  const std::string cmd = absl::StrCat("eval ", sub);
   }
   std::vector<std::string> args;
   if (auto s = ParseFlagsAndArgs(argc - 1, argv + 1, kUsage,
@@ -1415,9 +1428,9 @@ int EvalCommand(int argc, char** argv) {
                                   "yarn_factor"},
                                  &args);
       !s.ok()) {
-    return Fail("eval", s);
+    return Fail(cmd.c_str(), s);
   }
-  if (!args.empty()) return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));
+  if (!args.empty()) return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));
   // One process: under `mpirun -n 2` every rank ran the whole evaluation into the same --out.
   if (int rc = RefuseSeveralProcesses("eval"); rc != 0) return rc;
   // Setup makes --out before each evaluation checks its own flags and data: a refused

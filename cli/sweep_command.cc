@@ -89,15 +89,16 @@ std::string Duration(double s) {
 
 // Runs argv to completion, its output to ours; returns its exit status (127: not started).
 // The child dies with us (PR_SET_PDEATHSIG): a killed `sweep fit` leaves no python behind.
-int Spawn(const std::vector<std::string>& args) {
+// `command` ("sweep fit") prefixes the line said when the child cannot start.
+int Spawn(const std::string& command, const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  const std::string cannot = absl::StrCat("multiscreen sweep: cannot start ", args[0], "\n");
+  const std::string cannot = absl::StrCat("multiscreen ", command, ": cannot start ", args[0], "\n");
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
-    std::fprintf(stderr, "multiscreen sweep: cannot start %s (fork: %s)\n", argv[0], std::strerror(errno));
+    std::fprintf(stderr, "multiscreen %s: cannot start %s (fork: %s)\n", command.c_str(), argv[0], std::strerror(errno));
     return 127;
   }
   if (pid == 0) {
@@ -252,18 +253,18 @@ int RunSlurm(const Sweep& sweep, const std::vector<std::string>& sbatch_args) {
     std::printf("%s", script.c_str());
     return 0;
   }
-  if (absl::Status s = WriteRunFiles(sweep); !s.ok()) return Fail("sweep", s);
+  if (absl::Status s = WriteRunFiles(sweep); !s.ok()) return Fail("sweep run", s);
   std::error_code ec;
   fs::create_directories(fs::path(sweep.root) / "slurm", ec);
-  if (ec) return Fail("sweep", absl::PermissionDeniedError(absl::StrCat(sweep.root, "/slurm: ", ec.message())));
+  if (ec) return Fail("sweep run", absl::PermissionDeniedError(absl::StrCat(sweep.root, "/slurm: ", ec.message())));
   const std::string path = (fs::path(sweep.root) / "sweep.sbatch").string();
-  if (absl::Status s = WriteTextFile(path, script); !s.ok()) return Fail("sweep", s);
+  if (absl::Status s = WriteTextFile(path, script); !s.ok()) return Fail("sweep run", s);
   // --output on the command line (no quoting to get wrong; the user's options after it win).
   std::vector<std::string> argv = {"sbatch", absl::StrCat("--output=", SlurmOutputPattern(sweep))};
   argv.insert(argv.end(), sbatch_args.begin(), sbatch_args.end());
   argv.push_back(path);
-  const int rc = Spawn(argv);
-  if (rc != 0) return Fail("sweep", absl::UnavailableError(absl::StrCat("sbatch ", path, " exited with status ", rc)));
+  const int rc = Spawn("sweep run", argv);
+  if (rc != 0) return Fail("sweep run", absl::UnavailableError(absl::StrCat("sbatch ", path, " exited with status ", rc)));
   return 0;
 }
 
@@ -282,7 +283,7 @@ int FitTool(const std::string& mode, const std::vector<std::string>& input, cons
   argv.push_back(absl::StrCat("--bootstrap=", absl::GetFlag(FLAGS_bootstrap)));
   if (absl::GetFlag(FLAGS_json)) argv.push_back("--json");
   if (Given(given, "out")) argv.push_back(absl::StrCat("--out=", absl::GetFlag(FLAGS_out)));
-  return Spawn(argv);
+  return Spawn(absl::StrCat("sweep ", mode), argv);
 }
 
 // `sweep report --out=FILE` writes FILE and FILE's figures/ beside it: never the sweep
@@ -335,10 +336,12 @@ int SweepCommand(int argc, char** argv) {
   } else {
     return Fail("sweep", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub, "': expected plan, run, status, fit or report")));
   }
+  // From here on the subcommand is known: errors say "multiscreen sweep fit: ...".
+  const std::string cmd = absl::StrCat("sweep ", sub);
   const std::vector<std::string> given = GivenFlags(argc - 1, argv + 1);
   for (const std::string& g : given) {
     if (std::find(accepted.begin(), accepted.end(), g) == accepted.end()) {
-      return Fail("sweep", absl::InvalidArgumentError(absl::StrCat("--", g, " is not a flag of 'sweep ", sub, "'")));
+      return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--", g, " is not a flag of 'sweep ", sub, "'")));
     }
   }
   std::vector<std::string> args;
@@ -346,58 +349,68 @@ int SweepCommand(int argc, char** argv) {
                                  {"sweep", "jobs", "threads", "measure", "local", "slurm", "dry_run", "results", "json", "bootstrap", "out"},
                                  &args);
       !s.ok()) {
-    return Fail("sweep", s);
+    return Fail(cmd.c_str(), s);
   }
   const bool slurm = sub == "run" && absl::GetFlag(FLAGS_slurm);
-  if (!args.empty() && !slurm) return Fail("sweep", absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));
-  if (absl::GetFlag(FLAGS_jobs) < 1) return Fail("sweep", absl::InvalidArgumentError("--jobs must be at least 1"));
-  if (absl::GetFlag(FLAGS_threads) < 0) return Fail("sweep", absl::InvalidArgumentError("--threads must be at least 0"));
-  if (absl::GetFlag(FLAGS_bootstrap) < 0) return Fail("sweep", absl::InvalidArgumentError("--bootstrap must be at least 0"));
+  if (!args.empty() && !slurm) return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));
+  if (const int32_t jobs = absl::GetFlag(FLAGS_jobs); jobs < 1) {
+    return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--jobs=", jobs, ": must be >= 1")));
+  }
+  if (const int32_t threads = absl::GetFlag(FLAGS_threads); threads < 0) {
+    return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--threads=", threads, ": must be >= 0 (0: all cores)")));
+  }
+  if (const int32_t bootstrap = absl::GetFlag(FLAGS_bootstrap); bootstrap < 0) {
+    return Fail(cmd.c_str(), absl::InvalidArgumentError(
+                                 absl::StrCat("--bootstrap=", bootstrap, ": must be >= 0 (resamples; 0: no intervals)")));
+  }
 
   if (sub == "fit" && Given(given, "results")) {
-    if (Given(given, "sweep")) return Fail("sweep", absl::InvalidArgumentError("give --sweep or --results, not both"));
+    if (Given(given, "sweep")) return Fail(cmd.c_str(), absl::InvalidArgumentError("give --sweep or --results, not both"));
     // The child reads the file to its end: /dev/zero never ends, a FIFO blocks.
     const std::string results = absl::GetFlag(FLAGS_results);
-    if (absl::Status s = CheckInputFile("--results", results); !s.ok()) return Fail("sweep", s);
+    if (absl::Status s = CheckInputFile("--results", results); !s.ok()) return Fail(cmd.c_str(), s);
     return FitTool("fit", {absl::StrCat("--results=", results)}, given);
   }
-  if (absl::GetFlag(FLAGS_sweep).empty()) return Fail("sweep", absl::InvalidArgumentError(absl::StrCat("--sweep is required; usage: ", kUsage)));
+  if (absl::GetFlag(FLAGS_sweep).empty()) return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--sweep is required; usage: ", kUsage)));
   auto sweep = LoadSweep(absl::GetFlag(FLAGS_sweep));
-  if (!sweep.ok()) return Fail("sweep", sweep.status());
+  if (!sweep.ok()) return Fail(cmd.c_str(), sweep.status());
   // plan and run: data each run's trainer would refuse at start is refused now, before any run starts.
   if (sub == "plan" || sub == "run") {
-    if (absl::Status s = CheckSweepData(*sweep); !s.ok()) return Fail("sweep", s);
+    if (absl::Status s = CheckSweepData(*sweep); !s.ok()) return Fail(cmd.c_str(), s);
   }
   if (sub == "plan") return Plan(*sweep);
   if (sub == "status") return Status(*sweep);
   if (sub == "report" && Given(given, "out")) {
-    if (absl::Status s = CheckReportOut(*sweep, absl::GetFlag(FLAGS_out)); !s.ok()) return Fail("sweep", s);
+    if (absl::Status s = CheckReportOut(*sweep, absl::GetFlag(FLAGS_out)); !s.ok()) return Fail(cmd.c_str(), s);
   }
   if (sub == "fit" || sub == "report") {
     // Nothing to read before `sweep run` made the root (and no directory made as a side effect).
     std::error_code ec;
     if (!fs::is_directory(sweep->root, ec)) {
-      return Fail("sweep", absl::FailedPreconditionError(absl::StrCat(
+      return Fail(cmd.c_str(), absl::FailedPreconditionError(absl::StrCat(
                                sweep->root, ": no such directory (the root of ", sweep->file,
                                "): no run has started yet, nothing to ", sub, "; `sweep run` first")));
     }
-    if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail("sweep", s);
+    if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail(cmd.c_str(), s);
     const std::string manifest = (fs::path(sweep->root) / "sweep.json").string();
-    if (absl::Status s = CheckInputFile("", manifest); !s.ok()) return Fail("sweep", s);
+    if (absl::Status s = CheckInputFile("", manifest); !s.ok()) return Fail(cmd.c_str(), s);
     return FitTool(sub, {absl::StrCat("--manifest=", manifest)}, given);
   }
   // run
-  if (absl::GetFlag(FLAGS_local) == slurm) return Fail("sweep", absl::InvalidArgumentError("sweep run needs exactly one of --local and --slurm"));
+  if (absl::GetFlag(FLAGS_local) == slurm) {
+    return Fail(cmd.c_str(), absl::InvalidArgumentError(slurm ? "--local and --slurm are both given: give one of them"
+                                                              : "needs --local or --slurm (train here, or submit a Slurm job array)"));
+  }
   // A dry run prints the script and writes nothing.
   if (!(slurm && absl::GetFlag(FLAGS_dry_run))) {
-    if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail("sweep", s);
+    if (absl::Status s = WriteManifest(*sweep); !s.ok()) return Fail(cmd.c_str(), s);
   }
   if (slurm) return RunSlurm(*sweep, args);
   LocalOptions options;
   options.jobs = absl::GetFlag(FLAGS_jobs);
   options.threads = ThreadsPerRun(options.jobs);
   options.binary = SelfPath();
-  if (absl::Status s = RunLocal(*sweep, options); !s.ok()) return Fail("sweep", s);
+  if (absl::Status s = RunLocal(*sweep, options); !s.ok()) return Fail(cmd.c_str(), s);
   int diverged = 0;
   for (const SweepRun& r : sweep->runs) diverged += ReadRunStatus(r).state == RunState::kDiverged ? 1 : 0;
   if (diverged > 0) {

@@ -196,7 +196,7 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
         ::setenv("OMP_NUM_THREADS", threads_env.c_str(), 1);
         const char* argv[] = {options.binary.c_str(), "train", config_flag.c_str(), threads_flag.c_str(), nullptr};
         ::execv(options.binary.c_str(), const_cast<char* const*>(argv));
-        std::fprintf(stderr, "multiscreen sweep: cannot start %s: %s\n", options.binary.c_str(), std::strerror(errno));
+        std::fprintf(stderr, "multiscreen sweep run: cannot start %s: %s\n", options.binary.c_str(), std::strerror(errno));
         ::_exit(127);
       }
       active.emplace(pid, Child{i, *std::move(lock), MetricsBytes(dir)});

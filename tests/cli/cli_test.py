@@ -208,7 +208,7 @@ class CliTest(OneLineErrors):
         self.assert_one_line_error(r, "--lr=inf: expected a decimal")
         # bench's --w takes inf (the whole sequence); decimals pass the check and reach the command.
         self.assert_one_line_error(run("bench", "screening", "--model=tiny_psi2", "--w=inf", "--T=0"),
-                                   "--T, --micro_batch and --tiles must be positive")
+                                   "--T=0: must be >= 1")
         self.assert_one_line_error(run("train", f"--config={cfg}", "--lr=1e-3"), cfg)
 
     def test_a_weights_file_with_an_attribute_or_dataset_its_model_lacks_or_needs_is_refused(self):
@@ -281,11 +281,11 @@ class CliTest(OneLineErrors):
         for args, line in ((["train", "--steps=abc"], "multiscreen train: --steps=abc: expected an integer"),
                            (["train", "--steps"], "multiscreen train: --steps: no value given"),
                            (["params", "--json=maybe"], "multiscreen params: --json=maybe: expected true or false"),
-                           (["eval", "ppl", "--seq_len", "x"], "multiscreen eval: --seq_len x: expected an integer"),
+                           (["eval", "ppl", "--seq_len", "x"], "multiscreen eval ppl: --seq_len x: expected an integer"),
                            (["train", "--bogus=1"], "multiscreen train: --bogus is not a flag of this command"),
                            (["tokenize", "--nodecoded"], "multiscreen tokenize: --nodecoded is not a flag of this command"),
                            (["bench", "screening", "--w=nan"],
-                            "multiscreen bench: --w=nan: expected a decimal number (e.g. 16, 0.0625 or 1e-3) or inf "
+                            "multiscreen bench screening: --w=nan: expected a decimal number (e.g. 16, 0.0625 or 1e-3) or inf "
                             "(no hex, nan or blanks)")):
             r = run(*args)
             self.assert_one_line_error(r, line)
@@ -627,6 +627,82 @@ class CliTest(OneLineErrors):
         self.assert_exact_error(ms("params", "--fromenv=model", "--model=psi8", FLAGS_model="tiny_psi2"),
                                 "multiscreen params: --model is given twice (--fromenv=model, then --model=psi8): a flag "
                                 "takes one value and the last would silently replace the first; give it once")
+
+    def assert_exact_error(self, result, line):
+        """`result` exited 1 with exactly `line` (the whole of it) on stderr; a subtest of
+        its own, so that every message of a test is checked, each reported on its own."""
+        with self.subTest(line=line):
+            stderr = result.stderr.decode("utf-8", "backslashreplace") if isinstance(result.stderr, bytes) else result.stderr
+            self.assertEqual(result.returncode, 1, stderr)
+            self.assertEqual(stderr, line + "\n")
+
+    def test_absls_special_flag_forms_are_one_line_of_ours(self):
+        # Field report: `--nojson=1` and `--fromenv=model` (FLAGS_model unset) ended in absl's
+        # own "ERROR: ..." lines, without the command's name.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGS_")}
+
+        def ms(*args, **extra):
+            return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120, env=dict(env, **extra))
+
+        self.assert_exact_error(ms("params", "--nojson=1"),
+                                "multiscreen params: --nojson=1: the negative form takes no value (--nojson alone, or "
+                                "--json=1)")
+        self.assert_exact_error(ms("params", "--fromenv=model"),
+                                "multiscreen params: --fromenv=model: FLAGS_model is not set in the environment "
+                                "(--fromenv reads each flag named from FLAGS_<name>; --tryfromenv skips those unset)")
+        for form in ("--fromenv=bogus", "--tryfromenv=bogus", "--fromenv=flagfile"):
+            self.assert_exact_error(ms("params", form), f"multiscreen params: {form}: {form.split('=')[1]} is not a "
+                                                        "flag of this program")
+        self.assert_exact_error(ms("params", "--flagfile"), "multiscreen params: --flagfile: no value given (--flagfile=FILE)")
+        self.assert_exact_error(ms("params", "--fromenv"), "multiscreen params: --fromenv: no value given (--fromenv=NAME,...)")
+        # What absl takes still works, and what --fromenv sets counts as given.
+        r = ms("params", "--fromenv=model", "--json", FLAGS_model="tiny_psi2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["model"], "tiny_psi2")
+        self.assertEqual(ms("params", "--tryfromenv=model", "--nojson").returncode, 0)
+        self.assert_exact_error(ms("params", "--fromenv=model", "--model=psi8", FLAGS_model="tiny_psi2"),
+                                "multiscreen params: --model is given twice (--fromenv=model, then --model=psi8): a flag "
+                                "takes one value and the last would silently replace the first; give it once")
+
+    def test_a_known_subcommand_names_itself_and_an_unknown_one_exits_1(self):
+        # Field report: `bench` and `sweep` errors said "multiscreen bench:" / "multiscreen sweep:"
+        # whatever the subcommand, and `bench bogus` exited 2 where ckpt, eval and sweep exit 1.
+        csv_path = os.path.join(self.dir, "r.csv")
+        with open(csv_path, "w") as f:
+            f.write("family,params,tokens,loss\n")
+        for args, line in (
+                (["bench", "bogus"], "multiscreen bench: unknown subcommand 'bogus': expected train, screening or decode"),
+                (["bench"], "multiscreen bench: expected a subcommand: train, screening or decode"),
+                (["sweep", "bogus"], "multiscreen sweep: unknown subcommand 'bogus': expected plan, run, status, fit or report"),
+                (["ckpt", "bogus"], "multiscreen ckpt: unknown subcommand 'bogus': expected plan, init, reshard, export or "
+                                    "inspect"),
+                (["bench", "screening", "--min_seconds=-1"],
+                 "multiscreen bench screening: --min_seconds=-1: must be >= 0 (seconds to time for)"),
+                (["bench", "screening", "--T=0"], "multiscreen bench screening: --T=0: must be >= 1"),
+                (["bench", "screening", "--tiles=-3"], "multiscreen bench screening: --tiles=-3: must be >= 1"),
+                (["bench", "train", "--steps=x"], "multiscreen bench train: --steps=x: expected an integer from -2^63 to "
+                                                  "2^63 - 1"),
+                (["sweep", "fit", f"--results={csv_path}", "--bootstrap=-1"],
+                 "multiscreen sweep fit: --bootstrap=-1: must be >= 0 (resamples; 0: no intervals)"),
+                (["sweep", "plan", "--sweep=x", "--jobs=0"], "multiscreen sweep plan: --jobs=0: must be >= 1"),
+                (["sweep", "run", "--sweep=x", "--threads=-2"],
+                 "multiscreen sweep run: --threads=-2: must be >= 0 (0: all cores)"),
+                (["sweep", "fit", "--results=/nonexistent.csv"],
+                 "multiscreen sweep fit: --results=/nonexistent.csv: No such file or directory"),
+                (["ckpt", "init", "--bogus=1"], "multiscreen ckpt init: --bogus is not a flag of this command; usage: "),
+                (["eval", "ttft", "--context=0"], "multiscreen eval ttft: --context=0: must be >= 1"),
+                (["eval", "ttft", "--context=8", "--warmup=-1"], "multiscreen eval ttft: --warmup=-1: must be >= 0"),
+                (["eval", "ppl", "--data=x", "--out=o", "--seq_len=8", "--stride=-4"], "multiscreen eval ppl: --stride=-4: must be >= 0"),
+                (["eval", "ppl", "--data=x", "--out=o", "--seq_len=8", "--documents=-1"], "multiscreen eval ppl: --documents=-1: must be >= 0"),
+                (["generate", "--train_len=0", "--weights=w.h5"], "multiscreen generate: --train_len=0: must be >= 1"),
+        ):
+            r = run(*args)
+            if line.endswith("usage: "):
+                with self.subTest(line=line):
+                    self.assertEqual(r.returncode, 1, r.stderr)
+                    self.assertTrue(r.stderr.startswith(line) and r.stderr.count("\n") == 1, r.stderr)
+            else:
+                self.assert_exact_error(r, line)
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ class SweepTest(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0, f"{sub}: {r.stdout}")
             lines = r.stderr.strip().splitlines()
             self.assertEqual(len(lines), 1, f"{sub}: {r.stderr}")
-            self.assertRegex(lines[0], rf"^multiscreen sweep: {re.escape(path)}: run ms_lr0.01_s1's trainer would refuse "
+            self.assertRegex(lines[0], rf"^multiscreen sweep {sub}: {re.escape(path)}: run ms_lr0.01_s1's trainer would refuse "
                                        rf"its validation data at start: {re.escape(self.data)}/val_000000.bin: token \d+: "
                                        r"validation window \d+ holds token id (5\d|[6-9]\d), outside the vocabulary V = 50 "
                                        r"of model ms")
