@@ -28,12 +28,12 @@
 #include "cli/flags.h"
 #include "common/config.h"
 #include "common/input_file.h"
+#include "common/text_file.h"
 #include "google/protobuf/text_format.h"
 #include "launch/divergence.h"
 #include "launch/sweep.h"
 #include "launch/sweep_runner.h"
 #include "launch/sweep_slurm.h"
-#include "launch/text_file.h"
 #include "nlohmann/json.hpp"
 
 ABSL_DECLARE_FLAG(bool, json);  // params_command.cc

@@ -23,6 +23,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/text_file.h"
 #include "data/loader.h"
 #include "kernels/buffer.h"
 #include "cli/device.h"
@@ -96,19 +97,10 @@ void RecordRunData(const config::RunConfig& run) {
   if (fs::is_directory(tokenizer, ec)) data["tokenizer_dir"] = fs::absolute(tokenizer, ec).lexically_normal().string();
   const int64_t before = data.contains("max_seq_len") && data["max_seq_len"].is_number_integer() ? data["max_seq_len"].get<int64_t>() : 0;
   data["max_seq_len"] = std::max(before, run.seq_len());
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << data.dump() << "\n";
-    if (!out.flush()) {
-      LogWarning(tmp.string(), ": write failed; eval and generate will not find the run's tokenizer by themselves");
-      out.close();
-      fs::remove(tmp, ec);  // nothing half-written stays in the run directory
-      return;
-    }
+  // Nothing half-written stays in the run directory (WriteTextFile removes its temporary).
+  if (auto s = WriteTextFile(path.string(), data.dump() + "\n"); !s.ok()) {
+    LogWarning(s.message(), "; eval and generate will not find the run's tokenizer by themselves");
   }
-  fs::rename(tmp, path, ec);
-  if (ec) LogWarning(path.string(), ": ", ec.message());
 }
 
 // The run: --config's file with the given flags (GivenFlags) over its fields; *source

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_lock.h"
 #include "common/log.h"
-#include "launch/text_file.h"
+#include "common/text_file.h"
 #include "nlohmann/json.hpp"
 
 namespace multiscreen {

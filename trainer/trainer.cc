@@ -24,6 +24,7 @@
 #include "common/file_lock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/text_file.h"
 #include "model/init.h"
 #include "nlohmann/json.hpp"
 #include "parallel/progress.h"
@@ -611,21 +612,7 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
   identity["recipe"] = RecipeOf(run_);
   // Written beside and renamed into place (as status.json): a crash mid-write leaves the
   // old run.json or the new one, never a cut-short one.
-  {
-    std::ofstream out(identity_path + ".tmp", std::ios::trunc);
-    errno = 0;
-    out << identity.dump() << "\n";
-    if (!out.flush()) {
-      const int err = errno;
-      out.close();
-      std::remove((identity_path + ".tmp").c_str());
-      return WriteError(identity_path + ".tmp", "write failed", err);
-    }
-  }
-  if (std::rename((identity_path + ".tmp").c_str(), identity_path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat(identity_path, ": rename failed"));
-  }
-  return absl::OkStatus();
+  return WriteTextFile(identity_path, identity.dump() + "\n");
 }
 
 absl::Status Trainer::MarkSupersededMetrics(int64_t step) {
@@ -951,18 +938,8 @@ absl::Status Trainer::WriteRunStatus() {
   const nlohmann::json status = {{"state", stopped_by_signal_ ? "stopped" : "finished"},
                                  {"step", state_.step},
                                  {"steps", run_.steps()}};
-  {
-    std::ofstream out(path + ".tmp", std::ios::trunc);
-    errno = 0;
-    out << status.dump() << "\n";
-    // Flushed here: a write error that only the destructor met would rename an empty file
-    // into place, which train.sbatch reads as a crash.
-    if (!out.flush()) return WriteError(path + ".tmp", "write failed", errno);
-  }
-  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat(path, ": rename failed"));
-  }
-  return absl::OkStatus();
+  // Whole or not at all: an empty file renamed into place reads as a crash to train.sbatch.
+  return WriteTextFile(path, status.dump() + "\n");
 }
 
 }  // namespace multiscreen

@@ -1,5 +1,5 @@
 // Atomic small-file writes (text_file.h).
-#include "launch/text_file.h"
+#include "common/text_file.h"
 
 #include <unistd.h>
 
@@ -24,8 +24,16 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", serial.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    errno = 0;
     out << text;
-    if (!out.flush()) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
+    // Flushed here: a write error that only the destructor met would rename a cut-short
+    // file into place.
+    if (!out.flush()) {
+      const int err = errno;
+      out.close();
+      std::remove(tmp.c_str());
+      return absl::DataLossError(absl::StrCat(tmp, ": write failed", err != 0 ? ": " : "", err != 0 ? std::strerror(err) : ""));
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
