@@ -1410,14 +1410,14 @@ int EvalCommand(int argc, char** argv) {
     return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub,
                                                                 "': expected ppl, abcdigits, passkey, ttft, relevance or choice")));
   }
+  // From here on the subcommand is known: errors say "multiscreen eval ppl: ...".
+  const std::string cmd = absl::StrCat("eval ", sub);
   // ParseFlags takes an initializer_list; check the given flags against `accepted` here.
   const std::vector<std::string> given = GivenFlags(argc - 1, argv + 1);
   for (const std::string& g : given) {
     if (std::find(accepted.begin(), accepted.end(), g) == accepted.end()) {
       return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--", g, " is not a flag of 'eval ", sub, "'")));
     }
-  // From here on the subcommand is known: errors say "multiscreen eval ppl: ...".
-  const std::string cmd = absl::StrCat("eval ", sub);
   }
   std::vector<std::string> args;
   if (auto s = ParseFlagsAndArgs(argc - 1, argv + 1, kUsage,

@@ -80,15 +80,14 @@ namespace {
 // `arg`: how it was written ("--input=a.txt", "--noplot"), for messages.
 // `known`: a flag of this program (else `name` is what was written, for the error);
 // `has_value`: text was given (--name=v, --name v, --fromenv), not just --name or --noname.
-struct GivenFlag {
 // `problem`: why absl would refuse how it was given (--nojson=1, --fromenv=NAME with FLAGS_NAME
 // unset, a trailing --flagfile), said by CheckSpecialForms; such an entry is no flag given.
+struct GivenFlag {
   std::string name, value, arg;
   bool known = true, has_value = false;
-};
   std::string problem;
+};
 
-// Adds to `names` this program's flags that `args` sets, reading --flagfile files
 // An entry CheckSpecialForms refuses with `problem`.
 GivenFlag Problem(std::string arg, std::string problem) {
   GivenFlag f;
@@ -98,6 +97,7 @@ GivenFlag Problem(std::string arg, std::string problem) {
   return f;
 }
 
+// Adds to `names` this program's flags that `args` sets, reading --flagfile files
 // (nested up to a depth) and --fromenv/--tryfromenv lists as absl does.
 void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vector<GivenFlag>* names) {
   const auto all = absl::GetAllFlags();
@@ -112,19 +112,19 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
     const std::string value = has_value ? std::string(arg.substr(eq + 1))
                                         : (i + 1 < args.size() ? args[i + 1] : std::string());
     if (name == "flagfile" || name == "fromenv" || name == "tryfromenv") {
-      if (!has_value) ++i;  // "--flagfile FILE"
       if (!has_value && i + 1 >= args.size()) {  // absl: "Missing the value for the flag 'flagfile'"
         names->push_back(Problem(args[i], absl::StrCat(args[i], ": no value given (--", name, "=",
                                                        name == "flagfile" ? "FILE" : "NAME,...", ")")));
         continue;
       }
+      if (!has_value) ++i;  // "--flagfile FILE"
       for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
         if (name != "flagfile") {
-          const std::string env = absl::StrCat("FLAGS_", item);
           // absl sets --NAME from $FLAGS_NAME: a name that is not one of this program's flags
           // (absl's own --flagfile, --help, ... included), and with --fromenv an unset
           // variable, were absl's "ERROR: ..." lines.
           const std::string given = absl::StrCat("--", name, "=", item);
+          const std::string env = absl::StrCat("FLAGS_", item);
           const char* text = std::getenv(env.c_str());
           auto it = all.find(item);
           if (it == all.end() || it->second->Filename().find("cli/") == std::string::npos) {
@@ -170,13 +170,13 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
       names->push_back({std::string(name), "", args[i], /*known=*/false});
       continue;
     }
-    names->push_back({std::string(it->first), has_value || takes_next ? value : std::string(),
     if (negated && has_value) {  // absl: "Negative form with assignment is not valid for the boolean flag"
       const std::string flag(it->first);
       names->push_back(Problem(args[i], absl::StrCat(args[i], ": the negative form takes no value (--no", flag,
                                                      " alone, or --", flag, "=", value, ")")));
       continue;
     }
+    names->push_back({std::string(it->first), has_value || takes_next ? value : std::string(),
                       takes_next && !next_missing ? absl::StrCat(args[i - 1], " ", value) : args[i - takes_next],
                       /*known=*/true, has_value || (takes_next && !next_missing)});
   }
@@ -274,7 +274,6 @@ std::vector<GivenFlag> AllGiven(int argc, char** argv) {
   return given;
 }
 
-// The double flags that also take "inf" (what it means is in their help).
 // The flags given, without the ways of giving them that CheckSpecialForms refuses.
 std::vector<GivenFlag> GivenFlagsAndValues(int argc, char** argv) {
   std::vector<GivenFlag> given = AllGiven(argc, argv);
@@ -294,6 +293,7 @@ absl::Status CheckSpecialForms(int argc, char** argv) {
   return absl::OkStatus();
 }
 
+// The double flags that also take "inf" (what it means is in their help).
 constexpr std::string_view kFlagsTakingInf[] = {"w"};
 
 // absl reads a double flag with strtod's rules, so --lr=0x1p-4, --min_seconds=inf and
@@ -373,8 +373,8 @@ absl::Status CheckRepeatedFlags(int argc, char** argv) {
 absl::Status CheckFlagsBeforeAbsl(int argc, char** argv, const char* usage,
                                   std::initializer_list<std::string_view> accepted) {
   MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
-  MS_RETURN_IF_ERROR(RefuseOtherFlags(argc, argv, usage, accepted));
   MS_RETURN_IF_ERROR(CheckSpecialForms(argc, argv));
+  MS_RETURN_IF_ERROR(RefuseOtherFlags(argc, argv, usage, accepted));
   MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
   MS_RETURN_IF_ERROR(CheckRepeatedFlags(argc, argv));
   return CheckFlagValues(argc, argv);
