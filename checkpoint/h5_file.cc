@@ -163,9 +163,16 @@ absl::StatusOr<std::unique_ptr<H5Writer>> H5Writer::Create(const std::string& pa
   if (file < 0) {
     // A full disk can show here already (HDF5 writes the superblock on create): say so
     // as a write failure does, with the free bytes; anything else is most likely access.
+    // Named by the path the user gave (the .tmp beside it is ours): a missing directory
+    // names that directory.
     const int err = FailedCallErrno();
-    if (err == ENOSPC || err == EDQUOT || err == EFBIG) return WriteError(tmp, "cannot create HDF5 file", err);
-    return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create HDF5 file", Cause(err)));
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG) return WriteError(path, "cannot create HDF5 file", err);
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    std::error_code ec;
+    if (err == ENOENT && !dir.empty() && !std::filesystem::exists(dir, ec)) {
+      return absl::NotFoundError(absl::StrCat(path, ": cannot create HDF5 file: no directory ", dir));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create HDF5 file", Cause(err)));
   }
   return std::unique_ptr<H5Writer>(new H5Writer(path, file));
 }

@@ -297,9 +297,7 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
           "trained with, or token ids: --data=FILE.bin)"));
     }
   }
-  std::error_code ec;
-  fs::create_directories(s.out, ec);
-  if (ec || !fs::is_directory(s.out)) return absl::InvalidArgumentError(absl::StrCat("--out=", s.out, ": cannot create the directory"));
+  MS_RETURN_IF_ERROR(CreateOutputDirectory("--out", s.out));
   return s;
 }
 
@@ -1045,7 +1043,10 @@ int AbcDigits(const std::vector<std::string>& given) {
     const std::string dump = absl::GetFlag(FLAGS_dump);
     if (dump.empty()) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --dump=F.jsonl"));
     if (auto s = CheckDumpPath(dump, absl::GetFlag(FLAGS_out), "abcdigits"); !s.ok()) return Fail("eval abcdigits", s);
-    if (absl::GetFlag(FLAGS_length) < 1) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --length=N"));
+    if (!Given(given, "length")) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --length=N"));
+    if (const int64_t length = absl::GetFlag(FLAGS_length); length < 1) {
+      return Fail("eval abcdigits", absl::InvalidArgumentError(absl::StrCat("--length=", length, ": must be >= 1")));
+    }
     std::unique_ptr<Gpt2Tokenizer> tok;
     if (mode == "tokens") {
       auto t = LoadRunTokenizer(given, "");
@@ -1187,7 +1188,9 @@ constexpr int64_t kMaxRelevanceTokens = 8192;
 int Relevance(const std::vector<std::string>& given) {
   const std::string path = absl::GetFlag(FLAGS_text);
   if (path.empty()) return Fail("eval relevance", absl::InvalidArgumentError("--text=FILE is required"));
-  if (!fs::is_regular_file(path)) return Fail("eval relevance", absl::NotFoundError(absl::StrCat("--text=", path, ": not a regular file")));
+  if (absl::Status s = CheckRegularInput(path); !s.ok()) {  // "--text=a.txt: No such file or directory", "...: is a directory, ..."
+    return Fail("eval relevance", absl::Status(s.code(), absl::StrCat("--text=", s.message())));
+  }
   if (auto s = RefuseInputInsideOut("text", path, absl::GetFlag(FLAGS_out)); !s.ok()) return Fail("eval relevance", s);
   auto setup = Setup(given, true, /*multiscreen_only=*/true);
   if (!setup.ok()) return Fail("eval relevance", setup.status());

@@ -475,7 +475,11 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& 
     if (suffix == std::string(1, letter) || suffix == absl::StrCat(std::string(1, letter), "IB")) shift = bits;
   }
   int64_t value = 0;
-  if (digits.empty() || shift < 0 || !absl::SimpleAtoi(digits, &value) || value > (INT64_MAX >> shift)) {
+  if (!digits.empty() && shift >= 0 && (!absl::SimpleAtoi(digits, &value) || value > (INT64_MAX >> shift))) {
+    return absl::InvalidArgumentError(  // digits only: SimpleAtoi fails on overflow alone
+        absl::StrCat("--", std::string(flag), "=", text, ": too large (at most 2^63 - 1 bytes, 8 EiB)"));
+  }
+  if (digits.empty() || shift < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", std::string(flag), "=", text, ": expected bytes with an optional K, M, G or T suffix (e.g. 1G)"));
   }

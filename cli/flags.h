@@ -67,7 +67,7 @@ absl::Status ApplyIsaFlag();
 
 // A byte count given as `--flag=text`: digits with an optional binary suffix (K, M, G, T,
 // with or without "iB", any case; "1G" = 2^30; "B" or none = bytes). Errors (one line,
-// naming the flag): no digits, an unknown suffix, a value past int64. Used by --memory
+// naming the flag): no digits, an unknown suffix, a value past int64 ("too large"). Used by --memory
 // (cli/memory_bound.h) and prepare's --max_document_bytes.
 absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& text);
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -81,6 +82,37 @@ absl::Status CheckReplaceableOutput(const std::string& flag, const std::string& 
   return absl::InvalidArgumentError(absl::StrCat(flag.empty() ? "" : flag + "=", path, ": is ", KindOf(st.st_mode),
                                                  ", not a regular file: an output is written beside it and renamed "
                                                  "into place, which would replace it; choose a file path"));
+}
+
+absl::Status CreateOutputDirectory(const std::string& flag, const std::string& path) {
+  const std::string named = flag.empty() ? path : absl::StrCat(flag, "=", path);
+  // The nearest of `path` and its parents that exists must be a directory; the rest are made
+  // one at a time, so that the error names the directory that could not be made and why.
+  std::vector<std::string> missing;
+  std::string dir = path;
+  while (!dir.empty()) {
+    struct stat st = {};
+    if (::stat(dir.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) break;
+      const char* kind = S_ISREG(st.st_mode) ? "a file" : KindOf(st.st_mode);
+      return absl::InvalidArgumentError(dir == path ? absl::StrCat(named, ": is ", kind, ", not a directory")
+                                                    : absl::StrCat(named, ": ", dir, " is ", kind, ", not a directory"));
+    }
+    if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: a parent is a file, found further up
+      return absl::PermissionDeniedError(absl::StrCat(named, ": cannot reach ", dir, ": ", std::strerror(errno)));
+    }
+    missing.push_back(dir);
+    const size_t slash = dir.find_last_not_of('/') == std::string::npos ? std::string::npos
+                                                                          : dir.rfind('/', dir.find_last_not_of('/'));
+    if (slash == std::string::npos) break;  // a relative name: its parent is the working directory
+    dir = dir.substr(0, slash == 0 ? 1 : slash);
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
+      return absl::PermissionDeniedError(absl::StrCat(named, ": cannot create ", *it, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const char* what, int64_t max_bytes) {

@@ -41,6 +41,14 @@ absl::Status CheckRegularInput(const std::string& path);
 // beside it and renamed into place, which would replace it; choose a file path".
 absl::Status CheckReplaceableOutput(const std::string& flag, const std::string& path);
 
+// Creates the output directory `path` and its missing parents (an existing directory
+// passes). Errors, one line naming `flag` ("--output"; empty: the path alone) and the
+// reason: "--output=a.txt/b: a.txt is a file, not a directory" (the path, or one of its
+// parents, exists as another kind of file), "--out=/proc/x: cannot create /proc/x: No
+// such file or directory" (the system's reason: Permission denied, Read-only file
+// system, ...).
+absl::Status CreateOutputDirectory(const std::string& flag, const std::string& path);
+
 // A byte count for messages: "64 MiB", "1.5 GiB", "1024 bytes".
 std::string ByteSize(int64_t bytes);
 

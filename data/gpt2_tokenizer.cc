@@ -137,6 +137,11 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(const std::st
     return "";
   };
   std::error_code ec;
+  if (const fs::file_status st = fs::status(dir, ec); fs::exists(st) && !fs::is_directory(st)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, fs::is_regular_file(st) ? ": is a file" : ": is not a directory",
+        ", and a tokenizer is a directory holding vocab.json and merges.txt (e.g. data_cache/gpt2)"));
+  }
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(
         absl::StrCat(dir, ": tokenizer directory not found (run scripts/setup, which fetches data_cache/gpt2)"));

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_lock.h"
+#include "common/input_file.h"
 #include "common/status.h"
 #include "data/loader.h"
 #include "data/megatron_index.h"
@@ -958,11 +959,8 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
   if (options.on_notice) {
     for (const std::string& line : notices) options.on_notice(line);
   }
+  MS_RETURN_IF_ERROR(CreateOutputDirectory("--output", options.output_dir));
   std::error_code ec;
-  fs::create_directories(options.output_dir, ec);
-  if (ec || !fs::is_directory(options.output_dir, ec)) {
-    return absl::PermissionDeniedError(absl::StrCat(options.output_dir, ": cannot create output directory"));
-  }
   // One prepare per output directory: a second would remove the first one's temporaries
   // (below) and interleave its shards.
   auto lock = FileLock::Acquire((fs::path(options.output_dir) / ".prepare.lock").string(), "prepare",
@@ -1014,6 +1012,7 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
   int64_t total_bytes = 0;  // on disk; -1: unknown (a pipe)
   for (const InputUnit& u : units) total_bytes = u.file_bytes < 0 || total_bytes < 0 ? -1 : total_bytes + u.file_bytes;
   int64_t done_bytes = 0, unit_text_bytes = 0;  // on disk, of the units done; text of the unit in progress
+  int64_t last_val_document = 0;  // tokens of the last document the validation shard took
   auto report = [&] {
     if (!options.on_progress) return;
     PrepareProgress p{summary.bytes, summary.tokens, summary.documents, seconds()};
@@ -1044,6 +1043,7 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
         summary.tokens += n;
         if (val != nullptr && summary.val_tokens < options.val_tokens) {
           if (absl::Status s = val->Append(ids, n); !s.ok()) return cleanup(s);
+          last_val_document = n;
           summary.val_tokens += n;
           ++summary.val_documents;
           continue;
@@ -1093,9 +1093,18 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
     for (const auto& [file, n] : summary.replaced_files) summary.replacements += n;
   }
   if (summary.train_tokens == 0) {
-    return cleanup(absl::InvalidArgumentError(absl::StrCat(
-        "all ", summary.documents, " documents (", summary.tokens, " tokens) went to the validation shard; ",
-        "lower --val_tokens (now ", options.val_tokens, ") or add input")));
+    // The validation shard takes whole documents until it holds --val_tokens: the last
+    // document stays for training only when the ones before it reach --val_tokens.
+    const int64_t before_last = summary.val_tokens - last_val_document;
+    const std::string head = absl::StrCat("all ", summary.documents, " document", summary.documents == 1 ? "" : "s",
+                                          " (", summary.tokens, " tokens) went to the validation shard (whole documents "
+                                          "until it holds --val_tokens=", options.val_tokens, "); ");
+    return cleanup(absl::InvalidArgumentError(
+        before_last > 0
+            ? absl::StrCat(head, "--val_tokens=", before_last, " or less leaves the last document for training, "
+                           "--val_tokens=0 all of them; or add input")
+            : absl::StrCat(head, "only --val_tokens=0 (no validation shard) leaves ",
+                           summary.documents == 1 ? "the document" : "them", " for training; or add input")));
   }
   if (absl::Status s = train->Finish(); !s.ok()) return cleanup(s);
   written.push_back(std::move(train));

@@ -348,7 +348,7 @@ TEST(CheckpointTest, SavesAndLoadsWhereTheFileSystemRefusesFlock) {
     std::vector<float> p(layout.size());
     auto saved = SaveCheckpoint(run, meta, {{&layout, p.data(), nullptr, nullptr, 0, 0}}, 3, 0);
     ASSERT_FALSE(saved.ok());
-    EXPECT_NE(saved.status().message().find("shard_pp0_tp0.h5.tmp: cannot create HDF5 file"), std::string::npos)
+    EXPECT_NE(saved.status().message().find("shard_pp0_tp0.h5: cannot create HDF5 file"), std::string::npos)
         << saved.status();
     EXPECT_FALSE(fs::exists(TempCheckpointDir(run, 1)));
     return;

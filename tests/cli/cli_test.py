@@ -704,6 +704,51 @@ class CliTest(OneLineErrors):
             else:
                 self.assert_exact_error(r, line)
 
+    def test_outputs_inputs_and_stdin_that_cannot_be_used_say_why(self):
+        # Field report: each of these failed without its reason, or named the wrong file.
+        w, t = self._init_and_tokens(64)
+        text = os.path.join(self.dir, "a.txt")
+        with open(text, "w") as f:
+            f.write("A document of a few words. " * 20)
+        out_file = os.path.join(self.dir, "out_file")
+        with open(out_file, "w") as f:
+            f.write("x")
+        self.assert_exact_error(
+            run("prepare", f"--tokenizer={TOKENIZER}", f"--input={text}", f"--output={out_file}", "--val_tokens=0"),
+            f"multiscreen prepare: --output={out_file}: is a file, not a directory")
+        self.assert_exact_error(
+            run("prepare", f"--tokenizer={TOKENIZER}", f"--input={text}", f"--output={out_file}/sub", "--val_tokens=0"),
+            f"multiscreen prepare: --output={out_file}/sub: {out_file} is a file, not a directory")
+        self.assert_exact_error(run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=8", "--out=/proc/x"),
+                                "multiscreen eval ppl: --out=/proc/x: cannot create /proc/x: No such file or directory")
+        self.assert_exact_error(run("init", "--model=tiny_psi2", "--out=/nonexistent/x.h5"),
+                                "multiscreen init: /nonexistent/x.h5: cannot create HDF5 file: no directory /nonexistent")
+        self.assert_exact_error(run("tokenize", f"--tokenizer={text}"),
+                                f"multiscreen tokenize: {text}: is a file, and a tokenizer is a directory holding "
+                                "vocab.json and merges.txt (e.g. data_cache/gpt2)")
+        root = os.open("/", os.O_RDONLY)  # `multiscreen tokenize < /`
+        try:
+            r = subprocess.run([BIN, "tokenize", f"--tokenizer={TOKENIZER}"], stdin=root, capture_output=True, text=True,
+                               timeout=120)
+        finally:
+            os.close(root)
+        self.assert_exact_error(r, "multiscreen tokenize: stdin is a directory, not text (multiscreen tokenize "
+                                   "--tokenizer=DIR < FILE)")
+        r = subprocess.run([BIN, "tokenize", f"--tokenizer={TOKENIZER}", "--decode"], input=b"1 \xff\xfeA\x01 2",
+                           capture_output=True, timeout=120)
+        with self.subTest(line="tokenize --decode of bytes that are not UTF-8"):  # the bytes themselves, not decoded
+            self.assertEqual((r.returncode, r.stderr),
+                             (1, b"multiscreen tokenize: stdin: '\\xff\\xfeA\\x01' (token 1) is not a token id\n"))
+        self.assert_exact_error(run("eval", "relevance", f"--weights={w}", f"--text={self.dir}/missing.txt",
+                                    f"--out={self.dir}/rel"),
+                                f"multiscreen eval relevance: --text={self.dir}/missing.txt: No such file or directory")
+        self.assert_exact_error(run("init", "--memory=99999999T", f"--out={self.dir}/w2.h5"),
+                                "multiscreen init: --memory=99999999T: too large (at most 2^63 - 1 bytes, 8 EiB)")
+        self.assert_exact_error(run("eval", "abcdigits", "--generate_only", "--length=-8", f"--dump={self.dir}/d.jsonl"),
+                                "multiscreen eval abcdigits: --length=-8: must be >= 1")
+        self.assert_exact_error(run("eval", "abcdigits", "--generate_only", f"--dump={self.dir}/d.jsonl"),
+                                "multiscreen eval abcdigits: --generate_only needs --length=N")
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

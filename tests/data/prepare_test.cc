@@ -546,8 +546,39 @@ TEST(PrepareTest, AValidationSplitThatLeavesNoTrainingDataIsAnError) {
   o.output_dir = dir.path("out");
   o.val_tokens = 1000;
   auto s = Prepare(*tok, o);
+  // One document: any --val_tokens above 0 takes it (the advice was "lower --val_tokens").
   EXPECT_EQ(s.status().message(),
-            "all 1 documents (6 tokens) went to the validation shard; lower --val_tokens (now 1000) or add input");
+            "all 1 document (6 tokens) went to the validation shard (whole documents until it holds --val_tokens=1000); "
+            "only --val_tokens=0 (no validation shard) leaves the document for training; or add input");
+}
+
+TEST(PrepareTest, AValidationSplitThatTakesEveryDocumentSaysWhichValTokensLeavesOne) {
+  auto tok = testing::TinyTokenizer();
+  TempDir dir;
+  WriteFile(dir.path("in.jsonl"), "{\"text\": \"short\"}\n{\"text\": \"short too\"}\n");
+  PrepareOptions o;
+  o.inputs = {dir.path("in.jsonl")};
+  o.output_dir = dir.path("out");
+  o.val_tokens = 1000;
+  auto s = Prepare(*tok, o);
+  ASSERT_FALSE(s.ok());
+  // The first document's tokens: at that --val_tokens the second goes to training.
+  const std::string message(s.status().message());
+  const std::string head = "all 2 documents (";
+  ASSERT_EQ(message.substr(0, head.size()), head) << message;
+  const size_t at = message.find("); --val_tokens=");
+  ASSERT_NE(at, std::string::npos) << message;
+  const int64_t first = std::stoll(message.substr(at + 16));
+  EXPECT_NE(message.find(" or less leaves the last document for training, --val_tokens=0 all of them; or add input"),
+            std::string::npos) << message;
+  o.val_tokens = first;
+  auto ok = Prepare(*tok, o);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->val_documents, 1);
+  EXPECT_GT(ok->train_tokens, 0);
+  o.output_dir = dir.path("out2");
+  o.val_tokens = first + 1;
+  EXPECT_FALSE(Prepare(*tok, o).ok());
 }
 
 }  // namespace
