@@ -43,8 +43,8 @@ ABSL_DECLARE_FLAG(bool, json);     // params_command.cc
 ABSL_DECLARE_FLAG(int64_t, steps);  // train_command.cc
 ABSL_DECLARE_FLAG(double, lr);      // train_command.cc
 ABSL_FLAG(int64_t, warmup, 2, "bench: untimed steps before the timed ones");
-ABSL_FLAG(int64_t, head_chunk_rows, 0, "bench train: tokens per logits chunk of the head (0: the model's default)");
-ABSL_FLAG(int64_t, head_vocab_block, 0, "bench train: vocabulary columns per block of the head (0: the model's default)");
+ABSL_FLAG(int64_t, head_chunk_rows, 0, "bench train: tokens per logits chunk of the head (0: the model's own)");
+ABSL_FLAG(int64_t, head_vocab_block, 0, "bench train: vocabulary columns per block of the head (0: the model's own)");
 ABSL_FLAG(std::string, head_path, "panels", "bench train: panels (the panel kernels where the head allows) | blas");
 ABSL_FLAG(bool, compare_paths, false,
           "bench train: time the step on every instruction-set path this CPU runs, with the panel head and the "

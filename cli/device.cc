@@ -11,7 +11,7 @@
 
 ABSL_FLAG(std::string, device, "auto",
           "cpu | cuda | auto: where the step computes (auto: cuda when this build has it and a GPU is visible); eval: "
-          "cpu | cuda (default cpu)");
+          "cpu | cuda (cpu when not given)");
 
 ABSL_FLAG(double, peak_tflops, 0,
           "train, bench train: the peak rate MFU is taken against, TFLOP/s per process (a datasheet's dense peak, "

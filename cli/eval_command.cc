@@ -809,7 +809,8 @@ absl::Status RefuseRepeats(const std::string& flag, const std::string& text, std
 
 absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const std::string& text) {
   std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  MS_ASSIGN_OR_RETURN(const std::vector<std::string> parts, SplitListFlag(flag, text));
+  for (const std::string& part : parts) {
     int64_t v;
     if (!absl::SimpleAtoi(part, &v) || v < 1) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": '", part, "' is not a positive integer"));
@@ -823,9 +824,10 @@ absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const st
 
 absl::StatusOr<std::vector<double>> ParseDepths(const std::string& text) {
   std::vector<double> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  MS_ASSIGN_OR_RETURN(const std::vector<std::string> parts, SplitListFlag("depths", text));
+  for (const std::string& part : parts) {
     double v;
-    if (!ParseDecimal(std::string(absl::StripAsciiWhitespace(part)), &v) || !(v >= 0 && v <= 1)) {
+    if (!ParseDecimal(part, &v) || !(v >= 0 && v <= 1)) {
       return absl::InvalidArgumentError(absl::StrCat("--depths=", text, ": '", part, "' is not a number in [0, 1]"));
     }
     out.push_back(v);
@@ -1173,7 +1175,8 @@ int Ttft(const std::vector<std::string>& given) {
 // A list flag of indices in [0, n); empty means all of them.
 absl::StatusOr<std::vector<bool>> ParseIndexSet(const std::string& flag, const std::string& text, int64_t n) {
   std::vector<bool> set(n, text.empty());
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  MS_ASSIGN_OR_RETURN(const std::vector<std::string> parts, SplitListFlag(flag, text));
+  for (const std::string& part : parts) {
     int64_t v;
     if (!absl::SimpleAtoi(part, &v) || v < 0 || v >= n) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": '", part, "' is not an index in [0, ", n, ")"));

@@ -42,10 +42,11 @@ ABSL_FLAG(std::vector<std::string>, input, {}, "input files or directories, comm
 ABSL_FLAG(std::string, output, "", "output directory");
 ABSL_FLAG(int32_t, threads, 0, "worker threads (0: all cores)");
 ABSL_FLAG(std::string, isa, "",
-          "CPU kernels' instruction-set path: generic | avx2 | avx512 | native (default: $MULTISCREEN_ISA, else the "
-          "CPU's best)");
-ABSL_FLAG(std::string, precision, "fp32", "train and bench train: fp32 | bf16 | fp16 (mixed precision); forward: fp32 | bf16 | fp64 (fp64: the double-precision "
-          "reference); eval: fp32 | bf16");
+          "CPU kernels' instruction-set path: generic | avx2 | avx512 | native; not given: $MULTISCREEN_ISA, else the "
+          "CPU's best");
+ABSL_FLAG(std::string, precision, "fp32",
+          "train: fp32 | bf16 | fp16 (mixed precision); bench train: those and fp64; forward: fp32 | bf16 | fp64 (fp64: "
+          "the double-precision reference); eval, generate, bench decode: fp32 | bf16");
 
 namespace multiscreen::cli {
 
@@ -411,6 +412,24 @@ absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::in
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   args->assign(rest.begin() + 1, rest.end());
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> SplitListFlag(std::string_view flag, const std::string& text) {
+  std::vector<std::string> values;
+  if (text.empty()) return values;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const std::string named = absl::StrCat("--", std::string(flag), "=", text);
+    if (part.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(named, ": an empty value (values are comma-separated, e.g. --",
+                                                     std::string(flag), "=A,B)"));
+    }
+    if (std::any_of(part.begin(), part.end(), [](char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); })) {
+      return absl::InvalidArgumentError(absl::StrCat(named, ": '", part, "' holds a blank (values are comma-separated "
+                                                     "without blanks, e.g. --", std::string(flag), "=A,B)"));
+    }
+    values.emplace_back(part);
+  }
+  return values;
 }
 
 absl::Status ApplyThreadsFlag() {

@@ -57,6 +57,12 @@ std::vector<std::string> GivenFlags(int argc, char** argv);
 // run file's value.
 bool Given(const std::vector<std::string>& given, std::string_view name);
 
+// The values of a list flag given as `--flag=text` ("0.1,0.5,0.9"): `text` split at its
+// commas. Errors (one line, naming the flag and its text): an empty value ("0.1,,0.5", a
+// trailing comma) or one with blanks ("0.1, 0.5": the lists are comma-separated without
+// blanks, docs/commands.md). An empty `text` is no values.
+absl::StatusOr<std::vector<std::string>> SplitListFlag(std::string_view flag, const std::string& text);
+
 // --threads: OpenMP's (and so OpenBLAS's) thread count; 0 keeps the default
 // (OMP_NUM_THREADS, else every core). Errors: a negative count.
 absl::Status ApplyThreadsFlag();

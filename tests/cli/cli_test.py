@@ -749,6 +749,39 @@ class CliTest(OneLineErrors):
         self.assert_exact_error(run("eval", "abcdigits", "--generate_only", f"--dump={self.dir}/d.jsonl"),
                                 "multiscreen eval abcdigits: --generate_only needs --length=N")
 
+    def test_number_lists_take_no_blanks_or_empty_values(self):
+        # Field report: --depths=" 0.5" and "0.5, 1" were taken, though the lists are
+        # comma-separated without blanks (docs/commands.md).
+        w, _ = self._init_and_tokens(8, model="tiny_gpt2_vocab")  # passkey's prompts are GPT-2 text
+        for i, (flag, value, line) in enumerate((
+                ("depths", " 0.5", "' 0.5' holds a blank (values are comma-separated without blanks, e.g. --depths=A,B)"),
+                ("depths", "0.5, 1", "' 1' holds a blank (values are comma-separated without blanks, e.g. --depths=A,B)"),
+                ("depths", "0.5,,1", "an empty value (values are comma-separated, e.g. --depths=A,B)"),
+                ("contexts", "64,", "an empty value (values are comma-separated, e.g. --contexts=A,B)"),
+                ("contexts", "64,\t128", "'\\t128' holds a blank (values are comma-separated without blanks, e.g. "
+                                         "--contexts=A,B)"))):
+            r = run("eval", "passkey", f"--weights={w}", f"--out={self.dir}/pk{i}", f"--{flag}={value}", "--instances=1")
+            shown = value.replace("\t", "\\t")
+            self.assert_exact_error(r, f"multiscreen eval passkey: --{flag}={shown}: {line}")
+        text = os.path.join(self.dir, "a.txt")
+        with open(text, "w") as f:
+            f.write("a few words")
+        self.assert_exact_error(run("eval", "relevance", f"--weights={w}", f"--out={self.dir}/rel", f"--text={text}",
+                                    "--layers=0, 1"),
+                                "multiscreen eval relevance: --layers=0, 1: ' 1' holds a blank (values are "
+                                "comma-separated without blanks, e.g. --layers=A,B)")
+
+    def test_help_names_every_precision_and_one_default(self):
+        # Field report: bench's --precision help left out fp64; --isa's help gave two defaults.
+        for command in (["bench", "train"], ["train"], ["eval", "ppl"], ["generate"], ["forward"]):
+            r = run(*command, "--help")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for line in r.stdout.splitlines():
+                self.assertLessEqual(line.count("default"), 1, line)
+        precision = [l for l in run("bench", "train", "--help").stdout.splitlines() if l.startswith("  --precision  ")]
+        self.assertEqual(len(precision), 1)
+        self.assertIn("bench train: those and fp64", precision[0])
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
