@@ -2,11 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <random>
 #include <numbers>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/mipe.h"
 #include "kernels/cpu/softmask.h"
 #include "kernels/cpu/tanh_norm.h"
@@ -134,6 +137,50 @@ TEST_P(Fp16Test, RoundingMatchesTheCompilersHalfConversionOnEveryPath) {
   EXPECT_EQ(x[5], 1.001953125f);     // the other tie rounds up to even
   EXPECT_TRUE(std::isinf(x[8]));     // 65520 rounds past the largest half
   EXPECT_EQ(x[12], 0.f);             // half of the smallest subnormal ties to zero
+}
+
+// Gemm against a plain triple loop in long double for every transpose pair, one row
+// (m = 1: the decoders' products, a matrix-vector product) and several, with padded
+// strides (op(A)'s one row then strided when A is stored transposed), beta 0 over a C
+// holding NaN (C is not read), beta 0.5, and k = 0 (C = beta · C).
+template <typename Real>
+void CheckGemmAgainstLoops(double tolerance) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  for (int64_t m : {1, 3}) {
+    for (int64_t k : {0, 1, 19}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          for (Real beta : {Real(0), Real(0.5)}) {
+            const int64_t n = 37, lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldc = n + 1;
+            std::vector<Real> a((ta ? k : m) * lda + 1), b((tb ? n : k) * ldb + 1), c(m * ldc);
+            for (Real& x : a) x = Real(uniform(rng));
+            for (Real& x : b) x = Real(uniform(rng));
+            for (Real& x : c) x = beta == Real(0) ? std::numeric_limits<Real>::quiet_NaN() : Real(uniform(rng));
+            const std::vector<Real> c0 = c;
+            const Real alpha = Real(0.75);
+            Gemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                long double sum = 0;
+                for (int64_t l = 0; l < k; ++l) {
+                  sum += (long double)(ta ? a[l * lda + i] : a[i * lda + l]) * (tb ? b[j * ldb + l] : b[l * ldb + j]);
+                }
+                const long double want = alpha * sum + (beta == Real(0) ? 0.0L : beta * (long double)c0[i * ldc + j]);
+                ASSERT_NEAR(double(c[i * ldc + j]), double(want), tolerance)
+                    << "m " << m << " k " << k << " trans " << ta << tb << " beta " << beta << " at " << i << "," << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmTest, EveryShapeAndTransposeIsTheProduct) {
+  CheckGemmAgainstLoops<float>(1e-5);
+  CheckGemmAgainstLoops<double>(1e-13);
 }
 
 TEST(IsaSelectionTest, NamesParseAndTheCapHoldsOnlyForPathsTheCpuRuns) {
