@@ -101,14 +101,7 @@ void ModelRunner::TokenLossesFull(const int32_t* ids, int64_t n, float* losses) 
 
 void ModelRunner::TokenLossesDecode(const int32_t* ids, int64_t n, float* losses) {
   auto session = MakeDecoder<float>(dims(), Params(), options_, StageOptions(device_));
-  std::vector<float> logits(dims().vocab);
-  for (int64_t i = 0; i + 1 < n; ++i) {
-    session->Step(ids[i], logits.data());
-    const float m = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float z : logits) sum += std::exp(double(z) - m);
-    losses[i] = static_cast<float>(double(m) + std::log(sum) - logits[ids[i + 1]]);
-  }
+  session->Losses(ids, n, losses);
 }
 
 std::vector<int32_t> ModelRunner::Greedy(const std::vector<int32_t>& prompt, int64_t max_new,
@@ -228,11 +221,13 @@ int64_t ModelRunner::FullPassBytes(int64_t n) const {
 int64_t ModelRunner::DecodeBytes(int64_t n) const {
   const ModelDims& d = dims();
   const bool on_device = device_.device != Device::kCpu;
-  double cache = 0, fixed = 0;  // floats: the caches; the packed weights, the table
+  double cache = 0, fixed = 0;  // floats: the caches; the packed weights, the table, a chunk's rows and logits
+  const double rows = double(std::min(n, Decoder<float>::kFeedRows));
   if (d.transformer()) {
-    // Keys and values of every token in every layer, the packed W_QKV, the table.
+    // Keys and values of every token in every layer, the packed W_QKV, the table; a chunk's
+    // x, a, o, [q | k | v], [gate | up], hidden and rstd.
     cache = 2.0 * double(n) * d.n_layers * d.d_e;
-    fixed = 3.0 * d.n_layers * d.d_e * d.d_e + double(d.vocab) * d.d_e;
+    fixed = 3.0 * d.n_layers * d.d_e * d.d_e + double(d.vocab) * d.d_e + rows * (6.0 * d.d_e + 3.0 * d.d_ff() + 1 + d.vocab);
   } else {
     const ParamLayout& layout = model_->layout();
     double slots = 0;
@@ -242,7 +237,9 @@ int64_t ModelRunner::DecodeBytes(int64_t n) const {
       }
     }
     cache = slots * (d.d_k + d.d_v + 3);
-    fixed = double(d.vocab) * d.d_e + d.vocab;
+    // Ē; a chunk's x, P, U and logits.
+    const double p_cols = 2.0 * d.d_k + (d.output_gate ? 2 : 1) * d.d_v;
+    fixed = double(d.vocab) * d.d_e + rows * (d.d_e + d.n_heads * (p_cols + d.d_v) + d.vocab);
   }
   // On a device the cache buffers grow by doubling (up to twice what they hold), and the
   // session's packed (under bf16, rounded) copies of the weights are about the parameters once.

@@ -63,8 +63,10 @@ class ModelRunner {
   // over the n − 1 inputs (with the window rule; equal to `forward`'s token_losses under
   // as-learned windows), on the runner's device.
   void TokenLossesFull(const int32_t* ids, int64_t n, float* losses);
-  // The same from the decoding cache, one token at a time (memory: the caches, not T × rows),
-  // on the runner's device (the logits of each token brought to the host).
+  // The same from the decoding cache (Decoder::Losses: the layers' GEMMs and the head over
+  // chunks of Decoder::kFeedRows tokens, the caches stepped a token at a time; memory: the
+  // caches and a chunk, not T × rows), on the runner's device (each token's log-sum-exp
+  // and target logit brought to the host, not its logits).
   void TokenLossesDecode(const int32_t* ids, int64_t n, float* losses);
 
   // Greedy continuation of `prompt` by `max_new` tokens (the argmax, the lowest id on
@@ -92,8 +94,8 @@ class ModelRunner {
   // compare it with DeviceFreeBytes read after construction), and of TokenLossesDecode /
   // Greedy over n tokens on the runner's device (the caches: Multiscreen ⌈w⌉ keys per
   // finite-window tile, n per infinite one; the Transformer n keys and values per layer;
-  // on a device twice that, as its buffers grow by doubling, and the packed weights).
-  // Both saturate at INT64_MAX bytes rather than overflow.
+  // on a device twice that, as its buffers grow by doubling, and the packed weights; the
+  // activations of a prompt chunk's Decoder::kFeedRows rows). Both saturate at INT64_MAX bytes rather than overflow.
   int64_t FullPassBytes(int64_t n) const;
   int64_t DecodeBytes(int64_t n) const;
 

@@ -52,36 +52,38 @@ int64_t DecodeSession<Real>::CachedKeys(int64_t layer, int64_t tile) const {
 }
 
 template <typename Real>
-void DecodeSession<Real>::Feed(int32_t token) {
+void DecodeSession<Real>::FeedRows(const int32_t* tokens, int64_t rows) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, NH = d.n_heads, dV = d.d_v, C = 2 * d.d_k + (d.output_gate ? 2 : 1) * dV, V = d.vocab;
-  Real* x = x_.data();
-  constexpr auto kRounded = kernels::PackedGemmA::kRounded;  // nothing else rounds a token's rows
-  ops_->EmbeddingForward(e_bar_.data(), 0, V, dE, &token, 1, embed_scale_, x);
+  const int64_t p_cols = NH * C, u_cols = NH * dV;
+  constexpr auto kRounded = kernels::PackedGemmA::kRounded;  // nothing else rounds the rows
+  x_.Resize(rows * dE);
+  p_.Resize(rows * p_cols);
+  u_.Resize(rows * u_cols);
+  Real *x = x_.data(), *p = p_.data(), *u = u_.data();
+  ops_->EmbeddingForward(e_bar_.data(), 0, V, dE, tokens, rows, embed_scale_, x);
   for (int64_t l = 0; l < d.n_layers; ++l) {
-    // P = x · W_cat (spec step 3); U = the tiles' screening of this token (steps 5–13);
-    // x += U · W_O (step 13, 2). GemmPacked rounds x and U as it reads them.
-    ops_->GemmPacked(false, false, 1, NH * C, dE, 1, x, dE, kRounded, w_cat_op_[l], NH * C, 0, p_.data(), NH * C);
-    if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, p_.data(), NH * C);
-    caches_[l]->Step(p_.data(), position_, u_.data());
-    ops_->GemmPacked(false, false, 1, dE, NH * dV, 1, u_.data(), NH * dV, kRounded, w_o_op_[l], dE, 1, x, dE);
+    // P = x · W_cat (spec step 3); U = the tiles' screening of each token in order
+    // (steps 5–13, the cache growing by one token a row); x += U · W_O (step 13, 2).
+    // GemmPacked rounds x and U as it reads them.
+    ops_->GemmPacked(false, false, rows, p_cols, dE, 1, x, dE, kRounded, w_cat_op_[l], p_cols, 0, p, p_cols);
+    if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, p, rows * p_cols);
+    for (int64_t r = 0; r < rows; ++r) caches_[l]->Step(p + r * p_cols, position_ + r, u + r * u_cols);
+    ops_->GemmPacked(false, false, rows, dE, u_cols, 1, u, u_cols, kRounded, w_o_op_[l], dE, 1, x, dE);
   }
-  ++position_;
-  logits_ready_ = false;
+  position_ += rows;
 }
 
 template <typename Real>
-void DecodeSession<Real>::Step(int32_t token, Real* logits) {
-  Feed(token);
+void DecodeSession<Real>::HeadRows(int64_t rows) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, V = d.vocab;
   constexpr auto kRounded = kernels::PackedGemmA::kRounded;
   Real* x = x_.data();
   // PLNorm (step 14) and the logits e^{s_F} · y Ēᵀ.
-  if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, nullptr, 1, dE);
-  ops_->GemmPacked(false, true, 1, V, dE, head_scale_, x, dE, kRounded, e_bar_op_, dE, 0, logits_.data(), V);
-  if (logits != nullptr) ops_->Download(logits_.data(), V, logits);
-  logits_ready_ = true;
+  if (d.pl_norm) ops_->UnitRowsForward(x, dE, x, dE, nullptr, rows, dE);
+  logits_.Resize(rows * V);
+  ops_->GemmPacked(false, true, rows, V, dE, head_scale_, x, dE, kRounded, e_bar_op_, dE, 0, logits_.data(), V);
 }
 
 template class DecodeSession<float>;

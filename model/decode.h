@@ -35,17 +35,16 @@ class DecodeSession final : public Decoder<Real> {
   DecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options,
                 const ModelOptions& placement = {});
 
-  // Feeds the token at absolute position position(); writes logits [V] (host) for the
-  // next token, or keeps them on the session's device (logits null).
-  void Step(int32_t token, Real* logits) override;
-  void Feed(int32_t token) override;
-  int32_t Argmax() override {
-    CheckLogitsReady(logits_ready_);
-    return static_cast<int32_t>(ops_->Argmax(logits_.data(), logits_.size()));
-  }
   int64_t position() const override { return position_; }
   // Keys held by (layer, tile)'s cache: min(position, ⌈w⌉), or position for w = ∞.
   int64_t CachedKeys(int64_t layer, int64_t tile) const;
+
+ protected:
+  void FeedRows(const int32_t* tokens, int64_t rows) override;
+  void HeadRows(int64_t rows) override;
+  kernels::KernelTable<Real>& ops() override { return *ops_; }
+  const Real* logits() const override { return logits_.data(); }
+  int64_t vocab() const override { return layout_.dims().vocab; }
 
  private:
   ParamLayout layout_;
@@ -59,9 +58,8 @@ class DecodeSession final : public Decoder<Real> {
   kernels::PackedOperand<Real> e_bar_op_;
   std::vector<kernels::PackedOperand<Real>> w_cat_op_, w_o_op_;
   std::vector<std::unique_ptr<kernels::ScreeningCache<Real>>> caches_;  // per layer
-  DeviceArray<Real> x_, p_, u_, logits_;  // one token's activations
+  DeviceArray<Real> x_, p_, u_, logits_;  // a chunk's activations and logits
   int64_t position_ = 0;
-  bool logits_ready_ = false;  // logits_ are the last token's (a Step, not a Feed)
 };
 
 }  // namespace multiscreen

@@ -1,5 +1,7 @@
 #include "model/decoder.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,7 +22,7 @@ std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* pa
 template <typename Real>
 std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vector<int32_t>& prompt, int64_t max_new,
                                         const OnToken& on_token) {
-  for (size_t i = 0; i + 1 < prompt.size(); ++i) decoder.Feed(prompt[i]);
+  decoder.Feed(prompt.data(), static_cast<int64_t>(prompt.size()) - 1);
   decoder.Step(prompt.back(), nullptr);
   std::vector<int32_t> out;
   for (int64_t i = 0; i < max_new; ++i) {
@@ -31,10 +33,61 @@ std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vecto
   return out;
 }
 
-void CheckLogitsReady(bool ready) {
-  if (ready) return;
-  std::fprintf(stderr, "multiscreen: internal error: Decoder::Argmax without the logits of a Step\n");
-  std::abort();
+template <typename Real>
+void Decoder<Real>::Step(int32_t token, Real* logits) {
+  FeedRows(&token, 1);
+  HeadRows(1);
+  if (logits != nullptr) ops().Download(this->logits(), vocab(), logits);
+  logits_ready_ = true;
+}
+
+template <typename Real>
+void Decoder<Real>::Feed(const int32_t* tokens, int64_t n) {
+  for (int64_t first = 0; first < n; first += feed_rows_) {
+    FeedRows(tokens + first, std::min(feed_rows_, n - first));
+    logits_ready_ = false;
+  }
+}
+
+template <typename Real>
+void Decoder<Real>::Losses(const int32_t* tokens, int64_t n, float* losses) {
+  const int64_t V = vocab();
+  for (int64_t first = 0; first < n; first += feed_rows_) {
+    const int64_t rows = std::min(feed_rows_, n - first);
+    FeedRows(tokens + first, rows);
+    logits_ready_ = false;
+    // Row r's target is the next token; the sequence's last token has none.
+    const int64_t scored = std::min(rows, n - 1 - first);
+    if (scored <= 0) break;
+    HeadRows(scored);
+    targets_.assign(tokens + first + 1, tokens + first + 1 + scored);
+    row_max_.resize(scored);
+    row_sum_.resize(scored);
+    target_logit_.resize(scored);
+    ops().SoftmaxStats(logits(), V, scored, V, row_max_.data(), row_sum_.data());
+    ops().TargetLogits(logits(), V, scored, targets_.data(), target_logit_.data());
+    for (int64_t r = 0; r < scored; ++r) {
+      losses[first + r] = static_cast<float>(row_max_[r] + std::log(row_sum_[r]) - target_logit_[r]);
+    }
+  }
+}
+
+template <typename Real>
+void Decoder<Real>::set_feed_rows(int64_t rows) {
+  if (rows < 1) {
+    std::fprintf(stderr, "multiscreen: internal error: Decoder::set_feed_rows(%lld)\n", static_cast<long long>(rows));
+    std::abort();
+  }
+  feed_rows_ = rows;
+}
+
+template <typename Real>
+int32_t Decoder<Real>::Argmax() {
+  if (!logits_ready_) {
+    std::fprintf(stderr, "multiscreen: internal error: Decoder::Argmax without the logits of a Step\n");
+    std::abort();
+  }
+  return static_cast<int32_t>(ops().Argmax(logits(), vocab()));
 }
 
 template <typename Real>
@@ -77,5 +130,8 @@ std::unique_ptr<kernels::AttentionCache<Real>> AttentionCacheFor(Device device,
 MS_INSTANTIATE(float)
 MS_INSTANTIATE(double)
 #undef MS_INSTANTIATE
+
+template class Decoder<float>;
+template class Decoder<double>;
 
 }  // namespace multiscreen

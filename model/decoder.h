@@ -21,6 +21,9 @@
 
 namespace multiscreen {
 
+// A decoding session: the orchestration of a token's (or a chunk's) rows through the
+// head, written here once over the family's two operations (FeedRows: the layers and
+// their caches; HeadRows: the logits of fed rows).
 template <typename Real>
 class Decoder {
  public:
@@ -29,17 +32,60 @@ class Decoder {
   // next token, equal (to rounding) to the last row of the whole model's forward over
   // the tokens fed so far. logits null: they stay where the session runs (for Argmax;
   // nothing crosses from a device).
-  virtual void Step(int32_t token, Real* logits) = 0;
-  // Feeds the token at position() as Step does but computes no logits (the head's
-  // product over the vocabulary, most of a small model's token): a prompt token whose
-  // successor is given. The layers' results and caches are Step's, bit for bit.
-  virtual void Feed(int32_t token) = 0;
+  void Step(int32_t token, Real* logits);
+  // Feeds tokens [n] (host ids) at positions position() … position() + n − 1 as n Steps
+  // would, but computes no logits (the head's product over the vocabulary, most of a
+  // small model's token): prompt tokens whose successors are given. The layers take the
+  // tokens in chunks of up to feed_rows() rows: each GEMM (the projections, W_O; the
+  // Transformer's FFN) multiplies a chunk's rows at once — a long prompt runs at the
+  // device's GEMM rate, not as one GEMV per token and layer — while each layer's cache
+  // takes the chunk's tokens one by one in order (kernels/decode_cache.h), so memory is
+  // bounded by the chunk whatever n is. n = 1: the layers' results and caches are Step's,
+  // bit for bit; n > 1: equal to n single Feeds up to the products' summation order
+  // (bit for bit where the GEMM sums each output in k order whatever m is, as the
+  // emulated device's). n = 0 does nothing.
+  void Feed(const int32_t* tokens, int64_t n);
+  void Feed(int32_t token) { Feed(&token, 1); }
+  // Feeds tokens [n] as Feed does and writes losses [n − 1] (host, nats): losses[i] =
+  // −log p(tokens[i + 1] | tokens[0..i]), the log-softmax of token i's logits at its
+  // successor (eval ppl's decode path: memory the caches and a chunk, not T × activations).
+  // Each chunk's logits [rows, V] come from one GEMM, and their log-sum-exp and target
+  // logits are taken where the session runs (KernelTable::SoftmaxStats, TargetLogits: 24
+  // bytes a token cross from a device instead of 4·V). Equal to Step's logits' losses up
+  // to the products' summation order. Argmax after it is a caller's bug (no Step).
+  void Losses(const int32_t* tokens, int64_t n, float* losses);
+  // Rows of Feed's and Losses' chunks (kFeedRows unless set): 256 tokens make the
+  // products of a Ψ = 16 … 32 layer GEMM-shaped (d_E ≥ 256) while a chunk's activations
+  // stay a few MB (its logits 256 · V floats: 51 MB at GPT-2's V). Any rows ≥ 1 give the
+  // same results up to the products' summation order (bench decode --feed_rows; tests
+  // cross chunk boundaries with a few tokens). Fatal below 1 (a caller's bug).
+  static constexpr int64_t kFeedRows = 256;
+  void set_feed_rows(int64_t rows);
+  int64_t feed_rows() const { return feed_rows_; }
   // The next token's greedy choice from the last Step's logits: their argmax in
   // kernels/cpu/argmax.h's order (the lowest id on ties, the first NaN if any), taken
   // where the session runs (KernelTable::Argmax: from a device one int32 crosses). Only
-  // after a Step (after a Feed or none: a caller's bug, fatal).
-  virtual int32_t Argmax() = 0;
+  // after a Step (after a Feed, Losses or none: a caller's bug, fatal).
+  int32_t Argmax();
   virtual int64_t position() const = 0;
+
+ protected:
+  // The family's layers over tokens [rows] (1 ≤ rows ≤ feed_rows()) at position() …:
+  // embedding, every layer (its GEMMs over the rows, its cache stepped a row at a time),
+  // leaving the final hidden rows for HeadRows; advances position() by rows.
+  virtual void FeedRows(const int32_t* tokens, int64_t rows) = 0;
+  // The logits [rows, V] of the last FeedRows' first `rows` rows into logits().
+  virtual void HeadRows(int64_t rows) = 0;
+  virtual kernels::KernelTable<Real>& ops() = 0;
+  // The session's logits array on its device (HeadRows writes it, sized by the session).
+  virtual const Real* logits() const = 0;
+  virtual int64_t vocab() const = 0;
+
+ private:
+  int64_t feed_rows_ = kFeedRows;
+  bool logits_ready_ = false;  // logits() hold the last token's (a Step, not a Feed)
+  std::vector<int64_t> targets_;  // Losses' targets of a chunk
+  std::vector<double> row_max_, row_sum_, target_logit_;
 };
 
 // The decoder of dims.family over `params` (the full layout's buffer, ShardSpec::Full,
@@ -56,8 +102,8 @@ std::unique_ptr<Decoder<Real>> MakeDecoder(const ModelDims& dims, const Real* pa
 // false stops the continuation there (generate's streaming and its SIGINT).
 using OnToken = std::function<bool(int32_t token)>;
 
-// Greedy continuation: feeds `prompt` (non-empty; Feed, and Step for its last token) to a
-// fresh decoder, then up to `max_new`
+// Greedy continuation: feeds `prompt` (non-empty; one Feed of all its tokens but the last
+// — chunked GEMMs — and Step for its last token) to a fresh decoder, then up to `max_new`
 // times Decoder::Argmax (the lowest id on ties) and feeds it back; returns those tokens,
 // fewer when on_token (if given) returned false on the last of them. What `multiscreen
 // generate` prints and eval's abcdigits/passkey score. No logits cross to the host.
@@ -73,10 +119,6 @@ std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vecto
 template <typename Real>
 const Real* GemmOperand(kernels::KernelTable<Real>& ops, Precision precision, const Real* src, int64_t n,
                         DeviceArray<Real>* store);
-
-// The sessions' Argmax guard: fatal (a caller's bug) unless the last token fed came with
-// its logits (Step, not Feed).
-void CheckLogitsReady(bool ready);
 
 // The decoding caches of `device` (kernels/decode_cache.h), fatal (one line naming
 // --device) where the factories refuse: for the sessions' constructors.

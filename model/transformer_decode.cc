@@ -106,50 +106,54 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
 }
 
 template <typename Real>
-void TransformerDecodeSession<Real>::Feed(int32_t token) {
+void TransformerDecodeSession<Real>::FeedRows(const int32_t* tokens, int64_t rows) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, F = d.d_ff(), V = d.vocab;
-  Real *x = x_.data(), *a = a_.data();
-  constexpr auto kRounded = kernels::PackedGemmA::kRounded;  // nothing else rounds a token's rows
-  ops_->EmbeddingForward(table_, 0, V, dE, &token, 1, embed_scale_, x);
+  constexpr auto kRounded = kernels::PackedGemmA::kRounded;  // nothing else rounds the rows
+  for (auto* a : {&x_, &a_, &o_}) a->Resize(rows * dE);
+  qkv_.Resize(rows * 3 * dE);
+  gu_.Resize(rows * 2 * F);
+  hidden_.Resize(rows * F);
+  rstd_.Resize(rows);
+  Real *x = x_.data(), *a = a_.data(), *qkv = qkv_.data(), *o = o_.data();
+  ops_->EmbeddingForward(table_, 0, V, dE, tokens, rows, embed_scale_, x);
   for (Layer& L : layers_) {
     // a = RMSNorm(x); [q | k | v] = a W_QKV; o = the layer's attention (or screening) of
-    // this token over the cache; x += o W_O. GemmPacked rounds a, o, the hidden row as it
-    // reads them.
-    tk_->RmsNormForward(x, L.attn_norm, a, rstd_.data(), 1, dE);
-    ops_->GemmPacked(false, false, 1, 3 * dE, dE, 1, a, dE, kRounded, L.w_qkv_op, 3 * dE, 0, qkv_.data(), 3 * dE);
-    if (L.screens != nullptr) {
-      L.screens->Step(qkv_.data(), position_, o_.data());
-    } else {
-      L.attention->Step(qkv_.data(), position_, o_.data());
+    // each token in order over the cache, which grows by one token a row; x += o W_O.
+    // GemmPacked rounds a, o, the hidden rows as it reads them.
+    tk_->RmsNormForward(x, L.attn_norm, a, rstd_.data(), rows, dE);
+    ops_->GemmPacked(false, false, rows, 3 * dE, dE, 1, a, dE, kRounded, L.w_qkv_op, 3 * dE, 0, qkv, 3 * dE);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (L.screens != nullptr) {
+        L.screens->Step(qkv + r * 3 * dE, position_ + r, o + r * dE);
+      } else {
+        L.attention->Step(qkv + r * 3 * dE, position_ + r, o + r * dE);
+      }
     }
-    ops_->GemmPacked(false, false, 1, dE, dE, 1, o_.data(), dE, kRounded, L.w_o, dE, 1, x, dE);
+    ops_->GemmPacked(false, false, rows, dE, dE, 1, o, dE, kRounded, L.w_o, dE, 1, x, dE);
     // x += SwiGLU(RMSNorm(x) [W_gate; W_up]ᵀ) W_down.
-    tk_->RmsNormForward(x, L.ffn_norm, a, rstd_.data(), 1, dE);
-    ops_->GemmPacked(false, true, 1, 2 * F, dE, 1, a, dE, kRounded, L.w_gu, dE, 0, gu_.data(), 2 * F);
-    tk_->SwiGluForward(gu_.data(), hidden_.data(), 1, F);
-    ops_->GemmPacked(false, false, 1, dE, F, 1, hidden_.data(), F, kRounded, L.w_down, dE, 1, x, dE);
+    tk_->RmsNormForward(x, L.ffn_norm, a, rstd_.data(), rows, dE);
+    ops_->GemmPacked(false, true, rows, 2 * F, dE, 1, a, dE, kRounded, L.w_gu, dE, 0, gu_.data(), 2 * F);
+    tk_->SwiGluForward(gu_.data(), hidden_.data(), rows, F);
+    ops_->GemmPacked(false, false, rows, dE, F, 1, hidden_.data(), F, kRounded, L.w_down, dE, 1, x, dE);
   }
-  ++position_;
-  logits_ready_ = false;
+  position_ += rows;
 }
 
 template <typename Real>
-void TransformerDecodeSession<Real>::Step(int32_t token, Real* logits) {
-  Feed(token);
+void TransformerDecodeSession<Real>::HeadRows(int64_t rows) {
   const ModelDims& d = layout_.dims();
   const int64_t dE = d.d_e, V = d.vocab;
   constexpr auto kRounded = kernels::PackedGemmA::kRounded;
   Real *x = x_.data(), *a = a_.data();
   // y = x/‖x‖ (pl_norm) or RMSNorm(x) without gain; logits = scale · y tableᵀ.
   if (d.pl_norm) {
-    ops_->UnitRowsForward(x, dE, a, dE, nullptr, 1, dE);
+    ops_->UnitRowsForward(x, dE, a, dE, nullptr, rows, dE);
   } else {
-    tk_->RmsNormForward(x, nullptr, a, rstd_.data(), 1, dE);
+    tk_->RmsNormForward(x, nullptr, a, rstd_.data(), rows, dE);
   }
-  ops_->GemmPacked(false, true, 1, V, dE, head_scale_, a, dE, kRounded, table_op_, dE, 0, logits_.data(), V);
-  if (logits != nullptr) ops_->Download(logits_.data(), V, logits);
-  logits_ready_ = true;
+  logits_.Resize(rows * V);
+  ops_->GemmPacked(false, true, rows, V, dE, head_scale_, a, dE, kRounded, table_op_, dE, 0, logits_.data(), V);
 }
 
 template class TransformerDecodeSession<float>;

@@ -38,13 +38,14 @@ class TransformerDecodeSession final : public Decoder<Real> {
   TransformerDecodeSession(const ModelDims& dims, const Real* params, const InferenceOptions& options = {},
                            const ModelOptions& placement = {});
 
-  void Step(int32_t token, Real* logits) override;  // logits null: kept on the device (Argmax)
-  void Feed(int32_t token) override;
-  int32_t Argmax() override {
-    CheckLogitsReady(logits_ready_);
-    return static_cast<int32_t>(ops_->Argmax(logits_.data(), logits_.size()));
-  }
   int64_t position() const override { return position_; }
+
+ protected:
+  void FeedRows(const int32_t* tokens, int64_t rows) override;
+  void HeadRows(int64_t rows) override;
+  kernels::KernelTable<Real>& ops() override { return *ops_; }
+  const Real* logits() const override { return logits_.data(); }
+  int64_t vocab() const override { return layout_.dims().vocab; }
 
  private:
   struct Layer {
@@ -66,9 +67,8 @@ class TransformerDecodeSession final : public Decoder<Real> {
   kernels::PackedOperand<Real> table_op_;  // table_ as the head's GEMM reads it, packed once
   Real embed_scale_ = 1, head_scale_ = 1;  // e^{s_E}, e^{s_F} (sio) or 1
   std::vector<Layer> layers_;
-  DeviceArray<Real> x_, a_, qkv_, o_, gu_, hidden_, rstd_, logits_;  // one token's activations
+  DeviceArray<Real> x_, a_, qkv_, o_, gu_, hidden_, rstd_, logits_;  // a chunk's activations and logits
   int64_t position_ = 0;
-  bool logits_ready_ = false;  // logits_ are the last token's (a Step, not a Feed)
 };
 
 }  // namespace multiscreen

@@ -9,7 +9,8 @@
 // sigmoid, entmax 1.5, QKNorm, SIO and attention SCREENING. Greedy decoding with the
 // device's argmax generates the tokens the host's argmax over downloaded logits did (Ψ = 8,
 // transformer_8m; fp32, bf16; CPU and device), and on the emulated device a token costs 4
-// bytes to the host instead of 4·V. Skips, visibly, without a GPU.
+// bytes to the host instead of 4·V. A prompt fed in chunks (Decoder::Feed) and decode-path
+// losses (Decoder::Losses) against token-by-token Steps. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -428,6 +429,21 @@ TEST_F(CudaTest, GreedyTokensAreThoseOfTheHostArgmaxAsBefore) {
   }
 }
 
+#ifdef MULTISCREEN_CUDA_EMULATED
+// The bytes copies moved to the host on the emulated device so far.
+uint64_t BytesToHost() {
+  uint64_t bytes = 0;
+  for (const auto& [name, tally] : msemu::WorkTallies()) bytes += tally.bytes_to_host;
+  return bytes;
+}
+// The cuBLAS(Lt) products the emulated device ran so far.
+uint64_t CublasProducts() {
+  uint64_t n = 0;
+  for (const auto& [name, tally] : msemu::WorkTallies()) n += name.starts_with("cublas") ? tally.calls : 0;
+  return n;
+}
+#endif
+
 // Feed (a prompt token whose successor is given) is Step without the head: the logits
 // after fed tokens and a Step are bit for bit those of Steps throughout, on the CPU and
 // the device, fp32 and bf16, for both families. On the emulated device a fed token makes
@@ -453,16 +469,11 @@ TEST_F(CudaTest, FeedIsStepWithoutTheHead) {
         EXPECT_EQ(fed->Argmax(), stepped->Argmax());
 #ifdef MULTISCREEN_CUDA_EMULATED
         if (device == Device::kCuda) {
-          auto products = [] {
-            uint64_t n = 0;
-            for (const auto& [name, tally] : msemu::WorkTallies()) n += name.starts_with("cublas") ? tally.calls : 0;
-            return n;
-          };
-          const uint64_t p0 = products();
+          const uint64_t p0 = CublasProducts();
           fed->Feed(prompt[0]);
-          const uint64_t p1 = products();
+          const uint64_t p1 = CublasProducts();
           fed->Step(prompt[1], nullptr);
-          const uint64_t p2 = products();
+          const uint64_t p2 = CublasProducts();
           // Per layer: W_cat and W_O (the Transformer: W_QKV, W_O, [W_gate; W_up], W_down).
           const uint64_t per_layer = dims.transformer() ? 4 : 2;
           EXPECT_EQ(p1 - p0, per_layer * dims.n_layers);
@@ -474,13 +485,110 @@ TEST_F(CudaTest, FeedIsStepWithoutTheHead) {
   }
 }
 
+// A prompt fed in one Feed (chunks of feed_rows() rows through each layer's GEMMs; 8
+// here, so that a few tokens cross two chunk boundaries, the emulated device's Steps being
+// slow: the CPU test model_test covers the default 256) leaves
+// the session where feeding it token by token does: the next Step's logits within 1e-5
+// relative in fp32 (the CPU's BLAS, a GPU's cuBLASLt, may sum a GEMM's m rows in another
+// order than one row's), in bf16 within 1e-2, and bit for bit on the emulated device,
+// whose cuBLASLt sums each output in k order. On the emulated device a chunk of rows makes one product
+// per weight and layer where token by token made one per token.
+TEST_F(CudaTest, APromptFedInChunksIsFedTokenByToken) {
+  constexpr int64_t R = 8;
+  for (const char* model : {"tiny_psi4", "tiny_transformer"}) {
+    const ModelDims dims = *LoadModel(model);
+    const Floats params = ParamsOf(dims, 99);
+    const std::vector<int32_t> prompt = testing::RandomTokens(dims.vocab, R + 9, 100);
+    const int64_t fed_tokens = R + 8;  // two chunks: R rows, then 8
+    for (Device device : {Device::kCpu, Device::kCuda}) {
+      for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+        SCOPED_TRACE(::testing::Message() << model << (device == Device::kCpu ? " cpu " : " cuda ")
+                                        << (precision == Precision::kFp32 ? "fp32" : "bf16"));
+        DeviceArray<float> p(device);
+        auto single = DecoderOn(dims, params, device, precision, &p);
+        auto chunked = DecoderOn(dims, params, device, precision, &p);
+        chunked->set_feed_rows(R);
+        Floats want(dims.vocab), got(dims.vocab);
+        for (int64_t i = 0; i < fed_tokens; ++i) single->Feed(prompt[i]);
+        single->Step(prompt.back(), want.data());
 #ifdef MULTISCREEN_CUDA_EMULATED
-// The bytes copies moved to the host on the emulated device so far.
-uint64_t BytesToHost() {
-  uint64_t bytes = 0;
-  for (const auto& [name, tally] : msemu::WorkTallies()) bytes += tally.bytes_to_host;
-  return bytes;
+        const uint64_t p0 = CublasProducts();
+#endif
+        chunked->Feed(prompt.data(), fed_tokens);
+#ifdef MULTISCREEN_CUDA_EMULATED
+        if (device == Device::kCuda) {
+          const uint64_t per_layer = dims.transformer() ? 4 : 2;  // as in FeedIsStepWithoutTheHead
+          EXPECT_EQ(CublasProducts() - p0, 2 * per_layer * dims.n_layers);
+        }
+#endif
+        ASSERT_EQ(chunked->position(), fed_tokens);
+        chunked->Step(prompt.back(), got.data());
+#ifdef MULTISCREEN_CUDA_EMULATED
+        const bool exact = device == Device::kCuda;
+#else
+        const bool exact = false;  // a GPU's cuBLASLt may pick another algorithm for m rows
+#endif
+        if (exact) {
+          EXPECT_EQ(got, want);
+        } else {
+          const double tolerance = precision == Precision::kFp32 ? 1e-5 : 1e-2;
+          double diff = 0, scale = 0;
+          for (int64_t v = 0; v < dims.vocab; ++v) {
+            diff = std::max(diff, double(std::abs(got[v] - want[v])));
+            scale = std::max(scale, double(std::abs(want[v])));
+          }
+          EXPECT_LE(diff, tolerance * scale);
+        }
+        EXPECT_EQ(chunked->Argmax(), single->Argmax());
+      }
+    }
+  }
 }
+
+// Decoder::Losses (eval ppl's decode path) on the device: each token's loss at its
+// successor from the chunks' batched heads equals the log-softmax of the Steps' downloaded
+// logits (within 1e-6 relative: float losses, double sums in another order), fp32 and
+// bf16, both families, over two chunks; on the emulated device what crosses to the host is
+// 3 doubles a scored token (its max, sum and target logit), not its V logits.
+TEST_F(CudaTest, LossesOnTheDeviceAreTheLogSoftmaxOfTheStepsLogits) {
+  constexpr int64_t R = 8;  // chunks of 8 rows, as above
+  for (const char* model : {"tiny_psi4", "tiny_transformer"}) {
+    const ModelDims dims = *LoadModel(model);
+    const Floats params = ParamsOf(dims, 101);
+    const std::vector<int32_t> ids = testing::RandomTokens(dims.vocab, R + 5, 102);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE(::testing::Message() << model << (precision == Precision::kFp32 ? " fp32" : " bf16"));
+      DeviceArray<float> p(Device::kCuda);
+      auto stepped = DecoderOn(dims, params, Device::kCuda, precision, &p);
+      std::vector<double> want(n - 1);
+      Floats logits(dims.vocab);
+      for (int64_t i = 0; i + 1 < n; ++i) {
+        stepped->Step(ids[i], logits.data());
+        const double m = *std::max_element(logits.begin(), logits.end());
+        double sum = 0;
+        for (float z : logits) sum += std::exp(double(z) - m);
+        want[i] = m + std::log(sum) - logits[ids[i + 1]];
+      }
+      auto scored = DecoderOn(dims, params, Device::kCuda, precision, &p);
+      scored->set_feed_rows(R);
+      Floats losses(n - 1, -1.f);
+#ifdef MULTISCREEN_CUDA_EMULATED
+      const uint64_t b0 = BytesToHost();
+#endif
+      scored->Losses(ids.data(), n, losses.data());
+#ifdef MULTISCREEN_CUDA_EMULATED
+      EXPECT_EQ(BytesToHost() - b0, uint64_t(3 * sizeof(double)) * uint64_t(n - 1));
+#endif
+      double worst = 0;
+      for (int64_t i = 0; i + 1 < n; ++i) worst = std::max(worst, std::abs(losses[i] - want[i]) / want[i]);
+      std::printf("%s %s: worst relative loss difference %.3g\n", model, precision == Precision::kFp32 ? "fp32" : "bf16", worst);
+      EXPECT_LE(worst, 1e-6);
+    }
+  }
+}
+
+#ifdef MULTISCREEN_CUDA_EMULATED
 
 // A greedy token costs 4 bytes to the host (its id) instead of its V logits (for Ψ = 8 at
 // V = 50,257: 4 bytes where the host's argmax downloaded 201,028; tiny models here, as

@@ -2,9 +2,12 @@
 // initialization, windowed and trimmed relevance, decoding cache, bf16 path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "model/decode.h"
+#include "model/decoder.h"
 #include "kernels/cpu/screening.h"
 #include "model/multiscreen.h"
 #include "tests/model/test_model.h"
@@ -13,6 +16,7 @@ namespace multiscreen {
 namespace {
 
 using testing::PerturbedParams;
+using testing::PerturbedTransformerParams;
 using testing::RandomTokens;
 using testing::TinyDims;
 
@@ -192,6 +196,58 @@ INSTANTIATE_TEST_SUITE_P(Windows, DecodeTest,
                                   kernels::PositionKindName(c.position) + (c.output_gate ? "" : "_NoGate") +
                                   (c.yarn_factor != 1.0 ? "_Yarn" : "");
                          });
+
+// Decoder::Feed takes a prompt in chunks of kFeedRows tokens (the layers' GEMMs over a
+// chunk's rows, the caches stepped token by token): after a Feed of k tokens and a Step,
+// the logits are those of k + 1 Steps, for k on both sides of the chunk boundaries and
+// past them (fp64, both families; finite windows whose rings wrap many times); Losses
+// over the whole sequence gives the log-softmax of each Step's logits at the next token.
+TEST(ModelTest, APromptFedInChunksDecodesAsTokenByToken) {
+  constexpr int64_t R = Decoder<double>::kFeedRows;
+  for (const char* name : {"tiny_psi4", "tiny_transformer"}) {
+    const ModelDims dims = TinyDims(name);
+    const ParamLayout layout(dims, ShardSpec::Full(dims));
+    const auto p = dims.transformer() ? PerturbedTransformerParams<double>(layout, 23) : PerturbedParams<double>(layout, 23);
+    InferenceOptions options;
+    options.train_len = 8;
+    const auto ids = RandomTokens(dims.vocab, 2 * R + 9, 24);
+    // The reference: Step by Step, the logits after every token.
+    std::vector<std::vector<double>> want;
+    auto stepped = MakeDecoder<double>(dims, p.data(), options);
+    std::vector<double> logits(dims.vocab);
+    for (int32_t id : ids) {
+      stepped->Step(id, logits.data());
+      want.push_back(logits);
+    }
+    for (int64_t k : {int64_t{0}, int64_t{1}, R - 1, R, R + 1, 2 * R + 8}) {
+      auto fed = MakeDecoder<double>(dims, p.data(), options);
+      fed->Feed(ids.data(), k);
+      ASSERT_EQ(fed->position(), k);
+      fed->Step(ids[k], logits.data());
+      double worst = 0;
+      for (int64_t v = 0; v < dims.vocab; ++v) worst = std::max(worst, std::abs(logits[v] - want[k][v]));
+      EXPECT_LE(worst, 1e-12) << name << ": a Feed of " << k << " tokens";
+    }
+    // Losses: every token's loss at its successor, the chunks' heads batched, against the
+    // log-softmax of the Steps' logits.
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::vector<double> want_losses(n - 1);
+    for (int64_t i = 0; i + 1 < n; ++i) {
+      const double m = *std::max_element(want[i].begin(), want[i].end());
+      double sum = 0;
+      for (double z : want[i]) sum += std::exp(z - m);
+      want_losses[i] = m + std::log(sum) - want[i][ids[i + 1]];
+    }
+    auto scored = MakeDecoder<double>(dims, p.data(), options);
+    std::vector<float> losses(n - 1, -1.f);
+    scored->Losses(ids.data(), n, losses.data());
+    EXPECT_EQ(scored->position(), n);
+    double worst = 0;
+    for (int64_t i = 0; i + 1 < n; ++i) worst = std::max(worst, std::abs(double(losses[i]) - want_losses[i]) / want_losses[i]);
+    EXPECT_LE(worst, 1e-6) << name << ": Losses (float) against the Steps' logits";
+    EXPECT_GT(want_losses[0], 0.1);
+  }
+}
 
 TEST(ModelTest, WindowExpansionOnlyChangesTilesLongerThanTheTrainingLength) {
   const ModelDims dims = TinyDims("tiny_psi4");
