@@ -25,6 +25,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/bench_decode.h"
 #include "cli/commands.h"
 #include "common/peak_memory.h"
 #include "cli/device.h"
@@ -550,9 +551,11 @@ int BenchCommand(int argc, char** argv) {
   const std::string what = argc >= 2 ? argv[1] : "";
   if (what == "train") return BenchTrain(argc - 1, argv + 1);
   if (what == "screening") return BenchScreening(argc - 1, argv + 1);
+  if (what == "decode") return BenchDecode(argc - 1, argv + 1);
   if (what == "--help" || what == "-h" || what == "help") {
     std::printf("usage: multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [...]\n"
                 "       multiscreen bench screening --T=N --w=W [...]\n"
+                "       multiscreen bench decode --model=psi8 --prompt_tokens=N [...]\n"
                 "'multiscreen bench train --help' lists the flags.\n");
     return 0;
   }

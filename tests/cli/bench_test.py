@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""End-to-end checks of `multiscreen bench`: the shape of `bench train --json` and
-`bench screening --json` on a tiny model, the text output, and one-line errors.
+"""End-to-end checks of `multiscreen bench`: the shape of `bench train --json`,
+`bench screening --json` and `bench decode --json` on a tiny model, the text output, and one-line errors.
 (Only the shape and the arithmetic between fields are checked: speeds depend on
 the machine.)
 
@@ -103,6 +103,25 @@ class BenchTest(OneLineErrors):
         self.assertTrue(0 <= j["accepted_fraction"] <= 1)
         self.assertGreater(j["forward_ns_per_tile_token"], 0)
         self.assertGreater(j["backward_ns_per_tile_token"], 0)
+
+    def test_decode_feeds_the_prompt_both_ways_to_the_same_first_token(self):
+        # bench decode: the prompt token by token and in chunks of --feed_rows (20 tokens in
+        # chunks of 8 cross two chunk boundaries), both families; the same greedy token.
+        for model in ("tiny_psi4", "tiny_transformer"):
+            r = run("decode", f"--model={model}", "--prompt_tokens=20", "--feed_rows=8", "--new_tokens=4", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout)
+            self.assertEqual((j["model"], j["device"], j["precision"]), (model, "cpu", "fp32"))
+            self.assertEqual((j["prompt_tokens"], j["feed_rows"], j["new_tokens"]), (20, 8, 4))
+            self.assertTrue(j["first_token_agrees"], j)
+            self.assertAlmostEqual(j["chunked_speedup"],
+                                   j["first_token_seconds_token_by_token"] / j["first_token_seconds_chunked"])
+            self.assertAlmostEqual(j["decode_tokens_per_second"], 4 / j["decode_seconds"])
+        text = run("decode", "--model=tiny_psi4", "--prompt_tokens=5", "--new_tokens=2")
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertRegex(text.stdout, r"prompt fed in 256-token chunks .* \(\d+\.\d\dx\)")
+        for flag in ("--prompt_tokens=0", "--new_tokens=-1", "--feed_rows=0", "--precision=fp8", "--device=tpu"):
+            self.assert_one_line_error(run("decode", "--model=tiny_psi4", flag), flag.split("=")[0])
 
     def test_train_help_shows_the_defaults_it_runs_with(self):
         # Field report: `bench train --help` said --steps (default: 0) and --seq_len (default: 0)

@@ -1,0 +1,196 @@
+// `multiscreen bench decode`: the decoders (model/decoder.h) on a prompt of random tokens,
+// fed token by token against fed in --feed_rows-token chunks, then greedy decoding.
+// See cli/bench_decode.h.
+#include "cli/bench_decode.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "cli/device_memory.h"
+#include "cli/flags.h"
+#include "cli/weights_source.h"
+#include "eval/model_runner.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/device_array.h"
+#include "model/decoder.h"
+#include "model/init.h"
+#include "model/param_layout.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(int64_t, prompt_tokens, 4096, "bench decode: random prompt tokens fed before the first greedy token");
+ABSL_FLAG(int64_t, new_tokens, 32, "bench decode: greedy tokens decoded after the prompt");
+ABSL_FLAG(int64_t, feed_rows, multiscreen::Decoder<float>::kFeedRows,
+          "bench decode: tokens of a prompt chunk through the layers' GEMMs");
+ABSL_DECLARE_FLAG(std::string, weights);     // forward_command.cc
+ABSL_DECLARE_FLAG(std::string, checkpoint);  // forward_command.cc
+ABSL_DECLARE_FLAG(std::string, device);      // device.cc
+ABSL_DECLARE_FLAG(bool, json);               // params_command.cc
+
+namespace multiscreen::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+constexpr int kRuns = 3;  // each time is the median of this many runs
+
+}  // namespace
+
+int BenchDecode(int argc, char** argv) {
+  constexpr const char* kCommand = "bench decode";
+  if (auto s = ParseFlags(argc, argv,
+                          "multiscreen bench decode [--model=psi8 | --weights=W.h5 | --checkpoint=DIR] [--prompt_tokens=N "
+                          "--new_tokens=M --feed_rows=R --device=cpu|cuda --precision=fp32|bf16 --threads=N --seed=S --json]",
+                          {"model", "weights", "checkpoint", "prompt_tokens", "new_tokens", "feed_rows", "device",
+                           "precision", "threads", "seed", "json"});
+      !s.ok()) {
+    return Fail(kCommand, s);
+  }
+  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail(kCommand, s);
+  const int64_t prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens), new_tokens = absl::GetFlag(FLAGS_new_tokens);
+  // The caches grow with the tokens (an infinite window's, without bound); 2^24 is past
+  // any context the paper evaluates and keeps the token vectors small.
+  constexpr int64_t kMaxTokens = int64_t{1} << 24;
+  if (prompt_tokens < 1 || prompt_tokens > kMaxTokens) {
+    return Fail(kCommand, absl::InvalidArgumentError(
+                              absl::StrCat("--prompt_tokens=", prompt_tokens, ": expected 1 to 2^24")));
+  }
+  if (new_tokens < 0 || new_tokens > kMaxTokens) {
+    return Fail(kCommand,
+                absl::InvalidArgumentError(absl::StrCat("--new_tokens=", new_tokens, ": expected 0 to 2^24")));
+  }
+  const int64_t feed_rows = absl::GetFlag(FLAGS_feed_rows);
+  if (feed_rows < 1 || feed_rows > kMaxTokens) {
+    return Fail(kCommand, absl::InvalidArgumentError(absl::StrCat("--feed_rows=", feed_rows, ": expected 1 to 2^24")));
+  }
+  const std::vector<std::string> given = GivenFlags(argc, argv);
+  const std::string device_flag = absl::GetFlag(FLAGS_device), precision_flag = absl::GetFlag(FLAGS_precision);
+  auto device = eval::ParseRunnerDevice(Given(given, "device") ? &device_flag : nullptr,
+                                        Given(given, "precision") ? &precision_flag : nullptr, kCommand);
+  if (!device.ok()) return Fail(kCommand, device.status());
+  if (auto s = eval::CheckRunnerDevice(*device); !s.ok()) return Fail(kCommand, s);
+  OnDeviceOutOfMemory(kCommand, "fewer --prompt_tokens or --new_tokens, a smaller model, or --device=cpu");
+
+  // The weights: a file or checkpoint, else the model's initialization.
+  Weights weights;
+  std::string source;
+  if (Given(given, "weights") || Given(given, "checkpoint")) {
+    auto loaded = LoadWeights(absl::GetFlag(FLAGS_weights), absl::GetFlag(FLAGS_checkpoint));
+    if (!loaded.ok()) return Fail(kCommand, loaded.status());
+    weights = std::move(*loaded);
+    source = Given(given, "weights") ? absl::GetFlag(FLAGS_weights) : absl::GetFlag(FLAGS_checkpoint);
+  } else {
+    auto dims = LoadModel(absl::GetFlag(FLAGS_model));
+    if (!dims.ok()) return Fail(kCommand, dims.status());
+    weights.dims = *dims;
+    const ParamLayout layout(weights.dims, ShardSpec::Full(weights.dims));
+    weights.params.resize(layout.size());
+    InitParams(layout, static_cast<uint64_t>(absl::GetFlag(FLAGS_seed)), weights.params.data());
+    source = absl::StrCat(absl::GetFlag(FLAGS_model), " initialized, seed ", absl::GetFlag(FLAGS_seed));
+  }
+  const ModelDims& dims = weights.dims;
+  DeviceArray<float> params(device->device);
+  params.Resize(static_cast<int64_t>(weights.params.size()));
+  params.CopyFromHost(weights.params.data());
+  ModelOptions placement;
+  placement.device = device->device;
+  placement.precision = device->precision;
+  const InferenceOptions options;  // windows past 4096 tokens expanded, as generate's default
+
+  std::mt19937_64 rng(static_cast<uint64_t>(absl::GetFlag(FLAGS_seed)) + 1);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(dims.vocab - 1));
+  std::vector<int32_t> prompt(prompt_tokens);
+  for (int32_t& id : prompt) id = token(rng);
+  const int64_t fed = prompt_tokens - 1;
+
+  // The first greedy token after the prompt, fed either way, on a fresh decoder.
+  int32_t first[2] = {-1, -1};
+  auto first_token = [&](bool chunked) {
+    auto decoder = MakeDecoder<float>(dims, params.data(), options, placement);
+    decoder->set_feed_rows(feed_rows);
+    const auto start = Clock::now();
+    if (chunked) {
+      decoder->Feed(prompt.data(), fed);
+    } else {
+      for (int64_t i = 0; i < fed; ++i) decoder->Feed(prompt[i]);
+    }
+    decoder->Step(prompt.back(), nullptr);
+    first[chunked] = decoder->Argmax();
+    return SecondsSince(start);
+  };
+  double seconds[2];
+  for (bool chunked : {false, true}) {
+    std::vector<double> runs;
+    for (int r = 0; r < kRuns; ++r) runs.push_back(first_token(chunked));
+    std::sort(runs.begin(), runs.end());
+    seconds[chunked] = runs[kRuns / 2];
+  }
+  // Greedy tokens after the chunked prompt (not timed: the prompt).
+  std::vector<double> decode_runs;
+  for (int r = 0; r < kRuns && new_tokens > 0; ++r) {
+    auto decoder = MakeDecoder<float>(dims, params.data(), options, placement);
+    decoder->set_feed_rows(feed_rows);
+    decoder->Feed(prompt.data(), fed);
+    decoder->Step(prompt.back(), nullptr);
+    int32_t next = decoder->Argmax();
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < new_tokens; ++i) {
+      decoder->Step(next, nullptr);
+      next = decoder->Argmax();
+    }
+    decode_runs.push_back(SecondsSince(start));
+  }
+  std::sort(decode_runs.begin(), decode_runs.end());
+  const double decode = decode_runs.empty() ? 0 : decode_runs[decode_runs.size() / 2];
+
+  const double ratio = seconds[0] / seconds[1];
+  const int threads = omp_get_max_threads();
+  const std::string where = absl::StrCat(DeviceName(device->device), " ", eval::PrecisionName(device->precision));
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json j = {{"command", "bench decode"},
+                        {"model", dims.name},
+                        {"weights", source},
+                        {"device", DeviceName(device->device)},
+                        {"precision", eval::PrecisionName(device->precision)},
+                        {"threads", threads},
+                        {"cpu", kernels::cpu::CpuModel()},
+                        {"cpu_best_isa", kernels::cpu::IsaName(kernels::cpu::CpuIsa())},
+                        {"prompt_tokens", prompt_tokens},
+                        {"feed_rows", feed_rows},
+                        {"first_token_seconds_token_by_token", seconds[0]},
+                        {"first_token_seconds_chunked", seconds[1]},
+                        {"chunked_speedup", ratio},
+                        {"first_token_agrees", first[0] == first[1]},
+                        {"new_tokens", new_tokens},
+                        {"decode_seconds", decode},
+                        {"decode_tokens_per_second", decode > 0 ? double(new_tokens) / decode : 0.0}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("bench decode: %s (%s), %s, prompt of %lld random tokens, %d threads, median of %d runs\n",
+              dims.name.c_str(), source.c_str(), where.c_str(), (long long)prompt_tokens, threads, kRuns);
+  std::printf("  CPU: %s\n", kernels::cpu::IsaDescription().c_str());
+  std::printf("  first token, prompt fed token by token  %10.3f s  %10.1f prompt tokens/s\n", seconds[0],
+              double(prompt_tokens) / seconds[0]);
+  std::printf("  first token, prompt fed in %lld-token chunks %6.3f s  %10.1f prompt tokens/s  (%.2fx)%s\n",
+              (long long)feed_rows, seconds[1], double(prompt_tokens) / seconds[1], ratio,
+              first[0] == first[1] ? "" : "  (the first tokens differ: a near tie)");
+  if (new_tokens > 0) {
+    std::printf("  greedy decoding: %lld tokens in %.3f s, %.1f tokens/s\n", (long long)new_tokens, decode,
+                double(new_tokens) / decode);
+  }
+  return 0;
+}
+
+}  // namespace multiscreen::cli
