@@ -43,6 +43,13 @@ class ScreeningCache {
   // over the unit's cached keys, this token's included (steps 7–13; the shape's switches
   // as in ScreeningForward). The same sums as the batched forward's last row.
   virtual void Step(const Real* P, int64_t pos, Real* U) = 0;
+  // `rows` tokens at positions pos0 … pos0 + rows − 1, in order: P [rows, ldp] and U
+  // [rows, ldu] (device) rows as Step's. The results of `rows` Steps, bit for bit (a
+  // decoder's prompt chunk): an implementation may take the units in parallel (the CPU's)
+  // or the rows in fewer launches; by default, Step row by row.
+  virtual void StepRows(const Real* P, int64_t ldp, int64_t rows, int64_t pos0, Real* U, int64_t ldu) {
+    for (int64_t r = 0; r < rows; ++r) Step(P + r * ldp, pos0 + r, U + r * ldu);
+  }
   // Keys unit `tile` holds after `steps` Steps: min(steps, ⌈w⌉), or steps for w = ∞.
   virtual int64_t CachedKeys(int64_t tile, int64_t steps) const = 0;
 };
@@ -67,6 +74,13 @@ class AttentionCache {
   // Σ_{j ≤ pos} p_j v_j, p the kind's weights of z_j = c_h · λ(pos) · q·k_j (λ: SSMax's
   // log(pos + 1), else 1), scores and sums in fp64.
   virtual void Step(const Real* qkv, int64_t pos, Real* o) = 0;
+  // `rows` tokens at positions pos0 … pos0 + rows − 1, in order: qkv [rows, ldqkv] and o
+  // [rows, ldo] rows as Step's; the results of `rows` Steps, bit for bit (the CPU's takes
+  // the rows' (row, head) pairs in parallel once their keys are cached). By default, Step
+  // row by row.
+  virtual void StepRows(const Real* qkv, int64_t ldqkv, int64_t rows, int64_t pos0, Real* o, int64_t ldo) {
+    for (int64_t r = 0; r < rows; ++r) Step(qkv + r * ldqkv, pos0 + r, o + r * ldo);
+  }
 };
 
 }  // namespace kernels

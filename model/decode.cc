@@ -68,7 +68,7 @@ void DecodeSession<Real>::FeedRows(const int32_t* tokens, int64_t rows) {
     // GemmPacked rounds x and U as it reads them.
     ops_->GemmPacked(false, false, rows, p_cols, dE, 1, x, dE, kRounded, w_cat_op_[l], p_cols, 0, p, p_cols);
     if (precision_ != Precision::kFp32) ops_->RoundTo(precision_, p, rows * p_cols);
-    for (int64_t r = 0; r < rows; ++r) caches_[l]->Step(p + r * p_cols, position_ + r, u + r * u_cols);
+    caches_[l]->StepRows(p, p_cols, rows, position_, u, u_cols);
     ops_->GemmPacked(false, false, rows, dE, u_cols, 1, u, u_cols, kRounded, w_o_op_[l], dE, 1, x, dE);
   }
   position_ += rows;

@@ -39,7 +39,7 @@ class Decoder {
   // tokens in chunks of up to feed_rows() rows: each GEMM (the projections, W_O; the
   // Transformer's FFN) multiplies a chunk's rows at once — a long prompt runs at the
   // device's GEMM rate, not as one GEMV per token and layer — while each layer's cache
-  // takes the chunk's tokens one by one in order (kernels/decode_cache.h), so memory is
+  // takes the chunk's tokens in order (StepRows of kernels/decode_cache.h), so memory is
   // bounded by the chunk whatever n is. n = 1: the layers' results and caches are Step's,
   // bit for bit; n > 1: equal to n single Feeds up to the products' summation order
   // (bit for bit where the GEMM sums each output in k order whatever m is, as the

@@ -123,12 +123,10 @@ void TransformerDecodeSession<Real>::FeedRows(const int32_t* tokens, int64_t row
     // GemmPacked rounds a, o, the hidden rows as it reads them.
     tk_->RmsNormForward(x, L.attn_norm, a, rstd_.data(), rows, dE);
     ops_->GemmPacked(false, false, rows, 3 * dE, dE, 1, a, dE, kRounded, L.w_qkv_op, 3 * dE, 0, qkv, 3 * dE);
-    for (int64_t r = 0; r < rows; ++r) {
-      if (L.screens != nullptr) {
-        L.screens->Step(qkv + r * 3 * dE, position_ + r, o + r * dE);
-      } else {
-        L.attention->Step(qkv + r * 3 * dE, position_ + r, o + r * dE);
-      }
+    if (L.screens != nullptr) {
+      L.screens->StepRows(qkv, 3 * dE, rows, position_, o, dE);
+    } else {
+      L.attention->StepRows(qkv, 3 * dE, rows, position_, o, dE);
     }
     ops_->GemmPacked(false, false, rows, dE, dE, 1, o, dE, kRounded, L.w_o, dE, 1, x, dE);
     // x += SwiGLU(RMSNorm(x) [W_gate; W_up]ᵀ) W_down.

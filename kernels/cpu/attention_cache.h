@@ -18,12 +18,14 @@ class CpuAttentionCache final : public AttentionCache<Real> {
  public:
   explicit CpuAttentionCache(const AttentionCacheShape& shape) : shape_(shape) {}
   void Step(const Real* qkv, int64_t pos, Real* o) override;
+  // The rows' keys and values cached first, then their (row, head) outputs in parallel
+  // (OpenMP, when rows > 1): each sums over the keys up to its own position, as Step.
+  void StepRows(const Real* qkv, int64_t ldqkv, int64_t rows, int64_t pos0, Real* o, int64_t ldo) override;
 
  private:
   AttentionCacheShape shape_;
   std::vector<Real> k_, v_;   // [positions, heads · d_h]
-  std::vector<Real> q_;       // [heads · d_h]: the query being turned
-  std::vector<double> z_, p_, work_;  // [positions]: one head's scores, weights, entmax's sort buffer
+  std::vector<Real> q_;       // [rows, heads · d_h]: the queries being turned
 };
 
 }  // namespace multiscreen::kernels::cpu

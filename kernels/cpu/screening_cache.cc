@@ -64,14 +64,33 @@ CpuScreeningCache<Real>::CpuScreeningCache(const ScreeningShape& shape, const st
 }
 
 template <typename Real>
-void CpuScreeningCache<Real>::Step(const Real* P, int64_t pos, Real* U) {
+void CpuScreeningCache<Real>::StepUnit(size_t t, const Real* P, int64_t pos, Real* h, Real* U) {
   const int64_t dK = shape_.d_k, dV = shape_.d_v, C = shape_.p_cols();
-  for (size_t t = 0; t < units_.size(); ++t) {
-    ScreeningTileCache<Real>& c = units_[t];
-    const Real* p = P + t * C;  // [q | k | v | g] of unit t
-    c.Step(p, p + dK, p + 2 * dK, pos, shape_.position, shape_.w_th, shape_.rope_scaling, h_.data());
-    TileOutputRow(h_.data(), shape_.output_gate ? p + 2 * dK + dV : nullptr, static_cast<Real>(c.scalars().scale),
-                     dV, shape_.tanh_norm, U + t * dV);
+  ScreeningTileCache<Real>& c = units_[t];
+  const Real* p = P + t * C;  // [q | k | v | g] of unit t
+  c.Step(p, p + dK, p + 2 * dK, pos, shape_.position, shape_.w_th, shape_.rope_scaling, h);
+  TileOutputRow(h, shape_.output_gate ? p + 2 * dK + dV : nullptr, static_cast<Real>(c.scalars().scale), dV,
+                shape_.tanh_norm, U + t * dV);
+}
+
+template <typename Real>
+void CpuScreeningCache<Real>::Step(const Real* P, int64_t pos, Real* U) {
+  for (size_t t = 0; t < units_.size(); ++t) StepUnit(t, P, pos, h_.data(), U);
+}
+
+template <typename Real>
+void CpuScreeningCache<Real>::StepRows(const Real* P, int64_t ldp, int64_t rows, int64_t pos0, Real* U,
+                                       int64_t ldu) {
+  // Each unit's cache is its own: units in parallel, each unit's rows in order (the same
+  // operations as Step's, so the same bits).
+  const int64_t units = static_cast<int64_t>(units_.size());
+#pragma omp parallel if (rows > 1)
+  {
+    std::vector<Real> h(shape_.d_v);
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < units; ++t) {
+      for (int64_t r = 0; r < rows; ++r) StepUnit(static_cast<size_t>(t), P + r * ldp, pos0 + r, h.data(), U + r * ldu);
+    }
   }
 }
 

@@ -54,12 +54,17 @@ class CpuScreeningCache final : public ScreeningCache<Real> {
  public:
   CpuScreeningCache(const ScreeningShape& shape, const std::vector<TileScalars>& tiles);
   void Step(const Real* P, int64_t pos, Real* U) override;
+  // The units in parallel (OpenMP, when rows > 1), each through the rows in order.
+  void StepRows(const Real* P, int64_t ldp, int64_t rows, int64_t pos0, Real* U, int64_t ldu) override;
   int64_t CachedKeys(int64_t tile, int64_t steps) const override { return units_[tile].CachedKeys(steps); }
 
  private:
+  // Unit t's step at `pos`: P and U are the token's rows; h [d_v] scratch.
+  void StepUnit(size_t t, const Real* P, int64_t pos, Real* h, Real* U);
+
   ScreeningShape shape_;
   std::vector<ScreeningTileCache<Real>> units_;
-  std::vector<Real> h_;  // [d_v]: one unit's aggregate
+  std::vector<Real> h_;  // [d_v]: one unit's aggregate (Step's)
 };
 
 }  // namespace multiscreen::kernels::cpu
