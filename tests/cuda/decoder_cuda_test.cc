@@ -108,6 +108,7 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
   u_dev.Resize(n_u);
   double worst = 0;
   int64_t nonzero = 0;
+  Floats all_p, all_u;  // every step's P and the CPU's U, for StepRows below
   for (int64_t pos = 0; pos < T; ++pos) {
     // Keys near one another (a shared direction plus noise), so that many pairs pass Trim.
     Floats p = Random(n_p, 100 + pos, 0.6f);
@@ -117,6 +118,8 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
     }
     Floats want(n_u);
     cpu.Step(p.data(), pos, want.data());
+    all_p.insert(all_p.end(), p.begin(), p.end());
+    all_u.insert(all_u.end(), want.begin(), want.end());
     const DeviceArray<float> p_dev = OnDevice(p);
     (*gpu)->Step(p_dev.data(), pos, u_dev.data());
     const Floats got = u_dev.ToHost();
@@ -130,6 +133,13 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
   EXPECT_EQ((*gpu)->CachedKeys(5, T), T);  // w = ∞ keeps every key
   EXPECT_GT(nonzero, T * n_u / 2) << "Trim rejected nearly every pair: the test would prove little";
   std::printf("worst relative error of U over %lld steps: %.3g\n", static_cast<long long>(T), worst);
+  // The CPU's StepRows (units in parallel) in chunks of 7 rows: Step's U, bit for bit.
+  kernels::cpu::CpuScreeningCache<float> rows(shape, tiles);
+  Floats u_rows(T * n_u);
+  for (int64_t pos = 0; pos < T; pos += 7) {
+    rows.StepRows(all_p.data() + pos * n_p, n_p, std::min<int64_t>(7, T - pos), pos, u_rows.data() + pos * n_u, n_u);
+  }
+  EXPECT_EQ(u_rows, all_u);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -179,10 +189,13 @@ TEST_P(AttentionCacheCudaTest, EveryStepEqualsTheCpusCache) {
   DeviceArray<float> o_dev(Device::kCuda);
   o_dev.Resize(dl);
   double worst = 0;
+  Floats all_qkv, all_o;  // every step's qkv and the CPU's o, for StepRows below
   for (int64_t pos = 0; pos < T; ++pos) {
     const Floats qkv = Random(3 * dl, 300 + pos, c.qk_norm ? 1.f : 0.5f);
     Floats want(dl);
     cpu.Step(qkv.data(), pos, want.data());
+    all_qkv.insert(all_qkv.end(), qkv.begin(), qkv.end());
+    all_o.insert(all_o.end(), want.begin(), want.end());
     const DeviceArray<float> qkv_dev = OnDevice(qkv);
     (*gpu)->Step(qkv_dev.data(), pos, o_dev.data());
     const double err = RelativeError(o_dev.ToHost(), want);
@@ -190,6 +203,15 @@ TEST_P(AttentionCacheCudaTest, EveryStepEqualsTheCpusCache) {
     ASSERT_LE(err, 1e-5) << "position " << pos;
   }
   std::printf("worst relative error of o over %lld steps: %.3g\n", static_cast<long long>(T), worst);
+  // The CPU's StepRows ((row, head) pairs in parallel) in chunks of 9 rows: Step's o, bit
+  // for bit.
+  kernels::cpu::CpuAttentionCache<float> rows(shape);
+  Floats o_rows(T * dl);
+  for (int64_t pos = 0; pos < T; pos += 9) {
+    rows.StepRows(all_qkv.data() + pos * 3 * dl, 3 * dl, std::min<int64_t>(9, T - pos), pos, o_rows.data() + pos * dl,
+                  dl);
+  }
+  EXPECT_EQ(o_rows, all_o);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, AttentionCacheCudaTest,
