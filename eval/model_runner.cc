@@ -233,7 +233,9 @@ int64_t ModelRunner::DecodeBytes(int64_t n) const {
     double slots = 0;
     for (int64_t l = 0; l < d.n_layers; ++l) {
       for (const auto& t : MapTileScalars(layout, weights_.params.data(), l, &options_)) {
-        slots += std::isinf(t.w) ? double(n) : std::min(double(n), std::ceil(double(t.w)));
+        // A device's ring keeps kDecodeRows − 1 slots beyond the window (StepRows' chunks).
+        const double ring = std::ceil(double(t.w)) + (on_device ? kernels::kDecodeRows - 1 : 0);
+        slots += std::isinf(t.w) ? double(n) : std::min(double(n), ring);
       }
     }
     cache = slots * (d.d_k + d.d_v + 3);

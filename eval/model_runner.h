@@ -94,7 +94,8 @@ class ModelRunner {
   // compare it with DeviceFreeBytes read after construction), and of TokenLossesDecode /
   // Greedy over n tokens on the runner's device (the caches: Multiscreen ⌈w⌉ keys per
   // finite-window tile, n per infinite one; the Transformer n keys and values per layer;
-  // on a device twice that, as its buffers grow by doubling, and the packed weights; the
+  // on a device twice that, as its buffers grow by doubling, with kDecodeRows − 1 more
+  // slots a finite window's ring, and the packed weights; the
   // activations of a prompt chunk's Decoder::kFeedRows rows). Both saturate at INT64_MAX bytes rather than overflow.
   int64_t FullPassBytes(int64_t n) const;
   int64_t DecodeBytes(int64_t n) const;

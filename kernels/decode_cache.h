@@ -28,6 +28,11 @@
 namespace multiscreen {
 namespace kernels {
 
+// Rows one set of a device screening cache's StepRows launches takes: its finite-window
+// rings hold ⌈w⌉ + kDecodeRows − 1 slots (kernels/cuda/screening_decode.h), so that a
+// chunk's new keys spare the ones its first row reads.
+inline constexpr int64_t kDecodeRows = 64;
+
 // One layer's screening units: Multiscreen's tiles, or the heads of a Transformer with
 // attention SCREENING. Shape: the layer's ScreeningShape (tiles, d_k, d_v, w_th and the
 // switches tanh_norm, position, output_gate, rope_scaling; batch, seq and pos0 unused).

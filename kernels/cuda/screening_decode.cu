@@ -19,7 +19,7 @@ __device__ inline int64_t KeysOf(const ScreenDecodeUnit& u, int64_t pos) {
 
 // The slot of the key at distance d from `pos`.
 __device__ inline int64_t SlotOf(const ScreenDecodeUnit& u, int64_t pos, int64_t d) {
-  return u.cap == 0 ? pos - d : (pos - d) % u.cap;
+  return u.cap == 0 ? pos - d : (pos - d) % u.ring;
 }
 
 // Spec step 5 on one row: y = x / max(‖x‖, floor), fp32 sums in column order.
@@ -48,25 +48,41 @@ __device__ inline void TurnRow(float* z, const ScreenDecodeDims& s, double rate,
   }
 }
 
-__global__ void ScreenDecodeKernel(ScreenDecodeDims s, const float* P, const ScreenDecodeUnit* units, int64_t pos,
-                                   float* partial) {
-  const int64_t t = blockIdx.x, block = blockIdx.y;
+// Caches the token's k̃ (normalized, turned at pos) and v̄ (normalized) in its slot; p is
+// unit u's [q | k | v | g].
+__device__ inline void CacheKey(const ScreenDecodeDims& s, const ScreenDecodeUnit& u, const float* p, int64_t pos) {
+  const int dk = s.d_k, dv = s.d_v;
+  const int64_t new_slot = SlotOf(u, pos, 0);
+  float* k = u.k + new_slot * dk;
+  UnitRow(p + dk, k, dk);
+  TurnRow(k, s, u.rate, pos);
+  UnitRow(p + 2 * dk, u.v + new_slot * dv, dv);
+}
+
+// A chunk's keys before its queries: a thread per (unit, row).
+__global__ void ScreenDecodeKeysKernel(ScreenDecodeDims s, const float* P, int64_t ldp, int64_t rows,
+                                       const ScreenDecodeUnit* units, int64_t pos0) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * s.tiles) return;
+  const int64_t r = i / s.tiles, t = i % s.tiles;
+  CacheKey(s, units[t], P + r * ldp + t * s.p_cols, pos0 + r);
+}
+
+// Row blockIdx.z (position pos0 + z) of unit blockIdx.x over key block blockIdx.y; with
+// cache_key (one row) the block of distance 0 caches the row's key and value first.
+__global__ void ScreenDecodeKernel(ScreenDecodeDims s, const float* P, int64_t ldp, const ScreenDecodeUnit* units,
+                                   int64_t pos0, bool cache_key, float* partial) {
+  const int64_t t = blockIdx.x, block = blockIdx.y, row = blockIdx.z, pos = pos0 + row;
   const ScreenDecodeUnit u = units[t];
   const int dk = s.d_k, dv = s.d_v;
   __shared__ float q[kMaxDk];
   __shared__ float weight[kBlock];
   __shared__ int64_t slot[kBlock];
   if (threadIdx.x == 0) {
-    const float* p = P + t * s.p_cols;  // [q | k | v | g] of unit t
+    const float* p = P + row * ldp + t * s.p_cols;  // [q | k | v | g] of unit t
     UnitRow(p, q, dk);
     TurnRow(q, s, u.rate, pos);
-    if (block == 0) {  // the block of distance 0 caches the new key and value
-      const int64_t new_slot = SlotOf(u, pos, 0);
-      float* k = u.k + new_slot * dk;
-      UnitRow(p + dk, k, dk);
-      TurnRow(k, s, u.rate, pos);
-      UnitRow(p + 2 * dk, u.v + new_slot * dv, dv);
-    }
+    if (cache_key && block == 0) CacheKey(s, u, p, pos);  // the block of distance 0
   }
   __syncthreads();
   float acc[kColumns];
@@ -104,7 +120,7 @@ __global__ void ScreenDecodeKernel(ScreenDecodeDims s, const float* P, const Scr
     }
     __syncthreads();
   }
-  float* out = partial + (t * s.blocks + block) * dv;
+  float* out = partial + ((row * s.tiles + t) * s.blocks + block) * dv;
 #pragma unroll
   for (int x = 0; x < kColumns; ++x) {
     const int c = threadIdx.x + x * kBlock;
@@ -114,10 +130,14 @@ __global__ void ScreenDecodeKernel(ScreenDecodeDims s, const float* P, const Scr
 
 // A block of kThreads per unit: h = Σ of the unit's partials in block order, then
 // U = scale · TanhNorm(h) ⊙ tanh(SiLU(g)) (steps 11–13).
-__global__ void ScreenDecodeOutputKernel(ScreenDecodeDims s, const float* P, const ScreenDecodeUnit* units,
-                                         const float* partial, float* U) {
-  const int64_t t = blockIdx.x;
+__global__ void ScreenDecodeOutputKernel(ScreenDecodeDims s, const float* P, int64_t ldp,
+                                         const ScreenDecodeUnit* units, const float* partial, float* U,
+                                         int64_t ldu) {
+  const int64_t t = blockIdx.x, row = blockIdx.y;
   const int c = threadIdx.x, dv = s.d_v;
+  P += row * ldp;
+  U += row * ldu;
+  partial += row * s.tiles * s.blocks * dv;
   float h = 0.f;
   if (c < dv) {
     for (int64_t b = 0; b < s.blocks; ++b) h += partial[(t * s.blocks + b) * dv + c];
@@ -133,14 +153,24 @@ __global__ void ScreenDecodeOutputKernel(ScreenDecodeDims s, const float* P, con
 
 }  // namespace
 
-void ScreenDecodeStep(const ScreenDecodeDims& dims, const float* P, const ScreenDecodeUnit* units, int64_t pos,
-                      float* partial, float* U, cudaStream_t stream) {
-  if (dims.tiles <= 0) return;
-  Launch<ScreenDecodeKernel>(dim3(static_cast<unsigned>(dims.tiles), static_cast<unsigned>(dims.blocks)), dim3(kBlock),
-                             0, stream, dims, P, units, pos, partial);
+void ScreenDecodeRows(const ScreenDecodeDims& dims, const float* P, int64_t ldp, int64_t rows,
+                      const ScreenDecodeUnit* units, int64_t pos0, float* partial, float* U, int64_t ldu,
+                      cudaStream_t stream) {
+  if (dims.tiles <= 0 || rows <= 0) return;
+  const bool one_row = rows == 1;
+  if (!one_row) {
+    const int64_t threads = rows * dims.tiles;
+    Launch<ScreenDecodeKeysKernel>(dim3(static_cast<unsigned>((threads + kBlock - 1) / kBlock)), dim3(kBlock), 0,
+                                   stream, dims, P, ldp, rows, units, pos0);
+    MS_CUDA_CHECK_LAUNCH("ScreeningCache::StepRows");
+  }
+  Launch<ScreenDecodeKernel>(dim3(static_cast<unsigned>(dims.tiles), static_cast<unsigned>(dims.blocks),
+                                  static_cast<unsigned>(rows)),
+                             dim3(kBlock), 0, stream, dims, P, ldp, units, pos0, one_row, partial);
   MS_CUDA_CHECK_LAUNCH("ScreeningCache::Step");
-  Launch<ScreenDecodeOutputKernel>(dim3(static_cast<unsigned>(dims.tiles)), dim3(kThreads), 0, stream, dims, P, units,
-                                   static_cast<const float*>(partial), U);
+  Launch<ScreenDecodeOutputKernel>(dim3(static_cast<unsigned>(dims.tiles), static_cast<unsigned>(rows)),
+                                   dim3(kThreads), 0, stream, dims, P, ldp, units, static_cast<const float*>(partial),
+                                   U, ldu);
   MS_CUDA_CHECK_LAUNCH("ScreeningCache::Step");
 }
 

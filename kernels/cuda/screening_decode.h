@@ -12,6 +12,12 @@
 //   ScreenDecodeOutputKernel, a block per unit: h = the partials summed in block order
 //     (no atomics: the same bits every run), then TanhNorm, the gate and e^{s_O} (steps
 //     11–13) into U.
+// A prompt chunk's rows (StepRows) take three launches per kDecodeRows rows instead of two
+// per row: ScreenDecodeKeysKernel caches every row's k̃ and v̄ first, then the two kernels
+// above over (unit, key block, row), each row's query reading only the keys up to its own
+// position — the same operations as row by row, so the same bits. For that a finite
+// window's ring holds ⌈w⌉ + kDecodeRows − 1 slots, so that the chunk's new keys never
+// overwrite one that its first row still reads.
 // 2 ≤ d_K ≤ 64, 1 ≤ d_V ≤ 256 (others refused by the factory).
 #pragma once
 
@@ -31,10 +37,11 @@ inline constexpr int64_t kDecodeKeysPerBlock = 1024;
 
 // One unit as the kernels read it (device array, rewritten when a buffer grows).
 struct ScreenDecodeUnit {
-  float* k = nullptr;            // [slots, d_k]: k̃ of position p in slot p mod cap (p for cap = 0)
+  float* k = nullptr;            // [slots, d_k]: k̃ of position p in slot p mod ring (p for cap = 0)
   float* v = nullptr;            // [slots, d_v]: v̄, likewise
   const float* mask = nullptr;   // [cap]: m(d); null for w = ∞
-  int64_t cap = 0;               // ring slots ⌈w⌉; 0: unbounded
+  int64_t cap = 0;               // keys in the window, ⌈w⌉; 0: unbounded (w = ∞)
+  int64_t ring = 0;              // ring slots, cap + kDecodeRows − 1 (a finite window's); slot = position mod ring
   float r = 1, scale = 1;        // σ(s_r), e^{s_O}
   double rate = 0;               // MiPE angle per position (0: none)
 };
@@ -47,10 +54,14 @@ struct ScreenDecodeDims {
   const double* rope_freq = nullptr;  // position ROPE: [d_k/2] θ'_p (device); null otherwise
 };
 
-// The two launches of one token at position `pos`: P [tiles · p_cols] read; each unit's
-// slot of `pos` written; partial [tiles, blocks, d_v] scratch; U [tiles · d_v] written.
-void ScreenDecodeStep(const ScreenDecodeDims& dims, const float* P, const ScreenDecodeUnit* units, int64_t pos,
-                      float* partial, float* U, cudaStream_t stream);
+// The launches of `rows` tokens (1 ≤ rows ≤ kDecodeRows) at positions pos0 …: P [rows,
+// ldp] (each row [tiles · p_cols]) read; each unit's slots of those positions written;
+// partial [rows, tiles, blocks, d_v] scratch (dims.blocks for the last row's keys); U
+// [rows, ldu] written. One row: two launches (the key cached by the screening kernel);
+// more: three.
+void ScreenDecodeRows(const ScreenDecodeDims& dims, const float* P, int64_t ldp, int64_t rows,
+                      const ScreenDecodeUnit* units, int64_t pos0, float* partial, float* U, int64_t ldu,
+                      cudaStream_t stream);
 
 // The cache of one layer's units (kernels::ScreeningCache<float>). keys_per_block: the
 // split of ScreenDecodeKernel (tests take a small one to cross blocks). Error (one line):

@@ -47,6 +47,7 @@ class CudaScreeningCache final : public ScreeningCache<float> {
       mask_.emplace_back(Device::kCuda);
       if (std::isinf(tiles[t].w)) continue;
       u.cap = static_cast<int64_t>(std::ceil(tiles[t].w));
+      u.ring = u.cap + kDecodeRows - 1;  // a chunk's new keys spare the keys its first row reads
       std::vector<float> m(u.cap), dm(u.cap);
       cpu::SoftmaskTable(tiles[t].w, u.cap, m.data(), dm.data());
       mask_[t].Resize(u.cap);
@@ -56,16 +57,39 @@ class CudaScreeningCache final : public ScreeningCache<float> {
   }
 
   void Step(const float* P, int64_t pos, float* U) override {
-    // Each unit's buffers hold the slot of `pos` (grown by doubling, to ⌈w⌉ at most).
+    Prepare(pos, 1);
+    ScreenDecodeRows(dims_, P, dims_.tiles * dims_.p_cols, 1, units_.data(), pos, partial_.data(), U,
+                     dims_.tiles * shape_.d_v, cudaStreamLegacy);
+  }
+
+  void StepRows(const float* P, int64_t ldp, int64_t rows, int64_t pos0, float* U, int64_t ldu) override {
+    for (int64_t first = 0; first < rows; first += kDecodeRows) {
+      const int64_t n = std::min(kDecodeRows, rows - first);
+      Prepare(pos0 + first, n);
+      ScreenDecodeRows(dims_, P + first * ldp, ldp, n, units_.data(), pos0 + first, partial_.data(), U + first * ldu,
+                       ldu, cudaStreamLegacy);
+    }
+  }
+  int64_t CachedKeys(int64_t tile, int64_t steps) const override {
+    const int64_t cap = host_units_[tile].cap;
+    return cap == 0 ? steps : std::min(steps, cap);
+  }
+
+ private:
+  // Before `rows` tokens from pos0: each unit's buffers hold the slots of their positions
+  // (grown by doubling, to the ring's size at most), the launches' key blocks cover the
+  // last row's keys, and the partial sums have room for every row.
+  void Prepare(int64_t pos0, int64_t rows) {
+    const int64_t last = pos0 + rows - 1;
     bool moved = false;
     int64_t most_keys = 1;
     for (size_t t = 0; t < host_units_.size(); ++t) {
       ScreenDecodeUnit& u = host_units_[t];
-      const int64_t keys = u.cap == 0 ? pos + 1 : std::min(pos + 1, u.cap);
-      most_keys = std::max(most_keys, keys);
-      if (keys <= slots_[t]) continue;
-      int64_t slots = std::max({keys, 2 * slots_[t], kFirstSlots});
-      if (u.cap != 0) slots = std::min(slots, u.cap);
+      most_keys = std::max(most_keys, u.cap == 0 ? last + 1 : std::min(last + 1, u.cap));
+      const int64_t needed = u.cap == 0 ? last + 1 : std::min(last + 1, u.ring);
+      if (needed <= slots_[t]) continue;
+      int64_t slots = std::max({needed, 2 * slots_[t], kFirstSlots});
+      if (u.cap != 0) slots = std::min(slots, u.ring);
       k_[t].Resize(slots * shape_.d_k);  // keeps the slots held so far
       v_[t].Resize(slots * shape_.d_v);
       slots_[t] = slots;
@@ -78,16 +102,9 @@ class CudaScreeningCache final : public ScreeningCache<float> {
       units_.CopyFromHost(host_units_.data());
     }
     dims_.blocks = (most_keys + dims_.keys_per_block - 1) / dims_.keys_per_block;
-    partial_.Resize(dims_.tiles * dims_.blocks * shape_.d_v);
-    ScreenDecodeStep(dims_, P, units_.data(), pos, partial_.data(), U, cudaStreamLegacy);
+    partial_.Resize(rows * dims_.tiles * dims_.blocks * shape_.d_v);
   }
 
-  int64_t CachedKeys(int64_t tile, int64_t steps) const override {
-    const int64_t cap = host_units_[tile].cap;
-    return cap == 0 ? steps : std::min(steps, cap);
-  }
-
- private:
   ScreeningShape shape_;
   ScreenDecodeDims dims_;
   std::vector<int64_t> slots_;                      // [tiles]: slots each unit's buffers hold

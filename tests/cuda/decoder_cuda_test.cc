@@ -74,6 +74,15 @@ void PrintTo(const ScreeningCase& c, std::ostream* os) {
 
 class ScreeningCacheCudaTest : public CudaTest, public ::testing::WithParamInterface<ScreeningCase> {};
 
+#ifdef MULTISCREEN_CUDA_EMULATED
+// The screening cache's kernel launches on the emulated device so far.
+uint64_t ScreenDecodeLaunches() {
+  uint64_t n = 0;
+  for (const auto& [name, tally] : msemu::WorkTallies()) n += name.find("ScreenDecode") != std::string::npos ? tally.calls : 0;
+  return n;
+}
+#endif
+
 // Windows below the run's length (whose rings wrap: ⌈1.5⌉ = 2 slots up to ⌈9.2⌉ = 10), one
 // exactly integral, one longer than the run (never wraps) and two expanded (w = ∞, one
 // with MiPE from its learned w = 12 < w_th, one past w_th without). Acceptance widths from
@@ -103,7 +112,7 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
   kernels::cpu::CpuScreeningCache<float> cpu(shape, tiles);
   auto gpu = kernels::cuda::MakeCudaScreeningCache(shape, tiles, c.keys_per_block);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const int64_t T = 40, C = shape.p_cols(), n_p = shape.tiles * C, n_u = shape.tiles * c.d_v;
+  const int64_t T = 80, C = shape.p_cols(), n_p = shape.tiles * C, n_u = shape.tiles * c.d_v;
   DeviceArray<float> u_dev(Device::kCuda);
   u_dev.Resize(n_u);
   double worst = 0;
@@ -140,6 +149,39 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
     rows.StepRows(all_p.data() + pos * n_p, n_p, std::min<int64_t>(7, T - pos), pos, u_rows.data() + pos * n_u, n_u);
   }
   EXPECT_EQ(u_rows, all_u);
+  // The device's StepRows (a chunk's keys cached first, then its rows' queries in one
+  // launch) against its own Steps, bit for bit: chunks of 1, 7 and 72 rows (past the 64 of
+  // one launch set), rings that wrap inside a chunk.
+  Floats want_u(T * n_u);
+  {
+    auto stepped = kernels::cuda::MakeCudaScreeningCache(shape, tiles, c.keys_per_block);
+    for (int64_t pos = 0; pos < T; ++pos) {
+      const DeviceArray<float> p_dev = OnDevice(Floats(all_p.begin() + pos * n_p, all_p.begin() + (pos + 1) * n_p));
+      (*stepped)->Step(p_dev.data(), pos, u_dev.data());
+      const Floats u = u_dev.ToHost();
+      std::copy(u.begin(), u.end(), want_u.begin() + pos * n_u);
+    }
+  }
+  const DeviceArray<float> all_p_dev = OnDevice(all_p);
+  DeviceArray<float> all_u_dev(Device::kCuda);
+  all_u_dev.Resize(T * n_u);
+  for (int64_t chunk : {1, 7, 72}) {
+    auto chunked = kernels::cuda::MakeCudaScreeningCache(shape, tiles, c.keys_per_block);
+#ifdef MULTISCREEN_CUDA_EMULATED
+    const uint64_t launches = ScreenDecodeLaunches();
+#endif
+    for (int64_t pos = 0; pos < T; pos += chunk) {
+      (*chunked)->StepRows(all_p_dev.data() + pos * n_p, n_p, std::min(chunk, T - pos), pos,
+                           all_u_dev.data() + pos * n_u, n_u);
+    }
+    EXPECT_EQ(all_u_dev.ToHost(), want_u) << "chunks of " << chunk << " rows";
+#ifdef MULTISCREEN_CUDA_EMULATED
+    // Two launches a row alone; three a chunk of up to 64 rows: 80 rows in chunks of 7 are
+    // 11 chunks of 7 and one of 3; in chunks of 72, 64 + 8 and then 8.
+    const uint64_t expected = chunk == 1 ? 2 * T : chunk == 7 ? 3 * 12 : 3 * 3;
+    EXPECT_EQ(ScreenDecodeLaunches() - launches, expected) << "chunks of " << chunk << " rows";
+#endif
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
