@@ -31,12 +31,18 @@ __device__ inline float WarpSquares(const float* x, int64_t dh) {
   return WarpSum(part);
 }
 
-// A warp per head h: q_h, k_h of the token at `pos` turned (and made unit), k_h and v_h
-// stored in row pos of K and V, then o_h over rows 0..pos.
-__global__ void AttentionDecodeKernel(const float* qkv, const double* freq, const double* scale, float* K, float* V,
-                                      float* o, int64_t pos, int64_t H, int64_t dh, AttentionKind kind, bool qk_norm) {
-  const int64_t h = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
+// A warp per (head h, row blockIdx.y): q_h, k_h of the row's token at pos = pos0 + row
+// turned (and made unit); with store, k_h and v_h stored in row pos of K and V; with
+// attend, o_h over rows 0..pos. A single token does both in one launch; a chunk's rows
+// store every row first (one launch), then attend (another), so that each row reads the
+// chunk's earlier keys — the same operations, so Step's bits.
+__global__ void AttentionDecodeKernel(const float* qkv, int64_t ldqkv, const double* freq, const double* scale,
+                                      float* K, float* V, float* o, int64_t ldo, int64_t pos0, int64_t H, int64_t dh,
+                                      AttentionKind kind, bool qk_norm, bool store, bool attend) {
+  const int64_t h = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y, row = blockIdx.y, pos = pos0 + row;
   if (h >= H) return;
+  qkv += row * ldqkv;
+  o += row * ldo;
   const int64_t dl = H * dh, half = dh / 2, base = h * dh;
   const float* q = qkv + base;
   const float* k = qkv + dl + base;
@@ -69,11 +75,12 @@ __global__ void AttentionDecodeKernel(const float* qkv, const double* freq, cons
   for (int u = 0; u < kPerLane; ++u) {
     const int64_t c = threadIdx.x + int64_t(u) * kWarp;
     qi[u] = double(qt[u]);
-    if (c < dh) {
+    if (store && c < dh) {
       K[pos * dl + base + c] = kt[u];
       V[pos * dl + base + c] = v[c];
     }
   }
+  if (!attend) return;
   __syncwarp();  // the warp's row of K and V is written before its lanes read it
   const double sc = scale[h] * LengthFactor(kind, pos);
   AttendQuery(qi, K, V, base, pos, dl, dh, sc, kind, acc);
@@ -93,16 +100,38 @@ class CudaAttentionCache final : public AttentionCache<float> {
 
   void Step(const float* qkv, int64_t pos, float* o) override {
     const int64_t dl = shape_.heads * shape_.d_h;
-    if (pos + 1 > rows_) {  // keeps the rows held so far
-      rows_ = std::max({pos + 1, 2 * rows_, kFirstRows});
+    StepRows(qkv, 3 * dl, 1, pos, o, dl);
+  }
+
+  void StepRows(const float* qkv, int64_t ldqkv, int64_t rows, int64_t pos0, float* o, int64_t ldo) override {
+    if (rows <= 0) return;
+    const int64_t dl = shape_.heads * shape_.d_h, last = pos0 + rows - 1;
+    if (last + 1 > rows_) {  // keeps the rows held so far
+      rows_ = std::max({last + 1, 2 * rows_, kFirstRows});
       k_.Resize(rows_ * dl);
       v_.Resize(rows_ * dl);
     }
-    const dim3 grid(static_cast<unsigned>((shape_.heads + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    Launch<AttentionDecodeKernel>(grid, dim3(kWarp, kWarpsPerBlock), 0, cudaStreamLegacy, qkv,
-                                  static_cast<const double*>(freq_.data()), static_cast<const double*>(scale_.data()),
-                                  k_.data(), v_.data(), o, pos, shape_.heads, shape_.d_h, shape_.kind, shape_.qk_norm);
-    MS_CUDA_CHECK_LAUNCH("AttentionCache::Step");
+    // Launches of at most kDecodeRows rows (the grid's y), two each: every row's key and
+    // value, then the rows' outputs; a single row both in one.
+    for (int64_t first = 0; first < rows; first += kDecodeRows) {
+      const int64_t n = std::min(kDecodeRows, rows - first);
+      const dim3 grid(static_cast<unsigned>((shape_.heads + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                      static_cast<unsigned>(n));
+      auto launch = [&](bool store, bool attend) {
+        Launch<AttentionDecodeKernel>(grid, dim3(kWarp, kWarpsPerBlock), 0, cudaStreamLegacy, qkv + first * ldqkv, ldqkv,
+                                      static_cast<const double*>(freq_.data()),
+                                      static_cast<const double*>(scale_.data()), k_.data(), v_.data(),
+                                      o + first * ldo, ldo, pos0 + first, shape_.heads, shape_.d_h, shape_.kind,
+                                      shape_.qk_norm, store, attend);
+        MS_CUDA_CHECK_LAUNCH("AttentionCache::Step");
+      };
+      if (n == 1) {
+        launch(true, true);
+      } else {
+        launch(true, false);
+        launch(false, true);
+      }
+    }
   }
 
  private:

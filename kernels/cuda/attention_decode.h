@@ -6,7 +6,9 @@
 // value appended, then the head's output over positions 0..pos by the forward kernel's
 // own per-query function (attention_row.cuh AttendQuery: fp64 scores and sums, an online
 // softmax, entmax's τ by bisection). Like the simple forward it walks every key in one
-// warp: O(pos) per head, no split over the keys.
+// warp: O(pos) per head, no split over the keys. A prompt chunk (StepRows) is two launches
+// per kDecodeRows rows, a warp per (head, row): every row's key and value stored, then
+// every row's output over the keys up to its own position (Step's bits).
 #pragma once
 
 #include <memory>

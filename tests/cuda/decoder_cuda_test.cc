@@ -117,7 +117,7 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
   u_dev.Resize(n_u);
   double worst = 0;
   int64_t nonzero = 0;
-  Floats all_p, all_u;  // every step's P and the CPU's U, for StepRows below
+  Floats all_p, all_u, device_u;  // every step's P, the CPU's U and the device's, for StepRows below
   for (int64_t pos = 0; pos < T; ++pos) {
     // Keys near one another (a shared direction plus noise), so that many pairs pass Trim.
     Floats p = Random(n_p, 100 + pos, 0.6f);
@@ -132,6 +132,7 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
     const DeviceArray<float> p_dev = OnDevice(p);
     (*gpu)->Step(p_dev.data(), pos, u_dev.data());
     const Floats got = u_dev.ToHost();
+    device_u.insert(device_u.end(), got.begin(), got.end());
     const double err = RelativeError(got, want);
     worst = std::max(worst, err);
     ASSERT_LE(err, 1e-5) << "position " << pos;
@@ -150,18 +151,8 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
   }
   EXPECT_EQ(u_rows, all_u);
   // The device's StepRows (a chunk's keys cached first, then its rows' queries in one
-  // launch) against its own Steps, bit for bit: chunks of 1, 7 and 72 rows (past the 64 of
-  // one launch set), rings that wrap inside a chunk.
-  Floats want_u(T * n_u);
-  {
-    auto stepped = kernels::cuda::MakeCudaScreeningCache(shape, tiles, c.keys_per_block);
-    for (int64_t pos = 0; pos < T; ++pos) {
-      const DeviceArray<float> p_dev = OnDevice(Floats(all_p.begin() + pos * n_p, all_p.begin() + (pos + 1) * n_p));
-      (*stepped)->Step(p_dev.data(), pos, u_dev.data());
-      const Floats u = u_dev.ToHost();
-      std::copy(u.begin(), u.end(), want_u.begin() + pos * n_u);
-    }
-  }
+  // launch) against its own Steps above, bit for bit: chunks of 1, 7 and 72 rows (past the
+  // 64 of one launch set), rings that wrap inside a chunk.
   const DeviceArray<float> all_p_dev = OnDevice(all_p);
   DeviceArray<float> all_u_dev(Device::kCuda);
   all_u_dev.Resize(T * n_u);
@@ -174,7 +165,7 @@ TEST_P(ScreeningCacheCudaTest, EveryStepEqualsTheCpusCache) {
       (*chunked)->StepRows(all_p_dev.data() + pos * n_p, n_p, std::min(chunk, T - pos), pos,
                            all_u_dev.data() + pos * n_u, n_u);
     }
-    EXPECT_EQ(all_u_dev.ToHost(), want_u) << "chunks of " << chunk << " rows";
+    EXPECT_EQ(all_u_dev.ToHost(), device_u) << "chunks of " << chunk << " rows";
 #ifdef MULTISCREEN_CUDA_EMULATED
     // Two launches a row alone; three a chunk of up to 64 rows: 80 rows in chunks of 7 are
     // 11 chunks of 7 and one of 3; in chunks of 72, 64 + 8 and then 8.
@@ -231,7 +222,7 @@ TEST_P(AttentionCacheCudaTest, EveryStepEqualsTheCpusCache) {
   DeviceArray<float> o_dev(Device::kCuda);
   o_dev.Resize(dl);
   double worst = 0;
-  Floats all_qkv, all_o;  // every step's qkv and the CPU's o, for StepRows below
+  Floats all_qkv, all_o, device_o;  // every step's qkv, the CPU's o and the device's, for StepRows below
   for (int64_t pos = 0; pos < T; ++pos) {
     const Floats qkv = Random(3 * dl, 300 + pos, c.qk_norm ? 1.f : 0.5f);
     Floats want(dl);
@@ -240,7 +231,9 @@ TEST_P(AttentionCacheCudaTest, EveryStepEqualsTheCpusCache) {
     all_o.insert(all_o.end(), want.begin(), want.end());
     const DeviceArray<float> qkv_dev = OnDevice(qkv);
     (*gpu)->Step(qkv_dev.data(), pos, o_dev.data());
-    const double err = RelativeError(o_dev.ToHost(), want);
+    const Floats got = o_dev.ToHost();
+    device_o.insert(device_o.end(), got.begin(), got.end());
+    const double err = RelativeError(got, want);
     worst = std::max(worst, err);
     ASSERT_LE(err, 1e-5) << "position " << pos;
   }
@@ -254,6 +247,21 @@ TEST_P(AttentionCacheCudaTest, EveryStepEqualsTheCpusCache) {
                   dl);
   }
   EXPECT_EQ(o_rows, all_o);
+  // The device's StepRows (the rows' keys stored, then their outputs) against its own
+  // Steps above, bit for bit, in chunks of 9 and 70 rows (past the 64 of one launch pair;
+  // entmax, slow on the emulated device, in chunks of 70 only).
+  const DeviceArray<float> all_qkv_dev = OnDevice(all_qkv);
+  DeviceArray<float> all_o_dev(Device::kCuda);
+  all_o_dev.Resize(T * dl);
+  for (int64_t chunk : {9, 70}) {
+    if (c.kind == AttentionKind::kEntmax15 && chunk != 70) continue;
+    auto chunked = kernels::cuda::MakeCudaAttentionCache(shape);
+    for (int64_t pos = 0; pos < T; pos += chunk) {
+      (*chunked)->StepRows(all_qkv_dev.data() + pos * 3 * dl, 3 * dl, std::min(chunk, T - pos), pos,
+                           all_o_dev.data() + pos * dl, dl);
+    }
+    EXPECT_EQ(all_o_dev.ToHost(), device_o) << "chunks of " << chunk << " rows";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, AttentionCacheCudaTest,
