@@ -318,10 +318,14 @@ class EvalCliTest(OneLineErrors):
             rows = f.read().splitlines()
         self.assertEqual(rows[0], "context,depth,instances,correct,accuracy")
         self.assertEqual(len(rows), 3)
-        # Depths are plain decimals (strtod read "0x0.8" as 0.5); blanks around commas are fine.
-        r = run("eval", "passkey", f"--weights={w}", "--contexts=120", "--depths=0, 0x0.8", "--instances=2",
+        # Depths are plain decimals (strtod read "0x0.8" as 0.5); a blank is refused
+        # (comma-separated without blanks, as docs/commands.md says).
+        r = run("eval", "passkey", f"--weights={w}", "--contexts=120", "--depths=0,0x0.8", "--instances=2",
                 f"--out={out}_hex", f"--tokenizer={self.tokenizer}")
-        self.assert_one_line_error(r, "--depths=0, 0x0.8: ' 0x0.8' is not a number in [0, 1]")
+        self.assert_one_line_error(r, "--depths=0,0x0.8: '0x0.8' is not a number in [0, 1]")
+        r = run("eval", "passkey", f"--weights={w}", "--contexts=120", "--depths=0, 0.5", "--instances=2",
+                f"--out={out}_blank", f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, "--depths=0, 0.5", "holds a blank")
 
     # ---- the Transformer baseline (issue 18) -----------------------------------------------
     def test_the_transformer_runs_ppl_abcdigits_passkey_ttft_and_refuses_relevance(self):
