@@ -71,7 +71,7 @@ class Decoder {
 
  protected:
   // The family's layers over tokens [rows] (1 ≤ rows ≤ feed_rows()) at position() …:
-  // embedding, every layer (its GEMMs over the rows, its cache stepped a row at a time),
+  // embedding, every layer (its GEMMs over the rows, its cache through them in order),
   // leaving the final hidden rows for HeadRows; advances position() by rows.
   virtual void FeedRows(const int32_t* tokens, int64_t rows) = 0;
   // The logits [rows, V] of the last FeedRows' first `rows` rows into logits().
