@@ -149,6 +149,17 @@ void CollectGivenFlags(const std::vector<std::string>& args, int depth, std::vec
       }
       continue;
     }
+    // absl's other listings (--helpshort, --helpon=FILE, ...) and --version print absl's view
+    // of the program (every command's flags by source file; "Debug build (NDEBUG not
+    // #defined)") and exit, and --help=false printed "No flags matched" with status 1.
+    constexpr std::string_view kAbslListings[] = {"helpshort", "helppackage", "helpon", "helpmatch", "version"};
+    if (std::find(std::begin(kAbslListings), std::end(kAbslListings), std::string_view(name.data(), name.size())) !=
+            std::end(kAbslListings) ||
+        ((name == "help" || name == "h") && has_value && value != "true")) {
+      names->push_back(Problem(args[i], absl::StrCat(args[i], ": not a flag of this command (--help lists its flags, "
+                                                              "--helpfull every command's)")));
+      continue;
+    }
     auto it = all.find(name);
     const bool negated = it == all.end() && absl::StartsWith(name, "no");
     if (negated) it = all.find(name.substr(2));  // --noflag

@@ -9,6 +9,9 @@
 // larger than memory runs: peak about the largest stage (the tied table) rather
 // than the model twice plus its gradients.
 // A non-finite loss or gradient is written, then reported as an error (exit 1).
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "cli/device.h"
 #include "cli/flags.h"
 #include "cli/memory_bound.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "data/loader.h"
 #include "kernels/host_staging.h"
@@ -125,21 +129,34 @@ absl::Status RunNoGrad(const StreamedWeights& weights, const std::vector<int32_t
 }
 
 // What forward --no_grad holds beside StreamedLossBytes's stages, in bytes, for `real_bytes`
-// compute and a --memory bound of `bound` (a field report: psi8 at --seq_len=140 passed
-// --memory=64M on the stages' estimate, 63.8 MiB, and peaked at 71.7 MiB):
+// compute, a --memory bound of `bound` and `threads` OpenMP threads (omp_get_max_threads();
+// a field report: psi8 at --seq_len=140 passed --memory=64M on the stages' estimate, 63.8
+// MiB, and peaked at 71.7 MiB):
 //   - the ids and losses: the B·(T+1) tokens read, their inputs and targets, token_losses;
 //   - one read block (BlockBytes): verify reads the weights a block at a time, and glibc
 //     keeps a freed block that large resident (its mmap threshold rises to it), where the
 //     stages' buffers then reuse it only in part;
 //   - kProgramGrowthBytes: what the program itself touches after start-up (HDF5's caches,
-//     code paged in, thread stacks, BLAS packing buffers): measured 5.3-7.3 MiB on psi8,
-//     psi16 and tiny_psi4 with 1 and 2 threads (VmHWM over the start-up figure).
-// Not counted: BLAS packing buffers of further threads in GEMMs with many rows (psi8,
-// --micro_batch=32 --seq_len=512: about 10 MiB more per thread past the first).
+//     code paged in, the first thread's BLAS packing buffer): measured 5.3-7.3 MiB on psi8,
+//     psi16 and tiny_psi4 with 1 and 2 threads (VmHWM over the start-up figure);
+//   - with more than one thread, OpenBLAS's threaded GEMM: each thread packs its share of
+//     a layer GEMM's B·T rows, a K block deep (K = d_E or N_H·d_V; OpenBLAS's block is at
+//     most kBlasKBlock), into that thread's own buffer, which stays resident beside the
+//     single-threaded path's; and per further thread its stack, its packed panel of the
+//     weights and OpenMP's own (kPerThreadBytes). Measured on psi8 (d_E = 64, N_H·d_V =
+//     512): 1 -> 2 threads adds 820 B per row (6.5 MiB at 8192 rows, 12.8 at 16384), each
+//     thread past the second 0.35-0.55 MiB; this term: 1536 B per row and 2 MiB per
+//     thread. Not glibc's per-thread arenas: heaptrack's heap peak is the same 155.4 MB
+//     at 1 and 2 threads (psi8, 8192 rows), and MALLOC_ARENA_MAX=1 changes no peak.
 constexpr int64_t kProgramGrowthBytes = int64_t{8} << 20;
-int64_t NoGradOverheadBytes(int64_t B, int64_t T, int64_t real_bytes, int64_t bound) {
+constexpr int64_t kBlasKBlock = 384;  // OpenBLAS 0.3.21's SGEMM_DEFAULT_Q on Haswell and Zen
+constexpr int64_t kPerThreadBytes = int64_t{2} << 20;
+int64_t NoGradOverheadBytes(const ModelDims& dims, int64_t B, int64_t T, int64_t real_bytes, int64_t bound,
+                            int64_t threads) {
   const int64_t rows = B * T;
-  return 4 * (B * (T + 1) + 2 * rows) + real_bytes * rows + BlockBytes(bound) + kProgramGrowthBytes;
+  const int64_t k_block = std::min(std::max(dims.d_e, dims.n_heads * dims.d_v), kBlasKBlock);
+  const int64_t threaded_gemm = threads > 1 ? real_bytes * rows * k_block + (threads - 1) * kPerThreadBytes : 0;
+  return 4 * (B * (T + 1) + 2 * rows) + real_bytes * rows + BlockBytes(bound) + kProgramGrowthBytes + threaded_gemm;
 }
 
 // forward --no_grad: the bound checked against the model's estimate before the
@@ -151,14 +168,15 @@ int NoGrad(const std::string& weights_path, const std::string& tokens_path, Toke
   auto weights = OpenWeightsStreamed(weights_path, absl::GetFlag(FLAGS_checkpoint), BlockBytes(*bound));
   if (!weights.ok()) return Fail("forward", weights.status());
   const int64_t real_bytes = precision == "fp64" ? 8 : 4;
-  const int64_t needed =
-      StreamedLossBytes(weights->dims, B, T, real_bytes) + NoGradOverheadBytes(B, T, real_bytes, *bound);
+  const int64_t threads = omp_get_max_threads();
+  const int64_t needed = StreamedLossBytes(weights->dims, B, T, real_bytes) +
+                         NoGradOverheadBytes(weights->dims, B, T, real_bytes, *bound, threads);
   if (needed > *bound) {
     return Fail("forward", absl::ResourceExhaustedError(absl::StrFormat(
                                "--memory=%s: --no_grad of %s at --micro_batch=%d --seq_len=%d needs about %.2f GiB "
                                "(its largest stage: the tied embedding table W_E with its unit rows and the head's "
-                               "packed copy, or one layer, plus activations; a read block and the program's own "
-                               "growth)",
+                               "packed copy, or one layer, plus activations; a read block, the program's own "
+                               "growth and, with more than one OpenMP thread, their GEMM packing buffers)",
                                absl::GetFlag(FLAGS_memory), weights->dims.name, B, T,
                                double(needed) / double(int64_t{1} << 30))));
   }
@@ -170,6 +188,8 @@ int NoGrad(const std::string& weights_path, const std::string& tokens_path, Toke
           ? RunNoGrad<double>(*weights, *tokens, B, T, Precision::kFp32, device, BlockBytes(*bound), out)
           : RunNoGrad<float>(*weights, *tokens, B, T, compute, device, BlockBytes(*bound), out);
   if (!s.ok()) return Fail("forward", s);
+  // The estimate beside the peak, for a reader (and a test) to compare them.
+  LogInfo(absl::StrFormat("forward --no_grad: estimate %.1f MiB for %d threads", double(needed) / (1 << 20), threads));
   ReportPeakMemory("forward --no_grad", *bound);
   return 0;
 }

@@ -146,6 +146,25 @@ class ForwardNoGradTest(SyntheticCorpusCase):
             lo = T
         self.assertGreater(lo, 0, "psi8 ran at no --seq_len under --memory=64M")
 
+    def test_the_estimate_bounds_the_peak_at_every_thread_count(self):
+        # A field report: psi8 at --micro_batch=16 --seq_len=512 --memory=1G peaked at
+        # 167.3 MiB with 8 OpenMP threads, over its 165.3 MiB estimate (OpenBLAS packs each
+        # thread's share of the rows in that thread's own buffer, which stays resident).
+        weights = self.path("psi8_threads.h5")
+        self.run_ok("init", "--model=psi8", "--seed=3", f"--out={weights}")
+        for threads in ("1", "4", "8"):
+            with self.subTest(threads=threads):
+                r = subprocess.run([BIN, "forward", f"--weights={weights}", f"--tokens={self.tokens}",
+                                    f"--out={self.path(f'psi8_t{threads}.h5')}", "--no_grad", "--memory=1G",
+                                    "--micro_batch=16", "--seq_len=512"], capture_output=True, text=True,
+                                   timeout=300, env=dict(os.environ, OMP_NUM_THREADS=threads))
+                self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+                m = re.search(r"estimate ([0-9.]+) MiB for ([0-9]+) threads", r.stderr)
+                self.assertTrue(m, r.stderr)
+                self.assertEqual(m.group(2), threads)
+                peak, _ = peak_mib(r.stderr)
+                self.assertLessEqual(peak, float(m.group(1)), f"OMP_NUM_THREADS={threads}: {r.stderr}")
+
     def test_compare_export_tool(self):
         """tools/compare_export.py (used on the Psi = 64 export): identical, then one flipped sign found."""
         sharded = self.path("cmp_tp2pp2")
