@@ -91,6 +91,10 @@ int PrepareCommand(int argc, char** argv) {
   }
   if (options.inputs.empty()) return Fail("prepare", absl::InvalidArgumentError("--input=FILES is required"));
   if (options.output_dir.empty()) return Fail("prepare", absl::InvalidArgumentError("--output=DIR is required"));
+  // Not into a checkpoint (a run's retention would delete the shards with it) or a run's files.
+  if (auto s = CheckOutputPath("output", options.output_dir, {}, /*out_is_directory=*/true); !s.ok()) {
+    return Fail("prepare", s);
+  }
 
   auto tok = Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer));
   if (!tok.ok()) return Fail("prepare", tok.status());

@@ -241,6 +241,25 @@ class DataCliTest(OneLineErrors):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("train_000000.bin", os.listdir(out))
 
+    def test_prepare_refuses_an_output_inside_a_runs_checkpoints(self):
+        """Shards written into a checkpoint would be deleted with it by the run's retention
+        (a fresh-eyes report): refused, as every other command's outputs are."""
+        corpus = self.path("corpus_ck")
+        os.mkdir(corpus)
+        with open(os.path.join(corpus, "a.txt"), "w") as f:
+            f.write("some text to tokenize")
+        run_dir = self.path("run")
+        step = os.path.join(run_dir, "checkpoints", "step_00000045")
+        os.makedirs(step)
+        with open(os.path.join(run_dir, "run.json"), "w") as f:
+            f.write("{}")
+        with open(os.path.join(step, "manifest.json"), "w") as f:
+            f.write("{}")
+        base = ["prepare", f"--tokenizer={TOKENIZER}", "--val_tokens=0", f"--input={corpus}"]
+        for out in (step, os.path.join(run_dir, "checkpoints"), os.path.join(step, "data")):
+            self.assert_one_line_error(run(*base, f"--output={out}"), f"--output={out}", "checkpoint")
+        self.assertEqual(sorted(os.listdir(step)), ["manifest.json"])
+
     def test_prepare_removes_the_temporary_shards_a_killed_run_left(self):
         """*.tmp shards of a prepare killed outright (SIGKILL) are removed at the next start,
         in one line naming them; other files in the directory stay."""
