@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/device_memory.h"
 #include "cli/flags.h"
+#include "cli/run_data.h"
 #include "cli/weights_source.h"
 #include "eval/model_runner.h"
 #include "kernels/cpu/isa.h"
@@ -79,6 +80,15 @@ int BenchDecode(int argc, char** argv) {
   auto device = eval::ParseRunnerDevice(Given(given, "device") ? &device_flag : nullptr,
                                         Given(given, "precision") ? &precision_flag : nullptr, kCommand);
   if (!device.ok()) return Fail(kCommand, device.status());
+  if (device->device == Device::kCpu && device->precision != Precision::kFp32) {  // as generate and eval
+    return Fail(kCommand, absl::InvalidArgumentError(
+                              "--precision=bf16: on the CPU the decoding cache runs in fp32; bf16 decodes with --device=cuda"));
+  }
+  if (Given(given, "model") && (Given(given, "weights") || Given(given, "checkpoint"))) {
+    return Fail(kCommand, absl::InvalidArgumentError(absl::StrCat(
+                              "--model=", absl::GetFlag(FLAGS_model), " and --", Given(given, "weights") ? "weights" : "checkpoint",
+                              ": give one (the weights name their model)")));
+  }
   if (auto s = eval::CheckRunnerDevice(*device); !s.ok()) return Fail(kCommand, s);
   OnDeviceOutOfMemory(kCommand, "fewer --prompt_tokens or --new_tokens, a smaller model, or --device=cpu");
 
@@ -106,7 +116,12 @@ int BenchDecode(int argc, char** argv) {
   ModelOptions placement;
   placement.device = device->device;
   placement.precision = device->precision;
-  const InferenceOptions options;  // windows past 4096 tokens expanded, as generate's default
+  // Windows longer than the training length expanded, as generate: a run's recorded
+  // length (--checkpoint), else 4096.
+  InferenceOptions options;
+  std::string train_len_source;
+  options.train_len =
+      RunTrainLen(given, Given(given, "checkpoint") ? RunDirOf(absl::GetFlag(FLAGS_checkpoint)) : "", &train_len_source);
 
   std::mt19937_64 rng(static_cast<uint64_t>(absl::GetFlag(FLAGS_seed)) + 1);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(dims.vocab - 1));
@@ -167,6 +182,7 @@ int BenchDecode(int argc, char** argv) {
                         {"cpu", kernels::cpu::CpuModel()},
                         {"cpu_best_isa", kernels::cpu::IsaName(kernels::cpu::CpuIsa())},
                         {"prompt_tokens", prompt_tokens},
+                        {"train_len", options.train_len},
                         {"feed_rows", feed_rows},
                         {"first_token_seconds_token_by_token", seconds[0]},
                         {"first_token_seconds_chunked", seconds[1]},
@@ -178,8 +194,9 @@ int BenchDecode(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("bench decode: %s (%s), %s, prompt of %lld random tokens, %d threads, median of %d runs\n",
-              dims.name.c_str(), source.c_str(), where.c_str(), (long long)prompt_tokens, threads, kRuns);
+  std::printf("bench decode: %s (%s), %s, prompt of %lld random tokens, train_len %lld, %d threads, median of %d runs\n",
+              dims.name.c_str(), source.c_str(), where.c_str(), (long long)prompt_tokens, (long long)options.train_len,
+              threads, kRuns);
   std::printf("  CPU: %s\n", kernels::cpu::IsaDescription().c_str());
   std::printf("  first token, prompt fed token by token  %10.3f s  %10.1f prompt tokens/s\n", seconds[0],
               double(prompt_tokens) / seconds[0]);

@@ -11,8 +11,10 @@
 // each followed by the last prompt token's Step and its Argmax (which waits for a device);
 // their ratio; and then M greedy tokens (Step + Argmax each) after the chunked prompt.
 // Weights: --weights or --checkpoint, else --model's initialization with --seed (windows
-// and acceptance widths as initialized: the caches' work depends on them). Windows longer
-// than 4096 tokens are expanded to w = ∞ (InferenceOptions' default training length).
+// and acceptance widths as initialized: the caches' work depends on them); --model with
+// either is refused. Windows longer than the training length are expanded to w = ∞, as
+// generate expands them (a --checkpoint run's recorded length, else 4096). fp32 on the
+// CPU (bf16 decodes on a device), as generate.
 #pragma once
 
 namespace multiscreen::cli {

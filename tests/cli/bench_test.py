@@ -120,8 +120,12 @@ class BenchTest(OneLineErrors):
         text = run("decode", "--model=tiny_psi4", "--prompt_tokens=5", "--new_tokens=2")
         self.assertEqual(text.returncode, 0, text.stderr)
         self.assertRegex(text.stdout, r"prompt fed in 256-token chunks .* \(\d+\.\d\dx\)")
-        for flag in ("--prompt_tokens=0", "--new_tokens=-1", "--feed_rows=0", "--precision=fp8", "--device=tpu"):
+        for flag in ("--prompt_tokens=0", "--new_tokens=-1", "--feed_rows=0", "--precision=fp8", "--device=tpu",
+                     "--precision=bf16"):
             self.assert_one_line_error(run("decode", "--model=tiny_psi4", flag), flag.split("=")[0])
+        # --model beside the weights it would not describe (a fresh-eyes report: the weights' model ran).
+        self.assert_one_line_error(run("decode", "--model=psi64", "--weights=/nonexistent.h5"), "--model=psi64",
+                                   "--weights", "give one")
 
     def test_train_help_shows_the_defaults_it_runs_with(self):
         # Field report: `bench train --help` said --steps (default: 0) and --seq_len (default: 0)
