@@ -681,6 +681,13 @@ int Ppl(const std::vector<std::string>& given) {
                                   absl::StrCat("--resume: ", state_path, " is of another evaluation: ", differs)));
     }
     skip_windows = state["windows"].get<int64_t>();
+    // A smaller --documents cannot take back windows already averaged (it was ignored).
+    if (const int64_t limit = absl::GetFlag(FLAGS_documents); limit > 0 && skip_windows > limit) {
+      return Fail("eval ppl", absl::FailedPreconditionError(absl::StrCat(
+                                  "--resume: --documents=", limit, " is fewer than the ", skip_windows, " windows ",
+                                  state_path, " already averages; give --documents=", skip_windows,
+                                  " or more (0: all), or rerun without --resume into a new --out")));
+    }
     acc.Restore(state["sums"].get<std::vector<double>>(), skip_windows);
     std::fprintf(stderr, "eval ppl: resuming after %lld windows\n", static_cast<long long>(skip_windows));
   }

@@ -182,6 +182,10 @@ class EvalCliTest(OneLineErrors):
         out = os.path.join(self.dir, "part")
         r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--documents=2", f"--out={out}")
         self.assertEqual(r.returncode, 0, r.stderr)
+        # A smaller --documents cannot take back the 2 windows averaged (it was ignored: a fresh-eyes report).
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--documents=1", "--resume",
+                f"--out={out}")
+        self.assert_one_line_error(r, "--resume: --documents=1 is fewer than the 2 windows", "--documents=2 or more")
         r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--resume", f"--out={out}")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("resuming after 2 windows", r.stderr)
