@@ -291,15 +291,17 @@ class SweepTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(diverged, "sweep_failed.json")))
         self.assertTrue(any(m.get("loss") is None for m in metrics_rows(diverged)), "the test needs a NaN loss")
         out = sweep("status", f"--sweep={path}").stdout
-        # The loss blows up from 4.6 to ~15 before it is NaN: judged on the first 10-step
-        # mean after the warmup (launch/divergence.h), with the evidence.
-        self.assertRegex(out, r"tiny_transformer_train_lr1_s1 +diverged .*mean loss [0-9.]+ over steps 1-10 is "
-                              r"[0-9.]+ above the first step's loss [0-9.]+, more than the margin")
+        # The loss blows up from 4.6 to ~15, then NaN: judged on the first 10-step mean after
+        # the warmup (launch/divergence.h), with the evidence, or on the NaN where it comes
+        # first (step 9 with OpenBLAS's Haswell/Zen kernels, past 10 with its SkylakeX ones).
+        self.assertRegex(out, r"tiny_transformer_train_lr1_s1 +diverged .*(mean loss [0-9.]+ over steps 1-10 is "
+                              r"[0-9.]+ above the first step's loss [0-9.]+, more than the margin|non-finite loss at "
+                              r"step [0-9]\b)")
         self.assertRegex(out, r"ms_lr0.01_s1 +done")
         self.assertIn("2 runs: 1 done, 1 diverged, 0 running, 0 failed", out)
         st = {x["name"]: x for x in json.loads(sweep("status", f"--sweep={path}", "--json").stdout)["runs"]}
         self.assertTrue(st["tiny_transformer_train_lr1_s1"]["diverged"])
-        self.assertEqual(st["tiny_transformer_train_lr1_s1"]["diverged_step"], 10)
+        self.assertLessEqual(st["tiny_transformer_train_lr1_s1"]["diverged_step"], 10)
         self.assertFalse(st["ms_lr0.01_s1"]["diverged"])
         r = sweep("run", f"--sweep={path}", "--local", "--jobs=2", "--threads=1")
         self.assertIn("1 done, 1 diverged, 0 to train", r.stderr)

@@ -125,9 +125,15 @@ class SweepFitTest(unittest.TestCase):
         rows = [dict(r, loss=2.0 + 0.01 * (r["params"] / 3e5) ** 0.5 + TRUTH["B"] * r["tokens"] ** -TRUTH["beta"])
                 for r in grid_rows(TRUTH)]
         e = sf.analyse(rows, samples=0)["families"]["multiscreen"]
-        self.assertEqual(e["alpha"], sf.EXPONENT_BOUNDS[1])
-        self.assertEqual(e["warnings"], ["alpha = 3 lies on its bound 3 (the fit is kept in [0, 3]): no plausible power "
-                                         "law fits along that axis"])
+        # Where the optimizer ends along that flat valley depends on the BLAS's rounding
+        # (OpenBLAS's SkylakeX kernels: alpha on its bound; its Haswell/Zen kernels: alpha
+        # 1.6 with A/N^alpha ~1e-8); either way the fit must say the term is not determined.
+        if e["alpha"] == sf.EXPONENT_BOUNDS[1]:
+            self.assertEqual(e["warnings"], ["alpha = 3 lies on its bound 3 (the fit is kept in [0, 3]): no plausible "
+                                             "power law fits along that axis"])
+        else:
+            self.assertEqual(len(e["warnings"]), 1, e["warnings"])
+            self.assertIn("the loss is flat along N, A and alpha are not determined", e["warnings"][0])
         # The lower bound: the term is a constant that trades with E.
         grid = grid_rows(TRUTH)
         self.assertEqual(sf.joint_warnings([r["params"] for r in grid], [r["tokens"] for r in grid], dict(TRUTH, beta=0.0)),
