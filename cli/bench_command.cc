@@ -12,7 +12,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -26,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/bench_decode.h"
+#include "cli/bench_timing.h"
 #include "cli/commands.h"
 #include "common/peak_memory.h"
 #include "cli/device.h"
@@ -59,17 +59,6 @@ ABSL_FLAG(double, min_seconds, 1.0,
 
 namespace multiscreen::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The best single-precision GEMM rate of the BLAS over a few square sizes.
 double BestSgemmGflops(int64_t* best_n) {
@@ -171,7 +160,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   for (int64_t step = 0; step < warmup + steps; ++step) {
     for (int32_t& t : tokens) t = id(rng);
     profile.Clear();
-    const auto start = Clock::now();
+    const auto start = BenchClock::now();
     ops.Fill(grads.data(), n, Real(0));
     const double loss = model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data());
     {
@@ -179,7 +168,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
       OptimizerStep(ops, opt, params.data(), grads.data(), n);
       ops.Synchronize();
     }
-    const double seconds = Seconds(start);
+    const double seconds = SecondsSince(start);
     if (step < warmup) continue;
     result.step_seconds.push_back(seconds);
     result.losses.push_back(loss);
@@ -482,12 +471,12 @@ int BenchScreening(int argc, char** argv) {
   auto time = [&](auto&& fn) {
     fn();
     std::vector<double> calls;
-    const auto start = Clock::now();
+    const auto start = BenchClock::now();
     do {
-      const auto t0 = Clock::now();
+      const auto t0 = BenchClock::now();
       fn();
-      calls.push_back(Seconds(t0));
-    } while (Seconds(start) < min_seconds || calls.size() < 3);
+      calls.push_back(SecondsSince(t0));
+    } while (SecondsSince(start) < min_seconds || calls.size() < 3);
     return Median(calls);
   };
   const double fwd = time(forward), bwd = time(backward);

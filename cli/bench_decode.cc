@@ -5,8 +5,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -15,6 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "cli/bench_timing.h"
 #include "cli/device_memory.h"
 #include "cli/flags.h"
 #include "cli/run_data.h"
@@ -39,10 +38,6 @@ ABSL_DECLARE_FLAG(bool, json);               // params_command.cc
 namespace multiscreen::cli {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 constexpr int kRuns = 3;  // each time is the median of this many runs
 
@@ -134,7 +129,7 @@ int BenchDecode(int argc, char** argv) {
   auto first_token = [&](bool chunked) {
     auto decoder = MakeDecoder<float>(dims, params.data(), options, placement);
     decoder->set_feed_rows(feed_rows);
-    const auto start = Clock::now();
+    const auto start = BenchClock::now();
     if (chunked) {
       decoder->Feed(prompt.data(), fed);
     } else {
@@ -148,8 +143,7 @@ int BenchDecode(int argc, char** argv) {
   for (bool chunked : {false, true}) {
     std::vector<double> runs;
     for (int r = 0; r < kRuns; ++r) runs.push_back(first_token(chunked));
-    std::sort(runs.begin(), runs.end());
-    seconds[chunked] = runs[kRuns / 2];
+    seconds[chunked] = Median(runs);
   }
   // Greedy tokens after the chunked prompt (not timed: the prompt).
   std::vector<double> decode_runs;
@@ -159,15 +153,14 @@ int BenchDecode(int argc, char** argv) {
     decoder->Feed(prompt.data(), fed);
     decoder->Step(prompt.back(), nullptr);
     int32_t next = decoder->Argmax();
-    const auto start = Clock::now();
+    const auto start = BenchClock::now();
     for (int64_t i = 0; i < new_tokens; ++i) {
       decoder->Step(next, nullptr);
       next = decoder->Argmax();
     }
     decode_runs.push_back(SecondsSince(start));
   }
-  std::sort(decode_runs.begin(), decode_runs.end());
-  const double decode = decode_runs.empty() ? 0 : decode_runs[decode_runs.size() / 2];
+  const double decode = Median(decode_runs);  // 0 without new tokens
 
   const double ratio = seconds[0] / seconds[1];
   const int threads = omp_get_max_threads();
