@@ -42,14 +42,12 @@ class DecodeSession final : public Decoder<Real> {
  protected:
   void FeedRows(const int32_t* tokens, int64_t rows) override;
   void HeadRows(int64_t rows) override;
-  kernels::KernelTable<Real>& ops() override { return *ops_; }
-  const Real* logits() const override { return logits_.data(); }
-  int64_t vocab() const override { return layout_.dims().vocab; }
 
  private:
+  using Decoder<Real>::ops;
+  using Decoder<Real>::LogitsRows;  // ops() and LogitsRows: the base's kernel table and logits
   ParamLayout layout_;
   Precision precision_;
-  std::unique_ptr<kernels::KernelTable<Real>> ops_;
   Real embed_scale_ = 1, head_scale_ = 1;     // e^{s_E}, e^{s_F}
   DeviceArray<Real> e_bar_;                   // Ē [V, d_E] (the compute precision's): what the embedding gathers
   std::vector<DeviceArray<Real>> w_cat_;      // per layer: PackProjections (the compute precision's)
@@ -58,7 +56,7 @@ class DecodeSession final : public Decoder<Real> {
   kernels::PackedOperand<Real> e_bar_op_;
   std::vector<kernels::PackedOperand<Real>> w_cat_op_, w_o_op_;
   std::vector<std::unique_ptr<kernels::ScreeningCache<Real>>> caches_;  // per layer
-  DeviceArray<Real> x_, p_, u_, logits_;  // a chunk's activations and logits
+  DeviceArray<Real> x_, p_, u_;  // a chunk's activations
   int64_t position_ = 0;
 };
 

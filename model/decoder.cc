@@ -34,6 +34,10 @@ std::vector<int32_t> GreedyContinuation(Decoder<Real>& decoder, const std::vecto
 }
 
 template <typename Real>
+Decoder<Real>::Decoder(const ModelOptions& placement, int64_t vocab)
+    : ops_(KernelTableFor<Real>(placement)), logits_(placement.device), vocab_(vocab) {}
+
+template <typename Real>
 void Decoder<Real>::Step(int32_t token, Real* logits) {
   FeedRows(&token, 1);
   HeadRows(1);

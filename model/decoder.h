@@ -23,7 +23,8 @@ namespace multiscreen {
 
 // A decoding session: the orchestration of a token's (or a chunk's) rows through the
 // head, written here once over the family's two operations (FeedRows: the layers and
-// their caches; HeadRows: the logits of fed rows).
+// their caches; HeadRows: the logits of fed rows). The kernel table, the logits array and
+// V are the base's, set by the family's constructor through the protected constructor.
 template <typename Real>
 class Decoder {
  public:
@@ -70,18 +71,31 @@ class Decoder {
   virtual int64_t position() const = 0;
 
  protected:
+  // The session's kernel table, KernelTableFor(placement) (fatal, one line naming
+  // --device, for a device without kernels), and its logits array on placement.device,
+  // empty until LogitsRows sizes it; `vocab` is V, the logits' columns.
+  Decoder(const ModelOptions& placement, int64_t vocab);
   // The family's layers over tokens [rows] (1 ≤ rows ≤ feed_rows()) at position() …:
   // embedding, every layer (its GEMMs over the rows, its cache through them in order),
   // leaving the final hidden rows for HeadRows; advances position() by rows.
   virtual void FeedRows(const int32_t* tokens, int64_t rows) = 0;
-  // The logits [rows, V] of the last FeedRows' first `rows` rows into logits().
+  // The logits [rows, V] of the last FeedRows' first `rows` rows into LogitsRows(rows).
   virtual void HeadRows(int64_t rows) = 0;
-  virtual kernels::KernelTable<Real>& ops() = 0;
-  // The session's logits array on its device (HeadRows writes it, sized by the session).
-  virtual const Real* logits() const = 0;
-  virtual int64_t vocab() const = 0;
+  kernels::KernelTable<Real>& ops() { return *ops_; }
+  int64_t vocab() const { return vocab_; }
+  // The logits array resized to [rows, V] (rows ≥ 1) on the session's device, for
+  // HeadRows to write: grows as DeviceArray::Resize does, never shrinks its allocation.
+  Real* LogitsRows(int64_t rows) {
+    logits_.Resize(rows * vocab_);
+    return logits_.data();
+  }
+  // The logits array as the last HeadRows left it (row 0 first).
+  const Real* logits() const { return logits_.data(); }
 
  private:
+  std::unique_ptr<kernels::KernelTable<Real>> ops_;  // declared before logits_: outlives it
+  DeviceArray<Real> logits_;
+  int64_t vocab_;
   int64_t feed_rows_ = kFeedRows;
   bool logits_ready_ = false;  // logits() hold the last token's (a Step, not a Feed)
   std::vector<int64_t> targets_;  // Losses' targets of a chunk

@@ -43,11 +43,10 @@ class TransformerDecodeSession final : public Decoder<Real> {
  protected:
   void FeedRows(const int32_t* tokens, int64_t rows) override;
   void HeadRows(int64_t rows) override;
-  kernels::KernelTable<Real>& ops() override { return *ops_; }
-  const Real* logits() const override { return logits_.data(); }
-  int64_t vocab() const override { return layout_.dims().vocab; }
 
  private:
+  using Decoder<Real>::ops;
+  using Decoder<Real>::LogitsRows;  // ops() and LogitsRows: the base's kernel table and logits
   struct Layer {
     explicit Layer(Device device) : w_qkv(device) {}
     const Real *attn_norm = nullptr, *ffn_norm = nullptr;  // gains, into params
@@ -60,14 +59,13 @@ class TransformerDecodeSession final : public Decoder<Real> {
   };
   ParamLayout layout_;
   Precision precision_;
-  std::unique_ptr<kernels::KernelTable<Real>> ops_;
   std::unique_ptr<kernels::TransformerKernels<Real>> tk_;
   DeviceArray<Real> table_store_;  // Ē (sio), or W_E rounded (bf16); unused for W_E in fp32
   const Real* table_ = nullptr;    // [V, d_E] as the embedding reads it
   kernels::PackedOperand<Real> table_op_;  // table_ as the head's GEMM reads it, packed once
   Real embed_scale_ = 1, head_scale_ = 1;  // e^{s_E}, e^{s_F} (sio) or 1
   std::vector<Layer> layers_;
-  DeviceArray<Real> x_, a_, qkv_, o_, gu_, hidden_, rstd_, logits_;  // a chunk's activations and logits
+  DeviceArray<Real> x_, a_, qkv_, o_, gu_, hidden_, rstd_;  // a chunk's activations
   int64_t position_ = 0;
 };
 
