@@ -3,8 +3,10 @@
 # on a lent GPU) and the emulated build, where they run on the emulated device.
 # kernel_table_cuda_test compiles trainer/adamw.cc in as AdamW's CPU twin.
 # transformer_kernels_cuda_test: the Transformer's CUDA kernels against their CPU twins.
+# cublas_library_test: cuBLAS(Lt) loaded on first use; runs without a device.
 ms_add_gtest(cuda_test cuda SOURCES cuda/tanh_norm_cuda_test.cc cuda/screening_cuda_test.cc
   cuda/kernel_table_cuda_test.cc cuda/transformer_kernels_cuda_test.cc cuda/argmax_cuda_test.cc
+  cuda/cublas_library_test.cc
   ${CMAKE_SOURCE_DIR}/trainer/adamw.cc
   LIBS ms_kernel_table ms_kernels_cpu ms_kernels_cuda ms_buffer)
 # The models (Multiscreen, the Transformer) over the CUDA tables against the CPU's.

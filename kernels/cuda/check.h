@@ -4,7 +4,6 @@
 // kernels/kernel_table.h: a failing device call mid-step prints one line and exits).
 #pragma once
 
-#include <cublas_api.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -12,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cublas_library.h"
 
 #define MS_CUDA_RETURN_IF_ERROR(call)                                                                  \
   do {                                                                                                 \
@@ -50,6 +50,7 @@ namespace multiscreen::kernels::cuda {
   do {                                                                                                 \
     const cublasStatus_t ms_cublas_status_ = (call);                                                   \
     if (ms_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                                  \
-      ::multiscreen::kernels::cuda::FatalCudaError((op), cublasGetStatusString(ms_cublas_status_));    \
+      ::multiscreen::kernels::cuda::FatalCudaError(                                                    \
+          (op), ::multiscreen::kernels::cuda::Cublas().cublasGetStatusString(ms_cublas_status_));      \
     }                                                                                                  \
   } while (0)

@@ -124,39 +124,42 @@ __global__ void MoveAddTransposedKernel(float* a, int64_t rows, int64_t cols, in
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(cudaStream_t stream) {
+  absl::StatusOr<const CublasLibrary*> library = LoadCublas();
+  if (!library.ok()) return library.status();
+  const CublasLibrary& cublas = **library;
   cublasLtHandle_t lt = nullptr;
-  if (const cublasStatus_t s = cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError(absl::StrCat("cuBLASLt handle creation failed: ", cublasGetStatusString(s)));
+  if (const cublasStatus_t s = cublas.cublasLtCreate(&lt); s != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cuBLASLt handle creation failed: ", cublas.cublasGetStatusString(s)));
   }
   cublasHandle_t blas = nullptr;
-  if (const cublasStatus_t s = cublasCreate(&blas); s != CUBLAS_STATUS_SUCCESS) {
-    cublasLtDestroy(lt);
-    return absl::InternalError(absl::StrCat("cuBLAS handle creation failed: ", cublasGetStatusString(s)));
+  if (const cublasStatus_t s = cublas.cublasCreate(&blas); s != CUBLAS_STATUS_SUCCESS) {
+    cublas.cublasLtDestroy(lt);
+    return absl::InternalError(absl::StrCat("cuBLAS handle creation failed: ", cublas.cublasGetStatusString(s)));
   }
-  cublasStatus_t s = cublasSetStream(blas, stream);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH);  // no TF32
+  cublasStatus_t s = cublas.cublasSetStream(blas, stream);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublas.cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH);  // no TF32
   if (s != CUBLAS_STATUS_SUCCESS) {
-    cublasDestroy(blas);
-    cublasLtDestroy(lt);
-    return absl::InternalError(absl::StrCat("cuBLAS handle setup failed: ", cublasGetStatusString(s)));
+    cublas.cublasDestroy(blas);
+    cublas.cublasLtDestroy(lt);
+    return absl::InternalError(absl::StrCat("cuBLAS handle setup failed: ", cublas.cublasGetStatusString(s)));
   }
-  std::unique_ptr<GemmRunner> runner(new GemmRunner(stream, lt, blas));
+  std::unique_ptr<GemmRunner> runner(new GemmRunner(cublas, stream, lt, blas));
   runner->workspace_.Resize(kWorkspaceBytes);
   return runner;
 }
 
-GemmRunner::GemmRunner(cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas)
-    : stream_(stream), lt_(lt), blas_(blas) {}
+GemmRunner::GemmRunner(const CublasLibrary& cublas, cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas)
+    : cublas_(cublas), stream_(stream), lt_(lt), blas_(blas) {}
 
 GemmRunner::~GemmRunner() {
   for (auto& [key, plan] : plans_) {
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    cublasLtMatmulDescDestroy(plan.desc);
+    cublas_.cublasLtMatrixLayoutDestroy(plan.a);
+    cublas_.cublasLtMatrixLayoutDestroy(plan.b);
+    cublas_.cublasLtMatrixLayoutDestroy(plan.c);
+    cublas_.cublasLtMatmulDescDestroy(plan.desc);
   }
-  cublasDestroy(blas_);
-  cublasLtDestroy(lt_);
+  cublas_.cublasDestroy(blas_);
+  cublas_.cublasLtDestroy(lt_);
 }
 
 GemmRunner::Plan& GemmRunner::PlanFor(const Key& key, Precision precision, bool trans_a, bool trans_b, int64_t m,
@@ -167,55 +170,58 @@ GemmRunner::Plan& GemmRunner::PlanFor(const Key& key, Precision precision, bool 
   Plan& plan = plans_[key];
   const cudaDataType_t ab_type =
       precision == Precision::kFp32 ? CUDA_R_32F : (precision == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F);
-  MS_CUBLAS_CHECK(op, cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Column-major view: A' = B (op trans_b), B' = A (op trans_a), C' = Cᵀ [n, m].
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  MS_CUBLAS_CHECK(op, cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  MS_CUBLAS_CHECK(op, cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  MS_CUBLAS_CHECK(op,
+                  cublas_.cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  MS_CUBLAS_CHECK(op,
+                  cublas_.cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   // Stored shapes: B is [k, n] row-major ([n, k] when trans_b) = column-major [n, k] ([k, n]).
-  MS_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan.a, ab_type, trans_b ? k : n, trans_b ? n : k, ldb));
-  MS_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan.b, ab_type, trans_a ? m : k, trans_a ? k : m, lda));
-  MS_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, n, m, ldc));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatrixLayoutCreate(&plan.a, ab_type, trans_b ? k : n, trans_b ? n : k, ldb));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatrixLayoutCreate(&plan.b, ab_type, trans_a ? m : k, trans_a ? k : m, lda));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, n, m, ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = kWorkspaceBytes;
   const uint32_t align_a_prime = align_b, align_b_prime = align_a, align_c_prime = align_c;
-  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                           sizeof(workspace)));
-  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                           &align_a_prime, sizeof(align_a_prime)));
-  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                           &align_b_prime, sizeof(align_b_prime)));
-  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                           &align_c_prime, sizeof(align_c_prime)));
-  MS_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                           &align_c_prime, sizeof(align_c_prime)));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                   &workspace, sizeof(workspace)));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                                   &align_a_prime, sizeof(align_a_prime)));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                                   &align_b_prime, sizeof(align_b_prime)));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                                   &align_c_prime, sizeof(align_c_prime)));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                                   &align_c_prime, sizeof(align_c_prime)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+      cublas_.cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  cublas_.cublasLtMatmulPreferenceDestroy(pref);
   // No heuristic (NOT_SUPPORTED or none found) is not an error: Run falls back to cublasSgemm.
   if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
     plan.algo = result.algo;
     plan.has_algo = true;
   } else if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) {
-    FatalCudaError(op, cublasGetStatusString(s));
+    FatalCudaError(op, cublas_.cublasGetStatusString(s));
   }
   return plan;
 }
 
 void GemmRunner::Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  MS_CUBLAS_CHECK("Gemm", cublasSgemm_64(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+  MS_CUBLAS_CHECK("Gemm", cublas_.cublasSgemm_64(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
+                                                 &beta, c, ldc));
 }
 
 bool GemmRunner::Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, float* c) {
-  const cublasStatus_t s = cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c, plan.c,
-                                          plan.has_algo ? &plan.algo : nullptr, workspace_.data(), kWorkspaceBytes,
-                                          stream_);
+  const cublasStatus_t s =
+      cublas_.cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c, plan.c,
+                             plan.has_algo ? &plan.algo : nullptr, workspace_.data(), kWorkspaceBytes, stream_);
   if (s == CUBLAS_STATUS_NOT_SUPPORTED && plan.has_algo) {  // the algorithm refuses this call after all: never again
     plan.has_algo = false;
     return false;

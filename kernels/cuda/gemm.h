@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
 
@@ -31,8 +32,9 @@ namespace multiscreen::kernels::cuda {
 
 class GemmRunner {
  public:
-  // Creates the cuBLASLt and cuBLAS handles and the workspace for `stream`.
-  // Errors: handle creation failure (with cuBLAS's status string).
+  // Loads cuBLAS(Lt) if no runner did yet (LoadCublas), creates the cuBLASLt and cuBLAS
+  // handles and the workspace for `stream`.
+  // Errors: LoadCublas's; handle creation failure (with cuBLAS's status string).
   static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(cudaStream_t stream);
   ~GemmRunner();
   GemmRunner(const GemmRunner&) = delete;
@@ -70,7 +72,7 @@ class GemmRunner {
     bool has_algo = false;
   };
 
-  GemmRunner(cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas);
+  GemmRunner(const CublasLibrary& cublas, cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas);
   Plan& PlanFor(const Key& key, Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                 int64_t lda, int64_t ldb, int64_t ldc, int align_a, int align_b, int align_c);
   // The plan's product on operands as the library reads them (a and b swapped into its
@@ -82,6 +84,7 @@ class GemmRunner {
   void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
              const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+  const CublasLibrary& cublas_;  // cublas_library.h: loaded by Create
   cudaStream_t stream_;
   cublasLtHandle_t lt_;
   cublasHandle_t blas_;
