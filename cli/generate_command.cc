@@ -79,12 +79,14 @@ constexpr int64_t kMaxNewTokens = (int64_t{1} << 31) - 1;
 
 int GenerateCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
-                          "multiscreen generate (--checkpoint=DIR | --weights=W.h5) --prompt=TEXT [--max_tokens=N --tokenizer=DIR "
+                          "multiscreen generate (--checkpoint=DIR | --weights=W.h5) --prompt=TEXT [--max_tokens=N --threads=N --tokenizer=DIR "
                           "--train_len=T --as_learned --yarn_factor=F|auto --device=cpu|cuda --precision=fp32|bf16]",
                           {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer",
-                           "yarn_factor", "device", "precision"}); !s.ok()) {
+                           "yarn_factor", "device", "precision", "threads"}); !s.ok()) {
     return Fail("generate", s);
   }
+  // CPU worker threads, as eval and bench decode take them (0: OMP_NUM_THREADS, else every core).
+  if (auto s = ApplyThreadsFlag(); !s.ok()) return Fail("generate", s);
   // One process: under `mpirun -n 2` every rank decoded the same prompt.
   if (int rc = RefuseSeveralProcesses("generate"); rc != 0) return rc;
   if (absl::GetFlag(FLAGS_max_tokens) < 0 || absl::GetFlag(FLAGS_max_tokens) > kMaxNewTokens) {

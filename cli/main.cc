@@ -1,6 +1,9 @@
 // build/multiscreen: one binary with subcommands (like git). See README.md and
 // shared/DESIGN.md ("Command-line contract").
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -28,7 +31,7 @@ constexpr Command kCommands[] = {
     {"ckpt", multiscreen::cli::CkptCommand,
      "checkpoints: plan --model=psi64 --tp=8 --pp=8 | init --model=M --tp=8 --pp=8 --out=RUN | reshard --checkpoint=DIR --tp --pp --out=RUN | export --checkpoint=DIR --out=W.h5 | inspect --checkpoint=DIR"},
     {"generate", multiscreen::cli::GenerateCommand,
-     "greedy decoding: --checkpoint=DIR --prompt=TEXT [--max_tokens=N --train_len=T --as_learned --yarn_factor=F|auto "
+     "greedy decoding: --checkpoint=DIR --prompt=TEXT [--max_tokens=N --threads=N --train_len=T --as_learned --yarn_factor=F|auto "
      "--device=cpu|cuda --precision=fp32|bf16]"},
     {"forward", multiscreen::cli::ForwardCommand,
      "loss and gradients: --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B --seq_len=T --out=OUT.h5"},
@@ -46,9 +49,30 @@ void Usage(FILE* out) {
   std::fprintf(out, "\n'multiscreen <command> --help' lists a command's flags.\n");
 }
 
+// libgomp's idle threads spin (actively wait) between parallel regions by default; on a
+// machine whose cores are busy with other work they take the time slices the working
+// thread needs: `bench decode --model=psi8 --threads=2` beside two busy loops on a 2-vCPU
+// AMD EPYC decoded 44.9 tokens/s spinning against 263.6 passive (5.9x), and fed a prompt
+// token by token 3.4x slower (docs/commands.md, docs/evaluation.md). libgomp reads
+// OMP_WAIT_POLICY once, when it is loaded, before main(), so setting it here takes a
+// second start: when it is unset, it is set to passive and the program executes itself
+// again (/proc/self/exe, the same arguments and environment, the same process id, so a
+// launcher such as mpirun or srun sees the same process; nothing has been read or
+// written yet). The second start finds it set and goes on: it runs at most once. A
+// value the user set, any value (`OMP_WAIT_POLICY=active` for a dedicated machine,
+// `mpirun -x OMP_WAIT_POLICY=...`), is kept. If the program cannot execute itself (no
+// /proc), it goes on spinning as before.
+void PreferPassiveOpenMpWaits(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv("OMP_WAIT_POLICY");  // execv failed: this process's libgomp spins, say so truly
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  PreferPassiveOpenMpWaits(argv);
   if (argc < 2) {
     Usage(stderr);
     return 2;
