@@ -327,6 +327,31 @@ absl::Status CheckDecimalFlags(int argc, char** argv) {
   return absl::OkStatus();
 }
 
+// absl reads an integer flag with base detection and blanks stripped, so --steps=0x3 ran 3
+// steps, --steps=" 3" and --seed=+7 were taken, and a typo of hex digits could read as a
+// count. Every integer flag given must be decimal digits with an optional leading '-',
+// checked before absl reads it so that the error is ours, one line naming the flag. (A
+// value absl cannot read at all, --steps=abc or past the type's range, is CheckFlagValues'
+// error, checked first.)
+absl::Status CheckIntegerFlags(int argc, char** argv) {
+  for (const GivenFlag& f : GivenFlagsAndValues(argc, argv)) {
+    if (!f.known || !f.has_value) continue;
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.name);
+    if (flag == nullptr || !(flag->IsOfType<int32_t>() || flag->IsOfType<int64_t>() || flag->IsOfType<uint32_t>() ||
+                             flag->IsOfType<uint64_t>())) {
+      continue;
+    }
+    const absl::string_view digits = absl::StartsWith(f.value, "-") ? absl::string_view(f.value).substr(1) : f.value;
+    if (!digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("--", f.name, "=", f.value,
+                                                   ": expected an integer in decimal digits (e.g. 3 or -1; no hex, "
+                                                   "'+' or blanks)"));
+  }
+  return absl::OkStatus();
+}
+
 // What a flag of this type takes, for CheckFlagValues' message.
 std::string ExpectedValue(const absl::CommandLineFlag& flag) {
   const std::string name(flag.Name());
@@ -389,7 +414,8 @@ absl::Status CheckFlagsBeforeAbsl(int argc, char** argv, const char* usage,
   MS_RETURN_IF_ERROR(RefuseOtherFlags(argc, argv, usage, accepted));
   MS_RETURN_IF_ERROR(CheckDecimalFlags(argc, argv));
   MS_RETURN_IF_ERROR(CheckRepeatedFlags(argc, argv));
-  return CheckFlagValues(argc, argv);
+  MS_RETURN_IF_ERROR(CheckFlagValues(argc, argv));
+  return CheckIntegerFlags(argc, argv);
 }
 
 }  // namespace

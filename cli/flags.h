@@ -33,7 +33,8 @@ namespace multiscreen::cli {
 // regular file of at most 1 MiB or that names itself through a cycle (absl would read it
 // for ever), or a floating-point flag whose text is not a plain decimal number
 // (common/decimal.h: absl reads doubles as strtod does, so "0x10", "inf", "nan" and " 2"
-// were taken; bench's --w also takes "inf"), or a flag given twice (on the command line,
+// were taken; bench's --w also takes "inf"), or an integer flag whose text is not decimal
+// digits with an optional leading '-' (absl took "0x3", " 3" and "+3"), or a flag given twice (on the command line,
 // in flagfiles or through --fromenv: absl would keep the last value without a word), or a
 // value absl cannot read (--steps=abc, --json=maybe, --steps with nothing after it), a
 // negated boolean given a value (--nojson=1), --fromenv/--tryfromenv naming what is not a

@@ -189,6 +189,23 @@ class CliTest(OneLineErrors):
                 f.attrs[attr] = np.int64(1000 if attr == "d_k" else 1)
             self.assert_one_line_error(self._forward(w, t, "--device=cpu")[0], w, why)
 
+    def test_integer_flags_take_decimal_digits_only(self):
+        # absl reads integer flags with base detection and blanks stripped: --steps=0x3 trained
+        # 3 steps, --steps=" 3" and --seed=+7 were taken. One line naming the flag and its text.
+        cfg = os.path.join(self.dir, "never.textproto")
+        for flag in ("--steps=0x3", "--steps= 3", "--steps=3 ", "--seed=+7", "--micro_batch=0X10", "--threads=0x2"):
+            self.assert_exact_error(run("train", f"--config={cfg}", flag),
+                                    f"multiscreen train: {flag}: expected an integer in decimal digits (e.g. 3 or -1; "
+                                    "no hex, '+' or blanks)")
+        self.assert_one_line_error(run("train", f"--config={cfg}", "--steps", "0x3"), "--steps=0x3: expected an integer in")
+        self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--generator_seed=0x7b"),
+                                   "--generator_seed=0x7b: expected an integer in decimal digits")
+        self.assert_one_line_error(run("bench", "decode", "--prompt_tokens= 8"), "--prompt_tokens= 8: expected an integer")
+        # Decimal digits still reach the command's own checks (a leading zero is decimal, as absl reads it).
+        self.assert_one_line_error(run("generate", "--max_tokens=-1", "--prompt=x"), "--max_tokens=-1: expected 0 to")
+        self.assert_one_line_error(run("generate", "--max_tokens=010", "--weights=/nonexistent.h5", "--prompt=x"),
+                                   "/nonexistent.h5")
+
     def test_floating_point_flags_take_plain_decimals_only(self):
         # absl reads double flags as strtod does: --lr=0x1p-4 trained at 2^-4, --min_seconds=inf
         # timed for ever, --dp_bucket_mb=" 16" was 16. One line naming the flag and its text.
