@@ -1,8 +1,14 @@
 #include "cli/memory_bound.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -49,6 +55,20 @@ absl::Status CheckFreeDisk(const std::string& dir, int64_t needed) {
   while (!at.empty() && !fs::exists(at, ec) && at != at.root_path()) at = at.parent_path();
   const int64_t free = FreeBytes(at.string());
   if (free >= 0 && free < needed) {
+    // A directory no file can be created in (/proc, /sys: file systems that report 0 bytes
+    // free) is refused for that, not for its space: "only 0 bytes free on /proc" sent a
+    // user looking for disk space. A probe file is created and removed at once.
+    const std::string probe_template = (at / ".multiscreen-write-probe-XXXXXX").string();
+    std::vector<char> probe(probe_template.begin(), probe_template.end());
+    probe.push_back('\0');
+    const int fd = ::mkstemp(probe.data());
+    if (fd < 0) {
+      const int err = errno;
+      return absl::PermissionDeniedError(absl::StrCat(dir, ": ", at.string(), " is not a writable directory (creating a file "
+                                                      "there: ", std::strerror(err), "); choose another path"));
+    }
+    ::close(fd);
+    ::unlink(probe.data());
     return absl::ResourceExhaustedError(absl::StrCat(dir, ": needs ", needed, " bytes (", Gib(needed), "), only ", free,
                                                      " (", Gib(free), ") are free on ", at.string()));
   }

@@ -28,7 +28,8 @@ int64_t BlockBytes(int64_t bound);
 
 // Refuses, up front, to write `needed` bytes where the file system holding
 // `dir` (or its nearest existing parent) has less free: "<dir>: needs N bytes
-// (x GiB), only M (y GiB) are free".
+// (x GiB), only M (y GiB) are free"; where no file can be created there (/proc, /sys, a
+// read-only directory), that is the error: "<dir>: /proc is not a writable directory (...)".
 absl::Status CheckFreeDisk(const std::string& dir, int64_t needed);
 
 // Logs "<command>: peak resident memory X MiB (VmHWM), bound Y MiB, over the Z MiB the

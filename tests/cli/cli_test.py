@@ -706,6 +706,12 @@ class CliTest(OneLineErrors):
         self.assert_exact_error(
             run("prepare", f"--tokenizer={TOKENIZER}", f"--input={text}", f"--output={out_file}/sub", "--val_tokens=0"),
             f"multiscreen prepare: --output={out_file}/sub: {out_file} is a file, not a directory")
+        # /proc and /sys report 0 bytes free: the output was refused for its space, not for what it is.
+        self.assert_exact_error(run("init", "--model=tiny_psi2", "--out=/proc/x.h5"),
+                                "multiscreen init: /proc/x.h5: /proc is not a writable directory (creating a file there: "
+                                "No such file or directory); choose another path")
+        self.assert_one_line_error(run("ckpt", "init", "--model=tiny_psi2", "--tp=1", "--pp=1", "--out=/sys/run"),
+                                   "/sys/run: /sys is not a writable directory")
         self.assert_exact_error(run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=8", "--out=/proc/x"),
                                 "multiscreen eval ppl: --out=/proc/x: cannot create /proc/x: No such file or directory")
         self.assert_exact_error(run("init", "--model=tiny_psi2", "--out=/nonexistent/x.h5"),
