@@ -562,6 +562,15 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
     return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " is a file of the training run in ",
                                                    parent.string(), ": choose another path"));
   }
+  // A run's directory as an output directory: results went among the run's files (and a
+  // name such as status.json replaced the run's own).
+  for (const char* mark : {"run.json", "metrics.jsonl"}) {
+    if (out_is_directory && fs::exists(resolved / mark, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " is a training run's directory (it holds ",
+                                                     mark, "): write into a directory of its own (e.g. ",
+                                                     (fs::path(out) / "eval").string(), ")"));
+    }
+  }
   if (const fs::path dir = EnclosingCheckpointDirectory(out_is_directory ? resolved : parent, false); !dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " lies inside the checkpoint directory ",
                                                    dir.string(), ": choose a path outside it"));

@@ -84,7 +84,8 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& 
 // manifest.json, or anywhere under a `checkpoints` directory), so that a command never
 // replaces what it reads, a run's records or a run's checkpoint.
 // `out_is_directory`: `out` is a directory the command writes its files into (eval's
-// --out), so `out` itself may not be a checkpoint or a `checkpoints` directory either.
+// --out), so `out` itself may not be a checkpoint, a `checkpoints` directory or a run's
+// directory (one holding run.json or metrics.jsonl) either.
 absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs,
                              bool out_is_directory = false);
 

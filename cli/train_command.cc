@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <regex>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -78,6 +79,22 @@ ABSL_FLAG(bool, restart, false,
 
 namespace multiscreen::cli {
 namespace {
+
+// The first token shard found directly in `dir` (a name ending in train_NNNNNN.bin or
+// val_NNNNNN.bin, as prepare and llm.c write them) or prepare's lock file, else "".
+std::string PreparedShardIn(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return "";
+  const std::regex shard(R"((^|.*_)(train|val)_[0-9]{6}\.bin$)");
+  std::string first;  // the first shard by name: the same in every listing order
+  bool lock = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    lock = lock || name == ".prepare.lock";
+    if (std::regex_match(name, shard) && (first.empty() || name < first)) first = name;
+  }
+  return first.empty() && lock ? ".prepare.lock" : first;
+}
 
 // <run_dir>/data.json: what later commands (`eval`, `generate`) need to know of the run's data
 // without the current directory: the tokenizer (the run file's data.tokenizer_dir, else
@@ -212,6 +229,13 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
                                                      dir.string(),
                                                      ": its retention would delete this run; choose a path outside it"));
     }
+  }
+  // A directory of token shards (prepare's train_NNNNNN.bin and val_NNNNNN.bin, llm.c's
+  // fineweb_train_NNNNNN.bin) is data, not a run's: the run's files went among the shards
+  // with a warning, and a later prepare into it replaced them all.
+  if (const std::string shard = PreparedShardIn(run.run_dir()); !shard.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--run_dir=", run.run_dir(), " holds prepared token data (", shard,
+                                                   "): give the run a directory of its own (the data goes in --data)"));
   }
   if (run.data().train_shards().empty() && run.data().sources().empty()) {
     return absl::InvalidArgumentError("--data: required (or data.train_shards or data.sources in --config)");

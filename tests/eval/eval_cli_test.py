@@ -221,6 +221,12 @@ class EvalCliTest(OneLineErrors):
                                    f"--data={data} lies in --out={out}, where this evaluation writes its results")
         with open(data) as f:
             self.assertEqual(f.read(), "a text to evaluate " * 20)
+        # A run's directory as --out: the results went among the run's files.
+        t = self.tokens(np.arange(40) % 30)
+        self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=8", f"--out={run_dir}"),
+                                   f"multiscreen eval ppl: --out={run_dir} is a training run's directory (it holds "
+                                   f"run.json): write into a directory of its own (e.g. {run_dir}/eval)")
+        self.assertEqual(os.listdir(run_dir), ["run.json"])
 
     def test_results_already_in_out_are_refused_without_resume(self):
         # A field report: `eval ppl --out=DIR` over another evaluation's ppl.json replaced it.

@@ -371,6 +371,14 @@ class TrainTest(SyntheticCorpusCase):
         r = self.train(d, "--steps=1")
         self.assertIn(f"--run_dir={d} holds files but no run", r.stderr)
         self.assertNotIn("holds files but no run", self.train(d, "--steps=2").stderr)  # now it holds one
+        # A directory of token shards is data: the run's files went among them with the
+        # warning above. Refused before anything is written there.
+        before = sorted(os.listdir(self.data))
+        r = self.train(self.data, "--steps=1", check=False)
+        self.assertEqual((r.returncode, r.stderr.strip().splitlines()[-1]),
+                         (1, f"multiscreen train: --run_dir={self.data} holds prepared token data (train_000000.bin): "
+                             "give the run a directory of its own (the data goes in --data)"))
+        self.assertEqual(sorted(os.listdir(self.data)), before)
 
     def test_a_run_directory_without_checkpoints_is_not_overwritten(self):
         d = self.run_dir("occupied")
