@@ -1049,6 +1049,17 @@ int AbcDigits(const std::vector<std::string>& given) {
     return Fail("eval abcdigits", absl::InvalidArgumentError(absl::StrCat("--mode=", mode, ": expected lines or tokens")));
   }
   if (absl::GetFlag(FLAGS_generate_only)) {
+    // --generate_only runs no model: a model's or a grid's flag beside it was ignored
+    // without a word (`--generate_only --checkpoint=X` looked like an evaluation of X).
+    for (const char* unused : {"checkpoint", "weights", "train_len", "as_learned", "yarn_factor", "device", "precision",
+                               "contexts", "depths", "plot", "resume"}) {
+      if (Given(given, unused)) {
+        return Fail("eval abcdigits", absl::InvalidArgumentError(absl::StrCat(
+                                          "--", unused, " with --generate_only: it writes one cell's instances without a "
+                                          "model or a grid (--length, --depth); drop --", unused,
+                                          ", or drop --generate_only to evaluate")));
+      }
+    }
     const std::string dump = absl::GetFlag(FLAGS_dump);
     if (dump.empty()) return Fail("eval abcdigits", absl::InvalidArgumentError("--generate_only needs --dump=F.jsonl"));
     if (auto s = CheckDumpPath(dump, absl::GetFlag(FLAGS_out), "abcdigits"); !s.ok()) return Fail("eval abcdigits", s);
@@ -1393,6 +1404,43 @@ constexpr char kUsage[] =
     "                            (YaRN at inference; auto: length / train_len)\n"
     "       choice's --format (required) is the benchmark's: hellaswag|piqa|arc|winogrande (not a token file format)\n";
 
+// kUsage's entries for `sub` alone: its own lines ("multiscreen eval <sub> ...", with their
+// continuation lines) and the notes that apply to it (every evaluation's --threads; the
+// device flags but for relevance; RoPE's --yarn_factor; choice's --format). `one_line`:
+// joined into one line with single blanks, for an error's "; usage: ...".
+std::string SubcommandUsage(const std::string& sub, bool one_line) {
+  std::vector<std::string> entries;  // each with its continuation lines
+  for (absl::string_view line : absl::StrSplit(kUsage, '\n', absl::SkipEmpty())) {
+    const absl::string_view text = absl::StripLeadingAsciiWhitespace(line);
+    const bool continuation = line.size() - text.size() > 7;  // deeper than "usage: " and "       "
+    if (continuation && !entries.empty()) {
+      absl::StrAppend(&entries.back(), "\n", line);
+    } else {
+      entries.emplace_back(absl::StripPrefix(text, "usage: "));
+    }
+  }
+  std::vector<std::string> chosen;
+  for (const std::string& e : entries) {
+    const bool own = absl::StartsWith(e, absl::StrCat("multiscreen eval ", sub, " "));
+    const bool note = absl::StartsWith(e, "every evaluation") || absl::StartsWith(e, "a RoPE model") ||
+                      (sub != "relevance" && absl::StartsWith(e, "ppl, abcdigits")) ||
+                      (sub == "choice" && absl::StartsWith(e, "choice's --format"));
+    if (own || note) chosen.push_back(e);
+  }
+  std::string text;
+  if (!one_line) {
+    for (size_t i = 0; i < chosen.size(); ++i) absl::StrAppend(&text, i == 0 ? "usage: " : "\n       ", chosen[i]);
+    return text;
+  }
+  for (const std::string& e : chosen) {
+    if (!absl::StartsWith(e, "multiscreen eval ")) continue;  // the notes make no line of an error
+    if (!text.empty()) absl::StrAppend(&text, " | ");        // abcdigits' two forms
+    const std::vector<absl::string_view> words = absl::StrSplit(e, absl::ByAnyChar(" \n"), absl::SkipEmpty());
+    absl::StrAppend(&text, absl::StrJoin(words, " "));
+  }
+  return text;
+}
+
 }  // namespace
 
 int EvalCommand(int argc, char** argv) {
@@ -1429,18 +1477,14 @@ int EvalCommand(int argc, char** argv) {
   const std::vector<std::string> given = GivenFlags(argc - 1, argv + 1);
   for (const std::string& g : given) {
     if (std::find(accepted.begin(), accepted.end(), g) == accepted.end()) {
-      return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--", g, " is not a flag of 'eval ", sub, "'")));
+      return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("--", g, " is not a flag of 'eval ", sub,
+                                                                       "'; usage: ", SubcommandUsage(sub, true))));
     }
   }
+  // --help: this evaluation's usage and flags, not every evaluation's.
+  const std::string usage = SubcommandUsage(sub, false);
   std::vector<std::string> args;
-  if (auto s = ParseFlagsAndArgs(argc - 1, argv + 1, kUsage,
-                                 {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer", "data", "seq_len",
-                                  "documents", "stride", "stream", "method", "plot", "resume", "contexts", "depths", "instances",
-                                  "dump", "generator_seed", "generate_only", "mode", "length", "depth", "context", "repeats",
-                                  "warmup", "device", "precision", "threads", "text", "layers", "map_tiles", "task", "format",
-                                  "yarn_factor"},
-                                 &args);
-      !s.ok()) {
+  if (auto s = ParseFlagsAndArgs(argc - 1, argv + 1, usage.c_str(), accepted, &args); !s.ok()) {
     return Fail(cmd.c_str(), s);
   }
   if (!args.empty()) return Fail(cmd.c_str(), absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'")));

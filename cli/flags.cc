@@ -64,7 +64,7 @@ void SetUsage(const char* usage) {
 
 // Flags are process-global, so absl accepts every subcommand's flags everywhere;
 // this refuses the ones the running subcommand does not read.
-absl::Status RefuseOtherFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted) {
+absl::Status RefuseOtherFlags(int argc, char** argv, const char* usage, const std::vector<std::string_view>& accepted) {
   for (const std::string& name : GivenFlags(argc, argv)) {
     if (std::find(accepted.begin(), accepted.end(), name) == accepted.end()) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " is not a flag of this command; usage: ", usage));
@@ -241,36 +241,56 @@ absl::Status CheckFlagfiles(int argc, char** argv) {
   return CheckFlagfiles(std::vector<std::string>(argv + std::min(argc, 1), argv + argc), &chain);
 }
 
-// `--help` (or -help) lists this command's own flags, grouped by where they are
-// defined, and exits 0; absl's --help would list every command's (issue 31: 181 lines
-// for `train --help`). --helpfull keeps absl's full list.
-void PrintCommandHelpIfAsked(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted) {
-  bool asked = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    asked = asked || a == "--help" || a == "-help" || a == "--help=true" || a == "-h";
-  }
-  if (!asked) return;
+// Prints `flags` grouped by the file that defines them ("train flags:", "common flags:"),
+// in their order, one line each with its help and the value before parsing: the flag's default, or the
+// command's own (bench train's --steps).
+void PrintFlagGroups(const std::vector<const absl::CommandLineFlag*>& flags) {
   std::map<std::string, std::vector<const absl::CommandLineFlag*>> groups;  // by defining file
-  for (std::string_view name : accepted) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
-    if (flag == nullptr) continue;
+  for (const absl::CommandLineFlag* flag : flags) {
     std::string file = std::filesystem::path(flag->Filename()).stem().string();
     if (absl::EndsWith(file, "_command")) file = file.substr(0, file.size() - 8);
     if (file == "flags") file = "common";
     groups[file].push_back(flag);
   }
-  std::printf("%s\n", usage);
-  for (const auto& [group, flags] : groups) {
+  for (const auto& [group, members] : groups) {
     std::printf("\n%s flags:\n", group.c_str());
-    for (const absl::CommandLineFlag* flag : flags) {
-      // The value before parsing: the flag's default, or the command's own (bench train's --steps).
+    for (const absl::CommandLineFlag* flag : members) {
       const std::string value = flag->CurrentValue();
       std::printf("  --%s  %s (default: %s)\n", std::string(flag->Name()).c_str(), flag->Help().c_str(),
                   value.empty() ? "\"\"" : value.c_str());
     }
   }
-  std::printf("\n--helpfull lists the flags of every command.\n");
+}
+
+// `--help` (or -help) lists this command's own flags, grouped by where they are
+// defined, and exits 0; absl's --help would list every command's (issue 31: 181 lines
+// for `train --help`). `--helpfull` lists every command's flags the same way and exits 0
+// (absl's own listing exited 1, a failure to a script, and named the build's source paths).
+void PrintCommandHelpIfAsked(int argc, char** argv, const char* usage, const std::vector<std::string_view>& accepted) {
+  bool asked = false, full = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    asked = asked || a == "--help" || a == "-help" || a == "--help=true" || a == "-h";
+    full = full || a == "--helpfull" || a == "-helpfull";
+  }
+  if (!asked && !full) return;
+  std::vector<const absl::CommandLineFlag*> flags;
+  if (full) {
+    for (const auto& [name, flag] : absl::GetAllFlags()) {
+      if (flag->Filename().find("cli/") != std::string::npos) flags.push_back(flag);
+    }
+    std::sort(flags.begin(), flags.end(),
+              [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) { return a->Name() < b->Name(); });
+  } else {
+    for (std::string_view name : accepted) {
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
+      if (flag != nullptr) flags.push_back(flag);
+    }
+  }
+  std::printf("%s\n", usage);
+  if (full) std::printf("\nEvery command's flags (--help lists this command's own):\n");
+  PrintFlagGroups(flags);
+  if (!full) std::printf("\n--helpfull lists the flags of every command.\n");
   std::fflush(stdout);
   std::exit(0);
 }
@@ -408,7 +428,7 @@ absl::Status CheckRepeatedFlags(int argc, char** argv) {
 // a command's flag errors are one line of ours, "multiscreen CMD: --flag...": the
 // flagfiles, a flag that is not this command's (or no flag at all), the values.
 absl::Status CheckFlagsBeforeAbsl(int argc, char** argv, const char* usage,
-                                  std::initializer_list<std::string_view> accepted) {
+                                  const std::vector<std::string_view>& accepted) {
   MS_RETURN_IF_ERROR(CheckFlagfiles(argc, argv));
   MS_RETURN_IF_ERROR(CheckSpecialForms(argc, argv));
   MS_RETURN_IF_ERROR(RefuseOtherFlags(argc, argv, usage, accepted));
@@ -430,7 +450,8 @@ bool Given(const std::vector<std::string>& given, std::string_view name) {
   return std::find(given.begin(), given.end(), name) != given.end();
 }
 
-absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted) {
+absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted_list) {
+  const std::vector<std::string_view> accepted(accepted_list);
   SetUsage(usage);
   PrintCommandHelpIfAsked(argc, argv, usage, accepted);
   MS_RETURN_IF_ERROR(CheckFlagsBeforeAbsl(argc, argv, usage, accepted));
@@ -442,6 +463,11 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializ
 }
 
 absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted,
+                               std::vector<std::string>* args) {
+  return ParseFlagsAndArgs(argc, argv, usage, std::vector<std::string_view>(accepted), args);
+}
+
+absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, const std::vector<std::string_view>& accepted,
                                std::vector<std::string>* args) {
   SetUsage(usage);
   PrintCommandHelpIfAsked(argc, argv, usage, accepted);

@@ -48,6 +48,8 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializ
 // As ParseFlags, but positional arguments are returned in `args` instead of refused.
 absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted,
                                std::vector<std::string>* args);
+absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, const std::vector<std::string_view>& accepted,
+                               std::vector<std::string>* args);
 
 // The names of this program's flags given in argv (--name, --name=v, --name v, -name,
 // --noname), in order, including those set through --flagfile files and

@@ -66,10 +66,27 @@ class CliTest(OneLineErrors):
             self.assertIn(f"\n  {own}  ", r.stdout)
             self.assertNotIn(f"  {other}  ", r.stdout)
             self.assertIn("--helpfull lists the flags of every command.", r.stdout)
+        # `eval passkey --help`: passkey's usage and flags, not every evaluation's.
+        r = run("eval", "passkey", "--help")
+        self.assertTrue(r.stdout.startswith("usage: multiscreen eval passkey (--checkpoint=DIR | --weights=W.h5)"),
+                        r.stdout)
+        for other in ("multiscreen eval ppl", "multiscreen eval ttft", "multiscreen eval abcdigits", "\n  --data  ",
+                      "\n  --repeats  ", "\n  --task  "):
+            self.assertNotIn(other, r.stdout)
+        self.assertIn("--threads=N", r.stdout)
+        self.assertIn("\n  --threads  ", r.stdout)
         lines = run("train", "--help").stdout.splitlines()
         self.assertLess(len(lines), 60)
         self.assertIn("train flags:", lines)
-        self.assertGreater(len(run("train", "--helpfull").stdout.splitlines() + run("train", "--helpfull").stderr.splitlines()), 150)
+        # --helpfull: every command's flags, listed as --help lists a command's, exit 0 (absl's exited 1).
+        for command in (["train"], ["eval", "passkey"], ["bench", "decode"]):
+            r = run(*command, "--helpfull")
+            self.assertEqual((r.returncode, r.stderr), (0, ""), command)
+            for own in ("--config", "--prompt", "--grad_accum", "--contexts", "--prompt_tokens", "--threads"):
+                self.assertIn(f"\n  {own}  ", r.stdout)
+            self.assertGreater(len([l for l in r.stdout.splitlines() if l.startswith("  --")]), 90)
+            self.assertIn("\ntrain flags:\n", r.stdout)
+            self.assertNotIn("absl", r.stdout)
 
     def test_params_json_reproduces_the_paper_table(self):
         for model, (total, non_embedding) in PAPER.items():
@@ -764,24 +781,6 @@ class CliTest(OneLineErrors):
                                 "multiscreen eval relevance: --layers=0, 1: ' 1' holds a blank (values are "
                                 "comma-separated without blanks, e.g. --layers=A,B)")
 
-    def test_help_names_every_precision_and_one_default(self):
-        # Field report: bench's --precision help left out fp64; --isa's help gave two defaults.
-        for command in (["bench", "train"], ["train"], ["eval", "ppl"], ["generate"], ["forward"]):
-            r = run(*command, "--help")
-            self.assertEqual(r.returncode, 0, r.stderr)
-            for line in r.stdout.splitlines():
-                self.assertLessEqual(line.count("default"), 1, line)
-        precision = [l for l in run("bench", "train", "--help").stdout.splitlines() if l.startswith("  --precision  ")]
-        self.assertEqual(len(precision), 1)
-        self.assertIn("bench train: those and fp64", precision[0])
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--multiscreen", required=True)
-    args, rest = p.parse_known_args()
-    BIN = os.path.abspath(args.multiscreen)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
     def test_openmp_threads_wait_passively_unless_the_user_chose(self):
         # Spinning idle OpenMP threads made `generate` and `bench decode` 5-13x slower with 2
         # threads on a loaded machine; libgomp reads OMP_WAIT_POLICY at load, so multiscreen
@@ -816,3 +815,21 @@ if __name__ == "__main__":
         self.assert_exact_error(run("generate", "--threads=2000", "--prompt=x"),
                                 "multiscreen generate: --threads=2000: expected 0 (all cores) to 1024")
 
+    def test_help_names_every_precision_and_one_default(self):
+        # Field report: bench's --precision help left out fp64; --isa's help gave two defaults.
+        for command in (["bench", "train"], ["train"], ["eval", "ppl"], ["generate"], ["forward"]):
+            r = run(*command, "--help")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for line in r.stdout.splitlines():
+                self.assertLessEqual(line.count("default"), 1, line)
+        precision = [l for l in run("bench", "train", "--help").stdout.splitlines() if l.startswith("  --precision  ")]
+        self.assertEqual(len(precision), 1)
+        self.assertIn("bench train: those and fp64", precision[0])
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--multiscreen", required=True)
+    args, rest = p.parse_known_args()
+    BIN = os.path.abspath(args.multiscreen)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

@@ -569,6 +569,21 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(run("eval", "ttft", f"--weights={w}", "--contexts=5", f"--out={self.dir}/o"), "--contexts")
         self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=49",
                                        f"--dump={self.dir}/d.jsonl"), "--length=49")
+        # --generate_only runs no model: a --checkpoint beside it was ignored without a word.
+        for flag in (f"--checkpoint={self.dir}/run", f"--weights={w}", "--device=cpu", "--contexts=100"):
+            self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=64",
+                                           f"--dump={self.dir}/d.jsonl", flag),
+                                       f"{flag.split('=')[0]} with --generate_only: it writes one cell's instances "
+                                       "without a model")
+        self.assertFalse(os.path.exists(f"{self.dir}/d.jsonl"))
+        # Another evaluation's flag: the line names this evaluation's usage, as every command's does.
+        self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", "--repeats=3", f"--out={self.dir}/o"),
+                                   "multiscreen eval ppl: --repeats is not a flag of 'eval ppl'; usage: multiscreen eval "
+                                   "ppl (--checkpoint=DIR | --weights=W.h5) --data=FILE --seq_len=N --out=DIR [--documents=K "
+                                   "--stride=S")
+        r = run("eval", "ttft", f"--weights={w}", "--depths=0.5")
+        self.assert_one_line_error(r, "usage: multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N")
+        self.assertNotIn("eval ppl", r.stderr)
         # A grid context past the machine's memory is refused before anything is generated.
         g = self.init("tiny_gpt2_vocab", seed=4)
         self.assert_one_line_error(run("eval", "abcdigits", f"--weights={g}", "--depths=0.5,2", f"--out={self.dir}/o",
