@@ -59,7 +59,7 @@ void ScreeningTileCache<Real>::Step(const Real* q, const Real* key, const Real* 
 
 template <typename Real>
 CpuScreeningCache<Real>::CpuScreeningCache(const ScreeningShape& shape, const std::vector<TileScalars>& tiles)
-    : shape_(shape), h_(shape.d_v) {
+    : shape_(shape) {
   for (const TileScalars& t : tiles) units_.emplace_back(t, shape.d_k, shape.d_v);
 }
 
@@ -75,14 +75,15 @@ void CpuScreeningCache<Real>::StepUnit(size_t t, const Real* P, int64_t pos, Rea
 
 template <typename Real>
 void CpuScreeningCache<Real>::Step(const Real* P, int64_t pos, Real* U) {
-  for (size_t t = 0; t < units_.size(); ++t) StepUnit(t, P, pos, h_.data(), U);
+  const int64_t units = static_cast<int64_t>(units_.size());
+  StepRows(P, units * shape_.p_cols(), 1, pos, U, units * shape_.d_v);
 }
 
 template <typename Real>
 void CpuScreeningCache<Real>::StepRows(const Real* P, int64_t ldp, int64_t rows, int64_t pos0, Real* U,
                                        int64_t ldu) {
   // Each unit's cache is its own: units in parallel, each unit's rows in order (the same
-  // operations as Step's, so the same bits).
+  // operations whatever rows is, so the same bits as Step's single rows).
   const int64_t units = static_cast<int64_t>(units_.size());
 #pragma omp parallel if (rows > 1)
   {

@@ -53,6 +53,7 @@ template <typename Real>
 class CpuScreeningCache final : public ScreeningCache<Real> {
  public:
   CpuScreeningCache(const ScreeningShape& shape, const std::vector<TileScalars>& tiles);
+  // StepRows of the one row.
   void Step(const Real* P, int64_t pos, Real* U) override;
   // The units in parallel (OpenMP, when rows > 1), each through the rows in order.
   void StepRows(const Real* P, int64_t ldp, int64_t rows, int64_t pos0, Real* U, int64_t ldu) override;
@@ -64,7 +65,6 @@ class CpuScreeningCache final : public ScreeningCache<Real> {
 
   ScreeningShape shape_;
   std::vector<ScreeningTileCache<Real>> units_;
-  std::vector<Real> h_;  // [d_v]: one unit's aggregate (Step's)
 };
 
 }  // namespace multiscreen::kernels::cpu
