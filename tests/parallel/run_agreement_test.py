@@ -72,7 +72,7 @@ class RunAgreementTest(SyntheticCorpusCase):
         big = os.path.join(self.tmp.name, "big_ids")
         synthetic_shards(big, vocab=5000)
         os.remove(os.path.join(big, "val_000000.bin"))  # the training windows' check, at the first step
-        line = self.mpmd("big_ids", ["--steps=2"], ["--steps=2"], data=big)
+        line = self.mpmd("big_ids_run", ["--steps=2"], ["--steps=2"], data=big)
         self.assertRegex(line, r"^multiscreen train: \S+train_000000.bin: token \d+: training window 0 holds token id "
                                r"\d+, outside the vocabulary V = 97 of model tiny_psi4")
 
@@ -81,7 +81,7 @@ class RunAgreementTest(SyntheticCorpusCase):
         # once per rank, then Open MPI's MPI_ABORT banner.
         big = os.path.join(self.tmp.name, "big_val_ids")
         synthetic_shards(big, vocab=5000)
-        line = self.mpmd("big_val_ids", ["--steps=2"], ["--steps=2"], data=big)
+        line = self.mpmd("big_val_ids_run", ["--steps=2"], ["--steps=2"], data=big)
         self.assertRegex(line, r"^multiscreen train: \S+val_000000.bin: token \d+: validation window \d+ holds token "
                                r"id \d+, outside the vocabulary V = 97 of model tiny_psi4")
 
