@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
@@ -126,6 +128,45 @@ void DownloadDoubles(const char* op, const double* src, int64_t rows, double* ho
   MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
 }
 
+// C = alpha · op(A) · op(B) + beta · C on the caller's fp32 operands (Run) or on packed
+// 16-bit ones (RunPacked), in `precision`.
+void Product(GemmRunner* gemm, Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+             float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm->Run(precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void Product(GemmRunner* gemm, Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+             float alpha, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+             int64_t ldc) {
+  gemm->RunPacked(precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// HeadLoss's chunks of `chunk` rows over the operands as the products read them: T = float
+// (kFp32: y, Ē as given; the row pass leaves the gradient in z; g16 null) or uint16_t (packed
+// y and Ē; the row pass rounds the gradient into g16 [chunk, V], null without a backward).
+template <typename T>
+void HeadChunks(const HeadLossArgs<float>& args, const T* y, const T* e_bar, uint16_t* g16, const int64_t* target_dev,
+                int64_t chunk, float* z, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream) {
+  const int64_t rows = args.rows, V = args.vocab, d_e = args.d_e;
+  const bool grad = args.dy != nullptr;
+  const T* dz = nullptr;  // the gradient rows as the backward products read them
+  if constexpr (std::is_same_v<T, float>) {
+    dz = z;
+  } else {
+    dz = g16;
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t nr = std::min(chunk, rows - r0);
+    const T* yr = y + r0 * d_e;
+    Product(gemm, args.precision, false, true, nr, V, d_e, args.scale, yr, d_e, e_bar, d_e, 0.f, z, V);
+    HeadRows(args.precision, static_cast<unsigned>(nr), z, V, args.shift, target_dev + r0, args.coef * args.scale,
+             grad, scratch->first.data() + r0, scratch->second.data() + r0, g16, stream);
+    if (grad) {
+      Product(gemm, args.precision, false, false, nr, d_e, V, 1.f, dz, V, e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);
+      Product(gemm, args.precision, true, false, V, d_e, nr, 1.f, dz, V, yr, d_e, 1.f, args.d_e_bar, d_e);
+    }
+  }
+}
+
 }  // namespace
 
 void SoftmaxStats(const float* z, int64_t ld, int64_t rows, int64_t V, double* row_max, double* row_sum,
@@ -186,17 +227,7 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
   const bool grad = args.dy != nullptr;
   const Precision precision = args.precision;
   if (precision == Precision::kFp32) {
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const int64_t nr = std::min(chunk, rows - r0);
-      const float* y = args.y + r0 * d_e;
-      gemm->Run(precision, false, true, nr, V, d_e, args.scale, y, d_e, args.e_bar, d_e, 0.f, z, V);
-      HeadRows(precision, static_cast<unsigned>(nr), z, V, args.shift, target_dev + r0, args.coef * args.scale, grad,
-               scratch->first.data() + r0, scratch->second.data() + r0, nullptr, stream);
-      if (grad) {
-        gemm->Run(precision, false, false, nr, d_e, V, 1.f, z, V, args.e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);
-        gemm->Run(precision, true, false, V, d_e, nr, 1.f, z, V, y, d_e, 1.f, args.d_e_bar, d_e);
-      }
-    }
+    HeadChunks<float>(args, args.y, args.e_bar, nullptr, target_dev, chunk, z, gemm, scratch, stream);
   } else {
     // Each operand converted once: y, Ē (unless packed by the caller), the gradient rows by the row pass.
     scratch->y16.Resize(rows * d_e);
@@ -210,19 +241,8 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
       e16 = scratch->e_bar16.data();
     }
     scratch->grad16.Resize(grad ? chunk * V : 0);
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const int64_t nr = std::min(chunk, rows - r0);
-      const uint16_t* y16 = scratch->y16.data() + r0 * d_e;
-      gemm->RunPacked(precision, false, true, nr, V, d_e, args.scale, y16, d_e, e16, d_e, 0.f, z, V);
-      HeadRows(precision, static_cast<unsigned>(nr), z, V, args.shift, target_dev + r0, args.coef * args.scale, grad,
-               scratch->first.data() + r0, scratch->second.data() + r0, grad ? scratch->grad16.data() : nullptr,
-               stream);
-      if (grad) {
-        const uint16_t* g16 = scratch->grad16.data();
-        gemm->RunPacked(precision, false, false, nr, d_e, V, 1.f, g16, V, e16, d_e, 0.f, args.dy + r0 * d_e, d_e);
-        gemm->RunPacked(precision, true, false, V, d_e, nr, 1.f, g16, V, y16, d_e, 1.f, args.d_e_bar, d_e);
-      }
-    }
+    HeadChunks<uint16_t>(args, scratch->y16.data(), e16, grad ? scratch->grad16.data() : nullptr, target_dev, chunk, z,
+                         gemm, scratch, stream);
   }
   MS_CUDA_CHECK(op, cudaMemcpyAsync(args.lse, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,
                                     stream));
