@@ -1,5 +1,7 @@
 // build/multiscreen: one binary with subcommands (like git). See README.md and
 // shared/DESIGN.md ("Command-line contract").
+#include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -55,17 +57,33 @@ void Usage(FILE* out) {
 // AMD EPYC decoded 44.9 tokens/s spinning against 263.6 passive (5.9x), and fed a prompt
 // token by token 3.4x slower (docs/commands.md, docs/evaluation.md). libgomp reads
 // OMP_WAIT_POLICY once, when it is loaded, before main(), so setting it here takes a
-// second start: when it is unset, it is set to passive and the program executes itself
-// again (/proc/self/exe, the same arguments and environment, the same process id, so a
-// launcher such as mpirun or srun sees the same process; nothing has been read or
-// written yet). The second start finds it set and goes on: it runs at most once. A
-// value the user set, any value (`OMP_WAIT_POLICY=active` for a dedicated machine,
-// `mpirun -x OMP_WAIT_POLICY=...`), is kept. If the program cannot execute itself (no
-// /proc), it goes on spinning as before.
+// second start: when it is unset (or empty), it is set to passive and the program
+// executes itself again (the file /proc/self/exe names, so the process keeps its name;
+// the same arguments and environment, the same process id, so a launcher such as mpirun
+// or srun sees the same process; nothing has been read or written yet). The second start
+// finds it set and goes on: it runs at most once, at the cost of one more start (~0.1 s).
+// A value the user set (`OMP_WAIT_POLICY=active` for a dedicated machine,
+// `mpirun -x OMP_WAIT_POLICY=...`) is kept. Nothing is executed where the kernel did not
+// start this program itself: under valgrind (its preloads; executing again would leave
+// it) or through the dynamic loader (`ld.so build/multiscreen`: /proc/self/exe is the
+// loader, not the file named to execve); nor where /proc is missing. There the threads spin as before.
 void PreferPassiveOpenMpWaits(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (const char* policy = std::getenv("OMP_WAIT_POLICY"); policy != nullptr && *policy != '\0') return;
+  if (const char* preload = std::getenv("LD_PRELOAD"); preload != nullptr && std::strstr(preload, "vgpreload")) return;
+  // The file the kernel executed (/proc/self/exe) is the one named to execve (AT_EXECFN)
+  // unless a loader or an emulator started this program.
+  const char* execfn = reinterpret_cast<const char*>(::getauxval(AT_EXECFN));
+  struct stat named {}, running {};
+  if (execfn == nullptr || ::stat(execfn, &named) != 0 || ::stat("/proc/self/exe", &running) != 0 ||
+      named.st_dev != running.st_dev || named.st_ino != running.st_ino) {
+    return;
+  }
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
   if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-  ::execv("/proc/self/exe", argv);
+  ::execv(self, argv);
   ::unsetenv("OMP_WAIT_POLICY");  // execv failed: this process's libgomp spins, say so truly
 }
 

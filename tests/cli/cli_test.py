@@ -6,6 +6,7 @@ a non-zero exit for every bad input.
 Run: /usr/bin/python3 tests/cli/cli_test.py --multiscreen=build/multiscreen
 """
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -786,8 +787,9 @@ class CliTest(OneLineErrors):
         # threads on a loaded machine; libgomp reads OMP_WAIT_POLICY at load, so multiscreen
         # sets it (passive) and starts itself again, once, the same process id; a value the
         # user set is kept. `tokenize` waiting on stdin is looked at through /proc.
+        # The started-again process keeps the program's name (pkill multiscreen, top).
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-        for given, expected in ((None, "passive"), ("active", "active"), ("", "")):
+        for given, expected in ((None, "passive"), ("active", "active"), ("", "passive")):
             e = dict(env) if given is None else dict(env, OMP_WAIT_POLICY=given)
             p = subprocess.Popen([BIN, "tokenize", f"--tokenizer={TOKENIZER}"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
@@ -805,12 +807,21 @@ class CliTest(OneLineErrors):
                         break
                     time.sleep(0.05)
                 self.assertEqual(found, [f"OMP_WAIT_POLICY={expected}"], given)
+                with open(f"/proc/{p.pid}/comm") as f:
+                    self.assertEqual(f.read().strip(), os.path.basename(os.path.realpath(BIN))[:15], given)
                 out, err = p.communicate(b"hello", timeout=60)  # the started-again process does its work, once
                 self.assertEqual((p.returncode, out.split()), (0, [b"31373"]), err)
             finally:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+        # Started through the dynamic loader (/proc/self/exe is the loader) or under valgrind
+        # (its preloads), it does not execute itself again: that ran the loader on "params".
+        for loader in glob.glob("/lib64/ld-linux-*.so.2")[:1]:
+            r = subprocess.run([loader, BIN, "params", "--model=tiny_psi2"], capture_output=True, text=True, env=env,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("non-embedding", r.stdout)
         # generate takes --threads as eval and bench decode do (it was "not a flag of this command").
         self.assert_exact_error(run("generate", "--threads=2000", "--prompt=x"),
                                 "multiscreen generate: --threads=2000: expected 0 (all cores) to 1024")
