@@ -233,9 +233,18 @@ absl::StatusOr<config::RunConfig> BuildRun(const std::vector<std::string>& given
   // A directory of token shards (prepare's train_NNNNNN.bin and val_NNNNNN.bin, llm.c's
   // fineweb_train_NNNNNN.bin) is data, not a run's: the run's files went among the shards
   // with a warning, and a later prepare into it replaced them all.
+  // A run made there before this check (its run.json exists) still resumes, said at start:
+  // a requeued job must not fail for where an older version let it start.
   if (const std::string shard = PreparedShardIn(run.run_dir()); !shard.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--run_dir=", run.run_dir(), " holds prepared token data (", shard,
-                                                   "): give the run a directory of its own (the data goes in --data)"));
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::path(run.run_dir()) / "run.json", ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("--run_dir=", run.run_dir(), " holds prepared token data (", shard,
+                                                     "): give the run a directory of its own (the data goes in --data)"));
+    }
+    *start_warning = absl::StrCat(start_warning->empty() ? "" : absl::StrCat(*start_warning, "; "), "--run_dir=",
+                                  run.run_dir(), " holds prepared token data (", shard,
+                                  ") beside this run's files: new runs are refused there; move the run's files "
+                                  "(run.json, metrics.jsonl, checkpoints/, ...) into a directory of its own");
   }
   if (run.data().train_shards().empty() && run.data().sources().empty()) {
     return absl::InvalidArgumentError("--data: required (or data.train_shards or data.sources in --config)");

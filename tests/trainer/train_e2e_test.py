@@ -379,6 +379,13 @@ class TrainTest(SyntheticCorpusCase):
                          (1, f"multiscreen train: --run_dir={self.data} holds prepared token data (train_000000.bin): "
                              "give the run a directory of its own (the data goes in --data)"))
         self.assertEqual(sorted(os.listdir(self.data)), before)
+        # A run an older version let start among the shards still resumes, with the advice.
+        older = self.run_dir("older_among_shards")
+        self.train(older, "--steps=1")
+        shutil.copy(os.path.join(self.data, "train_000000.bin"), older)
+        r = self.train(older, "--steps=2")
+        self.assertIn(f"--run_dir={older} holds prepared token data (train_000000.bin) beside this run's files", r.stderr)
+        self.assertIn("move the run's files", r.stderr)
 
     def test_a_run_directory_without_checkpoints_is_not_overwritten(self):
         d = self.run_dir("occupied")
