@@ -1052,11 +1052,11 @@ int AbcDigits(const std::vector<std::string>& given) {
     // --generate_only runs no model: a model's or a grid's flag beside it was ignored
     // without a word (`--generate_only --checkpoint=X` looked like an evaluation of X).
     for (const char* unused : {"checkpoint", "weights", "train_len", "as_learned", "yarn_factor", "device", "precision",
-                               "contexts", "depths", "plot", "resume"}) {
+                               "contexts", "depths", "plot", "resume", "out", "threads"}) {
       if (Given(given, unused)) {
         return Fail("eval abcdigits", absl::InvalidArgumentError(absl::StrCat(
-                                          "--", unused, " with --generate_only: it writes one cell's instances without a "
-                                          "model or a grid (--length, --depth); drop --", unused,
+                                          "--", unused, " with --generate_only: it writes one cell's instances to --dump "
+                                          "alone, without a model or a grid (--length, --depth); drop --", unused,
                                           ", or drop --generate_only to evaluate")));
       }
     }

@@ -570,11 +570,12 @@ class EvalCliTest(OneLineErrors):
         self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=49",
                                        f"--dump={self.dir}/d.jsonl"), "--length=49")
         # --generate_only runs no model: a --checkpoint beside it was ignored without a word.
-        for flag in (f"--checkpoint={self.dir}/run", f"--weights={w}", "--device=cpu", "--contexts=100"):
+        for flag in (f"--checkpoint={self.dir}/run", f"--weights={w}", "--device=cpu", "--contexts=100",
+                     f"--out={self.dir}/o", "--threads=1"):
             self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--mode=lines", "--length=64",
                                            f"--dump={self.dir}/d.jsonl", flag),
                                        f"{flag.split('=')[0]} with --generate_only: it writes one cell's instances "
-                                       "without a model")
+                                       "to --dump alone, without a model")
         self.assertFalse(os.path.exists(f"{self.dir}/d.jsonl"))
         # Another evaluation's flag: the line names this evaluation's usage, as every command's does.
         self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", "--repeats=3", f"--out={self.dir}/o"),
