@@ -819,7 +819,7 @@ absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const st
   MS_ASSIGN_OR_RETURN(const std::vector<std::string> parts, SplitListFlag(flag, text));
   for (const std::string& part : parts) {
     int64_t v;
-    if (!absl::SimpleAtoi(part, &v) || v < 1) {
+    if (!IsDecimalInteger(part) || !absl::SimpleAtoi(part, &v) || v < 1) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": '", part, "' is not a positive integer"));
     }
     out.push_back(v);
@@ -1196,7 +1196,7 @@ absl::StatusOr<std::vector<bool>> ParseIndexSet(const std::string& flag, const s
   MS_ASSIGN_OR_RETURN(const std::vector<std::string> parts, SplitListFlag(flag, text));
   for (const std::string& part : parts) {
     int64_t v;
-    if (!absl::SimpleAtoi(part, &v) || v < 0 || v >= n) {
+    if (!IsDecimalInteger(part) || !absl::SimpleAtoi(part, &v) || v < 0 || v >= n) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": '", part, "' is not an index in [0, ", n, ")"));
     }
     set[v] = true;

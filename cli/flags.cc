@@ -361,10 +361,7 @@ absl::Status CheckIntegerFlags(int argc, char** argv) {
                              flag->IsOfType<uint64_t>())) {
       continue;
     }
-    const absl::string_view digits = absl::StartsWith(f.value, "-") ? absl::string_view(f.value).substr(1) : f.value;
-    if (!digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      continue;
-    }
+    if (IsDecimalInteger(f.value)) continue;
     return absl::InvalidArgumentError(absl::StrCat("--", f.name, "=", f.value,
                                                    ": expected an integer in decimal digits (e.g. 3 or -1; no hex, "
                                                    "'+' or blanks)"));
@@ -378,7 +375,8 @@ std::string ExpectedValue(const absl::CommandLineFlag& flag) {
   if (flag.IsOfType<bool>()) return absl::StrCat("true or false (or --", name, ", --no", name, ")");
   if (flag.IsOfType<int32_t>()) return "an integer from -2147483648 to 2147483647";
   if (flag.IsOfType<int64_t>()) return "an integer from -2^63 to 2^63 - 1";
-  if (flag.IsOfType<uint64_t>() || flag.IsOfType<uint32_t>()) return "an integer >= 0";
+  if (flag.IsOfType<uint32_t>()) return "an integer from 0 to 4294967295";
+  if (flag.IsOfType<uint64_t>()) return "an integer from 0 to 2^64 - 1";
   return "a value";
 }
 
@@ -475,6 +473,11 @@ absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, const s
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   args->assign(rest.begin() + 1, rest.end());
   return absl::OkStatus();
+}
+
+bool IsDecimalInteger(std::string_view text) {
+  const std::string_view digits = !text.empty() && text[0] == '-' ? text.substr(1) : text;
+  return !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 absl::StatusOr<std::vector<std::string>> SplitListFlag(std::string_view flag, const std::string& text) {

@@ -60,6 +60,10 @@ std::vector<std::string> GivenFlags(int argc, char** argv);
 // run file's value.
 bool Given(const std::vector<std::string>& given, std::string_view name);
 
+// True when `text` is decimal digits with an optional leading '-': what integer flags, and
+// the integers of list flags (--contexts=320,640), take (no hex, '+' or blanks).
+bool IsDecimalInteger(std::string_view text);
+
 // The values of a list flag given as `--flag=text` ("0.1,0.5,0.9"): `text` split at its
 // commas. Errors (one line, naming the flag and its text): an empty value ("0.1,,0.5", a
 // trailing comma) or one with blanks ("0.1, 0.5": the lists are comma-separated without

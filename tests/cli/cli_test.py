@@ -219,6 +219,14 @@ class CliTest(OneLineErrors):
         self.assert_one_line_error(run("eval", "abcdigits", "--generate_only", "--generator_seed=0x7b"),
                                    "--generator_seed=0x7b: expected an integer in decimal digits")
         self.assert_one_line_error(run("bench", "decode", "--prompt_tokens= 8"), "--prompt_tokens= 8: expected an integer")
+        # A uint64 past 2^64 - 1 is out of range (it said "expected an integer >= 0", which it is).
+        self.assert_exact_error(run("eval", "abcdigits", "--generate_only", "--generator_seed=18446744073709551616"),
+                                "multiscreen eval abcdigits: --generator_seed=18446744073709551616: expected an integer "
+                                "from 0 to 2^64 - 1")
+        # The integers of list flags take the same digits ('+320' was 320).
+        w, _ = self._init_and_tokens(8, model="tiny_gpt2_vocab")
+        self.assert_one_line_error(run("eval", "abcdigits", f"--weights={w}", "--contexts=+320", f"--out={self.dir}/o"),
+                                   "--contexts=+320: '+320' is not a positive integer")
         # Decimal digits still reach the command's own checks (a leading zero is decimal, as absl reads it).
         self.assert_one_line_error(run("generate", "--max_tokens=-1", "--prompt=x"), "--max_tokens=-1: expected 0 to")
         self.assert_one_line_error(run("generate", "--max_tokens=010", "--weights=/nonexistent.h5", "--prompt=x"),
