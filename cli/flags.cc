@@ -571,6 +571,20 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view flag, const std::string& 
   return value << shift;
 }
 
+namespace {
+
+// The file that marks `dir` as a training run's directory: "run.json", else
+// "metrics.jsonl" (a run whose run.json is not written yet), else "" (none of a run's).
+std::string RunMark(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const char* mark : {"run.json", "metrics.jsonl"}) {
+    if (std::filesystem::exists(dir / mark, ec)) return mark;
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::Status CheckOutputPath(const std::string& flag, const std::string& out, std::initializer_list<std::string> inputs,
                              bool out_is_directory) {
   namespace fs = std::filesystem;
@@ -587,18 +601,16 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& out, st
   const fs::path parent = resolved.parent_path();
   if (!out_is_directory && std::find(std::begin(kRunFiles), std::end(kRunFiles), resolved.filename().string()) !=
                                std::end(kRunFiles) &&
-      (fs::exists(parent / "run.json", ec) || fs::exists(parent / "metrics.jsonl", ec))) {
+      !RunMark(parent).empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " is a file of the training run in ",
                                                    parent.string(), ": choose another path"));
   }
   // A run's directory as an output directory: results went among the run's files (and a
   // name such as status.json replaced the run's own).
-  for (const char* mark : {"run.json", "metrics.jsonl"}) {
-    if (out_is_directory && fs::exists(resolved / mark, ec)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " is a training run's directory (it holds ",
-                                                     mark, "): write into a directory of its own (e.g. ",
-                                                     (fs::path(out) / "eval").string(), ")"));
-    }
+  if (const std::string mark = out_is_directory ? RunMark(resolved) : ""; !mark.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " is a training run's directory (it holds ",
+                                                   mark, "): write into a directory of its own (e.g. ",
+                                                   (fs::path(out) / "eval").string(), ")"));
   }
   if (const fs::path dir = EnclosingCheckpointDirectory(out_is_directory ? resolved : parent, false); !dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", out, " lies inside the checkpoint directory ",
@@ -612,9 +624,7 @@ std::filesystem::path EnclosingCheckpointDirectory(const std::filesystem::path& 
   std::error_code ec;
   for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
     const fs::path parent = dir.parent_path();
-    const bool checkpoints = dir.filename() == "checkpoints" &&
-                             (!checkpoints_of_a_run || fs::exists(parent / "run.json", ec) ||
-                              fs::exists(parent / "metrics.jsonl", ec));
+    const bool checkpoints = dir.filename() == "checkpoints" && (!checkpoints_of_a_run || !RunMark(parent).empty());
     if (checkpoints || fs::exists(dir / "manifest.json", ec)) return dir;
     if (dir == dir.root_path()) break;
   }
