@@ -4,6 +4,43 @@
 # kernel_table_cuda_test compiles trainer/adamw.cc in as AdamW's CPU twin.
 # transformer_kernels_cuda_test: the Transformer's CUDA kernels against their CPU twins.
 # cublas_library_test: cuBLAS(Lt) loaded on first use; runs without a device.
+
+# What the GPU machine receives (docs/testing.md "What the GPU machine receives"): in the
+# emulated build every test below runs with tests/tools/open_recorder.c preloaded, which
+# logs the files it opens for reading in the source tree; gpu_tree_test, after them all
+# (fixture gpu_tree), checks each is carried to a lent GPU or in scripts/gpu_bundle's
+# overlay. gpu_tree_reset empties the log first. In the nvcc build (no device here: the
+# tests skip and open little) gpu_tree_test checks scripts/gpu_check's own paths only.
+set(ms_gpu_tree_args /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/tools/gpu_tree_test.py --source=${CMAKE_SOURCE_DIR})
+set(MS_GTEST_PROPERTIES "")
+if(MS_CUDA_EMULATED)
+  add_library(ms_open_recorder SHARED tools/open_recorder.c)
+  target_link_libraries(ms_open_recorder PRIVATE ${CMAKE_DL_LIBS})
+  set_target_properties(ms_open_recorder PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set(ms_open_recorder ${CMAKE_CURRENT_BINARY_DIR}/libms_open_recorder.so)
+  set(ms_gpu_tree_log ${CMAKE_BINARY_DIR}/gpu_tree_opens.txt)
+  set(ms_gpu_tree_env LD_PRELOAD=${ms_open_recorder} MS_OPEN_ROOT=${CMAKE_SOURCE_DIR} MS_OPEN_LOG=${ms_gpu_tree_log})
+  list(APPEND ms_gpu_tree_args --log=${ms_gpu_tree_log} --recorder=${ms_open_recorder})
+  add_test(NAME gpu_tree_reset COMMAND ${CMAKE_COMMAND} -E rm -f ${ms_gpu_tree_log})
+  set_tests_properties(gpu_tree_reset PROPERTIES FIXTURES_SETUP gpu_tree LABELS cuda)
+  set(MS_GTEST_PROPERTIES FIXTURES_REQUIRED gpu_tree)
+  set(MS_GTEST_EXECUTOR /usr/bin/env ${ms_gpu_tree_env})
+  set(MS_GTEST_EXECUTOR_DEPENDS ms_open_recorder)
+endif()
+add_test(NAME gpu_tree_test COMMAND ${ms_gpu_tree_args})
+if(MS_CUDA_EMULATED)
+  set_tests_properties(gpu_tree_test PROPERTIES FIXTURES_CLEANUP gpu_tree LABELS cuda TIMEOUT 60)
+else()  # not label cuda: gpu_check's ctest stage runs in a tree without .git
+  set_tests_properties(gpu_tree_test PROPERTIES LABELS unit TIMEOUT 60)
+endif()
+# ms_gpu_tree_watch(TEST...): the recorder and the fixture on tests added with add_test.
+function(ms_gpu_tree_watch)
+  if(MS_CUDA_EMULATED)
+    set_property(TEST ${ARGN} APPEND PROPERTY ENVIRONMENT ${ms_gpu_tree_env})
+    set_property(TEST ${ARGN} APPEND PROPERTY FIXTURES_REQUIRED gpu_tree)
+  endif()
+endfunction()
+
 ms_add_gtest(cuda_test cuda SOURCES cuda/tanh_norm_cuda_test.cc cuda/screening_cuda_test.cc
   cuda/kernel_table_cuda_test.cc cuda/transformer_kernels_cuda_test.cc cuda/argmax_cuda_test.cc
   cuda/cublas_library_test.cc
@@ -30,6 +67,7 @@ foreach(layout "2;1;1" "1;2;2")
     ${MPIEXEC_POSTFLAGS} --tp=${tp} --pp=${pp} --staged --device=cuda --gtest_filter=MicroBatches/*)
   set_tests_properties(${test} PROPERTIES LABELS "cuda;gpu_layouts" TIMEOUT 120 PROCESSORS ${np}
     ENVIRONMENT "${MS_MPI_TEST_ENV}" SKIP_REGULAR_EXPRESSION "\\*\\*\\* SKIPPED")
+  ms_gpu_tree_watch(${test})
 endforeach()
 
 # NCCL: compiled with CUDA; skipped loudly where no GPU is visible.
@@ -45,6 +83,7 @@ if(TARGET ms_parallel_nccl)
   # runtime ignores it).
   set_tests_properties(nccl_communicator_np2 PROPERTIES LABELS cuda TIMEOUT 120
     ENVIRONMENT "${MS_MPI_TEST_ENV};MULTISCREEN_EMULATED_GPUS=2")
+  ms_gpu_tree_watch(nccl_communicator_single nccl_communicator_np2)
 endif()
 
 # The tensor-core primitives (kernels/cuda/tensor_core.cuh: mma.sync, ldmatrix, cp.async)
@@ -68,8 +107,13 @@ ms_add_gtest(attention_tiled_test cuda SOURCES cuda/attention_tiled_test.cc LIBS
 # end to end against --device=cpu (ppl in fp32 and bf16, ttft, the refusals). Both skip,
 # visibly, where no GPU is visible.
 ms_add_gtest(eval_cuda_test cuda SOURCES eval/model_runner_cuda_test.cc LIBS ms_eval)
-add_test(NAME eval_device_test COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/eval/eval_device_test.py
+add_test(NAME eval_device_test COMMAND ${MS_TEST_PYTHON} ${CMAKE_SOURCE_DIR}/tests/eval/eval_device_test.py
          --multiscreen=$<TARGET_FILE:multiscreen> --source=${CMAKE_SOURCE_DIR})
-set_tests_properties(eval_device_test PROPERTIES COST 35 LABELS cuda TIMEOUT 300
+set_tests_properties(eval_device_test PROPERTIES COST 35 LABELS "cuda;python" TIMEOUT 300
   ENVIRONMENT "MULTISCREEN_CONFIG_DIR=${CMAKE_SOURCE_DIR}/configs;OMP_NUM_THREADS=2"
   SKIP_REGULAR_EXPRESSION "\\*\\*\\* SKIPPED")
+ms_gpu_tree_watch(eval_device_test)
+# What follows (the emulator's own tests, the rest of tests/) runs without the recorder.
+unset(MS_GTEST_PROPERTIES)
+unset(MS_GTEST_EXECUTOR)
+unset(MS_GTEST_EXECUTOR_DEPENDS)
