@@ -274,20 +274,21 @@ void RemoveUnusedRunDir(const std::string& run_dir, const std::filesystem::path&
 }
 
 // What the ranks of one job must agree on (trainer/run_agreement.h): the run file after
-// its flags, the model as resolved, the layout, the device and transport flags, and each
-// data source as opened (token count, fingerprint and weight: another file at the same
-// path shows; the same files at other paths on other nodes are fine).
+// its flags, every field of the model as resolved, the layout, the device and transport
+// flags, --restart and --allow_data_change, and each data source as opened (token count,
+// fingerprint and weight: another file at the same path shows; the same files at other
+// paths on other nodes are fine).
 std::vector<std::pair<std::string, std::string>> AgreementFields(const config::RunConfig& run, const ModelDims& d,
                                                                  const ProcessGrid& grid, const Trainer::Sources& sources) {
   auto fields = RunConfigFields(run);
-  fields.emplace_back("the model as resolved",
-                      absl::StrCat(d.name, " (", FamilyName(d.family), "): N_L ", d.n_layers, ", N_H ", d.n_heads,
-                                   ", d_E ", d.d_e, ", d_K ", d.d_k, ", d_V ", d.d_v, ", V ", d.vocab, ", w_th ",
-                                   d.w_th, ", ", ModelParamCount(d), " parameters"));
+  for (auto& field : ModelAgreementFields(d)) fields.push_back(std::move(field));
   fields.emplace_back("the layout", absl::StrCat("tp ", grid.shape().tp, ", pp ", grid.shape().pp, ", dp ",
                                                  grid.shape().dp));
   fields.emplace_back("--device", absl::GetFlag(FLAGS_device));
   fields.emplace_back("--comm", absl::GetFlag(FLAGS_comm));
+  // What the ranks do with the run directory's checkpoints (resume, restart, accept other data).
+  fields.emplace_back("--restart", absl::GetFlag(FLAGS_restart) ? "true" : "false");
+  fields.emplace_back("--allow_data_change", absl::GetFlag(FLAGS_allow_data_change) ? "true" : "false");
   auto describe = [](const std::string& name, const TokenStream* stream) {
     return stream == nullptr ? absl::StrCat(name, ": none")
                              : absl::StrCat(name, ": ", stream->size(), " tokens, fingerprint ", stream->Fingerprint());

@@ -5,10 +5,11 @@
 #include <google/protobuf/text_format.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <system_error>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace multiscreen {
 namespace {
@@ -48,30 +49,60 @@ std::string Shorten(std::string value) {
   return value.empty() ? "(unset)" : value;
 }
 
-}  // namespace
+// A run directory as it resolves: absolute, `.`, `..` and symlinks resolved (as far as it
+// exists), so that one directory spelled two ways is one value.
+std::string ResolvedDir(const std::string& dir) {
+  if (dir.empty()) return dir;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(dir, ec);
+  if (ec) return dir;
+  // weakly_canonical leaves a path none of whose parts exist as given: absolute first.
+  const std::filesystem::path p = std::filesystem::weakly_canonical(absolute, ec);
+  return ec ? absolute.lexically_normal().string() : p.string();
+}
 
-std::vector<std::pair<std::string, std::string>> RunConfigFields(const config::RunConfig& run) {
-  std::vector<std::pair<std::string, std::string>> fields;
-  const google::protobuf::Descriptor* d = run.GetDescriptor();
-  const google::protobuf::Reflection* r = run.GetReflection();
+// Appends `m`'s leaf fields under `prefix` (RunConfigFields).
+void AddLeaves(const google::protobuf::Message& m, const std::string& prefix,
+               std::vector<std::pair<std::string, std::string>>* out) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
   google::protobuf::TextFormat::Printer printer;
   printer.SetSingleLineMode(true);
   for (int i = 0; i < d->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* f = d->field(i);
-    if (f->name() == "logging" || f->name() == "data") continue;
-    config::RunConfig only;
-    if (f->is_repeated() ? r->FieldSize(run, f) > 0 : r->HasField(run, f)) {
-      only = run;
-      for (int j = 0; j < d->field_count(); ++j) {
-        if (j != i) only.GetReflection()->ClearField(&only, d->field(j));
-      }
+    if (prefix.empty() && (f->name() == "logging" || f->name() == "data" || f->name() == "model" ||
+                           f->name() == "model_config")) {
+      continue;
     }
-    std::string text;
-    printer.PrintToString(only, &text);
-    std::string value(absl::StripAsciiWhitespace(text));
-    if (absl::StartsWith(value, f->name() + ": ")) value = value.substr(f->name().size() + 2);  // a scalar's value
-    fields.emplace_back(f->name(), value);
+    const std::string path = prefix.empty() ? f->name() : absl::StrCat(prefix, ".", f->name());
+    if (f->is_repeated()) {
+      std::vector<std::string> items(r->FieldSize(m, f));
+      for (int k = 0; k < int(items.size()); ++k) printer.PrintFieldValueToString(m, f, k, &items[k]);
+      out->emplace_back(path, absl::StrCat("[", absl::StrJoin(items, ", "), "]"));
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      AddLeaves(r->GetMessage(m, f), path, out);
+    } else if (f->has_presence() && !r->HasField(m, f)) {
+      out->emplace_back(path, "(unset)");
+    } else {
+      std::string value;
+      printer.PrintFieldValueToString(m, f, -1, &value);
+      out->emplace_back(path, prefix.empty() && f->name() == "run_dir" ? ResolvedDir(r->GetString(m, f)) : value);
+    }
   }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> RunConfigFields(const config::RunConfig& run) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  AddLeaves(run, "", &fields);
+  return fields;
+}
+
+std::vector<std::pair<std::string, std::string>> ModelAgreementFields(const ModelDims& dims) {
+  std::vector<std::pair<std::string, std::string>> fields{{"the model's name", dims.name}};
+  for (const ModelField& f : ModelFields(dims)) fields.emplace_back(absl::StrCat("the model's ", f.name), f.value);
+  fields.emplace_back("the model's eos_token", absl::StrCat(dims.eos_token));
   return fields;
 }
 

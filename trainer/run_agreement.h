@@ -11,16 +11,28 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/config.h"
 #include "configs/config.pb.h"
 #include "kernels/communicator.h"
 
 namespace multiscreen {
 
-// (name, value) pairs a run's ranks must agree on: each top-level field of the resolved
-// RunConfig, in text format, named as in the run file; but `logging` (rank 0 logs) and
-// `data`, whose paths may differ between nodes holding the same files: the caller
-// compares the data as opened (tokens and fingerprints) instead.
+// (name, value) pairs a run's ranks must agree on: every leaf field of the RunConfig after
+// its flags, named by its path in the run file ("optimizer.lr", "steps"; a repeated field
+// as a whole), its value in text format ("(unset)" for an optional field not set). Not
+// compared as spelled: `run_dir` is compared as it resolves (absolute, symlinks resolved:
+// "runs/r" and its absolute path are one directory); `model` and `model_config` are
+// compared as the model they resolve to (ModelAgreementFields: "tiny_psi4" and
+// configs/models/tiny_psi4.textproto are one model, two node-local files that differ in
+// `position:` are not); `logging` (rank 0 logs) and `data`, whose paths may differ between
+// nodes holding the same files, are left to the caller, which compares the data as opened
+// (tokens and fingerprints).
 std::vector<std::pair<std::string, std::string>> RunConfigFields(const config::RunConfig& run);
+
+// (name, value) pairs of every field of the resolved model (common/config.h ModelDims):
+// its name, each of ModelFields (family, sizes and every switch: position, tanh_norm,
+// pl_norm, output_gate, attention, ...) and eos_token, each named "the model's <field>".
+std::vector<std::pair<std::string, std::string>> ModelAgreementFields(const ModelDims& dims);
 
 // A collective over `world`: OK when every rank passed the same fields (names and
 // values, compared by a 52-bit FNV-1a hash each); otherwise, on every rank, the same
