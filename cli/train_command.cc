@@ -15,6 +15,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
@@ -302,6 +305,32 @@ std::vector<std::pair<std::string, std::string>> AgreementFields(const config::R
   return fields;
 }
 
+// --collective_timeout as the command line gives it (the last one, as absl takes it), read
+// before MPI_Init and the flags' parse for the watchdogs that start with MPI (issue 43 §2).
+// Plain arguments only: a --flagfile, like the run file, may sit on a hung file system and
+// is read under the watch. The default 600 s where absent, or not a value the parse will
+// accept (it says why).
+double CommandLineCollectiveTimeout(int argc, char** argv) {
+  double seconds = 600;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (absl::StartsWith(arg, "--")) arg.remove_prefix(1);
+    if (!absl::ConsumePrefix(&arg, "-collective_timeout")) continue;
+    absl::string_view value;
+    if (absl::ConsumePrefix(&arg, "=")) {
+      value = arg;
+    } else if (arg.empty() && i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      continue;
+    }
+    double v = 0;
+    seconds = absl::SimpleAtod(value, &v) && v >= 1 && v <= 1e7 ? v : 600;
+  }
+  return seconds;
+}
+
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
@@ -312,9 +341,12 @@ int TrainCommand(int argc, char** argv) {
   // Under mpirun / srun every rank runs this; alone, the grid is one process. MPI first,
   // so that an error in the flags, the run file or the model, which every rank meets
   // alike, is reported once for the job by rank 0 (issue 31 §6).
+  // Watched from MPI_Init on (issue 43 §2): a rank stopped, or hung reading its run file,
+  // before the ranks agree on the run ends the job naming it, at the command line's
+  // --collective_timeout until the run's is known.
   std::unique_ptr<MpiSession> mpi;
   if (LaunchedByMpi()) {
-    auto session = MpiSession::Init(&argc, &argv);
+    auto session = MpiSession::Init(&argc, &argv, {.seconds = CommandLineCollectiveTimeout(argc, argv)});
     if (!session.ok()) return Fail("train", session.status());
     mpi = std::move(*session);
   }
@@ -357,9 +389,9 @@ int TrainCommand(int argc, char** argv) {
   const bool cpu_asked = absl::AsciiStrToLower(absl::GetFlag(FLAGS_device)) == "cpu";
   if (mpi != nullptr) {
     if (auto s = CheckLauncherProcessCount(mpi->world_size()); !s.ok()) return Fail("train", s);
-    // From here a rank that never arrives in a collective ends the job, named (issue 31 §2).
+    // The run's limit from here (its run file's collective_timeout_s, or the flag).
     const double timeout = run->parallel().collective_timeout_s();
-    mpi->StartCollectiveWatchdog({.seconds = timeout > 0 ? timeout : 600});
+    mpi->SetCollectiveTimeout({.seconds = timeout > 0 ? timeout : 600});
     // A layout the job's size cannot hold, or a GPU a rank cannot bind, is met by every
     // rank at the same point (no collective inside either that a failing rank could leave
     // the others waiting in): agreed, so that what every rank met is said once, by rank 0,

@@ -42,20 +42,12 @@ progress::Snapshot FromWire(const Wire& w) {
   s.phase = w.phase >= 0 && w.phase < progress::kNumPhases ? progress::Phase(w.phase) : progress::Phase::kStartUp;
   s.phase_seconds = w.phase_seconds;
   s.waiting = w.waiting != 0;
-  s.collective = progress::Collective(std::clamp(w.collective, 0, int32_t(progress::Collective::kBarrier)));
+  s.collective = progress::Collective(std::clamp(w.collective, 0, int32_t(progress::kLastCollective)));
   s.wait_seconds = w.wait_seconds;
   return s;
 }
 
 progress::Snapshot Now() { return progress::Read(progress::Self(), progress::MonotonicNs()); }
-
-// "rank 3" or "ranks 0, 2, 5" (at most eight named).
-std::string RankList(const std::vector<int>& ranks) {
-  std::vector<int> shown(ranks.begin(), ranks.begin() + std::min<size_t>(ranks.size(), 8));
-  std::string out = absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(shown, ", "));
-  if (ranks.size() > shown.size()) absl::StrAppend(&out, " and ", ranks.size() - shown.size(), " more");
-  return out;
-}
 
 // Why `r` did not arrive, in words.
 std::string Absence(const RankReport& r) {
@@ -67,6 +59,13 @@ std::string Absence(const RankReport& r) {
 }
 
 }  // namespace
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::vector<int> shown(ranks.begin(), ranks.begin() + std::min<size_t>(ranks.size(), 8));
+  std::string out = absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(shown, ", "));
+  if (ranks.size() > shown.size()) absl::StrAppend(&out, " and ", ranks.size() - shown.size(), " more");
+  return out;
+}
 
 std::string DescribeCollectiveTimeout(const CollectiveTimeout& timeout, int reporter,
                                       const std::vector<RankReport>& ranks) {
@@ -117,17 +116,15 @@ std::string DescribeCollectiveTimeout(const CollectiveTimeout& timeout, int repo
 
 class CollectiveWatchdog::Impl {
  public:
-  Impl(MPI_Comm comm, CollectiveTimeout timeout) : comm_(comm), timeout_(timeout) {
+  Impl(MPI_Comm comm, std::vector<ProcessIdentity> ids, CollectiveTimeout timeout) : comm_(comm), ids_(std::move(ids)) {
     MS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MS_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    ids_ = ExchangeIdentities(comm_);
+    SetTimeout(timeout);
     peer_beacons_.assign(size_, nullptr);
     for (int r = 0; r < size_; ++r) {
       if (r != rank_ && ids_[r].beacon_fd >= 0 && SamePidSpace(ids_[r], ids_[rank_])) peer_beacons_[r] = MapBeacon(ids_[r]);
     }
     answer_out_.resize(size_);
-    poll_ = std::clamp(timeout_.seconds / 20, 0.02, 1.0);
-    window_ = std::clamp(timeout_.seconds / 4, 1.0, 10.0);
     MS_MPI_CHECK(MPI_Irecv(&inquiry_in_, sizeof(Wire), MPI_BYTE, MPI_ANY_SOURCE, kInquiryTag, comm_, &inquiry_req_));
     thread_ = std::thread([this] { Loop(); });
   }
@@ -148,7 +145,24 @@ class CollectiveWatchdog::Impl {
     MPI_Comm_free(&comm_);
   }
 
+  // The limits, and the poll and answer window that follow from them.
+  void SetTimeout(CollectiveTimeout timeout) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    timeout_ = timeout;
+    poll_ = std::clamp(timeout.seconds / 20, 0.02, 1.0);
+    window_ = std::clamp(timeout.seconds / 4, 1.0, 10.0);
+  }
+
  private:
+  struct Limits {
+    CollectiveTimeout timeout;
+    double poll, window;
+  };
+  Limits Current() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {timeout_, poll_, window_};
+  }
+
   // A same-node peer's beacon, read-only, or nullptr where /proc does not let us open it.
   static const progress::Beacon* MapBeacon(const ProcessIdentity& id) {
     const std::string path = absl::StrCat("/proc/", id.pid, "/fd/", id.beacon_fd);
@@ -195,20 +209,22 @@ class CollectiveWatchdog::Impl {
     double defer_until = 0;  // seconds on the monotonic clock
     bool deferred = false;
     double last = Seconds(), resumed = 0;
-    while (Sleep(poll_)) {
+    while (Sleep(Current().poll)) {
+      const Limits now_limits = Current();
+      const CollectiveTimeout& timeout = now_limits.timeout;
       Serve();
       const double now = Seconds();
       // A pass that took far longer than the poll: this process was stopped (SIGSTOP, a
       // debugger). Its waits are timed from now, or a rank resumed after the job's end
       // (or after a pause its peers rode out) would blame the others for its own stop.
-      if (now - last > poll_ + 2) resumed = now;
+      if (now - last > now_limits.poll + 2) resumed = now;
       last = now;
       const progress::Snapshot me = Now();
       if (!me.waiting) deferred = false;
       const double waited = std::min(me.wait_seconds, now - resumed);
-      if (!me.waiting || waited <= timeout_.LimitFor(me) || now < defer_until) continue;
+      if (!me.waiting || waited <= timeout.LimitFor(me) || now < defer_until) continue;
       const int64_t since = progress::Self().wait_since_ns.load();
-      const std::vector<RankReport> ranks = Inquire();
+      const std::vector<RankReport> ranks = Inquire(now_limits.window);
       // A rank that answered may have just resumed (a debugger's pause): its collective
       // completes within moments. Given one second; a completed wait is no timeout.
       if (!Sleep(1.0)) return;
@@ -217,16 +233,16 @@ class CollectiveWatchdog::Impl {
       bool lower_reports = false;
       for (int r = 0; r < rank_; ++r) {
         const RankReport& o = ranks[r];
-        if (o.answered && o.snapshot.waiting && o.snapshot.wait_seconds >= 0.5 * timeout_.LimitFor(o.snapshot)) {
+        if (o.answered && o.snapshot.waiting && o.snapshot.wait_seconds >= 0.5 * timeout.LimitFor(o.snapshot)) {
           lower_reports = true;
         }
       }
       if (lower_reports && !deferred) {
         deferred = true;
-        defer_until = Seconds() + timeout_.LimitFor(me) + 2 * window_;
+        defer_until = Seconds() + timeout.LimitFor(me) + 2 * now_limits.window;
         continue;
       }
-      End(DescribeCollectiveTimeout(timeout_, rank_, ranks), since);
+      End(DescribeCollectiveTimeout(timeout, rank_, ranks), since);
     }
   }
 
@@ -238,8 +254,8 @@ class CollectiveWatchdog::Impl {
     return b.waiting.load() > 0 && b.wait_since_ns.load() == since;
   }
 
-  // Asks every other rank for its state; waits up to the window for the answers.
-  std::vector<RankReport> Inquire() {
+  // Asks every other rank for its state; waits up to `window` seconds for the answers.
+  std::vector<RankReport> Inquire(double window) {
     std::vector<RankReport> ranks(size_);
     std::vector<Wire> answers(size_);
     std::vector<MPI_Request> recvs(size_, MPI_REQUEST_NULL);
@@ -254,7 +270,7 @@ class CollectiveWatchdog::Impl {
       sends_.push_back(send);
       MS_MPI_CHECK(MPI_Irecv(&answers[r], sizeof(Wire), MPI_BYTE, r, kAnswerTag, comm_, &recvs[r]));
     }
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(window_);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(window);
     for (;;) {
       Serve();  // another waiting rank may be asking us at the same time
       int all = 0;
@@ -306,9 +322,9 @@ class CollectiveWatchdog::Impl {
   }
 
   MPI_Comm comm_;
-  CollectiveTimeout timeout_;
-  int rank_ = 0, size_ = 1;
   std::vector<ProcessIdentity> ids_;
+  CollectiveTimeout timeout_;  // with poll_ and window_, under mutex_ (SetTimeout)
+  int rank_ = 0, size_ = 1;
   std::vector<const progress::Beacon*> peer_beacons_;  // same-node peers' beacons (nullptr: none)
   double poll_ = 1, window_ = 5;
   Wire inquiry_in_, inquiry_out_;
@@ -324,22 +340,25 @@ class CollectiveWatchdog::Impl {
 CollectiveWatchdog::CollectiveWatchdog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CollectiveWatchdog::~CollectiveWatchdog() = default;
 
-std::unique_ptr<CollectiveWatchdog> CollectiveWatchdog::Start(MPI_Comm world, CollectiveTimeout timeout) {
+void CollectiveWatchdog::SetTimeout(CollectiveTimeout timeout) { impl_->SetTimeout(timeout); }
+
+std::unique_ptr<CollectiveWatchdog> CollectiveWatchdog::Start(MPI_Comm comm, std::vector<ProcessIdentity> ids,
+                                                              CollectiveTimeout timeout) {
   int size = 1, provided = MPI_THREAD_SINGLE;
-  MS_MPI_CHECK(MPI_Comm_size(world, &size));
-  if (size < 2) return nullptr;
+  MS_MPI_CHECK(MPI_Comm_size(comm, &size));
   MS_MPI_CHECK(MPI_Query_thread(&provided));
-  MPI_Comm comm = MPI_COMM_NULL;
-  MS_MPI_CHECK(MPI_Comm_dup(world, &comm));
-  if (provided < MPI_THREAD_MULTIPLE) {
+  if (size < 2 || provided < MPI_THREAD_MULTIPLE) {
     // Every rank got the same thread level: none starts the thread, and all say so once.
     int rank = 0;
-    MS_MPI_CHECK(MPI_Comm_rank(world, &rank));
-    if (rank == 0) std::fprintf(stderr, "multiscreen: warning: MPI gave no MPI_THREAD_MULTIPLE: no collective timeout\n");
+    MS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    if (size >= 2 && rank == 0) {
+      std::fprintf(stderr, "multiscreen: warning: MPI gave no MPI_THREAD_MULTIPLE: no collective timeout\n");
+    }
     MPI_Comm_free(&comm);
     return nullptr;
   }
-  return std::unique_ptr<CollectiveWatchdog>(new CollectiveWatchdog(std::make_unique<Impl>(comm, timeout)));
+  return std::unique_ptr<CollectiveWatchdog>(
+      new CollectiveWatchdog(std::make_unique<Impl>(comm, std::move(ids), timeout)));
 }
 
 }  // namespace multiscreen

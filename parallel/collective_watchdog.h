@@ -4,7 +4,8 @@
 // collective for ever; PyTorch's NCCL watchdog and torchtitan end such a job after a
 // timeout. So does this one, and it says which rank did not arrive and what it was doing.
 //
-// Each rank runs a thread over its own duplicate of the world communicator. When this
+// Each rank runs a thread over its own duplicate of the world communicator, from MPI_Init
+// on (parallel/mpi_session.h; its set-up is parallel/start_up_exchange.h). When this
 // rank has waited in one collective longer than the limit (parallel/progress.h's beacon
 // says since when and where), the thread asks every other rank what it is doing, gives
 // the answers a few seconds, and ends the job with one line:
@@ -26,6 +27,7 @@
 
 #include <mpi.h>
 
+#include "parallel/process_identity.h"
 #include "parallel/progress.h"
 
 namespace multiscreen {
@@ -57,11 +59,19 @@ struct RankReport {
 std::string DescribeCollectiveTimeout(const CollectiveTimeout& timeout, int reporter,
                                       const std::vector<RankReport>& ranks);
 
+// "rank 3" or "ranks 0, 2, 5" (at most eight named, then "and N more").
+std::string RankList(const std::vector<int>& ranks);
+
 class CollectiveWatchdog {
  public:
-  // Collective over `world` (duplicates it, exchanges every rank's identity). Starts the
-  // thread; a world of one process gets none (nobody to wait for) and returns nullptr.
-  static std::unique_ptr<CollectiveWatchdog> Start(MPI_Comm world, CollectiveTimeout timeout);
+  // Starts the thread over `comm`, a duplicate of the world that it takes over (frees),
+  // given every rank's identity (`ids`, by rank; parallel/start_up_exchange.h makes both,
+  // so that nothing here waits on another rank). A world of one process gets none (nobody
+  // to wait for), nor an MPI without MPI_THREAD_MULTIPLE (rank 0 says so): nullptr.
+  static std::unique_ptr<CollectiveWatchdog> Start(MPI_Comm comm, std::vector<ProcessIdentity> ids,
+                                                   CollectiveTimeout timeout);
+  // Replaces the limits from now on (the run's --collective_timeout, once known).
+  void SetTimeout(CollectiveTimeout timeout);
   // Stops the thread (before MPI_Finalize).
   ~CollectiveWatchdog();
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;

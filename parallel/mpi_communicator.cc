@@ -48,7 +48,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::Duplicate(MPI_Comm comm) {
   MPI_Comm dup = MPI_COMM_NULL;
-  MS_MPI_CHECK(MPI_Comm_dup(comm, &dup));
+  {
+    const Wait wait(Collective::kCommSetUp);
+    MS_MPI_CHECK(MPI_Comm_dup(comm, &dup));
+  }
   return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(dup));
 }
 

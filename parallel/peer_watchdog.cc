@@ -118,11 +118,8 @@ class PeerWatchdog::Impl {
 PeerWatchdog::PeerWatchdog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PeerWatchdog::~PeerWatchdog() = default;
 
-std::unique_ptr<PeerWatchdog> PeerWatchdog::Start(MPI_Comm world) {
-  int rank = 0, size = 1;
-  MS_MPI_CHECK(MPI_Comm_rank(world, &rank));
-  MS_MPI_CHECK(MPI_Comm_size(world, &size));
-  const std::vector<ProcessIdentity> all = ExchangeIdentities(world);
+std::unique_ptr<PeerWatchdog> PeerWatchdog::Start(int rank, const std::vector<ProcessIdentity>& all) {
+  const int size = static_cast<int>(all.size());
   const ProcessIdentity& me = all[rank];
   std::vector<Peer> peers;
   for (int r = 0; r < size; ++r) {

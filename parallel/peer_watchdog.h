@@ -17,17 +17,19 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
-#include <mpi.h>
+#include "parallel/process_identity.h"
 
 namespace multiscreen {
 
 class PeerWatchdog {
  public:
-  // Collective over `world`: every rank's pid and host are exchanged, then a thread
-  // watches this node's other ranks. Never fails: a peer that cannot be watched is
-  // left to the launcher (and said so on stderr).
-  static std::unique_ptr<PeerWatchdog> Start(MPI_Comm world);
+  // Starts a thread that watches this node's other ranks, given every rank's identity
+  // (`ids`, by world rank; parallel/start_up_exchange.h gathers them) and this process's
+  // rank. Never fails: a peer that cannot be watched is left to the launcher (and said so
+  // on stderr).
+  static std::unique_ptr<PeerWatchdog> Start(int rank, const std::vector<ProcessIdentity>& ids);
   // Stops watching; returns once the thread has ended.
   ~PeerWatchdog();
   PeerWatchdog(const PeerWatchdog&) = delete;

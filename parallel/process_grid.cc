@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/fatal.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/progress.h"
 #include "parallel/staged_communicator.h"
 
 #ifdef MULTISCREEN_HAVE_NCCL
@@ -34,6 +35,7 @@ namespace {
 // null for MPI_UNDEFINED.
 std::unique_ptr<Communicator> Split(MPI_Comm world, int color, int key) {
   MPI_Comm comm = MPI_COMM_NULL;
+  const progress::CollectiveWait wait(progress::Collective::kCommSetUp);
   MS_MPI_CHECK(MPI_Comm_split(world, color, key, &comm));
   if (comm == MPI_COMM_NULL) return nullptr;
   return MpiCommunicator::Adopt(comm);
@@ -61,7 +63,10 @@ absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(int tp, int pp,
   auto world_comm = MpiCommunicator::Duplicate(world);
   MPI_Comm base = world_comm->comm();
   MPI_Comm node = MPI_COMM_NULL;
-  MS_MPI_CHECK(MPI_Comm_split_type(base, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
+  {
+    const progress::CollectiveWait wait(progress::Collective::kCommSetUp);
+    MS_MPI_CHECK(MPI_Comm_split_type(base, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
+  }
   MS_MPI_CHECK(MPI_Comm_rank(node, &g->local_rank_));
   MS_MPI_CHECK(MPI_Comm_size(node, &g->local_size_));
   MS_MPI_CHECK(MPI_Comm_free(&node));
@@ -123,10 +128,16 @@ int DistinctNodeGpus(MPI_Comm world) {
   MPI_Comm node = MPI_COMM_NULL;
   int rank = 0, size = 1;
   MS_MPI_CHECK(MPI_Comm_rank(world, &rank));
-  MS_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  {
+    const progress::CollectiveWait wait(progress::Collective::kCommSetUp);
+    MS_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  }
   MS_MPI_CHECK(MPI_Comm_size(node, &size));
   std::vector<char> all(size_t(size) * sizeof(bus));
-  MS_MPI_CHECK(MPI_Allgather(bus, sizeof(bus), MPI_CHAR, all.data(), sizeof(bus), MPI_CHAR, node));
+  {
+    const progress::CollectiveWait wait(progress::Collective::kAllGather);
+    MS_MPI_CHECK(MPI_Allgather(bus, sizeof(bus), MPI_CHAR, all.data(), sizeof(bus), MPI_CHAR, node));
+  }
   MS_MPI_CHECK(MPI_Comm_free(&node));
   std::set<std::string> ids;
   for (int r = 0; r < size; ++r) {

@@ -46,16 +46,6 @@ ProcessIdentity SelfIdentity() {
   return me;
 }
 
-std::vector<ProcessIdentity> ExchangeIdentities(MPI_Comm comm) {
-  int size = 1;
-  MS_MPI_CHECK(MPI_Comm_size(comm, &size));
-  const ProcessIdentity me = SelfIdentity();
-  std::vector<ProcessIdentity> all(size);
-  MS_MPI_CHECK(MPI_Allgather(&me, sizeof(ProcessIdentity), MPI_BYTE, all.data(), sizeof(ProcessIdentity), MPI_BYTE,
-                             comm));
-  return all;
-}
-
 bool SamePidSpace(const ProcessIdentity& a, const ProcessIdentity& b) {
   return std::strcmp(a.host, b.host) == 0 && a.boot_id[0] != 0 && std::strcmp(a.boot_id, b.boot_id) == 0 &&
          a.pid_ns[0] != 0 && std::strcmp(a.pid_ns, b.pid_ns) == 0;

@@ -24,8 +24,6 @@ struct ProcessIdentity {
 
 // This process's identity.
 ProcessIdentity SelfIdentity();
-// Every rank's identity, indexed by rank in `comm` (a collective over it).
-std::vector<ProcessIdentity> ExchangeIdentities(MPI_Comm comm);
 // Whether `a`'s pids name processes `b` can see: the same host, kernel and pid namespace
 // (all three known).
 bool SamePidSpace(const ProcessIdentity& a, const ProcessIdentity& b);

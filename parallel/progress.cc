@@ -90,6 +90,7 @@ const char* CollectiveName(Collective op) {
     case Collective::kRecv: return "Recv";
     case Collective::kSendRecv: return "SendRecv";
     case Collective::kBarrier: return "Barrier";
+    case Collective::kCommSetUp: return "communicator set-up";
   }
   return "an unknown collective";
 }
@@ -113,7 +114,7 @@ Snapshot Read(const Beacon& b, int64_t now_ns) {
   s.waiting = b.waiting.load(std::memory_order_acquire) > 0;
   if (s.waiting) {
     const int32_t op = b.collective.load(std::memory_order_relaxed);
-    s.collective = op >= 0 && op <= int32_t(Collective::kBarrier) ? Collective(op) : Collective::kAllReduce;
+    s.collective = op >= 0 && op <= int32_t(kLastCollective) ? Collective(op) : Collective::kAllReduce;
     s.wait_seconds = 1e-9 * double(now_ns - b.wait_since_ns.load(std::memory_order_relaxed));
   }
   return s;

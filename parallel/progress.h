@@ -35,8 +35,12 @@ const char* PhaseName(Phase phase);
 // one rank may legitimately work alone for long while its peers wait).
 bool IsLongPhase(Phase phase);
 
-// The collective operation a thread waits in.
-enum class Collective : int32_t { kAllReduce = 0, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kSendRecv, kBarrier };
+// The collective operation a thread waits in (kCommSetUp: MPI_Comm_dup or a split, which
+// wait for every rank of the group too).
+enum class Collective : int32_t {
+  kAllReduce = 0, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kSendRecv, kBarrier, kCommSetUp
+};
+constexpr Collective kLastCollective = Collective::kCommSetUp;
 const char* CollectiveName(Collective op);
 
 // The shared state (in the memfd mapping; lock-free atomics, so a reader in another
