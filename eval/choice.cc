@@ -7,9 +7,9 @@
 #include <limits>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "eval/python_case.h"
 #include "nlohmann/json.hpp"
 
 namespace multiscreen::eval {
@@ -88,13 +88,6 @@ std::string_view StripWhitespace(std::string_view s) {
   return s.substr(first, RStripEnd(s.substr(first)));
 }
 
-// Python's str.capitalize() on ASCII letters: the first character upper case, the rest lower.
-std::string Capitalize(std::string_view s) {
-  std::string out(s);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = i == 0 ? absl::ascii_toupper(out[i]) : absl::ascii_tolower(out[i]);
-  return out;
-}
-
 // A candidate with the continuation " " + choice.
 void AddCandidate(ChoiceItem* item, std::string context, std::string choice) {
   item->contexts.push_back(std::move(context));
@@ -109,7 +102,7 @@ absl::Status ParseHellaSwag(const json& j, const std::string& where, ChoiceItem*
     if (!a.ok()) return a.status();
     auto b = StringField(j, "ctx_b", where);
     if (!b.ok()) return b.status();
-    ctx = *a + " " + Capitalize(*b);
+    ctx = *a + " " + PythonCapitalize(*b);
   } else {
     auto c = StringField(j, "ctx", where);
     if (!c.ok()) return FieldError(where, "ctx_a", "a string (missing; nor is there a string \"ctx\")");

@@ -18,8 +18,8 @@
 //              whitespace (Python's str.strip(): U+00A0, U+3000 and the rest too),
 //              " [title]" → ". ", every "[…]" (no newline inside) removed,
 //              then "  " → " " (one pass, as Python's str.replace). Capitalize is Python's
-//              str.capitalize on ASCII letters (first upper, the rest lower; other bytes
-//              kept).
+//              str.capitalize, Unicode-aware (eval/python_case.h: the first character
+//              title-cased, the rest lower-cased, CPython's case data).
 //   piqa       (ybisk/piqa): `goal`, `sol1`, `sol2`, and `label` 0|1 in the same line (the
 //              published train/valid files keep labels in a separate .lst: join them into
 //              the JSONL, as the Hugging Face copy has them). Context "Question: " + goal +

@@ -109,6 +109,18 @@ TEST_F(ChoiceTest, ArcGoldIsTheChoiceLabelledAnswerKeyWithDigitsForLetters) {
   EXPECT_EQ(twice.gold, 1);
 }
 
+// ctx_b is capitalized as Python's str.capitalize(): Unicode-aware, the rest lower-cased
+// ("CAFÉ" → "café"; an ASCII-only capitalize left "cafÉ").
+TEST_F(ChoiceTest, HellaSwagCapitalizesCtxBAsPython) {
+  const ChoiceItem item = Parse(ChoiceFormat::kHellaSwag,
+                                "{\"ctx_a\": \"Two friends walk in.\", \"ctx_b\": \"they sit in the CAF\\u00c9 \\u00c9T\\u00c9\","
+                                " \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 0}");
+  EXPECT_EQ(item.contexts[0], "Two friends walk in. They sit in the caf\xC3\xA9 \xC3\xA9t\xC3\xA9");
+  const ChoiceItem sharp = Parse(ChoiceFormat::kHellaSwag,
+                                 "{\"ctx_a\": \"x\", \"ctx_b\": \"\\u00dfE\", \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 0}");
+  EXPECT_EQ(sharp.contexts[0], "x Sse");  // ß title-cases to "Ss"
+}
+
 TEST_F(ChoiceTest, AnEmptyChoiceTextIsRefusedNamingFileAndLine) {
   EXPECT_EQ(Error(ChoiceFormat::kPiqa, R"({"goal": "g", "sol1": "a", "sol2": "", "label": 0})"),
             "t.jsonl:7: choice 1: empty text (acc_norm divides by its length)");
