@@ -27,6 +27,7 @@
 #include "common/decimal.h"
 #include "common/input_file.h"
 #include "common/status.h"
+#include "data/utf8.h"
 #include "kernels/cpu/isa.h"
 #include "parallel/launcher.h"
 #include "trainer/run_files.h"
@@ -520,7 +521,21 @@ absl::Status ApplyIsaFlag() {
   return absl::OkStatus();
 }
 
-std::string OneLine(const std::string& message) {
+std::string OneLine(const std::string& raw) {
+  // Bytes that are not UTF-8 first (a file name, a line quoted from a file), as \xNN:
+  // a terminal would show them as garbage or take them for a control sequence.
+  std::string message;
+  message.reserve(raw.size());
+  for (std::string_view rest = raw; !rest.empty();) {
+    const int64_t bad = FindInvalidUtf8(rest);
+    if (bad < 0) {
+      message += rest;
+      break;
+    }
+    message += rest.substr(0, bad);
+    message += absl::StrFormat("\\x%02x", static_cast<unsigned char>(rest[bad]));
+    rest.remove_prefix(bad + 1);
+  }
   std::string out;
   out.reserve(message.size());
   for (size_t i = 0; i < message.size(); ++i) {

@@ -115,9 +115,10 @@ int Fail(const char* command, const absl::Status& status);
 // only (every other rank exits 1 without a word), before anything is written.
 int RefuseSeveralProcesses(const char* command);
 
-// `message` made one line whatever it quotes from a file: control characters as \n,
-// \r, \t or \xNN, and the Unicode line breaks NEL, U+2028 and U+2029 as \uNNNN. Fail
-// and main's last-resort handler print through it.
+// `message` made one line of UTF-8 whatever it quotes from a file: bytes that are not
+// UTF-8 (a file name, a line of a corrupt file) as \xNN, control characters as \n, \r,
+// \t or \xNN, and the Unicode line breaks NEL, U+2028 and U+2029 as \uNNNN. Fail and
+// main's last-resort handler print through it.
 std::string OneLine(const std::string& message);
 
 }  // namespace multiscreen::cli

@@ -259,8 +259,9 @@ absl::StatusOr<ChoiceItem> ParseChoiceLine(ChoiceFormat format, std::string_view
   json j;
   try {
     j = json::parse(line);
-  } catch (const json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at …": keep what follows the tag.
+  } catch (const json::exception& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at …" (or out_of_range.406,
+    // "number overflow parsing '1e999'"): keep what follows the tag.
     std::string_view what = e.what();
     if (const size_t tag = what.find("] "); tag != std::string_view::npos) what.remove_prefix(tag + 2);
     return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON (", std::string(what), ")"));
@@ -275,11 +276,11 @@ absl::StatusOr<ChoiceItem> ParseChoiceLine(ChoiceFormat format, std::string_view
     case ChoiceFormat::kWinoGrande: s = ParseWinoGrande(j, where, &item); break;
   }
   if (!s.ok()) return s;
-  // acc_norm divides by len(choice): lm-eval would divide by zero on an empty one.
-  for (size_t k = 0; k < item.choices.size(); ++k) {
-    if (item.choices[k].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": choice ", k, ": empty text (acc_norm divides by its length)"));
-    }
+  // With one candidate every answer is right (an ARC item with one choice scored 100 %).
+  if (item.choices.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", item.choices.size(),
+                                                   " choice: an item needs 2 or more (with one, acc counts it correct "
+                                                   "whatever the model says)"));
   }
   return item;
 }
@@ -308,7 +309,8 @@ int64_t Utf8Chars(std::string_view s) {
 
 int64_t ArgMax(const std::vector<double>& v) {
   int64_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) return static_cast<int64_t>(i);  // numpy: the first NaN is the maximum
     if (v[i] > v[best]) best = static_cast<int64_t>(i);
   }
   return v.empty() ? -1 : best;
@@ -357,7 +359,8 @@ absl::StatusOr<ChoiceScore> ScoreChoiceItem(const ChoiceItem& item, const std::s
     score.loglik.push_back(ll);
     score.tokens.push_back(n_cont);
     score.chars.push_back(Utf8Chars(item.choices[k]));
-    normed[k] = ll / static_cast<double>(std::max<int64_t>(1, score.chars.back()));
+    // lm-eval's ll / len(choice) in numpy: an empty choice gives −inf (NaN for ll = 0).
+    normed[k] = ll / static_cast<double>(score.chars.back());
   }
   score.pred = ArgMax(score.loglik);
   score.pred_norm = ArgMax(normed);

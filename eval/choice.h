@@ -5,8 +5,10 @@
 // given the context; acc takes argmax_c ll_c, acc_norm argmax_c ll_c / len(choice_c), with
 // len the number of Unicode characters of the choice text (lm-eval's
 // `completion_len = len(choice)` on a Python str; bytes for ASCII text), ties to the first
-// (numpy's argmax). The model is a callback (the per-token losses of one sequence), so
-// that this file reads, prompts and scores without a model; cli/eval_command.cc runs it
+// (numpy's argmax). An empty choice has length 0: ll / 0 is −inf in numpy, so acc_norm
+// never picks it (unless every choice is empty, or ll is exactly 0: NaN, which numpy's
+// argmax takes first). The model is a callback (the per-token losses of one sequence), so
+// that this file reads, prompts and scores without a model; cli/eval_choice.cc runs it
 // with eval::ModelRunner.
 //
 // The benchmarks' published JSONL fields, one item per line (blank lines skipped):
@@ -71,8 +73,11 @@ std::string HellaSwagPreprocess(std::string_view text);
 
 // One JSONL line of `format`. `where` is "FILE:LINE", the prefix of every error, which
 // names the missing or malformed field ("FILE:3: field \"endings\": expected an array of
-// 4 strings"), an invalid JSON line, a label out of range, an empty choice text (acc_norm
-// divides by its length).
+// 4 strings"), an invalid JSON line (nlohmann's reason without its tag: a syntax error,
+// invalid UTF-8, "number overflow parsing '1e999'"), a label out of range, an item with
+// fewer than 2 choices. An empty choice text (a PIQA sol2 of "", a HellaSwag ending that
+// is only "[substeps]", a WinoGrande sentence that ends at the blank) is an item like any
+// other, as lm-eval scores it: its continuation is " ", its length 0.
 absl::StatusOr<ChoiceItem> ParseChoiceLine(ChoiceFormat format, std::string_view line, const std::string& where);
 
 // Every item of `path` (blank lines skipped). Errors: the file cannot be read, no item,
@@ -102,7 +107,7 @@ struct ChoiceScore {
 absl::StatusOr<ChoiceScore> ScoreChoiceItem(const ChoiceItem& item, const std::string& where, const Gpt2Tokenizer& tok,
                                             int32_t eos, int64_t max_len, const TokenLossFn& losses);
 
-// First index of the largest value (numpy's argmax).
+// First index of the largest value, or of the first NaN (numpy's argmax).
 int64_t ArgMax(const std::vector<double>& v);
 
 // acc and acc_norm over n items with their standard errors, lm-eval's: the sample standard

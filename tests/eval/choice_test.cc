@@ -6,6 +6,7 @@
 #include "eval/choice.h"
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -121,11 +122,48 @@ TEST_F(ChoiceTest, HellaSwagCapitalizesCtxBAsPython) {
   EXPECT_EQ(sharp.contexts[0], "x Sse");  // ß title-cases to "Ss"
 }
 
-TEST_F(ChoiceTest, AnEmptyChoiceTextIsRefusedNamingFileAndLine) {
-  EXPECT_EQ(Error(ChoiceFormat::kPiqa, R"({"goal": "g", "sol1": "a", "sol2": "", "label": 0})"),
-            "t.jsonl:7: choice 1: empty text (acc_norm divides by its length)");
-  EXPECT_EQ(Error(ChoiceFormat::kHellaSwag, R"({"ctx": "c", "endings": ["a", " [x] ", "c", "d"], "label": 0})"),
-            "t.jsonl:7: choice 1: empty text (acc_norm divides by its length)");
+// An empty choice (PIQA's sol2 "", a HellaSwag ending that is only "[substeps]", a
+// WinoGrande sentence that ends at the blank) is scored as lm-eval scores it: the
+// continuation " ", length 0.
+TEST_F(ChoiceTest, AnEmptyChoiceIsTheContinuationOfOneSpace) {
+  const ChoiceItem piqa = Parse(ChoiceFormat::kPiqa, R"({"goal": "g", "sol1": "a", "sol2": "", "label": 0})");
+  ASSERT_EQ(piqa.choices.size(), 2u);
+  EXPECT_EQ(piqa.choices[1], "");
+  EXPECT_EQ(piqa.continuations[1], " ");
+  const ChoiceItem hella = Parse(ChoiceFormat::kHellaSwag, R"({"ctx": "c", "endings": ["a", " [substeps] ", "c", "d"], "label": 0})");
+  ASSERT_EQ(hella.choices.size(), 4u);
+  EXPECT_EQ(hella.choices[1], "");
+  EXPECT_EQ(hella.continuations[1], " ");
+  const ChoiceItem wino = Parse(ChoiceFormat::kWinoGrande, R"({"sentence": "It was _", "option1": "a", "option2": "b", "answer": 2})");
+  ASSERT_EQ(wino.choices.size(), 2u);
+  EXPECT_EQ(wino.contexts[1], "It was b");
+  EXPECT_EQ(wino.continuations[0], " ");
+  EXPECT_EQ(wino.choices[0], "");
+}
+
+// One nat per token: the empty choice's " " is one token, the fewest, so acc picks it;
+// ll / len is −1 / 0 = −inf (numpy's), so acc_norm never does.
+TEST_F(ChoiceTest, AccNormNeverPicksAnEmptyChoice) {
+  const ChoiceItem item = Parse(ChoiceFormat::kPiqa, R"({"goal": "Open a jar", "sol1": "twist it", "sol2": "", "label": 0})");
+  auto s = ScoreChoiceItem(item, "t.jsonl:1", *tok_, kEos, 64, OneNatPerToken);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->loglik, (std::vector<double>{-2, -1}));
+  EXPECT_EQ(s->tokens, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(s->chars, (std::vector<int64_t>{8, 0}));
+  EXPECT_EQ(s->pred, 1);
+  EXPECT_EQ(s->pred_norm, 0);
+  // numpy's argmax: every value −inf gives the first; a NaN (0 / 0) is taken first.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(ArgMax({-inf, -inf}), 0);
+  EXPECT_EQ(ArgMax({-1, nan, 0}), 1);
+}
+
+// With one choice every answer is right: such an item is refused, not scored as correct.
+TEST_F(ChoiceTest, AnItemWithFewerThanTwoChoicesIsRefused) {
+  EXPECT_EQ(Error(ChoiceFormat::kArc, R"({"question": {"stem": "Q", "choices": [{"text": "x", "label": "A"}]}, "answerKey": "A"})"),
+            "t.jsonl:7: 1 choice: an item needs 2 or more (with one, acc counts it correct whatever the model says)");
+  EXPECT_EQ(Error(ChoiceFormat::kArc, R"({"question": "Q", "choices": {"text": ["x"], "label": ["A"]}, "answerKey": "A"})"),
+            "t.jsonl:7: 1 choice: an item needs 2 or more (with one, acc counts it correct whatever the model says)");
 }
 
 TEST_F(ChoiceTest, WinoGrandeIsPartialScoringOfTheTextAfterTheBlank) {
@@ -147,7 +185,8 @@ TEST_F(ChoiceTest, MalformedLinesNameFileLineAndField) {
             "t.jsonl:7: field \"label\": expected an integer in [0, 1] (or its digits as a string), got 2");
   EXPECT_EQ(Error(ChoiceFormat::kHellaSwag, R"({"ctx": "c", "endings": ["a", "b"], "label": 0})"),
             "t.jsonl:7: field \"endings\": expected an array of 4 strings");
-  EXPECT_EQ(Error(ChoiceFormat::kArc, R"({"question": {"stem": "Q", "choices": [{"text": "x", "label": "A"}]}, "answerKey": "C"})"),
+  EXPECT_EQ(Error(ChoiceFormat::kArc, R"({"question": {"stem": "Q", "choices": [{"text": "x", "label": "A"}, {"text": "y", "label": "B"}]},)"
+                                      R"( "answerKey": "C"})"),
             "t.jsonl:7: field \"answerKey\": expected one of the choices' labels, got \"C\"");
   EXPECT_EQ(Error(ChoiceFormat::kWinoGrande, R"({"sentence": "no blank", "option1": "a", "option2": "b", "answer": "1"})"),
             "t.jsonl:7: field \"sentence\": expected a string with a \"_\" (the blank)");
@@ -158,6 +197,9 @@ TEST_F(ChoiceTest, MalformedLinesNameFileLineAndField) {
       << Error(ChoiceFormat::kPiqa, "{\"goal\": ");
   EXPECT_NE(Error(ChoiceFormat::kPiqa, "{\"goal\": \"\\ud800\"}").find("not valid JSON (parse error"), std::string::npos);
   EXPECT_NE(Error(ChoiceFormat::kPiqa, "{\"goal\": \"\xff\"}").find("not valid JSON (parse error"), std::string::npos);
+  // nlohmann's out_of_range exception (not a parse_error) is a line like the others.
+  EXPECT_EQ(Error(ChoiceFormat::kPiqa, R"({"goal": "g", "sol1": "a", "sol2": "b", "label": 1e999})"),
+            "t.jsonl:7: not valid JSON (number overflow parsing '1e999')");
   EXPECT_FALSE(ParseChoiceFormat("mmlu").ok());
 }
 
