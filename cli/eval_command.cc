@@ -3,9 +3,9 @@
 // applies the inference window rule (expansion past --train_len; --as_learned keeps every
 // w), writes JSON (and CSV where a table fits) into --out, prints a summary, and with
 // --plot draws PNGs through tools/plot_eval.py (which re-runs on the results alone).
-// Grid evaluations write results as each cell finishes; --resume skips the cells (and ppl
-// the windows) already in --out, and without it results there are refused, not
-// overwritten. Single-process: refused under a launcher of several.
+// Grid evaluations write results as each cell finishes; --resume skips the cells (ppl
+// the windows, choice the items) already in --out, and without it results there are
+// refused, not overwritten. Single-process: refused under a launcher of several.
 // --device=cpu|cuda and --precision=fp32|bf16 (default cpu, fp32) place the model
 // (eval::ModelRunner): the full forward and the decoding cache; on the CPU the decoding
 // cache runs in fp32 only.
@@ -68,7 +68,7 @@ constexpr char kUsage[] =
     "       multiscreen eval ttft (--checkpoint=DIR | --weights=W.h5) --context=N --out=DIR [--repeats=5 --warmup=2]\n"
     "       multiscreen eval relevance (--checkpoint=DIR | --weights=W.h5) --text=FILE --out=DIR [--layers=0,3 --map_tiles=0,7 --plot]\n"
     "       multiscreen eval choice (--checkpoint=DIR | --weights=W.h5) --task=FILE.jsonl --format=hellaswag|piqa|arc|winogrande\n"
-    "                            --out=DIR [--seq_len=N]\n"
+    "                            --out=DIR [--seq_len=N --resume]\n"
     "       every evaluation of a model: [--threads=N] (CPU worker threads; 0: all cores)\n"
     "       ppl, abcdigits, passkey, ttft, choice: [--device=cpu|cuda --precision=fp32|bf16] (where the model runs, the full\n"
     "                            forward and the decoding cache; default cpu, fp32; on the CPU the decoding cache, so\n"
@@ -139,7 +139,7 @@ int EvalCommand(int argc, char** argv) {
   } else if (sub == "relevance") {
     accepted.insert(accepted.end(), {"text", "layers", "map_tiles", "plot"});
   } else if (sub == "choice") {
-    accepted.insert(accepted.end(), {"task", "format", "seq_len"});
+    accepted.insert(accepted.end(), {"task", "format", "seq_len", "resume"});
   } else {
     return Fail("eval", absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", sub,
                                                                 "': expected ppl, abcdigits, passkey, ttft, relevance or choice")));

@@ -83,10 +83,13 @@ std::string WeightsCrc32(const std::vector<float>& params) {
 }
 
 // The fields of an identity that say how an input was named, each with the field that
-// says what it held: the weights by their CRC-32, --data by its sampled fingerprint,
-// where train_len came from (a path under the run directory) by train_len itself.
-constexpr std::pair<const char*, const char*> kNamedBy[] = {
-    {"weights", "weights_crc32"}, {"data", "data_fingerprint"}, {"train_len_source", "train_len"}};
+// says what it held: the weights by their CRC-32, --data and choice's --task by their
+// sampled fingerprints, where train_len came from (a path under the run directory) by
+// train_len itself.
+constexpr std::pair<const char*, const char*> kNamedBy[] = {{"weights", "weights_crc32"},
+                                                            {"data", "data_fingerprint"},
+                                                            {"task", "task_fingerprint"},
+                                                            {"train_len_source", "train_len"}};
 
 }  // namespace
 

@@ -23,7 +23,7 @@
 
 // Flags of several evaluations (defined in eval_common.cc).
 ABSL_DECLARE_FLAG(bool, plot);             // ppl, abcdigits, passkey, relevance
-ABSL_DECLARE_FLAG(bool, resume);           // ppl, abcdigits, passkey
+ABSL_DECLARE_FLAG(bool, resume);           // ppl, abcdigits, passkey, choice
 ABSL_DECLARE_FLAG(uint64_t, generator_seed);  // abcdigits, passkey, ttft
 // Flags of other commands that the evaluations read.
 ABSL_DECLARE_FLAG(std::string, checkpoint);
@@ -114,9 +114,9 @@ nlohmann::json WithDeviceDefaults(nlohmann::json identity);
 // by "; " (empty when they agree). Inputs are compared by content, not by how they were
 // spelled (a field report: a resume from another working directory, --checkpoint=RUN
 // there and --checkpoint=/abs/RUN here, was refused as "weights = ... there, ... here"):
-// a path field (weights, data, train_len_source) counts only when its content field
-// (weights_crc32, data_fingerprint, train_len) differs too, or is missing from either
-// side (results from before eval recorded it).
+// a path field (weights, data, task, train_len_source) counts only when its content field
+// (weights_crc32, data_fingerprint, task_fingerprint, train_len) differs too, or is
+// missing from either side (results from before eval recorded it).
 std::string IdentityDifferences(const nlohmann::json& saved, const nlohmann::json& now);
 
 // An input file (`flag`=`path`) inside --out, where the evaluation writes its results

@@ -29,6 +29,7 @@
 #include "common/input_file.h"
 #include "common/status.h"
 #include "common/text_file.h"
+#include "data/byte_source.h"
 #include "data/loader.h"
 #include "data/megatron_index.h"
 #include "data/token_file.h"
@@ -49,7 +50,8 @@ using Clock = EvalClock;
 // What --data holds: token ids in one of the formats train reads (--format, as train's:
 // auto, llmc, megatron, raw_uint16; auto takes a Megatron pair, a name ending in .bin,
 // .idx, .u16 or .uint16, and a file that starts with llm.c's magic), else text: JSONL
-// (.jsonl, .json) or plain text, one document. Errors name --data: missing, a broken link,
+// (.jsonl, .json) or plain text, one document, either plain or compressed (.gz, .zst:
+// data/byte_source.h, as prepare reads them; the name before the suffix says which). Errors name --data: missing, a broken link,
 // a directory, an unknown --format.
 struct PplData {
   bool tokens = false;
@@ -94,15 +96,23 @@ absl::StatusOr<PplData> PplDataOf(const std::string& path, const std::vector<std
   d.tokens = d.format != TokenFormat::kAuto || path.ends_with(".bin") || path.ends_with(".idx") ||
              path.ends_with(".u16") || path.ends_with(".uint16");
   if (!d.tokens && fs::is_regular_file(path, ec)) {
-    // llm.c's magic says tokens; a NUL byte in the first 64 KiB says not text (before a
-    // tokenizer is loaded for it). DocumentReader meets later NUL bytes as it reads.
+    // llm.c's magic says tokens; a NUL byte in the first 64 KiB (of what a .gz or .zst
+    // file decompresses to) says not text (before a tokenizer is loaded for it).
+    // DocumentReader meets later NUL bytes as it reads.
     std::string head(64 << 10, '\0');
-    std::ifstream in(path, std::ios::binary);
-    in.read(head.data(), static_cast<std::streamsize>(head.size()));
-    head.resize(static_cast<size_t>(in.gcount()));
+    auto source = OpenByteSource(path);
+    if (!source.ok()) return absl::Status(source.status().code(), absl::StrCat("--data=", source.status().message()));
+    size_t got = 0;
+    while (got < head.size()) {
+      auto n = (*source)->Read(head.data() + got, head.size() - got);
+      if (!n.ok()) return absl::Status(n.status().code(), absl::StrCat("--data=", n.status().message()));
+      if (*n == 0) break;
+      got += *n;
+    }
+    head.resize(got);
     int32_t magic = 0;
     if (head.size() >= 4) std::memcpy(&magic, head.data(), 4);
-    d.tokens = magic == kTokenFileMagic;
+    d.tokens = !IsCompressedName(path) && magic == kTokenFileMagic;
     if (!d.tokens) MS_RETURN_IF_ERROR(NotTextError(path, "", head));
   }
   return d;
@@ -153,8 +163,17 @@ class DocumentReader {
     auto fingerprint = SampledFileFingerprint(path, "text file");
     if (!fingerprint.ok()) return fingerprint.status();
     r.fingerprint_ = *fingerprint;
-    r.in_ = std::make_shared<std::ifstream>(path, std::ios::binary);
-    r.kind_ = path.ends_with(".jsonl") || path.ends_with(".json") ? kJsonl : kText;
+    const std::string name = WithoutCompressionSuffix(path);
+    r.kind_ = name.ends_with(".jsonl") || name.ends_with(".json") ? kJsonl : kText;
+    if (r.kind_ == kJsonl) {
+      auto lines = LineReader::Open(path);
+      if (!lines.ok()) return absl::Status(lines.status().code(), absl::StrCat("--data=", lines.status().message()));
+      r.lines_ = std::make_shared<LineReader>(std::move(*lines));
+    } else {
+      auto source = OpenByteSource(path);
+      if (!source.ok()) return absl::Status(source.status().code(), absl::StrCat("--data=", source.status().message()));
+      r.source_ = std::shared_ptr<ByteSource>(std::move(*source));
+    }
     r.format_ = r.kind_ == kJsonl ? "jsonl" : "text";
     return r;
   }
@@ -199,13 +218,22 @@ class DocumentReader {
     if (kind_ == kText) {
       if (done_) return false;
       done_ = true;
-      std::stringstream s;
-      s << in_->rdbuf();
-      MS_RETURN_IF_ERROR(CheckText(s.view(), ""));
-      return Encode(s.str(), doc, "");
+      std::string text;
+      std::vector<char> buf(1 << 20);
+      while (true) {
+        auto n = source_->Read(buf.data(), buf.size());
+        if (!n.ok()) return absl::Status(n.status().code(), absl::StrCat("--data=", n.status().message()));
+        if (*n == 0) break;
+        text.append(buf.data(), *n);
+      }
+      MS_RETURN_IF_ERROR(CheckText(text, ""));
+      return Encode(text, doc, "");
     }
     std::string line;
-    while (std::getline(*in_, line)) {
+    while (true) {
+      auto more = lines_->Next(&line);
+      if (!more.ok()) return absl::Status(more.status().code(), absl::StrCat("--data=", more.status().message()));
+      if (!*more) break;
       ++line_;
       MS_RETURN_IF_ERROR(CheckText(line, absl::StrCat(":", line_)));
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -235,7 +263,8 @@ class DocumentReader {
   const Gpt2Tokenizer* tok_ = nullptr;
   bool stream_ = false, done_ = false;
   Kind kind_ = kTokens;
-  std::shared_ptr<std::ifstream> in_;
+  std::shared_ptr<LineReader> lines_;   // JSONL
+  std::shared_ptr<ByteSource> source_;  // text
   std::shared_ptr<const TokenStream> tokens_;
   std::vector<int64_t> boundaries_;  // where documents start (a Megatron pair's), then size(); empty: EOS only
   size_t next_boundary_ = 0;

@@ -1,8 +1,5 @@
 #include "data/prepare.h"
 
-#include <zlib.h>
-#include <zstd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -18,8 +15,6 @@
 #include <new>
 #include <thread>
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +23,7 @@
 #include "common/file_lock.h"
 #include "common/input_file.h"
 #include "common/status.h"
+#include "data/byte_source.h"
 #include "data/loader.h"
 #include "data/megatron_index.h"
 #include "data/token_file.h"
@@ -41,145 +37,6 @@ namespace fs = std::filesystem;
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// ---------------------------------------------------------------------------
-// Byte sources: plain, gzip, zstd.
-
-class ByteSource {
- public:
-  virtual ~ByteSource() = default;
-  // Reads up to `cap` bytes; 0 at the end.
-  virtual absl::StatusOr<size_t> Read(char* buf, size_t cap) = 0;
-};
-
-// Reads a file descriptor. A pipe, FIFO or character device is opened non-blocking and
-// waited on with poll() in 200 ms slices, checking `cancelled` between them, so that an
-// interrupt stops a read that has no data coming (a FIFO with no writer yet): on Linux
-// poll() reports no hang-up on a FIFO before its first writer, so "no writer yet" waits
-// and "the writer closed" is the end.
-class FdReader {
- public:
-  FdReader(std::string path, int fd, std::function<bool()> cancelled)
-      : path_(std::move(path)), fd_(fd), cancelled_(std::move(cancelled)) {}
-  ~FdReader() { ::close(fd_); }
-  FdReader(const FdReader&) = delete;
-  FdReader& operator=(const FdReader&) = delete;
-
-  absl::StatusOr<size_t> Read(char* buf, size_t cap) {
-    while (true) {
-      if (cancelled_ && cancelled_()) return absl::CancelledError(absl::StrCat(path_, ": interrupted while reading"));
-      pollfd p{fd_, POLLIN, 0};
-      const int ready = ::poll(&p, 1, 200);
-      if (ready < 0 && errno != EINTR) return absl::DataLossError(absl::StrCat(path_, ": poll failed: ", std::strerror(errno)));
-      if (ready <= 0) continue;
-      const ssize_t n = ::read(fd_, buf, cap);
-      if (n >= 0) return static_cast<size_t>(n);
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return absl::DataLossError(absl::StrCat(path_, ": read failed: ", std::strerror(errno)));
-    }
-  }
-
- private:
-  std::string path_;
-  int fd_;
-  std::function<bool()> cancelled_;
-};
-
-// Opens `path` for FdReader: non-blocking when it is not a regular file (opening a FIFO
-// blocks until a writer comes otherwise).
-absl::StatusOr<int> OpenFd(const std::string& path) {
-  struct stat st {};
-  const bool regular = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (regular ? 0 : O_NONBLOCK));
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  return fd;
-}
-
-class FileSource : public ByteSource {
- public:
-  FileSource(std::string path, int fd, std::function<bool()> cancelled) : reader_(std::move(path), fd, std::move(cancelled)) {}
-  absl::StatusOr<size_t> Read(char* buf, size_t cap) override { return reader_.Read(buf, cap); }
-
- private:
-  FdReader reader_;
-};
-
-class GzipSource : public ByteSource {
- public:
-  GzipSource(std::string path, gzFile f) : path_(std::move(path)), f_(f) { gzbuffer(f_, 1 << 17); }
-  ~GzipSource() override { gzclose(f_); }
-  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
-    const int n = gzread(f_, buf, static_cast<unsigned>(std::min<size_t>(cap, 1 << 30)));
-    int err = Z_OK;
-    const char* message = gzerror(f_, &err);
-    if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
-      return absl::DataLossError(absl::StrCat(path_, ": corrupt gzip data (", message, ")"));
-    }
-    if (n > 0 && !checked_) {
-      checked_ = true;
-      if (gzdirect(f_)) return absl::InvalidArgumentError(absl::StrCat(path_, ": not gzip data"));
-    }
-    return static_cast<size_t>(n);
-  }
-
- private:
-  std::string path_;
-  gzFile f_;
-  bool checked_ = false;
-};
-
-class ZstdSource : public ByteSource {
- public:
-  ZstdSource(std::string path, int fd, std::function<bool()> cancelled)
-      : path_(path), reader_(std::move(path), fd, std::move(cancelled)), in_(ZSTD_DStreamInSize()) {
-    stream_ = ZSTD_createDStream();
-    ZSTD_initDStream(stream_);
-  }
-  ~ZstdSource() override {
-    ZSTD_freeDStream(stream_);
-  }
-  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
-    ZSTD_outBuffer out = {buf, cap, 0};
-    while (out.pos == 0) {
-      if (input_.pos == input_.size) {
-        MS_ASSIGN_OR_RETURN(const size_t n, reader_.Read(in_.data(), in_.size()));
-        if (n == 0) {
-          if (!frame_done_) return absl::DataLossError(absl::StrCat(path_, ": truncated zstd data"));
-          return size_t{0};
-        }
-        input_ = {in_.data(), n, 0};
-      }
-      const size_t rc = ZSTD_decompressStream(stream_, &out, &input_);
-      if (ZSTD_isError(rc)) {
-        return absl::DataLossError(absl::StrCat(path_, ": corrupt zstd data (", ZSTD_getErrorName(rc), ")"));
-      }
-      frame_done_ = rc == 0;
-    }
-    return out.pos;
-  }
-
- private:
-  std::string path_;
-  FdReader reader_;
-  ZSTD_DStream* stream_ = nullptr;
-  std::vector<char> in_;
-  ZSTD_inBuffer input_ = {nullptr, 0, 0};
-  bool frame_done_ = true;
-};
-
-absl::StatusOr<std::unique_ptr<ByteSource>> OpenSource(const std::string& path, const ReadOptions& options) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such input file"));
-  if (fs::is_directory(path, ec)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory"));
-  if (EndsWith(path, ".gz")) {
-    gzFile f = gzopen(path.c_str(), "rb");
-    if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-    return std::unique_ptr<ByteSource>(new GzipSource(path, f));
-  }
-  MS_ASSIGN_OR_RETURN(const int fd, OpenFd(path));
-  if (EndsWith(path, ".zst")) return std::unique_ptr<ByteSource>(new ZstdSource(path, fd, options.cancelled));
-  return std::unique_ptr<ByteSource>(new FileSource(path, fd, options.cancelled));
 }
 
 // Between two reads of one document: stops on an interrupt, or when the document being
@@ -389,7 +246,7 @@ absl::StatusOr<InputFormat> ParseInputFormat(const std::string& name) {
 
 absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptions& options,
                                         const DocumentFn& on_document) {
-  MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenSource(path, options));
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenByteSource(path, options.cancelled));
   const InputFormat format = FormatOf(path, options.format);
   ReadStats stats;
   if (format == InputFormat::kJsonl) {
@@ -855,7 +712,7 @@ absl::Status CheckLooksLikeText(const std::string& path, const ReadOptions& opti
   if (EndsWith(path, ".bin") && FindMegatronPair(path, &bin, &idx)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": a Megatron-LM token file (", idx, " beside it)", kNotText));
   }
-  MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenSource(path, options));
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenByteSource(path, options.cancelled));
   std::string head(64 << 10, '\0');
   size_t got = 0;
   while (got < head.size()) {

@@ -3,12 +3,12 @@
 #include "eval/choice.h"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "data/byte_source.h"
 #include "eval/python_case.h"
 #include "nlohmann/json.hpp"
 
@@ -286,11 +286,15 @@ absl::StatusOr<ChoiceItem> ParseChoiceLine(ChoiceFormat format, std::string_view
 }
 
 absl::StatusOr<std::vector<ChoiceItem>> ReadChoiceFile(const std::string& path, ChoiceFormat format) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("--task=", path, ": cannot be read"));
+  auto lines = LineReader::Open(path);
+  if (!lines.ok()) return absl::Status(lines.status().code(), absl::StrCat("--task=", lines.status().message()));
   std::vector<ChoiceItem> items;
   std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
+  while (true) {
+    auto more = lines->Next(&line);
+    if (!more.ok()) return absl::Status(more.status().code(), absl::StrCat("--task=", more.status().message()));
+    if (!*more) break;
+    const int64_t n = lines->line_number();
     if (StripWhitespace(line).empty()) continue;
     auto item = ParseChoiceLine(format, line, absl::StrCat(path, ":", n));
     if (!item.ok()) return item.status();

@@ -80,8 +80,9 @@ std::string HellaSwagPreprocess(std::string_view text);
 // other, as lm-eval scores it: its continuation is " ", its length 0.
 absl::StatusOr<ChoiceItem> ParseChoiceLine(ChoiceFormat format, std::string_view line, const std::string& where);
 
-// Every item of `path` (blank lines skipped). Errors: the file cannot be read, no item,
-// and ParseChoiceLine's, naming "path:line".
+// Every item of `path` (blank lines skipped), plain or compressed (.gz, .zst: read as
+// prepare reads them, data/byte_source.h). Errors: the file cannot be read (or is corrupt
+// compressed data), no item, and ParseChoiceLine's, naming "path:line".
 absl::StatusOr<std::vector<ChoiceItem>> ReadChoiceFile(const std::string& path, ChoiceFormat format);
 
 // Unicode characters of UTF-8 `s` (bytes that are not continuation bytes 10xxxxxx).

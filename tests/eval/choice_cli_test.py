@@ -11,9 +11,11 @@ one-line errors (a malformed line names file:line and the field).
 Run: /usr/bin/python3 tests/eval/choice_cli_test.py --multiscreen=build/multiscreen --source=.
 """
 import argparse
+import gzip
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -161,15 +163,17 @@ class ChoiceCliTest(OneLineErrors):
         r = run("eval", "choice", f"--weights={w}", f"--task={path}", f"--format={fmt}", f"--out={out}",
                 f"--tokenizer={self.tokenizer}", *extra)
         self.assertEqual(r.returncode, 0, r.stderr)
-        stem = os.path.splitext(os.path.basename(path))[0]
+        name = os.path.basename(path)
+        stem = os.path.splitext(name[:-len(".gz")] if name.endswith(".gz") else name[:-len(".zst")] if name.endswith(".zst")
+                                else name)[0]
         with open(os.path.join(out, f"choice_{stem}.json")) as f:
             summary = json.load(f)
         with open(os.path.join(out, f"choice_{stem}.jsonl")) as f:
             rows = [json.loads(l) for l in f]
         return summary, rows, r
 
-    def check(self, w, fmt, *extra, seq_len=4096):
-        path = os.path.join(HERE, "testdata", f"choice_{fmt}.jsonl")
+    def check(self, w, fmt, *extra, seq_len=4096, path=None):
+        path = path or os.path.join(HERE, "testdata", f"choice_{fmt}.jsonl")
         summary, rows, r = self.choice(w, fmt, path, *extra)
         want = self.expected(w, fmt, path, seq_len)
         self.assertEqual(len(rows), len(want))
@@ -178,10 +182,12 @@ class ChoiceCliTest(OneLineErrors):
             np.testing.assert_allclose(row["loglik"], lls, rtol=0, atol=2e-4, err_msg=f"{fmt} item {row['index']}")
             self.assertEqual(row["gold"], gold)
             self.assertEqual(row["chars"], lens.astype(int).tolist())
+            with np.errstate(divide="ignore", invalid="ignore"):  # an empty choice: ll / 0 = -inf, as lm-eval's numpy
+                normed = lls / lens
             self.assertEqual(row["pred"], int(np.argmax(lls)))
-            self.assertEqual(row["pred_norm"], int(np.argmax(lls / lens)))
+            self.assertEqual(row["pred_norm"], int(np.argmax(normed)))
             acc += int(np.argmax(lls)) == gold
-            acc_norm += int(np.argmax(lls / lens)) == gold
+            acc_norm += int(np.argmax(normed)) == gold
         n = len(want)
         self.assertEqual(summary["n"], n)
         self.assertAlmostEqual(summary["acc"], acc / n)
@@ -242,10 +248,15 @@ class ChoiceCliTest(OneLineErrors):
                 f"--tokenizer={self.tokenizer}")
         self.assertNotEqual(r.returncode, 0)
         self.assertEqual([read(f) for f in files], before)
-        # The same task again is a re-run: it overwrites.
-        summary2, rows2, _ = self.choice(w, "piqa", a)
+        # The same task again is refused without --resume (as ppl's, abcdigits' and passkey's
+        # results are); --resume of the finished run scores nothing and reports the same.
+        r = run("eval", "choice", f"--weights={w}", f"--task={a}", "--format=piqa", f"--out={out}", f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, f"--out={out} already holds {files[0]}: --resume continues that evaluation")
+        summary2, rows2, r = self.choice(w, "piqa", a, "--resume")
+        self.assertIn("resuming after 2 of 2 items", r.stderr)
         self.assertEqual(rows2, rows)
         self.assertEqual(len(rows), 2)
+        self.assertEqual((summary2["acc"], summary2["n"], summary2["complete"]), (summary["acc"], 2, True))
 
     def test_errors_are_one_line(self):
         w = self.init("tiny_gpt2_vocab")
@@ -273,6 +284,125 @@ class ChoiceCliTest(OneLineErrors):
         r = run("eval", "choice", f"--weights={w}", f"--task={piqa}", "--format=piqa", f"--out={out}",
                 "--threads=100000")
         self.assert_one_line_error(r, "--threads=100000: expected 0 (all cores) to 1024")
+
+    def write(self, name, lines):
+        path = os.path.join(self.dir, name)
+        with open(path, "wb") as f:
+            f.write(b"".join((l if isinstance(l, bytes) else json.dumps(l).encode()) + b"\n" for l in lines))
+        return path
+
+    def test_empty_choices_are_scored_as_lm_eval_scores_them(self):
+        # The continuation is " " (one token) and len(choice) 0: acc may pick it, acc_norm
+        # (ll / 0 = -inf) does not. Each case failed the whole run before.
+        w = self.init("tiny_gpt2_vocab")
+        cases = {
+            "piqa": [{"goal": "Open a jar", "sol1": "twist the lid off", "sol2": "", "label": 0},
+                     {"goal": "Dry shoes", "sol1": "", "sol2": "stuff them with paper", "label": 1}],
+            "hellaswag": [{"ctx": "A man sits down.", "endings": ["He eats.", "[substeps]", " [title] ", "He reads."],
+                           "label": 0},
+                          {"ctx": "She opens the door.", "endings": ["[step]", "She walks in.", "It rains.", "[header]"],
+                           "label": 1}],
+            "winogrande": [{"sentence": "The cup fell off the shelf because _", "option1": "it", "option2": "the shelf",
+                            "answer": "1"},
+                           {"sentence": "Anna gave Mia the book so _ could read.", "option1": "Anna", "option2": "Mia",
+                            "answer": "2"}],
+        }
+        for fmt, lines in cases.items():
+            with self.subTest(fmt=fmt):
+                path = self.write(f"empty_{fmt}.jsonl", lines)
+                summary, rows, _ = self.check(w, fmt, path=path)
+                empty = [(row, k) for row in rows for k, c in enumerate(row["chars"]) if c == 0]
+                self.assertTrue(empty)
+                for row, k in empty:
+                    self.assertEqual(row["tokens"][k], 1)  # " "
+                    if min(row["chars"]) < max(row["chars"]):
+                        self.assertNotEqual(row["pred_norm"], k)
+                shutil.rmtree(os.path.join(self.dir, "out"))
+
+    def test_an_item_with_one_choice_is_refused_naming_its_line(self):
+        w = self.init("tiny_gpt2_vocab")
+        path = self.write("arc1.jsonl", [
+            {"question": {"stem": "Q", "choices": [{"text": "x", "label": "A"}, {"text": "y", "label": "B"}]}, "answerKey": "A"},
+            {"question": {"stem": "Q", "choices": [{"text": "x", "label": "A"}]}, "answerKey": "A"}])
+        r = run("eval", "choice", f"--weights={w}", f"--task={path}", "--format=arc", f"--out={self.dir}/o",
+                f"--tokenizer={self.tokenizer}")
+        self.assert_one_line_error(r, f"{path}:2: 1 choice: an item needs 2 or more")
+
+    def test_json_errors_and_bytes_that_are_not_utf8_are_one_readable_line(self):
+        w = self.init("tiny_gpt2_vocab")
+        args = [f"--weights={w}", "--format=piqa", f"--out={self.dir}/o", f"--tokenizer={self.tokenizer}"]
+        path = self.write("big.jsonl", [b'{"goal": "g", "sol1": "a", "sol2": "b", "label": 1e999}'])
+        r = run("eval", "choice", f"--task={path}", *args)
+        self.assert_one_line_error(r, f"{path}:1: not valid JSON (number overflow parsing '1e999')")
+        self.assertNotIn("json.exception", r.stderr)
+        # A line with the byte ff, in a file whose name holds the bytes fe and ff: the
+        # error is UTF-8 (the bytes written as \xNN), whatever the file held.
+        path = os.path.join(os.fsencode(self.dir), b"bad\xfe\xff.jsonl")
+        with open(path, "wb") as f:
+            f.write(b'{"goal": "\xff", "sol1": "a", "sol2": "b", "label": 0}\n')
+        r = subprocess.run([BIN, "eval", "choice", b"--task=" + path, *args], capture_output=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        r.stderr.decode("utf-8")  # raises on bytes that are not UTF-8
+        self.assert_one_line_error(r, "bad\\xfe\\xff.jsonl:1: not valid JSON", "\\xff")
+
+    def resumed_run(self, w, task, *extra):
+        return run("eval", "choice", f"--weights={w}", f"--task={task}", "--format=hellaswag", f"--out={self.dir}/out",
+                   f"--tokenizer={self.tokenizer}", "--resume", *extra)
+
+    def test_resume_continues_after_the_items_scored_and_checks_what_it_continues(self):
+        w = self.init("tiny_gpt2_vocab")
+        task = os.path.join(self.dir, "hella.jsonl")
+        shutil.copy(os.path.join(HERE, "testdata", "choice_hellaswag.jsonl"), task)
+        summary, rows, _ = self.choice(w, "hellaswag", task)
+        self.assertEqual(len(rows), 4)
+        items = os.path.join(self.dir, "out", "choice_hella.jsonl")
+        # A run stopped after item 0, while writing item 1's row: row 0 (its log-likelihoods
+        # marked, to see that they are not computed again) and half of row 1.
+        marked = dict(rows[0], loglik=[-1.0, -2.0, -3.0, -4.0])
+        with open(items, "w") as f:
+            f.write(json.dumps(marked) + "\n" + json.dumps(rows[1])[:40])
+        r = self.resumed_run(w, task)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("resuming after 1 of 4 items", r.stderr)
+        with open(items) as f:
+            resumed = [json.loads(l) for l in f]
+        self.assertEqual(resumed, [marked] + rows[1:])
+        # The same weights under another name are the same weights (by content) ...
+        copy = os.path.join(self.dir, "copy.h5")
+        shutil.copy(w, copy)
+        r = self.resumed_run(copy, task)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # ... other weights, another --seq_len or a changed task file are another evaluation.
+        r = self.resumed_run(self.init("tiny_gpt2_vocab", seed=4), task)
+        self.assert_one_line_error(r, "--resume: ", "is of another evaluation: ", "weights_crc32 = ")
+        r = self.resumed_run(w, task, "--seq_len=64")
+        self.assert_one_line_error(r, "is of another evaluation: seq_len = 4096 there, 64 here")
+        with open(task, "a") as f:
+            f.write(read(os.path.join(HERE, "testdata", "choice_hellaswag.jsonl")).splitlines()[0] + "\n")
+        r = self.resumed_run(w, task)
+        self.assert_one_line_error(r, "is of another evaluation: task_fingerprint = ")
+        # Without results to continue, --resume says so.
+        r = run("eval", "choice", f"--weights={w}", f"--task={task}", "--format=hellaswag", f"--out={self.dir}/new",
+                f"--tokenizer={self.tokenizer}", "--resume")
+        self.assert_one_line_error(r, f"--resume: {self.dir}/new/choice_hella.json is missing or not JSON")
+
+    def test_compressed_tasks_are_read_as_prepare_reads_them(self):
+        w = self.init("tiny_gpt2_vocab")
+        plain = os.path.join(HERE, "testdata", "choice_piqa.jsonl")
+        _, want, _ = self.choice(w, "piqa", plain)
+        shutil.rmtree(os.path.join(self.dir, "out"))
+        gz = os.path.join(self.dir, "piqa.jsonl.gz")
+        with open(plain, "rb") as f, gzip.open(gz, "wb") as g:
+            g.write(f.read())
+        zst = os.path.join(self.dir, "zst", "piqa.jsonl.zst")
+        os.makedirs(os.path.dirname(zst))
+        subprocess.run(["zstd", "-q", plain, "-o", zst], check=True)
+        for path in (gz, zst):
+            with self.subTest(path=path):
+                summary, rows, _ = self.choice(w, "piqa", path)  # choice_piqa.json: named without .jsonl.gz
+                self.assertEqual(rows, want)
+                self.assertEqual(summary["n"], 2)
+                shutil.rmtree(os.path.join(self.dir, "out"))
 
     def test_help_gives_choices_meaning_of_format(self):
         r = run("eval", "choice", "--help")

@@ -8,6 +8,7 @@ what it is taken for is one line naming it and what it is; `eval ppl --resume` r
 Run: /usr/bin/python3 tests/eval/ppl_data_cli_test.py --multiscreen=build/multiscreen --source=.
 """
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -119,6 +120,46 @@ class PplDataTest(OneLineErrors):
         write_tokens(self.path("wide.bin"), [1, 2, 2**31 + 5] + [3] * 30)
         self.assert_one_line_error(run(*base, f"--data={self.path('wide.bin')}"),
                                    f"{self.path('wide.bin')}: token 2 is 2147483653, past the model's V = 37")
+
+    def test_compressed_text_is_read_as_prepare_reads_it(self):
+        # Issue: --data=val.jsonl.gz was refused as "a NUL byte at byte 3: not text".
+        w = self.path("gpt2_vocab.h5")
+        r = run("init", "--model=tiny_gpt2_vocab", "--seed=3", f"--out={w}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        docs = ["The history of the kettle is long and full of steam, whistles and tea.",
+                "A man laces his shoes and steps onto the track; he runs around it twice.",
+                "Basil likes the sun, water every morning, and a pot near the window."]
+        jsonl = self.path("docs.jsonl")
+        with open(jsonl, "w") as f:
+            f.write("".join(json.dumps({"text": d}) + "\n" for d in docs))
+        text = self.path("doc.txt")
+        with open(text, "w") as f:
+            f.write(" ".join(docs) + "\n")
+        tokenizer = f"--tokenizer={os.path.join(SOURCE, 'data_cache', 'gpt2')}"
+
+        def losses(data):
+            out = self.path(f"out{len(os.listdir(self.dir))}")
+            r = run("eval", "ppl", f"--weights={w}", f"--data={data}", "--seq_len=8", f"--out={out}", tokenizer)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "ppl.json")) as f:
+                got = json.load(f)
+            return got["documents"], got["data_format"], got["mean_loss"]
+
+        for plain in (jsonl, text):
+            want = losses(plain)
+            self.assertEqual(want[0], 3 if plain == jsonl else 1)
+            with open(plain, "rb") as f, gzip.open(plain + ".gz", "wb") as g:
+                g.write(f.read())
+            subprocess.run(["zstd", "-q", plain, "-o", plain + ".zst"], check=True)
+            for packed in (plain + ".gz", plain + ".zst"):
+                self.assertEqual(losses(packed), want, packed)
+        # Compressed token ids are not text: the NUL byte is found in what they decompress to.
+        ids = self.path("ids.dat.gz")
+        with gzip.open(ids, "wb") as g:
+            g.write((np.arange(600) % EOS).astype(np.uint16).tobytes())
+        self.assert_one_line_error(run("eval", "ppl", f"--weights={w}", f"--data={ids}", "--seq_len=8",
+                                       f"--out={self.path('o')}", tokenizer),
+                                   f"--data={ids}: a NUL byte at byte 0: not text")
 
     def test_resume_refuses_data_that_changed_at_the_same_path(self):
         # Issue: the resume identity held --data's path alone, so a file overwritten between

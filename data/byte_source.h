@@ -1,0 +1,62 @@
+// The bytes of an input file as `prepare` reads them: plain, or decompressed when the name
+// ends in .gz (zlib) or .zst (zstd); a pipe or FIFO read without blocking an interrupt.
+// LineReader splits them into lines. prepare's readers (data/prepare.h) and the
+// evaluations' text inputs (eval ppl --data, eval choice --task) read through these.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace multiscreen {
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Reads up to `cap` bytes; 0 at the end. Errors name the file: a failed read, corrupt
+  // or truncated gzip/zstd data, "not gzip data" under a .gz name.
+  virtual absl::StatusOr<size_t> Read(char* buf, size_t cap) = 0;
+};
+
+// True when `path` ends in .gz or .zst (OpenByteSource decompresses it).
+bool IsCompressedName(const std::string& path);
+
+// `path` without a final .gz or .zst: what names the format of its content
+// ("val.jsonl.zst" → "val.jsonl").
+std::string WithoutCompressionSuffix(const std::string& path);
+
+// Opens `path` (decompressing .gz / .zst). `cancelled` (may be empty) is polled between
+// reads of a pipe or FIFO: true stops the read with a Cancelled error. Errors name the
+// file: missing, a directory, cannot be opened.
+absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& path,
+                                                           std::function<bool()> cancelled = {});
+
+// The lines of a ByteSource, each without its '\n' (a "\r" before it is kept, as
+// std::getline keeps it); the last line may lack a '\n'.
+class LineReader {
+ public:
+  // Opens `path` through OpenByteSource. `max_line_bytes`: a longer line is an error
+  // naming the file and line (a binary file with no newline would fill memory).
+  static absl::StatusOr<LineReader> Open(const std::string& path, int64_t max_line_bytes = int64_t{1} << 30);
+
+  // The next line into *line; false at the end. Errors: the source's, a line too long.
+  absl::StatusOr<bool> Next(std::string* line);
+
+  // The 1-based number of the line Next returned last.
+  int64_t line_number() const { return line_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<ByteSource> source_;
+  std::vector<char> buf_;
+  size_t pos_ = 0, end_ = 0;
+  bool done_ = false;
+  int64_t line_ = 0, max_line_bytes_ = 0;
+};
+
+}  // namespace multiscreen
