@@ -110,7 +110,8 @@ TEST_F(WorkCountTest, ReadsNFloatsAndWritesMCounts4NAnd4M) {
   float* y = DeviceCopy(std::vector<float>(n, 0.f));
   Mark();
   Launch<ReadNWriteMKernel>(8, 128, 0, nullptr, x, y, n, m);
-  msemu::WorkTally t = Since("ReadNWriteMKernel");
+  // Named with its file: kernels of two files' anonymous namespaces may share a name.
+  msemu::WorkTally t = Since("ReadNWriteMKernel (work_count_test.cu)");
   EXPECT_EQ(t.kind, msemu::WorkKind::kKernel);
   EXPECT_EQ(t.calls, 1u);
   EXPECT_EQ(t.threads, 1024u);
