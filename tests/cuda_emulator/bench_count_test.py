@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """`multiscreen bench train --device=cuda --count` on the emulated device
 (MULTISCREEN_CUDA=EMULATED): the table of what one training step runs, per kernel and
-cuBLAS product. Its GEMMs' m·n·k add up to 3·T·B·N (2·m·n·k FLOPs: 6·N·T, N the matrix
+cuBLAS product, and tools/perf_model.py --counted beside it. Its GEMMs' m·n·k add up to 3·T·B·N (2·m·n·k FLOPs: 6·N·T, N the matrix
 parameters) for tiny_psi4 in fp32 and tiny_tiled in bf16; the tiled path's step counts
 mma.sync and the simple one none; host synchronizations and copies show; --count on the CPU
-is refused in one line.
+is refused in one line. The model's GEMMs (launches, FLOPs) equal the counted ones on the bf16
+tiled path of tiny_tiled and tiny_transformer_tiled, and so do the bytes of the ops it models
+as the code runs them (BYTES_AGREE); a 20 % change of one of those in the model fails.
 
 Run: /usr/bin/python3 tests/cuda_emulator/bench_count_test.py --multiscreen=build-emulated/multiscreen --source=.
 """
@@ -43,7 +45,58 @@ def matrix_params(model):
     return vocab * d + psi * psi * d * (2 * dk + 3 * dv)
 
 
+# Ops whose bytes tools/perf_model.py models as the code moves them (bf16 tiled path, T = 256):
+# within 1 % of the counted bytes (32-byte sectors of columns of 16+ elements: exact here).
+# The other ops disagree; docs/performance.md ("The model against the counts") lists them.
+BYTES_AGREE = {
+    "tiny_tiled": ["x += U·W_O (GEMM, β = 1 into fp32 x)", "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)",
+                   "dy = ∂z·Ē (GEMM)", "∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)",
+                   "∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)", "∂W_cat = x_inᵀ·∂P (GEMM, fp32)",
+                   "∂x += ∂P·W_catᵀ (GEMM, β = 1)", "AdamW (fp32 master, m, v)"],
+    "tiny_transformer_tiled": ["x += o·W_O (GEMM, β = 1)", "x += h·W_down (GEMM, β = 1)",
+                               "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", "dy = ∂z·Ē (GEMM)",
+                               "∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)", "AdamW (fp32 master, m, v)"],
+}
+
+
+def disagreements(model, counted_json):
+    """What tools/perf_model.py's model of `counted_json`'s step gets wrong against the counts:
+    a GEMM op's launches or FLOPs not equal, or a BYTES_AGREE op's bytes off by more than 1 %."""
+    sys.path.insert(0, os.path.join(SRC, "tools"))
+    import perf_model
+    ops, syncs = perf_model.model_ops_for(counted_json, os.path.join(SRC, "configs", "models"))
+    return check_ops(model, perf_model.compare_counted(counted_json, ops, syncs), ops)
+
+
+def check_ops(model, c, ops):
+    kinds = {op.name: op.kind for op in ops}
+    wrong = []
+    for o in c["ops"]:
+        if kinds[o["op"]] == "gemm":
+            if o["model_launches"] != o["counted_launches"] or o["model_flops"] != o["counted_flops"]:
+                wrong.append(f"{o['op']}: launches {o['model_launches']} vs {o['counted_launches']}, "
+                             f"FLOPs {o['model_flops']} vs {o['counted_flops']}")
+        if o["op"] in BYTES_AGREE[model] and abs(o["counted_bytes"] - o["model_bytes"]) > 0.01 * o["model_bytes"]:
+            wrong.append(f"{o['op']}: bytes {o['model_bytes']} vs {o['counted_bytes']}")
+    return wrong
+
+
 class BenchCountTest(unittest.TestCase):
+    def test_the_models_gemms_and_agreeing_bytes_equal_the_counts(self):
+        for model in BYTES_AGREE:
+            with self.subTest(model=model):
+                j = counted(model, "bf16")
+                self.assertEqual(disagreements(model, j), [])
+                # An op's bytes changed by 20 % in the model is caught.
+                import perf_model
+                ops, syncs = perf_model.model_ops_for(j, os.path.join(SRC, "configs", "models"))
+                for op in ops:
+                    if op.name == BYTES_AGREE[model][0]:
+                        op.bytes *= 1.2
+                wrong = check_ops(model, perf_model.compare_counted(j, ops, syncs), ops)
+                self.assertEqual(len(wrong), 1, wrong)
+                self.assertIn(BYTES_AGREE[model][0], wrong[0])
+
     def test_gemms_add_up_to_six_n_t_and_the_table_has_every_kind(self):
         for model, precision, tiled in (("tiny_psi4", "fp32", False), ("tiny_tiled", "bf16", True)):
             with self.subTest(model=model):
