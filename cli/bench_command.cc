@@ -24,6 +24,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/bench_count.h"
 #include "cli/bench_decode.h"
 #include "cli/bench_timing.h"
 #include "cli/commands.h"
@@ -50,6 +51,10 @@ ABSL_FLAG(std::string, head_path, "panels", "bench train: panels (the panel kern
 ABSL_FLAG(bool, compare_paths, false,
           "bench train: time the step on every instruction-set path this CPU runs, with the panel head and the "
           "BLAS head, side by side");
+ABSL_FLAG(bool, count, false,
+          "bench train: count what the last step runs on the emulated device (emulated build, --device=cuda): "
+          "per kernel and cuBLAS product, launches, threads, global-memory bytes, GEMM m*n*k, tensor-core "
+          "instructions, host synchronizations, host<->device bytes; --steps and --warmup default to 1");
 ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
@@ -91,6 +96,7 @@ absl::Status CheckTokens(double a, double b, const char* what) {
 // ---- bench train -----------------------------------------------------------------
 
 struct TrainResult {
+  nlohmann::json counted;  // --count: the last step's work on the emulated device (bench_count.h)
   std::vector<double> step_seconds, losses;
   std::vector<StepProfile> profiles;
   std::vector<double> windows;  // w of every tile at initialization (the FLOP count's windows)
@@ -117,7 +123,7 @@ void OptimizerStep(kernels::KernelTable<double>&, BenchOptimizer& opt, double* p
 
 template <typename Real>
 TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions options, int64_t B, int64_t T,
-                     int64_t warmup, int64_t steps, uint64_t seed, double lr) {
+                     int64_t warmup, int64_t steps, uint64_t seed, double lr, bool count = false) {
   StepProfile profile;
   options.precision = precision;
   options.profile = &profile;
@@ -160,6 +166,12 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   for (int64_t step = 0; step < warmup + steps; ++step) {
     for (int32_t& t : tokens) t = id(rng);
     profile.Clear();
+    // --count: the last step, without the profile's synchronizations (the step's own only).
+    const bool counted = count && step == warmup + steps - 1;
+    if (counted) {
+      profile.synchronize = nullptr;
+      BeginDeviceCount();
+    }
     const auto start = BenchClock::now();
     ops.Fill(grads.data(), n, Real(0));
     const double loss = model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data());
@@ -169,6 +181,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
       ops.Synchronize();
     }
     const double seconds = SecondsSince(start);
+    if (counted) result.counted = EndDeviceCount();
     if (step < warmup) continue;
     result.step_seconds.push_back(seconds);
     result.losses.push_back(loss);
@@ -233,7 +246,7 @@ int BenchTrain(int argc, char** argv) {
   const char* usage =
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
       "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --isa=PATH "
-      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --json]";
+      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --count --json]";
   // bench train's own defaults (train's --steps and --seq_len default to the run file's):
   // set before parsing, so that --help shows them and a flag given replaces them.
   absl::SetFlag(&FLAGS_steps, 10);
@@ -241,7 +254,7 @@ int BenchTrain(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, usage,
                           {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
                            "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device",
-                           "peak_tflops"});
+                           "peak_tflops", "count"});
       !s.ok()) {
     return Fail("bench train", s);
   }
@@ -255,7 +268,17 @@ int BenchTrain(int argc, char** argv) {
   const std::vector<std::string> given = GivenFlags(argc, argv);
   auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(given, name) ? value : unset; };
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);
-  const int64_t warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_steps);
+  // --count: one warm-up step (the GEMM plans and the buffers' growth) and one counted,
+  // unless given.
+  const bool count = absl::GetFlag(FLAGS_count);
+  if (count && !CanCountDeviceWork()) {
+    return Fail("bench train", absl::FailedPreconditionError(
+                                   "--count counts what the emulated device runs: this build has no emulated device "
+                                   "(build with cmake --preset emulated, then build-emulated/multiscreen bench train "
+                                   "--device=cuda --count)"));
+  }
+  const int64_t warmup = count && !Given(given, "warmup") ? 1 : absl::GetFlag(FLAGS_warmup);
+  const int64_t steps = count && !Given(given, "steps") ? 1 : absl::GetFlag(FLAGS_steps);
   ModelOptions head;
   head.head_chunk_rows = given_or("head_chunk_rows", absl::GetFlag(FLAGS_head_chunk_rows), head.head_chunk_rows);
   head.head_vocab_block = given_or("head_vocab_block", absl::GetFlag(FLAGS_head_vocab_block), head.head_vocab_block);
@@ -297,9 +320,13 @@ int BenchTrain(int argc, char** argv) {
   auto device = ResolveDevice(precision == "fp64");
   if (!device.ok()) return Fail("bench train", device.status());
   head.device = *device;
+  if (count && *device == Device::kCpu) {
+    return Fail("bench train", absl::InvalidArgumentError(
+                                   "--count counts the device's work: add --device=cuda (fp64 runs on the CPU)"));
+  }
   auto run = [&](const ModelOptions& options) {
-    return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr)
-                               : RunTrain<float>(*dims, p, options, B, T, warmup, steps, seed, lr);
+    return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr, count)
+                               : RunTrain<float>(*dims, p, options, B, T, warmup, steps, seed, lr, count);
   };
   auto head_used = [&](const ModelOptions& options) {
     if (dims->transformer()) return "blas";  // its head takes each row's max: the BLAS path (model/transformer.cc)
@@ -377,6 +404,7 @@ int BenchTrain(int argc, char** argv) {
                         {"loss_first", r.losses.front()},
                         {"loss_last", r.losses.back()},
                         {"breakdown_seconds", breakdown}};
+    if (count) j["counted"] = r.counted;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -406,6 +434,7 @@ int BenchTrain(int argc, char** argv) {
     std::printf("    %-20s %9.2f ms  %5.1f %%\n", StepProfile::kNames[ph], 1e3 * phase[ph], 100 * phase[ph] / step);
   }
   std::printf("    %-20s %9.2f ms  %5.1f %%\n", "other", 1e3 * other, 100 * other / step);
+  if (count) PrintDeviceCount(r.counted);
   return 0;
 }
 

@@ -202,6 +202,7 @@ void CheckGlobal(uintptr_t a, size_t bytes, bool write) {
                   Format("offset %zu of a %zu-byte allocation at %#zx: runs %zu bytes past its end", offset, al->bytes,
                          size_t(al->base), offset + bytes - al->bytes));
   }
+  if (t_counts != nullptr && t_counts->stamp != 0) CountSectors(al, offset, bytes, write, t_counts);
   uint8_t* flags = al->initialized.data() + offset;
   if (write) {
     std::fill(flags, flags + bytes, uint8_t{1});

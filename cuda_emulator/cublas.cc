@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda_emulator/emulator.h"
+#include "cuda_emulator/internal.h"
 
 // The library contexts the headers leave opaque (struct cublasContext, struct cublasLtContext).
 struct cublasContext {
@@ -292,6 +293,31 @@ void Compute(const Product& g) {
   }
 }
 
+// Adds one product to the work tally under its function and shape, e.g.
+// "cublasLtMatmul 640x256x16 op(A)=T op(B)=N bf16,bf16->f32 beta=1": m·n·k, and while
+// counting, the sectors of each operand's columns (rows × element bytes apart by ld) that
+// it reads (A, B; C when beta != 0) and writes (D).
+void CountProduct(const char* fn, const Product& g) {
+  CallCounts counts{.stamp = NextCountStamp()};
+  auto columns = [&](const Operand& o, bool write) {
+    const size_t column = size_t(o.rows) * o.element(), stride = size_t(o.ld) * o.element();
+    for (int64_t j = 0; j < o.cols; ++j) CountSectors(static_cast<const char*>(o.p) + j * stride, column, write, &counts);
+  };
+  if (counts.stamp != 0) {
+    if (g.read_ab) columns(g.a, false), columns(g.b, false);
+    if (g.beta != 0.f) columns(g.c, false);
+    columns(g.d, true);
+  }
+  auto op = [](cublasOperation_t t) { return t == CUBLAS_OP_N ? "N" : "T"; };
+  auto type = [](cudaDataType_t t) { return t == CUDA_R_16BF ? "bf16" : t == CUDA_R_16F ? "f16" : "f32"; };
+  const std::string name = Format("%s %lldx%lldx%lld op(A)=%s op(B)=%s %s,%s->%s beta=%g", fn, (long long)g.m,
+                                  (long long)g.n, (long long)g.k, op(g.trans_a), op(g.trans_b), type(g.a.type),
+                                  type(g.b.type), type(g.d.type), double(g.beta));
+  AddWork(name, WorkTally{.kind = WorkKind::kLibrary, .calls = 1,
+                          .gemm_mnk = g.read_ab ? uint64_t(g.m) * uint64_t(g.n) * uint64_t(g.k) : 0,
+                          .bytes_read = counts.bytes_read, .bytes_written = counts.bytes_written});
+}
+
 // Checks the operands a call touches and runs it: ranges (a report and
 // CUBLAS_STATUS_EXECUTION_FAILED when one is not device memory), an output overlapping
 // an input other than as C == D (a report; the result would depend on the order of the
@@ -315,7 +341,7 @@ cublasStatus_t CheckAndRun(const char* fn, const Product& g, cudaStream_t stream
     }
   }
   WaitStream(stream);
-  CountWork(fn, 0);
+  CountProduct(fn, g);
   if (g.read_ab) {
     CheckInitialized(fn, g.a);
     CheckInitialized(fn, g.b);

@@ -76,6 +76,12 @@ inline std::string_view KernelName(std::string_view pretty) {
   return rest;
 }
 
+// The file name of a path (what __BASE_FILE__, the translation unit's main file, names).
+inline std::string SourceFile(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
 template <typename Tuple, auto Kernel>
 void Entry(const void* params) {
   Tuple local = *static_cast<const Tuple*>(params);  // the thread's own copy, on its stack
@@ -86,7 +92,9 @@ void Entry(const void* params) {
 template <auto Kernel, typename... P, typename... Args>
 cudaError_t Launch(void (*)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    Args&&... args) {
-  static const std::string name(KernelName(__PRETTY_FUNCTION__));
+  // The kernel's name and its source file: kernels of different files may share a name
+  // in their anonymous namespaces (ForwardKernel), and the work tally counts by name.
+  static const std::string name = std::string(KernelName(__PRETTY_FUNCTION__)) + " (" + SourceFile(__BASE_FILE__) + ")";
   using Tuple = std::tuple<std::decay_t<P>...>;
   const Tuple params(std::forward<Args>(args)...);
   return LaunchKernel(name.c_str(), reinterpret_cast<const void*>(Kernel), grid, block, shared_bytes, stream,

@@ -41,6 +41,9 @@ struct Allocation {
   size_t bytes = 0;
   int device = 0;
   std::vector<uint8_t> initialized;  // one flag per byte
+  // While counting (SetCounting): per 32-byte sector, (stamp << 2) | 1 if read | 2 if
+  // written under that stamp (one stamp per counted call); empty otherwise.
+  std::vector<uint32_t> sectors;
 };
 
 // Allocates `bytes` of device memory on the current device (guard zones either side,
@@ -86,28 +89,56 @@ class ScopedCapture {
   const std::vector<std::string>& reports() const;
 };
 
-// ---- Work accounting (tests) ---------------------------------------------------------
+// ---- Work accounting ------------------------------------------------------------------
 
-// What the device ran under one name since the process started: kernel launches (the
-// kernel's name, as in reports) with their threads (grid × block, summed over
-// launches), cuBLAS/cuBLASLt products ("cublasSgemm", "cublasLtMatmul"; threads 0) and
-// copies ("cudaMemcpy" and "cudaMemcpyAsync", every direction; threads 0, with the bytes
-// they moved and, of those, the bytes that went from the device to the host). A call the
-// emulator refuses (a bad launch configuration, an invalid argument) is not counted.
-// Tests read it before and after a call to count what the call launched, e.g. the
-// launches and the 16-bit packing of a decoded token, and the 4 bytes of its greedy
-// choice (tests/cuda/decoder_cuda_test.cc).
+// What the device ran under one name since the process started (one entry per name):
+// kernel launches (the kernel's name, as in reports), cuBLAS/cuBLASLt products (the
+// function and the product's shape, e.g. "cublasLtMatmul 640x256x16 op(A)=T op(B)=N
+// bf16,bf16->f32 beta=0"), copies ("cudaMemcpy", "cudaMemcpyAsync", every direction),
+// memsets ("cudaMemset", "cudaMemsetAsync") and host synchronizations
+// ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"; a blocking
+// cudaMemcpy to the host counts one in its own entry). A call the emulator refuses (a bad
+// launch configuration, an invalid argument) is not counted. Tests read it before and
+// after a call to count what the call launched (tests/cuda/decoder_cuda_test.cc), and
+// `bench train --count` prints it for one training step (docs/emulated_device.md,
+// "Counting what the code does").
+enum class WorkKind : uint8_t { kKernel, kLibrary, kCopy, kMemset, kSync };
 struct WorkTally {
+  WorkKind kind = WorkKind::kKernel;
   uint64_t calls = 0;
-  uint64_t threads = 0;
-  uint64_t bytes = 0;          // copies: bytes moved
-  uint64_t bytes_to_host = 0;  // copies: of those, device → host
+  uint64_t threads = 0;          // kernels: grid × block, summed over launches
+  uint64_t bytes = 0;            // copies and memsets: bytes moved or set
+  uint64_t bytes_to_host = 0;    // copies: of those, device → host
+  uint64_t bytes_to_device = 0;  // copies: of those, host → device
+  uint64_t syncs = 0;            // host synchronizations (the host waits for the device)
+  uint64_t gemm_mnk = 0;         // cuBLAS(Lt): m·n·k of each product, summed (2·m·n·k FLOPs)
+  uint64_t mma = 0;              // mma.sync m16n8k16 warp instructions
+  uint64_t ldmatrix = 0;         // ldmatrix .x4 warp instructions
+  uint64_t cp_async = 0;         // cp.async 16-byte copies (one per thread that issues it)
+  // Only while counting is on (SetCounting): global memory touched, in 32-byte sectors
+  // (aligned to the allocation's start) counted once per call and direction: a sector a
+  // call reads (writes) any byte of adds 32 bytes read (written), however often it is
+  // touched within the call. Kernels, cuBLAS operands (each column's rows), device-to-device
+  // copies, memsets.
+  uint64_t bytes_read = 0, bytes_written = 0;
 };
 // A snapshot, by name (every thread's work; safe to call while others launch).
 std::map<std::string, WorkTally> WorkTallies();
-// Adds one call of `name` with `threads` threads, moving `bytes` (of which `to_host`
-// device → host; the emulator's parts call it).
-void CountWork(const std::string& name, uint64_t threads, uint64_t bytes = 0, uint64_t to_host = 0);
+// Adds `work` (its calls too) to the entry `name`, whose kind becomes work.kind (the
+// emulator's parts call it).
+void AddWork(const std::string& name, const WorkTally& work);
+// Entry-wise `after` minus `before` (the work between two snapshots); entries with no
+// calls in between are left out.
+std::map<std::string, WorkTally> WorkBetween(const std::map<std::string, WorkTally>& before,
+                                             const std::map<std::string, WorkTally>& after);
+
+// Counting of global-memory sectors (bytes_read, bytes_written): off by default, since it
+// costs every global load and store a look-up and device memory an eighth more host
+// memory; on from the start with MULTISCREEN_EMULATOR_COUNT=1, or by SetCounting(true).
+// Counting assumes that one host thread launches at a time (sector marks are per
+// allocation).
+void SetCounting(bool on);
+bool Counting();
 
 // ---- Streams ------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda_emulator/emulator.h"
+
 namespace msemu {
 
 // printf into a std::string.
@@ -53,6 +55,28 @@ struct BlockState {
   char* dynamic_shared = nullptr;
   size_t dynamic_bytes = 0;
 };
+
+// What one call (a kernel launch, a cuBLAS product, a copy or memset) counts while it
+// runs on this host thread: global-memory sectors under its stamp (0: counting off) and
+// tensor-core instructions.
+struct CallCounts {
+  uint32_t stamp = 0;
+  uint64_t bytes_read = 0, bytes_written = 0;
+  uint64_t mma = 0, ldmatrix = 0, cp_async = 0;
+};
+// The running call's counts (null outside one).
+extern thread_local CallCounts* t_counts;
+// A fresh stamp for a call's sector marks when counting is on, else 0 (work_tally.cc).
+uint32_t NextCountStamp();
+// Counts the sectors of [offset, offset + bytes) of `al` not yet marked read (write) by
+// the call of counts->stamp into its bytes_read (bytes_written), and marks them
+// (memory.cc). A no-op when counts is null, its stamp 0, or the allocation unmarked.
+void CountSectors(Allocation* al, size_t offset, size_t bytes, bool write, CallCounts* counts);
+// The same for [p, p + bytes), found among the live allocations (cuBLAS operands,
+// copies, memsets); bytes outside device memory are not counted.
+void CountSectors(const void* p, size_t bytes, bool write, CallCounts* counts);
+// Gives every live allocation its sector marks (SetCounting(true); memory.cc).
+void EnableSectorMarks();
 
 // The emulated thread running on this host thread (null outside kernel code), its
 // block, and whether its loads and stores are checked now.

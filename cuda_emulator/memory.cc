@@ -115,6 +115,8 @@ size_t PageSize() {
   static const size_t page = size_t(sysconf(_SC_PAGESIZE));
   return page;
 }
+constexpr size_t kSector = 32;  // bytes per counted sector (a DRAM/L2 sector of a GPU)
+
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // Mapped bytes of an allocation of `bytes`: a guard page, the data pages, a guard page.
@@ -167,6 +169,7 @@ void* DeviceAllocate(size_t bytes) {
   a->bytes = bytes;
   a->device = device;
   a->initialized.assign(bytes, 0);
+  if (Counting()) a->sectors.assign((bytes + kSector - 1) / kSector, 0);
   std::unique_lock lock(heap.mutex);
   heap.used[device] += bytes;
   heap.live.emplace(a->base, std::move(a));
@@ -289,6 +292,38 @@ void CopyInitialized(void* dst, const void* src, size_t bytes) {
   }
   const size_t s_off = reinterpret_cast<uintptr_t>(src) - s->base;
   std::memmove(d->initialized.data() + d_off, s->initialized.data() + s_off, std::min(n, s->bytes - s_off));
+}
+
+void CountSectors(Allocation* al, size_t offset, size_t bytes, bool write, CallCounts* counts) {
+  if (counts == nullptr || counts->stamp == 0 || al->sectors.empty() || bytes == 0) return;
+  const uint32_t stamp = counts->stamp << 2, bit = write ? 2u : 1u;
+  uint64_t fresh = 0;
+  uint32_t* marks = al->sectors.data();
+  for (size_t s = offset / kSector, last = (offset + bytes - 1) / kSector; s <= last; ++s) {
+    uint32_t m = marks[s];
+    if ((m & ~3u) != stamp) m = stamp;
+    if ((m & bit) == 0) {
+      ++fresh;
+      marks[s] = m | bit;
+    }
+  }
+  (write ? counts->bytes_written : counts->bytes_read) += fresh * kSector;
+}
+
+void CountSectors(const void* p, size_t bytes, bool write, CallCounts* counts) {
+  if (counts == nullptr || counts->stamp == 0 || bytes == 0) return;
+  Allocation* al = FindAllocation(p);
+  if (al == nullptr) return;
+  const size_t offset = reinterpret_cast<uintptr_t>(p) - al->base;
+  CountSectors(al, offset, std::min(bytes, al->bytes - offset), write, counts);
+}
+
+void EnableSectorMarks() {
+  Heap& heap = TheHeap();
+  std::unique_lock lock(heap.mutex);
+  for (auto& [base, a] : heap.live) {
+    if (a->sectors.empty()) a->sectors.assign((a->bytes + kSector - 1) / kSector, 0);
+  }
 }
 
 }  // namespace msemu

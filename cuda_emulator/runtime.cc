@@ -16,6 +16,8 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -147,10 +149,26 @@ cudaError_t MemcpyOn(const char* api, cudaStream_t stream, void* dst, const void
   if (bytes == 0) return cudaSuccess;
   if (!CheckCopy(api, dst, src, bytes, &kind)) return Fail(cudaErrorInvalidValue);
   WaitStream(stream);
-  CountWork(api, 0, bytes, kind == cudaMemcpyDeviceToHost ? bytes : 0);
+  CallCounts counts{.stamp = NextCountStamp()};
+  if (kind == cudaMemcpyDeviceToDevice) {
+    CountSectors(src, bytes, false, &counts);
+    CountSectors(dst, bytes, true, &counts);
+  }
+  // A cudaMemcpy to the host returns once the device's work before it and the copy are
+  // done: a host synchronization (cudaMemcpyAsync's waits are counted where the host
+  // waits for them, cudaStreamSynchronize).
+  const bool blocking_to_host = kind == cudaMemcpyDeviceToHost && std::string_view(api) == "cudaMemcpy";
+  AddWork(api, WorkTally{.kind = WorkKind::kCopy, .calls = 1, .bytes = bytes,
+                         .bytes_to_host = kind == cudaMemcpyDeviceToHost ? bytes : 0,
+                         .bytes_to_device = kind == cudaMemcpyHostToDevice ? bytes : 0,
+                         .syncs = blocking_to_host ? 1u : 0u, .bytes_read = counts.bytes_read,
+                         .bytes_written = counts.bytes_written});
   Copy(dst, src, bytes, kind);
   return cudaSuccess;
 }
+
+// One host synchronization by `api` (the host waits for the device).
+void CountSync(const char* api) { AddWork(api, WorkTally{.kind = WorkKind::kSync, .calls = 1, .syncs = 1}); }
 
 cudaError_t MemsetOn(const char* api, cudaStream_t stream, void* dst, int value, size_t bytes) {
   MSEMU_RETURN_IF_STICKY();
@@ -160,6 +178,9 @@ cudaError_t MemsetOn(const char* api, cudaStream_t stream, void* dst, int value,
     return Fail(cudaErrorInvalidValue);
   }
   WaitStream(stream);
+  CallCounts counts{.stamp = NextCountStamp()};
+  CountSectors(dst, bytes, true, &counts);
+  AddWork(api, WorkTally{.kind = WorkKind::kMemset, .calls = 1, .bytes = bytes, .bytes_written = counts.bytes_written});
   std::memset(dst, value, bytes);
   MarkInitialized(dst, bytes);
   return cudaSuccess;
@@ -381,6 +402,7 @@ cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
 
 cudaError_t cudaDeviceSynchronize() {
   MSEMU_RETURN_IF_STICKY();
+  msemu::CountSync("cudaDeviceSynchronize");
   msemu::WaitAllStreams();
   return cudaSuccess;
 }
@@ -478,6 +500,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  msemu::CountSync("cudaStreamSynchronize");
   msemu::WaitStream(stream);
   MSEMU_RETURN_IF_STICKY();
   return cudaSuccess;
@@ -507,6 +530,7 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlag
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  msemu::CountSync("cudaEventSynchronize");
   msemu::WaitEvent(event);
   delete event;
   return cudaSuccess;
@@ -536,6 +560,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  msemu::CountSync("cudaEventSynchronize");
   msemu::WaitEvent(event);
   MSEMU_RETURN_IF_STICKY();
   return cudaSuccess;

@@ -457,7 +457,20 @@ cudaError_t LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 b
                   WhereNow().c_str()));
     return cudaErrorNotSupported;
   }
-  CountWork(name, uint64_t(grid.x) * grid.y * grid.z * threads);
+  // What the launch did, added to the tally however it ends (a faulting launch ran too).
+  CallCounts counts{.stamp = NextCountStamp()};
+  struct Tally {
+    const char* name;
+    uint64_t threads;
+    CallCounts* counts;
+    ~Tally() {
+      t_counts = nullptr;
+      AddWork(name, WorkTally{.kind = WorkKind::kKernel, .calls = 1, .threads = threads, .mma = counts->mma,
+                              .ldmatrix = counts->ldmatrix, .cp_async = counts->cp_async,
+                              .bytes_read = counts->bytes_read, .bytes_written = counts->bytes_written});
+    }
+  } tally{name, uint64_t(grid.x) * grid.y * grid.z * threads, &counts};
+  t_counts = &counts;
   s.entry = entry;
   s.params = params;
   s.error = cudaSuccess;

@@ -40,6 +40,7 @@ struct MmaLane {
 };
 
 void CombineMma(void* const lanes[32]) {
+  if (t_counts != nullptr) ++t_counts->mma;  // once per warp instruction
   float A[16][16], B[16][8], C[16][8];
   for (int lane = 0; lane < 32; ++lane) {
     const MmaLane& l = *static_cast<const MmaLane*>(lanes[lane]);
@@ -88,6 +89,7 @@ uint16_t MatrixElement(void* const lanes[32], int m, int i, int j) {
 // the lower column); with .trans, the same of the transposed matrix.
 template <bool kTrans>
 void CombineLdmatrix(void* const lanes[32]) {
+  if (t_counts != nullptr) ++t_counts->ldmatrix;  // once per warp instruction
   for (int lane = 0; lane < 32; ++lane) {
     LdmatrixLane& l = *static_cast<LdmatrixLane*>(lanes[lane]);
     const int i = lane / 4, j = 2 * (lane % 4);
@@ -153,6 +155,7 @@ void LdmatrixX4(uint32_t r[4], const void* row, bool trans) {
 
 void CpAsync16(void* shared_destination, const void* global_source) {
   constexpr const char* kName = "cp.async.cg.shared.global";
+  if (t_counts != nullptr) ++t_counts->cp_async;  // once per thread
   CheckOperand(kName, "source", global_source, false);
   __tsan_read16(const_cast<void*>(global_source));  // bounds and initialization; host memory ends the thread
   if (FindAllocation(global_source) == nullptr) {

@@ -20,12 +20,18 @@ Model FLOPs (the MFU numerator) follow trainer/flops.h, which `bench train` prin
 multiply-add, 3 × forward for a training step, screening pairs inside the Softmask window
 only, the Transformer's causal attention at (T + 1)/2 keys per query.
 
+--counted=FILE (the JSON of `bench train --device=cuda --count --json`, emulated build):
+the model of that run's model, T and B, op by op beside what the emulated device counted
+for the kernels and cuBLASLt products each op names (Op.kernels).
+
 Run: /usr/bin/python3 tools/perf_model.py [--psi=16,32] [--seq=4096] [--peak-tflops=989]
      [--hbm-tbs=3.35] [--ttft-seq=100000] [--json] (--help lists every constant)
 """
 import argparse
 import json
 import math
+import os
+import re
 import struct
 import sys
 
@@ -98,6 +104,11 @@ def parse_args(argv=None):
     p.add_argument("--ttft-seq", type=int, default=100000, help="prefill length of the time-to-first-token model")
     p.add_argument("--ttft-psi", default="32,48", help="Ψ of the TTFT table, each against its matched Transformer: 8, 16, 32 or 48")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
+    p.add_argument("--counted", metavar="FILE",
+                   help="the JSON of `multiscreen bench train --device=cuda --count --json` (the emulated build): the\n"
+                        "model's launches, bytes and FLOPs per op of that model, T and B beside the counted ones")
+    p.add_argument("--config-dir", default=None,
+                   help="where --counted finds the model's textproto (default: configs/models beside this tool)")
     args = p.parse_args(argv)
     try:
         args.psi = [int(x) for x in args.psi.split(",")]
@@ -149,8 +160,9 @@ class Op:
     only). kind: gemm | mem | fa2 | screen. once: run once per optimizer step however many
     micro-batches it accumulates (BeginStep, EndStep, the optimizer)."""
 
-    def __init__(self, name, kind, calls, flops=0.0, nbytes=0.0, issue=0.0, launches=1, once=False):
+    def __init__(self, name, kind, calls, flops=0.0, nbytes=0.0, issue=0.0, launches=1, once=False, kernels=()):
         self.name, self.kind, self.calls, self.once = name, kind, calls, once
+        self.kernels = kernels  # regular expressions of the counted names (bench train --count) it runs as
         self.flops, self.bytes, self.issue, self.launches = float(flops), float(nbytes), float(issue), launches
 
     def time(self, hw):
@@ -223,9 +235,10 @@ def screening_work(windows, seq):
 
 # ---- Multiscreen -------------------------------------------------------------------
 
-def multiscreen_params(psi):
-    """total = V·d_E + N_L·N_H·(d_E·(2d_K + 3d_V) + 3) + 2 (spec), and the matrices alone."""
-    d = psi * psi
+def multiscreen_params(psi, d_e=None):
+    """total = V·d_E + N_L·N_H·(d_E·(2d_K + 3d_V) + 3) + 2 (spec), and the matrices alone;
+    d_E = Ψ² unless given."""
+    d = d_e or psi * psi
     tiles = psi * psi
     matrices = VOCAB * d + tiles * d * (2 * D_K + 3 * D_V)
     return {"total": matrices + tiles * 3 + 2, "matrices": matrices}
@@ -237,6 +250,25 @@ def multiscreen_model_flops(psi, seq, windows):
     per_token = tiles * (2 * d * (2 * D_K + 2 * D_V) + 2 * D_V * d) + 2 * d * VOCAB
     pairs, _ = screening_work(windows, seq)
     return 3 * (per_token + 2 * (D_K + D_V) * pairs / seq)
+
+
+def gemm(m, n, k, a=None, b=None):
+    """A regular expression of the counted name of a cuBLASLt product m×n×k (cuBLAS's
+    column-major terms, as the emulator names it), op(A) and op(B) when given."""
+    ops = (f" op\\(A\\)={a}" if a else r" op\(A\)=.") + (f" op\\(B\\)={b}" if b else "")
+    return rf"^cublasLt\w* {m}x{n}x{k}{ops}"
+
+
+def kernel(name, source):
+    """A regular expression of a counted kernel name: the kernel (any template arguments) of a source file."""
+    return rf"::{name}(<[^(]*>)? \({re.escape(source)}\)$"
+
+
+def name_kernels(ops, table):
+    """Sets each op's counted names (Op.kernels) from {op name: [regular expressions]}."""
+    for op in ops:
+        op.kernels = table.get(op.name, ())
+    return ops
 
 
 def head_ops(n, d, chunk_rows, train):
@@ -254,15 +286,21 @@ def head_ops(n, d, chunk_rows, train):
                    launches=chunks),
                 Op("∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)", "gemm", 1, 2 * n * VOCAB * d,
                    nv * 2 + n * d * 2 + chunks * VOCAB * d * 4 * 2, launches=chunks)]
+    rows = min(n, chunk_rows)
+    name_kernels(ops, {
+        "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)": [gemm(VOCAB, rows, d, "T")],
+        "softmax statistics (log Σ exp, target logit)": [kernel("HeadRowKernel", "cross_entropy.cu")],
+        "dy = ∂z·Ē (GEMM)": [gemm(d, rows, VOCAB, "N", "N")],
+        "∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)": [gemm(d, VOCAB, rows, "N", "T")]})
     return ops, chunks
 
 
-def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=True, last_row_head=False):
+def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=True, last_row_head=False, d_e=None):
     """The ops of one step (train) or one forward (prefill), with per-step call counts.
     issue_scale scales ISSUE_PER_STEP (0: the screening kernels are bound by their
     mma.sync alone, as FA-2 is by its own measured efficiency)."""
     n_l = n_h = psi
-    d = psi * psi
+    d = d_e or psi * psi
     n = batch * seq
     C = 2 * D_K + 2 * D_V           # P's columns per tile: q, k, v, g
     pd, vd = n_h * C, n_h * D_V     # P's and U's widths
@@ -313,10 +351,35 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         ops.append(Op("∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E", "mem", 1, 0, n * d * (4 + 4 + 4) + n * d * (2 + 4 + 4),
                       launches=3))
         ops.append(Op("∂W_E = unit-rows backward (EndStep)", "mem", 1, 0, VOCAB * d * 4 * 3, once=True))
-        params = multiscreen_params(psi)["total"]
+        params = multiscreen_params(psi, d_e)["total"]
         ops.append(Op("zero the gradients", "mem", 1, 0, params * 4, once=True))
         ops.append(Op("AdamW (fp32 master, m, v)", "mem", 1, 0, params * 28, once=True))
         syncs += n_l  # the screening backward waits for the tile-scalar gradients (host sums)
+    name_kernels([op for op in ops if not op.kernels], {
+        "Ē = unit rows of W_E → bf16 (BeginStep)": [kernel("ForwardKernel", "unit_rows.cu")],
+        "W_cat, W_O fp32 → bf16 (BeginStep)": [kernel("RoundPackKernel", "gemm.cu")],
+        "x⁰ = e^{s_E}·Ē[t] (gather)": [kernel("GatherKernel", "embedding.cu")],
+        "x_in = bf16(x)": [kernel("PackKernel", "gemm.cu")],
+        "P = x_in·W_cat (GEMM)": [gemm(pd, n, d, "N", "N")],
+        "screening: normalize q, k, v + MiPE (steps 5–6)": [kernel("NormalizeKernel", "screening.cu")],
+        "screening forward, tiled (steps 7–13)": [kernel("TiledAggregateKernel", "screening_tiled.cu"),
+                                                  kernel("AggregateKernel", "screening.cu")],
+        "x += U·W_O (GEMM, β = 1 into fp32 x)": [gemm(d, n, vd, "N", "N")],
+        "∂U = ∂x·W_Oᵀ (GEMM)": [gemm(vd, n, d, "T", "N")],
+        "∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)": [gemm(d, vd, n, "N", "T")],
+        "screening backward: gate, TanhNorm → ∂h, ∂g": [kernel("OutputBackwardKernel", "screening.cu")],
+        "screening backward, tiled query pass (∂q̃, ∂r, ∂w parts)": [kernel("TiledQueryBackwardKernel", "screening_tiled.cu"),
+                                                                   kernel("QueryBackwardKernel", "screening.cu")],
+        "screening backward, tiled key pass (∂k̃, ∂v̄)": [kernel("TiledKeyBackwardKernel", "screening_tiled.cu"),
+                                                        kernel("KeyBackwardKernel", "screening.cu")],
+        "screening backward: unit norms, MiPE → ∂P; tile-scalar sums": [kernel("NormalizeBackwardKernel", "screening.cu"),
+                                                                        kernel("ReducePartsKernel", "screening.cu")],
+        "∂W_cat = x_inᵀ·∂P (GEMM, fp32)": [gemm(pd, d, n, "N", "T")],
+        "∂x += ∂P·W_catᵀ (GEMM, β = 1)": [gemm(d, n, pd, "T", "N")],
+        "∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E": [kernel("ScatterKernel", "embedding.cu")],
+        "∂W_E = unit-rows backward (EndStep)": [kernel("BackwardKernel", "unit_rows.cu")],
+        "zero the gradients": [kernel("FillKernel", "elementwise.cu")],
+        "AdamW (fp32 master, m, v)": [kernel("AdamWKernel", "adamw.cu")]})
     return ops, syncs, pairs, steps
 
 
@@ -386,6 +449,35 @@ def transformer_ops(name, seq, batch, chunk_rows, train=True, last_row_head=Fals
                 Op("∂W_E[t] += ∂x⁰ (scatter)", "mem", 1, 0, n * d * (4 + 4 + 4)),
                 Op("zero the gradients", "mem", 1, 0, transformer_params(name)["total"] * 4, once=True),
                 Op("AdamW (fp32 master, m, v)", "mem", 1, 0, transformer_params(name)["total"] * 28, once=True)]
+    name_kernels([op for op in ops if not op.kernels], {
+        "W_E fp32 → bf16 (BeginStep)": [kernel("RoundPackKernel", "gemm.cu")],
+        "x⁰ = W_E[t] (gather)": [kernel("GatherKernel", "embedding.cu")],
+        "RMSNorm → bf16 (×2 per layer)": [kernel("ForwardKernel", "rms_norm.cu")],
+        "qkv = a·W_qkv (GEMM)": [gemm(3 * d, n, d, "N", "N")],
+        f"FlashAttention-2 forward (causal{rope})": [kernel("AttentionTiledForwardKernel", "attention_tiled.cu"),
+                                                     kernel("ForwardKernel", "attention.cu")],
+        "x += o·W_O (GEMM, β = 1)": [gemm(d, n, d, "N", "N")],
+        "[gate|up] = a·W_gu (GEMM)": [gemm(2 * f, n, d)],
+        "SwiGLU": [kernel("ForwardKernel", "swiglu.cu")],
+        "x += h·W_down (GEMM, β = 1)": [gemm(d, n, f, "N", "N")],
+        "final RMSNorm → fp32 and bf16": [],
+        "RoPE on copies of q, k": [kernel("RopeKernel", "rope.cu")],
+        "∂h = ∂x·W_downᵀ; ∂W_down += hᵀ·∂x (GEMMs)": [gemm(f, n, d), gemm(d, f, n)],
+        "SwiGLU backward": [kernel("BackwardKernel", "swiglu.cu")],
+        "∂a = ∂gu·W_guᵀ; ∂W_gu += ∂guᵀ·a (GEMMs)": [gemm(d, n, 2 * f), gemm(d, 2 * f, n)],
+        "RMSNorm backward (×2 per layer)": [kernel("BackwardKernel", "rms_norm.cu"),
+                                            kernel("GainPartialKernel", "rms_norm.cu"),
+                                            kernel("GainSumKernel", "rms_norm.cu")],
+        "∂o = ∂x·W_Oᵀ; ∂W_O += oᵀ·∂x (GEMMs)": [gemm(d, n, d, "T", "N"), gemm(d, d, n, "N", "T")],
+        f"FlashAttention-2 backward (causal{rope})": [
+            kernel("AttentionTiledQueryBackwardKernel", "attention_tiled.cu"),
+            kernel("AttentionTiledKeyBackwardKernel", "attention_tiled.cu"), kernel("DeltaKernel", "attention.cu"),
+            kernel("QueryGradKernel", "attention.cu"), kernel("KeyValueGradKernel", "attention.cu"),
+            kernel("ScaleGradKernel", "attention.cu")],
+        "∂a = ∂qkv·W_qkvᵀ; ∂W_qkv += aᵀ·∂qkv (GEMMs)": [gemm(d, n, 3 * d), gemm(3 * d, d, n)],
+        "∂W_E[t] += ∂x⁰ (scatter)": [kernel("ScatterKernel", "embedding.cu")],
+        "zero the gradients": [kernel("FillKernel", "elementwise.cu")],
+        "AdamW (fp32 master, m, v)": [kernel("AdamWKernel", "adamw.cu")]})
     return ops, syncs
 
 
@@ -449,8 +541,104 @@ def transformer_ttft(name, seq, chunk_rows, hw):
     return busy + overhead, sum(op.calls * op.time(hw)[0] for op in ops if op.kind == "fa2")
 
 
+# ---- the model beside the emulated device's counts (--counted) ------------------------
+
+def read_model_config(name, config_dir):
+    """The architecture fields of configs/models/NAME.textproto (top-level `key: value` lines)."""
+    path = os.path.join(config_dir, name + ".textproto")
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as e:
+        raise SystemExit(f"perf_model.py --counted: model {name!r}: cannot read {path}: {e.strerror}")
+    fields = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([a-z_]+)\s*:\s*\"?([^\"#]+?)\"?\s*(#.*)?$", line)
+        if m:
+            fields[m.group(1)] = m.group(2)
+    return fields
+
+
+def use_architecture(vocab, d_k, d_v, w_th):
+    """Sets the architecture constants the op functions read (the paper's by default)."""
+    global VOCAB, D_K, D_V, W_TH
+    VOCAB, D_K, D_V, W_TH = vocab, d_k, d_v, w_th
+
+
+def model_ops_for(counted, config_dir):
+    """The model's ops, host synchronizations and label for the model, T, B and head chunk of a
+    `bench train --count --json` result."""
+    cfg = read_model_config(counted["model"], config_dir)
+    seq, batch, chunk = counted["seq_len"], counted["micro_batch"], counted["head_chunk_rows"]
+    vocab = int(cfg["vocab"])
+    if cfg.get("family", "MULTISCREEN") == "TRANSFORMER":
+        n_l, n_h, d = int(cfg["n_layers"]), int(cfg["n_heads"]), int(cfg["d_e"])
+        use_architecture(vocab, D_K, D_V, W_TH)
+        TRANSFORMERS[counted["model"]] = (n_l, n_h, d)
+        ops, syncs = transformer_ops(counted["model"], seq, batch, chunk)
+        return ops, syncs
+    psi = int(cfg["psi"])
+    d_e = int(cfg.get("d_e", psi * psi))
+    use_architecture(vocab, int(cfg.get("d_k", 16)), int(cfg.get("d_v", 64)), float(cfg.get("w_th", 256)))
+    ops, syncs, _, _ = multiscreen_ops(psi, seq, batch, initial_windows(psi, psi), chunk, 1.0, d_e=d_e)
+    return ops, syncs
+
+
+def compare_counted(counted, ops, syncs):
+    """Rows of (model op, its launches/bytes/FLOPs, the counted ones of the kernels and
+    products it names), then the counted rows no op names, and the totals."""
+    rows = [dict(r, op=None) for r in counted["counted"]["ops"]]
+    out = []
+    for op in ops:
+        mine = [r for r in rows if r["op"] is None and any(re.search(k, r["name"]) for k in op.kernels)]
+        for r in mine:
+            r["op"] = op.name
+        out.append({"op": op.name, "model_launches": op.calls * op.launches, "model_bytes": op.calls * op.bytes,
+                    "model_flops": op.calls * op.flops,
+                    "counted_launches": sum(r["calls"] for r in mine if r["kind"] in ("kernel", "library", "memset")),
+                    "counted_bytes": sum(r["bytes_read"] + r["bytes_written"] for r in mine),
+                    "counted_flops": sum(r["gemm_flops"] + r["mma_flops"] for r in mine),
+                    "kernels": sorted(r["name"] for r in mine)})
+    unmatched = [r for r in rows if r["op"] is None and r["kind"] in ("kernel", "library", "memset")]
+    totals = counted["counted"]["totals"]
+    return {"ops": out, "unmatched": unmatched, "model_syncs": syncs, "counted_syncs": totals["syncs"],
+            "model_launches": sum(o["model_launches"] for o in out),
+            "counted_launches": sum(r["calls"] for r in rows if r["kind"] in ("kernel", "library", "memset"))}
+
+
+def print_counted(c, label):
+    print(f"### {label}: the model beside the emulated device's counts (one step)\n")
+    print("| op | launches (model) | launches (counted) | MB (model) | MB (counted) | GFLOP (model) | GFLOP (counted) |")
+    print("|---|---|---|---|---|---|---|")
+    for o in c["ops"]:
+        print(f"| {o['op']} | {o['model_launches']:g} | {o['counted_launches']} | {o['model_bytes'] / 1e6:.4f} | "
+              f"{o['counted_bytes'] / 1e6:.4f} | {o['model_flops'] / 1e9:.4f} | {o['counted_flops'] / 1e9:.4f} |")
+    for r in c["unmatched"]:
+        print(f"| (not in the model) {r['name']} | — | {r['calls']} | — | {(r['bytes_read'] + r['bytes_written']) / 1e6:.4f} "
+              f"| — | {(r['gemm_flops'] + r['mma_flops']) / 1e9:.4f} |")
+    print(f"| **launches** | {c['model_launches']:g} | {c['counted_launches']} | | | | |")
+    print(f"| **host synchronizations** | {c['model_syncs']} | {c['counted_syncs']} | | | | |")
+
+
 def main(argv=None):
     a = parse_args(argv)
+    if a.counted:
+        try:
+            counted = json.load(open(a.counted, encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"perf_model.py --counted={a.counted}: not a readable JSON file: {e}")
+        if "counted" not in counted:
+            raise SystemExit(f"perf_model.py --counted={a.counted}: no 'counted' object (the output of "
+                             "`multiscreen bench train --device=cuda --count --json` in the emulated build)")
+        config_dir = a.config_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "models")
+        ops, syncs = model_ops_for(counted, config_dir)
+        c = compare_counted(counted, ops, syncs)
+        if a.json:
+            json.dump(c, sys.stdout, indent=1, ensure_ascii=False)
+            print()
+        else:
+            print_counted(c, f"{counted['model']}, T = {counted['seq_len']}, B = {counted['micro_batch']}, "
+                             f"{counted['precision']}")
+        return c
     hw = Hardware(a)
     out = {"constants": vars(a), "steps": [], "ttft": []}
     tokens = a.seq * a.micro_batch

@@ -214,6 +214,11 @@ class BenchTest(OneLineErrors):
         self.assertNotEqual(r.returncode, 0)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
+    def test_count_needs_the_emulated_device(self):
+        # Only the emulated build counts what the device runs (tests/cuda_emulator/bench_count_test.py).
+        self.assert_one_line_error(run("train", "--model=tiny_psi2", "--device=cpu", "--count"),
+                                   "--count counts what the emulated device runs", "cmake --preset emulated")
+
     def test_another_subcommands_flag_is_refused(self):
         self.assert_one_line_error(run("train", "--model=tiny_psi2", "--T=64"), "--T is not a flag of this command")
         self.assert_one_line_error(run("screening", "--seq_len=64"), "--seq_len is not a flag of this command")

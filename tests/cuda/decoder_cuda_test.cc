@@ -704,11 +704,8 @@ struct TokenWork {
 TokenWork Tally() {
   TokenWork w;
   for (const auto& [name, tally] : msemu::WorkTallies()) {
-    if (name.starts_with("cudaMemcpy")) {
-      w.copies += tally.calls;
-    } else {
-      w.launches += tally.calls;
-    }
+    if (tally.kind == msemu::WorkKind::kCopy) w.copies += tally.calls;
+    if (tally.kind == msemu::WorkKind::kKernel || tally.kind == msemu::WorkKind::kLibrary) w.launches += tally.calls;
     if (name.find("PackKernel") != std::string::npos) w.packed += tally.threads;
   }
   return w;

@@ -220,7 +220,8 @@ struct StepWork {
 StepWork StepTally() {
   StepWork w;
   for (const auto& [name, tally] : msemu::WorkTallies()) {
-    (name.starts_with("cudaMemcpy") ? w.copies : w.launches) += tally.calls;
+    if (tally.kind == msemu::WorkKind::kCopy) w.copies += tally.calls;
+    if (tally.kind == msemu::WorkKind::kKernel || tally.kind == msemu::WorkKind::kLibrary) w.launches += tally.calls;
     if (name.find("PackKernel") != std::string::npos) {
       w.pack_launches += tally.calls;
       w.packed += tally.threads;

@@ -322,7 +322,8 @@ TEST(EmulatorDeathTest, StackOverflowIsOneLineNamingTheThread) {
   float* y = nullptr;
   ASSERT_EQ(cudaMalloc(&y, sizeof(float)), cudaSuccess);
   EXPECT_EXIT(Launch<BigLocalKernel>(1, 1, 0, nullptr, y, 0), ::testing::ExitedWithCode(86),
-              "cuda emulator: stack overflow: kernel .*BigLocalKernel block \\(0,0,0\\) thread \\(0,0,0\\)");
+              "cuda emulator: stack overflow: kernel .*BigLocalKernel \\(device_emulator_test\\.cu\\) "
+              "block \\(0,0,0\\) thread \\(0,0,0\\)");
 }
 
 // ---- Semantics ----------------------------------------------------------------------
