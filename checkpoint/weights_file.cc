@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iterator>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,16 +30,31 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& d) {
   MS_RETURN_IF_ERROR(out.WriteAttribute("pl_norm", int64_t{d.pl_norm ? 1 : 0}));
   MS_RETURN_IF_ERROR(out.WriteAttribute("eos_token", d.eos_token));
   MS_RETURN_IF_ERROR(out.WriteAttribute("family", std::string(FamilyName(d.family))));
-  MS_RETURN_IF_ERROR(out.WriteAttribute("qk_norm", int64_t{d.qk_norm ? 1 : 0}));
-  MS_RETURN_IF_ERROR(out.WriteAttribute("sio", int64_t{d.sio ? 1 : 0}));
-  MS_RETURN_IF_ERROR(out.WriteAttribute("tanh_norm", int64_t{d.tanh_norm ? 1 : 0}));
-  MS_RETURN_IF_ERROR(out.WriteAttribute("attention", std::string(AttentionKindName(d.attention))));
-  MS_RETURN_IF_ERROR(out.WriteAttribute("position", std::string(kernels::PositionKindName(d.position))));
-  MS_RETURN_IF_ERROR(out.WriteAttribute("output_gate", int64_t{d.output_gate ? 1 : 0}));
+  // The family's own switches only: a Transformer file with position = mipe (or a
+  // Multiscreen one with attention = softmax) invites a converter to misread it.
+  if (d.transformer()) {
+    MS_RETURN_IF_ERROR(out.WriteAttribute("qk_norm", int64_t{d.qk_norm ? 1 : 0}));
+    MS_RETURN_IF_ERROR(out.WriteAttribute("sio", int64_t{d.sio ? 1 : 0}));
+    MS_RETURN_IF_ERROR(out.WriteAttribute("attention", std::string(AttentionKindName(d.attention))));
+  } else {
+    MS_RETURN_IF_ERROR(out.WriteAttribute("tanh_norm", int64_t{d.tanh_norm ? 1 : 0}));
+    MS_RETURN_IF_ERROR(out.WriteAttribute("position", std::string(kernels::PositionKindName(d.position))));
+    MS_RETURN_IF_ERROR(out.WriteAttribute("output_gate", int64_t{d.output_gate ? 1 : 0}));
+  }
   return absl::OkStatus();
 }
 
 namespace {
+
+using Generations = std::vector<std::vector<const char*>>;
+
+// The switches a family does not have (written with their defaults by files before
+// issue 43, which wrote every switch whatever the family).
+const std::vector<const char*>& ForeignSwitches(ModelFamily family) {
+  static const std::vector<const char*> of_transformer = {"tanh_norm", "position", "output_gate"};
+  static const std::vector<const char*> of_multiscreen = {"qk_norm", "sio", "attention"};
+  return family == ModelFamily::kTransformer ? of_transformer : of_multiscreen;
+}
 
 // The root attributes a weights file has: WriteModelDims's and the checksum.
 constexpr const char* kRootAttributes[] = {
@@ -46,18 +64,40 @@ constexpr const char* kRootAttributes[] = {
 
 // The switch attributes in the order files gained them. A file written before one lacks
 // it and every later one (and reads as their defaults); a file that has one has every
-// earlier one and the rest of its group, so a missing one was deleted.
-const std::vector<std::vector<const char*>>& SwitchGenerations() {
-  static const std::vector<std::vector<const char*>> generations = {
+// earlier one and the rest of its group, so a missing one was deleted. Files written
+// since issue 43 hold their family's switches only: for them the generations are these
+// less the other family's switches (FileGenerations).
+const Generations& SwitchGenerations() {
+  static const Generations generations = {
       {"family", "qk_norm", "sio"}, {"tanh_norm"}, {"attention"}, {"position", "output_gate"}};
   return generations;
 }
 
+// The generations a file is checked against: every switch for a file that holds one of
+// the other family's (written before issue 43), else the family's own.
+Generations FileGenerations(const H5Reader& in, const std::function<bool(const char*)>& has) {
+  auto family = in.ReadStringAttribute("family");
+  const ModelFamily f = family.ok() && *family == "transformer" ? ModelFamily::kTransformer : ModelFamily::kMultiscreen;
+  const std::vector<const char*>& foreign = ForeignSwitches(f);
+  if (std::any_of(foreign.begin(), foreign.end(), has)) return SwitchGenerations();
+  Generations own;
+  for (const auto& group : SwitchGenerations()) {
+    std::vector<const char*> kept;
+    for (const char* a : group) {
+      if (std::find(foreign.begin(), foreign.end(), std::string_view(a)) == foreign.end()) kept.push_back(a);
+    }
+    if (!kept.empty()) own.push_back(kept);
+  }
+  return own;
+}
+
 // Refuses a root attribute a weights file does not have, and a switch attribute missing
-// from a file that has a later one (SwitchGenerations).
+// from a file that has a later one (FileGenerations).
 absl::Status CheckRootAttributeNames(const H5Reader& in) {
   const std::vector<std::string> names = in.RootAttributeNames();
-  auto has = [&](const char* a) { return std::find(names.begin(), names.end(), a) != names.end(); };
+  const std::function<bool(const char*)> has = [&](const char* a) {
+    return std::find(names.begin(), names.end(), a) != names.end();
+  };
   for (const std::string& name : names) {
     if (std::none_of(std::begin(kRootAttributes), std::end(kRootAttributes), [&](const char* a) { return name == a; })) {
       return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute ", name,
@@ -65,7 +105,7 @@ absl::Status CheckRootAttributeNames(const H5Reader& in) {
                                                      absl::StrJoin(kRootAttributes, ", "), ")"));
     }
   }
-  const auto& generations = SwitchGenerations();
+  const Generations generations = FileGenerations(in, has);
   for (size_t g = 0; g < generations.size(); ++g) {
     for (const char* missing : generations[g]) {
       if (has(missing)) continue;
@@ -110,27 +150,35 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   MS_ASSIGN_OR_RETURN(const int64_t pl_norm, in.ReadIntAttribute("pl_norm"));
   d.pl_norm = pl_norm != 0;
   MS_ASSIGN_OR_RETURN(d.eos_token, in.ReadIntAttribute("eos_token"));
-  // The family and the Transformer's switches (absent in files written before them: Multiscreen).
+  // Every switch is absent from files written before it (they read as its default) and
+  // from files of the other family written since issue 43; CheckRootAttributeNames has
+  // refused one deleted. A switch of the other family that a file holds (written before
+  // issue 43) must hold its default: CheckModelDims.
+  // The family (absent in files written before it: Multiscreen).
   if (auto family = in.ReadStringAttribute("family"); family.ok()) {
     if (*family != "multiscreen" && *family != "transformer") {
       return absl::InvalidArgumentError(
           absl::StrCat(in.path(), ": root attribute family = \"", *family, "\" is not multiscreen or transformer"));
     }
     d.family = *family == "transformer" ? ModelFamily::kTransformer : ModelFamily::kMultiscreen;
-    MS_ASSIGN_OR_RETURN(const int64_t qk_norm, in.ReadIntAttribute("qk_norm"));
-    MS_ASSIGN_OR_RETURN(const int64_t sio, in.ReadIntAttribute("sio"));
-    d.qk_norm = qk_norm != 0;
-    d.sio = sio != 0;
   } else if (!absl::IsNotFound(family.status())) {
     return family.status();
   }
-  // The tanh_norm switch (absent in files written before it: on).
+  // The Transformer's qk_norm and sio (default off).
+  for (auto [name, value] : {std::pair{"qk_norm", &d.qk_norm}, std::pair{"sio", &d.sio}}) {
+    if (auto flag = in.ReadIntAttribute(name); flag.ok()) {
+      *value = *flag != 0;
+    } else if (!absl::IsNotFound(flag.status())) {
+      return flag.status();
+    }
+  }
+  // Multiscreen's tanh_norm (default on).
   if (auto tanh_norm = in.ReadIntAttribute("tanh_norm"); tanh_norm.ok()) {
     d.tanh_norm = *tanh_norm != 0;
   } else if (!absl::IsNotFound(tanh_norm.status())) {
     return tanh_norm.status();
   }
-  // The attention mechanism (absent in files written before it: softmax).
+  // The Transformer's attention mechanism (default softmax).
   if (auto attention = in.ReadStringAttribute("attention"); attention.ok()) {
     if (!ParseAttentionKind(*attention, &d.attention)) {
       return absl::InvalidArgumentError(absl::StrCat(in.path(), ": root attribute attention = \"", *attention,
@@ -139,8 +187,7 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   } else if (!absl::IsNotFound(attention.status())) {
     return attention.status();
   }
-  // Multiscreen's position and output_gate switches (absent in files written before them:
-  // MiPE, gate on).
+  // Multiscreen's position and output_gate (default MiPE, gate on).
   if (auto position = in.ReadStringAttribute("position"); position.ok()) {
     if (!kernels::ParsePositionKind(*position, &d.position)) {
       return absl::InvalidArgumentError(

@@ -1,8 +1,10 @@
 // The consolidated weights file: what `multiscreen init` and `ckpt export`
 // write and `forward --weights` reads. Root attributes give the model sizes
 // (format = "multiscreen-weights", format_version = 1, name, n_layers, n_heads,
-// d_e, d_k, d_v, vocab, w_th, pl_norm, eos_token, the switches family, qk_norm, sio,
-// tanh_norm, attention, position, output_gate, and params_crc32c: the CRC-32C of all
+// d_e, d_k, d_v, vocab, w_th, pl_norm, eos_token, family, the family's own switches
+// (a Transformer's qk_norm, sio, attention; a Multiscreen's tanh_norm, position,
+// output_gate: files written before issue 43 hold both families' switches, the other
+// family's at their defaults, and still read), and params_crc32c: the CRC-32C of all
 // parameters' fp32 bytes in ParamLayout order); one fp32 dataset per parameter under its
 // logical name, with its full global shape. Nothing else.
 #pragma once
@@ -29,7 +31,9 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& dims);
 // pass CheckModelDims; format_version must be 1. Refused too: a root attribute a weights
 // file does not have; a switch attribute missing though the file has one that files
 // gained after it (family, qk_norm, sio; tanh_norm; attention; position, output_gate: a
-// file written before a switch lacks it and all later ones, and reads as their defaults).
+// file written before a switch lacks it and all later ones, and reads as their defaults;
+// a file without the other family's switches is checked on its family's own); the other
+// family's switch at a value other than its default.
 absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in);
 
 // Refuses a dataset of `in` that is not a parameter of `full` (the file's own model, read

@@ -275,9 +275,9 @@ class CliTest(OneLineErrors):
         def put(name, value):
             return lambda f: f.attrs.__setitem__(name, value)
 
-        refused(delete("attention"), "tiny_transformer_screening",
-                "root attribute attention is missing, though position, which files gained after it, is present")
-        refused(delete("tanh_norm"), "tiny_psi2", "root attribute tanh_norm is missing, though attention")
+        refused(delete("qk_norm"), "tiny_transformer_screening",
+                "root attribute qk_norm is missing, though family, which files gained with it, is present")
+        refused(delete("tanh_norm"), "tiny_psi2", "root attribute tanh_norm is missing, though position")
         refused(delete("output_gate"), "tiny_psi2", "root attribute output_gate is missing, though position")
         refused(put("w_thh", np.int64(16)), "tiny_psi2", "root attribute w_thh is not one a weights file has")
         refused(put("w_th", 16.0), "tiny_transformer_screening",
@@ -288,19 +288,55 @@ class CliTest(OneLineErrors):
                 "dataset layers/000/s_x is not a parameter of model tiny_psi2")
         # A screening file read as softmax (no attribute attention, and no later one either)
         # holds s_w and s_r, which a softmax Transformer has not.
-        refused(lambda f: [f.attrs.__delitem__(a) for a in ("attention", "position", "output_gate")],
+        refused(delete("attention"),
                 "tiny_transformer_screening", "dataset layers/000/s_r is not a parameter of model "
                 "tiny_transformer_screening (family transformer, attention softmax, as the root attributes say)")
         # Files written before the switches (no tanh_norm, attention, position, output_gate;
         # the oldest no family, qk_norm, sio either) still load, as their defaults.
-        for names in (("tanh_norm", "attention", "position", "output_gate"),
-                      ("family", "qk_norm", "sio", "tanh_norm", "attention", "position", "output_gate")):
+        for names in (("tanh_norm", "position", "output_gate"),
+                      ("family", "tanh_norm", "position", "output_gate")):
             w, t = self._init_and_tokens(2 * 9)
             with h5py.File(w, "r+") as f:
                 for name in names:
                     del f.attrs[name]
             r, _ = self._forward(w, t, "--device=cpu")  # the parameters unchanged: their checksum holds
             self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_a_weights_file_holds_its_familys_switches_only_and_older_files_with_both_still_load(self):
+        # A Transformer file said position = mipe and output_gate = 1, a Multiscreen one
+        # attention = softmax: a converter could misread them. Files written before (every
+        # switch, the other family's at its default) still load; the generations still
+        # apply to them; the other family's switch at another value is refused.
+        own = {"tiny_transformer_screening": {"qk_norm": 0, "sio": 1, "attention": "screening"},
+               "tiny_psi4_rope_nogate": {"tanh_norm": 1, "position": "rope", "output_gate": 0}}
+        foreign = {"tiny_transformer_screening": {"tanh_norm": 1, "position": "mipe", "output_gate": 1},
+                   "tiny_psi4_rope_nogate": {"qk_norm": 0, "sio": 0, "attention": "softmax"}}
+        sizes = ("format", "format_version", "name", "n_layers", "n_heads", "d_e", "d_k", "d_v", "vocab",
+                 "w_th", "pl_norm", "eos_token", "family", "params_crc32c")
+        for model, vocab in (("tiny_transformer_screening", 37), ("tiny_psi4_rope_nogate", 97)):
+            w, t = self._init_and_tokens(2 * 9, vocab=vocab, model=model)
+            with h5py.File(w, "r") as f:
+                attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            self.assertEqual(set(attrs), set(sizes) | set(own[model]), model)
+            self.assertEqual({k: attrs[k] for k in own[model]}, own[model], model)
+            # The file as a build before this one wrote it: loads, the same model.
+            with h5py.File(w, "r+") as f:
+                for k, v in foreign[model].items():
+                    f.attrs[k] = np.bytes_(v) if isinstance(v, str) else np.int64(v)  # as our writer stores them
+            r, _ = self._forward(w, t, "--device=cpu")
+            self.assertEqual(r.returncode, 0, f"{model}: {r.stderr}")
+        # The old layout keeps its generations: a Transformer's tanh_norm deleted while
+        # attention (gained after it) is present was edited.
+        w, t = self._init_and_tokens(2 * 9, model="tiny_transformer_screening")
+        with h5py.File(w, "r+") as f:
+            f.attrs["position"], f.attrs["output_gate"] = np.bytes_("mipe"), np.int64(1)
+        r, _ = self._forward(w, t, "--device=cpu")
+        self.assert_one_line_error(r, f"{w}: root attribute tanh_norm is missing, though attention")
+        with h5py.File(w, "r+") as f:
+            f.attrs["tanh_norm"], f.attrs["position"] = np.int64(1), np.bytes_("rope")
+            del f.attrs["params_crc32c"]
+        r, _ = self._forward(w, t, "--device=cpu")
+        self.assert_one_line_error(r, f"{w}: position is a Multiscreen switch, not the Transformer's")
 
     def test_params_table_lists_the_groups(self):
         r = run("params", "--model=psi16")
