@@ -85,7 +85,8 @@ json MetaToJson(const CheckpointMeta& m) {
           // the seed and the samples counter are the whole random state.
           {"rng", {{"seed", m.seed}, {"data_samples_consumed", m.samples}}},
           {"layout", {{"tp", m.layout.tp}, {"pp", m.layout.pp}, {"dp", m.layout.dp}, {"zero", m.layout.zero}}},
-          {"model", DimsToJson(m.dims)}};
+          {"model", DimsToJson(m.dims)},
+          {"build", {{"version", ThisBuild().version}, {"commit", ThisBuild().commit}}}};
   if (m.data.is_object()) j["data"] = m.data;
   return j;
 }
@@ -263,6 +264,13 @@ absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string
   MS_ASSIGN_OR_RETURN(const int64_t consumed, f.Int("rng.data_samples_consumed", 0, kMaxCount));
   if (consumed != m.samples) {
     return f.Error("rng.data_samples_consumed", absl::StrCat("= ", consumed, " differs from samples = ", m.samples));
+  }
+  if (j.contains("build")) {  // absent before it was recorded
+    MS_ASSIGN_OR_RETURN(m.build.version, f.String("build.version"));
+    MS_ASSIGN_OR_RETURN(m.build.commit, f.String("build.commit"));
+    for (const auto& [field, text] : {std::pair{"build.version", &m.build.version}, std::pair{"build.commit", &m.build.commit}}) {
+      if (!IsPrintableModelName(*text)) return f.Error(field, "is not a line of at most 256 printable characters");
+    }
   }
   if (j.contains("data")) {  // absent before it was recorded
     MS_ASSIGN_OR_RETURN(const json* data, f.Object("data"));

@@ -11,8 +11,8 @@
 //                            attributes global_shape and flat_offset (the
 //                            global row-major index of their first element)
 //     manifest.json          model, layout, step, samples, tokens, optimizer
-//                            step, loss-scaler state, seeds, and a CRC-32C per
-//                            dataset per file
+//                            step, loss-scaler state, seeds, the build that
+//                            wrote it, and a CRC-32C per dataset per file
 //   <run_dir>/checkpoints/latest   the name of the newest complete checkpoint
 //
 // A checkpoint is written into checkpoints/.tmp-step_NNNNNNNN/, every file
@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint/weights_file.h"
+#include "common/build_info.h"
 #include "common/config.h"
 #include "common/file_lock.h"
 #include "model/param_layout.h"
@@ -63,6 +64,10 @@ struct CheckpointMeta {
   // "xxxxxxxx"}} (TokenStream::Fingerprint; the name is "train" for --data, the source's
   // name in a mixture, whose entries also carry "weight"). Null in checkpoints written without it (older ones, `ckpt`-made).
   nlohmann::json data;
+  // The build that wrote the checkpoint (manifest "build": {"version", "commit"}), as read;
+  // empty strings in manifests written before it was recorded. A save records ThisBuild(),
+  // whatever this field holds.
+  BuildInfo build;
 };
 
 // One model-parallel rank's tensors, in its layout's flat order.

@@ -265,6 +265,10 @@ int Inspect() {
     if (std::string_view(f.name) != "family" && f.applies) absl::StrAppend(&fields, " ", f.name, "=", f.value);
   }
   std::printf("  family %s:%s\n", FamilyName(m.dims.family), fields.c_str());
+  // The build that wrote it (manifests before issue 43 do not say).
+  std::printf("  written by %s\n", m.build.version.empty() ? "a build that did not record itself"
+                                                             : absl::StrCat("multiscreen ", m.build.version, " (",
+                                                                            m.build.commit, ")").c_str());
   std::printf("  layout tp=%lld pp=%lld dp=%lld zero=%lld, loss scale %g\n", (long long)m.layout.tp, (long long)m.layout.pp,
               (long long)m.layout.dp, (long long)m.layout.zero, m.loss_scale);
   int64_t total = 0;

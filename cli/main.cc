@@ -11,8 +11,10 @@
 #include <new>
 #include <string>
 
+#include "build_version.h"  // generated at build time (cmake/build_version.cmake)
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/build_info.h"
 
 namespace {
 
@@ -48,7 +50,7 @@ constexpr Command kCommands[] = {
 void Usage(FILE* out) {
   std::fprintf(out, "usage: multiscreen <command> [--flags]\n\ncommands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
-  std::fprintf(out, "\n'multiscreen <command> --help' lists a command's flags.\n");
+  std::fprintf(out, "\n'multiscreen <command> --help' lists a command's flags; 'multiscreen --version' the build.\n");
 }
 
 // libgomp's idle threads spin (actively wait) between parallel regions by default; on a
@@ -90,6 +92,7 @@ void PreferPassiveOpenMpWaits(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  multiscreen::SetBuildInfo({MULTISCREEN_VERSION, MULTISCREEN_COMMIT});
   PreferPassiveOpenMpWaits(argv);
   if (argc < 2) {
     Usage(stderr);
@@ -98,6 +101,10 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
     Usage(stdout);
+    return 0;
+  }
+  if (name == "--version" || name == "version") {
+    std::printf("%s\n", multiscreen::BuildDescription().c_str());
     return 0;
   }
   for (const Command& c : kCommands) {

@@ -24,6 +24,7 @@
 #include "cli/created_dirs.h"
 #include "cli/device_memory.h"
 #include "cli/flags.h"
+#include "common/build_info.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -524,7 +525,8 @@ int TrainCommand(int argc, char** argv) {
                                : "";
     if (!start_warning.empty()) LogWarning(start_warning);
     LogInfo("training ", dims->name, " for ", run->steps(), " steps of ", grid->shape().dp, " x ", run->grad_accum(),
-            " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir());
+            " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir(), "; build ",
+            BuildDescription());
     if (*device == Device::kCpu) {
       LogInfo("device: cpu; CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
               HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels), comm_note);

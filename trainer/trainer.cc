@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/h5_file.h"
+#include "common/build_info.h"
 #include "common/file_lock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -583,6 +584,7 @@ absl::Status Trainer::CheckSameRun(const absl::Status& why_no_checkpoint) const 
     saved.erase("steps");
     saved.erase("val_windows");
     saved.erase("recipe");
+    saved.erase("build");
   }
   if (has_metrics && saved != RunIdentity()) {
     // Metrics of another run (or of one we cannot tell is this one): keep them.
@@ -610,6 +612,8 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
   identity["steps"] = run_.steps();
   if (!val_loaders_.empty()) identity["val_windows"] = ValidationWindows();
   identity["recipe"] = RecipeOf(run_);
+  // The build that started the run (not part of the identity: a rebuilt binary resumes it).
+  identity["build"] = {{"version", ThisBuild().version}, {"commit", ThisBuild().commit}};
   // Written beside and renamed into place (as status.json): a crash mid-write leaves the
   // old run.json or the new one, never a cut-short one.
   return WriteTextFile(identity_path, identity.dump() + "\n");

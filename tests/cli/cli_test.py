@@ -9,6 +9,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -337,6 +338,64 @@ class CliTest(OneLineErrors):
             del f.attrs["params_crc32c"]
         r, _ = self._forward(w, t, "--device=cpu")
         self.assert_one_line_error(r, f"{w}: position is a Multiscreen switch, not the Transformer's")
+
+    def test_version_names_the_build_and_checkpoints_record_it(self):
+        # Issue 43: `multiscreen --version` was an unknown command, and nothing recorded
+        # the build. The commit is `git describe --always --dirty` of the source at build
+        # time ("-dirty" may differ from now: the commit itself may not).
+        source = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+        git = subprocess.run(["git", "-C", source, "describe", "--always"], capture_output=True, text=True)
+        for flag in ("--version", "version"):
+            r = run(flag)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            m = re.fullmatch(r"multiscreen (\d+\.\d+) \((\S+)\)\n", r.stdout)
+            self.assertIsNotNone(m, r.stdout)
+        version, commit = m.groups()
+        self.assertEqual(version, "0.1")  # CMakeLists.txt's project(VERSION)
+        self.assertEqual(commit.removesuffix("-dirty"), git.stdout.strip() if git.returncode == 0 else "unknown")
+        self.assertIn("'multiscreen --version' the build", run("--help").stdout)
+        # A checkpoint's manifest records it; ckpt inspect says it.
+        out = os.path.join(self.dir, "ckpt")
+        r = run("ckpt", "init", "--model=tiny_psi2", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        step = glob.glob(os.path.join(out, "checkpoints", "step_*"))[0]
+        with open(os.path.join(step, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual(manifest["build"], {"version": version, "commit": commit})
+        self.assertIn(f"  written by multiscreen {version} ({commit})\n", run("ckpt", "inspect", f"--checkpoint={out}").stdout)
+        # One written before builds were recorded still reads, and says so; a build field
+        # of the wrong type is named.
+        del manifest["build"]
+        with open(os.path.join(step, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+        r = run("ckpt", "inspect", f"--checkpoint={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("  written by a build that did not record itself\n", r.stdout)
+        manifest["build"] = {"version": "0.1", "commit": 7}
+        with open(os.path.join(step, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+        self.assert_one_line_error(run("ckpt", "inspect", f"--checkpoint={step}"),
+                                   "field build.commit is the number 7, expected a string")
+
+    def test_the_commit_of_a_source_tree_without_git_is_unknown(self):
+        # A release tarball (no .git): cmake/build_version.cmake writes "unknown", also
+        # where the tarball was unpacked inside another repository.
+        source = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+        for where in (self.dir, os.path.join(os.path.dirname(BIN), "version_test_tarball")):
+            os.makedirs(where, exist_ok=True)
+            try:
+                out = os.path.join(self.dir, "build_version.h")
+                r = subprocess.run(["cmake", f"-DSOURCE_DIR={where}", "-DVERSION=0.1", f"-DOUT={out}", "-P",
+                                    os.path.join(source, "cmake", "build_version.cmake")],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(out) as f:
+                    text = f.read()
+                self.assertIn('#define MULTISCREEN_VERSION "0.1"\n', text)
+                self.assertIn('#define MULTISCREEN_COMMIT "unknown"\n', text)
+            finally:
+                if where != self.dir:
+                    shutil.rmtree(where, ignore_errors=True)
 
     def test_params_table_lists_the_groups(self):
         r = run("params", "--model=psi16")

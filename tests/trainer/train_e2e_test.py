@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -357,6 +358,30 @@ class TrainTest(SyntheticCorpusCase):
         self.assertIn("step_00000020", r.stderr)
         self.assertIn("resumed from", r.stderr)
         self.assertIn("step_00000010", r.stderr)
+
+    def test_the_run_records_the_build_that_started_it(self):
+        # Issue 43: no run file, log or checkpoint recorded the build. run.json and the
+        # start line say `multiscreen --version`'s; another build resumes the run.
+        version = subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout.strip()
+        _, number, commit = version.split(" ")
+        d = self.run_dir("build_recorded")
+        r = self.train(d, "--steps=2")
+        self.assertRegex(r.stderr, r"\[I\] training tiny_psi4 for 2 steps of .* tokens into .*; build " + re.escape(version))
+        with open(os.path.join(d, "run.json")) as f:
+            self.assertEqual(json.load(f)["build"], {"version": number, "commit": commit.strip("()")})
+        with open(os.path.join(d, "run.json")) as f:
+            identity = json.load(f)
+        identity["build"] = {"version": "0.0", "commit": "0000000"}
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump(identity, f)
+        r = self.train(d, "--steps=4")
+        self.assertIn("resumed from", r.stderr)
+        self.assertNotIn("[W]", r.stderr)
+        # Without a checkpoint, the metrics are still this run's (the build is no part of
+        # its identity): restarted from step 0, not refused as another run's.
+        shutil.rmtree(os.path.join(d, "checkpoints"))
+        r = self.train(d, "--steps=2")
+        self.assertIn("restarting it from step 0", r.stderr)
 
     def test_the_root_is_no_run_directory_and_other_files_are_said(self):
         r = self.train("/", "--steps=1", check=False)
