@@ -30,6 +30,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/progress.h"
 #include "trainer/flops.h"
+#include "trainer/mfu_peak.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/recipe_change.h"
 #include "trainer/run_agreement.h"
@@ -206,12 +207,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   // spec's count at initialization) against the peak given or the GEMM rate measured per
   // process on the step's device, in its precision.
   t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), InitialWindows(dims));
-  double peak = start.peak_tflops * 1e3;
-  if (peak <= 0) {
-    peak = start.device == Device::kCpu ? MeasureSgemmGflops()
-                                        : MeasureGemmGflops(t->model_->ops(), options.precision, 8192, 0.05);
-  }
-  t->peak_gflops_ = peak * grid->world_size();
+  // A measured peak is measured again where a step passes it (MfuPeak).
+  std::function<double()> measure = [ops = &t->model_->ops(), device = start.device, precision = options.precision,
+                                     world = grid->world_size()] {
+    return world * (device == Device::kCpu ? MeasureSgemmGflops() : MeasureGemmGflops(*ops, precision, 8192, 0.05));
+  };
+  const double given = start.peak_tflops * 1e3 * grid->world_size();
+  t->mfu_peak_ = std::make_unique<MfuPeak>(given > 0 ? given : measure(), given > 0 ? nullptr : measure);
   // The held-out passes first: their windows are fixed by eval.windows (or eval.batches),
   // dp and the data alone, and a problem with them is met before the run directory is
   // made or a checkpoint read.
@@ -823,7 +825,9 @@ absl::Status Trainer::LogStep(double loss, double lr, double grad_norm, bool app
   if (!is_logger()) return absl::OkStatus();
   const int64_t step_tokens = grid_->shape().dp * run_.grad_accum() * run_.micro_batch() * run_.seq_len();
   const double tokens_per_s = double(step_tokens) / seconds;
-  const double mfu = tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9);
+  const double achieved_gflops = tokens_per_s * flops_per_token_ / 1e9;
+  if (const std::string stale = mfu_peak_->Update(achieved_gflops); !stale.empty()) LogWarning(stale);
+  const double mfu = achieved_gflops / mfu_peak_->gflops();
   nlohmann::json j = {{"step", state_.step},       {"loss", loss},
                       {"lr", lr},                  {"grad_norm", grad_norm},
                       {"tokens", state_.tokens},   {"tokens_per_s", tokens_per_s},

@@ -22,6 +22,7 @@
 #include "parallel/step.h"
 #include "trainer/adamw.h"
 #include "trainer/loss_scaler.h"
+#include "trainer/mfu_peak.h"
 #include "trainer/tensorboard_writer.h"
 #include "trainer/validation_data.h"
 #include "data/loader.h"
@@ -64,7 +65,8 @@ struct StartOptions {
   bool allow_data_change = false;
   // MFU's denominator per process, TFLOP/s (a datasheet's dense peak, e.g. 989 for an
   // H100 SXM in bf16; --peak_tflops). 0: measured at start, the BLAS's SGEMM rate on a
-  // CPU, the device's GEMM rate in the run's precision on a GPU (trainer/flops.h).
+  // CPU, the device's GEMM rate in the run's precision on a GPU (trainer/flops.h); either is
+  // raised where a step achieves more (trainer/mfu_peak.h).
   double peak_tflops = 0;
 };
 
@@ -191,7 +193,8 @@ class Trainer {
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   TrainState state_;
   DeviceArray<float> grads_;  // on the step's device
-  double flops_per_token_ = 0, peak_gflops_ = 0, last_loss_ = 0, last_val_loss_ = 0;
+  double flops_per_token_ = 0, last_loss_ = 0, last_val_loss_ = 0;
+  std::unique_ptr<MfuPeak> mfu_peak_;  // the MFU denominator, all processes' GFLOP/s
   int64_t last_val_step_ = 0;
   bool stopped_by_signal_ = false;
   bool resumed_ = false;
