@@ -250,14 +250,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   }
   std::error_code ec;
   // A run writes .lock, run.json, metrics.jsonl and checkpoints/ into its directory: never
-  // the file system's root; a directory holding other files but no run is said.
+  // the file system's root; a directory holding other files but no run is said (hidden
+  // files do not count: a marker such as scripts/demo's .multiscreen_demo, a .gitkeep).
   const std::filesystem::path canonical = std::filesystem::weakly_canonical(run.run_dir(), ec);
   if (!ec && canonical == canonical.root_path()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--run_dir=", run.run_dir(), " is the file system's root: give the run a directory of its own"));
   }
-  if (t->is_logger() && std::filesystem::is_directory(run.run_dir(), ec) &&
-      !std::filesystem::is_empty(run.run_dir(), ec)) {
+  auto holds_visible_files = [&] {
+    for (const auto& e : std::filesystem::directory_iterator(run.run_dir(), ec)) {
+      if (e.path().filename().string().rfind('.', 0) != 0) return true;
+    }
+    return false;
+  };
+  if (t->is_logger() && std::filesystem::is_directory(run.run_dir(), ec) && holds_visible_files()) {
     bool a_run = false;
     auto holds = [&](std::string_view name) { return std::filesystem::exists(std::filesystem::path(run.run_dir()) / name, ec); };
     for (std::string_view mark : kRunFiles) a_run = a_run || holds(mark);

@@ -396,6 +396,13 @@ class TrainTest(SyntheticCorpusCase):
         r = self.train(d, "--steps=1")
         self.assertIn(f"--run_dir={d} holds files but no run", r.stderr)
         self.assertNotIn("holds files but no run", self.train(d, "--steps=2").stderr)  # now it holds one
+        # Hidden files only (scripts/demo's .multiscreen_demo marker, a .gitkeep) are no
+        # one's files: a newcomer's first command printed this warning about the demo's marker.
+        d = self.run_dir("with_markers")
+        os.makedirs(d)
+        for name in (".multiscreen_demo", ".gitkeep"):
+            open(os.path.join(d, name), "w").close()
+        self.assertNotIn("holds files but no run", self.train(d, "--steps=1").stderr)
         # A directory of token shards is data: the run's files went among them with the
         # warning above. Refused before anything is written there.
         before = sorted(os.listdir(self.data))
