@@ -20,9 +20,14 @@
 # Stopping: SIGTERM, SIGINT (Ctrl-C), SIGHUP or SIGUSR1 to this script reach every
 # rank as SIGUSR1 (the one signal mpirun forwards without ending the job itself): the
 # run ends after the current step with a checkpoint, and the script exits 0 (mpirun runs
-# in a session of its own, so a terminal's Ctrl-C reaches only this script; a request in
-# the first 2 s is held until the ranks can take it). A second SIGINT or SIGTERM is
-# passed on as it is (mpirun's abort). Signalling mpirun directly
+# in a session of its own, so a terminal's Ctrl-C reaches only this script; a request
+# before this machine's ranks have installed their handlers, or in the first 2 s, is held
+# until they can take it, at most 120 s). A second SIGINT or SIGTERM is
+# passed on as it is (mpirun's abort). Should this script die of a signal it cannot
+# trap (SIGKILL, the OOM killer), a watcher in a session of its own sends mpirun the
+# same SIGUSR1 stop, then SIGTERM after 120 s, then SIGKILL to what is left of
+# mpirun's session 10 s later: no job trains on detached, holding the run's lock.
+# Signalling mpirun directly
 # works too, but mpirun answers SIGTERM and SIGINT with exit code 1 even when every
 # rank stopped cleanly. Running the same command again resumes from
 # <run_dir>/checkpoints/latest.
@@ -77,24 +82,66 @@ cmd+=("${extra[@]}" "$bin" train "$@")
 
 echo "[launch] ${cmd[*]}" >&2
 ((dry_run)) && exit 0
-pid="" signals=0 interrupted=0 pending=""
+pid="" signals=0 interrupted=0 pending="" holding=0
+# This machine's ranks: every one of them without --hosts, else those of the hosts that
+# name this machine (a remote rank cannot be seen from here: only the 2 s hold covers it).
+local_ranks=$rpn
+if [[ -n $hosts ]]; then
+  local_ranks=0 me=$(hostname 2>/dev/null || true)
+  for h in "${list[@]}"; do
+    [[ $h == localhost || $h == 127.0.0.1 || $h == "$me" || $h == "${me%%.*}" ]] && local_ranks=$((local_ranks + rpn))
+  done
+fi
+# Whether this machine's ranks all catch SIGUSR1 yet: as many of mpirun's child processes
+# as it runs here with bit 10 of /proc/PID/status's SigCgt set (a rank that gets SIGUSR1
+# before its handler dies of it, exit 138; a wrapper still starting one does not count).
+ranks_ready() {
+  local n=0 p mask
+  for p in $(ps -o pid= --ppid "$pid" 2>/dev/null); do
+    mask=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null)
+    [[ -n $mask ]] && (((0x$mask >> 9) & 1)) && n=$((n + 1))
+  done
+  ((n >= local_ranks))
+}
 forward() {  # the first stop request as USR1, a second one as it came
   interrupted=1
   signals=$((signals + 1))
   [[ -n $pid ]] || { pending=$1; return; }  # before mpirun exists: sent once it does
+  if ((signals > 1)) && [[ $1 != USR1 ]]; then kill -"$1" "$pid" 2>/dev/null || true; return; fi
+  ((holding)) && return  # a USR1 while the first request is held: that one stop
   # mpirun forwards USR1 only once it is up, and a rank dies of USR1 before its handler
-  # is installed: a request in the first 2 s waits for them.
-  local age=$((SECONDS - started))
-  ((age >= 2)) || sleep $((2 - age))
-  if ((signals == 1)) || [[ $1 == USR1 ]]; then kill -USR1 "$pid" 2>/dev/null || true; else kill -"$1" "$pid" 2>/dev/null || true; fi
+  # is installed: the request waits for both (at most 120 s; not past mpirun's end).
+  holding=1
+  local deadline=$((started + 120))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
+    ((SECONDS - started >= 2)) && ranks_ready && break
+    sleep 0.1
+  done
+  holding=0
+  kill -USR1 "$pid" 2>/dev/null || true
 }
 for sig in TERM INT HUP USR1; do trap "forward $sig" "$sig"; done
+# The watcher: in a session of its own (a signal to this script's process group spares
+# it), it reads mpirun's pid and then waits on a pipe whose write end only this script
+# holds. The pipe closes when this script ends, however it ends; a mpirun still running
+# then is stopped as a stop request would (USR1), then ended.
+exec {alive}> >(exec setsid bash -c '
+  read -r job || exit 0
+  cat >/dev/null
+  kill -0 "$job" 2>/dev/null || exit 0
+  echo "mpirun_train.sh: the launch script ended; stopping mpirun ($job) with SIGUSR1" >&2
+  kill -USR1 "$job" 2>/dev/null
+  for ((i = 0; i < 1200; ++i)); do kill -0 "$job" 2>/dev/null || exit 0; sleep 0.1; done
+  kill -TERM "$job" 2>/dev/null
+  sleep 10
+  for p in $(ps -o pid= --sid "$job" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done')
 # mpirun in a session of its own: a terminal's Ctrl-C (sent to the whole foreground
 # process group) reaches this script alone, which turns it into the USR1 stop (mpirun
-# answers SIGINT itself with exit code 1).
+# answers SIGINT itself with exit code 1). It does not inherit the watcher's pipe.
 started=$SECONDS
-setsid "${cmd[@]}" &
+setsid "${cmd[@]}" {alive}>&- &
 pid=$!
+echo "$pid" >&"$alive"
 if [[ -n $pending ]]; then signals=0; forward "$pending"; fi
 while :; do
   interrupted=0
