@@ -29,6 +29,7 @@
 #include "common/status.h"
 #include "data/utf8.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/isa_environment.h"
 #include "parallel/launcher.h"
 #include "trainer/run_files.h"
 
@@ -423,6 +424,13 @@ absl::Status CheckRepeatedFlags(int argc, char** argv) {
   return absl::OkStatus();
 }
 
+// MULTISCREEN_ISA, unless --isa overrides it: a bad value is the user's error like a bad
+// flag, one line and exit 1 (said once by rank 0 under a launcher), where the kernels'
+// first use ended every rank with "error: ..." and exit 2 (issue 43).
+absl::Status CheckIsaVariable() {
+  return absl::GetFlag(FLAGS_isa).empty() ? kernels::cpu::CheckIsaEnvironment() : absl::OkStatus();
+}
+
 // Everything absl would report itself as "ERROR: ..." (and exit) is checked first, so that
 // a command's flag errors are one line of ours, "multiscreen CMD: --flag...": the
 // flagfiles, a flag that is not this command's (or no flag at all), the values.
@@ -458,7 +466,7 @@ absl::Status ParseFlags(int argc, char** argv, const char* usage, std::initializ
   if (rest.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "' (flags are --name=value)"));
   }
-  return absl::OkStatus();
+  return CheckIsaVariable();
 }
 
 absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, std::initializer_list<std::string_view> accepted,
@@ -473,7 +481,7 @@ absl::Status ParseFlagsAndArgs(int argc, char** argv, const char* usage, const s
   MS_RETURN_IF_ERROR(CheckFlagsBeforeAbsl(argc, argv, usage, accepted));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   args->assign(rest.begin() + 1, rest.end());
-  return absl::OkStatus();
+  return CheckIsaVariable();
 }
 
 bool IsDecimalInteger(std::string_view text) {
@@ -511,10 +519,7 @@ absl::Status ApplyThreadsFlag() {
 
 absl::Status ApplyIsaFlag() {
   const std::string name = absl::GetFlag(FLAGS_isa);
-  if (name.empty()) {
-    kernels::cpu::ActiveIsa();  // reads MULTISCREEN_ISA now: a bad value ends the process before any work
-    return absl::OkStatus();
-  }
+  if (name.empty()) return absl::OkStatus();  // MULTISCREEN_ISA, checked by ParseFlags
   if (absl::Status s = kernels::cpu::SetIsaCap(name); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--isa=", name, ": ", s.message()));
   }

@@ -39,7 +39,9 @@ namespace multiscreen::cli {
 // value absl cannot read (--steps=abc, --json=maybe, --steps with nothing after it), a
 // negated boolean given a value (--nojson=1), --fromenv/--tryfromenv naming what is not a
 // flag of this program or (--fromenv) an unset FLAGS_<name>, or an unknown flag, which
-// absl would report as "ERROR: ..." without the command's name.
+// absl would report as "ERROR: ..." without the command's name; and, without --isa, a
+// MULTISCREEN_ISA that names no path this CPU runs (the kernels' first use ended the
+// process with exit 2 on it).
 // Every such error is one line, naming the flag as given, for Fail's "multiscreen CMD: ".
 // --help (-h) prints the accepted flags with their defaults (the value before parsing, so
 // a command's own default set with absl::SetFlag first) and exits 0.

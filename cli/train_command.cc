@@ -70,7 +70,8 @@ ABSL_FLAG(double, dp_bucket_mb, 16,
           "MiB of fp32 gradients per data-parallel collective (the unit --dp_overlap starts as soon as it is final)");
 ABSL_FLAG(double, collective_timeout, 600,
           "seconds a rank may wait in one collective before the job ends with one line naming the rank that did "
-          "not arrive and what it was doing (3x this in start-up, the first step, checkpoints and validation)");
+          "not arrive and what it was doing (3x this in start-up, the first step, checkpoints and validation); "
+          "0 (600) or 1 to 10000000 (116 days)");
 ABSL_FLAG(bool, allow_data_change, false,
           "resume from a checkpoint trained on other data (its manifest's token counts and fingerprints differ from "
           "--data's); without it such a resume is refused");

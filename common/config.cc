@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/decimal.h"
 #include "common/input_file.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -383,8 +384,9 @@ absl::Status ValidateRun(const config::RunConfig& r, const ModelDims& d, const R
     return bad("parallel.dp_bucket_mb", r.parallel().dp_bucket_mb(), " must be in [0, 2^20] MiB (0: 16)");
   }
   if (const double t = r.parallel().collective_timeout_s(); !InRange(t, 0, 1e7) || (t > 0 && t < 1)) {
-    return bad("parallel.collective_timeout_s", t,
-               " must be 0 (600) or in [1, 10^7] s (a healthy collective can take longer than a second)");
+    return bad("parallel.collective_timeout_s", PlainDecimal(t),
+               " must be 0 (600) or in [1, 10^7] s (a healthy collective can take longer than a second; 10^7 s is "
+               "116 days)");
   }
   const int64_t memory = PhysicalMemoryBytes();
   const int64_t need = RunMemoryLowerBound(d, tp, pp, r.micro_batch() * r.seq_len(),

@@ -9,6 +9,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <string>
 #include <string_view>
 #include <system_error>
 
@@ -44,6 +45,18 @@ inline bool ParseDecimal(std::string_view text, double* value) {
   if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(x)) return false;
   *value = body > 0 && text[0] == '-' ? -x : x;
   return true;
+}
+
+// `x` as a person would type it back: the shortest digits that read back as exactly x, in
+// fixed notation below 10^16 in magnitude ("10000001", "0.25", "1e-05" is "0.00001"),
+// scientific above. absl::StrCat's six significant digits printed 10000001 as "1e+07"
+// in a message refusing it against a bound of 10^7 (issue 43).
+inline std::string PlainDecimal(double x) {
+  char text[400];
+  const bool fixed = std::isfinite(x) && std::fabs(x) < 1e16;
+  const auto end = fixed ? std::to_chars(text, text + sizeof(text), x, std::chars_format::fixed).ptr
+                         : std::to_chars(text, text + sizeof(text), x).ptr;
+  return std::string(text, end);
 }
 
 }  // namespace multiscreen

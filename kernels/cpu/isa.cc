@@ -1,9 +1,11 @@
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/isa_environment.h"
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -57,22 +59,34 @@ absl::StatusOr<Isa> ParseRunnableIsa(const std::string& name) {
   return isa;
 }
 
-// The first use: MULTISCREEN_ISA, or the CPU's best.
-int FromEnvironment() {
+// MULTISCREEN_ISA's path (nullopt when unset or empty), or why it is not one.
+absl::StatusOr<std::optional<Isa>> IsaFromEnvironment() {
   const char* env = std::getenv("MULTISCREEN_ISA");
-  if (env == nullptr || *env == '\0') return static_cast<int>(CpuIsa());
+  if (env == nullptr || *env == '\0') return std::nullopt;
   const absl::StatusOr<Isa> isa = ParseRunnableIsa(env);
   if (!isa.ok()) {
     // Escaped (here and in ParseIsa's message): the value is the user's, and the error
     // must stay one line.
-    std::fprintf(stderr, "error: MULTISCREEN_ISA=%s: %s\n", absl::CHexEscape(env).c_str(),
-                 std::string(isa.status().message()).c_str());
+    return absl::Status(isa.status().code(), absl::StrCat("MULTISCREEN_ISA=", absl::CHexEscape(env), ": ",
+                                                          isa.status().message()));
+  }
+  return *isa;
+}
+
+// The first use: MULTISCREEN_ISA, or the CPU's best. A command has checked the variable
+// (CheckIsaEnvironment); a program that did not ends here on a bad one.
+int FromEnvironment() {
+  const absl::StatusOr<std::optional<Isa>> isa = IsaFromEnvironment();
+  if (!isa.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(isa.status().message()).c_str());
     std::exit(2);
   }
-  return static_cast<int>(*isa);
+  return static_cast<int>(isa->value_or(CpuIsa()));
 }
 
 }  // namespace
+
+absl::Status CheckIsaEnvironment() { return IsaFromEnvironment().status(); }
 
 const char* IsaName(Isa isa) {
   switch (isa) {

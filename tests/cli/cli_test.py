@@ -412,6 +412,21 @@ class CliTest(OneLineErrors):
             f.write("psi: 8\nd_k: x\n")
         self.assert_one_line_error(run("params", f"--model={path}"), f"{path}:2:")
 
+    def test_a_bad_isa_variable_is_a_user_error_of_every_command(self):
+        # Issue 43: the kernels' first use ended the process with "error: MULTISCREEN_ISA=..."
+        # and exit 2, where a user error is "multiscreen CMD: ..." and exit 1. --isa overrides it.
+        w, t = self._init_and_tokens(2 * 9)
+        out = os.path.join(self.dir, "out.h5")
+        env = dict(os.environ, MULTISCREEN_ISA="sse9")
+        for args in (("forward", f"--weights={w}", f"--tokens={t}", "--micro_batch=2", "--seq_len=8", f"--out={out}"),
+                     ("generate", f"--weights={w}", "--prompt=x", "--max_tokens=1")):
+            r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120, env=env)
+            self.assert_one_line_error(r, f"multiscreen {args[0]}: MULTISCREEN_ISA=sse9: unknown instruction-set path 'sse9'")
+            self.assertEqual(r.returncode, 1)
+        r = subprocess.run([BIN, "bench", "screening", "--T=64", "--min_seconds=0.01", "--isa=generic"], capture_output=True,
+                           text=True, timeout=120, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_flag_errors_are_one_line_naming_the_command_and_the_flag(self):
         # Field reports: absl's "ERROR: Illegal value 'abc' specified for flag 'steps'" had no
         # "multiscreen train:"; train without --config said "n_layers = 0 must be positive";

@@ -24,7 +24,7 @@ BIN = SRC = MPIRUN = None
 
 class RunAgreementTest(SyntheticCorpusCase):
 
-    def mpmd(self, name, flags0, flags1, wdirs=None, data=None):
+    def mpmd(self, name, flags0, flags1, wdirs=None, data=None, env=None):
         run_dir = os.path.join(self.tmp.name, name)
         base = [BIN, "train", f"--config={self.config}", f"--data={data or self.data}", f"--run_dir={run_dir}"]
         cmd = [MPIRUN, "--oversubscribe", "--allow-run-as-root"]
@@ -33,7 +33,7 @@ class RunAgreementTest(SyntheticCorpusCase):
                 cmd.append(":")
             cmd += ["-np", "1"] + (["--wdir", wdirs[i]] if wdirs else []) + base + flags
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+                           env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
         self.assertEqual(r.returncode, 1, r.stderr[-2000:])
         ours = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("multiscreen")]
         self.assertEqual(len(ours), 1, r.stdout[-2000:] + r.stderr[-2000:])
@@ -96,6 +96,15 @@ class RunAgreementTest(SyntheticCorpusCase):
         self.assertRegex(line, r"^multiscreen train: .*steps")
         self.assertNotIn("rank ", line)
 
+    def test_a_bad_isa_variable_or_a_value_absl_cannot_read_is_said_once_with_exit_1(self):
+        # Issue 43: a bad MULTISCREEN_ISA ended every rank with exit 2 and an "error:" line
+        # each; --steps=abc printed absl's error on every rank.
+        line = self.mpmd("bad_isa", ["--steps=2"], ["--steps=2"], env={"MULTISCREEN_ISA": "sse9"})
+        self.assertEqual(line, "multiscreen train: MULTISCREEN_ISA=sse9: unknown instruction-set path 'sse9' "
+                               "(expected generic, avx2, avx512 or native)")
+        line = self.mpmd("steps_abc", ["--steps=abc"], ["--steps=abc"])
+        self.assertRegex(line, r"^multiscreen train: --steps=abc: expected ")
+
     def test_a_user_error_on_one_rank_is_said_once_naming_it(self):
         line = self.mpmd("bad_flag_on_rank_1", ["--steps=4"], ["--steps=4", "--precision=fp64x"])
         self.assertRegex(line, r"^multiscreen train: rank 1 of 2: .*precision")
@@ -133,7 +142,7 @@ class RunAgreementTest(SyntheticCorpusCase):
         base = [BIN, "train", f"--config={self.config}", f"--run_dir={run_dir}", "--steps=2"]
         r = subprocess.run([MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", "1", *base, f"--data={self.data}",
                             ":", "-np", "1", *base, f"--data={other}"], capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+                           env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
 
     def test_another_file_at_the_same_path_is_named(self):
