@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/read_retry.h"
 #include "checkpoint/streamed_write.h"
 #include "checkpoint/weights_file.h"
 #include "cli/commands.h"

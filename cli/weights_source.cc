@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/read_retry.h"
 #include "checkpoint/streamed_write.h"
 
 namespace multiscreen::cli {

@@ -22,6 +22,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/h5_file.h"
+#include "checkpoint/read_retry.h"
 #include "checkpoint/streamed_write.h"
 #include "checkpoint/weights_file.h"
 #include "model/init.h"
