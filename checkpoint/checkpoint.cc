@@ -760,11 +760,25 @@ absl::StatusOr<CheckpointRef> OpenCheckpoint(const std::string& dir) {
     return absl::DataLossError(absl::StrCat(path, ": its model needs ", 4 * ModelParamCount(ref.meta.dims),
                                             " bytes of parameters, more than its files' ", total_bytes));
   }
+  auto open_files = std::make_shared<std::map<std::string, std::shared_ptr<H5Reader>>>();
   for (const auto& [name, datasets] : expected) {
-    MS_ASSIGN_OR_RETURN(auto file, H5Reader::Open((fs::path(dir) / name).string()));
-    MS_RETURN_IF_ERROR(CheckFileContents(*file, datasets, name.rfind("optim_", 0) == 0));
+    MS_ASSIGN_OR_RETURN(std::shared_ptr<H5Reader> file, H5Reader::Open((fs::path(dir) / name).string()));
+    const bool optimizer = name.rfind("optim_", 0) == 0;
+    MS_RETURN_IF_ERROR(CheckFileContents(*file, datasets, optimizer));
+    // The optimizer pieces (one per dp rank under ZeRO-1: thousands at scale) are not
+    // held: only resume and reshard read them.
+    if (!optimizer) (*open_files)[name] = std::move(file);
   }
+  ref.open_files = std::move(open_files);
   return ref;
+}
+
+absl::StatusOr<std::shared_ptr<H5Reader>> CheckpointFile(const CheckpointRef& ckpt, const std::string& name) {
+  if (ckpt.open_files != nullptr) {
+    if (const auto it = ckpt.open_files->find(name); it != ckpt.open_files->end()) return it->second;
+  }
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<H5Reader> file, H5Reader::Open((fs::path(ckpt.dir) / name).string()));
+  return file;
 }
 
 absl::StatusOr<CheckpointRef> FindLatestCheckpoint(const std::string& run_dir, bool lock_for_reading) {
@@ -854,8 +868,7 @@ std::vector<std::string> VerifyCheckpoint(const CheckpointRef& ckpt, bool weight
   std::vector<std::string> problems;
   for (const auto& [file, record] : ckpt.manifest["files"].items()) {
     if (weights_only && file.rfind("optim_", 0) == 0) continue;
-    const std::string path = (fs::path(ckpt.dir) / file).string();
-    auto in = H5Reader::Open(path);
+    auto in = CheckpointFile(ckpt, file);
     if (!in.ok()) {
       problems.push_back(std::string(in.status().message()));
       continue;
@@ -880,10 +893,10 @@ absl::Status LoadShard(const CheckpointRef& ckpt, const ParamLayout& target, flo
                                                    absl::StrJoin(differ, "; ")));
   }
   if (moment_range.second < 0) moment_range.second = target.size();
-  std::vector<std::unique_ptr<H5Reader>> files;
+  std::vector<std::shared_ptr<H5Reader>> files;
   std::vector<std::string> names;
   for (const auto& [file, record] : ckpt.manifest["files"].items()) {
-    MS_ASSIGN_OR_RETURN(auto r, H5Reader::Open((fs::path(ckpt.dir) / file).string()));
+    MS_ASSIGN_OR_RETURN(auto r, CheckpointFile(ckpt, file));
     files.push_back(std::move(r));
     names.push_back(file);
   }

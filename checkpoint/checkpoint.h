@@ -153,7 +153,17 @@ struct CheckpointRef {
   // any copy of this ref lives: the run's pruning leaves the checkpoint in place until
   // it is released. Null for the run's own refs and where no lock applies.
   std::shared_ptr<const FileLock> reading;
+  // The shard files (shard_pp*_tp*.h5: the weights and, without ZeRO-1, the moments),
+  // opened by OpenCheckpoint and held open while any copy of this ref lives: a pruner that
+  // does not take the reader's lock (a file system without flock, a person) can remove
+  // the directory, but what was opened still reads (issue 43: `ckpt export` on a live
+  // run with keep_last: 1 lost the race). CheckpointFile reads through them.
+  std::shared_ptr<const std::map<std::string, std::shared_ptr<H5Reader>>> open_files;
 };
+
+// File `name` of the manifest's "files": the one `ckpt` holds open, else opened now by
+// its path. Errors: H5Reader::Open's (naming the path).
+absl::StatusOr<std::shared_ptr<H5Reader>> CheckpointFile(const CheckpointRef& ckpt, const std::string& name);
 
 // The lock file a reader of checkpoint `dir` holds shared and the run's pruning takes
 // exclusively before it removes `dir` (Prune: a checkpoint being read is kept until a

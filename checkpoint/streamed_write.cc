@@ -193,10 +193,10 @@ TensorSource InitSource(const ModelDims& dims, uint64_t seed, int threads) {
 }
 
 absl::StatusOr<TensorSource> CheckpointSource(const CheckpointRef& ckpt) {
-  auto files = std::make_shared<std::vector<std::unique_ptr<H5Reader>>>();
+  auto files = std::make_shared<std::vector<std::shared_ptr<H5Reader>>>();
   auto index = std::make_shared<std::map<std::string, std::vector<Holding>>>();
   for (const auto& [file, record] : ckpt.manifest["files"].items()) {
-    MS_ASSIGN_OR_RETURN(auto reader, H5Reader::Open((fs::path(ckpt.dir) / file).string()));
+    MS_ASSIGN_OR_RETURN(auto reader, CheckpointFile(ckpt, file));
     for (const auto& [name, crc] : record["datasets"].items()) {
       MS_ASSIGN_OR_RETURN(const auto shape, reader->Shape(name));
       Holding h{files->size(), 0, shape.empty() ? 1 : shape[0], 1};
