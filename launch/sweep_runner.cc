@@ -7,13 +7,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -157,19 +160,43 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
   sigaction(SIGTERM, &sa, &old_term);
   g_stop_signal = 0;
   std::map<pid_t, Child> active;
-  int failed = 0, refused_at_start = 0, skipped = 0, forwarded = 0;
+  int failed = 0, refused_at_start = 0, forwarded = 0;
+  // Runs another runner trains (their sweep.lock held): waited for, not counted as
+  // failures (issue 43: two `sweep run`s started together both exited 1 though the sweep
+  // completed). Each is looked at again once this runner has nothing else to start: done
+  // or diverged by the other, it counts here too; left unfinished, it is trained here.
+  std::deque<size_t> held;
+  std::set<size_t> said_held;
   const pid_t parent = ::getpid();
-  while (!queue.empty() || !active.empty()) {
+  while (!queue.empty() || !active.empty() || !held.empty()) {
+    if (queue.empty() && !held.empty() && g_stop_signal == 0) {
+      if (active.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // nothing else to wait on
+      queue.insert(queue.end(), held.begin(), held.end());
+      held.clear();
+    }
     while (g_stop_signal == 0 && static_cast<int>(active.size()) < options.jobs && !queue.empty()) {
       const size_t i = queue.front();
       queue.pop_front();
       const SweepRun& r = sweep.runs[i];
       const fs::path dir(r.dir);
+      // A run another runner held may have ended there.
+      if (said_held.count(i) != 0) {
+        const RunState state = ReadRunStatus(r).state;
+        if (state == RunState::kDone || state == RunState::kDiverged) {
+          ++(state == RunState::kDone ? done : diverged);
+          LogInfo(state == RunState::kDone ? "finished " : "diverged ", r.name, " (by another runner; ", done + diverged,
+                  " of ", sweep.runs.size(), " runs ended)");
+          continue;
+        }
+      }
       // Close-on-exec, so that no other run's trainer inherits it; the child keeps a dup.
       auto lock = FileLock::Acquire((dir / "sweep.lock").string(), "sweep runner");
       if (absl::IsFailedPrecondition(lock.status())) {
-        LogWarning("run ", r.name, " is being trained by another process (", (dir / "sweep.lock").string(), " is held): skipped");
-        ++skipped;
+        if (said_held.insert(i).second) {
+          LogInfo("run ", r.name, " is being trained by another process (", (dir / "sweep.lock").string(),
+                  " is held): waiting for it");
+        }
+        held.push_back(i);
         continue;
       }
       if (!lock.ok()) return lock.status();
@@ -202,7 +229,10 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
       active.emplace(pid, Child{i, *std::move(lock), MetricsBytes(dir)});
       LogInfo("started ", r.name, " (pid ", pid, "; ", r.run.steps(), " steps; log ", log, ")");
     }
-    if (active.empty()) break;
+    if (active.empty()) {
+      if (g_stop_signal == 0 && !held.empty()) continue;  // only others' runs left: look at them again
+      break;
+    }
     if (g_stop_signal != 0 && forwarded != g_stop_signal) {
       for (const auto& [pid, child] : active) ::kill(pid, SIGTERM);  // stop with a checkpoint
       forwarded = g_stop_signal;
@@ -257,11 +287,10 @@ absl::Status RunLocal(const Sweep& sweep, const LocalOptions& options) {
     return absl::AbortedError(absl::StrCat("stopped by signal ", g_stop_signal, ": ", done + diverged, " of ", sweep.runs.size(),
                                            " runs done or diverged; `sweep run` again resumes the rest"));
   }
-  if (failed > 0 || skipped > 0) {
-    const int retryable = failed - refused_at_start + skipped;
+  if (failed > 0) {
+    const int retryable = failed - refused_at_start;
     return absl::AbortedError(absl::StrCat(
-        failed, " of ", sweep.runs.size(), " runs failed",
-        skipped > 0 ? absl::StrCat(" and ", skipped, " were held by another runner") : "", " (see `sweep status`)",
+        failed, " of ", sweep.runs.size(), " runs failed", " (see `sweep status`)",
         refused_at_start > 0 ? absl::StrCat("; ", refused_at_start, " of them refused at start, which a retry meets again: ",
                                             "fix the cause their reason names first")
                              : "",

@@ -429,6 +429,23 @@ class SweepTest(unittest.TestCase):
             self.assertEqual(len(lines), 1, f"{name}: {r.stderr}")
             self.assertIn(f"{path}: {expect}", lines[0], name)
 
+    def test_two_runners_started_together_share_the_sweep_and_both_succeed(self):
+        # Issue 43: each skipped the runs the other held and exited 1 ("were held by another
+        # runner") though the sweep completed. Now each waits for the other's runs.
+        root = os.path.join(WORK, "together")
+        path = write(os.path.join(WORK, "together.textproto"), sweep_text(root, self.data, tokens=(1280,)))
+        runners = [subprocess.Popen([BIN, "sweep", "run", f"--sweep={path}", "--local", "--jobs=3", "--threads=1"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [r.communicate(timeout=600) for r in runners]
+        for r, (out, err) in zip(runners, outs):
+            self.assertEqual(r.returncode, 0, err[-3000:])
+            self.assertIn("all 3 runs done", out)
+        said = "".join(err for _, err in outs)
+        self.assertIn("is held): waiting for it", said)  # they did meet
+        self.assertIn("3 done", sweep("status", f"--sweep={path}").stdout)
+        for name in RUNS:  # each run trained once: 20 steps, no row superseded
+            self.assertEqual(sorted(s for s, k in losses(os.path.join(root, name)) if k == "train"), list(range(1, 21)))
+
     def test_changing_the_budgets_of_one_run_per_model_resumes_the_run(self):
         """Adding a larger budget extends the run from its last checkpoint; dropping it again
         leaves a done run; any other change, or a new budget the run may have passed off its
