@@ -142,7 +142,7 @@ class RunAgreementTest(SyntheticCorpusCase):
         base = [BIN, "train", f"--config={self.config}", f"--run_dir={run_dir}", "--steps=2"]
         r = subprocess.run([MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", "1", *base, f"--data={self.data}",
                             ":", "-np", "1", *base, f"--data={other}"], capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
 
     def test_another_file_at_the_same_path_is_named(self):
