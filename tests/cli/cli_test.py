@@ -206,6 +206,8 @@ class CliTest(OneLineErrors):
             w, t = self._init_and_tokens(2 * 9, model=model)
             with h5py.File(w, "r+") as f:
                 f.attrs[attr] = np.int64(1000 if attr == "d_k" else 1)
+                if attr == "qk_norm":  # as in a file written before issue 43, with every switch
+                    f.attrs["sio"], f.attrs["attention"] = np.int64(0), np.bytes_("softmax")
             self.assert_one_line_error(self._forward(w, t, "--device=cpu")[0], w, why)
 
     def test_integer_flags_take_decimal_digits_only(self):
@@ -352,7 +354,17 @@ class CliTest(OneLineErrors):
             self.assertIsNotNone(m, r.stdout)
         version, commit = m.groups()
         self.assertEqual(version, "0.1")  # CMakeLists.txt's project(VERSION)
-        self.assertEqual(commit.removesuffix("-dirty"), git.stdout.strip() if git.returncode == 0 else "unknown")
+        # What the build recorded (build/generated/build_version.h), a commit of this
+        # repository (HEAD itself when nothing was committed since the build).
+        with open(os.path.join(os.path.dirname(BIN), "generated", "build_version.h")) as f:
+            self.assertIn(f'#define MULTISCREEN_COMMIT "{commit}"\n', f.read())
+        if git.returncode == 0:
+            # (rev-parse reads describe's forms: a hash, or TAG-N-gHASH.)
+            found = subprocess.run(["git", "-C", source, "rev-parse", "--verify", "-q",
+                                    commit.removesuffix("-dirty") + "^{commit}"], capture_output=True, text=True)
+            self.assertEqual(found.returncode, 0, commit)
+        else:
+            self.assertEqual(commit, "unknown")
         self.assertIn("'multiscreen --version' the build", run("--help").stdout)
         # A checkpoint's manifest records it; ckpt inspect says it.
         out = os.path.join(self.dir, "ckpt")
