@@ -11,13 +11,13 @@ MfuPeak::MfuPeak(double gflops, std::function<double()> remeasure)
     : gflops_(gflops), remeasure_(std::move(remeasure)) {}
 
 std::string MfuPeak::Update(double achieved_gflops) {
-  if (!(achieved_gflops > gflops_)) return "";
+  // A peak given by --peak_tflops is the user's denominator (a datasheet figure, say):
+  // kept as given, even where a step passes it.
+  if (!remeasure_ || !(achieved_gflops > gflops_)) return "";
   const double old = gflops_;
   std::string how;
   double measured = 0;
-  if (!remeasure_) {
-    how = "given by --peak_tflops";
-  } else if (remeasured_) {
+  if (remeasured_) {
     how = "measured again earlier in the run";
   } else {
     measured = remeasure_();

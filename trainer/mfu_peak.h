@@ -2,9 +2,10 @@
 // reads low when the machine was busy then (a neighbour's job, the other ranks' start),
 // and MFU read above 100 % (101–149 % seen on the 2-core machine). A step that achieves
 // more than the peak proves the peak stale: the peak is then measured again, once per
-// run (where it was measured, not given by --peak_tflops), and becomes the largest of
-// the old peak, the new measurement and the achieved rate. MFU never passes 1, and the
-// log says when the figure was raised. (A hardware FMA peak is issue 44's.)
+// run, and becomes the largest of the old peak, the new measurement and the achieved
+// rate. MFU never passes 1, and the log says when the figure was raised. A peak given by
+// --peak_tflops is kept as given (the user's denominator; MFU may pass 1 then). (A
+// hardware FMA peak is issue 44's.)
 #pragma once
 
 #include <functional>
@@ -22,8 +23,9 @@ class MfuPeak {
   double gflops() const { return gflops_; }
 
   // Takes a step that achieved `achieved_gflops` (its tokens/s × FLOPs per token / 1e9).
-  // Where that passes the peak, raises the peak (above) and returns one line saying so,
-  // naming the old figure, the achieved rate and the new one; else returns "".
+  // Where that passes a measured peak, raises the peak (above) and returns one line saying
+  // so, naming the old figure, the achieved rate and the new one; else (or where the peak
+  // was given) returns "".
   std::string Update(double achieved_gflops);
 
  private:
