@@ -54,7 +54,7 @@ ABSL_FLAG(bool, compare_paths, false,
 ABSL_FLAG(bool, count, false,
           "bench train: count what the last step runs on the emulated device (emulated build, --device=cuda): "
           "per kernel and cuBLAS product, launches, threads, global-memory bytes, GEMM m*n*k, tensor-core "
-          "instructions, host synchronizations, host<->device bytes; --steps and --warmup default to 1");
+          "instructions, host synchronizations, host<->device bytes; --steps and --warmup are 1 unless given");
 ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
