@@ -44,7 +44,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -409,11 +408,19 @@ void Unlink(CommState& c) {
 bool PidGone(int pid) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0) return errno == ESRCH;
-  // A zombie (exited, not yet reaped by its parent) counts as gone.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t close = text.rfind(')');
-  return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'Z' || text[close + 2] == 'X');
+  // A zombie (exited, not yet reaped by its parent) counts as gone. Read with read(2),
+  // not a stream: a process reaped between kill() and the read makes read() fail with
+  // ESRCH, which libstdc++'s filebuf throws as an exception (seen in CI); that is gone too.
+  const int fd = open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH;
+  char buffer[512];
+  const ssize_t got = read(fd, buffer, sizeof(buffer));
+  const int read_errno = errno;
+  close(fd);
+  if (got < 0) return read_errno == ESRCH;
+  const std::string text(buffer, static_cast<size_t>(got));
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && (text[paren + 2] == 'Z' || text[paren + 2] == 'X');
 }
 
 // Removes the segments of communicators whose rank 0 died before every rank had joined
