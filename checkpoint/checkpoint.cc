@@ -68,7 +68,7 @@ json DimsToJson(const ModelDims& d) {
           {"pl_norm", d.pl_norm}, {"eos_token", d.eos_token}, {"family", FamilyName(d.family)},
           {"qk_norm", d.qk_norm}, {"sio", d.sio}, {"tanh_norm", d.tanh_norm},
           {"attention", AttentionKindName(d.attention)}, {"position", kernels::PositionKindName(d.position)},
-          {"output_gate", d.output_gate}};
+          {"output_gate", d.output_gate}, {"sigmoid_bias", SigmoidBiasName(d.sigmoid_bias)}};
 }
 
 json MetaToJson(const CheckpointMeta& m) {
@@ -234,6 +234,16 @@ absl::StatusOr<CheckpointMeta> ValidateManifest(const json& j, const std::string
       return f.Error("model.attention",
                      absl::StrCat("= \"", attention, "\" is not softmax, softmax1, ssmax, sigmoid, entmax15 or screening"));
     }
+  }
+  // Sigmoid attention's bias (absent in manifests written before it: a sigmoid model was
+  // trained with the per-query form then).
+  if (j["model"].contains("sigmoid_bias")) {
+    MS_ASSIGN_OR_RETURN(const std::string bias, f.String("model.sigmoid_bias"));
+    if (!ParseSigmoidBias(bias, &d.sigmoid_bias)) {
+      return f.Error("model.sigmoid_bias", absl::StrCat("= \"", bias, "\" is not train_length or per_query"));
+    }
+  } else if (d.attention == AttentionKind::kSigmoid) {
+    d.sigmoid_bias = SigmoidBias::kPerQuery;
   }
   MS_RETURN_IF_ERROR(CheckModelDims(d, path, "model."));
   MS_RETURN_IF_ERROR(f.Object("layout").status());

@@ -36,6 +36,7 @@ absl::Status WriteModelDims(H5Writer& out, const ModelDims& d) {
     MS_RETURN_IF_ERROR(out.WriteAttribute("qk_norm", int64_t{d.qk_norm ? 1 : 0}));
     MS_RETURN_IF_ERROR(out.WriteAttribute("sio", int64_t{d.sio ? 1 : 0}));
     MS_RETURN_IF_ERROR(out.WriteAttribute("attention", std::string(AttentionKindName(d.attention))));
+    MS_RETURN_IF_ERROR(out.WriteAttribute("sigmoid_bias", std::string(SigmoidBiasName(d.sigmoid_bias))));
   } else {
     MS_RETURN_IF_ERROR(out.WriteAttribute("tanh_norm", int64_t{d.tanh_norm ? 1 : 0}));
     MS_RETURN_IF_ERROR(out.WriteAttribute("position", std::string(kernels::PositionKindName(d.position))));
@@ -52,7 +53,7 @@ using Generations = std::vector<std::vector<const char*>>;
 // issue 43, which wrote every switch whatever the family).
 const std::vector<const char*>& ForeignSwitches(ModelFamily family) {
   static const std::vector<const char*> of_transformer = {"tanh_norm", "position", "output_gate"};
-  static const std::vector<const char*> of_multiscreen = {"qk_norm", "sio", "attention"};
+  static const std::vector<const char*> of_multiscreen = {"qk_norm", "sio", "attention", "sigmoid_bias"};
   return family == ModelFamily::kTransformer ? of_transformer : of_multiscreen;
 }
 
@@ -60,7 +61,7 @@ const std::vector<const char*>& ForeignSwitches(ModelFamily family) {
 constexpr const char* kRootAttributes[] = {
     "format", "format_version", "name",      "n_layers",  "n_heads",   "d_e",      "d_k",
     "d_v",    "vocab",          "w_th",      "pl_norm",   "eos_token", "family",   "qk_norm",
-    "sio",    "tanh_norm",      "attention", "position",  "output_gate", "params_crc32c"};
+    "sio",    "tanh_norm",      "attention", "position",  "output_gate", "sigmoid_bias", "params_crc32c"};
 
 // The switch attributes in the order files gained them. A file written before one lacks
 // it and every later one (and reads as their defaults); a file that has one has every
@@ -69,7 +70,7 @@ constexpr const char* kRootAttributes[] = {
 // less the other family's switches (FileGenerations).
 const Generations& SwitchGenerations() {
   static const Generations generations = {
-      {"family", "qk_norm", "sio"}, {"tanh_norm"}, {"attention"}, {"position", "output_gate"}};
+      {"family", "qk_norm", "sio"}, {"tanh_norm"}, {"attention"}, {"position", "output_gate"}, {"sigmoid_bias"}};
   return generations;
 }
 
@@ -201,6 +202,18 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
   } else if (!absl::IsNotFound(output_gate.status())) {
     return output_gate.status();
   }
+  // Sigmoid attention's bias (absent in files written before it: a sigmoid model was trained
+  // with the per-query form then).
+  if (auto bias = in.ReadStringAttribute("sigmoid_bias"); bias.ok()) {
+    if (!ParseSigmoidBias(*bias, &d.sigmoid_bias)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in.path(), ": root attribute sigmoid_bias = \"", *bias, "\" is not train_length or per_query"));
+    }
+  } else if (absl::IsNotFound(bias.status())) {
+    if (d.attention == AttentionKind::kSigmoid) d.sigmoid_bias = SigmoidBias::kPerQuery;
+  } else {
+    return bias.status();
+  }
   MS_RETURN_IF_ERROR(CheckModelDims(d, in.path(), ""));
   // Re-check the sizes as a config would be checked.
   config::ModelConfig m;
@@ -214,6 +227,10 @@ absl::StatusOr<ModelDims> ReadModelDims(const H5Reader& in) {
     m.set_qk_norm(d.qk_norm);
     m.set_sio(d.sio);
     m.set_attention(config::ModelConfig::Attention(static_cast<int>(d.attention)));
+    // Set for a sigmoid model, and for any that says per_query (which ResolveModel refuses).
+    if (d.attention == AttentionKind::kSigmoid || d.sigmoid_bias != SigmoidBias::kTrainLength) {
+      m.set_sigmoid_bias(config::ModelConfig::SigmoidBias(static_cast<int>(d.sigmoid_bias)));
+    }
   } else {
     m.set_d_k(d.d_k);
     m.set_d_v(d.d_v);

@@ -66,7 +66,8 @@ int EvalAbcDigits(const std::vector<std::string>& given) {
   if (absl::GetFlag(FLAGS_generate_only)) {
     // --generate_only runs no model: a model's or a grid's flag beside it was ignored
     // without a word (`--generate_only --checkpoint=X` looked like an evaluation of X).
-    for (const char* unused : {"checkpoint", "weights", "train_len", "as_learned", "yarn_factor", "device", "precision",
+    for (const char* unused : {"checkpoint", "weights", "train_len", "as_learned", "yarn_factor", "yarn_ramp",
+                               "sigmoid_bias_length", "device", "precision",
                                "contexts", "depths", "plot", "resume", "out", "threads"}) {
       if (Given(given, unused)) {
         return Fail("eval abcdigits", absl::InvalidArgumentError(absl::StrCat(

@@ -171,7 +171,7 @@ int EvalChoice(const std::vector<std::string>& given) {
   // The window of one scored sequence: --seq_len, else the training length (lm-eval's
   // max_length is the model's trained context).
   const int64_t max_len = absl::GetFlag(FLAGS_seq_len) > 0 ? absl::GetFlag(FLAGS_seq_len) : setup->options.train_len;
-  if (auto s = setup->UseYarnFor(max_len); !s.ok()) return Fail("eval choice", s);
+  if (auto s = setup->UseScalingFor(max_len); !s.ok()) return Fail("eval choice", s);
   eval::ModelRunner runner(setup->weights, setup->options, setup->device);
   // No sequence is longer than its bytes plus the EOS token (a token is at least one byte):
   // the memory needed is that of the longest item, when shorter than --seq_len.

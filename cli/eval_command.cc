@@ -73,8 +73,11 @@ constexpr char kUsage[] =
     "       ppl, abcdigits, passkey, ttft, choice: [--device=cpu|cuda --precision=fp32|bf16] (where the model runs, the full\n"
     "                            forward and the decoding cache; default cpu, fp32; on the CPU the decoding cache, so\n"
     "                            --method=decode and the grids, is fp32)\n"
-    "       a RoPE model (Transformer; Multiscreen position: ROPE), every evaluation: [--yarn_factor=F|auto]\n"
-    "                            (YaRN at inference; auto: length / train_len)\n"
+    "       a RoPE model (Transformer; Multiscreen position: ROPE), every evaluation: [--yarn_factor=F|auto\n"
+    "                            --yarn_ramp=paper|code] (YaRN at inference; auto: length / train_len; the ramp of\n"
+    "                            YaRN's paper, or of its authors' code)\n"
+    "       a Transformer with attention: SIGMOID, every evaluation: [--sigmoid_bias_length=N|auto]\n"
+    "                            (its bias -log n: n = N, or each evaluation's length; default the training length)\n"
     "       choice's --format (required) is the benchmark's: hellaswag|piqa|arc|winogrande (not a token file format)\n";
 
 // kUsage's entries for `sub` alone: its own lines ("multiscreen eval <sub> ...", with their
@@ -96,6 +99,7 @@ std::string SubcommandUsage(const std::string& sub, bool one_line) {
   for (const std::string& e : entries) {
     const bool own = absl::StartsWith(e, absl::StrCat("multiscreen eval ", sub, " "));
     const bool note = absl::StartsWith(e, "every evaluation") || absl::StartsWith(e, "a RoPE model") ||
+                      absl::StartsWith(e, "a Transformer with attention: SIGMOID") ||
                       (sub != "relevance" && absl::StartsWith(e, "ppl, abcdigits")) ||
                       (sub == "choice" && absl::StartsWith(e, "choice's --format"));
     if (own || note) chosen.push_back(e);
@@ -124,7 +128,7 @@ int EvalCommand(int argc, char** argv) {
     return 0;
   }
   const std::initializer_list<std::string_view> model = {"checkpoint", "weights", "train_len", "as_learned", "out", "tokenizer",
-                                                         "yarn_factor", "threads"};
+                                                         "yarn_factor", "yarn_ramp", "sigmoid_bias_length", "threads"};
   std::vector<std::string_view> accepted(model);
   if (sub == "ppl" || sub == "abcdigits" || sub == "passkey" || sub == "ttft" || sub == "choice") {
     accepted.insert(accepted.end(), {"device", "precision"});

@@ -59,10 +59,11 @@ std::string DeviceWords(const eval::RunnerDevice& d) {
   return absl::StrCat(DeviceName(d.device), ", ", eval::PrecisionName(d.precision));
 }
 
-absl::Status EvalSetup::UseYarnFor(int64_t eval_len) {
+absl::Status EvalSetup::UseScalingFor(int64_t eval_len) {
   auto f = eval::YarnFactorFor(yarn, eval_len, options.train_len);
   if (!f.ok()) return f.status();
   options.yarn_factor = *f;
+  options.sigmoid_bias_length = eval::SigmoidBiasLengthFor(sigmoid_bias, eval_len);
   return absl::OkStatus();
 }
 
@@ -158,6 +159,13 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
   if (!yarn.ok()) return yarn.status();
   s.yarn = *yarn;
   s.options.yarn_factor = s.yarn.automatic ? 1.0 : s.yarn.factor;
+  auto yarn_ramp = eval::ParseYarnRamp(absl::GetFlag(FLAGS_yarn_ramp), s.yarn);
+  if (!yarn_ramp.ok()) return yarn_ramp.status();
+  s.options.yarn_ramp = *yarn_ramp;
+  auto sigmoid_bias = eval::ParseSigmoidBiasLength(absl::GetFlag(FLAGS_sigmoid_bias_length), s.weights.dims);
+  if (!sigmoid_bias.ok()) return sigmoid_bias.status();
+  s.sigmoid_bias = *sigmoid_bias;
+  s.options.sigmoid_bias_length = s.sigmoid_bias.length;
   if (need_tokenizer) {
     auto tok = LoadRunTokenizer(given, run_dir);
     if (!tok.ok()) return tok.status();
@@ -177,7 +185,7 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
 }
 
 json SetupJson(const EvalSetup& s) {
-  return {{"model", s.weights.dims.name},
+  json j = {{"model", s.weights.dims.name},
           {"weights", absl::GetFlag(FLAGS_weights).empty() ? absl::GetFlag(FLAGS_checkpoint) : absl::GetFlag(FLAGS_weights)},
           {"train_len", s.options.train_len},
           {"train_len_source", s.train_len_source},
@@ -188,6 +196,16 @@ json SetupJson(const EvalSetup& s) {
           {"precision", eval::PrecisionName(s.device.precision)},
           {"weights_crc32", s.weights_crc32},
           {"checkpoint_step", s.checkpoint_step >= 0 ? json(s.checkpoint_step) : json(nullptr)}};
+  // YaRN's ramp when it is not the paper's (so that the identity of results written before
+  // the flag holds).
+  if (s.options.yarn_ramp != kernels::cpu::YarnRamp::kPaper) j["yarn_ramp"] = YarnRampName(s.options.yarn_ramp);
+  // Sigmoid's bias (a model with attention SIGMOID and sigmoid_bias TRAIN_LENGTH only, so
+  // that every other model's identity is what it was before the field).
+  if (SigmoidBiasLength(s.weights.dims, &s.options, 0) > 0) {
+    j["sigmoid_bias_length"] = SigmoidBiasLength(s.weights.dims, &s.options, 0);
+    j["sigmoid_bias_context_matched"] = s.sigmoid_bias.automatic;
+  }
+  return j;
 }
 
 json WithDeviceDefaults(json identity) {

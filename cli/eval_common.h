@@ -18,6 +18,7 @@
 #include "cli/weights_source.h"
 #include "data/gpt2_tokenizer.h"
 #include "eval/model_runner.h"
+#include "eval/sigmoid_bias.h"
 #include "eval/yarn.h"
 #include "nlohmann/json.hpp"
 
@@ -35,6 +36,8 @@ ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(std::string, format);
 ABSL_DECLARE_FLAG(std::string, yarn_factor);
+ABSL_DECLARE_FLAG(std::string, yarn_ramp);
+ABSL_DECLARE_FLAG(std::string, sigmoid_bias_length);
 
 namespace multiscreen::cli {
 
@@ -84,11 +87,15 @@ struct EvalSetup {
   std::string weights_crc32;
   int64_t checkpoint_step = -1;
   // --yarn_factor (eval/yarn.h): options.yarn_factor holds a fixed F; with auto each
-  // evaluation sets it from its own length (UseYarnFor).
+  // evaluation sets it from its own length (UseScalingFor). --sigmoid_bias_length
+  // (eval/sigmoid_bias.h) likewise for options.sigmoid_bias_length.
   eval::YarnFlag yarn;
-  // Sets options.yarn_factor for an evaluation of eval_len tokens. Errors: YarnFactorFor's
-  // (auto's factor above kMaxYarnFactor).
-  absl::Status UseYarnFor(int64_t eval_len);
+  eval::SigmoidBiasFlag sigmoid_bias;
+  // Whether an evaluation's length changes its inference-time scaling (either flag's auto).
+  bool scaling_follows_length() const { return yarn.automatic || sigmoid_bias.automatic; }
+  // The inference-time scaling of an evaluation of eval_len tokens: options.yarn_factor and
+  // options.sigmoid_bias_length. Errors: YarnFactorFor's (auto's factor above kMaxYarnFactor).
+  absl::Status UseScalingFor(int64_t eval_len);
 };
 
 // Reads what EvalSetup holds from the flags: --out (required; not a file, not inside a

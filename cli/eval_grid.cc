@@ -192,10 +192,10 @@ int RunGrid(const GridTask& task, EvalSetup& setup) {
       if (done(c, d)) continue;
       auto instances = task.make(c, d, K);
       if (!instances.ok()) return Fail(cmd.c_str(), instances.status());
-      if (setup.yarn.automatic) {  // context-matched: this cell's prompt and answer over train_len
+      if (setup.scaling_follows_length()) {  // context-matched: this cell's prompt and answer (over train_len)
         auto first = setup.tokenizer->Encode(instances->front().prompt);
         if (!first.ok()) return Fail(cmd.c_str(), first.status());
-        if (auto s = setup.UseYarnFor(static_cast<int64_t>(first->size()) + task.max_new); !s.ok()) {
+        if (auto s = setup.UseScalingFor(static_cast<int64_t>(first->size()) + task.max_new); !s.ok()) {
           return Fail(cmd.c_str(), s);
         }
         runner = std::make_unique<eval::ModelRunner>(setup.weights, setup.options, setup.device);

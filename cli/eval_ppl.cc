@@ -307,7 +307,7 @@ int EvalPpl(const std::vector<std::string>& given) {
   }
   auto setup = Setup(given, text_input);
   if (!setup.ok()) return Fail("eval ppl", setup.status());
-  if (auto s = setup->UseYarnFor(N); !s.ok()) return Fail("eval ppl", s);
+  if (auto s = setup->UseScalingFor(N); !s.ok()) return Fail("eval ppl", s);
   eval::ModelRunner runner(setup->weights, setup->options, setup->device);
   // Full pass when it fits in memory (it is the cheaper one: the decode path computes the
   // whole vocabulary's logits at every position); else the decoding cache.
@@ -498,7 +498,14 @@ int EvalPpl(const std::vector<std::string>& given) {
                 std::exp(smooth[p - 1]));
   }
   if (setup->options.yarn_factor != 1.0) {
-    std::printf("  YaRN factor %.6g%s\n", setup->options.yarn_factor, setup->yarn.automatic ? " (context-matched: seq_len / train_len)" : "");
+    std::printf("  YaRN factor %.6g%s, %s's ramp\n", setup->options.yarn_factor,
+                setup->yarn.automatic ? " (context-matched: seq_len / train_len)" : "",
+                setup->options.yarn_ramp == kernels::cpu::YarnRamp::kCode ? "the authors' code" : "the paper");
+  }
+  if (const int64_t n = SigmoidBiasLength(setup->weights.dims, &setup->options, 0); n > 0) {
+    std::printf("  sigmoid bias -log %lld%s\n", static_cast<long long>(n),
+                setup->sigmoid_bias.automatic ? " (context-matched: seq_len)"
+                : setup->sigmoid_bias.length > 0 ? " (--sigmoid_bias_length)" : " (the training length)");
   }
   std::printf("  %.0f tokens/s\n  %s\n", seconds > 0 ? tokens_timed / seconds : 0.0, verdict.line.c_str());
   std::printf("  results: %s/ppl.json, %s/ppl.csv\n", out.c_str(), out.c_str());

@@ -88,7 +88,7 @@ int EvalRelevance(const std::vector<std::string>& given) {
     for (int64_t t = 0; t < d.n_heads; ++t) keep[l][t] = (*layers)[l] && (*tiles)[t];
   }
   // position ROPE: auto is the text's length over train_len
-  if (auto s = setup->UseYarnFor(static_cast<int64_t>(ids->size())); !s.ok()) return Fail("eval relevance", s);
+  if (auto s = setup->UseScalingFor(static_cast<int64_t>(ids->size())); !s.ok()) return Fail("eval relevance", s);
   const auto start = Clock::now();
   const std::vector<eval::TileRelevance> rel = eval::InspectRelevance(setup->weights, setup->options, *ids, keep, nullptr);
   json tokens = json::array();

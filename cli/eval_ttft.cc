@@ -46,7 +46,7 @@ int EvalTtft(const std::vector<std::string>& given) {
   }
   auto setup = Setup(given, false);
   if (!setup.ok()) return Fail("eval ttft", setup.status());
-  if (auto s = setup->UseYarnFor(N); !s.ok()) return Fail("eval ttft", s);
+  if (auto s = setup->UseScalingFor(N); !s.ok()) return Fail("eval ttft", s);
   const bool on_device = setup->device.device != Device::kCpu;
   // "cuda:0 (NVIDIA H200)": which GPU the times are of (cudaSetDevice(0), as a single rank binds).
   std::string device_name = "cpu";

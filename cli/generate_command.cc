@@ -1,5 +1,6 @@
 // `multiscreen generate (--checkpoint=DIR | --weights=FILE.h5) --prompt=TEXT
-// [--max_tokens=N --tokenizer=DIR --train_len=T --as_learned --yarn_factor=F|auto
+// [--max_tokens=N --tokenizer=DIR --train_len=T --as_learned --yarn_factor=F|auto --yarn_ramp=paper|code
+// --sigmoid_bias_length=N|auto
 // --device=cpu|cuda --precision=fp32|bf16]`: greedy decoding with the decoding cache
 // (model/decoder.h: Multiscreen's tile caches with the window-expansion rule, spec
 // "Inference"; the Transformer's KV cache, issue 18), on the CPU (the default, fp32) or a
@@ -27,6 +28,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "data/utf8.h"
 #include "eval/model_runner.h"
+#include "eval/sigmoid_bias.h"
 #include "eval/yarn.h"
 #include "trainer/stop_signal.h"
 
@@ -38,6 +40,12 @@ ABSL_FLAG(bool, as_learned, false, "keep every learned window (no window expansi
 ABSL_FLAG(std::string, yarn_factor, "1",
           "YaRN's scale factor F >= 1 for a RoPE model (the Transformer, Multiscreen with position: ROPE; 1: plain "
           "RoPE), or auto: the evaluation length over the training length (context-matched)");
+ABSL_FLAG(std::string, yarn_ramp, "paper",
+          "YaRN's ramp over the RoPE pairs: paper (the paper's equation, linear in the turns r) or code (the YaRN "
+          "authors' code and Hugging Face's, linear in the pair index; kernels/cpu/rope.h)");
+ABSL_FLAG(std::string, sigmoid_bias_length, "",
+          "attention SIGMOID: the n of its bias -log n at inference, a number of tokens or auto (the evaluation "
+          "length); not given: the training length (eval/sigmoid_bias.h)");
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);
 ABSL_DECLARE_FLAG(std::string, weights);
@@ -80,9 +88,11 @@ constexpr int64_t kMaxNewTokens = (int64_t{1} << 31) - 1;
 int GenerateCommand(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv,
                           "multiscreen generate (--checkpoint=DIR | --weights=W.h5) --prompt=TEXT [--max_tokens=N --threads=N --tokenizer=DIR "
-                          "--train_len=T --as_learned --yarn_factor=F|auto --device=cpu|cuda --precision=fp32|bf16]",
+                          "--train_len=T --as_learned --yarn_factor=F|auto --yarn_ramp=paper|code --sigmoid_bias_length=N|auto "
+                          "--device=cpu|cuda "
+                          "--precision=fp32|bf16]",
                           {"checkpoint", "weights", "prompt", "max_tokens", "train_len", "as_learned", "tokenizer",
-                           "yarn_factor", "device", "precision", "threads"}); !s.ok()) {
+                           "yarn_factor", "yarn_ramp", "sigmoid_bias_length", "device", "precision", "threads"}); !s.ok()) {
     return Fail("generate", s);
   }
   // CPU worker threads, as eval and bench decode take them (0: OMP_NUM_THREADS, else every core).
@@ -118,6 +128,10 @@ int GenerateCommand(int argc, char** argv) {
   if (!weights.ok()) return Fail("generate", weights.status());
   auto yarn = eval::ParseYarnFactor(absl::GetFlag(FLAGS_yarn_factor), weights->dims);
   if (!yarn.ok()) return Fail("generate", yarn.status());
+  auto yarn_ramp = eval::ParseYarnRamp(absl::GetFlag(FLAGS_yarn_ramp), *yarn);
+  if (!yarn_ramp.ok()) return Fail("generate", yarn_ramp.status());
+  auto sigmoid_bias = eval::ParseSigmoidBiasLength(absl::GetFlag(FLAGS_sigmoid_bias_length), weights->dims);
+  if (!sigmoid_bias.ok()) return Fail("generate", sigmoid_bias.status());
   // The tokenizer and training length the run recorded (cli/run_data.h), unless given.
   const std::string run_dir = RunDirOf(absl::GetFlag(FLAGS_checkpoint));
   auto tokenizer = LoadRunTokenizer(given, run_dir);
@@ -143,6 +157,8 @@ int GenerateCommand(int argc, char** argv) {
   auto yarn_factor = eval::YarnFactorFor(*yarn, positions, options.train_len);
   if (!yarn_factor.ok()) return Fail("generate", yarn_factor.status());
   options.yarn_factor = *yarn_factor;
+  options.yarn_ramp = *yarn_ramp;
+  options.sigmoid_bias_length = eval::SigmoidBiasLengthFor(*sigmoid_bias, positions);
   // The device's copy of the parameters, up front.
   if (auto s = CheckDeviceMemory(device->device, 4 * int64_t(weights->params.size()),
                                  absl::StrCat("the parameters of ", weights->dims.name));

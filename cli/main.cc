@@ -36,7 +36,7 @@ constexpr Command kCommands[] = {
      "checkpoints: plan --model=psi64 --tp=8 --pp=8 | init --model=M --tp=8 --pp=8 --out=RUN | reshard --checkpoint=DIR --tp --pp --out=RUN | export --checkpoint=DIR --out=W.h5 | inspect --checkpoint=DIR"},
     {"generate", multiscreen::cli::GenerateCommand,
      "greedy decoding: --checkpoint=DIR --prompt=TEXT [--max_tokens=N --threads=N --train_len=T --as_learned --yarn_factor=F|auto "
-     "--device=cpu|cuda --precision=fp32|bf16]"},
+     "--yarn_ramp=paper|code --sigmoid_bias_length=N|auto --device=cpu|cuda --precision=fp32|bf16]"},
     {"forward", multiscreen::cli::ForwardCommand,
      "loss and gradients: --weights=FILE.h5 --tokens=FILE.bin --micro_batch=B --seq_len=T --out=OUT.h5"},
     {"eval", multiscreen::cli::EvalCommand,

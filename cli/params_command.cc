@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/config.h"
@@ -43,6 +44,7 @@ int ParamsCommand(int argc, char** argv) {
       j["sio"] = dims->sio;
       j["pl_norm"] = dims->pl_norm;
       j["attention"] = AttentionKindName(dims->attention);
+      if (dims->attention == AttentionKind::kSigmoid) j["sigmoid_bias"] = SigmoidBiasName(dims->sigmoid_bias);
     } else {  // Multiscreen's ablation switches (issue 30)
       j["tanh_norm"] = dims->tanh_norm;
       j["position"] = kernels::PositionKindName(dims->position);
@@ -52,10 +54,13 @@ int ParamsCommand(int argc, char** argv) {
     return 0;
   }
   if (dims->transformer()) {
-    std::printf("model %s (transformer): N_L=%lld N_H=%lld d_E=%lld d_head=%lld d_ff=%lld V=%lld qk_norm=%d sio=%d pl_norm=%d attention=%s\n",
+    std::printf("model %s (transformer): N_L=%lld N_H=%lld d_E=%lld d_head=%lld d_ff=%lld V=%lld qk_norm=%d sio=%d pl_norm=%d attention=%s%s\n",
                 dims->name.c_str(), (long long)dims->n_layers, (long long)dims->n_heads, (long long)dims->d_e,
                 (long long)dims->d_k, (long long)dims->d_ff(), (long long)dims->vocab, dims->qk_norm, dims->sio,
-                dims->pl_norm, AttentionKindName(dims->attention));
+                dims->pl_norm, AttentionKindName(dims->attention),
+                dims->attention == AttentionKind::kSigmoid
+                    ? absl::StrCat(" sigmoid_bias=", SigmoidBiasName(dims->sigmoid_bias)).c_str()
+                    : "");
     std::printf("  %-34s %15lld\n", "embedding W_E", (long long)c.embedding);
     std::printf("  %-34s %15lld\n", "s_E, s_F (sio)", (long long)c.embed_head_scalars);
     std::printf("  %-34s %15lld\n", "attention W_Q W_K W_V W_O", (long long)c.tile_matrices);

@@ -127,7 +127,8 @@ std::vector<ModelField> ModelFields(const ModelDims& d) {
           {"tanh_norm", flag(d.tanh_norm), !t},
           {"attention", AttentionKindName(d.attention), t},
           {"position", kernels::PositionKindName(d.position), !t},
-          {"output_gate", flag(d.output_gate), !t}};
+          {"output_gate", flag(d.output_gate), !t},
+          {"sigmoid_bias", SigmoidBiasName(d.sigmoid_bias), t && d.attention == AttentionKind::kSigmoid}};
 }
 
 std::vector<std::string> ModelDifferences(const ModelDims& a, const ModelDims& b, const std::string& a_label,
@@ -184,6 +185,9 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     if (m.has_attention()) {
       return Invalid(source, "attention is a Transformer switch (family: TRANSFORMER); Multiscreen screens");
     }
+    if (m.has_sigmoid_bias()) {
+      return Invalid(source, "sigmoid_bias is a Transformer switch (family: TRANSFORMER, attention: SIGMOID)");
+    }
     if (!config::ModelConfig::Position_IsValid(m.position())) {
       return Invalid(source, absl::StrCat("position = ", m.position(), " is not a known value (MIPE, NOPE, ROPE)"));
     }
@@ -198,6 +202,17 @@ absl::StatusOr<ModelDims> ResolveModel(const config::ModelConfig& m, const std::
     d.qk_norm = m.qk_norm();
     d.sio = m.sio();
     if (m.attention() != config::ModelConfig::ATTENTION_UNSPECIFIED) d.attention = AttentionKind(m.attention());
+    if (m.has_sigmoid_bias()) {
+      if (d.attention != AttentionKind::kSigmoid) {
+        return Invalid(source, absl::StrCat("sigmoid_bias applies to attention: SIGMOID only (attention is ",
+                                            AttentionKindName(d.attention), ")"));
+      }
+      if (!config::ModelConfig::SigmoidBias_IsValid(m.sigmoid_bias())) {
+        return Invalid(source, absl::StrCat("sigmoid_bias = ", m.sigmoid_bias(),
+                                            " is not a known value (TRAIN_LENGTH, PER_QUERY)"));
+      }
+      if (m.sigmoid_bias() == config::ModelConfig::PER_QUERY) d.sigmoid_bias = SigmoidBias::kPerQuery;
+    }
     if (d.attention == AttentionKind::kScreening && d.qk_norm) {
       return Invalid(source, "qk_norm does not apply to attention: SCREENING (screening makes q and k unit length itself)");
     }

@@ -41,6 +41,9 @@ struct ModelDims {
   // a learned s_SS per head and layer; SCREENING the screening unit per head (model/
   // transformer.h) with a learned s_w, s_r per head and layer (w_th applies, d_v does not).
   AttentionKind attention = AttentionKind::kSoftmax;
+  // Attention SIGMOID: the n of its bias −log n (kernels/attention_kind.h); the default for
+  // every other attention (which ignores it).
+  SigmoidBias sigmoid_bias = SigmoidBias::kTrainLength;
   // Multiscreen ablation switches (issue 30; docs/ablations.md): the positional encoding
   // and the output gate (off: no W_G, u not gated).
   kernels::PositionKind position = kernels::PositionKind::kMipe;
@@ -72,7 +75,7 @@ struct ModelField {
 
 // Every field that makes two models the same model (the name and eos_token do not): family,
 // n_layers, n_heads, d_e, d_k, d_v, vocab, w_th, pl_norm, qk_norm, sio, tanh_norm,
-// attention, position, output_gate, in that order.
+// attention, position, output_gate, sigmoid_bias, in that order.
 std::vector<ModelField> ModelFields(const ModelDims& dims);
 
 // The ModelFields in which `a` and `b` differ, each "field = A in a_label, B in b_label"

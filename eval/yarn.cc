@@ -48,4 +48,18 @@ absl::StatusOr<double> YarnFactorFor(const YarnFlag& flag, int64_t eval_len, int
   return f;
 }
 
+absl::StatusOr<kernels::cpu::YarnRamp> ParseYarnRamp(const std::string& text, const YarnFlag& yarn) {
+  if (text == "paper") return kernels::cpu::YarnRamp::kPaper;
+  if (text != "code") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--yarn_ramp=", text, ": expected paper (YaRN's equation, linear in the turns r) or code (its authors' code, "
+        "linear in the pair index)"));
+  }
+  if (!yarn.given) {
+    return absl::InvalidArgumentError(
+        "--yarn_ramp=code: YaRN is off (no --yarn_factor, or 1), so there is no ramp to choose; give --yarn_factor=F|auto");
+  }
+  return kernels::cpu::YarnRamp::kCode;
+}
+
 }  // namespace multiscreen::eval

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "kernels/cpu/rope.h"
 
 namespace multiscreen::eval {
 
@@ -43,5 +44,12 @@ double ContextMatchedYarnFactor(int64_t eval_len, int64_t train_len);
 // The factor of `flag` for an evaluation of eval_len tokens. Error (one line naming
 // --yarn_factor=auto, the factor and both lengths): auto's factor above kMaxYarnFactor.
 absl::StatusOr<double> YarnFactorFor(const YarnFlag& flag, int64_t eval_len, int64_t train_len);
+
+// --yarn_ramp: which ramp γ YaRN's NTK-by-parts uses (kernels/cpu/rope.h YarnRamp): "paper"
+// (the default, the paper's equation, linear in r) or "code" (the authors' code and Hugging
+// Face's, linear in the pair index with floor/ceil bounds). Errors (one line, naming
+// --yarn_ramp): another word; "code" without a --yarn_factor (`yarn`: not given), which
+// would change nothing.
+absl::StatusOr<kernels::cpu::YarnRamp> ParseYarnRamp(const std::string& text, const YarnFlag& yarn);
 
 }  // namespace multiscreen::eval

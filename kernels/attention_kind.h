@@ -15,7 +15,7 @@ enum class AttentionKind {
   kSoftmax = 1,    // softmax (today's baseline)
   kSoftmax1 = 2,   // softmax + 1 in the denominator (Miller 2023)
   kSsmax = 3,      // Scalable-Softmax (Nakanishi 2025): scores times s_h·log n_i
-  kSigmoid = 4,    // sigmoid attention with bias −log n_i (Ramapuram et al. 2024)
+  kSigmoid = 4,    // sigmoid attention with bias −log n (Ramapuram et al. 2024; SigmoidBias below)
   kEntmax15 = 5,   // 1.5-entmax (Peters et al. 2019)
   // The screening unit (spec steps 5–11, the paper's Table 7 last row) in place of the
   // head's attention: not a score → weight map, so the attention kernels never see it;
@@ -43,6 +43,32 @@ inline bool ParseAttentionKind(std::string_view name, AttentionKind* kind) {
                           AttentionKind::kSigmoid, AttentionKind::kEntmax15, AttentionKind::kScreening}) {
     if (name == AttentionKindName(k)) {
       *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Sigmoid attention's bias b = −log n (kernels/cpu/attention.h; docs/attention.md). Values
+// match config.proto's ModelConfig.SigmoidBias.
+enum class SigmoidBias {
+  // Ramapuram et al.'s form: one n for every query, the training length at training (and
+  // at evaluation unless --sigmoid_bias_length says otherwise). The default.
+  kTrainLength = 1,
+  // n_i = i + 1, the keys query i sees (this code's form before issue 43).
+  kPerQuery = 2,
+};
+
+// "train_length" or "per_query".
+inline const char* SigmoidBiasName(SigmoidBias bias) {
+  return bias == SigmoidBias::kPerQuery ? "per_query" : "train_length";
+}
+
+// The form named `name` (SigmoidBiasName's spelling); false if none.
+inline bool ParseSigmoidBias(std::string_view name, SigmoidBias* bias) {
+  for (SigmoidBias b : {SigmoidBias::kTrainLength, SigmoidBias::kPerQuery}) {
+    if (name == SigmoidBiasName(b)) {
+      *bias = b;
       return true;
     }
   }

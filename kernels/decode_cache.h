@@ -67,6 +67,9 @@ struct AttentionCacheShape {
   bool qk_norm = false;           // q and k unit per head after RoPE (QKNorm)
   cpu::RopeScaling rope_scaling;  // YaRN's frequencies at inference (plain RoPE by default)
   std::vector<double> scale;      // [heads] host: the score scale c_h (YaRN's logit scale folded in)
+  // Sigmoid's n in b = −log n for every position (> 0), or 0 for n = pos + 1 (cpu/attention.h
+  // AttentionShape::sigmoid_bias_length).
+  int64_t sigmoid_bias_length = 0;
 };
 
 template <typename Real>

@@ -19,9 +19,23 @@ kernels::ScreeningShape MultiscreenShape(const ModelDims& dims, int64_t tiles, i
   s.position = dims.position;
   s.output_gate = dims.output_gate;
   if (inference != nullptr && dims.position == kernels::PositionKind::kRope) {
-    s.rope_scaling = {inference->yarn_factor, double(inference->train_len)};
+    s.rope_scaling = YarnScalingOf(*inference);
   }
   return s;
+}
+
+kernels::cpu::RopeScaling YarnScalingOf(const InferenceOptions& inference) {
+  kernels::cpu::RopeScaling s;
+  s.factor = inference.yarn_factor;
+  s.original_len = double(inference.train_len);
+  s.ramp = inference.yarn_ramp;
+  return s;
+}
+
+int64_t SigmoidBiasLength(const ModelDims& dims, const InferenceOptions* inference, int64_t T) {
+  if (dims.attention != AttentionKind::kSigmoid || dims.sigmoid_bias == SigmoidBias::kPerQuery) return 0;
+  if (inference == nullptr) return T;
+  return inference->sigmoid_bias_length > 0 ? inference->sigmoid_bias_length : inference->train_len;
 }
 
 kernels::ScreeningShape TransformerScreeningShape(const ModelDims& dims, int64_t heads, int64_t B, int64_t T) {

@@ -23,7 +23,24 @@ struct InferenceOptions {
   // position ROPE its frequencies only (docs/ablations.md); MIPE and NOPE have no RoPE and
   // ignore it (the CLI refuses it there).
   double yarn_factor = 1.0;
+  // YaRN's ramp γ (kernels/cpu/rope.h): the paper's equation, or the authors' code's.
+  kernels::cpu::YarnRamp yarn_ramp = kernels::cpu::YarnRamp::kPaper;
+  // Attention SIGMOID with sigmoid_bias TRAIN_LENGTH: the n of its bias −log n for every
+  // query; 0 means train_len (what the model trained with). `eval --sigmoid_bias_length`
+  // sets it (a number, or auto: the evaluation's length), the method-specific inference-time
+  // scaling of the paper's Table 7 (docs/attention.md). Other models ignore it.
+  int64_t sigmoid_bias_length = 0;
 };
+
+// YaRN's RoPE scaling of `inference`: F = yarn_factor, L = train_len, yarn_ramp's γ.
+kernels::cpu::RopeScaling YarnScalingOf(const InferenceOptions& inference);
+
+// The n of sigmoid attention's bias b = −log n that a forward over sequences of T tokens
+// uses (kernels/cpu/attention.h AttentionShape::sigmoid_bias_length): 0 (per query) for
+// sigmoid_bias PER_QUERY; else, at inference, inference->sigmoid_bias_length or, when that
+// is 0, inference->train_len; at training (inference null), T, the training length. 0 for
+// a model whose attention is not SIGMOID.
+int64_t SigmoidBiasLength(const ModelDims& dims, const InferenceOptions* inference, int64_t T);
 
 // The screening shape of a Multiscreen layer of `tiles` tiles over B sequences of T
 // tokens (spec steps 4–13: d_K, d_V, w_th and the switches of `dims`). Position ROPE at

@@ -203,12 +203,13 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
   // YaRN at inference (kernels/cpu/rope.h): NTK-by-parts frequencies, and the logits times
   // (0.1 ln F + 1)², folded into each head's scale.
   rope_ = {};
-  if (inference != nullptr) rope_ = {inference->yarn_factor, double(inference->train_len)};
+  if (inference != nullptr) rope_ = YarnScalingOf(*inference);
   const double logit_scale = kernels::cpu::YarnLogitScale(rope_.factor);
   const int64_t dE = d.d_e, H = layout_.shard().tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn(), rows = B * T;
   batch_ = B;
   seq_ = T;
-  const kernels::AttentionShape shape{B, T, H, dh, d.attention};
+  sigmoid_bias_length_ = SigmoidBiasLength(d, inference, T);
+  const kernels::AttentionShape shape{B, T, H, dh, d.attention, sigmoid_bias_length_};
   for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
@@ -351,7 +352,7 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   const int64_t dE = d.d_e, H = layout_.shard().tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn();
   const int64_t B = batch_, T = seq_, rows = B * T;
   const Precision prec = options_.precision;
-  const kernels::AttentionShape shape{B, T, H, dh, d.attention};
+  const kernels::AttentionShape shape{B, T, H, dh, d.attention, sigmoid_bias_length_};
   d_h_.Resize(rows * F);
   d_gu_.Resize(rows * 2 * F);
   d_a_.Resize(rows * dE);

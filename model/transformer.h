@@ -72,8 +72,8 @@ class Transformer final : public ModelStage<Real> {
   // load, an init) are seen only here.
   void BeginStep(const Real* params) override;
   void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
-  // `inference`: its yarn_factor (with train_len as YaRN's L), and for attention
-  // SCREENING its window rule; the backward is of a training forward (no YaRN, learned windows).
+  // `inference`: its yarn_factor (with train_len as YaRN's L), for attention SIGMOID its
+  // bias's n (SigmoidBiasLength; T at training), and for attention SCREENING its window rule; the backward is of a training forward (no YaRN, learned windows).
   void LayersForward(const Real* params, int64_t B, int64_t T, Real* x,
                      const InferenceOptions* inference = nullptr) override;
   double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx, Real* grads,
@@ -142,6 +142,7 @@ class Transformer final : public ModelStage<Real> {
   std::unique_ptr<kernels::TransformerKernels<Real>> tk_;
   int64_t batch_ = 0, seq_ = 0;
   kernels::cpu::RopeScaling rope_;  // the last LayersForward's RoPE frequencies (YaRN's at inference)
+  int64_t sigmoid_bias_length_ = 0;  // the last LayersForward's (SigmoidBiasLength)
   Real s_e_ = 0, s_f_ = 0;  // host copies (BeginStep; sio)
   Array table_, e_norm_, table_c_, d_table_;  // Ē (sio) or a copy of W_E, its row norms, its rounding, ∂L/∂table
   kernels::PackedOperand<Real> table_op_;     // Table() as the head's GEMMs read it (BeginStep; shard.head)

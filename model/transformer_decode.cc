@@ -32,7 +32,7 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
       hidden_(placement.device), rstd_(placement.device) {
   const Device device = placement.device;
   const int64_t V = dims.vocab, dE = dims.d_e, H = dims.n_heads, dh = dims.d_k, F = dims.d_ff();
-  const kernels::cpu::RopeScaling yarn{options.yarn_factor, double(options.train_len)};
+  const kernels::cpu::RopeScaling yarn = YarnScalingOf(options);
   auto read = [&](const Real* src, int64_t n) {  // host values of parameters
     std::vector<Real> host(n);
     ops().Download(src, n, host.data());
@@ -81,6 +81,7 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
     shape.heads = H;
     shape.d_h = dh;
     shape.kind = dims.attention;
+    shape.sigmoid_bias_length = SigmoidBiasLength(dims, &options, 0);
     shape.qk_norm = dims.qk_norm;
     shape.rope_scaling = yarn;
     shape.scale.assign(H, 1.0 / std::sqrt(double(dh)));

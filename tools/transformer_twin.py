@@ -14,7 +14,10 @@ The model, for tokens t and x [B, T, d_E]:
               x = x + weights_causal(scale q k^T) v W_O, weights by the `attention` attribute
               (issue 30; n_i = i + 1 keys seen by query i):
                 softmax;  softmax1: a zero logit appended to each row, then dropped;
-                ssmax: softmax(z * s_SS,h * log n_i);  sigmoid: sigmoid(z - log n_i);
+                ssmax: softmax(z * s_SS,h * log n_i);
+                sigmoid: sigmoid(z - log n), n by the `sigmoid_bias` attribute: train_length
+                  n = T, the sequence length trained on (Ramapuram et al.'s b = -log n, one
+                  constant), per_query n = n_i (absent in files before it: per_query);
                 entmax15: relu(z/2 - tau)^2, tau from the sorted row's closed form
               screening (the paper's Table 7 last row): per head the screening unit of
               tools/multiscreen_twin.py (spec steps 4-11) in place of RoPE, scale and
@@ -46,6 +49,7 @@ from multiscreen_twin import (batch_from_tokens, mipe_angles, mipe_rotate, read_
 RMS_EPS = 1e-6
 ROPE_THETA = 10000.0
 ATTENTIONS = ("softmax", "softmax1", "ssmax", "sigmoid", "entmax15", "screening")
+SIGMOID_BIASES = ("train_length", "per_query")
 W_TH = 256.0  # the MiPE threshold (spec "Symbols"; a Transformer model file cannot change it)
 
 
@@ -71,6 +75,10 @@ def load_weights(path):
         cfg["attention"] = cfg.get("attention", "softmax")  # absent in older files
         if cfg["attention"] not in ATTENTIONS:
             raise ValueError(f"{path}: attention is {cfg['attention']!r}, not one of {ATTENTIONS}")
+        # absent in files written before it, when a sigmoid model was trained per query
+        cfg["sigmoid_bias"] = cfg.get("sigmoid_bias", "per_query" if cfg["attention"] == "sigmoid" else "train_length")
+        if cfg["sigmoid_bias"] not in SIGMOID_BIASES:
+            raise ValueError(f"{path}: sigmoid_bias is {cfg['sigmoid_bias']!r}, not one of {SIGMOID_BIASES}")
         cfg["d_h"] = cfg["d_e"] // cfg["n_heads"]
         cfg["d_ff"] = 8 * cfg["d_e"] // 3
         params = {}
@@ -171,7 +179,8 @@ def weights(cfg, p, z):
         z = torch.cat([z.masked_fill(~causal, float("-inf")), torch.zeros_like(z[..., :1])], dim=-1)
         return torch.softmax(z, dim=-1)[..., :T]
     if kind == "sigmoid":
-        return torch.sigmoid(z - log_n).masked_fill(~causal, 0.0)
+        bias = log_n if cfg["sigmoid_bias"] == "per_query" else math.log(T)
+        return torch.sigmoid(z - bias).masked_fill(~causal, 0.0)
     return entmax15(z / 2, causal)
 
 

@@ -27,13 +27,13 @@ bool SoftmaxLike(AttentionKind kind) {
 }
 
 // The weight p_ij of score z = z_ij of query i from the forward's row statistic `stat`
-// (lse or τ) and n_i = i + 1: the one switch of the score → weight map.
-inline double Weight(AttentionKind kind, double z, double stat, int64_t n) {
+// (lse, τ, or sigmoid's bias b_i): the one switch of the score → weight map.
+inline double Weight(AttentionKind kind, double z, double stat) {
   switch (kind) {
     case AttentionKind::kSoftmax: case AttentionKind::kSoftmax1: case AttentionKind::kSsmax:
       return std::exp(z - stat);
     case AttentionKind::kSigmoid:
-      return Sigmoid(z - std::log(double(n)));
+      return Sigmoid(z + stat);
     case AttentionKind::kEntmax15: {
       const double t = 0.5 * z - stat;
       return t > 0 ? t * t : 0.0;
@@ -77,15 +77,15 @@ double Entmax15Threshold(const double* y, int64_t n, double* work) {
   return tau;
 }
 
-void AttentionWeights(AttentionKind kind, const double* z, int64_t n, double* p, double* work) {
+void AttentionWeights(AttentionKind kind, const double* z, int64_t n, double sigmoid_bias, double* p, double* work) {
   if (kind == AttentionKind::kEntmax15) {
     for (int64_t j = 0; j < n; ++j) p[j] = 0.5 * z[j];
     const double tau = Entmax15Threshold(p, n, work);
-    for (int64_t j = 0; j < n; ++j) p[j] = Weight(kind, z[j], tau, n);
+    for (int64_t j = 0; j < n; ++j) p[j] = Weight(kind, z[j], tau);
     return;
   }
   if (kind == AttentionKind::kSigmoid) {
-    for (int64_t j = 0; j < n; ++j) p[j] = Weight(kind, z[j], 0.0, n);
+    for (int64_t j = 0; j < n; ++j) p[j] = Weight(kind, z[j], sigmoid_bias);
     return;
   }
   // Softmax-like: lse with softmax1's e^0 term.
@@ -94,7 +94,7 @@ void AttentionWeights(AttentionKind kind, const double* z, int64_t n, double* p,
   double sum = kind == AttentionKind::kSoftmax1 ? std::exp(-m) : 0.0;
   for (int64_t j = 0; j < n; ++j) sum += std::exp(z[j] - m);
   const double lse = m + std::log(sum);
-  for (int64_t j = 0; j < n; ++j) p[j] = Weight(kind, z[j], lse, n);
+  for (int64_t j = 0; j < n; ++j) p[j] = Weight(kind, z[j], lse);
 }
 
 template <typename Real>
@@ -149,7 +149,7 @@ void AttentionForward(const AttentionShape& sh, const Real* q, const Real* k, co
             const double c_i = scale[h] * AttentionLengthFactor(kind, i);
             double* a = acc.data() + ii * dh;
             if (kind == AttentionKind::kSigmoid) {  // no normalizer: weights add up directly
-              const double bias = -std::log(double(i + 1));
+              const double bias = SigmoidBias(sh.sigmoid_bias_length, i);
               for (int64_t j = j0; j < jend; ++j) {
                 const double p = Sigmoid(c_i * DotRow(qb + i * ld, kb + j * ld, dh) + bias);
                 const Real* vj = vb + j * ld;
@@ -179,7 +179,7 @@ void AttentionForward(const AttentionShape& sh, const Real* q, const Real* k, co
           const int64_t ii = i - i0;
           if (kind == AttentionKind::kSigmoid) {
             for (int64_t c = 0; c < dh; ++c) ob[i * ld + c] = static_cast<Real>(acc[ii * dh + c]);
-            stat_b[i] = 0;
+            stat_b[i] = SigmoidBias(sh.sigmoid_bias_length, i);
             continue;
           }
           for (int64_t c = 0; c < dh; ++c) ob[i * ld + c] = static_cast<Real>(acc[ii * dh + c] / l[ii]);
@@ -237,7 +237,7 @@ void AttentionBackward(const AttentionShape& sh, const Real* q, const Real* k, c
             const double lambda = AttentionLengthFactor(kind, i), c_i = scale[h] * lambda;
             for (int64_t j = j0; j < jend; ++j) {
               const double dot = DotRow(qb + i * ld, kb + j * ld, dh);
-              const double p = Weight(kind, c_i * dot, stat_b[i], i + 1);
+              const double p = Weight(kind, c_i * dot, stat_b[i]);
               const double dp = DotRow(dob + i * ld, vb + j * ld, dh);
               const double g = ScoreGrad(kind, p, dp, D[ii]);  // ∂L/∂z_ij
               ds[ii * Bk + (j - j0)] = g;

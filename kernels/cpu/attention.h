@@ -15,10 +15,12 @@
 //              log n_i (query 0: log 1 = 0, a single key, weight 1 whatever the score).
 //   kSigmoid   sigmoid attention (J. Ramapuram et al. 2024, "Theory, Analysis, and Best
 //              Practices for Sigmoid Self-Attention", arXiv 2409.04431):
-//              p_ij = σ(z_ij + b_i), b_i = −log n_i, no normalization. The paper's bias is
-//              −log(sequence length); here n_i is the number of keys query i sees, so a
-//              token's output does not depend on how long the batch's sequences are and
-//              decoding equals the full forward at every position.
+//              p_ij = σ(z_ij + b_i), no normalization, b_i = −log n with n the shape's
+//              sigmoid_bias_length for every query (the paper's b = −log(sequence
+//              length); its causal-LM configuration sets one constant, −ln 2048, the
+//              training length: apple/ml-sigmoid-attention), or, with
+//              sigmoid_bias_length 0, n_i = i + 1, the keys query i sees (a per-query
+//              form, model switch `sigmoid_bias: PER_QUERY`; docs/attention.md).
 //   kEntmax15  1.5-entmax (B. Peters, V. Niculae, A. F. T. Martins 2019, "Sparse
 //              Sequence-to-Sequence Models", ACL): p = [(α−1) z − τ]_+^{1/(α−1)} with
 //              α = 1.5, i.e. p_ij = max(0, z_ij/2 − τ_i)², τ_i the one threshold with
@@ -42,7 +44,17 @@ inline constexpr int64_t kAttentionBlock = 64;
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, d_h = 0;
   AttentionKind kind = AttentionKind::kSoftmax;
+  // Sigmoid's n in b = −log n: > 0 the same n for every query (the model's training
+  // length at training, the evaluation's choice at inference: model/tile_weights.h
+  // SigmoidBiasLength); 0 the per-query n_i = i + 1. Other kinds ignore it.
+  int64_t sigmoid_bias_length = 0;
 };
+
+// Sigmoid's bias b_i of query position i (0-based): −log(bias_length) when bias_length > 0,
+// else −log(i + 1).
+inline double SigmoidBias(int64_t bias_length, int64_t i) {
+  return -std::log(double(bias_length > 0 ? bias_length : i + 1));
+}
 
 // The score multiplier's length factor of query position i (0-based): log n_i = log(i + 1)
 // for SSMax, 1 otherwise.
@@ -52,7 +64,7 @@ inline double AttentionLengthFactor(AttentionKind kind, int64_t i) {
 
 // o written; stat [B, heads, T] written (fp64), the row statistic the backward recomputes
 // p from: softmax, SSMax: lse_i = log Σ_j e^{z_ij}; softmax1: log(1 + Σ_j e^{z_ij});
-// entmax: τ_i; sigmoid: 0 (unused). scale: [heads] host.
+// entmax: τ_i; sigmoid: its bias b_i (SigmoidBias). scale: [heads] host.
 template <typename Real>
 void AttentionForward(const AttentionShape& shape, const Real* q, const Real* k, const Real* v, const double* scale,
                       Real* o, double* stat);
@@ -78,7 +90,8 @@ double Entmax15Threshold(const double* y, int64_t n, double* work);
 
 // The weights p[0, n) of one query that sees n keys (n_i = n) from its scores z[0, n)
 // (z = c·q·k, the length factor of SSMax already in c), by `kind`: the forward's map, one
-// query at a time (the decoder's, model/transformer_decode.cc). work: n doubles.
-void AttentionWeights(AttentionKind kind, const double* z, int64_t n, double* p, double* work);
+// query at a time (the decoder's, model/transformer_decode.cc). sigmoid_bias: sigmoid's b
+// of this query (SigmoidBias), ignored by the other kinds. work: n doubles.
+void AttentionWeights(AttentionKind kind, const double* z, int64_t n, double sigmoid_bias, double* p, double* work);
 
 }  // namespace multiscreen::kernels::cpu

@@ -52,7 +52,7 @@ void CpuAttentionCache<Real>::StepRows(const Real* qkv, int64_t ldqkv, int64_t r
         for (int64_t c = 0; c < dh; ++c) s += double(q[h * dh + c]) * k_[j * dl + h * dh + c];
         z[j] = shape_.scale[h] * lambda * s;
       }
-      AttentionWeights(shape_.kind, z.data(), n, p.data(), work.data());
+      AttentionWeights(shape_.kind, z.data(), n, SigmoidBias(shape_.sigmoid_bias_length, pos), p.data(), work.data());
       for (int64_t c = 0; c < dh; ++c) {
         double acc = 0;
         for (int64_t j = 0; j < n; ++j) acc += p[j] * v_[j * dl + h * dh + c];

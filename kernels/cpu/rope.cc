@@ -7,12 +7,29 @@
 
 namespace multiscreen::kernels::cpu {
 
+void YarnCodeRampBounds(int64_t d_h, const RopeScaling& s, double* lo, double* hi) {
+  // The pair index that turns `turns` times over L; the bounds rounded outward.
+  auto pair_turning = [&](double turns) {
+    return double(d_h) * std::log(s.original_len / (turns * 2.0 * std::numbers::pi)) / (2.0 * std::log(kRopeTheta));
+  };
+  *lo = std::max(std::floor(pair_turning(s.beta)), 0.0);
+  *hi = std::min(std::ceil(pair_turning(s.alpha)), double(d_h - 1));
+  if (*lo == *hi) *hi += 0.001;  // as the reference, against a zero width
+}
+
 double RopeFrequency(int64_t p, int64_t d_h, const RopeScaling& scaling) {
   const double theta = std::pow(kRopeTheta, -2.0 * double(p) / double(d_h));
   if (!scaling.active()) return theta;
-  const double wavelength = 2.0 * std::numbers::pi / theta;
-  const double r = scaling.original_len / wavelength;
-  const double gamma = std::clamp((r - scaling.alpha) / (scaling.beta - scaling.alpha), 0.0, 1.0);
+  double gamma;
+  if (scaling.ramp == YarnRamp::kCode) {
+    double lo, hi;
+    YarnCodeRampBounds(d_h, scaling, &lo, &hi);
+    gamma = 1.0 - std::clamp((double(p) - lo) / (hi - lo), 0.0, 1.0);
+  } else {
+    const double wavelength = 2.0 * std::numbers::pi / theta;
+    const double r = scaling.original_len / wavelength;
+    gamma = std::clamp((r - scaling.alpha) / (scaling.beta - scaling.alpha), 0.0, 1.0);
+  }
   return (1.0 - gamma) * theta / scaling.factor + gamma * theta;
 }
 

@@ -36,7 +36,8 @@ __device__ inline RowIndex IndexOf(int64_t g, int64_t T, int64_t H, int64_t dh) 
 
 // One warp per query: the weights over keys 0..i, then o_i and the row statistic.
 __global__ void ForwardKernel(const float* q, const float* k, const float* v, const double* scale, float* o,
-                              double* lse, int64_t rows, int64_t T, int64_t H, int64_t dh, AttentionKind kind) {
+                              double* lse, int64_t rows, int64_t T, int64_t H, int64_t dh, AttentionKind kind,
+                              int64_t sigmoid_bias_length) {
   const int64_t g = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
   if (g >= rows) return;
   const RowIndex r = IndexOf(g, T, H, dh);
@@ -44,13 +45,13 @@ __global__ void ForwardKernel(const float* q, const float* k, const float* v, co
   const double sc = scale[r.bh % H] * LengthFactor(kind, r.t);
   double qi[kPerLane], acc[kPerLane];
   LoadRow(q + r.base + r.t * ld, dh, qi);
-  const double stat = AttendQuery(qi, k, v, r.base, r.t, ld, dh, sc, kind, acc);
+  const double stat = AttendQuery(qi, k, v, r.base, r.t, ld, dh, sc, kind, sigmoid_bias_length, acc);
   StoreRow(acc, dh, o + r.base + r.t * ld);
   if (threadIdx.x == 0) lse[g] = stat;
 }
 
 // The row constant D_i, one warp per query: softmax kinds ∂L/∂o_i · o_i; entmax
-// Σ_j √p_ij dp_ij / Σ_j √p_ij (a pass over the keys); sigmoid 0.
+// Σ_j √p_ij dp_ij / Σ_j √p_ij (a pass over the keys); sigmoid 0 (unused).
 __global__ void DeltaKernel(const float* q, const float* k, const float* v, const float* o, const float* d_o,
                             const double* lse, const double* scale, double* delta, int64_t rows, int64_t T, int64_t H,
                             int64_t dh, AttentionKind kind) {
@@ -97,7 +98,7 @@ __global__ void QueryGradKernel(const float* q, const float* k, const float* v, 
   for (int64_t j = 0; j <= r.t; ++j) {
     const float* kj = k + r.base + j * ld;
     const double dot = WarpDot(qi, kj, dh);
-    const double p = Weight(kind, sc * dot, lse_i, r.t + 1);
+    const double p = Weight(kind, sc * dot, lse_i);
     const double ds = ScoreGrad(kind, p, WarpDot(doi, v + r.base + j * ld, dh), d_i);
     g_scale += ds * lambda * dot;
     const double gs = sc * ds;
@@ -129,7 +130,7 @@ __global__ void KeyValueGradKernel(const float* q, const float* k, const float* 
     const float* qi = q + r.base + i * ld;
     const float* doi = d_o + r.base + i * ld;
     const double sc = scale_h * LengthFactor(kind, i);
-    const double p = Weight(kind, sc * WarpDot(kj, qi, dh), lse[r.bh * T + i], i + 1);
+    const double p = Weight(kind, sc * WarpDot(kj, qi, dh), lse[r.bh * T + i]);
     const double ds = ScoreGrad(kind, p, WarpDot(vj, doi, dh), delta[r.bh * T + i]);
     const double gs = sc * ds;
 #pragma unroll
@@ -189,7 +190,7 @@ void AttentionForward(const cpu::AttentionShape& shape, const float* q, const fl
   scratch->lse.Resize(rows);
   Launch<ForwardKernel>(WarpGrid(rows), dim3(kWarp, kWarpsPerBlock), 0, stream, q, k, v,
                         scratch->scale.data(), o, scratch->lse.data(), rows, shape.seq, shape.heads, shape.d_h,
-                        shape.kind);
+                        shape.kind, shape.sigmoid_bias_length);
   MS_CUDA_CHECK_LAUNCH("AttentionForward");
   DownloadDoubles("AttentionForward", scratch->lse.data(), rows, lse, stream);
 }

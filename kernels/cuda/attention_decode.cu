@@ -38,7 +38,8 @@ __device__ inline float WarpSquares(const float* x, int64_t dh) {
 // chunk's earlier keys — the same operations, so Step's bits.
 __global__ void AttentionDecodeKernel(const float* qkv, int64_t ldqkv, const double* freq, const double* scale,
                                       float* K, float* V, float* o, int64_t ldo, int64_t pos0, int64_t H, int64_t dh,
-                                      AttentionKind kind, bool qk_norm, bool store, bool attend) {
+                                      AttentionKind kind, int64_t sigmoid_bias_length, bool qk_norm, bool store,
+                                      bool attend) {
   const int64_t h = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.y, row = blockIdx.y, pos = pos0 + row;
   if (h >= H) return;
   qkv += row * ldqkv;
@@ -83,7 +84,7 @@ __global__ void AttentionDecodeKernel(const float* qkv, int64_t ldqkv, const dou
   if (!attend) return;
   __syncwarp();  // the warp's row of K and V is written before its lanes read it
   const double sc = scale[h] * LengthFactor(kind, pos);
-  AttendQuery(qi, K, V, base, pos, dl, dh, sc, kind, acc);
+  AttendQuery(qi, K, V, base, pos, dl, dh, sc, kind, sigmoid_bias_length, acc);
   StoreRow(acc, dh, o + base);
 }
 
@@ -122,7 +123,7 @@ class CudaAttentionCache final : public AttentionCache<float> {
                                       static_cast<const double*>(freq_.data()),
                                       static_cast<const double*>(scale_.data()), k_.data(), v_.data(),
                                       o + first * ldo, ldo, pos0 + first, shape_.heads, shape_.d_h, shape_.kind,
-                                      shape_.qk_norm, store, attend);
+                                      shape_.sigmoid_bias_length, shape_.qk_norm, store, attend);
         MS_CUDA_CHECK_LAUNCH("AttentionCache::Step");
       };
       if (n == 1) {

@@ -63,10 +63,16 @@ __device__ inline double SigmoidOf(double x) {
   return e / (1.0 + e);
 }
 
-// p_ij from z_ij, the row statistic (lse or entmax's τ) and n_i = t + 1.
-__device__ inline double Weight(AttentionKind kind, double z, double stat, int64_t n) {
+// Sigmoid's bias b_t of query position t: −log(bias_length) when bias_length > 0, else
+// −log(t + 1) (cpu::SigmoidBias).
+__device__ inline double SigmoidBiasOf(int64_t bias_length, int64_t t) {
+  return -log(double(bias_length > 0 ? bias_length : t + 1));
+}
+
+// p_ij from z_ij and the row statistic (lse, entmax's τ, or sigmoid's bias b_i).
+__device__ inline double Weight(AttentionKind kind, double z, double stat) {
   if (SoftmaxLike(kind)) return exp(z - stat);
-  if (kind == AttentionKind::kSigmoid) return SigmoidOf(z - log(double(n)));
+  if (kind == AttentionKind::kSigmoid) return SigmoidOf(z + stat);
   const double t = 0.5 * z - stat;  // entmax 1.5
   return t > 0 ? t * t : 0.0;
 }
@@ -106,17 +112,19 @@ __device__ inline double EntmaxThreshold(const double* qi, const float* k, int64
 
 // One query's output over keys 0..t of its (b, h) pair (rows base + j·ld of k and v),
 // held by a warp: the weights of the scores sc · q·k_j (an online softmax for the softmax
-// kinds), acc[u] ← o's columns lane + 32u, and the row statistic (lse, entmax's τ, or 0
-// for sigmoid) returned. The forward's query (attention.cu) and the decoder's
-// (attention_decode.cu).
+// kinds), acc[u] ← o's columns lane + 32u, and the row statistic (lse, entmax's τ, or
+// sigmoid's bias, of sigmoid_bias_length: SigmoidBiasOf) returned. The forward's query
+// (attention.cu) and the decoder's (attention_decode.cu).
 __device__ inline double AttendQuery(const double* qi, const float* k, const float* v, int64_t base, int64_t t,
-                                     int64_t ld, int64_t dh, double sc, AttentionKind kind, double* acc) {
+                                     int64_t ld, int64_t dh, double sc, AttentionKind kind, int64_t sigmoid_bias_length,
+                                     double* acc) {
 #pragma unroll
   for (int u = 0; u < kPerLane; ++u) acc[u] = 0;
   if (!SoftmaxLike(kind)) {  // sigmoid, entmax: each weight on its own, no rescaling
-    const double stat = kind == AttentionKind::kEntmax15 ? EntmaxThreshold(qi, k, base, t, ld, dh, sc) : 0.0;
+    const double stat = kind == AttentionKind::kEntmax15 ? EntmaxThreshold(qi, k, base, t, ld, dh, sc)
+                                                         : SigmoidBiasOf(sigmoid_bias_length, t);
     for (int64_t j = 0; j <= t; ++j) {
-      const double p = Weight(kind, sc * WarpDot(qi, k + base + j * ld, dh), stat, t + 1);
+      const double p = Weight(kind, sc * WarpDot(qi, k + base + j * ld, dh), stat);
       const float* vj = v + base + j * ld;
 #pragma unroll
       for (int u = 0; u < kPerLane; ++u) {

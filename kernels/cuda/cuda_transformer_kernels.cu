@@ -82,7 +82,8 @@ class CudaTransformerKernels final : public TransformerKernels<float> {
   // the width or scaling differs or it is shorter (one launch then; none in a training run
   // of one length).
   const float* RopeTableFor(const AttentionShape& shape, const cpu::RopeScaling& scaling) {
-    const auto key = std::make_tuple(shape.d_h, scaling.factor, scaling.original_len, scaling.alpha, scaling.beta);
+    const auto key = std::make_tuple(shape.d_h, scaling.factor, scaling.original_len, scaling.alpha, scaling.beta,
+                                     scaling.ramp);
     if (rope_rows_ < shape.seq || key != rope_key_) {
       rope_table_.Resize(shape.seq * shape.d_h);
       cuda::RopeTable(rope_table_.data(), shape.seq, shape.d_h, stream_, scaling);
@@ -108,7 +109,7 @@ class CudaTransformerKernels final : public TransformerKernels<float> {
   AttentionScratch attention_;
   DeviceArray<float> rope_table_{Device::kCuda};  // [rope_rows_, d_h]: RopeTable of rope_key_
   int64_t rope_rows_ = 0;
-  std::tuple<int64_t, double, double, double, double> rope_key_;  // d_h, the scaling
+  std::tuple<int64_t, double, double, double, double, cpu::YarnRamp> rope_key_;  // d_h, the scaling
   DeviceArray<float> q_turned_{Device::kCuda}, k_turned_{Device::kCuda};   // the unfused RoPE's copies
 };
 

@@ -11,13 +11,21 @@ namespace {
 constexpr double kTheta = 10000.0;  // cpu::kRopeTheta
 constexpr double kTwoPi = 6.283185307179586476925286766559;
 
-// YaRN's scaling as plain numbers (a kernel argument): factor 1 is plain RoPE.
+// YaRN's scaling as plain numbers (a kernel argument): factor 1 is plain RoPE. code: the
+// authors' code's ramp over the pair index between lo and hi (cpu::YarnCodeRampBounds).
 struct Scaling {
   double factor, original_len, alpha, beta;
+  bool code;
+  double lo, hi;
 };
 
-Scaling ScalingOf(const cpu::RopeScaling& scaling) {
-  return Scaling{scaling.factor, scaling.original_len, scaling.alpha, scaling.beta};
+Scaling ScalingOf(const cpu::RopeScaling& scaling, int64_t d_h) {
+  Scaling s{scaling.factor, scaling.original_len, scaling.alpha, scaling.beta, false, 0.0, 1.0};
+  if (scaling.active() && scaling.ramp == cpu::YarnRamp::kCode) {
+    s.code = true;
+    cpu::YarnCodeRampBounds(d_h, scaling, &s.lo, &s.hi);
+  }
+  return s;
 }
 
 // cos φ(t, p) and sign · sin φ(t, p) as fp32, from fp64 as cpu::Rope: freq = θ^(−2p/d_h)
@@ -27,7 +35,8 @@ __device__ inline void CosSin(int64_t t, int64_t p, int64_t d_h, double sign, co
   double freq = pow(kTheta, -2.0 * double(p) / double(d_h));
   if (yarn.factor != 1.0) {
     const double r = yarn.original_len / (kTwoPi / freq);
-    const double gamma = fmin(fmax((r - yarn.alpha) / (yarn.beta - yarn.alpha), 0.0), 1.0);
+    const double gamma = yarn.code ? 1.0 - fmin(fmax((double(p) - yarn.lo) / (yarn.hi - yarn.lo), 0.0), 1.0)
+                                   : fmin(fmax((r - yarn.alpha) / (yarn.beta - yarn.alpha), 0.0), 1.0);
     freq = (1.0 - gamma) * freq / yarn.factor + gamma * freq;
   }
   const double phi = double(t) * freq;
@@ -72,7 +81,7 @@ void Launch2(const Operands& ops, int arrays, int64_t ld, int64_t B, int64_t T, 
   const int64_t n = B * T * heads * (d_h / 2);
   if (n <= 0) return;
   Launch<RopeKernel>(BlocksFor(arrays * n), kThreads, 0, stream, ops, arrays, ld, T, heads, d_h, n,
-                     inverse ? -1.0 : 1.0, ScalingOf(scaling));
+                     inverse ? -1.0 : 1.0, ScalingOf(scaling, d_h));
   MS_CUDA_CHECK_LAUNCH("Rope");
 }
 
@@ -91,7 +100,7 @@ void RopePair(const float* q, const float* k, float* q_out, float* k_out, int64_
 void RopeTable(float* table, int64_t T, int64_t d_h, cudaStream_t stream, const cpu::RopeScaling& scaling) {
   const int64_t n = T * (d_h / 2);
   if (n <= 0) return;
-  Launch<RopeTableKernel>(BlocksFor(n), kThreads, 0, stream, table, T, d_h, ScalingOf(scaling));
+  Launch<RopeTableKernel>(BlocksFor(n), kThreads, 0, stream, table, T, d_h, ScalingOf(scaling, d_h));
   MS_CUDA_CHECK_LAUNCH("RopeTable");
 }
 

@@ -2,7 +2,7 @@
 // half-split pairs (p, p + d_h/2) of each head turned by φ(t, p) = t · θ_p,
 // θ_p = θ^(−2p/d_h), θ = 10,000, t the position within its sequence; with YaRN's
 // scaling (cpu::RopeScaling, F > 1) θ'_p = (1 − γ(r_p)) θ_p/F + γ(r_p) θ_p, the same
-// NTK-by-parts ramp as cpu::RopeFrequencies. The frequency, angle, its cosine and sine
+// NTK-by-parts ramp (either YarnRamp) as cpu::RopeFrequencies. The frequency, angle, its cosine and sine
 // are computed in fp64 from the exact integer position, as the CPU's, then rounded to
 // fp32 for the rotation. One thread per pair. Pointers are device pointers; launches on
 // `stream`; failures are fatal.

@@ -282,6 +282,10 @@ class CliTest(OneLineErrors):
                 "root attribute qk_norm is missing, though family, which files gained with it, is present")
         refused(delete("tanh_norm"), "tiny_psi2", "root attribute tanh_norm is missing, though position")
         refused(delete("output_gate"), "tiny_psi2", "root attribute output_gate is missing, though position")
+        refused(delete("attention"), "tiny_transformer",
+                "root attribute attention is missing, though sigmoid_bias, which files gained after it, is present")
+        refused(put("sigmoid_bias", np.bytes_(b"per_key")), "tiny_transformer",
+                "root attribute sigmoid_bias = \"per_key\" is not train_length or per_query")
         refused(put("w_thh", np.int64(16)), "tiny_psi2", "root attribute w_thh is not one a weights file has")
         refused(put("w_th", 16.0), "tiny_transformer_screening",
                 "w_th = 16: a Transformer's is 256 (model files cannot set it)")
@@ -291,7 +295,7 @@ class CliTest(OneLineErrors):
                 "dataset layers/000/s_x is not a parameter of model tiny_psi2")
         # A screening file read as softmax (no attribute attention, and no later one either)
         # holds s_w and s_r, which a softmax Transformer has not.
-        refused(delete("attention"),
+        refused(lambda f: [f.attrs.__delitem__(a) for a in ("attention", "sigmoid_bias")],
                 "tiny_transformer_screening", "dataset layers/000/s_r is not a parameter of model "
                 "tiny_transformer_screening (family transformer, attention softmax, as the root attributes say)")
         # Files written before the switches (no tanh_norm, attention, position, output_gate;

@@ -316,6 +316,25 @@ TEST(ModelValidationTest, ModelFieldsAreCheckedAgainstTheSchema) {
   for (const char* kind : {"SOFTMAX", "SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15", "SCREENING"}) {
     EXPECT_EQ(error(absl::StrCat("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: ", kind)), "ok") << kind;
   }
+  // Issue 43's sigmoid_bias: attention SIGMOID's alone; TRAIN_LENGTH by default.
+  const std::string sigmoid = "family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 attention: SIGMOID";
+  EXPECT_EQ(error(sigmoid + " sigmoid_bias: PER_QUERY"), "ok");
+  EXPECT_EQ(error(sigmoid + " sigmoid_bias: TRAIN_LENGTH"), "ok");
+  EXPECT_EQ(error(sigmoid + " sigmoid_bias: 7"), "sigmoid_bias = 7 is not a known value (TRAIN_LENGTH, PER_QUERY)");
+  EXPECT_EQ(error("family: TRANSFORMER n_layers: 2 n_heads: 2 d_e: 8 sigmoid_bias: PER_QUERY"),
+            "sigmoid_bias applies to attention: SIGMOID only (attention is softmax)");
+  EXPECT_EQ(error("psi: 2 sigmoid_bias: TRAIN_LENGTH"),
+            "sigmoid_bias is a Transformer switch (family: TRANSFORMER, attention: SIGMOID)");
+  {
+    const std::string path = WriteTemp(absl::StrCat("sigmoid_", ::getpid(), ".textproto"), sigmoid);
+    EXPECT_EQ(LoadModel(path)->sigmoid_bias, SigmoidBias::kTrainLength);
+    const std::string per_query =
+        WriteTemp(absl::StrCat("sigmoid_pq_", ::getpid(), ".textproto"), sigmoid + " sigmoid_bias: PER_QUERY");
+    const ModelDims a = *LoadModel(path), b = *LoadModel(per_query);
+    EXPECT_EQ(b.sigmoid_bias, SigmoidBias::kPerQuery);
+    EXPECT_EQ(ModelDifferences(a, b, "a", "b"),
+              std::vector<std::string>{"sigmoid_bias = train_length in a, per_query in b"});
+  }
   // The name goes into logs, manifests and one-line errors: checkpoints refuse such a name,
   // so training must not start with it.
   EXPECT_EQ(error("name: \"a\\nb\" psi: 2"), "name is not a line of at most 256 printable characters");

@@ -161,12 +161,16 @@ TEST_F(TransformerKernelsCudaTest, RopeMatchesTheCpuForwardAndInverseAtLatePosit
   };
   for (const Shape sh : {Shape{2, 37, 3, 16, 0}, Shape{1, 70, 2, 64, 128}, Shape{3, 5, 4, 32, 7},
                          Shape{1, 4100, 1, 16, 32}, Shape{2, 130, 2, 20, 0}}) {
-    // Plain RoPE and YaRN's NTK-by-parts frequencies (F = 4 over L = 1000; F = 8 over L = 64).
+    // Plain RoPE and YaRN's NTK-by-parts frequencies (F = 4 over L = 1000; F = 8 over L = 64),
+    // the last also with the authors' code's ramp (issue 43).
+    kernels::cpu::RopeScaling code{8.0, 64.0};
+    code.ramp = kernels::cpu::YarnRamp::kCode;
     for (const kernels::cpu::RopeScaling yarn : {kernels::cpu::RopeScaling{}, kernels::cpu::RopeScaling{4.0, 1000.0},
-                                                 kernels::cpu::RopeScaling{8.0, 64.0}}) {
+                                                 kernels::cpu::RopeScaling{8.0, 64.0}, code}) {
       for (const bool inverse : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "B " << sh.B << " T " << sh.T << " heads " << sh.heads << " d_h "
-                                          << sh.d_h << " inverse " << inverse << " yarn " << yarn.factor);
+                                          << sh.d_h << " inverse " << inverse << " yarn " << yarn.factor << " "
+                                          << kernels::cpu::YarnRampName(yarn.ramp));
         const int64_t ld = sh.heads * sh.d_h + sh.ld_extra, n = sh.B * sh.T * ld;
         const Floats x = Random(n, 9 + sh.T);
         Floats ref = x;
@@ -322,12 +326,14 @@ TEST_F(TransformerKernelsCudaTest, AttentionWithRopeMatchesTheCpuTable) {
 }
 
 // Issue 30: every attention mechanism against the CPU's, forward and backward, over two
-// shapes (one and two 64-key blocks on the CPU) in fp32.
+// shapes (one and two 64-key blocks on the CPU) in fp32; sigmoid's per-query bias on the
+// first, one bias −log 50 for every query on the second (issue 43).
 TEST_F(TransformerKernelsCudaTest, EveryAttentionKindMatchesTheCpu) {
   for (const AttentionKind kind : {AttentionKind::kSoftmax1, AttentionKind::kSsmax, AttentionKind::kSigmoid,
                                    AttentionKind::kEntmax15}) {
     for (AttentionShape sh : {AttentionShape{2, 37, 3, 16}, AttentionShape{1, 70, 2, 20}}) {
       sh.kind = kind;
+      if (kind == AttentionKind::kSigmoid && sh.seq == 70) sh.sigmoid_bias_length = 50;
       SCOPED_TRACE(::testing::Message() << AttentionKindName(kind) << " T " << sh.seq << " d_h " << sh.d_h);
       const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h, stats = sh.batch * sh.heads * sh.seq;
       const uint64_t seed = 50 + sh.seq;

@@ -8,7 +8,8 @@ context-matched (seq_len / train_len, and in a grid each cell's prompt); with qk
 on the scores, after the unit rows). A Multiscreen model with position: ROPE takes YaRN's
 frequencies and no temperature (docs/ablations.md): its losses against the Multiscreen twin
 (tools/multiscreen_twin.py) whose RoPE is replaced here by YaRN's frequencies; MIPE and
-NOPE models refuse the flag in one line.
+NOPE models refuse the flag in one line. --yarn_ramp=code (issue 43) against the twin with a
+Python transcription of the YaRN authors' reference code's frequencies.
 
 Run: /usr/bin/python3 tests/eval/yarn_cli_test.py --multiscreen=build/multiscreen --source=.
 """
@@ -41,18 +42,17 @@ def run(*args, timeout=120):
     return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def yarn_twin_losses(path, tokens, batch, seq_len, factor, train_len):
+def yarn_twin_losses(path, tokens, batch, seq_len, factor, train_len, frequencies=None):
     """The twin's token losses [B, T] with YaRN: θ'_d = (1 − γ) θ_d / F + γ θ_d,
-    γ = clamp((L/λ_d − 1)/(32 − 1), 0, 1), λ_d = 2π/θ_d; scores times (0.1 ln F + 1)²."""
+    γ = clamp((L/λ_d − 1)/(32 − 1), 0, 1), λ_d = 2π/θ_d (`frequencies`, default
+    yarn_frequencies); scores times (0.1 ln F + 1)²."""
     plain_rope, plain_weights = twin.rope, twin.weights
+    frequencies = frequencies or yarn_frequencies
 
     def rope(z):
         T, d_h = z.shape[2], z.shape[3]
         half = d_h // 2
-        theta = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float64) / d_h)
-        r = train_len / (2 * math.pi / theta)
-        gamma = torch.clamp((r - 1.0) / (32.0 - 1.0), 0.0, 1.0)
-        freq = (1 - gamma) * theta / factor + gamma * theta
+        freq = frequencies(d_h, factor, train_len)
         phi = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]
         cos, sin = torch.cos(phi).to(z.dtype), torch.sin(phi).to(z.dtype)
         a, b = z[..., :half], z[..., half:]
@@ -75,6 +75,23 @@ def yarn_frequencies(d, factor, train_len):
     r = train_len / (2 * math.pi / theta)
     gamma = torch.clamp((r - 1.0) / (32.0 - 1.0), 0.0, 1.0)
     return (1 - gamma) * theta / factor + gamma * theta
+
+
+def reference_code_yarn_frequencies(d, factor, train_len, beta_fast=32, beta_slow=1, base=10000):
+    """θ'_p as YaRN's authors' code computes them (jquesnelle/yarn,
+    scaled_rope/LlamaYaRNScaledRotaryEmbedding.py: find_correction_dim,
+    find_correction_range with math.floor/ceil, linear_ramp_mask over the pair index;
+    Hugging Face's _compute_yarn_parameters is the same), transcribed in float64."""
+    def correction_dim(rotations):
+        return (d * math.log(train_len / (rotations * 2 * math.pi))) / (2 * math.log(base))
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), d - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    mask = 1 - ramp  # inv_freq_mask, extrapolation_factor 1
+    pos_freqs = base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return (1.0 / (factor * pos_freqs)) * (1 - mask) + (1.0 / pos_freqs) * mask
 
 
 def multiscreen_yarn_twin_losses(path, tokens, batch, seq_len, factor, train_len):
@@ -159,6 +176,30 @@ class YarnCliTest(OneLineErrors):
 
     def test_transformer_with_yarn_equals_the_twin_with_yarn(self):
         self.check("family: TRANSFORMER\nvocab: 97\nn_layers: 2\nn_heads: 2\nd_e: 32\n", "yarn_tiny")
+
+    def test_the_code_ramp_equals_the_twin_with_the_reference_codes_frequencies(self):
+        # --yarn_ramp=code (issue 43): head width 32, L = 16: the reference's correction
+        # range is pairs [0, 2] (the paper's ramp: γ = 0.05, 0.01 there), F = 3.
+        w = self.init("family: TRANSFORMER\nvocab: 97\nn_layers: 2\nn_heads: 1\nd_e: 32\n", "yarn_code")
+        B, T, L, F = 2, 48, 16, 3.0
+        tokens = np.random.default_rng(11).integers(0, 96, size=B * (T + 1))
+        t = os.path.join(self.dir, "t.bin")
+        write_tokens(t, tokens)
+        common = (f"--weights={w}", f"--data={t}", f"--seq_len={T}", "--stream", f"--train_len={L}", "--yarn_factor=3")
+        want = yarn_twin_losses(w, tokens, B, T, F, L, reference_code_yarn_frequencies).mean(axis=0)
+        for method in ("full", "decode"):
+            code, r = self.ppl(*common, "--yarn_ramp=code", f"--method={method}")
+            self.assertIn("the authors' code's ramp", r.stdout)
+            self.assertEqual(code["yarn_ramp"], "code")
+            np.testing.assert_allclose(code["mean_loss"], want, rtol=0, atol=2e-6)
+        paper, r = self.ppl(*common, "--method=full")  # the default: the paper's ramp, another result
+        self.assertIn("the paper's ramp", r.stdout)
+        self.assertNotIn("yarn_ramp", paper)
+        paper_want = yarn_twin_losses(w, tokens, B, T, F, L).mean(axis=0)
+        np.testing.assert_allclose(paper["mean_loss"], paper_want, rtol=0, atol=2e-6)
+        self.assertGreater(np.abs(paper_want - want).max(), 1e-4)
+        r = run("eval", "ppl", *common[:-1], "--yarn_ramp=code", f"--out={self.dir}/o")
+        self.assert_one_line_error(r, "--yarn_ramp=code: YaRN is off (no --yarn_factor, or 1)")
 
     def test_the_temperature_applies_with_unit_q_and_k(self):
         self.check("family: TRANSFORMER\nvocab: 97\nn_layers: 2\nn_heads: 2\nd_e: 32\nqk_norm: true\n", "yarn_qk")

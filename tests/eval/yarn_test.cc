@@ -1,6 +1,7 @@
 // YaRN at inference (issue 30): the NTK-by-parts frequencies and the logit scale of
 // kernels/cpu/rope.h against values worked by hand, F = 1 against the plain RoPE formula
-// bit for bit, and the --yarn_factor flag (eval/yarn.h). The models with YaRN against an
+// bit for bit, the authors' code's ramp against their reference's values (issue 43), and
+// the --yarn_factor and --yarn_ramp flags (eval/yarn.h). The models with YaRN against an
 // independent PyTorch YaRN: yarn_cli_test.py.
 #include <cmath>
 #include <cstring>
@@ -32,6 +33,55 @@ TEST(YarnTest, FrequenciesFollowTheNtkByPartsRamp) {
   EXPECT_DOUBLE_EQ(freq[3], 0.00025);  // turns 0.16 times in L: interpolated, θ/F
   RopeFrequencies(8, RopeScaling{}, freq.data());
   EXPECT_EQ(freq[1], std::pow(10000.0, -2.0 / 8.0));
+}
+
+// The authors' code's ramp (YarnRamp::kCode) against the values of a Python transcription
+// of their reference (jquesnelle/yarn scaled_rope/LlamaYaRNScaledRotaryEmbedding.py:
+// find_correction_dim, find_correction_range with math.floor/ceil, linear_ramp_mask over the
+// pair index, inv_freq = inv_freq_interpolation (1 − mask) + inv_freq_extrapolation mask,
+// mask = 1 − ramp), evaluated in float64 for d_h 64, L 4096, F 4, beta_fast 32, beta_slow
+// 1: correction range [10, 23]. Not computed from this code.
+TEST(YarnTest, TheCodeRampGivesTheReferenceCodesFrequencies) {
+  const double want[32] = {
+      1.0, 0.7498942093324559, 0.5623413251903491, 0.4216965034285823,
+      0.31622776601683794, 0.23713737056616555, 0.17782794100389226, 0.1333521432163324,
+      0.1, 0.07498942093324558, 0.056234132519034905, 0.039736785900001015,
+      0.02797399468610489, 0.01960943641220215, 0.013679072384914791, 0.009488517882700576,
+      0.006538461538461538, 0.00447052317102041, 0.0030279917510249565, 0.002027387035714338,
+      0.0013378867023789293, 0.000866463469376374, 0.0005471628953965916, 0.000333380358040831,
+      0.00025, 0.00018747355233311394, 0.00014058533129758727, 0.00010542412585714557,
+      7.905694150420948e-05, 5.9284342641541385e-05, 4.445698525097307e-05, 3.33380358040831e-05};
+  RopeScaling code{4.0, 4096.0};
+  code.ramp = kernels::cpu::YarnRamp::kCode;
+  std::vector<double> got(32), paper(32);
+  RopeFrequencies(64, code, got.data());
+  RopeFrequencies(64, RopeScaling{4.0, 4096.0}, paper.data());
+  int differ = 0;
+  for (int p = 0; p < 32; ++p) {
+    EXPECT_NEAR(got[p], want[p], 1e-14 * want[p]) << "pair " << p;
+    differ += std::abs(paper[p] / got[p] - 1) > 0.01;
+  }
+  // The paper's ramp (linear in r) agrees outside the range and differs inside: pairs 11–22.
+  EXPECT_EQ(differ, 12);
+  EXPECT_NEAR(got[17] / paper[17], 1.7326, 1e-4);  // the largest difference
+}
+
+// --yarn_ramp: paper or code; code needs YaRN on.
+TEST(YarnTest, TheRampFlagTakesPaperOrCodeAndCodeOnlyWithAFactor) {
+  ModelDims transformer;
+  transformer.family = ModelFamily::kTransformer;
+  const eval::YarnFlag on = eval::ParseYarnFactor("4", transformer).value();
+  const eval::YarnFlag off = eval::ParseYarnFactor("1", transformer).value();
+  EXPECT_EQ(eval::ParseYarnRamp("paper", off).value(), kernels::cpu::YarnRamp::kPaper);
+  EXPECT_EQ(eval::ParseYarnRamp("code", on).value(), kernels::cpu::YarnRamp::kCode);
+  EXPECT_EQ(eval::ParseYarnRamp("code", eval::ParseYarnFactor("auto", transformer).value()).value(),
+            kernels::cpu::YarnRamp::kCode);
+  EXPECT_EQ(eval::ParseYarnRamp("hf", on).status().message(),
+            "--yarn_ramp=hf: expected paper (YaRN's equation, linear in the turns r) or code (its authors' code, "
+            "linear in the pair index)");
+  EXPECT_EQ(eval::ParseYarnRamp("code", off).status().message(),
+            "--yarn_ramp=code: YaRN is off (no --yarn_factor, or 1), so there is no ramp to choose; give "
+            "--yarn_factor=F|auto");
 }
 
 // (0.1 ln 4 + 1)² = 1.138629² = 1.296477.

@@ -212,6 +212,47 @@ INSTANTIATE_TEST_SUITE_P(Kinds, AttentionKindTest,
                                            AttentionKind::kSigmoid, AttentionKind::kEntmax15),
                          [](const auto& info) { return std::string(AttentionKindName(info.param)); });
 
+// Sigmoid's bias in Ramapuram et al.'s form (issue 43): one b = −log n for every query, n
+// the shape's sigmoid_bias_length (the training length), against the dense definition; the
+// row statistic the backward reads is that bias; the backward against central differences.
+// With sigmoid_bias_length 0 the per-query form: query 0's bias is −log 1 = 0.
+TEST(AttentionTest, SigmoidWithABiasLengthAddsMinusLogOfItToEveryQuerysScores) {
+  AttentionShape sh{1, 70, 2, 4, AttentionKind::kSigmoid};
+  sh.sigmoid_bias_length = 50;
+  const int64_t n = sh.batch * sh.seq * sh.heads * sh.d_h, ld = sh.heads * sh.d_h;
+  const auto q = Random(n, 31, 1.5), k = Random(n, 32, 1.5), v = Random(n, 33);
+  const double scale[2] = {0.6, 1.7};
+  std::vector<double> o(n), stat(sh.heads * sh.seq);
+  AttentionForward(sh, q.data(), k.data(), v.data(), scale, o.data(), stat.data());
+  double worst = 0;
+  for (int64_t h = 0; h < sh.heads; ++h) {
+    for (int64_t i = 0; i < sh.seq; ++i) {
+      EXPECT_DOUBLE_EQ(stat[h * sh.seq + i], -std::log(50.0));
+      for (int64_t c = 0; c < sh.d_h; ++c) {
+        double want = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < sh.d_h; ++e) dot += q[i * ld + h * sh.d_h + e] * k[j * ld + h * sh.d_h + e];
+          want += v[j * ld + h * sh.d_h + c] / (1.0 + std::exp(-(scale[h] * dot - std::log(50.0))));
+        }
+        worst = std::max(worst, std::abs(o[i * ld + h * sh.d_h + c] - want));
+      }
+    }
+  }
+  EXPECT_LT(worst, 1e-12);
+  // The per-query form: query 0 weighs its one key by σ(z), not σ(z − log 50).
+  AttentionShape per_query = sh;
+  per_query.sigmoid_bias_length = 0;
+  std::vector<double> o2(n), stat2(sh.heads * sh.seq);
+  AttentionForward(per_query, q.data(), k.data(), v.data(), scale, o2.data(), stat2.data());
+  double dot0 = 0;
+  for (int64_t e = 0; e < sh.d_h; ++e) dot0 += q[e] * k[e];
+  EXPECT_NEAR(o2[0], v[0] / (1.0 + std::exp(-scale[0] * dot0)), 1e-14);
+  EXPECT_EQ(stat2[0], 0.0);
+  EXPECT_DOUBLE_EQ(stat2[49], -std::log(50.0));  // query 49 sees 50 keys: the two forms meet
+  ExpectAttentionBackwardMatchesFiniteDifferences(sh, 27, 1.2, {0.8, 1.4}, 5, 1e-6);
+}
+
 TEST(RmsNormTest, ForwardHasUnitRmsTimesGainAndBackwardMatchesFiniteDifferences) {
   const int64_t rows = 5, d = 7;
   auto x = Random(rows * d, 11, 3.0), gain = Random(d, 12);

@@ -25,49 +25,54 @@ namespace {
 
 using testing::RandomTokens;
 
-ModelDims TinyTransformer(bool qk_norm, bool sio, bool pl_norm, AttentionKind attention = AttentionKind::kSoftmax) {
+ModelDims TinyTransformer(bool qk_norm, bool sio, bool pl_norm, AttentionKind attention = AttentionKind::kSoftmax,
+                          SigmoidBias sigmoid_bias = SigmoidBias::kTrainLength) {
   ModelDims d = *LoadModel("tiny_transformer");
   d.qk_norm = qk_norm;
   d.sio = sio;
   d.pl_norm = pl_norm;
   d.attention = attention;
+  d.sigmoid_bias = sigmoid_bias;
   return d;
 }
 
 struct Switches {
   bool qk_norm, sio, pl_norm;
   AttentionKind attention = AttentionKind::kSoftmax;  // issue 30's mechanisms
+  SigmoidBias sigmoid_bias = SigmoidBias::kTrainLength;  // attention SIGMOID's (issue 43)
 };
 
 // How a case shows in gtest's output, and its name: the switches that are on.
 void PrintTo(const Switches& s, std::ostream* os) {
   *os << "qk_norm " << s.qk_norm << ", sio " << s.sio << ", pl_norm " << s.pl_norm << ", attention "
-      << AttentionKindName(s.attention);
+      << AttentionKindName(s.attention) << ", sigmoid_bias " << SigmoidBiasName(s.sigmoid_bias);
 }
 std::string SwitchesName(const ::testing::TestParamInfo<Switches>& info) {
   const Switches& s = info.param;
   std::string name = std::string(s.qk_norm ? "QkNorm" : "") + (s.sio ? "Sio" : "") + (s.pl_norm ? "PlNorm" : "");
   if (name.empty()) name = "Plain";
   if (s.attention != AttentionKind::kSoftmax) name += std::string("_") + AttentionKindName(s.attention);
+  if (s.sigmoid_bias != SigmoidBias::kTrainLength) name += std::string("_") + SigmoidBiasName(s.sigmoid_bias);
   return name;
 }
 
 // The switch cases, then every other attention mechanism plain and SSMax with qk_norm
 // (its s_SS and s_QK both scale the scores); screening plain and with sio and pl_norm (its
-// heads: w ≈ 2 with MiPE turning, and w ≈ 257 past w_th, MiPE off).
+// heads: w ≈ 2 with MiPE turning, and w ≈ 257 past w_th, MiPE off); sigmoid with each bias.
 const Switches kCases[] = {
     Switches{false, false, false}, Switches{true, false, false}, Switches{false, true, false},
     Switches{false, false, true},  Switches{true, true, true},
     Switches{false, false, false, AttentionKind::kSoftmax1}, Switches{false, false, false, AttentionKind::kSsmax},
     Switches{true, true, false, AttentionKind::kSsmax},      Switches{false, false, false, AttentionKind::kSigmoid},
     Switches{false, false, false, AttentionKind::kEntmax15}, Switches{false, false, false, AttentionKind::kScreening},
-    Switches{false, true, true, AttentionKind::kScreening}};
+    Switches{false, true, true, AttentionKind::kScreening},
+    Switches{false, false, false, AttentionKind::kSigmoid, SigmoidBias::kPerQuery}};
 
 class TransformerGradientTest : public ::testing::TestWithParam<Switches> {};
 
 TEST_P(TransformerGradientTest, EveryParameterMatchesCentralDifferences) {
   const Switches s = GetParam();
-  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm, s.attention);
+  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm, s.attention, s.sigmoid_bias);
   auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
   ASSERT_NE(dynamic_cast<Transformer<double>*>(model.get()), nullptr);
   const ParamLayout& layout = model->layout();
@@ -252,12 +257,15 @@ class TransformerDecodeTest : public ::testing::TestWithParam<Switches> {};
 
 TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
   const Switches s = GetParam();
-  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm, s.attention);
+  const ModelDims dims = TinyTransformer(s.qk_norm, s.sio, s.pl_norm, s.attention, s.sigmoid_bias);
   auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
   const std::vector<double> p = testing::PerturbedTransformerParams<double>(model->layout(), 41);
   const int64_t T = 70, V = dims.vocab, dE = dims.d_e;
   const auto ids = RandomTokens(V, T, 42);
-  auto decoder = MakeDecoder<double>(dims, p.data(), InferenceOptions{});
+  // Both at inference with the same options (sigmoid's bias: −log train_len, 4096, for
+  // every prefix; the training forward's would be −log n).
+  const InferenceOptions options;
+  auto decoder = MakeDecoder<double>(dims, p.data(), options);
   std::vector<double> logits(V), x, losses(T);
   std::vector<int32_t> targets(T);
   double worst = 0;
@@ -268,7 +276,7 @@ TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
     x.assign(n * dE, 0.0);
     model->BeginStep(p.data());
     model->Embed(p.data(), ids.data(), n, x.data());
-    model->LayersForward(p.data(), 1, n, x.data());
+    model->LayersForward(p.data(), 1, n, x.data(), &options);
     // loss_i(v) = lse_i − z_i[v] for the last row i = n − 1; z_v = lse − loss(v).
     std::vector<double> z(V);
     for (int64_t v = 0; v < V; ++v) {
@@ -290,6 +298,43 @@ TEST_P(TransformerDecodeTest, EveryStepEqualsTheFullForwardOverItsPrefix) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Switches, TransformerDecodeTest, ::testing::ValuesIn(kCases), SwitchesName);
+
+// Sigmoid's bias n (issue 43, model/tile_weights.h SigmoidBiasLength): at training the
+// sequence length T; at inference train_len, or options.sigmoid_bias_length when given; the
+// per-query form ignores both. Each against the training forward's token losses.
+TEST(TransformerSigmoidBiasTest, IsTheTrainingLengthUnlessInferenceSaysOtherwise) {
+  const int64_t B = 1, T = 24;
+  auto losses = [&](SigmoidBias bias, const InferenceOptions* inference) {
+    const ModelDims dims = TinyTransformer(false, false, false, AttentionKind::kSigmoid, bias);
+    auto model = MakeModelStage<double>(dims, ShardSpec::Full(dims));
+    const std::vector<double> p = testing::PerturbedTransformerParams<double>(model->layout(), 51);
+    const auto ids = RandomTokens(dims.vocab, B * (T + 1), 52);
+    std::vector<int32_t> in(ids.begin(), ids.begin() + T), targets(ids.begin() + 1, ids.end());
+    std::vector<double> x(B * T * dims.d_e), out(B * T);
+    model->BeginStep(p.data());
+    model->Embed(p.data(), in.data(), B * T, x.data());
+    model->LayersForward(p.data(), B, T, x.data(), inference);
+    model->HeadLoss(p.data(), x.data(), targets.data(), B * T, nullptr, nullptr, 1.0, out.data());
+    return out;
+  };
+  const std::vector<double> training = losses(SigmoidBias::kTrainLength, nullptr);
+  InferenceOptions at_train_len;
+  at_train_len.train_len = T;
+  EXPECT_EQ(losses(SigmoidBias::kTrainLength, &at_train_len), training);  // −log T both
+  InferenceOptions longer = at_train_len;
+  longer.sigmoid_bias_length = 4 * T;  // −log 4T: every query's weights smaller
+  InferenceOptions other_train_len;
+  other_train_len.train_len = 4 * T;
+  const std::vector<double> scaled = losses(SigmoidBias::kTrainLength, &longer);
+  EXPECT_EQ(losses(SigmoidBias::kTrainLength, &other_train_len), scaled);
+  double moved = 0;
+  for (int64_t i = 0; i < T; ++i) moved = std::max(moved, std::abs(scaled[i] - training[i]));
+  EXPECT_GT(moved, 1e-3);
+  // Per query: one result whatever the options, and another than the constant bias's.
+  const std::vector<double> per_query = losses(SigmoidBias::kPerQuery, nullptr);
+  EXPECT_EQ(losses(SigmoidBias::kPerQuery, &longer), per_query);
+  EXPECT_NE(per_query, training);
+}
 
 // The screening attention's shape (model/tile_weights.h), the one its forward, backward and
 // decoder share: the heads as tiles of width d_h = d_E / N_H, the model's w_th, MiPE,

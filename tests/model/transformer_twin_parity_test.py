@@ -2,7 +2,7 @@
 """Parity of `multiscreen forward` (C++) with the Transformer twin (tools/transformer_twin.py)
 for every combination of the switches qk_norm, sio, pl_norm, and each attention mechanism
 (issue 30: softmax1, ssmax, sigmoid, entmax15, screening plain; ssmax also with qk_norm and
-sio; screening also with sio and pl_norm).
+sio; screening also with sio and pl_norm; sigmoid with each sigmoid_bias, issue 43).
 
 For each combination: a tiny Transformer model file (2 layers, 2 heads of width 4,
 d_E = 8, d_ff = 21, V = 37) with the switches set, `multiscreen init`, weights perturbed
@@ -51,7 +51,7 @@ qk_norm: {qk_norm}
 sio: {sio}
 pl_norm: {pl_norm}
 attention: {attention}
-"""
+{extra}"""
 
 
 def run(cmd):
@@ -108,19 +108,27 @@ def main():
         cases = [(qk, sio, pl, "SOFTMAX") for qk, sio, pl in itertools.product((0, 1), repeat=3)]
         cases += [(0, 0, 0, kind) for kind in ("SOFTMAX1", "SSMAX", "SIGMOID", "ENTMAX15", "SCREENING")]
         cases += [(1, 1, 0, "SSMAX"), (0, 1, 1, "SCREENING")]
-        for i, (qk, sio, pl, attention) in enumerate(cases):
-            tag = f"qk{qk}_sio{sio}_pl{pl}" + ("" if attention == "SOFTMAX" else f"_{attention.lower()}")
+        # Sigmoid's per-query bias (sigmoid_bias: PER_QUERY); the case above is the default,
+        # one bias -log T for every query (issue 43).
+        cases += [(0, 0, 0, "SIGMOID PER_QUERY")]
+        for i, (qk, sio, pl, switch) in enumerate(cases):
+            attention, _, bias = switch.partition(" ")
+            tag = (f"qk{qk}_sio{sio}_pl{pl}" + ("" if attention == "SOFTMAX" else f"_{attention.lower()}")
+                   + (f"_{bias.lower()}" if bias else ""))
             rng = np.random.default_rng(100 + i)
             model = os.path.join(tmp, f"{tag}.textproto")
             with open(model, "w") as f:
                 f.write(MODEL.format(tag=tag, qk_norm=str(bool(qk)).lower(), sio=str(bool(sio)).lower(),
-                                     pl_norm=str(bool(pl)).lower(), attention=attention))
+                                     pl_norm=str(bool(pl)).lower(), attention=attention,
+                                     extra=f"sigmoid_bias: {bias}\n" if bias else ""))
             weights = os.path.join(tmp, f"{tag}.h5")
             run([exe, "init", f"--model={model}", f"--seed={7 + i}", f"--out={weights}"])
             perturb(weights, rng)
             cfg, params = twin.load_weights(weights)
             assert (cfg["qk_norm"], cfg["sio"], cfg["pl_norm"]) == (bool(qk), bool(sio), bool(pl))
             assert cfg["attention"] == attention.lower(), cfg["attention"]
+            if attention == "SIGMOID":
+                assert cfg["sigmoid_bias"] == (bias.lower() or "train_length"), cfg["sigmoid_bias"]
             tokens_path = os.path.join(tmp, f"{tag}.bin")
             write_tokens(tokens_path, rng.integers(0, cfg["vocab"], size=B * (T + 1)))
             ref = twin.loss_and_grads(cfg, params, twin.read_tokens(tokens_path), B, T)
