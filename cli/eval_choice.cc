@@ -2,8 +2,8 @@
 // ARC, WinoGrande as lm-evaluation-harness scores them) with the full forward of the
 // runner's device; --out/choice_STEM.json (the summary) and choice_STEM.jsonl (per item,
 // appended as each item is scored). --resume continues a run from the items in
-// choice_STEM.jsonl once its identity (the weights by content, the task file by its
-// fingerprint, format, seq_len, the window rule, the device) agrees; without --resume
+// choice_STEM.jsonl once its identity (the weights by content, the task file by the
+// CRC-32C of all its bytes, wherever it now lies; the tokenizer by content; format, seq_len, the window rule, the device) agrees; without --resume
 // results there are refused, as every resumable evaluation refuses them (eval_common.h).
 #include <algorithm>
 #include <cmath>
@@ -25,6 +25,8 @@
 #include "absl/strings/str_cat.h"
 #include "cli/eval_common.h"
 #include "cli/flags.h"
+#include "common/crc32c.h"
+#include "common/input_file.h"
 #include "common/text_file.h"
 #include "data/byte_source.h"
 #include "data/loader.h"
@@ -46,6 +48,22 @@ std::string Dump(const json& j, int indent = -1) { return j.dump(indent, ' ', fa
 // The base name the results are named by: "hellaswag" for hellaswag.jsonl, .jsonl.gz and
 // .jsonl.zst alike.
 std::string ChoiceStem(const std::string& task) { return fs::path(WithoutCompressionSuffix(task)).stem().string(); }
+
+// CRC-32C (8 hex digits) of the task file's size and of every one of its bytes as stored
+// (compressed, for .gz/.zst): what --resume compares. Every byte, unlike the sampled
+// fingerprint of eval ppl's text (which may be many GiB): an item edited in place keeps
+// the size, and a 10 MB task is read whole anyway. Errors name the file.
+absl::StatusOr<std::string> TaskFingerprint(const std::string& task) {
+  auto bytes = ReadRegularFile(task, "task file", std::numeric_limits<int64_t>::max());
+  if (!bytes.ok()) return bytes.status();
+  Crc32cStream crc;
+  const uint64_t size = bytes->size();
+  crc.Update(&size, sizeof(size));
+  crc.Update(bytes->data(), bytes->size());
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", crc.value());
+  return std::string(hex);
+}
 
 // One item's row of choice_STEM.jsonl.
 json ItemRow(size_t i, const eval::ChoiceItem& item, const eval::ChoiceScore& score) {
@@ -149,12 +167,18 @@ int EvalChoice(const std::vector<std::string>& given) {
   const std::string summary_name = absl::StrCat("choice_", stem, ".json"), items_name = absl::StrCat("choice_", stem, ".jsonl");
   std::error_code ec;
   const std::string task_abs = fs::weakly_canonical(fs::absolute(task), ec).string();
+  // The task by its content, read before anything is written: a moved or renamed copy of
+  // the same task is the same task (its path is not compared then).
+  auto fingerprint = TaskFingerprint(task);
+  if (!fingerprint.ok()) return Fail("eval choice", fingerprint.status());
   if (!out_flag.empty()) {
     const std::string summary_path = (fs::path(out_flag) / summary_name).string();
     if (const json old = ReadJsonFile(summary_path); old.is_object()) {
       const json named = old.contains("task_path") ? old["task_path"] : old.contains("task") ? old["task"] : json("");
       const std::string old_task = named.is_string() ? named.get<std::string>() : named.dump();
-      if (old_task != task_abs && old_task != task) {
+      const bool same_content = old.contains("identity") && old["identity"].is_object() &&
+                                old["identity"].value("task_fingerprint", json()) == json(*fingerprint);
+      if (old_task != task_abs && old_task != task && !same_content) {
         return Fail("eval choice", absl::AlreadyExistsError(absl::StrCat(
                                        "--out=", out_flag, " already holds ", summary_path, " of --task=", old_task,
                                        ", not of --task=", task, " (same base name): give another --out")));
@@ -164,8 +188,6 @@ int EvalChoice(const std::vector<std::string>& given) {
   }
   auto items = eval::ReadChoiceFile(task, *format);
   if (!items.ok()) return Fail("eval choice", items.status());
-  auto fingerprint = SampledFileFingerprint(task, "task file");
-  if (!fingerprint.ok()) return Fail("eval choice", fingerprint.status());
   auto setup = Setup(given, true);
   if (!setup.ok()) return Fail("eval choice", setup.status());
   // The window of one scored sequence: --seq_len, else the training length (lm-eval's

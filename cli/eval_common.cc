@@ -196,6 +196,9 @@ json SetupJson(const EvalSetup& s) {
           {"precision", eval::PrecisionName(s.device.precision)},
           {"weights_crc32", s.weights_crc32},
           {"checkpoint_step", s.checkpoint_step >= 0 ? json(s.checkpoint_step) : json(nullptr)}};
+  // The tokenizer by content (an evaluation that encodes text): results resumed with
+  // another vocabulary or merges would mix two encodings of the same text.
+  if (s.tokenizer != nullptr) j["tokenizer_crc32c"] = s.tokenizer->content_crc32c();
   // YaRN's ramp when it is not the paper's (so that the identity of results written before
   // the flag holds).
   if (s.options.yarn_ramp != kernels::cpu::YarnRamp::kPaper) j["yarn_ramp"] = YarnRampName(s.options.yarn_ramp);

@@ -108,8 +108,9 @@ absl::StatusOr<EvalSetup> Setup(const std::vector<std::string>& given, bool need
                                 bool multiscreen_only = false);
 
 // The identity of an evaluation's results: model, weights (as named and by CRC-32, with
-// the checkpoint step), train_len and its source, the window rule, YaRN, device and
-// precision. Each evaluation adds its own fields (data, seq_len, ...).
+// the checkpoint step), train_len and its source, the window rule, YaRN, device,
+// precision and the tokenizer by content (when one is loaded). Each evaluation adds its
+// own fields (data, seq_len, ...).
 nlohmann::json SetupJson(const EvalSetup& s);
 
 // The identity of results written before eval recorded device and precision: those ran

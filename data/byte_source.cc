@@ -70,6 +70,20 @@ absl::StatusOr<int> OpenFd(const std::string& path) {
   return fd;
 }
 
+// "gzip" or "zstd" when a regular file opened as `fd` starts with that format's magic
+// number (1f 8b; 28 b5 2f fd), else nullptr (a pipe is not peeked at). Neither is the
+// start of UTF-8 text (8b and b5 are continuation bytes), so a plain text file never
+// matches.
+const char* CompressedContent(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return nullptr;
+  unsigned char head[4] = {};
+  const ssize_t n = ::pread(fd, head, sizeof(head), 0);
+  if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return "gzip";
+  if (n >= 4 && head[0] == 0x28 && head[1] == 0xb5 && head[2] == 0x2f && head[3] == 0xfd) return "zstd";
+  return nullptr;
+}
+
 class FileSource : public ByteSource {
  public:
   FileSource(std::string path, int fd, std::function<bool()> cancelled) : reader_(std::move(path), fd, std::move(cancelled)) {}
@@ -155,6 +169,12 @@ absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& pa
   }
   MS_ASSIGN_OR_RETURN(const int fd, OpenFd(path));
   if (EndsWith(path, ".zst")) return std::unique_ptr<ByteSource>(new ZstdSource(path, fd, cancelled));
+  if (const char* kind = CompressedContent(fd); kind != nullptr) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", kind, "-compressed data, but its name does not end in ",
+                                                   std::string(kind) == "gzip" ? ".gz" : ".zst",
+                                                   " (files are decompressed by their name: rename it)"));
+  }
   return std::unique_ptr<ByteSource>(new FileSource(path, fd, cancelled));
 }
 

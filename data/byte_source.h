@@ -32,7 +32,8 @@ std::string WithoutCompressionSuffix(const std::string& path);
 
 // Opens `path` (decompressing .gz / .zst). `cancelled` (may be empty) is polled between
 // reads of a pipe or FIFO: true stops the read with a Cancelled error. Errors name the
-// file: missing, a directory, cannot be opened.
+// file: missing, a directory, cannot be opened, a regular file holding gzip or zstd data
+// under a name without .gz / .zst (read as text it would be binary noise).
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& path,
                                                            std::function<bool()> cancelled = {});
 

@@ -10,6 +10,7 @@
 #include <queue>
 
 #include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
 #include "common/input_file.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -171,6 +172,13 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Build(std::string_
   std::unique_ptr<Gpt2Tokenizer> t(new Gpt2Tokenizer());
   t->source_ = source;
   t->instance_id_ = next_instance_id.fetch_add(1);
+  Crc32cStream crc;
+  for (const std::string_view file : {vocab_json, merges_txt}) {
+    const uint64_t size = file.size();
+    crc.Update(&size, sizeof(size));
+    crc.Update(file.data(), file.size());
+  }
+  t->content_crc32c_ = crc.value();
 
   const std::vector<uint32_t> cp_of_byte = BytesToUnicode();
   absl::flat_hash_map<uint32_t, uint8_t> byte_of;

@@ -72,6 +72,10 @@ class Gpt2Tokenizer {
   int32_t eos_id() const { return eos_id_; }
   // Where the tokenizer came from (directory or `source`).
   const std::string& source() const { return source_; }
+  // CRC-32C of the two files' bytes (each after its length as a little-endian uint64):
+  // what `eval ... --resume` compares to know the text is encoded as before, wherever the
+  // files now lie.
+  uint32_t content_crc32c() const { return content_crc32c_; }
 
  private:
   struct Merge {
@@ -103,6 +107,7 @@ class Gpt2Tokenizer {
   int32_t byte_id_[256] = {};             // byte -> id of its single-byte token
   absl::flat_hash_map<uint64_t, Merge> merges_;  // (a << 32 | b) -> rank, merged id
   int32_t eos_id_ = -1;
+  uint32_t content_crc32c_ = 0;
   uint64_t instance_id_ = 0;              // keys the per-thread scratch
   void* code_ = nullptr;                  // pcre2_code_8*
   bool jit_ = false;

@@ -352,7 +352,14 @@ class ChoiceCliTest(OneLineErrors):
     def test_resume_continues_after_the_items_scored_and_checks_what_it_continues(self):
         w = self.init("tiny_gpt2_vocab")
         task = os.path.join(self.dir, "hella.jsonl")
-        shutil.copy(os.path.join(HERE, "testdata", "choice_hellaswag.jsonl"), task)
+        # The items with 2 MiB in a field the reader ignores, so that a sampled fingerprint
+        # (1 MiB of the file) would miss an edit.
+        with open(os.path.join(HERE, "testdata", "choice_hellaswag.jsonl")) as f:
+            lines = f.read().splitlines()
+        last = json.loads(lines[-1])
+        last["source_id"] = "x" * (2 << 20)
+        with open(task, "w") as f:
+            f.write("\n".join(lines[:-1] + [json.dumps(last)]) + "\n")
         summary, rows, _ = self.choice(w, "hellaswag", task)
         self.assertEqual(len(rows), 4)
         items = os.path.join(self.dir, "out", "choice_hella.jsonl")
@@ -377,6 +384,35 @@ class ChoiceCliTest(OneLineErrors):
         self.assert_one_line_error(r, "--resume: ", "is of another evaluation: ", "weights_crc32 = ")
         r = self.resumed_run(w, task, "--seq_len=64")
         self.assert_one_line_error(r, "is of another evaluation: seq_len = 4096 there, 64 here")
+        # The same task moved elsewhere is the same task (by content) ...
+        moved = os.path.join(self.dir, "moved", "hella.jsonl")
+        os.makedirs(os.path.dirname(moved))
+        shutil.copy(task, moved)
+        r = self.resumed_run(w, moved)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # ... one byte edited in place (same size) is not, wherever the edit lies: here
+        # between two of the 256 blocks of 4 KiB that SampledFileFingerprint would read.
+        with open(moved, "rb") as f:
+            text = bytearray(f.read())
+        span = len(text) - 4096
+        at = span * 128 // 255 + 4096 + 100
+        self.assertLess(at, span * 129 // 255)
+        self.assertEqual(text[at], ord("x"))
+        text[at] = ord("y")
+        with open(moved, "wb") as f:
+            f.write(bytes(text))
+        r = self.resumed_run(w, moved)
+        self.assert_one_line_error(r, "is of another evaluation: task_fingerprint = ")
+        # ... nor is the text encoded by another tokenizer (one merge fewer).
+        other_tokenizer = os.path.join(self.dir, "tokenizer")
+        shutil.copytree(self.tokenizer, other_tokenizer)
+        with open(os.path.join(other_tokenizer, "vocab.bpe"), "rb+") as f:
+            merges = f.read().rstrip(b"\n").split(b"\n")
+            f.seek(0)
+            f.truncate()
+            f.write(b"\n".join(merges[:-1]) + b"\n")
+        r = self.resumed_run(w, task, f"--tokenizer={other_tokenizer}")
+        self.assert_one_line_error(r, "is of another evaluation: tokenizer_crc32c = ")
         with open(task, "a") as f:
             f.write(read(os.path.join(HERE, "testdata", "choice_hellaswag.jsonl")).splitlines()[0] + "\n")
         r = self.resumed_run(w, task)
@@ -403,6 +439,14 @@ class ChoiceCliTest(OneLineErrors):
                 self.assertEqual(rows, want)
                 self.assertEqual(summary["n"], 2)
                 shutil.rmtree(os.path.join(self.dir, "out"))
+        # Compressed data under a plain name is named as such (it said "not valid JSON").
+        for path, kind, suffix in ((gz, "gzip", ".gz"), (zst, "zstd", ".zst")):
+            with self.subTest(unnamed=kind):
+                bare = os.path.join(self.dir, f"{kind}_piqa.jsonl")
+                shutil.copy(path, bare)
+                r = run("eval", "choice", f"--weights={w}", f"--task={bare}", "--format=piqa", f"--out={self.dir}/out",
+                        f"--tokenizer={self.tokenizer}")
+                self.assert_one_line_error(r, f"{bare}: holds {kind}-compressed data, but its name does not end in {suffix}")
 
     def test_help_gives_choices_meaning_of_format(self):
         r = run("eval", "choice", "--help")
