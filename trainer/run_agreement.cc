@@ -50,7 +50,8 @@ std::string Shorten(std::string value) {
 }
 
 // A run directory as it resolves: absolute, `.`, `..` and symlinks resolved (as far as it
-// exists), so that one directory spelled two ways is one value.
+// exists), without a trailing slash, so that one directory spelled two ways is one value
+// (weakly_canonical keeps the slash of a directory that does not exist yet: `runs/r/`).
 std::string ResolvedDir(const std::string& dir) {
   if (dir.empty()) return dir;
   std::error_code ec;
@@ -58,7 +59,9 @@ std::string ResolvedDir(const std::string& dir) {
   if (ec) return dir;
   // weakly_canonical leaves a path none of whose parts exist as given: absolute first.
   const std::filesystem::path p = std::filesystem::weakly_canonical(absolute, ec);
-  return ec ? absolute.lexically_normal().string() : p.string();
+  std::string resolved = ec ? absolute.lexically_normal().string() : p.string();
+  while (resolved.size() > 1 && resolved.back() == '/') resolved.pop_back();
+  return resolved;
 }
 
 // Appends `m`'s leaf fields under `prefix` (RunConfigFields).

@@ -78,14 +78,15 @@ class RunAgreementTest(SyntheticCorpusCase):
 
     def test_one_model_and_one_run_directory_spelled_two_ways_agree(self):
         # Issue 43 §1: a name and the path of its file, a relative run directory and its
-        # absolute path, were refused as different runs.
+        # absolute path, were refused as different runs; so was the path with a trailing
+        # slash while the directory did not exist yet (the fresh-eyes pass).
         name = "spelled_two_ways"
         run_dir = os.path.join(self.tmp.name, name)
         model_file = os.path.join(SRC, "configs", "models", "tiny_psi4.textproto")
         base = [BIN, "train", f"--config={self.config}", f"--data={self.data}", "--steps=2"]
         r = subprocess.run([MPIRUN, "--oversubscribe", "--allow-run-as-root",
                             "-np", "1", "--wdir", self.tmp.name, *base, f"--run_dir={name}", "--model=tiny_psi4",
-                            ":", "-np", "1", *base, f"--run_dir={run_dir}", f"--model={model_file}"],
+                            ":", "-np", "1", *base, f"--run_dir={run_dir}/", f"--model={model_file}"],
                            capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertTrue(os.path.exists(os.path.join(run_dir, "metrics.jsonl")), os.listdir(run_dir))
