@@ -582,18 +582,18 @@ __global__ void __launch_bounds__(kThreadsPerCta, kRope ? kRopeKeyPassCtasPerSm 
     if (j >= T) continue;
     float* out_k = dk + hv.base + j * hv.ld;
     float* out_v = dv + hv.base + j * hv.ld;
-    if (kRope) {
+    if constexpr (kRope) {  // (if constexpr: the loop below is not there to be unreachable, nvcc's #128-D)
       StoreGradientRow<true>(acc_k, half, sc, rope + j * kDh, out_k);
       StoreGradientRow<false>(acc_v, half, 1.f, nullptr, out_v);
-      continue;
-    }
-    // (Without RoPE, ∂k and ∂v written in one loop: as two, the sm_90 instance spilled 24
-    // bytes at its 168 registers.)
-    #pragma unroll
-    for (int n = 0; n < kDh / 8; ++n) {
-      *reinterpret_cast<float2*>(out_k + 8 * n + 2 * t) =
-          make_float2(sc * acc_k[n][2 * half], sc * acc_k[n][2 * half + 1]);
-      *reinterpret_cast<float2*>(out_v + 8 * n + 2 * t) = make_float2(acc_v[n][2 * half], acc_v[n][2 * half + 1]);
+    } else {
+      // (Without RoPE, ∂k and ∂v written in one loop: as two, the sm_90 instance spilled 24
+      // bytes at its 168 registers.)
+      #pragma unroll
+      for (int n = 0; n < kDh / 8; ++n) {
+        *reinterpret_cast<float2*>(out_k + 8 * n + 2 * t) =
+            make_float2(sc * acc_k[n][2 * half], sc * acc_k[n][2 * half + 1]);
+        *reinterpret_cast<float2*>(out_v + 8 * n + 2 * t) = make_float2(acc_v[n][2 * half], acc_v[n][2 * half + 1]);
+      }
     }
   }
 }
