@@ -4,7 +4,7 @@
 The run tool carries the tracked files and the untracked ones git does not ignore, plus
 gpu_bundle/ (scripts/gpu_bundle); nothing else. A cuda-label test that reads a git-ignored
 file (eval_device_test read data_cache/gpt2, the GPT-2 tokenizer) fails there, and a GPU
-run is rare and a few minutes long. Two checks:
+run is rare and a few minutes long. The checks:
 
 - --log LOG (the emulated build, after every test of tests/cuda_tests.cmake, which ran with
   tests/tools/open_recorder.c preloaded): every path those tests opened for reading inside
@@ -16,12 +16,15 @@ run is rare and a few minutes long. Two checks:
   $R/data/... path is one the bundle writes, and the models its bench and compare stages
   name (configs/models/*.textproto, the compare stage's train config and its model) are
   carried.
+- --build (the emulated build): every test of label cuda there (but the emulator's own)
+  runs with the recorder preloaded and before this check (fixture gpu_tree).
 
 Run: /usr/bin/python3 tests/tools/gpu_tree_test.py --source=. [--log=build-emulated/gpu_tree_opens.txt
-     --recorder=build-emulated/tests/libms_open_recorder.so]
+     --recorder=build-emulated/tests/libms_open_recorder.so --build=build-emulated]
 """
 import argparse
 import importlib.machinery
+import json
 import importlib.util
 import os
 import re
@@ -33,6 +36,8 @@ import unittest
 SRC = None
 LOG = None
 RECORDER = None
+BUILD = None
+CTEST = "ctest"
 
 
 def load_gpu_bundle():
@@ -128,6 +133,26 @@ class GpuTreeTest(unittest.TestCase):
         print(f"{len(set(opened))} distinct paths opened by the cuda-label tests, all on the GPU machine",
               file=sys.stderr)
 
+    def test_every_cuda_test_runs_with_the_recorder_before_this_check(self):
+        """Else the check above passes on what it never saw (gtest_discover_tests dropped the
+        fixture and all but the first variable of the environment it was given)."""
+        if BUILD is None:
+            self.skipTest("no --build (the emulated build passes it)")
+        r = subprocess.run([CTEST, "--test-dir", BUILD, "--show-only=json-v1", "-L", "cuda", "-LE", "emulator"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tests = json.loads(r.stdout)["tests"]
+        self.assertGreater(len(tests), 100)  # the gtest cases one by one, and the add_test ones
+        unwatched = []
+        for test in tests:
+            if test["name"] in ("gpu_tree_reset", "gpu_tree_test"):
+                continue
+            props = {p["name"]: p["value"] for p in test.get("properties", [])}
+            env = props.get("ENVIRONMENT", [])
+            if "gpu_tree" not in props.get("FIXTURES_REQUIRED", []) or f"LD_PRELOAD={RECORDER}" not in env:
+                unwatched.append(test["name"])
+        self.assertEqual(unwatched, [], "cuda-label tests that run without the open recorder or before this check")
+
     def test_every_path_gpu_check_names_is_on_the_gpu_machine(self):
         with open(os.path.join(SRC, "scripts", "gpu_check")) as f:
             script = f.read()
@@ -157,7 +182,11 @@ if __name__ == "__main__":
     p.add_argument("--source", required=True)
     p.add_argument("--log")
     p.add_argument("--recorder")
+    p.add_argument("--build", help="the emulated build: its cuda-label tests are checked to run with the recorder")
+    p.add_argument("--ctest", default="ctest")
     args, rest = p.parse_known_args()
+    BUILD = os.path.abspath(args.build) if args.build else None
+    CTEST = args.ctest
     SRC = os.path.abspath(args.source)
     LOG = os.path.abspath(args.log) if args.log else None
     RECORDER = os.path.abspath(args.recorder) if args.recorder else None
