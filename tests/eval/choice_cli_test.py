@@ -345,9 +345,9 @@ class ChoiceCliTest(OneLineErrors):
         r.stderr.decode("utf-8")  # raises on bytes that are not UTF-8
         self.assert_one_line_error(r, "bad\\xfe\\xff.jsonl:1: not valid JSON", "\\xff")
 
-    def resumed_run(self, w, task, *extra):
+    def resumed_run(self, w, task, *extra, tokenizer=None):
         return run("eval", "choice", f"--weights={w}", f"--task={task}", "--format=hellaswag", f"--out={self.dir}/out",
-                   f"--tokenizer={self.tokenizer}", "--resume", *extra)
+                   f"--tokenizer={tokenizer or self.tokenizer}", "--resume", *extra)
 
     def test_resume_continues_after_the_items_scored_and_checks_what_it_continues(self):
         w = self.init("tiny_gpt2_vocab")
@@ -411,8 +411,11 @@ class ChoiceCliTest(OneLineErrors):
             f.seek(0)
             f.truncate()
             f.write(b"\n".join(merges[:-1]) + b"\n")
-        r = self.resumed_run(w, task, f"--tokenizer={other_tokenizer}")
+        r = self.resumed_run(w, task, tokenizer=other_tokenizer)
         self.assert_one_line_error(r, "is of another evaluation: tokenizer_crc32c = ")
+        # Back at its first path the task resumes (and the summary names that path again).
+        r = self.resumed_run(w, task)
+        self.assertEqual(r.returncode, 0, r.stderr)
         with open(task, "a") as f:
             f.write(read(os.path.join(HERE, "testdata", "choice_hellaswag.jsonl")).splitlines()[0] + "\n")
         r = self.resumed_run(w, task)
@@ -461,8 +464,8 @@ class ChoiceCliTest(OneLineErrors):
         self.assertIn("--device=cpu|cuda --precision=fp32|bf16]", r.stdout + r.stderr)
         r = run("generate", "--help")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("--train_len=T --as_learned --yarn_factor=F|auto --device=cpu|cuda --precision=fp32|bf16]",
-                      r.stdout.split("\n\n")[0])
+        self.assertIn("--train_len=T --as_learned --yarn_factor=F|auto --yarn_ramp=paper|code "
+                      "--sigmoid_bias_length=N|auto --device=cpu|cuda --precision=fp32|bf16]", r.stdout.split("\n\n")[0])
 
 
 if __name__ == "__main__":
