@@ -70,18 +70,13 @@ absl::StatusOr<int> OpenFd(const std::string& path) {
   return fd;
 }
 
-// "gzip" or "zstd" when a regular file opened as `fd` starts with that format's magic
-// number (1f 8b; 28 b5 2f fd), else nullptr (a pipe is not peeked at). Neither is the
-// start of UTF-8 text (8b and b5 are continuation bytes), so a plain text file never
-// matches.
-const char* CompressedContent(int fd) {
+// The first bytes of a regular file opened as `fd` (empty for a pipe: not peeked at).
+std::string RegularFileHead(int fd) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return nullptr;
-  unsigned char head[4] = {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  char head[4] = {};
   const ssize_t n = ::pread(fd, head, sizeof(head), 0);
-  if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return "gzip";
-  if (n >= 4 && head[0] == 0x28 && head[1] == 0xb5 && head[2] == 0x2f && head[3] == 0xfd) return "zstd";
-  return nullptr;
+  return n > 0 ? std::string(head, static_cast<size_t>(n)) : "";
 }
 
 class FileSource : public ByteSource {
@@ -169,15 +164,26 @@ absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& pa
   }
   MS_ASSIGN_OR_RETURN(const int fd, OpenFd(path));
   if (EndsWith(path, ".zst")) return std::unique_ptr<ByteSource>(new ZstdSource(path, fd, cancelled));
-  if (const char* kind = CompressedContent(fd); kind != nullptr) {
+  if (absl::Status named = CheckCompressedName(path, RegularFileHead(fd)); !named.ok()) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", kind, "-compressed data, but its name does not end in ",
-                                                   std::string(kind) == "gzip" ? ".gz" : ".zst",
-                                                   " (files are decompressed by their name: rename it)"));
+    return named;
   }
   return std::unique_ptr<ByteSource>(new FileSource(path, fd, cancelled));
 }
 
+
+absl::Status CheckCompressedName(const std::string& path, std::string_view head) {
+  if (IsCompressedName(path)) return absl::OkStatus();
+  if (head.substr(0, 2) == "\x1f\x8b") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": gzip data (magic 1f 8b) under a name without .gz: name it ", path, ".gz to have it decompressed"));
+  }
+  if (head.substr(0, 4) == "\x28\xb5\x2f\xfd") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": zstd data (magic 28 b5 2f fd) under a name without .zst: name it ",
+                                                   path, ".zst to have it decompressed"));
+  }
+  return absl::OkStatus();
+}
 
 bool IsCompressedName(const std::string& path) { return EndsWith(path, ".gz") || EndsWith(path, ".zst"); }
 

@@ -9,8 +9,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace multiscreen {
@@ -29,6 +31,12 @@ bool IsCompressedName(const std::string& path);
 // `path` without a final .gz or .zst: what names the format of its content
 // ("val.jsonl.zst" → "val.jsonl").
 std::string WithoutCompressionSuffix(const std::string& path);
+
+// An error naming `path` when `head`, its first bytes, starts with gzip's or zstd's magic
+// number (1f 8b; 28 b5 2f fd) and its name does not end in .gz / .zst: files are
+// decompressed by their name, and read as text the data would be binary noise. Neither
+// magic is the start of UTF-8 text (8b and b5 are continuation bytes). OK otherwise.
+absl::Status CheckCompressedName(const std::string& path, std::string_view head);
 
 // Opens `path` (decompressing .gz / .zst). `cancelled` (may be empty) is polled between
 // reads of a pipe or FIFO: true stops the read with a Cancelled error. Errors name the

@@ -96,14 +96,8 @@ absl::Status CheckHeadIsText(const std::string& path, std::string_view head, boo
   if (head.substr(0, kMegatronIndexMagicBytes) == std::string_view(kMegatronIndexMagic, kMegatronIndexMagicBytes)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": a Megatron-LM index (magic MMIDIDX)", kNotText));
   }
-  if (!compressed && head.size() >= 2 && head.substr(0, 2) == "\x1f\x8b") {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": gzip data (magic 1f 8b) under a name without .gz: name it ",
-                                                   path, ".gz and prepare decompresses it"));
-  }
-  if (!compressed && head.size() >= 4 && head.substr(0, 4) == "\x28\xb5\x2f\xfd") {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": zstd data (magic 28 b5 2f fd) under a name without .zst: "
-                                                   "name it ", path, ".zst and prepare decompresses it"));
-  }
+  // (A regular file is refused so by OpenByteSource already; a pipe's head is seen here.)
+  if (!compressed) MS_RETURN_IF_ERROR(CheckCompressedName(path, head));
   if (const size_t nul = head.find('\0'); nul != std::string_view::npos) {
     return NulByteError(path, /*line=*/false, static_cast<int64_t>(nul));
   }

@@ -314,7 +314,8 @@ class CliTest(OneLineErrors):
         # attention = softmax: a converter could misread them. Files written before (every
         # switch, the other family's at its default) still load; the generations still
         # apply to them; the other family's switch at another value is refused.
-        own = {"tiny_transformer_screening": {"qk_norm": 0, "sio": 1, "attention": "screening"},
+        own = {"tiny_transformer_screening": {"qk_norm": 0, "sio": 1, "attention": "screening",
+                                              "sigmoid_bias": "train_length"},
                "tiny_psi4_rope_nogate": {"tanh_norm": 1, "position": "rope", "output_gate": 0}}
         foreign = {"tiny_transformer_screening": {"tanh_norm": 1, "position": "mipe", "output_gate": 1},
                    "tiny_psi4_rope_nogate": {"qk_norm": 0, "sio": 0, "attention": "softmax"}}

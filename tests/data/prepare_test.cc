@@ -389,7 +389,7 @@ TEST(PrepareTest, TokenFilesAndBinaryFilesAreRefusedNamingTheFileAndWhatItIs) {
   WriteGzip(p("gzipped.txt"), "text, but gzipped");
   EXPECT_EQ(PrepareError(*tok, {p("gzipped.txt")}, out),
             p("gzipped.txt") + ": gzip data (magic 1f 8b) under a name without .gz: name it " + p("gzipped.txt") +
-                ".gz and prepare decompresses it");
+                ".gz to have it decompressed");
   // A NUL byte far into a text file, and in a JSONL line (its line and file byte).
   WriteFile(p("late.txt"), std::string(100000, 'a') + std::string(1, '\0') + "b");
   EXPECT_EQ(PrepareError(*tok, {p("late.txt")}, out).rfind(p("late.txt") + ": a NUL byte at byte 100000: a binary file", 0), 0u);

@@ -443,13 +443,14 @@ class ChoiceCliTest(OneLineErrors):
                 self.assertEqual(summary["n"], 2)
                 shutil.rmtree(os.path.join(self.dir, "out"))
         # Compressed data under a plain name is named as such (it said "not valid JSON").
-        for path, kind, suffix in ((gz, "gzip", ".gz"), (zst, "zstd", ".zst")):
-            with self.subTest(unnamed=kind):
-                bare = os.path.join(self.dir, f"{kind}_piqa.jsonl")
+        for path, kind, suffix in ((gz, "gzip data (magic 1f 8b)", ".gz"), (zst, "zstd data (magic 28 b5 2f fd)", ".zst")):
+            with self.subTest(unnamed=suffix):
+                bare = os.path.join(self.dir, f"piqa{suffix}_plain.jsonl")
                 shutil.copy(path, bare)
                 r = run("eval", "choice", f"--weights={w}", f"--task={bare}", "--format=piqa", f"--out={self.dir}/out",
                         f"--tokenizer={self.tokenizer}")
-                self.assert_one_line_error(r, f"{bare}: holds {kind}-compressed data, but its name does not end in {suffix}")
+                self.assert_one_line_error(r, f"{bare}: {kind} under a name without {suffix}: name it {bare}{suffix} "
+                                           "to have it decompressed")
 
     def test_help_gives_choices_meaning_of_format(self):
         r = run("eval", "choice", "--help")
