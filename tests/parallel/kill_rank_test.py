@@ -128,8 +128,13 @@ class KillRankTest(SyntheticCorpusCase):
         # Its last mark: the step under way (or after) and the phase, read from its beacon.
         self.assertRegex(ours[0], r"its last mark: (step \d+, [a-z/ ]+|[a-z ]+ after step \d+) for \d+\.\d s")
         self.assertRegex(ours[0], r"limit 4 s, --collective_timeout")
-        if "--comm=nccl" in TRAIN_FLAGS:  # the waiter took the verdict and aborted its NCCL communicator
-            self.assertRegex(ours[0], r": NCCL AllReduce\(float\) \(rank \d of 2, GPU \d\): collective timeout: ")
+        if "--comm=nccl" in TRAIN_FLAGS:
+            # The waiter took the verdict in the collective it sat in: the gradients' NCCL
+            # all-reduce (it aborted its NCCL communicator), or, when the stop landed in the
+            # victim's optimizer step, the MPI reduction of the logged metrics between steps
+            # (seen under load in CI's emulated run).
+            self.assertRegex(ours[0], r"(: NCCL AllReduce\(float\) \(rank \d of 2, GPU \d\): collective timeout: |"
+                                      r": collective timeout: rank \d waited \d+\.\d s in AllReduce \(logging between steps)")
         print(f"{name}: exit {rc} {elapsed:.1f} s after the stop; {ours[0]}")
 
     def test_a_rank_paused_just_past_the_limit_that_resumes_is_no_timeout(self):
