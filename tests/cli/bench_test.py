@@ -71,6 +71,11 @@ class BenchTest(OneLineErrors):
             self.assertGreater(j["cpu_ghz"], 0.5)
             self.assertAlmostEqual(j["mfu_hw"] * j["hw_peak_gflops"], j["gflops"], delta=1e-6 * j["gflops"])
             self.assertAlmostEqual(j["mfu"] * j["sgemm_gflops"], j["gflops"], delta=1e-6 * j["gflops"])
+            # The step on the calling thread's CPU clock: never longer than on the wall clock.
+            self.assertGreater(j["step_thread_cpu_seconds"], 0)
+            self.assertLessEqual(j["step_thread_cpu_seconds"], j["step_seconds"] * 1.001 + 1e-4)
+            cpu_gflops = j["flops_per_token"] * 16 / j["step_thread_cpu_seconds"] / 1e9
+            self.assertAlmostEqual(j["mfu_hw_thread_cpu"] * j["hw_peak_gflops"], cpu_gflops, delta=1e-6 * cpu_gflops)
             # One core's fp32 FLOPs a cycle: 4 lanes (SSE2) to 16 (AVX-512), x 2 (multiply-add)
             # x 1 or 2 pipes.
             per_cycle = j["hw_peak_gflops"] / j["cpu_ghz"]
