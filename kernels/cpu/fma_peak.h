@@ -11,7 +11,7 @@
 // The bf16 dot-product probe runs vdpbf16ps (16 lanes × 2 products, 64 FLOPs an instruction)
 // on the avx512 path where the CPU has AVX512_BF16. Each is timed on the thread's own CPU
 // clock (CLOCK_THREAD_CPUTIME_ID), so that time the thread was not running does not count;
-// the best of a few trials per thread, summed over threads (each thread has a core: the
+// the best of many 5 ms trials per thread, summed over threads (each thread has a core: the
 // figure assumes threads ≤ cores, as OpenMP's default does).
 // The clock: a chain of dependent integer adds (`add r, r`, one cycle each on every x86
 // core) on the same CPU clock gives cycles per second, so FLOPs per cycle can be checked
