@@ -1,8 +1,10 @@
 // `multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64]
 //   [--steps=N --warmup=N --threads=N --json]`: warm-up steps, then timed training steps
 // (forward, backward and AdamW on random tokens). Prints tokens/s, achieved GFLOP/s
-// (trainer/flops.h's count), MFU against the machine's single-precision GEMM rate
-// measured here through the same BLAS, peak resident memory, and the median time of
+// (trainer/flops.h's count), MFU against the hardware's fp32 multiply-add peak of the path
+// it runs (kernels/cpu/fma_peak.h: probed on each thread's CPU clock; the bf16 dot-product
+// peak beside it where the CPU has one) and against the machine's single-precision GEMM
+// rate measured here through the same BLAS, peak resident memory, and the median time of
 // each phase of a step (model/step_profile.h).
 //
 // `multiscreen bench screening --T=N --w=W [--micro_batch=B --tiles=N --r=R --model=psi8
@@ -34,6 +36,7 @@
 #include "common/config.h"
 #include "common/input_file.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/fma_peak.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/screening.h"
 #include "model/init.h"
@@ -98,6 +101,7 @@ absl::Status CheckTokens(double a, double b, const char* what) {
 struct TrainResult {
   nlohmann::json counted;  // --count: the last step's work on the emulated device (bench_count.h)
   std::vector<double> step_seconds, losses;
+  std::vector<double> step_thread_cpu_seconds;  // each timed step on the calling thread's CPU clock
   std::vector<StepProfile> profiles;
   std::vector<double> windows;  // w of every tile at initialization (the FLOP count's windows)
 };
@@ -173,6 +177,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
       BeginDeviceCount();
     }
     const auto start = BenchClock::now();
+    const double cpu_start = ThreadCpuSeconds();
     ops.Fill(grads.data(), n, Real(0));
     const double loss = model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data());
     {
@@ -180,10 +185,11 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
       OptimizerStep(ops, opt, params.data(), grads.data(), n);
       ops.Synchronize();
     }
-    const double seconds = SecondsSince(start);
+    const double seconds = SecondsSince(start), cpu_seconds = ThreadCpuSeconds() - cpu_start;
     if (counted) result.counted = EndDeviceCount();
     if (step < warmup) continue;
     result.step_seconds.push_back(seconds);
+    result.step_thread_cpu_seconds.push_back(cpu_seconds);
     result.losses.push_back(loss);
     result.profiles.push_back(profile);
     result.profiles.back().synchronize = nullptr;  // the times only; the table does not outlive this
@@ -354,11 +360,21 @@ int BenchTrain(int argc, char** argv) {
                        : gpu            ? BestDeviceGemmGflops(*device, p, &sgemm_n)
                                         : BestSgemmGflops(&sgemm_n);
 
+  // The hardware's peak on the path the step ran, on as many threads (CPU only).
+  const kernels::cpu::HardwarePeak hw = gpu ? kernels::cpu::HardwarePeak{}
+                                            : kernels::cpu::MeasureHardwarePeak(kernels::cpu::ActiveIsa(), 0.3);
+
   const double step = Median(r.step_seconds);
   const double tokens_per_s = double(B * T) / step;
   const double flops_per_token = TrainingFlopsPerToken(*dims, T, r.windows);
   const double gflops = flops_per_token * tokens_per_s / 1e9;
   const double mfu = gflops / sgemm;
+  const nlohmann::json mfu_hw = gpu ? nlohmann::json(nullptr) : nlohmann::json(gflops / hw.fp32_gflops);
+  // The same on the calling thread's CPU clock (bench_timing.h ThreadCpuSeconds): what a
+  // loaded machine took from this thread left out.
+  const double step_cpu = Median(r.step_thread_cpu_seconds);
+  const double gflops_cpu = flops_per_token * double(B * T) / step_cpu / 1e9;
+  auto or_null = [gpu](double v) { return gpu || v <= 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
   double phase[StepProfile::kPhases], accounted = 0;
   for (int ph = 0; ph < StepProfile::kPhases; ++ph) {
     std::vector<double> v;
@@ -396,6 +412,14 @@ int BenchTrain(int argc, char** argv) {
                         {"sgemm_gflops", sgemm},
                         {"sgemm_n", sgemm_n},
                         {"mfu", mfu},
+                        {"hw_peak_gflops", or_null(hw.fp32_gflops)},
+                        {"mfu_hw", mfu_hw},
+                        {"step_thread_cpu_seconds", step_cpu},
+                        {"mfu_hw_thread_cpu", gpu ? nlohmann::json(nullptr) : nlohmann::json(gflops_cpu / hw.fp32_gflops)},
+                        {"hw_peak_bf16_gflops", or_null(hw.bf16_gflops)},
+                        {"hw_peak_isa", gpu ? nlohmann::json(nullptr) : nlohmann::json(kernels::cpu::IsaName(hw.isa))},
+                        {"hw_peak_threads", hw.threads},
+                        {"cpu_ghz", or_null(hw.ghz)},
                         {"gemm_rate_source", *peak_tflops > 0 ? "--peak_tflops"
                                               : gpu ? "device GEMM in the step's precision"
                                                     : "BLAS SGEMM"},
@@ -426,7 +450,14 @@ int BenchTrain(int argc, char** argv) {
     std::printf("  GEMM rate       %10.2f GFLOP/s (%s, n=%lld)\n", sgemm, gpu ? "device" : "BLAS SGEMM",
                 (long long)sgemm_n);
   }
-  std::printf("  MFU             %10.1f %%\n", 100 * mfu);
+  if (!gpu) {
+    std::printf("  hardware peak   %10.2f GFLOP/s (%s fp32 multiply-add, %d threads, %.2f GHz: %.1f FLOPs/cycle a core)\n",
+                hw.fp32_gflops, kernels::cpu::IsaName(hw.isa), hw.threads, hw.ghz, hw.fp32_flops_per_cycle);
+    if (hw.bf16_gflops > 0) std::printf("  bf16 dot peak   %10.2f GFLOP/s (vdpbf16ps)\n", hw.bf16_gflops);
+    std::printf("  MFU (hardware)  %10.1f %%   (%.1f %% on the thread's CPU clock: %.4f s a step)\n",
+                100 * gflops / hw.fp32_gflops, 100 * gflops_cpu / hw.fp32_gflops, step_cpu);
+  }
+  std::printf("  MFU (%s)     %10.1f %%\n", *peak_tflops > 0 ? "given" : gpu ? "GEMM " : "SGEMM", 100 * mfu);
   std::printf("  peak RSS        %10.1f MiB\n", peak_rss / 1048576.0);
   if (gpu) std::printf("  peak device mem %10.1f MiB (the model's arrays)\n", peak_device / 1048576.0);
   std::printf("  breakdown (median per step):\n");

@@ -1,6 +1,9 @@
-// Wall-clock timing shared by the bench commands (bench_command.cc, bench_decode.cc):
-// a monotonic clock, the seconds since a time point, and the median of a set of runs.
+// Timing shared by the bench commands (bench_command.cc, bench_decode.cc): a monotonic
+// clock, the seconds since a time point, the calling thread's CPU clock, and the median of
+// a set of runs.
 #pragma once
+
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +18,16 @@ using BenchClock = std::chrono::steady_clock;
 // Seconds of wall time from `since` (a BenchClock::now()) to now, as a double.
 inline double SecondsSince(BenchClock::time_point since) {
   return std::chrono::duration<double>(BenchClock::now() - since).count();
+}
+
+// CPU seconds the calling thread has run (CLOCK_THREAD_CPUTIME_ID). On a shared machine a
+// step's time on this clock leaves out the time other jobs held this thread's core; it
+// still includes waits for OpenMP workers that were held off, where the waiting thread
+// spins (OMP_WAIT_POLICY=active), and leaves them out where it sleeps (passive).
+inline double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 // The median of the times in v (any unit): the middle one of an odd count, the mean of

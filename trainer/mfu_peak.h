@@ -1,11 +1,11 @@
-// The MFU denominator as a run goes on (issue 43). The GEMM rate measured at start-up
+// The MFU denominator as a run goes on (issue 43). A GEMM rate measured at start-up
 // reads low when the machine was busy then (a neighbour's job, the other ranks' start),
-// and MFU read above 100 % (101–149 % seen on the 2-core machine). A step that achieves
-// more than the peak proves the peak stale: the peak is then measured again, once per
-// run, and becomes the largest of the old peak, the new measurement and the achieved
-// rate. MFU never passes 1, and the log says when the figure was raised. A peak given by
-// --peak_tflops is kept as given (the user's denominator; MFU may pass 1 then). (A
-// hardware FMA peak is issue 44's.)
+// and MFU read above 100 % (101–149 % seen on the 2-core machine); the CPU's peak is now
+// the hardware's multiply-add peak, probed on the threads' CPU clocks (issue 44). A step
+// that achieves more than the peak proves the peak stale: the peak is then measured
+// again, once per run, and becomes the largest of the old peak, the new measurement and
+// the achieved rate. MFU never passes 1, and the log says when the figure was raised. A
+// peak given by --peak_tflops is kept as given (the user's denominator; MFU may pass 1).
 #pragma once
 
 #include <functional>

@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/text_file.h"
+#include "kernels/cpu/fma_peak.h"
 #include "model/init.h"
 #include "nlohmann/json.hpp"
 #include "parallel/progress.h"
@@ -204,13 +205,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   t->grads_ = DeviceArray<float>(start.device);
   t->grads_.Resize(layout.size());
   // MFU: FLOPs at the initial windows (the learned windows move; this is the
-  // spec's count at initialization) against the peak given or the GEMM rate measured per
-  // process on the step's device, in its precision.
+  // spec's count at initialization) against the peak given, else per process: on the CPU
+  // the hardware's fp32 multiply-add peak of the kernels' path on the step's threads
+  // (kernels/cpu/fma_peak.h, as bench train reports it), on a GPU its GEMM rate in the
+  // step's precision.
   t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), InitialWindows(dims));
   // A measured peak is measured again where a step passes it (MfuPeak).
   std::function<double()> measure = [ops = &t->model_->ops(), device = start.device, precision = options.precision,
                                      world = grid->world_size()] {
-    return world * (device == Device::kCpu ? MeasureSgemmGflops() : MeasureGemmGflops(*ops, precision, 8192, 0.05));
+    return world * (device == Device::kCpu ? kernels::cpu::MeasureHardwarePeak(kernels::cpu::ActiveIsa()).fp32_gflops
+                                           : MeasureGemmGflops(*ops, precision, 8192, 0.05));
   };
   const double given = start.peak_tflops * 1e3 * grid->world_size();
   t->mfu_peak_ = std::make_unique<MfuPeak>(given > 0 ? given : measure(), given > 0 ? nullptr : measure);

@@ -54,6 +54,36 @@ class BenchTest(OneLineErrors):
         # Phase medians are taken separately, so their sum only roughly matches the step.
         self.assertLess(sum(b.values()), 1.5 * j["step_seconds"] + 1e-3)
 
+    def test_train_json_has_the_hardware_peak_of_the_path_it_ran(self):
+        # Issue 44: the fp32 multiply-add peak of the kernels' path (kernels/cpu/fma_peak.h) on
+        # the step's threads, and MFU against it beside the SGEMM-relative figure.
+        for isa in ("generic", None):
+            args = ["train", "--model=tiny_psi2", "--seq_len=16", "--micro_batch=1", "--steps=1", "--warmup=0",
+                    "--threads=1", "--json"] + ([f"--isa={isa}"] if isa else [])
+            r = run(*args)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout)
+            self.assertEqual(j["hw_peak_isa"], j["isa"])
+            if isa:
+                self.assertEqual(j["isa"], isa)
+            self.assertEqual(j["hw_peak_threads"], 1)
+            self.assertGreater(j["hw_peak_gflops"], 0)
+            self.assertGreater(j["cpu_ghz"], 0.5)
+            self.assertAlmostEqual(j["mfu_hw"] * j["hw_peak_gflops"], j["gflops"], delta=1e-6 * j["gflops"])
+            self.assertAlmostEqual(j["mfu"] * j["sgemm_gflops"], j["gflops"], delta=1e-6 * j["gflops"])
+            # The step on the calling thread's CPU clock: never longer than on the wall clock.
+            self.assertGreater(j["step_thread_cpu_seconds"], 0)
+            self.assertLessEqual(j["step_thread_cpu_seconds"], j["step_seconds"] * 1.001 + 1e-4)
+            cpu_gflops = j["flops_per_token"] * 16 / j["step_thread_cpu_seconds"] / 1e9
+            self.assertAlmostEqual(j["mfu_hw_thread_cpu"] * j["hw_peak_gflops"], cpu_gflops, delta=1e-6 * cpu_gflops)
+            # One core's fp32 FLOPs a cycle: 4 lanes (SSE2) to 16 (AVX-512), x 2 (multiply-add)
+            # x 1 or 2 pipes.
+            per_cycle = j["hw_peak_gflops"] / j["cpu_ghz"]
+            self.assertGreater(per_cycle, 0.75 * 8, j)
+            self.assertLess(per_cycle, 1.25 * 64, j)
+            if j["isa"] != "avx512":
+                self.assertIsNone(j["hw_peak_bf16_gflops"])  # vdpbf16ps is measured on the avx512 path only
+
     def test_train_runs_the_transformer_with_its_own_phases_and_flops(self):
         # Issue 18: the Transformer baseline through the same bench (tokens/s, MFU, phases).
         r = run("train", "--model=tiny_transformer_train", "--seq_len=32", "--micro_batch=2", "--steps=2",
@@ -83,7 +113,8 @@ class BenchTest(OneLineErrors):
     def test_train_text_names_the_targets(self):
         r = run("train", "--model=tiny_psi2", "--seq_len=8", "--micro_batch=1", "--steps=1", "--warmup=0")
         self.assertEqual(r.returncode, 0, r.stderr)
-        for word in ("tokens/s", "GFLOP/s", "MFU", "peak RSS", "screening_backward", "optimizer"):
+        for word in ("tokens/s", "GFLOP/s", "MFU", "hardware peak", "MFU (hardware)", "peak RSS",
+                     "screening_backward", "optimizer"):
             self.assertIn(word, r.stdout)
 
     def test_fp64_and_bf16_steps_run(self):

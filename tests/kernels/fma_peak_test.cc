@@ -1,0 +1,74 @@
+// The hardware peak probe (kernels/cpu/fma_peak.h) against what each path's vector width
+// allows: one core's fp32 FLOPs per cycle, read with the probe's own clock, is the path's
+// lanes × 2 (a multiply-add) × the multiply-add pipes, and every x86 core of these paths has
+// one or two of them; AMD's Zen 5 (family 26, this project's machine) has two of every
+// width, so there each path must read two pipes and AVX-512 twice AVX2 (a FLOP count
+// off by a factor, the 2 of an FMA or the lanes, fails there; elsewhere it fails unless the
+// error happens to match a one-pipe core).
+#include <gtest/gtest.h>
+
+#include <cpuid.h>
+
+#include <cmath>
+
+#include "kernels/cpu/fma_peak.h"
+#include "kernels/cpu/isa.h"
+
+namespace multiscreen::kernels::cpu {
+namespace {
+
+// The CPU's family where it is AMD's (26: Zen 5), else 0.
+int AmdFamily() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx) || ebx != 0x68747541) return 0;  // "Auth"enticAMD
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  const int base = (eax >> 8) & 0xf;
+  return base == 0xf ? base + int((eax >> 20) & 0xff) : base;
+}
+bool TwoPipesOfEveryWidth() { return AmdFamily() >= 26; }
+
+int Lanes(Isa isa) { return isa == Isa::kAvx512 ? 16 : isa == Isa::kAvx2 ? 8 : 4; }
+
+// FLOPs per cycle over lanes × 2: the pipes, within 25 % of 1 or of 2.
+void ExpectOneOrTwoPipes(double per_cycle, Isa isa, const char* what) {
+  const double pipes = per_cycle / (2.0 * Lanes(isa));
+  const bool one = std::abs(pipes - 1) < 0.25, two = std::abs(pipes - 2) < 0.5;
+  EXPECT_TRUE(TwoPipesOfEveryWidth() ? two : one || two) << IsaName(isa) << " " << what << ": " << per_cycle << " FLOPs a cycle is " << pipes
+                          << " pipes of " << Lanes(isa) << " lanes";
+}
+
+TEST(FmaPeakTest, OneCoresFlopsPerCycleAreThePathsWidthTimesOneOrTwoPipes) {
+  for (Isa isa : SupportedIsas()) {
+    const HardwarePeak p = MeasureHardwarePeak(isa, 0.15);
+    EXPECT_EQ(p.isa, isa);
+    ASSERT_GT(p.threads, 0);
+    ASSERT_EQ(int(p.fp32_thread_gflops.size()), p.threads);
+    EXPECT_GT(p.ghz, 0.5) << IsaName(isa);
+    EXPECT_LT(p.ghz, 7.0) << IsaName(isa);
+    EXPECT_NEAR(p.fp32_flops_per_cycle, p.fp32_thread_gflops[0] / p.ghz, 1e-9);
+    ExpectOneOrTwoPipes(p.fp32_flops_per_cycle, isa, "fp32");
+    double sum = 0;
+    for (double g : p.fp32_thread_gflops) sum += g;
+    EXPECT_NEAR(p.fp32_gflops, sum, 1e-9 * sum);
+    // vdpbf16ps does 4 FLOPs a lane (two products and their sum added); 16 lanes.
+    if (isa == Isa::kAvx512 && CpuHasAvx512Bf16()) {
+      const double bf16_per_cycle = p.bf16_gflops / p.threads / p.ghz;
+      ExpectOneOrTwoPipes(bf16_per_cycle / 2, isa, "bf16 dot product (FLOPs / 2)");
+    } else {
+      EXPECT_EQ(p.bf16_gflops, 0) << IsaName(isa);
+    }
+  }
+}
+
+TEST(FmaPeakTest, WiderPathsAreNoSlowerAndAtMostTwiceAsFastPerCoreAndTwiceOnZen5) {
+  const std::vector<Isa> isas = SupportedIsas();
+  for (size_t i = 1; i < isas.size(); ++i) {
+    const double narrow = MeasureHardwarePeak(isas[i - 1], 0.15).fp32_flops_per_cycle;
+    const double wide = MeasureHardwarePeak(isas[i], 0.15).fp32_flops_per_cycle;
+    EXPECT_GT(wide / narrow, TwoPipesOfEveryWidth() ? 1.5 : 0.8) << IsaName(isas[i]) << " over " << IsaName(isas[i - 1]);
+    EXPECT_LT(wide / narrow, 2.5) << IsaName(isas[i]) << " over " << IsaName(isas[i - 1]);
+  }
+}
+
+}  // namespace
+}  // namespace multiscreen::kernels::cpu
