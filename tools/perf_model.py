@@ -330,9 +330,9 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     ops += head
     # The host waits (counted on the emulated device, docs/performance.md): once in BeginStep
     # for the scalars the screening kernels' tile tables are built from (s_E, s_F, every
-    # layer's s_w, s_r, s_O: one DownloadRanges), and once per head chunk for its log Σ exp
-    # (the loss, read on the host).
-    syncs = 1 + chunks
+    # layer's s_w, s_r, s_O: one DownloadRanges), and once in the head, after its last chunk,
+    # for every row's log Σ exp and target logit (the loss, read on the host).
+    syncs = 1 + 1
     if train:
         ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
         ops.append(Op("bf16(∂x) for the layer's GEMMs", "mem", n_l, 0, n * d * (4 + 2)))
