@@ -345,8 +345,9 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
                          nt * (32 * 4 + 64 * 4 + 64 * 4 + 16 * 4 + 5 * 8)))
         ops.append(tiled("screening backward, tiled key pass (∂k̃, ∂v̄)", "key",
                          nt * (32 * 4 + 64 * 4 + 64 * 4 + 16 * 4 + 64 * 4)))
+        # the sums per (sequence, tile), then ∂s_w, ∂s_r, ∂s_O from them on the device
         ops.append(Op("screening backward: unit norms, MiPE → ∂P; tile-scalar sums", "mem", n_l, 0,
-                      nt * (96 * 4 + 96 * 4 + 3 * 4 + 96 * 2 + 5 * 8), launches=2))
+                      nt * (96 * 4 + 96 * 4 + 3 * 4 + 96 * 2 + 5 * 8), launches=3))
         ops.append(Op("∂W_cat = x_inᵀ·∂P (GEMM, fp32)", "gemm", n_l, 2 * n * d * pd,
                       n * d * 2 + n * pd * 2 + d * pd * 4))
         ops.append(Op("unpack ∂W_cat into the gradients", "mem", n_l, 0, d * pd * 4 * 3))
@@ -380,7 +381,8 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         "screening backward, tiled key pass (∂k̃, ∂v̄)": [kernel("TiledKeyBackwardKernel", "screening_tiled.cu"),
                                                         kernel("KeyBackwardKernel", "screening.cu")],
         "screening backward: unit norms, MiPE → ∂P; tile-scalar sums": [kernel("NormalizeBackwardKernel", "screening.cu"),
-                                                                        kernel("ReducePartsKernel", "screening.cu")],
+                                                                        kernel("ReducePartsKernel", "screening.cu"),
+                                                                        kernel("TileScalarParamGradsKernel", "screening.cu")],
         "∂W_cat = x_inᵀ·∂P (GEMM, fp32)": [gemm(pd, d, n, "N", "T")],
         "∂x += ∂P·W_catᵀ (GEMM, β = 1)": [gemm(d, n, pd, "T", "N")],
         "∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E": [kernel("ScatterKernel", "embedding.cu")],
