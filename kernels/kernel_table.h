@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/buffer.h"
@@ -158,6 +159,16 @@ class KernelTable {
   // ---- memory (n elements; pointers on device() unless named host) ----------------
   virtual void Upload(const Real* host, int64_t n, Real* dst) = 0;
   virtual void Download(const Real* src, int64_t n, Real* host) = 0;
+  // host ← the elements of src at the `count` ranges [begin[i], begin[i] + length[i]),
+  // one range after another, with one wait: a step's few host scalars read at once (a
+  // device gathers them and copies once; the CPU's: Download each).
+  virtual void DownloadRanges(const Real* src, const int64_t* begin, const int64_t* length, int64_t count,
+                              Real* host) {
+    for (int64_t i = 0; i < count; ++i) {
+      Download(src + begin[i], length[i], host);
+      host += length[i];
+    }
+  }
   virtual void Copy(const Real* src, int64_t n, Real* dst) = 0;  // may not overlap
   virtual void Fill(Real* dst, int64_t n, Real value) = 0;
   // dst[i] += src[i].
@@ -184,6 +195,12 @@ class KernelTable {
   }
   // Σ_i a_i b_i accumulated in fp64 (the order is the implementation's; the CPU's is i = 0, 1, …).
   virtual double Dot(const Real* a, const Real* b, int64_t n) = 0;
+  // dst[0] += Real(Dot(a, b, n)): the same sum, added into a device scalar (a gradient)
+  // without the host reading it, so a device does not wait. The CPU's is Dot then AddHost.
+  virtual void DotAddInto(const Real* a, const Real* b, int64_t n, Real* dst) {
+    const Real sum = static_cast<Real>(Dot(a, b, n));
+    AddHost(&sum, 1, dst);
+  }
   // init + Σ_i x_i² in fp64 (the global gradient norm's part of this buffer; init carries
   // the sum over the buffers before it). The CPU adds the terms to init in order
   // i = 0, 1, …; a device reduces Σ its own way and adds init.
@@ -258,6 +275,23 @@ class KernelTable {
   virtual void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                                  const ScreeningSaved<Real>& saved, const Real* dU, Real* dP,
                                  TileScalarGrads* grads) = 0;
+  // ScreeningBackward with the tiles' learned-scalar gradients added into device memory
+  // instead of returned to the host: g_sw[t] += ∂L/∂s_w, g_sr[t] += ∂L/∂s_r, g_so[t] +=
+  // ∂L/∂s_O (g_so may be null), TileScalarParamGrads (screening_types.h) of
+  // ScreeningBackward's grads bit for bit. A device computes them where its kernels leave
+  // their sums and does not wait; the CPU's is ScreeningBackward, then AddHost.
+  virtual void ScreeningBackwardAddParamGrads(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
+                                              const ScreeningSaved<Real>& saved, const Real* dU, Real* dP, Real* g_sw,
+                                              Real* g_sr, Real* g_so) {
+    const int64_t nt = shape.tiles;
+    std::vector<TileScalarGrads> grads(nt);
+    ScreeningBackward(shape, P, tiles, saved, dU, dP, grads.data());
+    std::vector<Real> g(3 * nt);
+    TileScalarParamGrads(tiles, grads.data(), nt, g.data(), g.data() + nt, g_so != nullptr ? g.data() + 2 * nt : nullptr);
+    AddHost(g.data(), nt, g_sw);
+    AddHost(g.data() + nt, nt, g_sr);
+    if (g_so != nullptr) AddHost(g.data() + 2 * nt, nt, g_so);
+  }
 
   // ---- the vocabulary head ------------------------------------------------------------
   // Called once per step with Ē as the head's GEMMs see it, before HeadLoss (the CPU

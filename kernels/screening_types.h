@@ -4,6 +4,7 @@
 // backward (spec steps 5–13).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 
@@ -77,6 +78,25 @@ struct TileScalarGrads {
   double r = 0;
   double scale = 0;
 };
+
+// The learned scalars' gradients from the kernels' ∂L/∂w, ∂L/∂r, ∂L/∂scale of `tiles`
+// [n] (MapTileScalars of a training forward, model/tile_weights.h; spec "Backward-pass
+// notes"): ∂L/∂s_w = ∂L/∂w · (w − 1), ∂L/∂s_r = ∂L/∂r · r(1 − r), ∂L/∂s_O = ∂L/∂scale ·
+// scale, in fp64, then rounded to Real. g_sw, g_sr, g_so: [n] host, written; g_so may be
+// null (a screening head of the Transformer has no s_O). A window that overflowed
+// (s_w > ~709.78: w = ∞) has the plain causal mask, which does not depend on s_w:
+// ∂L/∂s_w is 0 there, the limit of ∂m/∂w · (w − 1) ~ π²d²/(2w²) (the kernels give
+// ∂L/∂w = 0 and the product would be 0 · ∞ = NaN). The CUDA backward's device twin is
+// TileScalarParamGradsKernel (kernels/cuda/screening.cu), the same operations.
+template <typename Real>
+void TileScalarParamGrads(const TileScalars* tiles, const TileScalarGrads* grads, int64_t n, Real* g_sw, Real* g_sr,
+                          Real* g_so) {
+  for (int64_t t = 0; t < n; ++t) {
+    g_sw[t] = std::isinf(tiles[t].w) ? Real(0) : static_cast<Real>(grads[t].w * (tiles[t].w - 1.0));
+    g_sr[t] = static_cast<Real>(grads[t].r * tiles[t].r * (1.0 - tiles[t].r));
+    if (g_so != nullptr) g_so[t] = static_cast<Real>(grads[t].scale * tiles[t].scale);
+  }
+}
 
 // What the forward keeps for the backward, per (b, tile) in [B, tiles, T, ·]:
 // q̃ and k̃ (unit length, rotated by MiPE), v̄, the norms of q, k, v, and the

@@ -64,13 +64,6 @@ void Multiscreen<Real>::RoundGradientToCompute(Real* data, int64_t n) const {
 }
 
 template <typename Real>
-Real Multiscreen<Real>::ReadScalar(const Real* params, int64_t offset) const {
-  Real value;
-  ops_->Download(params + offset, 1, &value);
-  return value;
-}
-
-template <typename Real>
 kernels::ScreeningShape Multiscreen<Real>::ShapeOf(int64_t B, int64_t T) const {
   kernels::ScreeningShape s = MultiscreenShape(dims(), layout_.shard().tiles(), B, T, nullptr);
   s.rope_scaling = rope_scaling_;
@@ -88,9 +81,32 @@ template <typename Real>
 void Multiscreen<Real>::BeginStep(const Real* params) {
   PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   const ShardSpec& shard = layout_.shard();
-  const int64_t dE = dims().d_e;
-  if (shard.embed) s_e_ = ReadScalar(params, layout_.Find("embed/s_E")->buffer_offset);
-  if (shard.head) s_f_ = ReadScalar(params, layout_.Find("head/s_F")->buffer_offset);
+  const int64_t dE = dims().d_e, nt = shard.tiles();
+  const auto& entries = layout_.entries();
+  // The host's scalars, read with one wait: s_E, s_F, and every layer's s_w, s_r, s_O
+  // (adjacent in the layout, ParamLayout) for the screening kernels' tile tables.
+  std::vector<int64_t> begin, length;
+  auto read = [&](int64_t offset, int64_t n) {
+    begin.push_back(offset);
+    length.push_back(n);
+  };
+  if (shard.embed) read(layout_.Find("embed/s_E")->buffer_offset, 1);
+  if (shard.head) read(layout_.Find("head/s_F")->buffer_offset, 1);
+  for (int64_t li = 0; li < shard.layers(); ++li) {
+    read(entries[layout_.MultiscreenEntry(shard.layer_begin + li, kSw)].buffer_offset, 3 * nt);
+  }
+  std::vector<Real> scalars(2 + 3 * nt * shard.layers());
+  ops_->DownloadRanges(params, begin.data(), length.data(), static_cast<int64_t>(begin.size()), scalars.data());
+  const Real* next = scalars.data();
+  if (shard.embed) s_e_ = *next++;
+  if (shard.head) s_f_ = *next++;
+  for (int64_t li = 0; li < shard.layers(); ++li) {
+    LayerWeights& w = weights_[li];
+    w.s_w.assign(next, next + nt);
+    w.s_r.assign(next + nt, next + 2 * nt);
+    w.s_o.assign(next + 2 * nt, next + 3 * nt);
+    next += 3 * nt;
+  }
   if (shard.embed || shard.head) {
     const ParamEntry* w_e = layout_.Find("embed/W_E");
     const int64_t rows = shard.vocab();
@@ -110,8 +126,6 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     if (shard.head && tp_->size() == 1) ops_->PrepareHead(EBarCompute(), rows, dE);
     if (shard.head) ops_->PackOperand(options_.precision, EBarCompute(), rows * dE, &e_bar_op_);
   }
-  const auto& entries = layout_.entries();
-  const int64_t nt = shard.tiles();
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
     const int64_t layer = shard.layer_begin + li;
@@ -121,10 +135,6 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     ops_->Copy(params + w_o.buffer_offset, w_o.size(), w.w_o.data());
     ops_->PackRounded(options_.precision, w.w_cat.data(), w.w_cat.size(), &w.w_cat_op);
     ops_->PackRounded(options_.precision, w.w_o.data(), w.w_o.size(), &w.w_o_op);
-    for (auto [slot, host] : {std::pair{kSw, &w.s_w}, std::pair{kSr, &w.s_r}, std::pair{kSO, &w.s_o}}) {
-      host->resize(nt);
-      ops_->Download(params + entries[layout_.MultiscreenEntry(layer, slot)].buffer_offset, nt, host->data());
-    }
   }
 }
 
@@ -247,8 +257,7 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   if (dx == nullptr) return loss;
   tp_->AllReduce(hb.dy.data(), n * dE, ReduceOp::kSum);
   // ∂L/∂s_F = Σ_r y_r · ∂L/∂y_r, since z = e^{s_F} y Ēᵀ.
-  const Real d_sf = static_cast<Real>(ops_->Dot(hb.y.data(), hb.dy.data(), n * dE));
-  ops_->AddHost(&d_sf, 1, grads + layout_.Find("head/s_F")->buffer_offset);
+  ops_->DotAddInto(hb.y.data(), hb.dy.data(), n * dE, grads + layout_.Find("head/s_F")->buffer_offset);
   if (d.pl_norm) {
     ops_->UnitRowsBackward(hb.y.data(), dE, hb.y_norm.data(), hb.dy.data(), dE, dx, dE, n, dE, false);
   } else {
@@ -274,8 +283,6 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   d_u_.Resize(rows * nt * dV);
   d_p_.Resize(rows * nt * C);
   d_w_cat_.Resize(dE * nt * C);
-  std::vector<kernels::TileScalarGrads> tile_grads(nt);
-  std::vector<Real> g_scalars(3 * nt);  // ∂L/∂s_w, ∂L/∂s_r, ∂L/∂s_O of the local tiles
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
@@ -296,13 +303,10 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
                          dE);
     timer.emplace(options_.profile, StepProfile::kScreeningBackward);
     const auto tiles = TileScalarsOf(li, nullptr);
-    ops_->ScreeningBackward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(), d_p_.data(),
-                            tile_grads.data());
-    // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}; their gradients, computed
-    // on the host, are added to the device's.
-    // s_w, s_r, s_O are adjacent in the layout (ParamLayout): one upload for the three.
-    TileScalarParamGrads(tiles, tile_grads, g_scalars.data(), g_scalars.data() + nt, g_scalars.data() + 2 * nt);
-    ops_->AddHost(g_scalars.data(), 3 * nt, grads + slot(kSw));
+    // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}; the table adds their
+    // gradients into grads where it computes them (on a device: no wait).
+    ops_->ScreeningBackwardAddParamGrads(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(),
+                                         d_p_.data(), grads + slot(kSw), grads + slot(kSr), grads + slot(kSO));
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
     timer.emplace(options_.profile, StepProfile::kProjections);
     RoundGradientToCompute(d_p_.data(), rows * nt * C);
@@ -330,8 +334,7 @@ void Multiscreen<Real>::EmbedBackward(const Real* params, const int32_t* ids, in
   step_x0_.Resize(n * dE);
   Embed(params, ids, n, step_x0_.data());
   PhaseTimer timer(options_.profile, StepProfile::kEmbed);
-  const Real d_se = static_cast<Real>(ops_->Dot(dx, step_x0_.data(), n * dE));
-  ops_->AddHost(&d_se, 1, grads + s_e);
+  ops_->DotAddInto(dx, step_x0_.data(), n * dE, grads + s_e);
 }
 
 template <typename Real>

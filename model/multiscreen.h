@@ -123,8 +123,6 @@ class Multiscreen final : public ModelStage<Real> {
   void RoundToCompute(Real* data, int64_t n) const;
   // Rounds a backward GEMM operand (only kFp16 stores gradients in 16 bits).
   void RoundGradientToCompute(Real* data, int64_t n) const;
-  // The one host value params[offset].
-  Real ReadScalar(const Real* params, int64_t offset) const;
 
   ParamLayout layout_;
   ModelOptions options_;

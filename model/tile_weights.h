@@ -83,22 +83,4 @@ template <typename Real>
 std::vector<kernels::TileScalars> MapTileScalars(const ParamLayout& layout, const Real* params, int64_t layer,
                                                  const InferenceOptions* inference);
 
-// The learned scalars' gradients from the kernels' ∂L/∂w, ∂L/∂r, ∂L/∂scale of `tiles`
-// (MapTileScalars of a training forward; spec "Backward-pass notes"): ∂L/∂s_w = ∂L/∂w ·
-// (w − 1), ∂L/∂s_r = ∂L/∂r · r(1 − r), ∂L/∂s_O = ∂L/∂scale · scale. g_sw, g_sr, g_so:
-// [tiles.size()] host, written; g_so may be null (a screening head of the Transformer
-// has no s_O).
-// A window that overflowed (s_w > ~709.78: w = ∞) has the plain causal mask, which does
-// not depend on s_w: ∂L/∂s_w is 0 there, the limit of ∂m/∂w · (w − 1) ~ π²d²/(2w²)
-// (the kernels give ∂L/∂w = 0 and the product would be 0 · ∞ = NaN).
-template <typename Real>
-void TileScalarParamGrads(const std::vector<kernels::TileScalars>& tiles,
-                          const std::vector<kernels::TileScalarGrads>& grads, Real* g_sw, Real* g_sr, Real* g_so) {
-  for (size_t t = 0; t < tiles.size(); ++t) {
-    g_sw[t] = std::isinf(tiles[t].w) ? Real(0) : static_cast<Real>(grads[t].w * (tiles[t].w - 1.0));
-    g_sr[t] = static_cast<Real>(grads[t].r * tiles[t].r * (1.0 - tiles[t].r));
-    if (g_so != nullptr) g_so[t] = static_cast<Real>(grads[t].scale * tiles[t].scale);
-  }
-}
-
 }  // namespace multiscreen

@@ -139,8 +139,6 @@ void Transformer<Real>::BeginStep(const Real* params) {
       ops_->Copy(table_.data(), rows * dE, table_c_.data());
       RoundToCompute(table_c_.data(), rows * dE);
     }
-    if (d.sio && shard.embed) ops_->Download(params + layout_.Find("embed/s_E")->buffer_offset, 1, &s_e_);
-    if (d.sio && shard.head) ops_->Download(params + layout_.Find("head/s_F")->buffer_offset, 1, &s_f_);
     if (shard.head && tp_->size() == 1) ops_->PrepareHead(Table(), rows, dE);
     if (shard.head) ops_->PackOperand(options_.precision, Table(), rows * dE, &table_op_);
   }
@@ -164,24 +162,56 @@ void Transformer<Real>::BeginStep(const Real* params) {
     const std::pair<Array*, kernels::PackedOperand<Real>*> packs[] = {
         {&w.w_qkv, &w.w_qkv_op}, {&w.w_o, &w.w_o_op}, {&w.w_gu, &w.w_gu_op}, {&w.w_down, &w.w_down_op}};
     for (auto [a, op] : packs) ops_->PackRounded(options_.precision, a->data(), a->size(), op);
+  }
+  ReadScalars(params);
+}
+
+template <typename Real>
+void Transformer<Real>::ReadScalars(const Real* params) {
+  const ModelDims& d = dims();
+  const ShardSpec& shard = layout_.shard();
+  const int64_t H = shard.tiles(), dh = d.d_k;
+  // Where each host scalar lives: the ranges of params one DownloadRanges reads, in order.
+  std::vector<int64_t> begin, length;
+  auto read = [&](int64_t offset, int64_t n) {
+    begin.push_back(offset);
+    length.push_back(n);
+  };
+  if (d.sio && shard.embed) read(layout_.Find("embed/s_E")->buffer_offset, 1);
+  if (d.sio && shard.head) read(layout_.Find("head/s_F")->buffer_offset, 1);
+  for (int64_t li = 0; li < shard.layers(); ++li) {
+    const Slots s = SlotsOf(shard.layer_begin + li);
+    if (d.qk_norm) read(s.s_qk, H);
+    if (d.attention == AttentionKind::kSsmax) read(s.s_ss, H);
+    if (screening()) {
+      read(s.s_w, H);
+      read(s.s_r, H);
+    }
+  }
+  int64_t total = 0;
+  for (int64_t n : length) total += n;
+  std::vector<Real> scalars(total);
+  ops_->DownloadRanges(params, begin.data(), length.data(), static_cast<int64_t>(begin.size()), scalars.data());
+  const Real* next = scalars.data();
+  if (d.sio && shard.embed) s_e_ = *next++;
+  if (d.sio && shard.head) s_f_ = *next++;
+  for (int64_t li = 0; li < shard.layers(); ++li) {
+    LayerWeights& w = weights_[li];
     w.base.assign(H, 1.0 / std::sqrt(double(dh)));
     if (d.qk_norm) {
-      std::vector<Real> s_qk(H);
-      ops_->Download(params + s.s_qk, H, s_qk.data());
-      for (int64_t h = 0; h < H; ++h) w.base[h] = std::exp(double(s_qk[h]));
+      for (int64_t h = 0; h < H; ++h) w.base[h] = std::exp(double(next[h]));
+      next += H;
     }
     w.scale = w.base;
     if (d.attention == AttentionKind::kSsmax) {  // SSMax: scale_h = base_h · s_SS,h
-      std::vector<Real> s_ss(H);
-      ops_->Download(params + s.s_ss, H, s_ss.data());
-      for (int64_t h = 0; h < H; ++h) w.scale[h] *= double(s_ss[h]);
+      for (int64_t h = 0; h < H; ++h) w.scale[h] *= double(next[h]);
+      next += H;
     }
     if (screening()) {
-      w.s_w.resize(H);
-      w.s_r.resize(H);
+      w.s_w.assign(next, next + H);
+      w.s_r.assign(next + H, next + 2 * H);
       w.s_o.assign(H, Real(0));
-      ops_->Download(params + s.s_w, H, w.s_w.data());
-      ops_->Download(params + s.s_r, H, w.s_r.data());
+      next += 2 * H;
     }
   }
 }
@@ -335,8 +365,7 @@ double Transformer<Real>::HeadLoss(const Real* params, const Real* x, const int3
   if (dx == nullptr) return loss;
   tp_->AllReduce(dy_.data(), n * dE, ReduceOp::kSum);  // each rank's vocabulary rows' part
   if (d.sio) {  // ∂L/∂s_F = Σ y · ∂L/∂y, since z = e^{s_F} y Ēᵀ
-    const Real d_sf = static_cast<Real>(ops_->Dot(y_.data(), dy_.data(), n * dE));
-    ops_->AddHost(&d_sf, 1, grads + layout_.Find("head/s_F")->buffer_offset);
+    ops_->DotAddInto(y_.data(), dy_.data(), n * dE, grads + layout_.Find("head/s_F")->buffer_offset);
   }
   if (d.pl_norm) {
     ops_->UnitRowsBackward(y_.data(), dE, y_stat_.data(), dy_.data(), dE, dx, dE, n, dE, false);
@@ -363,8 +392,7 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   d_qkv_.Resize(rows * 3 * dl);
   d_w_qkv_.Resize(dE * 3 * dl);
   std::vector<double> d_scale(H);
-  std::vector<Real> g_scale(H), g_screen(2 * H);  // g_screen: ∂L/∂s_w, ∂L/∂s_r
-  std::vector<kernels::TileScalarGrads> tile_grads(H);
+  std::vector<Real> g_scale(H);
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
@@ -389,13 +417,10 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     ops_->GemmBothPacked(false, true, rows, dl, dE, 1, d_out_op_, dE, w.w_o_op, dE, 0, d_o_.data(), dl);
     ops_->GemmBothPacked(true, false, dl, dE, rows, 1, a.o_op, dl, d_out_op_, dE, 1, grads + s.w_o, dE);
     timer.emplace(options_.profile, StepProfile::kAttention);
-    if (screening()) {  // ∂P straight into ∂qkv (the same per-head layout); s_w, s_r on the host
+    if (screening()) {  // ∂P straight into ∂qkv (the same per-head layout); ∂s_w, ∂s_r added by the table
       const auto tiles = MapTileScalars(w.s_w.data(), w.s_r.data(), w.s_o.data(), H, nullptr);
-      ops_->ScreeningBackward(ScreeningShapeOf(B, T), a.qkv.data(), tiles.data(), a.saved(), d_o_.data(),
-                              d_qkv_.data(), tile_grads.data());
-      // s_w and s_r are adjacent in the layout (ParamLayout): one upload for both.
-      TileScalarParamGrads(tiles, tile_grads, g_screen.data(), g_screen.data() + H, static_cast<Real*>(nullptr));
-      ops_->AddHost(g_screen.data(), 2 * H, grads + s.s_w);
+      ops_->ScreeningBackwardAddParamGrads(ScreeningShapeOf(B, T), a.qkv.data(), tiles.data(), a.saved(), d_o_.data(),
+                                           d_qkv_.data(), grads + s.s_w, grads + s.s_r, static_cast<Real*>(nullptr));
     } else {
       // d_q_, d_k_: the gradients of the unturned (unit) q, k (RoPE's transpose inside the op).
       tk_->AttentionBackward(shape, a.q.data(), a.k.data(), a.v.data(), a.o.data(), a.lse.data(), d_o_.data(),
@@ -446,8 +471,7 @@ void Transformer<Real>::EmbedBackward(const Real* params, const int32_t* ids, in
   // ∂L/∂s_E = Σ dx · x⁰ with x⁰ = e^{s_E} Ē[ids].
   step_x0_.Resize(n * dE);
   Embed(params, ids, n, step_x0_.data());
-  const Real d_se = static_cast<Real>(ops_->Dot(dx, step_x0_.data(), n * dE));
-  ops_->AddHost(&d_se, 1, grads + layout_.Find("embed/s_E")->buffer_offset);
+  ops_->DotAddInto(dx, step_x0_.data(), n * dE, grads + layout_.Find("embed/s_E")->buffer_offset);
 }
 
 template <typename Real>

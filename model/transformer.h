@@ -121,6 +121,9 @@ class Transformer final : public ModelStage<Real> {
   int64_t QkvColumn(int p, int64_t h) const { return multiscreen::QkvColumn(dims(), p, h, layout_.shard().tiles()); }
   kernels::ScreeningShape ScreeningShapeOf(int64_t B, int64_t T) const;
   const Real* Table() const;  // the tied table as the GEMMs and the embedding see it
+  // The host's scalars (s_E, s_F under SIO; each layer's s_QK, s_SS, s_w, s_r as the
+  // attention has them) read with one wait, and the attention scales made from them.
+  void ReadScalars(const Real* params);
   void RoundToCompute(Real* data, int64_t n) const;
   // Under kFp16 the backward's GEMM operands hold fp16 values, as Multiscreen's
   // (model/multiscreen.h): gradients are stored in 16 bits, so a loss scale too large

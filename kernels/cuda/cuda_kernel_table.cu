@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +53,29 @@ class CudaKernelTable final : public KernelTable<float> {
     MS_CUDA_CHECK("Download", cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     MS_CUDA_CHECK("Download", cudaStreamSynchronize(stream_));
   }
+  // One gather launch into staging, one copy, one wait; the ranges' table is uploaded
+  // only when it differs from the last call's (a training step asks for the same ranges).
+  void DownloadRanges(const float* src, const int64_t* begin, const int64_t* length, int64_t count,
+                      float* host) override {
+    std::vector<int64_t> ranges(3 * count);
+    int64_t total = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      ranges[3 * i] = begin[i];
+      ranges[3 * i + 1] = length[i];
+      ranges[3 * i + 2] = total;
+      total += length[i];
+    }
+    if (total <= 0) return;
+    if (ranges != host_ranges_) {
+      ranges_.Resize(3 * count);
+      MS_CUDA_CHECK("DownloadRanges", cudaMemcpyAsync(ranges_.data(), ranges.data(), 3 * count * sizeof(int64_t),
+                                                      cudaMemcpyHostToDevice, stream_));
+      host_ranges_ = std::move(ranges);
+    }
+    gathered_.Resize(total);
+    cuda::GatherRanges(src, ranges_.data(), count, gathered_.data(), stream_);
+    Download(gathered_.data(), total, host);
+  }
   void Copy(const float* src, int64_t n, float* dst) override {
     if (n <= 0) return;
     MS_CUDA_CHECK("Copy", cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
@@ -76,6 +100,9 @@ class CudaKernelTable final : public KernelTable<float> {
                         stream_);
   }
   double Dot(const float* a, const float* b, int64_t n) override { return cuda::Dot(a, b, n, reduce_.data(), stream_); }
+  void DotAddInto(const float* a, const float* b, int64_t n, float* dst) override {
+    cuda::DotAddInto(a, b, n, dst, reduce_.data(), stream_);
+  }
   double SumSquares(const float* x, int64_t n, double init = 0) override {
     return init + cuda::SumSquares(x, n, reduce_.data(), stream_);
   }
@@ -159,6 +186,17 @@ class CudaKernelTable final : public KernelTable<float> {
     }
   }
 
+  void ScreeningBackwardAddParamGrads(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                      const ScreeningSaved<float>& saved, const float* dU, float* dP, float* g_sw,
+                                      float* g_sr, float* g_so) override {
+    const TileScalarGradsOut out(g_sw, g_sr, g_so);
+    if (tiled_screening_) {
+      cuda::ScreeningTiledBackward(shape, P, tiles, saved, dU, dP, out, &screening_, stream_);
+    } else {
+      cuda::ScreeningBackward(shape, P, tiles, saved, dU, dP, out, &screening_, stream_);
+    }
+  }
+
   // ---- the vocabulary head ----
   void PrepareHead(const float*, int64_t, int64_t) override {}  // the head reads Ē as given
   void HeadLoss(const HeadLossArgs<float>& args) override { cuda::HeadLoss(args, gemm_.get(), &cross_entropy_, stream_); }
@@ -199,6 +237,9 @@ class CudaKernelTable final : public KernelTable<float> {
   DeviceArray<double> reduce_{Device::kCuda};       // kReduceScratch doubles for Dot and friends
   DeviceArray<float> host_staging_{Device::kCuda};  // AddHost's uploaded values
   DeviceArray<int32_t> argmax_{Device::kCuda};      // Argmax's one index
+  DeviceArray<int64_t> ranges_{Device::kCuda};      // DownloadRanges' table [count, 3] (begin, length, offset)
+  std::vector<int64_t> host_ranges_;                // what ranges_ holds
+  DeviceArray<float> gathered_{Device::kCuda};      // DownloadRanges' staging
   EmbeddingScratch embedding_;
   ScreeningScratch screening_;
   CrossEntropyScratch cross_entropy_;

@@ -51,6 +51,12 @@ __global__ void Copy2DBatchedKernel(const float* src, int64_t ld_src, int64_t sr
   }
 }
 
+// Block i copies range i: src[ranges[i, 0] + j] → dst[ranges[i, 2] + j], j < ranges[i, 1].
+__global__ void GatherRangesKernel(const float* src, const int64_t* ranges, float* dst) {
+  const int64_t* range = ranges + int64_t(blockIdx.x) * 3;
+  for (int64_t j = threadIdx.x; j < range[1]; j += blockDim.x) dst[range[2] + j] = src[range[0] + j];
+}
+
 // cpu::FloatToBf16 then cpu::Bf16ToFloat, bit for bit.
 __device__ inline float RoundBf16(float x) {
   uint32_t bits = __float_as_uint(x);
@@ -90,22 +96,31 @@ __global__ void PartialSumKernel(Term term, int64_t n, double* partial) {
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
-// Pass 2 (one block): out = Σ partial[0, count).
-__global__ void FinalSumKernel(const double* partial, int count, double* out) {
+// Pass 2 (one block): out = Σ partial[0, count); with add_to, also *add_to += float(out).
+__global__ void FinalSumKernel(const double* partial, int count, double* out, float* add_to) {
   double sum = 0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partial[i];
   sum = BlockSum(sum);
-  if (threadIdx.x == 0) *out = sum;
+  if (threadIdx.x == 0) {
+    *out = sum;
+    if (add_to != nullptr) *add_to += static_cast<float>(sum);
+  }
+}
+
+// The two passes into scratch[kReduceBlocks] (and, with add_to, added there); n > 0.
+template <typename Term>
+void LaunchReduce(const char* op, Term term, int64_t n, double* scratch, float* add_to, cudaStream_t stream) {
+  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kReduceBlocks));
+  Launch<PartialSumKernel<Term>>(blocks, kThreads, 0, stream, term, n, scratch);
+  MS_CUDA_CHECK_LAUNCH(op);
+  Launch<FinalSumKernel>(1, kThreads, 0, stream, scratch, blocks, scratch + kReduceBlocks, add_to);
+  MS_CUDA_CHECK_LAUNCH(op);
 }
 
 template <typename Term>
 double Reduce(const char* op, Term term, int64_t n, double* scratch, cudaStream_t stream) {
   if (n <= 0) return 0;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kReduceBlocks));
-  Launch<PartialSumKernel<Term>>(blocks, kThreads, 0, stream, term, n, scratch);
-  MS_CUDA_CHECK_LAUNCH(op);
-  Launch<FinalSumKernel>(1, kThreads, 0, stream, scratch, blocks, scratch + kReduceBlocks);
-  MS_CUDA_CHECK_LAUNCH(op);
+  LaunchReduce(op, term, n, scratch, static_cast<float*>(nullptr), stream);
   double result = 0;
   MS_CUDA_CHECK(op, cudaMemcpyAsync(&result, scratch + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
   MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
@@ -140,6 +155,12 @@ void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t
   MS_CUDA_CHECK_LAUNCH(accumulate ? "Add2DBatched" : "Copy2DBatched");
 }
 
+void GatherRanges(const float* src, const int64_t* ranges, int64_t count, float* dst, cudaStream_t stream) {
+  if (count <= 0) return;
+  Launch<GatherRangesKernel>(static_cast<unsigned>(count), kThreads, 0, stream, src, ranges, dst);
+  MS_CUDA_CHECK_LAUNCH("DownloadRanges");
+}
+
 void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream) {
   if (precision == Precision::kFp32 || n <= 0) return;
   Launch<RoundKernel>(BlocksFor(n), kThreads, 0, stream, x, n, precision == Precision::kBf16);
@@ -148,6 +169,10 @@ void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream) {
 
 double Dot(const float* a, const float* b, int64_t n, double* scratch, cudaStream_t stream) {
   return Reduce("Dot", DotTerm{a, b}, n, scratch, stream);
+}
+
+void DotAddInto(const float* a, const float* b, int64_t n, float* dst, double* scratch, cudaStream_t stream) {
+  if (n > 0) LaunchReduce("DotAddInto", DotTerm{a, b}, n, scratch, dst, stream);
 }
 
 double SumSquares(const float* x, int64_t n, double* scratch, cudaStream_t stream) {

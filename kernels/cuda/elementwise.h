@@ -29,6 +29,10 @@ void Scale(float* x, int64_t n, float factor, cudaStream_t stream);
 void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
                    float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate, cudaStream_t stream);
 
+// dst ← the elements of src at `count` ranges, one after another: ranges [count, 3]
+// device int64s (begin in src, length, offset in dst), one block per range; one launch.
+void GatherRanges(const float* src, const int64_t* ranges, int64_t count, float* dst, cudaStream_t stream);
+
 // x[i] ← the value x[i] has in `precision`'s 16-bit format, round to nearest even:
 // bf16 bit-for-bit as cpu::FloatToBf16 (NaN stays NaN), fp16 as IEEE half (past
 // 65504: ±inf). No-op for kFp32.
@@ -41,6 +45,10 @@ inline constexpr int64_t kReduceScratch = 1025;
 // per-thread strided sums, block trees and one final block tree, all set by n alone.
 // scratch: kReduceScratch device doubles. Waits for the result.
 double Dot(const float* a, const float* b, int64_t n, double* scratch, cudaStream_t stream);
+
+// dst[0] += float(Dot(a, b, n)), on the device: the same passes, the last one adding its
+// fp64 sum (rounded to fp32) into dst; nothing waits. scratch as Dot's.
+void DotAddInto(const float* a, const float* b, int64_t n, float* dst, double* scratch, cudaStream_t stream);
 
 // Σ_i x_i² in fp64, as Dot(x, x).
 double SumSquares(const float* x, int64_t n, double* scratch, cudaStream_t stream);

@@ -3,6 +3,7 @@
 // the host with the CPU's own functions (screening_tables.h) and uploaded per call.
 #include "kernels/cuda/screening.h"
 
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,11 @@ constexpr float kFloor = 1e-12f;  // cpu::kUnitNormFloor (that header is not inc
 // The per-token parts of the tile-scalar gradients, summed per (sequence, tile) (screening.h).
 constexpr int kPartScale = kScreeningPartScale, kPartR = kScreeningPartR, kPartW = kScreeningPartW,
               kPartRate = kScreeningPartRate, kParts = kScreeningParts;
+
+// Per tile, the factors TileScalarParamGradsKernel multiplies the sums by (host values of
+// TileScalarParamGrads's operands, screening_types.h): ∂rate/∂w, w − 1, whether w = ∞,
+// r, 1 − r, scale.
+enum { kChainRateDw, kChainWMinus1, kChainInfiniteW, kChainR, kChainOneMinusR, kChainScale, kChain };
 
 // Sizes every kernel reads. Tokens of a (b, tile) task lie at bt·T + i in the saved
 // arrays (bt = b·tiles + t) and at row b·T + i of P, dP, U and dU.
@@ -405,6 +411,28 @@ __global__ void ReducePartsKernel(const double* partial, int64_t seq, double* su
   if (threadIdx.x < kParts) sums[int64_t(blockIdx.x) * kParts + threadIdx.x] = tree[threadIdx.x][0];
 }
 
+// g_sw[t] += ∂L/∂s_w, g_sr[t] += ∂L/∂s_r, g_so[t] += ∂L/∂s_O (g_so may be null) from
+// sums [batch, tiles, kParts] and chain [tiles, kChain], one thread per tile: the sums over
+// the batch in order b = 0, 1, … and TileScalarParamGrads's chain rule, the operations of
+// ReduceTileScalarGrads's host loop and of that function one for one (__dadd_rn and
+// __dmul_rn: no contraction into FMAs), so the gradients are the host's bit for bit.
+__global__ void TileScalarParamGradsKernel(const double* sums, const double* chain, int64_t batch, int64_t tiles,
+                                           float* g_sw, float* g_sr, float* g_so) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tiles) return;
+  const double* c = chain + t * kChain;
+  double gw = 0, gr = 0, gs = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const double* sum = sums + (b * tiles + t) * kParts;
+    gw = __dadd_rn(gw, __dadd_rn(sum[kPartW], __dmul_rn(sum[kPartRate], c[kChainRateDw])));
+    gr = __dadd_rn(gr, sum[kPartR]);
+    gs = __dadd_rn(gs, sum[kPartScale]);
+  }
+  g_sw[t] += c[kChainInfiniteW] != 0 ? 0.f : static_cast<float>(__dmul_rn(gw, c[kChainWMinus1]));
+  g_sr[t] += static_cast<float>(__dmul_rn(__dmul_rn(gr, c[kChainR]), c[kChainOneMinusR]));
+  if (g_so != nullptr) g_so[t] += static_cast<float>(__dmul_rn(gs, c[kChainScale]));
+}
+
 // The kernels' sizes, with the tables Prepare uploaded into `scratch`.
 Dims DimsOf(const ScreeningShape& shape, const ScreeningScratch& scratch) {
   const bool rope = shape.position == PositionKind::kRope;
@@ -492,15 +520,44 @@ void LaunchNormalizeBackward(const Dims& s, ScreeningScratch& scratch, const Scr
 
 bool FixedWidths(const Dims& s) { return s.dk == 16 && s.dv == 64; }
 
-// The reduction of scratch->partial into grads (=): per (b, tile) on the device in a
-// fixed order, then over the batch in order on the host, as the CPU's task sums. Waits.
-void ReduceTileScalarGrads(const ScreeningShape& shape, TileScalarGrads* grads, ScreeningScratch* scratch,
+// The chain-rule factors of `tiles` uploaded into scratch->chain (Prepare has filled
+// host_rate_dw), for TileScalarParamGradsKernel.
+void UploadChain(const ScreeningShape& shape, const TileScalars* tiles, ScreeningScratch* scratch,
+                 cudaStream_t stream) {
+  const int64_t nt = shape.tiles;
+  scratch->host_chain.resize(nt * kChain);
+  for (int64_t t = 0; t < nt; ++t) {
+    double* c = scratch->host_chain.data() + t * kChain;
+    c[kChainRateDw] = scratch->host_rate_dw[t];
+    c[kChainWMinus1] = tiles[t].w - 1.0;
+    c[kChainInfiniteW] = std::isinf(tiles[t].w) ? 1 : 0;
+    c[kChainR] = tiles[t].r;
+    c[kChainOneMinusR] = 1.0 - tiles[t].r;
+    c[kChainScale] = tiles[t].scale;
+  }
+  scratch->chain.Resize(nt * kChain);
+  MS_CUDA_CHECK("ScreeningBackward", cudaMemcpyAsync(scratch->chain.data(), scratch->host_chain.data(),
+                                                     nt * kChain * sizeof(double), cudaMemcpyHostToDevice, stream));
+}
+
+// The reduction of scratch->partial into grads: per (b, tile) on the device in a fixed
+// order, then over the batch in order, as the CPU's task sums: on the host (=, waits),
+// or on the device into the learned scalars' gradients (+=, TileScalarGradsOut).
+void ReduceTileScalarGrads(const ScreeningShape& shape, TileScalarGradsOut out, ScreeningScratch* scratch,
                            cudaStream_t stream) {
   const char* op = "ScreeningBackward";
   const int64_t nt = shape.tiles, tasks = shape.batch * nt;
   Launch<ReducePartsKernel>(static_cast<unsigned>(tasks), kBlock, 0, stream,
                             scratch->partial.data(), shape.seq, scratch->sums.data());
   MS_CUDA_CHECK_LAUNCH(op);
+  if (out.grads == nullptr) {
+    Launch<TileScalarParamGradsKernel>(static_cast<unsigned>((nt + kBlock - 1) / kBlock), kBlock, 0, stream,
+                                       scratch->sums.data(), scratch->chain.data(), shape.batch, nt, out.g_sw,
+                                       out.g_sr, out.g_so);
+    MS_CUDA_CHECK_LAUNCH(op);
+    return;
+  }
+  TileScalarGrads* grads = out.grads;
   scratch->host_sums.resize(tasks * kParts);
   MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->host_sums.data(), scratch->sums.data(), tasks * kParts * sizeof(double),
                                     cudaMemcpyDeviceToHost, stream));
@@ -540,12 +597,15 @@ void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileS
 }
 
 bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
-                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream) {
   const int64_t nt = shape.tiles;
-  for (int64_t t = 0; t < nt; ++t) grads[t] = TileScalarGrads{};
+  if (grads.grads != nullptr) {
+    for (int64_t t = 0; t < nt; ++t) grads.grads[t] = TileScalarGrads{};
+  }
   if (shape.batch <= 0 || shape.seq <= 0 || nt <= 0) return false;
   const Dims s = Prepare("ScreeningBackward", shape, tiles, scratch, stream);
+  if (grads.grads == nullptr) UploadChain(shape, tiles, scratch, stream);
   const int64_t tasks = shape.batch * nt, tokens = tasks * shape.seq;
   scratch->dh.Resize(tokens * shape.d_v);
   scratch->partial.Resize(tokens * kParts);
@@ -559,7 +619,7 @@ bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const T
 }
 
 void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<float>& saved, float* dP,
-                             TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream) {
+                             TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
   const Dims s = DimsOf(shape, *scratch);
   if (FixedWidths(s)) {
     LaunchNormalizeBackward<16, 64>(s, *scratch, saved, dP, stream);
@@ -570,7 +630,7 @@ void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<f
 }
 
 void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
-                       const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                       const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                        ScreeningScratch* scratch, cudaStream_t stream) {
   if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
   const Dims s = DimsOf(shape, *scratch);

@@ -64,11 +64,26 @@ struct ScreeningScratch {
   // leaves them for ScreeningBackwardFinish (sized by that backward; unused by the simple one).
   DeviceArray<float> d_q{Device::kCuda}, d_k{Device::kCuda}, d_v{Device::kCuda};
   DeviceArray<double> rope_freq{Device::kCuda};              // position ROPE: [d_k/2] θ'_p
+  DeviceArray<double> chain{Device::kCuda};  // [tiles, 6]: the device reduction's chain-rule factors
   std::vector<ScreeningTileParams> host_params;
   std::vector<float> host_mask, host_dmask;
   std::vector<double> host_rate_dw, host_sums;
   std::vector<double> host_rope_freq;  // [d_k/2] for position ROPE, empty otherwise
+  std::vector<double> host_chain;
   int64_t mask_ld = 1;
+};
+
+// Where a backward's tile-scalar gradients go. On the host (`grads`, from a
+// TileScalarGrads* as the tests pass it): each tile's ∂L/∂w (through Softmask and MiPE),
+// ∂L/∂r and ∂L/∂scale, written (=), and the backward waits for them. On the device
+// (g_sw, g_sr, g_so; g_so may be null): TileScalarParamGrads (screening_types.h) of
+// those, ∂L/∂s_w, ∂L/∂s_r, ∂L/∂s_O, added (+=) bit for bit as the host would add them,
+// and nothing waits.
+struct TileScalarGradsOut {
+  TileScalarGradsOut(TileScalarGrads* host) : grads(host) {}  // NOLINT(google-explicit-constructor): the host form
+  TileScalarGradsOut(float* sw, float* sr, float* so) : g_sw(sw), g_sr(sr), g_so(so) {}
+  TileScalarGrads* grads = nullptr;
+  float *g_sw = nullptr, *g_sr = nullptr, *g_so = nullptr;
 };
 
 // Forward. P: [B·T, tiles·p_cols()] device, read. tiles: [tiles] host. U: [B·T,
@@ -84,34 +99,35 @@ void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileS
                         const ScreeningSaved<float>& saved, ScreeningScratch* scratch, cudaStream_t stream);
 
 // Backward. dU: [B·T, tiles·d_v] device, read; dP: [B·T, tiles·p_cols()] device,
-// written (q, k, v and g columns). grads: [tiles] host, receives (=, not +=) each
-// tile's gradients with respect to w (through Softmask and MiPE), r and scale, summed
-// in fp64 in a fixed order. Waits for the gradients.
+// written (q, k, v and g columns). grads (TileScalarGradsOut): each tile's gradients
+// with respect to w (through Softmask and MiPE), r and scale, summed in fp64 in a fixed
+// order, on the host (waits) or as the learned scalars' gradients on the device.
 void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
-                       const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                       const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                        ScreeningScratch* scratch, cudaStream_t stream);
 
 // The passes of ScreeningBackward around its O(T·w) window part, shared with the tiled
 // backward (screening_tiled.h), one thread per (sequence, tile, token) each.
-// ScreeningBackwardBegin: grads zeroed, the tile tables uploaded (scratch params, mask,
-// dmask), scratch dh, partial and sums sized, then the output pass (steps 13, 12, 11
+// ScreeningBackwardBegin: host grads zeroed, the tile tables uploaded (scratch params,
+// mask, dmask; for device grads the chain-rule factors too), scratch dh, partial and
+// sums sized, then the output pass (steps 13, 12, 11
 // backward): scratch->dh = ∂L/∂h [B, tiles, T, d_v], dP's g columns (written) and the
 // scale part of scratch->partial. Arguments as ScreeningBackward's. Returns false, having
 // launched nothing, when the shape is empty.
 bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
-                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream);
 
 // ScreeningBackwardFinish, after Begin and a window pass that wrote scratch->d_q, d_k, d_v
 // (complete ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄) and the r, w and rate parts of scratch->partial: steps
 // 6 and 5 backward (MiPE, the unit norms) into dP's q, k and v columns (written), then
-// the fixed-order reduction of the parts into grads (=), as ScreeningBackward's. The
+// the fixed-order reduction of the parts into grads, as ScreeningBackward's. The
 // window pass sums ∂L/∂rate pair by pair, Σ_ij ∂L/∂s_ij (i − j)(q̃_i[0] k̃_j[1] −
 // q̃_i[1] k̃_j[0]), as the simple kernel's query pass does: equal in exact arithmetic to
 // per-row sums Σ_i pos_i (q̃_i × ∂L/∂q̃_i) over q̃ plus Σ_j pos_j (…) over k̃, whose two
 // halves grow with pos0 and cancel (3.7e-3 off fp64's ∂L/∂w at pos0 = 70000, as the
-// simple kernel was). Waits for the gradients.
+// simple kernel was). Waits for host gradients.
 void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<float>& saved, float* dP,
-                             TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream);
+                             TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

@@ -615,7 +615,7 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
 }
 
 void Backward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
-              const float* dU, float* dP, TileScalarGrads* grads, ScreeningScratch* scratch, cudaStream_t stream) {
+              const float* dU, float* dP, TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
   if (!TiledShape(shape)) {
     ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
     return;
@@ -655,7 +655,7 @@ void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const
 }
 
 void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
-                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream) {
   Backward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
 }

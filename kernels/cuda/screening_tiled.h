@@ -115,9 +115,9 @@ void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const
 
 // Backward (see the header comment above): the same arguments, outputs and errors as
 // ScreeningBackward. saved as its forward wrote it; dU [B·T, tiles·d_v] device, read;
-// dP [B·T, tiles·p_cols()] device, written; grads [tiles] host, receives (=). Waits.
+// dP [B·T, tiles·p_cols()] device, written; grads as ScreeningBackward's (host: waits).
 void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
-                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGrads* grads,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

@@ -31,6 +31,10 @@
 #include "tests/cuda/cuda_test.h"
 #include "trainer/adamw.h"
 
+#ifdef MULTISCREEN_CUDA_EMULATED
+#include "cuda_emulator/emulator.h"
+#endif
+
 namespace multiscreen {
 namespace {
 
@@ -127,6 +131,52 @@ TEST_F(CudaKernelTableTest, DotAndSumSquaresMatchAnFp64SumAndRepeatExactly) {
     EXPECT_NEAR(got, dot, 1e-12 * std::max(1.0, sq)) << "n = " << n;
     EXPECT_EQ(table_->Dot(da, db, n), got) << "the same sum twice";
     EXPECT_NEAR(table_->SumSquares(da, n), sq, 1e-12 * sq) << "n = " << n;
+  }
+}
+
+// The gradients of s_E and s_F: Dot's sum, rounded to fp32, added on the device (the
+// CPU table's Dot then AddHost), bit for bit; on the emulated device, without a wait.
+TEST_F(CudaKernelTableTest, DotAddIntoAddsDotsSumWithoutWaiting) {
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(1) << 20 | 7}) {
+    const Floats a = Random(n, 7), b = Random(n, 8);
+    float* da = Device(a);
+    float* db = Device(b);
+    const Floats start = {0.25f, -3.5f};
+    float* dst = Device(start);
+    const float want = start[1] + static_cast<float>(table_->Dot(da, db, n));
+#ifdef MULTISCREEN_CUDA_EMULATED
+    const uint64_t syncs_before = msemu::WorkTallies()["cudaStreamSynchronize"].calls;
+#endif
+    table_->DotAddInto(da, db, n, dst + 1);
+#ifdef MULTISCREEN_CUDA_EMULATED
+    EXPECT_EQ(msemu::WorkTallies()["cudaStreamSynchronize"].calls, syncs_before) << "n = " << n;
+#endif
+    Floats got(2);
+    table_->Download(dst, 2, got.data());
+    EXPECT_EQ(got[0], start[0]) << "n = " << n;
+    EXPECT_EQ(got[1], want) << "n = " << n;
+  }
+}
+
+// A step's host scalars: the ranges one after another, as Download reads each, with one
+// wait (counted on the emulated device), twice (the second call reuses the ranges' table).
+TEST_F(CudaKernelTableTest, DownloadRangesReadsEveryRangeWithOneWait) {
+  const Floats x = Random(5000, 9);
+  float* dx = Device(x);
+  const int64_t begin[] = {4999, 0, 1234, 77};
+  const int64_t length[] = {1, 3, 600, 0};
+  Floats want;
+  for (int i = 0; i < 4; ++i) want.insert(want.end(), x.begin() + begin[i], x.begin() + begin[i] + length[i]);
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    Floats got(want.size(), -1.f);
+#ifdef MULTISCREEN_CUDA_EMULATED
+    const uint64_t syncs_before = msemu::WorkTallies()["cudaStreamSynchronize"].calls;
+#endif
+    table_->DownloadRanges(dx, begin, length, 4, got.data());
+#ifdef MULTISCREEN_CUDA_EMULATED
+    EXPECT_EQ(msemu::WorkTallies()["cudaStreamSynchronize"].calls, syncs_before + 1);
+#endif
+    EXPECT_EQ(got, want) << "call " << repeat;
   }
 }
 
@@ -384,6 +434,9 @@ TEST_F(CudaKernelTableTest, ScreeningForwardAndBackwardMatchTheCpu) {
   cases.back().shape.rope_scaling = {4.0, 256.0};
   variant(1, kernels::PositionKind::kRope, true, 24);
   cases.back().shape.rope_scaling = {2.5, 200.0};
+  absl::StatusOr<std::unique_ptr<kernels::KernelTable<float>>> tiled =
+      kernels::cuda::MakeCudaKernelTable({.screening_kernel = ScreeningKernel::kTiled});
+  ASSERT_TRUE(tiled.ok()) << tiled.status();
   for (const ScreeningCase& c : cases) {
     const kernels::ScreeningShape& s = c.shape;
     const int64_t tokens = s.batch * s.seq, saved_rows = tokens * s.tiles;
@@ -428,6 +481,35 @@ TEST_F(CudaKernelTableTest, ScreeningForwardAndBackwardMatchTheCpu) {
       // ROPE tile 3), the others keep their 1e-8.
       const bool ablation = s.position != kernels::PositionKind::kMipe || !s.output_gate;
       EXPECT_SCALAR_CLOSE(ggrads[t].scale, grads[t].scale, 1e-5, ablation ? 1e-2 : 1e-3);
+    }
+    // The learned scalars' gradients added on the device (ScreeningBackwardAddParamGrads),
+    // by the simple kernels and by the tiled ones: TileScalarParamGrads of the same table's
+    // host gradients, added, bit for bit, with dP unchanged, and no wait (counted on the
+    // emulated device).
+    for (kernels::KernelTable<float>* table : {table_.get(), tiled->get()}) {
+      SCOPED_TRACE(table == tiled->get() ? "tiled kernels" : "simple kernels");
+      const int64_t nt = s.tiles;
+      float* host_dP = Device(Floats(P.size(), std::numeric_limits<float>::quiet_NaN()));
+      float* device_dP = Device(Floats(P.size(), std::numeric_limits<float>::quiet_NaN()));
+      float* gdU = Device(dU);
+      std::vector<kernels::TileScalarGrads> host_grads(nt);
+      table->ScreeningForward(s, gP, c.tiles.data(), saved, gU);
+      table->ScreeningBackward(s, gP, c.tiles.data(), saved, gdU, host_dP, host_grads.data());
+      Floats start(3 * nt), want(3 * nt);
+      for (int64_t i = 0; i < 3 * nt; ++i) start[i] = 0.125f * float(i - nt);
+      float* g = Device(start);
+#ifdef MULTISCREEN_CUDA_EMULATED
+      const uint64_t syncs_before = msemu::WorkTallies()["cudaStreamSynchronize"].calls;
+#endif
+      table->ScreeningBackwardAddParamGrads(s, gP, c.tiles.data(), saved, gdU, device_dP, g, g + nt, g + 2 * nt);
+#ifdef MULTISCREEN_CUDA_EMULATED
+      EXPECT_EQ(msemu::WorkTallies()["cudaStreamSynchronize"].calls, syncs_before);
+#endif
+      kernels::TileScalarParamGrads(c.tiles.data(), host_grads.data(), nt, want.data(), want.data() + nt,
+                                    want.data() + 2 * nt);
+      for (int64_t i = 0; i < 3 * nt; ++i) want[i] += start[i];
+      EXPECT_EQ(Host(g, 3 * nt), want);
+      EXPECT_EQ(Host(device_dP, P.size()), Host(host_dP, P.size()));
     }
   }
 }

@@ -6,7 +6,9 @@ parameters) for tiny_psi4 in fp32 and tiny_tiled in bf16; the tiled path's step 
 mma.sync and the simple one none; host synchronizations and copies show; --count on the CPU
 is refused in one line. The model's GEMMs (launches, FLOPs) equal the counted ones on the bf16
 tiled path of tiny_tiled and tiny_transformer_tiled, and so do the bytes of the ops it models
-as the code runs them (BYTES_AGREE); a 20 % change of one of those in the model fails.
+as the code runs them (BYTES_AGREE); a 20 % change of one of those in the model fails. The
+host synchronizations of a Multiscreen step equal the model's (3, at T = 256 and 1024), and its
+launches the counts pinned in LAUNCHES.
 
 Run: /usr/bin/python3 tests/cuda_emulator/bench_count_test.py --multiscreen=build-emulated/multiscreen --source=.
 """
@@ -20,13 +22,13 @@ import unittest
 BIN = SRC = None
 
 
-def bench(*args):
-    return subprocess.run([BIN, "bench", "train", "--seq_len=256", "--micro_batch=1", *args], capture_output=True,
+def bench(*args, seq=256):
+    return subprocess.run([BIN, "bench", "train", f"--seq_len={seq}", "--micro_batch=1", *args], capture_output=True,
                           text=True, timeout=600)
 
 
-def counted(model, precision):
-    r = bench(f"--model={model}", f"--precision={precision}", "--device=cuda", "--count", "--json")
+def counted(model, precision, seq=256):
+    r = bench(f"--model={model}", f"--precision={precision}", "--device=cuda", "--count", "--json", seq=seq)
     if r.returncode != 0:
         raise AssertionError(f"bench train --count --model={model} failed:\n{r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -81,7 +83,28 @@ def check_ops(model, c, ops):
     return wrong
 
 
+# Kernel launches (kernels and cuBLASLt products) of one counted Multiscreen step, T = 256,
+# B = 1 (issue 42 part 2: 82, 136 and 104 before ∂s_E, ∂s_F and the tile scalars' gradients
+# stayed on the device). The model's launches still differ (docs/performance.md, "The model
+# against the counts"): these pin the code's, so that a launch added to the step shows.
+LAUNCHES = {("tiny_tiled", "bf16", 256): 81, ("tiny_psi4", "bf16", 256): 135, ("tiny_psi4", "fp32", 256): 103,
+            ("tiny_tiled", "bf16", 1024): 85}  # T = 1024: two head chunks, one wait still
+
+
 class BenchCountTest(unittest.TestCase):
+    def test_host_syncs_per_step_equal_the_models_and_launches_stay_put(self):
+        sys.path.insert(0, os.path.join(SRC, "tools"))
+        import perf_model
+        for (model, precision, seq), launches in LAUNCHES.items():
+            with self.subTest(model=model, precision=precision, seq=seq):
+                j = counted(model, precision, seq)
+                _, syncs = perf_model.model_ops_for(j, os.path.join(SRC, "configs", "models"))
+                # BeginStep's one read of the host scalars, the head's one (after its chunks), the step's end.
+                self.assertEqual(syncs, 3)
+                self.assertEqual(j["counted"]["totals"]["syncs"], syncs)
+                ops = j["counted"]["ops"]
+                self.assertEqual(sum(r["calls"] for r in ops if r["kind"] in ("kernel", "library")), launches)
+
     def test_the_models_gemms_and_agreeing_bytes_equal_the_counts(self):
         for model in BYTES_AGREE:
             with self.subTest(model=model):
