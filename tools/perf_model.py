@@ -244,9 +244,10 @@ def multiscreen_params(psi, d_e=None):
     return {"total": matrices + tiles * 3 + 2, "matrices": matrices}
 
 
-def multiscreen_model_flops(psi, seq, windows):
-    """Training model FLOPs per token, trainer/flops.h: 3 × (projections, W_O, head, in-window pairs)."""
-    d, tiles = psi * psi, psi * psi
+def multiscreen_model_flops(psi, seq, windows, d_e=None, tiles=None):
+    """Training model FLOPs per token, trainer/flops.h: 3 × (projections, W_O, head, in-window pairs).
+    d_E = Ψ² and N_L·N_H = Ψ² tiles unless given (a model whose sizes are not Ψ's)."""
+    d, tiles = d_e or psi * psi, tiles or psi * psi
     per_token = tiles * (2 * d * (2 * D_K + 2 * D_V) + 2 * D_V * d) + 2 * d * VOCAB
     pairs, _ = screening_work(windows, seq)
     return 3 * (per_token + 2 * (D_K + D_V) * pairs / seq)
@@ -271,10 +272,12 @@ def name_kernels(ops, table):
     return ops
 
 
-def head_ops(n, d, chunk_rows, train):
+def head_ops(n, d, chunk_rows, train, vocab=None):
     """The fused chunked head of kernels/cuda/cross_entropy.h after the final norm: logits in
     chunks of chunk_rows rows (fp32), softmax statistics, ∂z in place (bf16 for the GEMMs),
-    dy = ∂z·Ē, ∂Ē += ∂zᵀ·y (fp32, read and written once per chunk)."""
+    dy = ∂z·Ē, ∂Ē += ∂zᵀ·y (fp32, read and written once per chunk). vocab: the rows of Ē
+    this rank holds (a tp shard's; default VOCAB)."""
+    VOCAB = vocab or globals()["VOCAB"]
     chunks = -(-n // chunk_rows)
     nv = n * VOCAB
     ops = [Op("logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", "gemm", 1, 2 * n * VOCAB * d,
@@ -295,11 +298,21 @@ def head_ops(n, d, chunk_rows, train):
     return ops, chunks
 
 
-def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=True, last_row_head=False, d_e=None):
+def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=True, last_row_head=False, d_e=None,
+                    shard=None):
     """The ops of one step (train) or one forward (prefill), with per-step call counts.
     issue_scale scales ISSUE_PER_STEP (0: the screening kernels are bound by their
-    mma.sync alone, as FA-2 is by its own measured efficiency)."""
+    mma.sync alone, as FA-2 is by its own measured efficiency).
+    shard: one rank's part of a tp × pp layout (tools/plan.py), a dict of `layers` and
+    `tiles` (the local ones; `windows` then lists the local tiles' windows), `vocab` (its
+    rows of Ē), `embed` and `head` (whether it embeds, owns the head) and `params` (the
+    elements its optimizer updates); None: the whole model on one rank. The tp and pp
+    communication is not an op here: tools/plan.py adds it."""
     n_l = n_h = psi
+    VOCAB, embed, head, params = globals()["VOCAB"], True, True, None
+    if shard is not None:
+        n_l, n_h, VOCAB = shard["layers"], shard["tiles"], shard["vocab"]
+        embed, head, params = shard["embed"], shard["head"], shard["params"]
     d = d_e or psi * psi
     n = batch * seq
     C = 2 * D_K + 2 * D_V           # P's columns per tile: q, k, v, g
@@ -309,9 +322,11 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     steps_l, pairs_l = batch * steps / n_l, batch * pairs / n_l
     nt = n * n_h                    # (token, tile) rows of a layer
     ops = []
-    ops.append(Op("Ē = unit rows of W_E → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2) + VOCAB * 4, once=True))
+    if embed or head:
+        ops.append(Op("Ē = unit rows of W_E → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2) + VOCAB * 4, once=True))
     ops.append(Op("W_cat, W_O fp32 → bf16 (BeginStep)", "mem", n_l, 0, (d * pd + vd * d) * (4 + 2), launches=2, once=True))
-    ops.append(Op("x⁰ = e^{s_E}·Ē[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
+    if embed:
+        ops.append(Op("x⁰ = e^{s_E}·Ē[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
     ops.append(Op("x_in = bf16(x)", "mem", n_l, 0, n * d * (4 + 2)))
     ops.append(Op("P = x_in·W_cat (GEMM)", "gemm", n_l, 2 * n * d * pd, n * d * 2 + d * pd * 2 + n * pd * 2))
     def tiled(name, mmas, nbytes):
@@ -325,12 +340,15 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
                      nt * (32 * 4 + 64 * 4 + 64 * 2 + 64 * 4 + 64 * 2)))
     ops.append(Op("x += U·W_O (GEMM, β = 1 into fp32 x)", "gemm", n_l, 2 * n * vd * d,
                   n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
-    ops.append(Op("PLNorm y = x/‖x‖ → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2)))
-    head, chunks = head_ops(1 if last_row_head else n, d, chunk_rows, train)
-    ops += head
-    syncs = chunks  # the head waits for each chunk's log Σ exp
+    syncs = 0
+    if head:
+        ops.append(Op("PLNorm y = x/‖x‖ → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2)))
+        head_part, chunks = head_ops(1 if last_row_head else n, d, chunk_rows, train, VOCAB)
+        ops += head_part
+        syncs = chunks  # the head waits for each chunk's log Σ exp
     if train:
-        ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
+        if head:
+            ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
         ops.append(Op("bf16(∂x) for the layer's GEMMs", "mem", n_l, 0, n * d * (4 + 2)))
         ops.append(Op("∂U = ∂x·W_Oᵀ (GEMM)", "gemm", n_l, 2 * n * d * vd, n * d * 2 + vd * d * 2 + n * vd * 2))
         ops.append(Op("∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)", "gemm", n_l, 2 * n * d * vd,
@@ -348,10 +366,13 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         ops.append(Op("unpack ∂W_cat into the gradients", "mem", n_l, 0, d * pd * 4 * 3))
         ops.append(Op("∂x += ∂P·W_catᵀ (GEMM, β = 1)", "gemm", n_l, 2 * n * pd * d,
                       n * pd * 2 + d * pd * 2 + n * d * 4 * 2))
-        ops.append(Op("∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E", "mem", 1, 0, n * d * (4 + 4 + 4) + n * d * (2 + 4 + 4),
-                      launches=3))
-        ops.append(Op("∂W_E = unit-rows backward (EndStep)", "mem", 1, 0, VOCAB * d * 4 * 3, once=True))
-        params = multiscreen_params(psi, d_e)["total"]
+        if embed:
+            ops.append(Op("∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E", "mem", 1, 0,
+                          n * d * (4 + 4 + 4) + n * d * (2 + 4 + 4), launches=3))
+        if embed or head:
+            ops.append(Op("∂W_E = unit-rows backward (EndStep)", "mem", 1, 0, VOCAB * d * 4 * 3, once=True))
+        if params is None:
+            params = multiscreen_params(psi, d_e)["total"]
         ops.append(Op("zero the gradients", "mem", 1, 0, params * 4, once=True))
         ops.append(Op("AdamW (fp32 master, m, v)", "mem", 1, 0, params * 28, once=True))
         syncs += n_l  # the screening backward waits for the tile-scalar gradients (host sums)
