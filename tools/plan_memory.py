@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""Device memory of one training rank (issue 45), array by array as the CUDA step allocates
+it: what `multiscreen plan` adds up per layout. A model on paper, not a measurement: each
+term below names the code that allocates it, with the array's shape; bytes are exact for
+those arrays (the emulated device's Buffers), and the two terms outside Buffers (the CUDA
+context, NCCL's buffers) are estimates named as such.
+
+The step of one rank (trainer/trainer.cc, parallel/step.cc, parallel/pipeline.cc):
+  - the trainer's flat buffers over the rank's ParamLayout (P elements): fp32 parameters
+    (the masters), fp32 gradients, AdamW's m and v (fp32) and its decay mask (uint8), the
+    last three over the rank's ZeRO-1 shard ⌈P/dp⌉ with --zero=1;
+  - a pipeline stage keeps one model instance per micro-batch in flight,
+    slots = min(pp − stage, grad_accum) (parallel/pipeline_schedule.cc InFlightLimit), and
+    each instance (model/multiscreen.h) holds its own compute copies of the weights, its
+    activations, its backward buffers and its own kernel table (a cuBLASLt workspace and
+    the kernels' scratch); the stage adds x and ∂x [B·T, d_E] fp32 per slot.
+So the first stage (slots = min(pp, grad_accum)) holds the most; `rank_memory` adds the
+terms for each stage and `peak` takes the largest.
+
+Sizes: rows = micro_batch · T; nt = ⌈N_H/tp⌉ tiles and V_l = ⌈V/tp⌉ vocabulary rows (tp
+rank 0 holds the extra ones: model/param_layout.cc SplitRange), L_s = layers of the stage
+(stage 0 the extra ones), C = P's columns per tile = 2 d_K + d_V (+ d_V with the output
+gate) (kernels/screening_types.h p_cols). Under bf16 (and fp16) a GEMM operand is also
+kept as a 16-bit copy (kernels/cuda/cuda_kernel_table.cu HalfOperand: PackRounded,
+PackOperand, PackAsGemm); under fp32 the GEMMs read the fp32 arrays themselves.
+"""
+import math
+
+# kernels/cuda/gemm.cu kWorkspaceBytes: one cuBLASLt workspace per kernel table.
+CUBLAS_WORKSPACE = 32 << 20
+# kernels/cuda/elementwise.h kReduceScratch doubles per kernel table (Dot and friends).
+REDUCE_SCRATCH = 1025 * 8
+# kernels/cuda/cross_entropy.h kHeadChunkRows, model/model_stage.h head_chunk_rows.
+HEAD_CHUNK_ROWS = 512
+# kernels/cuda/screening.h kScreeningParts: per-token gradient parts of the screening backward (double).
+SCREENING_PARTS = 4
+# parallel/data_parallel.h bucket_elements (--dp_bucket_mb=16): fp32 elements per collective.
+DP_BUCKET_ELEMENTS = 1 << 22
+# Estimates of what no Buffer holds. The CUDA context with cuBLAS/cuBLASLt loaded: about
+# 0.5 GiB on an H100 (module images, the context's own heaps); NCCL: per communicator of
+# more than one rank, NCCL_BUFFSIZE (4 MiB, NCCL's documented default) for each of up to
+# 16 channels, send and receive: 128 MiB.
+CUDA_CONTEXT = 512 << 20
+NCCL_BYTES_PER_COMM = 2 * 16 * (4 << 20)
+
+# The terms in the order they are printed, with a line of what each holds.
+TERMS = {
+    "weights": "fp32 parameters, the masters (trainer.cc state_.params) [P]",
+    "gradients": "fp32 gradients (trainer.cc grads_) [P], and each slot's ∂Ē [V_l, d_E] (multiscreen.cc d_e_bar_)",
+    "adam_moments": "AdamW m, v fp32 and the decay mask uint8 (trainer/adamw.cc) [P, or ⌈P/dp⌉ with ZeRO-1]",
+    "compute_copies": "per slot: W_cat [d_E, nt·C], W_O [nt·d_V, d_E], Ē and its norms, Ē rounded (bf16) fp32 "
+                      "(multiscreen.cc BeginStep)",
+    "bf16_copies": "per slot: the 16-bit GEMM operands of W_cat, W_O, Ē (HalfOperand; none under fp32)",
+    "activations": "per slot and local layer: x_in [rows, d_E], P, U, q̃, k̃, v̄, h, 3 norms, and x_in, U as 16-bit "
+                   "operands (multiscreen.cc LayersForward); x, ∂x [rows, d_E] (pipeline.cc)",
+    "backward_buffers": "per slot: ∂U, ∂P [rows, nt·(d_V, C)], ∂W_cat [d_E, nt·C], ∂Δ and ∂P 16-bit, the tp "
+                        "product scratch [rows, d_E], the embedding's x⁰ (multiscreen.cc LayersBackward)",
+    "head": "last stage: PLNorm's y, its rounded copy, ∂y [rows, d_E]; the logits chunk [512, V_l] fp32 and its "
+            "16-bit gradient, y 16-bit (cross_entropy.cu HeadLoss); with tp > 1 z [512, V_l], Ēᵀ's gradient "
+            "[d_E, V_l] (sharded_head.cc)",
+    "workspaces": "per kernel table (one per slot, one for the trainer): cuBLASLt 32 MiB, reductions; per slot the "
+                  "screening backward's ∂h, parts, tiled ∂q̃ ∂k̃ ∂v̄ (screening.cu, screening_tiled.cu); ZeRO-1's "
+                  "bucket scratch (data_parallel.cc)",
+    "nccl_buffers": "estimate: 128 MiB per NCCL communicator of more than one rank (tp, pp, dp, the W_E pair)",
+    "cuda_context": "estimate: the CUDA context with cuBLAS loaded (no Buffer holds it)",
+}
+# The terms no Buffer holds (left out of what the emulated device's peak counts).
+OUTSIDE_BUFFERS = ("nccl_buffers", "cuda_context")
+
+
+def split(n, parts, i):
+    """Elements of part i when n is split into `parts` (model/param_layout.cc SplitRange)."""
+    base, extra = divmod(n, parts)
+    return base + (1 if i < extra else 0)
+
+
+def p_cols(dims):
+    """P's columns per tile: 2 d_K + d_V, + d_V with the output gate."""
+    return 2 * dims["d_k"] + (2 if dims.get("output_gate", True) else 1) * dims["d_v"]
+
+
+def tiled_shape(dims):
+    """Whether the tiled screening kernels take this model (kernels/cuda/screening_tiled.cu
+    TiledShape: d_K 16, d_V 64, MiPE, the output gate)."""
+    return (dims["d_k"] == 16 and dims["d_v"] == 64 and dims.get("position", "mipe") == "mipe"
+            and dims.get("output_gate", True))
+
+
+def shard_params(dims, tiles, layers, vocab_rows, embed, head):
+    """Elements of one rank's ParamLayout (model/param_layout.cc): W_E's rows where it embeds or
+    owns the head, s_E, s_F, and per layer the tiles' W_Q, W_K, W_V, (W_G), W_O, s_w, s_r, s_O."""
+    d_e, d_k, d_v = dims["d_e"], dims["d_k"], dims["d_v"]
+    per_tile = d_e * (2 * d_k + (3 if dims.get("output_gate", True) else 2) * d_v) + 3
+    return (vocab_rows * d_e if embed or head else 0) + int(embed) + int(head) + layers * tiles * per_tile
+
+
+def stage_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision, stage):
+    """Bytes per term (TERMS) of tp rank 0 of pipeline stage `stage`, and its facts."""
+    if dims.get("family", "MULTISCREEN") != "MULTISCREEN":
+        raise ValueError("the memory of the Transformer's step is not modelled yet (Multiscreen only)")
+    d_e, d_k, d_v, n_h = dims["d_e"], dims["d_k"], dims["d_v"], dims["n_heads"]
+    half = 2 if precision in ("bf16", "fp16") else 0   # bytes of a 16-bit operand copy, per element
+    rounded = precision in ("bf16", "fp16")            # fp32 arrays that hold rounded copies
+    nt = split(n_h, tp, 0)
+    layers = split(dims["n_layers"], pp, stage)
+    v_l = split(dims["vocab"], tp, 0)
+    embed, head = stage == 0, stage == pp - 1
+    ends = embed or head
+    slots = min(pp - stage, grad_accum)
+    rows = micro_batch * seq
+    C = p_cols(dims)
+    P = shard_params(dims, nt, layers, v_l, embed, head)
+    p_opt = -(-P // dp) if zero else P
+    t = dict.fromkeys(TERMS, 0)
+    t["weights"] = 4 * P
+    t["gradients"] = 4 * P + slots * (4 * v_l * d_e if ends else 0)
+    t["adam_moments"] = (4 + 4 + 1) * p_opt
+    # Per slot: the layers' packed weights (fp32, then 16-bit), Ē, its norms, Ē rounded.
+    w_layer = d_e * nt * C + nt * d_v * d_e
+    t["compute_copies"] = slots * (4 * layers * w_layer + ((4 + (4 if rounded else 0)) * v_l * d_e + 4 * v_l if ends else 0))
+    t["bf16_copies"] = slots * half * (layers * w_layer + (v_l * d_e if head else 0))
+    # Per slot and layer: x_in; P; U, v̄, h; q̃, k̃; three norms (fp32); x_in and U 16-bit.
+    per_layer = 4 * rows * (d_e + nt * (C + 3 * d_v + 2 * d_k + 3)) + half * rows * (d_e + nt * d_v)
+    t["activations"] = slots * (layers * per_layer + 2 * 4 * rows * d_e)
+    t["backward_buffers"] = slots * (4 * rows * nt * (d_v + C) + 4 * d_e * nt * C
+                                     + half * rows * (d_e + nt * C)
+                                     + (4 * rows * d_e if precision == "fp16" else 0)
+                                     + (4 * rows * d_e if tp > 1 else 0)
+                                     + (4 * rows * d_e if embed else 0))
+    if head:
+        chunk = min(rows, HEAD_CHUNK_ROWS)
+        t["head"] = 4 * rows * d_e * (3 if rounded else 2) + 4 * rows
+        if tp > 1:
+            t["head"] += 4 * chunk * v_l + 4 * d_e * v_l
+        else:
+            t["head"] += 4 * chunk * v_l + half * (rows * d_e + chunk * v_l) + 3 * 8 * rows
+    tables = slots + 1
+    screening = 4 * rows * nt * d_v + 8 * rows * nt * SCREENING_PARTS + 8 * micro_batch * nt * SCREENING_PARTS
+    if precision != "fp32" and tiled_shape(dims):  # bf16 runs the tiled kernels (cuda_kernel_table.cu TiledKernel)
+        screening += 4 * rows * nt * (2 * d_k + d_v)
+    # The Softmask tables m(d), ∂m/∂w(d) [tiles, keys]: keys ≤ ⌈w⌉ ≤ w_th + 2 at initialization (w grows in training).
+    screening += 2 * 4 * nt * min(seq, int(dims.get("w_th", 256)) + 2)
+    # ids [rows] int32; the backward's touched rows int32, offsets int64 (≤ V_l of them), positions int64 (embedding.cu)
+    embedding = 4 * rows + 12 * min(v_l, rows) + 8 + 8 * rows if embed else 0
+    t["workspaces"] = tables * (CUBLAS_WORKSPACE + REDUCE_SCRATCH) + slots * (screening + embedding)
+    if zero and dp > 1:
+        t["workspaces"] += 4 * dp * max(1, DP_BUCKET_ELEMENTS // dp)
+    comms = (tp > 1) + (pp > 1) + (dp > 1) + (pp > 1 and ends)
+    t["nccl_buffers"] = comms * NCCL_BYTES_PER_COMM
+    t["cuda_context"] = CUDA_CONTEXT
+    facts = {"stage": stage, "slots": slots, "layers": layers, "tiles": nt, "vocab_rows": v_l, "params": P,
+             "optimizer_params": p_opt}
+    return t, facts
+
+
+def rank_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision):
+    """The stage whose rank holds the most: {"bytes": total, "buffers": the Buffers' part,
+    "breakdown": {term: bytes}, and the stage's facts}."""
+    best = None
+    for stage in sorted({0, pp // 2, pp - 1}):
+        terms, facts = stage_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision, stage)
+        total = sum(terms.values())
+        if best is None or total > best["bytes"]:
+            best = dict(facts, bytes=total, breakdown=terms,
+                        buffers=total - sum(terms[k] for k in OUTSIDE_BUFFERS))
+    return best
+
+
+def gib(n):
+    """Bytes in GiB, for the tables."""
+    return n / 2**30
+
+
+if __name__ == "__main__":
+    raise SystemExit("plan_memory.py is a module: run tools/plan.py (or `multiscreen plan`)")
