@@ -263,7 +263,7 @@ def plan(a):
         raise PlanError(f"--gpus={a.gpus}: no layout: tp must divide N_H = {n_h} within a node of {a.gpus_per_node}, "
                         f"pp divide N_L = {n_l}, and dp the {sequences} sequences of --global_batch={a.global_batch}")
     rows.sort(key=lambda r: (not r["fits"], r["step_ms"] if r["fits"] else r["peak_bytes_per_rank"]))
-    return {"modelled": True, "model": dims.get("name"), "seq_len": seq, "global_batch_tokens": a.global_batch,
+    return {"modelled": True, "model": dims.get("name"), "dims": dims, "seq_len": seq, "global_batch_tokens": a.global_batch,
             "global_batch_sequences": sequences, "gpu": a.gpu, "gpu_name": gpu.name, "device_memory_bytes": gpu.memory,
             "gpus": a.gpus, "gpus_per_node": a.gpus_per_node, "precision": a.precision, "windows": a.windows,
             "model_flops_per_token": flops_per_token, "terms": plan_memory.TERMS, "layouts": rows}

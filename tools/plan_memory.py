@@ -166,6 +166,18 @@ def rank_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision)
     return best
 
 
+def bench_memory(dims, seq, micro_batch, precision):
+    """The Buffers `bench train --device=cuda` holds (cli/bench_command.cc RunTrain): one model
+    instance and its kernel table, a second table, fp32 parameters, gradients, m and v: the
+    trainer's rank at tp = pp = dp = 1 without AdamW's decay mask, NCCL or the CUDA context.
+    What its peak_device_bytes reports (kernels/buffer.h BufferBytesPeak)."""
+    terms, facts = stage_memory(dims, seq, micro_batch, 1, 1, 1, 1, 0, precision, 0)
+    terms["adam_moments"] -= facts["params"]  # no decay mask
+    for k in OUTSIDE_BUFFERS:
+        terms[k] = 0
+    return terms
+
+
 def gib(n):
     """Bytes in GiB, for the tables."""
     return n / 2**30

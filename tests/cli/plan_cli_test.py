@@ -31,6 +31,7 @@ class CommandTest(unittest.TestCase):
         self.assertTrue(p["modelled"])
         self.assertEqual((p["seq_len"], p["global_batch_tokens"], p["gpu"], p["gpus_per_node"]), (4096, 1 << 22, "h100", 8))
         self.assertEqual(p["precision"], "bf16")
+        self.assertEqual((p["dims"]["n_layers"], p["dims"]["d_e"], p["dims"]["position"]), (32, 1024, "mipe"))
         self.assertGreater(len(p["layouts"]), 10)
         seen = set()
         for lay in p["layouts"]:

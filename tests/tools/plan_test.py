@@ -62,6 +62,11 @@ class MemoryTest(unittest.TestCase):
         self.assertEqual(t["workspaces"], 2 * ((32 << 20) + 1025 * 8) + screening + embedding)
         self.assertEqual(t["nccl_buffers"], 0)
 
+    def test_bench_holds_one_rank_without_the_decay_mask_nccl_or_the_context(self):
+        rank, _ = plan_memory.stage_memory(TINY, 8, 2, 1, 1, 1, 1, 0, "bf16", 0)
+        bench = plan_memory.bench_memory(TINY, 8, 2, "bf16")
+        self.assertEqual(sum(rank.values()) - sum(bench.values()), 17986 + (512 << 20))
+
     def test_fp32_keeps_no_16_bit_copies(self):
         bf16, _ = plan_memory.stage_memory(TINY, 8, 2, 1, 1, 1, 1, 0, "bf16", 0)
         fp32, _ = plan_memory.stage_memory(TINY, 8, 2, 1, 1, 1, 1, 0, "fp32", 0)
