@@ -57,7 +57,7 @@ TERMS = {
                         "product scratch [rows, d_E], the embedding's x⁰ (multiscreen.cc LayersBackward)",
     "head": "last stage: PLNorm's y, its rounded copy, ∂y [rows, d_E]; the logits chunk [512, V_l] fp32 and its "
             "16-bit gradient, y 16-bit (cross_entropy.cu HeadLoss); with tp > 1 z [512, V_l], Ēᵀ's gradient "
-            "[d_E, V_l] (sharded_head.cc)",
+            "[d_E, V_l], the chunk's 16-bit GEMM operands (sharded_head.cc)",
     "workspaces": "per kernel table (one per slot, one for the trainer): cuBLASLt 32 MiB, reductions; per slot the "
                   "screening backward's ∂h, parts, tiled ∂q̃ ∂k̃ ∂v̄ (screening.cu, screening_tiled.cu); ZeRO-1's "
                   "bucket scratch (data_parallel.cc)",
@@ -130,8 +130,8 @@ def stage_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision
     if head:
         chunk = min(rows, HEAD_CHUNK_ROWS)
         t["head"] = 4 * rows * d_e * (3 if rounded else 2) + 4 * rows
-        if tp > 1:
-            t["head"] += 4 * chunk * v_l + 4 * d_e * v_l
+        if tp > 1:  # z, Ēᵀ's gradient; the chunk's statistics, targets, its products' 16-bit operands (gemm.cu)
+            t["head"] += 4 * chunk * v_l + 4 * d_e * v_l + (8 + 8 + 8) * chunk + half * 2 * chunk * v_l
         else:
             t["head"] += 4 * chunk * v_l + half * (rows * d_e + chunk * v_l) + 3 * 8 * rows
     tables = slots + 1
@@ -143,8 +143,8 @@ def stage_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision
     # ids [rows] int32; the backward's touched rows int32, offsets int64 (≤ V_l of them), positions int64 (embedding.cu)
     embedding = 4 * rows + 12 * min(v_l, rows) + 8 + 8 * rows if embed else 0
     t["workspaces"] = tables * (CUBLAS_WORKSPACE + REDUCE_SCRATCH) + slots * (screening + embedding)
-    if zero and dp > 1:
-        t["workspaces"] += 4 * dp * max(1, DP_BUCKET_ELEMENTS // dp)
+    if zero and dp > 1:  # [dp, piece] fp32, piece = min(bucket/dp, the rank's shard ⌈P/dp⌉)
+        t["workspaces"] += 4 * dp * min(max(1, DP_BUCKET_ELEMENTS // dp), p_opt)
     comms = (tp > 1) + (pp > 1) + (dp > 1) + (pp > 1 and ends)
     t["nccl_buffers"] = comms * NCCL_BYTES_PER_COMM
     t["cuda_context"] = CUDA_CONTEXT

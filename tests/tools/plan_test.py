@@ -92,7 +92,8 @@ class MemoryTest(unittest.TestCase):
         per_layer = 4 * 16 * (16 + 2 * (48 + 3 * 16 + 2 * 8 + 3)) + 2 * 16 * (16 + 2 * 16)
         self.assertEqual(first["activations"], 2 * (2 * per_layer + 2 * 4 * 16 * 16))
         self.assertEqual(last["activations"], 2 * per_layer + 2 * 4 * 16 * 16)
-        self.assertEqual(last["head"], 4 * 16 * 16 * 3 + 4 * 16 + 4 * 16 * 49 + 4 * 16 * 49)  # tp > 1: z, Ēᵀ's gradient
+        # tp > 1: z [16, 49], Ēᵀ's gradient [16, 49], the chunk's statistics and targets, its products' 16-bit operands
+        self.assertEqual(last["head"], 4 * 16 * 16 * 3 + 4 * 16 + 4 * 16 * 49 + 4 * 16 * 49 + 24 * 16 + 2 * 2 * 16 * 49)
         self.assertEqual(first["nccl_buffers"], 3 * plan_memory.NCCL_BYTES_PER_COMM)  # tp, pp, W_E pair (no dp)
         self.assertEqual(plan_memory.rank_memory(TINY, 8, 2, 4, 2, 2, 1, 0, "bf16")["stage"], 0)
 
@@ -101,7 +102,7 @@ class MemoryTest(unittest.TestCase):
         zero, _ = plan_memory.stage_memory(TINY, 8, 2, 1, 1, 1, 4, 1, "bf16", 0)
         self.assertEqual(plain["adam_moments"], 9 * 17986)
         self.assertEqual(zero["adam_moments"], 9 * 4497)  # ⌈17986/4⌉
-        self.assertEqual(zero["workspaces"] - plain["workspaces"], 4 * (1 << 22))  # the bucket scratch
+        self.assertEqual(zero["workspaces"] - plain["workspaces"], 4 * 4 * 4497)  # the bucket scratch [dp, shard]
 
 
 class TimeTest(unittest.TestCase):
