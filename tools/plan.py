@@ -269,6 +269,11 @@ def plan(a):
             "model_flops_per_token": flops_per_token, "terms": plan_memory.TERMS, "layouts": rows}
 
 
+def ms(x):
+    """Milliseconds for the tables: whole ones from 100 on, three significant digits below."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def print_plan(p, top):
     gib = plan_memory.gib
     fit = [r for r in p["layouts"] if r["fits"]]
@@ -283,7 +288,7 @@ def print_plan(p, top):
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in shown:
         print(f"| {r['tp']} | {r['pp']} | {r['dp']} | {r['zero']} | {r['micro_batch']} | {r['grad_accum']} | "
-              f"{gib(r['peak_bytes_per_rank']):.1f}{'' if r['fits'] else ' (does not fit)'} | {r['step_ms']:,.0f} | "
+              f"{gib(r['peak_bytes_per_rank']):.1f}{'' if r['fits'] else ' (does not fit)'} | {ms(r['step_ms'])} | "
               f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f} % | {r['limited_by']} |")
     r = shown[0]
     m = r["memory"]
@@ -294,8 +299,8 @@ def print_plan(p, top):
         print(f"  {name:17s} {gib(nbytes):8.2f} GiB  {p['terms'][name]}")
     print(f"  {'total':17s} {gib(r['peak_bytes_per_rank']):8.2f} GiB of {gib(p['device_memory_bytes']):.1f}")
     tm = r["time_ms"]
-    print(f"modelled step {tm['step_ms']:,.0f} ms: compute {tm['compute_ms']:,.0f}, tp {tm['tp_ms']:,.0f}, "
-          f"pp bubble and sends {tm['pp_ms']:,.0f} (bubble {100 * r['bubble_fraction']:.0f} %), dp {tm['dp_ms']:,.0f}")
+    print(f"modelled step {ms(tm['step_ms'])} ms: compute {ms(tm['compute_ms'])}, tp {ms(tm['tp_ms'])}, "
+          f"pp bubble and sends {ms(tm['pp_ms'])} (bubble {100 * r['bubble_fraction']:.0f} %), dp {ms(tm['dp_ms'])}")
 
 
 def main(argv=None):
@@ -305,11 +310,15 @@ def main(argv=None):
     except PlanError as e:
         print(f"multiscreen plan: {e}", file=sys.stderr)
         return 1
-    if a.json:
-        json.dump(p, sys.stdout, ensure_ascii=False)
-        print()
-    else:
-        print_plan(p, a.top)
+    try:
+        if a.json:
+            json.dump(p, sys.stdout, ensure_ascii=False)
+            print()
+        else:
+            print_plan(p, a.top)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `plan … | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
