@@ -125,10 +125,10 @@ def layouts(dims, gpus, gpus_per_node, sequences, seq):
             if sequences % dp:
                 continue
             per_rank = sequences // dp
+            if per_rank * (seq + 1) > (1 << 31) - 1:
+                continue
             for micro_batch in divisors(per_rank):
                 grad_accum = per_rank // micro_batch
-                if per_rank * (seq + 1) > (1 << 31) - 1:
-                    continue
                 for zero in ((0, 1) if dp > 1 else (0,)):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "zero": zero, "micro_batch": micro_batch,
                                 "grad_accum": grad_accum})
@@ -191,7 +191,8 @@ def tp_comm(dims, seq, lay, stage, link):
 def step_time(dims, seq, lay, windows, gpu, gpus_per_node, hw, chunk_rows):
     """Modelled seconds of one optimizer step and its parts."""
     tp, pp, dp, M = lay["tp"], lay["pp"], lay["dp"], lay["grad_accum"]
-    nvlink_or_ib = lambda span: gpu.nvlink if span <= gpus_per_node else gpu.ib  # noqa: E731
+    def nvlink_or_ib(span):  # the link of a group of `span` neighbouring ranks
+        return gpu.nvlink if span <= gpus_per_node else gpu.ib
     tp_link, pp_link, dp_link = nvlink_or_ib(tp), nvlink_or_ib(tp * pp), nvlink_or_ib(tp * pp * dp)
     rows = lay["micro_batch"] * seq
     send = collective(4 * rows * dims["d_e"], 2, pp_link, 1.0) if pp > 1 else 0.0
