@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/config.h"
+#include "kernels/attention_kind.h"
 #include "kernels/screening_types.h"
 #include "nlohmann/json.hpp"
 
@@ -61,7 +62,11 @@ int PlanCommand(int argc, char** argv) {
                             {"vocab", dims->vocab},
                             {"w_th", dims->w_th},
                             {"position", kernels::PositionKindName(dims->position)},
-                            {"output_gate", dims->output_gate}};
+                            {"output_gate", dims->output_gate},
+                            {"attention", AttentionKindName(dims->attention)},
+                            {"qk_norm", dims->qk_norm},
+                            {"sio", dims->sio},
+                            {"pl_norm", dims->pl_norm}};
   const fs::path script = fs::path(ConfigDir()).parent_path() / "tools/plan.py";
   if (!fs::is_regular_file(script)) {
     return Fail("plan", absl::NotFoundError(absl::StrCat(script.string(), " not found (the planner beside configs/)")));

@@ -1,17 +1,19 @@
 #!/usr/bin/python3
-"""`multiscreen plan` (issue 45): the tp × pp × dp layouts of a Multiscreen model on N GPUs,
+"""`multiscreen plan` (issue 45): the tp × pp × dp layouts of a model on N GPUs,
 each rank's device memory broken down (tools/plan_memory.py) and whether it fits, and the
 layouts that fit ranked by modelled time per optimizer step. Every figure is modelled,
 none measured.
 
 Time of one optimizer step of a layout (all seconds, per rank):
   compute   tools/perf_model.py's per-op roofline model of the rank's shard (its layers,
-            tiles and vocabulary rows; bf16, the tiled screening kernels), per micro-batch,
-            and the once-per-step ops (BeginStep's packing in every in-flight slot, AdamW);
-  tp        per micro-batch: an all-reduce of [rows, d_E] fp32 per layer forward (Δ) and
-            one backward (∂x through W_cat), two more on the first stage (the embedding
-            and its recomputation for ∂s_E), ∂y and three per-row statistics on the last
-            (model/multiscreen.cc, model/sharded_head.cc);
+            tiles or heads and vocabulary rows; bf16, the tiled screening kernels or
+            FlashAttention-2), per micro-batch, and the once-per-step ops (BeginStep's
+            packing in every in-flight slot, AdamW);
+  tp        per micro-batch, all-reduces of [rows, d_E] fp32: Multiscreen one per layer
+            forward (Δ) and one backward (∂x through W_cat), the Transformer two each way
+            (attention and FFN); the embedding on the first stage (Multiscreen's again for
+            ∂s_E, a Transformer's with sio); ∂y and three per-row statistics on the last
+            (model/multiscreen.cc, model/transformer.cc, model/sharded_head.cc);
   pp        1F1B: (grad_accum + pp − 1) slots of the slowest stage's micro-batch, each with
             the send of x forward and of ∂x backward ([rows, d_E] fp32, point to point);
             the bubble is (pp − 1)/(grad_accum + pp − 1) of it;
@@ -101,9 +103,11 @@ def parse_args(argv=None):
                         f"--seq_len={a.seq_len}")
     if a.top < 1:
         raise PlanError(f"--top={a.top} must be at least 1")
-    if a.dims.get("family", "MULTISCREEN") != "MULTISCREEN":
-        raise PlanError(f"--model={a.dims.get('name')}: a Transformer; plan models Multiscreen's step only so far")
     return a
+
+
+def transformer(dims):
+    return dims.get("family", "MULTISCREEN") == "TRANSFORMER"
 
 
 def divisors(n):
@@ -157,16 +161,20 @@ def stage_compute(dims, seq, lay, stage, windows, hw, chunk_rows):
     """(seconds per micro-batch, seconds once per step) of tp rank 0 of `stage`, from
     perf_model's ops of its shard."""
     tp, pp, dp = lay["tp"], lay["pp"], lay["dp"]
-    layers = plan_memory.split(dims["n_layers"], pp, stage)
-    tiles = plan_memory.split(dims["n_heads"], tp, 0)
-    vocab = plan_memory.split(dims["vocab"], tp, 0)
-    embed, head = stage == 0, stage == pp - 1
-    params = plan_memory.shard_params(dims, tiles, layers, vocab, embed, head)
+    sh = plan_memory.Shard(dims, seq, lay["micro_batch"], tp, pp, "bf16", stage)
+    if transformer(dims):
+        params = plan_memory.transformer_params(dims, sh)
+    else:
+        params = plan_memory.shard_params(dims, sh.tiles, sh.layers, sh.vocab, sh.embed, sh.head)
     if lay["zero"]:
         params = -(-params // dp)
-    shard = {"layers": layers, "tiles": tiles, "vocab": vocab, "embed": embed, "head": head, "params": params}
-    ops, syncs, _, _ = perf_model.multiscreen_ops(dims["n_heads"], seq, lay["micro_batch"], windows, chunk_rows, 1.0,
-                                                  d_e=dims["d_e"], shard=shard)
+    shard = {"layers": sh.layers, "tiles": sh.tiles, "vocab": sh.vocab, "embed": sh.embed, "head": sh.head,
+             "params": params}
+    if transformer(dims):
+        ops, syncs = perf_model.transformer_ops(dims["name"], seq, lay["micro_batch"], chunk_rows, shard=shard)
+    else:
+        ops, syncs, _, _ = perf_model.multiscreen_ops(dims["n_heads"], seq, lay["micro_batch"], windows, chunk_rows,
+                                                      1.0, d_e=dims["d_e"], shard=shard)
     _, busy, overhead, _, once = perf_model.totals(ops, syncs, hw)
     # Each in-flight slot's model packs its own weights in BeginStep (parallel/pipeline.cc).
     slots = min(pp - stage, lay["grad_accum"])
@@ -181,7 +189,9 @@ def tp_comm(dims, seq, lay, stage, link):
         return 0.0
     rows = lay["micro_batch"] * seq
     x = 4 * rows * dims["d_e"]
-    n = 2 * plan_memory.split(dims["n_layers"], pp, stage) + (2 if stage == 0 else 0) + (1 if stage == pp - 1 else 0)
+    per_layer, embeds = (4, 1 + int(dims.get("sio", False))) if transformer(dims) else (2, 2)
+    n = (per_layer * plan_memory.split(dims["n_layers"], pp, stage) + (embeds if stage == 0 else 0)
+         + (1 if stage == pp - 1 else 0))
     t = n * allreduce(x, tp, link)
     if stage == pp - 1:
         t += 3 * allreduce(8 * rows, tp, link)  # row max, row sums, target logits (double)
@@ -236,6 +246,8 @@ def plan(a):
     """The plan as one dict: the request, the layouts (all, fitting first, by step time)."""
     dims, gpu = a.dims, GPUS[a.gpu]
     perf_model.use_architecture(dims["vocab"], dims["d_k"], dims["d_v"], float(dims.get("w_th", 256.0)))
+    if transformer(dims):  # perf_model's Transformers by name: this one's sizes
+        perf_model.TRANSFORMERS[dims["name"]] = (dims["n_layers"], dims["n_heads"], dims["d_e"])
     hw = perf_model.Hardware(perf_model.parse_args([f"--peak-tflops={gpu.peak_tflops}", f"--hbm-tbs={gpu.hbm_tbs}",
                                                     f"--sms={gpu.sms}", f"--clock-ghz={gpu.clock_ghz}"]))
     n_l, n_h, seq = dims["n_layers"], dims["n_heads"], a.seq_len
@@ -243,7 +255,10 @@ def plan(a):
         windows = perf_model.initial_windows(n_l, n_h)
     else:
         windows = perf_model.trained_windows(n_l, n_h, seq, 0.125)
-    flops_per_token = perf_model.multiscreen_model_flops(n_h, seq, windows, d_e=dims["d_e"], tiles=n_l * n_h)
+    if transformer(dims):
+        flops_per_token = perf_model.transformer_model_flops(dims["name"], seq)
+    else:
+        flops_per_token = perf_model.multiscreen_model_flops(n_h, seq, windows, d_e=dims["d_e"], tiles=n_l * n_h)
     sequences = a.global_batch // seq
     rows = []
     for lay in layouts(dims, a.gpus, a.gpus_per_node, sequences, seq):
@@ -266,8 +281,9 @@ def plan(a):
     rows.sort(key=lambda r: (not r["fits"], r["step_ms"] if r["fits"] else r["peak_bytes_per_rank"]))
     return {"modelled": True, "model": dims.get("name"), "dims": dims, "seq_len": seq, "global_batch_tokens": a.global_batch,
             "global_batch_sequences": sequences, "gpu": a.gpu, "gpu_name": gpu.name, "device_memory_bytes": gpu.memory,
-            "gpus": a.gpus, "gpus_per_node": a.gpus_per_node, "precision": a.precision, "windows": a.windows,
-            "model_flops_per_token": flops_per_token, "terms": plan_memory.TERMS, "layouts": rows}
+            "gpus": a.gpus, "gpus_per_node": a.gpus_per_node, "precision": a.precision,
+            "windows": None if transformer(dims) else a.windows,
+            "model_flops_per_token": flops_per_token, "terms": plan_memory.terms_of(dims), "layouts": rows}
 
 
 def ms(x):
@@ -280,7 +296,8 @@ def print_plan(p, top):
     fit = [r for r in p["layouts"] if r["fits"]]
     print(f"multiscreen plan (every figure modelled, none measured): {p['model']}, T = {p['seq_len']}, global batch "
           f"{p['global_batch_tokens']:,} tokens ({p['global_batch_sequences']} sequences), {p['gpus']} × "
-          f"{p['gpu_name']} ({p['gpus_per_node']} per node), {p['precision']}, windows {p['windows']}")
+          f"{p['gpu_name']} ({p['gpus_per_node']} per node), {p['precision']}"
+          + (f", windows {p['windows']}" if p["windows"] else ""))
     print(f"{len(p['layouts'])} layouts, {len(fit)} fit in {gib(p['device_memory_bytes']):.1f} GiB per GPU"
           + (f"; the fastest {min(top, len(fit))}:" if fit else "; none fits, the smallest:"))
     shown = (fit or p["layouts"])[:top]
@@ -296,9 +313,10 @@ def print_plan(p, top):
     print(f"\nmodelled memory of tp={r['tp']} pp={r['pp']} dp={r['dp']} zero={r['zero']} micro_batch={r['micro_batch']} "
           f"grad_accum={r['grad_accum']}, per rank of pipeline stage {m['stage']} ({m['slots']} "
           f"micro-batch{'es' if m['slots'] > 1 else ''} in flight):")
+    unit, scale = ("GiB", 2**30) if r["peak_bytes_per_rank"] >= 2**30 else ("MiB", 2**20)
     for name, nbytes in m["breakdown"].items():
-        print(f"  {name:17s} {gib(nbytes):8.2f} GiB  {p['terms'][name]}")
-    print(f"  {'total':17s} {gib(r['peak_bytes_per_rank']):8.2f} GiB of {gib(p['device_memory_bytes']):.1f}")
+        print(f"  {name:17s} {nbytes / scale:8.2f} {unit}  {p['terms'][name]}")
+    print(f"  {'total':17s} {r['peak_bytes_per_rank'] / scale:8.2f} {unit} of {gib(p['device_memory_bytes']):.1f} GiB")
     tm = r["time_ms"]
     print(f"modelled step {ms(tm['step_ms'])} ms: compute {ms(tm['compute_ms'])}, tp {ms(tm['tp_ms'])}, "
           f"pp bubble and sends {ms(tm['pp_ms'])} (bubble {100 * r['bubble_fraction']:.0f} %), dp {ms(tm['dp_ms'])}")

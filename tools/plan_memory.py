@@ -64,6 +64,29 @@ TERMS = {
     "nccl_buffers": "estimate: 128 MiB per NCCL communicator of more than one rank (tp, pp, dp, the W_E pair)",
     "cuda_context": "estimate: the CUDA context with cuBLAS loaded (no Buffer holds it)",
 }
+# The Transformer's own lines where they differ (model/transformer.cc).
+TRANSFORMER_TERMS = dict(TERMS, **{
+    "gradients": "fp32 gradients (trainer.cc grads_) [P], and each slot's ∂ of the table [V_l, d_E] "
+                 "(transformer.cc d_table_)",
+    "compute_copies": "per slot: W_qkv [d_E, 3 d_l], W_O, W_gu [2 F_l, d_E], W_down; the table (a copy of W_E, Ē "
+                      "under sio), its rounded copy (bf16) fp32 (transformer.cc BeginStep)",
+    "bf16_copies": "per slot: the 16-bit GEMM operands of the four weights and the table (none under fp32)",
+    "activations": "per slot and local layer: x_in, xn1, x_mid, xn2 [rows, d_E], qkv, q, k, v, o, gu, h, the norms' "
+                   "statistics, and xn1, o, xn2, h as 16-bit operands (transformer.cc LayersForward); x, ∂x "
+                   "[rows, d_E] (pipeline.cc)",
+    "backward_buffers": "per slot: ∂h, ∂gu, ∂a, ∂o, ∂q ∂k ∂v, ∂qkv, ∂W_qkv, their 16-bit operands, the tp product "
+                        "scratch (transformer.cc LayersBackward)",
+    "workspaces": "per kernel table (one per slot, one for the trainer): cuBLASLt 32 MiB, reductions; per slot the "
+                  "attention's statistics, RoPE's table or turned q, k, the gains' partial sums "
+                  "(cuda_transformer_kernels.cu); ZeRO-1's bucket scratch (data_parallel.cc)",
+})
+
+
+def terms_of(dims):
+    """What each term holds, for dims' family."""
+    return TRANSFORMER_TERMS if dims.get("family", "MULTISCREEN") == "TRANSFORMER" else TERMS
+
+
 # The terms no Buffer holds (left out of what the emulated device's peak counts).
 OUTSIDE_BUFFERS = ("nccl_buffers", "cuda_context")
 
@@ -94,61 +117,144 @@ def shard_params(dims, tiles, layers, vocab_rows, embed, head):
     return (vocab_rows * d_e if embed or head else 0) + int(embed) + int(head) + layers * tiles * per_tile
 
 
-def stage_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision, stage):
-    """Bytes per term (TERMS) of tp rank 0 of pipeline stage `stage`, and its facts."""
-    if dims.get("family", "MULTISCREEN") != "MULTISCREEN":
-        raise ValueError("the memory of the Transformer's step is not modelled yet (Multiscreen only)")
-    d_e, d_k, d_v, n_h = dims["d_e"], dims["d_k"], dims["d_v"], dims["n_heads"]
-    half = 2 if precision in ("bf16", "fp16") else 0   # bytes of a 16-bit operand copy, per element
-    rounded = precision in ("bf16", "fp16")            # fp32 arrays that hold rounded copies
-    nt = split(n_h, tp, 0)
-    layers = split(dims["n_layers"], pp, stage)
-    v_l = split(dims["vocab"], tp, 0)
-    embed, head = stage == 0, stage == pp - 1
-    ends = embed or head
-    slots = min(pp - stage, grad_accum)
-    rows = micro_batch * seq
+class Shard:
+    """The sizes of tp rank 0 of one pipeline stage: its layers, tiles (heads), vocabulary
+    rows, whether it embeds and owns the head, rows = micro_batch·T, and the byte widths of
+    the precision (half: a 16-bit operand copy, 0 under fp32; rounded: fp32 arrays that hold
+    rounded copies)."""
+
+    def __init__(self, dims, seq, micro_batch, tp, pp, precision, stage):
+        self.layers = split(dims["n_layers"], pp, stage)
+        self.tiles = split(dims["n_heads"], tp, 0)
+        self.vocab = split(dims["vocab"], tp, 0)
+        self.embed, self.head = stage == 0, stage == pp - 1
+        self.ends = self.embed or self.head
+        self.rows, self.batch, self.seq, self.tp = micro_batch * seq, micro_batch, seq, tp
+        self.half = 2 if precision in ("bf16", "fp16") else 0
+        self.rounded = precision in ("bf16", "fp16")
+        self.precision = precision
+
+
+def multiscreen_slot(dims, sh):
+    """A Multiscreen instance's terms (model/multiscreen.cc) and its shard's parameter count."""
+    d_e, d_k, d_v, nt, rows, half = dims["d_e"], dims["d_k"], dims["d_v"], sh.tiles, sh.rows, sh.half
     C = p_cols(dims)
-    P = shard_params(dims, nt, layers, v_l, embed, head)
+    t = {}
+    # The layers' packed weights W_cat [d_E, nt·C], W_O [nt·d_V, d_E] (fp32, then 16-bit); Ē, its norms, Ē rounded.
+    w_layer = d_e * nt * C + nt * d_v * d_e
+    t["compute_copies"] = 4 * sh.layers * w_layer + ((4 + (4 if sh.rounded else 0)) * sh.vocab * d_e + 4 * sh.vocab
+                                                      if sh.ends else 0)
+    t["bf16_copies"] = half * (sh.layers * w_layer + (sh.vocab * d_e if sh.head else 0))
+    # Per layer: x_in; P; U, v̄, h; q̃, k̃; three norms (fp32); x_in and U 16-bit.
+    t["activations"] = sh.layers * (4 * rows * (d_e + nt * (C + 3 * d_v + 2 * d_k + 3)) + half * rows * (d_e + nt * d_v))
+    # ∂U, ∂P, ∂W_cat; ∂Δ and ∂P 16-bit; fp16's ∂Δ copy; the tp product scratch; the embedding's x⁰.
+    t["backward_buffers"] = (4 * rows * nt * (d_v + C) + 4 * d_e * nt * C + half * rows * (d_e + nt * C)
+                             + (4 * rows * d_e if sh.precision == "fp16" else 0) + (4 * rows * d_e if sh.tp > 1 else 0)
+                             + (4 * rows * d_e if sh.embed else 0))
+    # The screening backward's ∂h, parts and their sums; the tiled kernels' ∂q̃ ∂k̃ ∂v̄ (bf16, their sizes); the
+    # Softmask tables m(d), ∂m/∂w(d) [tiles, keys], keys ≤ ⌈w⌉ ≤ w_th + 2 at initialization (w grows in training).
+    scratch = 4 * rows * nt * d_v + 8 * rows * nt * SCREENING_PARTS + 8 * sh.batch * nt * SCREENING_PARTS
+    if sh.precision != "fp32" and tiled_shape(dims):
+        scratch += 4 * rows * nt * (2 * d_k + d_v)
+    scratch += 2 * 4 * nt * min(sh.seq, int(dims.get("w_th", 256)) + 2)
+    t["workspaces"] = scratch
+    return t, shard_params(dims, nt, sh.layers, sh.vocab, sh.embed, sh.head)
+
+
+def transformer_params(dims, sh):
+    """Elements of a Transformer rank's ParamLayout (model/param_layout.cc): W_E's rows, s_E and
+    s_F with sio, and per layer the gains, the local heads' W_Q W_K W_V W_O (and their scalars),
+    the local hidden units' W_gate W_up W_down."""
+    d_e, d_h, H = dims["d_e"], dims["d_k"], sh.tiles
+    f_l = H * transformer_ffn(dims) // dims["n_heads"]
+    scalars = H * (int(dims.get("qk_norm", False)) + int(dims.get("attention") == "ssmax")
+                   + 2 * int(dims.get("attention") == "screening"))
+    sio = dims.get("sio", False)
+    return ((sh.vocab * d_e if sh.ends else 0) + int(sio and sh.embed) + int(sio and sh.head)
+            + sh.layers * (2 * d_e + 4 * H * d_e * d_h + scalars + 3 * f_l * d_e))
+
+
+def transformer_ffn(dims):
+    """d_ff = ⌊8 d_E / 3⌋ (common/config.h ModelDims::d_ff)."""
+    return 8 * dims["d_e"] // 3
+
+
+def transformer_slot(dims, sh):
+    """A Transformer instance's terms (model/transformer.cc, kernels/cuda/cuda_transformer_kernels.cu)
+    and its shard's parameter count. H_l local heads of width d_h (d_l = H_l·d_h), F_l hidden units."""
+    d_e, d_h, H, rows, half = dims["d_e"], dims["d_k"], sh.tiles, sh.rows, sh.half
+    d_l, f_l = H * d_h, H * transformer_ffn(dims) // dims["n_heads"]
+    attention = dims.get("attention", "softmax")
+    screening, sio = attention == "screening", dims.get("sio", False)
+    t = {}
+    # W_qkv [d_E, 3 d_l], W_O [d_l, d_E], W_gu [2 F_l, d_E], W_down [F_l, d_E] (fp32, then 16-bit); the table
+    # (Ē under sio, else a copy of W_E), its norms (sio), its rounded copy.
+    w_layer = d_e * (4 * d_l + 3 * f_l)
+    t["compute_copies"] = 4 * sh.layers * w_layer + ((4 + (4 if sh.rounded else 0)) * sh.vocab * d_e
+                                                      + (4 * sh.vocab if sio else 0) if sh.ends else 0)
+    t["bf16_copies"] = half * (sh.layers * w_layer + (sh.vocab * d_e if sh.head else 0))
+    # Per layer: x_in, xn1, x_mid, xn2 [d_E]; rstd1, rstd2; qkv, q, k, v, o [d_l each but qkv 3]; gu, h;
+    # qk_norm's norms or screening's three and its h; xn1, o, xn2, h 16-bit.
+    norms = 3 * H + d_l if screening else (2 * H if dims.get("qk_norm", False) else 0)
+    t["activations"] = sh.layers * (4 * rows * (4 * d_e + 2 + 7 * d_l + 3 * f_l + norms)
+                                    + half * rows * (2 * d_e + d_l + f_l))
+    # ∂h, ∂gu, ∂a, ∂o, ∂q ∂k ∂v, ∂qkv, ∂W_qkv; ∂out, ∂gu, ∂qkv 16-bit; fp16's copy; the tp scratch; sio's x⁰.
+    t["backward_buffers"] = (4 * rows * (3 * f_l + d_e + 7 * d_l) + 4 * d_e * 3 * d_l
+                             + half * rows * (d_e + 2 * f_l + 3 * d_l)
+                             + (4 * rows * d_e if sh.precision == "fp16" else 0) + (4 * rows * d_e if sh.tp > 1 else 0)
+                             + (4 * rows * d_e if sh.embed and sio else 0))
+    # The attention's scratch: scales, lse, delta, parts [B·H_l·T] (double); RoPE: its table [T, d_h] where the
+    # tiled kernel fuses it (bf16, softmax, d_h 64), else turned copies of q and k; the gains' partial sums.
+    rows_h = sh.batch * H * sh.seq
+    scratch = 8 * (2 * H + 3 * rows_h)
+    if screening:
+        scratch = 4 * rows * H * d_h + 8 * rows * H * SCREENING_PARTS + 8 * sh.batch * H * SCREENING_PARTS
+        scratch += 2 * 4 * H * min(sh.seq, int(dims.get("w_th", 256)) + 2)
+    elif sh.precision != "fp32" and attention == "softmax" and d_h == 64:
+        scratch += 4 * sh.seq * d_h
+    else:
+        scratch += 2 * 4 * rows * d_l
+    chunks = -(-rows // max(64, -(-rows // 65535)))
+    scratch += 8 * chunks * d_e
+    t["workspaces"] = scratch
+    return t, transformer_params(dims, sh)
+
+
+def stage_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision, stage):
+    """Bytes per term (TERMS) of tp rank 0 of pipeline stage `stage`, and its facts. The model
+    instance's own terms come from multiscreen_slot or transformer_slot (by dims' family), once
+    per micro-batch in flight; the rest is the trainer's, the stage's and the head's."""
+    sh = Shard(dims, seq, micro_batch, tp, pp, precision, stage)
+    transformer = dims.get("family", "MULTISCREEN") == "TRANSFORMER"
+    slot, P = (transformer_slot if transformer else multiscreen_slot)(dims, sh)
+    d_e, rows, v_l, half = dims["d_e"], sh.rows, sh.vocab, sh.half
+    slots = min(pp - stage, grad_accum)
     p_opt = -(-P // dp) if zero else P
     t = dict.fromkeys(TERMS, 0)
     t["weights"] = 4 * P
-    t["gradients"] = 4 * P + slots * (4 * v_l * d_e if ends else 0)
+    t["gradients"] = 4 * P + slots * (4 * v_l * d_e if sh.ends else 0)  # + each slot's ∂Ē (∂ of the table)
     t["adam_moments"] = (4 + 4 + 1) * p_opt
-    # Per slot: the layers' packed weights (fp32, then 16-bit), Ē, its norms, Ē rounded.
-    w_layer = d_e * nt * C + nt * d_v * d_e
-    t["compute_copies"] = slots * (4 * layers * w_layer + ((4 + (4 if rounded else 0)) * v_l * d_e + 4 * v_l if ends else 0))
-    t["bf16_copies"] = slots * half * (layers * w_layer + (v_l * d_e if head else 0))
-    # Per slot and layer: x_in; P; U, v̄, h; q̃, k̃; three norms (fp32); x_in and U 16-bit.
-    per_layer = 4 * rows * (d_e + nt * (C + 3 * d_v + 2 * d_k + 3)) + half * rows * (d_e + nt * d_v)
-    t["activations"] = slots * (layers * per_layer + 2 * 4 * rows * d_e)
-    t["backward_buffers"] = slots * (4 * rows * nt * (d_v + C) + 4 * d_e * nt * C
-                                     + half * rows * (d_e + nt * C)
-                                     + (4 * rows * d_e if precision == "fp16" else 0)
-                                     + (4 * rows * d_e if tp > 1 else 0)
-                                     + (4 * rows * d_e if embed else 0))
-    if head:
+    for k in ("compute_copies", "bf16_copies", "activations", "backward_buffers"):
+        t[k] = slots * slot[k]
+    t["activations"] += slots * 2 * 4 * rows * d_e  # the stage's x and ∂x (pipeline.cc)
+    if sh.head:
         chunk = min(rows, HEAD_CHUNK_ROWS)
-        t["head"] = 4 * rows * d_e * (3 if rounded else 2) + 4 * rows
+        # PLNorm's (or the final norm's) y, its rounded copy, ∂y [rows, d_E], its per-row statistic.
+        t["head"] = 4 * rows * d_e * (3 if sh.rounded else 2) + 4 * rows
         if tp > 1:  # z, Ēᵀ's gradient; the chunk's statistics, targets, its products' 16-bit operands (gemm.cu)
             t["head"] += 4 * chunk * v_l + 4 * d_e * v_l + (8 + 8 + 8) * chunk + half * 2 * chunk * v_l
         else:
             t["head"] += 4 * chunk * v_l + half * (rows * d_e + chunk * v_l) + 3 * 8 * rows
-    tables = slots + 1
-    screening = 4 * rows * nt * d_v + 8 * rows * nt * SCREENING_PARTS + 8 * micro_batch * nt * SCREENING_PARTS
-    if precision != "fp32" and tiled_shape(dims):  # bf16 runs the tiled kernels (cuda_kernel_table.cu TiledKernel)
-        screening += 4 * rows * nt * (2 * d_k + d_v)
-    # The Softmask tables m(d), ∂m/∂w(d) [tiles, keys]: keys ≤ ⌈w⌉ ≤ w_th + 2 at initialization (w grows in training).
-    screening += 2 * 4 * nt * min(seq, int(dims.get("w_th", 256)) + 2)
     # ids [rows] int32; the backward's touched rows int32, offsets int64 (≤ V_l of them), positions int64 (embedding.cu)
-    embedding = 4 * rows + 12 * min(v_l, rows) + 8 + 8 * rows if embed else 0
-    t["workspaces"] = tables * (CUBLAS_WORKSPACE + REDUCE_SCRATCH) + slots * (screening + embedding)
+    embedding = 4 * rows + 12 * min(v_l, rows) + 8 + 8 * rows if sh.embed else 0
+    tables = slots + 1
+    t["workspaces"] = tables * (CUBLAS_WORKSPACE + REDUCE_SCRATCH) + slots * (slot["workspaces"] + embedding)
     if zero and dp > 1:  # [dp, piece] fp32, piece = min(bucket/dp, the rank's shard ⌈P/dp⌉)
         t["workspaces"] += 4 * dp * min(max(1, DP_BUCKET_ELEMENTS // dp), p_opt)
-    comms = (tp > 1) + (pp > 1) + (dp > 1) + (pp > 1 and ends)
+    comms = (tp > 1) + (pp > 1) + (dp > 1) + (pp > 1 and sh.ends)
     t["nccl_buffers"] = comms * NCCL_BYTES_PER_COMM
     t["cuda_context"] = CUDA_CONTEXT
-    facts = {"stage": stage, "slots": slots, "layers": layers, "tiles": nt, "vocab_rows": v_l, "params": P,
+    facts = {"stage": stage, "slots": slots, "layers": sh.layers, "tiles": sh.tiles, "vocab_rows": v_l, "params": P,
              "optimizer_params": p_opt}
     return t, facts
 

@@ -47,6 +47,15 @@ class CommandTest(unittest.TestCase):
         self.assertIn((1, 1, 1), seen)
         self.assertNotIn((16, 1, 0), seen)  # tp within a node
 
+    def test_a_transformer_is_planned_with_its_switches(self):
+        r = run("--model=tiny_transformer_all", "--gpus=2", "--seq_len=64", "--global_batch=1024", "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        p = json.loads(r.stdout)
+        self.assertEqual((p["dims"]["family"], p["dims"]["qk_norm"], p["dims"]["sio"], p["dims"]["attention"]),
+                         ("TRANSFORMER", True, True, "softmax"))
+        self.assertTrue(all(lay["fits"] for lay in p["layouts"]))
+        self.assertIn("W_qkv", p["terms"]["compute_copies"])
+
     def test_text_labels_every_figure_modelled(self):
         r = run("--model=psi32", "--gpus=8", "--top=3")
         self.assertEqual((r.returncode, r.stderr), (0, ""))
@@ -73,7 +82,6 @@ class CommandTest(unittest.TestCase):
                 (["--model=psi32", "--gpus=8", "--gpus_per_node=0"], "multiscreen plan: --gpus_per_node=0"),
                 (["--model=psi32", "--gpus=x"], "--gpus"),
                 (["--model=no_such_model", "--gpus=8"], "no_such_model"),
-                (["--model=tiny_transformer", "--gpus=8"], "a Transformer; plan models Multiscreen"),
                 (["--model=psi32", "--gpus=8", "--steps=3"], "--steps"),
                 (["--model=psi32", "--gpus=3", "--gpus_per_node=3"], "--gpus=3: no layout")):
             with self.subTest(args=args):

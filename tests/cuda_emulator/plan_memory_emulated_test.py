@@ -4,11 +4,12 @@ emulated device allocates, within 1 % (the issue asks 5 %; they agree within a f
 bytes, the AddHost staging the plan leaves out), at shapes where the activations are about
 10 % of the total, so that the plan without its activation term is refused:
   - one process: the Buffers `bench train --device=cuda` holds at its peak
-    (peak_device_bytes) against plan_memory.bench_memory, tiny models, bf16 and fp32;
+    (peak_device_bytes) against plan_memory.bench_memory, tiny Multiscreen models and tiny
+    Transformers (the simple and the tiled attention with RoPE fused, qk_norm and sio),
+    bf16 and fp32;
   - the trainer under mpirun, a GPU per rank over NCCL: each rank's peak (train's "peak
     device memory" line) against the plan's Buffers for its stage, for tp × pp × dp layouts
-    up to 4 ranks, ZeRO-1 among them.
-The Transformer's step is not modelled yet.
+    up to 4 ranks, ZeRO-1 among them, Multiscreen and a Transformer.
 
 Run (emulated build): /usr/bin/python3 tests/cuda_emulator/plan_memory_emulated_test.py
      --multiscreen=build-emulated/multiscreen --source=. [--mpirun=mpirun]
@@ -54,8 +55,10 @@ def measured(model, seq, batch, precision):
 class PlanMemoryEmulatedTest(unittest.TestCase):
     def test_the_plans_buffers_equal_the_emulated_devices_peak(self):
         # tiny_psi4: d_K 8 (the simple screening kernels); tiny_tiled: d_K 16, d_V 64 (the tiled
-        # ones under bf16); psi8: the real vocabulary.
-        for model, seq, batch in (("tiny_psi4", 128, 8), ("tiny_tiled", 256, 8), ("psi8", 128, 2)):
+        # ones under bf16); psi8: the real vocabulary; tiny_transformer_tiled: head width 64 (the
+        # tiled attention with RoPE fused under bf16); tiny_transformer_all: qk_norm and sio.
+        for model, seq, batch in (("tiny_psi4", 128, 8), ("tiny_tiled", 256, 8), ("psi8", 128, 2),
+                                  ("tiny_transformer_tiled", 128, 4), ("tiny_transformer_all", 64, 32)):
             dims = dims_of(model, seq)
             for precision in ("bf16", "fp32"):
                 with self.subTest(model=model, precision=precision):
@@ -71,18 +74,21 @@ class PlanMemoryEmulatedTest(unittest.TestCase):
         sys.path.insert(0, os.path.join(SOURCE, "tests", "trainer"))
         import train_e2e_test
         train_e2e_test.SRC = SOURCE
-        dims = dims_of("tiny_psi4", 128)
-        config = os.path.join(SOURCE, "configs", "train", "tiny_test.textproto")  # tiny_psi4
+        config = os.path.join(SOURCE, "configs", "train", "tiny_test.textproto")
         with tempfile.TemporaryDirectory() as tmp:
             data = os.path.join(tmp, "data")
             train_e2e_test.synthetic_shards(data)
-            # (tp, pp, dp, zero, grad_accum, precision); 8 sequences of 128 tokens per micro-batch
-            for tp, pp, dp, zero, accum, precision in ((1, 2, 1, 0, 4, "bf16"), (2, 1, 1, 0, 1, "bf16"),
-                                                       (1, 1, 2, 1, 1, "bf16"), (2, 2, 1, 0, 4, "fp32")):
+            # (model, tp, pp, dp, zero, grad_accum, precision); 8 sequences of 128 tokens per micro-batch
+            for model, tp, pp, dp, zero, accum, precision in (
+                    ("tiny_psi4", 1, 2, 1, 0, 4, "bf16"), ("tiny_psi4", 2, 1, 1, 0, 1, "bf16"),
+                    ("tiny_psi4", 1, 1, 2, 1, 1, "bf16"), ("tiny_psi4", 2, 2, 1, 0, 4, "fp32"),
+                    ("tiny_transformer_train", 2, 2, 1, 0, 4, "bf16"), ("tiny_transformer_train", 1, 1, 2, 1, 1, "fp32")):
+                dims = dims_of(model, 128)
                 ranks = tp * pp * dp
                 r = subprocess.run(
                     [MPIRUN, "--oversubscribe", "--allow-run-as-root", "-np", str(ranks), MULTISCREEN, "train",
-                     f"--config={config}", f"--data={data}", f"--run_dir={tmp}/run_{tp}{pp}{dp}{zero}", "--steps=1",
+                     f"--config={config}", f"--model={model}", f"--data={data}",
+                     f"--run_dir={tmp}/{model}_{tp}{pp}{dp}{zero}", "--steps=1",
                      "--device=cuda", "--comm=nccl", "--peak_tflops=1", "--micro_batch=8", f"--grad_accum={accum}",
                      "--seq_len=128", f"--precision={precision}", "--eval_every=0", f"--tp={tp}", f"--pp={pp}",
                      f"--zero={zero}"],
@@ -93,7 +99,7 @@ class PlanMemoryEmulatedTest(unittest.TestCase):
                                    r.stderr)
                 self.assertEqual(len(peaks), ranks, r.stderr[-3000:])
                 for rank, stage, tp_rank, device in peaks:
-                    with self.subTest(layout=(tp, pp, dp, zero), rank=rank):
+                    with self.subTest(model=model, layout=(tp, pp, dp, zero), rank=rank):
                         terms, _ = plan_memory.stage_memory(dims, 128, 8, accum, tp, pp, dp, zero, precision, int(stage))
                         plan = sum(v for k, v in terms.items() if k not in plan_memory.OUTSIDE_BUFFERS)
                         self.assertLess(abs(plan - int(device)), TOLERANCE * int(device), f"plan {plan}: {terms}")

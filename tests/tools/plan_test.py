@@ -23,6 +23,11 @@ import plan_memory  # noqa: E402
 # configs/models/tiny_psi4.textproto: N_L = N_H = 4, d_E = 16, d_K = 8, d_V = 16, V = 97, w_th 16.
 TINY = {"name": "tiny_psi4", "family": "MULTISCREEN", "n_layers": 4, "n_heads": 4, "d_e": 16, "d_k": 8, "d_v": 16,
         "vocab": 97, "w_th": 16.0, "output_gate": True}
+# configs/models/tiny_transformer.textproto: N_L = N_H = 2, d_E = 8 (d_h 4), d_ff = 21, V = 37.
+TINY_T = {"name": "tiny_transformer", "family": "TRANSFORMER", "n_layers": 2, "n_heads": 2, "d_e": 8, "d_k": 4, "d_v": 4,
+          "vocab": 37, "attention": "softmax", "qk_norm": False, "sio": False, "pl_norm": False}
+T353M = {"name": "transformer_353m", "family": "TRANSFORMER", "n_layers": 24, "n_heads": 16, "d_e": 1024, "d_k": 64,
+         "d_v": 64, "vocab": 50257, "attention": "softmax", "qk_norm": False, "sio": False, "pl_norm": False}
 PSI32 = {"name": "psi32", "family": "MULTISCREEN", "n_layers": 32, "n_heads": 32, "d_e": 1024, "d_k": 16, "d_v": 64,
          "vocab": 50257, "w_th": 256.0, "output_gate": True}
 
@@ -66,6 +71,28 @@ class MemoryTest(unittest.TestCase):
         rank, _ = plan_memory.stage_memory(TINY, 8, 2, 1, 1, 1, 1, 0, "bf16", 0)
         bench = plan_memory.bench_memory(TINY, 8, 2, "bf16")
         self.assertEqual(sum(rank.values()) - sum(bench.values()), 17986 + (512 << 20))
+
+    def test_each_term_of_a_tiny_transformer_equals_its_arrays_counted_by_hand(self):
+        # T = 8, micro_batch 2: rows = 16; one rank; bf16; d_l = 2·4 = 8, F_l = 21.
+        t, facts = plan_memory.stage_memory(TINY_T, 8, 2, 1, 1, 1, 1, 0, "bf16", 0)
+        self.assertEqual(facts["params"], 1848)  # `multiscreen params --model=tiny_transformer`'s total
+        w_layer = 8 * (3 * 8) + 8 * 8 + 2 * 21 * 8 + 21 * 8  # W_qkv, W_O, W_gu, W_down
+        self.assertEqual(t["compute_copies"], 4 * 2 * w_layer + 4 * 37 * 8 * 2)  # + the table and its rounded copy
+        self.assertEqual(t["bf16_copies"], 2 * (2 * w_layer + 37 * 8))
+        # per layer: x_in, xn1, x_mid, xn2 [16, 8]; rstd1, rstd2; qkv [16, 24], q, k, v, o [16, 8]; gu [16, 42],
+        # h [16, 21] (fp32); xn1, o, xn2, h in 16 bits
+        per_layer = (4 * (4 * 16 * 8 + 2 * 16 + 16 * 24 + 4 * 16 * 8 + 16 * 42 + 16 * 21)
+                     + 2 * (16 * 8 + 16 * 8 + 16 * 8 + 16 * 21))
+        self.assertEqual(t["activations"], 2 * per_layer + 2 * 4 * 16 * 8)
+        # ∂h, ∂gu, ∂a, ∂o, ∂q ∂k ∂v, ∂qkv [16, ·]; ∂W_qkv [8, 24]; ∂out, ∂gu, ∂qkv in 16 bits
+        self.assertEqual(t["backward_buffers"], 4 * 16 * (21 + 42 + 8 + 8 + 3 * 8 + 24) + 4 * 8 * 24
+                         + 2 * 16 * (8 + 42 + 24))
+        # two tables; the attention's scales [2] and lse, delta, parts [2·2·8] (double), the turned q, k (d_h 4:
+        # not the fused kernel), the gains' partial sums [1 chunk, 8] (double); the embedding's scratch
+        attention = 8 * (2 * 2 + 3 * 2 * 2 * 8) + 2 * 4 * 16 * 8 + 8 * 8
+        embedding = 4 * 16 + 4 * 16 + 8 * 17 + 8 * 16
+        self.assertEqual(t["workspaces"], 2 * ((32 << 20) + 1025 * 8) + attention + embedding)
+        self.assertIn("W_qkv", plan_memory.terms_of(TINY_T)["compute_copies"])
 
     def test_fp32_keeps_no_16_bit_copies(self):
         bf16, _ = plan_memory.stage_memory(TINY, 8, 2, 1, 1, 1, 1, 0, "bf16", 0)
@@ -136,6 +163,27 @@ class TimeTest(unittest.TestCase):
         # stages launch Ē, ∂W_E, the gradients' zeroing and AdamW once, four launches of 2 µs more.
         self.assertAlmostEqual(first + last, whole + 4 * 2e-6, delta=1e-12 * whole)
         self.assertLess(first, last)  # the head is the larger end
+
+    def test_two_transformer_stages_compute_what_the_whole_model_does_per_micro_batch(self):
+        perf_model.use_architecture(50257, 16, 64, 256.0)
+        hw = perf_model.Hardware(perf_model.parse_args([]))
+
+        def micro(shard):
+            ops, syncs = perf_model.transformer_ops("353m", 4096, 1, 512, shard=shard)
+            _, busy, overhead, _, once = perf_model.totals(ops, syncs, hw)
+            return busy + overhead - once
+        half = {"layers": 12, "tiles": 16, "vocab": 50257, "params": 1}
+        first, last = micro(dict(half, embed=True, head=False)), micro(dict(half, embed=False, head=True))
+        # Both ends launch the table's packing, the gradients' zeroing and AdamW: three launch gaps more.
+        self.assertAlmostEqual(first + last, micro(None) + 3 * 2e-6, delta=1e-12 * micro(None))
+
+    def test_a_transformers_tp_all_reduces_are_four_per_layer_and_the_ends(self):
+        p = plan_of(T353M, "--gpus=8")
+        r = next(r for r in p["layouts"] if (r["tp"], r["pp"], r["dp"], r["zero"], r["micro_batch"]) == (2, 1, 4, 0, 1))
+        alpha, bw = 10e-6, 360e9
+        per_micro = (4 * 24 + 1 + 1) * (alpha + 4 * 4096 * 1024 / bw) + 3 * (alpha + 8 * 4096 / bw)
+        self.assertAlmostEqual(r["time_ms"]["tp_ms"], 1e3 * r["grad_accum"] * per_micro, places=6)
+        self.assertIsNone(p["windows"])
 
     def test_tp_all_reduces_are_two_per_layer_and_the_ends(self):
         # tp = 2 in a node: per micro-batch of 4096 rows, 2·32 layer all-reduces, the embedding
