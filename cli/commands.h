@@ -16,5 +16,6 @@ int GenerateCommand(int argc, char** argv); // greedy decoding with the cache
 int EvalCommand(int argc, char** argv);     // eval ppl | abcdigits | passkey | ttft: the paper's evaluations
 int BenchCommand(int argc, char** argv);    // bench train | bench screening: measured speed
 int SweepCommand(int argc, char** argv);    // sweep plan | run | status | fit | report: scaling-law sweeps
+int PlanCommand(int argc, char** argv);     // layouts on N GPUs: modelled memory per rank and step time
 
 }  // namespace multiscreen::cli

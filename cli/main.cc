@@ -45,6 +45,8 @@ constexpr Command kCommands[] = {
      "speed: train --model=psi8 --seq_len=T --micro_batch=B [--precision= --json] | screening --T=N --w=W"},
     {"sweep", multiscreen::cli::SweepCommand,
      "scaling-law sweeps: plan | run (--local [--jobs=K] | --slurm) | status | fit | report --sweep=FILE; fit --results=F.csv [--json]"},
+    {"plan", multiscreen::cli::PlanCommand,
+     "layouts on N GPUs, modelled: --model=M --gpus=N [--seq_len=4096 --gpu=h100|h200|a100 --global_batch=TOKENS --json]"},
 };
 
 void Usage(FILE* out) {

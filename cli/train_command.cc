@@ -550,6 +550,11 @@ int TrainCommand(int argc, char** argv) {
     }
     return fail_before_first_step(s);
   }
+  // Each rank's device peak (the arrays its step held at once: kernels/buffer.h BufferBytesPeak),
+  // what `multiscreen plan` models for the layout (tools/plan_memory.py).
+  if (*device == Device::kCuda) {
+    LogInfo(grid->Describe(), ": peak device memory ", BufferBytesPeak(Device::kCuda), " bytes (the step's arrays)");
+  }
   if (logger && (*trainer)->steps_run() > 0) {
     std::printf("final train_loss %.4f", (*trainer)->last_loss());
     std::printf(" (step %lld)", static_cast<long long>((*trainer)->state().step));

@@ -244,9 +244,10 @@ def multiscreen_params(psi, d_e=None):
     return {"total": matrices + tiles * 3 + 2, "matrices": matrices}
 
 
-def multiscreen_model_flops(psi, seq, windows):
-    """Training model FLOPs per token, trainer/flops.h: 3 × (projections, W_O, head, in-window pairs)."""
-    d, tiles = psi * psi, psi * psi
+def multiscreen_model_flops(psi, seq, windows, d_e=None, tiles=None):
+    """Training model FLOPs per token, trainer/flops.h: 3 × (projections, W_O, head, in-window pairs).
+    d_E = Ψ² and N_L·N_H = Ψ² tiles unless given (a model whose sizes are not Ψ's)."""
+    d, tiles = d_e or psi * psi, tiles or psi * psi
     per_token = tiles * (2 * d * (2 * D_K + 2 * D_V) + 2 * D_V * d) + 2 * d * VOCAB
     pairs, _ = screening_work(windows, seq)
     return 3 * (per_token + 2 * (D_K + D_V) * pairs / seq)
@@ -271,10 +272,12 @@ def name_kernels(ops, table):
     return ops
 
 
-def head_ops(n, d, chunk_rows, train):
+def head_ops(n, d, chunk_rows, train, vocab=None):
     """The fused chunked head of kernels/cuda/cross_entropy.h after the final norm: logits in
     chunks of chunk_rows rows (fp32), softmax statistics, ∂z in place (bf16 for the GEMMs),
-    dy = ∂z·Ē, ∂Ē += ∂zᵀ·y (fp32, read and written once per chunk)."""
+    dy = ∂z·Ē, ∂Ē += ∂zᵀ·y (fp32, read and written once per chunk). vocab: the rows of Ē
+    this rank holds (a tp shard's; default VOCAB)."""
+    VOCAB = vocab or globals()["VOCAB"]
     chunks = -(-n // chunk_rows)
     nv = n * VOCAB
     ops = [Op("logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", "gemm", 1, 2 * n * VOCAB * d,
@@ -295,11 +298,21 @@ def head_ops(n, d, chunk_rows, train):
     return ops, chunks
 
 
-def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=True, last_row_head=False, d_e=None):
+def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=True, last_row_head=False, d_e=None,
+                    shard=None):
     """The ops of one step (train) or one forward (prefill), with per-step call counts.
     issue_scale scales ISSUE_PER_STEP (0: the screening kernels are bound by their
-    mma.sync alone, as FA-2 is by its own measured efficiency)."""
+    mma.sync alone, as FA-2 is by its own measured efficiency).
+    shard: one rank's part of a tp × pp layout (tools/plan.py), a dict of `layers` and
+    `tiles` (the local ones; `windows` then lists the local tiles' windows), `vocab` (its
+    rows of Ē), `embed` and `head` (whether it embeds, owns the head) and `params` (the
+    elements its optimizer updates); None: the whole model on one rank. The tp and pp
+    communication is not an op here: tools/plan.py adds it."""
     n_l = n_h = psi
+    VOCAB, embed, head, params = globals()["VOCAB"], True, True, None
+    if shard is not None:
+        n_l, n_h, VOCAB = shard["layers"], shard["tiles"], shard["vocab"]
+        embed, head, params = shard["embed"], shard["head"], shard["params"]
     d = d_e or psi * psi
     n = batch * seq
     C = 2 * D_K + 2 * D_V           # P's columns per tile: q, k, v, g
@@ -309,9 +322,11 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     steps_l, pairs_l = batch * steps / n_l, batch * pairs / n_l
     nt = n * n_h                    # (token, tile) rows of a layer
     ops = []
-    ops.append(Op("Ē = unit rows of W_E → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2) + VOCAB * 4, once=True))
+    if embed or head:
+        ops.append(Op("Ē = unit rows of W_E → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2) + VOCAB * 4, once=True))
     ops.append(Op("W_cat, W_O fp32 → bf16 (BeginStep)", "mem", n_l, 0, (d * pd + vd * d) * (4 + 2), launches=2, once=True))
-    ops.append(Op("x⁰ = e^{s_E}·Ē[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
+    if embed:
+        ops.append(Op("x⁰ = e^{s_E}·Ē[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
     ops.append(Op("x_in = bf16(x)", "mem", n_l, 0, n * d * (4 + 2)))
     ops.append(Op("P = x_in·W_cat (GEMM)", "gemm", n_l, 2 * n * d * pd, n * d * 2 + d * pd * 2 + n * pd * 2))
     def tiled(name, mmas, nbytes):
@@ -325,16 +340,19 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
                      nt * (32 * 4 + 64 * 4 + 64 * 2 + 64 * 4 + 64 * 2)))
     ops.append(Op("x += U·W_O (GEMM, β = 1 into fp32 x)", "gemm", n_l, 2 * n * vd * d,
                   n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
-    ops.append(Op("PLNorm y = x/‖x‖ → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2)))
-    head, chunks = head_ops(1 if last_row_head else n, d, chunk_rows, train)
-    ops += head
     # The host waits (counted on the emulated device, docs/performance.md): once in BeginStep
     # for the scalars the screening kernels' tile tables are built from (s_E, s_F, every
-    # layer's s_w, s_r, s_O: one DownloadRanges), and once in the head, after its last chunk,
-    # for every row's log Σ exp and target logit (the loss, read on the host).
-    syncs = 1 + 1
+    # layer's s_w, s_r, s_O: one DownloadRanges), and, on the rank with the head, once after
+    # its last chunk for every row's log Σ exp and target logit (the loss, read on the host).
+    syncs = 1
+    if head:
+        ops.append(Op("PLNorm y = x/‖x‖ → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2)))
+        head_part, chunks = head_ops(1 if last_row_head else n, d, chunk_rows, train, VOCAB)
+        ops += head_part
+        syncs += 1
     if train:
-        ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
+        if head:
+            ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
         ops.append(Op("bf16(∂x) for the layer's GEMMs", "mem", n_l, 0, n * d * (4 + 2)))
         ops.append(Op("∂U = ∂x·W_Oᵀ (GEMM)", "gemm", n_l, 2 * n * d * vd, n * d * 2 + vd * d * 2 + n * vd * 2))
         ops.append(Op("∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)", "gemm", n_l, 2 * n * d * vd,
@@ -353,10 +371,13 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         ops.append(Op("unpack ∂W_cat into the gradients", "mem", n_l, 0, d * pd * 4 * 3))
         ops.append(Op("∂x += ∂P·W_catᵀ (GEMM, β = 1)", "gemm", n_l, 2 * n * pd * d,
                       n * pd * 2 + d * pd * 2 + n * d * 4 * 2))
-        ops.append(Op("∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E", "mem", 1, 0, n * d * (4 + 4 + 4) + n * d * (2 + 4 + 4),
-                      launches=3))
-        ops.append(Op("∂W_E = unit-rows backward (EndStep)", "mem", 1, 0, VOCAB * d * 4 * 3, once=True))
-        params = multiscreen_params(psi, d_e)["total"]
+        if embed:
+            ops.append(Op("∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E", "mem", 1, 0,
+                          n * d * (4 + 4 + 4) + n * d * (2 + 4 + 4), launches=3))
+        if embed or head:
+            ops.append(Op("∂W_E = unit-rows backward (EndStep)", "mem", 1, 0, VOCAB * d * 4 * 3, once=True))
+        if params is None:
+            params = multiscreen_params(psi, d_e)["total"]
         ops.append(Op("zero the gradients", "mem", 1, 0, params * 4, once=True))
         ops.append(Op("AdamW (fp32 master, m, v)", "mem", 1, 0, params * 28, once=True))
         # ... and once at the step's end, for the gradient norm the trainer reads (clipping,
@@ -411,53 +432,70 @@ def transformer_model_flops(name, seq):
     return 3 * (n_l * (8 * d * d + 6 * d * f + 2 * d * (seq + 1)) + 2 * d * VOCAB)
 
 
-def transformer_ops(name, seq, batch, chunk_rows, train=True, last_row_head=False):
+def transformer_ops(name, seq, batch, chunk_rows, train=True, last_row_head=False, shard=None):
     """LLaMA-style pre-norm layers as model/transformer.cc runs them, FlashAttention-2 for
     the attention (causal; FLOPs as the FA papers count them: forward 4·T²·d_head·H/2,
     backward 2.5 × forward), RoPE fused into it at head width FUSED_ROPE_HEAD, else passes
-    over copies of q and k (and ∂q, ∂k)."""
+    over copies of q and k (and ∂q, ∂k).
+    shard: one rank's part of a tp × pp layout (tools/plan.py), as multiscreen_ops takes it
+    (`tiles` the local heads; the local hidden units follow them, F·heads/N_H); None: the whole
+    model on one rank. The tp and pp communication is not an op here."""
     n_l, n_h, d, f = transformer_dims(name)
+    d_h = d // n_h
+    VOCAB, embed, head, params = globals()["VOCAB"], True, True, transformer_params(name)["total"]
+    h_l, f_l = n_h, f
+    if shard is not None:
+        n_l, h_l, VOCAB = shard["layers"], shard["tiles"], shard["vocab"]
+        f_l = h_l * f // n_h
+        embed, head, params = shard["embed"], shard["head"], shard["params"]
+    d_l = h_l * d_h                 # the local heads' width (d on one rank)
     n = batch * seq
-    fa_fwd = batch * 4 * seq * seq * d / 2
-    fused = d // n_h == FUSED_ROPE_HEAD
+    fa_fwd = batch * 4 * seq * seq * d_l / 2
+    fused = d_h == FUSED_ROPE_HEAD
     table = seq * FUSED_ROPE_HEAD * 4 if fused else 0  # the cos/sin table the fused kernels read
     rope = ", RoPE fused" if fused else ""
-    rope_pass = [] if fused else [Op("RoPE on copies of q, k", "mem", n_l, 0, n * 2 * d * (2 + 2))]
-    ops = [Op("W_E fp32 → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2), once=True),
-           Op("layer weights fp32 → bf16 (BeginStep)", "mem", n_l, 0, (4 * d * d + 3 * d * f) * (4 + 2), launches=4, once=True),
-           Op("x⁰ = W_E[t] (gather)", "mem", 1, 0, n * d * (2 + 4)),
-           Op("RMSNorm → bf16 (×2 per layer)", "mem", 2 * n_l, 0, n * d * (4 + 2)),
-           Op("qkv = a·W_qkv (GEMM)", "gemm", n_l, 2 * n * d * 3 * d, n * d * 2 + 3 * d * d * 2 + n * 3 * d * 2),
-           *rope_pass,
-           Op(f"FlashAttention-2 forward (causal{rope})", "fa2", n_l, fa_fwd, n * 4 * d * 2 + n * n_h * 4 + table),
-           Op("x += o·W_O (GEMM, β = 1)", "gemm", n_l, 2 * n * d * d, n * d * 2 + d * d * 2 + n * d * 4 * 2),
-           Op("[gate|up] = a·W_gu (GEMM)", "gemm", n_l, 2 * n * d * 2 * f, n * d * 2 + 2 * f * d * 2 + n * 2 * f * 2),
-           Op("SwiGLU", "mem", n_l, 0, n * (2 * f * 2 + f * 2)),
-           Op("x += h·W_down (GEMM, β = 1)", "gemm", n_l, 2 * n * f * d, n * f * 2 + f * d * 2 + n * d * 4 * 2),
-           Op("final RMSNorm → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2))]
-    head, chunks = head_ops(1 if last_row_head else n, d, chunk_rows, train)
-    ops += head
-    syncs = chunks
+    rope_pass = [] if fused else [Op("RoPE on copies of q, k", "mem", n_l, 0, n * 2 * d_l * (2 + 2))]
+    ops = [Op("W_E fp32 → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2), once=True)] if embed or head else []
+    ops += [Op("layer weights fp32 → bf16 (BeginStep)", "mem", n_l, 0, (4 * d * d_l + 3 * d * f_l) * (4 + 2), launches=4,
+               once=True)]
+    if embed:
+        ops.append(Op("x⁰ = W_E[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
+    ops += [Op("RMSNorm → bf16 (×2 per layer)", "mem", 2 * n_l, 0, n * d * (4 + 2)),
+            Op("qkv = a·W_qkv (GEMM)", "gemm", n_l, 2 * n * d * 3 * d_l, n * d * 2 + 3 * d_l * d * 2 + n * 3 * d_l * 2),
+            *rope_pass,
+            Op(f"FlashAttention-2 forward (causal{rope})", "fa2", n_l, fa_fwd, n * 4 * d_l * 2 + n * h_l * 4 + table),
+            Op("x += o·W_O (GEMM, β = 1)", "gemm", n_l, 2 * n * d_l * d, n * d_l * 2 + d * d_l * 2 + n * d * 4 * 2),
+            Op("[gate|up] = a·W_gu (GEMM)", "gemm", n_l, 2 * n * d * 2 * f_l, n * d * 2 + 2 * f_l * d * 2 + n * 2 * f_l * 2),
+            Op("SwiGLU", "mem", n_l, 0, n * (2 * f_l * 2 + f_l * 2)),
+            Op("x += h·W_down (GEMM, β = 1)", "gemm", n_l, 2 * n * f_l * d, n * f_l * 2 + f_l * d * 2 + n * d * 4 * 2)]
+    syncs = 0
+    if head:
+        ops.append(Op("final RMSNorm → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2)))
+        head_part, chunks = head_ops(1 if last_row_head else n, d, chunk_rows, train, VOCAB)
+        ops += head_part
+        syncs = chunks
     if train:
-        ops += [Op("final RMSNorm backward", "mem", 1, 0, n * d * 4 * 3),
-                Op("bf16(∂x) for the GEMMs (×2 per layer)", "mem", 2 * n_l, 0, n * d * (4 + 2)),
-                Op("∂h = ∂x·W_downᵀ; ∂W_down += hᵀ·∂x (GEMMs)", "gemm", n_l, 2 * 2 * n * f * d,
-                   n * d * 2 * 2 + f * d * 2 + n * f * 2 * 2 + f * d * 4 * 2, launches=2),
-                Op("SwiGLU backward", "mem", n_l, 0, n * (2 * f * 2 + f * 2 + 2 * f * 2)),
-                Op("∂a = ∂gu·W_guᵀ; ∂W_gu += ∂guᵀ·a (GEMMs)", "gemm", n_l, 2 * 2 * n * 2 * f * d,
-                   n * 2 * f * 2 * 2 + 2 * f * d * 2 + n * d * 2 * 2 + 2 * f * d * 4 * 2, launches=2),
+        if head:
+            ops.append(Op("final RMSNorm backward", "mem", 1, 0, n * d * 4 * 3))
+        ops += [Op("bf16(∂x) for the GEMMs (×2 per layer)", "mem", 2 * n_l, 0, n * d * (4 + 2)),
+                Op("∂h = ∂x·W_downᵀ; ∂W_down += hᵀ·∂x (GEMMs)", "gemm", n_l, 2 * 2 * n * f_l * d,
+                   n * d * 2 * 2 + f_l * d * 2 + n * f_l * 2 * 2 + f_l * d * 4 * 2, launches=2),
+                Op("SwiGLU backward", "mem", n_l, 0, n * (2 * f_l * 2 + f_l * 2 + 2 * f_l * 2)),
+                Op("∂a = ∂gu·W_guᵀ; ∂W_gu += ∂guᵀ·a (GEMMs)", "gemm", n_l, 2 * 2 * n * 2 * f_l * d,
+                   n * 2 * f_l * 2 * 2 + 2 * f_l * d * 2 + n * d * 2 * 2 + 2 * f_l * d * 4 * 2, launches=2),
                 Op("RMSNorm backward (×2 per layer)", "mem", 2 * n_l, 0, n * d * 4 * 4),
-                Op("∂o = ∂x·W_Oᵀ; ∂W_O += oᵀ·∂x (GEMMs)", "gemm", n_l, 2 * 2 * n * d * d,
-                   n * d * 2 * 4 + d * d * 2 + d * d * 4 * 2, launches=2),
+                Op("∂o = ∂x·W_Oᵀ; ∂W_O += oᵀ·∂x (GEMMs)", "gemm", n_l, 2 * 2 * n * d * d_l,
+                   n * d * 2 * 2 + n * d_l * 2 * 2 + d * d_l * 2 + d * d_l * 4 * 2, launches=2),
                 *rope_pass,
                 Op(f"FlashAttention-2 backward (causal{rope})", "fa2", n_l, 2.5 * fa_fwd,
-                   n * d * 2 * 5 + n * n_h * 4 + n * d * 4 * 2 + n * 3 * d * 2 + 2 * table, launches=3),
-                *[Op("RoPE backward on ∂q, ∂k", "mem", n_l, 0, n * 2 * d * (2 + 2)) for _ in rope_pass],
-                Op("∂a = ∂qkv·W_qkvᵀ; ∂W_qkv += aᵀ·∂qkv (GEMMs)", "gemm", n_l, 2 * 2 * n * 3 * d * d,
-                   n * 3 * d * 2 * 2 + 3 * d * d * 2 + n * d * 2 * 2 + 3 * d * d * 4 * 2, launches=2),
-                Op("∂W_E[t] += ∂x⁰ (scatter)", "mem", 1, 0, n * d * (4 + 4 + 4)),
-                Op("zero the gradients", "mem", 1, 0, transformer_params(name)["total"] * 4, once=True),
-                Op("AdamW (fp32 master, m, v)", "mem", 1, 0, transformer_params(name)["total"] * 28, once=True)]
+                   n * d_l * 2 * 5 + n * h_l * 4 + n * d_l * 4 * 2 + n * 3 * d_l * 2 + 2 * table, launches=3),
+                *[Op("RoPE backward on ∂q, ∂k", "mem", n_l, 0, n * 2 * d_l * (2 + 2)) for _ in rope_pass],
+                Op("∂a = ∂qkv·W_qkvᵀ; ∂W_qkv += aᵀ·∂qkv (GEMMs)", "gemm", n_l, 2 * 2 * n * 3 * d_l * d,
+                   n * 3 * d_l * 2 * 2 + 3 * d_l * d * 2 + n * d * 2 * 2 + 3 * d_l * d * 4 * 2, launches=2)]
+        if embed:
+            ops.append(Op("∂W_E[t] += ∂x⁰ (scatter)", "mem", 1, 0, n * d * (4 + 4 + 4)))
+        ops += [Op("zero the gradients", "mem", 1, 0, params * 4, once=True),
+                Op("AdamW (fp32 master, m, v)", "mem", 1, 0, params * 28, once=True)]
     name_kernels([op for op in ops if not op.kernels], {
         "W_E fp32 → bf16 (BeginStep)": [kernel("RoundPackKernel", "gemm.cu")],
         "x⁰ = W_E[t] (gather)": [kernel("GatherKernel", "embedding.cu")],

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""`multiscreen plan` (issue 45), the command's contract: the JSON fields of every layout
+(tp · pp · dp = --gpus, micro_batch · grad_accum · dp = the global batch's sequences, tp
+within a node), every printed figure labelled modelled, and a bad flag refused in one line
+naming it. tests/tools/plan_test.py checks the figures.
+
+Run: /usr/bin/python3 tests/cli/plan_cli_test.py --multiscreen=build/multiscreen
+     (with MULTISCREEN_CONFIG_DIR pointing at configs/)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+MULTISCREEN = None
+LAYOUT_FIELDS = ("tp", "pp", "dp", "zero", "micro_batch", "grad_accum", "peak_bytes_per_rank", "fits", "step_ms",
+                 "tokens_per_s", "mfu")
+
+
+def run(*args):
+    return subprocess.run([MULTISCREEN, "plan", *args], capture_output=True, text=True, timeout=120)
+
+
+class CommandTest(unittest.TestCase):
+    def test_json_lists_every_layout_with_the_contracts_fields(self):
+        r = run("--model=psi32", "--gpus=16", "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        p = json.loads(r.stdout)
+        self.assertTrue(p["modelled"])
+        self.assertEqual((p["seq_len"], p["global_batch_tokens"], p["gpu"], p["gpus_per_node"]), (4096, 1 << 22, "h100", 8))
+        self.assertEqual(p["precision"], "bf16")
+        self.assertEqual((p["dims"]["n_layers"], p["dims"]["d_e"], p["dims"]["position"]), (32, 1024, "mipe"))
+        self.assertGreater(len(p["layouts"]), 10)
+        seen = set()
+        for lay in p["layouts"]:
+            for field in LAYOUT_FIELDS:
+                self.assertIn(field, lay)
+            self.assertEqual(lay["tp"] * lay["pp"] * lay["dp"], 16)
+            self.assertEqual(lay["micro_batch"] * lay["grad_accum"] * lay["dp"], 1024)
+            self.assertLessEqual(lay["tp"], 8)
+            self.assertEqual(32 % lay["tp"] + 32 % lay["pp"], 0)
+            self.assertAlmostEqual(lay["tokens_per_s"], (1 << 22) / (lay["step_ms"] / 1e3), delta=1e-6 * lay["tokens_per_s"])
+            seen.add((lay["tp"], lay["pp"], lay["zero"]))
+        self.assertIn((8, 2, 0), seen)
+        self.assertIn((1, 1, 1), seen)
+        self.assertNotIn((16, 1, 0), seen)  # tp within a node
+
+    def test_a_transformer_is_planned_with_its_switches(self):
+        r = run("--model=tiny_transformer_all", "--gpus=2", "--seq_len=64", "--global_batch=1024", "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        p = json.loads(r.stdout)
+        self.assertEqual((p["dims"]["family"], p["dims"]["qk_norm"], p["dims"]["sio"], p["dims"]["attention"]),
+                         ("TRANSFORMER", True, True, "softmax"))
+        self.assertTrue(all(lay["fits"] for lay in p["layouts"]))
+        self.assertIn("W_qkv", p["terms"]["compute_copies"])
+
+    def test_text_labels_every_figure_modelled(self):
+        r = run("--model=psi32", "--gpus=8", "--top=3")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        lines = r.stdout.splitlines()
+        self.assertIn("every figure modelled", lines[0])
+        header = next(l for l in lines if l.startswith("| tp "))
+        for column in ("GiB/rank", "step ms", "tokens/s", "MFU"):
+            self.assertIn(f"modelled {column}", header)
+        self.assertEqual(len([l for l in lines if l.startswith("| 1 ") or l.startswith("| 2 ") or l.startswith("| 4 ")
+                              or l.startswith("| 8 ")]), 3)
+        self.assertTrue(any(l.startswith("modelled memory of tp=") for l in lines))
+        self.assertTrue(any(l.startswith("modelled step ") for l in lines))
+
+    def test_bad_flags_are_refused_in_one_line_naming_the_flag(self):
+        for args, message in (
+                (["--gpus=8"], "multiscreen plan: --model is required"),
+                (["--model=psi32"], "multiscreen plan: --gpus=0: give the number of GPUs of the job"),
+                (["--model=psi32", "--gpus=8", "--gpu=v100"], "multiscreen plan: --gpu=v100 is not a known GPU"),
+                (["--model=psi32", "--gpus=12"], "multiscreen plan: --gpus=12 is not a whole number of nodes of "
+                                                 "--gpus_per_node=8"),
+                (["--model=psi32", "--gpus=8", "--global_batch=1000"], "multiscreen plan: --global_batch=1000 tokens"),
+                (["--model=psi32", "--gpus=8", "--seq_len=0"], "multiscreen plan: --seq_len=0 must be at least 1"),
+                (["--model=psi32", "--gpus=8", "--precision=fp64"], "multiscreen plan: --precision=fp64"),
+                (["--model=psi32", "--gpus=8", "--gpus_per_node=0"], "multiscreen plan: --gpus_per_node=0"),
+                (["--model=psi32", "--gpus=x"], "--gpus"),
+                (["--model=no_such_model", "--gpus=8"], "no_such_model"),
+                (["--model=psi32", "--gpus=8", "--steps=3"], "--steps"),
+                (["--model=psi32", "--gpus=3", "--gpus_per_node=3"], "--gpus=3: no layout")):
+            with self.subTest(args=args):
+                r = run(*args)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertEqual(r.stdout, "")
+                lines = r.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertIn(message, lines[0])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--multiscreen", required=True)
+    args, rest = parser.parse_known_args()
+    MULTISCREEN = os.path.abspath(args.multiscreen)
+    unittest.main(argv=[sys.argv[0], *rest])
