@@ -160,8 +160,9 @@ class TimeTest(unittest.TestCase):
         first = micro(dict(half, embed=True, head=False), 16)
         last = micro(dict(half, embed=False, head=True), 16)
         # perf_model counts the once-per-step ops' launch gaps in each micro-batch's overhead: both
-        # stages launch Ē, ∂W_E, the gradients' zeroing and AdamW once, four launches of 2 µs more.
-        self.assertAlmostEqual(first + last, whole + 4 * 2e-6, delta=1e-12 * whole)
+        # stages launch Ē, ∂W_E, the gradients' zeroing and AdamW once, four launches more; and
+        # each stage waits for the host in BeginStep and at the step's end, two waits more.
+        self.assertAlmostEqual(first + last, whole + 4 * hw.launch_s + 2 * hw.sync_s, delta=1e-12 * whole)
         self.assertLess(first, last)  # the head is the larger end
 
     def test_two_transformer_stages_compute_what_the_whole_model_does_per_micro_batch(self):
