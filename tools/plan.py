@@ -86,6 +86,8 @@ def parse_args(argv=None):
         raise PlanError(f"--dims is not JSON: {e}")
     if a.gpus < 1:
         raise PlanError(f"--gpus={a.gpus}: give the number of GPUs of the job, at least 1")
+    if a.gpus > MAX_GPUS:  # the layouts are enumerated over the divisors of --gpus
+        raise PlanError(f"--gpus={a.gpus}: more than {MAX_GPUS:,} GPUs is not planned")
     if a.gpus_per_node < 1:
         raise PlanError(f"--gpus_per_node={a.gpus_per_node} must be at least 1")
     if a.gpus > a.gpus_per_node and a.gpus % a.gpus_per_node:
@@ -104,6 +106,11 @@ def parse_args(argv=None):
     if a.top < 1:
         raise PlanError(f"--top={a.top} must be at least 1")
     return a
+
+
+# The largest job planned (2^20 GPUs): layouts are enumerated over the divisors of --gpus
+# by trial division, seconds at this size; a typo such as 10^12 would not end.
+MAX_GPUS = 1 << 20
 
 
 def transformer(dims):
@@ -295,9 +302,11 @@ def print_plan(p, top):
     gib = plan_memory.gib
     fit = [r for r in p["layouts"] if r["fits"]]
     print(f"multiscreen plan (every figure modelled, none measured): {p['model']}, T = {p['seq_len']}, global batch "
-          f"{p['global_batch_tokens']:,} tokens ({p['global_batch_sequences']} sequences), {p['gpus']} × "
+          f"{p['global_batch_tokens']:,} tokens ({p['global_batch_sequences']} sequence"
+          f"{'' if p['global_batch_sequences'] == 1 else 's'}), {p['gpus']} × "
           f"{p['gpu_name']} ({p['gpus_per_node']} per node), {p['precision']}"
-          + (f", windows {p['windows']}" if p["windows"] else ""))
+          + (f", windows {p['windows']}" if p["windows"] else "")
+          + ("" if p["precision"] == "bf16" else f" (memory of {p['precision']}; times modelled for bf16's kernels)"))
     print(f"{len(p['layouts'])} layouts, {len(fit)} fit in {gib(p['device_memory_bytes']):.1f} GiB per GPU"
           + (f"; the fastest {min(top, len(fit))}:" if fit else "; none fits, the smallest:"))
     shown = (fit or p["layouts"])[:top]
@@ -338,6 +347,9 @@ def main(argv=None):
         sys.stdout.flush()
     except BrokenPipeError:  # `plan … | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, AttributeError) as e:  # a full disk, a closed stdout (sys.stdout is None)
+        print(f"multiscreen plan: cannot write the plan to standard output: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

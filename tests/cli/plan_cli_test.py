@@ -83,7 +83,9 @@ class CommandTest(unittest.TestCase):
                 (["--model=psi32", "--gpus=x"], "--gpus"),
                 (["--model=no_such_model", "--gpus=8"], "no_such_model"),
                 (["--model=psi32", "--gpus=8", "--steps=3"], "--steps"),
-                (["--model=psi32", "--gpus=3", "--gpus_per_node=3"], "--gpus=3: no layout")):
+                (["--model=psi32", "--gpus=3", "--gpus_per_node=3"], "--gpus=3: no layout"),
+                # (it enumerated the divisors of 10^12 and did not end)
+                (["--model=psi32", "--gpus=1000000000000"], "--gpus=1000000000000: more than 1,048,576 GPUs")):
             with self.subTest(args=args):
                 r = run(*args)
                 self.assertNotEqual(r.returncode, 0)
@@ -91,6 +93,20 @@ class CommandTest(unittest.TestCase):
                 lines = r.stderr.strip().splitlines()
                 self.assertEqual(len(lines), 1, r.stderr)
                 self.assertIn(message, lines[0])
+
+    def test_an_output_that_cannot_be_written_is_one_line(self):
+        # (it ended in a Python traceback: OSError on /dev/full)
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([MULTISCREEN, "plan", "--model=psi32", "--gpus=8"], stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=120)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip().splitlines(),
+                         ["multiscreen plan: cannot write the plan to standard output: [Errno 28] No space left on device"])
+
+    def test_another_precision_says_its_times_are_bf16s(self):
+        r = run("--model=psi32", "--gpus=8", "--precision=fp32", "--top=1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("fp32, windows trained (memory of fp32; times modelled for bf16's kernels)", r.stdout.splitlines()[0])
 
 
 if __name__ == "__main__":
