@@ -51,7 +51,11 @@ absl::Status Invalid(const std::string& source, const std::string& what) {
 
 std::string ConfigDir() {
   if (const char* env = std::getenv("MULTISCREEN_CONFIG_DIR"); env != nullptr && *env != '\0') {
-    return env;
+    // Without trailing slashes, so that its parent (the source tree: tools/, data_cache/)
+    // is the directory above, whether the variable says `configs` or `configs/`.
+    std::string dir = env;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    return dir;
   }
   return MULTISCREEN_SOURCE_CONFIG_DIR;
 }

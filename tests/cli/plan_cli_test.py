@@ -103,6 +103,13 @@ class CommandTest(unittest.TestCase):
         self.assertEqual(r.stderr.strip().splitlines(),
                          ["multiscreen plan: cannot write the plan to standard output: [Errno 28] No space left on device"])
 
+    def test_a_config_dir_with_a_trailing_slash_finds_the_planner(self):
+        # (it looked for configs/tools/plan.py)
+        env = dict(os.environ, MULTISCREEN_CONFIG_DIR=os.environ["MULTISCREEN_CONFIG_DIR"].rstrip("/") + "/")
+        r = subprocess.run([MULTISCREEN, "plan", "--model=tiny_psi4", "--gpus=2", "--seq_len=64",
+                            "--global_batch=128", "--top=1"], capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+
     def test_another_precision_says_its_times_are_bf16s(self):
         r = run("--model=psi32", "--gpus=8", "--precision=fp32", "--top=1")
         self.assertEqual(r.returncode, 0, r.stderr)
