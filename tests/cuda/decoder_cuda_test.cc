@@ -446,18 +446,29 @@ std::vector<int32_t> HostArgmaxGreedy(Decoder<float>& decoder, const std::vector
   return out;
 }
 
-// The decoder of dims over `params` (host) on `device` in `precision`; p keeps its parameters.
-std::unique_ptr<Decoder<float>> DecoderOn(const ModelDims& dims, const Floats& params, Device device,
-                                          Precision precision, DeviceArray<float>* p) {
-  *p = DeviceArray<float>(device);
-  p->Resize(static_cast<int64_t>(params.size()));
-  p->CopyFromHost(params.data());
+// A decoder with its own copy of the parameters, which it reads at every step. (One copy
+// shared by two decoders, replaced when the second was made, left the first reading freed
+// memory: CI's emulated run saw tiny_transformer's CPU logits at 1e28.)
+struct DecoderWithParams {
+  std::unique_ptr<DeviceArray<float>> params;
+  std::unique_ptr<Decoder<float>> decoder;
+  Decoder<float>* operator->() const { return decoder.get(); }
+  Decoder<float>& operator*() const { return *decoder; }
+};
+
+// The decoder of dims over `params` (host) on `device` in `precision`.
+DecoderWithParams DecoderOn(const ModelDims& dims, const Floats& params, Device device, Precision precision) {
+  DecoderWithParams d;
+  d.params = std::make_unique<DeviceArray<float>>(device);
+  d.params->Resize(static_cast<int64_t>(params.size()));
+  d.params->CopyFromHost(params.data());
   ModelOptions placement;
   placement.device = device;
   placement.precision = precision;
   InferenceOptions options;
   options.train_len = 8;
-  return MakeDecoder<float>(dims, p->data(), options, placement);
+  d.decoder = MakeDecoder<float>(dims, d.params->data(), options, placement);
+  return d;
 }
 
 // GreedyContinuation (Decoder::Argmax: on the device, one int a token) generates the
@@ -477,16 +488,15 @@ TEST_F(CudaTest, GreedyTokensAreThoseOfTheHostArgmaxAsBefore) {
         std::set<int32_t> distinct;
         for (uint64_t seed : {92, 95}) {
           const std::vector<int32_t> prompt = testing::RandomTokens(dims.vocab, 5, seed);
-          DeviceArray<float> p(device);
-          auto before = DecoderOn(dims, params, device, precision, &p);
+          auto before = DecoderOn(dims, params, device, precision);
           const std::vector<int32_t> want = HostArgmaxGreedy(*before, prompt, 8, dims.vocab);
-          auto after = DecoderOn(dims, params, device, precision, &p);
+          auto after = DecoderOn(dims, params, device, precision);
           EXPECT_EQ(GreedyContinuation(*after, prompt, 8), want) << what;
           distinct.insert(want.begin(), want.end());
           if (seed != 92) continue;
           // on_token sees each token as chosen and stops the continuation where it says.
           std::vector<int32_t> seen;
-          auto stopped = DecoderOn(dims, params, device, precision, &p);
+          auto stopped = DecoderOn(dims, params, device, precision);
           const std::vector<int32_t> part = GreedyContinuation(*stopped, prompt, 8, [&](int32_t id) {
             seen.push_back(id);
             return seen.size() < 4;
@@ -529,9 +539,8 @@ TEST_F(CudaTest, FeedIsStepWithoutTheHead) {
       for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
         SCOPED_TRACE(::testing::Message() << model << (device == Device::kCpu ? " cpu " : " cuda ")
                                         << (precision == Precision::kFp32 ? "fp32" : "bf16"));
-        DeviceArray<float> p(device);
-        auto stepped = DecoderOn(dims, params, device, precision, &p);
-        auto fed = DecoderOn(dims, params, device, precision, &p);
+        auto stepped = DecoderOn(dims, params, device, precision);
+        auto fed = DecoderOn(dims, params, device, precision);
         Floats want(dims.vocab), got(dims.vocab);
         for (int32_t id : prompt) stepped->Step(id, want.data());
         for (size_t i = 0; i + 1 < prompt.size(); ++i) fed->Feed(prompt[i]);
@@ -576,9 +585,8 @@ TEST_F(CudaTest, APromptFedInChunksIsFedTokenByToken) {
       for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
         SCOPED_TRACE(::testing::Message() << model << (device == Device::kCpu ? " cpu " : " cuda ")
                                         << (precision == Precision::kFp32 ? "fp32" : "bf16"));
-        DeviceArray<float> p(device);
-        auto single = DecoderOn(dims, params, device, precision, &p);
-        auto chunked = DecoderOn(dims, params, device, precision, &p);
+        auto single = DecoderOn(dims, params, device, precision);
+        auto chunked = DecoderOn(dims, params, device, precision);
         chunked->set_feed_rows(R);
         Floats want(dims.vocab), got(dims.vocab);
         for (int64_t i = 0; i < fed_tokens; ++i) single->Feed(prompt[i]);
@@ -631,8 +639,7 @@ TEST_F(CudaTest, LossesOnTheDeviceAreTheLogSoftmaxOfTheStepsLogits) {
     const int64_t n = static_cast<int64_t>(ids.size());
     for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
       SCOPED_TRACE(::testing::Message() << model << (precision == Precision::kFp32 ? " fp32" : " bf16"));
-      DeviceArray<float> p(Device::kCuda);
-      auto stepped = DecoderOn(dims, params, Device::kCuda, precision, &p);
+      auto stepped = DecoderOn(dims, params, Device::kCuda, precision);
       std::vector<double> want(n - 1);
       Floats logits(dims.vocab);
       for (int64_t i = 0; i + 1 < n; ++i) {
@@ -642,7 +649,7 @@ TEST_F(CudaTest, LossesOnTheDeviceAreTheLogSoftmaxOfTheStepsLogits) {
         for (float z : logits) sum += std::exp(double(z) - m);
         want[i] = m + std::log(sum) - logits[ids[i + 1]];
       }
-      auto scored = DecoderOn(dims, params, Device::kCuda, precision, &p);
+      auto scored = DecoderOn(dims, params, Device::kCuda, precision);
       scored->set_feed_rows(R);
       Floats losses(n - 1, -1.f);
 #ifdef MULTISCREEN_CUDA_EMULATED
@@ -670,8 +677,7 @@ TEST_F(CudaTest, AGreedyTokenCopiesFourBytesToTheHostInsteadOfTheLogits) {
     const ModelDims dims = *LoadModel(model);
     const Floats params = ParamsOf(dims, 93);
     for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
-      DeviceArray<float> p(Device::kCuda);
-      auto decoder = DecoderOn(dims, params, Device::kCuda, precision, &p);
+      auto decoder = DecoderOn(dims, params, Device::kCuda, precision);
       Floats logits(dims.vocab);
       decoder->Step(1, nullptr);
       const uint64_t b0 = BytesToHost();
@@ -686,7 +692,7 @@ TEST_F(CudaTest, AGreedyTokenCopiesFourBytesToTheHostInsteadOfTheLogits) {
       EXPECT_EQ(b1 - b0, 4u) << model;
       EXPECT_EQ(b2 - b1, uint64_t(4 * dims.vocab)) << model;
       // A continuation of 6 tokens from a prompt of 3: 6 ids, nothing else.
-      auto fresh = DecoderOn(dims, params, Device::kCuda, precision, &p);
+      auto fresh = DecoderOn(dims, params, Device::kCuda, precision);
       const uint64_t b3 = BytesToHost();
       EXPECT_EQ(GreedyContinuation(*fresh, {5, 6, 7}, 6).size(), 6u);
       EXPECT_EQ(BytesToHost() - b3, 6u * 4u) << model;
