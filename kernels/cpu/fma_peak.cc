@@ -1,6 +1,7 @@
 #include "kernels/cpu/fma_peak.h"
 
 #include <omp.h>
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -168,6 +169,16 @@ HardwarePeak MeasureHardwarePeak(Isa isa, double seconds) {
     peak.fp32_thread_gflops.push_back(1e-9 * fp32[t]);
     peak.fp32_gflops += 1e-9 * fp32[t];
     peak.bf16_gflops += 1e-9 * dot[t];
+  }
+  // Threads past the CPUs share them, each rate of its own CPU time: the CPUs' peak is the
+  // mean thread's rate times their number (--threads=8 on 2 vCPUs read 4x the machine).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) peak.cpus = CPU_COUNT(&set);
+  if (peak.cpus > 0 && peak.threads > peak.cpus) {
+    const double share = double(peak.cpus) / peak.threads;
+    peak.fp32_gflops *= share;
+    peak.bf16_gflops *= share;
   }
   peak.ghz = ghz;
   if (ghz > 0) peak.fp32_flops_per_cycle = peak.fp32_thread_gflops[0] / ghz;

@@ -11,8 +11,9 @@
 // The bf16 dot-product probe runs vdpbf16ps (16 lanes × 2 products, 64 FLOPs an instruction)
 // on the avx512 path where the CPU has AVX512_BF16. Each is timed on the thread's own CPU
 // clock (CLOCK_THREAD_CPUTIME_ID), so that time the thread was not running does not count;
-// the best of many 5 ms trials per thread, summed over threads (each thread has a core: the
-// figure assumes threads ≤ cores, as OpenMP's default does).
+// the best of many 5 ms trials per thread, summed over threads; with more threads than the
+// CPUs the process may run on (sched_getaffinity), the sum is scaled by CPUs / threads
+// (each thread's rate is of its own CPU time, so threads sharing a core each counted it).
 // The clock: a chain of dependent integer adds (`add r, r`, one cycle each on every x86
 // core) on the same CPU clock gives cycles per second, so FLOPs per cycle can be checked
 // against what the path's width allows.
@@ -27,7 +28,8 @@ namespace multiscreen::kernels::cpu {
 struct HardwarePeak {
   Isa isa = Isa::kGeneric;     // the path measured
   int threads = 0;             // OpenMP threads the probe ran on
-  double fp32_gflops = 0;      // fp32 multiply-add peak, all threads together, GFLOP/s
+  int cpus = 0;                // CPUs the process may run on (0: unknown)
+  double fp32_gflops = 0;      // fp32 multiply-add peak, all threads together (at most `cpus`), GFLOP/s
   std::vector<double> fp32_thread_gflops;  // each thread's, GFLOP/s
   double bf16_gflops = 0;      // bf16 dot-product peak, all threads (0: the path or CPU has none)
   double ghz = 0;              // the clock of thread 0 while it ran the probe, GHz

@@ -9,6 +9,9 @@
 
 #include <cpuid.h>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/fma_peak.h"
@@ -49,7 +52,8 @@ TEST(FmaPeakTest, OneCoresFlopsPerCycleAreThePathsWidthTimesOneOrTwoPipes) {
     ExpectOneOrTwoPipes(p.fp32_flops_per_cycle, isa, "fp32");
     double sum = 0;
     for (double g : p.fp32_thread_gflops) sum += g;
-    EXPECT_NEAR(p.fp32_gflops, sum, 1e-9 * sum);
+    const double share = p.cpus > 0 ? std::min(1.0, double(p.cpus) / p.threads) : 1.0;
+    EXPECT_NEAR(p.fp32_gflops, share * sum, 1e-9 * sum);
     // vdpbf16ps does 4 FLOPs a lane (two products and their sum added); 16 lanes.
     if (isa == Isa::kAvx512 && CpuHasAvx512Bf16()) {
       const double bf16_per_cycle = p.bf16_gflops / p.threads / p.ghz;
@@ -68,6 +72,20 @@ TEST(FmaPeakTest, WiderPathsAreNoSlowerAndAtMostTwiceAsFastPerCoreAndTwiceOnZen5
     EXPECT_GT(wide / narrow, TwoPipesOfEveryWidth() ? 1.5 : 0.8) << IsaName(isas[i]) << " over " << IsaName(isas[i - 1]);
     EXPECT_LT(wide / narrow, 2.5) << IsaName(isas[i]) << " over " << IsaName(isas[i - 1]);
   }
+}
+
+// More threads than CPUs share them: the peak stays the CPUs' (it summed each thread's rate
+// on its own CPU time: 8 threads on 2 vCPUs read 4x the machine).
+TEST(FmaPeakTest, ThreadsBeyondTheCpusDoNotRaiseThePeak) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const HardwarePeak one = MeasureHardwarePeak(Isa::kGeneric, 0.1);
+  ASSERT_GT(one.cpus, 0);
+  omp_set_num_threads(4 * one.cpus);
+  const HardwarePeak many = MeasureHardwarePeak(Isa::kGeneric, 0.2);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(many.threads, 4 * one.cpus);
+  EXPECT_LT(many.fp32_gflops, 1.3 * one.cpus * one.fp32_gflops);
 }
 
 }  // namespace
