@@ -29,7 +29,6 @@
 #include "common/input_file.h"
 #include "common/text_file.h"
 #include "data/byte_source.h"
-#include "data/loader.h"
 #include "eval/choice.h"
 
 ABSL_FLAG(std::string, task, "", "eval choice: the benchmark's JSONL file (one item per line)");
