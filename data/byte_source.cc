@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -23,9 +24,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+// The compression a file's first bytes announce: gzip's magic 1f 8b, or a zstd frame's
+// 28 b5 2f fd (RFC 8878 3.1.1; a skippable frame, 5? 2a 4d 18, also begins zstd data).
+Compression MagicCompression(std::string_view head) {
+  if (head.substr(0, 2) == "\x1f\x8b") return Compression::kGzip;
+  if (head.substr(0, 4) == "\x28\xb5\x2f\xfd") return Compression::kZstd;
+  if (head.size() >= 4 && (static_cast<unsigned char>(head[0]) & 0xf0) == 0x50 && head.substr(1, 3) == "\x2a\x4d\x18") {
+    return Compression::kZstd;
+  }
+  return Compression::kNone;
 }
+
+const char* FormatName(Compression c) { return c == Compression::kGzip ? "gzip" : "zstd"; }
+const char* MagicHex(Compression c) { return c == Compression::kGzip ? "1f 8b" : "28 b5 2f fd"; }
+std::string Suffix(Compression c) { return c == Compression::kGzip ? ".gz" : ".zst"; }
 
 // Reads a file descriptor. A pipe, FIFO or character device is opened non-blocking and
 // waited on with poll() in 200 ms slices, checking `cancelled` between them, so that an
@@ -157,40 +169,61 @@ absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& pa
   std::error_code ec;
   if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such input file"));
   if (fs::is_directory(path, ec)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory"));
-  if (EndsWith(path, ".gz")) {
-    gzFile f = gzopen(path.c_str(), "rb");
-    if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-    return std::unique_ptr<ByteSource>(new GzipSource(path, f));
-  }
   MS_ASSIGN_OR_RETURN(const int fd, OpenFd(path));
-  if (EndsWith(path, ".zst")) return std::unique_ptr<ByteSource>(new ZstdSource(path, fd, cancelled));
   if (absl::Status named = CheckCompressedName(path, RegularFileHead(fd)); !named.ok()) {
     ::close(fd);
     return named;
   }
+  switch (NamedCompression(path)) {
+    case Compression::kGzip: {
+      ::close(fd);  // zlib opens the file itself (blocking, as a FIFO's reader must be)
+      gzFile f = gzopen(path.c_str(), "rb");
+      if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+      return std::unique_ptr<ByteSource>(new GzipSource(path, f));
+    }
+    case Compression::kZstd:
+      return std::unique_ptr<ByteSource>(new ZstdSource(path, fd, cancelled));
+    case Compression::kNone:
+      break;
+  }
   return std::unique_ptr<ByteSource>(new FileSource(path, fd, cancelled));
 }
 
-
 absl::Status CheckCompressedName(const std::string& path, std::string_view head) {
-  if (IsCompressedName(path)) return absl::OkStatus();
-  if (head.substr(0, 2) == "\x1f\x8b") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": gzip data (magic 1f 8b) under a name without .gz: name it ", path, ".gz to have it decompressed"));
+  const Compression named = NamedCompression(path);
+  const Compression held = MagicCompression(head);
+  if (named == held) return absl::OkStatus();
+  std::error_code ec;
+  const bool regular = fs::is_regular_file(path, ec);
+  if (held == Compression::kNone) {
+    // Only a regular file's head is looked at before reading (a pipe's bytes are read
+    // once); the readers name a pipe's data that is not what its name says.
+    if (!regular || head.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not ", FormatName(named), " data (no magic ",
+                                                   MagicHex(named), " at its start)"));
   }
-  if (head.substr(0, 4) == "\x28\xb5\x2f\xfd") {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": zstd data (magic 28 b5 2f fd) under a name without .zst: name it ",
-                                                   path, ".zst to have it decompressed"));
+  const std::string what = absl::StrCat(path, ": ", FormatName(held), " data (magic ", MagicHex(held), ")");
+  if (!regular) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " read from a pipe: decompress it before the pipe (",
+                                                   held == Compression::kGzip ? "zcat" : "zstdcat",
+                                                   "), or pass the compressed file itself"));
   }
-  return absl::OkStatus();
+  const std::string advice = absl::StrCat(": name it ", WithoutCompressionSuffix(path), Suffix(held), " to have it decompressed");
+  if (named == Compression::kNone) return absl::InvalidArgumentError(absl::StrCat(what, " under a name without ", Suffix(held), advice));
+  return absl::InvalidArgumentError(absl::StrCat(what, " under a ", Suffix(named), " name", advice));
 }
 
-bool IsCompressedName(const std::string& path) { return EndsWith(path, ".gz") || EndsWith(path, ".zst"); }
+Compression NamedCompression(const std::string& path) {
+  if (absl::EndsWithIgnoreCase(path, ".gz")) return Compression::kGzip;
+  if (absl::EndsWithIgnoreCase(path, ".zst")) return Compression::kZstd;
+  return Compression::kNone;
+}
+
+bool IsCompressedName(const std::string& path) { return NamedCompression(path) != Compression::kNone; }
 
 std::string WithoutCompressionSuffix(const std::string& path) {
-  if (EndsWith(path, ".gz")) return path.substr(0, path.size() - 3);
-  if (EndsWith(path, ".zst")) return path.substr(0, path.size() - 4);
-  return path;
+  const Compression named = NamedCompression(path);
+  return named == Compression::kNone ? path : path.substr(0, path.size() - Suffix(named).size());
 }
 
 absl::StatusOr<LineReader> LineReader::Open(const std::string& path, int64_t max_line_bytes) {

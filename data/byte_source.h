@@ -25,17 +25,24 @@ class ByteSource {
   virtual absl::StatusOr<size_t> Read(char* buf, size_t cap) = 0;
 };
 
-// True when `path` ends in .gz or .zst (OpenByteSource decompresses it).
+// The compression a file name announces (its suffix, in any case: .gz, .GZ, .zst, .ZST).
+enum class Compression { kNone, kGzip, kZstd };
+Compression NamedCompression(const std::string& path);
+
+// True when `path` ends in .gz or .zst, in any case (OpenByteSource decompresses it).
 bool IsCompressedName(const std::string& path);
 
 // `path` without a final .gz or .zst: what names the format of its content
 // ("val.jsonl.zst" → "val.jsonl").
 std::string WithoutCompressionSuffix(const std::string& path);
 
-// An error naming `path` when `head`, its first bytes, starts with gzip's or zstd's magic
-// number (1f 8b; 28 b5 2f fd) and its name does not end in .gz / .zst: files are
-// decompressed by their name, and read as text the data would be binary noise. Neither
-// magic is the start of UTF-8 text (8b and b5 are continuation bytes). OK otherwise.
+// An error naming `path` when `head`, its first bytes, disagrees with what its name says:
+// gzip's or zstd's magic number (1f 8b; 28 b5 2f fd) under a name without that suffix
+// (files are decompressed by their name; read as text the data would be binary noise —
+// neither magic begins UTF-8 text, 8b and b5 being continuation bytes), or a regular file
+// named .gz/.zst whose head holds no such magic. The advice fits the source: a regular
+// file is told the name to give it, a pipe (`<(cat x.gz)`, `/dev/stdin`) to decompress
+// before it. An empty head (a pipe not read yet) is OK.
 absl::Status CheckCompressedName(const std::string& path, std::string_view head);
 
 // Opens `path` (decompressing .gz / .zst). `cancelled` (may be empty) is polled between

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_lock.h"
@@ -109,12 +110,9 @@ absl::Status CheckHeadIsText(const std::string& path, std::string_view head, boo
 
 InputFormat FormatOf(const std::string& path, InputFormat requested) {
   if (requested != InputFormat::kAuto) return requested;
-  std::string name = path;
-  for (const char* z : {".gz", ".zst"}) {
-    if (EndsWith(name, z)) name.resize(name.size() - std::string(z).size());
-  }
-  if (EndsWith(name, ".jsonl") || EndsWith(name, ".ndjson")) return InputFormat::kJsonl;
-  if (EndsWith(name, ".json")) return InputFormat::kJsonArray;
+  const std::string name = WithoutCompressionSuffix(path);
+  if (absl::EndsWithIgnoreCase(name, ".jsonl") || absl::EndsWithIgnoreCase(name, ".ndjson")) return InputFormat::kJsonl;
+  if (absl::EndsWithIgnoreCase(name, ".json")) return InputFormat::kJsonArray;
   return InputFormat::kText;
 }
 
@@ -247,7 +245,7 @@ absl::StatusOr<ReadStats> ReadDocuments(const std::string& path, const ReadOptio
     MS_RETURN_IF_ERROR(ReadJsonl(*source, path, options, on_document, &stats));
   } else {
     MS_ASSIGN_OR_RETURN(std::string content, ReadAll(*source, path, options));
-    MS_RETURN_IF_ERROR(CheckHeadIsText(path, content, EndsWith(path, ".gz") || EndsWith(path, ".zst")));
+    MS_RETURN_IF_ERROR(CheckHeadIsText(path, content, IsCompressedName(path)));
     if (format == InputFormat::kText) {
       if (content.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty input"));
       MS_RETURN_IF_ERROR(MakeValid(&content, /*json=*/false, Place{path}, options, &stats.replacements));
@@ -346,7 +344,7 @@ absl::StatusOr<std::vector<InputUnit>> SplitInputs(const std::vector<std::string
     const bool regular = fs::is_regular_file(path, ec);
     const int64_t size = regular ? static_cast<int64_t>(fs::file_size(path, ec)) : -1;
     whole.file_bytes = ec ? -1 : size;
-    const bool compressed = EndsWith(path, ".gz") || EndsWith(path, ".zst");
+    const bool compressed = IsCompressedName(path);
     if (!regular || ec || compressed || FormatOf(path, options.format) != InputFormat::kJsonl || split_bytes <= 0 ||
         size <= split_bytes) {
       units.push_back(whole);
@@ -715,7 +713,7 @@ absl::Status CheckLooksLikeText(const std::string& path, const ReadOptions& opti
     got += n;
   }
   head.resize(got);
-  return CheckHeadIsText(path, head, EndsWith(path, ".gz") || EndsWith(path, ".zst"));
+  return CheckHeadIsText(path, head, IsCompressedName(path));
 }
 
 // Whether `path` is `dir` or lies under it (both absolute and normal).
@@ -920,7 +918,7 @@ absl::StatusOr<PrepareSummary> Prepare(const Gpt2Tokenizer& tokenizer, const Pre
       summary.bytes += enc.bytes;
       const InputUnit& unit = units[enc.unit];
       const std::string& file = files[unit.file];
-      const bool compressed = EndsWith(file, ".gz") || EndsWith(file, ".zst");
+      const bool compressed = IsCompressedName(file);
       if (!compressed) unit_text_bytes += enc.bytes;
       if (enc.unit_end) {
         done_bytes += std::max<int64_t>(0, unit.file_bytes);

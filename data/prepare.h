@@ -1,6 +1,6 @@
 // `multiscreen prepare`: text corpora -> GPT-2 token shards in llm.c's .bin layout.
 //
-// Inputs (format from the name, after stripping .gz / .zst, which are decompressed):
+// Inputs (format from the name, in any case, after stripping .gz / .zst, which are decompressed):
 //   *.jsonl, *.ndjson   one JSON object per line, the document in a string field
 //                       (`text` by default); blank lines are allowed and skipped.
 //   *.json              a JSON array whose elements are strings (each a document) or

@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include <sys/stat.h>
 
@@ -84,10 +85,11 @@ std::vector<std::string> WriteAllFormats(const TempDir& dir) {
                                               nlohmann::json({{"text", kDocs[3]}}).dump()));
   WriteFile(dir.path("c.json"), nlohmann::json::array({kDocs[4], {{"text", kDocs[5]}}}).dump());
   WriteGzip(dir.path("d.jsonl.gz"), nlohmann::json({{"text", kDocs[6]}}).dump() + "\n");
-  WriteZstd(dir.path("e.json.zst"), nlohmann::json::array({kDocs[7]}).dump());
+  // Suffixes are read in any case (e.JSON.ZST is zstd data holding a JSON array).
+  WriteZstd(dir.path("e.JSON.ZST"), nlohmann::json::array({kDocs[7]}).dump());
   WriteGzip(dir.path("f.txt.gz"), kDocs[8]);
   return {dir.path("a.txt"), dir.path("b.jsonl"), dir.path("c.json"), dir.path("d.jsonl.gz"),
-          dir.path("e.json.zst"), dir.path("f.txt.gz")};
+          dir.path("e.JSON.ZST"), dir.path("f.txt.gz")};
 }
 
 TEST(PrepareTest, ShardsDecodeToTheDocumentsJoinedByEos) {
@@ -341,7 +343,9 @@ TEST(PrepareTest, BadInputIsAOneLineErrorNamingTheFileAndLine) {
   EXPECT_EQ(PrepareError(*tok, {p("nested.json")}, out),
             p("nested.json") + "[1]: expected a JSON object or string, got array");
   WriteFile(p("not.gz"), "plain bytes");
-  EXPECT_EQ(PrepareError(*tok, {p("not.gz")}, out), p("not.gz") + ": not gzip data");
+  EXPECT_EQ(PrepareError(*tok, {p("not.gz")}, out), p("not.gz") + ": not gzip data (no magic 1f 8b at its start)");
+  WriteFile(p("not.zst"), "plain bytes");
+  EXPECT_EQ(PrepareError(*tok, {p("not.zst")}, out), p("not.zst") + ": not zstd data (no magic 28 b5 2f fd at its start)");
   WriteGzip(p("cut.txt.gz"), std::string(100000, 'z'));
   WriteFile(p("cut.txt.gz"), ReadFile(p("cut.txt.gz")).substr(0, 60));
   EXPECT_EQ(PrepareError(*tok, {p("cut.txt.gz")}, out).rfind(p("cut.txt.gz") + ": corrupt gzip data", 0), 0u);
@@ -390,6 +394,23 @@ TEST(PrepareTest, TokenFilesAndBinaryFilesAreRefusedNamingTheFileAndWhatItIs) {
   EXPECT_EQ(PrepareError(*tok, {p("gzipped.txt")}, out),
             p("gzipped.txt") + ": gzip data (magic 1f 8b) under a name without .gz: name it " + p("gzipped.txt") +
                 ".gz to have it decompressed");
+  // One compression under the other's suffix, and compressed data through a pipe (which no
+  // rename can mend: it is told to decompress before the pipe).
+  WriteGzip(p("swapped.txt.zst"), "gzip under a zstd name");
+  EXPECT_EQ(PrepareError(*tok, {p("swapped.txt.zst")}, out),
+            p("swapped.txt.zst") + ": gzip data (magic 1f 8b) under a .zst name: name it " + p("swapped.txt") +
+                ".gz to have it decompressed");
+  WriteZstd(p("swapped.txt.gz"), "zstd under a gzip name");
+  EXPECT_EQ(PrepareError(*tok, {p("swapped.txt.gz")}, out),
+            p("swapped.txt.gz") + ": zstd data (magic 28 b5 2f fd) under a .gz name: name it " + p("swapped.txt") +
+                ".zst to have it decompressed");
+  ASSERT_EQ(::mkfifo(p("gzip.fifo").c_str(), 0600), 0);
+  WriteGzip(p("for_the_fifo.gz"), "gzipped text through a pipe");
+  std::thread writer([&] { WriteFile(p("gzip.fifo"), ReadFile(p("for_the_fifo.gz"))); });
+  EXPECT_EQ(PrepareError(*tok, {p("gzip.fifo")}, out),
+            p("gzip.fifo") + ": gzip data (magic 1f 8b) read from a pipe: decompress it before the pipe (zcat), or pass "
+                             "the compressed file itself");
+  writer.join();
   // A NUL byte far into a text file, and in a JSONL line (its line and file byte).
   WriteFile(p("late.txt"), std::string(100000, 'a') + std::string(1, '\0') + "b");
   EXPECT_EQ(PrepareError(*tok, {p("late.txt")}, out).rfind(p("late.txt") + ": a NUL byte at byte 100000: a binary file", 0), 0u);
