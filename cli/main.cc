@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <new>
 #include <string>
 
@@ -91,6 +93,21 @@ void PreferPassiveOpenMpWaits(char** argv) {
   ::unsetenv("OMP_WAIT_POLICY");  // execv failed: this process's libgomp spins, say so truly
 }
 
+// A command's exit status once its standard output is flushed: a write that failed (a full
+// disk or /dev/full, a closed descriptor) makes a command that succeeded exit 1 with one
+// line naming the error, as coreutils' close_stdout does, so `params --json > f.json` on a
+// full disk is not taken for a result. (A closed pipe stops the process with SIGPIPE first.)
+int WithStdoutFlushed(const char* command, int rc) {
+  errno = 0;  // the first failed write's error (cout's flush writes through stdout's buffer)
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.bad();
+  if (!failed) return rc;
+  const int error = errno;
+  std::fprintf(stderr, "multiscreen %s: cannot write the standard output%s%s\n", command, error != 0 ? ": " : "",
+               error != 0 ? std::strerror(error) : "");
+  return rc == 0 ? 1 : rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,7 +132,7 @@ int main(int argc, char** argv) {
     // exception (allocation failure, a thread that cannot start) is reported
     // in one line too, never as an abort.
     try {
-      return c.run(argc - 1, argv + 1);
+      return WithStdoutFlushed(c.name, c.run(argc - 1, argv + 1));
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "multiscreen %s: out of memory (reduce the batch, the sequence length or the model)\n", c.name);
     } catch (const std::exception& e) {

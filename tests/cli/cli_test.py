@@ -90,6 +90,13 @@ class CliTest(OneLineErrors):
             self.assertIn("\ntrain flags:\n", r.stdout)
             self.assertNotIn("absl", r.stdout)
 
+    def test_a_failed_write_of_the_standard_output_is_an_error(self):
+        # `params > /dev/full` exited 0 with nothing written.
+        for args in (("params", "--model=tiny_psi4"), ("params", "--model=tiny_psi4", "--json")):
+            with open("/dev/full", "w") as full:
+                r = subprocess.run([BIN, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+            self.assert_one_line_error(r, "multiscreen params: cannot write the standard output: No space left on device")
+
     def test_params_json_reproduces_the_paper_table(self):
         for model, (total, non_embedding) in PAPER.items():
             r = run("params", f"--model={model}", "--json")
