@@ -59,9 +59,7 @@ absl::StatusOr<std::string> TaskFingerprint(const std::string& task) {
   const uint64_t size = bytes->size();
   crc.Update(&size, sizeof(size));
   crc.Update(bytes->data(), bytes->size());
-  char hex[9];
-  std::snprintf(hex, sizeof(hex), "%08x", crc.value());
-  return std::string(hex);
+  return crc.hex();
 }
 
 // One item's row of choice_STEM.jsonl.

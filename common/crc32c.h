@@ -6,6 +6,8 @@
 #include <boost/crc.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 namespace multiscreen {
 
@@ -14,6 +16,13 @@ class Crc32cStream {
  public:
   void Update(const void* data, size_t size) { crc_.process_bytes(data, size); }
   uint32_t value() const { return crc_.checksum(); }
+  // value() as 8 lowercase hex digits: how evaluations' identities and data fingerprints
+  // store it ("e3069283").
+  std::string hex() const {
+    char digits[9];
+    std::snprintf(digits, sizeof(digits), "%08x", value());
+    return digits;
+  }
 
  private:
   boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc_;

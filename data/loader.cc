@@ -337,9 +337,7 @@ std::string TokenStream::Fingerprint() const {
     crc.Update(block.data(), static_cast<size_t>(n) * sizeof(int32_t));
     if (span == 0) break;  // the whole stream was one block
   }
-  char hex[9];
-  std::snprintf(hex, sizeof(hex), "%08x", crc.value());
-  return hex;
+  return crc.hex();
 }
 
 absl::StatusOr<std::vector<int32_t>> ReadTokens(const std::string& path, TokenFormat format, int64_t n,
@@ -385,9 +383,7 @@ absl::StatusOr<std::string> SampledFileFingerprint(const std::string& path, cons
     if (span == 0) break;  // the whole file was one block
   }
   ::close(fd);
-  char hex[9];
-  std::snprintf(hex, sizeof(hex), "%08x", crc.value());
-  return std::string(hex);
+  return crc.hex();
 }
 
 void TokenStream::Read(int64_t start, int64_t n, int32_t* out) const {
