@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/bench_count.h"
+#include "cli/bench_op_times.h"
 #include "cli/bench_decode.h"
 #include "cli/bench_timing.h"
 #include "cli/commands.h"
@@ -58,6 +59,9 @@ ABSL_FLAG(bool, count, false,
           "bench train: count what the last step runs on the emulated device (emulated build, --device=cuda): "
           "per kernel and cuBLAS product, launches, threads, global-memory bytes, GEMM m*n*k, tensor-core "
           "instructions, host synchronizations, host<->device bytes; --steps and --warmup are 1 unless given");
+ABSL_FLAG(bool, op_times, false,
+          "bench train: time the last step's every kernel and cuBLAS product on the device with CUDA events "
+          "(--device=cuda), by the names --count uses; tools/perf_model.py --measured puts them beside the model's ops");
 ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
@@ -100,6 +104,7 @@ absl::Status CheckTokens(double a, double b, const char* what) {
 
 struct TrainResult {
   nlohmann::json counted;  // --count: the last step's work on the emulated device (bench_count.h)
+  nlohmann::json op_times;  // --op_times: the last step's device time per kernel and product (bench_op_times.h)
   std::vector<double> step_seconds, losses;
   std::vector<double> step_thread_cpu_seconds;  // each timed step on the calling thread's CPU clock
   std::vector<StepProfile> profiles;
@@ -127,7 +132,8 @@ void OptimizerStep(kernels::KernelTable<double>&, BenchOptimizer& opt, double* p
 
 template <typename Real>
 TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions options, int64_t B, int64_t T,
-                     int64_t warmup, int64_t steps, uint64_t seed, double lr, bool count = false) {
+                     int64_t warmup, int64_t steps, uint64_t seed, double lr, bool count = false,
+                     bool op_times = false) {
   StepProfile profile;
   options.precision = precision;
   options.profile = &profile;
@@ -176,6 +182,12 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
       profile.synchronize = nullptr;
       BeginDeviceCount();
     }
+    // --op_times: the last step too, its calls timed by device events, not host waits.
+    const bool timed = op_times && step == warmup + steps - 1;
+    if (timed) {
+      profile.synchronize = nullptr;
+      BeginOpTimes();
+    }
     const auto start = BenchClock::now();
     const double cpu_start = ThreadCpuSeconds();
     ops.Fill(grads.data(), n, Real(0));
@@ -187,6 +199,14 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     }
     const double seconds = SecondsSince(start), cpu_seconds = ThreadCpuSeconds() - cpu_start;
     if (counted) result.counted = EndDeviceCount();
+    if (timed) {
+      auto times = EndOpTimes();
+      if (!times.ok()) {
+        std::fprintf(stderr, "multiscreen bench train: %s\n", std::string(times.status().message()).c_str());
+        std::exit(1);
+      }
+      result.op_times = *std::move(times);
+    }
     if (step < warmup) continue;
     result.step_seconds.push_back(seconds);
     result.step_thread_cpu_seconds.push_back(cpu_seconds);
@@ -252,7 +272,7 @@ int BenchTrain(int argc, char** argv) {
   const char* usage =
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
       "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --isa=PATH "
-      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --count --json]";
+      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --count --op_times --json]";
   // bench train's own defaults (train's --steps and --seq_len default to the run file's):
   // set before parsing, so that --help shows them and a flag given replaces them.
   absl::SetFlag(&FLAGS_steps, 10);
@@ -260,7 +280,7 @@ int BenchTrain(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, usage,
                           {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
                            "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device",
-                           "peak_tflops", "count"});
+                           "peak_tflops", "count", "op_times"});
       !s.ok()) {
     return Fail("bench train", s);
   }
@@ -330,9 +350,15 @@ int BenchTrain(int argc, char** argv) {
     return Fail("bench train", absl::InvalidArgumentError(
                                    "--count counts the device's work: add --device=cuda (fp64 runs on the CPU)"));
   }
+  const bool op_times = absl::GetFlag(FLAGS_op_times);
+  if (op_times && (!CanTimeDeviceOps() || *device == Device::kCpu)) {
+    return Fail("bench train", absl::InvalidArgumentError(
+                                   "--op_times times the device's kernels: add --device=cuda (fp64 runs on the CPU) "
+                                   "in a build with CUDA"));
+  }
   auto run = [&](const ModelOptions& options) {
-    return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr, count)
-                               : RunTrain<float>(*dims, p, options, B, T, warmup, steps, seed, lr, count);
+    return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr, count, op_times)
+                               : RunTrain<float>(*dims, p, options, B, T, warmup, steps, seed, lr, count, op_times);
   };
   auto head_used = [&](const ModelOptions& options) {
     if (dims->transformer()) return "blas";  // its head takes each row's max: the BLAS path (model/transformer.cc)
@@ -429,6 +455,7 @@ int BenchTrain(int argc, char** argv) {
                         {"loss_last", r.losses.back()},
                         {"breakdown_seconds", breakdown}};
     if (count) j["counted"] = r.counted;
+    if (op_times) j["op_times"] = r.op_times;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -466,6 +493,7 @@ int BenchTrain(int argc, char** argv) {
   }
   std::printf("    %-20s %9.2f ms  %5.1f %%\n", "other", 1e3 * other, 100 * other / step);
   if (count) PrintDeviceCount(r.counted);
+  if (op_times) PrintOpTimes(r.op_times);
   return 0;
 }
 

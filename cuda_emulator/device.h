@@ -28,6 +28,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/kernel_name.h"  // the one spelling of a launch's name (its tally and its timing)
+
 namespace msemu {
 
 // The calling emulated thread's built-in variables (scheduler.cc).
@@ -61,27 +63,6 @@ void BeginThread();
 
 namespace detail {
 
-// The kernel's name in "... [with auto Kernel = NAME; ...]".
-inline std::string_view KernelName(std::string_view pretty) {
-  const size_t start = pretty.find("Kernel = ");
-  if (start == std::string_view::npos) return pretty;
-  std::string_view rest = pretty.substr(start + 9);
-  int depth = 0;
-  for (size_t i = 0; i < rest.size(); ++i) {
-    const char c = rest[i];
-    if (c == '<' || c == '(') ++depth;
-    if (c == '>' || c == ')') --depth;
-    if (depth == 0 && (c == ';' || c == ']')) return rest.substr(0, i);
-  }
-  return rest;
-}
-
-// The file name of a path (what __BASE_FILE__, the translation unit's main file, names).
-inline std::string SourceFile(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
-}
-
 template <typename Tuple, auto Kernel>
 void Entry(const void* params) {
   Tuple local = *static_cast<const Tuple*>(params);  // the thread's own copy, on its stack
@@ -94,7 +75,7 @@ cudaError_t Launch(void (*)(P...), dim3 grid, dim3 block, size_t shared_bytes, c
                    Args&&... args) {
   // The kernel's name and its source file: kernels of different files may share a name
   // in their anonymous namespaces (ForwardKernel), and the work tally counts by name.
-  static const std::string name = std::string(KernelName(__PRETTY_FUNCTION__)) + " (" + SourceFile(__BASE_FILE__) + ")";
+  static const std::string name = multiscreen::kernels::cuda::ReportedKernelName(__PRETTY_FUNCTION__, __BASE_FILE__);
   using Tuple = std::tuple<std::decay_t<P>...>;
   const Tuple params(std::forward<Args>(args)...);
   return LaunchKernel(name.c_str(), reinterpret_cast<const void*>(Kernel), grid, block, shared_bytes, stream,

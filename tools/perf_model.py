@@ -23,6 +23,9 @@ only, the Transformer's causal attention at (T + 1)/2 keys per query.
 --counted=FILE (the JSON of `bench train --device=cuda --count --json`, emulated build):
 the model of that run's model, T and B, op by op beside what the emulated device counted
 for the kernels and cuBLASLt products each op names (Op.kernels).
+--measured=FILE (the JSON of `bench train --device=cuda --op_times --json`, on a GPU): each
+op's modelled time beside the device time CUDA events measured for the same kernels and
+products (issue 42 part 4: where the model is wrong), with the hardware flags given.
 
 Run: /usr/bin/python3 tools/perf_model.py [--psi=16,32] [--seq=4096] [--peak-tflops=989]
      [--hbm-tbs=3.35] [--ttft-seq=100000] [--json] (--help lists every constant)
@@ -107,8 +110,12 @@ def parse_args(argv=None):
     p.add_argument("--counted", metavar="FILE",
                    help="the JSON of `multiscreen bench train --device=cuda --count --json` (the emulated build): the\n"
                         "model's launches, bytes and FLOPs per op of that model, T and B beside the counted ones")
+    p.add_argument("--measured", metavar="FILE",
+                   help="the JSON of `multiscreen bench train --device=cuda --op_times --json`: each op's modelled\n"
+                        "time beside the device time measured for its kernels and products")
     p.add_argument("--config-dir", default=None,
-                   help="where --counted finds the model's textproto (default: configs/models beside this tool)")
+                   help="where --counted and --measured find the model's textproto (default: configs/models beside "
+                        "this tool)")
     args = p.parse_args(argv)
     try:
         args.psi = [int(x) for x in args.psi.split(",")]
@@ -262,7 +269,7 @@ def gemm(m, n, k, a=None, b=None):
 
 def kernel(name, source):
     """A regular expression of a counted kernel name: the kernel (any template arguments) of a source file."""
-    return rf"::{name}(<[^(]*>)? \({re.escape(source)}\)$"
+    return rf"(^|::){name}(<[^(]*>)? \({re.escape(source)}\)$"
 
 
 def name_kernels(ops, table):
@@ -596,7 +603,7 @@ def read_model_config(name, config_dir):
     try:
         text = open(path, encoding="utf-8").read()
     except OSError as e:
-        raise SystemExit(f"perf_model.py --counted: model {name!r}: cannot read {path}: {e.strerror}")
+        raise SystemExit(f"perf_model.py: model {name!r}: cannot read {path}: {e.strerror}")
     fields = {}
     for line in text.splitlines():
         m = re.match(r"\s*([a-z_]+)\s*:\s*\"?([^\"#]+?)\"?\s*(#.*)?$", line)
@@ -666,8 +673,84 @@ def print_counted(c, label):
     print(f"| **host synchronizations** | {c['model_syncs']} | {c['counted_syncs']} | | | | |")
 
 
+def compare_measured(bench, ops, syncs, hw):
+    """Rows of (model op, modelled ms, measured ms: the summed device time of the kernels and
+    products it names, None when none ran), then the timed rows no op names, and the totals:
+    the ops' modelled busy time beside the measured kernels' sum, the modelled launch and
+    synchronization overhead (not measured by events)."""
+    rows = [dict(r, op=None) for r in bench["op_times"]["ops"]]
+    out = []
+    for op in ops:
+        mine = [r for r in rows if r["op"] is None and any(re.search(k, r["name"]) for k in op.kernels)]
+        for r in mine:
+            r["op"] = op.name
+        modelled = op.calls * op.time(hw)[0] * 1e3
+        measured = sum(r["ms"] for r in mine) if mine else None
+        out.append({"op": op.name, "modelled_ms": modelled, "measured_ms": measured,
+                    "measured_over_modelled": measured / modelled if measured is not None and modelled > 0 else None,
+                    "calls": sum(r["calls"] for r in mine), "kernels": sorted(r["name"] for r in mine)})
+    _, busy, overhead, launches, _ = totals(ops, syncs, hw)
+    return {"ops": out, "unmatched": [r for r in rows if r["op"] is None], "modelled_busy_ms": busy * 1e3,
+            "measured_ms": bench["op_times"]["total_ms"], "modelled_overhead_ms": overhead * 1e3,
+            "model_launches": launches, "measured_calls": sum(r["calls"] for r in rows)}
+
+
+def print_measured(c, label):
+    print(f"### {label}: the model beside the device's time (CUDA events around each call, one step)\n")
+    print("| op | modelled ms | measured ms | measured / modelled |")
+    print("|---|---|---|---|")
+    for o in c["ops"]:
+        measured = "—" if o["measured_ms"] is None else f"{o['measured_ms']:.3f}"
+        ratio = "—" if o["measured_over_modelled"] is None else f"{o['measured_over_modelled']:.2f}×"
+        print(f"| {o['op']} | {o['modelled_ms']:.3f} | {measured} | {ratio} |")
+    for r in c["unmatched"]:
+        print(f"| (not in the model) {r['name']} | — | {r['ms']:.3f} | — |")
+    ratio = c["measured_ms"] / c["modelled_busy_ms"] if c["modelled_busy_ms"] > 0 else float("nan")
+    print(f"| **kernels and products** | {c['modelled_busy_ms']:.3f} | {c['measured_ms']:.3f} | {ratio:.2f}× |")
+    print(f"| launch gaps ({c['model_launches']} launches) and host syncs (modelled, not timed by events) | "
+          f"{c['modelled_overhead_ms']:.3f} | | |")
+
+
+def read_bench_json(path, flag, field, how):
+    """The last JSON object of a `bench train --json` output file that holds `field`."""
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError as e:
+        raise SystemExit(f"perf_model.py {flag}={path}: cannot read: {e.strerror}")
+    found = None
+    for line in text.splitlines():
+        try:
+            v = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(v, dict) and field in v:
+            found = v
+    if found is None:
+        try:
+            v = json.loads(text)
+            found = v if isinstance(v, dict) and field in v else None
+        except ValueError:
+            pass
+    if found is None:
+        raise SystemExit(f"perf_model.py {flag}={path}: no JSON object with {field!r} (the output of {how})")
+    return found
+
+
 def main(argv=None):
     a = parse_args(argv)
+    if a.measured:
+        bench = read_bench_json(a.measured, "--measured", "op_times",
+                                "`multiscreen bench train --device=cuda --op_times --json`")
+        config_dir = a.config_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "models")
+        ops, syncs = model_ops_for(bench, config_dir)
+        c = compare_measured(bench, ops, syncs, Hardware(a))
+        if a.json:
+            json.dump(c, sys.stdout, indent=1, ensure_ascii=False)
+            print()
+        else:
+            print_measured(c, f"{bench['model']}, T = {bench['seq_len']}, B = {bench['micro_batch']}, "
+                              f"{bench['precision']}, {bench.get('device', 'device')}")
+        return c
     if a.counted:
         try:
             counted = json.load(open(a.counted, encoding="utf-8"))

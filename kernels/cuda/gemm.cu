@@ -5,9 +5,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <string>
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
@@ -170,6 +172,8 @@ GemmRunner::Plan& GemmRunner::PlanFor(const Key& key, Precision precision, bool 
   Plan& plan = plans_[key];
   const cudaDataType_t ab_type =
       precision == Precision::kFp32 ? CUDA_R_32F : (precision == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F);
+  plan.name = ProductName("cublasLtMatmul", trans_a, trans_b, m, n, k,
+                          precision == Precision::kFp32 ? "f32" : (precision == Precision::kBf16 ? "bf16" : "f16"));
   MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Column-major view: A' = B (op trans_b), B' = A (op trans_a), C' = Cᵀ [n, m].
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -211,17 +215,33 @@ GemmRunner::Plan& GemmRunner::PlanFor(const Key& key, Precision precision, bool 
   return plan;
 }
 
+std::string GemmRunner::ProductName(const char* fn, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                    const char* type) {
+  // The library's column-major view (A' = B, B' = A, C' = Cᵀ), as the emulated cuBLAS names it.
+  return absl::StrFormat("%s %dx%dx%d op(A)=%s op(B)=%s %s,%s->f32", fn, n, m, k, trans_b ? "T" : "N",
+                         trans_a ? "T" : "N", type, type);
+}
+
 void GemmRunner::Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const bool timed = KernelTimesOn();
+  if (timed) KernelTimesBegin(stream_);
   MS_CUBLAS_CHECK("Gemm", cublas_.cublasSgemm_64(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
                                                  &beta, c, ldc));
+  if (timed) {
+    KernelTimesEnd(absl::StrFormat("%s beta=%g", ProductName("cublasSgemm", trans_a, trans_b, m, n, k, "f32"), beta),
+                   stream_);
+  }
 }
 
 bool GemmRunner::Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, float* c) {
+  const bool timed = KernelTimesOn();
+  if (timed) KernelTimesBegin(stream_);
   const cublasStatus_t s =
       cublas_.cublasLtMatmul(lt_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c, plan.c,
                              plan.has_algo ? &plan.algo : nullptr, workspace_.data(), kWorkspaceBytes, stream_);
+  if (timed) KernelTimesEnd(absl::StrFormat("%s beta=%g", plan.name, beta), stream_);
   if (s == CUBLAS_STATUS_NOT_SUPPORTED && plan.has_algo) {  // the algorithm refuses this call after all: never again
     plan.has_algo = false;
     return false;

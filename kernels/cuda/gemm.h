@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 
 #include "absl/status/statusor.h"
@@ -70,9 +71,13 @@ class GemmRunner {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // the column-major A', B', C
     cublasLtMatmulAlgo_t algo{};
     bool has_algo = false;
+    std::string name;  // "cublasLtMatmul NxMxK op(A)=.. op(B)=.. bf16,bf16->f32": the product as reported (kernel_times.h)
   };
 
   GemmRunner(const CublasLibrary& cublas, cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas);
+  // "FN NxMxK op(A)=.. op(B)=.. T,T->f32" of the row-major product m×n×k (kernel_times.h).
+  static std::string ProductName(const char* fn, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                 const char* type);
   Plan& PlanFor(const Key& key, Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                 int64_t lda, int64_t ldb, int64_t ldc, int align_a, int align_b, int align_c);
   // The plan's product on operands as the library reads them (a and b swapped into its
