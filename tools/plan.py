@@ -24,10 +24,12 @@ Time of one optimizer step of a layout (all seconds, per rank):
             with pp > 1 the W_E gradient summed between the first and last stage.
 A collective of S bytes over n ranks takes α + S·f(n)/B, with f = 2(n − 1)/n for an
 all-reduce and 1 for a send (nccl-tests doc/PERFORMANCE.md's bus bandwidth), B and α
-those of NVLink when the group lies in one node, else of InfiniBand (GPU constants below,
-sourced in docs/parallelism.md "Choosing tp, pp, dp"). World rank r =
-(dp_i·pp + pp_i)·tp + tp_i (parallel/process_grid.h): tp groups are neighbours, a pp group
-spans tp·pp ranks, the dp group all of them.
+those of NVLink when every rank of the group lies in one node, else of InfiniBand (GPU
+constants below, sourced in docs/parallelism.md "Choosing tp, pp, dp"); the slowest group
+of a kind sets its time. Ranks lie in the trainer's order, world rank r =
+(dp_i·pp + pp_i)·tp + tp_i (parallel/process_grid.h), gpus_per_node consecutive ranks a
+node: tp groups are neighbours, a replica's stages tp apart, and a replica that straddles
+two nodes (tp1 pp3 on nodes of 8: ranks 6–8) sends over InfiniBand (group_links).
 
 Run: /usr/bin/python3 tools/plan.py --dims=JSON --gpus=N [--seq_len=4096 --gpu=h100|h200|a100
      --gpus_per_node=8 --global_batch=TOKENS --precision=bf16|fp32|fp16 --windows=trained|init
@@ -205,12 +207,41 @@ def tp_comm(dims, seq, lay, stage, link):
     return t
 
 
+def group_links(tp, pp, dp, gpus_per_node):
+    """The link of each kind of group of the layout: {"tp", "pp", "embed", "dp"} → "nvlink" or
+    "infiniband". Ranks lie in the trainer's order, world rank r = (dp_i·pp + pp_i)·tp + tp_i
+    (parallel/process_grid.h), gpus_per_node consecutive ranks a node. A group is on NVLink
+    only if all its ranks are on one node, and a kind of group is as slow as its slowest
+    group: tp the tp groups, pp the sends between consecutive stages of a replica, embed the
+    W_E pair (first and last stage of a tp rank), dp the replicas of one shard. Each group is
+    an arithmetic run of ranks, on one node iff its first and last are; whether it is depends
+    only on its first rank modulo gpus_per_node, so dp_i < gpus_per_node covers every case."""
+    g = gpus_per_node
+    def rank(d, p, t):
+        return (d * pp + p) * tp + t
+    straddles = {"tp": False, "pp": False, "embed": False, "dp": False}
+    for d in range(min(dp, g)):
+        for p in range(pp):
+            for t in range(tp):
+                first = rank(d, p, t)
+                if t == 0 and tp > 1:
+                    straddles["tp"] |= first // g != rank(d, p, tp - 1) // g
+                if p + 1 < pp:
+                    straddles["pp"] |= first // g != rank(d, p + 1, t) // g
+                if p == 0 and pp > 1:
+                    straddles["embed"] |= first // g != rank(d, pp - 1, t) // g
+                if d == 0 and dp > 1:
+                    straddles["dp"] |= first // g != rank(dp - 1, p, t) // g
+    return {k: "infiniband" if v else "nvlink" for k, v in straddles.items()}
+
+
 def step_time(dims, seq, lay, windows, gpu, gpus_per_node, hw, chunk_rows):
-    """Modelled seconds of one optimizer step and its parts."""
+    """Modelled seconds of one optimizer step and its parts, and the link each kind of group
+    uses (group_links)."""
     tp, pp, dp, M = lay["tp"], lay["pp"], lay["dp"], lay["grad_accum"]
-    def nvlink_or_ib(span):  # the link of a group of `span` neighbouring ranks
-        return gpu.nvlink if span <= gpus_per_node else gpu.ib
-    tp_link, pp_link, dp_link = nvlink_or_ib(tp), nvlink_or_ib(tp * pp), nvlink_or_ib(tp * pp * dp)
+    links = group_links(tp, pp, dp, gpus_per_node)
+    tp_link, pp_link, embed_link, dp_link = (gpu.nvlink if links[k] == "nvlink" else gpu.ib
+                                             for k in ("tp", "pp", "embed", "dp"))
     rows = lay["micro_batch"] * seq
     send = collective(4 * rows * dims["d_e"], 2, pp_link, 1.0) if pp > 1 else 0.0
     per_mb, once, tp_t = [], [], []
@@ -233,12 +264,12 @@ def step_time(dims, seq, lay, windows, gpu, gpus_per_node, hw, chunk_rows):
             dp_t += buckets * alpha  # the all-gather's collectives (its bytes are in the factor 2 above)
     if pp > 1:
         vocab = plan_memory.split(dims["vocab"], tp, 0)
-        dp_t += allreduce(4 * vocab * dims["d_e"], 2, nvlink_or_ib(tp * pp))
+        dp_t += allreduce(4 * vocab * dims["d_e"], 2, embed_link)
     total = pipeline + max(once) + dp_t
     compute = M * (max(per_mb) - tp_t[per_mb.index(max(per_mb))]) + max(once)
     return {"step_s": total, "compute_s": compute, "tp_s": M * tp_t[per_mb.index(max(per_mb))],
             "pp_s": bubble + M * 2 * send, "dp_s": dp_t, "slot_s": slot, "once_s": max(once),
-            "bubble_fraction": (pp - 1) / (M + pp - 1)}
+            "bubble_fraction": (pp - 1) / (M + pp - 1), "links": links}
 
 
 def limit_of(t):
@@ -279,7 +310,7 @@ def plan(a):
                          mfu=flops_per_token * tokens_per_s / (a.gpus * gpu.peak_tflops * 1e12),
                          limited_by=limit_of(t),
                          time_ms={k[:-2] + "_ms": 1e3 * v for k, v in t.items() if k.endswith("_s")},
-                         bubble_fraction=t["bubble_fraction"],
+                         bubble_fraction=t["bubble_fraction"], links=t["links"],
                          memory={"stage": mem["stage"], "slots": mem["slots"], "buffers_bytes": mem["buffers"],
                                  "breakdown": mem["breakdown"]}))
     if not rows:

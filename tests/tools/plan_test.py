@@ -224,6 +224,24 @@ class TimeTest(unittest.TestCase):
         self.assertAlmostEqual(t["step_ms"], (r["grad_accum"] + 3) * t["slot_ms"] + t["once_ms"] + t["dp_ms"])
         self.assertGreater(t["pp_ms"], 3 * t["slot_ms"])  # the bubble and the sends
 
+    def test_a_group_is_on_nvlink_only_when_all_its_ranks_share_a_node(self):
+        # (the link was chosen by span, tp·pp ≤ gpus_per_node: tp1 pp3 dp8 on nodes of 8 has
+        # replica 2 on ranks 6–8, across nodes 0 and 1, and was modelled on NVLink)
+        self.assertEqual(plan.group_links(1, 3, 8, 8), {"tp": "nvlink", "pp": "infiniband", "embed": "infiniband",
+                                                        "dp": "infiniband"})
+        self.assertEqual(plan.group_links(1, 2, 12, 8)["pp"], "nvlink")  # pairs (0, 1), (2, 3), ... never straddle
+        self.assertEqual(plan.group_links(1, 4, 2, 8), {"tp": "nvlink", "pp": "nvlink", "embed": "nvlink", "dp": "nvlink"})
+        self.assertEqual(plan.group_links(2, 2, 4, 8)["dp"], "infiniband")  # ranks 0, 4, 8, 12
+        self.assertEqual(plan.group_links(4, 1, 2, 6)["tp"], "infiniband")  # ranks 4–7 on nodes 0 and 1
+        psi48 = dict(PSI32, name="psi48", n_layers=48, n_heads=48, d_e=1536)
+        p = plan_of(psi48, "--gpus=24", f"--global_batch={4096 * 48}")
+        r = next(r for r in p["layouts"] if (r["tp"], r["pp"], r["dp"], r["zero"], r["micro_batch"]) == (1, 3, 8, 0, 1))
+        self.assertEqual(r["links"]["pp"], "infiniband")
+        alpha, bw = plan.GPUS["h100"].ib
+        send = alpha + 4 * 4096 * 1536 / bw  # x of one micro-batch, fp32, over InfiniBand
+        t = r["time_ms"]
+        self.assertAlmostEqual(t["pp_ms"], 2 * t["slot_ms"] + 1e3 * r["grad_accum"] * 2 * send, places=6)
+
     def test_layouts_that_fit_come_first_by_step_time(self):
         p = plan_of(PSI32, "--gpus=8")
         fits = [r["fits"] for r in p["layouts"]]
