@@ -34,6 +34,9 @@ two nodes (tp1 pp3 on nodes of 8: ranks 6–8) sends over InfiniBand (group_link
 Run: /usr/bin/python3 tools/plan.py --dims=JSON --gpus=N [--seq_len=4096 --gpu=h100|h200|a100
      --gpus_per_node=8 --global_batch=TOKENS --precision=bf16|fp32|fp16 --windows=trained|init
      --top=10 --json]   (`multiscreen plan --model=M` passes --dims for the model it loads)
+Exit status: 0 when a layout fits; 2 (NONE_FITS) when the plan was printed but none fits,
+said in one line on stderr after it; 1 for a bad flag or no layout at all (one line, nothing
+printed).
 """
 import argparse
 import json
@@ -63,6 +66,10 @@ GPUS = {
     "h200": Gpu("H200 SXM 141 GB", 143771, 989.0, 4.8, 132, 1.83, nvlink_gbs=360, ib_gbs=40),
     "a100": Gpu("A100 SXM 80 GB", 81920, 312.0, 2.039, 108, 1.41, nvlink_gbs=230, ib_gbs=20),
 }
+
+
+# The exit status when the plan was printed but no layout fits (1: an error, nothing printed).
+NONE_FITS = 2
 
 
 class PlanError(Exception):
@@ -146,6 +153,25 @@ def layouts(dims, gpus, gpus_per_node, sequences, seq):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "zero": zero, "micro_batch": micro_batch,
                                 "grad_accum": grad_accum})
     return out
+
+
+def no_layout_reason(dims, a, sequences):
+    """Why `layouts` found none. tp = pp = 1 is always a shape, so the shapes (tp | N_H within
+    a node, pp | N_L) are never all that is missing: either no shape's dp divides the
+    batch's sequences, or a rank's step would hold more than the 2^31 − 1 tokens one may
+    (common/config.h kMaxBatchTokens)."""
+    n_h, n_l, gpus, per_node = dims["n_heads"], dims["n_layers"], a.gpus, a.gpus_per_node
+    dps = sorted({gpus // (tp * pp) for tp in divisors(gpus) for pp in divisors(gpus // tp)
+                  if not (n_h % tp or tp > per_node or (gpus > per_node and per_node % tp) or n_l % pp)})
+    whole = [dp for dp in dps if sequences % dp == 0]
+    if not whole:
+        return (f"--global_batch={a.global_batch}: its {sequences} sequence{'' if sequences == 1 else 's'} of "
+                f"--seq_len={a.seq_len} split over no dp this model allows on --gpus={gpus} "
+                f"(dp = {', '.join(map(str, dps))}: tp divides N_H = {n_h} within a node of {per_node}, pp N_L = {n_l})")
+    per_rank = sequences // max(whole)
+    return (f"--seq_len={a.seq_len}: a rank's step of {per_rank} sequence{'' if per_rank == 1 else 's'} holds "
+            f"{per_rank * (a.seq_len + 1):,} tokens (T + 1 each), over the {(1 << 31) - 1:,} one step may hold "
+            f"(2^31 − 1); lower --seq_len or --global_batch, or raise --gpus")
 
 
 def collective(nbytes, ranks, link, factor):
@@ -314,8 +340,7 @@ def plan(a):
                          memory={"stage": mem["stage"], "slots": mem["slots"], "buffers_bytes": mem["buffers"],
                                  "breakdown": mem["breakdown"]}))
     if not rows:
-        raise PlanError(f"--gpus={a.gpus}: no layout: tp must divide N_H = {n_h} within a node of {a.gpus_per_node}, "
-                        f"pp divide N_L = {n_l}, and dp the {sequences} sequences of --global_batch={a.global_batch}")
+        raise PlanError(no_layout_reason(dims, a, sequences))
     rows.sort(key=lambda r: (not r["fits"], r["step_ms"] if r["fits"] else r["peak_bytes_per_rank"]))
     return {"modelled": True, "model": dims.get("name"), "dims": dims, "seq_len": seq, "global_batch_tokens": a.global_batch,
             "global_batch_sequences": sequences, "gpu": a.gpu, "gpu_name": gpu.name, "device_memory_bytes": gpu.memory,
@@ -376,6 +401,14 @@ def main(argv=None):
         else:
             print_plan(p, a.top)
         sys.stdout.flush()
+        if not any(r["fits"] for r in p["layouts"]):
+            smallest = p["layouts"][0]
+            print(f"multiscreen plan: no layout fits: the smallest (tp={smallest['tp']} pp={smallest['pp']} "
+                  f"dp={smallest['dp']} zero={smallest['zero']} micro_batch={smallest['micro_batch']}) needs a "
+                  f"modelled {plan_memory.gib(smallest['peak_bytes_per_rank']):.1f} GiB per rank, more than the "
+                  f"{plan_memory.gib(p['device_memory_bytes']):.1f} GiB of --gpu={a.gpu}; raise --gpus, take a larger "
+                  f"--gpu or lower --seq_len", file=sys.stderr)
+            return NONE_FITS
     except BrokenPipeError:  # `plan … | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, AttributeError) as e:  # a full disk, a closed stdout (sys.stdout is None)

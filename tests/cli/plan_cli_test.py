@@ -83,7 +83,17 @@ class CommandTest(unittest.TestCase):
                 (["--model=psi32", "--gpus=x"], "--gpus"),
                 (["--model=no_such_model", "--gpus=8"], "no_such_model"),
                 (["--model=psi32", "--gpus=8", "--steps=3"], "--steps"),
-                (["--model=psi32", "--gpus=3", "--gpus_per_node=3"], "--gpus=3: no layout"),
+                # (it said "tp must divide N_H": tp = pp = 1 always does, dp = 3 did not divide 1024)
+                (["--model=psi32", "--gpus=3", "--gpus_per_node=3"], "--global_batch=4194304: its 1024 sequences of "
+                 "--seq_len=4096 split over no dp this model allows on --gpus=3 (dp = 3: tp divides N_H = 32 within a "
+                 "node of 3, pp N_L = 32)"),
+                # (it said "tp must divide N_H" where a rank's one sequence was over 2^31 − 1 tokens)
+                (["--model=psi32", "--gpus=8", "--seq_len=2147483648", "--global_batch=2147483648"],
+                 "--seq_len=2147483648: a rank's step of 1 sequence holds 2,147,483,649 tokens (T + 1 each), over the "
+                 "2,147,483,647 one step may hold"),
+                (["--model=tiny_psi4", "--gpus=32", "--seq_len=64", "--global_batch=64"],
+                 "--global_batch=64: its 1 sequence of --seq_len=64 split over no dp this model allows on --gpus=32 "
+                 "(dp = 2, 4, 8, 16, 32: tp divides N_H = 4 within a node of 8, pp N_L = 4)"),
                 # (it enumerated the divisors of 10^12 and did not end)
                 (["--model=psi32", "--gpus=1000000000000"], "--gpus=1000000000000: more than 1,048,576 GPUs")):
             with self.subTest(args=args):
@@ -93,6 +103,21 @@ class CommandTest(unittest.TestCase):
                 lines = r.stderr.strip().splitlines()
                 self.assertEqual(len(lines), 1, r.stderr)
                 self.assertIn(message, lines[0])
+
+    def test_no_layout_that_fits_prints_the_plan_then_exits_2_saying_why(self):
+        # (it exited 0: a script could not tell that no layout fits)
+        r = run("--model=psi64", "--gpus=1", "--global_batch=4096", "--top=1")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("none fits, the smallest:", r.stdout)
+        self.assertIn("(does not fit)", r.stdout)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertRegex(lines[0], r"^multiscreen plan: no layout fits: the smallest \(tp=1 pp=1 dp=1 zero=0 "
+                                   r"micro_batch=1\) needs a modelled [0-9.]+ GiB per rank, more than the 79.6 GiB of "
+                                   r"--gpu=h100; raise --gpus")
+        r = run("--model=psi64", "--gpus=1", "--global_batch=4096", "--json")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertFalse(any(lay["fits"] for lay in json.loads(r.stdout)["layouts"]))
 
     def test_an_output_that_cannot_be_written_is_one_line(self):
         # (it ended in a Python traceback: OSError on /dev/full)
