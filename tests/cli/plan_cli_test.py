@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import signal
+import time
 import unittest
 
 MULTISCREEN = None
@@ -118,6 +120,48 @@ class CommandTest(unittest.TestCase):
         r = run("--model=psi64", "--gpus=1", "--global_batch=4096", "--json")
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertFalse(any(lay["fits"] for lay in json.loads(r.stdout)["layouts"]))
+
+    def test_the_planner_dies_with_the_command(self):
+        # (SIGTERM or SIGINT to `multiscreen plan` left tools/plan.py running: fork/execvp without
+        # a death signal)
+        def children(pid):
+            out = []
+            for entry in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            out.append(int(entry))
+                except (OSError, ValueError, IndexError):
+                    pass
+            return out
+
+        def alive(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with self.subTest(signal=sig.name):
+                # 2^20 GPUs, 5040 sequences of 64 tokens each: about 10 s of layouts, time to be killed in
+                p = subprocess.Popen([MULTISCREEN, "plan", "--model=psi32", "--gpus=1048576", "--seq_len=64",
+                                      f"--global_batch={64 * 1048576 * 5040}"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+                deadline, kids = time.time() + 30, []
+                while not kids and time.time() < deadline and p.poll() is None:
+                    time.sleep(0.05)
+                    kids = children(p.pid)
+                self.assertTrue(kids, "no planner started")
+                p.send_signal(sig)
+                p.wait(timeout=30)
+                deadline = time.time() + 3  # dies at once with the death signal; ran ~10 s more without
+                while any(alive(k) for k in kids) and time.time() < deadline:
+                    time.sleep(0.05)
+                left = [k for k in kids if alive(k)]
+                for k in left:
+                    os.kill(k, signal.SIGKILL)
+                self.assertEqual(left, [], "the planner outlived the command")
 
     def test_an_output_that_cannot_be_written_is_one_line(self):
         # (it ended in a Python traceback: OSError on /dev/full)
