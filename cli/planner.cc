@@ -14,7 +14,7 @@ namespace {
 std::string Gib(int64_t bytes) { return absl::StrFormat("%.2f GiB", double(bytes) / double(int64_t{1} << 30)); }
 
 // The flags that take `layout` to `other` (dp follows from tp and pp): "--tp=2 --grad_accum=4".
-std::string FlagsTo(const TrainLayout& layout, const nlohmann::json& other) {
+std::string FlagsTo(const TrainLayout& layout, const nlohmann::ordered_json& other) {
   std::vector<std::string> flags;
   for (const auto& [name, value] : {std::pair<const char*, int64_t>{"tp", layout.tp},
                                     {"pp", layout.pp},
@@ -69,7 +69,8 @@ FitVerdict CheckLayoutFits(const ModelDims& dims, const TrainLayout& layout, int
                                                           : std::string(status.status().message()));
     return verdict;
   }
-  const nlohmann::json fit = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  // ordered: the breakdown in the plan's order of terms
+  const nlohmann::ordered_json fit = nlohmann::ordered_json::parse(out, nullptr, /*allow_exceptions=*/false);
   if (!fit.is_object() || !fit.contains("fits") || !fit.contains("nearest")) {
     verdict.warning = absl::StrCat(unchecked, *script, " printed no verdict");
     return verdict;
@@ -87,13 +88,14 @@ FitVerdict CheckLayoutFits(const ModelDims& dims, const TrainLayout& layout, int
                                               double(device_bytes) / double(1 << 20), source));
   if (fit.at("fits").get<bool>()) return verdict;
   std::vector<std::string> nearest;
-  for (const nlohmann::json& other : fit.at("nearest")) {
+  for (const nlohmann::ordered_json& other : fit.at("nearest")) {
     nearest.push_back(absl::StrCat(FlagsTo(layout, other), " (", Gib(other.at("peak_bytes_per_rank").get<int64_t>()), ")"));
   }
   const std::string advice =
-      nearest.empty() ? absl::StrCat("no layout of these ", layout.tp * layout.pp * layout.dp,
-                                     " ranks fits: lower --seq_len, or run on more GPUs (`multiscreen plan` ranks the "
-                                     "layouts of a job)")
+      nearest.empty() ? absl::StrCat("no layout of ", layout.tp * layout.pp * layout.dp,
+                                     layout.tp * layout.pp * layout.dp == 1 ? " rank" : " ranks",
+                                     " and this batch fits: lower --seq_len, or run on more GPUs (`multiscreen plan` "
+                                     "ranks the layouts of a job)")
                       : absl::StrCat("nearest layouts that fit: ", absl::StrJoin(nearest, "; "),
                                      " (`multiscreen plan` ranks them by modelled step time)");
   verdict.status = absl::ResourceExhaustedError(absl::StrCat(

@@ -33,8 +33,8 @@ struct TrainLayout {
 // else ResourceExhausted, one line: "<device>: tp=1 pp=1 dp=2 zero=0 --micro_batch=64
 // --grad_accum=1 --seq_len=2048 of tiny_psi4 (bf16) needs a modelled N bytes (x GiB) per
 // rank, more than the device's M bytes (y GiB, <source>); nearest layouts that fit:
-// --micro_batch=2 --grad_accum=32 (z GiB); ...; `multiscreen plan` ranks them", or with no
-// layout of these ranks that fits, that and what to change. `breakdown`: the plan's
+// --micro_batch=2 --grad_accum=32 (z GiB); ... (`multiscreen plan` ranks them ...)", or
+// where no layout of these ranks and this batch fits, that and what to change. `breakdown`: the plan's
 // lines, term by term (bytes and what each holds), for the log before that line.
 struct FitVerdict {
   absl::Status status;
