@@ -85,6 +85,20 @@ class TrainFitTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertIn("final train_loss", r.stdout)
 
+    def test_without_the_planner_train_warns_and_trains(self):
+        # A configs/ with no tools/ beside it (an install without the Python tools): the check
+        # is skipped with a warning, not the run.
+        os.symlink(os.path.join(SOURCE, "configs"), os.path.join(self.tmp.name, "configs"))
+        r = subprocess.run([MULTISCREEN, "train", f"--config={os.path.join(SOURCE, 'configs', 'train', 'tiny_test.textproto')}",
+                            f"--data={self.data}", f"--run_dir={self.tmp.name}/alone", "--device=cuda", "--steps=1",
+                            "--micro_batch=2", "--seq_len=64", "--eval_every=0", "--device_memory=1M"],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, MULTISCREEN_CONFIG_DIR=os.path.join(self.tmp.name, "configs"),
+                                    OMP_NUM_THREADS="2"))
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn("the layout's device memory was not checked up front: "
+                      f"{os.path.join(self.tmp.name, 'tools', 'plan_fit.py')} not found", r.stderr)
+
     def test_a_bad_device_memory_is_one_line_naming_the_flag(self):
         r = subprocess.run([MULTISCREEN, "train", f"--config={os.path.join(SOURCE, 'configs', 'train', 'tiny_test.textproto')}",
                             f"--data={self.data}", f"--run_dir={self.tmp.name}/bad", "--device=cuda",

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import perf_model  # noqa: E402
 import plan  # noqa: E402
 import plan_memory  # noqa: E402
+import plan_fit  # noqa: E402
 
 # configs/models/tiny_psi4.textproto: N_L = N_H = 4, d_E = 16, d_K = 8, d_V = 16, V = 97, w_th 16.
 TINY = {"name": "tiny_psi4", "family": "MULTISCREEN", "n_layers": 4, "n_heads": 4, "d_e": 16, "d_k": 8, "d_v": 16,
@@ -251,6 +252,47 @@ class TimeTest(unittest.TestCase):
         for r in p["layouts"]:
             self.assertEqual(r["fits"], r["peak_bytes_per_rank"] <= p["device_memory_bytes"])
             self.assertEqual(r["peak_bytes_per_rank"], sum(r["memory"]["breakdown"].values()))
+
+
+
+class FitTest(unittest.TestCase):
+    """tools/plan_fit.py, train's up-front check: the verdict is rank_memory's, and the
+    nearest layouts that fit keep the ranks and the batch, fewest changes first."""
+
+    def fit(self, *flags):
+        return plan_fit.fit(plan_fit.parse_args([f"--dims={json.dumps(PSI32)}", "--seq_len=4096", *flags]))
+
+    def test_the_verdict_is_the_plans_memory_of_the_layout(self):
+        mem = plan_memory.rank_memory(PSI32, 4096, 4, 8, 1, 2, 4, 0, "bf16")
+        for device, fits in ((mem["bytes"], True), (mem["bytes"] - 1, False)):
+            f = self.fit("--pp=2", "--dp=4", "--micro_batch=4", "--grad_accum=8", f"--device_memory={device}")
+            self.assertEqual((f["fits"], f["peak_bytes_per_rank"], f["breakdown"]), (fits, mem["bytes"], mem["breakdown"]))
+
+    def test_the_nearest_layouts_keep_ranks_and_batch_and_change_the_least(self):
+        cur = {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 16, "grad_accum": 1}
+        device = plan_memory.rank_memory(PSI32, 4096, 8, 2, 1, 1, 8, 0, "bf16")["bytes"]  # micro_batch 8 fits
+        f = self.fit("--dp=8", "--micro_batch=16", "--grad_accum=1", f"--device_memory={device}")
+        self.assertFalse(f["fits"])
+        self.assertEqual(len(f["nearest"]), 3)
+        changes = []
+        for lay in f["nearest"]:
+            self.assertEqual(lay["tp"] * lay["pp"] * lay["dp"], 8)
+            self.assertEqual(lay["dp"] * lay["micro_batch"] * lay["grad_accum"], 128)
+            self.assertLessEqual(lay["peak_bytes_per_rank"], device)
+            self.assertEqual(lay["peak_bytes_per_rank"],
+                             plan_memory.rank_memory(PSI32, 4096, lay["micro_batch"], lay["grad_accum"], lay["tp"],
+                                                     lay["pp"], lay["dp"], lay["zero"], "bf16")["bytes"])
+            changes.append(plan_fit.distance(lay, cur))
+        self.assertEqual(changes, sorted(changes))
+        # halving micro_batch (one change) fits: it comes before anything that changes two fields
+        self.assertEqual(f["nearest"][0]["micro_batch"], 8, f["nearest"])
+        self.assertEqual(changes[0], (1, 1.0))
+
+    def test_a_layout_that_fits_still_lists_its_neighbours_and_zero_1_counts_as_a_change(self):
+        f = self.fit("--dp=8", "--micro_batch=1", "--grad_accum=16", "--device_memory=1000000000000")
+        self.assertTrue(f["fits"])
+        self.assertIn({"tp": 1, "pp": 1, "dp": 8, "zero": 1, "micro_batch": 1, "grad_accum": 16},
+                      [{k: lay[k] for k in plan_fit.FIELDS} for lay in f["nearest"]])
 
 
 if __name__ == "__main__":
