@@ -17,6 +17,7 @@
 #include "cli/device.h"
 #include "cli/device_memory.h"
 #include "cli/flags.h"
+#include "cli/python_tool.h"
 #include "cli/run_data.h"
 #include "common/config.h"
 #include "common/input_file.h"
@@ -236,12 +237,13 @@ std::string IdentityDifferences(const json& saved, const json& now) {
 }
 
 absl::Status Plot(const std::string& out, const std::string& kind) {
-  const fs::path script = fs::path(ConfigDir()).parent_path() / "tools/plot_eval.py";
-  if (!fs::is_regular_file(script)) return absl::NotFoundError(absl::StrCat("--plot: ", script.string(), " not found"));
-  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  const std::string cmd = absl::StrCat(python, " '", script.string(), "' --kind=", kind, " '", out, "'");
-  if (std::system(cmd.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("--plot: ", cmd, " failed (is python3-matplotlib installed?)"));
+  auto script = PythonToolPath("plot_eval.py", "the plotter");
+  if (!script.ok()) return absl::NotFoundError(absl::StrCat("--plot: ", script.status().message()));
+  auto status = RunPythonTool(*script, {"--kind=" + kind, out});
+  if (!status.ok()) return absl::InternalError(absl::StrCat("--plot: ", status.status().message()));
+  if (*status != 0) {
+    return absl::InternalError(absl::StrCat("--plot: ", *script, " --kind=", kind, " ", out, " failed (exit status ",
+                                            *status, "; is python3-matplotlib installed?)"));
   }
   return absl::OkStatus();
 }

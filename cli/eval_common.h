@@ -138,9 +138,9 @@ absl::Status RefuseInputInsideOut(const char* flag, const std::string& path, con
 // (refused if it is another), or give another --out". Before the weights are read.
 absl::Status RefuseEarlierResults(const std::vector<std::string>& names, const std::string& out);
 
-// Runs tools/plot_eval.py --kind=`kind` on --out (Debian's /usr/bin/python3, which has
-// python3-matplotlib; python3 from PATH where it is missing). Errors: the script missing,
-// or failing.
+// Runs tools/plot_eval.py --kind=`kind` on --out through RunPythonTool (cli/python_tool.h:
+// Debian's /usr/bin/python3, which has python3-matplotlib; the path passed as it is, no
+// shell). Errors: the script missing, or failing.
 absl::Status Plot(const std::string& out, const std::string& kind);
 
 }  // namespace multiscreen::cli

@@ -24,6 +24,7 @@
 #include "cli/created_dirs.h"
 #include "cli/device_memory.h"
 #include "cli/flags.h"
+#include "cli/planner.h"
 #include "common/build_info.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -78,6 +79,9 @@ ABSL_FLAG(bool, allow_data_change, false,
 ABSL_FLAG(std::string, comm, "auto",
           "auto | mpi | staged | nccl: how the tp, pp and dp groups move the step's buffers (auto: MPI on the "
           "cpu; on GPUs NCCL when each rank of a node has a GPU of its own, else MPI staged through host memory)");
+ABSL_FLAG(std::string, device_memory, "",
+          "--device=cuda: bytes of each GPU for train's up-front check of the layout (K, M, G, T suffixes are powers "
+          "of 1024: 80GiB); empty: the device's own total (cudaMemGetInfo)");
 ABSL_FLAG(bool, restart, false,
           "when none of run_dir's checkpoints verifies, move them to checkpoints/unverified/ and train from step 0 "
           "(without it such a run is refused); a checkpoint that verifies is still resumed");
@@ -357,17 +361,24 @@ int TrainCommand(int argc, char** argv) {
   absl::StatusOr<ModelDims> dims;
   RunSource source;  // where each field came from, for ValidateRun's messages
   std::string start_warning;  // BuildRun's, said with the start lines
+  int64_t device_memory = 0;  // --device_memory in bytes; 0: the device's own total
   const absl::Status prepared = [&]() -> absl::Status {
     MS_RETURN_IF_ERROR(ParseFlags(argc, argv, "multiscreen train --config=FILE [--run_dir=DIR --data=DIR --steps=N ...]",
                                   {"config", "run_dir", "data", "steps", "seed", "micro_batch", "grad_accum", "seq_len",
                                    "lr", "precision", "checkpoint_every", "eval_every", "eval_windows", "model", "tp", "pp", "zero",
                                    "threads", "isa", "restart", "device", "comm", "format", "allow_data_change",
-                                   "dp_overlap", "dp_bucket_mb", "collective_timeout", "peak_tflops"}));
+                                   "dp_overlap", "dp_bucket_mb", "collective_timeout", "peak_tflops", "device_memory"}));
     comm = ParseCommKind(absl::GetFlag(FLAGS_comm));
     MS_RETURN_IF_ERROR(comm.status());
     MS_RETURN_IF_ERROR(ApplyThreadsFlag());
     MS_RETURN_IF_ERROR(ApplyIsaFlag());
     MS_RETURN_IF_ERROR(PeakTflops().status());
+    if (const std::string text = absl::GetFlag(FLAGS_device_memory); !text.empty()) {
+      auto bytes = ParseByteSize("device_memory", text);
+      MS_RETURN_IF_ERROR(bytes.status());
+      if (*bytes < 1) return absl::InvalidArgumentError(absl::StrCat("--device_memory=", text, " must be at least 1 byte"));
+      device_memory = *bytes;
+    }
     run = BuildRun(GivenFlags(argc, argv), &source, &start_warning);
     MS_RETURN_IF_ERROR(run.status());
     dims = run->model().empty() ? ResolveModel(run->model_config(),
@@ -444,19 +455,6 @@ int TrainCommand(int argc, char** argv) {
     if (mpi != nullptr) AbortJobIfError(status);
     return Fail("train", status);
   };
-  auto sources = OpenRunData(*run, source, logger);
-  if (mpi != nullptr) {
-    // A missing or bad --data is met by every rank alike, or by the ranks of one node: said once.
-    if (auto s = AgreeOnError(grid->world(), sources.status(), /*name_rank=*/true); !s.ok()) return fail(MarkAgreed(s));
-  }
-  if (!sources.ok()) return fail(sources.status());
-  // Every rank starts the same run (issue 31 §1), compared before the first collective
-  // whose length depends on it: one line names the field that differs.
-  if (mpi != nullptr) {
-    if (auto s = AgreeOnRun(grid->world(), AgreementFields(*run, *dims, *grid, *sources)); !s.ok()) {
-      return fail(MarkAgreed(s));
-    }
-  }
   // Single-process runs clean up a run directory they created and never used (under
   // MPI a failing rank ends the job at once, and the directory stays).
   const std::filesystem::path created_dir = mpi == nullptr ? FirstMissingDir(run->run_dir()) : std::filesystem::path();
@@ -485,25 +483,55 @@ int TrainCommand(int argc, char** argv) {
   if (mpi != nullptr) {
     LogInfo(grid->Describe(), ", device ", *device == Device::kCpu ? "cpu" : bound_device, "; launcher: ", LauncherEnv());
   }
-  // The groups' transport for that device (a collective: NCCL communicators are made here).
-  if (auto s = grid->UseStepDevice(*device, *comm); !s.ok()) return fail(s);
-  // Up front, on the device: what RunMemoryLowerBound counts there (this rank's fp32
-  // parameters and gradients, the activations one micro-batch keeps for the backward) and
-  // AdamW's moments (fp32; spread over dp under ZeRO-1).
-  {
-    const int64_t tp = grid->shape().tp, pp = grid->shape().pp;
-    const double moments = 8.0 * ModelParamCount(*dims) / double(tp * pp) /
-                           double(run->parallel().zero() > 0 ? grid->shape().dp : 1);
-    const int64_t need = RunMemoryLowerBound(*dims, tp, pp, run->micro_batch() * run->seq_len(), 0) + int64_t(moments);
-    if (auto s = CheckDeviceMemory(*device, need,
-                                   absl::StrCat("--micro_batch=", run->micro_batch(), " x --seq_len=", run->seq_len(),
-                                                " of ", dims->name, " (parameters, gradients, AdamW moments and one "
-                                                "micro-batch's activations",
-                                                grid->world_size() > 1 ? ", this rank's share)" : ")"));
-        !s.ok()) {
-      return fail_before_first_step(s);
+  // Up front, before the data or a checkpoint is read (issue 45): the layout's modelled
+  // device memory per rank (the plan's, tools/plan_memory.py, by rank 0 for every rank:
+  // the ranks of a layout differ only in their stage, and the plan takes the one that holds
+  // the most) against the GPU's total or --device_memory; a layout that cannot fit is
+  // refused on every rank at once, with the plan's breakdown and the nearest layouts that fit.
+  if (*device == Device::kCuda) {
+    FitVerdict fit;
+    if (logger) {
+      const DeviceMemory own = CurrentDeviceMemory();
+      const int64_t bytes = device_memory > 0 ? device_memory : own.total;
+      if (bytes > 0) {
+        fit = CheckLayoutFits(*dims,
+                              {.tp = grid->shape().tp,
+                               .pp = grid->shape().pp,
+                               .dp = grid->shape().dp,
+                               .zero = run->parallel().zero() > 0 && grid->shape().dp > 1 ? 1 : 0,
+                               .micro_batch = run->micro_batch(),
+                               .grad_accum = run->grad_accum(),
+                               .seq_len = run->seq_len(),
+                               .precision = absl::AsciiStrToLower(config::RunConfig::Precision_Name(run->precision())),
+                               .gpus_per_node = std::max(1, grid->local_size())},
+                              bytes, bound_device, device_memory > 0 ? "--device_memory" : "cudaMemGetInfo's total");
+        if (!fit.warning.empty()) LogWarning("train: ", fit.warning);
+        if (!fit.status.ok()) {
+          for (const std::string& line : fit.breakdown) LogInfo(line);
+        }
+      }
+    }
+    if (mpi != nullptr) {
+      if (auto s = AgreeOnError(grid->world(), fit.status, /*name_rank=*/false); !s.ok()) return fail(MarkAgreed(s));
+    } else if (!fit.status.ok()) {
+      return fail_before_first_step(fit.status);
     }
   }
+  auto sources = OpenRunData(*run, source, logger);
+  if (mpi != nullptr) {
+    // A missing or bad --data is met by every rank alike, or by the ranks of one node: said once.
+    if (auto s = AgreeOnError(grid->world(), sources.status(), /*name_rank=*/true); !s.ok()) return fail(MarkAgreed(s));
+  }
+  if (!sources.ok()) return fail(sources.status());
+  // Every rank starts the same run (issue 31 §1), compared before the first collective
+  // whose length depends on it: one line names the field that differs.
+  if (mpi != nullptr) {
+    if (auto s = AgreeOnRun(grid->world(), AgreementFields(*run, *dims, *grid, *sources)); !s.ok()) {
+      return fail(MarkAgreed(s));
+    }
+  }
+  // The groups' transport for that device (a collective: NCCL communicators are made here).
+  if (auto s = grid->UseStepDevice(*device, *comm); !s.ok()) return fail(s);
   auto trainer = Trainer::Create(*run, *dims, *std::move(sources), grid.get(),
                                  {.restart = absl::GetFlag(FLAGS_restart),
                                   .device = *device,

@@ -24,14 +24,19 @@ Time of one optimizer step of a layout (all seconds, per rank):
             with pp > 1 the W_E gradient summed between the first and last stage.
 A collective of S bytes over n ranks takes α + S·f(n)/B, with f = 2(n − 1)/n for an
 all-reduce and 1 for a send (nccl-tests doc/PERFORMANCE.md's bus bandwidth), B and α
-those of NVLink when the group lies in one node, else of InfiniBand (GPU constants below,
-sourced in docs/parallelism.md "Choosing tp, pp, dp"). World rank r =
-(dp_i·pp + pp_i)·tp + tp_i (parallel/process_grid.h): tp groups are neighbours, a pp group
-spans tp·pp ranks, the dp group all of them.
+those of NVLink when every rank of the group lies in one node, else of InfiniBand (GPU
+constants below, sourced in docs/parallelism.md "Choosing tp, pp, dp"); the slowest group
+of a kind sets its time. Ranks lie in the trainer's order, world rank r =
+(dp_i·pp + pp_i)·tp + tp_i (parallel/process_grid.h), gpus_per_node consecutive ranks a
+node: tp groups are neighbours, a replica's stages tp apart, and a replica that straddles
+two nodes (tp1 pp3 on nodes of 8: ranks 6–8) sends over InfiniBand (group_links).
 
 Run: /usr/bin/python3 tools/plan.py --dims=JSON --gpus=N [--seq_len=4096 --gpu=h100|h200|a100
      --gpus_per_node=8 --global_batch=TOKENS --precision=bf16|fp32|fp16 --windows=trained|init
      --top=10 --json]   (`multiscreen plan --model=M` passes --dims for the model it loads)
+Exit status: 0 when a layout fits; 2 (NONE_FITS) when the plan was printed but none fits,
+said in one line on stderr after it; 1 for a bad flag or no layout at all (one line, nothing
+printed).
 """
 import argparse
 import json
@@ -61,6 +66,10 @@ GPUS = {
     "h200": Gpu("H200 SXM 141 GB", 143771, 989.0, 4.8, 132, 1.83, nvlink_gbs=360, ib_gbs=40),
     "a100": Gpu("A100 SXM 80 GB", 81920, 312.0, 2.039, 108, 1.41, nvlink_gbs=230, ib_gbs=20),
 }
+
+
+# The exit status when the plan was printed but no layout fits (1: an error, nothing printed).
+NONE_FITS = 2
 
 
 class PlanError(Exception):
@@ -146,6 +155,25 @@ def layouts(dims, gpus, gpus_per_node, sequences, seq):
     return out
 
 
+def no_layout_reason(dims, a, sequences):
+    """Why `layouts` found none. tp = pp = 1 is always a shape, so the shapes (tp | N_H within
+    a node, pp | N_L) are never all that is missing: either no shape's dp divides the
+    batch's sequences, or a rank's step would hold more than the 2^31 − 1 tokens one may
+    (common/config.h kMaxBatchTokens)."""
+    n_h, n_l, gpus, per_node = dims["n_heads"], dims["n_layers"], a.gpus, a.gpus_per_node
+    dps = sorted({gpus // (tp * pp) for tp in divisors(gpus) for pp in divisors(gpus // tp)
+                  if not (n_h % tp or tp > per_node or (gpus > per_node and per_node % tp) or n_l % pp)})
+    whole = [dp for dp in dps if sequences % dp == 0]
+    if not whole:
+        return (f"--global_batch={a.global_batch}: its {sequences} sequence{'' if sequences == 1 else 's'} of "
+                f"--seq_len={a.seq_len} split over no dp this model allows on --gpus={gpus} "
+                f"(dp = {', '.join(map(str, dps))}: tp divides N_H = {n_h} within a node of {per_node}, pp N_L = {n_l})")
+    per_rank = sequences // max(whole)
+    return (f"--seq_len={a.seq_len}: a rank's step of {per_rank} sequence{'' if per_rank == 1 else 's'} holds "
+            f"{per_rank * (a.seq_len + 1):,} tokens (T + 1 each), over the {(1 << 31) - 1:,} one step may hold "
+            f"(2^31 − 1); lower --seq_len or --global_batch, or raise --gpus")
+
+
 def collective(nbytes, ranks, link, factor):
     """α + S·f/B seconds of one collective of `nbytes` over `ranks` on `link` = (α, B)."""
     if ranks <= 1 or nbytes <= 0:
@@ -205,12 +233,41 @@ def tp_comm(dims, seq, lay, stage, link):
     return t
 
 
+def group_links(tp, pp, dp, gpus_per_node):
+    """The link of each kind of group of the layout: {"tp", "pp", "embed", "dp"} → "nvlink" or
+    "infiniband". Ranks lie in the trainer's order, world rank r = (dp_i·pp + pp_i)·tp + tp_i
+    (parallel/process_grid.h), gpus_per_node consecutive ranks a node. A group is on NVLink
+    only if all its ranks are on one node, and a kind of group is as slow as its slowest
+    group: tp the tp groups, pp the sends between consecutive stages of a replica, embed the
+    W_E pair (first and last stage of a tp rank), dp the replicas of one shard. Each group is
+    an arithmetic run of ranks, on one node iff its first and last are; whether it is depends
+    only on its first rank modulo gpus_per_node, so dp_i < gpus_per_node covers every case."""
+    g = gpus_per_node
+    def rank(d, p, t):
+        return (d * pp + p) * tp + t
+    straddles = {"tp": False, "pp": False, "embed": False, "dp": False}
+    for d in range(min(dp, g)):
+        for p in range(pp):
+            for t in range(tp):
+                first = rank(d, p, t)
+                if t == 0 and tp > 1:
+                    straddles["tp"] |= first // g != rank(d, p, tp - 1) // g
+                if p + 1 < pp:
+                    straddles["pp"] |= first // g != rank(d, p + 1, t) // g
+                if p == 0 and pp > 1:
+                    straddles["embed"] |= first // g != rank(d, pp - 1, t) // g
+                if d == 0 and dp > 1:
+                    straddles["dp"] |= first // g != rank(dp - 1, p, t) // g
+    return {k: "infiniband" if v else "nvlink" for k, v in straddles.items()}
+
+
 def step_time(dims, seq, lay, windows, gpu, gpus_per_node, hw, chunk_rows):
-    """Modelled seconds of one optimizer step and its parts."""
+    """Modelled seconds of one optimizer step and its parts, and the link each kind of group
+    uses (group_links)."""
     tp, pp, dp, M = lay["tp"], lay["pp"], lay["dp"], lay["grad_accum"]
-    def nvlink_or_ib(span):  # the link of a group of `span` neighbouring ranks
-        return gpu.nvlink if span <= gpus_per_node else gpu.ib
-    tp_link, pp_link, dp_link = nvlink_or_ib(tp), nvlink_or_ib(tp * pp), nvlink_or_ib(tp * pp * dp)
+    links = group_links(tp, pp, dp, gpus_per_node)
+    tp_link, pp_link, embed_link, dp_link = (gpu.nvlink if links[k] == "nvlink" else gpu.ib
+                                             for k in ("tp", "pp", "embed", "dp"))
     rows = lay["micro_batch"] * seq
     send = collective(4 * rows * dims["d_e"], 2, pp_link, 1.0) if pp > 1 else 0.0
     per_mb, once, tp_t = [], [], []
@@ -233,12 +290,12 @@ def step_time(dims, seq, lay, windows, gpu, gpus_per_node, hw, chunk_rows):
             dp_t += buckets * alpha  # the all-gather's collectives (its bytes are in the factor 2 above)
     if pp > 1:
         vocab = plan_memory.split(dims["vocab"], tp, 0)
-        dp_t += allreduce(4 * vocab * dims["d_e"], 2, nvlink_or_ib(tp * pp))
+        dp_t += allreduce(4 * vocab * dims["d_e"], 2, embed_link)
     total = pipeline + max(once) + dp_t
     compute = M * (max(per_mb) - tp_t[per_mb.index(max(per_mb))]) + max(once)
     return {"step_s": total, "compute_s": compute, "tp_s": M * tp_t[per_mb.index(max(per_mb))],
             "pp_s": bubble + M * 2 * send, "dp_s": dp_t, "slot_s": slot, "once_s": max(once),
-            "bubble_fraction": (pp - 1) / (M + pp - 1)}
+            "bubble_fraction": (pp - 1) / (M + pp - 1), "links": links}
 
 
 def limit_of(t):
@@ -279,12 +336,11 @@ def plan(a):
                          mfu=flops_per_token * tokens_per_s / (a.gpus * gpu.peak_tflops * 1e12),
                          limited_by=limit_of(t),
                          time_ms={k[:-2] + "_ms": 1e3 * v for k, v in t.items() if k.endswith("_s")},
-                         bubble_fraction=t["bubble_fraction"],
+                         bubble_fraction=t["bubble_fraction"], links=t["links"],
                          memory={"stage": mem["stage"], "slots": mem["slots"], "buffers_bytes": mem["buffers"],
                                  "breakdown": mem["breakdown"]}))
     if not rows:
-        raise PlanError(f"--gpus={a.gpus}: no layout: tp must divide N_H = {n_h} within a node of {a.gpus_per_node}, "
-                        f"pp divide N_L = {n_l}, and dp the {sequences} sequences of --global_batch={a.global_batch}")
+        raise PlanError(no_layout_reason(dims, a, sequences))
     rows.sort(key=lambda r: (not r["fits"], r["step_ms"] if r["fits"] else r["peak_bytes_per_rank"]))
     return {"modelled": True, "model": dims.get("name"), "dims": dims, "seq_len": seq, "global_batch_tokens": a.global_batch,
             "global_batch_sequences": sequences, "gpu": a.gpu, "gpu_name": gpu.name, "device_memory_bytes": gpu.memory,
@@ -345,6 +401,14 @@ def main(argv=None):
         else:
             print_plan(p, a.top)
         sys.stdout.flush()
+        if not any(r["fits"] for r in p["layouts"]):
+            smallest = p["layouts"][0]
+            print(f"multiscreen plan: no layout fits: the smallest (tp={smallest['tp']} pp={smallest['pp']} "
+                  f"dp={smallest['dp']} zero={smallest['zero']} micro_batch={smallest['micro_batch']}) needs a "
+                  f"modelled {plan_memory.gib(smallest['peak_bytes_per_rank']):.1f} GiB per rank, more than the "
+                  f"{plan_memory.gib(p['device_memory_bytes']):.1f} GiB of --gpu={a.gpu}; raise --gpus, take a larger "
+                  f"--gpu or lower --seq_len", file=sys.stderr)
+            return NONE_FITS
     except BrokenPipeError:  # `plan … | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, AttributeError) as e:  # a full disk, a closed stdout (sys.stdout is None)

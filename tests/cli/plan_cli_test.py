@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import signal
+import time
 import unittest
 
 MULTISCREEN = None
@@ -83,7 +85,17 @@ class CommandTest(unittest.TestCase):
                 (["--model=psi32", "--gpus=x"], "--gpus"),
                 (["--model=no_such_model", "--gpus=8"], "no_such_model"),
                 (["--model=psi32", "--gpus=8", "--steps=3"], "--steps"),
-                (["--model=psi32", "--gpus=3", "--gpus_per_node=3"], "--gpus=3: no layout"),
+                # (it said "tp must divide N_H": tp = pp = 1 always does, dp = 3 did not divide 1024)
+                (["--model=psi32", "--gpus=3", "--gpus_per_node=3"], "--global_batch=4194304: its 1024 sequences of "
+                 "--seq_len=4096 split over no dp this model allows on --gpus=3 (dp = 3: tp divides N_H = 32 within a "
+                 "node of 3, pp N_L = 32)"),
+                # (it said "tp must divide N_H" where a rank's one sequence was over 2^31 − 1 tokens)
+                (["--model=psi32", "--gpus=8", "--seq_len=2147483648", "--global_batch=2147483648"],
+                 "--seq_len=2147483648: a rank's step of 1 sequence holds 2,147,483,649 tokens (T + 1 each), over the "
+                 "2,147,483,647 one step may hold"),
+                (["--model=tiny_psi4", "--gpus=32", "--seq_len=64", "--global_batch=64"],
+                 "--global_batch=64: its 1 sequence of --seq_len=64 split over no dp this model allows on --gpus=32 "
+                 "(dp = 2, 4, 8, 16, 32: tp divides N_H = 4 within a node of 8, pp N_L = 4)"),
                 # (it enumerated the divisors of 10^12 and did not end)
                 (["--model=psi32", "--gpus=1000000000000"], "--gpus=1000000000000: more than 1,048,576 GPUs")):
             with self.subTest(args=args):
@@ -93,6 +105,63 @@ class CommandTest(unittest.TestCase):
                 lines = r.stderr.strip().splitlines()
                 self.assertEqual(len(lines), 1, r.stderr)
                 self.assertIn(message, lines[0])
+
+    def test_no_layout_that_fits_prints_the_plan_then_exits_2_saying_why(self):
+        # (it exited 0: a script could not tell that no layout fits)
+        r = run("--model=psi64", "--gpus=1", "--global_batch=4096", "--top=1")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("none fits, the smallest:", r.stdout)
+        self.assertIn("(does not fit)", r.stdout)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertRegex(lines[0], r"^multiscreen plan: no layout fits: the smallest \(tp=1 pp=1 dp=1 zero=0 "
+                                   r"micro_batch=1\) needs a modelled [0-9.]+ GiB per rank, more than the 79.6 GiB of "
+                                   r"--gpu=h100; raise --gpus")
+        r = run("--model=psi64", "--gpus=1", "--global_batch=4096", "--json")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertFalse(any(lay["fits"] for lay in json.loads(r.stdout)["layouts"]))
+
+    def test_the_planner_dies_with_the_command(self):
+        # (SIGTERM or SIGINT to `multiscreen plan` left tools/plan.py running: fork/execvp without
+        # a death signal)
+        def children(pid):
+            out = []
+            for entry in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            out.append(int(entry))
+                except (OSError, ValueError, IndexError):
+                    pass
+            return out
+
+        def alive(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with self.subTest(signal=sig.name):
+                # 2^20 GPUs, 5040 sequences of 64 tokens each: about 10 s of layouts, time to be killed in
+                p = subprocess.Popen([MULTISCREEN, "plan", "--model=psi32", "--gpus=1048576", "--seq_len=64",
+                                      f"--global_batch={64 * 1048576 * 5040}"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+                deadline, kids = time.time() + 30, []
+                while not kids and time.time() < deadline and p.poll() is None:
+                    time.sleep(0.05)
+                    kids = children(p.pid)
+                self.assertTrue(kids, "no planner started")
+                p.send_signal(sig)
+                p.wait(timeout=30)
+                deadline = time.time() + 3  # dies at once with the death signal; ran ~10 s more without
+                while any(alive(k) for k in kids) and time.time() < deadline:
+                    time.sleep(0.05)
+                left = [k for k in kids if alive(k)]
+                for k in left:
+                    os.kill(k, signal.SIGKILL)
+                self.assertEqual(left, [], "the planner outlived the command")
 
     def test_an_output_that_cannot_be_written_is_one_line(self):
         # (it ended in a Python traceback: OSError on /dev/full)

@@ -183,17 +183,22 @@ class EmulatedTrainTest(unittest.TestCase):
 
     def test_a_device_too_small_is_one_line_naming_the_flags_and_leaves_no_run_directory(self):
         # A field report: "multiscreen: fatal: cuda array of N elements: cudaMalloc(N): out of
-        # memory", and the new run directory stayed. Up front where it can be estimated (the
-        # parameters, gradients and moments, 16 bytes each, and RunMemoryLowerBound's
-        # activations); else the allocation that failed (at 10 MB a kernel table's workspace; at
-        # 40 MB one inside the trainer).
-        for mem, flags, words in (
-                ("100000000", ["--model=psi16"], "--micro_batch=4 x --seq_len=32 of psi16 (parameters, gradients, AdamW "
-                                                 "moments and one micro-batch's activations) need about 494092320 bytes "
-                                                 "(0.46 GiB), only 100000000 bytes (0.09 GiB) are free of 100000000"),
-                ("100000000", ["--micro_batch=64", "--seq_len=2048"], "--micro_batch=64 x --seq_len=2048 of tiny_psi4 ("),
-                ("10000000", [], "out of memory: an array of 33554432 bytes (0.03 GiB) did not fit"),
-                ("40000000", [], "out of memory: an array of 33554432 bytes (0.03 GiB) did not fit")):
+        # memory", and the new run directory stayed. Up front, the plan's modelled bytes per rank
+        # (tools/plan_memory.py, with the CUDA context's 512 MiB estimate: no layout fits 100 MB)
+        # against the device's total (train_fit_emulated_test checks the suggestions); else the
+        # allocation that failed (--device_memory=80GiB passes the up-front check: at 10 MB a
+        # kernel table's workspace; at 40 MB one inside the trainer).
+        plan = "lower --seq_len, or run on more GPUs"
+        oom = "lower --micro_batch (raise --grad_accum to keep the batch) or --seq_len"
+        for mem, flags, words, advice in (
+                ("100000000", ["--model=psi16"], "tp=1 pp=1 dp=1 zero=0 --micro_batch=4 --grad_accum=2 --seq_len=32 of "
+                                                 "psi16 (fp32) needs a modelled ", plan),
+                ("100000000", ["--micro_batch=64", "--seq_len=2048"], "--micro_batch=64 --grad_accum=2 --seq_len=2048 of "
+                                                                      "tiny_psi4 (fp32) needs a modelled ", plan),
+                ("10000000", ["--device_memory=80GiB"], "out of memory: an array of 33554432 bytes (0.03 GiB) did not fit",
+                 oom),
+                ("40000000", ["--device_memory=80GiB"], "out of memory: an array of 33554432 bytes (0.03 GiB) did not fit",
+                 oom)):
             run_dir = os.path.join(self.tmp.name, f"too_small_{mem}_{len(flags)}", "run")
             r = subprocess.run([BIN, "train", f"--config={self.config}", f"--data={self.data}", f"--run_dir={run_dir}",
                                 "--steps=1", "--device=cuda", *flags], capture_output=True, text=True, timeout=120,
@@ -202,10 +207,11 @@ class EmulatedTrainTest(unittest.TestCase):
             last = r.stderr.strip().splitlines()[-1]
             self.assertTrue(last.startswith("multiscreen train: cuda:0 ("), last)
             self.assertIn(words, last)
-            self.assertIn("lower --micro_batch (raise --grad_accum to keep the batch) or --seq_len", last)
+            self.assertIn(advice, last)
+            if advice == plan:
+                self.assertIn(f"more than the device's {mem} bytes", last)
             self.assertNotIn("fatal", r.stderr)
             self.assertFalse(os.path.exists(os.path.dirname(run_dir)), r.stderr[-2000:])
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

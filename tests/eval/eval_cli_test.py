@@ -93,6 +93,16 @@ class EvalCliTest(OneLineErrors):
         m = np.array(j["mean_loss"])
         self.assertAlmostEqual(j["smoothed_loss"][9], m[8:11].mean(), places=6)  # p = 10: positions [9, 11]
 
+    def test_plot_takes_an_out_whose_path_holds_quotes_and_spaces(self):
+        # (--plot ran the plotter through std::system with the paths in hand-made '...' quotes: an
+        # --out with a ' in it broke the command line)
+        w = self.init()
+        t = self.tokens(np.random.default_rng(1).integers(0, 36, size=2 * 17))
+        out = os.path.join(self.dir, "it's a run")
+        r = run("eval", "ppl", f"--weights={w}", f"--data={t}", "--seq_len=16", "--stream", "--plot", f"--out={out}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(os.path.getsize(os.path.join(out, "ppl.png")), 0)
+
     def test_ppl_splits_documents_at_eos_and_reports_the_short_ones(self):
         w = self.init()
         rng = np.random.default_rng(2)

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import perf_model  # noqa: E402
 import plan  # noqa: E402
 import plan_memory  # noqa: E402
+import plan_fit  # noqa: E402
 
 # configs/models/tiny_psi4.textproto: N_L = N_H = 4, d_E = 16, d_K = 8, d_V = 16, V = 97, w_th 16.
 TINY = {"name": "tiny_psi4", "family": "MULTISCREEN", "n_layers": 4, "n_heads": 4, "d_e": 16, "d_k": 8, "d_v": 16,
@@ -224,6 +225,24 @@ class TimeTest(unittest.TestCase):
         self.assertAlmostEqual(t["step_ms"], (r["grad_accum"] + 3) * t["slot_ms"] + t["once_ms"] + t["dp_ms"])
         self.assertGreater(t["pp_ms"], 3 * t["slot_ms"])  # the bubble and the sends
 
+    def test_a_group_is_on_nvlink_only_when_all_its_ranks_share_a_node(self):
+        # (the link was chosen by span, tp·pp ≤ gpus_per_node: tp1 pp3 dp8 on nodes of 8 has
+        # replica 2 on ranks 6–8, across nodes 0 and 1, and was modelled on NVLink)
+        self.assertEqual(plan.group_links(1, 3, 8, 8), {"tp": "nvlink", "pp": "infiniband", "embed": "infiniband",
+                                                        "dp": "infiniband"})
+        self.assertEqual(plan.group_links(1, 2, 12, 8)["pp"], "nvlink")  # pairs (0, 1), (2, 3), ... never straddle
+        self.assertEqual(plan.group_links(1, 4, 2, 8), {"tp": "nvlink", "pp": "nvlink", "embed": "nvlink", "dp": "nvlink"})
+        self.assertEqual(plan.group_links(2, 2, 4, 8)["dp"], "infiniband")  # ranks 0, 4, 8, 12
+        self.assertEqual(plan.group_links(4, 1, 2, 6)["tp"], "infiniband")  # ranks 4–7 on nodes 0 and 1
+        psi48 = dict(PSI32, name="psi48", n_layers=48, n_heads=48, d_e=1536)
+        p = plan_of(psi48, "--gpus=24", f"--global_batch={4096 * 48}")
+        r = next(r for r in p["layouts"] if (r["tp"], r["pp"], r["dp"], r["zero"], r["micro_batch"]) == (1, 3, 8, 0, 1))
+        self.assertEqual(r["links"]["pp"], "infiniband")
+        alpha, bw = plan.GPUS["h100"].ib
+        send = alpha + 4 * 4096 * 1536 / bw  # x of one micro-batch, fp32, over InfiniBand
+        t = r["time_ms"]
+        self.assertAlmostEqual(t["pp_ms"], 2 * t["slot_ms"] + 1e3 * r["grad_accum"] * 2 * send, places=6)
+
     def test_layouts_that_fit_come_first_by_step_time(self):
         p = plan_of(PSI32, "--gpus=8")
         fits = [r["fits"] for r in p["layouts"]]
@@ -233,6 +252,47 @@ class TimeTest(unittest.TestCase):
         for r in p["layouts"]:
             self.assertEqual(r["fits"], r["peak_bytes_per_rank"] <= p["device_memory_bytes"])
             self.assertEqual(r["peak_bytes_per_rank"], sum(r["memory"]["breakdown"].values()))
+
+
+
+class FitTest(unittest.TestCase):
+    """tools/plan_fit.py, train's up-front check: the verdict is rank_memory's, and the
+    nearest layouts that fit keep the ranks and the batch, fewest changes first."""
+
+    def fit(self, *flags):
+        return plan_fit.fit(plan_fit.parse_args([f"--dims={json.dumps(PSI32)}", "--seq_len=4096", *flags]))
+
+    def test_the_verdict_is_the_plans_memory_of_the_layout(self):
+        mem = plan_memory.rank_memory(PSI32, 4096, 4, 8, 1, 2, 4, 0, "bf16")
+        for device, fits in ((mem["bytes"], True), (mem["bytes"] - 1, False)):
+            f = self.fit("--pp=2", "--dp=4", "--micro_batch=4", "--grad_accum=8", f"--device_memory={device}")
+            self.assertEqual((f["fits"], f["peak_bytes_per_rank"], f["breakdown"]), (fits, mem["bytes"], mem["breakdown"]))
+
+    def test_the_nearest_layouts_keep_ranks_and_batch_and_change_the_least(self):
+        cur = {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 16, "grad_accum": 1}
+        device = plan_memory.rank_memory(PSI32, 4096, 8, 2, 1, 1, 8, 0, "bf16")["bytes"]  # micro_batch 8 fits
+        f = self.fit("--dp=8", "--micro_batch=16", "--grad_accum=1", f"--device_memory={device}")
+        self.assertFalse(f["fits"])
+        self.assertEqual(len(f["nearest"]), 3)
+        changes = []
+        for lay in f["nearest"]:
+            self.assertEqual(lay["tp"] * lay["pp"] * lay["dp"], 8)
+            self.assertEqual(lay["dp"] * lay["micro_batch"] * lay["grad_accum"], 128)
+            self.assertLessEqual(lay["peak_bytes_per_rank"], device)
+            self.assertEqual(lay["peak_bytes_per_rank"],
+                             plan_memory.rank_memory(PSI32, 4096, lay["micro_batch"], lay["grad_accum"], lay["tp"],
+                                                     lay["pp"], lay["dp"], lay["zero"], "bf16")["bytes"])
+            changes.append(plan_fit.distance(lay, cur))
+        self.assertEqual(changes, sorted(changes))
+        # halving micro_batch (one change) fits: it comes before anything that changes two fields
+        self.assertEqual(f["nearest"][0]["micro_batch"], 8, f["nearest"])
+        self.assertEqual(changes[0], (1, 1.0))
+
+    def test_a_layout_that_fits_still_lists_its_neighbours_and_zero_1_counts_as_a_change(self):
+        f = self.fit("--dp=8", "--micro_batch=1", "--grad_accum=16", "--device_memory=1000000000000")
+        self.assertTrue(f["fits"])
+        self.assertIn({"tp": 1, "pp": 1, "dp": 8, "zero": 1, "micro_batch": 1, "grad_accum": 16},
+                      [{k: lay[k] for k in plan_fit.FIELDS} for lay in f["nearest"]])
 
 
 if __name__ == "__main__":
