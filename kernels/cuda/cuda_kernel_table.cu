@@ -89,15 +89,8 @@ class CudaKernelTable final : public KernelTable<float> {
                   cudaMemcpyAsync(host_staging_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
     cuda::AddInto(host_staging_.data(), n, dst, stream_);
   }
-  void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                     float* dst, int64_t ld_dst, int64_t dst_stride) override {
-    cuda::Copy2DBatched(src, ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride, /*accumulate=*/false,
-                        stream_);
-  }
-  void Add2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                    float* dst, int64_t ld_dst, int64_t dst_stride) override {
-    cuda::Copy2DBatched(src, ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride, /*accumulate=*/true,
-                        stream_);
+  void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate) override {
+    cuda::Copy2DJobs(jobs, n, accumulate, stream_);
   }
   double Dot(const float* a, const float* b, int64_t n) override { return cuda::Dot(a, b, n, reduce_.data(), stream_); }
   void DotAddInto(const float* a, const float* b, int64_t n, float* dst) override {

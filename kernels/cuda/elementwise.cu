@@ -34,16 +34,28 @@ __global__ void ScaleKernel(float* x, int64_t n, float factor) {
   }
 }
 
-// One grid-stride walk over the count·rows·cols elements of all blocks, block-major.
-__global__ void Copy2DBatchedKernel(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols,
-                                    int64_t count, float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate) {
-  const int64_t block = rows * cols, n = block * count;
+// Copy2DJobs' jobs, passed by value: end[j] is the elements of jobs [0, j] together.
+struct Copy2DJobList {
+  Copy2DJob<float> job[kMaxCopy2DJobs];
+  int64_t end[kMaxCopy2DJobs];
+  int n;
+};
+
+// One grid-stride walk over the elements of all jobs, job-major, then as each job's
+// Copy2DBatched: block-major, row-major within a block. Added into dst when kAccumulate.
+template <bool kAccumulate>
+__global__ void Copy2DJobsKernel(Copy2DJobList list) {
+  const int64_t n = list.end[list.n - 1];
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t b = i / block, j = i - b * block;
-    const int64_t r = j / cols, c = j - r * cols;
-    const float x = src[b * src_stride + r * ld_src + c];
-    float* out = dst + b * dst_stride + r * ld_dst + c;
-    if (accumulate) {
+    int j = 0;
+    while (i >= list.end[j]) ++j;
+    const Copy2DJob<float>& job = list.job[j];
+    const int64_t e = i - (j > 0 ? list.end[j - 1] : 0), block = job.rows * job.cols;
+    const int64_t b = e / block, k = e - b * block;
+    const int64_t r = k / job.cols, c = k - r * job.cols;
+    const float x = job.src[b * job.src_stride + r * job.ld_src + c];
+    float* out = job.dst + b * job.dst_stride + r * job.ld_dst + c;
+    if constexpr (kAccumulate) {
       *out += x;
     } else {
       *out = x;
@@ -147,11 +159,23 @@ void Scale(float* x, int64_t n, float factor, cudaStream_t stream) {
   MS_CUDA_CHECK_LAUNCH("Scale");
 }
 
-void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                   float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate, cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0 || count <= 0) return;
-  Launch<Copy2DBatchedKernel>(BlocksFor(rows * cols * count), kThreads, 0, stream, src, ld_src, src_stride, rows, cols,
-                              count, dst, ld_dst, dst_stride, accumulate);
+void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate, cudaStream_t stream) {
+  CheckCopy2DJobs(n);
+  Copy2DJobList list{};
+  int64_t total = 0;
+  for (int j = 0; j < n; ++j) {
+    const Copy2DJob<float>& job = jobs[j];
+    if (job.rows <= 0 || job.cols <= 0 || job.count <= 0) continue;  // nothing to copy: left out
+    list.job[list.n] = job;
+    total += job.rows * job.cols * job.count;
+    list.end[list.n++] = total;
+  }
+  if (total <= 0) return;
+  if (accumulate) {
+    Launch<Copy2DJobsKernel<true>>(BlocksFor(total), kThreads, 0, stream, list);
+  } else {
+    Launch<Copy2DJobsKernel<false>>(BlocksFor(total), kThreads, 0, stream, list);
+  }
   MS_CUDA_CHECK_LAUNCH(accumulate ? "Add2DBatched" : "Copy2DBatched");
 }
 

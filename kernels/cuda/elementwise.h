@@ -22,12 +22,11 @@ void AddInto(const float* src, int64_t n, float* dst, cudaStream_t stream);
 // dst[i] ← dst[i] · factor, i < n.
 void Scale(float* x, int64_t n, float factor, cudaStream_t stream);
 
-// `count` blocks [rows, cols], block b of src + b·src_stride (row stride ld_src) copied
-// into dst + b·dst_stride (row stride ld_dst) when !accumulate, added to it when
-// accumulate; one launch. The destination blocks overlap neither one another nor any
-// source block (kernel_table.h's Copy2DBatched).
-void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                   float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate, cudaStream_t stream);
+// jobs[0, n), n ≤ kMaxCopy2DJobs, each `count` blocks [rows, cols] of its src (block b
+// at src + b·src_stride, row stride ld_src) copied into its dst (dst + b·dst_stride, row
+// stride ld_dst) when !accumulate, added to it when accumulate: one launch for all
+// (kernel_table.h's Copy2DJobs). No destination block overlaps another or any source.
+void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate, cudaStream_t stream);
 
 // dst ← the elements of src at `count` ranges, one after another: ranges [count, 3]
 // device int64s (begin in src, length, offset in dst), one block per range; one launch.
