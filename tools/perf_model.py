@@ -358,6 +358,9 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     if train:
         if head:
             ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
+            # ∂s_F = Σ y·∂y: one launch, its last block adding the sum into the gradient
+            # (KernelTable::DotAddInto; ∂s_E's dot, in the scatter op below, is the same kernel)
+            ops.append(Op("∂s_F = Σ y·∂y (one-launch dot)", "mem", 1, 0, n * d * 4 * 2))
         ops.append(Op("bf16(∂x) for the layer's GEMMs", "mem", n_l, 0, n * d * (4 + 2)))
         ops.append(Op("∂U = ∂x·W_Oᵀ (GEMM)", "gemm", n_l, 2 * n * d * vd, n * d * 2 + vd * d * 2 + n * vd * 2))
         ops.append(Op("∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)", "gemm", n_l, 2 * n * d * vd,
@@ -416,6 +419,8 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         "∂x += ∂P·W_catᵀ (GEMM, β = 1)": [gemm(d, n, pd, "T", "N")],
         "∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E": [kernel("ScatterKernel", "embedding.cu")],
         "∂W_E = unit-rows backward (EndStep)": [kernel("BackwardKernel", "unit_rows.cu")],
+        # both dot products' launches (∂s_F's and ∂s_E's: one kernel name) count here
+        "∂s_F = Σ y·∂y (one-launch dot)": [kernel("ReduceKernel", "elementwise.cu")],
         "zero the gradients": [kernel("FillKernel", "elementwise.cu")],
         "AdamW (fp32 master, m, v)": [kernel("AdamWKernel", "adamw.cu")]})
     return ops, syncs, pairs, steps

@@ -40,19 +40,28 @@ void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream);
 // Doubles of device scratch the reductions below need.
 inline constexpr int64_t kReduceScratch = 1025;
 
-// Σ_i a_i·b_i in fp64 (products exact in fp64). Deterministic: a fixed grid of
-// per-thread strided sums, block trees and one final block tree, all set by n alone.
-// scratch: kReduceScratch device doubles. Waits for the result.
-double Dot(const float* a, const float* b, int64_t n, double* scratch, cudaStream_t stream);
+// The reductions' device scratch: `sums`, kReduceScratch doubles (the blocks' partial
+// sums, then the result at [kReduceScratch − 1]), and `blocks_done`, one unsigned that
+// is 0 between calls (the owner zeroes it once; each reduction leaves it 0).
+struct ReduceScratch {
+  double* sums = nullptr;
+  unsigned* blocks_done = nullptr;
+};
 
-// dst[0] += float(Dot(a, b, n)), on the device: the same passes, the last one adding its
-// fp64 sum (rounded to fp32) into dst; nothing waits. scratch as Dot's.
-void DotAddInto(const float* a, const float* b, int64_t n, float* dst, double* scratch, cudaStream_t stream);
+// Σ_i a_i·b_i in fp64 (products exact in fp64). Deterministic: a fixed grid of
+// per-thread strided sums and block trees, set by n alone; the last block to finish sums
+// the blocks' partials in index order (a strided sum per thread, then its block tree),
+// whichever block that is: one launch. Waits for the result.
+double Dot(const float* a, const float* b, int64_t n, ReduceScratch scratch, cudaStream_t stream);
+
+// dst[0] += float(Dot(a, b, n)), on the device: the same launch, its last block adding
+// the fp64 sum (rounded to fp32) into dst; nothing waits.
+void DotAddInto(const float* a, const float* b, int64_t n, float* dst, ReduceScratch scratch, cudaStream_t stream);
 
 // Σ_i x_i² in fp64, as Dot(x, x).
-double SumSquares(const float* x, int64_t n, double* scratch, cudaStream_t stream);
+double SumSquares(const float* x, int64_t n, ReduceScratch scratch, cudaStream_t stream);
 
 // Whether every x_i is finite (counts the others, as Dot does its sum).
-bool AllFinite(const float* x, int64_t n, double* scratch, cudaStream_t stream);
+bool AllFinite(const float* x, int64_t n, ReduceScratch scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda
