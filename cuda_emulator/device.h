@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -159,6 +160,11 @@ int atomicMin(int* address, int value);
 int atomicCAS(int* address, int compare, int value);
 unsigned atomicCAS(unsigned* address, unsigned compare, unsigned value);
 int atomicExch(int* address, int value);
+// __threadfence (PTX membar.gl, fence.sc.gpu): orders the calling thread's memory
+// accesses device-wide, e.g. a block's partial result before the atomic count that
+// announces it. A launch's blocks run one after another on one host thread here, so an
+// earlier block's writes are already seen; a fence of the host thread is all it takes.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 // Device-only math intrinsics (their accurate host equivalents).
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }

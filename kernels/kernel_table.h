@@ -150,6 +150,26 @@ struct AdamWArgs {
   const uint8_t* decay = nullptr;    // [n] device: nonzero where weight decay applies; null: everywhere
 };
 
+// The arguments of one Copy2DBatched (KernelTable::Copy2DJobs): `count` blocks [rows,
+// cols], block b of src + b·src_stride (row stride ld_src) to dst + b·dst_stride (row
+// stride ld_dst), strides in elements.
+template <typename Real>
+struct Copy2DJob {
+  const Real* src = nullptr;
+  int64_t ld_src = 0, src_stride = 0, rows = 0, cols = 0, count = 0;
+  Real* dst = nullptr;
+  int64_t ld_dst = 0, dst_stride = 0;
+};
+// Most jobs of one KernelTable::Copy2DJobs call (a Multiscreen layer's four projections).
+inline constexpr int kMaxCopy2DJobs = 4;
+
+// Aborts (a caller's bug) unless 0 ≤ n ≤ kMaxCopy2DJobs: Copy2DJobs' check.
+inline void CheckCopy2DJobs(int n) {
+  if (n >= 0 && n <= kMaxCopy2DJobs) return;
+  std::fprintf(stderr, "multiscreen: internal error: Copy2DJobs with %d jobs (at most %d)\n", n, kMaxCopy2DJobs);
+  std::abort();
+}
+
 template <typename Real>
 class KernelTable {
  public:
@@ -182,10 +202,22 @@ class KernelTable {
   // (W_Q, d_K, d_E·d_K, d_E, d_K, tiles, w_cat, tiles·C, C). Each element is written
   // once, so the result is the loop of single blocks b = 0, 1, … bit for bit. The
   // destination blocks may overlap neither one another nor any source block.
-  virtual void Copy2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols,
-                             int64_t count, Real* dst, int64_t ld_dst, int64_t dst_stride) = 0;
-  virtual void Add2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols,
-                            int64_t count, Real* dst, int64_t ld_dst, int64_t dst_stride) = 0;
+  void Copy2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
+                     Real* dst, int64_t ld_dst, int64_t dst_stride) {
+    const Copy2DJob<Real> job{src, ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride};
+    Copy2DJobs(&job, 1, /*accumulate=*/false);
+  }
+  void Add2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
+                    Real* dst, int64_t ld_dst, int64_t dst_stride) {
+    const Copy2DJob<Real> job{src, ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride};
+    Copy2DJobs(&job, 1, /*accumulate=*/true);
+  }
+  // jobs[0, n), n ≤ kMaxCopy2DJobs, each a Copy2DBatched (Add2DBatched when accumulate)
+  // of its own arguments, all in one launch on a device: a layer's W_Q, W_K, W_V, W_G
+  // packed into W_cat, or ∂W_cat added back into their gradients, at once. The result is
+  // the n calls' bit for bit (each element is written or added once); no destination
+  // block may overlap another job's, nor any source block.
+  virtual void Copy2DJobs(const Copy2DJob<Real>* jobs, int n, bool accumulate) = 0;
   // One block [rows, cols] of src (row stride ld_src) copied into / added to dst (ld_dst).
   void Copy2D(const Real* src, int64_t ld_src, int64_t rows, int64_t cols, Real* dst, int64_t ld_dst) {
     Copy2DBatched(src, ld_src, 0, rows, cols, 1, dst, ld_dst, 0);

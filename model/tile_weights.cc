@@ -69,29 +69,37 @@ void ForEachProjectionPart(const ModelDims& d, F&& f) {
 
 }  // namespace
 
-// One batched copy per part: the tiles' [d_E, width] blocks of W_part [tiles, d_E,
-// width] (tile stride d_E·width) into w_cat's columns (tile stride TileColumns).
+// One launch for all parts (Copy2DJobs), a job per part: the tiles' [d_E, width] blocks
+// of W_part [tiles, d_E, width] (tile stride d_E·width) into w_cat's columns (tile
+// stride TileColumns).
 template <typename Real>
 void PackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params, int64_t layer,
                      DeviceArray<Real>* w_cat) {
   const ModelDims& d = layout.dims();
   const int64_t dE = d.d_e, nt = layout.shard().tiles(), C = TileColumns(d), ldw = nt * C;
   w_cat->Resize(dE * ldw);
+  kernels::Copy2DJob<Real> jobs[kernels::kMaxCopy2DJobs];
+  int n = 0;
   ForEachProjectionPart(d, [&](int part, int64_t w, int64_t col) {
     const Real* src = params + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset;
-    ops.Copy2DBatched(src, w, dE * w, dE, w, nt, w_cat->data() + col, ldw, C);
+    jobs[n++] = {src, w, dE * w, dE, w, nt, w_cat->data() + col, ldw, C};
   });
+  ops.Copy2DJobs(jobs, n, /*accumulate=*/false);
 }
 
+// The reverse of PackProjections' jobs, added: one launch.
 template <typename Real>
 void UnpackProjectionsAdd(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
                           int64_t layer, Real* grads) {
   const ModelDims& d = layout.dims();
   const int64_t dE = d.d_e, nt = layout.shard().tiles(), C = TileColumns(d), ldw = nt * C;
+  kernels::Copy2DJob<Real> jobs[kernels::kMaxCopy2DJobs];
+  int n = 0;
   ForEachProjectionPart(d, [&](int part, int64_t w, int64_t col) {
     Real* dst = grads + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset;
-    ops.Add2DBatched(d_w_cat + col, ldw, C, dE, w, nt, dst, w, dE * w);
+    jobs[n++] = {d_w_cat + col, ldw, C, dE, w, nt, dst, w, dE * w};
   });
+  ops.Copy2DJobs(jobs, n, /*accumulate=*/true);
 }
 
 template <typename Real>

@@ -148,10 +148,12 @@ void Transformer<Real>::BeginStep(const Real* params) {
     // The local heads of W_Q, W_K, W_V [H_l, d_E, d_h] → the columns of one [d_E, 3 d_l] matrix.
     w.w_qkv.Resize(dE * 3 * dl);
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
-    for (int p = 0; p < 3; ++p) {  // head h's [d_E, d_h] block → the columns from QkvColumn(p, h)
-      ops_->Copy2DBatched(params + parts[p], dh, dE * dh, dE, dh, H, w.w_qkv.data() + QkvColumn(p, 0), 3 * dl,
-                          QkvColumn(p, 1) - QkvColumn(p, 0));
+    kernels::Copy2DJob<Real> jobs[3];
+    for (int p = 0; p < 3; ++p) {  // head h's [d_E, d_h] block → the columns from QkvColumn(p, h): one launch
+      jobs[p] = {params + parts[p], dh, dE * dh, dE, dh, H, w.w_qkv.data() + QkvColumn(p, 0), 3 * dl,
+                 QkvColumn(p, 1) - QkvColumn(p, 0)};
     }
+    ops_->Copy2DJobs(jobs, 3, /*accumulate=*/false);
     w.w_o.Resize(dl * dE);
     ops_->Copy(params + s.w_o, dl * dE, w.w_o.data());
     w.w_gu.Resize(2 * F * dE);
@@ -265,7 +267,9 @@ void Transformer<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
       const auto tiles = MapTileScalars(w.s_w.data(), w.s_r.data(), w.s_o.data(), H, inference);
       ops_->ScreeningForward(ScreeningShapeOf(B, T), a.qkv.data(), tiles.data(), a.saved(), a.o.data());
     } else {  // q k v = the projection's three parts, [unit q, k], the mechanism with RoPE
-      for (int p = 0; p < 3; ++p) ops_->Copy2D(a.qkv.data() + p * dl, 3 * dl, rows, dl, qkv[p]->data(), dl);
+      kernels::Copy2DJob<Real> split[3];
+      for (int p = 0; p < 3; ++p) split[p] = {a.qkv.data() + p * dl, 3 * dl, 0, rows, dl, 1, qkv[p]->data(), dl, 0};
+      ops_->Copy2DJobs(split, 3, /*accumulate=*/false);
       if (d.qk_norm) {  // before RoPE, which the attention op applies: RoPE(unit(q)) = unit(RoPE(q))
         a.q_norm.Resize(rows * H);
         a.k_norm.Resize(rows * H);
@@ -440,7 +444,9 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
                                false);
       }
       Array* dqkv[3] = {&d_q_, &d_k_, &d_v_};
-      for (int p = 0; p < 3; ++p) ops_->Copy2D(dqkv[p]->data(), dl, rows, dl, d_qkv_.data() + p * dl, 3 * dl);
+      kernels::Copy2DJob<Real> join[3];
+      for (int p = 0; p < 3; ++p) join[p] = {dqkv[p]->data(), dl, 0, rows, dl, 1, d_qkv_.data() + p * dl, 3 * dl, 0};
+      ops_->Copy2DJobs(join, 3, /*accumulate=*/false);
     }
     RoundGradientToCompute(d_qkv_.data(), rows * 3 * dl);
     ops_->PackAsGemm(prec, d_qkv_.data(), rows * 3 * dl, &d_qkv_op_);
@@ -448,10 +454,12 @@ void Transformer<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     // qkv = xn1 W_qkv: ∂W_qkv = xn1ᵀ ∂qkv (back into the heads of W_Q, W_K, W_V), ∂xn1 = ∂qkv W_qkvᵀ.
     ops_->GemmBothPacked(true, false, dE, 3 * dl, rows, 1, a.xn1_op, dE, d_qkv_op_, 3 * dl, 0, d_w_qkv_.data(), 3 * dl);
     const int64_t parts[3] = {s.w_q, s.w_k, s.w_v};
-    for (int p = 0; p < 3; ++p) {
-      ops_->Add2DBatched(d_w_qkv_.data() + QkvColumn(p, 0), 3 * dl, QkvColumn(p, 1) - QkvColumn(p, 0), dE, dh, H,
-                         grads + parts[p], dh, dE * dh);
+    kernels::Copy2DJob<Real> jobs[3];
+    for (int p = 0; p < 3; ++p) {  // one launch
+      jobs[p] = {d_w_qkv_.data() + QkvColumn(p, 0), 3 * dl, QkvColumn(p, 1) - QkvColumn(p, 0), dE, dh, H,
+                 grads + parts[p], dh, dE * dh};
     }
+    ops_->Copy2DJobs(jobs, 3, /*accumulate=*/true);
     ops_->GemmBothPacked(false, true, rows, dE, 3 * dl, 1, d_qkv_op_, 3 * dl, w.w_qkv_op, 3 * dl, 0, d_a_.data(), dE);
     tp_->AllReduce(d_a_.data(), rows * dE, ReduceOp::kSum);  // ∂L/∂xn1 over every rank's heads
     tk_->RmsNormBackward(a.x_in.data(), params + s.attn_norm, a.rstd1.data(), d_a_.data(), dx, grads + s.attn_norm,

@@ -61,11 +61,12 @@ TransformerDecodeSession<Real>::TransformerDecodeSession(const ModelDims& dims, 
     // Transformer::BeginStep packs them (QkvColumn: either head order).
     L.w_qkv.Resize(dE * 3 * dE);
     const char* parts[3] = {"W_Q", "W_K", "W_V"};
-    for (int p = 0; p < 3; ++p) {
+    kernels::Copy2DJob<Real> jobs[3];
+    for (int p = 0; p < 3; ++p) {  // one launch
       const int64_t col = QkvColumn(dims, p, 0, H);
-      ops().Copy2DBatched(at(l, parts[p]), dh, dE * dh, dE, dh, H, L.w_qkv.data() + col, 3 * dE,
-                          QkvColumn(dims, p, 1, H) - col);
+      jobs[p] = {at(l, parts[p]), dh, dE * dh, dE, dh, H, L.w_qkv.data() + col, 3 * dE, QkvColumn(dims, p, 1, H) - col};
     }
+    ops().Copy2DJobs(jobs, 3, /*accumulate=*/false);
     if (precision_ != Precision::kFp32) ops().RoundTo(precision_, L.w_qkv.data(), dE * 3 * dE);
     ops().PackOperand(precision_, L.w_qkv.data(), dE * 3 * dE, &L.w_qkv_op);
     ops().PackOperand(precision_, at(l, "W_O"), dE * dE, &L.w_o);

@@ -267,9 +267,11 @@ def gemm(m, n, k, a=None, b=None):
     return rf"^cublasLt\w* {m}x{n}x{k}{ops}"
 
 
-def kernel(name, source):
-    """A regular expression of a counted kernel name: the kernel (any template arguments) of a source file."""
-    return rf"(^|::){name}(<[^(]*>)? \({re.escape(source)}\)$"
+def kernel(name, source, args=None):
+    """A regular expression of a counted kernel name: the kernel of a source file, with the
+    template arguments `args` (e.g. "true") when given, else any."""
+    targs = rf"<{re.escape(args)}>" if args is not None else r"(<[^(]*>)?"
+    return rf"(^|::){name}{targs} \({re.escape(source)}\)$"
 
 
 def name_kernels(ops, table):
@@ -331,6 +333,9 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     ops = []
     if embed or head:
         ops.append(Op("Ē = unit rows of W_E → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2) + VOCAB * 4, once=True))
+    # W_Q, W_K, W_V, W_G [tiles, d, width] into the interleaved columns of W_cat: one launch
+    # for the four (KernelTable::Copy2DJobs), fp32 read and written.
+    ops.append(Op("pack W_Q, W_K, W_V, W_G into W_cat (BeginStep)", "mem", n_l, 0, d * pd * 4 * 2, once=True))
     ops.append(Op("W_cat, W_O fp32 → bf16 (BeginStep)", "mem", n_l, 0, (d * pd + vd * d) * (4 + 2), launches=2, once=True))
     if embed:
         ops.append(Op("x⁰ = e^{s_E}·Ē[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
@@ -360,6 +365,9 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     if train:
         if head:
             ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
+            # ∂s_F = Σ y·∂y: one launch, its last block adding the sum into the gradient
+            # (KernelTable::DotAddInto; ∂s_E's dot, in the scatter op below, is the same kernel)
+            ops.append(Op("∂s_F = Σ y·∂y (one-launch dot)", "mem", 1, 0, n * d * 4 * 2))
         ops.append(Op("bf16(∂x) for the layer's GEMMs", "mem", n_l, 0, n * d * (4 + 2)))
         ops.append(Op("∂U = ∂x·W_Oᵀ (GEMM)", "gemm", n_l, 2 * n * d * vd, n * d * 2 + vd * d * 2 + n * vd * 2))
         ops.append(Op("∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)", "gemm", n_l, 2 * n * d * vd,
@@ -375,6 +383,7 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
                       nt * (96 * 4 + 96 * 4 + 3 * 4 + 96 * 2 + 5 * 8), launches=3))
         ops.append(Op("∂W_cat = x_inᵀ·∂P (GEMM, fp32)", "gemm", n_l, 2 * n * d * pd,
                       n * d * 2 + n * pd * 2 + d * pd * 4))
+        # ∂W_cat added into the four gradients: one launch (KernelTable::Copy2DJobs)
         ops.append(Op("unpack ∂W_cat into the gradients", "mem", n_l, 0, d * pd * 4 * 3))
         ops.append(Op("∂x += ∂P·W_catᵀ (GEMM, β = 1)", "gemm", n_l, 2 * n * pd * d,
                       n * pd * 2 + d * pd * 2 + n * d * 4 * 2))
@@ -393,6 +402,7 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         syncs += 1
     name_kernels([op for op in ops if not op.kernels], {
         "Ē = unit rows of W_E → bf16 (BeginStep)": [kernel("ForwardKernel", "unit_rows.cu")],
+        "pack W_Q, W_K, W_V, W_G into W_cat (BeginStep)": [kernel("Copy2DJobsKernel", "elementwise.cu", "false")],
         "W_cat, W_O fp32 → bf16 (BeginStep)": [kernel("RoundPackKernel", "gemm.cu")],
         "x⁰ = e^{s_E}·Ē[t] (gather)": [kernel("GatherKernel", "embedding.cu")],
         "x_in = bf16(x)": [kernel("PackKernel", "gemm.cu")],
@@ -412,9 +422,12 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
                                                                         kernel("ReducePartsKernel", "screening.cu"),
                                                                         kernel("TileScalarParamGradsKernel", "screening.cu")],
         "∂W_cat = x_inᵀ·∂P (GEMM, fp32)": [gemm(pd, d, n, "N", "T")],
+        "unpack ∂W_cat into the gradients": [kernel("Copy2DJobsKernel", "elementwise.cu", "true")],
         "∂x += ∂P·W_catᵀ (GEMM, β = 1)": [gemm(d, n, pd, "T", "N")],
         "∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E": [kernel("ScatterKernel", "embedding.cu")],
         "∂W_E = unit-rows backward (EndStep)": [kernel("BackwardKernel", "unit_rows.cu")],
+        # both dot products' launches (∂s_F's and ∂s_E's: one kernel name) count here
+        "∂s_F = Σ y·∂y (one-launch dot)": [kernel("ReduceKernel", "elementwise.cu")],
         "zero the gradients": [kernel("FillKernel", "elementwise.cu")],
         "AdamW (fp32 master, m, v)": [kernel("AdamWKernel", "adamw.cu")]})
     return ops, syncs, pairs, steps

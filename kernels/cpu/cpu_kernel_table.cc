@@ -30,23 +30,22 @@ void CpuKernelTable<Real>::AddInto(const Real* src, int64_t n, Real* dst) {
 }
 
 template <typename Real>
-void CpuKernelTable<Real>::Copy2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows,
-                                         int64_t cols, int64_t count, Real* dst, int64_t ld_dst, int64_t dst_stride) {
-  for (int64_t b = 0; b < count; ++b) {
-    const Real* s = src + b * src_stride;
-    Real* d = dst + b * dst_stride;
-    for (int64_t r = 0; r < rows; ++r) std::copy(s + r * ld_src, s + r * ld_src + cols, d + r * ld_dst);
-  }
-}
-
-template <typename Real>
-void CpuKernelTable<Real>::Add2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows,
-                                        int64_t cols, int64_t count, Real* dst, int64_t ld_dst, int64_t dst_stride) {
-  for (int64_t b = 0; b < count; ++b) {
-    const Real* s = src + b * src_stride;
-    Real* d = dst + b * dst_stride;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) d[r * ld_dst + c] += s[r * ld_src + c];
+void CpuKernelTable<Real>::Copy2DJobs(const Copy2DJob<Real>* jobs, int n, bool accumulate) {
+  CheckCopy2DJobs(n);
+  for (int j = 0; j < n; ++j) {
+    const Copy2DJob<Real>& job = jobs[j];
+    for (int64_t b = 0; b < job.count; ++b) {
+      const Real* s = job.src + b * job.src_stride;
+      Real* d = job.dst + b * job.dst_stride;
+      for (int64_t r = 0; r < job.rows; ++r) {
+        const Real* s_row = s + r * job.ld_src;
+        Real* d_row = d + r * job.ld_dst;
+        if (accumulate) {
+          for (int64_t c = 0; c < job.cols; ++c) d_row[c] += s_row[c];
+        } else {
+          std::copy(s_row, s_row + job.cols, d_row);
+        }
+      }
     }
   }
 }

@@ -25,10 +25,7 @@ class CpuKernelTable final : public KernelTable<Real> {
   void Fill(Real* dst, int64_t n, Real value) override;
   void AddInto(const Real* src, int64_t n, Real* dst) override;
   void AddHost(const Real* host, int64_t n, Real* dst) override { AddInto(host, n, dst); }
-  void Copy2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                     Real* dst, int64_t ld_dst, int64_t dst_stride) override;
-  void Add2DBatched(const Real* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                    Real* dst, int64_t ld_dst, int64_t dst_stride) override;
+  void Copy2DJobs(const Copy2DJob<Real>* jobs, int n, bool accumulate) override;
   double Dot(const Real* a, const Real* b, int64_t n) override;
   double SumSquares(const Real* x, int64_t n, double init = 0) override;
   bool AllFinite(const Real* x, int64_t n) override;

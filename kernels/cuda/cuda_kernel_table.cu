@@ -35,6 +35,8 @@ class CudaKernelTable final : public KernelTable<float> {
   CudaKernelTable(cudaStream_t stream, std::unique_ptr<GemmRunner> gemm, bool tiled_screening)
       : stream_(stream), gemm_(std::move(gemm)), tiled_screening_(tiled_screening) {
     reduce_.Resize(kReduceScratch);
+    blocks_done_.Resize(1);
+    MS_CUDA_CHECK("MakeCudaKernelTable", cudaMemsetAsync(blocks_done_.data(), 0, sizeof(unsigned), stream_));
   }
   ~CudaKernelTable() override {
     cudaStreamSynchronize(stream_);
@@ -89,24 +91,17 @@ class CudaKernelTable final : public KernelTable<float> {
                   cudaMemcpyAsync(host_staging_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
     cuda::AddInto(host_staging_.data(), n, dst, stream_);
   }
-  void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                     float* dst, int64_t ld_dst, int64_t dst_stride) override {
-    cuda::Copy2DBatched(src, ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride, /*accumulate=*/false,
-                        stream_);
+  void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate) override {
+    cuda::Copy2DJobs(jobs, n, accumulate, stream_);
   }
-  void Add2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                    float* dst, int64_t ld_dst, int64_t dst_stride) override {
-    cuda::Copy2DBatched(src, ld_src, src_stride, rows, cols, count, dst, ld_dst, dst_stride, /*accumulate=*/true,
-                        stream_);
-  }
-  double Dot(const float* a, const float* b, int64_t n) override { return cuda::Dot(a, b, n, reduce_.data(), stream_); }
+  double Dot(const float* a, const float* b, int64_t n) override { return cuda::Dot(a, b, n, Reduce(), stream_); }
   void DotAddInto(const float* a, const float* b, int64_t n, float* dst) override {
-    cuda::DotAddInto(a, b, n, dst, reduce_.data(), stream_);
+    cuda::DotAddInto(a, b, n, dst, Reduce(), stream_);
   }
   double SumSquares(const float* x, int64_t n, double init = 0) override {
-    return init + cuda::SumSquares(x, n, reduce_.data(), stream_);
+    return init + cuda::SumSquares(x, n, Reduce(), stream_);
   }
-  bool AllFinite(const float* x, int64_t n) override { return cuda::AllFinite(x, n, reduce_.data(), stream_); }
+  bool AllFinite(const float* x, int64_t n) override { return cuda::AllFinite(x, n, Reduce(), stream_); }
   int64_t Argmax(const float* x, int64_t n) override {
     if (argmax_.size() == 0) argmax_.Resize(1);
     return cuda::Argmax(x, n, argmax_.data(), stream_);
@@ -235,6 +230,8 @@ class CudaKernelTable final : public KernelTable<float> {
   std::unique_ptr<GemmRunner> gemm_;
   bool tiled_screening_;  // ScreeningTiledForward/Backward, else the simple kernels
   DeviceArray<double> reduce_{Device::kCuda};       // kReduceScratch doubles for Dot and friends
+  DeviceArray<unsigned> blocks_done_{Device::kCuda};  // their count of blocks done (0 between calls)
+  ReduceScratch Reduce() { return {reduce_.data(), blocks_done_.data()}; }
   DeviceArray<float> host_staging_{Device::kCuda};  // AddHost's uploaded values
   DeviceArray<int32_t> argmax_{Device::kCuda};      // Argmax's one index
   DeviceArray<int64_t> ranges_{Device::kCuda};      // DownloadRanges' table [count, 3] (begin, length, offset)

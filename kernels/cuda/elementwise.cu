@@ -1,5 +1,5 @@
 // Elementwise ops and fp64 reductions of the CUDA kernel table (elementwise.h):
-// grid-stride loops of kThreads-thread blocks; reductions in two fixed passes.
+// grid-stride loops of kThreads-thread blocks; reductions in one launch, in a fixed order.
 #include "kernels/cuda/elementwise.h"
 
 #include <cuda_fp16.h>
@@ -34,16 +34,28 @@ __global__ void ScaleKernel(float* x, int64_t n, float factor) {
   }
 }
 
-// One grid-stride walk over the count·rows·cols elements of all blocks, block-major.
-__global__ void Copy2DBatchedKernel(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols,
-                                    int64_t count, float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate) {
-  const int64_t block = rows * cols, n = block * count;
+// Copy2DJobs' jobs, passed by value: end[j] is the elements of jobs [0, j] together.
+struct Copy2DJobList {
+  Copy2DJob<float> job[kMaxCopy2DJobs];
+  int64_t end[kMaxCopy2DJobs];
+  int n;
+};
+
+// One grid-stride walk over the elements of all jobs, job-major, then as each job's
+// Copy2DBatched: block-major, row-major within a block. Added into dst when kAccumulate.
+template <bool kAccumulate>
+__global__ void Copy2DJobsKernel(Copy2DJobList list) {
+  const int64_t n = list.end[list.n - 1];
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t b = i / block, j = i - b * block;
-    const int64_t r = j / cols, c = j - r * cols;
-    const float x = src[b * src_stride + r * ld_src + c];
-    float* out = dst + b * dst_stride + r * ld_dst + c;
-    if (accumulate) {
+    int j = 0;
+    while (i >= list.end[j]) ++j;
+    const Copy2DJob<float>& job = list.job[j];
+    const int64_t e = i - (j > 0 ? list.end[j - 1] : 0), block = job.rows * job.cols;
+    const int64_t b = e / block, k = e - b * block;
+    const int64_t r = k / job.cols, c = k - r * job.cols;
+    const float x = job.src[b * job.src_stride + r * job.ld_src + c];
+    float* out = job.dst + b * job.dst_stride + r * job.ld_dst + c;
+    if constexpr (kAccumulate) {
       *out += x;
     } else {
       *out = x;
@@ -85,44 +97,55 @@ struct NonFiniteTerm {
 };
 
 
-// Pass 1: partial[block] = the block's terms, each thread summing its strided share in order.
+// One launch: block b writes its terms' sum (each thread summing its strided share in
+// order, then the block tree) to sums[b]; the last block to finish, counted in
+// *blocks_done (reset to 0 by it), sums sums[0, gridDim.x) — each thread its strided share
+// in index order, then the block tree — into sums[kReduceBlocks] and, with add_to, adds
+// it there as fp32. The order of that final sum is fixed whichever block comes last, so
+// the result is set by n alone (it is what a second one-block pass over the partials
+// gave).
 template <typename Term>
-__global__ void PartialSumKernel(Term term, int64_t n, double* partial) {
+__global__ void ReduceKernel(Term term, int64_t n, ReduceScratch scratch, float* add_to) {
   double sum = 0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     sum += term(i);
   }
   sum = BlockSum(sum);
-  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
-}
-
-// Pass 2 (one block): out = Σ partial[0, count); with add_to, also *add_to += float(out).
-__global__ void FinalSumKernel(const double* partial, int count, double* out, float* add_to) {
-  double sum = 0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partial[i];
-  sum = BlockSum(sum);
+  __shared__ bool last;
   if (threadIdx.x == 0) {
-    *out = sum;
-    if (add_to != nullptr) *add_to += static_cast<float>(sum);
+    scratch.sums[blockIdx.x] = sum;
+    __threadfence();  // the partial is visible device-wide before the count says so
+    last = atomicAdd(scratch.blocks_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other block's partial is read after its count
+  double total = 0;
+  const volatile double* sums = scratch.sums;
+  for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x) total += sums[i];
+  total = BlockSum(total);
+  if (threadIdx.x == 0) {
+    scratch.sums[kReduceBlocks] = total;
+    if (add_to != nullptr) *add_to += static_cast<float>(total);
+    *scratch.blocks_done = 0;
   }
 }
 
-// The two passes into scratch[kReduceBlocks] (and, with add_to, added there); n > 0.
+// The reduction into scratch.sums[kReduceBlocks] (and, with add_to, added there); n > 0.
 template <typename Term>
-void LaunchReduce(const char* op, Term term, int64_t n, double* scratch, float* add_to, cudaStream_t stream) {
+void LaunchReduce(const char* op, Term term, int64_t n, ReduceScratch scratch, float* add_to, cudaStream_t stream) {
   const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kReduceBlocks));
-  Launch<PartialSumKernel<Term>>(blocks, kThreads, 0, stream, term, n, scratch);
-  MS_CUDA_CHECK_LAUNCH(op);
-  Launch<FinalSumKernel>(1, kThreads, 0, stream, scratch, blocks, scratch + kReduceBlocks, add_to);
+  Launch<ReduceKernel<Term>>(blocks, kThreads, 0, stream, term, n, scratch, add_to);
   MS_CUDA_CHECK_LAUNCH(op);
 }
 
 template <typename Term>
-double Reduce(const char* op, Term term, int64_t n, double* scratch, cudaStream_t stream) {
+double Reduce(const char* op, Term term, int64_t n, ReduceScratch scratch, cudaStream_t stream) {
   if (n <= 0) return 0;
   LaunchReduce(op, term, n, scratch, static_cast<float*>(nullptr), stream);
   double result = 0;
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(&result, scratch + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(&result, scratch.sums + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost,
+                                    stream));
   MS_CUDA_CHECK(op, cudaStreamSynchronize(stream));
   return result;
 }
@@ -147,11 +170,23 @@ void Scale(float* x, int64_t n, float factor, cudaStream_t stream) {
   MS_CUDA_CHECK_LAUNCH("Scale");
 }
 
-void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                   float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate, cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0 || count <= 0) return;
-  Launch<Copy2DBatchedKernel>(BlocksFor(rows * cols * count), kThreads, 0, stream, src, ld_src, src_stride, rows, cols,
-                              count, dst, ld_dst, dst_stride, accumulate);
+void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate, cudaStream_t stream) {
+  CheckCopy2DJobs(n);
+  Copy2DJobList list{};
+  int64_t total = 0;
+  for (int j = 0; j < n; ++j) {
+    const Copy2DJob<float>& job = jobs[j];
+    if (job.rows <= 0 || job.cols <= 0 || job.count <= 0) continue;  // nothing to copy: left out
+    list.job[list.n] = job;
+    total += job.rows * job.cols * job.count;
+    list.end[list.n++] = total;
+  }
+  if (total <= 0) return;
+  if (accumulate) {
+    Launch<Copy2DJobsKernel<true>>(BlocksFor(total), kThreads, 0, stream, list);
+  } else {
+    Launch<Copy2DJobsKernel<false>>(BlocksFor(total), kThreads, 0, stream, list);
+  }
   MS_CUDA_CHECK_LAUNCH(accumulate ? "Add2DBatched" : "Copy2DBatched");
 }
 
@@ -167,19 +202,19 @@ void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream) {
   MS_CUDA_CHECK_LAUNCH("RoundTo");
 }
 
-double Dot(const float* a, const float* b, int64_t n, double* scratch, cudaStream_t stream) {
+double Dot(const float* a, const float* b, int64_t n, ReduceScratch scratch, cudaStream_t stream) {
   return Reduce("Dot", DotTerm{a, b}, n, scratch, stream);
 }
 
-void DotAddInto(const float* a, const float* b, int64_t n, float* dst, double* scratch, cudaStream_t stream) {
+void DotAddInto(const float* a, const float* b, int64_t n, float* dst, ReduceScratch scratch, cudaStream_t stream) {
   if (n > 0) LaunchReduce("DotAddInto", DotTerm{a, b}, n, scratch, dst, stream);
 }
 
-double SumSquares(const float* x, int64_t n, double* scratch, cudaStream_t stream) {
+double SumSquares(const float* x, int64_t n, ReduceScratch scratch, cudaStream_t stream) {
   return Reduce("SumSquares", DotTerm{x, x}, n, scratch, stream);
 }
 
-bool AllFinite(const float* x, int64_t n, double* scratch, cudaStream_t stream) {
+bool AllFinite(const float* x, int64_t n, ReduceScratch scratch, cudaStream_t stream) {
   return Reduce("AllFinite", NonFiniteTerm{x}, n, scratch, stream) == 0;
 }
 

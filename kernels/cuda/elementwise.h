@@ -22,12 +22,11 @@ void AddInto(const float* src, int64_t n, float* dst, cudaStream_t stream);
 // dst[i] ← dst[i] · factor, i < n.
 void Scale(float* x, int64_t n, float factor, cudaStream_t stream);
 
-// `count` blocks [rows, cols], block b of src + b·src_stride (row stride ld_src) copied
-// into dst + b·dst_stride (row stride ld_dst) when !accumulate, added to it when
-// accumulate; one launch. The destination blocks overlap neither one another nor any
-// source block (kernel_table.h's Copy2DBatched).
-void Copy2DBatched(const float* src, int64_t ld_src, int64_t src_stride, int64_t rows, int64_t cols, int64_t count,
-                   float* dst, int64_t ld_dst, int64_t dst_stride, bool accumulate, cudaStream_t stream);
+// jobs[0, n), n ≤ kMaxCopy2DJobs, each `count` blocks [rows, cols] of its src (block b
+// at src + b·src_stride, row stride ld_src) copied into its dst (dst + b·dst_stride, row
+// stride ld_dst) when !accumulate, added to it when accumulate: one launch for all
+// (kernel_table.h's Copy2DJobs). No destination block overlaps another or any source.
+void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate, cudaStream_t stream);
 
 // dst ← the elements of src at `count` ranges, one after another: ranges [count, 3]
 // device int64s (begin in src, length, offset in dst), one block per range; one launch.
@@ -41,19 +40,28 @@ void RoundTo(Precision precision, float* x, int64_t n, cudaStream_t stream);
 // Doubles of device scratch the reductions below need.
 inline constexpr int64_t kReduceScratch = 1025;
 
-// Σ_i a_i·b_i in fp64 (products exact in fp64). Deterministic: a fixed grid of
-// per-thread strided sums, block trees and one final block tree, all set by n alone.
-// scratch: kReduceScratch device doubles. Waits for the result.
-double Dot(const float* a, const float* b, int64_t n, double* scratch, cudaStream_t stream);
+// The reductions' device scratch: `sums`, kReduceScratch doubles (the blocks' partial
+// sums, then the result at [kReduceScratch − 1]), and `blocks_done`, one unsigned that
+// is 0 between calls (the owner zeroes it once; each reduction leaves it 0).
+struct ReduceScratch {
+  double* sums = nullptr;
+  unsigned* blocks_done = nullptr;
+};
 
-// dst[0] += float(Dot(a, b, n)), on the device: the same passes, the last one adding its
-// fp64 sum (rounded to fp32) into dst; nothing waits. scratch as Dot's.
-void DotAddInto(const float* a, const float* b, int64_t n, float* dst, double* scratch, cudaStream_t stream);
+// Σ_i a_i·b_i in fp64 (products exact in fp64). Deterministic: a fixed grid of
+// per-thread strided sums and block trees, set by n alone; the last block to finish sums
+// the blocks' partials in index order (a strided sum per thread, then its block tree),
+// whichever block that is: one launch. Waits for the result.
+double Dot(const float* a, const float* b, int64_t n, ReduceScratch scratch, cudaStream_t stream);
+
+// dst[0] += float(Dot(a, b, n)), on the device: the same launch, its last block adding
+// the fp64 sum (rounded to fp32) into dst; nothing waits.
+void DotAddInto(const float* a, const float* b, int64_t n, float* dst, ReduceScratch scratch, cudaStream_t stream);
 
 // Σ_i x_i² in fp64, as Dot(x, x).
-double SumSquares(const float* x, int64_t n, double* scratch, cudaStream_t stream);
+double SumSquares(const float* x, int64_t n, ReduceScratch scratch, cudaStream_t stream);
 
 // Whether every x_i is finite (counts the others, as Dot does its sum).
-bool AllFinite(const float* x, int64_t n, double* scratch, cudaStream_t stream);
+bool AllFinite(const float* x, int64_t n, ReduceScratch scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

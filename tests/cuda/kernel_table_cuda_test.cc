@@ -117,6 +117,55 @@ TEST_F(CudaKernelTableTest, BatchedCopyAndAddOfBlocksMatchTheCpuBitForBit) {
   }
 }
 
+// Copy2DJobs: a layer's four projections of two widths (d_K = 5, d_V = 7 here) packed
+// into the interleaved columns of W_cat, and W_cat added back into them, with W_K's job
+// made empty (count 0): the jobs' Copy2DBatched / Add2DBatched one after another on the
+// CPU, bit for bit, in one launch (counted on the emulated device).
+TEST_F(CudaKernelTableTest, Copy2DJobsAreTheirBatchedCopiesInOneLaunch) {
+  const int64_t tiles = 3, dE = 11, dk = 5, dv = 7, C = 2 * dk + 2 * dv, ldw = tiles * C;
+  const int64_t widths[4] = {dk, dk, dv, dv};
+  const Floats params = Random(tiles * dE * C, 61), w_cat = Random(dE * ldw, 62);
+  kernels::cpu::CpuKernelTable<float> cpu;
+  for (bool add : {false, true}) {
+    SCOPED_TRACE(add ? "W_cat added into the parts" : "the parts copied into W_cat");
+    const Floats& src = add ? w_cat : params;
+    const Floats& dst_before = add ? params : w_cat;
+    Floats want = dst_before;
+    float* d_src = Device(src);
+    float* d_dst = Device(dst_before);
+    // Job p's arguments at offsets from src and dst (host or device).
+    auto job_at = [&](int p, const float* s, float* d) {
+      const int64_t w = widths[p], part = tiles * dE * (p < 2 ? p * dk : 2 * dk + (p - 2) * dv);
+      const int64_t col = p < 2 ? p * dk : 2 * dk + (p - 2) * dv;
+      return add ? kernels::Copy2DJob<float>{s + col, ldw, C, dE, w, p == 1 ? 0 : tiles, d + part, w, dE * w}
+                 : kernels::Copy2DJob<float>{s + part, w, dE * w, dE, w, p == 1 ? 0 : tiles, d + col, ldw, C};
+    };
+    kernels::Copy2DJob<float> jobs[kernels::kMaxCopy2DJobs];
+    for (int p = 0; p < 4; ++p) {
+      jobs[p] = job_at(p, d_src, d_dst);
+      const kernels::Copy2DJob<float> h = job_at(p, src.data(), want.data());
+      if (add) {
+        cpu.Add2DBatched(h.src, h.ld_src, h.src_stride, h.rows, h.cols, h.count, h.dst, h.ld_dst, h.dst_stride);
+      } else {
+        cpu.Copy2DBatched(h.src, h.ld_src, h.src_stride, h.rows, h.cols, h.count, h.dst, h.ld_dst, h.dst_stride);
+      }
+    }
+#ifdef MULTISCREEN_CUDA_EMULATED
+    const auto before = msemu::WorkTallies();
+#endif
+    table_->Copy2DJobs(jobs, 4, add);
+#ifdef MULTISCREEN_CUDA_EMULATED
+    uint64_t launches = 0;
+    for (const auto& [name, work] : msemu::WorkBetween(before, msemu::WorkTallies())) {
+      if (work.kind == msemu::WorkKind::kKernel) launches += work.calls;
+    }
+    EXPECT_EQ(launches, 1u);
+#endif
+    EXPECT_EQ(Host(d_dst, int64_t(dst_before.size())), want);
+    EXPECT_NE(want, dst_before);
+  }
+}
+
 TEST_F(CudaKernelTableTest, DotAndSumSquaresMatchAnFp64SumAndRepeatExactly) {
   for (int64_t n : {int64_t(1), int64_t(1000), int64_t(1) << 20 | 7}) {
     const Floats a = Random(n, 3), b = Random(n, 4);
@@ -135,7 +184,7 @@ TEST_F(CudaKernelTableTest, DotAndSumSquaresMatchAnFp64SumAndRepeatExactly) {
 }
 
 // The gradients of s_E and s_F: Dot's sum, rounded to fp32, added on the device (the
-// CPU table's Dot then AddHost), bit for bit; on the emulated device, without a wait.
+// CPU table's Dot then AddHost), bit for bit; on the emulated device, without a wait, in one launch.
 TEST_F(CudaKernelTableTest, DotAddIntoAddsDotsSumWithoutWaiting) {
   for (int64_t n : {int64_t(1), int64_t(1000), int64_t(1) << 20 | 7}) {
     const Floats a = Random(n, 7), b = Random(n, 8);
@@ -145,11 +194,18 @@ TEST_F(CudaKernelTableTest, DotAddIntoAddsDotsSumWithoutWaiting) {
     float* dst = Device(start);
     const float want = start[1] + static_cast<float>(table_->Dot(da, db, n));
 #ifdef MULTISCREEN_CUDA_EMULATED
-    const uint64_t syncs_before = msemu::WorkTallies()["cudaStreamSynchronize"].calls;
+    const auto before = msemu::WorkTallies();
 #endif
     table_->DotAddInto(da, db, n, dst + 1);
 #ifdef MULTISCREEN_CUDA_EMULATED
-    EXPECT_EQ(msemu::WorkTallies()["cudaStreamSynchronize"].calls, syncs_before) << "n = " << n;
+    // No wait, and one launch: the reduction's last block adds the sum.
+    uint64_t syncs = 0, launches = 0;
+    for (const auto& [name, work] : msemu::WorkBetween(before, msemu::WorkTallies())) {
+      if (work.kind == msemu::WorkKind::kSync) syncs += work.calls;
+      if (work.kind == msemu::WorkKind::kKernel) launches += work.calls;
+    }
+    EXPECT_EQ(syncs, 0u) << "n = " << n;
+    EXPECT_EQ(launches, 1u) << "n = " << n;
 #endif
     Floats got(2);
     table_->Download(dst, 2, got.data());
