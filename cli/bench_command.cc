@@ -345,7 +345,7 @@ int BenchTrain(int argc, char** argv) {
   auto head_used = [&](const ModelOptions& options) {
     if (dims->transformer()) return "blas";  // its head takes each row's max: the BLAS path (model/transformer.cc)
     return precision == "fp64" ? HeadPathName<double>(*dims, 1, options.head_path)
-                               : HeadPathName<float>(*dims, 1, options.head_path);
+                               : HeadPathName<float>(*dims, 1, options.head_path, step_precision());
   };
   if (absl::GetFlag(FLAGS_compare_paths)) {
     for (const char* flag : {"isa", "head_path"}) {

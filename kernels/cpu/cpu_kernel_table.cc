@@ -173,14 +173,30 @@ void CpuKernelTable<Real>::PackOperand(Precision precision, const Real* src, int
     out->values = src;
     return;
   }
-  // src already holding the precision's values (a decoder's rounded Ē) is read as it is.
+  // src already holding the precision's values (a decoder's rounded Ē, the step's) is read
+  // as it is. With bf16 products the check converts as it goes (one pass where src is exact).
+  const bool bf16 = Bf16Products(precision);
+  if (bf16) out->half.Resize(n);
   constexpr int64_t kChunk = 4096;
   std::vector<Real> chunk;
   bool exact = true;
   for (int64_t i = 0; i < n && exact; i += kChunk) {
-    chunk.assign(src + i, src + std::min(n, i + kChunk));
-    RoundTo(precision, chunk.data(), static_cast<int64_t>(chunk.size()));
+    const int64_t len = std::min(n, i + kChunk) - i;
+    if constexpr (std::is_same_v<Real, float>) {
+      if (bf16) {
+        chunk.resize(len);
+        ToBf16(src + i, len, out->half.data() + i, chunk.data());
+        exact = std::memcmp(chunk.data(), src + i, len * sizeof(Real)) == 0;
+        continue;
+      }
+    }
+    chunk.assign(src + i, src + i + len);
+    RoundTo(precision, chunk.data(), len);
     exact = std::memcmp(chunk.data(), src + i, chunk.size() * sizeof(Real)) == 0;
+  }
+  if (exact && bf16) {
+    out->values = src;
+    return;
   }
   if (exact) {
     out->values = src;
@@ -190,11 +206,11 @@ void CpuKernelTable<Real>::PackOperand(Precision precision, const Real* src, int
     RoundTo(precision, out->rounded.data(), n);
     out->values = out->rounded.data();
   }
-  out->half.Resize(0);
   // The bf16 products read the 16-bit copy (made once: the weights', per optimizer step).
-  if (Bf16Products(precision)) {
-    out->half.Resize(n);
-    if constexpr (std::is_same_v<Real, float>) ToBf16(out->values, n, out->half.data(), nullptr);
+  if (!bf16) {
+    out->half.Resize(0);
+  } else if constexpr (std::is_same_v<Real, float>) {
+    ToBf16(out->values, n, out->half.data(), nullptr);
   }
 }
 

@@ -21,7 +21,8 @@ template bool HeadPanelsServe<double>(HeadPath, int64_t);
 
 template <typename Real>
 void FusedHead<Real>::Prepare(const Real* e_bar, int64_t vocab, int64_t d_e) {
-  packed_ = PanelsAllowed(d_e);
+  // A bf16 head runs whole rows (Run): no panels to pack.
+  packed_ = PanelsAllowed(d_e) && !(std::is_same_v<Real, float> && options_.precision == Precision::kBf16);
   if (!packed_) return;
   e_bar_panels_.resize(HeadPanelCount(vocab) * d_e * kHeadPanel);
   PackHeadPanels(e_bar, vocab, d_e, e_bar_panels_.data());

@@ -36,7 +36,8 @@ class FusedHead {
 
   // HeadPanelsServe under these options.
   bool PanelsAllowed(int64_t d_e) const { return HeadPanelsServe<Real>(options_.head_path, d_e); }
-  // Packs Ē [vocab, d_e] into panels when PanelsAllowed (once per step).
+  // Packs Ē [vocab, d_e] into panels when PanelsAllowed and the options' precision is not
+  // kBf16 (once per step).
   void Prepare(const Real* e_bar, int64_t vocab, int64_t d_e);
   // kernels::HeadLossArgs's loss and gradient; args.e_bar must be what Prepare packed.
   void Run(const HeadLossArgs<Real>& args);
