@@ -43,6 +43,7 @@
 #include "model/init.h"
 #include "model/multiscreen.h"
 #include "nlohmann/json.hpp"
+#include "trainer/cpu_precision.h"
 #include "trainer/flops.h"
 
 ABSL_DECLARE_FLAG(bool, json);     // params_command.cc
@@ -346,6 +347,13 @@ int BenchTrain(int argc, char** argv) {
   auto device = ResolveDevice(precision == "fp64");
   if (!device.ok()) return Fail("bench train", device.status());
   head.device = *device;
+  // bf16 on a CPU path without bf16 dot products runs the fp32 step (trainer/cpu_precision.h),
+  // said once, as train does; --compare_paths takes each path's.
+  auto step_precision = [&] { return *device == Device::kCpu ? CpuStepPrecision(p, nullptr) : p; };
+  if (std::string notice; *device == Device::kCpu && !absl::GetFlag(FLAGS_compare_paths)) {
+    CpuStepPrecision(p, &notice);
+    if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
+  }
   if (count && *device == Device::kCpu) {
     return Fail("bench train", absl::InvalidArgumentError(
                                    "--count counts the device's work: add --device=cuda (fp64 runs on the CPU)"));
@@ -358,12 +366,13 @@ int BenchTrain(int argc, char** argv) {
   }
   auto run = [&](const ModelOptions& options) {
     return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr, count, op_times)
-                               : RunTrain<float>(*dims, p, options, B, T, warmup, steps, seed, lr, count, op_times);
+                               : RunTrain<float>(*dims, step_precision(), options, B, T, warmup, steps, seed, lr, count,
+                                                 op_times);
   };
   auto head_used = [&](const ModelOptions& options) {
     if (dims->transformer()) return "blas";  // its head takes each row's max: the BLAS path (model/transformer.cc)
     return precision == "fp64" ? HeadPathName<double>(*dims, 1, options.head_path)
-                               : HeadPathName<float>(*dims, 1, options.head_path);
+                               : HeadPathName<float>(*dims, 1, options.head_path, step_precision());
   };
   if (absl::GetFlag(FLAGS_compare_paths)) {
     for (const char* flag : {"isa", "head_path"}) {
@@ -395,7 +404,10 @@ int BenchTrain(int argc, char** argv) {
   const double flops_per_token = TrainingFlopsPerToken(*dims, T, r.windows);
   const double gflops = flops_per_token * tokens_per_s / 1e9;
   const double mfu = gflops / sgemm;
-  const nlohmann::json mfu_hw = gpu ? nlohmann::json(nullptr) : nlohmann::json(gflops / hw.fp32_gflops);
+  // The CPU's peak in the step's precision: fp32, fp64 (half), bf16 where the step ran bf16.
+  const std::string ran = precision == "bf16" && step_precision() != Precision::kBf16 ? "fp32" : precision;
+  const StepPeak hw_peak = CpuStepPeak(hw, ran);
+  const nlohmann::json mfu_hw = gpu ? nlohmann::json(nullptr) : nlohmann::json(gflops / hw_peak.gflops);
   // The same on the calling thread's CPU clock (bench_timing.h ThreadCpuSeconds): what a
   // loaded machine took from this thread left out.
   const double step_cpu = Median(r.step_thread_cpu_seconds);
@@ -420,6 +432,7 @@ int BenchTrain(int argc, char** argv) {
                         {"seq_len", T},
                         {"micro_batch", B},
                         {"precision", precision},
+                        {"step_precision", ran},
                         {"device", gpu ? *BindDevice(0) : "cpu"},
                         {"threads", threads},
                         {"warmup", warmup},
@@ -438,10 +451,12 @@ int BenchTrain(int argc, char** argv) {
                         {"sgemm_gflops", sgemm},
                         {"sgemm_n", sgemm_n},
                         {"mfu", mfu},
-                        {"hw_peak_gflops", or_null(hw.fp32_gflops)},
+                        {"hw_peak_gflops", or_null(hw_peak.gflops)},
+                        {"hw_peak_precision", gpu ? nlohmann::json(nullptr) : nlohmann::json(hw_peak.precision)},
+                        {"hw_peak_fp32_gflops", or_null(hw.fp32_gflops)},
                         {"mfu_hw", mfu_hw},
                         {"step_thread_cpu_seconds", step_cpu},
-                        {"mfu_hw_thread_cpu", gpu ? nlohmann::json(nullptr) : nlohmann::json(gflops_cpu / hw.fp32_gflops)},
+                        {"mfu_hw_thread_cpu", gpu ? nlohmann::json(nullptr) : nlohmann::json(gflops_cpu / hw_peak.gflops)},
                         {"hw_peak_bf16_gflops", or_null(hw.bf16_gflops)},
                         {"hw_peak_isa", gpu ? nlohmann::json(nullptr) : nlohmann::json(kernels::cpu::IsaName(hw.isa))},
                         {"hw_peak_threads", hw.threads},
@@ -460,7 +475,7 @@ int BenchTrain(int argc, char** argv) {
     return 0;
   }
   std::printf("bench train: %s, T=%lld, B=%lld, %s, %d threads; %lld timed steps after %lld warm-up\n",
-              dims->name.c_str(), (long long)T, (long long)B, precision.c_str(), threads, (long long)steps,
+              dims->name.c_str(), (long long)T, (long long)B, ran.c_str(), threads, (long long)steps,
               (long long)warmup);
   if (gpu) {
     std::printf("  device          %s\n", BindDevice(0)->c_str());
@@ -481,8 +496,9 @@ int BenchTrain(int argc, char** argv) {
     std::printf("  hardware peak   %10.2f GFLOP/s (%s fp32 multiply-add, %d threads, %.2f GHz: %.1f FLOPs/cycle a core)\n",
                 hw.fp32_gflops, kernels::cpu::IsaName(hw.isa), hw.threads, hw.ghz, hw.fp32_flops_per_cycle);
     if (hw.bf16_gflops > 0) std::printf("  bf16 dot peak   %10.2f GFLOP/s (vdpbf16ps)\n", hw.bf16_gflops);
-    std::printf("  MFU (hardware)  %10.1f %%   (%.1f %% on the thread's CPU clock: %.4f s a step)\n",
-                100 * gflops / hw.fp32_gflops, 100 * gflops_cpu / hw.fp32_gflops, step_cpu);
+    if (hw_peak.precision == "fp64") std::printf("  fp64 peak       %10.2f GFLOP/s (half the fp32 lanes)\n", hw_peak.gflops);
+    std::printf("  MFU (hardware)  %10.1f %%   against the %s peak (%.1f %% on the thread's CPU clock: %.4f s a step)\n",
+                100 * gflops / hw_peak.gflops, hw_peak.precision.c_str(), 100 * gflops_cpu / hw_peak.gflops, step_cpu);
   }
   std::printf("  MFU (%s)     %10.1f %%\n", *peak_tflops > 0 ? "given" : gpu ? "GEMM " : "SGEMM", 100 * mfu);
   std::printf("  peak RSS        %10.1f MiB\n", peak_rss / 1048576.0);

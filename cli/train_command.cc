@@ -44,6 +44,7 @@
 #include "trainer/run_data.h"
 #include "trainer/run_agreement.h"
 #include "trainer/stop_signal.h"
+#include "trainer/cpu_precision.h"
 #include "trainer/trainer.h"
 
 ABSL_FLAG(std::string, config, "", "run configuration (RunConfig text proto), e.g. configs/train/psi8_demo.textproto");
@@ -558,7 +559,11 @@ int TrainCommand(int argc, char** argv) {
             BuildDescription());
     if (*device == Device::kCpu) {
       LogInfo("device: cpu; CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
-              HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels), comm_note);
+              HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels,
+                                  CpuStepPrecision(run->precision() == config::RunConfig::BF16 ? Precision::kBf16
+                                                                                             : Precision::kFp32,
+                                                   nullptr)),
+              comm_note);
     } else {
       LogInfo("device: ", DeviceName(*device), " (", bound_device,
               "): the step, parameters, gradients and AdamW on the GPU; checkpoints staged through the host",

@@ -40,7 +40,7 @@ namespace multiscreen {
 // Compute precision of the step (DESIGN "Precision"): fp32 masters always.
 enum class Precision {
   kFp32,  // everything in Real
-  kBf16,  // fp32 masters; GEMM operands (weights, Ē, activations) rounded to bf16
+  kBf16,  // fp32 masters; GEMM operands (weights, Ē, activations, backward gradients) in bf16
   kFp16,  // as kBf16 in IEEE half, backward GEMM operands too (so scaled gradients can overflow)
 };
 
@@ -136,9 +136,10 @@ enum class PackedGemmA {
   // Rounded to the packed B's precision on every device: a decoder's activation rows,
   // which nothing else rounds.
   kRounded,
-  // As Gemm reads it: the CPU as given (the caller rounded it where the precision asks;
-  // under kBf16 a backward gradient stays fp32), a device converted to 16 bits as Gemm
-  // converts it. The training step's operands: bit for bit Gemm on B's values.
+  // As Gemm reads it: under kBf16 rounded to bf16 on every device (a backward gradient
+  // too); under kFp16 the CPU as given (the caller rounds where the precision asks), a device
+  // converted to 16 bits as Gemm converts it. The training step's operands: bit for bit Gemm
+  // on B's values.
   kAsGemm,
 };
 
@@ -262,9 +263,10 @@ class KernelTable {
   virtual void EmbeddingBackward(const Real* dout, const int32_t* ids, int64_t count, int64_t v0, int64_t v1,
                                  int64_t d, Real scale, Real* dtable) = 0;
   // C[m, n] = alpha · op(A) · op(B) + beta · C, row-major (kernels/cpu/gemm.h). `precision`
-  // is the step's: under kBf16/kFp16 the caller has rounded A and B to it where the CPU
-  // does, and a device may run the product on 16-bit operands with fp32 accumulation;
-  // under kFp32 the product is exact fp32 (no TF32).
+  // is the step's: under kBf16 A and B are rounded to bf16 and multiplied with fp32
+  // accumulation on every device (the CPU's bf16 dot products where it has them,
+  // kernels/cpu/gemm_bf16.h); under kFp16 the caller has rounded A and B where the CPU does
+  // and a device runs 16-bit operands; under kFp32 the product is exact fp32 (no TF32).
   virtual void Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
                     const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc) = 0;
   // `src` [n] (on device()) as the B operand of GemmPacked in `precision`, into *out,
@@ -288,8 +290,8 @@ class KernelTable {
   // launch; the CPU reads x itself. Keep x alive and unchanged while *out is used.
   virtual void PackRounded(Precision precision, Real* x, int64_t n, PackedOperand<Real>* out) = 0;
   // `src` [n] (on device()) as a GEMM operand read as Gemm reads it in `precision`
-  // (PackedGemmA::kAsGemm: the CPU as given, so a backward gradient stays fp32 under
-  // kBf16; a device converted to 16 bits, once, one launch). A step's gradient that two
+  // (PackedGemmA::kAsGemm: under kBf16 rounded to bf16, once; under kFp16 the CPU as given,
+  // a device converted to 16 bits, once, one launch). A step's gradient that two
   // GEMMs read (∂X = ∂Y·Wᵀ and ∂W = Xᵀ∂Y). Keep src alive and unchanged while *out is used.
   virtual void PackAsGemm(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) = 0;
   // Gemm on two packed operands of one precision (PackOperand, PackRounded, PackAsGemm;

@@ -17,6 +17,8 @@
 // Not thread-safe: one instance holds the activations of one micro-batch.
 #pragma once
 
+#include <type_traits>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -40,9 +42,11 @@ namespace multiscreen {
 template <typename Real>
 bool HeadPanelsAllowed(const ModelDims& dims, int64_t tp, HeadPath path);
 
-// "panels" or "blas", as HeadPanelsAllowed says.
+// "panels" or "blas", as HeadPanelsAllowed says; "bf16 rows" for a float head under kBf16
+// (kernels/cpu/head_loss.h: whole rows, bf16 products, whatever the path).
 template <typename Real>
-const char* HeadPathName(const ModelDims& dims, int64_t tp, HeadPath path) {
+const char* HeadPathName(const ModelDims& dims, int64_t tp, HeadPath path, Precision precision = Precision::kFp32) {
+  if (std::is_same_v<Real, float> && precision == Precision::kBf16 && tp == 1) return "bf16 rows";
   return HeadPanelsAllowed<Real>(dims, tp, path) ? "panels" : "blas";
 }
 

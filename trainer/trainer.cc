@@ -31,6 +31,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/progress.h"
 #include "trainer/flops.h"
+#include "trainer/cpu_precision.h"
 #include "trainer/mfu_peak.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/recipe_change.h"
@@ -163,6 +164,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   ModelOptions options;
   options.device = start.device;
   options.precision = ModelPrecision(run.precision());
+  if (start.device == Device::kCpu) {  // bf16 without the CPU's bf16 dot products: the fp32 step, said once
+    std::string notice;
+    options.precision = CpuStepPrecision(options.precision, &notice);
+    if (!notice.empty() && t->is_logger()) LogWarning(notice);
+  }
   DataParallelOptions dp_options;
   dp_options.zero1 = run.parallel().zero() == 1;
   dp_options.overlap = run.parallel().dp_overlap() != "off";
@@ -206,15 +212,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
   t->grads_.Resize(layout.size());
   // MFU: FLOPs at the initial windows (the learned windows move; this is the
   // spec's count at initialization) against the peak given, else per process: on the CPU
-  // the hardware's fp32 multiply-add peak of the kernels' path on the step's threads
-  // (kernels/cpu/fma_peak.h, as bench train reports it), on a GPU its GEMM rate in the
-  // step's precision.
+  // the hardware's peak of the step's precision (trainer/cpu_precision.h: the fp32
+  // multiply-add peak, the bf16 dot-product peak for a bf16 step) on the kernels' path and
+  // the step's threads, the node's CPUs shared among its ranks (kernels/cpu/fma_peak.h, as
+  // bench train reports it), on a GPU its GEMM rate in the step's precision.
   t->flops_per_token_ = TrainingFlopsPerToken(dims, run.seq_len(), InitialWindows(dims));
   // A measured peak is measured again where a step passes it (MfuPeak).
   std::function<double()> measure = [ops = &t->model_->ops(), device = start.device, precision = options.precision,
-                                     world = grid->world_size()] {
-    return world * (device == Device::kCpu ? kernels::cpu::MeasureHardwarePeak(kernels::cpu::ActiveIsa()).fp32_gflops
-                                           : MeasureGemmGflops(*ops, precision, 8192, 0.05));
+                                     world = grid->world_size(), local = grid->local_size()] {
+    if (device != Device::kCpu) return world * MeasureGemmGflops(*ops, precision, 8192, 0.05);
+    const auto hw = kernels::cpu::MeasureHardwarePeak(kernels::cpu::ActiveIsa(), 0.15, local);
+    return world * CpuStepPeak(hw, precision == Precision::kBf16 ? "bf16" : "fp32").gflops;
   };
   const double given = start.peak_tflops * 1e3 * grid->world_size();
   t->mfu_peak_ = std::make_unique<MfuPeak>(given > 0 ? given : measure(), given > 0 ? nullptr : measure);

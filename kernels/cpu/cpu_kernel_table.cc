@@ -10,6 +10,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/unit_rows.h"
 
 namespace multiscreen::kernels::cpu {
@@ -110,10 +111,57 @@ void CpuKernelTable<Real>::EmbeddingBackward(const Real* dout, const int32_t* id
 }
 
 template <typename Real>
-void CpuKernelTable<Real>::Gemm(Precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
-                                const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c,
+bool CpuKernelTable<Real>::Bf16Products(Precision precision) {
+  if constexpr (std::is_same_v<Real, float>) {
+    return precision == Precision::kBf16 && Bf16GemmAvailable();
+  } else {
+    return false;
+  }
+}
+
+template <typename Real>
+const Real* CpuKernelTable<Real>::RoundedBlock(Precision precision, const Real* x, int64_t rows, int64_t cols,
+                                               int64_t ld, std::vector<Real>* scratch) {
+  scratch->resize(static_cast<size_t>(rows * cols));
+  this->Copy2D(x, ld, rows, cols, scratch->data(), cols);
+  RoundTo(precision, scratch->data(), rows * cols);
+  return scratch->data();
+}
+
+template <typename Real>
+const uint16_t* CpuKernelTable<Real>::Bf16Block(const Real* x, int64_t rows, int64_t cols, int64_t ld,
+                                                std::vector<uint16_t>* scratch) {
+  scratch->resize(static_cast<size_t>(rows * cols));
+  if constexpr (std::is_same_v<Real, float>) {
+    for (int64_t r = 0; r < rows; ++r) ToBf16(x + r * ld, cols, scratch->data() + r * cols, nullptr);
+  }
+  return scratch->data();
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                Real alpha, const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c,
                                 int64_t ldc) {
-  cpu::Gemm<Real>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (precision != Precision::kBf16 || !std::is_same_v<Real, float> || m == 0 || n == 0) {
+    return cpu::Gemm<Real>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  // kBf16: both operands rounded to bf16, as a device's Gemm converts them.
+  const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k, b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  if (Bf16Products(precision)) {
+    const uint16_t* a16 = Bf16Block(a, a_rows, a_cols, lda, &a_half_);
+    const uint16_t* b16 = Bf16Block(b, b_rows, b_cols, ldb, &b_half_);
+    return Bf16Gemm(trans_a, trans_b, m, n, k, alpha, a16, a_cols, b16, b_cols, beta, c, ldc);
+  }
+  const Real* ra = RoundedBlock(precision, a, a_rows, a_cols, lda, &a_rounded_);
+  const Real* rb = RoundedBlock(precision, b, b_rows, b_cols, ldb, &b_rounded_);
+  cpu::Gemm<Real>(trans_a, trans_b, m, n, k, alpha, ra, a_cols, rb, b_cols, beta, c, ldc);
+}
+
+template <typename Real>
+void CpuKernelTable<Real>::Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+                                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, Real beta, Real* c,
+                                    int64_t ldc) {
+  if constexpr (std::is_same_v<Real, float>) GemmBf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <typename Real>
@@ -124,43 +172,75 @@ void CpuKernelTable<Real>::PackOperand(Precision precision, const Real* src, int
     out->values = src;
     return;
   }
-  // src already holding the precision's values (a decoder's rounded Ē) is read as it is.
+  // src already holding the precision's values (a decoder's rounded Ē, the step's) is read
+  // as it is. With bf16 products the check converts as it goes (one pass where src is exact).
+  const bool bf16 = Bf16Products(precision);
+  if (bf16) out->half.Resize(n);
   constexpr int64_t kChunk = 4096;
   std::vector<Real> chunk;
   bool exact = true;
   for (int64_t i = 0; i < n && exact; i += kChunk) {
-    chunk.assign(src + i, src + std::min(n, i + kChunk));
-    RoundTo(precision, chunk.data(), static_cast<int64_t>(chunk.size()));
+    const int64_t len = std::min(n, i + kChunk) - i;
+    if constexpr (std::is_same_v<Real, float>) {
+      if (bf16) {
+        chunk.resize(len);
+        ToBf16(src + i, len, out->half.data() + i, chunk.data());
+        exact = std::memcmp(chunk.data(), src + i, len * sizeof(Real)) == 0;
+        continue;
+      }
+    }
+    chunk.assign(src + i, src + i + len);
+    RoundTo(precision, chunk.data(), len);
     exact = std::memcmp(chunk.data(), src + i, chunk.size() * sizeof(Real)) == 0;
   }
-  if (exact) {
+  if (exact && bf16) {
     out->values = src;
     return;
   }
-  out->rounded.Resize(n);  // a repack reuses its memory
-  Copy(src, n, out->rounded.data());
-  RoundTo(precision, out->rounded.data(), n);
-  out->values = out->rounded.data();
+  if (exact) {
+    out->values = src;
+  } else {
+    out->rounded.Resize(n);  // a repack reuses its memory
+    Copy(src, n, out->rounded.data());
+    RoundTo(precision, out->rounded.data(), n);
+    out->values = out->rounded.data();
+  }
+  // The bf16 products read the 16-bit copy (made once: the weights', per optimizer step).
+  if (!bf16) {
+    out->half.Resize(0);
+  } else if constexpr (std::is_same_v<Real, float>) {
+    ToBf16(out->values, n, out->half.data(), nullptr);
+  }
 }
 
 template <typename Real>
 void CpuKernelTable<Real>::GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
                                       const Real* a, int64_t lda, PackedGemmA read_a, const PackedOperand<Real>& b,
                                       int64_t ldb, Real beta, Real* c, int64_t ldc) {
-  if (b.precision == Precision::kFp32 || read_a == PackedGemmA::kAsGemm) {
-    return Gemm(b.precision, trans_a, trans_b, m, n, k, alpha, a, lda, b.values, ldb, beta, c, ldc);
-  }
+  const bool as_given = b.precision == Precision::kFp32 || (read_a == PackedGemmA::kAsGemm && b.precision != Precision::kBf16);
+  if (as_given) return cpu::Gemm<Real>(trans_a, trans_b, m, n, k, alpha, a, lda, b.values, ldb, beta, c, ldc);
+  // A rounded (kRounded; under kBf16 kAsGemm too, as Gemm reads it), into a compact block.
   const int64_t rows = trans_a ? k : m, cols = trans_a ? m : k;
-  a_rounded_.resize(static_cast<size_t>(rows * cols));
-  this->Copy2D(a, lda, rows, cols, a_rounded_.data(), cols);
-  RoundTo(b.precision, a_rounded_.data(), rows * cols);
-  Gemm(b.precision, trans_a, trans_b, m, n, k, alpha, a_rounded_.data(), cols, b.values, ldb, beta, c, ldc);
+  if (Bf16Products(b.precision) && b.half.size() == b.size) {
+    const uint16_t* a16 = Bf16Block(a, rows, cols, lda, &a_half_);
+    return Bf16Gemm(trans_a, trans_b, m, n, k, alpha, a16, cols, b.half.data(), ldb, beta, c, ldc);
+  }
+  const Real* ra = RoundedBlock(b.precision, a, rows, cols, lda, &a_rounded_);
+  cpu::Gemm<Real>(trans_a, trans_b, m, n, k, alpha, ra, cols, b.values, ldb, beta, c, ldc);
 }
 
 template <typename Real>
 void CpuKernelTable<Real>::PackRounded(Precision precision, Real* x, int64_t n, PackedOperand<Real>* out) {
+  out->precision = precision;
+  out->size = n;
+  out->values = x;
+  if (Bf16Products(precision)) {  // rounded in place and converted in one pass
+    out->half.Resize(n);
+    if constexpr (std::is_same_v<Real, float>) ToBf16(x, n, out->half.data(), x);
+    return;
+  }
+  out->half.Resize(0);
   RoundTo(precision, x, n);
-  PackAsGemm(precision, x, n, out);
 }
 
 template <typename Real>
@@ -168,6 +248,19 @@ void CpuKernelTable<Real>::PackAsGemm(Precision precision, const Real* src, int6
   out->precision = precision;
   out->size = n;
   out->values = src;
+  out->half.Resize(0);
+  if (precision != Precision::kBf16 || !std::is_same_v<Real, float>) return;  // as given (kFp16: the caller rounds)
+  // kBf16: rounded, as Gemm reads it (a backward gradient in bf16, as on a device).
+  if (Bf16Products(precision)) {
+    out->half.Resize(n);
+    if constexpr (std::is_same_v<Real, float>) ToBf16(src, n, out->half.data(), nullptr);
+    out->values = nullptr;  // the 16-bit copy alone holds it
+    return;
+  }
+  out->rounded.Resize(n);
+  Copy(src, n, out->rounded.data());
+  RoundTo(precision, out->rounded.data(), n);
+  out->values = out->rounded.data();
 }
 
 template <typename Real>
@@ -175,7 +268,11 @@ void CpuKernelTable<Real>::GemmBothPacked(bool trans_a, bool trans_b, int64_t m,
                                           const PackedOperand<Real>& a, int64_t lda, const PackedOperand<Real>& b,
                                           int64_t ldb, Real beta, Real* c, int64_t ldc) {
   CheckSamePrecision(a, b);
-  Gemm(a.precision, trans_a, trans_b, m, n, k, alpha, a.values, lda, b.values, ldb, beta, c, ldc);
+  if (Bf16Products(a.precision) && a.half.size() == a.size && b.half.size() == b.size) {
+    return Bf16Gemm(trans_a, trans_b, m, n, k, alpha, a.half.data(), lda, b.half.data(), ldb, beta, c, ldc);
+  }
+  // Values already rounded to the precision by the packing (kFp32: as given).
+  cpu::Gemm<Real>(trans_a, trans_b, m, n, k, alpha, a.values, lda, b.values, ldb, beta, c, ldc);
 }
 
 template <typename Real>

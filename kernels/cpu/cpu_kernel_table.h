@@ -41,21 +41,29 @@ class CpuKernelTable final : public KernelTable<Real> {
                         Real scale, Real* out) override;
   void EmbeddingBackward(const Real* dout, const int32_t* ids, int64_t count, int64_t v0, int64_t v1, int64_t d,
                          Real scale, Real* dtable) override;
+  // kFp32, kFp16 (the caller rounds fp16 operands) and double: cpu::Gemm on the operands as
+  // given. kBf16: on bf16-rounded copies of A and B, as a device's Gemm converts them — on the
+  // bf16 dot products where Bf16GemmAvailable() (kernels/cpu/gemm_bf16.h), else an fp32 GEMM
+  // of the rounded copies (the same values; the sums' order differs).
   void Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
             const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc) override;
   // src itself under kFp32 and where src already holds the 16-bit precision's values
   // (then it must outlive the operand unchanged, as under kFp32); else a rounded copy in
-  // out->rounded.
+  // out->rounded. With bf16 products also their bf16 copy in out->half (once: a step's
+  // weights are packed once per optimizer step).
   void PackOperand(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) override;
-  // Gemm on b.values with A as given (kAsGemm) or A's [m, k] block rounded into a compact
-  // copy (kRounded).
+  // Gemm on b's values with A as given (kFp32; kAsGemm under kFp16) or A's [m, k] block
+  // rounded into a compact copy (kRounded; kAsGemm under kBf16, as Gemm reads it).
   void GemmPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a, int64_t lda,
                   PackedGemmA read_a, const PackedOperand<Real>& b, int64_t ldb, Real beta, Real* c,
                   int64_t ldc) override;
-  // RoundTo in place; x itself is the operand.
+  // RoundTo in place; x itself is the operand (with bf16 products also its bf16 copy, made
+  // in the same pass).
   void PackRounded(Precision precision, Real* x, int64_t n, PackedOperand<Real>* out) override;
-  // src itself, as Gemm reads it.
+  // As Gemm reads it: src itself (kFp32, kFp16), under kBf16 rounded — a bf16 copy with bf16
+  // products, else a rounded fp32 copy (a step's backward gradient in bf16, as on a device).
   void PackAsGemm(Precision precision, const Real* src, int64_t n, PackedOperand<Real>* out) override;
+  // The bf16 products on both bf16 copies where the table made them, else Gemm on their values.
   void GemmBothPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
                       const PackedOperand<Real>& a, int64_t lda, const PackedOperand<Real>& b, int64_t ldb, Real beta,
                       Real* c, int64_t ldc) override;
@@ -80,7 +88,19 @@ class CpuKernelTable final : public KernelTable<Real> {
   FusedHead<Real> head_;
   ScreeningWorkspace<Real> screening_ws_;
   std::vector<Real> coef_;
-  std::vector<Real> a_rounded_;  // GemmPacked's rounded A
+  // Whether products in `precision` run on the bf16 dot products (float, kBf16, Bf16GemmAvailable).
+  static bool Bf16Products(Precision precision);
+  // The [rows, cols] block of x (row stride ld) as a compact copy in *scratch: rounded to
+  // `precision` (RoundTo), or as bf16 bits.
+  const Real* RoundedBlock(Precision precision, const Real* x, int64_t rows, int64_t cols, int64_t ld,
+                           std::vector<Real>* scratch);
+  const uint16_t* Bf16Block(const Real* x, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t>* scratch);
+  // GemmBf16 (float; never called for double).
+  void Bf16Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const uint16_t* a, int64_t lda,
+                const uint16_t* b, int64_t ldb, Real beta, Real* c, int64_t ldc);
+
+  std::vector<Real> a_rounded_, b_rounded_;  // Gemm's and GemmPacked's rounded operands
+  std::vector<uint16_t> a_half_, b_half_;    // their bf16 copies
 };
 
 }  // namespace multiscreen::kernels::cpu

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -137,7 +138,7 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
-HardwarePeak MeasureHardwarePeak(Isa isa, double seconds) {
+HardwarePeak MeasureHardwarePeak(Isa isa, double seconds, int local_processes) {
   HardwarePeak peak;
   peak.isa = isa;
   const bool bf16 = isa == Isa::kAvx512 && CpuHasAvx512Bf16();
@@ -175,8 +176,14 @@ HardwarePeak MeasureHardwarePeak(Isa isa, double seconds) {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) peak.cpus = CPU_COUNT(&set);
-  if (peak.cpus > 0 && peak.threads > peak.cpus) {
-    const double share = double(peak.cpus) / peak.threads;
+  // Ranks of one node that may all run on its every CPU share them (a rank bound to its own
+  // cores sees only those, no more than its share).
+  peak.cpu_share = peak.cpus;
+  if (const long online = sysconf(_SC_NPROCESSORS_ONLN); peak.cpus > 0 && online > 0 && local_processes > 1) {
+    peak.cpu_share = std::min<double>(peak.cpus, double(online) / local_processes);
+  }
+  if (peak.cpu_share > 0 && peak.threads > peak.cpu_share) {
+    const double share = peak.cpu_share / peak.threads;
     peak.fp32_gflops *= share;
     peak.bf16_gflops *= share;
   }

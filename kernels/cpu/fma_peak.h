@@ -29,6 +29,7 @@ struct HardwarePeak {
   Isa isa = Isa::kGeneric;     // the path measured
   int threads = 0;             // OpenMP threads the probe ran on
   int cpus = 0;                // CPUs the process may run on (0: unknown)
+  double cpu_share = 0;        // the CPUs this process counts: cpus, or its share of the node's (0: unknown)
   double fp32_gflops = 0;      // fp32 multiply-add peak, all threads together (at most `cpus`), GFLOP/s
   std::vector<double> fp32_thread_gflops;  // each thread's, GFLOP/s
   double bf16_gflops = 0;      // bf16 dot-product peak, all threads (0: the path or CPU has none)
@@ -41,6 +42,11 @@ bool CpuHasAvx512Bf16();
 
 // Measures the peak of path `isa` (the CPU must run it: SupportedIsas) on every thread of an
 // OpenMP parallel region of the current size, about `seconds` in all (fp32 and bf16 alike).
-HardwarePeak MeasureHardwarePeak(Isa isa, double seconds = 0.15);
+// `local_processes`: the processes of the job on this node (its local ranks under mpirun),
+// which share its CPUs: where the process may run on more CPUs than the node's online CPUs
+// divided among them (ranks not bound to their own cores), its share is that division, and
+// threads past the share scale the sum down as threads past the CPUs do (two ranks of 2
+// threads on 2 vCPUs each read one vCPU's peak, not the node's).
+HardwarePeak MeasureHardwarePeak(Isa isa, double seconds = 0.15, int local_processes = 1);
 
 }  // namespace multiscreen::kernels::cpu

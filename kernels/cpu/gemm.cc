@@ -3,11 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <mutex>
-#include <unordered_map>
 
 #include "kernels/cpu/isa.h"
-#include "oneapi/dnnl/dnnl.hpp"
+#include "kernels/cpu/onednn_matmul.h"
 
 namespace multiscreen::kernels::cpu {
 
@@ -33,97 +31,6 @@ void RowTimesMatrix(Gemv gemv, bool trans_a, bool trans_b, int64_t n, int64_t k,
   }
 }
 
-// The avx512 path's fp32 products through oneDNN's matmul (issue 44): its kernels are
-// chosen by oneDNN from the CPU (brgemm, AVX-512), 73–92 % of the FMA peak on the step's
-// shapes, while OpenBLAS's depend on OPENBLAS_CORETYPE (Haswell: its AVX2 kernels, 32–47 %;
-// docs/performance.md has the table). oneDNN runs on the OpenMP runtime the kernels use
-// (Debian's build links libgomp), so its threads are ours. One primitive per shape, made on
-// first use and kept (a step reuses a handful of shapes); safe to call from several threads.
-class OnednnMatmuls {
- public:
-  // The process's one instance (never destroyed: no exit-order issue), or null where
-  // oneDNN has no CPU engine.
-  static OnednnMatmuls* Get() {
-    static OnednnMatmuls* matmuls = [] {
-      try {
-        return new OnednnMatmuls;
-      } catch (const dnnl::error&) {
-        return static_cast<OnednnMatmuls*>(nullptr);
-      }
-    }();
-    return matmuls;
-  }
-
-  // C[m, n] = op(A) op(B) (+ C where accumulate), row-major, as Gemm's arguments. False
-  // (C untouched) where oneDNN refuses the product: the caller runs it through OpenBLAS.
-  bool Run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-           const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-    const Key key{trans_a, trans_b, accumulate, m, n, k, lda, ldb, ldc};
-    try {  // oneDNN's C++ API throws dnnl::error; nothing leaves this file
-      dnnl::matmul matmul;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = cache_.find(key);
-        if (it == cache_.end()) {
-          if (cache_.size() >= kMaxShapes) cache_.clear();
-          it = cache_.emplace(key, Make(key)).first;
-        }
-        matmul = it->second;
-      }
-      using dims = dnnl::memory::dims;
-      dnnl::memory a_mem(Desc(m, k, lda, trans_a), engine_, const_cast<float*>(a));
-      dnnl::memory b_mem(Desc(k, n, ldb, trans_b), engine_, const_cast<float*>(b));
-      dnnl::memory c_mem(dnnl::memory::desc(dims{m, n}, dnnl::memory::data_type::f32, dims{ldc, 1}), engine_, c);
-      dnnl::stream stream(engine_);
-      matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-      stream.wait();
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }
-
- private:
-  struct Key {
-    bool trans_a, trans_b, accumulate;
-    int64_t m, n, k, lda, ldb, ldc;
-    bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    size_t operator()(const Key& x) const {
-      size_t h = size_t(x.trans_a) | size_t(x.trans_b) << 1 | size_t(x.accumulate) << 2;
-      for (int64_t v : {x.m, x.n, x.k, x.lda, x.ldb, x.ldc}) h = h * 1000003u ^ size_t(v);
-      return h;
-    }
-  };
-  static constexpr size_t kMaxShapes = 512;
-
-  OnednnMatmuls() : engine_(dnnl::engine::kind::cpu, 0) {}
-
-  // The [rows, cols] operand stored row-major with row stride ld, or its transpose stored so.
-  static dnnl::memory::desc Desc(int64_t rows, int64_t cols, int64_t ld, bool trans) {
-    using dims = dnnl::memory::dims;
-    return dnnl::memory::desc(dims{rows, cols}, dnnl::memory::data_type::f32, trans ? dims{1, ld} : dims{ld, 1});
-  }
-
-  dnnl::matmul Make(const Key& x) const {
-    dnnl::primitive_attr attr;
-    if (x.accumulate) {
-      dnnl::post_ops sum;
-      sum.append_sum(1.f);
-      attr.set_post_ops(sum);
-    }
-    using dims = dnnl::memory::dims;
-    const dnnl::memory::desc c(dims{x.m, x.n}, dnnl::memory::data_type::f32, dims{x.ldc, 1});
-    const dnnl::matmul::desc desc(Desc(x.m, x.k, x.lda, x.trans_a), Desc(x.k, x.n, x.ldb, x.trans_b), c);
-    return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, engine_));
-  }
-
-  dnnl::engine engine_;
-  std::mutex mu_;
-  std::unordered_map<Key, dnnl::matmul, KeyHash> cache_;
-};
-
 }  // namespace
 
 template <>
@@ -132,9 +39,11 @@ void Gemm<float>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
                  int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (m == 1 && k > 0) return RowTimesMatrix(cblas_sgemv, trans_a, trans_b, n, k, alpha, a, lda, b, ldb, beta, c);
+  // The avx512 path's products through oneDNN's matmul (kernels/cpu/onednn_matmul.h): 73–92 %
+  // of the FMA peak on the step's shapes, while OpenBLAS's kernels depend on
+  // OPENBLAS_CORETYPE (Haswell: its AVX2 kernels, 32–47 %; docs/performance.md).
   if (ActiveIsa() == Isa::kAvx512 && k > 0 && alpha == 1.f && (beta == 0.f || beta == 1.f) &&
-      OnednnMatmuls::Get() != nullptr &&
-      OnednnMatmuls::Get()->Run(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta == 1.f, c, ldc)) {
+      OnednnMatmul(MatmulOperands::kF32, trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, beta == 1.f, c, ldc)) {
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,

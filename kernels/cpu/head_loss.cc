@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/head_panels.h"
 
 namespace multiscreen::kernels::cpu {
@@ -18,7 +21,8 @@ template bool HeadPanelsServe<double>(HeadPath, int64_t);
 
 template <typename Real>
 void FusedHead<Real>::Prepare(const Real* e_bar, int64_t vocab, int64_t d_e) {
-  packed_ = PanelsAllowed(d_e);
+  // A bf16 head runs whole rows (Run): no panels to pack.
+  packed_ = PanelsAllowed(d_e) && !(std::is_same_v<Real, float> && options_.precision == Precision::kBf16);
   if (!packed_) return;
   e_bar_panels_.resize(HeadPanelCount(vocab) * d_e * kHeadPanel);
   PackHeadPanels(e_bar, vocab, d_e, e_bar_panels_.data());
@@ -27,7 +31,14 @@ void FusedHead<Real>::Prepare(const Real* e_bar, int64_t vocab, int64_t d_e) {
 template <typename Real>
 void FusedHead<Real>::Run(const HeadLossArgs<Real>& a) {
   const int64_t n = a.rows, V = a.vocab, dE = a.d_e;
-  const bool panels = !std::isnan(a.shift) && packed_ && PanelsAllowed(dE);
+  // Under kBf16 whole rows, the products on bf16 operands: Ē's bf16 copy where they run on
+  // the CPU's bf16 dot products, else fp32 products of the operands rounded to bf16.
+  const bool bf16 = std::is_same_v<Real, float> && a.precision == Precision::kBf16;
+  const uint16_t* e16 = nullptr;
+  if (bf16 && a.e_bar_packed != nullptr && a.e_bar_packed->half.size() == V * dE && Bf16GemmAvailable()) {
+    e16 = a.e_bar_packed->half.data();
+  }
+  const bool panels = !bf16 && !std::isnan(a.shift) && packed_ && PanelsAllowed(dE);
   const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
   z_.resize(chunk * (panels ? HeadPanelCount(V) * kHeadPanel : V));
   // ∂Ē is gathered in Ē's panels, or transposed, ∂Ēᵀ [d_E, V] (BLAS runs that shape
@@ -42,13 +53,13 @@ void FusedHead<Real>::Run(const HeadLossArgs<Real>& a) {
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
     if (a.dy != nullptr) {
-      FusedChunk(a, r0, rc, panels);
+      FusedChunk(a, r0, rc, panels, bf16, e16);
     } else if (panels) {  // the loss alone
       PanelSoftmax(a, r0, rc, nullptr);
     } else {  // the loss alone, its statistics made exactly as FusedChunk makes them (same shift)
       Real* z = z_.data();
       row_scale_.resize(rc);
-      Gemm<Real>(false, true, rc, V, dE, a.scale, a.y + r0 * dE, dE, a.e_bar, dE, 0, z, V);
+      Logits(a, r0, rc, e16, z);
       SoftmaxNumerators(z, V, rc, V, a.shift, a.target + r0, a.lse + r0, a.target_logit + r0, row_scale_.data());
     }
   }
@@ -61,7 +72,21 @@ void FusedHead<Real>::Run(const HeadLossArgs<Real>& a) {
 }
 
 template <typename Real>
-void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_t rc, bool panels) {
+void FusedHead<Real>::Logits(const HeadLossArgs<Real>& a, int64_t r0, int64_t rc, const uint16_t* e16, Real* z) {
+  const int64_t dE = a.d_e, V = a.vocab;
+  if constexpr (std::is_same_v<Real, float>) {
+    if (e16 != nullptr) {
+      y16_.resize(rc * dE);
+      ToBf16(a.y + r0 * dE, rc * dE, y16_.data(), nullptr);
+      return GemmBf16(false, true, rc, V, dE, a.scale, y16_.data(), dE, e16, dE, 0, z, V);
+    }
+  }
+  Gemm<Real>(false, true, rc, V, dE, a.scale, a.y + r0 * dE, dE, a.e_bar, dE, 0, z, V);
+}
+
+template <typename Real>
+void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_t rc, bool panels, bool bf16,
+                                 const uint16_t* e16) {
   // The softmax's numerators z ← exp(z − m) replace the logits; the softmax's 1/Σ_v and
   // the loss's coefficient c are folded into the backward contractions' small operands,
   // and the targets' one-hot part of ∂L/∂z = c (softmax − onehot) is added apart:
@@ -78,9 +103,18 @@ void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_
   const int64_t np = HeadPanelCount(V);
   if (!panels) {
     // The logits whole (GEMM), then the softmax with the fixed shift or each row's max.
-    Gemm<Real>(false, true, rc, V, dE, scale, y, dE, e_bar, dE, 0, z, V);
+    Logits(a, r0, rc, e16, z);
     SoftmaxNumerators(z, V, rc, V, a.shift, target, a.lse + r0, a.target_logit + r0, row_scale_.data());
-    Gemm<Real>(false, false, rc, dE, V, 1, z, V, e_bar, dE, 0, dy, dE);
+    if constexpr (std::is_same_v<Real, float>) {
+      if (e16 != nullptr) {  // the numerators in bf16, read by both backward products
+        z16_.resize(rc * V);
+        ToBf16(z, rc * V, z16_.data(), nullptr);
+        GemmBf16(false, false, rc, dE, V, 1, z16_.data(), V, e16, dE, 0, dy, dE);
+      } else if (bf16) {
+        RoundToBf16(z, rc * V);
+      }
+    }
+    if (e16 == nullptr) Gemm<Real>(false, false, rc, dE, V, 1, z, V, e_bar, dE, 0, dy, dE);
   } else {
     PanelSoftmax(a, r0, rc, dy);
   }
@@ -104,7 +138,16 @@ void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_
     for (int64_t p = 0; p < np; ++p) {
       HeadPanelsGradAdd(y_scaled_.data(), rc, dE, z + p * rc * kHeadPanel, p, p + 1, d_e_bar_panels_.data());
     }
+  } else if (e16 != nullptr) {
+    if constexpr (std::is_same_v<Real, float>) {
+      y16_.resize(rc * dE);
+      ToBf16(y_scaled_.data(), rc * dE, y16_.data(), nullptr);
+      GemmBf16(true, false, dE, V, rc, 1, y16_.data(), dE, z16_.data(), V, 1, d_e_bar_t_.data(), V);
+    }
   } else {
+    if constexpr (std::is_same_v<Real, float>) {
+      if (bf16) RoundToBf16(y_scaled_.data(), rc * dE);
+    }
     Gemm<Real>(true, false, dE, V, rc, 1, y_scaled_.data(), dE, z, V, 1, d_e_bar_t_.data(), V);
   }
 }

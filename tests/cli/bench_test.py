@@ -124,6 +124,43 @@ class BenchTest(OneLineErrors):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(json.loads(r.stdout)["precision"], precision)
 
+    def test_mfu_divides_by_the_peak_of_the_steps_precision(self):
+        # Issue 44 (fresh-eyes finding 7): fp64 against half the fp32 multiply-add peak (half
+        # the lanes), a bf16 step against the bf16 dot-product peak, each named.
+        for precision in ("fp32", "fp64", "bf16"):
+            r = run("train", "--model=tiny_psi2", "--seq_len=16", "--micro_batch=1", "--steps=1", "--warmup=0",
+                    "--threads=1", f"--precision={precision}", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout)
+            self.assertAlmostEqual(j["mfu_hw"] * j["hw_peak_gflops"], j["gflops"], delta=1e-6 * j["gflops"])
+            bf16_step = precision == "bf16" and j["hw_peak_bf16_gflops"] is not None
+            want = "fp64" if precision == "fp64" else "bf16" if bf16_step else "fp32"
+            self.assertEqual(j["hw_peak_precision"], want, j)
+            self.assertEqual(j["step_precision"], "fp32" if precision == "bf16" and not bf16_step else precision)
+            ratio = {"fp32": 1.0, "fp64": 0.5,
+                     "bf16": (j["hw_peak_bf16_gflops"] or 0) / j["hw_peak_fp32_gflops"]}[want]
+            self.assertAlmostEqual(j["hw_peak_gflops"], ratio * j["hw_peak_fp32_gflops"], delta=1e-9 * j["hw_peak_gflops"])
+
+    def test_bf16_on_a_path_without_bf16_dot_products_runs_fp32_and_says_so_once(self):
+        # Issue 44: a CPU path without AVX512_BF16 (avx2, generic) runs the fp32 step under
+        # --precision=bf16: the same loss as fp32 bit for bit, one line on stderr.
+        for isa in ("generic", "avx2"):
+            got = {}
+            for precision in ("fp32", "bf16"):
+                r = run("train", "--model=tiny_psi2", "--seq_len=16", "--micro_batch=1", "--steps=2", "--warmup=0",
+                        "--threads=1", f"--isa={isa}", f"--precision={precision}", "--json")
+                if r.returncode != 0 and isa == "avx2" and "avx2" in r.stderr:
+                    self.skipTest("this CPU has no avx2 path")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                got[precision] = (json.loads(r.stdout), r.stderr)
+            j, err = got["bf16"]
+            self.assertEqual((j["isa"], j["precision"], j["step_precision"]), (isa, "bf16", "fp32"))
+            self.assertEqual(j["loss_last"], got["fp32"][0]["loss_last"])
+            notices = [line for line in err.splitlines() if "bf16 dot products" in line]
+            self.assertEqual(len(notices), 1, err)
+            self.assertIn(f"{isa} path", notices[0])
+            self.assertIn("runs in fp32", notices[0])
+
     def test_screening_json_counts_the_pairs_in_the_window(self):
         r = run("screening", "--T=64", "--w=8", "--tiles=2", "--micro_batch=2", "--min_seconds=0.01", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)

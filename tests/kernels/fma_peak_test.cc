@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <unistd.h>
+
 #include "kernels/cpu/fma_peak.h"
 #include "kernels/cpu/isa.h"
 
@@ -86,6 +88,26 @@ TEST(FmaPeakTest, ThreadsBeyondTheCpusDoNotRaiseThePeak) {
   omp_set_num_threads(threads);
   EXPECT_EQ(many.threads, 4 * one.cpus);
   EXPECT_LT(many.fp32_gflops, 1.3 * one.cpus * one.fp32_gflops);
+}
+
+// mpirun's ranks on one node that may each run on every CPU share them: with as many threads
+// as CPUs, two ranks each read about half the node (issue 44, fresh-eyes finding 6b: each read
+// the whole node, and training's MFU line, which multiplies by the world size, read half).
+TEST(FmaPeakTest, RanksOfOneNodeShareItsCpus) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const HardwarePeak probe = MeasureHardwarePeak(Isa::kGeneric, 0.05);
+  ASSERT_GT(probe.cpus, 0);
+  omp_set_num_threads(probe.cpus);
+  const HardwarePeak alone = MeasureHardwarePeak(Isa::kGeneric, 0.2, 1);
+  const HardwarePeak shared = MeasureHardwarePeak(Isa::kGeneric, 0.2, 2);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(alone.cpu_share, alone.cpus);
+  EXPECT_LE(shared.cpu_share, 0.5 * sysconf(_SC_NPROCESSORS_ONLN));
+  if (probe.cpus == sysconf(_SC_NPROCESSORS_ONLN)) {  // not bound to its own cores: half the node
+    EXPECT_LT(shared.fp32_gflops, 0.7 * alone.fp32_gflops);
+    EXPECT_GT(shared.fp32_gflops, 0.3 * alone.fp32_gflops);
+  }
 }
 
 }  // namespace

@@ -91,8 +91,8 @@ TEST(CpuKernelTableTest, BatchedCopyAndAddOfBlocksMatchTheirElementLoops) {
 
 // GemmPacked is Gemm on operands the caller rounded, bit for bit (padded strides, both
 // transposes, every precision): with A rounded as read (kRounded, the decoders') or read
-// as given (kAsGemm, the training step's: a bf16 gradient stays fp32 on the CPU, so the
-// product differs from kRounded's); PackOperand reads a B that already holds the
+// as Gemm reads it (kAsGemm, the training step's: under kFp16 as given, so the product
+// differs from kRounded's; under kBf16 rounded, as a device converts it); PackOperand reads a B that already holds the
 // precision's values in place instead of copying it, and a repack reuses its copy.
 TEST(CpuKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
   CpuKernelTable<float> table;
@@ -125,7 +125,9 @@ TEST(CpuKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
       EXPECT_EQ(got, want);
       EXPECT_EQ(got_as_given, want_as_given);
       EXPECT_NE(got, c);
-      EXPECT_EQ(got_as_given == got, precision == Precision::kFp32);
+      // kAsGemm reads A as Gemm does: as given under kFp16 (the caller rounds), rounded under
+      // kBf16 (as a device converts it).
+      EXPECT_EQ(got_as_given == got, precision != Precision::kFp16);
       EXPECT_EQ(packed_rounded.values, rb.data());  // already rounded: read in place
       EXPECT_EQ(packed.values == b.data(), precision == Precision::kFp32);
       const float* copy = packed.values;

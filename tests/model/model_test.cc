@@ -8,6 +8,8 @@
 
 #include "model/decode.h"
 #include "model/decoder.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/screening.h"
 #include "model/multiscreen.h"
 #include "tests/model/test_model.h"
@@ -283,6 +285,48 @@ TEST(ModelTest, Bf16PathStaysCloseToFp32) {
     norm += g32[i] * double(g32[i]);
   }
   EXPECT_LT(std::sqrt(diff / norm), 5e-2);
+}
+
+// Issue 44: on a CPU with bf16 dot products the bf16 step runs them (oneDNN, bf16 operands,
+// fp32 sums); capped to avx2 the same step is emulated (fp32 products of the same
+// bf16-rounded operands). The two differ only in the sums' order, so they agree far closer
+// than bf16 and fp32 do: an operand rounded on one path and not the other would not (the
+// head's numerators, rounded for the dot products alone, put a layer's 0.3 apart; fp32
+// backward gradients on the emulated path alone, 0.03 to 0.3).
+TEST(ModelTest, Bf16StepOnTheDotProductsIsTheEmulatedBf16Step) {
+  if (!kernels::cpu::Bf16GemmAvailable()) GTEST_SKIP() << "no bf16 dot products on this CPU's path";
+  const ModelDims dims = TinyDims("tiny_psi4");
+  ModelOptions bf16;
+  bf16.precision = Precision::kBf16;
+  Multiscreen<float> fp32_model(dims, ShardSpec::Full(dims));
+  const auto p = PerturbedParams<float>(fp32_model.layout(), 31);
+  const int64_t B = 2, T = 16;
+  const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 32);
+  std::vector<float> g32(p.size(), 0.f), g_dot(p.size(), 0.f), g_emulated(p.size(), 0.f);
+  const double l32 = fp32_model.ForwardBackward(p.data(), tokens.data(), B, T, g32.data());
+  double l_dot = 0, l_emulated = 0;
+  {
+    Multiscreen<float> model(dims, ShardSpec::Full(dims), bf16);
+    l_dot = model.ForwardBackward(p.data(), tokens.data(), B, T, g_dot.data());
+  }
+  const kernels::cpu::Isa isa = kernels::cpu::ActiveIsa();
+  ASSERT_TRUE(kernels::cpu::SetIsaCap(kernels::cpu::Isa::kAvx2).ok());
+  {
+    Multiscreen<float> model(dims, ShardSpec::Full(dims), bf16);
+    l_emulated = model.ForwardBackward(p.data(), tokens.data(), B, T, g_emulated.data());
+  }
+  ASSERT_TRUE(kernels::cpu::SetIsaCap(isa).ok());
+  EXPECT_LT(std::abs(l_dot - l_emulated), 0.01 * std::abs(l_dot - l32));
+  // Each parameter tensor's gradient (all together, Ē's would hide the layers').
+  for (const ParamEntry& e : fp32_model.layout().entries()) {
+    auto distance = [&](const std::vector<float>& a, const std::vector<float>& b) {
+      double d = 0;
+      for (int64_t i = e.buffer_offset; i < e.buffer_offset + e.size(); ++i) d += (a[i] - b[i]) * double(a[i] - b[i]);
+      return std::sqrt(d);
+    };
+    EXPECT_LT(distance(g_dot, g_emulated), 0.05 * distance(g_dot, g32)) << e.name;  // at most 0.024 seen (s_E)
+  }
+  EXPECT_NE(g_dot, g_emulated);  // the dot products did run
 }
 
 TEST(ModelTest, Fp32AgreesWithFp64) {

@@ -603,10 +603,28 @@ class TrainTest(SyntheticCorpusCase):
     def test_bf16_trains_close_to_fp32(self):
         a, b = self.run_dir("fp32ref"), self.run_dir("bf16")
         self.train(a, "--steps=10")
-        self.train(b, "--steps=10", "--precision=bf16")
+        r = self.train(b, "--steps=10", "--precision=bf16")
         la, lb = train_losses(a), train_losses(b)
+        # A CPU path without bf16 dot products runs the fp32 step and says so once (issue 44).
+        notices = [l for l in r.stderr.splitlines() if "has no bf16 dot products" in l]
+        if notices:
+            self.assertEqual(len(notices), 1, r.stderr[-2000:])
+            self.assertEqual(la[10], lb[10])
+            return
         self.assertNotEqual(la[10], lb[10])
         self.assertLess(abs(la[10] - lb[10]), 0.1 * la[10])
+
+    def test_bf16_on_a_path_without_bf16_dot_products_trains_fp32_and_says_so_once(self):
+        # Issue 44: --isa=generic has no bf16 dot products: the fp32 step, bit for bit, and
+        # one warning naming the path.
+        a, b = self.run_dir("generic_fp32"), self.run_dir("generic_bf16")
+        self.train(a, "--steps=3", "--eval_every=0", "--isa=generic")
+        r = self.train(b, "--steps=3", "--eval_every=0", "--isa=generic", "--precision=bf16")
+        notices = [l for l in r.stderr.splitlines() if "bf16 dot products" in l]
+        self.assertEqual(len(notices), 1, r.stderr[-2000:])
+        self.assertIn("generic path", notices[0])
+        self.assertIn("the step runs in fp32", notices[0])
+        self.assertEqual(train_losses(a), train_losses(b))
 
     def test_the_transformer_baseline_learns_and_resumes_bit_identically(self):
         # tiny_transformer_train (2 layers, d_E 32) through the same trainer, checkpoints
