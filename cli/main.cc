@@ -95,17 +95,17 @@ void PreferPassiveOpenMpWaits(char** argv) {
 
 // A command's exit status once its standard output is flushed: a write that failed (a full
 // disk or /dev/full, a closed descriptor) makes a command that succeeded exit 1 with one
-// line naming the error, as coreutils' close_stdout does, so `params --json > f.json` on a
+// line naming the error (one that failed already said why and keeps its status), as coreutils' close_stdout does, so `params --json > f.json` on a
 // full disk is not taken for a result. (A closed pipe stops the process with SIGPIPE first.)
 int WithStdoutFlushed(const char* command, int rc) {
   errno = 0;  // the first failed write's error (cout's flush writes through stdout's buffer)
   std::cout.flush();
   const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.bad();
-  if (!failed) return rc;
+  if (!failed || rc != 0) return rc;  // a command that failed has said why (generate: its own write error)
   const int error = errno;
   std::fprintf(stderr, "multiscreen %s: cannot write the standard output%s%s\n", command, error != 0 ? ": " : "",
                error != 0 ? std::strerror(error) : "");
-  return rc == 0 ? 1 : rc;
+  return 1;
 }
 
 }  // namespace
