@@ -3,10 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <vector>
@@ -293,8 +296,7 @@ void PrintCommandHelpIfAsked(int argc, char** argv, const char* usage, const std
   if (full) std::printf("\nEvery command's flags (--help lists this command's own):\n");
   PrintFlagGroups(flags);
   if (!full) std::printf("\n--helpfull lists the flags of every command.\n");
-  std::fflush(stdout);
-  std::exit(0);
+  std::exit(WithStdoutFlushed("--help", 0));
 }
 
 }  // namespace
@@ -524,6 +526,17 @@ absl::Status ApplyIsaFlag() {
     return absl::InvalidArgumentError(absl::StrCat("--isa=", name, ": ", s.message()));
   }
   return absl::OkStatus();
+}
+
+int WithStdoutFlushed(const char* command, int rc) {
+  errno = 0;  // the first failed write's error (cout's flush writes through stdout's buffer)
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.bad();
+  if (!failed || rc != 0) return rc;  // a command that failed has said why (generate: its own write error)
+  const int error = errno;
+  std::fprintf(stderr, "multiscreen %s: cannot write the standard output%s%s\n", command, error != 0 ? ": " : "",
+               error != 0 ? std::strerror(error) : "");
+  return 1;
 }
 
 std::string OneLine(const std::string& raw) {

@@ -117,6 +117,14 @@ int Fail(const char* command, const absl::Status& status);
 // only (every other rank exits 1 without a word), before anything is written.
 int RefuseSeveralProcesses(const char* command);
 
+// A command's exit status once its standard output is flushed: a write that failed (a full
+// disk or /dev/full, a closed descriptor) makes a command that succeeded (`rc` 0) exit 1
+// with one line naming the error, "multiscreen COMMAND: cannot write the standard output:
+// REASON" (coreutils' close_stdout), so `params --json > f.json` on a full disk is not taken
+// for a result; a command that failed already said why and keeps `rc`. (A closed pipe stops
+// the process with SIGPIPE first.) main() applies it to every command, --help to itself.
+int WithStdoutFlushed(const char* command, int rc);
+
 // `message` made one line of UTF-8 whatever it quotes from a file: bytes that are not
 // UTF-8 (a file name, a line of a corrupt file) as \xNN, control characters as \n, \r,
 // \t or \xNN, and the Unicode line breaks NEL, U+2028 and U+2029 as \uNNNN. Fail and

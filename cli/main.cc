@@ -4,12 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <iostream>
 #include <new>
 #include <string>
 
@@ -93,21 +91,6 @@ void PreferPassiveOpenMpWaits(char** argv) {
   ::unsetenv("OMP_WAIT_POLICY");  // execv failed: this process's libgomp spins, say so truly
 }
 
-// A command's exit status once its standard output is flushed: a write that failed (a full
-// disk or /dev/full, a closed descriptor) makes a command that succeeded exit 1 with one
-// line naming the error (one that failed already said why and keeps its status), as coreutils' close_stdout does, so `params --json > f.json` on a
-// full disk is not taken for a result. (A closed pipe stops the process with SIGPIPE first.)
-int WithStdoutFlushed(const char* command, int rc) {
-  errno = 0;  // the first failed write's error (cout's flush writes through stdout's buffer)
-  std::cout.flush();
-  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.bad();
-  if (!failed || rc != 0) return rc;  // a command that failed has said why (generate: its own write error)
-  const int error = errno;
-  std::fprintf(stderr, "multiscreen %s: cannot write the standard output%s%s\n", command, error != 0 ? ": " : "",
-               error != 0 ? std::strerror(error) : "");
-  return 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,11 +103,11 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
     Usage(stdout);
-    return 0;
+    return multiscreen::cli::WithStdoutFlushed("--help", 0);
   }
   if (name == "--version" || name == "version") {
     std::printf("%s\n", multiscreen::BuildDescription().c_str());
-    return 0;
+    return multiscreen::cli::WithStdoutFlushed("--version", 0);
   }
   for (const Command& c : kCommands) {
     if (name != c.name) continue;
@@ -132,7 +115,7 @@ int main(int argc, char** argv) {
     // exception (allocation failure, a thread that cannot start) is reported
     // in one line too, never as an abort.
     try {
-      return WithStdoutFlushed(c.name, c.run(argc - 1, argv + 1));
+      return multiscreen::cli::WithStdoutFlushed(c.name, c.run(argc - 1, argv + 1));
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "multiscreen %s: out of memory (reduce the batch, the sequence length or the model)\n", c.name);
     } catch (const std::exception& e) {

@@ -96,6 +96,11 @@ class CliTest(OneLineErrors):
             with open("/dev/full", "w") as full:
                 r = subprocess.run([BIN, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
             self.assert_one_line_error(r, "multiscreen params: cannot write the standard output: No space left on device")
+        # --help and --version too (they exited 0 into /dev/full).
+        for args, who in ((("--help",), "--help"), (("--version",), "--version"), (("train", "--help"), "--help")):
+            with open("/dev/full", "w") as full:
+                r = subprocess.run([BIN, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+            self.assert_one_line_error(r, f"multiscreen {who}: cannot write the standard output: No space left on device")
 
     def test_params_json_reproduces_the_paper_table(self):
         for model, (total, non_embedding) in PAPER.items():
