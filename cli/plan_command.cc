@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 
 ABSL_DECLARE_FLAG(bool, json);  // params_command.cc
+ABSL_DECLARE_FLAG(std::string, device_memory);  // train_command.cc
 ABSL_FLAG(int64_t, gpus, 0, "plan: GPUs of the job (tp x pp x dp)");
 ABSL_FLAG(std::string, gpu, "h100", "plan: h100 | h200 | a100 (memory, peak, HBM and link constants)");
 ABSL_FLAG(int64_t, gpus_per_node, 8, "plan: GPUs per node (NVLink within a node, InfiniBand across)");
@@ -36,8 +37,9 @@ int PlanCommand(int argc, char** argv) {
   absl::SetFlag(&FLAGS_model, "");  // required: no model by default
   if (auto s = ParseFlags(argc, argv,
                           "multiscreen plan --model=M --gpus=N [--seq_len=4096 --gpu=h100|h200|a100 --gpus_per_node=8 "
-                          "--global_batch=TOKENS --precision=bf16|fp16|fp32 --top=10 --json]",
-                          {"model", "gpus", "seq_len", "gpu", "gpus_per_node", "global_batch", "precision", "top", "json"});
+                          "--global_batch=TOKENS --precision=bf16|fp16|fp32 --device_memory=BYTES --top=10 --json]",
+                          {"model", "gpus", "seq_len", "gpu", "gpus_per_node", "global_batch", "precision", "top", "json",
+                           "device_memory"});
       !s.ok()) {
     return Fail("plan", s);
   }
@@ -58,6 +60,12 @@ int PlanCommand(int argc, char** argv) {
                                    "--precision=" + absl::GetFlag(FLAGS_precision),
                                    absl::StrCat("--top=", absl::GetFlag(FLAGS_top))};
   if (absl::GetFlag(FLAGS_json)) args.push_back("--json");
+  if (const std::string text = absl::GetFlag(FLAGS_device_memory); !text.empty()) {  // as train reads it
+    auto bytes = ParseByteSize("device_memory", text);
+    if (!bytes.ok()) return Fail("plan", bytes.status());
+    if (*bytes < 1) return Fail("plan", absl::InvalidArgumentError(absl::StrCat("--device_memory=", text, " must be at least 1 byte")));
+    args.push_back(absl::StrCat("--device_memory=", *bytes));
+  }
   // plan.py's own status: 0, 1 (its one-line error said), 2 (printed, but no layout fits).
   auto status = RunPythonTool(*script, args);
   if (!status.ok()) return Fail("plan", status.status());

@@ -90,6 +90,13 @@ absl::StatusOr<int> RunPythonTool(const std::string& script, const std::vector<s
   }
   if (waited < 0) return absl::InternalError(absl::StrCat("waiting for ", script, " failed: ", std::strerror(errno)));
   if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WTERMSIG(status) == SIGPIPE && captured == nullptr) {
+    // The tool's reader (this process's stdout: `plan | head`) went away: end as a pipe's
+    // writer does, so the shell sees 141 and nothing is said.
+    std::fflush(stdout);
+    std::signal(SIGPIPE, SIG_DFL);
+    std::raise(SIGPIPE);
+  }
   return absl::InternalError(absl::StrCat(script, " ended by signal ", WTERMSIG(status)));
 }
 

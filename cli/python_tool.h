@@ -19,8 +19,10 @@ absl::StatusOr<std::string> PythonToolPath(const std::string& name, const std::s
 
 // Runs `script` (a path, PythonToolPath's) with `args` and waits for it: its exit status
 // (0 to 255). Its stderr is this process's; its stdout too, unless `captured` is given,
-// which then receives all of it. Errors (one line, naming the script): python3 cannot be
-// started (with the reason: not found), the tool ended by a signal.
+// which then receives all of it. A tool killed by SIGPIPE writing this process's stdout
+// (its reader gone: `plan | head`) ends this process by SIGPIPE too, as a pipe's writer.
+// Errors (one line, naming the script): python3 cannot be started (with the reason: not
+// found), the tool ended by another signal.
 absl::StatusOr<int> RunPythonTool(const std::string& script, const std::vector<std::string>& args,
                                   std::string* captured = nullptr);
 

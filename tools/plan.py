@@ -39,9 +39,11 @@ said in one line on stderr after it; 1 for a bad flag or no layout at all (one l
 printed).
 """
 import argparse
+import copy
 import json
 import math
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -86,6 +88,8 @@ def parse_args(argv=None):
     p.add_argument("--global_batch", type=int, default=1 << 22, help="tokens per optimizer step (default 2^22)")
     p.add_argument("--precision", default="bf16", help="bf16 | fp16 | fp32: the memory of the step in that precision")
     p.add_argument("--windows", default="trained", help="trained (perf_model's assumed trained windows) | init")
+    p.add_argument("--device_memory", type=int, default=0,
+                   help="bytes of each GPU, in place of the preset's (train's --device_memory); 0: the preset's")
     p.add_argument("--top", type=int, default=10, help="layouts printed (--json lists all)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
     a = p.parse_args(argv)
@@ -103,8 +107,12 @@ def parse_args(argv=None):
         raise PlanError(f"--gpus={a.gpus} is not a whole number of nodes of --gpus_per_node={a.gpus_per_node}")
     if a.seq_len < 1:
         raise PlanError(f"--seq_len={a.seq_len} must be at least 1")
+    a.gpu = a.gpu.lower()  # as train reads its flags: H100 = h100
+    a.precision = a.precision.lower()
     if a.gpu not in GPUS:
         raise PlanError(f"--gpu={a.gpu} is not a known GPU (h100, h200, a100)")
+    if a.device_memory < 0:
+        raise PlanError(f"--device_memory={a.device_memory} must be a positive number of bytes")
     if a.precision not in ("bf16", "fp16", "fp32"):
         raise PlanError(f"--precision={a.precision} is not bf16, fp16 or fp32")
     if a.windows not in ("trained", "init"):
@@ -308,7 +316,10 @@ def limit_of(t):
 
 def plan(a):
     """The plan as one dict: the request, the layouts (all, fitting first, by step time)."""
-    dims, gpu = a.dims, GPUS[a.gpu]
+    dims, gpu = a.dims, copy.copy(GPUS[a.gpu])
+    if a.device_memory > 0:  # train's --device_memory: the same GPU with that much memory
+        gpu.memory = a.device_memory
+        gpu.name = f"{gpu.name}, --device_memory={a.device_memory}"
     perf_model.use_architecture(dims["vocab"], dims["d_k"], dims["d_v"], float(dims.get("w_th", 256.0)))
     if transformer(dims):  # perf_model's Transformers by name: this one's sizes
         perf_model.TRANSFORMERS[dims["name"]] = (dims["n_layers"], dims["n_heads"], dims["d_e"])
@@ -409,10 +420,13 @@ def main(argv=None):
                   f"{plan_memory.gib(p['device_memory_bytes']):.1f} GiB of --gpu={a.gpu}; raise --gpus, take a larger "
                   f"--gpu or lower --seq_len", file=sys.stderr)
             return NONE_FITS
-    except BrokenPipeError:  # `plan … | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:  # `plan … | head`: the reader went away; end as a pipe's writer does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
     except (OSError, AttributeError) as e:  # a full disk, a closed stdout (sys.stdout is None)
-        print(f"multiscreen plan: cannot write the plan to standard output: {e}", file=sys.stderr)
+        reason = "it is closed" if sys.stdout is None else (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
+        print(f"multiscreen plan: cannot write the plan to standard output: {reason}", file=sys.stderr)
         return 1
     return 0
 

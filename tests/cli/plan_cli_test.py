@@ -81,6 +81,10 @@ class CommandTest(unittest.TestCase):
                 (["--model=psi32", "--gpus=8", "--global_batch=1000"], "multiscreen plan: --global_batch=1000 tokens"),
                 (["--model=psi32", "--gpus=8", "--seq_len=0"], "multiscreen plan: --seq_len=0 must be at least 1"),
                 (["--model=psi32", "--gpus=8", "--precision=fp64"], "multiscreen plan: --precision=fp64"),
+                (["--model=psi32", "--gpus=8", "--device_memory=80 GB"], "multiscreen plan: --device_memory=80 GB: "
+                 "expected bytes"),
+                (["--model=psi32", "--gpus=8", "--device_memory=0"], "multiscreen plan: --device_memory=0 must be at "
+                 "least 1 byte"),
                 (["--model=psi32", "--gpus=8", "--gpus_per_node=0"], "multiscreen plan: --gpus_per_node=0"),
                 (["--model=psi32", "--gpus=x"], "--gpus"),
                 (["--model=no_such_model", "--gpus=8"], "no_such_model"),
@@ -170,7 +174,40 @@ class CommandTest(unittest.TestCase):
                                text=True, timeout=120)
         self.assertEqual(r.returncode, 1)
         self.assertEqual(r.stderr.strip().splitlines(),
-                         ["multiscreen plan: cannot write the plan to standard output: [Errno 28] No space left on device"])
+                         ["multiscreen plan: cannot write the plan to standard output: No space left on device"])
+        # A closed stdout (`>&-`) said Python's "'NoneType' object has no attribute 'flush'".
+        r = subprocess.run([MULTISCREEN, "plan", "--model=psi32", "--gpus=8"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, timeout=120, pass_fds=(),
+                           preexec_fn=lambda: os.close(1))
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip().splitlines(),
+                         ["multiscreen plan: cannot write the plan to standard output: it is closed"])
+
+    def test_device_memory_replaces_the_presets_and_names_are_read_in_any_case(self):
+        # train's refusal points here: plan had no --device_memory, and --gpu=H100 was refused
+        preset = json.loads(run("--model=psi32", "--gpus=8", "--json").stdout)
+        r = run("--model=psi32", "--gpus=8", "--json", "--gpu=H100", "--precision=BF16", "--device_memory=40GiB")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        small = json.loads(r.stdout)
+        self.assertEqual(small["device_memory_bytes"], 40 << 30)
+        by_layout = {(l["tp"], l["pp"], l["dp"], l["zero"], l["micro_batch"]): l for l in preset["layouts"]}
+        fits = [l for l in small["layouts"] if l["fits"]]
+        self.assertLess(len(fits), sum(l["fits"] for l in preset["layouts"]))
+        for l in small["layouts"]:
+            self.assertEqual(l["fits"], l["peak_bytes_per_rank"] <= 40 << 30)
+            self.assertEqual(l["peak_bytes_per_rank"],
+                             by_layout[(l["tp"], l["pp"], l["dp"], l["zero"], l["micro_batch"])]["peak_bytes_per_rank"])
+
+    def test_a_reader_that_goes_away_ends_the_plan_by_sigpipe(self):
+        # `plan --json | (exec 0<&-; ...)` exited 0, and a plan that fits nothing lost its exit status 2:
+        # the command now ends as a pipe's writer does (SIGPIPE, the shell's 141), saying nothing.
+        for args in (("--model=psi8", "--gpus=8", "--json"), ("--model=psi64", "--gpus=1")):
+            with self.subTest(args=args):
+                p = subprocess.Popen([MULTISCREEN, "plan", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                p.stdout.close()
+                err = p.stderr.read().decode()
+                self.assertEqual(p.wait(timeout=120), -signal.SIGPIPE, err)
+                self.assertEqual(err.strip(), "")
 
     def test_a_config_dir_with_a_trailing_slash_finds_the_planner(self):
         # (it looked for configs/tools/plan.py)
