@@ -81,8 +81,9 @@ ABSL_FLAG(std::string, comm, "auto",
           "auto | mpi | staged | nccl: how the tp, pp and dp groups move the step's buffers (auto: MPI on the "
           "cpu; on GPUs NCCL when each rank of a node has a GPU of its own, else MPI staged through host memory)");
 ABSL_FLAG(std::string, device_memory, "",
-          "--device=cuda: bytes of each GPU for train's up-front check of the layout (K, M, G, T suffixes are powers "
-          "of 1024: 80GiB); empty: the device's own total (cudaMemGetInfo)");
+          "bytes of each GPU (K, M, G, T suffixes are powers of 1024: 80GiB): train --device=cuda checks its layout "
+          "against it up front (empty: the device's own total, cudaMemGetInfo); plan takes it in place of --gpu's "
+          "memory");
 ABSL_FLAG(bool, restart, false,
           "when none of run_dir's checkpoints verifies, move them to checkpoints/unverified/ and train from step 0 "
           "(without it such a run is refused); a checkpoint that verifies is still resumed");
@@ -284,18 +285,31 @@ void RemoveUnusedRunDir(const std::string& run_dir, const std::filesystem::path&
 }
 
 // What the ranks of one job must agree on (trainer/run_agreement.h): the run file after
-// its flags, every field of the model as resolved, the layout, the device and transport
-// flags, --restart and --allow_data_change, and each data source as opened (token count,
+// its flags, every field of the model as resolved, the layout, the device, transport and
+// --device_memory flags, the step's precision on a CPU (bf16 falls back to fp32 per rank's
+// path), --restart and --allow_data_change, and each data source as opened (token count,
 // fingerprint and weight: another file at the same path shows; the same files at other
 // paths on other nodes are fine).
 std::vector<std::pair<std::string, std::string>> AgreementFields(const config::RunConfig& run, const ModelDims& d,
-                                                                 const ProcessGrid& grid, const Trainer::Sources& sources) {
+                                                                 const ProcessGrid& grid, const Trainer::Sources& sources,
+                                                                 Device device) {
   auto fields = RunConfigFields(run);
   for (auto& field : ModelAgreementFields(d)) fields.push_back(std::move(field));
   fields.emplace_back("the layout", absl::StrCat("tp ", grid.shape().tp, ", pp ", grid.shape().pp, ", dp ",
                                                  grid.shape().dp));
   fields.emplace_back("--device", absl::GetFlag(FLAGS_device));
+  // What the step computes in on this rank: a bf16 run on the CPU runs bf16 only where the
+  // rank's kernel path has the bf16 dot products (--isa, the CPU), fp32 elsewhere; ranks
+  // that differ would train different models, each believing the run's precision.
+  const bool cpu_bf16 = device == Device::kCpu && run.precision() == config::RunConfig::BF16;
+  fields.emplace_back("the step's precision (bf16 on the CPU needs the avx512 path with AVX512_BF16)",
+                      !cpu_bf16 ? "as the run file says"
+                      : CpuStepPrecision(Precision::kBf16, nullptr) == Precision::kBf16
+                          ? "bf16"
+                          : absl::StrCat("fp32: no bf16 dot products on the ", kernels::cpu::IsaName(kernels::cpu::ActiveIsa()),
+                                         " path of this CPU"));
   fields.emplace_back("--comm", absl::GetFlag(FLAGS_comm));
+  fields.emplace_back("--device_memory", absl::GetFlag(FLAGS_device_memory));  // rank 0's decided the fit check
   // What the ranks do with the run directory's checkpoints (resume, restart, accept other data).
   fields.emplace_back("--restart", absl::GetFlag(FLAGS_restart) ? "true" : "false");
   fields.emplace_back("--allow_data_change", absl::GetFlag(FLAGS_allow_data_change) ? "true" : "false");
@@ -474,6 +488,11 @@ int TrainCommand(int argc, char** argv) {
                       });
   // Every rank resolves its own device (its GPU was bound above); the step runs there.
   auto device = ResolveDevice(false);
+  if (device.ok() && *device == Device::kCpu && device_memory > 0) {  // it would be ignored: say so
+    device = absl::InvalidArgumentError(absl::StrCat("--device_memory=", absl::GetFlag(FLAGS_device_memory),
+                                                     " sizes a GPU for the fit check of --device=cuda; this run's "
+                                                     "step runs on the cpu"));
+  }
   if (mpi != nullptr) {
     // --device that no rank can serve (tpu; cuda without a GPU) is met by every rank alike: said once.
     if (auto s = AgreeOnError(grid->world(), device.status(), /*name_rank=*/true); !s.ok()) return fail(MarkAgreed(s));
@@ -527,7 +546,7 @@ int TrainCommand(int argc, char** argv) {
   // Every rank starts the same run (issue 31 §1), compared before the first collective
   // whose length depends on it: one line names the field that differs.
   if (mpi != nullptr) {
-    if (auto s = AgreeOnRun(grid->world(), AgreementFields(*run, *dims, *grid, *sources)); !s.ok()) {
+    if (auto s = AgreeOnRun(grid->world(), AgreementFields(*run, *dims, *grid, *sources, *device)); !s.ok()) {
       return fail(MarkAgreed(s));
     }
   }

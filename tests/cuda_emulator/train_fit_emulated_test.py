@@ -99,13 +99,26 @@ class TrainFitTest(unittest.TestCase):
         self.assertIn("the layout's device memory was not checked up front: "
                       f"{os.path.join(self.tmp.name, 'tools', 'plan_fit.py')} not found", r.stderr)
 
+    def single(self, name, *flags):
+        """One process of train on tiny_test's config, its run directory `name` under the test's."""
+        return subprocess.run([MULTISCREEN, "train", f"--config={os.path.join(SOURCE, 'configs', 'train', 'tiny_test.textproto')}",
+                               f"--data={self.data}", f"--run_dir={self.tmp.name}/{name}", *flags],
+                              capture_output=True, text=True, timeout=60)
+
     def test_a_bad_device_memory_is_one_line_naming_the_flag(self):
-        r = subprocess.run([MULTISCREEN, "train", f"--config={os.path.join(SOURCE, 'configs', 'train', 'tiny_test.textproto')}",
-                            f"--data={self.data}", f"--run_dir={self.tmp.name}/bad", "--device=cuda",
-                            "--device_memory=80 GB"], capture_output=True, text=True, timeout=60)
+        r = self.single("bad", "--device=cuda", "--device_memory=80 GB")
         self.assertEqual(r.returncode, 1)
         self.assertEqual(r.stderr.strip().splitlines(), ["multiscreen train: --device_memory=80 GB: expected bytes with an "
                                                          "optional K, M, G or T suffix (e.g. 1G)"])
+
+    def test_device_memory_on_the_cpu_is_refused_as_ignored(self):
+        # (`--device=cpu --device_memory=1K` trained with no word: the flag sized nothing)
+        r = self.single("cpu", "--device=cpu", "--device_memory=1K")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip().splitlines(), ["multiscreen train: --device_memory=1K sizes a GPU for the fit "
+                                                         "check of --device=cuda; this run's step runs on the cpu"])
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "cpu")))
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

@@ -49,6 +49,15 @@ class RunAgreementTest(SyntheticCorpusCase):
         line = self.mpmd("lr", ["--steps=4"], ["--steps=4", "--lr=0.001"])
         self.assertIn("ranks disagree on optimizer.lr: rank 0 has 0.0625, rank 1 has 0.001 ", line)
 
+    def test_a_cpu_rank_whose_bf16_step_would_run_fp32_is_named(self):
+        # (rank 1 under --isa=avx2 trained its fp32 fallback beside rank 0's bf16, with no word)
+        with open("/proc/cpuinfo") as f:
+            if "avx512_bf16" not in f.read():
+                self.skipTest("no AVX512_BF16 here: every rank's bf16 step runs fp32 alike")
+        line = self.mpmd("bf16", ["--steps=2", "--precision=bf16"], ["--steps=2", "--precision=bf16", "--isa=avx2"])
+        self.assertIn("ranks disagree on the step's precision (bf16 on the CPU needs the avx512 path with AVX512_BF16): "
+                      "rank 0 has bf16, rank 1 has fp32: no bf16 dot products on the avx2 path of this CPU", line)
+
     def node_local_models(self, name, rank1_line):
         """Two working directories, each with its own models/m.textproto: tiny_psi4, and on
         rank 1 with `rank1_line` appended (a node-local copy of one model file that differs)."""
