@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -500,7 +501,8 @@ int BenchTrain(int argc, char** argv) {
     std::printf("  MFU (hardware)  %10.1f %%   against the %s peak (%.1f %% on the thread's CPU clock: %.4f s a step)\n",
                 100 * gflops / hw_peak.gflops, hw_peak.precision.c_str(), 100 * gflops_cpu / hw_peak.gflops, step_cpu);
   }
-  std::printf("  MFU (%s)     %10.1f %%\n", *peak_tflops > 0 ? "given" : gpu ? "GEMM " : "SGEMM", 100 * mfu);
+  const char* against = *peak_tflops > 0 ? "given" : gpu ? "GEMM" : "SGEMM";
+  std::printf("  MFU (%s)%*s%10.1f %%\n", against, static_cast<int>(10 - std::strlen(against)), "", 100 * mfu);
   std::printf("  peak RSS        %10.1f MiB\n", peak_rss / 1048576.0);
   if (gpu) std::printf("  peak device mem %10.1f MiB (the model's arrays)\n", peak_device / 1048576.0);
   std::printf("  breakdown (median per step):\n");

@@ -751,9 +751,18 @@ def read_bench_json(path, flag, field, how):
 
 def main(argv=None):
     a = parse_args(argv)
-    if a.measured:
-        bench = read_bench_json(a.measured, "--measured", "op_times",
-                                "`multiscreen bench train --device=cuda --op_times --json`")
+    if a.measured is not None:
+        how = "`multiscreen bench train --device=cuda --op_times --json`"
+        bench = read_bench_json(a.measured, "--measured", "op_times", how)
+        times = bench["op_times"]
+        rows_ok = isinstance(times, dict) and isinstance(times.get("ops"), list) and all(
+            isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("calls"), int)
+            and isinstance(r.get("ms"), (int, float)) and r["calls"] >= 0 and r["ms"] >= 0 for r in times["ops"])
+        fields_ok = all(isinstance(bench.get(k), str) for k in ("model", "precision")) and all(
+            isinstance(bench.get(k), int) and bench[k] > 0 for k in ("seq_len", "micro_batch", "head_chunk_rows"))
+        if not (rows_ok and fields_ok and isinstance(times.get("total_ms"), (int, float))):
+            raise SystemExit(f"perf_model.py --measured={a.measured}: not the output of {how} (its op_times rows, "
+                             "model, precision, seq_len, micro_batch or head_chunk_rows are missing or malformed)")
         config_dir = a.config_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "models")
         ops, syncs = model_ops_for(bench, config_dir)
         c = compare_measured(bench, ops, syncs, Hardware(a))
@@ -764,7 +773,7 @@ def main(argv=None):
             print_measured(c, f"{bench['model']}, T = {bench['seq_len']}, B = {bench['micro_batch']}, "
                               f"{bench['precision']}, {bench.get('device', 'device')}")
         return c
-    if a.counted:
+    if a.counted is not None:
         try:
             counted = json.load(open(a.counted, encoding="utf-8"))
         except (OSError, ValueError) as e:

@@ -80,6 +80,24 @@ class BenchOpTimesTest(unittest.TestCase):
               if l.strip() and not l.strip().endswith("total")]
         self.assertEqual(ms, sorted(ms, reverse=True))
 
+    def test_measured_refuses_a_file_without_op_times_rows_in_one_line(self):
+        # (an edited op_times gave Python tracebacks; --measured= printed the default tables)
+        with tempfile.TemporaryDirectory() as d:
+            for name, text in (("empty_times.json", '{"op_times": {}, "model": "tiny_psi4"}'),
+                               ("rows_of_null.json", '{"op_times": {"ops": [null], "total_ms": 0}, "model": "tiny_psi4", '
+                                                     '"precision": "fp32", "seq_len": 64, "micro_batch": 1, '
+                                                     '"head_chunk_rows": 512}'),
+                               ("", None)):
+                path = os.path.join(d, name)
+                if text is not None:
+                    with open(path, "w") as f:
+                        f.write(text)
+                m = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "tools", "perf_model.py"),
+                                    f"--measured={path if name else ''}"], capture_output=True, text=True, timeout=120)
+                self.assertEqual(m.returncode, 1, m.stdout)
+                self.assertEqual(len(m.stderr.strip().splitlines()), 1, m.stderr)
+                self.assertIn("perf_model.py --measured=", m.stderr)
+
     def test_op_times_on_the_cpu_is_refused_in_one_line(self):
         r = bench("--model=tiny_psi4", "--device=cpu", "--op_times")
         self.assertNotEqual(r.returncode, 0)
