@@ -9,6 +9,7 @@
 // against the simple one in the Transformer. Skips, visibly, without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -117,9 +118,10 @@ std::vector<double> Fp64Grads(const ModelDims& dims, const std::vector<float>& p
 // moves by far more than `tol` in any summation order (measured: 1e-4 to 1e-3 relative
 // between the two fp32 implementations at Ψ = 2 and 4). It is held against the fp64
 // truth instead: the GPU within 1e-3 of it relative (tol where that is looser; 1e-3 as
-// in parallel_step_test), or no farther than 4× the CPU's own distance.
+// in parallel_step_test; `s_e_tol` where that is looser still), or no farther than 4× the
+// CPU's own distance.
 void ExpectClose(const ModelDims& dims, const Result& gpu, const Result& cpu, double tol,
-                 const std::vector<double>& truth) {
+                 const std::vector<double>& truth, double s_e_tol = 0) {
   EXPECT_NEAR(gpu.loss, cpu.loss, tol * std::abs(cpu.loss));
   const int64_t n = static_cast<int64_t>(cpu.grads.size());
   EXPECT_LE(RelativeError(gpu.grads, cpu.grads, 0, n), tol);
@@ -128,7 +130,7 @@ void ExpectClose(const ModelDims& dims, const Result& gpu, const Result& cpu, do
   for (const ParamEntry& e : layout.entries()) {
     if (e.kind == ParamKind::kS_E) {
       const double ref = truth[e.buffer_offset], g = gpu.grads[e.buffer_offset], c = cpu.grads[e.buffer_offset];
-      EXPECT_LE(std::abs(g - ref), std::max(4 * std::abs(c - ref), std::max(1e-3, tol) * std::abs(ref)))
+      EXPECT_LE(std::abs(g - ref), std::max(4 * std::abs(c - ref), std::max({1e-3, tol, s_e_tol}) * std::abs(ref)))
           << e.name << ": gpu " << g << ", cpu " << c << ", fp64 " << ref;
       continue;
     }
@@ -154,9 +156,16 @@ TEST_P(ModelCudaTest, ForwardBackwardMatchesTheCpuInBf16) {
   const auto params = WellConditionedParams<float>(layout, 12);
   const int64_t B = 2, T = 45;
   const auto tokens = RandomTokens(dims.vocab, B * (T + 1), 6);
+  // ∂L/∂s_E under bf16: its cancelling terms carry bf16's 2^-8 rounding, and the CPU and the
+  // device round the head at different points (the CPU its softmax numerators and rescaled
+  // y, the device c·(softmax − onehot); docs/performance.md, "The bf16 CPU step"), so the
+  // two land at different distances from the truth: tiny_psi4, the device 34 % from fp64,
+  // the CPU 4.6 % since its bf16 step rounds what the device rounds (8.6 % or more before,
+  // which the 4× rule passed). Held within 50 % of the truth there (a sign or a lost term
+  // is 100 % or more); every other tensor stays within 1e-2 of the CPU's.
   ExpectClose(dims, RunModel(Device::kCuda, dims, Precision::kBf16, params, tokens, B, T),
               RunModel(Device::kCpu, dims, Precision::kBf16, params, tokens, B, T), 1e-2,
-              Fp64Grads(dims, params, tokens, B, T));
+              Fp64Grads(dims, params, tokens, B, T), /*s_e_tol=*/0.5);
 }
 
 TEST_P(ModelCudaTest, InferenceLogitsMatchTheCpu) {
