@@ -20,7 +20,6 @@
 #include "nlohmann/json.hpp"
 
 ABSL_DECLARE_FLAG(bool, json);  // params_command.cc
-ABSL_DECLARE_FLAG(std::string, device_memory);  // train_command.cc
 ABSL_FLAG(int64_t, gpus, 0, "plan: GPUs of the job (tp x pp x dp)");
 ABSL_FLAG(std::string, gpu, "h100", "plan: h100 | h200 | a100 (memory, peak, HBM and link constants)");
 ABSL_FLAG(int64_t, gpus_per_node, 8, "plan: GPUs per node (NVLink within a node, InfiniBand across)");
@@ -60,12 +59,9 @@ int PlanCommand(int argc, char** argv) {
                                    "--precision=" + absl::GetFlag(FLAGS_precision),
                                    absl::StrCat("--top=", absl::GetFlag(FLAGS_top))};
   if (absl::GetFlag(FLAGS_json)) args.push_back("--json");
-  if (const std::string text = absl::GetFlag(FLAGS_device_memory); !text.empty()) {  // as train reads it
-    auto bytes = ParseByteSize("device_memory", text);
-    if (!bytes.ok()) return Fail("plan", bytes.status());
-    if (*bytes < 1) return Fail("plan", absl::InvalidArgumentError(absl::StrCat("--device_memory=", text, " must be at least 1 byte")));
-    args.push_back(absl::StrCat("--device_memory=", *bytes));
-  }
+  const absl::StatusOr<int64_t> device_memory = DeviceMemoryFlag();  // as train reads it
+  if (!device_memory.ok()) return Fail("plan", device_memory.status());
+  if (*device_memory > 0) args.push_back(absl::StrCat("--device_memory=", *device_memory));
   // plan.py's own status: 0, 1 (its one-line error said), 2 (printed, but no layout fits).
   auto status = RunPythonTool(*script, args);
   if (!status.ok()) return Fail("plan", status.status());

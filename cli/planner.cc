@@ -1,12 +1,19 @@
 #include "cli/planner.h"
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/flags.h"
 #include "cli/python_tool.h"
 #include "kernels/attention_kind.h"
 #include "kernels/screening_types.h"
+
+ABSL_FLAG(std::string, device_memory, "",
+          "bytes of each GPU (K, M, G, T suffixes are powers of 1024: 80GiB): train --device=cuda checks its layout "
+          "against it up front (empty: the device's own total, cudaMemGetInfo); plan takes it in place of --gpu's "
+          "memory");
 
 namespace multiscreen::cli {
 namespace {
@@ -27,6 +34,16 @@ std::string FlagsTo(const TrainLayout& layout, const nlohmann::ordered_json& oth
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> DeviceMemoryFlag() {
+  const std::string text = absl::GetFlag(FLAGS_device_memory);
+  if (text.empty()) return 0;
+  absl::StatusOr<int64_t> bytes = ParseByteSize("device_memory", text);
+  if (bytes.ok() && *bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--device_memory=", text, " must be at least 1 byte"));
+  }
+  return bytes;
+}
 
 nlohmann::json PlanDims(const ModelDims& dims) {
   return {{"name", dims.name},

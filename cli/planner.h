@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/config.h"
 #include "nlohmann/json.hpp"
 
@@ -20,6 +21,11 @@ namespace multiscreen::cli {
 // prints under "dims"): name, family, n_layers, n_heads, d_e, d_k, d_v, vocab, w_th,
 // position, output_gate, attention, qk_norm, sio, pl_norm.
 nlohmann::json PlanDims(const ModelDims& dims);
+
+// --device_memory, as train and plan read it: bytes (K, M, G, T suffixes are powers of
+// 1024: 80GiB), 0 when not given. Errors, one line naming the flag: not such a size
+// (ParseByteSize), or below 1 byte.
+absl::StatusOr<int64_t> DeviceMemoryFlag();
 
 // One rank's layout of a training run, as `train` resolved it.
 struct TrainLayout {

@@ -80,10 +80,7 @@ ABSL_FLAG(bool, allow_data_change, false,
 ABSL_FLAG(std::string, comm, "auto",
           "auto | mpi | staged | nccl: how the tp, pp and dp groups move the step's buffers (auto: MPI on the "
           "cpu; on GPUs NCCL when each rank of a node has a GPU of its own, else MPI staged through host memory)");
-ABSL_FLAG(std::string, device_memory, "",
-          "bytes of each GPU (K, M, G, T suffixes are powers of 1024: 80GiB): train --device=cuda checks its layout "
-          "against it up front (empty: the device's own total, cudaMemGetInfo); plan takes it in place of --gpu's "
-          "memory");
+ABSL_DECLARE_FLAG(std::string, device_memory);  // planner.cc (DeviceMemoryFlag)
 ABSL_FLAG(bool, restart, false,
           "when none of run_dir's checkpoints verifies, move them to checkpoints/unverified/ and train from step 0 "
           "(without it such a run is refused); a checkpoint that verifies is still resumed");
@@ -388,12 +385,7 @@ int TrainCommand(int argc, char** argv) {
     MS_RETURN_IF_ERROR(ApplyThreadsFlag());
     MS_RETURN_IF_ERROR(ApplyIsaFlag());
     MS_RETURN_IF_ERROR(PeakTflops().status());
-    if (const std::string text = absl::GetFlag(FLAGS_device_memory); !text.empty()) {
-      auto bytes = ParseByteSize("device_memory", text);
-      MS_RETURN_IF_ERROR(bytes.status());
-      if (*bytes < 1) return absl::InvalidArgumentError(absl::StrCat("--device_memory=", text, " must be at least 1 byte"));
-      device_memory = *bytes;
-    }
+    MS_ASSIGN_OR_RETURN(device_memory, DeviceMemoryFlag());
     run = BuildRun(GivenFlags(argc, argv), &source, &start_warning);
     MS_RETURN_IF_ERROR(run.status());
     dims = run->model().empty() ? ResolveModel(run->model_config(),
