@@ -749,6 +749,21 @@ def read_bench_json(path, flag, field, how):
     return found
 
 
+def beside_model(a, run, compare, print_table, label_tail=""):
+    """--counted and --measured: the model's ops for `run`'s model, T, B and head chunk (a
+    `bench train --json` result), compare(ops, syncs) beside them, printed as JSON or by
+    print_table(result, label); the result."""
+    config_dir = a.config_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "models")
+    ops, syncs = model_ops_for(run, config_dir)
+    c = compare(ops, syncs)
+    if a.json:
+        json.dump(c, sys.stdout, indent=1, ensure_ascii=False)
+        print()
+    else:
+        print_table(c, f"{run['model']}, T = {run['seq_len']}, B = {run['micro_batch']}, {run['precision']}{label_tail}")
+    return c
+
+
 def main(argv=None):
     a = parse_args(argv)
     if a.measured is not None:
@@ -763,16 +778,8 @@ def main(argv=None):
         if not (rows_ok and fields_ok and isinstance(times.get("total_ms"), (int, float))):
             raise SystemExit(f"perf_model.py --measured={a.measured}: not the output of {how} (its op_times rows, "
                              "model, precision, seq_len, micro_batch or head_chunk_rows are missing or malformed)")
-        config_dir = a.config_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "models")
-        ops, syncs = model_ops_for(bench, config_dir)
-        c = compare_measured(bench, ops, syncs, Hardware(a))
-        if a.json:
-            json.dump(c, sys.stdout, indent=1, ensure_ascii=False)
-            print()
-        else:
-            print_measured(c, f"{bench['model']}, T = {bench['seq_len']}, B = {bench['micro_batch']}, "
-                              f"{bench['precision']}, {bench.get('device', 'device')}")
-        return c
+        return beside_model(a, bench, lambda ops, syncs: compare_measured(bench, ops, syncs, Hardware(a)),
+                            print_measured, f", {bench.get('device', 'device')}")
     if a.counted is not None:
         try:
             counted = json.load(open(a.counted, encoding="utf-8"))
@@ -781,16 +788,7 @@ def main(argv=None):
         if "counted" not in counted:
             raise SystemExit(f"perf_model.py --counted={a.counted}: no 'counted' object (the output of "
                              "`multiscreen bench train --device=cuda --count --json` in the emulated build)")
-        config_dir = a.config_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "models")
-        ops, syncs = model_ops_for(counted, config_dir)
-        c = compare_counted(counted, ops, syncs)
-        if a.json:
-            json.dump(c, sys.stdout, indent=1, ensure_ascii=False)
-            print()
-        else:
-            print_counted(c, f"{counted['model']}, T = {counted['seq_len']}, B = {counted['micro_batch']}, "
-                             f"{counted['precision']}")
-        return c
+        return beside_model(a, counted, lambda ops, syncs: compare_counted(counted, ops, syncs), print_counted)
     hw = Hardware(a)
     out = {"constants": vars(a), "steps": [], "ttft": []}
     tokens = a.seq * a.micro_batch
