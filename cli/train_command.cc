@@ -502,9 +502,26 @@ int TrainCommand(int argc, char** argv) {
   // refused on every rank at once, with the plan's breakdown and the nearest layouts that fit.
   if (*device == Device::kCuda) {
     FitVerdict fit;
+    // Without --device_memory the layout must fit the smallest GPU of the job: every rank
+    // reads its own total and rank 0 checks against the least (named when it is not its own).
+    int64_t bytes = device_memory;
+    std::string bytes_source = "--device_memory";
+    if (bytes <= 0) {
+      bytes = CurrentDeviceMemory().total;
+      bytes_source = "cudaMemGetInfo's total";
+      if (mpi != nullptr && grid->world_size() > 1) {
+        const int64_t own = bytes;
+        double least = -static_cast<double>(own);  // max of the negatives: the least total
+        grid->world().AllReduce(&least, 1, ReduceOp::kMax);
+        bytes = static_cast<int64_t>(-least);
+        double holder = bytes == own ? -static_cast<double>(grid->world_rank()) : -1e18;  // lowest rank holding it
+        grid->world().AllReduce(&holder, 1, ReduceOp::kMax);
+        if (bytes != own || holder != 0) {
+          bytes_source = absl::StrCat("the smallest GPU's total (rank ", static_cast<int64_t>(-holder), ")");
+        }
+      }
+    }
     if (logger) {
-      const DeviceMemory own = CurrentDeviceMemory();
-      const int64_t bytes = device_memory > 0 ? device_memory : own.total;
       if (bytes > 0) {
         fit = CheckLayoutFits(*dims,
                               {.tp = grid->shape().tp,
@@ -516,7 +533,7 @@ int TrainCommand(int argc, char** argv) {
                                .seq_len = run->seq_len(),
                                .precision = absl::AsciiStrToLower(config::RunConfig::Precision_Name(run->precision())),
                                .gpus_per_node = std::max(1, grid->local_size())},
-                              bytes, bound_device, device_memory > 0 ? "--device_memory" : "cudaMemGetInfo's total");
+                              bytes, bound_device, bytes_source);
         if (!fit.warning.empty()) LogWarning("train: ", fit.warning);
         if (!fit.status.ok()) {
           for (const std::string& line : fit.breakdown) LogInfo(line);

@@ -85,6 +85,31 @@ class TrainFitTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertIn("final train_loss", r.stdout)
 
+    def test_the_smallest_gpu_of_the_job_decides(self):
+        # Rank 1's GPU is smaller than rank 0's (MPMD: each rank its own emulated memory),
+        # no --device_memory: rank 0 checks against rank 1's total and names it (rank 0
+        # alone checked its own and passed a layout rank 1 cannot hold).
+        if MPIRUN is None:
+            self.skipTest("no mpirun")
+        need = plan_memory.rank_memory(TINY, 64, 16, 1, 1, 1, 2, 0, "fp32")["bytes"]
+        small = need - (1 << 20)
+        run_dir = os.path.join(self.tmp.name, "mixed", "run")
+        common = [MULTISCREEN, "train", f"--config={os.path.join(SOURCE, 'configs', 'train', 'tiny_test.textproto')}",
+                  f"--data={self.data}", f"--run_dir={run_dir}", "--steps=1", "--device=cuda", "--comm=nccl",
+                  "--seq_len=64", "--eval_every=0", "--checkpoint_every=0", "--micro_batch=16", "--grad_accum=1"]
+        r = subprocess.run([MPIRUN, "--oversubscribe", "--allow-run-as-root",
+                            "-np", "1", "-x", f"MULTISCREEN_EMULATED_GPU_MEMORY={8 << 30}", *common, ":",
+                            "-np", "1", "-x", f"MULTISCREEN_EMULATED_GPU_MEMORY={small}", *common],
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, MULTISCREEN_EMULATED_GPUS="2", OMP_NUM_THREADS="1"))
+        self.assertNotEqual(r.returncode, 0, r.stderr[-3000:])
+        refusals = [l for l in r.stderr.splitlines() if l.startswith("multiscreen train: ")]
+        self.assertEqual(len(refusals), 1, r.stderr[-3000:])
+        self.assertIn(f"needs a modelled {need} bytes", refusals[0])
+        self.assertIn(f"more than the device's {small} bytes", refusals[0])
+        self.assertIn("the smallest GPU's total (rank 1)", refusals[0])
+        self.assertFalse(os.path.exists(os.path.dirname(run_dir)), "the run directory was made")
+
     def test_without_the_planner_train_warns_and_trains(self):
         # A configs/ with no tools/ beside it (an install without the Python tools): the check
         # is skipped with a warning, not the run.
