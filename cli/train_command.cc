@@ -455,6 +455,11 @@ int TrainCommand(int argc, char** argv) {
     bound_device = *bound;
   }
   const bool logger = grid->world_rank() == 0;
+  if (logger && run->parallel().zero() > 0 && grid->shape().dp == 1) {
+    // ZeRO-1 shards AdamW's moments over the data-parallel ranks: with one there is nothing to shard.
+    LogWarning("train: --zero=", run->parallel().zero(), " has no effect with dp = 1 (tp=", grid->shape().tp,
+               " pp=", grid->shape().pp, "): every rank holds its whole optimizer state");
+  }
   // Under MPI an error on any rank ends the whole job (never a hang); one that
   // every rank returned alike is reported once, by rank 0, and every rank exits.
   auto fail = [&](const absl::Status& status) {
