@@ -112,7 +112,12 @@ absl::StatusOr<PplData> PplDataOf(const std::string& path, const std::vector<std
     head.resize(got);
     int32_t magic = 0;
     if (head.size() >= 4) std::memcpy(&magic, head.data(), 4);
-    d.tokens = !IsCompressedName(path) && magic == kTokenFileMagic;
+    if (magic == kTokenFileMagic) {  // llm.c tokens compressed: read only as stored
+      if (auto s = CompressedTokenDataError(path, NamedCompression(path)); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--data=", s.message()));
+      }
+    }
+    d.tokens = magic == kTokenFileMagic;
     if (!d.tokens) MS_RETURN_IF_ERROR(NotTextError(path, "", head));
   }
   return d;

@@ -24,17 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The compression a file's first bytes announce: gzip's magic 1f 8b, or a zstd frame's
-// 28 b5 2f fd (RFC 8878 3.1.1; a skippable frame, 5? 2a 4d 18, also begins zstd data).
-Compression MagicCompression(std::string_view head) {
-  if (head.substr(0, 2) == "\x1f\x8b") return Compression::kGzip;
-  if (head.substr(0, 4) == "\x28\xb5\x2f\xfd") return Compression::kZstd;
-  if (head.size() >= 4 && (static_cast<unsigned char>(head[0]) & 0xf0) == 0x50 && head.substr(1, 3) == "\x2a\x4d\x18") {
-    return Compression::kZstd;
-  }
-  return Compression::kNone;
-}
-
 const char* FormatName(Compression c) { return c == Compression::kGzip ? "gzip" : "zstd"; }
 const char* MagicHex(Compression c) { return c == Compression::kGzip ? "1f 8b" : "28 b5 2f fd"; }
 std::string Suffix(Compression c) { return c == Compression::kGzip ? ".gz" : ".zst"; }
@@ -164,6 +153,26 @@ class ZstdSource : public ByteSource {
 };
 
 }  // namespace
+
+Compression MagicCompression(std::string_view head) {
+  if (head.substr(0, 2) == "\x1f\x8b") return Compression::kGzip;
+  if (head.substr(0, 4) == "\x28\xb5\x2f\xfd") return Compression::kZstd;
+  if (head.size() >= 4 && (static_cast<unsigned char>(head[0]) & 0xf0) == 0x50 && head.substr(1, 3) == "\x2a\x4d\x18") {
+    return Compression::kZstd;
+  }
+  return Compression::kNone;
+}
+
+absl::Status CompressedTokenDataError(const std::string& path, Compression held) {
+  if (held == Compression::kNone) return absl::OkStatus();
+  // A name with the suffix decompresses beside itself; one without it must be given a new name.
+  const std::string how = NamedCompression(path) == held
+                              ? absl::StrCat(held == Compression::kGzip ? "gunzip -k " : "zstd -d ", path)
+                              : absl::StrCat(held == Compression::kGzip ? "zcat " : "zstdcat ", path, " > NEW.bin");
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", FormatName(held), " data (magic ", MagicHex(held),
+                                                 "): token files are read as they are stored; decompress it first (",
+                                                 how, ")"));
+}
 
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& path, std::function<bool()> cancelled) {
   std::error_code ec;

@@ -18,6 +18,7 @@
 #include "common/crc32c.h"
 #include "common/input_file.h"
 #include "common/status.h"
+#include "data/byte_source.h"
 #include "data/token_file.h"
 
 namespace multiscreen {
@@ -223,6 +224,11 @@ absl::StatusOr<std::unique_ptr<TokenStream>> TokenStream::Open(const std::vector
           f = TokenFormat::kRawUint16;
         } else if (header[0] == kTokenFileMagic || file_size < int64_t{sizeof(header)}) {
           f = TokenFormat::kLlmc;  // CheckTokenFileHeader says what is wrong with a short file
+        } else if (auto compressed = CompressedTokenDataError(
+                       path, MagicCompression(std::string_view(reinterpret_cast<const char*>(header), sizeof(header))));
+                   !compressed.ok()) {
+          ::close(fd);
+          return compressed;
         } else {
           ::close(fd);
           return absl::InvalidArgumentError(absl::StrCat(

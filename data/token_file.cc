@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,12 +11,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/input_file.h"
+#include "common/status.h"
+#include "data/byte_source.h"
 
 namespace multiscreen {
 
 absl::StatusOr<TokenFileInfo> CheckTokenFileHeader(const std::string& path, const int32_t* header,
                                                    int64_t file_size) {
   const int64_t header_bytes = kTokenFileHeaderInts * 4;
+  if (file_size >= 4) {  // compressed tokens are often shorter than a header: said first
+    MS_RETURN_IF_ERROR(CompressedTokenDataError(
+        path, MagicCompression(std::string_view(reinterpret_cast<const char*>(header), 4))));
+  }
   if (file_size < header_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", file_size, " bytes, shorter than the 1024-byte llm.c header"));
@@ -56,8 +63,8 @@ absl::StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path, int6
     return absl::OkStatus();
   };
   int32_t header[kTokenFileHeaderInts] = {};
-  if (file_size >= static_cast<int64_t>(sizeof(header))) {
-    if (auto s = read_at(header, sizeof(header), 0); !s.ok()) {
+  if (file_size > 0) {  // a short file's first bytes still say what it is (gzip data, say)
+    if (auto s = read_at(header, std::min<int64_t>(file_size, sizeof(header)), 0); !s.ok()) {
       ::close(*fd);
       return s;
     }

@@ -163,6 +163,34 @@ class CorruptInputsTest(OneLineErrors):
                                        "--seq_len=8", f"--out={self.dir}/o.h5", timeout=20),
                                    fifo, "is a FIFO (named pipe)")
 
+    def test_compressed_token_data_is_named_with_the_tool_that_decompresses_it(self):
+        # Was: "NUL byte ... --format=llmc" (eval ppl), "bad magic 134777631" (train, forward).
+        import gzip
+        with open(os.path.join(self.data, "train_000000.bin"), "rb") as f:
+            raw = f.read()
+        shards = os.path.join(self.dir, "gz")
+        os.makedirs(shards)
+        shard = os.path.join(shards, "train_000000.bin")  # gzip data under a token name
+        with gzip.open(shard, "wb") as f:
+            f.write(raw)
+        self.assert_one_line_error(run("train", f"--config={self.run_file()}", f"--data={shards}",
+                                       f"--run_dir={self.dir}/run"),
+                                   f"{shard}: gzip data (magic 1f 8b): token files are read as they are stored; "
+                                   f"decompress it first (zcat {shard} > NEW.bin)")
+        w = os.path.join(self.dir, "w.h5")
+        self.assertEqual(run("init", "--model=tiny_psi4", "--seed=3", f"--out={w}").returncode, 0)
+        self.assert_one_line_error(run("forward", f"--weights={w}", f"--tokens={shard}", "--micro_batch=2",
+                                       "--seq_len=8", f"--out={self.dir}/o.h5"),
+                                   f"{shard}: gzip data (magic 1f 8b)")
+        named = os.path.join(self.dir, "v.bin.gz")  # named as what it is: eval ppl reads it decompressed
+        with gzip.open(named, "wb") as f:
+            f.write(raw)
+        self.assert_one_line_error(run("eval", "ppl", f"--weights={self.dir}/none.h5", f"--data={named}",
+                                       "--seq_len=8", f"--out={self.dir}/o"),
+                                   f"--data={named}: gzip data (magic 1f 8b): token files are read as they are "
+                                   f"stored; decompress it first (gunzip -k {named})")
+        self.assertFalse(os.path.exists(f"{self.dir}/run"))
+
     def test_forward_refuses_version_2_ids_past_two_to_the_31(self):
         # Was: read as negative int32, a loss computed on them, exit 0.
         w = os.path.join(self.dir, "w.h5")
