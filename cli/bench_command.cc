@@ -222,17 +222,18 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
 // --compare_paths: the step on every instruction-set path this CPU runs, with the panel
 // head and with the BLAS head, each the median of its timed steps; the ratio is the BLAS
 // head's step time over this row's on the same path (above 1: the row is faster), so a
-// path slower than BLAS shows at once.
-template <typename Run, typename HeadUsed>
+// path slower than BLAS shows at once. `ran()` names the precision the step computes in on
+// the active path (bf16 falls back to fp32 where the path has no bf16 dot products).
+template <typename Run, typename HeadUsed, typename Ran>
 int ComparePaths(const ModelDims& dims, const std::string& precision, const ModelOptions& base, int64_t B, int64_t T,
-                 Run run, HeadUsed head_used) {
+                 Run run, HeadUsed head_used, Ran ran) {
   const kernels::cpu::Isa saved = kernels::cpu::ActiveIsa();
   nlohmann::json rows = nlohmann::json::array();
   if (!absl::GetFlag(FLAGS_json)) {
     std::printf("bench train --compare_paths: %s, T=%lld, B=%lld, %s, %d threads; CPU %s (best path %s)\n",
                 dims.name.c_str(), (long long)T, (long long)B, precision.c_str(), omp_get_max_threads(),
                 kernels::cpu::CpuModel().c_str(), kernels::cpu::IsaName(kernels::cpu::CpuIsa()));
-    std::printf("  %-8s %-7s %12s %12s %10s\n", "path", "head", "step ms", "tokens/s", "vs blas");
+    std::printf("  %-8s %-9s %-9s %12s %12s %10s\n", "path", "head", "computes", "step ms", "tokens/s", "vs blas");
   }
   for (kernels::cpu::Isa isa : kernels::cpu::SupportedIsas()) {
     if (auto s = kernels::cpu::SetIsaCap(isa); !s.ok()) return Fail("bench train", s);
@@ -245,12 +246,13 @@ int ComparePaths(const ModelDims& dims, const std::string& precision, const Mode
       const char* head = path == HeadPath::kBlas ? "blas" : head_used(options);
       rows.push_back({{"isa", kernels::cpu::IsaName(isa)},
                       {"head_path", head},
+                      {"step_precision", ran()},
                       {"step_seconds", step},
                       {"tokens_per_s", double(B * T) / step},
                       {"blas_over_this", blas_step / step}});
       if (!absl::GetFlag(FLAGS_json)) {
-        std::printf("  %-8s %-7s %12.2f %12.0f %9.2fx\n", kernels::cpu::IsaName(isa), head, 1e3 * step,
-                    double(B * T) / step, blas_step / step);
+        std::printf("  %-8s %-9s %-9s %12.2f %12.0f %9.2fx\n", kernels::cpu::IsaName(isa), head, ran().c_str(),
+                    1e3 * step, double(B * T) / step, blas_step / step);
       }
     }
   }
@@ -351,6 +353,9 @@ int BenchTrain(int argc, char** argv) {
   // bf16 on a CPU path without bf16 dot products runs the fp32 step (trainer/cpu_precision.h),
   // said once, as train does; --compare_paths takes each path's.
   auto step_precision = [&] { return *device == Device::kCpu ? CpuStepPrecision(p, nullptr) : p; };
+  auto ran_precision = [&] {  // its name, for the report
+    return precision == "bf16" && step_precision() != Precision::kBf16 ? std::string("fp32") : precision;
+  };
   if (std::string notice; *device == Device::kCpu && !absl::GetFlag(FLAGS_compare_paths)) {
     CpuStepPrecision(p, &notice);
     if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
@@ -385,7 +390,7 @@ int BenchTrain(int argc, char** argv) {
     if (*device != Device::kCpu) {
       return Fail("bench train", absl::InvalidArgumentError("--compare_paths compares the CPU's paths: add --device=cpu"));
     }
-    return ComparePaths(*dims, precision, head, B, T, run, head_used);
+    return ComparePaths(*dims, precision, head, B, T, run, head_used, ran_precision);
   }
   const TrainResult r = run(head);
   const int64_t peak_rss = PeakResidentBytes(), peak_device = BufferBytesPeak(*device);
@@ -406,7 +411,7 @@ int BenchTrain(int argc, char** argv) {
   const double gflops = flops_per_token * tokens_per_s / 1e9;
   const double mfu = gflops / sgemm;
   // The CPU's peak in the step's precision: fp32, fp64 (half), bf16 where the step ran bf16.
-  const std::string ran = precision == "bf16" && step_precision() != Precision::kBf16 ? "fp32" : precision;
+  const std::string ran = ran_precision();
   const StepPeak hw_peak = CpuStepPeak(hw, ran);
   const nlohmann::json mfu_hw = gpu ? nlohmann::json(nullptr) : nlohmann::json(gflops / hw_peak.gflops);
   // The same on the calling thread's CPU clock (bench_timing.h ThreadCpuSeconds): what a
@@ -502,7 +507,11 @@ int BenchTrain(int argc, char** argv) {
                 100 * gflops / hw_peak.gflops, hw_peak.precision.c_str(), 100 * gflops_cpu / hw_peak.gflops, step_cpu);
   }
   const char* against = *peak_tflops > 0 ? "given" : gpu ? "GEMM" : "SGEMM";
-  std::printf("  MFU (%s)%*s%10.1f %%\n", against, static_cast<int>(10 - std::strlen(against)), "", 100 * mfu);
+  // On the CPU the SGEMM rate is fp32's whatever the step computes in: said beside a bf16 or fp64 step.
+  const std::string sgemm_note =
+      !gpu && *peak_tflops <= 0 && ran != "fp32" ? absl::StrCat("   against the fp32 SGEMM rate (the step: ", ran, ")") : "";
+  std::printf("  MFU (%s)%*s%10.1f %%%s\n", against, static_cast<int>(10 - std::strlen(against)), "", 100 * mfu,
+              sgemm_note.c_str());
   std::printf("  peak RSS        %10.1f MiB\n", peak_rss / 1048576.0);
   if (gpu) std::printf("  peak device mem %10.1f MiB (the model's arrays)\n", peak_device / 1048576.0);
   std::printf("  breakdown (median per step):\n");

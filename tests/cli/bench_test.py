@@ -263,9 +263,19 @@ class BenchTest(OneLineErrors):
             self.assertGreater(p["step_seconds"], 0)
             if p["head_path"] == "blas":
                 self.assertAlmostEqual(p["blas_over_this"], 1.0)
+        self.assertEqual({p["step_precision"] for p in j["paths"]}, {"fp32"})
+        # bf16: the rows of paths without bf16 dot products say they computed in fp32 (they did
+        # not say so: a fresh-eyes finding); generic never has them.
+        r = run("train", "--model=tiny_psi4", "--seq_len=16", "--micro_batch=1", "--steps=1", "--warmup=0",
+                "--compare_paths", "--precision=bf16", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ran = {p["isa"]: p["step_precision"] for p in json.loads(r.stdout)["paths"]}
+        self.assertEqual(ran["generic"], "fp32")
+        self.assertEqual(ran.get("avx2", "fp32"), "fp32")
         r = run("train", "--model=tiny_psi4", "--seq_len=16", "--steps=1", "--warmup=0", "--compare_paths")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("vs blas", r.stdout)
+        self.assertIn("computes", r.stdout)
         for flag in ("--isa=avx2", "--head_path=blas"):  # the comparison runs them all
             self.assert_one_line_error(run("train", "--model=tiny_psi4", "--compare_paths", flag), flag.split("=")[0])
 
