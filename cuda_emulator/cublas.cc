@@ -340,6 +340,11 @@ cublasStatus_t CheckAndRun(const char* fn, const Product& g, cudaStream_t stream
       return CUBLAS_STATUS_EXECUTION_FAILED;
     }
   }
+  // Captured (graph.cc): the product with its scalars as given now, run at each replay.
+  if (RecordNode(stream, fn, [fn, g](cudaStream_t s) { CheckAndRun(fn, g, s); }, nullptr, 0,
+                 {g.read_ab ? g.a.p : nullptr, g.read_ab ? g.b.p : nullptr, read_c ? g.c.p : nullptr, g.d.p})) {
+    return CUBLAS_STATUS_SUCCESS;
+  }
   WaitStream(stream);
   CountProduct(fn, g);
   if (g.read_ab) {

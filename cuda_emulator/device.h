@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -55,14 +56,21 @@ void* DynamicShared();
 // One launch of `entry(params)` per thread of grid × block (scheduler.cc). `name` is
 // the kernel's name for reports; `kernel` identifies it for cudaFuncSetAttribute. The
 // launch's configuration is checked as the device checks it; errors are returned as
-// cudaGetLastError would give them.
+// cudaGetLastError would give them. On a stream being captured (graph.cc) the launch is
+// recorded instead, with its parameters copied by `copy_params` (params_bytes long).
 cudaError_t LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
-                         cudaStream_t stream, void (*entry)(const void* params), const void* params);
+                         cudaStream_t stream, void (*entry)(const void* params), const void* params,
+                         std::shared_ptr<const void> (*copy_params)(const void* params), size_t params_bytes);
 // Called by each thread's entry once it holds its own copy of the parameters: checks
 // (checks.cc) apply from here on.
 void BeginThread();
 
 namespace detail {
+
+template <typename Tuple>
+std::shared_ptr<const void> CopyParams(const void* params) {
+  return std::make_shared<const Tuple>(*static_cast<const Tuple*>(params));
+}
 
 template <typename Tuple, auto Kernel>
 void Entry(const void* params) {
@@ -80,7 +88,7 @@ cudaError_t Launch(void (*)(P...), dim3 grid, dim3 block, size_t shared_bytes, c
   using Tuple = std::tuple<std::decay_t<P>...>;
   const Tuple params(std::forward<Args>(args)...);
   return LaunchKernel(name.c_str(), reinterpret_cast<const void*>(Kernel), grid, block, shared_bytes, stream,
-                      &Entry<Tuple, Kernel>, &params);
+                      &Entry<Tuple, Kernel>, &params, &CopyParams<Tuple>, sizeof(Tuple));
 }
 
 template <typename T>

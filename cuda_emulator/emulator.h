@@ -40,6 +40,7 @@ struct Allocation {
   uintptr_t base = 0;
   size_t bytes = 0;
   int device = 0;
+  uint64_t serial = 0;  // the allocation's number, from 1: one made again at the same base differs
   std::vector<uint8_t> initialized;  // one flag per byte
   // While counting (SetCounting): per 32-byte sector, (stamp << 2) | 1 if read | 2 if
   // written under that stamp (one stamp per counted call); empty otherwise.

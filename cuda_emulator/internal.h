@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -117,5 +119,41 @@ void WaitAllStreams();
 void SetLastError(cudaError_t error);
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
 void SetMaxDynamicShared(const void* kernel, int bytes);
+
+// ---- Stream capture (graph.cc) ----------------------------------------------------------
+
+// One captured operation: `replay` runs it on the stream the graph is launched into;
+// `params` (may be null) its copied parameters, kept alive with it; `pointers` the device
+// allocations it was captured with (checked at each replay).
+struct GraphNode {
+  struct Pointer {
+    size_t offset = 0;  // of the word in params, or ~i for the i-th explicit pointer
+    const void* value = nullptr;
+    uintptr_t base = 0;
+    uint64_t serial = 0;
+  };
+  std::string what;
+  std::function<void(cudaStream_t)> replay;
+  std::shared_ptr<const void> params;
+  std::vector<Pointer> pointers;
+};
+// While `stream` is being captured: records `replay` as its next node, named `what`, with
+// the device pointers among `params` (params_bytes; every aligned 8-byte word that points
+// into a live allocation) and `pointers`; returns true. Otherwise false (run it now).
+bool RecordNode(cudaStream_t stream, std::string what, std::function<void(cudaStream_t)> replay,
+                std::shared_ptr<const void> params, size_t params_bytes, const std::vector<const void*>& pointers);
+// True while `stream` (any, for AnyCapture) is being captured.
+bool Capturing(cudaStream_t stream);
+bool AnyCapture();
+// `api` breaks a rule of capture: invalidates the capture on `stream` (nullptr: every one
+// under way) and returns `error`; cudaSuccess when no such capture is under way.
+cudaError_t CaptureForbids(const char* api, cudaStream_t stream, cudaError_t error);
+// cudaEventRecord of `event` into the capture on `stream`.
+void NoteCapturedEvent(cudaStream_t stream, const void* event);
+// A use of `event` by cudaStreamWaitEvent on `waiting` (or, with nullptr, by the host:
+// query, synchronize): the capture rule it breaks (cudaErrorCapturedEvent for the host on
+// an event recorded in a capture, cudaErrorStreamCaptureIsolation for a capturing stream
+// waiting on an event from outside), or cudaSuccess.
+cudaError_t CapturedEventUse(const void* event, cudaStream_t waiting);
 
 }  // namespace msemu

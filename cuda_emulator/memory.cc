@@ -168,6 +168,8 @@ void* DeviceAllocate(size_t bytes) {
   a->base = reinterpret_cast<uintptr_t>(data);
   a->bytes = bytes;
   a->device = device;
+  static std::atomic<uint64_t> serials{0};
+  a->serial = serials.fetch_add(1) + 1;
   a->initialized.assign(bytes, 0);
   if (Counting()) a->sectors.assign((bytes + kSector - 1) / kSector, 0);
   std::unique_lock lock(heap.mutex);

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "cuda_emulator/emulator.h"
+#include "cuda_emulator/internal.h"
 
 // The communicator handle: a shell that outlives the communicator (a stale handle after
 // destroy or abort reads as invalid instead of as freed memory).
@@ -954,6 +955,22 @@ void RunTask(const std::shared_ptr<CommState>& c, uint64_t ticket, const std::ve
 
 // Issues one group's operations of one communicator (each its own stream's turn).
 void Launch(const std::shared_ptr<CommState>& c, std::vector<Op> ops) {
+  // Captured (graph.cc): the group is issued again at each replay, on the graph's stream.
+  const cudaStream_t captured = ops.front().stream;
+  if (msemu::Capturing(captured)) {
+    for (const Op& op : ops) {
+      if (op.stream != captured) {
+        msemu::Report("cuda emulator: an NCCL group over several streams inside a stream capture is not emulated");
+        return;
+      }
+    }
+    auto replay = [c, ops](cudaStream_t s) {
+      std::vector<Op> again = ops;
+      for (Op& op : again) op.stream = s;
+      Launch(c, std::move(again));
+    };
+    if (msemu::RecordNode(captured, "nccl group", replay, nullptr, 0, {})) return;
+  }
   std::lock_guard<std::mutex> lock(c->issue_mu);
   const uint64_t ticket = ++c->issued;
   c->pending.fetch_add(1);

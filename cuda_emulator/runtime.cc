@@ -148,6 +148,12 @@ cudaError_t MemcpyOn(const char* api, cudaStream_t stream, void* dst, const void
   MSEMU_RETURN_IF_STICKY();
   if (bytes == 0) return cudaSuccess;
   if (!CheckCopy(api, dst, src, bytes, &kind)) return Fail(cudaErrorInvalidValue);
+  if (std::string_view(api) == "cudaMemcpy") {  // blocking, on the legacy stream
+    if (const cudaError_t e = CaptureForbids(api, nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
+  } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemcpyOn(api, s, dst, src, bytes, kind); }, nullptr, 0,
+                        {dst, src})) {
+    return cudaSuccess;
+  }
   WaitStream(stream);
   CallCounts counts{.stamp = NextCountStamp()};
   if (kind == cudaMemcpyDeviceToDevice) {
@@ -176,6 +182,11 @@ cudaError_t MemsetOn(const char* api, cudaStream_t stream, void* dst, int value,
   if (const std::string bad = DescribeBadDeviceRange(dst, bytes); !bad.empty()) {
     Report(Format("cuda emulator: %s: the %zu bytes to set must be device memory: %s", api, bytes, bad.c_str()));
     return Fail(cudaErrorInvalidValue);
+  }
+  if (std::string_view(api) == "cudaMemset") {  // on the legacy stream
+    if (const cudaError_t e = CaptureForbids(api, nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
+  } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemsetOn(api, s, dst, value, bytes); }, nullptr, 0, {dst})) {
+    return cudaSuccess;
   }
   WaitStream(stream);
   CallCounts counts{.stamp = NextCountStamp()};
@@ -270,6 +281,12 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
     default: return "cudaErrorUnknown";
   }
 }
@@ -289,6 +306,14 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorIllegalState: return "the resource is not in a valid state to perform the requested operation";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
     default: return "unknown error";
   }
 }
@@ -402,6 +427,10 @@ cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
 
 cudaError_t cudaDeviceSynchronize() {
   MSEMU_RETURN_IF_STICKY();
+  if (const cudaError_t e = msemu::CaptureForbids("cudaDeviceSynchronize", nullptr, cudaErrorStreamCaptureUnsupported);
+      e != cudaSuccess) {
+    return Fail(e);
+  }
   msemu::CountSync("cudaDeviceSynchronize");
   msemu::WaitAllStreams();
   return cudaSuccess;
@@ -430,6 +459,10 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (p == nullptr) return Fail(cudaErrorInvalidValue);
   if (msemu::VisibleDeviceCount() == 0) return Fail(cudaErrorNoDevice);
   *p = nullptr;
+  if (const cudaError_t e = msemu::CaptureForbids("cudaMalloc", nullptr, cudaErrorStreamCaptureUnsupported);
+      e != cudaSuccess) {
+    return Fail(e);
+  }
   if (bytes == 0) return cudaSuccess;
   *p = msemu::DeviceAllocate(bytes);
   return *p == nullptr ? Fail(cudaErrorMemoryAllocation) : cudaSuccess;
@@ -438,6 +471,10 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 cudaError_t cudaFree(void* p) {
   MSEMU_RETURN_IF_STICKY();
   if (p == nullptr) return cudaSuccess;
+  if (const cudaError_t e = msemu::CaptureForbids("cudaFree", nullptr, cudaErrorStreamCaptureUnsupported);
+      e != cudaSuccess) {
+    return Fail(e);
+  }
   msemu::WaitAllStreams();  // cudaFree synchronizes the device
   if (!msemu::DeviceFree(p)) {
     msemu::Report(msemu::Format("cuda emulator: cudaFree(%p): not a pointer cudaMalloc returned (%s)", p,
@@ -500,6 +537,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (msemu::Capturing(stream)) {
+    return Fail(msemu::CaptureForbids("cudaStreamSynchronize", stream, cudaErrorStreamCaptureUnsupported));
+  }
   msemu::CountSync("cudaStreamSynchronize");
   msemu::WaitStream(stream);
   MSEMU_RETURN_IF_STICKY();
@@ -508,12 +548,17 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   MSEMU_RETURN_IF_STICKY();
+  if (msemu::Capturing(stream)) {
+    return Fail(msemu::CaptureForbids("cudaStreamQuery", stream, cudaErrorStreamCaptureUnsupported));
+  }
   return msemu::StreamIdle(stream) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
   MSEMU_RETURN_IF_STICKY();
   if (fn == nullptr) return Fail(cudaErrorInvalidValue);
+  auto replay = [fn, data](cudaStream_t s) { msemu::Enqueue(s, [fn, data] { fn(data); }); };
+  if (msemu::RecordNode(stream, "cudaLaunchHostFunc", replay, nullptr, 0, {})) return cudaSuccess;
   msemu::Enqueue(stream, [fn, data] { fn(data); });
   return cudaSuccess;
 }
@@ -539,6 +584,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   MSEMU_RETURN_IF_STICKY();
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  if (msemu::RecordNode(stream, "cudaEventRecord", [event](cudaStream_t s) { cudaEventRecord(event, s); }, nullptr, 0,
+                        {})) {
+    msemu::NoteCapturedEvent(stream, event);
+    return cudaSuccess;
+  }
   CUstream_st* s = msemu::Resolve(stream);
   if (msemu::Idle(s)) {  // everything before it is done
     event->stream = nullptr;
@@ -555,11 +605,13 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   MSEMU_RETURN_IF_STICKY();
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = msemu::CapturedEventUse(event, nullptr); e != cudaSuccess) return Fail(e);
   return msemu::EventComplete(event) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = msemu::CapturedEventUse(event, nullptr); e != cudaSuccess) return Fail(e);
   msemu::CountSync("cudaEventSynchronize");
   msemu::WaitEvent(event);
   MSEMU_RETURN_IF_STICKY();
@@ -579,6 +631,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
   MSEMU_RETURN_IF_STICKY();
   if (event == nullptr || flags != 0) return Fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = msemu::CapturedEventUse(event, stream); e != cudaSuccess) return Fail(e);
+  if (msemu::Capturing(stream)) return cudaSuccess;  // an event of its own capture: ordered already
   if (msemu::EventComplete(event)) return cudaSuccess;
   msemu::Enqueue(stream, [event] { msemu::WaitEvent(event); });
   return cudaSuccess;

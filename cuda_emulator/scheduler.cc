@@ -430,7 +430,8 @@ void SetMaxDynamicShared(const void* kernel, int bytes) {
 }
 
 cudaError_t LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
-                         cudaStream_t stream, void (*entry)(const void*), const void* params) {
+                         cudaStream_t stream, void (*entry)(const void*), const void* params,
+                         std::shared_ptr<const void> (*copy_params)(const void*), size_t params_bytes) {
   if (const cudaError_t sticky = StickyError(); sticky != cudaSuccess) return SetLastError(sticky), sticky;
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
@@ -449,6 +450,14 @@ cudaError_t LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 b
   if (shared_bytes > std::min(limit, kOptInSharedLimit)) {
     SetLastError(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
+  }
+  if (copy_params != nullptr && Capturing(stream)) {  // recorded, its configuration checked (as the driver does)
+    std::shared_ptr<const void> copy = copy_params(params);
+    const void* own = copy.get();
+    auto replay = [=](cudaStream_t s) {
+      LaunchKernel(name, kernel, grid, block, shared_bytes, s, entry, own, nullptr, 0);
+    };
+    if (RecordNode(stream, name, replay, std::move(copy), params_bytes, {})) return cudaSuccess;
   }
   WaitStream(stream);
   Scheduler& s = TheScheduler();

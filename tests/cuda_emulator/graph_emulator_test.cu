@@ -1,0 +1,207 @@
+// Stream capture and CUDA graphs on the emulated device (cuda_emulator/graph.cc): a
+// captured sequence of kernels, a cuBLAS product, copies and memsets runs nothing until
+// the graph is launched, then does what the same calls do uncaptured, on the memory as it
+// is at each launch; the capture rules of the CUDA runtime return its errors (a
+// synchronization or a blocking copy inside a capture, an allocation, a captured event
+// used by the host, a wait on uncaptured work) and invalidate the capture; and a replay
+// whose captured pointers point into memory freed since is a report naming the node.
+#include <cublas_v2.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_emulator/emulator.h"
+#include "kernels/cuda/launch.h"
+#include "tests/cuda_emulator/emulator_test.h"
+
+namespace {
+
+using multiscreen::kernels::cuda::Launch;
+using msemu_test::EmulatorTest;
+using msemu_test::Reported;
+
+// y[i] = a·x[i] + y[i], one thread per element; the parameters pass a struct holding a
+// pointer too (its pointer is checked at replay as the plain ones are).
+struct Scaled {
+  const float* x;
+  float a;
+};
+__global__ void AxpyKernel(Scaled in, float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += in.a * in.x[i];
+}
+
+class GraphTest : public EmulatorTest {
+ protected:
+  void SetUp() override { ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess); }
+  void TearDown() override {
+    cudaStreamDestroy(stream_);
+    EmulatorTest::TearDown();
+  }
+  // Begins a capture on stream_, runs `body`, ends it: the graph, or null with the end's error.
+  template <typename Body>
+  cudaGraph_t Capture(Body body, cudaError_t* ended = nullptr) {
+    EXPECT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
+    body();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    if (ended != nullptr) *ended = e;
+    return graph;
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(GraphTest, ACapturedSequenceRunsOnlyWhenLaunchedAndReadsMemoryAsItIsThen) {
+  const int n = 8;
+  std::vector<float> x(n), y0(n, 1.f);
+  for (int i = 0; i < n; ++i) x[i] = float(i);
+  float* dx = DeviceCopy(x);
+  float* dy = DeviceCopy(y0);
+  float* dz = DeviceCopy(std::vector<float>(n * n, 0.f));
+  std::vector<float> host(n, -1.f);
+  cublasHandle_t blas = nullptr;
+  ASSERT_EQ(cublasCreate(&blas), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasSetStream(blas, stream_), CUBLAS_STATUS_SUCCESS);
+  const float one = 1.f, zero = 0.f;
+  cudaGraph_t graph = Capture([&] {
+    Launch<AxpyKernel>(dim3(1), dim3(32), 0, stream_, Scaled{dx, 2.f}, dy, n);  // y = 1 + 2x
+    // z = y·xᵀ (n × n, column-major: z[i + j n] = y[i] x[j])
+    EXPECT_EQ(cublasSgemm_64(blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, 1, &one, dy, n, dx, n, &zero, dz, n),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cudaMemcpyAsync(host.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(dx, 0, sizeof(float), stream_), cudaSuccess);  // x[0] = 0 (it is)
+  });
+  ASSERT_NE(graph, nullptr);
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 4u);
+  EXPECT_EQ(HostCopy(dy, n), y0);  // nothing ran while capturing
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int launch = 1; launch <= 2; ++launch) {  // twice: y accumulates, the graph re-reads it
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    const std::vector<float> y = HostCopy(dy, n), z = HostCopy(dz, n * n);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(y[i], 1.f + 2.f * launch * x[i]) << i;
+      EXPECT_EQ(host[i], y[i]) << i;  // the captured copy to the host
+      for (int j = 0; j < n; ++j) EXPECT_EQ(z[i + j * n], y[i] * x[j]) << i << "," << j;
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cublasDestroy(blas);
+}
+
+TEST_F(GraphTest, ASynchronizationInsideACaptureFailsAndInvalidatesIt) {
+  float* dy = DeviceCopy(std::vector<float>(4, 0.f));
+  cudaError_t ended = cudaSuccess;
+  cudaGraph_t graph = Capture(
+      [&] {
+        EXPECT_EQ(cudaMemsetAsync(dy, 0, 16, stream_), cudaSuccess);
+        EXPECT_EQ(cudaStreamSynchronize(stream_), cudaErrorStreamCaptureUnsupported);
+        cudaStreamCaptureStatus status;
+        EXPECT_EQ(cudaStreamIsCapturing(stream_, &status), cudaSuccess);
+        EXPECT_EQ(status, cudaStreamCaptureStatusInvalidated);
+      },
+      &ended);
+  EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  cudaGetLastError();
+  // The other rules, each in a capture of its own.
+  std::vector<float> back(4);
+  const std::vector<std::pair<const char*, std::function<cudaError_t()>>> rules = {
+      {"cudaStreamQuery", [&] { return cudaStreamQuery(stream_); }},
+      {"cudaDeviceSynchronize", [&] { return cudaDeviceSynchronize(); }},
+      {"a blocking cudaMemcpy to the host",
+       [&] { return cudaMemcpy(back.data(), dy, 16, cudaMemcpyDeviceToHost); }},
+      {"cudaMalloc", [&] {
+         void* p = nullptr;
+         return cudaMalloc(&p, 16);
+       }},
+      {"cudaFree", [&] { return cudaFree(dy); }},
+  };
+  const cudaError_t expected[] = {cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureUnsupported,
+                                  cudaErrorStreamCaptureImplicit, cudaErrorStreamCaptureUnsupported,
+                                  cudaErrorStreamCaptureUnsupported};
+  for (size_t i = 0; i < rules.size(); ++i) {
+    cudaError_t got = cudaSuccess;
+    graph = Capture([&] { got = rules[i].second(); }, &ended);
+    EXPECT_EQ(got, expected[i]) << rules[i].first;
+    EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated) << rules[i].first;
+    EXPECT_EQ(graph, nullptr) << rules[i].first;
+    cudaGetLastError();
+  }
+  EXPECT_EQ(HostCopy(dy, 4), std::vector<float>(4, 0.f));  // the freed-in-capture buffer is still there
+}
+
+TEST_F(GraphTest, CapturedEventsStayInTheirCapture) {
+  cudaEvent_t inside = nullptr, outside = nullptr;
+  ASSERT_EQ(cudaEventCreate(&inside), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&outside), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(outside, stream_), cudaSuccess);
+  cudaError_t ended = cudaSuccess;
+  // Recorded and waited on within the capture: fine; the host may not use it.
+  cudaGraph_t graph = Capture(
+      [&] {
+        EXPECT_EQ(cudaEventRecord(inside, stream_), cudaSuccess);
+        EXPECT_EQ(cudaStreamWaitEvent(stream_, inside, 0), cudaSuccess);
+        EXPECT_EQ(cudaEventQuery(inside), cudaErrorCapturedEvent);
+      },
+      &ended);
+  EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  graph = Capture([&] { EXPECT_EQ(cudaStreamWaitEvent(stream_, outside, 0), cudaErrorStreamCaptureIsolation); },
+                  &ended);
+  EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated);
+  graph = Capture([&] {
+    EXPECT_EQ(cudaEventRecord(inside, stream_), cudaSuccess);
+    EXPECT_EQ(cudaStreamWaitEvent(stream_, inside, 0), cudaSuccess);
+  }, &ended);
+  EXPECT_EQ(ended, cudaSuccess);
+  ASSERT_NE(graph, nullptr);
+  cudaGraphDestroy(graph);
+  cudaGetLastError();
+  cudaEventDestroy(inside);
+  cudaEventDestroy(outside);
+}
+
+TEST_F(GraphTest, TheLegacyStreamCannotBeCapturedNorOneStreamTwice) {
+  EXPECT_EQ(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);  // empty
+  EXPECT_EQ(cudaStreamEndCapture(stream_, &graph), cudaErrorIllegalState);
+  cudaGraphDestroy(graph);
+  cudaGetLastError();
+}
+
+TEST_F(GraphTest, AReplayOnMemoryFreedSinceTheCaptureIsNamed) {
+  const int n = 4;
+  float* dx = DeviceCopy(std::vector<float>(n, 1.f));
+  float* dy = DeviceCopy(std::vector<float>(n, 0.f));
+  cudaGraph_t graph = Capture([&] { Launch<AxpyKernel>(dim3(1), dim3(32), 0, stream_, Scaled{dx, 1.f}, dy, n); });
+  ASSERT_NE(graph, nullptr);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaFree(dx), cudaSuccess);  // the buffer the struct's pointer names, resized say
+  float* again = DeviceCopy(std::vector<float>(2 * n, 1.f));
+  (void)again;
+  {
+    msemu::ScopedCapture reports;
+    EXPECT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_TRUE(Reported(reports, {"cudaGraphLaunch: node 0 (AxpyKernel", "the parameter word at byte",
+                                   "has been freed since"}))
+        << (reports.reports().empty() ? "no report" : reports.reports()[0]);
+  }
+  EXPECT_EQ(HostCopy(dy, n), std::vector<float>(n, 0.f));  // the node did not run
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+}  // namespace
