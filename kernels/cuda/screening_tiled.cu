@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   for (int half = 0; half < 2; ++half) {
     const int64_t i = qw + g + 8 * half;
     if (i >= T) continue;
-    if (!kFinishRows) {
+    if constexpr (!kFinishRows) {
       float* out = d_q + (bt * T + i) * kDk;
       #pragma unroll
       for (int n = 0; n < 2; ++n) {
@@ -475,23 +475,24 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       partial[(bt * T + i) * kScreeningParts + kScreeningPartRate] = sum_rate[half];
     }
   }
-  if (!kFinishRows) return;
-  // ∂L/∂q̃ is complete: each warp's 16 rows through dh_hi (every warp is done with it), then
-  // MiPE (step 6) and the unit norm (step 5) backward into dP, one lane per row.
-  static_assert(kWarps * 16 * kFinishStrideK * sizeof(float) <= sizeof(dh_hi), "staged ∂L/∂q̃ rows fit in dh_hi");
-  __syncthreads();
-  float* rows = reinterpret_cast<float*>(dh_hi) + warp * 16 * kFinishStrideK;
-  StageFragmentRows<kDk>(dq, rows, kFinishStrideK);
-  __syncwarp();
-  const int i = qw + lane;
-  if (lane >= 16 || i >= T) return;
-  const double pos = double(s.pos0 + i);
-  double c, sn;
-  MipeCosSin(tp.rate, pos, &c, &sn);
-  const int64_t C = s.p_cols();
-  FinishKeyOrQueryRowBackward<kDk>(saved.q_tilde + (bt * T + i) * kDk, saved.q_norm[bt * T + i],
-                                   rows + lane * kFinishStrideK, rotate, c, sn, pos, nullptr,
-                                   dP + (b * T + i) * s.tiles * C + t * C, kDk);
+  if constexpr (kFinishRows) {
+    // ∂L/∂q̃ is complete: each warp's 16 rows through dh_hi (every warp is done with it), then
+    // MiPE (step 6) and the unit norm (step 5) backward into dP, one lane per row.
+    static_assert(kWarps * 16 * kFinishStrideK * sizeof(float) <= sizeof(dh_hi), "staged ∂L/∂q̃ rows fit in dh_hi");
+    __syncthreads();
+    float* rows = reinterpret_cast<float*>(dh_hi) + warp * 16 * kFinishStrideK;
+    StageFragmentRows<kDk>(dq, rows, kFinishStrideK);
+    __syncwarp();
+    const int i = qw + lane;
+    if (lane >= 16 || i >= T) return;
+    const double pos = double(s.pos0 + i);
+    double c, sn;
+    MipeCosSin(tp.rate, pos, &c, &sn);
+    const int64_t C = s.p_cols();
+    FinishKeyOrQueryRowBackward<kDk>(saved.q_tilde + (bt * T + i) * kDk, saved.q_norm[bt * T + i],
+                                     rows + lane * kFinishStrideK, rotate, c, sn, pos, nullptr,
+                                     dP + (b * T + i) * s.tiles * C + t * C, kDk);
+  }
 }
 
 // Key pass: a CTA of 4 warps per (64-key block, tile, sequence), warp w owning keys
@@ -615,7 +616,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       MmaSplit(dk, da_hi, da_lo, qt_hi, qt_lo);
     }
   }
-  if (kFinishRows) {
+  if constexpr (kFinishRows) {
     // ∂L/∂k̃, ∂L/∂v̄ are complete: each warp's 16 rows of ∂L/∂k̃ through v_hi and of ∂L/∂v̄
     // through dh_hi (warps 0, 1) or dh_lo (warps 2, 3), every warp being done with them, then
     // steps 6 and 5 backward into dP, one lane per key (NormalizeBackwardKernel's order: k̃, v̄).
@@ -639,23 +640,23 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
                                      kDk);
     NormalizeRotateBackwardRow<kDv>(saved.v_bar + (bt * T + j) * kDv, saved.v_norm[bt * T + j],
                                     v_rows + lane * kFinishStrideV, false, 1, 0, dPj + 2 * kDk, kDv);
-    return;
-  }
-  #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t j = kw + g + 8 * half;
-    if (j >= T) continue;
-    float* out_k = d_k + (bt * T + j) * kDk;
-    float* out_v = d_v + (bt * T + j) * kDv;
+  } else {
     #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      out_k[8 * n + 2 * u] = dk[n][2 * half];
-      out_k[8 * n + 2 * u + 1] = dk[n][2 * half + 1];
-    }
-    #pragma unroll
-    for (int n = 0; n < kDv / 8; ++n) {
-      out_v[8 * n + 2 * u] = dv[n][2 * half];
-      out_v[8 * n + 2 * u + 1] = dv[n][2 * half + 1];
+    for (int half = 0; half < 2; ++half) {
+      const int64_t j = kw + g + 8 * half;
+      if (j >= T) continue;
+      float* out_k = d_k + (bt * T + j) * kDk;
+      float* out_v = d_v + (bt * T + j) * kDv;
+      #pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        out_k[8 * n + 2 * u] = dk[n][2 * half];
+        out_k[8 * n + 2 * u + 1] = dk[n][2 * half + 1];
+      }
+      #pragma unroll
+      for (int n = 0; n < kDv / 8; ++n) {
+        out_v[8 * n + 2 * u] = dv[n][2 * half];
+        out_v[8 * n + 2 * u + 1] = dv[n][2 * half + 1];
+      }
     }
   }
 }
@@ -698,7 +699,7 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
   }
   // The simple kernel's output pass (∂L/∂h, ∂L/∂g, the scale parts; tables uploaded).
   if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
-  if (!kFinishRows) {
+  if constexpr (!kFinishRows) {
     const int64_t tokens = shape.batch * shape.tiles * shape.seq;
     scratch->d_q.Resize(tokens * kDk);
     scratch->d_k.Resize(tokens * kDk);
@@ -715,7 +716,7 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
                                               scratch->mask.data(), saved, scratch->dh.data(), scratch->d_k.data(),
                                               scratch->d_v.data(), dP);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
-  if (kFinishRows) {
+  if constexpr (kFinishRows) {
     ScreeningBackwardReduce(shape, grads, scratch, stream);  // the fixed-order reduction
   } else {
     // The simple kernel's unit-norm and MiPE backward into dP and its fixed-order reduction.

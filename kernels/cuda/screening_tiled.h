@@ -92,8 +92,9 @@
 //   of static shared memory (q̃, k̃ hi/lo 64×16 and v̄, ∂L/∂h hi/lo 64×64, bf16, rows
 //   padded as the forward's), which allows 3 CTAs on sm_80 (164 KB) and 4 on sm_90;
 //   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py,
-//   sm_90): query pass 136 registers, key pass 135; no spills, no stack. Not yet measured
-//   on a GPU.
+//   sm_90): query pass 138 registers, key pass 139 with the epilogues (136 and 135 without:
+//   the five-launch form); no spills; 40 bytes of stack (the epilogues' fp64 cos and sin,
+//   as NormalizeBackwardKernel's). Not yet measured on a GPU.
 // Step loops (all three kernels): Trim's a by a multiply with 1/r (TrimReciprocal, once
 // per tile), positions as 32-bit integers (T < 2^27; longer sequences run the simple
 // kernels). `tools/ptxas_usage.py --step-loops` counts their PTX (docs/performance.md).
