@@ -59,14 +59,15 @@ MMA_FLOPS = 2 * 16 * 8 * 16
 MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the step loop's PTX
-# instructions (forward 206, query pass 631, key pass 334, plus the key pass's inner
-# loop 3 more times, 3 x 24), plus 8 per div.rn.f32 (none since the step loops multiply
+# instructions (forward 206, query pass 631, key pass 335 (334 before its epilogue took
+# the unit-norm backward, 2026-12-06), plus the key pass's inner loop 3 more times,
+# 3 x 24), plus 8 per div.rn.f32 (none since the step loops multiply
 # by 1/r: they had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per
 # 64-bit integer operation (2, 5, 2: 32-bit positions in the step loops; they had 44,
 # 56, 39). Before those two changes and fp32 per-step sums in the query pass (it had 314
 # f64 instructions per step): 324, 888, 513. An estimate: no cuobjdump here to count the
 # SASS itself.
-ISSUE_PER_STEP = {"forward": 206 + 2, "query": 631 + 5, "key": 334 + 3 * 24 + 2}
+ISSUE_PER_STEP = {"forward": 206 + 2, "query": 631 + 5, "key": 335 + 3 * 24 + 2}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k
