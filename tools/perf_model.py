@@ -59,14 +59,15 @@ MMA_FLOPS = 2 * 16 * 8 * 16
 MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the step loop's PTX
-# instructions (forward 206, query pass 631, key pass 334, plus the key pass's inner
-# loop 3 more times, 3 x 24), plus 8 per div.rn.f32 (none since the step loops multiply
+# instructions (forward 206, query pass 631, key pass 335 (334 before its epilogue took
+# the unit-norm backward, 2026-12-06), plus the key pass's inner loop 3 more times,
+# 3 x 24), plus 8 per div.rn.f32 (none since the step loops multiply
 # by 1/r: they had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per
 # 64-bit integer operation (2, 5, 2: 32-bit positions in the step loops; they had 44,
 # 56, 39). Before those two changes and fp32 per-step sums in the query pass (it had 314
 # f64 instructions per step): 324, 888, 513. An estimate: no cuobjdump here to count the
 # SASS itself.
-ISSUE_PER_STEP = {"forward": 206 + 2, "query": 631 + 5, "key": 334 + 3 * 24 + 2}
+ISSUE_PER_STEP = {"forward": 206 + 2, "query": 631 + 5, "key": 335 + 3 * 24 + 2}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k
@@ -374,13 +375,17 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
                       n * vd * 2 + n * d * 2 + vd * d * 4 * 2))
         ops.append(Op("screening backward: gate, TanhNorm → ∂h, ∂g", "mem", n_l, 0,
                       nt * (64 * 2 + 64 * 2 + 64 * 4 + 64 * 4 + 64 * 2)))
-        ops.append(tiled("screening backward, tiled query pass (∂q̃, ∂r, ∂w parts)", "query",
-                         nt * (32 * 4 + 64 * 4 + 64 * 4 + 16 * 4 + 5 * 8)))
-        ops.append(tiled("screening backward, tiled key pass (∂k̃, ∂v̄)", "key",
-                         nt * (32 * 4 + 64 * 4 + 64 * 4 + 16 * 4 + 64 * 4)))
-        # the sums per (sequence, tile), then ∂s_w, ∂s_r, ∂s_O from them on the device
-        ops.append(Op("screening backward: unit norms, MiPE → ∂P; tile-scalar sums", "mem", n_l, 0,
-                      nt * (96 * 4 + 96 * 4 + 3 * 4 + 96 * 2 + 5 * 8), launches=3))
+        # The query and key passes finish their rows in their epilogues (the unit-norm and
+        # MiPE backward, screening_tiled.h): besides the window's operands each reads its
+        # rows' saved norms (q; k and v) and writes ∂P's q (k and v) columns in fp32, where
+        # a separate pass read ∂q̃, ∂k̃, ∂v̄ back from scratch with q̃, k̃, v̄ (issue 42 part 2).
+        ops.append(tiled("screening backward, tiled query pass (∂q̃ → ∂P, ∂r, ∂w parts)", "query",
+                         nt * (32 * 4 + 64 * 4 + 64 * 4 + 1 * 4 + 16 * 4 + 5 * 8)))
+        ops.append(tiled("screening backward, tiled key pass (∂k̃, ∂v̄ → ∂P)", "key",
+                         nt * (32 * 4 + 64 * 4 + 64 * 4 + 2 * 4 + 16 * 4 + 64 * 4)))
+        # the sums per (sequence, tile) of the per-token parts (4 fp64), then ∂s_w, ∂s_r,
+        # ∂s_O from them on the device
+        ops.append(Op("screening backward: tile-scalar sums", "mem", n_l, 0, nt * 4 * 8, launches=2))
         ops.append(Op("∂W_cat = x_inᵀ·∂P (GEMM, fp32)", "gemm", n_l, 2 * n * d * pd,
                       n * d * 2 + n * pd * 2 + d * pd * 4))
         # ∂W_cat added into the four gradients: one launch (KernelTable::Copy2DJobs)
@@ -414,13 +419,12 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         "∂U = ∂x·W_Oᵀ (GEMM)": [gemm(vd, n, d, "T", "N")],
         "∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)": [gemm(d, vd, n, "N", "T")],
         "screening backward: gate, TanhNorm → ∂h, ∂g": [kernel("OutputBackwardKernel", "screening.cu")],
-        "screening backward, tiled query pass (∂q̃, ∂r, ∂w parts)": [kernel("TiledQueryBackwardKernel", "screening_tiled.cu"),
+        "screening backward, tiled query pass (∂q̃ → ∂P, ∂r, ∂w parts)": [kernel("TiledQueryBackwardKernel", "screening_tiled.cu"),
                                                                    kernel("QueryBackwardKernel", "screening.cu")],
-        "screening backward, tiled key pass (∂k̃, ∂v̄)": [kernel("TiledKeyBackwardKernel", "screening_tiled.cu"),
+        "screening backward, tiled key pass (∂k̃, ∂v̄ → ∂P)": [kernel("TiledKeyBackwardKernel", "screening_tiled.cu"),
                                                         kernel("KeyBackwardKernel", "screening.cu")],
-        "screening backward: unit norms, MiPE → ∂P; tile-scalar sums": [kernel("NormalizeBackwardKernel", "screening.cu"),
-                                                                        kernel("ReducePartsKernel", "screening.cu"),
-                                                                        kernel("TileScalarParamGradsKernel", "screening.cu")],
+        "screening backward: tile-scalar sums": [kernel("ReducePartsKernel", "screening.cu"),
+                                                 kernel("TileScalarParamGradsKernel", "screening.cu")],
         "∂W_cat = x_inᵀ·∂P (GEMM, fp32)": [gemm(pd, d, n, "N", "T")],
         "unpack ∂W_cat into the gradients": [kernel("Copy2DJobsKernel", "elementwise.cu", "true")],
         "∂x += ∂P·W_catᵀ (GEMM, β = 1)": [gemm(d, n, pd, "T", "N")],

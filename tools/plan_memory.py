@@ -59,7 +59,7 @@ TERMS = {
             "16-bit gradient, y 16-bit (cross_entropy.cu HeadLoss); with tp > 1 z [512, V_l], Ēᵀ's gradient "
             "[d_E, V_l], the chunk's 16-bit GEMM operands (sharded_head.cc)",
     "workspaces": "per kernel table (one per slot, one for the trainer): cuBLASLt 32 MiB, reductions; per slot the "
-                  "screening backward's ∂h, parts, tiled ∂q̃ ∂k̃ ∂v̄ (screening.cu, screening_tiled.cu); ZeRO-1's "
+                  "screening backward's ∂h and parts (screening.cu); ZeRO-1's "
                   "bucket scratch (data_parallel.cc)",
     "nccl_buffers": "estimate: 128 MiB per NCCL communicator of more than one rank (tp, pp, dp, the W_E pair)",
     "cuda_context": "estimate: the CUDA context with cuBLAS loaded (no Buffer holds it)",
@@ -100,13 +100,6 @@ def split(n, parts, i):
 def p_cols(dims):
     """P's columns per tile: 2 d_K + d_V, + d_V with the output gate."""
     return 2 * dims["d_k"] + (2 if dims.get("output_gate", True) else 1) * dims["d_v"]
-
-
-def tiled_shape(dims):
-    """Whether the tiled screening kernels take this model (kernels/cuda/screening_tiled.cu
-    TiledShape: d_K 16, d_V 64, MiPE, the output gate)."""
-    return (dims["d_k"] == 16 and dims["d_v"] == 64 and dims.get("position", "mipe") == "mipe"
-            and dims.get("output_gate", True))
 
 
 def shard_params(dims, tiles, layers, vocab_rows, embed, head):
@@ -151,11 +144,10 @@ def multiscreen_slot(dims, sh):
     t["backward_buffers"] = (4 * rows * nt * (d_v + C) + 4 * d_e * nt * C + half * rows * (d_e + nt * C)
                              + (4 * rows * d_e if sh.precision == "fp16" else 0) + (4 * rows * d_e if sh.tp > 1 else 0)
                              + (4 * rows * d_e if sh.embed else 0))
-    # The screening backward's ∂h, parts and their sums; the tiled kernels' ∂q̃ ∂k̃ ∂v̄ (bf16, their sizes); the
-    # Softmask tables m(d), ∂m/∂w(d) [tiles, keys], keys ≤ ⌈w⌉ ≤ w_th + 2 at initialization (w grows in training).
+    # The screening backward's ∂h, parts and their sums (the tiled kernels keep no ∂q̃ ∂k̃ ∂v̄: their query and key
+    # passes finish those rows in their epilogues, kernels/cuda/screening_tiled.h); the Softmask tables m(d),
+    # ∂m/∂w(d) [tiles, keys], keys ≤ ⌈w⌉ ≤ w_th + 2 at initialization (w grows in training).
     scratch = 4 * rows * nt * d_v + 8 * rows * nt * SCREENING_PARTS + 8 * sh.batch * nt * SCREENING_PARTS
-    if sh.precision != "fp32" and tiled_shape(dims):
-        scratch += 4 * rows * nt * (2 * d_k + d_v)
     scratch += 2 * 4 * nt * min(sh.seq, int(dims.get("w_th", 256)) + 2)
     t["workspaces"] = scratch
     return t, shard_params(dims, nt, sh.layers, sh.vocab, sh.embed, sh.head)

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/screening_rows.cuh"
 #include "kernels/cuda/screening_tables.h"
 
 namespace multiscreen::kernels::cuda {
@@ -17,7 +18,7 @@ namespace {
 constexpr int kBlock = 128;
 constexpr int kMaxDk = 64;
 constexpr int kMaxDv = 256;
-constexpr float kFloor = 1e-12f;  // cpu::kUnitNormFloor (that header is not included: OpenMP pragmas)
+constexpr float kFloor = kScreeningUnitFloor;  // cpu::kUnitNormFloor (screening_rows.cuh)
 
 // The per-token parts of the tile-scalar gradients, summed per (sequence, tile) (screening.h).
 constexpr int kPartScale = kScreeningPartScale, kPartR = kScreeningPartR, kPartW = kScreeningPartW,
@@ -69,28 +70,6 @@ __device__ inline void RotateRow(float* z, double c, double s) {
   z[1] = static_cast<float>(z0 * s + z1 * c);
 }
 
-// cos and sin of token `pos`'s MiPE angle pos · rate (c = 1, sn = 0 when rate = 0).
-__device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn) {
-  *c = 1;
-  *sn = 0;
-  if (rate != 0) {
-    *c = cos(pos * rate);
-    *sn = sin(pos * rate);
-  }
-}
-
-// Position ROPE (kernels/screening_types.h, cpu::RopeRotateRows): the pairs (p, p + d/2) of z
-// turned by sign · pos · freq[p] in fp64 (Dims::rope_freq; sign −1: the transpose, for the backward).
-__device__ inline void RopeTurnRow(float* z, int d, double pos, double sign, const double* freq) {
-  const int half = d / 2;
-  for (int p = 0; p < half; ++p) {
-    const double phi = sign * pos * freq[p];
-    const double c = cos(phi), sn = sin(phi), a = z[p], b = z[p + half];
-    z[p] = static_cast<float>(a * c - b * sn);
-    z[p + half] = static_cast<float>(a * sn + b * c);
-  }
-}
-
 template <int D>
 __device__ inline float Dot(const float* a, const float* b, int d_rt) {
   const int d = D > 0 ? D : d_rt;
@@ -98,32 +77,6 @@ __device__ inline float Dot(const float* a, const float* b, int d_rt) {
   #pragma unroll
   for (int c = 0; c < d; ++c) s += a[c] * b[c];
   return s;
-}
-
-// Backward of UnitRow then RotateRow for one row (cpu::NormalizeRotateBackwardRow):
-// dz (∂L/∂z̃, overwritten) to dx = ∂L/∂x. ∂L/∂rate is the query pass's, pair by pair.
-template <int D>
-__device__ inline void NormalizeRotateBackwardRow(const float* z, float norm, float* dz, bool rotate, double c,
-                                                  double s, float* dx, int d_rt) {
-  const int d = D > 0 ? D : d_rt;
-  float y0 = z[0], y1 = d > 1 ? z[1] : 0.f;
-  if (rotate) {
-    const double g0 = dz[0], g1 = dz[1];
-    dz[0] = static_cast<float>(g0 * c + g1 * s);
-    dz[1] = static_cast<float>(-g0 * s + g1 * c);
-    y0 = static_cast<float>(double(z[0]) * c + double(z[1]) * s);  // z̄ = R(−φ) z̃
-    y1 = static_cast<float>(-double(z[0]) * s + double(z[1]) * c);
-  }
-  const bool clamped = !(norm > kFloor);
-  const float inv = 1.f / (clamped ? kFloor : norm);
-  float dot = 0.f;
-  if (!clamped) {
-    dot = y0 * dz[0] + (d > 1 ? y1 * dz[1] : 0.f);
-    for (int i = 2; i < d; ++i) dot += z[i] * dz[i];
-  }
-  dx[0] = (dz[0] - y0 * dot) * inv;
-  if (d > 1) dx[1] = (dz[1] - y1 * dot) * inv;
-  for (int i = 2; i < d; ++i) dx[i] = (dz[i] - z[i] * dot) * inv;
 }
 
 // Trim (spec step 8): α = a², a = 1 − (1 − s)/r; the pair is rejected when a ≤ 0.
@@ -295,10 +248,8 @@ __global__ void QueryBackwardKernel(Dims s, const ScreeningTileParams* params, c
   double c, sn;
   const double pos = double(s.pos0 + tok.i);
   MipeCosSin(tp.rate, pos, &c, &sn);
-  NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dq, rotate, c, sn,
-                                 dP + row * ldp + tok.t * C, dk);
-  // ROPE: the unit-norm backward in the turned frame, then turned back (a rotation keeps dots).
-  if (s.rope) RopeTurnRow(dP + row * ldp + tok.t * C, dk, pos, -1.0, s.rope_freq);
+  FinishKeyOrQueryRowBackward<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dq, rotate, c, sn, pos, s.rope_freq,
+                                  dP + row * ldp + tok.t * C, dk);
   double* part = partial + idx * kParts;
   part[kPartR] = sum_r;
   part[kPartW] = sum_w;
@@ -355,8 +306,8 @@ __global__ void KeyBackwardKernel(Dims s, const ScreeningTileParams* params, con
   const double pos = double(s.pos0 + j);
   MipeCosSin(tp.rate, pos, &c, &sn);
   float* dPj = dP + (tok.b * s.seq + j) * ldp + tok.t * C;
-  NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dkey, tp.rate != 0, c, sn, dPj + dk, dk);
-  if (s.rope) RopeTurnRow(dPj + dk, dk, pos, -1.0, s.rope_freq);
+  FinishKeyOrQueryRowBackward<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dkey, tp.rate != 0, c, sn, pos,
+                                  s.rope_freq, dPj + dk, dk);
   NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dval, false, 1, 0, dPj + 2 * dk, dv);
 }
 
@@ -380,12 +331,12 @@ __global__ void NormalizeBackwardKernel(Dims s, const ScreeningTileParams* param
   float dz[DV > 0 ? (DV > DK ? DV : DK) : kMaxDv];  // overwritten by the row backward
   #pragma unroll
   for (int x = 0; x < dk; ++x) dz[x] = d_q[idx * dk + x];
-  NormalizeRotateBackwardRow<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dz, tp.rate != 0, c, sn, dPi, dk);
-  if (s.rope) RopeTurnRow(dPi, dk, pos, -1.0, s.rope_freq);
+  FinishKeyOrQueryRowBackward<DK>(saved.q_tilde + idx * dk, saved.q_norm[idx], dz, tp.rate != 0, c, sn, pos,
+                                  s.rope_freq, dPi, dk);
   #pragma unroll
   for (int x = 0; x < dk; ++x) dz[x] = d_k[idx * dk + x];
-  NormalizeRotateBackwardRow<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dz, tp.rate != 0, c, sn, dPi + dk, dk);
-  if (s.rope) RopeTurnRow(dPi + dk, dk, pos, -1.0, s.rope_freq);
+  FinishKeyOrQueryRowBackward<DK>(saved.k_tilde + idx * dk, saved.k_norm[idx], dz, tp.rate != 0, c, sn, pos,
+                                  s.rope_freq, dPi + dk, dk);
   #pragma unroll
   for (int x = 0; x < dv; ++x) dz[x] = d_v[idx * dv + x];
   NormalizeRotateBackwardRow<DV>(saved.v_bar + idx * dv, saved.v_norm[idx], dz, false, 1, 0, dPi + 2 * dk, dv);
@@ -626,6 +577,11 @@ void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<f
   } else {
     LaunchNormalizeBackward<0, 0>(s, *scratch, saved, dP, stream);
   }
+  ReduceTileScalarGrads(shape, grads, scratch, stream);
+}
+
+void ScreeningBackwardReduce(const ScreeningShape& shape, TileScalarGradsOut grads, ScreeningScratch* scratch,
+                             cudaStream_t stream) {
   ReduceTileScalarGrads(shape, grads, scratch, stream);
 }
 

@@ -60,8 +60,9 @@ struct ScreeningScratch {
   DeviceArray<float> dh{Device::kCuda};                     // [B, tiles, T, d_v]: ∂L/∂h
   DeviceArray<double> partial{Device::kCuda};               // [B, tiles, T, 5] per-token gradient parts
   DeviceArray<double> sums{Device::kCuda};                  // [B, tiles, 5]
-  // ∂L/∂q̃, ∂L/∂k̃ [B, tiles, T, d_k] and ∂L/∂v̄ [B, tiles, T, d_v], as a tiled backward
-  // leaves them for ScreeningBackwardFinish (sized by that backward; unused by the simple one).
+  // ∂L/∂q̃, ∂L/∂k̃ [B, tiles, T, d_k] and ∂L/∂v̄ [B, tiles, T, d_v], as the tiled backward's
+  // five-launch form leaves them for ScreeningBackwardFinish (sized by that backward; unused
+  // by the simple one and by the tiled one, whose epilogues finish the rows themselves).
   DeviceArray<float> d_q{Device::kCuda}, d_k{Device::kCuda}, d_v{Device::kCuda};
   DeviceArray<double> rope_freq{Device::kCuda};              // position ROPE: [d_k/2] θ'_p
   DeviceArray<double> chain{Device::kCuda};  // [tiles, 6]: the device reduction's chain-rule factors
@@ -129,5 +130,12 @@ bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const T
 // simple kernel was). Waits for host gradients.
 void ScreeningBackwardFinish(const ScreeningShape& shape, const ScreeningSaved<float>& saved, float* dP,
                              TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
+
+// ScreeningBackwardReduce, after Begin and a window pass that finished dP's q, k and v
+// columns itself and wrote the r, w and rate parts of scratch->partial (the tiled
+// backward's epilogues): ScreeningBackwardFinish's fixed-order reduction alone (one
+// launch per (sequence, tile), then the host's or the device's sum over the batch).
+void ScreeningBackwardReduce(const ScreeningShape& shape, TileScalarGradsOut grads, ScreeningScratch* scratch,
+                             cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

@@ -1,7 +1,8 @@
 // Screening forward and backward tiled on tensor cores (screening_tiled.h): the simple
 // kernel's normalize pass (ScreeningNormalize) and a flash-style aggregate pass; the simple
-// kernel's output, unit-norm and reduction passes (ScreeningBackwardBegin/Finish) around a
-// flash-style query pass and key pass; mma.sync m16n8k16 bf16.
+// kernel's output and reduction passes (ScreeningBackwardBegin/Reduce) around a flash-style
+// query pass and key pass whose epilogues finish the unit-norm and MiPE backward; mma.sync
+// m16n8k16 bf16.
 #include "kernels/cuda/screening_tiled.h"
 
 #include <cuda_bf16.h>
@@ -11,6 +12,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/screening_rows.cuh"
 #include "kernels/cuda/screening_tables.h"
 #include "kernels/cuda/tensor_core.cuh"
 
@@ -280,6 +282,25 @@ __device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float
   return {a, i < T && d >= 0 && d < keys && !(a <= 0.f)};
 }
 
+// ---- Epilogues: the unit-norm and MiPE backward of finished rows (steps 6 and 5) --------
+// A warp's 16 finished rows of a gradient, held as accumulator fragments acc[n][e] (n-tile n:
+// columns 8n + 2u + e % 2, row g + 8(e / 2), g = lane / 4, u = lane % 4), are stored as fp32
+// rows of `stride` floats in the warp's own part of a CTA's shared staging buffer (reused once
+// the step loop is done), so that one lane per row can run screening_rows.cuh's row backward
+// on them: the arithmetic of the five-launch form's NormalizeBackwardKernel on the same fp32
+// inputs, bit for bit. stride = kCols + 1: the 16 lanes reading a column each hit distinct banks.
+template <int kCols>
+__device__ inline void StageFragmentRows(const float (*acc)[4], float* rows, int stride) {
+  const int g = threadIdx.x % 32 / 4, u = threadIdx.x % 4;
+  #pragma unroll
+  for (int n = 0; n < kCols / 8; ++n) {
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) rows[(g + 8 * (e / 2)) * stride + 8 * n + 2 * u + e % 2] = acc[n][e];
+  }
+}
+constexpr int kFinishStrideK = kDk + 1;  // floats per staged row of ∂L/∂q̃, ∂L/∂k̃
+constexpr int kFinishStrideV = kDv + 1;  // floats per staged row of ∂L/∂v̄
+
 // Query pass: a CTA of 4 warps per (64-query block, tile, sequence), warp w owning
 // queries qw = q0 + 16w …, walks the 64-key blocks its window reaches (the forward's
 // walk) and per active 16×16 step recomputes s = q̃·k̃ᵀ (split), a and m, and
@@ -291,10 +312,13 @@ __device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float
 // Softmask (Σ ∂L/∂(αm) a² ∂m/∂w) and of ∂L/∂rate: fp32 over a step's four pairs per row
 // and lane, fp64 across steps (per-pair fp64 was 314 of the step loop's 768 PTX
 // instructions), then summed over the row's four lanes.
-// Writes ∂L/∂q̃ to d_q and the two parts to partial.
+// Writes the three parts to partial and, kFinishRows, ∂L/∂q into dP's q columns (the epilogue:
+// MiPE and unit-norm backward of each finished row, one lane per row); otherwise ∂L/∂q̃ to d_q
+// for NormalizeBackwardKernel (the five-launch form, kept for the tests' bit-for-bit check).
+template <bool kFinishRows>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledQueryBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
-                             ScreeningSaved<float> saved, const float* dh, float* d_q, double* partial) {
+                             ScreeningSaved<float> saved, const float* dh, float* d_q, float* dP, double* partial) {
   __shared__ __align__(16) uint16_t q_hi[kBlockQ * kStrideK];
   __shared__ __align__(16) uint16_t q_lo[kBlockQ * kStrideK];
   __shared__ __align__(16) uint16_t dh_hi[kBlockQ * kStrideV];
@@ -437,17 +461,37 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   for (int half = 0; half < 2; ++half) {
     const int64_t i = qw + g + 8 * half;
     if (i >= T) continue;
-    float* out = d_q + (bt * T + i) * kDk;
-    #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      out[8 * n + 2 * u] = dq[n][2 * half];
-      out[8 * n + 2 * u + 1] = dq[n][2 * half + 1];
+    if constexpr (!kFinishRows) {
+      float* out = d_q + (bt * T + i) * kDk;
+      #pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        out[8 * n + 2 * u] = dq[n][2 * half];
+        out[8 * n + 2 * u + 1] = dq[n][2 * half + 1];
+      }
     }
     if (u == 0) {
       partial[(bt * T + i) * kScreeningParts + kScreeningPartR] = sum_r[half];
       partial[(bt * T + i) * kScreeningParts + kScreeningPartW] = sum_w[half];
       partial[(bt * T + i) * kScreeningParts + kScreeningPartRate] = sum_rate[half];
     }
+  }
+  if constexpr (kFinishRows) {
+    // ∂L/∂q̃ is complete: each warp's 16 rows through dh_hi (every warp is done with it), then
+    // MiPE (step 6) and the unit norm (step 5) backward into dP, one lane per row.
+    static_assert(kWarps * 16 * kFinishStrideK * sizeof(float) <= sizeof(dh_hi), "staged ∂L/∂q̃ rows fit in dh_hi");
+    __syncthreads();
+    float* rows = reinterpret_cast<float*>(dh_hi) + warp * 16 * kFinishStrideK;
+    StageFragmentRows<kDk>(dq, rows, kFinishStrideK);
+    __syncwarp();
+    const int i = qw + lane;
+    if (lane >= 16 || i >= T) return;
+    const double pos = double(s.pos0 + i);
+    double c, sn;
+    MipeCosSin(tp.rate, pos, &c, &sn);
+    const int64_t C = s.p_cols();
+    FinishKeyOrQueryRowBackward<kDk>(saved.q_tilde + (bt * T + i) * kDk, saved.q_norm[bt * T + i],
+                                     rows + lane * kFinishStrideK, rotate, c, sn, pos, nullptr,
+                                     dP + (b * T + i) * s.tiles * C + t * C, kDk);
   }
 }
 
@@ -458,10 +502,13 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
 // plain bf16), then
 //   ∂L/∂v̄_j += Σ_i (α m)_ij ∂L/∂h_i  (tensor cores, plain bf16: α m and ∂L/∂h),
 //   ∂L/∂k̃_j += Σ_i ∂L/∂s_ij q̃_i      (tensor cores, ∂L/∂s and q̃ both hi/lo split).
-// Writes ∂L/∂k̃ to d_k and ∂L/∂v̄ to d_v.
+// kFinishRows: writes ∂L/∂k and ∂L/∂v into dP's k and v columns (the epilogue: MiPE and
+// unit-norm backward of k̃'s finished rows, unit-norm backward of v̄'s, one lane per key);
+// otherwise ∂L/∂k̃ to d_k and ∂L/∂v̄ to d_v for NormalizeBackwardKernel (the five-launch form).
+template <bool kFinishRows>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledKeyBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask,
-                           ScreeningSaved<float> saved, const float* dh, float* d_k, float* d_v) {
+                           ScreeningSaved<float> saved, const float* dh, float* d_k, float* d_v, float* dP) {
   __shared__ __align__(16) uint16_t k_hi[kBlockK * kStrideK];
   __shared__ __align__(16) uint16_t k_lo[kBlockK * kStrideK];
   __shared__ __align__(16) uint16_t v_hi[kBlockK * kStrideV];
@@ -569,21 +616,47 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       MmaSplit(dk, da_hi, da_lo, qt_hi, qt_lo);
     }
   }
-  #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t j = kw + g + 8 * half;
-    if (j >= T) continue;
-    float* out_k = d_k + (bt * T + j) * kDk;
-    float* out_v = d_v + (bt * T + j) * kDv;
+  if constexpr (kFinishRows) {
+    // ∂L/∂k̃, ∂L/∂v̄ are complete: each warp's 16 rows of ∂L/∂k̃ through v_hi and of ∂L/∂v̄
+    // through dh_hi (warps 0, 1) or dh_lo (warps 2, 3), every warp being done with them, then
+    // steps 6 and 5 backward into dP, one lane per key (NormalizeBackwardKernel's order: k̃, v̄).
+    static_assert(kWarps * 16 * kFinishStrideK * sizeof(float) <= sizeof(v_hi), "staged ∂L/∂k̃ rows fit in v_hi");
+    static_assert(2 * 16 * kFinishStrideV * sizeof(float) <= sizeof(dh_hi), "two warps' ∂L/∂v̄ rows fit in dh_hi");
+    __syncthreads();
+    float* k_rows = reinterpret_cast<float*>(v_hi) + warp * 16 * kFinishStrideK;
+    float* v_rows = reinterpret_cast<float*>(warp < 2 ? dh_hi : dh_lo) + warp % 2 * 16 * kFinishStrideV;
+    StageFragmentRows<kDk>(dk, k_rows, kFinishStrideK);
+    StageFragmentRows<kDv>(dv, v_rows, kFinishStrideV);
+    __syncwarp();
+    const int j = kw + lane;
+    if (lane >= 16 || j >= T) return;
+    const double pos = double(s.pos0 + j);
+    double c, sn;
+    MipeCosSin(tp.rate, pos, &c, &sn);
+    const int64_t C = s.p_cols();
+    float* dPj = dP + (b * T + j) * s.tiles * C + t * C;
+    FinishKeyOrQueryRowBackward<kDk>(saved.k_tilde + (bt * T + j) * kDk, saved.k_norm[bt * T + j],
+                                     k_rows + lane * kFinishStrideK, tp.rate != 0, c, sn, pos, nullptr, dPj + kDk,
+                                     kDk);
+    NormalizeRotateBackwardRow<kDv>(saved.v_bar + (bt * T + j) * kDv, saved.v_norm[bt * T + j],
+                                    v_rows + lane * kFinishStrideV, false, 1, 0, dPj + 2 * kDk, kDv);
+  } else {
     #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      out_k[8 * n + 2 * u] = dk[n][2 * half];
-      out_k[8 * n + 2 * u + 1] = dk[n][2 * half + 1];
-    }
-    #pragma unroll
-    for (int n = 0; n < kDv / 8; ++n) {
-      out_v[8 * n + 2 * u] = dv[n][2 * half];
-      out_v[8 * n + 2 * u + 1] = dv[n][2 * half + 1];
+    for (int half = 0; half < 2; ++half) {
+      const int64_t j = kw + g + 8 * half;
+      if (j >= T) continue;
+      float* out_k = d_k + (bt * T + j) * kDk;
+      float* out_v = d_v + (bt * T + j) * kDv;
+      #pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        out_k[8 * n + 2 * u] = dk[n][2 * half];
+        out_k[8 * n + 2 * u + 1] = dk[n][2 * half + 1];
+      }
+      #pragma unroll
+      for (int n = 0; n < kDv / 8; ++n) {
+        out_v[8 * n + 2 * u] = dv[n][2 * half];
+        out_v[8 * n + 2 * u + 1] = dv[n][2 * half + 1];
+      }
     }
   }
 }
@@ -614,6 +687,10 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledForward");
 }
 
+// kFinishRows: four launches (output pass, query pass, key pass, reduction), the rows
+// finished in the window passes' epilogues; otherwise the five-launch form, the rows finished
+// by NormalizeBackwardKernel from scratch d_q, d_k, d_v.
+template <bool kFinishRows>
 void Backward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
               const float* dU, float* dP, TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
   if (!TiledShape(shape)) {
@@ -622,22 +699,29 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
   }
   // The simple kernel's output pass (∂L/∂h, ∂L/∂g, the scale parts; tables uploaded).
   if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
-  const int64_t tokens = shape.batch * shape.tiles * shape.seq;
-  scratch->d_q.Resize(tokens * kDk);
-  scratch->d_k.Resize(tokens * kDk);
-  scratch->d_v.Resize(tokens * kDv);
+  if constexpr (!kFinishRows) {
+    const int64_t tokens = shape.batch * shape.tiles * shape.seq;
+    scratch->d_q.Resize(tokens * kDk);
+    scratch->d_k.Resize(tokens * kDk);
+    scratch->d_v.Resize(tokens * kDv);
+  }
   const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledQueryBackwardKernel>(grid, kThreadsPerCta, 0, stream, s, scratch->params.data(), scratch->mask.data(),
-                                   scratch->dmask.data(), saved, scratch->dh.data(), scratch->d_q.data(),
-                                   scratch->partial.data());
+  Launch<TiledQueryBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->params.data(),
+                                                scratch->mask.data(), scratch->dmask.data(), saved, scratch->dh.data(),
+                                                scratch->d_q.data(), dP, scratch->partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
-  Launch<TiledKeyBackwardKernel>(grid, kThreadsPerCta, 0, stream, s, scratch->params.data(), scratch->mask.data(),
-                                 saved, scratch->dh.data(), scratch->d_k.data(), scratch->d_v.data());
+  Launch<TiledKeyBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->params.data(),
+                                              scratch->mask.data(), saved, scratch->dh.data(), scratch->d_k.data(),
+                                              scratch->d_v.data(), dP);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
-  // The simple kernel's unit-norm and MiPE backward into dP and its fixed-order reduction.
-  ScreeningBackwardFinish(shape, saved, dP, grads, scratch, stream);
+  if constexpr (kFinishRows) {
+    ScreeningBackwardReduce(shape, grads, scratch, stream);  // the fixed-order reduction
+  } else {
+    // The simple kernel's unit-norm and MiPE backward into dP and its fixed-order reduction.
+    ScreeningBackwardFinish(shape, saved, dP, grads, scratch, stream);
+  }
 }
 
 }  // namespace
@@ -657,7 +741,13 @@ void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const
 void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                             const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream) {
-  Backward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
+  Backward<true>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
+}
+
+void ScreeningTiledBackwardFiveLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                        const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                                        TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
+  Backward<false>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
 }
 
 }  // namespace multiscreen::kernels::cuda

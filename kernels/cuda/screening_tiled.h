@@ -45,7 +45,7 @@
 //   buffer, no cp.async pipeline yet (the fp32 → bf16 conversion happens on the way).
 // Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
 //
-// Backward (ScreeningTiledBackward), five launches, nothing [T, w] stored:
+// Backward (ScreeningTiledBackward), four launches, nothing [T, w] stored:
 //   1. The simple kernel's output pass (ScreeningBackwardBegin, one thread per token):
 //      steps 13–11 backward to ∂L/∂h (scratch dh), ∂L/∂g into dP, the scale parts.
 //   2. Query pass: a CTA of 4 warps per (64-query block, tile, sequence), walking the
@@ -58,13 +58,22 @@
 //      (q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]), as the simple kernel's: in exact arithmetic the
 //      per-row sums over q̃ and k̃, whose halves grow with pos0 and cancel (at pos0 = 70000
 //      those left ∂L/∂w 3.7e-3 off the fp64 CPU's; the pair sum 6.6e-6).
+//      Epilogue: the CTA's finished ∂L/∂q̃ rows staged as fp32 in shared memory (dh_hi's
+//      bytes, after a barrier), then one lane per query applies MiPE's and the unit norm's
+//      backward (steps 6, 5; kernels/cuda/screening_rows.cuh) and writes dP's q columns.
 //   3. Key pass: a CTA per (64-key block, tile, sequence), walking the query blocks
 //      [k0, k_last + keys − 1] ∩ [0, T) in ascending order; sᵀ, the pairs and ∂L/∂(αm)ᵀ =
 //      v̄·∂L/∂hᵀ recomputed, ∂L/∂v̄ += (αm)ᵀ ∂L/∂h and ∂L/∂k̃ += ∂L/∂sᵀ q̃ on tensor cores.
-//   4. The simple kernel's unit-norm and MiPE backward from ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄
-//      (scratch d_q, d_k, d_v) into dP, and 5. its fixed-order reduction of the per-token
-//      partials (ScreeningBackwardFinish). No atomics: every sum has one order, so two
-//      runs are bit-identical (tested).
+//      Epilogue as the query pass's: ∂L/∂k̃ rows staged in v_hi's bytes, ∂L/∂v̄ rows in
+//      dh_hi's and dh_lo's, one lane per key writes dP's k and v columns.
+//   4. The simple kernel's fixed-order reduction of the per-token partials
+//      (ScreeningBackwardReduce). No atomics: every sum has one order, so two runs are
+//      bit-identical (tested).
+//   The epilogues run the arithmetic of the simple kernel's NormalizeBackwardKernel on the
+//   same fp32 rows, so dP and the gradients are bit for bit those of the five-launch form
+//   (the window passes writing ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ to scratch, that kernel finishing
+//   them: ScreeningTiledBackwardFiveLaunches, tested on the emulated device), without the
+//   scratch arrays' write and read-back (2·(2·d_K + d_V) floats per token and tile).
 //   Products and their operands (bf16 hi + lo = the fp32 value to ~2^-16, three mma per
 //   product, lo·lo dropped):
 //     s = q̃·k̃ᵀ                   split × split (the forward's reason: Trim's 1/r);
@@ -83,8 +92,9 @@
 //   of static shared memory (q̃, k̃ hi/lo 64×16 and v̄, ∂L/∂h hi/lo 64×64, bf16, rows
 //   padded as the forward's), which allows 3 CTAs on sm_80 (164 KB) and 4 on sm_90;
 //   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py,
-//   sm_90): query pass 136 registers, key pass 135; no spills, no stack. Not yet measured
-//   on a GPU.
+//   sm_90): query pass 138 registers, key pass 139 with the epilogues (136 and 135 without:
+//   the five-launch form); no spills; 40 bytes of stack (the epilogues' fp64 cos and sin,
+//   as NormalizeBackwardKernel's). Not yet measured on a GPU.
 // Step loops (all three kernels): Trim's a by a multiply with 1/r (TrimReciprocal, once
 // per tile), positions as 32-bit integers (T < 2^27; longer sequences run the simple
 // kernels). `tools/ptxas_usage.py --step-loops` counts their PTX (docs/performance.md).
@@ -119,5 +129,13 @@ void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const
 void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                             const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream);
+
+// As ScreeningTiledBackward in its earlier five-launch form: the window passes write
+// ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ to scratch d_q, d_k, d_v and ScreeningBackwardFinish's
+// NormalizeBackwardKernel finishes them into dP. For the tests' bit-for-bit check of the
+// fused epilogues; not for the model.
+void ScreeningTiledBackwardFiveLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                        const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                                        TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

@@ -325,9 +325,14 @@ std::vector<TileScalarGrads> Fp64TileGrads(const Problem& p) {
   return grads;
 }
 
-// The simple forward (its saved buffers are the backward's input), then the simple or
-// the tiled backward of MakeDU's dU on the same inputs.
-Gradients RunBackward(const Problem& p, bool tiled) {
+// Which backward RunBackward runs: the simple kernels, the tiled one (four launches, the
+// rows finished in the window passes' epilogues) or its five-launch form (the rows
+// finished by the simple kernel's NormalizeBackwardKernel from scratch).
+enum class Backward { kSimple, kTiled, kTiledFiveLaunches };
+
+// The simple forward (its saved buffers are the backward's input), then `which` backward
+// of MakeDU's dU on the same inputs.
+Gradients RunBackward(const Problem& p, Backward which) {
   const ScreeningShape& s = p.shape;
   const int64_t rows = s.batch * s.seq * s.tiles;
   std::vector<DeviceArray<float>> arrays;
@@ -351,8 +356,11 @@ Gradients RunBackward(const Problem& p, bool tiled) {
   kernels::cuda::ScreeningForward(s, P, p.tiles.data(), saved, U, &scratch, nullptr);
   Gradients out;
   out.grads.resize(s.tiles);
-  if (tiled) {
+  if (which == Backward::kTiled) {
     kernels::cuda::ScreeningTiledBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
+  } else if (which == Backward::kTiledFiveLaunches) {
+    kernels::cuda::ScreeningTiledBackwardFiveLaunches(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch,
+                                                      nullptr);
   } else {
     kernels::cuda::ScreeningBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
   }
@@ -387,7 +395,7 @@ double ScalarError(double ref, double got) {
 // tile's ∂L/∂w, ∂L/∂r, ∂L/∂scale within 1e-2 relative. Returns the worst error.
 double ExpectTiledBackwardMatchesSimple(const Problem& p, const std::string& what, bool expect_accepted = true) {
   const ScreeningShape& s = p.shape;
-  const Gradients ref = RunBackward(p, /*tiled=*/false), got = RunBackward(p, /*tiled=*/true);
+  const Gradients ref = RunBackward(p, Backward::kSimple), got = RunBackward(p, Backward::kTiled);
   auto tile_of = [&](int64_t r) { return r % s.tiles; };
   struct Part {
     const char* name;
@@ -451,7 +459,7 @@ TEST_F(ScreeningTiledTest, TheSimpleKernelsWindowGradientMatchesFp64NearAndFarFr
   const std::vector<Tile> tiles = {{40.0, 0.4, 1.0}, {70.0, 0.8, 0.6}, {200.0, 0.5, 1.2}};
   for (const int64_t pos0 : {int64_t{3}, int64_t{70000}}) {
     const Problem p(1, 300, tiles, /*clustered=*/false, 7, pos0);
-    const Gradients simple = RunBackward(p, /*tiled=*/false);
+    const Gradients simple = RunBackward(p, Backward::kSimple);
     const std::vector<TileScalarGrads> exact = Fp64TileGrads(p);
     for (int64_t t = 0; t < p.shape.tiles; ++t) {
       const TileScalarGrads& x = exact[t];
@@ -479,7 +487,7 @@ TEST_F(ScreeningTiledTest, BackwardOfATileWhoseEveryPairIsRejectedIsZeroWhereThe
   // w or r, in either kernel; tile 1 accepts some.
   const std::vector<Tile> tiles = {{kInf, 1e-3, 1.0}, {20.0, 0.6, 1.0}};
   const Problem p(2, 100, tiles, /*clustered=*/false, 11);
-  const Gradients ref = RunBackward(p, false), got = RunBackward(p, true);
+  const Gradients ref = RunBackward(p, Backward::kSimple), got = RunBackward(p, Backward::kTiled);
   const int64_t C = p.shape.p_cols();
   int64_t nonzero_ref = 0, nonzero_got = 0, nonzero_other = 0;
   for (int64_t row = 0; row < 2 * 100; ++row) {
@@ -502,10 +510,32 @@ TEST_F(ScreeningTiledTest, BackwardIsBitIdenticalBetweenRuns) {
   // tiles, T = 300 (several blocks each way).
   const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.9, 1.1}};
   const Problem p(2, 300, tiles, /*clustered=*/true, 13);
-  const Gradients first = RunBackward(p, true), second = RunBackward(p, true);
+  const Gradients first = RunBackward(p, Backward::kTiled), second = RunBackward(p, Backward::kTiled);
   ASSERT_EQ(first.dP.size(), second.dP.size());
   EXPECT_EQ(std::memcmp(first.dP.data(), second.dP.data(), first.dP.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(first.grads.data(), second.grads.data(), first.grads.size() * sizeof(TileScalarGrads)), 0);
+}
+
+TEST_F(ScreeningTiledTest, BackwardWithFusedEpiloguesIsBitIdenticalToTheFiveLaunchForm) {
+  // The query and key passes' epilogues run NormalizeBackwardKernel's row arithmetic on
+  // the same fp32 rows: dP (every column) and the tile gradients are the five-launch
+  // form's bit for bit. Far pos0 (MiPE rotations of every angle), T = 300 (several blocks
+  // each way, a last block cut short), B = 2, windows inside and past a block, r small.
+  const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.02, 1.1}, {9.0, 0.999, 2.0}};
+  for (const int64_t T : {int64_t{37}, int64_t{300}}) {
+    const Problem p(2, T, tiles, /*clustered=*/true, 17 + T, /*pos0=*/70000);
+    const Gradients fused = RunBackward(p, Backward::kTiled), five = RunBackward(p, Backward::kTiledFiveLaunches);
+    ASSERT_EQ(fused.dP.size(), five.dP.size());
+    int64_t differing = 0, nonzero = 0;
+    for (size_t e = 0; e < fused.dP.size(); ++e) {
+      differing += std::memcmp(&fused.dP[e], &five.dP[e], sizeof(float)) != 0;
+      nonzero += five.dP[e] != 0.f;
+    }
+    EXPECT_EQ(differing, 0) << "T = " << T << ": elements of dP differ";
+    EXPECT_GT(nonzero, int64_t(fused.dP.size() / 2)) << "T = " << T << ": too little gradient flowed to prove much";
+    EXPECT_EQ(std::memcmp(fused.grads.data(), five.grads.data(), fused.grads.size() * sizeof(TileScalarGrads)), 0)
+        << "T = " << T;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,80 @@
+// Device functions of screening's steps 5–6 backward on one token's row, shared by the
+// simple kernels (screening.cu) and the tiled backward's epilogues (screening_tiled.cu),
+// so that both finish ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ into ∂L/∂P with the same fp32/fp64
+// arithmetic, bit for bit: the MiPE angle's cos and sin, the ROPE turn, and the
+// unit-norm-and-rotation backward of cpu::NormalizeRotateBackwardRow.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace multiscreen::kernels::cuda {
+
+// cpu::kUnitNormFloor (that header is not included: OpenMP pragmas): ‖x‖ below it is
+// clamped by spec step 5's unit norm.
+constexpr float kScreeningUnitFloor = 1e-12f;
+
+// cos and sin of token `pos`'s MiPE angle pos · rate (c = 1, sn = 0 when rate = 0), fp64.
+__device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn) {
+  *c = 1;
+  *sn = 0;
+  if (rate != 0) {
+    *c = cos(pos * rate);
+    *sn = sin(pos * rate);
+  }
+}
+
+// Position ROPE (kernels/screening_types.h, cpu::RopeRotateRows): the pairs (p, p + d/2) of z
+// turned by sign · pos · freq[p] in fp64 (freq: [d/2] on the device; sign −1: the transpose,
+// for the backward).
+__device__ inline void RopeTurnRow(float* z, int d, double pos, double sign, const double* freq) {
+  const int half = d / 2;
+  for (int p = 0; p < half; ++p) {
+    const double phi = sign * pos * freq[p];
+    const double c = cos(phi), sn = sin(phi), a = z[p], b = z[p + half];
+    z[p] = static_cast<float>(a * c - b * sn);
+    z[p + half] = static_cast<float>(a * sn + b * c);
+  }
+}
+
+// Backward of the unit norm (step 5) then the MiPE rotation (step 6) for one row
+// (cpu::NormalizeRotateBackwardRow): z [d] the saved z̃ (read), norm its ‖x‖ (saved),
+// dz [d] ∂L/∂z̃ (read, then overwritten: any memory space, e.g. a CTA's shared staging
+// row), rotate with the angle's cos c and sin s (MipeCosSin), dx [d] = ∂L/∂x (written).
+// D: the width as a constant (0: d_rt). ∂L/∂rate is the window pass's, pair by pair.
+template <int D>
+__device__ inline void NormalizeRotateBackwardRow(const float* z, float norm, float* dz, bool rotate, double c,
+                                                  double s, float* dx, int d_rt) {
+  const int d = D > 0 ? D : d_rt;
+  float y0 = z[0], y1 = d > 1 ? z[1] : 0.f;
+  if (rotate) {
+    const double g0 = dz[0], g1 = dz[1];
+    dz[0] = static_cast<float>(g0 * c + g1 * s);
+    dz[1] = static_cast<float>(-g0 * s + g1 * c);
+    y0 = static_cast<float>(double(z[0]) * c + double(z[1]) * s);  // z̄ = R(−φ) z̃
+    y1 = static_cast<float>(-double(z[0]) * s + double(z[1]) * c);
+  }
+  const bool clamped = !(norm > kScreeningUnitFloor);
+  const float inv = 1.f / (clamped ? kScreeningUnitFloor : norm);
+  float dot = 0.f;
+  if (!clamped) {
+    dot = y0 * dz[0] + (d > 1 ? y1 * dz[1] : 0.f);
+    for (int i = 2; i < d; ++i) dot += z[i] * dz[i];
+  }
+  dx[0] = (dz[0] - y0 * dot) * inv;
+  if (d > 1) dx[1] = (dz[1] - y1 * dot) * inv;
+  for (int i = 2; i < d; ++i) dx[i] = (dz[i] - z[i] * dot) * inv;
+}
+
+// One token's q̃ or k̃ row finished into ∂L/∂P's d columns at dP_cols (written): the
+// unit-norm and MiPE backward above, then, for position ROPE (rope_freq non-null), the
+// turn back by −pos (the unit-norm backward runs in the turned frame; a rotation keeps
+// dots). dz, c, s as NormalizeRotateBackwardRow's (dz overwritten).
+template <int D>
+__device__ inline void FinishKeyOrQueryRowBackward(const float* z, float norm, float* dz, bool rotate, double c,
+                                                   double s, double pos, const double* rope_freq, float* dP_cols,
+                                                   int d_rt) {
+  NormalizeRotateBackwardRow<D>(z, norm, dz, rotate, c, s, dP_cols, d_rt);
+  if (rope_freq != nullptr) RopeTurnRow(dP_cols, D > 0 ? D : d_rt, pos, -1.0, rope_freq);
+}
+
+}  // namespace multiscreen::kernels::cuda
