@@ -289,6 +289,18 @@ class KernelTable {
   // converted once. A device writes the rounded values and their 16-bit copy in one
   // launch; the CPU reads x itself. Keep x alive and unchanged while *out is used.
   virtual void PackRounded(Precision precision, Real* x, int64_t n, PackedOperand<Real>* out) = 0;
+  // Copy2DJobs(jobs, n, false) into dst [n_dst] (the jobs' blocks cover it, each element
+  // once), then PackRounded(precision, dst, n_dst, out), *out bit for bit the two calls':
+  // a layer's W_Q, W_K, W_V, W_G packed into W_cat, or W_O, as the step's GEMM operand.
+  // A device under kBf16 and kFp16 writes out's 16-bit copy alone (one launch, fp32 read
+  // once, 16 bits written) and leaves dst unwritten: nothing may read dst then (*out does
+  // not; out->values is null). The CPU and kFp32 write dst and *out reads it, as the two
+  // calls do: keep dst alive and unchanged while *out is used.
+  virtual void PackJobsRounded(Precision precision, const Copy2DJob<Real>* jobs, int n, Real* dst, int64_t n_dst,
+                               PackedOperand<Real>* out) {
+    Copy2DJobs(jobs, n, /*accumulate=*/false);
+    PackRounded(precision, dst, n_dst, out);
+  }
   // `src` [n] (on device()) as a GEMM operand read as Gemm reads it in `precision`
   // (PackedGemmA::kAsGemm: under kBf16 rounded to bf16, once; under kFp16 the CPU as given,
   // a device converted to 16 bits, once, one launch). A step's gradient that two

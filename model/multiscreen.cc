@@ -129,12 +129,14 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];
     const int64_t layer = shard.layer_begin + li;
-    PackProjections(*ops_, layout_, params, layer, &w.w_cat);
+    // Read from the parameters straight into the GEMMs' operands: under 16 bits on a
+    // device w_cat and w_o stay unwritten (KernelTable::PackJobsRounded).
+    PackProjectionsRounded(*ops_, layout_, params, layer, options_.precision, &w.w_cat, &w.w_cat_op);
     const ParamEntry& w_o = entries[layout_.MultiscreenEntry(layer, kWO)];
-    w.w_o.Resize(w_o.size());
-    ops_->Copy(params + w_o.buffer_offset, w_o.size(), w.w_o.data());
-    ops_->PackRounded(options_.precision, w.w_cat.data(), w.w_cat.size(), &w.w_cat_op);
-    ops_->PackRounded(options_.precision, w.w_o.data(), w.w_o.size(), &w.w_o_op);
+    const int64_t n_o = w_o.size();
+    w.w_o.Resize(n_o);
+    const kernels::Copy2DJob<Real> w_o_job{params + w_o.buffer_offset, n_o, 0, 1, n_o, 1, w.w_o.data(), n_o, 0};
+    ops_->PackJobsRounded(options_.precision, &w_o_job, 1, w.w_o.data(), n_o, &w.w_o_op);
   }
 }
 

@@ -108,8 +108,9 @@ class Multiscreen final : public ModelStage<Real> {
     explicit LayerWeights(Device d) : w_cat(d), w_o(d) {}
     Array w_cat;  // [d_E, tiles·p_cols]: per tile [W_Q | W_K | W_V | W_G]
     Array w_o;    // [tiles·d_V, d_E]: a compute copy of W_O
-    // w_cat and w_o as the GEMMs read them (packed by BeginStep from the arrays above,
-    // which must stay unchanged while these are used).
+    // w_cat and w_o as the GEMMs read them (packed by BeginStep from the parameters:
+    // PackJobsRounded; under kFp32 and on the CPU they read the arrays above, which must
+    // stay unchanged while these are used; under 16 bits on a device those stay unwritten).
     kernels::PackedOperand<Real> w_cat_op, w_o_op;
     std::vector<Real> s_w, s_r, s_o;  // host copies of the tiles' scalars (BeginStep)
   };

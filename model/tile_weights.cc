@@ -67,24 +67,42 @@ void ForEachProjectionPart(const ModelDims& d, F&& f) {
   }
 }
 
-}  // namespace
-
-// One launch for all parts (Copy2DJobs), a job per part: the tiles' [d_E, width] blocks
-// of W_part [tiles, d_E, width] (tile stride d_E·width) into w_cat's columns (tile
-// stride TileColumns).
+// A job per part (Copy2DJobs'): the tiles' [d_E, width] blocks of W_part [tiles, d_E,
+// width] (tile stride d_E·width) into w_cat's columns (tile stride TileColumns), w_cat
+// resized; returns the jobs' number.
 template <typename Real>
-void PackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params, int64_t layer,
-                     DeviceArray<Real>* w_cat) {
+int ProjectionJobs(const ParamLayout& layout, const Real* params, int64_t layer, DeviceArray<Real>* w_cat,
+                   kernels::Copy2DJob<Real>* jobs) {
   const ModelDims& d = layout.dims();
   const int64_t dE = d.d_e, nt = layout.shard().tiles(), C = TileColumns(d), ldw = nt * C;
   w_cat->Resize(dE * ldw);
-  kernels::Copy2DJob<Real> jobs[kernels::kMaxCopy2DJobs];
   int n = 0;
   ForEachProjectionPart(d, [&](int part, int64_t w, int64_t col) {
     const Real* src = params + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset;
     jobs[n++] = {src, w, dE * w, dE, w, nt, w_cat->data() + col, ldw, C};
   });
+  return n;
+}
+
+}  // namespace
+
+// One launch for all parts (Copy2DJobs).
+template <typename Real>
+void PackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params, int64_t layer,
+                     DeviceArray<Real>* w_cat) {
+  kernels::Copy2DJob<Real> jobs[kernels::kMaxCopy2DJobs];
+  const int n = ProjectionJobs(layout, params, layer, w_cat, jobs);
   ops.Copy2DJobs(jobs, n, /*accumulate=*/false);
+}
+
+// The same jobs and the rounding in one call (KernelTable::PackJobsRounded).
+template <typename Real>
+void PackProjectionsRounded(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params,
+                            int64_t layer, Precision precision, DeviceArray<Real>* w_cat,
+                            kernels::PackedOperand<Real>* out) {
+  kernels::Copy2DJob<Real> jobs[kernels::kMaxCopy2DJobs];
+  const int n = ProjectionJobs(layout, params, layer, w_cat, jobs);
+  ops.PackJobsRounded(precision, jobs, n, w_cat->data(), w_cat->size(), out);
 }
 
 // The reverse of PackProjections' jobs, added: one launch.
@@ -130,6 +148,8 @@ std::vector<kernels::TileScalars> MapTileScalars(const ParamLayout& layout, cons
 #define MS_INSTANTIATE(Real)                                                                                         \
   template void PackProjections<Real>(kernels::KernelTable<Real>&, const ParamLayout&, const Real*, int64_t,         \
                                       DeviceArray<Real>*);                                                           \
+  template void PackProjectionsRounded<Real>(kernels::KernelTable<Real>&, const ParamLayout&, const Real*, int64_t,  \
+                                             Precision, DeviceArray<Real>*, kernels::PackedOperand<Real>*);          \
   template void UnpackProjectionsAdd<Real>(kernels::KernelTable<Real>&, const ParamLayout&, const Real*, int64_t,    \
                                            Real*);                                                                   \
   template std::vector<kernels::TileScalars> MapTileScalars<Real>(const Real*, const Real*, const Real*, int64_t,    \

@@ -67,6 +67,15 @@ template <typename Real>
 void PackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params, int64_t layer,
                      DeviceArray<Real>* w_cat);
 
+// PackProjections then PackRounded(precision, w_cat, ·, out), in one pass
+// (KernelTable::PackJobsRounded): the step's W_cat operand. A device under kBf16 and kFp16
+// writes *out alone and leaves w_cat (resized) unwritten; the CPU and kFp32 fill w_cat
+// and *out reads it.
+template <typename Real>
+void PackProjectionsRounded(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* params,
+                            int64_t layer, Precision precision, DeviceArray<Real>* w_cat,
+                            kernels::PackedOperand<Real>* out);
+
 // Adds the packed gradient d_w_cat (same layout as PackProjections) into the
 // W_Q, W_K, W_V, W_G slots of grads (both on the table's device).
 template <typename Real>

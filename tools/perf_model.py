@@ -334,10 +334,11 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     ops = []
     if embed or head:
         ops.append(Op("Ē = unit rows of W_E → bf16 (BeginStep)", "mem", 1, 0, VOCAB * d * (4 + 2) + VOCAB * 4, once=True))
-    # W_Q, W_K, W_V, W_G [tiles, d, width] into the interleaved columns of W_cat: one launch
-    # for the four (KernelTable::Copy2DJobs), fp32 read and written.
-    ops.append(Op("pack W_Q, W_K, W_V, W_G into W_cat (BeginStep)", "mem", n_l, 0, d * pd * 4 * 2, once=True))
-    ops.append(Op("W_cat, W_O fp32 → bf16 (BeginStep)", "mem", n_l, 0, (d * pd + vd * d) * (4 + 2), launches=2, once=True))
+    # W_Q, W_K, W_V, W_G [tiles, d, width] into the interleaved columns of W_cat, and W_O,
+    # from the fp32 parameters straight into their bf16 GEMM operands: one launch for the
+    # four parts, one for W_O (KernelTable::PackJobsRounded), fp32 read once, bf16 written.
+    ops.append(Op("pack W_cat, W_O from the parameters into bf16 (BeginStep)", "mem", n_l, 0,
+                  (d * pd + vd * d) * (4 + 2), launches=2, once=True))
     if embed:
         ops.append(Op("x⁰ = e^{s_E}·Ē[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
     ops.append(Op("x_in = bf16(x)", "mem", n_l, 0, n * d * (4 + 2)))
@@ -407,8 +408,8 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         syncs += 1
     name_kernels([op for op in ops if not op.kernels], {
         "Ē = unit rows of W_E → bf16 (BeginStep)": [kernel("ForwardKernel", "unit_rows.cu")],
-        "pack W_Q, W_K, W_V, W_G into W_cat (BeginStep)": [kernel("Copy2DJobsKernel", "elementwise.cu", "false")],
-        "W_cat, W_O fp32 → bf16 (BeginStep)": [kernel("RoundPackKernel", "gemm.cu")],
+        "pack W_cat, W_O from the parameters into bf16 (BeginStep)": [
+            kernel("Copy2DJobsRoundPackKernel", "elementwise.cu", "__nv_bfloat16")],
         "x⁰ = e^{s_E}·Ē[t] (gather)": [kernel("GatherKernel", "embedding.cu")],
         "x_in = bf16(x)": [kernel("PackKernel", "gemm.cu")],
         "P = x_in·W_cat (GEMM)": [gemm(pd, n, d, "N", "N")],

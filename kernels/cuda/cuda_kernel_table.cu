@@ -141,6 +141,19 @@ class CudaKernelTable final : public KernelTable<float> {
   void PackRounded(Precision precision, float* x, int64_t n, PackedOperand<float>* out) override {
     if (HalfOperand(precision, x, n, out)) gemm_->PackRounded(precision, x, n, out->half.data());
   }
+  // Under 16 bits one launch into out->half (dst unwritten); under kFp32 the two calls, a
+  // lone contiguous block copied as Copy copies (W_O: cudaMemcpyAsync, no kernel).
+  void PackJobsRounded(Precision precision, const Copy2DJob<float>* jobs, int n, float* dst, int64_t n_dst,
+                       PackedOperand<float>* out) override {
+    if (HalfOperand(precision, dst, n_dst, out)) {
+      return cuda::Copy2DJobsRoundPack(precision, jobs, n, dst, out->half.data(), stream_);
+    }
+    const Copy2DJob<float>& j = jobs[0];
+    if (n == 1 && j.count == 1 && (j.rows == 1 || j.ld_src == j.cols) && (j.rows == 1 || j.ld_dst == j.cols)) {
+      return Copy(j.src, j.rows * j.cols, j.dst);
+    }
+    Copy2DJobs(jobs, n, /*accumulate=*/false);
+  }
   void GemmBothPacked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const PackedOperand<float>& a, int64_t lda, const PackedOperand<float>& b, int64_t ldb,
                       float beta, float* c, int64_t ldc) override {

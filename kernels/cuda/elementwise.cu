@@ -42,9 +42,10 @@ struct Copy2DJobList {
 };
 
 // One grid-stride walk over the elements of all jobs, job-major, then as each job's
-// Copy2DBatched: block-major, row-major within a block. Added into dst when kAccumulate.
-template <bool kAccumulate>
-__global__ void Copy2DJobsKernel(Copy2DJobList list) {
+// Copy2DBatched: block-major, row-major within a block: put(x, at) for each source
+// element x and the destination element `at` it is bound for.
+template <typename Put>
+__device__ inline void ForEachCopy2DElement(const Copy2DJobList& list, Put put) {
   const int64_t n = list.end[list.n - 1];
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int j = 0;
@@ -53,14 +54,27 @@ __global__ void Copy2DJobsKernel(Copy2DJobList list) {
     const int64_t e = i - (j > 0 ? list.end[j - 1] : 0), block = job.rows * job.cols;
     const int64_t b = e / block, k = e - b * block;
     const int64_t r = k / job.cols, c = k - r * job.cols;
-    const float x = job.src[b * job.src_stride + r * job.ld_src + c];
-    float* out = job.dst + b * job.dst_stride + r * job.ld_dst + c;
-    if constexpr (kAccumulate) {
-      *out += x;
-    } else {
-      *out = x;
-    }
+    put(job.src[b * job.src_stride + r * job.ld_src + c], job.dst + b * job.dst_stride + r * job.ld_dst + c);
   }
+}
+
+// Copy2DJobs: each element written into dst, or added to it when kAccumulate.
+template <bool kAccumulate>
+__global__ void Copy2DJobsKernel(Copy2DJobList list) {
+  ForEachCopy2DElement(list, [](float x, float* at) {
+    if constexpr (kAccumulate) {
+      *at += x;
+    } else {
+      *at = x;
+    }
+  });
+}
+
+// Copy2DJobsRoundPack: each element's 16-bit value written into dst16 at the offset its
+// destination has from `base` (the jobs' dst itself is not written).
+template <typename Half>
+__global__ void Copy2DJobsRoundPackKernel(Copy2DJobList list, const float* base, Half* dst16) {
+  ForEachCopy2DElement(list, [=](float x, float* at) { StoreHalf(x, dst16 + (at - base)); });
 }
 
 // Block i copies range i: src[ranges[i, 0] + j] → dst[ranges[i, 2] + j], j < ranges[i, 1].
@@ -170,17 +184,27 @@ void Scale(float* x, int64_t n, float factor, cudaStream_t stream) {
   MS_CUDA_CHECK_LAUNCH("Scale");
 }
 
-void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate, cudaStream_t stream) {
+namespace {
+
+// The jobs with elements, in a list for one launch; their elements together.
+int64_t ListCopy2DJobs(const Copy2DJob<float>* jobs, int n, Copy2DJobList* list) {
   CheckCopy2DJobs(n);
-  Copy2DJobList list{};
   int64_t total = 0;
   for (int j = 0; j < n; ++j) {
     const Copy2DJob<float>& job = jobs[j];
     if (job.rows <= 0 || job.cols <= 0 || job.count <= 0) continue;  // nothing to copy: left out
-    list.job[list.n] = job;
+    list->job[list->n] = job;
     total += job.rows * job.cols * job.count;
-    list.end[list.n++] = total;
+    list->end[list->n++] = total;
   }
+  return total;
+}
+
+}  // namespace
+
+void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate, cudaStream_t stream) {
+  Copy2DJobList list{};
+  const int64_t total = ListCopy2DJobs(jobs, n, &list);
   if (total <= 0) return;
   if (accumulate) {
     Launch<Copy2DJobsKernel<true>>(BlocksFor(total), kThreads, 0, stream, list);
@@ -188,6 +212,21 @@ void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate, cudaStream
     Launch<Copy2DJobsKernel<false>>(BlocksFor(total), kThreads, 0, stream, list);
   }
   MS_CUDA_CHECK_LAUNCH(accumulate ? "Add2DBatched" : "Copy2DBatched");
+}
+
+void Copy2DJobsRoundPack(Precision precision, const Copy2DJob<float>* jobs, int n, const float* base,
+                         uint16_t* dst16, cudaStream_t stream) {
+  Copy2DJobList list{};
+  const int64_t total = ListCopy2DJobs(jobs, n, &list);
+  if (total <= 0) return;
+  if (precision == Precision::kBf16) {
+    Launch<Copy2DJobsRoundPackKernel<__nv_bfloat16>>(BlocksFor(total), kThreads, 0, stream, list, base,
+                                                     reinterpret_cast<__nv_bfloat16*>(dst16));
+  } else {
+    Launch<Copy2DJobsRoundPackKernel<__half>>(BlocksFor(total), kThreads, 0, stream, list, base,
+                                              reinterpret_cast<__half*>(dst16));
+  }
+  MS_CUDA_CHECK_LAUNCH("PackJobsRounded");
 }
 
 void GatherRanges(const float* src, const int64_t* ranges, int64_t count, float* dst, cudaStream_t stream) {

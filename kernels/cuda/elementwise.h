@@ -28,6 +28,13 @@ void Scale(float* x, int64_t n, float factor, cudaStream_t stream);
 // (kernel_table.h's Copy2DJobs). No destination block overlaps another or any source.
 void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate, cudaStream_t stream);
 
+// The jobs' elements (Copy2DJobs' with accumulate false) as `precision`'s 16-bit values
+// (kBf16 or kFp16, round to nearest even as RoundTo) written into dst16 at the offset each
+// destination element has from `base`, instead of into the jobs' dst (not written; every
+// job's destination blocks lie inside the array at base): one launch (KernelTable::PackJobsRounded).
+void Copy2DJobsRoundPack(Precision precision, const Copy2DJob<float>* jobs, int n, const float* base,
+                         uint16_t* dst16, cudaStream_t stream);
+
 // dst ← the elements of src at `count` ranges, one after another: ranges [count, 3]
 // device int64s (begin in src, length, offset in dst), one block per range; one launch.
 void GatherRanges(const float* src, const int64_t* ranges, int64_t count, float* dst, cudaStream_t stream);

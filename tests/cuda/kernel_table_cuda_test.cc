@@ -388,6 +388,68 @@ TEST_F(CudaKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
   }
 }
 
+// PackJobsRounded: a layer's four projections into W_cat, and a lone
+// contiguous block (W_O), as the step's GEMM operands: bit for bit Copy2DJobs then
+// PackRounded in every precision. Under bf16 and fp16 one launch writes the 16-bit copy
+// alone and dst keeps what it held; under fp32 dst is written and the operand reads it,
+// the lone block copied without a kernel (counted on the emulated device).
+TEST_F(CudaKernelTableTest, PackJobsRoundedIsCopyThenPackRoundedBitForBit) {
+  const int64_t tiles = 3, dE = 11, dk = 5, dv = 7, C = 2 * dk + 2 * dv, ldw = tiles * C;
+  const Floats params = Random(tiles * dE * C + 5, 71, 3.f), stale = Random(dE * ldw, 72);
+  auto host16 = [](const kernels::PackedOperand<float>& op) {
+    std::vector<uint16_t> h(op.size);
+    EXPECT_EQ(cudaMemcpy(h.data(), op.half.data(), op.size * sizeof(uint16_t), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  };
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    for (bool lone : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "precision " << int(precision) << (lone ? ", W_O" : ", W_cat"));
+      const float* d_params = Device(params);
+      float* want_dst = Device(stale);
+      float* got_dst = Device(stale);
+      auto jobs_into = [&](float* d, kernels::Copy2DJob<float>* jobs) {
+        if (lone) {
+          jobs[0] = {d_params + 5, dE * ldw, 0, 1, dE * ldw, 1, d, dE * ldw, 0};
+          return 1;
+        }
+        for (int p = 0; p < 4; ++p) {
+          const int64_t w = p < 2 ? dk : dv, col = p < 2 ? p * dk : 2 * dk + (p - 2) * dv;
+          jobs[p] = {d_params + tiles * dE * col, w, dE * w, dE, w, tiles, d + col, ldw, C};
+        }
+        return 4;
+      };
+      kernels::Copy2DJob<float> want_jobs[kernels::kMaxCopy2DJobs], got_jobs[kernels::kMaxCopy2DJobs];
+      const int n = jobs_into(want_dst, want_jobs);
+      jobs_into(got_dst, got_jobs);
+      kernels::PackedOperand<float> want, got;
+      table_->Copy2DJobs(want_jobs, n, /*accumulate=*/false);
+      table_->PackRounded(precision, want_dst, dE * ldw, &want);
+#ifdef MULTISCREEN_CUDA_EMULATED
+      const auto before = msemu::WorkTallies();
+#endif
+      table_->PackJobsRounded(precision, got_jobs, n, got_dst, dE * ldw, &got);
+#ifdef MULTISCREEN_CUDA_EMULATED
+      uint64_t launches = 0;
+      for (const auto& [name, work] : msemu::WorkBetween(before, msemu::WorkTallies())) {
+        if (work.kind == msemu::WorkKind::kKernel) launches += work.calls;
+      }
+      EXPECT_EQ(launches, precision == Precision::kFp32 && lone ? 0u : 1u);
+#endif
+      EXPECT_EQ(got.precision, precision);
+      EXPECT_EQ(got.size, dE * ldw);
+      if (precision == Precision::kFp32) {
+        EXPECT_EQ(got.values, got_dst);
+        EXPECT_EQ(Host(got_dst, dE * ldw), Host(want_dst, dE * ldw));
+      } else {
+        EXPECT_EQ(got.values, nullptr);
+        EXPECT_EQ(host16(got), host16(want));
+        EXPECT_EQ(Host(got_dst, dE * ldw), stale);  // never written
+      }
+      EXPECT_NE(Host(want_dst, dE * ldw), stale);
+    }
+  }
+}
+
 // The training step's operands, each packed once (PackRounded: an activation, rounded
 // in place as RoundTo rounds it; PackAsGemm: a gradient, read as Gemm reads it;
 // PackOperand: a weight): GemmBothPacked is bit for bit Gemm on the same fp32 arrays, in
