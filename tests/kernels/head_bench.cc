@@ -24,6 +24,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/fma_peak.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/head_loss.h"
 #include "kernels/cpu/isa.h"
 
@@ -121,6 +122,28 @@ int main(int argc, char** argv) {
         s, peak.fp32_gflops);
   }
 
+  // The bf16 head (whole rows, the three products on the CPU's bf16 dot products where it has
+  // them), against the same fp32 peak: Ē's bf16 copy made once, as a step packs it.
+  kernels::PackedOperand<float> e16;
+  e16.precision = Precision::kBf16;
+  e16.size = kVocab * kDe;
+  e16.half.Resize(kVocab * kDe);
+  ToBf16(e_bar.data(), kVocab * kDe, e16.half.data(), nullptr);
+  {
+    KernelOptions options;
+    options.precision = Precision::kBf16;
+    FusedHead<float> head(options);
+    kernels::HeadLossArgs<float> b = a;
+    b.precision = Precision::kBf16;
+    b.e_bar_packed = &e16;
+    Row(Bf16GemmAvailable() ? "head, bf16 (bf16 dot products)" : "head, bf16 (rounded fp32 products)", 3 * product,
+        Seconds(threads, [&] {
+          head.Prepare(e_bar.data(), kVocab, kDe);
+          head.Run(b);
+        }),
+        peak.fp32_gflops);
+  }
+
   // The whole-row path's parts, one chunk of KernelOptions' default rows at a time.
   const int64_t chunk = KernelOptions{}.head_chunk_rows, chunks = kRows / chunk;
   std::vector<float> z(chunk * kVocab), d_e_bar_t(kDe * kVocab, 0.f);
@@ -156,6 +179,14 @@ int main(int argc, char** argv) {
       peak.fp32_gflops);
   Row("dE^T += y_s^T z", product,
       chunks * Seconds(threads, [&] { Gemm<float>(true, false, kDe, kVocab, chunk, 1, y.data(), kDe, z.data(), kVocab, 1, d_e_bar_t.data(), kVocab); }),
+      peak.fp32_gflops);
+  Row("dE^T += y_s^T z, vocabulary in 4096s", product,
+      chunks * Seconds(threads, [&] {
+        for (int64_t v0 = 0; v0 < kVocab; v0 += kBlock) {
+          Gemm<float>(true, false, kDe, std::min(kBlock, kVocab - v0), chunk, 1, y.data(), kDe, z.data() + v0, kVocab, 1,
+                      d_e_bar_t.data() + v0, kVocab);
+        }
+      }),
       peak.fp32_gflops);
   Row("dE += z^T y_s (untransposed)", product,
       chunks * Seconds(threads, [&] { Gemm<float>(true, false, kVocab, kDe, chunk, 1, z.data(), kVocab, y.data(), kDe, 1, d_e_bar.data(), kDe); }),
