@@ -1,7 +1,8 @@
-// The CPU's fp32 vocabulary head (kernels/cpu/head_loss.h) at Ψ = 16's shapes (issue 44):
+// The CPU's vocabulary head (kernels/cpu/head_loss.h) at Ψ = 16's shapes (issue 44):
 // T = 1024 rows, d_E = 256, V = 50,257, the loss and both gradients, as a step runs it;
-// whole (each head path the kernels table offers), then the whole-row path's parts one by one
-// (its three products, the softmax pass, ∂Ēᵀ's move), each against the path's fp32
+// whole (fp32 on each head path the kernels table offers, and the bf16 head), then the fp32
+// whole-row path's parts one by one (its three products, whole and in the vocabulary blocks
+// the head uses, the softmax pass, ∂Ēᵀ's move), each against the path's fp32
 // multiply-add peak (kernels/cpu/fma_peak.h). Rates are FLOPs over the process's CPU time
 // per thread (CLOCK_PROCESS_CPUTIME_ID / threads), the best of 3 trials: time the machine's
 // neighbours take is not counted, time a thread spends waiting with OMP_WAIT_POLICY=active is.
