@@ -1,4 +1,6 @@
-// Wall time of a training step, split by phase, for `multiscreen bench train`.
+// Wall time of a training step, split by phase, for `multiscreen bench train`, and the calling
+// thread's CPU time in each phase (CLOCK_THREAD_CPUTIME_ID: on a shared machine, what its
+// neighbours took from this thread left out; OpenMP workers' time is not in it).
 // The model adds to a StepProfile when ModelOptions::profile points at one;
 // with a null profile a PhaseTimer reads no clock, so the step costs the same.
 // On a GPU the kernels run asynchronously: a profile whose `synchronize` is set (bench sets
@@ -6,6 +8,8 @@
 // so that a phase's time is its kernels' and not their launches'. That serializes the step:
 // the step total of a profiled GPU step is an upper bound of an unprofiled one.
 #pragma once
+
+#include <time.h>
 
 #include <chrono>
 #include <functional>
@@ -31,9 +35,11 @@ struct StepProfile {
                                                   "optimizer", "attention",        "ffn"};
 
   double seconds[kPhases] = {};
+  double thread_cpu_seconds[kPhases] = {};  // the calling thread's CPU time in each phase
   std::function<void()> synchronize;  // waits for the device's queued work; empty on the CPU
   void Clear() {
     for (double& s : seconds) s = 0;
+    for (double& s : thread_cpu_seconds) s = 0;
   }
 };
 
@@ -45,11 +51,13 @@ class PhaseTimer {
     if (profile_ == nullptr) return;
     if (profile_->synchronize) profile_->synchronize();
     start_ = std::chrono::steady_clock::now();
+    cpu_start_ = ThreadCpu();
   }
   ~PhaseTimer() {
     if (profile_ != nullptr) {
       if (profile_->synchronize) profile_->synchronize();
       profile_->seconds[phase_] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      profile_->thread_cpu_seconds[phase_] += ThreadCpu() - cpu_start_;
     }
   }
   PhaseTimer(const PhaseTimer&) = delete;
@@ -59,6 +67,13 @@ class PhaseTimer {
   StepProfile* profile_;
   StepProfile::Phase phase_;
   std::chrono::steady_clock::time_point start_;
+  double cpu_start_ = 0;
+
+  static double ThreadCpu() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
 };
 
 }  // namespace multiscreen

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/onednn_matmul.h"
@@ -42,8 +43,10 @@ void Gemm<float>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   // The avx512 path's products through oneDNN's matmul (kernels/cpu/onednn_matmul.h): 73–92 %
   // of the FMA peak on the step's shapes, while OpenBLAS's kernels depend on
   // OPENBLAS_CORETYPE (Haswell: its AVX2 kernels, 32–47 %; docs/performance.md).
-  if (ActiveIsa() == Isa::kAvx512 && k > 0 && alpha == 1.f && (beta == 0.f || beta == 1.f) &&
-      OnednnMatmul(MatmulOperands::kF32, trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, beta == 1.f, c, ldc)) {
+  // alpha ≠ 1 as oneDNN's output scale (the head's logits, scaled by e^{s_F}: 42 % of the
+  // peak on OpenBLAS's Haswell kernels, tests/kernels/head_bench.cc).
+  if (ActiveIsa() == Isa::kAvx512 && k > 0 && std::isfinite(alpha) && alpha != 0.f && (beta == 0.f || beta == 1.f) &&
+      OnednnMatmul(MatmulOperands::kF32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta == 1.f, c, ldc)) {
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,

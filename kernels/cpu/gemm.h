@@ -1,6 +1,6 @@
 // General matrix multiply, row-major, for fp32 and fp64: the one place that picks the
-// library (issue 44). fp32 on the avx512 path (kernels/cpu/isa.h ActiveIsa) with alpha = 1
-// and beta 0 or 1 (every product of the training step): oneDNN's matmul, whose kernels do
+// library (issue 44). fp32 on the avx512 path (kernels/cpu/isa.h ActiveIsa) with alpha finite
+// and nonzero and beta 0 or 1 (every product of the training step): oneDNN's matmul, whose kernels do
 // not depend on OPENBLAS_CORETYPE; else OpenBLAS (cblas), and a single row (m = 1) as
 // OpenBLAS's gemv. The libraries round differently in the last bits; on one path and
 // thread count a product is deterministic.

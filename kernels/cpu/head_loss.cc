@@ -12,6 +12,36 @@
 
 namespace multiscreen::kernels::cpu {
 
+namespace {
+
+// Vocabulary entries per product of the backward contractions (ZTimesEBar, AddYsTimesZ).
+constexpr int64_t kBackwardVocabBlock = 4096;
+
+// The head's two backward contractions over the vocabulary as products over blocks of
+// kBackwardVocabBlock entries, in order: `gemm` is Gemm<Real> or GemmBf16 (z, Ē and y_s then
+// bf16 bits). As single products over V = 50,257 they ran at 46–52 % (dy, k = V) and 63–66 %
+// (∂Ēᵀ, n = V) of the avx512 fp32 peak on oneDNN; in blocks of 4096, 78–81 % and 78 %
+// (tests/kernels/head_bench.cc, Ψ = 16's head, 2 threads, AMD EPYC Zen 5). OpenBLAS (the
+// avx2 path) runs both at 83–90 % of the avx2 peak either way.
+//   ZTimesEBar:  dy [rc, d_e] = z [rc, V] · Ē [V, d_e]      (row strides V, d_e; dy written)
+//   AddYsTimesZ: ∂Ēᵀ [d_e, V] += y_s [rc, d_e]ᵀ · z [rc, V]  (row strides d_e, V)
+template <typename T, typename Real, typename GemmFn>
+void ZTimesEBar(GemmFn gemm, int64_t rc, int64_t V, int64_t d_e, const T* z, const T* e_bar, Real* dy) {
+  for (int64_t v0 = 0; v0 < V; v0 += kBackwardVocabBlock) {
+    gemm(false, false, rc, d_e, std::min(kBackwardVocabBlock, V - v0), Real(1), z + v0, V, e_bar + v0 * d_e, d_e,
+         Real(v0 == 0 ? 0 : 1), dy, d_e);
+  }
+}
+template <typename T, typename Real, typename GemmFn>
+void AddYsTimesZ(GemmFn gemm, int64_t rc, int64_t V, int64_t d_e, const T* y_s, const T* z, Real* d_e_bar_t) {
+  for (int64_t v0 = 0; v0 < V; v0 += kBackwardVocabBlock) {
+    gemm(true, false, d_e, std::min(kBackwardVocabBlock, V - v0), rc, Real(1), y_s, d_e, z + v0, V, Real(1),
+         d_e_bar_t + v0, V);
+  }
+}
+
+}  // namespace
+
 template <typename Real>
 bool HeadPanelsServe(HeadPath path, int64_t d_e) {
   return path == HeadPath::kPanels && HeadPanelsSupport<Real>(d_e);
@@ -109,12 +139,12 @@ void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_
       if (e16 != nullptr) {  // the numerators in bf16, read by both backward products
         z16_.resize(rc * V);
         ToBf16(z, rc * V, z16_.data(), nullptr);
-        GemmBf16(false, false, rc, dE, V, 1, z16_.data(), V, e16, dE, 0, dy, dE);
+        ZTimesEBar(GemmBf16, rc, V, dE, z16_.data(), e16, dy);
       } else if (bf16) {
         RoundToBf16(z, rc * V);
       }
     }
-    if (e16 == nullptr) Gemm<Real>(false, false, rc, dE, V, 1, z, V, e_bar, dE, 0, dy, dE);
+    if (e16 == nullptr) ZTimesEBar(Gemm<Real>, rc, V, dE, z, e_bar, dy);
   } else {
     PanelSoftmax(a, r0, rc, dy);
   }
@@ -142,13 +172,13 @@ void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_
     if constexpr (std::is_same_v<Real, float>) {
       y16_.resize(rc * dE);
       ToBf16(y_scaled_.data(), rc * dE, y16_.data(), nullptr);
-      GemmBf16(true, false, dE, V, rc, 1, y16_.data(), dE, z16_.data(), V, 1, d_e_bar_t_.data(), V);
+      AddYsTimesZ(GemmBf16, rc, V, dE, y16_.data(), z16_.data(), d_e_bar_t_.data());
     }
   } else {
     if constexpr (std::is_same_v<Real, float>) {
       if (bf16) RoundToBf16(y_scaled_.data(), rc * dE);
     }
-    Gemm<Real>(true, false, dE, V, rc, 1, y_scaled_.data(), dE, z, V, 1, d_e_bar_t_.data(), V);
+    AddYsTimesZ(Gemm<Real>, rc, V, dE, y_scaled_.data(), z, d_e_bar_t_.data());
   }
 }
 

@@ -6,7 +6,9 @@
 //   the logits by e^{s_F}) and d_E is a whole number of 64-byte vectors: Ē packed once
 //   per step, logits, exp and both backward products in register tiles, the vocabulary
 //   in blocks of panels, one thread each, summed in order;
-// - whole rows through OpenBLAS otherwise (and always under HeadPath::kBlas);
+// - whole rows through Gemm otherwise (and always under HeadPath::kBlas): oneDNN on the
+//   avx512 path, OpenBLAS elsewhere (kernels/cpu/gemm.h), the two backward products in
+//   blocks of the vocabulary (head_loss.cc's ZTimesEBar, AddYsTimesZ);
 // - under kBf16 (float) whole rows, whatever the head path, the three products on bf16
 //   operands with fp32 accumulation: y, Ē, the softmax's numerators and c/Σ ⊙ y rounded to
 //   bf16 (a device's bf16 head rounds c (softmax − onehot) instead: the same rounding of each

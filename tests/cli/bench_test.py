@@ -54,6 +54,20 @@ class BenchTest(OneLineErrors):
         # Phase medians are taken separately, so their sum only roughly matches the step.
         self.assertLess(sum(b.values()), 1.5 * j["step_seconds"] + 1e-3)
 
+    def test_train_breakdown_on_the_threads_cpu_clock_adds_up_to_the_step(self):
+        # One step: the phases on the calling thread's CPU clock, and "other" (what they leave),
+        # sum to step_thread_cpu_seconds; each phase's CPU time is within its wall time.
+        r = run("train", "--model=tiny_psi2", "--seq_len=16", "--micro_batch=2", "--steps=1", "--warmup=1",
+                "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        b, c = j["breakdown_seconds"], j["breakdown_thread_cpu_seconds"]
+        self.assertEqual(set(c), set(PHASES))
+        self.assertGreater(c["head_loss"], 0)
+        self.assertAlmostEqual(sum(c.values()), j["step_thread_cpu_seconds"], delta=1e-6)
+        for phase in PHASES[:-1]:
+            self.assertLessEqual(c[phase], b[phase] + 1e-6, phase)
+
     def test_train_json_has_the_hardware_peak_of_the_path_it_ran(self):
         # Issue 44: the fp32 multiply-add peak of the kernels' path (kernels/cpu/fma_peak.h) on
         # the step's threads, and MFU against it beside the SGEMM-relative figure.

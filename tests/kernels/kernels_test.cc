@@ -143,9 +143,9 @@ TEST_P(Fp16Test, RoundingMatchesTheCompilersHalfConversionOnEveryPath) {
 // Gemm against a plain triple loop in long double for every transpose pair, one row
 // (m = 1: the decoders' products, a matrix-vector product) and several, with padded
 // strides (op(A)'s one row then strided when A is stored transposed), beta 0 over a C
-// holding NaN (C is not read), beta 0.5 and 1, alpha 0.75 and 1 (alpha 1 with beta 0 or 1:
-// the training step's products, which the avx512 path runs through oneDNN; the rest through
-// OpenBLAS: kernels/cpu/gemm.h), k = 0 (C = beta · C) and k past one cache block.
+// holding NaN (C is not read), beta 0.5 and 1, alpha 0.75 and 1 (beta 0 or 1: the training
+// step's products, which the avx512 path runs through oneDNN, alpha as its output scale; the
+// rest through OpenBLAS: kernels/cpu/gemm.h), k = 0 (C = beta · C) and k past one cache block.
 template <typename Real>
 void CheckGemmAgainstLoops(double tolerance) {
   std::mt19937_64 rng(7);
@@ -156,7 +156,7 @@ void CheckGemmAgainstLoops(double tolerance) {
         for (bool tb : {false, true}) {
           // (alpha, beta): the step's (1, 0) and (1, 1), and the others.
           for (const auto& [alpha, beta] :
-               std::vector<std::pair<Real, Real>>{{0.75, 0}, {0.75, 0.5}, {1, 0}, {1, 1}, {1, 0.5}}) {
+               std::vector<std::pair<Real, Real>>{{0.75, 0}, {0.75, 0.5}, {-3, 1}, {1, 0}, {1, 1}, {1, 0.5}}) {
             const int64_t n = 37, lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldc = n + 1;
             std::vector<Real> a((ta ? k : m) * lda + 1), b((tb ? n : k) * ldb + 1), c(m * ldc);
             for (Real& x : a) x = Real(uniform(rng));

@@ -1,0 +1,137 @@
+// The CPU's fused head on whole rows (kernels/cpu/head_loss.h: HeadPath::kBlas in fp32, and
+// the bf16 head) against plain loops in double, on a vocabulary of several of the backward
+// products' blocks (4096 entries) and a partial one, in two chunks of rows: the loss terms,
+// dy, and ∂Ē added to what it held. The model's tests (tests/model/head_test.cc) use
+// vocabularies below one block.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/head_loss.h"
+#include "tests/kernels/isa_test.h"
+
+namespace multiscreen::kernels::cpu {
+namespace {
+
+constexpr int64_t kRows = 24, kDe = 32, kVocab = 9000;
+
+struct HeadResult {
+  std::vector<double> lse, target_logit, dy, d_e_bar;
+};
+
+// The head of y [kRows, kDe], Ē [kVocab, kDe] in double: z = scale · y Ēᵀ, lse, the target's
+// logit, g = coef · scale · (softmax − onehot), dy = g Ē, ∂Ē = d_e_bar0 + gᵀ y.
+HeadResult Reference(const std::vector<float>& y, const std::vector<float>& e_bar, const std::vector<int64_t>& target,
+                     double scale, double coef, const std::vector<float>& d_e_bar0) {
+  HeadResult out{std::vector<double>(kRows), std::vector<double>(kRows), std::vector<double>(kRows * kDe, 0.0),
+                 std::vector<double>(d_e_bar0.begin(), d_e_bar0.end())};
+  std::vector<double> z(kVocab);
+  for (int64_t r = 0; r < kRows; ++r) {
+    double m = -INFINITY;
+    for (int64_t v = 0; v < kVocab; ++v) {
+      double dot = 0;
+      for (int64_t j = 0; j < kDe; ++j) dot += double(y[r * kDe + j]) * e_bar[v * kDe + j];
+      z[v] = scale * dot;
+      m = std::max(m, z[v]);
+    }
+    double sum = 0;
+    for (int64_t v = 0; v < kVocab; ++v) sum += std::exp(z[v] - m);
+    out.lse[r] = m + std::log(sum);
+    out.target_logit[r] = z[target[r]];
+    for (int64_t v = 0; v < kVocab; ++v) {
+      const double g = coef * scale * (std::exp(z[v] - out.lse[r]) - (v == target[r] ? 1.0 : 0.0));
+      for (int64_t j = 0; j < kDe; ++j) {
+        out.dy[r * kDe + j] += g * e_bar[v * kDe + j];
+        out.d_e_bar[v * kDe + j] += g * y[r * kDe + j];
+      }
+    }
+  }
+  return out;
+}
+
+// Each of got within tolerance · max|want| of want.
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double tolerance, const char* what) {
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tolerance * scale) << what << " [" << i << "] on " << IsaName(ActiveIsa());
+  }
+}
+
+// FusedHead<float>'s whole-row head under `precision` against Reference, with the operands
+// Reference sees rounded as that precision rounds them (bf16: y and Ē).
+void CheckWholeRows(Precision precision, double tolerance) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 0.2f);
+  std::vector<float> y(kRows * kDe), e_bar(kVocab * kDe), d_e_bar(kVocab * kDe);
+  for (float& x : y) x = normal(rng);
+  for (float& x : e_bar) x = normal(rng);
+  for (float& x : d_e_bar) x = normal(rng);
+  std::vector<int64_t> target(kRows);
+  for (int64_t r = 0; r < kRows; ++r) target[r] = (r * 4099 + 7) % kVocab;  // some in each block
+  const float scale = 3.f, coef = 1.f / kRows;
+
+  PackedOperand<float> e16;
+  std::vector<float> y_seen = y, e_seen = e_bar;
+  if (precision == Precision::kBf16) {
+    std::vector<uint16_t> y_bits(y.size());
+    ToBf16(y.data(), int64_t(y.size()), y_bits.data(), y_seen.data());
+    e16.precision = Precision::kBf16;
+    e16.size = kVocab * kDe;
+    e16.half.Resize(kVocab * kDe);
+    ToBf16(e_bar.data(), kVocab * kDe, e16.half.data(), e_seen.data());
+  }
+  const HeadResult want = Reference(y_seen, e_seen, target, scale, coef, d_e_bar);
+
+  KernelOptions options;
+  options.head_path = HeadPath::kBlas;
+  options.head_chunk_rows = 16;  // two chunks: 16 rows, then 8
+  options.precision = precision;
+  FusedHead<float> head(options);
+  head.Prepare(e_bar.data(), kVocab, kDe);
+  HeadResult got{std::vector<double>(kRows), std::vector<double>(kRows), {}, {}};
+  std::vector<float> dy(kRows * kDe, NAN);
+  HeadLossArgs<float> a;
+  a.y = y.data();
+  a.e_bar = e_bar.data();
+  a.rows = kRows;
+  a.vocab = kVocab;
+  a.d_e = kDe;
+  a.scale = scale;
+  a.shift = NAN;  // each row's max
+  a.target = target.data();
+  a.coef = coef;
+  a.lse = got.lse.data();
+  a.target_logit = got.target_logit.data();
+  a.dy = dy.data();
+  a.d_e_bar = d_e_bar.data();
+  a.precision = precision;
+  a.e_bar_packed = precision == Precision::kBf16 ? &e16 : nullptr;
+  head.Run(a);
+  got.dy.assign(dy.begin(), dy.end());
+  got.d_e_bar.assign(d_e_bar.begin(), d_e_bar.end());
+
+  ExpectClose(got.lse, want.lse, tolerance, "lse");
+  ExpectClose(got.target_logit, want.target_logit, tolerance, "target_logit");
+  ExpectClose(got.dy, want.dy, tolerance, "dy");
+  ExpectClose(got.d_e_bar, want.d_e_bar, tolerance, "d_e_bar");
+}
+
+class HeadWholeRowsTest : public IsaTest {};
+MS_INSTANTIATE_ON_EVERY_ISA(HeadWholeRowsTest);
+
+TEST_P(HeadWholeRowsTest, Fp32MatchesPlainLoopsAcrossVocabularyBlocks) { CheckWholeRows(Precision::kFp32, 1e-5); }
+
+// The bf16 head rounds the softmax's numerators and c/Σ ⊙ y to bf16 as well (2^-9 relative
+// each), which the reference does not: a tolerance of a few bf16 roundings.
+TEST_P(HeadWholeRowsTest, Bf16MatchesPlainLoopsOnRoundedOperandsAcrossVocabularyBlocks) {
+  CheckWholeRows(Precision::kBf16, 1e-2);
+}
+
+}  // namespace
+}  // namespace multiscreen::kernels::cpu
