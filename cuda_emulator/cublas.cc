@@ -345,6 +345,7 @@ cublasStatus_t CheckAndRun(const char* fn, const Product& g, cudaStream_t stream
                  {g.read_ab ? g.a.p : nullptr, g.read_ab ? g.b.p : nullptr, read_c ? g.c.p : nullptr, g.d.p})) {
     return CUBLAS_STATUS_SUCCESS;
   }
+  if (LegacyWorkDuringCapture(stream) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   WaitStream(stream);
   CountProduct(fn, g);
   if (g.read_ab) {

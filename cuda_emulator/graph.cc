@@ -1,7 +1,7 @@
 // Stream capture and CUDA graphs on the emulated device (issue 42 part 2: one graph per
 // micro-step). cudaStreamBeginCapture turns a stream into a recorder: every kernel launch,
-// cuBLAS(Lt) product, async copy or memset, host function, NCCL group and event record
-// issued to it becomes a node (with its parameters copied, as the driver copies a kernel's
+// cuBLAS(Lt) product, async copy or memset, host function and NCCL group issued to it
+// becomes a node (with its parameters copied, as the driver copies a kernel's
 // arguments at capture) instead of running; cudaStreamEndCapture hands the nodes over as a
 // cudaGraph_t; cudaGraphInstantiate makes an executable graph and cudaGraphLaunch replays
 // its nodes, in capture order, on the stream it is launched into (a captured stream is
@@ -15,10 +15,15 @@
 //   cudaMemcpy, cudaMemset) is cudaErrorStreamCaptureImplicit;
 // - cudaMalloc and cudaFree while a capture is under way ("potentially unsafe" in the
 //   default global mode) are cudaErrorStreamCaptureUnsupported;
-// - waiting on an event recorded outside the capture is cudaErrorStreamCaptureIsolation;
-//   querying or synchronizing an event recorded inside it is cudaErrorCapturedEvent;
+// - any other work on the legacy stream while a blocking stream (not cudaStreamNonBlocking)
+//   is captured is cudaErrorStreamCaptureImplicit too;
+// - waiting on an event recorded outside any capture is cudaErrorStreamCaptureIsolation, on
+//   one recorded in another capture cudaErrorStreamCaptureMerge;
 // and each of these invalidates the capture: cudaStreamEndCapture then returns
-// cudaErrorStreamCaptureInvalidated and no graph. Not emulated (a report says so): joining
+// cudaErrorStreamCaptureInvalidated and no graph. Querying or synchronizing an event
+// recorded inside a capture is cudaErrorCapturedEvent (the capture goes on). An event
+// recorded into a capture is a dependency there, not a node (what cudaEventRecordExternal
+// would make): a replay does not record it. Not emulated (a report says so): joining
 // a second stream into a capture (cudaStreamWaitEvent on another stream of a captured
 // event), thread-local and relaxed capture modes' differences.
 //
@@ -58,6 +63,7 @@ namespace {
 
 // One capture under way.
 struct Capture {
+  bool blocking = true;  // the stream synchronizes with the legacy stream (not cudaStreamNonBlocking)
   std::vector<GraphNode> nodes;
   cudaError_t invalidated = cudaSuccess;  // the first rule broken, if any
   std::unordered_set<const void*> events;  // recorded inside it
@@ -80,7 +86,7 @@ std::pair<uintptr_t, uint64_t> Owner(const void* p) {
 
 bool Capturing(cudaStream_t stream) {
   if (g_active.load(std::memory_order_relaxed) == 0) return false;
-  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
+  if (stream == nullptr || stream == cudaStreamLegacy) return false;
   std::lock_guard lock(g_mutex);
   return Captures().count(stream) != 0;
 }
@@ -125,25 +131,45 @@ void NoteCapturedEvent(cudaStream_t stream, const void* event) {
 
 cudaError_t CapturedEventUse(const void* event, cudaStream_t waiting) {
   std::lock_guard lock(g_mutex);
+  auto waiting_capture = waiting != nullptr ? Captures().find(waiting) : Captures().end();
   for (auto& [s, capture] : Captures()) {
     if (capture.events.count(event) == 0) continue;
     if (s == waiting) return cudaSuccess;  // ordered within its own capture: no node needed
-    if (waiting != nullptr && Captures().count(waiting) == 0) {
-      Report(Format("cuda emulator: cudaStreamWaitEvent: stream %p waits on an event recorded in the capture of "
-                    "stream %p: joining a second stream into a capture is not emulated",
-                    static_cast<const void*>(waiting), static_cast<const void*>(s)));
-      return cudaErrorNotSupported;
+    if (waiting == nullptr) return cudaErrorCapturedEvent;  // the host may not use it (the capture goes on)
+    if (waiting_capture != Captures().end()) {  // two capture sequences would merge
+      if (waiting_capture->second.invalidated == cudaSuccess) waiting_capture->second.invalidated = cudaErrorStreamCaptureMerge;
+      return cudaErrorStreamCaptureMerge;
     }
-    if (capture.invalidated == cudaSuccess) capture.invalidated = cudaErrorCapturedEvent;
-    return cudaErrorCapturedEvent;
+    Report(Format("cuda emulator: cudaStreamWaitEvent: stream %p waits on an event recorded in the capture of "
+                  "stream %p: joining a second stream into a capture is not emulated",
+                  static_cast<const void*>(waiting), static_cast<const void*>(s)));
+    return cudaErrorNotSupported;
   }
-  if (waiting != nullptr) {
-    if (auto it = Captures().find(waiting); it != Captures().end()) {  // an event from outside the capture
-      if (it->second.invalidated == cudaSuccess) it->second.invalidated = cudaErrorStreamCaptureIsolation;
-      return cudaErrorStreamCaptureIsolation;
+  if (waiting_capture != Captures().end()) {  // an event from outside the capture
+    if (waiting_capture->second.invalidated == cudaSuccess) {
+      waiting_capture->second.invalidated = cudaErrorStreamCaptureIsolation;
     }
+    return cudaErrorStreamCaptureIsolation;
   }
   return cudaSuccess;
+}
+
+void ForgetCapturedEvent(const void* event) {
+  std::lock_guard lock(g_mutex);
+  for (auto& [s, capture] : Captures()) capture.events.erase(event);
+}
+
+cudaError_t LegacyWorkDuringCapture(cudaStream_t stream) {
+  if (g_active.load(std::memory_order_relaxed) == 0) return cudaSuccess;
+  if (stream != nullptr && stream != cudaStreamLegacy) return cudaSuccess;
+  std::lock_guard lock(g_mutex);
+  bool any = false;
+  for (auto& [s, capture] : Captures()) {
+    if (!capture.blocking) continue;
+    if (capture.invalidated == cudaSuccess) capture.invalidated = cudaErrorStreamCaptureImplicit;
+    any = true;
+  }
+  return any ? cudaErrorStreamCaptureImplicit : cudaSuccess;
 }
 
 bool AnyCapture() { return g_active.load() != 0; }
@@ -156,7 +182,7 @@ extern "C" {
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
   (void)mode;  // global, thread-local and relaxed: checked alike (global's rules)
-  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+  if (stream == nullptr || stream == cudaStreamLegacy) {
     msemu::SetLastError(cudaErrorStreamCaptureUnsupported);
     return cudaErrorStreamCaptureUnsupported;  // the legacy stream cannot be captured
   }
@@ -165,7 +191,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
     msemu::SetLastError(cudaErrorIllegalState);
     return cudaErrorIllegalState;
   }
-  msemu::Captures()[stream];
+  unsigned flags = cudaStreamDefault;
+  if (stream != cudaStreamPerThread) cudaStreamGetFlags(stream, &flags);
+  msemu::Captures()[stream].blocking = (flags & cudaStreamNonBlocking) == 0;
   msemu::g_active.fetch_add(1);
   return cudaSuccess;
 }
@@ -244,6 +272,10 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     }
   };
   if (msemu::RecordNode(stream, "cudaGraphLaunch", replay, nullptr, 0, {})) return cudaSuccess;
+  if (const cudaError_t e = msemu::LegacyWorkDuringCapture(stream); e != cudaSuccess) {
+    msemu::SetLastError(e);
+    return e;
+  }
   replay(stream);
   return cudaSuccess;
 }

@@ -151,9 +151,16 @@ cudaError_t CaptureForbids(const char* api, cudaStream_t stream, cudaError_t err
 // cudaEventRecord of `event` into the capture on `stream`.
 void NoteCapturedEvent(cudaStream_t stream, const void* event);
 // A use of `event` by cudaStreamWaitEvent on `waiting` (or, with nullptr, by the host:
-// query, synchronize): the capture rule it breaks (cudaErrorCapturedEvent for the host on
-// an event recorded in a capture, cudaErrorStreamCaptureIsolation for a capturing stream
-// waiting on an event from outside), or cudaSuccess.
+// query, synchronize): the capture rule it breaks, or cudaSuccess. The host on an event
+// recorded in a capture: cudaErrorCapturedEvent (the capture goes on); a capturing stream
+// waiting on an event of another capture: cudaErrorStreamCaptureMerge, on one from outside
+// any: cudaErrorStreamCaptureIsolation (both invalidate the waiting capture).
 cudaError_t CapturedEventUse(const void* event, cudaStream_t waiting);
+// `event` recorded again outside any capture: no longer a captured event.
+void ForgetCapturedEvent(const void* event);
+// Work issued to the legacy stream while a blocking stream (one not created
+// cudaStreamNonBlocking) is being captured would make the legacy stream depend on the
+// capture: cudaErrorStreamCaptureImplicit, invalidating those captures; else cudaSuccess.
+cudaError_t LegacyWorkDuringCapture(cudaStream_t stream);
 
 }  // namespace msemu

@@ -153,6 +153,8 @@ cudaError_t MemcpyOn(const char* api, cudaStream_t stream, void* dst, const void
   } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemcpyOn(api, s, dst, src, bytes, kind); }, nullptr, 0,
                         {dst, src})) {
     return cudaSuccess;
+  } else if (const cudaError_t e = LegacyWorkDuringCapture(stream); e != cudaSuccess) {
+    return Fail(e);
   }
   WaitStream(stream);
   CallCounts counts{.stamp = NextCountStamp()};
@@ -187,6 +189,8 @@ cudaError_t MemsetOn(const char* api, cudaStream_t stream, void* dst, int value,
     if (const cudaError_t e = CaptureForbids(api, nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
   } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemsetOn(api, s, dst, value, bytes); }, nullptr, 0, {dst})) {
     return cudaSuccess;
+  } else if (const cudaError_t e = LegacyWorkDuringCapture(stream); e != cudaSuccess) {
+    return Fail(e);
   }
   WaitStream(stream);
   CallCounts counts{.stamp = NextCountStamp()};
@@ -287,6 +291,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
     case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
+    case cudaErrorStreamCaptureMerge: return "cudaErrorStreamCaptureMerge";
     default: return "cudaErrorUnknown";
   }
 }
@@ -314,6 +319,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorStreamCaptureImplicit:
       return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
     default: return "unknown error";
   }
 }
@@ -536,6 +542,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned* flags) {
+  if (flags == nullptr) return Fail(cudaErrorInvalidValue);
+  *flags = msemu::Resolve(stream)->flags;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (msemu::Capturing(stream)) {
     return Fail(msemu::CaptureForbids("cudaStreamSynchronize", stream, cudaErrorStreamCaptureUnsupported));
@@ -557,6 +569,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
   MSEMU_RETURN_IF_STICKY();
   if (fn == nullptr) return Fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = msemu::LegacyWorkDuringCapture(stream); e != cudaSuccess) return Fail(e);
   auto replay = [fn, data](cudaStream_t s) { msemu::Enqueue(s, [fn, data] { fn(data); }); };
   if (msemu::RecordNode(stream, "cudaLaunchHostFunc", replay, nullptr, 0, {})) return cudaSuccess;
   msemu::Enqueue(stream, [fn, data] { fn(data); });
@@ -584,11 +597,12 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   MSEMU_RETURN_IF_STICKY();
   if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
-  if (msemu::RecordNode(stream, "cudaEventRecord", [event](cudaStream_t s) { cudaEventRecord(event, s); }, nullptr, 0,
-                        {})) {
+  if (msemu::Capturing(stream)) {  // a dependency inside the capture, not a node (cudaEventRecordExternal's)
     msemu::NoteCapturedEvent(stream, event);
     return cudaSuccess;
   }
+  if (const cudaError_t e = msemu::LegacyWorkDuringCapture(stream); e != cudaSuccess) return Fail(e);
+  msemu::ForgetCapturedEvent(event);
   CUstream_st* s = msemu::Resolve(stream);
   if (msemu::Idle(s)) {  // everything before it is done
     event->stream = nullptr;

@@ -459,6 +459,7 @@ cudaError_t LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 b
     };
     if (RecordNode(stream, name, replay, std::move(copy), params_bytes, {})) return cudaSuccess;
   }
+  if (const cudaError_t e = LegacyWorkDuringCapture(stream); e != cudaSuccess) return SetLastError(e), e;
   WaitStream(stream);
   Scheduler& s = TheScheduler();
   if (s.running != nullptr) {

@@ -144,19 +144,37 @@ TEST_F(GraphTest, CapturedEventsStayInTheirCapture) {
   ASSERT_EQ(cudaEventCreate(&outside), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(outside, stream_), cudaSuccess);
   cudaError_t ended = cudaSuccess;
-  // Recorded and waited on within the capture: fine; the host may not use it.
+  // Recorded and waited on within the capture: fine, and no node; the host may not use it
+  // (an error, the capture goes on).
   cudaGraph_t graph = Capture(
       [&] {
         EXPECT_EQ(cudaEventRecord(inside, stream_), cudaSuccess);
         EXPECT_EQ(cudaStreamWaitEvent(stream_, inside, 0), cudaSuccess);
         EXPECT_EQ(cudaEventQuery(inside), cudaErrorCapturedEvent);
+        EXPECT_EQ(cudaEventSynchronize(inside), cudaErrorCapturedEvent);
       },
       &ended);
-  EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated);
-  EXPECT_EQ(graph, nullptr);
+  EXPECT_EQ(ended, cudaSuccess);
+  ASSERT_NE(graph, nullptr);
+  size_t nodes = 1;
+  EXPECT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 0u);
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(cudaEventQuery(inside), cudaSuccess);  // the capture is over
   graph = Capture([&] { EXPECT_EQ(cudaStreamWaitEvent(stream_, outside, 0), cudaErrorStreamCaptureIsolation); },
                   &ended);
   EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated);
+  // An event of one capture waited on by another: the two sequences would merge.
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(inside, other), cudaSuccess);
+  graph = Capture([&] { EXPECT_EQ(cudaStreamWaitEvent(stream_, inside, 0), cudaErrorStreamCaptureMerge); }, &ended);
+  EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated);
+  cudaGraph_t other_graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(other, &other_graph), cudaSuccess);
+  cudaGraphDestroy(other_graph);
+  cudaStreamDestroy(other);
   graph = Capture([&] {
     EXPECT_EQ(cudaEventRecord(inside, stream_), cudaSuccess);
     EXPECT_EQ(cudaStreamWaitEvent(stream_, inside, 0), cudaSuccess);
@@ -167,6 +185,32 @@ TEST_F(GraphTest, CapturedEventsStayInTheirCapture) {
   cudaGetLastError();
   cudaEventDestroy(inside);
   cudaEventDestroy(outside);
+}
+
+TEST_F(GraphTest, LegacyStreamWorkDuringACaptureOfABlockingStreamFailsAndInvalidatesIt) {
+  float* dy = DeviceCopy(std::vector<float>(4, 0.f));
+  const float* dx = DeviceCopy(std::vector<float>(4, 1.f));
+  cudaStream_t blocking = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+  for (cudaStream_t captured : {blocking, stream_}) {
+    ASSERT_EQ(cudaStreamBeginCapture(captured, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cudaGetLastError();
+    Launch<AxpyKernel>(dim3(1), dim3(32), 0, nullptr, Scaled{dx, 1.f}, dy, 4);  // the legacy stream
+    const cudaError_t got = cudaGetLastError();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(captured, &graph);
+    if (captured == blocking) {  // the legacy stream would wait for the captured one
+      EXPECT_EQ(got, cudaErrorStreamCaptureImplicit);
+      EXPECT_EQ(ended, cudaErrorStreamCaptureInvalidated);
+    } else {  // a non-blocking stream's capture does not involve it: the launch runs
+      EXPECT_EQ(got, cudaSuccess);
+      EXPECT_EQ(ended, cudaSuccess);
+      cudaGraphDestroy(graph);
+    }
+  }
+  EXPECT_EQ(HostCopy(dy, 4), std::vector<float>(4, 1.f));  // once: the non-blocking case's
+  cudaStreamDestroy(blocking);
+  cudaGetLastError();
 }
 
 TEST_F(GraphTest, TheLegacyStreamCannotBeCapturedNorOneStreamTwice) {
