@@ -457,7 +457,7 @@ int TrainCommand(int argc, char** argv) {
   const bool logger = grid->world_rank() == 0;
   if (logger && run->parallel().zero() > 0 && grid->shape().dp == 1) {
     // ZeRO-1 shards AdamW's moments over the data-parallel ranks: with one there is nothing to shard.
-    LogWarning("train: --zero=", run->parallel().zero(), " has no effect with dp = 1 (tp=", grid->shape().tp,
+    LogWarning("train: zero=", run->parallel().zero(), " (--zero or parallel.zero) has no effect with dp = 1 (tp=", grid->shape().tp,
                " pp=", grid->shape().pp, "): every rank holds its whole optimizer state");
   }
   // Under MPI an error on any rank ends the whole job (never a hang); one that

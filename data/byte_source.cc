@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include <fcntl.h>
@@ -163,12 +164,21 @@ Compression MagicCompression(std::string_view head) {
   return Compression::kNone;
 }
 
+Compression FileMagicCompression(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4] = {};
+  in.read(head, sizeof head);
+  return MagicCompression(std::string_view(head, static_cast<size_t>(in.gcount())));
+}
+
 absl::Status CompressedTokenDataError(const std::string& path, Compression held) {
   if (held == Compression::kNone) return absl::OkStatus();
   // A name with the suffix decompresses beside itself; one without it must be given a new name.
   const std::string how = NamedCompression(path) == held
                               ? absl::StrCat(held == Compression::kGzip ? "gunzip -k " : "zstd -d ", path)
-                              : absl::StrCat(held == Compression::kGzip ? "zcat " : "zstdcat ", path, " > NEW.bin");
+                              : absl::StrCat(held == Compression::kGzip ? "zcat " : "zstdcat ", path, " > NEW",
+                                             fs::path(path).has_extension() ? fs::path(path).extension().string()
+                                                                            : std::string(".bin"));
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", FormatName(held), " data (magic ", MagicHex(held),
                                                  "): token files are read as they are stored; decompress it first (",
                                                  how, ")"));

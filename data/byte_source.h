@@ -32,6 +32,8 @@ Compression NamedCompression(const std::string& path);
 // The compression a file's first bytes announce: gzip's magic 1f 8b, or a zstd frame's
 // 28 b5 2f fd (RFC 8878 3.1.1; a skippable frame, 5? 2a 4d 18, also begins zstd data).
 Compression MagicCompression(std::string_view head);
+// MagicCompression of the first bytes of the file at `path` (kNone when it cannot be read).
+Compression FileMagicCompression(const std::string& path);
 
 // Token files (llm.c, Megatron, raw uint16) are memory-mapped as stored: the error for
 // `path` holding `held` compressed data (its magic, MagicCompression, or its name), naming

@@ -269,6 +269,12 @@ absl::StatusOr<std::unique_ptr<TokenStream>> TokenStream::Open(const std::vector
           return absl::InvalidArgumentError(absl::StrCat(path, ": --format=raw_uint16, but ", i,
                                                          " is beside it: a Megatron pair is --format=megatron (or auto)"));
         }
+        if (auto compressed = CompressedTokenDataError(
+                path, MagicCompression(std::string_view(reinterpret_cast<const char*>(header), sizeof(header))));
+            !compressed.ok()) {
+          ::close(fd);
+          return compressed;
+        }
         if (file_size % 2 != 0) {
           ::close(fd);
           return absl::InvalidArgumentError(

@@ -9,6 +9,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/input_file.h"
+#include "common/status.h"
+#include "data/byte_source.h"
 
 namespace multiscreen {
 namespace {
@@ -83,6 +85,8 @@ absl::StatusOr<std::unique_ptr<MegatronIndex>> MegatronIndex::Open(const std::st
   auto fail = [&](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat(idx_path, ": ", what)); };
 
   if (std::memcmp(p, kMegatronIndexMagic, kMegatronIndexMagicBytes) != 0) {
+    MS_RETURN_IF_ERROR(CompressedTokenDataError(
+        idx_path, MagicCompression(std::string_view(reinterpret_cast<const char*>(p), kMegatronIndexMagicBytes))));
     return fail(absl::StrCat("unknown magic \"",
                              absl::CHexEscape(std::string(reinterpret_cast<const char*>(p), kMegatronIndexMagicBytes)),
                              "\" (expected \"MMIDIDX\\x00\\x00\", a Megatron-LM .idx)"));
@@ -139,6 +143,7 @@ absl::StatusOr<std::unique_ptr<MegatronIndex>> MegatronIndex::Open(const std::st
   const auto bin_size = fs::file_size(bin_path, ec);
   if (ec) return absl::NotFoundError(absl::StrCat(bin_path, ": cannot read its size (", ec.message(), ")"));
   if (int64_t(bin_size) != tokens * index->width_) {
+    MS_RETURN_IF_ERROR(CompressedTokenDataError(bin_path, FileMagicCompression(bin_path)));
     return absl::InvalidArgumentError(absl::StrCat(bin_path, ": ", bin_size, " bytes, but its index ", idx_path,
                                                    " lists ", tokens, " ", dtype, " tokens (", tokens * index->width_,
                                                    " bytes)"));

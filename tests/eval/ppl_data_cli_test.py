@@ -94,6 +94,33 @@ class PplDataTest(OneLineErrors):
         for data, got in losses.items():
             np.testing.assert_array_equal(got, losses[llmc], err_msg=data)
 
+    def test_compressed_megatron_and_raw_token_files_are_named_as_such(self):
+        # A fresh-eyes finding: a gzipped Megatron .bin said "584 bytes, but its index lists
+        # 8800 tokens", a gzipped .idx "unknown magic", a gzipped raw file "odd size".
+        import gzip
+        import shutil
+        ids = np.arange(600) % EOS
+        llmc = self.path("t.bin")
+        write_tokens(llmc, ids)
+        out = self.path("o")
+        base = ["eval", "ppl", f"--weights={self.w}", "--seq_len=16", f"--out={out}"]
+        for part in ("bin", "idx"):
+            prefix = self.path(f"mg_{part}")
+            self.megatron(prefix, llmc)
+            target = f"{prefix}.{part}"
+            with open(target, "rb") as f:
+                raw = f.read()
+            with gzip.open(target, "wb") as f:
+                f.write(raw)
+            self.assert_one_line_error(run(*base, f"--data={prefix}"),
+                                       f"{target}: gzip data (magic 1f 8b): token files are read as they are stored; "
+                                       f"decompress it first (zcat {target} > NEW.{part})")
+        raw = self.path("raw.u16")
+        with gzip.open(raw, "wb") as f:
+            f.write(ids.astype(np.uint16).tobytes())
+        self.assert_one_line_error(run(*base, f"--data={raw}"), f"{raw}: gzip data (magic 1f 8b)", "> NEW.u16")
+        shutil.rmtree(out, ignore_errors=True)
+
     def test_a_file_that_is_not_what_it_is_taken_for_is_named(self):
         ids = np.arange(600) % EOS
         ids.astype(np.uint16).tofile(self.path("raw.bin"))
