@@ -76,6 +76,13 @@ std::unordered_map<cudaStream_t, Capture>& Captures() {
   return *captures;
 }
 
+// Marks `capture` invalidated by `error` (the first rule it broke is the one kept) and
+// returns the error.
+cudaError_t Invalidate(Capture& capture, cudaError_t error) {
+  if (capture.invalidated == cudaSuccess) capture.invalidated = error;
+  return error;
+}
+
 // The live allocation holding p, as (base, serial); {0, 0} when none.
 std::pair<uintptr_t, uint64_t> Owner(const void* p) {
   const Allocation* a = FindAllocation(p);
@@ -112,15 +119,14 @@ bool RecordNode(cudaStream_t stream, std::string what, std::function<void(cudaSt
   return true;
 }
 
-cudaError_t CaptureForbids(const char* api, cudaStream_t stream, cudaError_t error) {
+cudaError_t CaptureForbids(cudaStream_t stream, cudaError_t error) {
   std::lock_guard lock(g_mutex);
   bool any = false;
   for (auto& [s, capture] : Captures()) {
     if (stream != nullptr && s != stream) continue;
-    if (capture.invalidated == cudaSuccess) capture.invalidated = error;
+    Invalidate(capture, error);
     any = true;
   }
-  (void)api;
   return any ? error : cudaSuccess;
 }
 
@@ -137,8 +143,7 @@ cudaError_t CapturedEventUse(const void* event, cudaStream_t waiting) {
     if (s == waiting) return cudaSuccess;  // ordered within its own capture: no node needed
     if (waiting == nullptr) return cudaErrorCapturedEvent;  // the host may not use it (the capture goes on)
     if (waiting_capture != Captures().end()) {  // two capture sequences would merge
-      if (waiting_capture->second.invalidated == cudaSuccess) waiting_capture->second.invalidated = cudaErrorStreamCaptureMerge;
-      return cudaErrorStreamCaptureMerge;
+      return Invalidate(waiting_capture->second, cudaErrorStreamCaptureMerge);
     }
     Report(Format("cuda emulator: cudaStreamWaitEvent: stream %p waits on an event recorded in the capture of "
                   "stream %p: joining a second stream into a capture is not emulated",
@@ -146,10 +151,7 @@ cudaError_t CapturedEventUse(const void* event, cudaStream_t waiting) {
     return cudaErrorNotSupported;
   }
   if (waiting_capture != Captures().end()) {  // an event from outside the capture
-    if (waiting_capture->second.invalidated == cudaSuccess) {
-      waiting_capture->second.invalidated = cudaErrorStreamCaptureIsolation;
-    }
-    return cudaErrorStreamCaptureIsolation;
+    return Invalidate(waiting_capture->second, cudaErrorStreamCaptureIsolation);
   }
   return cudaSuccess;
 }
@@ -166,7 +168,7 @@ cudaError_t LegacyWorkDuringCapture(cudaStream_t stream) {
   bool any = false;
   for (auto& [s, capture] : Captures()) {
     if (!capture.blocking) continue;
-    if (capture.invalidated == cudaSuccess) capture.invalidated = cudaErrorStreamCaptureImplicit;
+    Invalidate(capture, cudaErrorStreamCaptureImplicit);
     any = true;
   }
   return any ? cudaErrorStreamCaptureImplicit : cudaSuccess;

@@ -145,9 +145,9 @@ bool RecordNode(cudaStream_t stream, std::string what, std::function<void(cudaSt
 // True while `stream` (any, for AnyCapture) is being captured.
 bool Capturing(cudaStream_t stream);
 bool AnyCapture();
-// `api` breaks a rule of capture: invalidates the capture on `stream` (nullptr: every one
-// under way) and returns `error`; cudaSuccess when no such capture is under way.
-cudaError_t CaptureForbids(const char* api, cudaStream_t stream, cudaError_t error);
+// A call that breaks a rule of capture: invalidates the capture on `stream` (nullptr: every
+// one under way) and returns `error`; cudaSuccess when no such capture is under way.
+cudaError_t CaptureForbids(cudaStream_t stream, cudaError_t error);
 // cudaEventRecord of `event` into the capture on `stream`.
 void NoteCapturedEvent(cudaStream_t stream, const void* event);
 // A use of `event` by cudaStreamWaitEvent on `waiting` (or, with nullptr, by the host:

@@ -149,7 +149,7 @@ cudaError_t MemcpyOn(const char* api, cudaStream_t stream, void* dst, const void
   if (bytes == 0) return cudaSuccess;
   if (!CheckCopy(api, dst, src, bytes, &kind)) return Fail(cudaErrorInvalidValue);
   if (std::string_view(api) == "cudaMemcpy") {  // blocking, on the legacy stream
-    if (const cudaError_t e = CaptureForbids(api, nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
+    if (const cudaError_t e = CaptureForbids(nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
   } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemcpyOn(api, s, dst, src, bytes, kind); }, nullptr, 0,
                         {dst, src})) {
     return cudaSuccess;
@@ -186,7 +186,7 @@ cudaError_t MemsetOn(const char* api, cudaStream_t stream, void* dst, int value,
     return Fail(cudaErrorInvalidValue);
   }
   if (std::string_view(api) == "cudaMemset") {  // on the legacy stream
-    if (const cudaError_t e = CaptureForbids(api, nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
+    if (const cudaError_t e = CaptureForbids(nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
   } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemsetOn(api, s, dst, value, bytes); }, nullptr, 0, {dst})) {
     return cudaSuccess;
   } else if (const cudaError_t e = LegacyWorkDuringCapture(stream); e != cudaSuccess) {
@@ -433,7 +433,7 @@ cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
 
 cudaError_t cudaDeviceSynchronize() {
   MSEMU_RETURN_IF_STICKY();
-  if (const cudaError_t e = msemu::CaptureForbids("cudaDeviceSynchronize", nullptr, cudaErrorStreamCaptureUnsupported);
+  if (const cudaError_t e = msemu::CaptureForbids(nullptr, cudaErrorStreamCaptureUnsupported);
       e != cudaSuccess) {
     return Fail(e);
   }
@@ -465,7 +465,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (p == nullptr) return Fail(cudaErrorInvalidValue);
   if (msemu::VisibleDeviceCount() == 0) return Fail(cudaErrorNoDevice);
   *p = nullptr;
-  if (const cudaError_t e = msemu::CaptureForbids("cudaMalloc", nullptr, cudaErrorStreamCaptureUnsupported);
+  if (const cudaError_t e = msemu::CaptureForbids(nullptr, cudaErrorStreamCaptureUnsupported);
       e != cudaSuccess) {
     return Fail(e);
   }
@@ -477,7 +477,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 cudaError_t cudaFree(void* p) {
   MSEMU_RETURN_IF_STICKY();
   if (p == nullptr) return cudaSuccess;
-  if (const cudaError_t e = msemu::CaptureForbids("cudaFree", nullptr, cudaErrorStreamCaptureUnsupported);
+  if (const cudaError_t e = msemu::CaptureForbids(nullptr, cudaErrorStreamCaptureUnsupported);
       e != cudaSuccess) {
     return Fail(e);
   }
@@ -550,7 +550,7 @@ cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned* flags) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (msemu::Capturing(stream)) {
-    return Fail(msemu::CaptureForbids("cudaStreamSynchronize", stream, cudaErrorStreamCaptureUnsupported));
+    return Fail(msemu::CaptureForbids(stream, cudaErrorStreamCaptureUnsupported));
   }
   msemu::CountSync("cudaStreamSynchronize");
   msemu::WaitStream(stream);
@@ -561,7 +561,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   MSEMU_RETURN_IF_STICKY();
   if (msemu::Capturing(stream)) {
-    return Fail(msemu::CaptureForbids("cudaStreamQuery", stream, cudaErrorStreamCaptureUnsupported));
+    return Fail(msemu::CaptureForbids(stream, cudaErrorStreamCaptureUnsupported));
   }
   return msemu::StreamIdle(stream) ? cudaSuccess : cudaErrorNotReady;
 }
