@@ -24,7 +24,6 @@ gate) (kernels/screening_types.h p_cols). Under bf16 (and fp16) a GEMM operand i
 kept as a 16-bit copy (kernels/cuda/cuda_kernel_table.cu HalfOperand: PackRounded,
 PackOperand, PackAsGemm); under fp32 the GEMMs read the fp32 arrays themselves.
 """
-import math
 
 # kernels/cuda/gemm.cu kWorkspaceBytes: one cuBLASLt workspace per kernel table.
 CUBLAS_WORKSPACE = 32 << 20

@@ -12,7 +12,6 @@
 // argv[1]: avx512 | avx2 — caps oneDNN (dnnl::set_max_cpu_isa) and names the peak's path.
 #include <cblas.h>
 #include <omp.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -22,6 +21,7 @@
 
 #include "kernels/cpu/fma_peak.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "tests/kernels/process_cpu_clock.h"
 
 extern "C" char* openblas_get_corename();
 extern "C" void openblas_set_num_threads(int);
@@ -52,25 +52,19 @@ const Shape kShapes[] = {
     {"t45m dW_qkv = x^T dqkv", true, false, 512, 1536, 1024, 0},
 };
 
-double ProcessSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
 // Best GFLOP/s of fn over 5 trials of ~0.06 s of CPU time per thread.
 template <typename Fn>
 double Rate(const Shape& s, int threads, Fn fn) {
   fn();
   double best = 0;
   for (int trial = 0; trial < 5; ++trial) {
-    const double t0 = ProcessSeconds();
+    const double t0 = multiscreen::test::ProcessCpuSeconds();
     int reps = 0;
     double per_thread = 0;
     do {
       fn();
       ++reps;
-      per_thread = (ProcessSeconds() - t0) / threads;
+      per_thread = (multiscreen::test::ProcessCpuSeconds() - t0) / threads;
     } while (per_thread < 0.06);
     best = std::max(best, 2.0 * double(s.m) * s.n * s.k * reps / per_thread / 1e9);
   }

@@ -12,7 +12,6 @@
 // argv[1]: avx512 | avx2 — the kernels' path (kernels/cpu/isa.h SetIsaCap), the peak's too;
 // argv[2], argv[3] (optional): KernelOptions' head_chunk_rows and head_vocab_block.
 #include <omp.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +27,7 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/head_loss.h"
 #include "kernels/cpu/isa.h"
+#include "tests/kernels/process_cpu_clock.h"
 
 namespace {
 
@@ -36,21 +36,15 @@ using namespace multiscreen::kernels::cpu;
 
 constexpr int64_t kRows = 1024, kDe = 256, kVocab = 50257;
 
-double ProcessSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
 // Best CPU seconds per thread of one call of fn over 3 trials (after one untimed call).
 template <typename Fn>
 double Seconds(int threads, Fn fn) {
   fn();
   double best = 1e30;
   for (int trial = 0; trial < 3; ++trial) {
-    const double t0 = ProcessSeconds();
+    const double t0 = multiscreen::test::ProcessCpuSeconds();
     fn();
-    best = std::min(best, (ProcessSeconds() - t0) / threads);
+    best = std::min(best, (multiscreen::test::ProcessCpuSeconds() - t0) / threads);
   }
   return best;
 }
