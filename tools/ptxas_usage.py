@@ -20,7 +20,9 @@ where it has one.
 
 --step-loops prints, for each loop of a tiled kernel that holds mma.sync, its static PTX
 instruction count and how many of them are mma, div.rn.f32, 64-bit integer, f64 and
-global loads: the instruction side of tools/perf_model.py (ISSUE_PER_STEP).
+global loads, then the same over the loop's longest trip (every data-dependent branch
+taken the longer way: an if/else counts its longer arm, where the static count adds both):
+the instruction side of tools/perf_model.py (ISSUE_PER_STEP takes the longest trip).
 
 Run: /usr/bin/python3 tools/ptxas_usage.py --nvcc=/usr/local/cuda/bin/nvcc --source=. --build=build [--arch=90]
      [--reports] [--check] [--markdown] [--tensor-cores] [--step-loops]
@@ -164,11 +166,64 @@ STEP_CLASSES = {
 }
 
 
+def instruction_lines(lines):
+    """The PTX instructions among `lines` (stripped; directives, labels and comments dropped)."""
+    body = [l.strip() for l in lines]
+    return [l for l in body if l.endswith(";") and not l.startswith((".", "//"))]
+
+
+def longest_trip(lines, first, last, labels):
+    """The instructions of the longest path through one trip of the loop lines[first..last]
+    (first: its head label; last: the branch back to it): the loop body's control flow with
+    every back edge dropped (a nested loop's body counted once) is acyclic, so the longest
+    path from the head to the back branch is found in one pass in line order. A branch out of
+    the loop ends its path. This is what one trip issues when every data-dependent branch goes
+    the longer way: an if/else counts one arm, where the static count adds both."""
+    starts = {first}
+    for i in range(first, last + 1):
+        s = lines[i].strip()
+        if LABEL.match(lines[i]):
+            starts.add(i)
+        if BRANCH.search(s) or s.startswith(("ret", "exit")):
+            starts.add(i + 1)
+    starts = sorted(x for x in starts if first <= x <= last)
+    blocks = [(x, (starts[k + 1] - 1 if k + 1 < len(starts) else last)) for k, x in enumerate(starts)]
+    block_at = {x: k for k, (x, _) in enumerate(blocks)}
+    best = [None] * len(blocks)  # per block: the longest path reaching it (its instructions)
+    best[0] = []
+    for k, (x, y) in enumerate(blocks):
+        if best[k] is None:
+            continue
+        path = best[k] + instruction_lines(lines[x:y + 1])
+        if k == len(blocks) - 1:
+            return path
+        end = path[-1] if path else ""
+        successors = []
+        if b := BRANCH.search(end):
+            target = labels.get(b.group(1))
+            if target is not None and x < target <= last:
+                successors.append(block_at[target])
+            if end.startswith("@"):
+                successors.append(k + 1)  # a conditional branch falls through too
+        elif not end.startswith(("ret", "exit")):
+            successors.append(k + 1)
+        for n in successors:
+            if best[n] is None or len(path) > len(best[n]):
+                best[n] = path
+    return []
+
+
+def step_counts(body):
+    """Instructions of `body` and how many of each STEP_CLASSES class."""
+    return {"instructions": len(body), **{k: sum(1 for l in body if c.search(l)) for k, c in STEP_CLASSES.items()}}
+
+
 def mma_loops(ptx):
     """Per kernel entry of `ptx`, its loops that hold mma.sync, from the branches back to an
-    earlier label: [(mangled name, [(depth, first line, counts)])], depth 0 the outermost
-    such loop; counts: static PTX instructions of the loop's lines (a nested loop's once),
-    and those of each STEP_CLASSES class."""
+    earlier label: [(mangled name, [(depth, first line, static counts, longest-trip counts)])],
+    depth 0 the outermost such loop; static counts: the PTX instructions of the loop's lines
+    (a nested loop's once) and those of each STEP_CLASSES class; longest-trip counts: the same
+    over the instructions of longest_trip."""
     out = []
     for chunk in re.split(r"\n(?=(?:\.visible\s+)?\.entry\s)", ptx):
         m = ENTRY_PTX.match(chunk)
@@ -181,11 +236,9 @@ def mma_loops(ptx):
         spans = [(a, b) for a, b in spans if any(MMA in l for l in lines[a:b + 1])]
         loops = []
         for a, b in sorted(set(spans)):
-            body = [l.strip() for l in lines[a:b + 1]]
-            body = [l for l in body if l.endswith(";") and not l.startswith((".", "//"))]
-            counts = {"instructions": len(body), **{k: sum(1 for l in body if c.search(l)) for k, c in STEP_CLASSES.items()}}
             depth = sum(1 for a2, b2 in spans if a2 <= a and b <= b2 and (a2, b2) != (a, b))
-            loops.append((depth, a, counts))
+            loops.append((depth, a, step_counts(instruction_lines(lines[a:b + 1])),
+                          step_counts(longest_trip(lines, a, b, labels))))
         out.append((m.group(1), loops))
     return out
 
@@ -196,9 +249,10 @@ def print_step_loops(args, source):
     for rel in TILED_SOURCES:
         entries = mma_loops(ptx_text(args.nvcc, source, build, args.arch, os.path.join(source, rel)))
         for name, (_, loops) in zip(demangle([e[0] for e in entries]), entries):
-            for depth, first, c in loops:
+            for depth, first, static, trip in loops:
                 print(f"{name} ({rel}, sm_{args.arch} PTX) loop at line {first}, depth {depth}: " +
-                      ", ".join(f"{v} {k}" for k, v in c.items()))
+                      ", ".join(f"{v} {k}" for k, v in static.items()) + "; longest trip: " +
+                      ", ".join(f"{v} {k}" for k, v in trip.items()))
 
 
 def demangle(names):
