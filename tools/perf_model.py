@@ -60,8 +60,9 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the instructions of the step
 # loop's longest trip (every data-dependent branch taken the longer way; an if/else counts
-# one arm: forward 206, query pass 494, key pass 335, plus the key pass's inner loop 3 more
-# times, 3 x 24), plus 8 per div.rn.f32 (none since the step loops multiply by 1/r: they
+# one arm: forward 206, query pass 479, key pass 319, plus the key pass's inner loop 3 more
+# times, 3 x 24; the two backward passes' window test 0 <= d < keys as one unsigned compare
+# since 2026-12-06: 494 and 335 before), plus 8 per div.rn.f32 (none since the step loops multiply by 1/r: they
 # had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit integer
 # operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). Until
 # 2026-12-06 the model took the loop's static count, which adds both arms of the query
@@ -69,7 +70,7 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # the rotation): query pass 631. Before 32-bit positions, 1/r and fp32 per-step sums in the
 # query pass (it had 314 f64 instructions per step): 324, 888, 513 (static). An estimate:
 # no cuobjdump here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 206 + 2, "query": 494 + 5, "key": 335 + 3 * 24 + 2}
+ISSUE_PER_STEP = {"forward": 206 + 2, "query": 479 + 5, "key": 319 + 3 * 24 + 2}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k

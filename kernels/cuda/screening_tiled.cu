@@ -279,7 +279,7 @@ struct PairTerms {
 };
 __device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float inv_r) {
   const float a = TrimA(sim, inv_r);
-  return {a, i < T && d >= 0 && d < keys && !(a <= 0.f)};
+  return {a, i < T && unsigned(d) < unsigned(keys) && !(a <= 0.f)};  // 0 ≤ d < keys in one compare
 }
 
 // ---- Epilogues: the unit-norm and MiPE backward of finished rows (steps 6 and 5) --------
