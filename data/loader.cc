@@ -140,14 +140,27 @@ absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, con
         (dir / kPrepareIncompleteMarker).string(), "), so new and stale shards may be mixed: run it again"));
   }
   if (!fs::is_directory(path, ec)) return std::vector<std::string>{path};
-  std::vector<std::string> shards;
+  std::vector<std::string> shards, compressed;
   const std::string prefix = split + "_", infix = "_" + split + "_";
+  const auto is_shard = [&](const std::string& name) {
+    return EndsWith(name, ".bin") && (name.rfind(prefix, 0) == 0 || name.find(infix) != std::string::npos ||
+                                      (format == TokenFormat::kRawUint16 && name == split + ".bin"));
+  };
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     const std::string name = entry.path().filename().string();
-    if (EndsWith(name, ".bin") && (name.rfind(prefix, 0) == 0 || name.find(infix) != std::string::npos ||
-                                   (format == TokenFormat::kRawUint16 && name == split + ".bin"))) {
-      shards.push_back(entry.path().string());
+    if (is_shard(name)) shards.push_back(entry.path().string());
+    // train_000001.bin.gz: a shard the loader cannot read as stored, and would leave out.
+    if (IsCompressedName(name) && is_shard(WithoutCompressionSuffix(name))) {
+      compressed.push_back(entry.path().string());
     }
+  }
+  if (!compressed.empty()) {
+    std::sort(compressed.begin(), compressed.end());
+    const absl::Status held = CompressedTokenDataError(compressed[0], NamedCompression(compressed[0]));
+    return absl::InvalidArgumentError(absl::StrCat(
+        held.message(), "; ", compressed.size(), " of the ", split, " shards in ", path,
+        compressed.size() == 1 ? " is compressed (it" : " are compressed (they", " would be left out of the ",
+        split == "train" ? "training" : "validation", " data)"));
   }
   if (shards.empty()) {
     return absl::NotFoundError(absl::StrCat(path, ": no ", split, " shards (", split, "_*.bin",

@@ -191,6 +191,21 @@ class CorruptInputsTest(OneLineErrors):
                                    f"stored; decompress it first (gunzip -k {named})")
         self.assertFalse(os.path.exists(f"{self.dir}/run"))
 
+    def test_compressed_shards_beside_plain_ones_are_not_left_out_in_silence(self):
+        # Was: train_000001.bin.gz skipped (only train_*.bin listed), training on the rest.
+        import gzip
+        with open(os.path.join(self.data, "train_000000.bin"), "rb") as f:
+            raw = f.read()
+        packed = os.path.join(self.data, "train_000001.bin.gz")
+        with gzip.open(packed, "wb") as f:
+            f.write(raw)
+        self.assert_one_line_error(run("train", f"--config={self.run_file()}", f"--data={self.data}",
+                                       f"--run_dir={self.dir}/run"),
+                                   f"{packed}: gzip data (magic 1f 8b): token files are read as they are stored; "
+                                   f"decompress it first (gunzip -k {packed}); 1 of the train shards in "
+                                   f"{self.data} is compressed (it would be left out of the training data)")
+        self.assertFalse(os.path.exists(f"{self.dir}/run"))
+
     def test_forward_refuses_version_2_ids_past_two_to_the_31(self):
         # Was: read as negative int32, a loss computed on them, exit 0.
         w = os.path.join(self.dir, "w.h5")
