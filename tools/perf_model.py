@@ -60,17 +60,22 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the instructions of the step
 # loop's longest trip (every data-dependent branch taken the longer way; an if/else counts
-# one arm: forward 206, query pass 479, key pass 319, plus the key pass's inner loop 3 more
-# times, 3 x 24; the two backward passes' window test 0 <= d < keys as one unsigned compare
-# since 2026-12-06: 494 and 335 before), plus 8 per div.rn.f32 (none since the step loops multiply by 1/r: they
+# one arm): forward 206, query pass 468, key pass 339, plus the key pass's inner loop 3 more
+# times, 3 x 24; plus 8 per div.rn.f32 (none since the step loops multiply by 1/r: they
 # had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit integer
-# operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). Until
-# 2026-12-06 the model took the loop's static count, which adds both arms of the query
-# pass's `rotate` branch (the MiPE rate term per pair, compiled once with and once without
-# the rotation): query pass 631. Before 32-bit positions, 1/r and fp32 per-step sums in the
-# query pass (it had 314 f64 instructions per step): 324, 888, 513 (static). An estimate:
-# no cuobjdump here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 206 + 2, "query": 479 + 5, "key": 319 + 3 * 24 + 2}
+# operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The backward
+# passes' interior steps (every pair inside the window: interior_steps) skip the per-pair
+# window test, and ISSUE_PER_INTERIOR_STEP counts their longest trip through that arm (the
+# kernel marks it with a PTX comment): query pass 425, key pass 287. History: until
+# 2026-12-06 the model took the loop's static count, which adds both arms of the query pass's
+# `rotate` branch (the MiPE rate term per pair, compiled with and without the rotation):
+# query pass 631 (494 on its longest trip); then the window test 0 <= d < keys as one
+# unsigned compare (query 479, key 319 on every step); then the interior arm (boundary steps
+# 468 and 339). Before 32-bit positions, 1/r and fp32 per-step sums in the query pass (it
+# had 314 f64 instructions per step): 324, 888, 513 (static). An estimate: no cuobjdump
+# here to count the SASS itself.
+ISSUE_PER_STEP = {"forward": 206 + 2, "query": 468 + 5, "key": 339 + 3 * 24 + 2}
+ISSUE_PER_INTERIOR_STEP = {"forward": ISSUE_PER_STEP["forward"], "query": 425 + 5, "key": 287 + 3 * 24 + 2}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k
@@ -230,18 +235,28 @@ def warp_steps(keys, seq):
     return k * (k + 1) // 2 + (a_count - 1 - k) * k + a_count
 
 
+def interior_steps(keys, seq):
+    """Of warp_steps, those whose 256 pairs all lie inside the window (screening_tiled.cu's
+    `interior` steps, which skip the per-pair window test): the warp of queries 16a … 16a + 15,
+    all below T, and the key step 16m with m ≤ a − 1 and 16(a − m) + 15 < keys, so
+    min(a, ⌊(keys − 16)/16⌋) of them (none when keys < 32)."""
+    far = max(0, (keys - 16) // 16)
+    return sum(min(a, far) for a in range(seq // 16))
+
+
 def screening_work(windows, seq):
-    """Σ over tiles of (in-window pairs, warp steps), for one sequence."""
-    pairs = steps = 0
+    """Σ over tiles of (in-window pairs, warp steps, interior warp steps), for one sequence."""
+    pairs = steps = interior = 0
     cache = {}
     for w in windows:
         keys = keys_of(w, seq)
         if keys not in cache:
-            cache[keys] = (window_pairs(keys, seq), warp_steps(keys, seq))
-        p, s = cache[keys]
+            cache[keys] = (window_pairs(keys, seq), warp_steps(keys, seq), interior_steps(keys, seq))
+        p, s, i = cache[keys]
         pairs += p
         steps += s
-    return pairs, steps
+        interior += i
+    return pairs, steps, interior
 
 
 # ---- Multiscreen -------------------------------------------------------------------
@@ -260,7 +275,7 @@ def multiscreen_model_flops(psi, seq, windows, d_e=None, tiles=None):
     d_E = Ψ² and N_L·N_H = Ψ² tiles unless given (a model whose sizes are not Ψ's)."""
     d, tiles = d_e or psi * psi, tiles or psi * psi
     per_token = tiles * (2 * d * (2 * D_K + 2 * D_V) + 2 * D_V * d) + 2 * d * VOCAB
-    pairs, _ = screening_work(windows, seq)
+    pairs, _, _ = screening_work(windows, seq)
     return 3 * (per_token + 2 * (D_K + D_V) * pairs / seq)
 
 
@@ -330,9 +345,9 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     n = batch * seq
     C = 2 * D_K + 2 * D_V           # P's columns per tile: q, k, v, g
     pd, vd = n_h * C, n_h * D_V     # P's and U's widths
-    pairs, steps = screening_work(windows, seq)
+    pairs, steps, interior = screening_work(windows, seq)
     # per layer, summed over its tiles (windows differ between layers in the trained set)
-    steps_l, pairs_l = batch * steps / n_l, batch * pairs / n_l
+    steps_l, pairs_l, interior_l = batch * steps / n_l, batch * pairs / n_l, batch * interior / n_l
     nt = n * n_h                    # (token, tile) rows of a layer
     ops = []
     if embed or head:
@@ -347,8 +362,8 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     ops.append(Op("x_in = bf16(x)", "mem", n_l, 0, n * d * (4 + 2)))
     ops.append(Op("P = x_in·W_cat (GEMM)", "gemm", n_l, 2 * n * d * pd, n * d * 2 + d * pd * 2 + n * pd * 2))
     def tiled(name, mmas, nbytes):
-        return Op(name, "screen", n_l, steps_l * MMAS_PER_STEP[mmas] * MMA_FLOPS, nbytes,
-                  steps_l * ISSUE_PER_STEP[mmas] * issue_scale)
+        issue = (steps_l - interior_l) * ISSUE_PER_STEP[mmas] + interior_l * ISSUE_PER_INTERIOR_STEP[mmas]
+        return Op(name, "screen", n_l, steps_l * MMAS_PER_STEP[mmas] * MMA_FLOPS, nbytes, issue * issue_scale)
     # screening's own arrays are fp32 as the kernels keep them (saved q̃, k̃, v̄, h; ∂h);
     # per (token, tile): q̃, k̃ 16 fp32 each, v̄ and h 64 fp32, P's gate 64 bf16
     ops.append(Op("screening: normalize q, k, v + MiPE (steps 5–6)", "mem", n_l, 0,

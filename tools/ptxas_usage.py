@@ -21,8 +21,10 @@ where it has one.
 --step-loops prints, for each loop of a tiled kernel that holds mma.sync, its static PTX
 instruction count and how many of them are mma, div.rn.f32, 64-bit integer, f64 and
 global loads, then the same over the loop's longest trip (every data-dependent branch
-taken the longer way: an if/else counts its longer arm, where the static count adds both):
-the instruction side of tools/perf_model.py (ISSUE_PER_STEP takes the longest trip).
+taken the longer way: an if/else counts its longer arm, where the static count adds both),
+and where a loop holds the screening kernels' interior-step arm (INTERIOR_MARK), the longest
+trip through it: the instruction side of tools/perf_model.py (ISSUE_PER_STEP,
+ISSUE_PER_INTERIOR_STEP).
 
 Run: /usr/bin/python3 tools/ptxas_usage.py --nvcc=/usr/local/cuda/bin/nvcc --source=. --build=build [--arch=90]
      [--reports] [--check] [--markdown] [--tensor-cores] [--step-loops]
@@ -166,19 +168,26 @@ STEP_CLASSES = {
 }
 
 
+# The comment screening_tiled.cu's StepPairs puts in the arm of a step whose pairs all lie
+# inside the window (perf_model.ISSUE_PER_INTERIOR_STEP).
+INTERIOR_MARK = "// screening step: interior"
+
+
 def instruction_lines(lines):
     """The PTX instructions among `lines` (stripped; directives, labels and comments dropped)."""
     body = [l.strip() for l in lines]
     return [l for l in body if l.endswith(";") and not l.startswith((".", "//"))]
 
 
-def longest_trip(lines, first, last, labels):
+def longest_trip(lines, first, last, labels, through=None):
     """The instructions of the longest path through one trip of the loop lines[first..last]
     (first: its head label; last: the branch back to it): the loop body's control flow with
     every back edge dropped (a nested loop's body counted once) is acyclic, so the longest
     path from the head to the back branch is found in one pass in line order. A branch out of
     the loop ends its path. This is what one trip issues when every data-dependent branch goes
-    the longer way: an if/else counts one arm, where the static count adds both."""
+    the longer way: an if/else counts one arm, where the static count adds both. `through`: a
+    comment the path must pass (a kernel's `asm volatile("// …")` marking one arm), or None;
+    [] when no trip passes it."""
     starts = {first}
     for i in range(first, last + 1):
         s = lines[i].strip()
@@ -189,27 +198,32 @@ def longest_trip(lines, first, last, labels):
     starts = sorted(x for x in starts if first <= x <= last)
     blocks = [(x, (starts[k + 1] - 1 if k + 1 < len(starts) else last)) for k, x in enumerate(starts)]
     block_at = {x: k for k, (x, _) in enumerate(blocks)}
-    best = [None] * len(blocks)  # per block: the longest path reaching it (its instructions)
-    best[0] = []
+    # best[k][seen]: the longest path reaching block k, having passed `through` (seen) or not.
+    best = [[None, None] for _ in blocks]
+    best[0][through is None] = []
     for k, (x, y) in enumerate(blocks):
-        if best[k] is None:
-            continue
-        path = best[k] + instruction_lines(lines[x:y + 1])
-        if k == len(blocks) - 1:
-            return path
-        end = path[-1] if path else ""
-        successors = []
-        if b := BRANCH.search(end):
-            target = labels.get(b.group(1))
-            if target is not None and x < target <= last:
-                successors.append(block_at[target])
-            if end.startswith("@"):
-                successors.append(k + 1)  # a conditional branch falls through too
-        elif not end.startswith(("ret", "exit")):
-            successors.append(k + 1)
-        for n in successors:
-            if best[n] is None or len(path) > len(best[n]):
-                best[n] = path
+        marked = through is not None and any(through in l for l in lines[x:y + 1])
+        for seen in (False, True):
+            if best[k][seen] is None:
+                continue
+            path, now = best[k][seen] + instruction_lines(lines[x:y + 1]), seen or marked
+            if k == len(blocks) - 1:
+                if now:
+                    return path
+                continue
+            end = path[-1] if path else ""
+            successors = []
+            if b := BRANCH.search(end):
+                target = labels.get(b.group(1))
+                if target is not None and x < target <= last:
+                    successors.append(block_at[target])
+                if end.startswith("@"):
+                    successors.append(k + 1)  # a conditional branch falls through too
+            elif not end.startswith(("ret", "exit")):
+                successors.append(k + 1)
+            for n in successors:
+                if best[n][now] is None or len(path) > len(best[n][now]):
+                    best[n][now] = path
     return []
 
 
@@ -220,10 +234,11 @@ def step_counts(body):
 
 def mma_loops(ptx):
     """Per kernel entry of `ptx`, its loops that hold mma.sync, from the branches back to an
-    earlier label: [(mangled name, [(depth, first line, static counts, longest-trip counts)])],
-    depth 0 the outermost such loop; static counts: the PTX instructions of the loop's lines
-    (a nested loop's once) and those of each STEP_CLASSES class; longest-trip counts: the same
-    over the instructions of longest_trip."""
+    earlier label: [(mangled name, [(depth, first line, static counts, longest-trip counts,
+    interior counts)])], depth 0 the outermost such loop; static counts: the PTX instructions of
+    the loop's lines (a nested loop's once) and those of each STEP_CLASSES class; longest-trip
+    counts: the same over the instructions of longest_trip; interior counts: over the longest
+    trip through the arm marked INTERIOR_MARK, None where no trip passes it."""
     out = []
     for chunk in re.split(r"\n(?=(?:\.visible\s+)?\.entry\s)", ptx):
         m = ENTRY_PTX.match(chunk)
@@ -237,8 +252,9 @@ def mma_loops(ptx):
         loops = []
         for a, b in sorted(set(spans)):
             depth = sum(1 for a2, b2 in spans if a2 <= a and b <= b2 and (a2, b2) != (a, b))
+            interior = longest_trip(lines, a, b, labels, through=INTERIOR_MARK)
             loops.append((depth, a, step_counts(instruction_lines(lines[a:b + 1])),
-                          step_counts(longest_trip(lines, a, b, labels))))
+                          step_counts(longest_trip(lines, a, b, labels)), step_counts(interior) if interior else None))
         out.append((m.group(1), loops))
     return out
 
@@ -249,10 +265,12 @@ def print_step_loops(args, source):
     for rel in TILED_SOURCES:
         entries = mma_loops(ptx_text(args.nvcc, source, build, args.arch, os.path.join(source, rel)))
         for name, (_, loops) in zip(demangle([e[0] for e in entries]), entries):
-            for depth, first, static, trip in loops:
+            for depth, first, static, trip, interior in loops:
                 print(f"{name} ({rel}, sm_{args.arch} PTX) loop at line {first}, depth {depth}: " +
                       ", ".join(f"{v} {k}" for k, v in static.items()) + "; longest trip: " +
-                      ", ".join(f"{v} {k}" for k, v in trip.items()))
+                      ", ".join(f"{v} {k}" for k, v in trip.items()) +
+                      ("" if interior is None else "; interior steps: " +
+                       ", ".join(f"{v} {k}" for k, v in interior.items())))
 
 
 def demangle(names):

@@ -281,6 +281,40 @@ __device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float
   const float a = TrimA(sim, inv_r);
   return {a, i < T && unsigned(d) < unsigned(keys) && !(a <= 0.f)};  // 0 ≤ d < keys in one compare
 }
+// The pair terms of one step's fragments, pair[n][e] of query and key at(n, e) = (i, j), and
+// whether any is active. `interior` (warp-uniform): every pair of the step lies inside the
+// window, so a pair is active unless a ≤ 0 and the window test is skipped (same terms; the
+// arm `tools/ptxas_usage.py --step-loops` counts apart by the comment it holds).
+template <typename At>
+__device__ inline bool StepPairs(const float (&sim)[2][4], bool interior, int T, int keys, float inv_r,
+                                 PairTerms (&pair)[2][4], At at) {
+  bool any = false;
+  if (interior) {
+#ifndef MULTISCREEN_CUDA_EMULATED
+    asm volatile("// screening step: interior");  // a PTX comment: no instruction
+#endif
+    #pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float a = TrimA(sim[n][e], inv_r);
+        pair[n][e] = {a, !(a <= 0.f)};
+        any |= pair[n][e].active;
+      }
+    }
+  } else {
+    #pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int2 ij = at(n, e);
+        pair[n][e] = Pair(sim[n][e], ij.x, ij.x - ij.y, T, keys, inv_r);
+        any |= pair[n][e].active;
+      }
+    }
+  }
+  return any;
+}
 
 // ---- Epilogues: the unit-norm and MiPE backward of finished rows (steps 6 and 5) --------
 // A warp's 16 finished rows of a gradient, held as accumulator fragments acc[n][e] (n-tile n:
@@ -378,17 +412,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       LdmatrixX4(kb_lo, &k_lo[key_row * kStrideK + col]);
       float sim[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       MmaSplit(sim, qa_hi, qa_lo, kb_hi, kb_lo);
+      // Warp-uniform: every pair of the step is inside the window (i < T, 0 ≤ i − j < keys).
+      const bool interior = qw + 15 < T && kj + 15 <= qw && qw + 15 - kj < keys;
       PairTerms pair[2][4];
-      bool any = false;
-      #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2;
-          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, inv_r);
-          any |= pair[n][e].active;
-        }
-      }
+      const bool any = StepPairs(sim, interior, T, keys, inv_r, pair, [&](int n, int e) {
+        return int2{qw + g + 8 * (e / 2), kj + 8 * n + 2 * u + e % 2};  // (i, j)
+      });
       if (!__any_sync(0xffffffffu, any)) continue;  // every pair rejected: nothing flows back
       // ∂L/∂(αm) = ∂L/∂h v̄ᵀ (both split; ∂L/∂h's A fragments from shared memory per
       // step, not held: registers): B[c][j] = v̄_j[c], v̄ rows as stored ([n][k]): ldmatrix
@@ -562,17 +591,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       LdmatrixX4(qb_lo, &q_lo[query_row * kStrideK + col]);
       float sim[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       MmaSplit(sim, ka_hi, ka_lo, qb_hi, qb_lo);
+      // Warp-uniform: every pair of the step is inside the window (i < T, 0 ≤ i − j < keys).
+      const bool interior = qi + 15 < T && qi >= kw + 15 && qi + 15 - kw < keys;
       PairTerms pair[2][4];
-      bool any = false;
-      #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {  // row: key j; column: query i
-          const int j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
-          pair[n][e] = Pair(sim[n][e], i, i - j, T, keys, inv_r);
-          any |= pair[n][e].active;
-        }
-      }
+      const bool any = StepPairs(sim, interior, T, keys, inv_r, pair, [&](int n, int e) {
+        return int2{qi + 8 * n + 2 * u + e % 2, kw + g + 8 * (e / 2)};  // row: key j; column: query i
+      });
       if (!__any_sync(0xffffffffu, any)) continue;  // every pair rejected: nothing flows back
       // ∂L/∂(αm)ᵀ = v̄ ∂L/∂hᵀ (both split; v̄'s A fragments from shared memory per step,
       // not held: registers): B[c][i] = ∂L/∂h_i[c], rows as stored.

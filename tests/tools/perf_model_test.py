@@ -105,9 +105,9 @@ class PerfModelTest(unittest.TestCase):
         # ⌊max(0, q0 − keys + 1)/64⌋·64 to its last query; a warp (16 queries) runs a 16-key
         # step unless it is past T or no pair of it lies in 0 ≤ i − j < keys.
         for T in (1, 17, 64, 100, 300):
-            for keys in sorted({1, 2, 3, 16, 17, 40, 64, 65, 200, T}):
+            for keys in sorted({1, 2, 3, 16, 17, 31, 32, 33, 40, 48, 49, 64, 65, 200, T}):
                 keys = min(keys, T)
-                steps = pairs = 0
+                steps = pairs = interior = 0
                 for q0 in range(0, T, 64):
                     q_last = min(q0 + 64, T) - 1
                     j_first = max(0, q0 - keys + 1)
@@ -119,6 +119,26 @@ class PerfModelTest(unittest.TestCase):
                                 if qw >= T or kj > qw + 15 or kj + 15 < qw - keys + 1:
                                     continue
                                 steps += 1
+                                # the query pass's `interior` test: every pair in the window
+                                if qw + 15 < T and kj + 15 <= qw and qw + 15 - kj < keys:
+                                    interior += 1
+                                    self.assertTrue(all(0 <= i - j < keys for i in range(qw, qw + 16)
+                                                        for j in range(kj, kj + 16)))
+                # The key pass: a CTA per 64 keys walks the query blocks from k0 to its last
+                # key + keys − 1; its interior steps are the same 16×16 blocks.
+                key_interior = 0
+                for k0 in range(0, T, 64):
+                    k_last = min(k0 + 64, T) - 1
+                    for q0 in range(k0, min(k_last + keys - 1, T - 1) + 1, 64):
+                        for warp in range(4):
+                            kw = k0 + 16 * warp
+                            for step in range(4):
+                                qi = q0 + 16 * step
+                                if kw >= T or qi + 15 < kw or qi > kw + 15 + keys - 1:
+                                    continue
+                                key_interior += qi + 15 < T and qi >= kw + 15 and qi + 15 - kw < keys
+                self.assertEqual(perf_model.interior_steps(keys, T), interior, f"T={T} keys={keys}")
+                self.assertEqual(key_interior, interior, f"T={T} keys={keys}")
                 for i in range(T):
                     pairs += sum(1 for j in range(T) if 0 <= i - j < keys)
                 self.assertEqual(perf_model.warp_steps(keys, T), steps, f"T={T} keys={keys}")

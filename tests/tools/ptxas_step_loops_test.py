@@ -58,7 +58,8 @@ class StepLoopsTest(unittest.TestCase):
         return loops
 
     def test_if_else_counts_one_arm_on_the_longest_trip(self):
-        (depth, _, static, trip), = self.loops(IF_ELSE)
+        (depth, _, static, trip, interior), = self.loops(IF_ELSE)
+        self.assertIsNone(interior)  # no arm marked
         self.assertEqual(depth, 0)
         # head 2 (add, mma) + branch 1 + arm A 3 (2 adds, bra.uni) + arm B 5 + branch 1 +
         # then-block 4 + tail 2.
@@ -84,7 +85,7 @@ $L__BB0_9:
 """
         loops = self.loops(body)
         self.assertEqual(len(loops), 1)  # the inner loop holds no mma: not reported
-        (_, _, static, trip), = loops
+        (_, _, static, trip, _), = loops
         self.assertEqual(static["instructions"], 1 + 3 + 1 + 2)
         # mma, the inner body once (2 adds and its back branch), the exit test, sub, back branch.
         self.assertEqual(trip["instructions"], 1 + 3 + 1 + 2)
@@ -102,8 +103,18 @@ $L__BB0_9:
 	mul.f32 	%f5, %f5, %f6;
 	ret;
 """
-        (_, _, _, trip), = self.loops(body)
+        (_, _, _, trip, _), = self.loops(body)
         self.assertEqual(trip["instructions"], 4)
+
+    def test_the_marked_arm_is_counted_on_its_own(self):
+        # The same loop with the shorter arm (2 adds) marked as interior steps.
+        marked = IF_ELSE.replace("\tadd.f32 \t%f5, %f5, %f6;\n\tadd.f32", "\t" + ptxas_usage.INTERIOR_MARK +
+                                 "\n\tadd.f32 \t%f5, %f5, %f6;\n\tadd.f32", 1)
+        self.assertNotEqual(marked, IF_ELSE)
+        (_, _, static, trip, interior), = self.loops(marked)
+        self.assertEqual(static["instructions"], 2 + 1 + 3 + 5 + 1 + 4 + 2)  # a comment is no instruction
+        self.assertEqual(trip["instructions"], 2 + 1 + 5 + 1 + 4 + 2)
+        self.assertEqual(interior["instructions"], 2 + 1 + 3 + 1 + 4 + 2)
 
 
 if __name__ == "__main__":
