@@ -123,6 +123,16 @@ void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const
                                               const ScreeningSaved<float>& saved, float* U,
                                               ScreeningScratch* scratch, cudaStream_t stream);
 
+// The two-launch forms of the two above (the simple kernel's normalize pass, then the
+// aggregate kernel staging the saved rows): what the one-launch forward replaced, kept for
+// tests/kernels/screening_tiled_test.cc's bit-identity test; not for the model.
+void ScreeningTiledForwardTwoLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                      const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
+                                      cudaStream_t stream);
+void ScreeningTiledForwardPlainBf16SimilarityTwoLaunches(const ScreeningShape& shape, const float* P,
+                                                         const TileScalars* tiles, const ScreeningSaved<float>& saved,
+                                                         float* U, ScreeningScratch* scratch, cudaStream_t stream);
+
 // Backward (see the header comment above): the same arguments, outputs and errors as
 // ScreeningBackward. saved as its forward wrote it; dU [B·T, tiles·d_v] device, read;
 // dP [B·T, tiles·p_cols()] device, written; grads as ScreeningBackward's (host: waits).
