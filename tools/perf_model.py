@@ -59,7 +59,11 @@ MMA_FLOPS = 2 * 16 * 8 * 16
 MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the step loop's PTX
-# instructions (forward 206, query pass 631, key pass 335 (334 before its epilogue took
+# instructions (forward 202, plus (514 − 440)/4 = 18 for its own rows' unit norm and MiPE
+# rotation since 2026-12-06: the loop over key blocks around the step loop grew from 440 to
+# 514 PTX instructions, once per key block a warp visits, spread over the block's 4 steps
+# (an estimate: a warp runs the k rows' half or the v rows' half of that code, the v rows'
+# scaling loop 4 times); the step loop had 206), query pass 631, key pass 335 (334 before its epilogue took
 # the unit-norm backward, 2026-12-06), plus the key pass's inner loop 3 more times,
 # 3 x 24), plus 8 per div.rn.f32 (none since the step loops multiply
 # by 1/r: they had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per
@@ -67,7 +71,7 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # 56, 39). Before those two changes and fp32 per-step sums in the query pass (it had 314
 # f64 instructions per step): 324, 888, 513. An estimate: no cuobjdump here to count the
 # SASS itself.
-ISSUE_PER_STEP = {"forward": 206 + 2, "query": 631 + 5, "key": 335 + 3 * 24 + 2}
+ISSUE_PER_STEP = {"forward": 202 + (514 - 440) // 4 + 2, "query": 631 + 5, "key": 335 + 3 * 24 + 2}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k
@@ -347,11 +351,14 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         return Op(name, "screen", n_l, steps_l * MMAS_PER_STEP[mmas] * MMA_FLOPS, nbytes,
                   steps_l * ISSUE_PER_STEP[mmas] * issue_scale)
     # screening's own arrays are fp32 as the kernels keep them (saved q̃, k̃, v̄, h; ∂h);
-    # per (token, tile): q̃, k̃ 16 fp32 each, v̄ and h 64 fp32, P's gate 64 bf16
-    ops.append(Op("screening: normalize q, k, v + MiPE (steps 5–6)", "mem", n_l, 0,
-                  nt * (96 * 2 + 32 * 4 + 64 * 4 + 3 * 4)))
-    ops.append(tiled("screening forward, tiled (steps 7–13)", "forward",
-                     nt * (32 * 4 + 64 * 4 + 64 * 2 + 64 * 4 + 64 * 2)))
+    # per (token, tile): q̃, k̃ 16 fp32 each, v̄ and h 64 fp32, P's gate 64 bf16.
+    # One launch (issue 42): the aggregate kernel normalizes and rotates the P rows it loads
+    # (steps 5–6) and writes each row's saved q̃, k̃, v̄ and 3 norms once, from the CTA owning
+    # its block: P's q, k, v and g columns read (bf16), the saved rows, h and U written. A
+    # separate normalize pass read P's q, k, v and wrote the saved rows, which the aggregate
+    # pass read back: (32 + 64) · 4 bytes per (token, tile) and a launch per layer more.
+    ops.append(tiled("screening forward, tiled (steps 5–13, normalize fused)", "forward",
+                     nt * (96 * 2 + 64 * 2 + 32 * 4 + 64 * 4 + 3 * 4 + 64 * 4 + 64 * 2)))
     ops.append(Op("x += U·W_O (GEMM, β = 1 into fp32 x)", "gemm", n_l, 2 * n * vd * d,
                   n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
     # The host waits (counted on the emulated device, docs/performance.md): once in BeginStep
@@ -413,9 +420,10 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         "x⁰ = e^{s_E}·Ē[t] (gather)": [kernel("GatherKernel", "embedding.cu")],
         "x_in = bf16(x)": [kernel("PackKernel", "gemm.cu")],
         "P = x_in·W_cat (GEMM)": [gemm(pd, n, d, "N", "N")],
-        "screening: normalize q, k, v + MiPE (steps 5–6)": [kernel("NormalizeKernel", "screening.cu")],
-        "screening forward, tiled (steps 7–13)": [kernel("TiledAggregateKernel", "screening_tiled.cu"),
-                                                  kernel("AggregateKernel", "screening.cu")],
+        # the simple kernels' forward (fp32, fp16 and other widths) is two: normalize, aggregate
+        "screening forward, tiled (steps 5–13, normalize fused)": [
+            kernel("TiledAggregateKernel", "screening_tiled.cu"), kernel("NormalizeKernel", "screening.cu"),
+            kernel("AggregateKernel", "screening.cu")],
         "x += U·W_O (GEMM, β = 1 into fp32 x)": [gemm(d, n, vd, "N", "N")],
         "∂U = ∂x·W_Oᵀ (GEMM)": [gemm(vd, n, d, "T", "N")],
         "∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)": [gemm(d, vd, n, "N", "T")],

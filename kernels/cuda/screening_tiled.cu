@@ -1,5 +1,6 @@
-// Screening forward and backward tiled on tensor cores (screening_tiled.h): the simple
-// kernel's normalize pass (ScreeningNormalize) and a flash-style aggregate pass; the simple
+// Screening forward and backward tiled on tensor cores (screening_tiled.h): a flash-style
+// aggregate pass normalizing the P rows it loads (screening_rows.cuh's row arithmetic, as
+// the simple kernel's NormalizeKernel); the simple
 // kernel's output and reduction passes (ScreeningBackwardBegin/Reduce) around a flash-style
 // query pass and key pass whose epilogues finish the unit-norm and MiPE backward; mma.sync
 // m16n8k16 bf16.
