@@ -39,7 +39,9 @@ __device__ inline float RowNorm(const float* x, int d_rt) {
 }
 
 // Spec step 5's factor 1 / max(‖x‖, floor): a row's unit vector is x · UnitFactor(‖x‖).
-__device__ inline float UnitFactor(float norm) { return 1.f / (norm < kScreeningUnitFloor ? kScreeningUnitFloor : norm); }
+__device__ inline float UnitFactor(float norm) {
+  return 1.f / (norm < kScreeningUnitFloor ? kScreeningUnitFloor : norm);
+}
 
 // Spec step 6 on one row: coordinates (0, 1) of z turned by the MiPE angle φ (cos φ = c,
 // sin φ = s, MipeCosSin), in fp64, in place.

@@ -123,7 +123,9 @@ __device__ inline void NormalizeUnitRow(const float* x, bool rotate, double c, d
   }
   if (z_out != nullptr) {
     #pragma unroll
-    for (int i = 0; i < kDk; i += 4) *reinterpret_cast<float4*>(z_out + i) = make_float4(z[i], z[i + 1], z[i + 2], z[i + 3]);
+    for (int i = 0; i < kDk; i += 4) {
+      *reinterpret_cast<float4*>(z_out + i) = make_float4(z[i], z[i + 1], z[i + 2], z[i + 3]);
+    }
     *norm_out = n;
   }
 }

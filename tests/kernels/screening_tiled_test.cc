@@ -312,17 +312,19 @@ TEST_F(ScreeningTiledTest, ForwardFusedIsBitIdenticalToTheTwoLaunchForm) {
       const Outputs fused = RunForward(p, split ? Kernel::kTiled : Kernel::kTiledPlainBf16),
                     two = RunForward(p, split ? Kernel::kTiledTwoLaunches : Kernel::kTiledPlainBf16TwoLaunches);
       const std::string what = "T = " + std::to_string(T) + (split ? ", split" : ", plain bf16");
-      const std::vector<std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>> arrays =
-          {{"U", {&fused.U, &two.U}},
-           {"q_tilde", {&fused.q_tilde, &two.q_tilde}},
-           {"k_tilde", {&fused.k_tilde, &two.k_tilde}},
-           {"v_bar", {&fused.v_bar, &two.v_bar}},
-           {"q_norm", {&fused.q_norm, &two.q_norm}},
-           {"k_norm", {&fused.k_norm, &two.k_norm}},
-           {"v_norm", {&fused.v_norm, &two.v_norm}},
-           {"h", {&fused.h, &two.h}}};
+      // (name, fused form's array, two-launch form's array)
+      using Arrays = std::pair<const std::vector<float>*, const std::vector<float>*>;
+      const std::vector<std::pair<const char*, Arrays>> arrays = {{"U", {&fused.U, &two.U}},
+                                                                  {"q_tilde", {&fused.q_tilde, &two.q_tilde}},
+                                                                  {"k_tilde", {&fused.k_tilde, &two.k_tilde}},
+                                                                  {"v_bar", {&fused.v_bar, &two.v_bar}},
+                                                                  {"q_norm", {&fused.q_norm, &two.q_norm}},
+                                                                  {"k_norm", {&fused.k_norm, &two.k_norm}},
+                                                                  {"v_norm", {&fused.v_norm, &two.v_norm}},
+                                                                  {"h", {&fused.h, &two.h}}};
       for (const auto& [name, pair] : arrays) {
-        const std::vector<float>&got = *pair.first, &ref = *pair.second;
+        const std::vector<float>& got = *pair.first;
+        const std::vector<float>& ref = *pair.second;
         ASSERT_EQ(got.size(), ref.size()) << what << ", " << name;
         int64_t differing = 0, nonzero = 0;
         for (size_t e = 0; e < got.size(); ++e) {
