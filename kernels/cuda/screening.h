@@ -95,7 +95,7 @@ void ScreeningForward(const ScreeningShape& shape, const float* P, const TileSca
 
 // Spec steps 5–6 alone, the first of ScreeningForward's two passes: saved's q̃, k̃
 // (MiPE-rotated), v̄ and their norms from P, and the tile tables uploaded into scratch
-// (params, mask, dmask) for a pass that reads them next (the tiled forward).
+// (params, mask, dmask) for a pass that reads them next (the tiled forward's two-launch form).
 void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                         const ScreeningSaved<float>& saved, ScreeningScratch* scratch, cudaStream_t stream);
 
