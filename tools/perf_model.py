@@ -60,21 +60,25 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the instructions of the step
 # loop's longest trip (every data-dependent branch taken the longer way; an if/else counts
-# one arm): forward 206, query pass 468, key pass 339, plus the key pass's inner loop 3 more
+# one arm): forward 202, query pass 468, key pass 339, plus the key pass's inner loop 3 more
 # times, 3 x 24; plus 8 per div.rn.f32 (none since the step loops multiply by 1/r: they
 # had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit integer
-# operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The backward
-# passes' interior steps (every pair inside the window: interior_steps) skip the per-pair
-# window test, and ISSUE_PER_INTERIOR_STEP counts their longest trip through that arm (the
-# kernel marks it with a PTX comment): query pass 425, key pass 287. History: until
-# 2026-12-06 the model took the loop's static count, which adds both arms of the query pass's
-# `rotate` branch (the MiPE rate term per pair, compiled with and without the rotation):
-# query pass 631 (494 on its longest trip); then the window test 0 <= d < keys as one
-# unsigned compare (query 479, key 319 on every step); then the interior arm (boundary steps
-# 468 and 339). Before 32-bit positions, 1/r and fp32 per-step sums in the query pass (it
-# had 314 f64 instructions per step): 324, 888, 513 (static). An estimate: no cuobjdump
-# here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 206 + 2, "query": 468 + 5, "key": 339 + 3 * 24 + 2}
+# operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The forward
+# adds (514 − 440)/4 = 18 for its own rows' unit norm and MiPE rotation since it normalizes
+# the P rows it loads (2026-12-06): the loop over key blocks around the step loop grew from
+# 440 to 514 PTX instructions, once per key block a warp visits, spread over the block's 4
+# steps (an estimate: a warp runs the k rows' half or the v rows' half of that code, the v
+# rows' scaling loop 4 times); its step loop had 206. The backward passes' interior steps
+# (every pair inside the window: interior_steps) skip the per-pair window test, and
+# ISSUE_PER_INTERIOR_STEP counts their longest trip through that arm (the kernel marks it
+# with a PTX comment): query pass 425, key pass 287. History: until 2026-12-06 the model
+# took the loop's static count, which adds both arms of the query pass's `rotate` branch (the
+# MiPE rate term per pair, compiled with and without the rotation): query pass 631 (494 on
+# its longest trip); then the window test 0 <= d < keys as one unsigned compare (query 479,
+# key 319 on every step); then the interior arm (boundary steps 468 and 339). Before 32-bit
+# positions, 1/r and fp32 per-step sums in the query pass (it had 314 f64 instructions per
+# step): 324, 888, 513 (static). An estimate: no cuobjdump here to count the SASS itself.
+ISSUE_PER_STEP = {"forward": 202 + (514 - 440) // 4 + 2, "query": 468 + 5, "key": 339 + 3 * 24 + 2}
 ISSUE_PER_INTERIOR_STEP = {"forward": ISSUE_PER_STEP["forward"], "query": 425 + 5, "key": 287 + 3 * 24 + 2}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
@@ -365,11 +369,14 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         issue = (steps_l - interior_l) * ISSUE_PER_STEP[mmas] + interior_l * ISSUE_PER_INTERIOR_STEP[mmas]
         return Op(name, "screen", n_l, steps_l * MMAS_PER_STEP[mmas] * MMA_FLOPS, nbytes, issue * issue_scale)
     # screening's own arrays are fp32 as the kernels keep them (saved q̃, k̃, v̄, h; ∂h);
-    # per (token, tile): q̃, k̃ 16 fp32 each, v̄ and h 64 fp32, P's gate 64 bf16
-    ops.append(Op("screening: normalize q, k, v + MiPE (steps 5–6)", "mem", n_l, 0,
-                  nt * (96 * 2 + 32 * 4 + 64 * 4 + 3 * 4)))
-    ops.append(tiled("screening forward, tiled (steps 7–13)", "forward",
-                     nt * (32 * 4 + 64 * 4 + 64 * 2 + 64 * 4 + 64 * 2)))
+    # per (token, tile): q̃, k̃ 16 fp32 each, v̄ and h 64 fp32, P's gate 64 bf16.
+    # One launch (issue 42): the aggregate kernel normalizes and rotates the P rows it loads
+    # (steps 5–6) and writes each row's saved q̃, k̃, v̄ and 3 norms once, from the CTA owning
+    # its block: P's q, k, v and g columns read (bf16), the saved rows, h and U written. A
+    # separate normalize pass read P's q, k, v and wrote the saved rows, which the aggregate
+    # pass read back: (32 + 64) · 4 bytes per (token, tile) and a launch per layer more.
+    ops.append(tiled("screening forward, tiled (steps 5–13, normalize fused)", "forward",
+                     nt * (96 * 2 + 64 * 2 + 32 * 4 + 64 * 4 + 3 * 4 + 64 * 4 + 64 * 2)))
     ops.append(Op("x += U·W_O (GEMM, β = 1 into fp32 x)", "gemm", n_l, 2 * n * vd * d,
                   n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
     # The host waits (counted on the emulated device, docs/performance.md): once in BeginStep
@@ -431,9 +438,10 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         "x⁰ = e^{s_E}·Ē[t] (gather)": [kernel("GatherKernel", "embedding.cu")],
         "x_in = bf16(x)": [kernel("PackKernel", "gemm.cu")],
         "P = x_in·W_cat (GEMM)": [gemm(pd, n, d, "N", "N")],
-        "screening: normalize q, k, v + MiPE (steps 5–6)": [kernel("NormalizeKernel", "screening.cu")],
-        "screening forward, tiled (steps 7–13)": [kernel("TiledAggregateKernel", "screening_tiled.cu"),
-                                                  kernel("AggregateKernel", "screening.cu")],
+        # the simple kernels' forward (fp32, fp16 and other widths) is two: normalize, aggregate
+        "screening forward, tiled (steps 5–13, normalize fused)": [
+            kernel("TiledAggregateKernel", "screening_tiled.cu"), kernel("NormalizeKernel", "screening.cu"),
+            kernel("AggregateKernel", "screening.cu")],
         "x += U·W_O (GEMM, β = 1 into fp32 x)": [gemm(d, n, vd, "N", "N")],
         "∂U = ∂x·W_Oᵀ (GEMM)": [gemm(vd, n, d, "T", "N")],
         "∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)": [gemm(d, vd, n, "N", "T")],

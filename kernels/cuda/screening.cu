@@ -18,7 +18,6 @@ namespace {
 constexpr int kBlock = 128;
 constexpr int kMaxDk = 64;
 constexpr int kMaxDv = 256;
-constexpr float kFloor = kScreeningUnitFloor;  // cpu::kUnitNormFloor (screening_rows.cuh)
 
 // The per-token parts of the tile-scalar gradients, summed per (sequence, tile) (screening.h).
 constexpr int kPartScale = kScreeningPartScale, kPartR = kScreeningPartR, kPartW = kScreeningPartW,
@@ -49,27 +48,6 @@ struct Token {
   __device__ Token(int64_t idx, const Dims& s) : i(idx % s.seq), bt(idx / s.seq), t(bt % s.tiles), b(bt / s.tiles) {}
 };
 
-// Spec step 5 on one row: y = x / max(‖x‖, floor) (fp32 sums, as cpu::UnitRow); returns ‖x‖.
-template <int D>
-__device__ inline float UnitRow(const float* x, float* y, int d_rt) {
-  const int d = D > 0 ? D : d_rt;
-  float sq = 0.f;
-  #pragma unroll
-  for (int c = 0; c < d; ++c) sq += x[c] * x[c];
-  const float n = sqrtf(sq);
-  const float inv = 1.f / (n < kFloor ? kFloor : n);
-  #pragma unroll
-  for (int c = 0; c < d; ++c) y[c] = x[c] * inv;
-  return n;
-}
-
-// Spec step 6 on one row: coordinates (0, 1) rotated by φ (cos φ = c, sin φ = s), in fp64.
-__device__ inline void RotateRow(float* z, double c, double s) {
-  const double z0 = z[0], z1 = z[1];
-  z[0] = static_cast<float>(z0 * c - z1 * s);
-  z[1] = static_cast<float>(z0 * s + z1 * c);
-}
-
 template <int D>
 __device__ inline float Dot(const float* a, const float* b, int d_rt) {
   const int d = D > 0 ? D : d_rt;
@@ -82,7 +60,8 @@ __device__ inline float Dot(const float* a, const float* b, int d_rt) {
 // Trim (spec step 8): α = a², a = 1 − (1 − s)/r; the pair is rejected when a ≤ 0.
 __device__ inline float TrimBase(float s, float r) { return 1.f - (1.f - s) / r; }
 
-// Forward, pass 1: q̃, k̃ (unit, rotated), v̄ and the three norms of every token.
+// Forward, pass 1: q̃, k̃ (unit, rotated), v̄ and the three norms of every token
+// (screening_rows.cuh's row arithmetic, which the tiled forward's row loads share).
 template <int DK, int DV>
 __global__ void NormalizeKernel(Dims s, const float* P, const ScreeningTileParams* params, ScreeningSaved<float> saved) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -91,18 +70,15 @@ __global__ void NormalizeKernel(Dims s, const float* P, const ScreeningTileParam
   const int dk = DK > 0 ? DK : s.dk, dv = DV > 0 ? DV : s.dv;
   const int64_t C = s.p_cols();
   const float* p = P + (tok.b * s.seq + tok.i) * s.tiles * C + tok.t * C;
-  saved.q_norm[idx] = UnitRow<DK>(p, saved.q_tilde + idx * dk, dk);
-  saved.k_norm[idx] = UnitRow<DK>(p + dk, saved.k_tilde + idx * dk, dk);
-  saved.v_norm[idx] = UnitRow<DV>(p + 2 * dk, saved.v_bar + idx * dv, dv);
-  const double rate = params[tok.t].rate;
-  if (rate != 0) {
-    const double phi = double(s.pos0 + tok.i) * rate;
-    const double c = cos(phi), sn = sin(phi);
-    RotateRow(saved.q_tilde + idx * dk, c, sn);
-    RotateRow(saved.k_tilde + idx * dk, c, sn);
-  } else if (s.rope) {
-    RopeTurnRow(saved.q_tilde + idx * dk, dk, double(s.pos0 + tok.i), 1.0, s.rope_freq);
-    RopeTurnRow(saved.k_tilde + idx * dk, dk, double(s.pos0 + tok.i), 1.0, s.rope_freq);
+  const double rate = params[tok.t].rate, pos = double(s.pos0 + tok.i);
+  double c, sn;
+  MipeCosSin(rate, pos, &c, &sn);
+  saved.q_norm[idx] = UnitRotateRow<DK>(p, saved.q_tilde + idx * dk, rate != 0, c, sn, dk);
+  saved.k_norm[idx] = UnitRotateRow<DK>(p + dk, saved.k_tilde + idx * dk, rate != 0, c, sn, dk);
+  saved.v_norm[idx] = UnitRotateRow<DV>(p + 2 * dk, saved.v_bar + idx * dv, false, 1, 0, dv);
+  if (rate == 0 && s.rope) {
+    RopeTurnRow(saved.q_tilde + idx * dk, dk, pos, 1.0, s.rope_freq);
+    RopeTurnRow(saved.k_tilde + idx * dk, dk, pos, 1.0, s.rope_freq);
   }
 }
 
@@ -545,6 +521,12 @@ void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileS
   } else {
     LaunchNormalize<0, 0>(s, P, *scratch, saved, stream);
   }
+}
+
+void ScreeningUploadTables(const ScreeningShape& shape, const TileScalars* tiles, ScreeningScratch* scratch,
+                           cudaStream_t stream) {
+  if (shape.batch <= 0 || shape.seq <= 0 || shape.tiles <= 0) return;
+  Prepare("ScreeningForward", shape, tiles, scratch, stream);
 }
 
 bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const TileScalars* tiles,

@@ -95,9 +95,15 @@ void ScreeningForward(const ScreeningShape& shape, const float* P, const TileSca
 
 // Spec steps 5–6 alone, the first of ScreeningForward's two passes: saved's q̃, k̃
 // (MiPE-rotated), v̄ and their norms from P, and the tile tables uploaded into scratch
-// (params, mask, dmask) for a pass that reads them next (the tiled forward).
+// (params, mask, dmask) for a pass that reads them next (the tiled forward's two-launch form).
 void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                         const ScreeningSaved<float>& saved, ScreeningScratch* scratch, cudaStream_t stream);
+
+// The tile tables alone (the shape checked; scratch params, mask, dmask and rope_freq
+// filled and uploaded on `stream`), for a forward pass that normalizes its own rows (the
+// tiled forward's fused aggregate kernel).
+void ScreeningUploadTables(const ScreeningShape& shape, const TileScalars* tiles, ScreeningScratch* scratch,
+                           cudaStream_t stream);
 
 // Backward. dU: [B·T, tiles·d_v] device, read; dP: [B·T, tiles·p_cols()] device,
 // written (q, k, v and g columns). grads (TileScalarGradsOut): each tile's gradients

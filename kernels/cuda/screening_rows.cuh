@@ -1,8 +1,11 @@
-// Device functions of screening's steps 5–6 backward on one token's row, shared by the
-// simple kernels (screening.cu) and the tiled backward's epilogues (screening_tiled.cu),
-// so that both finish ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ into ∂L/∂P with the same fp32/fp64
-// arithmetic, bit for bit: the MiPE angle's cos and sin, the ROPE turn, and the
-// unit-norm-and-rotation backward of cpu::NormalizeRotateBackwardRow.
+// Device functions of screening's steps 5–6 on one token's row, forward and backward,
+// shared by the simple kernels (screening.cu) and the tiled kernels (screening_tiled.cu):
+// the forward's unit norm and MiPE rotation (NormalizeKernel and the tiled forward's
+// row loads, so both write the same saved q̃, k̃, v̄ and norms) and the backward's (the
+// tiled backward's epilogues finish ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ into ∂L/∂P as
+// NormalizeBackwardKernel does), with the same fp32/fp64 arithmetic, bit for bit: the
+// MiPE angle's cos and sin, the ROPE turn, the unit norm and rotation of cpu::UnitRow
+// and cpu::MipeRotate, and the backward of cpu::NormalizeRotateBackwardRow.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +25,46 @@ __device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn
     *sn = sin(pos * rate);
   }
 }
+
+// ---- Forward: spec steps 5–6 -----------------------------------------------------
+
+// ‖x‖ of one row x [D] (D = 0: d_rt), the squares summed in fp32 in column order (as cpu::UnitRow).
+template <int D>
+__device__ inline float RowNorm(const float* x, int d_rt) {
+  const int d = D > 0 ? D : d_rt;
+  float sq = 0.f;
+  #pragma unroll
+  for (int c = 0; c < d; ++c) sq += x[c] * x[c];
+  return sqrtf(sq);
+}
+
+// Spec step 5's factor 1 / max(‖x‖, floor): a row's unit vector is x · UnitFactor(‖x‖).
+__device__ inline float UnitFactor(float norm) {
+  return 1.f / (norm < kScreeningUnitFloor ? kScreeningUnitFloor : norm);
+}
+
+// Spec step 6 on one row: coordinates (0, 1) of z turned by the MiPE angle φ (cos φ = c,
+// sin φ = s, MipeCosSin), in fp64, in place.
+__device__ inline void RotateRow(float* z, double c, double s) {
+  const double z0 = z[0], z1 = z[1];
+  z[0] = static_cast<float>(z0 * c - z1 * s);
+  z[1] = static_cast<float>(z0 * s + z1 * c);
+}
+
+// Steps 5–6 on one q or k row: z [D] = x [D] / max(‖x‖, floor) (any memory spaces), then,
+// when rotate, RotateRow by (c, s). Returns ‖x‖ (saved for the backward). D = 0: d_rt.
+template <int D>
+__device__ inline float UnitRotateRow(const float* x, float* z, bool rotate, double c, double s, int d_rt) {
+  const int d = D > 0 ? D : d_rt;
+  const float n = RowNorm<D>(x, d);
+  const float inv = UnitFactor(n);
+  #pragma unroll
+  for (int i = 0; i < d; ++i) z[i] = x[i] * inv;
+  if (rotate) RotateRow(z, c, s);
+  return n;
+}
+
+// ---- Backward: spec steps 6–5 -----------------------------------------------------
 
 // Position ROPE (kernels/screening_types.h, cpu::RopeRotateRows): the pairs (p, p + d/2) of z
 // turned by sign · pos · freq[p] in fp64 (freq: [d/2] on the device; sign −1: the transpose,

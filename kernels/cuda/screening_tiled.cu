@@ -1,5 +1,6 @@
-// Screening forward and backward tiled on tensor cores (screening_tiled.h): the simple
-// kernel's normalize pass (ScreeningNormalize) and a flash-style aggregate pass; the simple
+// Screening forward and backward tiled on tensor cores (screening_tiled.h): a flash-style
+// aggregate pass normalizing the P rows it loads (screening_rows.cuh's row arithmetic, as
+// the simple kernel's NormalizeKernel); the simple
 // kernel's output and reduction passes (ScreeningBackwardBegin/Reduce) around a flash-style
 // query pass and key pass whose epilogues finish the unit-norm and MiPE backward; mma.sync
 // m16n8k16 bf16.
@@ -98,6 +99,99 @@ __device__ inline void StageValueRows(const float* src, int64_t row0, int64_t va
   }
 }
 
+// ---- The fused forward's row loads: spec steps 5–6 on P's rows (screening_rows.cuh) --------
+// One row of P's q or k columns (x: kDk floats, 16-byte aligned, global) through the unit
+// norm and, when rotate, MiPE's rotation by (c, sn): NormalizeKernel's arithmetic, bit for
+// bit. The row goes to shared bf16 hi (and lo = the rounding remainder, when kSplit) as
+// StageUnitRows would stage the saved row; when z_out is given (the CTA's own block) the fp32
+// row and its norm are written there too (saved q̃ or k̃).
+template <bool kSplit>
+__device__ inline void NormalizeUnitRow(const float* x, bool rotate, double c, double sn, uint16_t* hi, uint16_t* lo,
+                                        float* z_out, float* norm_out) {
+  float xr[kDk], z[kDk];
+  #pragma unroll
+  for (int i = 0; i < kDk; i += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(x + i);
+    xr[i] = v.x, xr[i + 1] = v.y, xr[i + 2] = v.z, xr[i + 3] = v.w;
+  }
+  const float n = UnitRotateRow<kDk>(xr, z, rotate, c, sn, kDk);
+  #pragma unroll
+  for (int i = 0; i < kDk; ++i) {
+    const uint16_t h = Bf16Bits(z[i]);
+    hi[i] = h;
+    if (kSplit) lo[i] = Bf16Bits(z[i] - Bf16Value(h));
+  }
+  if (z_out != nullptr) {
+    #pragma unroll
+    for (int i = 0; i < kDk; i += 4) {
+      *reinterpret_cast<float4*>(z_out + i) = make_float4(z[i], z[i + 1], z[i + 2], z[i + 3]);
+    }
+    *norm_out = n;
+  }
+}
+
+// One row of P's v columns (x: kDv floats, 16-byte aligned, global) through the unit norm
+// (RowNorm, UnitFactor: NormalizeKernel's arithmetic), read twice (the norm, then the scaled
+// row: no 64-float row held in registers), to shared bf16 `row` as StageValueRows would
+// stage the saved row; when v_out is given, the fp32 row and its norm too (saved v̄).
+__device__ inline void NormalizeValueRow(const float* x, uint16_t* row, float* v_out, float* norm_out) {
+  const float n = RowNorm<kDv>(x, kDv);
+  const float inv = UnitFactor(n);
+  #pragma unroll 4
+  for (int i = 0; i < kDv; i += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(x + i);
+    const float4 y = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(&row[i]);
+    dst[0] = PackBf16(y.x, y.y);
+    dst[1] = PackBf16(y.z, y.w);
+    if (v_out != nullptr) *reinterpret_cast<float4*>(v_out + i) = y;
+  }
+  if (v_out != nullptr) *norm_out = n;
+}
+
+// Where the fused forward's row loads read and write: task (b, t)'s rows of P, of `saved`.
+struct TaskRows {
+  const float* P;        // row i's block of tile t at P + i·ldp (q, k, v, g columns)
+  int64_t ldp;           // tiles · p_cols()
+  ScreeningSaved<float> saved;  // every array offset to the task's first token
+  double pos0, rate;     // MiPE: token i's angle (pos0 + i)·rate (rate 0: no rotation)
+};
+
+// Rows [row0, row0 + 64) of the task's k and v columns normalized (steps 5–6) into shared
+// k_hi/k_lo (kStrideK) and v_s (kStrideV), as StageUnitRows and StageValueRows stage the
+// saved k̃ and v̄; threads 0–63 take a k row each, 64–127 a v row; rows at or past T are
+// zeros. save: the rows' saved k̃, v̄ and norms are written too (the CTA's own block).
+// Every thread of the CTA calls it.
+template <bool kSplit>
+__device__ inline void NormalizeKeyRows(const TaskRows& task, int row0, int T, bool save, uint16_t* k_hi,
+                                        uint16_t* k_lo, uint16_t* v_s) {
+  const int r = threadIdx.x % kBlockK, j = row0 + r;
+  const bool key = threadIdx.x < kBlockK;
+  if (j >= T) {
+    if (key) {
+      #pragma unroll
+      for (int i = 0; i < kDk; ++i) {
+        k_hi[r * kStrideK + i] = 0;
+        if (kSplit) k_lo[r * kStrideK + i] = 0;
+      }
+    } else {
+      #pragma unroll
+      for (int i = 0; i < kDv; ++i) v_s[r * kStrideV + i] = 0;
+    }
+    return;
+  }
+  const float* x = task.P + j * task.ldp;
+  if (key) {
+    double c, sn;
+    MipeCosSin(task.rate, task.pos0 + j, &c, &sn);
+    NormalizeUnitRow<kSplit>(x + kDk, task.rate != 0, c, sn, &k_hi[r * kStrideK], &k_lo[kSplit ? r * kStrideK : 0],
+                             save ? task.saved.k_tilde + int64_t(j) * kDk : nullptr, task.saved.k_norm + j);
+  } else {
+    NormalizeValueRow(x + 2 * kDk, &v_s[r * kStrideV], save ? task.saved.v_bar + int64_t(j) * kDv : nullptr,
+                      task.saved.v_norm + j);
+  }
+}
+
 // A fragment of a 16×16 matrix held as two n-tiles of accumulators (x[0]: columns 0–7,
 // x[1]: 8–15), rounded to bf16: `hi`, and when lo is given the rounding remainder.
 __device__ inline void AccumulatorsAsA(const float x[2][4], uint32_t hi[4], uint32_t* lo) {
@@ -131,7 +225,11 @@ __device__ inline void MmaSplit(float acc[2][4], const uint32_t a_hi[4], const u
 // Warp w owns queries qw = q0 + 16w …; lane = 4g + u (g = groupID, u = threadID_in_group)
 // holds, per n-tile of 8 columns, rows qw + g and qw + g + 8, columns 2u and 2u + 1 of
 // each accumulator (the C/D fragment of tensor_core.cuh).
-template <bool kSplit>
+// kNormalize: the CTA loads P's q, k and v rows and normalizes them itself (steps 5–6,
+// NormalizeKeyRows), writing its own block's saved q̃, k̃, v̄ and norms (the diagonal key
+// block, which every CTA walks); otherwise it stages the saved rows NormalizeKernel wrote
+// (the two-launch form).
+template <bool kSplit, bool kNormalize>
 __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKernel(TiledDims s, const float* P,
                                                                        const ScreeningTileParams* params,
                                                                        const float* mask,
@@ -156,8 +254,31 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   const float* q_tilde = saved.q_tilde + bt * T * kDk;
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
   const float* v_bar = saved.v_bar + bt * T * kDv;
+  const int64_t ldp = s.tiles * s.p_cols();
+  const TaskRows task{P + b * T * ldp + t * s.p_cols(), ldp,
+                      ScreeningSaved<float>{saved.q_tilde + bt * T * kDk, saved.k_tilde + bt * T * kDk,
+                                            saved.v_bar + bt * T * kDv, saved.q_norm + bt * T, saved.k_norm + bt * T,
+                                            saved.v_norm + bt * T, nullptr},
+                      double(s.pos0), tp.rate};
 
-  StageUnitRows<kSplit>(q_tilde, q0, T, q_hi, q_lo);
+  if constexpr (kNormalize) {  // the block's q rows, one per thread of warps 0–1, saved
+    const int r = threadIdx.x, i = q0 + r;
+    if (r < kBlockQ && i < T) {
+      double c, sn;
+      MipeCosSin(task.rate, task.pos0 + i, &c, &sn);
+      NormalizeUnitRow<kSplit>(task.P + i * ldp, task.rate != 0, c, sn, &q_hi[r * kStrideK],
+                               &q_lo[kSplit ? r * kStrideK : 0], task.saved.q_tilde + int64_t(i) * kDk,
+                               task.saved.q_norm + i);
+    } else if (r < kBlockQ) {
+      #pragma unroll
+      for (int x = 0; x < kDk; ++x) {
+        q_hi[r * kStrideK + x] = 0;
+        if (kSplit) q_lo[r * kStrideK + x] = 0;
+      }
+    }
+  } else {
+    StageUnitRows<kSplit>(q_tilde, q0, T, q_hi, q_lo);
+  }
   __syncthreads();
   // The warp's A fragments of q̃ (16 queries × d_K), held for the whole walk.
   uint32_t qa_hi[4], qa_lo[4] = {0, 0, 0, 0};
@@ -172,8 +293,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   const int j_first = q0 - keys + 1 > 0 ? q0 - keys + 1 : 0;
   for (int k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
     __syncthreads();  // every warp is done with the previous block
-    StageUnitRows<kSplit>(k_tilde, k0, T, k_hi, k_lo);
-    StageValueRows(v_bar, k0, T, v_s);
+    if constexpr (kNormalize) {
+      NormalizeKeyRows<kSplit>(task, k0, T, /*save=*/k0 == q0, k_hi, k_lo, v_s);
+    } else {
+      StageUnitRows<kSplit>(k_tilde, k0, T, k_hi, k_lo);
+      StageValueRows(v_bar, k0, T, v_s);
+    }
     __syncthreads();
     #pragma unroll 1
     for (int step = 0; step < kBlockK / 16; ++step) {
@@ -692,7 +817,10 @@ bool TiledShape(const ScreeningShape& shape) {
          shape.seq < (int64_t{1} << 27);
 }
 
-template <bool kSplit>
+// kNormalize: one launch, the aggregate kernel normalizing the rows it loads (the tile tables
+// uploaded first); otherwise the two-launch form, the simple kernel's normalize pass
+// (ScreeningNormalize, which uploads the tables) then the aggregate kernel on saved rows.
+template <bool kSplit, bool kNormalize>
 void Forward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
              float* U, ScreeningScratch* scratch, cudaStream_t stream) {
   if (shape.batch <= 0 || shape.seq <= 0 || shape.tiles <= 0) return;
@@ -700,14 +828,16 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
     ScreeningForward(shape, P, tiles, saved, U, scratch, stream);
     return;
   }
-  // Steps 5–6 are the simple kernel's own pass (saved q̃, k̃, v̄ and norms bit for bit), which
-  // also uploads the tile tables this pass reads.
-  ScreeningNormalize(shape, P, tiles, saved, scratch, stream);
+  if constexpr (kNormalize) {
+    ScreeningUploadTables(shape, tiles, scratch, stream);
+  } else {
+    ScreeningNormalize(shape, P, tiles, saved, scratch, stream);
+  }
   const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledAggregateKernel<kSplit>>(grid, kThreadsPerCta, 0, stream, s, P, scratch->params.data(),
-                                       scratch->mask.data(), saved, U);
+  Launch<TiledAggregateKernel<kSplit, kNormalize>>(grid, kThreadsPerCta, 0, stream, s, P, scratch->params.data(),
+                                                   scratch->mask.data(), saved, U);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledForward");
 }
 
@@ -753,13 +883,25 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
 void ScreeningTiledForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                            const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
                            cudaStream_t stream) {
-  Forward<true>(shape, P, tiles, saved, U, scratch, stream);
+  Forward<true, true>(shape, P, tiles, saved, U, scratch, stream);
 }
 
 void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                                               const ScreeningSaved<float>& saved, float* U,
                                               ScreeningScratch* scratch, cudaStream_t stream) {
-  Forward<false>(shape, P, tiles, saved, U, scratch, stream);
+  Forward<false, true>(shape, P, tiles, saved, U, scratch, stream);
+}
+
+void ScreeningTiledForwardTwoLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                      const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
+                                      cudaStream_t stream) {
+  Forward<true, false>(shape, P, tiles, saved, U, scratch, stream);
+}
+
+void ScreeningTiledForwardPlainBf16SimilarityTwoLaunches(const ScreeningShape& shape, const float* P,
+                                                         const TileScalars* tiles, const ScreeningSaved<float>& saved,
+                                                         float* U, ScreeningScratch* scratch, cudaStream_t stream) {
+  Forward<false, false>(shape, P, tiles, saved, U, scratch, stream);
 }
 
 void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,

@@ -10,11 +10,21 @@
 // tests/cuda_emulator/train_emulated_test.py hold the model and 20 training steps on them
 // against the simple kernels. Not yet measured on a GPU (docs/performance.md).
 //
-// Two launches:
-//   1. Normalize (steps 5–6): one thread per (sequence, tile, token), the simple
-//      kernel's own arithmetic: q̃, k̃ (unit, MiPE-rotated in fp64), v̄ and the three norms
-//      into `saved`, bit for bit what ScreeningForward writes there.
-//   2. Aggregate (steps 7–13): a CTA of 4 warps per (64-query block, tile, sequence).
+// One launch (the tile tables uploaded first, ScreeningUploadTables):
+//   Steps 5–6 fused into the aggregate kernel's row loads: the CTA reads P's q rows of its
+//      query block and, per key block it walks, P's k and v rows, and normalizes them
+//      itself (unit length; q̃, k̃ MiPE-rotated in fp64) with the simple kernel's own row
+//      arithmetic (kernels/cuda/screening_rows.cuh, which NormalizeKernel calls too) before
+//      staging them as bf16. The CTA owning a query block writes that block's saved q̃, k̃,
+//      v̄ and norms (its diagonal key block, which every CTA walks), bit for bit what
+//      ScreeningForward writes there. A key block is normalized again by each CTA that
+//      walks it (an fp64 cos and sin per k row, v̄'s norm per v row), which reads P's k
+//      and v columns where the two-launch form read saved k̃, v̄ (the same 80 floats a row);
+//      what goes is the separate pass's read of P's q, k, v, the read-back of q̃, and a
+//      launch. The two-launch form (the simple kernel's normalize pass, then the aggregate
+//      kernel on the saved rows: ScreeningTiledForwardTwoLaunches) gives U, h and every
+//      saved array bit for bit as the one-launch form (tested on the emulated device).
+//   Aggregate (steps 7–13): a CTA of 4 warps per (64-query block, tile, sequence).
 //      Each warp owns 16 queries. The CTA walks only the 64-key blocks its Softmask
 //      window reaches, [max(0, q0 − keys + 1), q_last] (block-sparse over the causal
 //      band: O(T·w) work and reads; w ≥ T and w = ∞ walk the whole causal triangle),
@@ -39,10 +49,12 @@
 //   threads with 21,504 bytes of static shared memory (q̃ hi/lo 64×16, k̃ hi/lo 64×16,
 //   v̄ 64×64, bf16, rows padded to 48 and 144 bytes: 16-byte multiples, not 32-byte
 //   ones, so ldmatrix's eight rows fall in distinct banks) and __launch_bounds__(128, 4)
-//   caps registers at 128 per thread (ptxas, CUDA 13: 128 on sm_90, 123 on sm_80, no
-//   spills), so the register file allows exactly 4 CTAs; shared memory would allow 7
-//   (sm_80) or 10 (sm_90). Staging is plain loads from the fp32 `saved` arrays, one
-//   buffer, no cp.async pipeline yet (the fp32 → bf16 conversion happens on the way).
+//   caps registers at 128 per thread (ptxas, CUDA 13, the one-launch form: 126 on sm_90,
+//   127 on sm_80, no spills, 40 bytes of stack for the fp64 cos and sin; the two-launch
+//   form's kernel 128 and 127), so the register file allows exactly 4 CTAs; shared memory
+//   (unchanged by the fusion) would allow 7 (sm_80) or 10 (sm_90). Staging is plain loads
+//   from fp32 P (normalized and rounded to bf16 on the way), one buffer, no cp.async
+//   pipeline yet.
 // Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
 //
 // Backward (ScreeningTiledBackward), four launches, nothing [T, w] stored:
@@ -122,6 +134,16 @@ void ScreeningTiledForward(const ScreeningShape& shape, const float* P, const Ti
 void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                                               const ScreeningSaved<float>& saved, float* U,
                                               ScreeningScratch* scratch, cudaStream_t stream);
+
+// The two-launch forms of the two above (the simple kernel's normalize pass, then the
+// aggregate kernel staging the saved rows): what the one-launch forward replaced, kept for
+// tests/kernels/screening_tiled_test.cc's bit-identity test; not for the model.
+void ScreeningTiledForwardTwoLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                      const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
+                                      cudaStream_t stream);
+void ScreeningTiledForwardPlainBf16SimilarityTwoLaunches(const ScreeningShape& shape, const float* P,
+                                                         const TileScalars* tiles, const ScreeningSaved<float>& saved,
+                                                         float* U, ScreeningScratch* scratch, cudaStream_t stream);
 
 // Backward (see the header comment above): the same arguments, outputs and errors as
 // ScreeningBackward. saved as its forward wrote it; dU [B·T, tiles·d_v] device, read;

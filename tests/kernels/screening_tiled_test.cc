@@ -21,6 +21,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -85,7 +86,9 @@ struct Outputs {
   std::vector<float> U, q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
 };
 
-enum class Kernel { kSimple, kTiled, kTiledPlainBf16 };
+// kTiled*TwoLaunches: the tiled forward's two-launch form (the simple kernel's normalize
+// pass, then the aggregate kernel on the saved rows), which the one-launch form replaced.
+enum class Kernel { kSimple, kTiled, kTiledPlainBf16, kTiledTwoLaunches, kTiledPlainBf16TwoLaunches };
 
 Outputs RunForward(const Problem& p, Kernel kernel) {
   const ScreeningShape& s = p.shape;
@@ -113,6 +116,13 @@ Outputs RunForward(const Problem& p, Kernel kernel) {
       break;
     case Kernel::kTiledPlainBf16:
       kernels::cuda::ScreeningTiledForwardPlainBf16Similarity(s, P, p.tiles.data(), saved, U, &scratch, nullptr);
+      break;
+    case Kernel::kTiledTwoLaunches:
+      kernels::cuda::ScreeningTiledForwardTwoLaunches(s, P, p.tiles.data(), saved, U, &scratch, nullptr);
+      break;
+    case Kernel::kTiledPlainBf16TwoLaunches:
+      kernels::cuda::ScreeningTiledForwardPlainBf16SimilarityTwoLaunches(s, P, p.tiles.data(), saved, U, &scratch,
+                                                                         nullptr);
       break;
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -286,6 +296,45 @@ TEST_F(ScreeningTiledTest, PlainBf16SimilarityMissesTheToleranceWhereTheSplitMee
                  plain_error, split_error);
     EXPECT_GT(plain_error, kTolerance) << "r = " << r;
     EXPECT_LE(split_error, kTolerance) << "r = " << r;
+  }
+}
+
+TEST_F(ScreeningTiledTest, ForwardFusedIsBitIdenticalToTheTwoLaunchForm) {
+  // The one-launch forward normalizes the P rows it loads with NormalizeKernel's row
+  // arithmetic (screening_rows.cuh): U, h and every saved array are the two-launch form's
+  // bit for bit, for both similarity products. Far pos0 (MiPE rotations of every angle),
+  // T = 37 (one block, cut short) and 300 (several blocks each way), B = 2, windows inside
+  // and past a block, w = ∞ (no rotation), r small and near 1.
+  const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.02, 1.1}, {9.0, 0.999, 2.0}};
+  for (const int64_t T : {int64_t{37}, int64_t{300}}) {
+    const Problem p(2, T, tiles, /*clustered=*/true, 23 + T, /*pos0=*/70000);
+    for (const bool split : {true, false}) {
+      const Outputs fused = RunForward(p, split ? Kernel::kTiled : Kernel::kTiledPlainBf16),
+                    two = RunForward(p, split ? Kernel::kTiledTwoLaunches : Kernel::kTiledPlainBf16TwoLaunches);
+      const std::string what = "T = " + std::to_string(T) + (split ? ", split" : ", plain bf16");
+      // (name, fused form's array, two-launch form's array)
+      using Arrays = std::pair<const std::vector<float>*, const std::vector<float>*>;
+      const std::vector<std::pair<const char*, Arrays>> arrays = {{"U", {&fused.U, &two.U}},
+                                                                  {"q_tilde", {&fused.q_tilde, &two.q_tilde}},
+                                                                  {"k_tilde", {&fused.k_tilde, &two.k_tilde}},
+                                                                  {"v_bar", {&fused.v_bar, &two.v_bar}},
+                                                                  {"q_norm", {&fused.q_norm, &two.q_norm}},
+                                                                  {"k_norm", {&fused.k_norm, &two.k_norm}},
+                                                                  {"v_norm", {&fused.v_norm, &two.v_norm}},
+                                                                  {"h", {&fused.h, &two.h}}};
+      for (const auto& [name, pair] : arrays) {
+        const std::vector<float>& got = *pair.first;
+        const std::vector<float>& ref = *pair.second;
+        ASSERT_EQ(got.size(), ref.size()) << what << ", " << name;
+        int64_t differing = 0, nonzero = 0;
+        for (size_t e = 0; e < got.size(); ++e) {
+          differing += std::memcmp(&got[e], &ref[e], sizeof(float)) != 0;
+          nonzero += ref[e] != 0.f;
+        }
+        EXPECT_EQ(differing, 0) << what << ": elements of " << name << " differ";
+        EXPECT_GT(nonzero, int64_t(got.size() / 2)) << what << ": " << name << " mostly zero, the test proves little";
+      }
+    }
   }
 }
 
