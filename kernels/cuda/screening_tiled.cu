@@ -221,6 +221,55 @@ __device__ inline void MmaSplit(float acc[2][4], const uint32_t a_hi[4], const u
   }
 }
 
+// The pair quantities the forward computes and both backward kernels recompute on one 16×16
+// step's fragments,
+// element e of n-tile n at query i and key j (d = i − j): from s (fp32-accurate, the
+// hi/lo split), a = 1 − (1 − s)/r; the pair is active (accepted and inside the window,
+// 0 ≤ d < keys, i < T) unless a ≤ 0 (NaN stays active, as in the simple kernel).
+// (m(d) is read where it is used, not kept per element: registers.)
+struct PairTerms {
+  float a;
+  bool active;
+};
+__device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float inv_r) {
+  const float a = TrimA(sim, inv_r);
+  return {a, i < T && unsigned(d) < unsigned(keys) && !(a <= 0.f)};  // 0 ≤ d < keys in one compare
+}
+// The pair terms of one step's fragments, pair[n][e] of query and key at(n, e) = (i, j), and
+// whether any is active. `interior` (warp-uniform): every pair of the step lies inside the
+// window, so a pair is active unless a ≤ 0 and the window test is skipped (same terms; the
+// arm `tools/ptxas_usage.py --step-loops` counts apart by the comment it holds).
+template <typename At>
+__device__ inline bool StepPairs(const float (&sim)[2][4], bool interior, int T, int keys, float inv_r,
+                                 PairTerms (&pair)[2][4], At at) {
+  bool any = false;
+  if (interior) {
+#ifndef MULTISCREEN_CUDA_EMULATED
+    asm volatile("// screening step: interior");  // a PTX comment: no instruction
+#endif
+    #pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float a = TrimA(sim[n][e], inv_r);
+        pair[n][e] = {a, !(a <= 0.f)};
+        any |= pair[n][e].active;
+      }
+    }
+  } else {
+    #pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int2 ij = at(n, e);
+        pair[n][e] = Pair(sim[n][e], ij.x, ij.x - ij.y, T, keys, inv_r);
+        any |= pair[n][e].active;
+      }
+    }
+  }
+  return any;
+}
+
 // One CTA: queries [q0, q0 + 64) of task (b, t); see screening_tiled.h for the scheme.
 // Warp w owns queries qw = q0 + 16w …; lane = 4g + u (g = groupID, u = threadID_in_group)
 // holds, per n-tile of 8 columns, rows qw + g and qw + g + 8, columns 2u and 2u + 1 of
@@ -327,15 +376,18 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
       }
       // Trim² · Softmask on the fragments (steps 8–9): as the simple kernel,
       // weight = a ≤ 0 ? 0 : a² m(i − j), and 0 outside the window (NaN stays NaN).
+      // Warp-uniform: every pair of the step is inside the window (i < T, 0 ≤ i − j < keys).
+      const bool interior = qw + 15 < T && kj + 15 <= qw && qw + 15 - kj < keys;
+      const auto at = [&](int n, int e) { return int2{qw + g + 8 * (e / 2), kj + 8 * n + 2 * u + e % 2}; };
+      PairTerms pair[2][4];
+      StepPairs(sim, interior, T, keys, inv_r, pair, at);
       bool any = false;
       #pragma unroll
       for (int n = 0; n < 2; ++n) {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int i = qw + g + 8 * (e / 2), j = kj + 8 * n + 2 * u + e % 2, d = i - j;
-          const float a = TrimA(sim[n][e], inv_r);
-          const bool inside = i < T && d >= 0 && d < keys;
-          sim[n][e] = !inside || a <= 0.f ? 0.f : a * a * m[d];
+          const int2 ij = at(n, e);
+          sim[n][e] = pair[n][e].active ? pair[n][e].a * pair[n][e].a * m[ij.x - ij.y] : 0.f;
           any |= sim[n][e] != 0.f;
         }
       }
@@ -392,54 +444,6 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
 }
 
 // ---- Backward: steps 10–7 on tensor cores -----------------------------------------
-
-// The pair quantities both backward kernels recompute on one 16×16 step's fragments,
-// element e of n-tile n at query i and key j (d = i − j): from s (fp32-accurate, the
-// hi/lo split), a = 1 − (1 − s)/r; the pair is active (accepted and inside the window,
-// 0 ≤ d < keys, i < T) unless a ≤ 0 (NaN stays active, as in the simple kernel).
-// (m(d) is read where it is used, not kept per element: registers.)
-struct PairTerms {
-  float a;
-  bool active;
-};
-__device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float inv_r) {
-  const float a = TrimA(sim, inv_r);
-  return {a, i < T && unsigned(d) < unsigned(keys) && !(a <= 0.f)};  // 0 ≤ d < keys in one compare
-}
-// The pair terms of one step's fragments, pair[n][e] of query and key at(n, e) = (i, j), and
-// whether any is active. `interior` (warp-uniform): every pair of the step lies inside the
-// window, so a pair is active unless a ≤ 0 and the window test is skipped (same terms; the
-// arm `tools/ptxas_usage.py --step-loops` counts apart by the comment it holds).
-template <typename At>
-__device__ inline bool StepPairs(const float (&sim)[2][4], bool interior, int T, int keys, float inv_r,
-                                 PairTerms (&pair)[2][4], At at) {
-  bool any = false;
-  if (interior) {
-#ifndef MULTISCREEN_CUDA_EMULATED
-    asm volatile("// screening step: interior");  // a PTX comment: no instruction
-#endif
-    #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float a = TrimA(sim[n][e], inv_r);
-        pair[n][e] = {a, !(a <= 0.f)};
-        any |= pair[n][e].active;
-      }
-    }
-  } else {
-    #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int2 ij = at(n, e);
-        pair[n][e] = Pair(sim[n][e], ij.x, ij.x - ij.y, T, keys, inv_r);
-        any |= pair[n][e].active;
-      }
-    }
-  }
-  return any;
-}
 
 // ---- Epilogues: the unit-norm and MiPE backward of finished rows (steps 6 and 5) --------
 // A warp's 16 finished rows of a gradient, held as accumulator fragments acc[n][e] (n-tile n:
