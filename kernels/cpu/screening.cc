@@ -393,8 +393,11 @@ struct BackwardTask {
       Real sq = 0;
 #pragma omp simd reduction(+ : sq)
       for (int64_t c = 0; c < dv; ++c) sq += hi[c] * hi[c];
-      Real f = 1, f_dn = 0;  // identity when the switch is off: ∂L/∂h = ∂L/∂u
-      if (shape.tanh_norm) TanhNormScale(std::sqrt(sq), &f, &f_dn);
+      Real f_out = 1, f_dn_out = 0;  // identity when the switch is off: ∂L/∂h = ∂L/∂u
+      if (shape.tanh_norm) TanhNormScale(std::sqrt(sq), &f_out, &f_dn_out);
+      // Copies whose address is not taken: the loops below stay vectorized (with f itself
+      // the compiler reloaded it after every store into dP and ran them one lane at a time).
+      const Real f = f_out, f_dn = f_dn_out;
       double row_scale = 0;
       Real dot = 0;
       if (shape.output_gate) {
@@ -410,7 +413,7 @@ struct BackwardTask {
           dg[c] = scale * dUi[c] * (hi[c] * f) * gate_dg[c];
           dot += hi[c] * d_tn[c];
         }
-        // The fp64 sum apart too (mixed with fp32 sums, neither loop was vectorized).
+        // The fp64 sum in a loop of its own.
 #pragma omp simd reduction(+ : row_scale)
         for (int64_t c = 0; c < dv; ++c) row_scale += static_cast<double>(dUi[c]) * (hi[c] * f) * gate[c];
       } else {  // output_gate off: the gate is 1 and has no columns
