@@ -36,7 +36,7 @@ struct ScreeningWorkspace {
     std::vector<Real> s, weight;       // a query's window: similarity, α·m
     std::vector<int32_t> accepted;     // window offsets Trim accepts
     std::vector<Real> dkey, dval;      // ∂L/∂k̃ [T, d_k], ∂L/∂v̄ [T, d_v]
-    std::vector<Real> row;             // generic widths: h, ∂h, ∂q̃, gate rows
+    std::vector<Real> row;             // generic widths: h, ∂h, ∂q̃, gate and its derivative
   };
   std::vector<Thread> threads;
   std::vector<Real> mask, dmask;       // [tiles, mask_ld]: m(d), ∂m/∂w(d) at index keys − 1 − d

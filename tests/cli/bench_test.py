@@ -185,6 +185,8 @@ class BenchTest(OneLineErrors):
         self.assertTrue(0 <= j["accepted_fraction"] <= 1)
         self.assertGreater(j["forward_ns_per_tile_token"], 0)
         self.assertGreater(j["backward_ns_per_tile_token"], 0)
+        self.assertGreater(j["forward_thread_cpu_seconds"], 0)
+        self.assertGreater(j["backward_thread_cpu_seconds"], 0)
 
     def test_decode_feeds_the_prompt_both_ways_to_the_same_first_token(self):
         # bench decode: the prompt token by token and in chunks of --feed_rows (20 tokens in
