@@ -2,8 +2,9 @@
 // the trainer, `forward`): one shard of a model — Multiscreen (model/multiscreen.h) or
 // the Transformer baseline (model/transformer.h) — as the stage pieces a pipeline
 // stage calls, in this order per step:
-//   BeginStep; per micro-batch Embed (first stage), LayersForward, HeadLoss (last
-//   stage), LayersBackward, EmbedBackward (first stage); EndStep.
+//   BeginStep; ZeroGradientsBeforeStep (training: on the instance whose backward runs
+//   first); per micro-batch Embed (first stage), LayersForward, HeadLoss (last stage),
+//   LayersBackward, EmbedBackward (first stage); EndStep (that instance's first).
 // plus the whole-model conveniences ForwardBackward and Loss. Both families are
 // written once over kernel tables; MakeModelStage picks the family from ModelDims.
 // Not thread-safe: one instance holds the activations of one micro-batch.
