@@ -193,7 +193,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     }
     const auto start = BenchClock::now();
     const double cpu_start = ThreadCpuSeconds();
-    ops.Fill(grads.data(), n, Real(0));
+    model.ZeroGradientsBeforeStep(grads.data());
     const double loss = model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data());
     {
       PhaseTimer timer(&profile, StepProfile::kOptimizer);

@@ -2,8 +2,9 @@
 // the trainer, `forward`): one shard of a model — Multiscreen (model/multiscreen.h) or
 // the Transformer baseline (model/transformer.h) — as the stage pieces a pipeline
 // stage calls, in this order per step:
-//   BeginStep; per micro-batch Embed (first stage), LayersForward, HeadLoss (last
-//   stage), LayersBackward, EmbedBackward (first stage); EndStep.
+//   BeginStep; ZeroGradientsBeforeStep (training: on the instance whose backward runs
+//   first); per micro-batch Embed (first stage), LayersForward, HeadLoss (last stage),
+//   LayersBackward, EmbedBackward (first stage); EndStep (that instance's first).
 // plus the whole-model conveniences ForwardBackward and Loss. Both families are
 // written once over kernel tables; MakeModelStage picks the family from ModelDims.
 // Not thread-safe: one instance holds the activations of one micro-batch.
@@ -67,6 +68,14 @@ class ModelStage {
 
   // ---- stage pieces (see each family's header for what they compute) ---------------
   virtual void BeginStep(const Real* params) = 0;
+  // Readies grads [layout().size()] for a step's accumulation: afterwards every
+  // gradient holds what adding the step's parts into zeros gives. Called once per step
+  // before any piece that writes grads (HeadLoss adds ∂s_F in the forward), on the
+  // instance whose LayersBackward and EndStep run first in the step: a family may zero
+  // only what its first backward does not overwrite, and flag that instance's next
+  // LayersBackward and EndStep to write instead of add (Multiscreen: issue 42). The
+  // Transformer's is one Fill of the whole buffer.
+  virtual void ZeroGradientsBeforeStep(Real* grads) = 0;
   // x [n, d_E] from token ids [n] (host). Needs shard.embed.
   virtual void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) = 0;
   // x ← the shard's layers applied to x [B·T, d_E]; keeps what the backward needs.

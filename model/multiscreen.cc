@@ -42,6 +42,7 @@ Multiscreen<Real>::Multiscreen(const ModelDims& dims, const ShardSpec& shard, Mo
       d_delta_(options.device),
       scratch_x_(options.device),
       head_(options.device),
+      zero_(options.device),
       step_x0_(options.device),
       logits_(options.device) {
   if (dims.transformer()) {
@@ -51,6 +52,8 @@ Multiscreen<Real>::Multiscreen(const ModelDims& dims, const ShardSpec& shard, Mo
     weights_.emplace_back(options.device);
     acts_.emplace_back(options.device);
   }
+  zero_.Resize(1);
+  ops_->Fill(zero_.data(), 1, Real(0));
 }
 
 template <typename Real>
@@ -138,6 +141,34 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     const kernels::Copy2DJob<Real> w_o_job{params + w_o.buffer_offset, n_o, 0, 1, n_o, 1, w.w_o.data(), n_o, 0};
     ops_->PackJobsRounded(options_.precision, &w_o_job, 1, w.w_o.data(), n_o, &w.w_o_op);
   }
+}
+
+template <typename Real>
+void Multiscreen<Real>::ZeroGradientsBeforeStep(Real* grads) {
+  const ShardSpec& shard = layout_.shard();
+  const auto& entries = layout_.entries();
+  // `count` blocks of `n` consecutive zeros at dst + b·stride, each element read from
+  // zero_[0] (a column of n rows, ld_src = src_stride = 0).
+  auto zeros = [&](int64_t offset, int64_t n, int64_t count, int64_t stride) {
+    return kernels::Copy2DJob<Real>{zero_.data(), 0, 0, n, 1, count, grads + offset, 1, stride};
+  };
+  kernels::Copy2DJob<Real> jobs[2];
+  int n = 0;
+  // s_E and s_F follow W_E at the layout's start (ParamLayout): one block.
+  const ParamEntry* s_e = layout_.Find("embed/s_E");
+  const ParamEntry* s_f = layout_.Find("head/s_F");
+  if (s_e != nullptr || s_f != nullptr) {
+    jobs[n++] = zeros((s_e != nullptr ? s_e : s_f)->buffer_offset, (s_e != nullptr) + (s_f != nullptr), 1, 0);
+  }
+  // Each layer's s_w, s_r, s_O (adjacent: 3·tiles) at the layers' fixed stride.
+  const int64_t layers = shard.layers();
+  if (layers > 0) {
+    auto s_w = [&](int64_t li) { return entries[layout_.MultiscreenEntry(shard.layer_begin + li, kSw)].buffer_offset; };
+    jobs[n++] = zeros(s_w(0), 3 * shard.tiles(), layers, layers > 1 ? s_w(1) - s_w(0) : 0);
+  }
+  ops_->Copy2DJobs(jobs, n, /*accumulate=*/false);
+  overwrite_layer_grads_ = layers > 0;
+  overwrite_w_e_ = shard.embed || shard.head;
 }
 
 template <typename Real>
@@ -285,6 +316,9 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   d_u_.Resize(rows * nt * dV);
   d_p_.Resize(rows * nt * C);
   d_w_cat_.Resize(dE * nt * C);
+  // The step's first backward writes W_O, W_Q, W_K, W_V, W_G (ZeroGradientsBeforeStep).
+  const bool overwrite = overwrite_layer_grads_;
+  overwrite_layer_grads_ = false;
   for (int64_t li = layout_.shard().layers() - 1; li >= 0; --li) {
     LayerActivations& a = acts_[li];
     const LayerWeights& w = weights_[li];
@@ -301,8 +335,8 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     }
     ops_->PackAsGemm(options_.precision, d_delta, rows * dE, &d_delta_op_);
     ops_->GemmBothPacked(false, true, rows, nt * dV, dE, 1, d_delta_op_, dE, w.w_o_op, dE, 0, d_u_.data(), nt * dV);
-    ops_->GemmBothPacked(true, false, nt * dV, dE, rows, 1, a.u_op, nt * dV, d_delta_op_, dE, 1, grads + slot(kWO),
-                         dE);
+    ops_->GemmBothPacked(true, false, nt * dV, dE, rows, 1, a.u_op, nt * dV, d_delta_op_, dE, overwrite ? 0 : 1,
+                         grads + slot(kWO), dE);
     timer.emplace(options_.profile, StepProfile::kScreeningBackward);
     const auto tiles = TileScalarsOf(li, nullptr);
     // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}; the table adds their
@@ -314,7 +348,7 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     RoundGradientToCompute(d_p_.data(), rows * nt * C);
     ops_->PackAsGemm(options_.precision, d_p_.data(), rows * nt * C, &d_p_op_);
     ops_->GemmBothPacked(true, false, dE, nt * C, rows, 1, a.x_in_op, dE, d_p_op_, nt * C, 0, d_w_cat_.data(), nt * C);
-    UnpackProjectionsAdd(*ops_, layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads);
+    UnpackProjections(*ops_, layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads, !overwrite);
     AddProductAcrossTp(*ops_, *tp_, false, true, rows, dE, nt * C, d_p_op_, nt * C, w.w_cat_op, nt * C, scratch_x_,
                        dx);
     this->LayerGradientsWritten(layout_.shard().layer_begin + li);
@@ -345,8 +379,11 @@ void Multiscreen<Real>::EndStep(Real* grads) {
   const ShardSpec& shard = layout_.shard();
   if (!(shard.embed || shard.head)) return;
   const int64_t dE = dims().d_e;
+  // The step's first EndStep writes W_E's gradient (ZeroGradientsBeforeStep), the rest add.
+  const bool accumulate = !overwrite_w_e_;
+  overwrite_w_e_ = false;
   ops_->UnitRowsBackward(e_bar_.data(), dE, e_norm_.data(), d_e_bar_.data(), dE,
-                         grads + layout_.Find("embed/W_E")->buffer_offset, dE, shard.vocab(), dE, true);
+                         grads + layout_.Find("embed/W_E")->buffer_offset, dE, shard.vocab(), dE, accumulate);
 }
 
 

@@ -75,6 +75,13 @@ class Multiscreen final : public ModelStage<Real> {
   // (KernelTable::PackOperand), which every micro-batch's forward and backward read until
   // the next BeginStep: new parameters (an update, a load, an init) are seen only here.
   void BeginStep(const Real* params) override;
+  // Zeroes the gradients nothing overwrites first — s_E, s_F and every layer's s_w, s_r,
+  // s_O (one Copy2DJobs launch from a zero scalar) — and flags this instance's next
+  // LayersBackward to write its layers' W_O (GEMM with β = 0) and W_Q, W_K, W_V, W_G
+  // (UnpackProjections without accumulate) instead of adding, and its next EndStep to
+  // write W_E's. Bit for bit a Fill of grads then the adding step; NaNs left in grads
+  // do not survive (no overwriting path reads what it overwrites).
+  void ZeroGradientsBeforeStep(Real* grads) override;
   // x[n, d_E] = e^{s_E} · Ē[ids] (all-reduced over tp). Needs shard.embed.
   void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
   // x ← x^{l1} from x^{l0} over the shard's layers for B sequences of T tokens.
@@ -85,11 +92,13 @@ class Multiscreen final : public ModelStage<Real> {
   // scaled by grad_scale/n. Needs shard.head.
   double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
                   Real* grads, double grad_scale, Real* token_losses) override;
-  // dx ← ∂L/∂x^{l0} from ∂L/∂x^{l1}; adds the layers' parameter gradients.
+  // dx ← ∂L/∂x^{l0} from ∂L/∂x^{l1}; adds the layers' parameter gradients (writes
+  // their matrices' when ZeroGradientsBeforeStep flagged this call).
   void LayersBackward(const Real* params, Real* dx, Real* grads) override;
   // Adds the embedding's gradients (s_E, and W_E through Ē) from dx [n, d_E].
   void EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) override;
-  // Moves the Ē gradient gathered by HeadLoss/EmbedBackward into W_E's slot of grads.
+  // Moves the Ē gradient gathered by HeadLoss/EmbedBackward into W_E's slot of grads
+  // (added; written when ZeroGradientsBeforeStep flagged this call).
   void EndStep(Real* grads) override;
 
  private:
@@ -148,6 +157,10 @@ class Multiscreen final : public ModelStage<Real> {
   Array d_u_, d_p_, d_w_cat_, d_delta_, scratch_x_;
   kernels::PackedOperand<Real> d_delta_op_, d_p_op_;  // ∂Δ and ∂P as both of their GEMMs read them (PackAsGemm)
   HeadBuffers head_;
+  Array zero_;  // [1] = 0: the source ZeroGradientsBeforeStep copies from
+  // Set by ZeroGradientsBeforeStep, cleared by the LayersBackward and EndStep they flag:
+  // write the gradients instead of adding into them.
+  bool overwrite_layer_grads_ = false, overwrite_w_e_ = false;
   Array step_x0_, logits_;  // EmbedBackward's x⁰, Logits' output
 };
 

@@ -105,10 +105,10 @@ void PackProjectionsRounded(kernels::KernelTable<Real>& ops, const ParamLayout& 
   ops.PackJobsRounded(precision, jobs, n, w_cat->data(), w_cat->size(), out);
 }
 
-// The reverse of PackProjections' jobs, added: one launch.
+// The reverse of PackProjections' jobs, added or written: one launch.
 template <typename Real>
-void UnpackProjectionsAdd(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
-                          int64_t layer, Real* grads) {
+void UnpackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
+                       int64_t layer, Real* grads, bool accumulate) {
   const ModelDims& d = layout.dims();
   const int64_t dE = d.d_e, nt = layout.shard().tiles(), C = TileColumns(d), ldw = nt * C;
   kernels::Copy2DJob<Real> jobs[kernels::kMaxCopy2DJobs];
@@ -117,7 +117,7 @@ void UnpackProjectionsAdd(kernels::KernelTable<Real>& ops, const ParamLayout& la
     Real* dst = grads + layout.entries()[layout.MultiscreenEntry(layer, part)].buffer_offset;
     jobs[n++] = {d_w_cat + col, ldw, C, dE, w, nt, dst, w, dE * w};
   });
-  ops.Copy2DJobs(jobs, n, /*accumulate=*/true);
+  ops.Copy2DJobs(jobs, n, accumulate);
 }
 
 template <typename Real>
@@ -150,8 +150,8 @@ std::vector<kernels::TileScalars> MapTileScalars(const ParamLayout& layout, cons
                                       DeviceArray<Real>*);                                                           \
   template void PackProjectionsRounded<Real>(kernels::KernelTable<Real>&, const ParamLayout&, const Real*, int64_t,  \
                                              Precision, DeviceArray<Real>*, kernels::PackedOperand<Real>*);          \
-  template void UnpackProjectionsAdd<Real>(kernels::KernelTable<Real>&, const ParamLayout&, const Real*, int64_t,    \
-                                           Real*);                                                                   \
+  template void UnpackProjections<Real>(kernels::KernelTable<Real>&, const ParamLayout&, const Real*, int64_t,       \
+                                        Real*, bool);                                                                \
   template std::vector<kernels::TileScalars> MapTileScalars<Real>(const Real*, const Real*, const Real*, int64_t,    \
                                                                   const InferenceOptions*);                          \
   template std::vector<kernels::TileScalars> MapTileScalars<Real>(const ParamLayout&, const Real*, int64_t,          \

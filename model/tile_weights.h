@@ -76,11 +76,12 @@ void PackProjectionsRounded(kernels::KernelTable<Real>& ops, const ParamLayout& 
                             int64_t layer, Precision precision, DeviceArray<Real>* w_cat,
                             kernels::PackedOperand<Real>* out);
 
-// Adds the packed gradient d_w_cat (same layout as PackProjections) into the
-// W_Q, W_K, W_V, W_G slots of grads (both on the table's device).
+// The packed gradient d_w_cat (same layout as PackProjections) added into the W_Q, W_K,
+// W_V, W_G slots of grads (accumulate), or written over them (not: the step's first
+// backward, Multiscreen::ZeroGradientsBeforeStep), one launch; both on the table's device.
 template <typename Real>
-void UnpackProjectionsAdd(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
-                          int64_t layer, Real* grads);
+void UnpackProjections(kernels::KernelTable<Real>& ops, const ParamLayout& layout, const Real* d_w_cat,
+                       int64_t layer, Real* grads, bool accumulate);
 
 // The scalars of `tiles` tiles from their host values s_w, s_r, s_o [tiles]; with
 // `inference`, windows longer than inference->train_len become infinite (MiPE keeps the

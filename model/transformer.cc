@@ -483,6 +483,11 @@ void Transformer<Real>::EmbedBackward(const Real* params, const int32_t* ids, in
 }
 
 template <typename Real>
+void Transformer<Real>::ZeroGradientsBeforeStep(Real* grads) {
+  ops_->Fill(grads, layout_.size(), Real(0));
+}
+
+template <typename Real>
 void Transformer<Real>::EndStep(Real* grads) {
   PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   const ShardSpec& shard = layout_.shard();

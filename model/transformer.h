@@ -71,6 +71,8 @@ class Transformer final : public ModelStage<Real> {
   // forward and backward read until the next BeginStep: new parameters (an update, a
   // load, an init) are seen only here.
   void BeginStep(const Real* params) override;
+  // One Fill of grads (every gradient zeroed; the backward adds into them).
+  void ZeroGradientsBeforeStep(Real* grads) override;
   void Embed(const Real* params, const int32_t* ids, int64_t n, Real* x) override;
   // `inference`: its yarn_factor (with train_len as YaRN's L), for attention SIGMOID its
   // bias's n (SigmoidBiasLength; T at training), and for attention SCREENING its window rule; the backward is of a training forward (no YaRN, learned windows).

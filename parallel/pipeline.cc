@@ -54,10 +54,21 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
     std::copy(seq + 1, seq + T + 1, targets_.begin() + b * T);
   }
   for (int64_t i = 0; i < slots; ++i) models_[i]->BeginStep(params);
+  const std::vector<PipeOp> schedule = train ? OneFOneBSchedule(s, S, M) : ForwardOnlySchedule(s, S, M);
+  // The instance of the step's first backward readies the gradients (its first
+  // LayersBackward and its EndStep may write them instead of adding: the EndSteps below
+  // start with it). 1F1B runs the backwards in micro-batch order: micro-batch 0, slot 0.
+  int64_t first_slot = 0;
+  if (train) {
+    auto first = std::find_if(schedule.begin(), schedule.end(),
+                              [](const PipeOp& op) { return op.kind == PipeOpKind::kBackward; });
+    if (first != schedule.end()) first_slot = first->micro_batch % slots;
+    models_[first_slot]->ZeroGradientsBeforeStep(grads);
+  }
 
   double loss_sum = 0;
   const int prev = s - 1, next = s + 1;
-  for (const PipeOp& op : train ? OneFOneBSchedule(s, S, M) : ForwardOnlySchedule(s, S, M)) {
+  for (const PipeOp& op : schedule) {
     const int64_t m = op.micro_batch, slot = m % slots, other = op.other >= 0 ? op.other % slots : -1;
     ModelStage<float>& model = *models_[slot];
     const int32_t* ids = inputs_.data() + m * rows;
@@ -104,7 +115,7 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
   }
   // Each instance gathered the Ē gradient of its own micro-batches.
   if (train) {
-    for (int64_t i = 0; i < slots; ++i) models_[i]->EndStep(grads);
+    for (int64_t i = 0; i < slots; ++i) models_[(first_slot + i) % slots]->EndStep(grads);
   }
   return shard_.head ? loss_sum : 0.0;
 }

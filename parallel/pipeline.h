@@ -41,9 +41,10 @@ class PipelineStage {
   // Forward and backward of M = micro_batches micro-batches of B sequences of
   // T tokens: params (and grads) on the stage's device; tokens [M][B, T+1] host
   // memory (every stage of the replica passes the same;
-  // the first reads the inputs, the last the targets). Adds grad_scale ×
+  // the first reads the inputs, the last the targets). Writes grad_scale ×
   // ∂(Σ_m loss_m)/∂params into grads (the layout's flat buffer; W_E's slot
-  // holds this stage's part only). Returns Σ_m loss_m, each the mean over B·T
+  // holds this stage's part only); what grads held is not read (NaNs included:
+  // ModelStage::ZeroGradientsBeforeStep on the first backward's instance). Returns Σ_m loss_m, each the mean over B·T
   // positions, on the last stage, and 0 on the others. grads null: evaluation, the
   // forwards only (ForwardOnlySchedule, no activation gradients, one slot).
   // Errors: M, B or T below 1 (naming --grad_accum, --micro_batch, --seq_len), a

@@ -71,7 +71,7 @@ absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model,
                                         const int32_t* tokens, const StepShape& shape, float* grads,
                                         double loss_scale) {
   const ParamLayout& layout = model.layout();
-  model.ops().Fill(grads, layout.size(), 0.0f);
+  // No fill here: the stage readies grads itself (ModelStage::ZeroGradientsBeforeStep).
   // Each micro-batch's loss is a mean over its B·T positions; 1/M makes the
   // replica's gradient that of its M-micro-batch mean, and DataParallel's
   // mean over dp that of the global batch.

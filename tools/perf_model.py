@@ -397,8 +397,11 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
             ops.append(Op("∂s_F = Σ y·∂y (one-launch dot)", "mem", 1, 0, n * d * 4 * 2))
         ops.append(Op("bf16(∂x) for the layer's GEMMs", "mem", n_l, 0, n * d * (4 + 2)))
         ops.append(Op("∂U = ∂x·W_Oᵀ (GEMM)", "gemm", n_l, 2 * n * d * vd, n * d * 2 + vd * d * 2 + n * vd * 2))
-        ops.append(Op("∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)", "gemm", n_l, 2 * n * d * vd,
-                      n * vd * 2 + n * d * 2 + vd * d * 4 * 2))
+        # The step's first backward writes the layers' matrix gradients (β = 0, a copy:
+        # Multiscreen::ZeroGradientsBeforeStep); later micro-batches add (β = 1, read back:
+        # vd·d·4 more bytes here, d·pd·4 in the unpack), which "accumulating" leaves out.
+        ops.append(Op("∂W_O = Uᵀ·∂x (GEMM, fp32, β = 0)", "gemm", n_l, 2 * n * d * vd,
+                      n * vd * 2 + n * d * 2 + vd * d * 4))
         ops.append(Op("screening backward: gate, TanhNorm → ∂h, ∂g", "mem", n_l, 0,
                       nt * (64 * 2 + 64 * 2 + 64 * 4 + 64 * 4 + 64 * 2)))
         # The query and key passes finish their rows in their epilogues (the unit-norm and
@@ -414,8 +417,8 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         ops.append(Op("screening backward: tile-scalar sums", "mem", n_l, 0, nt * 4 * 8, launches=2))
         ops.append(Op("∂W_cat = x_inᵀ·∂P (GEMM, fp32)", "gemm", n_l, 2 * n * d * pd,
                       n * d * 2 + n * pd * 2 + d * pd * 4))
-        # ∂W_cat added into the four gradients: one launch (KernelTable::Copy2DJobs)
-        ops.append(Op("unpack ∂W_cat into the gradients", "mem", n_l, 0, d * pd * 4 * 3))
+        # ∂W_cat written into the four gradients: one launch (KernelTable::Copy2DJobs)
+        ops.append(Op("unpack ∂W_cat into the gradients", "mem", n_l, 0, d * pd * 4 * 2))
         ops.append(Op("∂x += ∂P·W_catᵀ (GEMM, β = 1)", "gemm", n_l, 2 * n * pd * d,
                       n * pd * 2 + d * pd * 2 + n * d * 4 * 2))
         if embed:
@@ -425,7 +428,11 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
             ops.append(Op("∂W_E = unit-rows backward (EndStep)", "mem", 1, 0, VOCAB * d * 4 * 3, once=True))
         if params is None:
             params = multiscreen_params(psi, d_e)["total"]
-        ops.append(Op("zero the gradients", "mem", 1, 0, params * 4, once=True))
+        # What no backward writes first: s_E, s_F and every layer's s_w, s_r, s_O, in one
+        # launch from a zero scalar (the counted Copy2DJobsKernel<false> it shares with the
+        # unpack is matched to the unpack, the op before: this one counts none).
+        ops.append(Op("zero ∂s_E, ∂s_F and the tile scalars' gradients", "mem", 1, 0,
+                      ((1 if embed else 0) + (1 if head else 0) + 3 * n_h * n_l) * 4 + 4, once=True))
         ops.append(Op("AdamW (fp32 master, m, v)", "mem", 1, 0, params * 28, once=True))
         # ... and once at the step's end, for the gradient norm the trainer reads (clipping,
         # the metrics, the loss scale's check); `bench train` waits there for its timer.
@@ -444,7 +451,7 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
             kernel("AggregateKernel", "screening.cu")],
         "x += U·W_O (GEMM, β = 1 into fp32 x)": [gemm(d, n, vd, "N", "N")],
         "∂U = ∂x·W_Oᵀ (GEMM)": [gemm(vd, n, d, "T", "N")],
-        "∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)": [gemm(d, vd, n, "N", "T")],
+        "∂W_O = Uᵀ·∂x (GEMM, fp32, β = 0)": [gemm(d, vd, n, "N", "T")],
         "screening backward: gate, TanhNorm → ∂h, ∂g": [kernel("OutputBackwardKernel", "screening.cu")],
         "screening backward, tiled query pass (∂q̃ → ∂P, ∂r, ∂w parts)": [kernel("TiledQueryBackwardKernel", "screening_tiled.cu"),
                                                                    kernel("QueryBackwardKernel", "screening.cu")],
@@ -453,13 +460,12 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         "screening backward: tile-scalar sums": [kernel("ReducePartsKernel", "screening.cu"),
                                                  kernel("TileScalarParamGradsKernel", "screening.cu")],
         "∂W_cat = x_inᵀ·∂P (GEMM, fp32)": [gemm(pd, d, n, "N", "T")],
-        "unpack ∂W_cat into the gradients": [kernel("Copy2DJobsKernel", "elementwise.cu", "true")],
+        "unpack ∂W_cat into the gradients": [kernel("Copy2DJobsKernel", "elementwise.cu")],
         "∂x += ∂P·W_catᵀ (GEMM, β = 1)": [gemm(d, n, pd, "T", "N")],
         "∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E": [kernel("ScatterKernel", "embedding.cu")],
         "∂W_E = unit-rows backward (EndStep)": [kernel("BackwardKernel", "unit_rows.cu")],
         # both dot products' launches (∂s_F's and ∂s_E's: one kernel name) count here
         "∂s_F = Σ y·∂y (one-launch dot)": [kernel("ReduceKernel", "elementwise.cu")],
-        "zero the gradients": [kernel("FillKernel", "elementwise.cu")],
         "AdamW (fp32 master, m, v)": [kernel("AdamWKernel", "adamw.cu")]})
     return ops, syncs, pairs, steps
 

@@ -89,7 +89,7 @@ void ExpectStagesMatch(const ModelDims& dims, const std::vector<float>& params, 
     p.Resize(layout.size());
     p.CopyFromHost(params.data());
     g.Resize(layout.size());
-    const std::vector<float> start(layout.size(), 0.5f);  // Run adds into what is there
+    const std::vector<float> start(layout.size(), 0.5f);  // Run writes: what is there is not read
     g.CopyFromHost(start.data());
     auto l = stage.Run(p.data(), tokens.data(), M, B, T, g.data(), 1.0 / M);
     ASSERT_TRUE(l.ok()) << l.status();

@@ -53,7 +53,7 @@ def matrix_params(model):
 BYTES_AGREE = {
     "tiny_tiled": ["x += U·W_O (GEMM, β = 1 into fp32 x)", "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)",
                    "dy = ∂z·Ē (GEMM)", "∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)",
-                   "∂W_O += Uᵀ·∂x (GEMM, fp32 accumulate)", "∂W_cat = x_inᵀ·∂P (GEMM, fp32)",
+                   "∂W_O = Uᵀ·∂x (GEMM, fp32, β = 0)", "∂W_cat = x_inᵀ·∂P (GEMM, fp32)",
                    "∂x += ∂P·W_catᵀ (GEMM, β = 1)", "AdamW (fp32 master, m, v)",
                    "pack W_cat, W_O from the parameters into bf16 (BeginStep)", "unpack ∂W_cat into the gradients"],
     "tiny_transformer_tiled": ["x += o·W_O (GEMM, β = 1)", "x += h·W_down (GEMM, β = 1)",

@@ -27,7 +27,7 @@ const Batch kBatches[] = {
     {1, 1, 1, 1, 0, 1, 0},          // one element
     {5, 3, 11, 4, 21, 77, 7},       // 11 blocks side by side, each 3 of a tile's 7 columns
     {13, 5, 6, 5, 65, 84, 14},      // PackProjections' shape: [tiles, d_E, w] → [d_E, tiles·C]
-    {13, 5, 6, 84, 14, 5, 65},      // and UnpackProjectionsAdd's, its reverse
+    {13, 5, 6, 84, 14, 5, 65},      // and UnpackProjections's, its reverse
     {3, 17, 4, 20, 3, 17, 51},      // source blocks overlapping (only destinations may not)
 };
 
