@@ -48,11 +48,9 @@ ms_add_gtest(cuda_test cuda SOURCES cuda/tanh_norm_cuda_test.cc cuda/screening_c
   LIBS ms_kernel_table ms_kernels_cpu ms_kernels_cuda ms_buffer)
 # The models (Multiscreen, the Transformer) over the CUDA tables against the CPU's.
 ms_add_gtest(model_cuda_test cuda SOURCES cuda/model_cuda_test.cc LIBS ms_model ms_parallel ms_trainer)
-# The gradients readied by ZeroGradientsBeforeStep (issue 42), here for its device cases
-# (the default build registers it as a unit test first).
-if(NOT TARGET model_zero_gradients_test)
-  ms_add_gtest(model_zero_gradients_test cuda SOURCES model/zero_gradients_test.cc LIBS ms_model ms_parallel)
-endif()
+# The gradients readied by ZeroGradientsBeforeStep (issue 42) against the filled step, on
+# the CPU and the device (a build without CUDA registers it as a unit test instead).
+ms_add_gtest(model_zero_gradients_test cuda SOURCES model/zero_gradients_test.cc LIBS ms_model ms_parallel)
 # Decoding on the device (issue 29): the decoding caches and the decoders over the CUDA
 # table against the CPU's, token by token.
 ms_add_gtest(decoder_cuda_test cuda SOURCES cuda/decoder_cuda_test.cc LIBS ms_model ms_kernels_cuda)

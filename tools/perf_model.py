@@ -244,8 +244,10 @@ def interior_steps(keys, seq):
     `interior` steps, which skip the per-pair window test): the warp of queries 16a … 16a + 15,
     all below T, and the key step 16m with m ≤ a − 1 and 16(a − m) + 15 < keys, so
     min(a, ⌊(keys − 16)/16⌋) of them (none when keys < 32)."""
-    far = max(0, (keys - 16) // 16)
-    return sum(min(a, far) for a in range(seq // 16))
+    far, warps = max(0, (keys - 16) // 16), seq // 16  # Σ_{a < warps} min(a, far), closed form
+    if warps - 1 <= far:
+        return warps * (warps - 1) // 2
+    return far * (far + 1) // 2 + (warps - 1 - far) * far
 
 
 def screening_work(windows, seq):
