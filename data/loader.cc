@@ -120,6 +120,40 @@ absl::Status CheckShardNumbering(const std::string& dir, const std::string& spli
                        : "to use one shard alone, name the file itself"));
 }
 
+// The suffixes of compressed files a shard directory may hold by mistake: what prepare
+// decompresses (.gz, .zst) and the other common ones.
+bool IsCompressionSuffix(std::string suffix) {
+  for (char& c : suffix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return suffix == ".gz" || suffix == ".zst" || suffix == ".xz" || suffix == ".bz2" || suffix == ".lz4";
+}
+
+// Files of directory `dir` named as compressed shards of `split` (train_000001.bin.gz),
+// which the listing (*.bin) would leave out in silence: one line for the first of them
+// (sorted) — a copy beside its decompressed file (move it out), compressed data as its
+// bytes say (the command that decompresses it), or a compressed name on something else —
+// and how many there are.
+absl::Status CompressedShardsError(const std::string& dir, const std::string& split, std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  const std::string& first = names[0];
+  const std::string plain = first.substr(0, first.rfind('.'));
+  std::error_code ec;
+  std::string what;
+  if (fs::exists(plain, ec)) {
+    what = absl::StrCat(first, ": a compressed copy of ", plain, ", which is there too: move it out of the directory");
+  } else if (const Compression held = FileMagicCompression(first);
+             held != Compression::kNone && held == NamedCompression(first)) {
+    what = std::string(CompressedTokenDataError(first, held).message());
+  } else {
+    what = absl::StrCat(first, ": a compressed file's name (", first.substr(first.rfind('.')),
+                        "); token files are read as they are stored, and only *.bin: decompress it to ", plain,
+                        " or move it out of the directory");
+  }
+  const bool one = names.size() == 1;
+  return absl::InvalidArgumentError(absl::StrCat(what, "; ", names.size(), one ? " file" : " files", " in ", dir,
+                                                 one ? " is named as a compressed " : " are named as compressed ", split,
+                                                 one ? " shard" : " shards", " (*.bin is read)"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, const std::string& split,
@@ -150,18 +184,12 @@ absl::StatusOr<std::vector<std::string>> ListShards(const std::string& path, con
     const std::string name = entry.path().filename().string();
     if (is_shard(name)) shards.push_back(entry.path().string());
     // train_000001.bin.gz: a shard the loader cannot read as stored, and would leave out.
-    if (IsCompressedName(name) && is_shard(WithoutCompressionSuffix(name))) {
+    if (const size_t dot = name.rfind('.'); dot != std::string::npos && is_shard(name.substr(0, dot)) &&
+                                            IsCompressionSuffix(name.substr(dot))) {
       compressed.push_back(entry.path().string());
     }
   }
-  if (!compressed.empty()) {
-    std::sort(compressed.begin(), compressed.end());
-    const absl::Status held = CompressedTokenDataError(compressed[0], NamedCompression(compressed[0]));
-    return absl::InvalidArgumentError(absl::StrCat(
-        held.message(), "; ", compressed.size(), " of the ", split, " shards in ", path,
-        compressed.size() == 1 ? " is compressed (it" : " are compressed (they", " would be left out of the ",
-        split == "train" ? "training" : "validation", " data)"));
-  }
+  if (!compressed.empty()) return CompressedShardsError(path, split, compressed);
   if (shards.empty()) {
     return absl::NotFoundError(absl::StrCat(path, ": no ", split, " shards (", split, "_*.bin",
                                             format == TokenFormat::kRawUint16 ? absl::StrCat(" or ", split, ".bin") : "",

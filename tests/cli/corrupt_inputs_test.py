@@ -199,11 +199,30 @@ class CorruptInputsTest(OneLineErrors):
         packed = os.path.join(self.data, "train_000001.bin.gz")
         with gzip.open(packed, "wb") as f:
             f.write(raw)
+        tail = f"; 1 file in {self.data} is named as a compressed train shard (*.bin is read)"
         self.assert_one_line_error(run("train", f"--config={self.run_file()}", f"--data={self.data}",
                                        f"--run_dir={self.dir}/run"),
                                    f"{packed}: gzip data (magic 1f 8b): token files are read as they are stored; "
-                                   f"decompress it first (gunzip -k {packed}); 1 of the train shards in "
-                                   f"{self.data} is compressed (it would be left out of the training data)")
+                                   f"decompress it first (gunzip -k {packed})" + tail)
+        # A copy beside its decompressed file: gunzip -k would refuse; move it out instead.
+        os.rename(packed, os.path.join(self.data, "train_000000.bin.gz"))
+        copy = os.path.join(self.data, "train_000000.bin.gz")
+        self.assert_one_line_error(run("train", f"--config={self.run_file()}", f"--data={self.data}",
+                                       f"--run_dir={self.dir}/run"),
+                                   f"{copy}: a compressed copy of {self.data}/train_000000.bin, which is there too: "
+                                   "move it out of the directory" + tail)
+        # Not compressed data under the name (nothing claimed of its bytes); other compressors too.
+        os.remove(copy)
+        for name, content in (("train_000001.bin.gz", b""), ("train_000001.bin.xz", raw)):
+            odd = os.path.join(self.data, name)
+            with open(odd, "wb") as f:
+                f.write(content)
+            self.assert_one_line_error(run("train", f"--config={self.run_file()}", f"--data={self.data}",
+                                           f"--run_dir={self.dir}/run"),
+                                       f"{odd}: a compressed file's name ({name[-3:]}); token files are read as "
+                                       f"they are stored, and only *.bin: decompress it to "
+                                       f"{self.data}/train_000001.bin or move it out of the directory" + tail)
+            os.remove(odd)
         self.assertFalse(os.path.exists(f"{self.dir}/run"))
 
     def test_forward_refuses_version_2_ids_past_two_to_the_31(self):
