@@ -30,9 +30,9 @@ struct Dims {
   int64_t batch, seq, tiles, pos0, mask_ld;
   int dk, dv;
   bool tanh_norm;  // ScreeningShape::tanh_norm: false = identity in place of TanhNorm
-  bool rope;       // ScreeningShape::position == kRope (kNope: Prepare zeroes the MiPE rates)
+  bool rope;       // ScreeningShape::position == kRope (kNope: FillScreeningTables zeroes the MiPE rates)
   bool gate;       // ScreeningShape::output_gate: false = no g columns, u not gated
-  // Position ROPE: [dk/2] pair p's frequency θ'_p on the device (ScreeningScratch::rope_freq,
+  // Position ROPE: [dk/2] pair p's frequency θ'_p on the device (ScreeningTables::rope_freq,
   // made by FillScreeningTables; YaRN's at inference); null otherwise.
   const double* rope_freq;
   __host__ __device__ int64_t p_cols() const { return 2 * int64_t(dk) + (gate ? 2 : 1) * int64_t(dv); }
