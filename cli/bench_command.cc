@@ -1,6 +1,8 @@
 // `multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64]
-//   [--steps=N --warmup=N --threads=N --json]`: warm-up steps, then timed training steps
-// (forward, backward and AdamW on random tokens). Prints tokens/s, achieved GFLOP/s
+//   [--steps=N --warmup=N --threads=N --json --grad_accum=M]`: warm-up steps, then timed training
+// steps (forward, backward and AdamW on random tokens; with --grad_accum=M, M micro-batches
+// of B sequences per step, composed from the stage pieces as a pipeline stage calls them:
+// one BeginStep, per micro-batch Embed … EmbedBackward, one EndStep). Prints tokens/s, achieved GFLOP/s
 // (trainer/flops.h's count), MFU against the hardware's fp32 multiply-add peak of the path
 // it runs (kernels/cpu/fma_peak.h: probed on each thread's CPU clock; the bf16 dot-product
 // peak beside it where the CPU has one) and against the machine's single-precision GEMM
@@ -51,6 +53,7 @@
 ABSL_DECLARE_FLAG(bool, json);     // params_command.cc
 ABSL_DECLARE_FLAG(int64_t, steps);  // train_command.cc
 ABSL_DECLARE_FLAG(double, lr);      // train_command.cc
+ABSL_DECLARE_FLAG(int64_t, grad_accum);  // train_command.cc
 ABSL_FLAG(int64_t, warmup, 2, "bench: untimed steps before the timed ones");
 ABSL_FLAG(int64_t, head_chunk_rows, 0, "bench train: tokens per logits chunk of the head (0: the model's own)");
 ABSL_FLAG(int64_t, head_vocab_block, 0, "bench train: vocabulary columns per block of the head (0: the model's own)");
@@ -133,10 +136,36 @@ void OptimizerStep(kernels::KernelTable<double>&, BenchOptimizer& opt, double* p
   std::copy(opt.master.begin(), opt.master.end(), params);
 }
 
+// One step of `micro` micro-batches of B windows of T + 1 tokens each (tokens [micro, B,
+// T + 1], host), as a pipeline stage runs them (model/model_stage.h): BeginStep once, per
+// micro-batch Embed, LayersForward, HeadLoss (gradients scaled by 1/micro), LayersBackward,
+// EmbedBackward, then EndStep. Grads readied by the caller (ZeroGradientsBeforeStep).
+// Returns the micro-batches' mean loss; x, dx: the activations' buffers.
+template <typename Real>
+double AccumulatedStep(ModelStage<Real>& model, const Real* params, const int32_t* tokens, int64_t B, int64_t T,
+                       int64_t micro, Real* grads, DeviceArray<Real>* x, DeviceArray<Real>* dx) {
+  const int64_t rows = B * T, dE = model.dims().d_e;
+  x->Resize(rows * dE);
+  dx->Resize(rows * dE);
+  std::vector<int32_t> inputs, targets;
+  model.BeginStep(params);
+  double loss = 0;
+  for (int64_t m = 0; m < micro; ++m) {
+    SplitWindows(tokens + m * B * (T + 1), B, T, &inputs, &targets);
+    model.Embed(params, inputs.data(), rows, x->data());
+    model.LayersForward(params, B, T, x->data());
+    loss += model.HeadLoss(params, x->data(), targets.data(), rows, dx->data(), grads, 1.0 / double(micro), nullptr);
+    model.LayersBackward(params, dx->data(), grads);
+    model.EmbedBackward(params, inputs.data(), rows, dx->data(), grads);
+  }
+  model.EndStep(grads);
+  return loss / double(micro);
+}
+
 template <typename Real>
 TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions options, int64_t B, int64_t T,
                      int64_t warmup, int64_t steps, uint64_t seed, double lr, bool count = false,
-                     bool op_times = false) {
+                     bool op_times = false, int64_t grad_accum = 1) {
   StepProfile profile;
   options.precision = precision;
   options.profile = &profile;
@@ -175,7 +204,8 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   }
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(dims.vocab - 1));
-  std::vector<int32_t> tokens(B * (T + 1));
+  std::vector<int32_t> tokens(grad_accum * B * (T + 1));
+  DeviceArray<Real> x(options.device), dx(options.device);  // --grad_accum > 1: the stage pieces' activations
   for (int64_t step = 0; step < warmup + steps; ++step) {
     for (int32_t& t : tokens) t = id(rng);
     profile.Clear();
@@ -194,7 +224,9 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     const auto start = BenchClock::now();
     const double cpu_start = ThreadCpuSeconds();
     model.ZeroGradientsBeforeStep(grads.data());
-    const double loss = model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data());
+    const double loss = grad_accum == 1 ? model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data())
+                                        : AccumulatedStep(model, params.data(), tokens.data(), B, T, grad_accum,
+                                                          grads.data(), &x, &dx);
     {
       PhaseTimer timer(&profile, StepProfile::kOptimizer);
       OptimizerStep(ops, opt, params.data(), grads.data(), n);
@@ -277,7 +309,8 @@ int BenchTrain(int argc, char** argv) {
   const char* usage =
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
       "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --isa=PATH "
-      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --count --op_times --json]";
+      "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --count --op_times --json "
+      "--grad_accum=M]";
   // bench train's own defaults (train's --steps and --seq_len default to the run file's):
   // set before parsing, so that --help shows them and a flag given replaces them.
   absl::SetFlag(&FLAGS_steps, 10);
@@ -285,7 +318,7 @@ int BenchTrain(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, usage,
                           {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
                            "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device",
-                           "peak_tflops", "count", "op_times"});
+                           "peak_tflops", "count", "op_times", "grad_accum"});
       !s.ok()) {
     return Fail("bench train", s);
   }
@@ -299,6 +332,7 @@ int BenchTrain(int argc, char** argv) {
   const std::vector<std::string> given = GivenFlags(argc, argv);
   auto given_or = [&](const char* name, int64_t value, int64_t unset) { return Given(given, name) ? value : unset; };
   const int64_t B = absl::GetFlag(FLAGS_micro_batch), T = absl::GetFlag(FLAGS_seq_len);
+  const int64_t grad_accum = absl::GetFlag(FLAGS_grad_accum);
   // --count: one warm-up step (the GEMM plans and the buffers' growth) and one counted,
   // unless given.
   const bool count = absl::GetFlag(FLAGS_count);
@@ -320,7 +354,7 @@ int BenchTrain(int argc, char** argv) {
   head.head_path = head_path == "blas" ? HeadPath::kBlas : HeadPath::kPanels;
   const std::string precision = absl::AsciiStrToLower(absl::GetFlag(FLAGS_precision));  // as train: FP16 = fp16
   for (const auto& [name, value] : {std::pair<const char*, int64_t>{"micro_batch", B}, {"seq_len", T}, {"steps", steps},
-                                    {"head_chunk_rows", head.head_chunk_rows}, {"head_vocab_block", head.head_vocab_block}}) {
+                                    {"grad_accum", grad_accum}, {"head_chunk_rows", head.head_chunk_rows}, {"head_vocab_block", head.head_vocab_block}}) {
     if (value < 1) return Fail("bench train", absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, " must be at least 1")));
   }
   if (auto s = CheckTokens(double(B), double(T) + 1, "--micro_batch × (--seq_len + 1)"); !s.ok()) return Fail("bench train", s);
@@ -372,9 +406,10 @@ int BenchTrain(int argc, char** argv) {
                                    "in a build with CUDA"));
   }
   auto run = [&](const ModelOptions& options) {
-    return precision == "fp64" ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr, count, op_times)
-                               : RunTrain<float>(*dims, step_precision(), options, B, T, warmup, steps, seed, lr, count,
-                                                 op_times);
+    return precision == "fp64"
+               ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr, count, op_times, grad_accum)
+               : RunTrain<float>(*dims, step_precision(), options, B, T, warmup, steps, seed, lr, count, op_times,
+                                 grad_accum);
   };
   auto head_used = [&](const ModelOptions& options) {
     if (dims->transformer()) return "blas";  // its head takes each row's max: the BLAS path (model/transformer.cc)
@@ -407,7 +442,7 @@ int BenchTrain(int argc, char** argv) {
                                             : kernels::cpu::MeasureHardwarePeak(kernels::cpu::ActiveIsa(), 0.3);
 
   const double step = Median(r.step_seconds);
-  const double tokens_per_s = double(B * T) / step;
+  const double tokens_per_s = double(grad_accum * B * T) / step;
   const double flops_per_token = TrainingFlopsPerToken(*dims, T, r.windows);
   const double gflops = flops_per_token * tokens_per_s / 1e9;
   const double mfu = gflops / sgemm;
@@ -418,7 +453,7 @@ int BenchTrain(int argc, char** argv) {
   // The same on the calling thread's CPU clock (bench_timing.h ThreadCpuSeconds): what a
   // loaded machine took from this thread left out.
   const double step_cpu = Median(r.step_thread_cpu_seconds);
-  const double gflops_cpu = flops_per_token * double(B * T) / step_cpu / 1e9;
+  const double gflops_cpu = flops_per_token * double(grad_accum * B * T) / step_cpu / 1e9;
   auto or_null = [gpu](double v) { return gpu || v <= 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
   double phase[StepProfile::kPhases], phase_cpu[StepProfile::kPhases], accounted = 0, accounted_cpu = 0;
   for (int ph = 0; ph < StepProfile::kPhases; ++ph) {
@@ -446,6 +481,7 @@ int BenchTrain(int argc, char** argv) {
                         {"model", dims->name},
                         {"seq_len", T},
                         {"micro_batch", B},
+                        {"grad_accum", grad_accum},
                         {"precision", precision},
                         {"step_precision", ran},
                         {"device", gpu ? *BindDevice(0) : "cpu"},
@@ -500,7 +536,7 @@ int BenchTrain(int argc, char** argv) {
   }
   std::printf("  step (median)   %10.4f s     loss %.4f -> %.4f\n", step, r.losses.front(), r.losses.back());
   std::printf("  tokens/s        %10.0f\n", tokens_per_s);
-  std::printf("  model FLOPs     %10.3f GFLOP/step (%.4g per token)\n", flops_per_token * B * T / 1e9, flops_per_token);
+  std::printf("  model FLOPs     %10.3f GFLOP/step (%.4g per token)\n", flops_per_token * grad_accum * B * T / 1e9, flops_per_token);
   std::printf("  achieved        %10.2f GFLOP/s\n", gflops);
   if (*peak_tflops > 0) {
     std::printf("  peak (given)    %10.2f GFLOP/s (--peak_tflops)\n", sgemm);

@@ -326,6 +326,12 @@ class KernelTable {
   // ∂L/∂s_O (g_so may be null), TileScalarParamGrads (screening_types.h) of
   // ScreeningBackward's grads bit for bit. A device computes them where its kernels leave
   // their sums and does not wait; the CPU's is ScreeningBackward, then AddHost.
+  // A new optimizer step: the tiles' scalars (and so the tables ScreeningForward and
+  // ScreeningBackward derive from them) may have changed. A device that keeps those tables
+  // between calls (the CUDA table: kernels/cuda/screening_table_cache.h) may recycle the
+  // ones of earlier steps from here on; nothing to do on the CPU. Called by the models'
+  // BeginStep; calls that never follow one stay correct (the tables are matched by content).
+  virtual void BeginScreeningStep() {}
   virtual void ScreeningBackwardAddParamGrads(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                                               const ScreeningSaved<Real>& saved, const Real* dU, Real* dP, Real* g_sw,
                                               Real* g_sr, Real* g_so) {

@@ -110,6 +110,7 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
     w.s_o.assign(next + 2 * nt, next + 3 * nt);
     next += 3 * nt;
   }
+  ops_->BeginScreeningStep();  // the tile tables of earlier steps may be recycled (kernel_table.h)
   if (shard.embed || shard.head) {
     const ParamEntry* w_e = layout_.Find("embed/W_E");
     const int64_t rows = shard.vocab();

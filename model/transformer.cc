@@ -122,6 +122,7 @@ void Transformer<Real>::BeginStep(const Real* params) {
   const ModelDims& d = dims();
   const ShardSpec& shard = layout_.shard();
   const int64_t dE = d.d_e, H = shard.tiles(), dh = d.d_k, dl = H * dh, F = LocalFfn();
+  ops_->BeginScreeningStep();  // screening heads' tile tables of earlier steps may be recycled (kernel_table.h)
   if (shard.embed || shard.head) {
     const Real* w_e = params + layout_.Find("embed/W_E")->buffer_offset;
     const int64_t rows = shard.vocab();

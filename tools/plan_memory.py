@@ -58,7 +58,8 @@ TERMS = {
             "16-bit gradient, y 16-bit (cross_entropy.cu HeadLoss); with tp > 1 z [512, V_l], Ēᵀ's gradient "
             "[d_E, V_l], the chunk's 16-bit GEMM operands (sharded_head.cc)",
     "workspaces": "per kernel table (one per slot, one for the trainer): cuBLASLt 32 MiB, reductions; per slot the "
-                  "screening backward's ∂h and parts (screening.cu); ZeRO-1's "
+                  "screening backward's ∂h and parts (screening.cu) and the screening tables, one entry per local "
+                  "layer (screening_table_cache.h); ZeRO-1's "
                   "bucket scratch (data_parallel.cc)",
     "nccl_buffers": "estimate: 128 MiB per NCCL communicator of more than one rank (tp, pp, dp, the W_E pair)",
     "cuda_context": "estimate: the CUDA context with cuBLAS loaded (no Buffer holds it)",
@@ -127,6 +128,18 @@ class Shard:
         self.precision = precision
 
 
+def screening_tables(dims, tiles, seq):
+    """Device bytes of one layer's tile tables kept by the CUDA kernel table
+    (kernels/cuda/screening_table_cache.cc ScreeningTablesDeviceBytes): params [tiles] (32 bytes each), the
+    Softmask tables m(d), ∂m/∂w(d) [tiles, keys] fp32 with keys ≤ ⌈w⌉ ≤ w_th + 2 at initialization (w grows
+    in training), the chain-rule factors [tiles, 6] double and ROPE's frequencies [d_K/2] double, each section
+    256-byte aligned. One entry per local layer: a step's layers have distinct tables."""
+    align = lambda n: -(-n // 256) * 256
+    keys = min(seq, int(dims.get("w_th", 256)) + 2)
+    pairs = dims["d_k"] // 2 if str(dims.get("position", "MIPE")).upper() == "ROPE" else 0
+    return align(32 * tiles) + 2 * align(4 * tiles * keys) + align(8 * 6 * tiles) + align(8 * pairs)
+
+
 def multiscreen_slot(dims, sh):
     """A Multiscreen instance's terms (model/multiscreen.cc) and its shard's parameter count."""
     d_e, d_k, d_v, nt, rows, half = dims["d_e"], dims["d_k"], dims["d_v"], sh.tiles, sh.rows, sh.half
@@ -144,10 +157,10 @@ def multiscreen_slot(dims, sh):
                              + (4 * rows * d_e if sh.precision == "fp16" else 0) + (4 * rows * d_e if sh.tp > 1 else 0)
                              + (4 * rows * d_e if sh.embed else 0))
     # The screening backward's ∂h, parts and their sums (the tiled kernels keep no ∂q̃ ∂k̃ ∂v̄: their query and key
-    # passes finish those rows in their epilogues, kernels/cuda/screening_tiled.h); the Softmask tables m(d),
-    # ∂m/∂w(d) [tiles, keys], keys ≤ ⌈w⌉ ≤ w_th + 2 at initialization (w grows in training).
+    # passes finish those rows in their epilogues, kernels/cuda/screening_tiled.h); the screening tables, one
+    # entry per local layer (screening_tables).
     scratch = 4 * rows * nt * d_v + 8 * rows * nt * SCREENING_PARTS + 8 * sh.batch * nt * SCREENING_PARTS
-    scratch += 2 * 4 * nt * min(sh.seq, int(dims.get("w_th", 256)) + 2)
+    scratch += sh.layers * screening_tables(dims, nt, sh.seq)
     t["workspaces"] = scratch
     return t, shard_params(dims, nt, sh.layers, sh.vocab, sh.embed, sh.head)
 
@@ -200,7 +213,7 @@ def transformer_slot(dims, sh):
     scratch = 8 * (2 * H + 3 * rows_h)
     if screening:
         scratch = 4 * rows * H * d_h + 8 * rows * H * SCREENING_PARTS + 8 * sh.batch * H * SCREENING_PARTS
-        scratch += 2 * 4 * H * min(sh.seq, int(dims.get("w_th", 256)) + 2)
+        scratch += sh.layers * screening_tables(dims, H, sh.seq)
     elif sh.precision != "fp32" and attention == "softmax" and d_h == 64:
         scratch += 4 * sh.seq * d_h
     else:

@@ -194,6 +194,7 @@ class CudaKernelTable final : public KernelTable<float> {
     }
   }
 
+  void BeginScreeningStep() override { screening_.tables.MarkStale(); }
   void ScreeningBackwardAddParamGrads(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                                       const ScreeningSaved<float>& saved, const float* dU, float* dP, float* g_sw,
                                       float* g_sr, float* g_so) override {

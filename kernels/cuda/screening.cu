@@ -1,6 +1,7 @@
 // Screening forward and backward on a CUDA device (screening.h): one thread per
 // (sequence, tile, token) in every pass; per-tile tables (Softmask, MiPE rate) made on
-// the host with the CPU's own functions (screening_tables.h) and uploaded per call.
+// the host with the CPU's own functions (screening_tables.h), uploaded once per distinct
+// content and kept on the device (screening_table_cache.h).
 #include "kernels/cuda/screening.h"
 
 #include <cmath>
@@ -23,20 +24,15 @@ constexpr int kMaxDv = 256;
 constexpr int kPartScale = kScreeningPartScale, kPartR = kScreeningPartR, kPartW = kScreeningPartW,
               kPartRate = kScreeningPartRate, kParts = kScreeningParts;
 
-// Per tile, the factors TileScalarParamGradsKernel multiplies the sums by (host values of
-// TileScalarParamGrads's operands, screening_types.h): ∂rate/∂w, w − 1, whether w = ∞,
-// r, 1 − r, scale.
-enum { kChainRateDw, kChainWMinus1, kChainInfiniteW, kChainR, kChainOneMinusR, kChainScale, kChain };
-
 // Sizes every kernel reads. Tokens of a (b, tile) task lie at bt·T + i in the saved
 // arrays (bt = b·tiles + t) and at row b·T + i of P, dP, U and dU.
 struct Dims {
   int64_t batch, seq, tiles, pos0, mask_ld;
   int dk, dv;
   bool tanh_norm;  // ScreeningShape::tanh_norm: false = identity in place of TanhNorm
-  bool rope;       // ScreeningShape::position == kRope (kNope: Prepare zeroes the MiPE rates)
+  bool rope;       // ScreeningShape::position == kRope (kNope: FillScreeningTables zeroes the MiPE rates)
   bool gate;       // ScreeningShape::output_gate: false = no g columns, u not gated
-  // Position ROPE: [dk/2] pair p's frequency θ'_p on the device (ScreeningScratch::rope_freq,
+  // Position ROPE: [dk/2] pair p's frequency θ'_p on the device (ScreeningTables::rope_freq,
   // made by FillScreeningTables; YaRN's at inference); null otherwise.
   const double* rope_freq;
   __host__ __device__ int64_t p_cols() const { return 2 * int64_t(dk) + (gate ? 2 : 1) * int64_t(dv); }
@@ -360,16 +356,18 @@ __global__ void TileScalarParamGradsKernel(const double* sums, const double* cha
   if (g_so != nullptr) g_so[t] += static_cast<float>(__dmul_rn(gs, c[kChainScale]));
 }
 
-// The kernels' sizes, with the tables Prepare uploaded into `scratch`.
+// The kernels' sizes, with the tables Prepare pointed `scratch` at.
 Dims DimsOf(const ScreeningShape& shape, const ScreeningScratch& scratch) {
   const bool rope = shape.position == PositionKind::kRope;
-  return Dims{shape.batch,        shape.seq, shape.tiles, shape.pos0, scratch.mask_ld, static_cast<int>(shape.d_k),
+  const ScreeningTables& t = *scratch.current;
+  return Dims{shape.batch,        shape.seq, shape.tiles, shape.pos0, t.mask_ld, static_cast<int>(shape.d_k),
               static_cast<int>(shape.d_v), shape.tanh_norm, rope, shape.output_gate,
-              rope ? scratch.rope_freq.data() : nullptr};
+              rope ? t.rope_freq : nullptr};
 }
 
-// Checks the shape, fills (screening_tables.h) and uploads the per-tile tables; returns
-// the kernels' sizes.
+// Checks the shape and points scratch->current at the per-tile tables (filled,
+// screening_tables.h, and uploaded only when the cache has none of this content,
+// screening_table_cache.h); returns the kernels' sizes.
 Dims Prepare(const char* op, const ScreeningShape& shape, const TileScalars* tiles, ScreeningScratch* scratch,
              cudaStream_t stream) {
   if (shape.d_k < 2 || shape.d_k > kMaxDk || shape.d_v < 1 || shape.d_v > kMaxDv) {
@@ -378,25 +376,7 @@ Dims Prepare(const char* op, const ScreeningShape& shape, const TileScalars* til
                                               ", 1 <= d_v <= ", kMaxDv, ")");
     FatalCudaError(op, message.c_str());
   }
-  FillScreeningTables(shape, tiles, scratch);
-  const int64_t nt = shape.tiles, ld = scratch->mask_ld;
-  if (shape.position != PositionKind::kMipe) {  // NOPE, ROPE: no MiPE angle and no w-gradient through it
-    for (int64_t t = 0; t < nt; ++t) scratch->host_params[t].rate = scratch->host_rate_dw[t] = 0;
-  }
-  scratch->params.Resize(nt);
-  scratch->mask.Resize(nt * ld);
-  scratch->dmask.Resize(nt * ld);
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->params.data(), scratch->host_params.data(),
-                                    nt * sizeof(ScreeningTileParams), cudaMemcpyHostToDevice, stream));
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->mask.data(), scratch->host_mask.data(), nt * ld * sizeof(float),
-                                    cudaMemcpyHostToDevice, stream));
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->dmask.data(), scratch->host_dmask.data(), nt * ld * sizeof(float),
-                                    cudaMemcpyHostToDevice, stream));
-  if (const int64_t n = static_cast<int64_t>(scratch->host_rope_freq.size()); n > 0) {
-    scratch->rope_freq.Resize(n);
-    MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->rope_freq.data(), scratch->host_rope_freq.data(), n * sizeof(double),
-                                      cudaMemcpyHostToDevice, stream));
-  }
+  scratch->current = &scratch->tables.Get(op, shape, tiles, stream);
   return DimsOf(shape, *scratch);
 }
 
@@ -405,7 +385,7 @@ unsigned Blocks(const Dims& s) { return static_cast<unsigned>((s.batch * s.tiles
 template <int DK, int DV>
 void LaunchNormalize(const Dims& s, const float* P, const ScreeningScratch& scratch, const ScreeningSaved<float>& saved,
                      cudaStream_t stream) {
-  Launch<NormalizeKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, scratch.params.data(), saved);
+  Launch<NormalizeKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, scratch.current->params, saved);
   MS_CUDA_CHECK_LAUNCH("ScreeningForward");
 }
 
@@ -413,7 +393,7 @@ template <int DK, int DV>
 void LaunchForward(const Dims& s, const float* P, const ScreeningScratch& scratch, const ScreeningSaved<float>& saved,
                    float* U, cudaStream_t stream) {
   LaunchNormalize<DK, DV>(s, P, scratch, saved, stream);
-  Launch<AggregateKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, scratch.params.data(), scratch.mask.data(), saved,
+  Launch<AggregateKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, scratch.current->params, scratch.current->mask, saved,
                                   U);
   MS_CUDA_CHECK_LAUNCH("ScreeningForward");
 }
@@ -421,7 +401,7 @@ void LaunchForward(const Dims& s, const float* P, const ScreeningScratch& scratc
 template <int DK, int DV>
 void LaunchOutputBackward(const Dims& s, const float* P, const float* dU, ScreeningScratch& scratch,
                           const ScreeningSaved<float>& saved, float* dP, cudaStream_t stream) {
-  Launch<OutputBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, dU, scratch.params.data(), saved, dP,
+  Launch<OutputBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, P, dU, scratch.current->params, saved, dP,
                                        scratch.dh.data(), scratch.partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
 }
@@ -429,10 +409,10 @@ void LaunchOutputBackward(const Dims& s, const float* P, const float* dU, Screen
 template <int DK, int DV>
 void LaunchWindowBackward(const Dims& s, ScreeningScratch& scratch, const ScreeningSaved<float>& saved, float* dP,
                           cudaStream_t stream) {
-  Launch<QueryBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.params.data(), scratch.mask.data(),
-                                      scratch.dmask.data(), saved, scratch.dh.data(), dP, scratch.partial.data());
+  Launch<QueryBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.current->params, scratch.current->mask,
+                                      scratch.current->dmask, saved, scratch.dh.data(), dP, scratch.partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
-  Launch<KeyBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.params.data(), scratch.mask.data(), saved,
+  Launch<KeyBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.current->params, scratch.current->mask, saved,
                                     scratch.dh.data(), dP, scratch.partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
 }
@@ -440,32 +420,12 @@ void LaunchWindowBackward(const Dims& s, ScreeningScratch& scratch, const Screen
 template <int DK, int DV>
 void LaunchNormalizeBackward(const Dims& s, ScreeningScratch& scratch, const ScreeningSaved<float>& saved, float* dP,
                              cudaStream_t stream) {
-  Launch<NormalizeBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.params.data(), saved,
+  Launch<NormalizeBackwardKernel<DK, DV>>(Blocks(s), kBlock, 0, stream, s, scratch.current->params, saved,
                                           scratch.d_q.data(), scratch.d_k.data(), scratch.d_v.data(), dP);
   MS_CUDA_CHECK_LAUNCH("ScreeningBackward");
 }
 
 bool FixedWidths(const Dims& s) { return s.dk == 16 && s.dv == 64; }
-
-// The chain-rule factors of `tiles` uploaded into scratch->chain (Prepare has filled
-// host_rate_dw), for TileScalarParamGradsKernel.
-void UploadChain(const ScreeningShape& shape, const TileScalars* tiles, ScreeningScratch* scratch,
-                 cudaStream_t stream) {
-  const int64_t nt = shape.tiles;
-  scratch->host_chain.resize(nt * kChain);
-  for (int64_t t = 0; t < nt; ++t) {
-    double* c = scratch->host_chain.data() + t * kChain;
-    c[kChainRateDw] = scratch->host_rate_dw[t];
-    c[kChainWMinus1] = tiles[t].w - 1.0;
-    c[kChainInfiniteW] = std::isinf(tiles[t].w) ? 1 : 0;
-    c[kChainR] = tiles[t].r;
-    c[kChainOneMinusR] = 1.0 - tiles[t].r;
-    c[kChainScale] = tiles[t].scale;
-  }
-  scratch->chain.Resize(nt * kChain);
-  MS_CUDA_CHECK("ScreeningBackward", cudaMemcpyAsync(scratch->chain.data(), scratch->host_chain.data(),
-                                                     nt * kChain * sizeof(double), cudaMemcpyHostToDevice, stream));
-}
 
 // The reduction of scratch->partial into grads: per (b, tile) on the device in a fixed
 // order, then over the batch in order, as the CPU's task sums: on the host (=, waits),
@@ -479,7 +439,7 @@ void ReduceTileScalarGrads(const ScreeningShape& shape, TileScalarGradsOut out, 
   MS_CUDA_CHECK_LAUNCH(op);
   if (out.grads == nullptr) {
     Launch<TileScalarParamGradsKernel>(static_cast<unsigned>((nt + kBlock - 1) / kBlock), kBlock, 0, stream,
-                                       scratch->sums.data(), scratch->chain.data(), shape.batch, nt, out.g_sw,
+                                       scratch->sums.data(), scratch->current->chain, shape.batch, nt, out.g_sw,
                                        out.g_sr, out.g_so);
     MS_CUDA_CHECK_LAUNCH(op);
     return;
@@ -492,7 +452,7 @@ void ReduceTileScalarGrads(const ScreeningShape& shape, TileScalarGradsOut out, 
   for (int64_t t = 0; t < nt; ++t) {
     for (int64_t b = 0; b < shape.batch; ++b) {
       const double* sum = scratch->host_sums.data() + (b * nt + t) * kParts;
-      grads[t].w += sum[kPartW] + sum[kPartRate] * scratch->host_rate_dw[t];
+      grads[t].w += sum[kPartW] + sum[kPartRate] * scratch->current->rate_dw[t];
       grads[t].r += sum[kPartR];
       grads[t].scale += sum[kPartScale];
     }
@@ -538,7 +498,6 @@ bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const T
   }
   if (shape.batch <= 0 || shape.seq <= 0 || nt <= 0) return false;
   const Dims s = Prepare("ScreeningBackward", shape, tiles, scratch, stream);
-  if (grads.grads == nullptr) UploadChain(shape, tiles, scratch, stream);
   const int64_t tasks = shape.batch * nt, tokens = tasks * shape.seq;
   scratch->dh.Resize(tokens * shape.d_v);
   scratch->partial.Resize(tokens * kParts);

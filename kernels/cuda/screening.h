@@ -16,7 +16,8 @@
 // as on the CPU: NOPE zeroes the MiPE rates; ROPE turns every pair (p, p + d_K/2) of q̃, k̃ in
 // the normalize pass and turns ∂L/∂q, ∂L/∂k back after the unit-norm backward (a rotation
 // keeps dot products, so the two commute), by the CPU's frequencies made on the host and
-// uploaded per call (screening_tables.h; YaRN's with ScreeningShape::rope_scaling); without
+// uploaded once per distinct tables (screening_table_cache.h; YaRN's with
+// ScreeningShape::rope_scaling); without
 // the gate P has no g columns.
 // d_K = 16, d_V = 64 are compiled as constants; other widths (2 ≤ d_k ≤ 64,
 // 1 ≤ d_v ≤ 256) take a generic path. A failing launch or a shape outside those
@@ -28,19 +29,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/screening_table_cache.h"
 #include "kernels/device_array.h"
 #include "kernels/screening_types.h"
 
 namespace multiscreen::kernels::cuda {
-
-// One tile's scalars as the kernels read them (from TileScalars, per call).
-struct ScreeningTileParams {
-  float w = 1;       // window (+inf: plain causal mask)
-  float r = 1;       // acceptance width
-  float scale = 1;   // e^{s_O}
-  double rate = 0;   // MiPE angle per position, π γ(w)/w (0: no rotation)
-  int64_t keys = 1;  // keys the Softmask reaches: min(⌈w⌉, T)
-};
 
 // The per-token parts of the tile-scalar gradients in ScreeningScratch::partial
 // ([B, tiles, T, kScreeningParts]), summed per (sequence, tile) by the backward's last pass.
@@ -53,10 +46,12 @@ enum ScreeningPart : int {
 };
 
 // Device scratch of the screening kernels, sized by the first call and kept
-// (one per kernel table; not shared by calls running at the same time).
+// (one per kernel table; not shared by calls running at the same time), and the tile
+// tables: `tables` keeps them on the device per distinct content (screening_table_cache.h)
+// and every call that takes `tiles` points `current` at its entry.
 struct ScreeningScratch {
-  DeviceArray<ScreeningTileParams> params{Device::kCuda};  // [tiles]
-  DeviceArray<float> mask{Device::kCuda}, dmask{Device::kCuda};  // [tiles, mask_ld]: m(d), ∂m/∂w(d)
+  ScreeningTableCache tables;
+  const ScreeningTables* current = nullptr;  // this call's tables (params, mask, dmask, chain, rope_freq)
   DeviceArray<float> dh{Device::kCuda};                     // [B, tiles, T, d_v]: ∂L/∂h
   DeviceArray<double> partial{Device::kCuda};               // [B, tiles, T, 5] per-token gradient parts
   DeviceArray<double> sums{Device::kCuda};                  // [B, tiles, 5]
@@ -64,14 +59,7 @@ struct ScreeningScratch {
   // five-launch form leaves them for ScreeningBackwardFinish (sized by that backward; unused
   // by the simple one and by the tiled one, whose epilogues finish the rows themselves).
   DeviceArray<float> d_q{Device::kCuda}, d_k{Device::kCuda}, d_v{Device::kCuda};
-  DeviceArray<double> rope_freq{Device::kCuda};              // position ROPE: [d_k/2] θ'_p
-  DeviceArray<double> chain{Device::kCuda};  // [tiles, 6]: the device reduction's chain-rule factors
-  std::vector<ScreeningTileParams> host_params;
-  std::vector<float> host_mask, host_dmask;
-  std::vector<double> host_rate_dw, host_sums;
-  std::vector<double> host_rope_freq;  // [d_k/2] for position ROPE, empty otherwise
-  std::vector<double> host_chain;
-  int64_t mask_ld = 1;
+  std::vector<double> host_sums;
 };
 
 // Where a backward's tile-scalar gradients go. On the host (`grads`, from a
@@ -94,14 +82,15 @@ void ScreeningForward(const ScreeningShape& shape, const float* P, const TileSca
                       const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch, cudaStream_t stream);
 
 // Spec steps 5–6 alone, the first of ScreeningForward's two passes: saved's q̃, k̃
-// (MiPE-rotated), v̄ and their norms from P, and the tile tables uploaded into scratch
-// (params, mask, dmask) for a pass that reads them next (the tiled forward's two-launch form).
+// (MiPE-rotated), v̄ and their norms from P, and scratch->current set to the tile tables
+// (uploaded on a cache miss) for a pass that reads them next (the tiled forward's
+// two-launch form).
 void ScreeningNormalize(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                         const ScreeningSaved<float>& saved, ScreeningScratch* scratch, cudaStream_t stream);
 
-// The tile tables alone (the shape checked; scratch params, mask, dmask and rope_freq
-// filled and uploaded on `stream`), for a forward pass that normalizes its own rows (the
-// tiled forward's fused aggregate kernel).
+// The tile tables alone (the shape checked; scratch->current set, the tables filled and
+// uploaded on `stream` on a cache miss), for a forward pass that normalizes its own rows
+// (the tiled forward's fused aggregate kernel).
 void ScreeningUploadTables(const ScreeningShape& shape, const TileScalars* tiles, ScreeningScratch* scratch,
                            cudaStream_t stream);
 
@@ -115,8 +104,8 @@ void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileSc
 
 // The passes of ScreeningBackward around its O(T·w) window part, shared with the tiled
 // backward (screening_tiled.h), one thread per (sequence, tile, token) each.
-// ScreeningBackwardBegin: host grads zeroed, the tile tables uploaded (scratch params,
-// mask, dmask; for device grads the chain-rule factors too), scratch dh, partial and
+// ScreeningBackwardBegin: host grads zeroed, scratch->current set to the tile tables
+// (uploaded on a cache miss; the chain-rule factors with them), scratch dh, partial and
 // sums sized, then the output pass (steps 13, 12, 11
 // backward): scratch->dh = ∂L/∂h [B, tiles, T, d_v], dP's g columns (written) and the
 // scale part of scratch->partial. Arguments as ScreeningBackward's. Returns false, having

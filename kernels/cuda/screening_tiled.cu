@@ -837,11 +837,11 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
   } else {
     ScreeningNormalize(shape, P, tiles, saved, scratch, stream);
   }
-  const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->mask_ld, shape.tanh_norm};
+  const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->current->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledAggregateKernel<kSplit, kNormalize>>(grid, kThreadsPerCta, 0, stream, s, P, scratch->params.data(),
-                                                   scratch->mask.data(), saved, U);
+  Launch<TiledAggregateKernel<kSplit, kNormalize>>(grid, kThreadsPerCta, 0, stream, s, P, scratch->current->params,
+                                                   scratch->current->mask, saved, U);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledForward");
 }
 
@@ -863,15 +863,15 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
     scratch->d_k.Resize(tokens * kDk);
     scratch->d_v.Resize(tokens * kDv);
   }
-  const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->mask_ld, shape.tanh_norm};
+  const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->current->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledQueryBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->params.data(),
-                                                scratch->mask.data(), scratch->dmask.data(), saved, scratch->dh.data(),
+  Launch<TiledQueryBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
+                                                scratch->current->mask, scratch->current->dmask, saved, scratch->dh.data(),
                                                 scratch->d_q.data(), dP, scratch->partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
-  Launch<TiledKeyBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->params.data(),
-                                              scratch->mask.data(), saved, scratch->dh.data(), scratch->d_k.data(),
+  Launch<TiledKeyBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
+                                              scratch->current->mask, saved, scratch->dh.data(), scratch->d_k.data(),
                                               scratch->d_v.data(), dP);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
   if constexpr (kFinishRows) {

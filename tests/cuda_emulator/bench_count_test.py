@@ -15,6 +15,7 @@ Run: /usr/bin/python3 tests/cuda_emulator/bench_count_test.py --multiscreen=buil
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -27,8 +28,9 @@ def bench(*args, seq=256):
                           text=True, timeout=600)
 
 
-def counted(model, precision, seq=256):
-    r = bench(f"--model={model}", f"--precision={precision}", "--device=cuda", "--count", "--json", seq=seq)
+def counted(model, precision, seq=256, grad_accum=1):
+    r = bench(f"--model={model}", f"--precision={precision}", "--device=cuda", "--count", "--json",
+              f"--grad_accum={grad_accum}", seq=seq)
     if r.returncode != 0:
         raise AssertionError(f"bench train --count --model={model} failed:\n{r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -99,10 +101,35 @@ def check_ops(model, c, ops):
 # launch added to the step shows.
 LAUNCHES = {("tiny_tiled", "bf16", 256): 61, ("tiny_psi4", "bf16", 256): 105, ("tiny_psi4", "fp32", 256): 77,
             ("tiny_tiled", "bf16", 1024): 65}  # T = 1024: two head chunks, one wait still
+# cudaMemcpyAsync calls of the same steps: 27, 43, 45 and 27 before the screening tables were kept
+# on the device (issue 42, kernels/cuda/screening_table_cache.h: one upload per layer and step
+# instead of 7 per layer and micro-batch).
+ASYNC_COPIES = {("tiny_tiled", "bf16", 256): 15, ("tiny_psi4", "bf16", 256): 19, ("tiny_psi4", "fp32", 256): 21,
+                ("tiny_tiled", "bf16", 1024): 15}
+
+
+def async_copies(counted_json):
+    """The counted step's cudaMemcpyAsync calls (uploads, downloads and device copies)."""
+    return sum(r["calls"] for r in counted_json["counted"]["ops"] if r["name"] == "cudaMemcpyAsync")
 
 
 class BenchCountTest(unittest.TestCase):
-    def test_host_syncs_per_step_equal_the_models_and_launches_stay_put(self):
+    def test_a_second_micro_batch_copies_its_tokens_and_no_tables(self):
+        # Issue 42: the screening tile tables are uploaded once per step and layer (the first
+        # micro-batch's forward) and kept on the device (kernels/cuda/screening_table_cache.h). A
+        # second micro-batch (bench --grad_accum=2, T = 256, B = 1, bf16) adds 6 uploads (its token
+        # ids for the embedding, its targets for the head, the embedding backward's touched rows,
+        # offsets and positions), the head's 2 downloads, and device-to-device copies: each
+        # layer's kept input and the head's one: 9 + N_L. Before, each layer's forward and backward
+        # uploaded its tables again per micro-batch (7 copies per layer: 9 + 8 N_L, 25 and 41
+        # here; measured with the tables uploaded per call, 9 + 3 N_L).
+        for model in ("tiny_tiled", "tiny_psi4"):
+            with self.subTest(model=model):
+                layers = int(re.search(r"^psi: (\d+)", open(os.path.join(SRC, "configs", "models", model + ".textproto")).read(), re.M).group(1))
+                one, two = (async_copies(counted(model, "bf16", grad_accum=m)) for m in (1, 2))
+                self.assertEqual(two - one, 9 + layers)
+
+    def test_host_syncs_per_step_equal_the_models_and_launches_and_copies_stay_put(self):
         sys.path.insert(0, os.path.join(SRC, "tools"))
         import perf_model
         for (model, precision, seq), launches in LAUNCHES.items():
@@ -114,6 +141,7 @@ class BenchCountTest(unittest.TestCase):
                 self.assertEqual(j["counted"]["totals"]["syncs"], syncs)
                 ops = j["counted"]["ops"]
                 self.assertEqual(sum(r["calls"] for r in ops if r["kind"] in ("kernel", "library")), launches)
+                self.assertEqual(async_copies(j), ASYNC_COPIES[(model, precision, seq)])
 
     def test_the_models_gemms_and_agreeing_bytes_equal_the_counts(self):
         for model in BYTES_AGREE:

@@ -61,9 +61,10 @@ class MemoryTest(unittest.TestCase):
         # y, y rounded, ∂y [16, 16], ‖y‖; logits chunk [16, 97]; y and the chunk's gradient in 16 bits; 3 row stats
         self.assertEqual(t["head"], 4 * 16 * 16 * 3 + 4 * 16 + 4 * 16 * 97 + 2 * (16 * 16 + 16 * 97) + 3 * 8 * 16)
         # two kernel tables (the slot's, the trainer's); screening ∂h [16·4, 16], 4 parts and their sums
-        # (double), masks [4, 8] (no kernel keeps ∂q̃ ∂k̃ ∂v̄); the embedding's ids [16],
+        # (double) (no kernel keeps ∂q̃ ∂k̃ ∂v̄); the screening tables of each of the 4 layers: params [4],
+        # masks [4, 8] twice, chain factors [4, 6], each 256-byte aligned; the embedding's ids [16],
         # touched rows, offsets (≤ 16 + 1), positions [16]
-        screening = 4 * 16 * 4 * 16 + 8 * 16 * 4 * 4 + 8 * 2 * 4 * 4 + 2 * 4 * 4 * 8
+        screening = 4 * 16 * 4 * 16 + 8 * 16 * 4 * 4 + 8 * 2 * 4 * 4 + 4 * 4 * 256
         embedding = 4 * 16 + 4 * 16 + 8 * 17 + 8 * 16
         self.assertEqual(t["workspaces"], 2 * ((32 << 20) + 1025 * 8) + screening + embedding)
         self.assertEqual(t["nccl_buffers"], 0)
@@ -112,7 +113,8 @@ class MemoryTest(unittest.TestCase):
         fp32, _ = plan_memory.stage_memory(tiled, 64, 4, 1, 1, 1, 1, 0, "fp32", 0)
         self.assertEqual(bf16["workspaces"], fp32["workspaces"])
         rope, _ = plan_memory.stage_memory(dict(tiled, position="rope"), 64, 4, 1, 1, 1, 1, 0, "bf16", 0)
-        self.assertEqual(rope["workspaces"], fp32["workspaces"])
+        # RoPE's frequencies [d_K/2] double in each layer's screening tables, a 256-byte section of their own.
+        self.assertEqual(rope["workspaces"], fp32["workspaces"] + 2 * 256)
 
     def test_the_first_stage_keeps_a_model_per_micro_batch_in_flight(self):
         # pp = 2, grad_accum 4: stage 0 holds min(2, 4) = 2 instances, the last stage one.
