@@ -201,6 +201,7 @@ def longest_trip(lines, first, last, labels, through=None):
     # best[k][seen]: the longest path reaching block k, having passed `through` (seen) or not.
     best = [[None, None] for _ in blocks]
     best[0][through is None] = []
+    trips = []  # the paths that reach the back branch having passed `through`
     for k, (x, y) in enumerate(blocks):
         marked = through is not None and any(through in l for l in lines[x:y + 1])
         for seen in (False, True):
@@ -209,7 +210,7 @@ def longest_trip(lines, first, last, labels, through=None):
             path, now = best[k][seen] + instruction_lines(lines[x:y + 1]), seen or marked
             if k == len(blocks) - 1:
                 if now:
-                    return path
+                    trips.append(path)
                 continue
             end = path[-1] if path else ""
             successors = []
@@ -224,7 +225,7 @@ def longest_trip(lines, first, last, labels, through=None):
             for n in successors:
                 if best[n][now] is None or len(path) > len(best[n][now]):
                     best[n][now] = path
-    return []
+    return max(trips, key=len, default=[])
 
 
 def step_counts(body):

@@ -115,6 +115,10 @@ $L__BB0_9:
         self.assertEqual(static["instructions"], 2 + 1 + 3 + 5 + 1 + 4 + 2)  # a comment is no instruction
         self.assertEqual(trip["instructions"], 2 + 1 + 5 + 1 + 4 + 2)
         self.assertEqual(interior["instructions"], 2 + 1 + 3 + 1 + 4 + 2)
+        # Marked in the block every trip ends in: the longest trip passes it.
+        tail = IF_ELSE.replace("\tsetp.lt.s32", "\t" + ptxas_usage.INTERIOR_MARK + "\n\tsetp.lt.s32", 1)
+        (_, _, _, trip, interior), = self.loops(tail)
+        self.assertEqual(interior["instructions"], trip["instructions"])
 
 
 if __name__ == "__main__":
