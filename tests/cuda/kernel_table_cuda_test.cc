@@ -769,6 +769,11 @@ TEST_F(CudaHeadLossTest, HeadLossInGroupsOfChunksMatchesTheCpu) {
   EXPECT_EQ(kernels::cuda::HeadGroupRows(600, 1003, 2, tiling), 384);
   EXPECT_EQ(kernels::cuda::HeadGroupRows(600, 1003, 2, {64, 1}), 64);        // at least one chunk
   EXPECT_EQ(kernels::cuda::HeadGroupRows(600, 1003, 2, {512, 1 << 30}), 600);  // at most the rows
+  // The defaults at Ψ = 32's V = 50,257, T = 4096, as tools/plan_memory.py head_group_rows has them
+  // (tests/tools/plan_test.py): B = 1 one group in bf16; B = 2 groups of 10 chunks, of 5 under fp32.
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(4096, 50257, 2, {}), 4096);
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(8192, 50257, 2, {}), 5120);
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(8192, 50257, 4, {}), 2560);
   absl::StatusOr<std::unique_ptr<kernels::cuda::GemmRunner>> gemm = kernels::cuda::GemmRunner::Create(cudaStreamLegacy);
   ASSERT_TRUE(gemm.ok()) << gemm.status();
   kernels::cuda::CrossEntropyScratch scratch;
