@@ -38,6 +38,8 @@ import re
 import struct
 import sys
 
+import plan_memory  # the head's ∂Z groups (HEAD_GROUP_BYTES): the same code, not a copy
+
 # ---- the paper's architecture (/work/shared/spec/MULTISCREEN.md) -------------------
 VOCAB = 50257
 D_K, D_V = 16, 64
@@ -308,27 +310,33 @@ def name_kernels(ops, table):
 
 def head_ops(n, d, chunk_rows, train, vocab=None):
     """The fused chunked head of kernels/cuda/cross_entropy.h after the final norm: logits in
-    chunks of chunk_rows rows (fp32), softmax statistics, ∂z in place (bf16 for the GEMMs),
-    dy = ∂z·Ē, ∂Ē += ∂zᵀ·y (fp32, read and written once per chunk). vocab: the rows of Ē
-    this rank holds (a tp shard's; default VOCAB)."""
+    chunks of chunk_rows rows (fp32), softmax statistics, ∂z → bf16 kept in a ∂Z group of
+    whole chunks (plan_memory.head_group_rows: all n rows while n·V·2 bytes fit the head's
+    512 MiB budget), then per group dy = ∂Z·Ē and ∂Ē += ∂Zᵀ·Y, one product each: the fp32 ∂Ē
+    read and written once per group (it was once per chunk). vocab: the rows of Ē this rank
+    holds (a tp shard's; default VOCAB)."""
     VOCAB = vocab or globals()["VOCAB"]
     chunks = -(-n // chunk_rows)
+    group = plan_memory.head_group_rows(n, VOCAB, 2, chunk_rows)
+    groups = -(-n // group)
     nv = n * VOCAB
     ops = [Op("logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", "gemm", 1, 2 * n * VOCAB * d,
               n * d * 2 + chunks * VOCAB * d * 2 + nv * 4, launches=chunks),
            Op("softmax statistics (log Σ exp, target logit)", "mem", 1, 0, nv * 4, launches=chunks)]
     if train:
         ops += [Op("∂z = coef·(softmax − onehot) → bf16", "mem", 1, 0, nv * (4 + 2), launches=chunks),
-                Op("dy = ∂z·Ē (GEMM)", "gemm", 1, 2 * n * VOCAB * d, nv * 2 + chunks * VOCAB * d * 2 + n * d * 4,
-                   launches=chunks),
-                Op("∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)", "gemm", 1, 2 * n * VOCAB * d,
-                   nv * 2 + n * d * 2 + chunks * VOCAB * d * 4 * 2, launches=chunks)]
-    rows = min(n, chunk_rows)
+                Op("dy = ∂Z·Ē (GEMM per ∂Z group)", "gemm", 1, 2 * n * VOCAB * d,
+                   nv * 2 + groups * VOCAB * d * 2 + n * d * 4, launches=groups),
+                Op("∂Ē += ∂Zᵀ·Y (GEMM, fp32 accumulate per ∂Z group)", "gemm", 1, 2 * n * VOCAB * d,
+                   nv * 2 + n * d * 2 + groups * VOCAB * d * 4 * 2, launches=groups)]
+    # cuBLAS's column-major shapes of each size of chunk and group (the last may be shorter)
+    chunk_sizes = sorted({min(chunk_rows, n - r0) for r0 in range(0, n, chunk_rows)})
+    group_sizes = sorted({min(group, n - g0) for g0 in range(0, n, group)})
     name_kernels(ops, {
-        "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)": [gemm(VOCAB, rows, d, "T")],
+        "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)": [gemm(VOCAB, r, d, "T") for r in chunk_sizes],
         "softmax statistics (log Σ exp, target logit)": [kernel("HeadRowKernel", "cross_entropy.cu")],
-        "dy = ∂z·Ē (GEMM)": [gemm(d, rows, VOCAB, "N", "N")],
-        "∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)": [gemm(d, VOCAB, rows, "N", "T")]})
+        "dy = ∂Z·Ē (GEMM per ∂Z group)": [gemm(d, r, VOCAB, "N", "N") for r in group_sizes],
+        "∂Ē += ∂Zᵀ·Y (GEMM, fp32 accumulate per ∂Z group)": [gemm(d, VOCAB, r, "N", "T") for r in group_sizes]})
     return ops, chunks
 
 

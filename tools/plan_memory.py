@@ -31,6 +31,9 @@ CUBLAS_WORKSPACE = 32 << 20
 REDUCE_SCRATCH = 1025 * 8
 # kernels/cuda/cross_entropy.h kHeadChunkRows, model/model_stage.h head_chunk_rows.
 HEAD_CHUNK_ROWS = 512
+# kernels/cuda/cross_entropy.h kHeadGroupBytes: the budget of the single-rank head's ∂Z
+# buffer, the gradient rows [group, V] it keeps for its two backward products.
+HEAD_GROUP_BYTES = 512 << 20
 # kernels/cuda/screening.h kScreeningParts: per-token gradient parts of the screening backward (double).
 SCREENING_PARTS = 4
 # parallel/data_parallel.h bucket_elements (--dp_bucket_mb=16): fp32 elements per collective.
@@ -54,8 +57,9 @@ TERMS = {
                    "operands (multiscreen.cc LayersForward); x, ∂x [rows, d_E] (pipeline.cc)",
     "backward_buffers": "per slot: ∂U, ∂P [rows, nt·(d_V, C)], ∂W_cat [d_E, nt·C], ∂Δ and ∂P 16-bit, the tp "
                         "product scratch [rows, d_E], the embedding's x⁰ (multiscreen.cc LayersBackward)",
-    "head": "last stage: PLNorm's y, its rounded copy, ∂y [rows, d_E]; the logits chunk [512, V_l] fp32 and its "
-            "16-bit gradient, y 16-bit (cross_entropy.cu HeadLoss); with tp > 1 z [512, V_l], Ēᵀ's gradient "
+    "head": "last stage: PLNorm's y, its rounded copy, ∂y [rows, d_E]; the logits chunk [512, V_l] fp32, the ∂Z "
+            "group [group, V_l] 16-bit (fp32, holding the logits, under fp32; group: whole chunks within 512 MiB), "
+            "y 16-bit (cross_entropy.cu HeadLoss); with tp > 1 z [512, V_l], Ēᵀ's gradient "
             "[d_E, V_l], the chunk's 16-bit GEMM operands (sharded_head.cc)",
     "workspaces": "per kernel table (one per slot, one for the trainer): cuBLASLt 32 MiB, reductions; per slot the "
                   "screening backward's ∂h and parts (screening.cu) and the screening tables, one entry per local "
@@ -224,6 +228,14 @@ def transformer_slot(dims, sh):
     return t, transformer_params(dims, sh)
 
 
+def head_group_rows(rows, vocab, elem_bytes, chunk_rows=HEAD_CHUNK_ROWS, group_bytes=HEAD_GROUP_BYTES):
+    """Rows of each ∂Z group of the single-rank head but the last (kernels/cuda/cross_entropy.cu
+    HeadGroupRows): the most whole chunks whose [group, vocab] rows of elem_bytes each fit
+    group_bytes, at least one chunk, at most rows."""
+    chunk = min(rows, max(1, chunk_rows))
+    return min(rows, max(1, group_bytes // (vocab * elem_bytes) // chunk) * chunk)
+
+
 def stage_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision, stage):
     """Bytes per term (TERMS) of tp rank 0 of pipeline stage `stage`, and its facts. The model
     instance's own terms come from multiscreen_slot or transformer_slot (by dims' family), once
@@ -247,8 +259,10 @@ def stage_memory(dims, seq, micro_batch, grad_accum, tp, pp, dp, zero, precision
         t["head"] = 4 * rows * d_e * (3 if sh.rounded else 2) + 4 * rows
         if tp > 1:  # z, Ēᵀ's gradient; the chunk's statistics, targets, its products' 16-bit operands (gemm.cu)
             t["head"] += 4 * chunk * v_l + 4 * d_e * v_l + (8 + 8 + 8) * chunk + half * 2 * chunk * v_l
-        else:
-            t["head"] += 4 * chunk * v_l + half * (rows * d_e + chunk * v_l) + 3 * 8 * rows
+        elif half:  # the logits chunk fp32, y 16-bit, the ∂Z group 16-bit (cross_entropy.cu HeadLoss)
+            t["head"] += 4 * chunk * v_l + half * (rows * d_e + head_group_rows(rows, v_l, half) * v_l) + 3 * 8 * rows
+        else:  # fp32: the logits computed in the ∂Z group's rows, one buffer
+            t["head"] += 4 * head_group_rows(rows, v_l, 4) * v_l + 3 * 8 * rows
     # ids [rows] int32; the backward's touched rows int32, offsets int64 (≤ V_l of them), positions int64 (embedding.cu)
     embedding = 4 * rows + 12 * min(v_l, rows) + 8 + 8 * rows if sh.embed else 0
     tables = slots + 1

@@ -140,29 +140,36 @@ void Product(GemmRunner* gemm, Precision precision, bool trans_a, bool trans_b, 
   gemm->RunPacked(precision, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// HeadLoss's chunks of `chunk` rows over the operands as the products read them: T = float
-// (kFp32: y, Ē as given; the row pass leaves the gradient in z; g16 null) or uint16_t (packed
-// y and Ē; the row pass rounds the gradient into g16 [chunk, V], null without a backward).
+// HeadLoss over the operands as the products read them: T = float (kFp32: y, Ē as
+// given; the row pass leaves each gradient row in its logits row, so with a backward the
+// logits are computed into the group's rows of dz) or uint16_t (packed y and Ē; the row
+// pass computes the logits in `logits` [chunk, V] and rounds the gradient into dz).
+// dz: the ∂Z group [group, V], null without a backward; group a multiple of chunk (or rows).
 template <typename T>
-void HeadChunks(const HeadLossArgs<float>& args, const T* y, const T* e_bar, uint16_t* g16, const int64_t* target_dev,
-                int64_t chunk, float* z, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream) {
+void HeadGroups(const HeadLossArgs<float>& args, const T* y, const T* e_bar, T* dz, float* logits,
+                const int64_t* target_dev, int64_t chunk, int64_t group, GemmRunner* gemm,
+                CrossEntropyScratch* scratch, cudaStream_t stream) {
   const int64_t rows = args.rows, V = args.vocab, d_e = args.d_e;
-  const bool grad = args.dy != nullptr;
-  const T* dz = nullptr;  // the gradient rows as the backward products read them
-  if constexpr (std::is_same_v<T, float>) {
-    dz = z;
-  } else {
-    dz = g16;
-  }
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t nr = std::min(chunk, rows - r0);
-    const T* yr = y + r0 * d_e;
-    Product(gemm, args.precision, false, true, nr, V, d_e, args.scale, yr, d_e, e_bar, d_e, 0.f, z, V);
-    HeadRows(args.precision, static_cast<unsigned>(nr), z, V, args.shift, target_dev + r0, args.coef * args.scale,
-             grad, scratch->first.data() + r0, scratch->second.data() + r0, g16, stream);
-    if (grad) {
-      Product(gemm, args.precision, false, false, nr, d_e, V, 1.f, dz, V, e_bar, d_e, 0.f, args.dy + r0 * d_e, d_e);
-      Product(gemm, args.precision, true, false, V, d_e, nr, 1.f, dz, V, yr, d_e, 1.f, args.d_e_bar, d_e);
+  const bool grad = dz != nullptr;
+  for (int64_t g0 = 0; g0 < rows; g0 += group) {
+    const int64_t ng = std::min(group, rows - g0);
+    for (int64_t r0 = g0; r0 < g0 + ng; r0 += chunk) {
+      const int64_t nr = std::min(chunk, g0 + ng - r0);
+      T* dz_rows = grad ? dz + (r0 - g0) * V : nullptr;  // this chunk's rows of the group
+      float* z = logits;
+      uint16_t* g16 = nullptr;
+      if constexpr (std::is_same_v<T, float>) {
+        if (grad) z = dz_rows;
+      } else {
+        g16 = dz_rows;
+      }
+      Product(gemm, args.precision, false, true, nr, V, d_e, args.scale, y + r0 * d_e, d_e, e_bar, d_e, 0.f, z, V);
+      HeadRows(args.precision, static_cast<unsigned>(nr), z, V, args.shift, target_dev + r0, args.coef * args.scale,
+               grad, scratch->first.data() + r0, scratch->second.data() + r0, g16, stream);
+    }
+    if (grad) {  // the group's products: Ē and d_e_bar each read (and d_e_bar written) once
+      Product(gemm, args.precision, false, false, ng, d_e, V, 1.f, dz, V, e_bar, d_e, 0.f, args.dy + g0 * d_e, d_e);
+      Product(gemm, args.precision, true, false, V, d_e, ng, 1.f, dz, V, y + g0 * d_e, d_e, 1.f, args.d_e_bar, d_e);
     }
   }
 }
@@ -214,20 +221,30 @@ void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const doubl
   }
 }
 
-void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream) {
+int64_t HeadGroupRows(int64_t rows, int64_t V, int64_t elem_bytes, const HeadTiling& tiling) {
+  const int64_t chunk = std::min(rows, std::max<int64_t>(1, tiling.chunk_rows));
+  const int64_t chunks = std::max<int64_t>(1, tiling.group_bytes / (V * elem_bytes) / chunk);
+  return std::min(rows, chunks * chunk);
+}
+
+void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream,
+              const HeadTiling& tiling) {
   const int64_t rows = args.rows, V = args.vocab, d_e = args.d_e;
   if (rows <= 0) return;
   const char* op = "HeadLoss";
   const int64_t* target_dev = UploadTargets(op, args.target, rows, scratch, stream);
   scratch->first.Resize(rows);
   scratch->second.Resize(rows);
-  const int64_t chunk = std::min(rows, kHeadChunkRows);
-  scratch->logits.Resize(chunk * V);
-  float* z = scratch->logits.data();
+  const int64_t chunk = std::min(rows, std::max<int64_t>(1, tiling.chunk_rows));
   const bool grad = args.dy != nullptr;
   const Precision precision = args.precision;
   if (precision == Precision::kFp32) {
-    HeadChunks<float>(args, args.y, args.e_bar, nullptr, target_dev, chunk, z, gemm, scratch, stream);
+    // With a backward the logits live in the ∂Z group's rows: one fp32 buffer.
+    const int64_t group = grad ? HeadGroupRows(rows, V, sizeof(float), tiling) : chunk;
+    scratch->logits.Resize(group * V);
+    float* z = scratch->logits.data();
+    HeadGroups<float>(args, args.y, args.e_bar, grad ? z : nullptr, z, target_dev, chunk, group, gemm, scratch,
+                      stream);
   } else {
     // Each operand converted once: y, Ē (unless packed by the caller), the gradient rows by the row pass.
     scratch->y16.Resize(rows * d_e);
@@ -240,9 +257,11 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
       gemm->Pack(precision, args.e_bar, V * d_e, scratch->e_bar16.data());
       e16 = scratch->e_bar16.data();
     }
-    scratch->grad16.Resize(grad ? chunk * V : 0);
-    HeadChunks<uint16_t>(args, scratch->y16.data(), e16, grad ? scratch->grad16.data() : nullptr, target_dev, chunk, z,
-                         gemm, scratch, stream);
+    const int64_t group = grad ? HeadGroupRows(rows, V, sizeof(uint16_t), tiling) : chunk;
+    scratch->logits.Resize(chunk * V);
+    scratch->grad16.Resize(grad ? group * V : 0);
+    HeadGroups<uint16_t>(args, scratch->y16.data(), e16, grad ? scratch->grad16.data() : nullptr,
+                         scratch->logits.data(), target_dev, chunk, group, gemm, scratch, stream);
   }
   MS_CUDA_CHECK(op, cudaMemcpyAsync(args.lse, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,
                                     stream));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -26,7 +27,9 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/screening.h"
 #include "kernels/cpu/unit_rows.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_kernel_table.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/device_array.h"
 #include "tests/cuda/cuda_test.h"
 #include "trainer/adamw.h"
@@ -660,86 +663,123 @@ TEST_F(CudaKernelTableTest, SoftmaxStatsTargetLogitsAndGradMatchTheCpu) {
   EXPECT_CLOSE(got, ref, 1e-5);
 }
 
-// In every precision, with Ē packed by the caller or not: under 16 bits the head's
-// products read y, Ē and the gradient rows rounded to nearest even (the reference rounds
-// the same operands on the CPU), with fp32 accumulation; lse from the fp32 logits.
-TEST_F(CudaKernelTableTest, HeadLossMatchesTheCpuOverSeveralChunks) {
-  const int64_t rows = 600, V = 1003, d_e = 32;  // rows > one chunk of 512
-  const float scale = 2.5f, coef = 1.f / rows;
-  Floats y = Random(rows * d_e, 21), e_bar = Random(V * d_e, 22);
-  kernels::cpu::UnitRowsForward<float>(y.data(), d_e, y.data(), d_e, nullptr, rows, d_e);
-  kernels::cpu::UnitRowsForward<float>(e_bar.data(), d_e, e_bar.data(), d_e, nullptr, V, d_e);
-  std::vector<int64_t> target(rows);
-  for (int64_t r = 0; r < rows; ++r) target[r] = r % 7 == 3 ? -1 : (r * 31) % V;
-  const Floats d_e_bar0 = Random(V * d_e, 23);
-  auto rounded = [](Precision precision, Floats x) {
-    if (precision == Precision::kBf16) kernels::cpu::RoundToBf16(x.data(), x.size());
-    if (precision == Precision::kFp16) kernels::cpu::RoundToFp16(x.data(), x.size());
-    return x;
-  };
-  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
-    // The reference: the logits, their statistics, the gradient, and the two products.
-    const Floats yr = rounded(precision, y), er = rounded(precision, e_bar);
-    Floats z(rows * V);
-    kernels::cpu::Gemm(false, true, rows, V, d_e, scale, yr.data(), d_e, er.data(), d_e, 0.f, z.data(), V);
-    std::vector<double> row_max(rows), row_sum(rows), lse(rows), tl(rows);
-    kernels::cpu::SoftmaxStats(z.data(), V, rows, V, row_max.data(), row_sum.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      lse[r] = row_max[r] + std::log(row_sum[r]);
-      tl[r] = target[r] >= 0 ? z[r * V + target[r]] : 0.0;
-    }
-    const Floats coefs(rows, coef * scale);
-    kernels::cpu::CrossEntropyGrad(z.data(), V, rows, V, lse.data(), target.data(), coefs.data());
-    z = rounded(precision, z);
-    Floats dy(rows * d_e), d_e_bar = d_e_bar0;
-    kernels::cpu::Gemm(false, false, rows, d_e, V, 1.f, z.data(), V, er.data(), d_e, 0.f, dy.data(), d_e);
-    kernels::cpu::Gemm(true, false, V, d_e, rows, 1.f, z.data(), V, yr.data(), d_e, 1.f, d_e_bar.data(), d_e);
-    kernels::PackedOperand<float> e_bar_packed;
-    table_->PackOperand(precision, Device(e_bar), V * d_e, &e_bar_packed);
-    struct Case {
-      double shift;  // NaN: the row max; else the bound e^{s_F}
-      bool with_grad, packed;
+// The fused head against the CPU: `head` (the table's HeadLoss, or cuda::HeadLoss with a
+// tiling of its own) on unit rows y [rows, d_e] and Ē [V, d_e], in every precision, with Ē
+// packed by the caller or not. Under 16 bits the head's products read y, Ē and the
+// gradient rows rounded to nearest even (the reference rounds the same operands on the
+// CPU), with fp32 accumulation; lse from the fp32 logits. d_e_bar starts from small
+// random values (the head adds to it).
+class CudaHeadLossTest : public CudaKernelTableTest {
+ protected:
+  void ExpectHeadLossMatchesCpu(int64_t rows, const std::function<void(const kernels::HeadLossArgs<float>&)>& head) {
+    const int64_t V = 1003, d_e = 32;
+    const float scale = 2.5f, coef = 1.f / rows;
+    Floats y = Random(rows * d_e, 21), e_bar = Random(V * d_e, 22);
+    kernels::cpu::UnitRowsForward<float>(y.data(), d_e, y.data(), d_e, nullptr, rows, d_e);
+    kernels::cpu::UnitRowsForward<float>(e_bar.data(), d_e, e_bar.data(), d_e, nullptr, V, d_e);
+    std::vector<int64_t> target(rows);
+    for (int64_t r = 0; r < rows; ++r) target[r] = r % 7 == 3 ? -1 : (r * 31) % V;
+    // d_e_bar's start of the size of what the head adds (≈ 1e-3), so that a missed part of
+    // the sum shows at the tolerance.
+    const Floats d_e_bar0 = Random(V * d_e, 23, 1e-3f);
+    auto rounded = [](Precision precision, Floats x) {
+      if (precision == Precision::kBf16) kernels::cpu::RoundToBf16(x.data(), x.size());
+      if (precision == Precision::kFp16) kernels::cpu::RoundToFp16(x.data(), x.size());
+      return x;
     };
-    const double kRowMax = std::numeric_limits<double>::quiet_NaN();
-    // fp32: both shifts with and without the gradient; 16 bits: Ē packed or not.
-    const std::vector<Case> cases =
-        precision == Precision::kFp32
-            ? std::vector<Case>{{kRowMax, false, false}, {kRowMax, true, false}, {scale, false, true}, {scale, true, true}}
-            : std::vector<Case>{{kRowMax, true, false}, {scale, true, true}};
-    for (const auto& [shift, with_grad, packed] : cases) {
-      SCOPED_TRACE(testing::Message() << "precision " << int(precision) << ", shift " << shift << ", gradient "
-                                      << with_grad << ", Ē packed " << packed);
-      kernels::HeadLossArgs<float> args;
-      args.y = Device(y);
-      args.e_bar = Device(e_bar);
-      args.rows = rows;
-      args.vocab = V;
-      args.d_e = d_e;
-      args.scale = scale;
-      args.shift = shift;
-      args.target = target.data();
-      args.coef = coef;
-      args.precision = precision;
-      args.e_bar_packed = packed ? &e_bar_packed : nullptr;
-      std::vector<double> g_lse(rows), g_tl(rows, -1.0);
-      args.lse = g_lse.data();
-      args.target_logit = g_tl.data();
-      if (with_grad) {
-        args.dy = Empty(rows * d_e);
-        args.d_e_bar = Device(d_e_bar0);
-      }
-      table_->PrepareHead(args.e_bar, V, d_e);
-      table_->HeadLoss(args);
+    for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      // The reference: the logits, their statistics, the gradient, and the two products.
+      const Floats yr = rounded(precision, y), er = rounded(precision, e_bar);
+      Floats z(rows * V);
+      kernels::cpu::Gemm(false, true, rows, V, d_e, scale, yr.data(), d_e, er.data(), d_e, 0.f, z.data(), V);
+      std::vector<double> row_max(rows), row_sum(rows), lse(rows), tl(rows);
+      kernels::cpu::SoftmaxStats(z.data(), V, rows, V, row_max.data(), row_sum.data());
       for (int64_t r = 0; r < rows; ++r) {
-        EXPECT_NEAR(g_lse[r], lse[r], 1e-5 * std::abs(lse[r])) << r;
-        EXPECT_NEAR(g_tl[r], tl[r], 1e-5 * std::max(1.0, std::abs(tl[r]))) << r;
+        lse[r] = row_max[r] + std::log(row_sum[r]);
+        tl[r] = target[r] >= 0 ? z[r * V + target[r]] : 0.0;
       }
-      if (with_grad) {
-        EXPECT_CLOSE(Host(args.dy, rows * d_e), dy, 1e-5);
-        EXPECT_CLOSE(Host(args.d_e_bar, V * d_e), d_e_bar, 1e-5);
+      const Floats coefs(rows, coef * scale);
+      kernels::cpu::CrossEntropyGrad(z.data(), V, rows, V, lse.data(), target.data(), coefs.data());
+      z = rounded(precision, z);
+      Floats dy(rows * d_e), d_e_bar = d_e_bar0;
+      kernels::cpu::Gemm(false, false, rows, d_e, V, 1.f, z.data(), V, er.data(), d_e, 0.f, dy.data(), d_e);
+      kernels::cpu::Gemm(true, false, V, d_e, rows, 1.f, z.data(), V, yr.data(), d_e, 1.f, d_e_bar.data(), d_e);
+      kernels::PackedOperand<float> e_bar_packed;
+      table_->PackOperand(precision, Device(e_bar), V * d_e, &e_bar_packed);
+      struct Case {
+        double shift;  // NaN: the row max; else the bound e^{s_F}
+        bool with_grad, packed;
+      };
+      const double kRowMax = std::numeric_limits<double>::quiet_NaN();
+      // fp32: both shifts with and without the gradient; 16 bits: Ē packed or not.
+      const std::vector<Case> cases =
+          precision == Precision::kFp32
+              ? std::vector<Case>{{kRowMax, false, false}, {kRowMax, true, false}, {scale, false, true}, {scale, true, true}}
+              : std::vector<Case>{{kRowMax, true, false}, {scale, true, true}};
+      for (const auto& [shift, with_grad, packed] : cases) {
+        SCOPED_TRACE(testing::Message() << "precision " << int(precision) << ", shift " << shift << ", gradient "
+                                        << with_grad << ", Ē packed " << packed);
+        kernels::HeadLossArgs<float> args;
+        args.y = Device(y);
+        args.e_bar = Device(e_bar);
+        args.rows = rows;
+        args.vocab = V;
+        args.d_e = d_e;
+        args.scale = scale;
+        args.shift = shift;
+        args.target = target.data();
+        args.coef = coef;
+        args.precision = precision;
+        args.e_bar_packed = packed ? &e_bar_packed : nullptr;
+        std::vector<double> g_lse(rows), g_tl(rows, -1.0);
+        args.lse = g_lse.data();
+        args.target_logit = g_tl.data();
+        if (with_grad) {
+          args.dy = Empty(rows * d_e);
+          args.d_e_bar = Device(d_e_bar0);
+        }
+        head(args);
+        for (int64_t r = 0; r < rows; ++r) {
+          EXPECT_NEAR(g_lse[r], lse[r], 1e-5 * std::abs(lse[r])) << r;
+          EXPECT_NEAR(g_tl[r], tl[r], 1e-5 * std::max(1.0, std::abs(tl[r]))) << r;
+        }
+        if (with_grad) {
+          EXPECT_CLOSE(Host(args.dy, rows * d_e), dy, 1e-5);
+          EXPECT_CLOSE(Host(args.d_e_bar, V * d_e), d_e_bar, 1e-5);
+        }
       }
     }
   }
+};
+
+// Through the table: 600 rows, two chunks of the default 512, one ∂Z group.
+TEST_F(CudaHeadLossTest, HeadLossMatchesTheCpuOverSeveralChunks) {
+  ExpectHeadLossMatchesCpu(600, [&](const kernels::HeadLossArgs<float>& args) {
+    table_->PrepareHead(args.e_bar, args.vocab, args.d_e);
+    table_->HeadLoss(args);
+  });
+}
+
+// Chunks of 64 rows and a ∂Z budget of 200 rows of fp32 at V = 1003: groups of 3 chunks
+// under fp32 (192 rows: 192, 192, 192, 24) and of 6 under 16 bits (384 rows: 384, then
+// 216 = 3 chunks and 24 rows), each group's last rows a partial chunk where rows end.
+TEST_F(CudaHeadLossTest, HeadLossInGroupsOfChunksMatchesTheCpu) {
+  const kernels::cuda::HeadTiling tiling{64, 200 * 1003 * 4};
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(600, 1003, 4, tiling), 192);
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(600, 1003, 2, tiling), 384);
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(600, 1003, 2, {64, 1}), 64);        // at least one chunk
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(600, 1003, 2, {512, 1 << 30}), 600);  // at most the rows
+  // The defaults at Ψ = 32's V = 50,257, T = 4096, as tools/plan_memory.py head_group_rows has them
+  // (tests/tools/plan_test.py): B = 1 one group in bf16; B = 2 groups of 10 chunks, of 5 under fp32.
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(4096, 50257, 2, {}), 4096);
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(8192, 50257, 2, {}), 5120);
+  EXPECT_EQ(kernels::cuda::HeadGroupRows(8192, 50257, 4, {}), 2560);
+  absl::StatusOr<std::unique_ptr<kernels::cuda::GemmRunner>> gemm = kernels::cuda::GemmRunner::Create(cudaStreamLegacy);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  kernels::cuda::CrossEntropyScratch scratch;
+  ExpectHeadLossMatchesCpu(600, [&](const kernels::HeadLossArgs<float>& args) {
+    kernels::cuda::HeadLoss(args, gemm->get(), &scratch, cudaStreamLegacy, tiling);
+  });
 }
 
 TEST_F(CudaKernelTableTest, AdamWMatchesTheTrainerStepByStep) {

@@ -54,13 +54,13 @@ def matrix_params(model):
 # The other ops disagree; docs/performance.md ("The model against the counts") lists them.
 BYTES_AGREE = {
     "tiny_tiled": ["x += U·W_O (GEMM, β = 1 into fp32 x)", "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)",
-                   "dy = ∂z·Ē (GEMM)", "∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)",
+                   "dy = ∂Z·Ē (GEMM per ∂Z group)", "∂Ē += ∂Zᵀ·Y (GEMM, fp32 accumulate per ∂Z group)",
                    "∂W_O = Uᵀ·∂x (GEMM, fp32, β = 0)", "∂W_cat = x_inᵀ·∂P (GEMM, fp32)",
                    "∂x += ∂P·W_catᵀ (GEMM, β = 1)", "AdamW (fp32 master, m, v)",
                    "pack W_cat, W_O from the parameters into bf16 (BeginStep)", "unpack ∂W_cat into the gradients"],
     "tiny_transformer_tiled": ["x += o·W_O (GEMM, β = 1)", "x += h·W_down (GEMM, β = 1)",
-                               "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", "dy = ∂z·Ē (GEMM)",
-                               "∂Ē += ∂zᵀ·y (GEMM, fp32 accumulate per chunk)", "AdamW (fp32 master, m, v)"],
+                               "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", "dy = ∂Z·Ē (GEMM per ∂Z group)",
+                               "∂Ē += ∂Zᵀ·Y (GEMM, fp32 accumulate per ∂Z group)", "AdamW (fp32 master, m, v)"],
 }
 
 
@@ -95,12 +95,13 @@ def check_ops(model, c, ops):
 # instead of a pack or copy and a RoundPack; tiny_tiled 65 and 69 then, before the tiled
 # backward's query and key passes finished the unit-norm backward in their epilogues; 63 and
 # 67 before the tiled forward normalized its rows in its own loads, one launch per layer
-# instead of NormalizeKernel's and the aggregate kernel's). The
+# instead of NormalizeKernel's and the aggregate kernel's; at T = 1024, 65 before the head's
+# dy and ∂Ē products ran once per ∂Z group, the whole call here, instead of once per chunk). The
 # model's launches still differ
 # (docs/performance.md, "The model against the counts"): these pin the code's, so that a
 # launch added to the step shows.
 LAUNCHES = {("tiny_tiled", "bf16", 256): 61, ("tiny_psi4", "bf16", 256): 105, ("tiny_psi4", "fp32", 256): 77,
-            ("tiny_tiled", "bf16", 1024): 65}  # T = 1024: two head chunks, one wait still
+            ("tiny_tiled", "bf16", 1024): 63}  # T = 1024: two head chunks, one group, one wait still
 # cudaMemcpyAsync calls of the same steps: 27, 43, 45 and 27 before the screening tables were kept
 # on the device (issue 42, kernels/cuda/screening_table_cache.h: one upload per layer and step
 # instead of 7 per layer and micro-batch).
@@ -142,6 +143,21 @@ class BenchCountTest(unittest.TestCase):
                 ops = j["counted"]["ops"]
                 self.assertEqual(sum(r["calls"] for r in ops if r["kind"] in ("kernel", "library")), launches)
                 self.assertEqual(async_copies(j), ASYNC_COPIES[(model, precision, seq)])
+
+    def test_the_heads_backward_products_run_once_over_two_chunks_as_the_model_has_them(self):
+        # T = 1024: the head's logits in two chunks of 512, then dy = ∂Z·Ē and ∂Ē += ∂Zᵀ·Y once
+        # over both (one ∂Z group, kernels/cuda/cross_entropy.h): ∂Ē read and written once, not twice.
+        sys.path.insert(0, os.path.join(SRC, "tools"))
+        import perf_model
+        j = counted("tiny_tiled", "bf16", seq=1024)
+        ops, syncs = perf_model.model_ops_for(j, os.path.join(SRC, "configs", "models"))
+        c = {o["op"]: o for o in perf_model.compare_counted(j, ops, syncs)["ops"]}
+        for name, launches in (("logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", 2), ("dy = ∂Z·Ē (GEMM per ∂Z group)", 1),
+                               ("∂Ē += ∂Zᵀ·Y (GEMM, fp32 accumulate per ∂Z group)", 1)):
+            with self.subTest(op=name):
+                self.assertEqual(c[name]["counted_launches"], launches)
+                self.assertEqual(c[name]["model_launches"], launches)
+                self.assertAlmostEqual(c[name]["counted_bytes"], c[name]["model_bytes"], delta=0.01 * c[name]["model_bytes"])
 
     def test_the_models_gemms_and_agreeing_bytes_equal_the_counts(self):
         for model in BYTES_AGREE:

@@ -137,6 +137,25 @@ class MemoryTest(unittest.TestCase):
         self.assertEqual(zero["adam_moments"], 9 * 4497)  # ⌈17986/4⌉
         self.assertEqual(zero["workspaces"] - plain["workspaces"], 4 * 4 * 4497)  # the bucket scratch [dp, shard]
 
+    def test_the_heads_gradient_rows_are_one_group_within_512_mib_and_whole_chunks_beyond(self):
+        # kernels/cuda/cross_entropy.h kHeadGroupBytes: Ψ = 32, V = 50,257, T = 4096. B = 1: 4096 rows of
+        # bf16 gradient (412 MB) in one group; B = 2: 8192 rows (824 MB) in groups of 10 chunks (5120 rows,
+        # 515 MB); fp32 (4 bytes, the logits in the group's rows): 5 chunks (2560 rows).
+        V, d = 50257, 1024
+        self.assertEqual(plan_memory.head_group_rows(4096, V, 2), 4096)
+        self.assertEqual(plan_memory.head_group_rows(8192, V, 2), 5120)
+        self.assertEqual(plan_memory.head_group_rows(8192, V, 4), 2560)
+        self.assertEqual(plan_memory.head_group_rows(8192, V, 2, group_bytes=1), 512)  # at least one chunk
+        for micro_batch, precision, group in ((1, "bf16", 4096), (2, "bf16", 5120), (2, "fp32", 2560)):
+            with self.subTest(micro_batch=micro_batch, precision=precision):
+                t, _ = plan_memory.stage_memory(PSI32, 4096, micro_batch, 1, 1, 1, 1, 0, precision, 0)
+                rows = 4096 * micro_batch
+                # y (and its rounded copy under bf16), ∂y, ‖y‖, 3 row statistics (double); under bf16 the
+                # logits chunk [512, V] fp32, y and the ∂Z group 16-bit; under fp32 the group fp32 alone
+                own = 4 * rows * d * (3 if precision == "bf16" else 2) + 4 * rows + 3 * 8 * rows
+                arrays = 4 * 512 * V + 2 * (rows * d + group * V) if precision == "bf16" else 4 * group * V
+                self.assertEqual(t["head"], own + arrays)
+
 
 class TimeTest(unittest.TestCase):
     def test_one_rank_computes_what_perf_model_gives_the_whole_model(self):
