@@ -121,14 +121,21 @@ void Multiscreen<Real>::BeginStep(const Real* params) {
       ops_->Fill(d_e_bar_.data(), rows * dE, Real(0));
     }
     ops_->UnitRowsForward(params + w_e->buffer_offset, dE, e_bar_.data(), dE, e_norm_.data(), rows, dE);
-    if (options_.precision != Precision::kFp32) {
+    if (options_.precision == Precision::kFp32) {
+      if (shard.head) ops_->PackOperand(options_.precision, e_bar_.data(), rows * dE, &e_bar_op_);
+    } else {
       e_bar_compute_.Resize(rows * dE);
       ops_->Copy(e_bar_.data(), rows * dE, e_bar_compute_.data());
-      RoundToCompute(e_bar_compute_.data(), rows * dE);
+      // Rounded in place and, for the head's GEMMs, packed in the same pass (the CPU's bf16
+      // products: one threaded pass writes the rounded values and their bf16 copy).
+      if (shard.head) {
+        ops_->PackRounded(options_.precision, e_bar_compute_.data(), rows * dE, &e_bar_op_);
+      } else {
+        RoundToCompute(e_bar_compute_.data(), rows * dE);
+      }
     }
     // Ē as the single-rank head sees it, once per step however many micro-batches.
     if (shard.head && tp_->size() == 1) ops_->PrepareHead(EBarCompute(), rows, dE);
-    if (shard.head) ops_->PackOperand(options_.precision, EBarCompute(), rows * dE, &e_bar_op_);
   }
   for (int64_t li = 0; li < shard.layers(); ++li) {
     LayerWeights& w = weights_[li];

@@ -81,7 +81,8 @@ void CpuKernelTable<Real>::Scale(Real* x, int64_t n, Real factor) {
 template <typename Real>
 void CpuKernelTable<Real>::RoundTo(Precision precision, Real* x, int64_t n) {
   if constexpr (std::is_same_v<Real, float>) {
-    if (precision == Precision::kBf16) RoundToBf16(x, n);
+    // In place, threaded, eight at a time (a step's P, Ē: tens of MB), as RoundToBf16 rounds.
+    if (precision == Precision::kBf16) ToBf16(x, n, nullptr, x);
     if (precision == Precision::kFp16) RoundToFp16(x, n);
   }
 }

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/simd.h"
 
 namespace multiscreen::kernels::cpu {
@@ -34,21 +36,49 @@ struct RowSumExp {
   }
 };
 
-// z[v] ← exp(z[v] − mx); returns Σ_v of them (in fp64).
-template <typename Real>
+// A numerator as RowExpSum stores it: itself (Out = Real), or its bf16 bits (Out = uint16_t).
+template <typename Out, typename Real>
+MS_ALWAYS_INLINE Out StoredAs(Real e) {
+  if constexpr (std::is_same_v<Out, Real>) {
+    return e;
+  } else {
+    static_assert(std::is_same_v<Out, uint16_t> && std::is_same_v<Real, float>);
+    return FloatToBf16(e);
+  }
+}
+
+// out[v] ← exp(z[v] − mx) (as StoredAs<Out>; out may be z itself); returns Σ_v of the
+// unrounded exponentials (in fp64).
+template <typename Real, typename Out>
 struct RowExpSum {
   template <typename Target>
-  MS_ALWAYS_INLINE static double Run(Real* z, int64_t V, Real mx) {
+  MS_ALWAYS_INLINE static double Run(const Real* z, int64_t V, Real mx, Out* out) {
     double sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t v = 0; v < V; ++v) {
       const Real e = ExpFast(z[v] - mx);
-      z[v] = e;
+      out[v] = StoredAs<Out>(e);
       sum += static_cast<double>(e);
     }
     return sum;
   }
 };
+
+// SoftmaxNumerators with the numerators written to out [rows, V] (row stride ld_out; out
+// may be z, ld_out = ld) as StoredAs<Out>.
+template <typename Real, typename Out>
+void Numerators(const Real* z, int64_t ld, int64_t rows, int64_t V, double shift, const int64_t* target,
+                double* lse, double* target_logit, double* row_scale, Out* out, int64_t ld_out) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    const Real* zr = z + r * ld;
+    const Real m = std::isnan(shift) ? IsaDispatch<RowMax<Real>>(zr, V) : static_cast<Real>(shift);
+    target_logit[r] = target[r] >= 0 ? static_cast<double>(zr[target[r]]) : 0.0;
+    const double sum = IsaDispatch<RowExpSum<Real, Out>>(zr, V, m, out + r * ld_out);
+    lse[r] = static_cast<double>(m) + std::log(sum);
+    row_scale[r] = 1.0 / sum;
+  }
+}
 
 // z[v] ← exp(z[v] − l) · c.
 template <typename Real>
@@ -87,15 +117,12 @@ void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double
 template <typename Real>
 void SoftmaxNumerators(Real* z, int64_t ld, int64_t rows, int64_t V, double shift, const int64_t* target,
                        double* lse, double* target_logit, double* row_scale) {
-#pragma omp parallel for
-  for (int64_t r = 0; r < rows; ++r) {
-    Real* zr = z + r * ld;
-    const Real m = std::isnan(shift) ? IsaDispatch<RowMax<Real>>(zr, V) : static_cast<Real>(shift);
-    target_logit[r] = target[r] >= 0 ? static_cast<double>(zr[target[r]]) : 0.0;
-    const double sum = IsaDispatch<RowExpSum<Real>>(zr, V, m);
-    lse[r] = static_cast<double>(m) + std::log(sum);
-    row_scale[r] = 1.0 / sum;
-  }
+  Numerators(z, ld, rows, V, shift, target, lse, target_logit, row_scale, z, ld);
+}
+
+void SoftmaxNumeratorsBf16(const float* z, int64_t ld, int64_t rows, int64_t V, double shift, const int64_t* target,
+                           double* lse, double* target_logit, double* row_scale, uint16_t* z16, int64_t ld16) {
+  Numerators(z, ld, rows, V, shift, target, lse, target_logit, row_scale, z16, ld16);
 }
 
 #define MS_INSTANTIATE(Real)                                                                              \

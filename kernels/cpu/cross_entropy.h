@@ -30,4 +30,13 @@ template <typename Real>
 void SoftmaxNumerators(Real* z, int64_t ld, int64_t rows, int64_t V, double shift, const int64_t* target,
                        double* lse, double* target_logit, double* row_scale);
 
+// SoftmaxNumerators for a bf16 head (issue 44): z [rows, V] (row stride ld) is left as it
+// is and the numerators go to z16 [rows, V] (row stride ld16) as bf16 bits, FloatToBf16 of
+// the fp32 numerator SoftmaxNumerators would write (kernels/cpu/bf16.h), in the same pass
+// (one read of z and a half-size write, where SoftmaxNumerators and a conversion after it
+// read z twice and write it once). lse, target_logit and row_scale are SoftmaxNumerators'
+// (sums of the unrounded numerators), bit for bit.
+void SoftmaxNumeratorsBf16(const float* z, int64_t ld, int64_t rows, int64_t V, double shift, const int64_t* target,
+                           double* lse, double* target_logit, double* row_scale, uint16_t* z16, int64_t ld16);
+
 }  // namespace multiscreen::kernels::cpu

@@ -21,8 +21,9 @@ namespace {
 
 void ToBf16Scalar(const float* src, int64_t n, uint16_t* dst, float* rounded) {
   for (int64_t i = 0; i < n; ++i) {
-    dst[i] = FloatToBf16(src[i]);
-    if (rounded != nullptr) rounded[i] = Bf16ToFloat(dst[i]);
+    const uint16_t bits = FloatToBf16(src[i]);
+    if (dst != nullptr) dst[i] = bits;
+    if (rounded != nullptr) rounded[i] = Bf16ToFloat(bits);
   }
 }
 
@@ -42,12 +43,13 @@ __attribute__((target("avx2"))) void ToBf16Avx2(const float* src, int64_t n, uin
     const __m256i up = _mm256_add_epi32(bits, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(bits, 16), one)));
     const __m256i out = _mm256_and_si256(_mm256_blendv_epi8(up, _mm256_or_si256(bits, quiet), nan), high);
     if (rounded != nullptr) _mm256_storeu_ps(rounded + i, _mm256_castsi256_ps(out));
+    if (dst == nullptr) continue;
     // The high halves of the eight lanes, in order: shift down, pack (per 128-bit lane), reorder.
     const __m256i low = _mm256_srli_epi32(out, 16);
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(low, low), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
   }
-  ToBf16Scalar(src + i, n - i, dst + i, rounded != nullptr ? rounded + i : nullptr);
+  ToBf16Scalar(src + i, n - i, dst != nullptr ? dst + i : nullptr, rounded != nullptr ? rounded + i : nullptr);
 }
 #endif
 
@@ -83,13 +85,14 @@ void ToBf16(const float* src, int64_t n, uint16_t* dst, float* rounded) {
   for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
     const int64_t len = std::min(kBlock, n - i0);
     float* r = rounded != nullptr ? rounded + i0 : nullptr;
+    uint16_t* d = dst != nullptr ? dst + i0 : nullptr;
 #ifdef MS_HAVE_BF16_SIMD
     if (ActiveIsa() != Isa::kGeneric) {
-      ToBf16Avx2(src + i0, len, dst + i0, r);
+      ToBf16Avx2(src + i0, len, d, r);
       continue;
     }
 #endif
-    ToBf16Scalar(src + i0, len, dst + i0, r);
+    ToBf16Scalar(src + i0, len, d, r);
   }
 }
 

@@ -16,7 +16,8 @@ bool Bf16GemmAvailable();
 
 // dst[i] = bf16 bits of src[i], rounded to nearest even (NaN stays NaN, as FloatToBf16,
 // kernels/cpu/bf16.h, bit for bit); rounded (null, or src itself for in place) [i] = the fp32
-// value of dst[i]. One pass, eight at a time on the avx2 and avx512 paths, threaded.
+// value of dst[i]. One pass, eight at a time on the avx2 and avx512 paths, threaded. dst
+// null: the rounded values alone (ToBf16(x, n, nullptr, x) is RoundToBf16(x, n), threaded).
 void ToBf16(const float* src, int64_t n, uint16_t* dst, float* rounded);
 
 // C[m, n] = alpha · op(A) · op(B) + beta · C, row-major, as kernels/cpu/gemm.h's Gemm, on A

@@ -134,17 +134,21 @@ void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_
   if (!panels) {
     // The logits whole (GEMM), then the softmax with the fixed shift or each row's max.
     Logits(a, r0, rc, e16, z);
-    SoftmaxNumerators(z, V, rc, V, a.shift, target, a.lse + r0, a.target_logit + r0, row_scale_.data());
     if constexpr (std::is_same_v<Real, float>) {
-      if (e16 != nullptr) {  // the numerators in bf16, read by both backward products
+      if (e16 != nullptr) {  // the numerators in bf16 (made in the exp pass), read by both backward products
         z16_.resize(rc * V);
-        ToBf16(z, rc * V, z16_.data(), nullptr);
+        SoftmaxNumeratorsBf16(z, V, rc, V, a.shift, target, a.lse + r0, a.target_logit + r0, row_scale_.data(),
+                              z16_.data(), V);
         ZTimesEBar(GemmBf16, rc, V, dE, z16_.data(), e16, dy);
-      } else if (bf16) {
-        RoundToBf16(z, rc * V);
       }
     }
-    if (e16 == nullptr) ZTimesEBar(Gemm<Real>, rc, V, dE, z, e_bar, dy);
+    if (e16 == nullptr) {
+      SoftmaxNumerators(z, V, rc, V, a.shift, target, a.lse + r0, a.target_logit + r0, row_scale_.data());
+      if constexpr (std::is_same_v<Real, float>) {
+        if (bf16) RoundToBf16(z, rc * V);
+      }
+      ZTimesEBar(Gemm<Real>, rc, V, dE, z, e_bar, dy);
+    }
   } else {
     PanelSoftmax(a, r0, rc, dy);
   }

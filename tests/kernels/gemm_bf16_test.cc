@@ -64,6 +64,15 @@ TEST(GemmBf16Test, ToBf16IsFloatToBf16BitForBitOnEveryPath) {
     std::vector<float> y = x;
     ToBf16(y.data(), static_cast<int64_t>(y.size()), half.data(), y.data());
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(Bits(y[i]), Bits(rounded[i]));
+    // No dst: the rounded values alone (the CPU table's RoundTo under bf16), in place, on
+    // more than the threaded pass's four blocks of 2^14, a length that leaves a tail.
+    std::vector<float> big, expected;
+    while (big.size() < 70001) big.insert(big.end(), x.begin(), x.end());
+    big.resize(70001);
+    expected = big;
+    RoundToBf16(expected.data(), static_cast<int64_t>(expected.size()));
+    ToBf16(big.data(), static_cast<int64_t>(big.size()), nullptr, big.data());
+    for (size_t i = 0; i < big.size(); ++i) ASSERT_EQ(Bits(big[i]), Bits(expected[i])) << "element " << i;
   }
 }
 
