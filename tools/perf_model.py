@@ -60,7 +60,7 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the instructions of the step
 # loop's longest trip (every data-dependent branch taken the longer way; an if/else counts
-# one arm): forward 206, query pass 468, key pass 339, plus the key pass's inner loop 3 more
+# one arm): forward 214, query pass 500, key pass 379, plus the key pass's inner loop 3 more
 # times, 3 x 24; plus 8 per div.rn.f32 (none since the step loops multiply by 1/r: they
 # had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit integer
 # operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The forward
@@ -70,16 +70,18 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # steps (an estimate: a warp runs the k rows' half or the v rows' half of that code, the v
 # rows' scaling loop 4 times). All three passes' interior steps (every pair inside the window:
 # interior_steps) skip the per-pair window test, and ISSUE_PER_INTERIOR_STEP counts their
-# longest trip through that arm (the kernel marks it with a PTX comment): forward 165, query
-# pass 425, key pass 287 (the forward's other steps 206, its step loop 202 before the arm). History: until 2026-12-06 the model
+# longest trip through that arm (the kernel marks it with a PTX comment): forward 173, query
+# pass 457, key pass 327. These count the bf16 conversions (cvt.rn.bf16.f32, cvt.f32.bf16),
+# which cuda_bf16.hpp's inline asm puts on braced lines that --step-loops dropped until
+# 2026-12-06: it had counted 206 / 165, 468 / 425, 339 / 287. History: until 2026-12-06 the model
 # took the loop's static count, which adds both arms of the query pass's `rotate` branch (the
 # MiPE rate term per pair, compiled with and without the rotation): query pass 631 (494 on
 # its longest trip); then the window test 0 <= d < keys as one unsigned compare (query 479,
 # key 319 on every step); then the interior arm (boundary steps 468 and 339). Before 32-bit
 # positions, 1/r and fp32 per-step sums in the query pass (it had 314 f64 instructions per
 # step): 324, 888, 513 (static). An estimate: no cuobjdump here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 206 + (514 - 440) // 4 + 2, "query": 468 + 5, "key": 339 + 3 * 24 + 2}
-ISSUE_PER_INTERIOR_STEP = {"forward": 165 + (514 - 440) // 4 + 2, "query": 425 + 5, "key": 287 + 3 * 24 + 2}
+ISSUE_PER_STEP = {"forward": 214 + (514 - 440) // 4 + 2, "query": 500 + 5, "key": 379 + 3 * 24 + 2}
+ISSUE_PER_INTERIOR_STEP = {"forward": 173 + (514 - 440) // 4 + 2, "query": 457 + 5, "key": 327 + 3 * 24 + 2}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k

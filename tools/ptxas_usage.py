@@ -174,8 +174,12 @@ INTERIOR_MARK = "// screening step: interior"
 
 
 def instruction_lines(lines):
-    """The PTX instructions among `lines` (stripped; directives, labels and comments dropped)."""
+    """The PTX instructions among `lines` (stripped; directives, labels and comments dropped).
+    An inline-asm statement nvcc wraps in braces on one line (`{  cvt.rn.bf16.f32 %rs1, %f1;}`,
+    as cuda_bf16.hpp's conversions come) counts as its instruction: with the braces kept, the
+    line ended in `}` and the bf16 conversions of the step loops went uncounted."""
     body = [l.strip() for l in lines]
+    body = [l[1:-1].strip() if l.startswith("{") and l.endswith(";}") else l for l in body]
     return [l for l in body if l.endswith(";") and not l.startswith((".", "//"))]
 
 

@@ -120,6 +120,16 @@ $L__BB0_9:
         (_, _, _, trip, interior), = self.loops(tail)
         self.assertEqual(interior["instructions"], trip["instructions"])
 
+    def test_braced_inline_asm_counts(self):
+        # cuda_bf16.hpp's conversions reach the PTX as one-line braced inline asm; each is one
+        # instruction (they went uncounted while the line ended in "}"); a lone brace is none.
+        braced = IF_ELSE.replace("\tsetp.lt.s32", "\t{  cvt.rn.bf16.f32 %rs1, %f5;}\n\t{ cvt.f32.bf16 %f8, %rs1;}\n"
+                                 "\t{\n\t}\n\tsetp.lt.s32", 1)
+        self.assertNotEqual(braced, IF_ELSE)
+        (_, _, static, trip, _), = self.loops(braced)
+        self.assertEqual(static["instructions"], 2 + 1 + 3 + 5 + 1 + 4 + 2 + 2)
+        self.assertEqual(trip["instructions"], 2 + 1 + 5 + 1 + 4 + 2 + 2)
+
 
 if __name__ == "__main__":
     unittest.main()
