@@ -60,9 +60,9 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the instructions of the step
 # loop's longest trip (every data-dependent branch taken the longer way; an if/else counts
-# one arm): forward 214, query pass 500, key pass 379, plus the key pass's inner loop 3 more
-# times, 3 x 24; plus 8 per div.rn.f32 (none since the step loops multiply by 1/r: they
-# had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit integer
+# one arm): forward 203, query pass 423 plus its inner loop (∂L/∂(αm), unrolled by 2) once
+# more, 40, key pass 337 plus its inner loop 3 more times, 3 x 24; plus 8 per div.rn.f32
+# (none since the step loops multiply by 1/r: they had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit integer
 # operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The forward
 # adds (514 − 440)/4 = 18 for its own rows' unit norm and MiPE rotation since it normalizes
 # the P rows it loads (2026-12-06): the loop over key blocks around the step loop grew from
@@ -70,9 +70,13 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # steps (an estimate: a warp runs the k rows' half or the v rows' half of that code, the v
 # rows' scaling loop 4 times). All three passes' interior steps (every pair inside the window:
 # interior_steps) skip the per-pair window test, and ISSUE_PER_INTERIOR_STEP counts their
-# longest trip through that arm (the kernel marks it with a PTX comment): forward 173, query
-# pass 457, key pass 327. These count the bf16 conversions (cvt.rn.bf16.f32, cvt.f32.bf16),
-# which cuda_bf16.hpp's inline asm puts on braced lines that --step-loops dropped until
+# longest trip through that arm (the kernel marks it with a PTX comment): forward 143, query
+# pass 363 + 40, key pass 273 + 3 x 24 (2026-12-06: the Softmask tables read once per distinct
+# d, 6 per lane and table, not once per pair; selects, not a branch per pair; the step's body
+# specialized per arm; cvt.rn.bf16x2.f32 packing; the MiPE rate term once per step under one
+# warp-uniform branch, still counted: the longest trip takes it. Before: forward 214 / 173,
+# query 500 / 457, key 379 + 72 / 327 + 72). Those earlier figures count the bf16
+# conversions (cvt.rn.bf16.f32, cvt.f32.bf16), which cuda_bf16.hpp's inline asm puts on braced lines that --step-loops dropped until
 # 2026-12-06: it had counted 206 / 165, 468 / 425, 339 / 287. History: until 2026-12-06 the model
 # took the loop's static count, which adds both arms of the query pass's `rotate` branch (the
 # MiPE rate term per pair, compiled with and without the rotation): query pass 631 (494 on
@@ -80,8 +84,8 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # key 319 on every step); then the interior arm (boundary steps 468 and 339). Before 32-bit
 # positions, 1/r and fp32 per-step sums in the query pass (it had 314 f64 instructions per
 # step): 324, 888, 513 (static). An estimate: no cuobjdump here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 214 + (514 - 440) // 4 + 2, "query": 500 + 5, "key": 379 + 3 * 24 + 2}
-ISSUE_PER_INTERIOR_STEP = {"forward": 173 + (514 - 440) // 4 + 2, "query": 457 + 5, "key": 327 + 3 * 24 + 2}
+ISSUE_PER_STEP = {"forward": 203 + (514 - 440) // 4 + 2, "query": 423 + 40 + 5, "key": 337 + 3 * 24 + 2}
+ISSUE_PER_INTERIOR_STEP = {"forward": 143 + (514 - 440) // 4 + 2, "query": 363 + 40 + 5, "key": 273 + 3 * 24 + 2}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k
