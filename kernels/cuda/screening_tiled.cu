@@ -641,6 +641,10 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
           sum_w[half] += double(step_w[half]);
         }
         if (rotate) {  // MiPE's rate (tiles with w < w_th, short windows): warp-uniform, once per step
+#ifndef MULTISCREEN_CUDA_EMULATED
+          // a PTX comment: no instruction; tools/ptxas_usage.py --step-loops counts trips without it
+          asm volatile("// screening step: MiPE rate");
+#endif
           // k̃_j[0], k̃_j[1] of the step's four keys of this lane (j = kj + 8n + 2u + c), fp32
           // from global memory (cached; a shared copy would pass the 48 KB of static shared
           // memory), for ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]).
