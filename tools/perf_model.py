@@ -61,9 +61,10 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the instructions of the step
 # loop's longest trip (every data-dependent branch taken the longer way; an if/else counts
 # one arm): forward 203, query pass 358 without its MiPE rate arm (ISSUE_MIPE_RATE) plus its
-# inner loop (∂L/∂(αm), unrolled by 2) once more, 40, key pass 337 plus its inner loop 3 more times, 3 x 24; plus 8 per div.rn.f32
-# (none since the step loops multiply by 1/r: they had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit integer
-# operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The forward
+# inner loop (∂L/∂(αm), unrolled by 2) once more, 40, key pass 345 plus its inner loop
+# (likewise) once more, 40; plus 8 per div.rn.f32 (none since the step loops multiply by
+# 1/r: they had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit
+# integer operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The forward
 # adds (514 − 440)/4 = 18 for its own rows' unit norm and MiPE rotation since it normalizes
 # the P rows it loads (2026-12-06): the loop over key blocks around the step loop grew from
 # 440 to 514 PTX instructions, once per key block a warp visits, spread over the block's 4
@@ -71,10 +72,11 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # rows' scaling loop 4 times). All three passes' interior steps (every pair inside the window:
 # interior_steps) skip the per-pair window test, and ISSUE_PER_INTERIOR_STEP counts their
 # longest trip through that arm (the kernel marks it with a PTX comment): forward 143, query
-# pass 293 + 40 (without the rate arm), key pass 273 + 3 x 24 (2026-12-06: the Softmask tables read once per distinct
+# pass 293 + 40 (without the rate arm), key pass 286 + 40 (2026-12-06: the Softmask tables read once per distinct
 # d, 6 per lane and table, not once per pair; selects, not a branch per pair; the step's body
 # specialized per arm; cvt.rn.bf16x2.f32 packing; the MiPE rate term once per step under one
-# warp-uniform branch, counted for the MiPE tiles' steps only. Before: forward 214 / 173,
+# warp-uniform branch, counted for the MiPE tiles' steps only; both backward passes'
+# ∂L/∂(αm) loops unrolled by 2 (the key pass's had 4 trips of 24). Before: forward 214 / 173,
 # query 500 / 457, key 379 + 72 / 327 + 72). Those earlier figures count the bf16
 # conversions (cvt.rn.bf16.f32, cvt.f32.bf16), which cuda_bf16.hpp's inline asm puts on braced lines that --step-loops dropped until
 # 2026-12-06: it had counted 206 / 165, 468 / 425, 339 / 287. History: until 2026-12-06 the model
@@ -84,8 +86,8 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # key 319 on every step); then the interior arm (boundary steps 468 and 339). Before 32-bit
 # positions, 1/r and fp32 per-step sums in the query pass (it had 314 f64 instructions per
 # step): 324, 888, 513 (static). An estimate: no cuobjdump here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 203 + (514 - 440) // 4 + 2, "query": 358 + 40 + 5, "key": 337 + 3 * 24 + 2}
-ISSUE_PER_INTERIOR_STEP = {"forward": 143 + (514 - 440) // 4 + 2, "query": 293 + 40 + 5, "key": 273 + 3 * 24 + 2}
+ISSUE_PER_STEP = {"forward": 203 + (514 - 440) // 4 + 2, "query": 358 + 40 + 5, "key": 345 + 40 + 2}
+ISSUE_PER_INTERIOR_STEP = {"forward": 143 + (514 - 440) // 4 + 2, "query": 293 + 40 + 5, "key": 286 + 40 + 2}
 # The query pass's MiPE rate arm (∂L/∂rate: four k̃ row loads, the pairs' (i − j)·(q̃ × k̃) terms,
 # two fp64 sums), which only the warps of tiles with w < w_th run (rate ≠ 0; warp-uniform): the
 # longest trip with it less the longest trip without it (--step-loops prints both), (other

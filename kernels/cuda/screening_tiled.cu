@@ -803,7 +803,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
         // ∂L/∂(αm)ᵀ = v̄ ∂L/∂hᵀ (both split; v̄'s A fragments from shared memory per step,
         // not held: registers): B[c][i] = ∂L/∂h_i[c], rows as stored.
         float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        #pragma unroll 1  // unrolled, the four steps' fragments are live at once: sm_90 spilled
+        #pragma unroll 2  // fully unrolled, the four steps' fragments are live at once: sm_90 spilled
         for (int kk = 0; kk < kDv / 16; ++kk) {
           uint32_t va_hi[4], va_lo[4], hb_hi[4], hb_lo[4];
           LdmatrixX4(va_hi, &v_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
