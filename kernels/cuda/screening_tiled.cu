@@ -609,8 +609,9 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
           LdmatrixX4(vb_lo, &v_lo[key_row * kStrideV + 16 * kk + col]);
           MmaSplit(dw, ha_hi, ha_lo, vb_hi, vb_lo);
         }
-        // Per pair, straight-line: a rejected pair's ds is +0 and it adds +0·x to the sums
-        // (selects, not a branch per pair; x finite: a rejected pair's s is not NaN). m, then
+        // Per pair, straight-line: a rejected pair's ds is +0 and it adds ±0 (+0·x, x finite:
+        // a rejected pair's s is not NaN) to the sums, which leaves them as the branch per pair
+        // did, bit for bit, unless a sum is −0 (only an fp32 underflow makes one). m, then
         // ∂m/∂w, at the lane's six d, read after the products and one table at a time (fewer
         // registers live: with both read together ptxas spilled).
         const int base = qw + g - kj - 2 * u;
