@@ -62,26 +62,39 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # Warp instructions issued per step, SASS estimated from the PTX of the step loops
 # (`tools/ptxas_usage.py --step-loops`, nvcc 13 -O2, sm_90): the instructions of the step
 # loop's longest trip (every data-dependent branch taken the longer way; an if/else counts
-# one arm): forward 206, query pass 468, key pass 339, plus the key pass's inner loop 3 more
-# times, 3 x 24; plus 8 per div.rn.f32 (none since the step loops multiply by 1/r: they
-# had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit integer
-# operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The forward
+# one arm): forward 203, query pass 358 without its MiPE rate arm (ISSUE_MIPE_RATE) plus its
+# inner loop (∂L/∂(αm), unrolled by 2) once more, 40, key pass 345 plus its inner loop
+# (likewise) once more, 40; plus 8 per div.rn.f32 (none since the step loops multiply by
+# 1/r: they had 8 each, a reciprocal, two FMAs and a range check in SASS) plus one per 64-bit
+# integer operation (2, 5, 2: 32-bit positions in the step loops; they had 44, 56, 39). The forward
 # adds (514 − 440)/4 = 18 for its own rows' unit norm and MiPE rotation since it normalizes
 # the P rows it loads (2026-12-06): the loop over key blocks around the step loop grew from
 # 440 to 514 PTX instructions, once per key block a warp visits, spread over the block's 4
 # steps (an estimate: a warp runs the k rows' half or the v rows' half of that code, the v
 # rows' scaling loop 4 times). All three passes' interior steps (every pair inside the window:
 # interior_steps) skip the per-pair window test, and ISSUE_PER_INTERIOR_STEP counts their
-# longest trip through that arm (the kernel marks it with a PTX comment): forward 165, query
-# pass 425, key pass 287 (the forward's other steps 206, its step loop 202 before the arm). History: until 2026-12-06 the model
+# longest trip through that arm (the kernel marks it with a PTX comment): forward 143, query
+# pass 293 + 40 (without the rate arm), key pass 286 + 40 (2026-12-06: the Softmask tables read once per distinct
+# d, 6 per lane and table, not once per pair; selects, not a branch per pair; the step's body
+# specialized per arm; cvt.rn.bf16x2.f32 packing; the MiPE rate term once per step under one
+# warp-uniform branch, counted for the MiPE tiles' steps only; both backward passes'
+# ∂L/∂(αm) loops unrolled by 2 (the key pass's had 4 trips of 24). Before: forward 214 / 173,
+# query 500 / 457, key 379 + 72 / 327 + 72). Those earlier figures count the bf16
+# conversions (cvt.rn.bf16.f32, cvt.f32.bf16), which cuda_bf16.hpp's inline asm puts on braced lines that --step-loops dropped until
+# 2026-12-06: it had counted 206 / 165, 468 / 425, 339 / 287. History: until 2026-12-06 the model
 # took the loop's static count, which adds both arms of the query pass's `rotate` branch (the
 # MiPE rate term per pair, compiled with and without the rotation): query pass 631 (494 on
 # its longest trip); then the window test 0 <= d < keys as one unsigned compare (query 479,
 # key 319 on every step); then the interior arm (boundary steps 468 and 339). Before 32-bit
 # positions, 1/r and fp32 per-step sums in the query pass (it had 314 f64 instructions per
 # step): 324, 888, 513 (static). An estimate: no cuobjdump here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 206 + (514 - 440) // 4 + 2, "query": 468 + 5, "key": 339 + 3 * 24 + 2}
-ISSUE_PER_INTERIOR_STEP = {"forward": 165 + (514 - 440) // 4 + 2, "query": 425 + 5, "key": 287 + 3 * 24 + 2}
+ISSUE_PER_STEP = {"forward": 203 + (514 - 440) // 4 + 2, "query": 358 + 40 + 5, "key": 345 + 40 + 2}
+ISSUE_PER_INTERIOR_STEP = {"forward": 143 + (514 - 440) // 4 + 2, "query": 293 + 40 + 5, "key": 286 + 40 + 2}
+# The query pass's MiPE rate arm (∂L/∂rate: four k̃ row loads, the pairs' (i − j)·(q̃ × k̃) terms,
+# two fp64 sums), which only the warps of tiles with w < w_th run (rate ≠ 0; warp-uniform): the
+# longest trip with it less the longest trip without it (--step-loops prints both), (other
+# steps, interior steps): 423 − 358 and 363 − 293.
+ISSUE_MIPE_RATE = {"query": (423 - 358, 363 - 293)}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k
@@ -253,8 +266,10 @@ def interior_steps(keys, seq):
 
 
 def screening_work(windows, seq):
-    """Σ over tiles of (in-window pairs, warp steps, interior warp steps), for one sequence."""
-    pairs = steps = interior = 0
+    """Σ over tiles of (in-window pairs, warp steps, interior warp steps), for one sequence,
+    and the warp steps and interior warp steps of the MiPE tiles among them (w < w_th: rate
+    ≠ 0, so the query pass's warps run its rate arm, ISSUE_MIPE_RATE)."""
+    pairs = steps = interior = mipe_steps = mipe_interior = 0
     cache = {}
     for w in windows:
         keys = keys_of(w, seq)
@@ -264,7 +279,10 @@ def screening_work(windows, seq):
         pairs += p
         steps += s
         interior += i
-    return pairs, steps, interior
+        if w < W_TH:
+            mipe_steps += s
+            mipe_interior += i
+    return pairs, steps, interior, mipe_steps, mipe_interior
 
 
 # ---- Multiscreen -------------------------------------------------------------------
@@ -283,7 +301,7 @@ def multiscreen_model_flops(psi, seq, windows, d_e=None, tiles=None):
     d_E = Ψ² and N_L·N_H = Ψ² tiles unless given (a model whose sizes are not Ψ's)."""
     d, tiles = d_e or psi * psi, tiles or psi * psi
     per_token = tiles * (2 * d * (2 * D_K + 2 * D_V) + 2 * D_V * d) + 2 * d * VOCAB
-    pairs, _, _ = screening_work(windows, seq)
+    pairs = screening_work(windows, seq)[0]
     return 3 * (per_token + 2 * (D_K + D_V) * pairs / seq)
 
 
@@ -359,9 +377,10 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     n = batch * seq
     C = 2 * D_K + 2 * D_V           # P's columns per tile: q, k, v, g
     pd, vd = n_h * C, n_h * D_V     # P's and U's widths
-    pairs, steps, interior = screening_work(windows, seq)
+    pairs, steps, interior, mipe_steps, mipe_interior = screening_work(windows, seq)
     # per layer, summed over its tiles (windows differ between layers in the trained set)
     steps_l, pairs_l, interior_l = batch * steps / n_l, batch * pairs / n_l, batch * interior / n_l
+    mipe_l, mipe_interior_l = batch * mipe_steps / n_l, batch * mipe_interior / n_l
     nt = n * n_h                    # (token, tile) rows of a layer
     ops = []
     if embed or head:
@@ -377,6 +396,8 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     ops.append(Op("P = x_in·W_cat (GEMM)", "gemm", n_l, 2 * n * d * pd, n * d * 2 + d * pd * 2 + n * pd * 2))
     def tiled(name, mmas, nbytes):
         issue = (steps_l - interior_l) * ISSUE_PER_STEP[mmas] + interior_l * ISSUE_PER_INTERIOR_STEP[mmas]
+        rate_other, rate_interior = ISSUE_MIPE_RATE.get(mmas, (0, 0))
+        issue += (mipe_l - mipe_interior_l) * rate_other + mipe_interior_l * rate_interior
         return Op(name, "screen", n_l, steps_l * MMAS_PER_STEP[mmas] * MMA_FLOPS, nbytes, issue * issue_scale)
     # screening's own arrays are fp32 as the kernels keep them (saved q̃, k̃, v̄, h; ∂h);
     # per (token, tile): q̃, k̃ 16 fp32 each, v̄ and h 64 fp32, P's gate 64 bf16.

@@ -171,15 +171,22 @@ STEP_CLASSES = {
 # The comment screening_tiled.cu's StepPairs puts in the arm of a step whose pairs all lie
 # inside the window (perf_model.ISSUE_PER_INTERIOR_STEP).
 INTERIOR_MARK = "// screening step: interior"
+# The comment the query pass puts in the arm of MiPE's rate term, which only tiles with
+# w < w_th run (rate ≠ 0): perf_model.ISSUE_MIPE_RATE counts that arm apart.
+RATE_MARK = "// screening step: MiPE rate"
 
 
 def instruction_lines(lines):
-    """The PTX instructions among `lines` (stripped; directives, labels and comments dropped)."""
+    """The PTX instructions among `lines` (stripped; directives, labels and comments dropped).
+    An inline-asm statement nvcc wraps in braces on one line (`{  cvt.rn.bf16.f32 %rs1, %f1;}`,
+    as cuda_bf16.hpp's conversions come) counts as its instruction: with the braces kept, the
+    line ended in `}` and the bf16 conversions of the step loops went uncounted."""
     body = [l.strip() for l in lines]
+    body = [l[1:-1].strip() if l.startswith("{") and l.endswith(";}") else l for l in body]
     return [l for l in body if l.endswith(";") and not l.startswith((".", "//"))]
 
 
-def longest_trip(lines, first, last, labels, through=None):
+def longest_trip(lines, first, last, labels, through=None, avoid=None):
     """The instructions of the longest path through one trip of the loop lines[first..last]
     (first: its head label; last: the branch back to it): the loop body's control flow with
     every back edge dropped (a nested loop's body counted once) is acyclic, so the longest
@@ -187,7 +194,8 @@ def longest_trip(lines, first, last, labels, through=None):
     the loop ends its path. This is what one trip issues when every data-dependent branch goes
     the longer way: an if/else counts one arm, where the static count adds both. `through`: a
     comment the path must pass (a kernel's `asm volatile("// …")` marking one arm), or None;
-    [] when no trip passes it."""
+    [] when no trip passes it. `avoid`: a comment no block of the path may hold (an arm the
+    trip leaves out, as the warps of a tile that never enter it), or None."""
     starts = {first}
     for i in range(first, last + 1):
         s = lines[i].strip()
@@ -204,6 +212,8 @@ def longest_trip(lines, first, last, labels, through=None):
     trips = []  # the paths that reach the back branch having passed `through`
     for k, (x, y) in enumerate(blocks):
         marked = through is not None and any(through in l for l in lines[x:y + 1])
+        if avoid is not None and any(avoid in l for l in lines[x:y + 1]):
+            continue  # no path passes this block
         for seen in (False, True):
             if best[k][seen] is None:
                 continue
@@ -233,13 +243,15 @@ def step_counts(body):
     return {"instructions": len(body), **{k: sum(1 for l in body if c.search(l)) for k, c in STEP_CLASSES.items()}}
 
 
-def mma_loops(ptx):
+def mma_loops(ptx, avoid=None):
     """Per kernel entry of `ptx`, its loops that hold mma.sync, from the branches back to an
     earlier label: [(mangled name, [(depth, first line, static counts, longest-trip counts,
     interior counts)])], depth 0 the outermost such loop; static counts: the PTX instructions of
     the loop's lines (a nested loop's once) and those of each STEP_CLASSES class; longest-trip
     counts: the same over the instructions of longest_trip; interior counts: over the longest
-    trip through the arm marked INTERIOR_MARK, None where no trip passes it."""
+    trip through the arm marked INTERIOR_MARK, None where no trip passes it. avoid: the trips
+    leave out every block holding that comment (longest_trip's `avoid`); the static count
+    does not."""
     out = []
     for chunk in re.split(r"\n(?=(?:\.visible\s+)?\.entry\s)", ptx):
         m = ENTRY_PTX.match(chunk)
@@ -253,9 +265,10 @@ def mma_loops(ptx):
         loops = []
         for a, b in sorted(set(spans)):
             depth = sum(1 for a2, b2 in spans if a2 <= a and b <= b2 and (a2, b2) != (a, b))
-            interior = longest_trip(lines, a, b, labels, through=INTERIOR_MARK)
+            interior = longest_trip(lines, a, b, labels, through=INTERIOR_MARK, avoid=avoid)
             loops.append((depth, a, step_counts(instruction_lines(lines[a:b + 1])),
-                          step_counts(longest_trip(lines, a, b, labels)), step_counts(interior) if interior else None))
+                          step_counts(longest_trip(lines, a, b, labels, avoid=avoid)),
+                          step_counts(interior) if interior else None))
         out.append((m.group(1), loops))
     return out
 
@@ -264,14 +277,20 @@ def print_step_loops(args, source):
     """--step-loops: the mma loops of the tiled kernels (TILED_SOURCES), for the performance model."""
     build = os.path.abspath(args.build)
     for rel in TILED_SOURCES:
-        entries = mma_loops(ptx_text(args.nvcc, source, build, args.arch, os.path.join(source, rel)))
-        for name, (_, loops) in zip(demangle([e[0] for e in entries]), entries):
-            for depth, first, static, trip, interior in loops:
-                print(f"{name} ({rel}, sm_{args.arch} PTX) loop at line {first}, depth {depth}: " +
-                      ", ".join(f"{v} {k}" for k, v in static.items()) + "; longest trip: " +
-                      ", ".join(f"{v} {k}" for k, v in trip.items()) +
-                      ("" if interior is None else "; interior steps: " +
-                       ", ".join(f"{v} {k}" for k, v in interior.items())))
+        ptx = ptx_text(args.nvcc, source, build, args.arch, os.path.join(source, rel))
+        entries, plain = mma_loops(ptx), mma_loops(ptx, avoid=RATE_MARK)
+        for name, (_, loops), (_, plain_loops) in zip(demangle([e[0] for e in entries]), entries, plain):
+            for (depth, first, static, trip, interior), (_, _, _, trip_p, interior_p) in zip(loops, plain_loops):
+                line = (f"{name} ({rel}, sm_{args.arch} PTX) loop at line {first}, depth {depth}: " +
+                        ", ".join(f"{v} {k}" for k, v in static.items()) + "; longest trip: " +
+                        ", ".join(f"{v} {k}" for k, v in trip.items()) +
+                        ("" if interior is None else "; interior steps: " +
+                         ", ".join(f"{v} {k}" for k, v in interior.items())))
+                if (trip_p, interior_p) != (trip, interior):  # the loop holds the MiPE rate arm
+                    line += (f"; without the MiPE rate arm (tiles with w >= w_th): longest trip "
+                             f"{trip_p['instructions']}" +
+                             ("" if interior_p is None else f", interior steps {interior_p['instructions']}"))
+                print(line)
 
 
 def demangle(names):

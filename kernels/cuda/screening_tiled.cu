@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
@@ -44,20 +46,33 @@ struct TiledDims {
 
 // ---- Pass 2: steps 7–13 on tensor cores ------------------------------------------
 
-// 1/r for Trim, once per tile, capped at FLT_MAX so that a = 1 + (s − 1)·(1/r) is 1 at
-// s = 1 for any r > 0 (as 1 − (1 − s)/r is) rather than 0·∞. The step loops multiply:
+// −1/r for Trim, once per tile, 1/r capped at FLT_MAX so that a = 1 + (1 − s)·(−1/r) is 1
+// at s = 1 for any r > 0 (as 1 − (1 − s)/r is) rather than 0·∞. The step loops multiply:
 // an IEEE division per pair was 8 of a 16×16 step's instructions in SASS each.
-__device__ inline float TrimReciprocal(float r) { return fminf(1.f / r, 3.402823466e38f); }
+__device__ inline float TrimNegReciprocal(float r) { return -fminf(1.f / r, 3.402823466e38f); }
 // Trim's a = 1 − (1 − s)/r (spec step 8), by the reciprocal: within 2 ulp of the division.
-__device__ inline float TrimA(float sim, float inv_r) { return fmaf(sim - 1.f, inv_r, 1.f); }
+// Bit for bit the earlier fma(s − 1, 1/r, 1) (rounding to nearest is symmetric: s − 1 and
+// 1 − s round to opposite values); 1 − s is the query pass's ∂a/∂r factor, computed once.
+__device__ inline float TrimA(float sim, float neg_inv_r) { return fmaf(1.f - sim, neg_inv_r, 1.f); }
 
 __device__ inline uint16_t Bf16Bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 __device__ inline float Bf16Value(uint16_t bits) {
   return __bfloat162float(__ushort_as_bfloat16(bits));
 }
-// Two floats as one bf16 pair register, `low` in the low 16 bits (the fragments' order).
+// Two floats as one bf16 pair register, `low` in the low 16 bits (the fragments' order),
+// each rounded to nearest even as Bf16Bits rounds it: one cvt.rn.bf16x2.f32 on sm_80+ (two
+// cvt.rn.bf16.f32 and a mov.b32 as two Bf16Bits).
 __device__ inline uint32_t PackBf16(float low, float high) {
-  return uint32_t(Bf16Bits(low)) | uint32_t(Bf16Bits(high)) << 16;
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  uint32_t bits;
+  memcpy(&bits, &pair, sizeof bits);
+  return bits;
+}
+// The two bf16 of a PackBf16 register as floats (x: the low one), exactly.
+__device__ inline float2 UnpackBf16(uint32_t bits) {
+  __nv_bfloat162 pair;
+  memcpy(&pair, &bits, sizeof bits);
+  return __bfloat1622float2(pair);
 }
 
 // Rows [row0, row0 + rows) of a [·, kDk] fp32 array into shared bf16 hi (and lo = the
@@ -200,9 +215,11 @@ __device__ inline void AccumulatorsAsA(const float x[2][4], uint32_t hi[4], uint
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float x0 = x[n][2 * half], x1 = x[n][2 * half + 1];
-      hi[2 * n + half] = PackBf16(x0, x1);
-      if (lo != nullptr) {
-        lo[2 * n + half] = PackBf16(x0 - Bf16Value(Bf16Bits(x0)), x1 - Bf16Value(Bf16Bits(x1)));
+      const uint32_t h = PackBf16(x0, x1);
+      hi[2 * n + half] = h;
+      if (lo != nullptr) {  // the remainders from the packed hi: no second rounding of x0, x1
+        const float2 back = UnpackBf16(h);
+        lo[2 * n + half] = PackBf16(x0 - back.x, x1 - back.y);
       }
     }
   }
@@ -231,17 +248,50 @@ struct PairTerms {
   float a;
   bool active;
 };
-__device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float inv_r) {
-  const float a = TrimA(sim, inv_r);
+__device__ inline PairTerms Pair(float sim, int i, int d, int T, int keys, float neg_inv_r) {
+  const float a = TrimA(sim, neg_inv_r);
   return {a, i < T && unsigned(d) < unsigned(keys) && !(a <= 0.f)};  // 0 ≤ d < keys in one compare
 }
-// The pair terms of one step's fragments, pair[n][e] of query and key at(n, e) = (i, j), and
-// whether any is active. `interior` (warp-uniform): every pair of the step lies inside the
-// window, so a pair is active unless a ≤ 0 and the window test is skipped (same terms; the
-// arm `tools/ptxas_usage.py --step-loops` counts apart by the comment it holds).
-template <typename At>
-__device__ inline bool StepPairs(const float (&sim)[2][4], bool interior, int T, int keys, float inv_r,
-                                 PairTerms (&pair)[2][4], At at) {
+
+// A lane's entries of a Softmask table (m or ∂m/∂w) for one 16×16 step. Its eight pair
+// elements (n, e) lie at six distinct d, d = base + 8(ρ − 1) + kSign·(e % 2):
+//   kSign = −1 (queries on the rows: the forward and the query pass), i = qw + g + 8(e/2),
+//     j = kj + 8n + 2u + e % 2, ρ = e/2 − n + 1, base = qw + g − kj − 2u;
+//   kSign = +1 (keys on the rows: the key pass), i = qi + 8n + 2u + e % 2,
+//     j = kw + g + 8(e/2), ρ = n − e/2 + 1, base = qi + 2u − kw − g;
+// so each is read once (per-pair reads took eight, two d twice).
+template <int kSign>
+struct LaneTable {
+  float v[3][2];  // v[ρ][c]: the table at d = base + 8(ρ − 1) + kSign·c; 0 where not read
+  // kAll: every d lies in [0, keys) (interior steps: no test); otherwise those outside read 0.
+  // table: [keys] at least, from d = 0; base: d of element (0, 0).
+  template <bool kAll>
+  __device__ LaneTable(const float* table, int base, int keys, std::integral_constant<bool, kAll>) {
+    #pragma unroll
+    for (int rho = 0; rho < 3; ++rho) {
+      #pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int d = base + 8 * (rho - 1) + kSign * c;
+        v[rho][c] = kAll || unsigned(d) < unsigned(keys) ? table[d] : 0.f;
+      }
+    }
+  }
+  // The entry at element (n, e).
+  __device__ float at(int n, int e) const { return v[kSign < 0 ? e / 2 - n + 1 : n - e / 2 + 1][e % 2]; }
+};
+
+// The rest of one step, body(pair, any, kInterior), on the pair terms of its fragments,
+// pair[n][e] of query and key at(n, e) = (i, j), and whether any is active. `interior`
+// (warp-uniform): every pair of the step lies inside the window, so a pair is active unless
+// a ≤ 0 and the window tests are skipped (same terms); body runs in each arm, specialized
+// (kInterior: std::true_type there, so that a LaneTable built with it reads without tests
+// wherever the body places it, after its products: fewer registers live across them). The
+// interior arm is the one `tools/ptxas_usage.py --step-loops` counts apart by the comment it
+// holds.
+template <typename At, typename Body>
+__device__ inline void StepPairs(const float (&sim)[2][4], bool interior, int T, int keys, float neg_inv_r, At at,
+                                 Body body) {
+  PairTerms pair[2][4];
   bool any = false;
   if (interior) {
 #ifndef MULTISCREEN_CUDA_EMULATED
@@ -251,23 +301,24 @@ __device__ inline bool StepPairs(const float (&sim)[2][4], bool interior, int T,
     for (int n = 0; n < 2; ++n) {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float a = TrimA(sim[n][e], inv_r);
+        const float a = TrimA(sim[n][e], neg_inv_r);
         pair[n][e] = {a, !(a <= 0.f)};
         any |= pair[n][e].active;
       }
     }
+    body(pair, any, std::true_type{});
   } else {
     #pragma unroll
     for (int n = 0; n < 2; ++n) {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int2 ij = at(n, e);
-        pair[n][e] = Pair(sim[n][e], ij.x, ij.x - ij.y, T, keys, inv_r);
+        pair[n][e] = Pair(sim[n][e], ij.x, ij.x - ij.y, T, keys, neg_inv_r);
         any |= pair[n][e].active;
       }
     }
+    body(pair, any, std::false_type{});
   }
-  return any;
 }
 
 // One CTA: queries [q0, q0 + 64) of task (b, t); see screening_tiled.h for the scheme.
@@ -298,7 +349,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   const int qw = q0 + 16 * warp;
   const ScreeningTileParams tp = params[t];
   const int keys = int(tp.keys);  // min(⌈w⌉, T): key j reaches query i iff 0 ≤ i − j < keys
-  const float inv_r = TrimReciprocal(tp.r);
+  const float neg_inv_r = TrimNegReciprocal(tp.r);
   const float* m = mask + t * s.mask_ld;
   const float* q_tilde = saved.q_tilde + bt * T * kDk;
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
@@ -379,30 +430,29 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
       // Warp-uniform: every pair of the step is inside the window (i < T, 0 ≤ i − j < keys).
       const bool interior = qw + 15 < T && kj + 15 <= qw && qw + 15 - kj < keys;
       const auto at = [&](int n, int e) { return int2{qw + g + 8 * (e / 2), kj + 8 * n + 2 * u + e % 2}; };
-      PairTerms pair[2][4];
-      StepPairs(sim, interior, T, keys, inv_r, pair, at);
-      bool any = false;
-      #pragma unroll
-      for (int n = 0; n < 2; ++n) {
+      StepPairs(sim, interior, T, keys, neg_inv_r, at, [&](const PairTerms (&pair)[2][4], bool any, auto kInterior) {
+        if (!__any_sync(0xffffffffu, any)) return;  // every pair rejected (Trim or the window): no value work
+        const LaneTable<-1> mt(m, qw + g - kj - 2 * u, keys, kInterior);
+        float weight[2][4];
         #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int2 ij = at(n, e);
-          sim[n][e] = pair[n][e].active ? pair[n][e].a * pair[n][e].a * m[ij.x - ij.y] : 0.f;
-          any |= sim[n][e] != 0.f;
+        for (int n = 0; n < 2; ++n) {
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {  // a select, not a branch per pair
+            weight[n][e] = pair[n][e].active ? pair[n][e].a * pair[n][e].a * mt.at(n, e) : 0.f;
+          }
         }
-      }
-      if (!__any_sync(0xffffffffu, any)) continue;  // every pair rejected: no value work
-      // h += (α m) v̄: A = the weights (16 queries × 16 keys) straight from the
-      // accumulators; B = v̄ rows kj … kj + 15 by ldmatrix.trans, 16 columns at a time.
-      const uint32_t wa[4] = {PackBf16(sim[0][0], sim[0][1]), PackBf16(sim[0][2], sim[0][3]),
-                              PackBf16(sim[1][0], sim[1][1]), PackBf16(sim[1][2], sim[1][3])};
-      #pragma unroll
-      for (int c16 = 0; c16 < kDv / 16; ++c16) {
-        uint32_t vb[4];
-        LdmatrixX4Trans(vb, &v_s[(16 * step + lane % 16) * kStrideV + 16 * c16 + 8 * (lane / 16)]);
-        MmaM16N8K16Bf16(h[2 * c16], wa, &vb[0], h[2 * c16]);
-        MmaM16N8K16Bf16(h[2 * c16 + 1], wa, &vb[2], h[2 * c16 + 1]);
-      }
+        // h += (α m) v̄: A = the weights (16 queries × 16 keys) straight from the
+        // accumulators; B = v̄ rows kj … kj + 15 by ldmatrix.trans, 16 columns at a time.
+        uint32_t wa[4];
+        AccumulatorsAsA(weight, wa, nullptr);
+        #pragma unroll
+        for (int c16 = 0; c16 < kDv / 16; ++c16) {
+          uint32_t vb[4];
+          LdmatrixX4Trans(vb, &v_s[(16 * step + lane % 16) * kStrideV + 16 * c16 + 8 * (lane / 16)]);
+          MmaM16N8K16Bf16(h[2 * c16], wa, &vb[0], h[2 * c16]);
+          MmaM16N8K16Bf16(h[2 * c16 + 1], wa, &vb[2], h[2 * c16 + 1]);
+        }
+      });
     }
   }
 
@@ -500,7 +550,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const int keys = int(tp.keys);
   const float* m = mask + t * s.mask_ld;
   const float* dm = dmask + t * s.mask_ld;
-  const float inv_r = TrimReciprocal(tp.r);
+  const float neg_inv_r = TrimNegReciprocal(tp.r);
   const float two_over_r = 2.f / tp.r;
   const double two_over_r2 = 2.0 / (double(tp.r) * tp.r);
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
@@ -514,11 +564,11 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   LdmatrixX4(qa_lo, &q_lo[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
   float dq[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   double sum_r[2] = {0, 0}, sum_w[2] = {0, 0}, sum_rate[2] = {0, 0};  // rows qw + g, qw + g + 8
-  float2 q01[2];  // q̃_i[0], q̃_i[1] of the two rows, fp32
+  float2 q01[2];  // q̃_i[0], −q̃_i[1] of the two rows, fp32 (negated once: (−x)·y is −(x·y) exactly)
   #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = qw + g + 8 * half;
-    q01[half] = i < T ? make_float2(saved.q_tilde[(bt * T + i) * kDk], saved.q_tilde[(bt * T + i) * kDk + 1])
+    q01[half] = i < T ? make_float2(saved.q_tilde[(bt * T + i) * kDk], -saved.q_tilde[(bt * T + i) * kDk + 1])
                       : make_float2(0.f, 0.f);
   }
   const bool rotate = tp.rate != 0;
@@ -543,67 +593,91 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       MmaSplit(sim, qa_hi, qa_lo, kb_hi, kb_lo);
       // Warp-uniform: every pair of the step is inside the window (i < T, 0 ≤ i − j < keys).
       const bool interior = qw + 15 < T && kj + 15 <= qw && qw + 15 - kj < keys;
-      PairTerms pair[2][4];
-      const bool any = StepPairs(sim, interior, T, keys, inv_r, pair, [&](int n, int e) {
-        return int2{qw + g + 8 * (e / 2), kj + 8 * n + 2 * u + e % 2};  // (i, j)
-      });
-      if (!__any_sync(0xffffffffu, any)) continue;  // every pair rejected: nothing flows back
-      // ∂L/∂(αm) = ∂L/∂h v̄ᵀ (both split; ∂L/∂h's A fragments from shared memory per
-      // step, not held: registers): B[c][j] = v̄_j[c], v̄ rows as stored ([n][k]): ldmatrix
-      // as k̃.
-      float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      #pragma unroll
-      for (int kk = 0; kk < kDv / 16; ++kk) {
-        uint32_t ha_hi[4], ha_lo[4], vb_hi[4], vb_lo[4];
-        LdmatrixX4(ha_hi, &dh_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
-        LdmatrixX4(ha_lo, &dh_lo[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
-        LdmatrixX4(vb_hi, &v_hi[key_row * kStrideV + 16 * kk + col]);
-        LdmatrixX4(vb_lo, &v_lo[key_row * kStrideV + 16 * kk + col]);
-        MmaSplit(dw, ha_hi, ha_lo, vb_hi, vb_lo);
-      }
-      // k̃_j[0], k̃_j[1] of the step's four keys of this lane (j = kj + 8n + 2u + c), fp32
-      // from global memory (cached; a shared copy would pass the 48 KB of static shared
-      // memory), for ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]).
-      float2 kv[2][2];
-      #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int j = kj + 8 * n + 2 * u + c;
-          kv[n][c] = rotate && j < T ? *reinterpret_cast<const float2*>(k_tilde + j * kDk) : make_float2(0.f, 0.f);
+      const auto at = [&](int n, int e) { return int2{qw + g + 8 * (e / 2), kj + 8 * n + 2 * u + e % 2}; };  // (i, j)
+      StepPairs(sim, interior, T, keys, neg_inv_r, at, [&](const PairTerms (&pair)[2][4], bool any, auto kInterior) {
+        if (!__any_sync(0xffffffffu, any)) return;  // every pair rejected: nothing flows back
+        // ∂L/∂(αm) = ∂L/∂h v̄ᵀ (both split; ∂L/∂h's A fragments from shared memory per
+        // step, not held: registers): B[c][j] = v̄_j[c], v̄ rows as stored ([n][k]): ldmatrix
+        // as k̃.
+        float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        #pragma unroll 2  // fully unrolled, the four k-steps' fragments are live at once: ptxas spilled
+        for (int kk = 0; kk < kDv / 16; ++kk) {
+          uint32_t ha_hi[4], ha_lo[4], vb_hi[4], vb_lo[4];
+          LdmatrixX4(ha_hi, &dh_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+          LdmatrixX4(ha_lo, &dh_lo[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+          LdmatrixX4(vb_hi, &v_hi[key_row * kStrideV + 16 * kk + col]);
+          LdmatrixX4(vb_lo, &v_lo[key_row * kStrideV + 16 * kk + col]);
+          MmaSplit(dw, ha_hi, ha_lo, vb_hi, vb_lo);
         }
-      }
-      float ds[2][4], step_r[2] = {0.f, 0.f}, step_w[2] = {0.f, 0.f}, step_rate[2] = {0.f, 0.f};
-      #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const PairTerms& p = pair[n][e];
-          ds[n][e] = 0.f;
-          if (!p.active) continue;
-          const int i = qw + g + 8 * (e / 2), d = i - (kj + 8 * n + 2 * u + e % 2);
-          const float dwa = dw[n][e] * p.a, dwam = dwa * m[d];
-          ds[n][e] = dwam * two_over_r;
-          step_r[e / 2] = fmaf(dwam, 1.f - sim[n][e], step_r[e / 2]);  // × 2/r² per step
-          step_w[e / 2] = fmaf(dwa * p.a, dm[d], step_w[e / 2]);
-          if (rotate) {
-            const float2 qv = q01[e / 2], kq = kv[n][e % 2];
-            step_rate[e / 2] = fmaf(ds[n][e] * float(d), fmaf(qv.x, kq.y, -qv.y * kq.x), step_rate[e / 2]);
+        // Per pair, straight-line: a rejected pair's ds is +0 and it adds ±0 (+0·x, x finite:
+        // a rejected pair's s is not NaN) to the sums, which leaves them as the branch per pair
+        // did, bit for bit, unless a sum is −0 (only an fp32 underflow makes one). m, then
+        // ∂m/∂w, at the lane's six d, read after the products and one table at a time (fewer
+        // registers live: with both read together ptxas spilled).
+        const int base = qw + g - kj - 2 * u;
+        float ds[2][4], dwaa[2][4], step_r[2] = {0.f, 0.f}, step_w[2] = {0.f, 0.f};
+        {
+          const LaneTable<-1> mt(m, base, keys, kInterior);
+          #pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const PairTerms& p = pair[n][e];
+              const float dwa = dw[n][e] * p.a, dwam = p.active ? dwa * mt.at(n, e) : 0.f;
+              ds[n][e] = dwam * two_over_r;
+              step_r[e / 2] = fmaf(dwam, 1.f - sim[n][e], step_r[e / 2]);  // × 2/r² per step
+              dwaa[n][e] = p.active ? dwa * p.a : 0.f;
+            }
           }
         }
-      }
-      #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        sum_r[half] += double(step_r[half]) * two_over_r2;
-        sum_w[half] += double(step_w[half]);
-        sum_rate[half] += double(step_rate[half]);
-      }
-      // ∂L/∂q̃ += ∂L/∂s k̃: B = k̃ rows kj … kj + 15 ([k][n]) by ldmatrix.trans.
-      uint32_t da_hi[4], da_lo[4], kt_hi[4], kt_lo[4];
-      AccumulatorsAsA(ds, da_hi, da_lo);
-      LdmatrixX4Trans(kt_hi, &k_hi[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
-      LdmatrixX4Trans(kt_lo, &k_lo[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
-      MmaSplit(dq, da_hi, da_lo, kt_hi, kt_lo);
+        const LaneTable<-1> dmt(dm, base, keys, kInterior);
+        #pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) step_w[e / 2] = fmaf(dwaa[n][e], dmt.at(n, e), step_w[e / 2]);
+        }
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          sum_r[half] += double(step_r[half]) * two_over_r2;
+          sum_w[half] += double(step_w[half]);
+        }
+        if (rotate) {  // MiPE's rate (tiles with w < w_th, short windows): warp-uniform, once per step
+#ifndef MULTISCREEN_CUDA_EMULATED
+          // a PTX comment: no instruction; tools/ptxas_usage.py --step-loops counts trips without it
+          asm volatile("// screening step: MiPE rate");
+#endif
+          // k̃_j[0], k̃_j[1] of the step's four keys of this lane (j = kj + 8n + 2u + c), fp32
+          // from global memory (cached; a shared copy would pass the 48 KB of static shared
+          // memory), for ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]).
+          float2 kv[2][2];
+          #pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            #pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int j = kj + 8 * n + 2 * u + c;
+              kv[n][c] = j < T ? *reinterpret_cast<const float2*>(k_tilde + j * kDk) : make_float2(0.f, 0.f);
+            }
+          }
+          float step_rate[2] = {0.f, 0.f};
+          #pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int d = qw + g + 8 * (e / 2) - (kj + 8 * n + 2 * u + e % 2);
+              const float2 qv = q01[e / 2], kq = kv[n][e % 2];  // qv.y = −q̃_i[1]
+              step_rate[e / 2] = fmaf(ds[n][e] * float(d), fmaf(qv.x, kq.y, qv.y * kq.x), step_rate[e / 2]);
+            }
+          }
+          #pragma unroll
+          for (int half = 0; half < 2; ++half) sum_rate[half] += double(step_rate[half]);
+        }
+        // ∂L/∂q̃ += ∂L/∂s k̃: B = k̃ rows kj … kj + 15 ([k][n]) by ldmatrix.trans.
+        uint32_t da_hi[4], da_lo[4], kt_hi[4], kt_lo[4];
+        AccumulatorsAsA(ds, da_hi, da_lo);
+        LdmatrixX4Trans(kt_hi, &k_hi[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
+        LdmatrixX4Trans(kt_lo, &k_lo[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
+        MmaSplit(dq, da_hi, da_lo, kt_hi, kt_lo);
+      });
     }
   }
   #pragma unroll
@@ -684,7 +758,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const ScreeningTileParams tp = params[t];
   const int keys = int(tp.keys);
   const float* m = mask + t * s.mask_ld;
-  const float inv_r = TrimReciprocal(tp.r);
+  const float neg_inv_r = TrimNegReciprocal(tp.r);
   const float two_over_r = 2.f / tp.r;
   const float* q_tilde = saved.q_tilde + bt * T * kDk;
   const float* dh_t = dh + bt * T * kDv;
@@ -722,51 +796,53 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
       MmaSplit(sim, ka_hi, ka_lo, qb_hi, qb_lo);
       // Warp-uniform: every pair of the step is inside the window (i < T, 0 ≤ i − j < keys).
       const bool interior = qi + 15 < T && qi >= kw + 15 && qi + 15 - kw < keys;
-      PairTerms pair[2][4];
-      const bool any = StepPairs(sim, interior, T, keys, inv_r, pair, [&](int n, int e) {
+      const auto at = [&](int n, int e) {
         return int2{qi + 8 * n + 2 * u + e % 2, kw + g + 8 * (e / 2)};  // row: key j; column: query i
-      });
-      if (!__any_sync(0xffffffffu, any)) continue;  // every pair rejected: nothing flows back
-      // ∂L/∂(αm)ᵀ = v̄ ∂L/∂hᵀ (both split; v̄'s A fragments from shared memory per step,
-      // not held: registers): B[c][i] = ∂L/∂h_i[c], rows as stored.
-      float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      #pragma unroll 1  // unrolled, the four steps' fragments are live at once: sm_90 spilled
-      for (int kk = 0; kk < kDv / 16; ++kk) {
-        uint32_t va_hi[4], va_lo[4], hb_hi[4], hb_lo[4];
-        LdmatrixX4(va_hi, &v_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
-        LdmatrixX4(va_lo, &v_lo[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
-        LdmatrixX4(hb_hi, &dh_hi[query_row * kStrideV + 16 * kk + col]);
-        LdmatrixX4(hb_lo, &dh_lo[query_row * kStrideV + 16 * kk + col]);
-        MmaSplit(dw, va_hi, va_lo, hb_hi, hb_lo);
-      }
-      float weight[2][4], ds[2][4];
-      #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const PairTerms& p = pair[n][e];
-          const int j = kw + g + 8 * (e / 2), i = qi + 8 * n + 2 * u + e % 2;
-          const float mij = p.active ? m[i - j] : 0.f;
-          weight[n][e] = p.active ? p.a * p.a * mij : 0.f;
-          ds[n][e] = p.active ? dw[n][e] * mij * p.a * two_over_r : 0.f;
+      };
+      StepPairs(sim, interior, T, keys, neg_inv_r, at, [&](const PairTerms (&pair)[2][4], bool any, auto kInterior) {
+        if (!__any_sync(0xffffffffu, any)) return;  // every pair rejected: nothing flows back
+        // ∂L/∂(αm)ᵀ = v̄ ∂L/∂hᵀ (both split; v̄'s A fragments from shared memory per step,
+        // not held: registers): B[c][i] = ∂L/∂h_i[c], rows as stored.
+        float dw[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        #pragma unroll 2  // fully unrolled, the four steps' fragments are live at once: sm_90 spilled
+        for (int kk = 0; kk < kDv / 16; ++kk) {
+          uint32_t va_hi[4], va_lo[4], hb_hi[4], hb_lo[4];
+          LdmatrixX4(va_hi, &v_hi[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+          LdmatrixX4(va_lo, &v_lo[(16 * warp + lane % 16) * kStrideV + 16 * kk + 8 * (lane / 16)]);
+          LdmatrixX4(hb_hi, &dh_hi[query_row * kStrideV + 16 * kk + col]);
+          LdmatrixX4(hb_lo, &dh_lo[query_row * kStrideV + 16 * kk + col]);
+          MmaSplit(dw, va_hi, va_lo, hb_hi, hb_lo);
         }
-      }
-      // ∂L/∂v̄ += (αm)ᵀ ∂L/∂h and ∂L/∂k̃ += ∂L/∂sᵀ q̃: B = rows qi … qi + 15 ([k][n]) by
-      // ldmatrix.trans.
-      uint32_t wa[4];
-      AccumulatorsAsA(weight, wa, nullptr);
-      #pragma unroll
-      for (int c16 = 0; c16 < kDv / 16; ++c16) {
-        uint32_t hb[4];
-        LdmatrixX4Trans(hb, &dh_hi[(16 * step + lane % 16) * kStrideV + 16 * c16 + 8 * (lane / 16)]);
-        MmaM16N8K16Bf16(dv[2 * c16], wa, &hb[0], dv[2 * c16]);
-        MmaM16N8K16Bf16(dv[2 * c16 + 1], wa, &hb[2], dv[2 * c16 + 1]);
-      }
-      uint32_t da_hi[4], da_lo[4], qt_hi[4], qt_lo[4];
-      AccumulatorsAsA(ds, da_hi, da_lo);
-      LdmatrixX4Trans(qt_hi, &q_hi[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
-      LdmatrixX4Trans(qt_lo, &q_lo[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
-      MmaSplit(dk, da_hi, da_lo, qt_hi, qt_lo);
+        // m at the lane's six d, read after the products (fewer registers live across them).
+        const LaneTable<1> mt(m, qi + 2 * u - kw - g, keys, kInterior);
+        float weight[2][4], ds[2][4];
+        #pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const PairTerms& p = pair[n][e];  // selects, not a branch per pair
+            const float mij = mt.at(n, e);
+            weight[n][e] = p.active ? p.a * p.a * mij : 0.f;
+            ds[n][e] = p.active ? dw[n][e] * mij * p.a * two_over_r : 0.f;
+          }
+        }
+        // ∂L/∂v̄ += (αm)ᵀ ∂L/∂h and ∂L/∂k̃ += ∂L/∂sᵀ q̃: B = rows qi … qi + 15 ([k][n]) by
+        // ldmatrix.trans.
+        uint32_t wa[4];
+        AccumulatorsAsA(weight, wa, nullptr);
+        #pragma unroll
+        for (int c16 = 0; c16 < kDv / 16; ++c16) {
+          uint32_t hb[4];
+          LdmatrixX4Trans(hb, &dh_hi[(16 * step + lane % 16) * kStrideV + 16 * c16 + 8 * (lane / 16)]);
+          MmaM16N8K16Bf16(dv[2 * c16], wa, &hb[0], dv[2 * c16]);
+          MmaM16N8K16Bf16(dv[2 * c16 + 1], wa, &hb[2], dv[2 * c16 + 1]);
+        }
+        uint32_t da_hi[4], da_lo[4], qt_hi[4], qt_lo[4];
+        AccumulatorsAsA(ds, da_hi, da_lo);
+        LdmatrixX4Trans(qt_hi, &q_hi[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
+        LdmatrixX4Trans(qt_lo, &q_lo[(16 * step + lane % 16) * kStrideK + 8 * (lane / 16)]);
+        MmaSplit(dk, da_hi, da_lo, qt_hi, qt_lo);
+      });
     }
   }
   if constexpr (kFinishRows) {

@@ -103,13 +103,16 @@
 //   Occupancy designed for: 3 CTAs (12 warps) per SM. Each backward CTA has 49,152 bytes
 //   of static shared memory (q̃, k̃ hi/lo 64×16 and v̄, ∂L/∂h hi/lo 64×64, bf16, rows
 //   padded as the forward's), which allows 3 CTAs on sm_80 (164 KB) and 4 on sm_90;
-//   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py,
-//   sm_90): query pass 138 registers, key pass 139 with the epilogues (136 and 135 without:
-//   the five-launch form); no spills; 40 bytes of stack (the epilogues' fp64 cos and sin,
+//   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py):
+//   query pass 163 registers on sm_90, 145 on sm_80, key pass 149 and 139 with the epilogues
+//   (163 / 146 and 146 / 136 without: the five-launch form); no spills; 40 bytes of stack (the epilogues' fp64 cos and sin,
 //   as NormalizeBackwardKernel's). Not yet measured on a GPU.
-// Step loops (all three kernels): Trim's a by a multiply with 1/r (TrimReciprocal, once
+// Step loops (all three kernels): Trim's a by a multiply with −1/r (TrimNegReciprocal, once
 // per tile), positions as 32-bit integers (T < 2^27; longer sequences run the simple
-// kernels). `tools/ptxas_usage.py --step-loops` counts their PTX (docs/performance.md).
+// kernels); the Softmask tables read once per distinct d of a lane's step (LaneTable: 6 of
+// its 8 pairs' d), each pair by selects rather than a branch, the step's body compiled
+// apart for interior steps (StepPairs), bf16 pairs packed by one cvt.rn.bf16x2.f32.
+// `tools/ptxas_usage.py --step-loops` counts their PTX (docs/performance.md).
 // Inputs and outputs as ScreeningForward: P [B·T, tiles·p_cols()] device, read; tiles
 // [tiles] host; U [B·T, tiles·d_v] device, written; every buffer of `saved` written.
 // Precision: bf16 operands (α·m and v̄ rounded once each), fp32 accumulation; U and h

@@ -144,6 +144,30 @@ class PerfModelTest(unittest.TestCase):
                 self.assertEqual(perf_model.warp_steps(keys, T), steps, f"T={T} keys={keys}")
                 self.assertEqual(perf_model.window_pairs(keys, T), pairs, f"T={T} keys={keys}")
 
+    def test_the_query_pass_counts_the_mipe_rate_arm_on_mipe_tiles_only(self):
+        # MiPE's rate is γ(w)·π/w with γ(w) = 0 at w ≥ w_th (spec step 6): the query pass runs
+        # its rate arm for the tiles below w_th, 2, 100 and 255.9 here, and no others.
+        T, mipe = 1024, [2.0, 100.0, 255.9]
+        windows = mipe + [perf_model.W_TH, 300.0, math.inf]
+        _, steps, interior, mipe_steps, mipe_interior = perf_model.screening_work(windows, T)
+        self.assertEqual(mipe_steps, sum(perf_model.warp_steps(perf_model.keys_of(w, T), T) for w in mipe))
+        self.assertEqual(mipe_interior, sum(perf_model.interior_steps(perf_model.keys_of(w, T), T) for w in mipe))
+        self.assertGreater(mipe_interior, 0)
+
+        def query_issue(ws):
+            ops, _, _, _ = perf_model.multiscreen_ops(4, T, 1, ws, 512, 1.0)
+            query, = [op for op in ops if "query pass" in op.name]
+            return query.issue * query.calls
+
+        other, inner = perf_model.ISSUE_MIPE_RATE["query"]
+        for w in windows:
+            keys = perf_model.keys_of(w, T)
+            base = ((perf_model.warp_steps(keys, T) - perf_model.interior_steps(keys, T)) * perf_model.ISSUE_PER_STEP["query"]
+                    + perf_model.interior_steps(keys, T) * perf_model.ISSUE_PER_INTERIOR_STEP["query"])
+            rate = ((perf_model.warp_steps(keys, T) - perf_model.interior_steps(keys, T)) * other
+                    + perf_model.interior_steps(keys, T) * inner) if w in mipe else 0
+            self.assertAlmostEqual(query_issue([w] * 16), 16 * (base + rate), delta=1e-6 * (base + rate), msg=f"w={w}")
+
     def test_initial_windows_span_two_to_w_th_plus_one(self):
         w = perf_model.initial_windows(4, 16)
         self.assertEqual(len(w), 64)

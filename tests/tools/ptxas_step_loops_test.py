@@ -120,6 +120,30 @@ $L__BB0_9:
         (_, _, _, trip, interior), = self.loops(tail)
         self.assertEqual(interior["instructions"], trip["instructions"])
 
+    def test_an_avoided_arm_is_left_out(self):
+        # The longer arm (5 muls) marked as one a trip may leave out: the longest trip avoiding
+        # it takes the shorter arm; the interior trip through a mark in the tail does too.
+        rate = IF_ELSE.replace("\tmul.f32", "\t" + ptxas_usage.RATE_MARK + "\n\tmul.f32", 1)
+        self.assertNotEqual(rate, IF_ELSE)
+        (_, _, static, trip, _), = ptxas_usage.mma_loops(entry(rate), avoid=ptxas_usage.RATE_MARK)[0][1]
+        self.assertEqual(static["instructions"], 2 + 1 + 3 + 5 + 1 + 4 + 2)
+        self.assertEqual(trip["instructions"], 2 + 1 + 3 + 1 + 4 + 2)
+        both = rate.replace("\tsetp.lt.s32", "\t" + ptxas_usage.INTERIOR_MARK + "\n\tsetp.lt.s32", 1)
+        (_, _, _, trip, interior), = ptxas_usage.mma_loops(entry(both))[0][1]
+        self.assertEqual(interior["instructions"], 2 + 1 + 5 + 1 + 4 + 2)
+        (_, _, _, trip, interior), = ptxas_usage.mma_loops(entry(both), avoid=ptxas_usage.RATE_MARK)[0][1]
+        self.assertEqual(interior["instructions"], 2 + 1 + 3 + 1 + 4 + 2)
+
+    def test_braced_inline_asm_counts(self):
+        # cuda_bf16.hpp's conversions reach the PTX as one-line braced inline asm; each is one
+        # instruction (they went uncounted while the line ended in "}"); a lone brace is none.
+        braced = IF_ELSE.replace("\tsetp.lt.s32", "\t{  cvt.rn.bf16.f32 %rs1, %f5;}\n\t{ cvt.f32.bf16 %f8, %rs1;}\n"
+                                 "\t{\n\t}\n\tsetp.lt.s32", 1)
+        self.assertNotEqual(braced, IF_ELSE)
+        (_, _, static, trip, _), = self.loops(braced)
+        self.assertEqual(static["instructions"], 2 + 1 + 3 + 5 + 1 + 4 + 2 + 2)
+        self.assertEqual(trip["instructions"], 2 + 1 + 5 + 1 + 4 + 2 + 2)
+
 
 if __name__ == "__main__":
     unittest.main()
