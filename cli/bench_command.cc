@@ -138,28 +138,28 @@ void OptimizerStep(kernels::KernelTable<double>&, BenchOptimizer& opt, double* p
 
 // One step of `micro` micro-batches of B windows of T + 1 tokens each (tokens [micro, B,
 // T + 1], host), as a pipeline stage runs them (model/model_stage.h): BeginStep once, per
-// micro-batch Embed, LayersForward, HeadLoss (gradients scaled by 1/micro), LayersBackward,
-// EmbedBackward, then EndStep. Grads readied by the caller (ZeroGradientsBeforeStep).
-// Returns the micro-batches' mean loss; x, dx: the activations' buffers.
+// micro-batch Embed, LayersForward, HeadLossDeferred (gradients scaled by 1/micro),
+// LayersBackward, EmbedBackward, then EndStep. Grads readied by the caller
+// (ZeroGradientsBeforeStep). The micro-batches' losses stay summed where the head runs:
+// the caller reads them once (ModelStage::TakeLoss) and divides by micro; x, dx: the
+// activations' buffers.
 template <typename Real>
-double AccumulatedStep(ModelStage<Real>& model, const Real* params, const int32_t* tokens, int64_t B, int64_t T,
-                       int64_t micro, Real* grads, DeviceArray<Real>* x, DeviceArray<Real>* dx) {
+void AccumulatedStep(ModelStage<Real>& model, const Real* params, const int32_t* tokens, int64_t B, int64_t T,
+                     int64_t micro, Real* grads, DeviceArray<Real>* x, DeviceArray<Real>* dx) {
   const int64_t rows = B * T, dE = model.dims().d_e;
   x->Resize(rows * dE);
   dx->Resize(rows * dE);
   std::vector<int32_t> inputs, targets;
   model.BeginStep(params);
-  double loss = 0;
   for (int64_t m = 0; m < micro; ++m) {
     SplitWindows(tokens + m * B * (T + 1), B, T, &inputs, &targets);
     model.Embed(params, inputs.data(), rows, x->data());
     model.LayersForward(params, B, T, x->data());
-    loss += model.HeadLoss(params, x->data(), targets.data(), rows, dx->data(), grads, 1.0 / double(micro), nullptr);
+    model.HeadLossDeferred(params, x->data(), targets.data(), rows, dx->data(), grads, 1.0 / double(micro));
     model.LayersBackward(params, dx->data(), grads);
     model.EmbedBackward(params, inputs.data(), rows, dx->data(), grads);
   }
   model.EndStep(grads);
-  return loss / double(micro);
 }
 
 template <typename Real>
@@ -205,7 +205,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(dims.vocab - 1));
   std::vector<int32_t> tokens(grad_accum * B * (T + 1));
-  DeviceArray<Real> x(options.device), dx(options.device);  // --grad_accum > 1: the stage pieces' activations
+  DeviceArray<Real> x(options.device), dx(options.device);  // the stage pieces' activations
   for (int64_t step = 0; step < warmup + steps; ++step) {
     for (int32_t& t : tokens) t = id(rng);
     profile.Clear();
@@ -224,14 +224,15 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     const auto start = BenchClock::now();
     const double cpu_start = ThreadCpuSeconds();
     model.ZeroGradientsBeforeStep(grads.data());
-    const double loss = grad_accum == 1 ? model.ForwardBackward(params.data(), tokens.data(), B, T, grads.data())
-                                        : AccumulatedStep(model, params.data(), tokens.data(), B, T, grad_accum,
-                                                          grads.data(), &x, &dx);
+    // The same pieces and bits as ForwardBackward at --grad_accum=1.
+    AccumulatedStep(model, params.data(), tokens.data(), B, T, grad_accum, grads.data(), &x, &dx);
     {
       PhaseTimer timer(&profile, StepProfile::kOptimizer);
       OptimizerStep(ops, opt, params.data(), grads.data(), n);
       ops.Synchronize();
     }
+    // The step's one loss read (on a device one wait, for nothing left: the step ended).
+    const double loss = model.TakeLoss() / double(grad_accum);
     const double seconds = SecondsSince(start), cpu_seconds = ThreadCpuSeconds() - cpu_start;
     if (counted) result.counted = EndDeviceCount();
     if (timed) {

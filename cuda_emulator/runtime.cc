@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -46,6 +48,25 @@ namespace {
 
 thread_local cudaError_t t_last_error = cudaSuccess;
 std::atomic<cudaError_t> g_sticky{cudaSuccess};
+
+// cudaMallocHost's blocks by start → end: host memory a cudaMemcpyAsync reads or writes
+// asynchronously. Any other host memory is pageable: the real driver stages such a copy
+// through a pinned buffer of its own (for an upload, before the call returns), so it is
+// counted under its own name (kPageableCopy).
+std::mutex g_pinned_mutex;
+std::map<uintptr_t, uintptr_t>& PinnedBlocks() {
+  static auto* blocks = new std::map<uintptr_t, uintptr_t>();
+  return *blocks;
+}
+bool IsPinned(const void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lock(g_pinned_mutex);
+  auto it = PinnedBlocks().upper_bound(a);
+  if (it == PinnedBlocks().begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->second;
+}
+constexpr const char* kPageableCopy = "cudaMemcpyAsync (pageable host memory)";
 
 // Streams: the legacy default stream, the per-thread one, and every created stream.
 std::mutex g_streams_mutex;
@@ -166,7 +187,9 @@ cudaError_t MemcpyOn(const char* api, cudaStream_t stream, void* dst, const void
   // done: a host synchronization (cudaMemcpyAsync's waits are counted where the host
   // waits for them, cudaStreamSynchronize).
   const bool blocking_to_host = kind == cudaMemcpyDeviceToHost && std::string_view(api) == "cudaMemcpy";
-  AddWork(api, WorkTally{.kind = WorkKind::kCopy, .calls = 1, .bytes = bytes,
+  const bool pageable = std::string_view(api) == "cudaMemcpyAsync" && kind != cudaMemcpyDeviceToDevice &&
+                        !IsPinned(kind == cudaMemcpyHostToDevice ? src : dst, bytes);
+  AddWork(pageable ? kPageableCopy : api, WorkTally{.kind = WorkKind::kCopy, .calls = 1, .bytes = bytes,
                          .bytes_to_host = kind == cudaMemcpyDeviceToHost ? bytes : 0,
                          .bytes_to_device = kind == cudaMemcpyHostToDevice ? bytes : 0,
                          .syncs = blocking_to_host ? 1u : 0u, .bytes_read = counts.bytes_read,
@@ -492,11 +515,20 @@ cudaError_t cudaFree(void* p) {
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   if (p == nullptr) return Fail(cudaErrorInvalidValue);
-  *p = std::malloc(std::max<size_t>(bytes, 1));
-  return *p == nullptr ? Fail(cudaErrorMemoryAllocation) : cudaSuccess;
+  // Page-aligned, as the driver's page-locked allocations are.
+  constexpr size_t kPage = 4096;
+  *p = std::aligned_alloc(kPage, (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage);
+  if (*p == nullptr) return Fail(cudaErrorMemoryAllocation);
+  std::lock_guard lock(msemu::g_pinned_mutex);
+  msemu::PinnedBlocks()[reinterpret_cast<uintptr_t>(*p)] = reinterpret_cast<uintptr_t>(*p) + bytes;
+  return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void* p) {
+  {
+    std::lock_guard lock(msemu::g_pinned_mutex);
+    msemu::PinnedBlocks().erase(reinterpret_cast<uintptr_t>(p));
+  }
   std::free(p);
   return cudaSuccess;
 }

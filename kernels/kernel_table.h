@@ -112,7 +112,10 @@ struct HeadLossArgs {
   double shift = 0;               // a bound ≥ every logit used as the softmax shift (< 40), or NaN: row max
   const int64_t* target = nullptr;  // [rows] host: column of row r's target, or −1 (none)
   Real coef = 0;                  // loss weight per row (grad_scale / rows)
-  double* lse = nullptr;          // [rows] host, written
+  // [rows] host, written; or both null (the single-rank head only): the rows' mean loss
+  // HeadMeanLoss(lse, target_logit, rows) is added to the table's loss sum instead, where
+  // the head runs, and nothing is read back (KernelTable::TakeHeadLoss reads the sum).
+  double* lse = nullptr;
   double* target_logit = nullptr;  // [rows] host, written (0 where target < 0)
   Real* dy = nullptr;             // [rows, d_e] device, written; null: the loss alone
   Real* d_e_bar = nullptr;        // [vocab, d_e] device, added to (with dy)
@@ -122,6 +125,14 @@ struct HeadLossArgs {
   // converted per product. The CPU's head reads e_bar (PrepareHead's panels).
   const PackedOperand<Real>* e_bar_packed = nullptr;
 };
+
+// The mean loss of a head's rows: (Σ_r (lse_r − target_logit_r)) / rows, summed in row
+// order in fp64 — the one definition the hosts' and a device's loss sums follow bit for bit.
+inline double HeadMeanLoss(const double* lse, const double* target_logit, int64_t rows) {
+  double loss = 0;
+  for (int64_t r = 0; r < rows; ++r) loss += lse[r] - target_logit[r];
+  return loss / double(rows);
+}
 
 // Aborts (a caller's bug) unless a and b were packed in one precision: GemmBothPacked's check.
 template <typename Real>
@@ -351,6 +362,10 @@ class KernelTable {
   virtual void PrepareHead(const Real* e_bar, int64_t vocab, int64_t d_e) = 0;
   // The single-rank fused head (HeadLossArgs).
   virtual void HeadLoss(const HeadLossArgs<Real>& args) = 0;
+  // The loss sum of the HeadLoss calls made since the last take with lse and target_logit
+  // null: 0 + each call's HeadMeanLoss in call order (fp64). Returns it and restarts the sum
+  // at 0; a device waits for its work before the read (one host synchronization per take).
+  virtual double TakeHeadLoss() = 0;
   // The vocabulary-parallel head's pieces (a tp group all-reduces between them):
   // kernels/cpu/cross_entropy.h's SoftmaxStats and CrossEntropyGrad over logits z
   // [rows, V] (device), with row_max, row_sum, lse and target host arrays; TargetLogits

@@ -85,6 +85,21 @@ class ModelStage {
   // head's gradients added, scaled by grad_scale/n. Needs shard.head.
   virtual double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx, Real* grads,
                           double grad_scale, Real* token_losses) = 0;
+  // HeadLoss without the loss's host read: its mean loss is added, in call order from 0
+  // after each TakeLoss, to a sum kept where the head runs, so that a step of micro-batches
+  // reads its loss once (TakeLoss). This default reads each HeadLoss's result on the host
+  // (the Transformer; Multiscreen keeps the sum on its single-rank device head).
+  virtual void HeadLossDeferred(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
+                                Real* grads, double grad_scale) {
+    deferred_loss_ += HeadLoss(params, x, targets, n, dx, grads, grad_scale, nullptr);
+  }
+  // The sum of the HeadLossDeferred losses since the last take; restarts it at 0. On a
+  // device one host read that waits for the work issued before it.
+  virtual double TakeLoss() {
+    const double sum = deferred_loss_;
+    deferred_loss_ = 0;
+    return sum;
+  }
   // dx ← ∂L/∂(the layers' input) from ∂L/∂(their output); adds the layers' gradients.
   virtual void LayersBackward(const Real* params, Real* dx, Real* grads) = 0;
   // Adds the embedding's gradients from dx [n, d_E].
@@ -113,6 +128,7 @@ class ModelStage {
   }
 
   DeviceArray<Real> step_x_, step_dx_;  // the whole model's activations and their gradients
+  double deferred_loss_ = 0;            // the default HeadLossDeferred's sum
   LayerGradientsDone layer_gradients_done_;
   std::vector<int32_t> step_inputs_, step_targets_;
 };

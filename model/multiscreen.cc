@@ -235,6 +235,24 @@ template <typename Real>
 double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
                                    Real* grads, double grad_scale, Real* token_losses) {
   (void)params;  // s_F was read by BeginStep
+  return HeadPass(x, targets, n, dx, grads, grad_scale, token_losses, false);
+}
+
+template <typename Real>
+void Multiscreen<Real>::HeadLossDeferred(const Real* params, const Real* x, const int32_t* targets, int64_t n,
+                                         Real* dx, Real* grads, double grad_scale) {
+  if (tp_->size() > 1) return ModelStage<Real>::HeadLossDeferred(params, x, targets, n, dx, grads, grad_scale);
+  HeadPass(x, targets, n, dx, grads, grad_scale, nullptr, true);
+}
+
+template <typename Real>
+double Multiscreen<Real>::TakeLoss() {
+  return tp_->size() > 1 ? ModelStage<Real>::TakeLoss() : ops_->TakeHeadLoss();
+}
+
+template <typename Real>
+double Multiscreen<Real>::HeadPass(const Real* x, const int32_t* targets, int64_t n, Real* dx, Real* grads,
+                                   double grad_scale, Real* token_losses, bool deferred) {
   PhaseTimer timer(options_.profile, StepProfile::kHead);
   const ModelDims& d = dims();
   const ShardSpec& shard = layout_.shard();
@@ -256,8 +274,10 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
     RoundToCompute(hb.y_c.data(), n * dE);
     y_c = hb.y_c.data();
   }
-  hb.lse.resize(n);
-  hb.target_logit.assign(n, 0.0);
+  if (!deferred) {
+    hb.lse.resize(n);
+    hb.target_logit.assign(n, 0.0);
+  }
   hb.local_target.resize(n);
   for (int64_t r = 0; r < n; ++r) {
     hb.local_target[r] =
@@ -277,8 +297,8 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   args.shift = d.pl_norm && scale < 39 ? 1.01 * double(scale) : std::nan("");
   args.target = hb.local_target.data();
   args.coef = coef;
-  args.lse = hb.lse.data();
-  args.target_logit = hb.target_logit.data();
+  args.lse = deferred ? nullptr : hb.lse.data();  // deferred: the table keeps the loss
+  args.target_logit = deferred ? nullptr : hb.target_logit.data();
   args.dy = dx != nullptr ? hb.dy.data() : nullptr;
   args.d_e_bar = d_e_bar_.data();
   args.precision = options_.precision;
@@ -288,13 +308,10 @@ double Multiscreen<Real>::HeadLoss(const Real* params, const Real* x, const int3
   } else {
     ops_->HeadLoss(args);
   }
-  double loss = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    const double l = hb.lse[r] - hb.target_logit[r];
-    loss += l;
-    if (token_losses != nullptr) token_losses[r] = static_cast<Real>(l);
+  const double loss = deferred ? 0.0 : kernels::HeadMeanLoss(hb.lse.data(), hb.target_logit.data(), n);
+  if (token_losses != nullptr) {
+    for (int64_t r = 0; r < n; ++r) token_losses[r] = static_cast<Real>(hb.lse[r] - hb.target_logit[r]);
   }
-  loss /= double(n);
   if (dx == nullptr) return loss;
   tp_->AllReduce(hb.dy.data(), n * dE, ReduceOp::kSum);
   // ∂L/∂s_F = Σ_r y_r · ∂L/∂y_r, since z = e^{s_F} y Ēᵀ.

@@ -92,6 +92,11 @@ class Multiscreen final : public ModelStage<Real> {
   // scaled by grad_scale/n. Needs shard.head.
   double HeadLoss(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx,
                   Real* grads, double grad_scale, Real* token_losses) override;
+  // Single-rank (tp = 1): the loss stays in the kernel table's sum (KernelTable::TakeHeadLoss),
+  // no host read; the vocabulary-parallel head reads it (ModelStage's default).
+  void HeadLossDeferred(const Real* params, const Real* x, const int32_t* targets, int64_t n, Real* dx, Real* grads,
+                        double grad_scale) override;
+  double TakeLoss() override;
   // dx ← ∂L/∂x^{l0} from ∂L/∂x^{l1}; adds the layers' parameter gradients (writes
   // their matrices' when ZeroGradientsBeforeStep flagged this call).
   void LayersBackward(const Real* params, Real* dx, Real* grads) override;
@@ -130,6 +135,10 @@ class Multiscreen final : public ModelStage<Real> {
     std::vector<int64_t> local_target;      // host, per row
     ShardedHeadBuffers<Real> sharded;       // the vocabulary-parallel head's (tp > 1)
   };
+  // HeadLoss and HeadLossDeferred: `deferred` (single-rank only) leaves the loss in the
+  // table's sum and returns 0.
+  double HeadPass(const Real* x, const int32_t* targets, int64_t n, Real* dx, Real* grads, double grad_scale,
+                  Real* token_losses, bool deferred);
   kernels::ScreeningShape ShapeOf(int64_t B, int64_t T) const;
   // The local tiles' mapped scalars of local layer li (BeginStep read them).
   std::vector<kernels::TileScalars> TileScalarsOf(int64_t li, const InferenceOptions* inference) const;

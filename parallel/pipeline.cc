@@ -66,6 +66,10 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
     models_[first_slot]->ZeroGradientsBeforeStep(grads);
   }
 
+  // One stage (one model instance): its losses stay summed where the head runs and are
+  // read once, at the end (ModelStage::TakeLoss; the same sum, in the same order). With
+  // several stages the last one reads each micro-batch's (its instances keep one sum each).
+  const bool deferred_loss = S == 1;
   double loss_sum = 0;
   const int prev = s - 1, next = s + 1;
   for (const PipeOp& op : schedule) {
@@ -79,7 +83,10 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
       case PipeOpKind::kForward:
         if (shard_.embed) model.Embed(params, ids, rows, x_[slot].data());
         model.LayersForward(params, B, T, x_[slot].data());
-        if (shard_.head) {
+        if (shard_.head && deferred_loss) {
+          model.HeadLossDeferred(params, x_[slot].data(), targets_.data() + m * rows, rows,
+                                 train ? dx_[slot].data() : nullptr, grads, grad_scale);
+        } else if (shard_.head) {
           loss_sum += model.HeadLoss(params, x_[slot].data(), targets_.data() + m * rows, rows,
                                      train ? dx_[slot].data() : nullptr, grads, grad_scale, nullptr);
         }
@@ -117,6 +124,7 @@ absl::StatusOr<double> PipelineStage::Run(const float* params, const int32_t* to
   if (train) {
     for (int64_t i = 0; i < slots; ++i) models_[(first_slot + i) % slots]->EndStep(grads);
   }
+  if (shard_.head && deferred_loss) loss_sum = models_[0]->TakeLoss();
   return shard_.head ? loss_sum : 0.0;
 }
 

@@ -42,7 +42,7 @@ function(ms_gpu_tree_watch)
 endfunction()
 
 ms_add_gtest(cuda_test cuda SOURCES cuda/tanh_norm_cuda_test.cc cuda/screening_cuda_test.cc
-  cuda/screening_table_cache_test.cc
+  cuda/screening_table_cache_test.cc cuda/pinned_staging_test.cc
   cuda/kernel_table_cuda_test.cc cuda/transformer_kernels_cuda_test.cc cuda/argmax_cuda_test.cc
   cuda/cublas_library_test.cc
   ${CMAKE_SOURCE_DIR}/trainer/adamw.cc

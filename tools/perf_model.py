@@ -412,8 +412,10 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
                   n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
     # The host waits (counted on the emulated device, docs/performance.md): once in BeginStep
     # for the scalars the screening kernels' tile tables are built from (s_E, s_F, every
-    # layer's s_w, s_r, s_O: one DownloadRanges), and, on the rank with the head, once after
-    # its last chunk for every row's log Σ exp and target logit (the loss, read on the host).
+    # layer's s_w, s_r, s_O: one DownloadRanges), and, on the rank with the head, once for the
+    # loss: in training the loss summed on the device over the step's micro-batches, read once
+    # per optimizer step (ModelStage::TakeLoss); without training after the head's last chunk
+    # (every row's log Σ exp and target logit, read on the host).
     syncs = 1
     if head:
         ops.append(Op("PLNorm y = x/‖x‖ → fp32 and bf16", "mem", 1, 0, (1 if last_row_head else n) * d * (4 + 4 + 2)))
@@ -422,6 +424,11 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         syncs += 1
     if train:
         if head:
+            # The micro-batch's loss added to a device sum (ModelStage::HeadLossDeferred): one
+            # thread reads every row's log Σ exp and target logit in the host's order, so the
+            # loss keeps the host sum's bits (latency-bound on a GPU: rows dependent fp64 adds).
+            ops.append(Op("loss summed on the device (one thread, rows in order)", "mem", 1, 0, n * 8 * 2 + 8,
+                          kernels=[kernel("MeanLossKernel", "cross_entropy.cu")]))
             ops.append(Op("PLNorm backward", "mem", 1, 0, n * d * 4 * 3))
             # ∂s_F = Σ y·∂y: one launch, its last block adding the sum into the gradient
             # (KernelTable::DotAddInto; ∂s_E's dot, in the scatter op below, is the same kernel)

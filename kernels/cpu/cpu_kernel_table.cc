@@ -295,6 +295,18 @@ void CpuKernelTable<Real>::ScreeningBackward(const ScreeningShape& shape, const 
 }
 
 template <typename Real>
+void CpuKernelTable<Real>::HeadLoss(const HeadLossArgs<Real>& args) {
+  if (args.lse != nullptr) return head_.Run(args);
+  HeadLossArgs<Real> a = args;
+  head_lse_.resize(a.rows);
+  head_target_logit_.assign(a.rows, 0.0);
+  a.lse = head_lse_.data();
+  a.target_logit = head_target_logit_.data();
+  head_.Run(a);
+  head_loss_sum_ += HeadMeanLoss(a.lse, a.target_logit, a.rows);
+}
+
+template <typename Real>
 void CpuKernelTable<Real>::SoftmaxStats(const Real* z, int64_t ld, int64_t rows, int64_t V, double* row_max,
                                         double* row_sum) {
   cpu::SoftmaxStats(z, ld, rows, V, row_max, row_sum);

@@ -75,7 +75,14 @@ class CpuKernelTable final : public KernelTable<Real> {
                          TileScalarGrads* grads) override;
 
   void PrepareHead(const Real* e_bar, int64_t vocab, int64_t d_e) override { head_.Prepare(e_bar, vocab, d_e); }
-  void HeadLoss(const HeadLossArgs<Real>& args) override { head_.Run(args); }
+  // With args.lse and args.target_logit null, the rows' statistics go to head_lse_ and
+  // head_target_logit_ and their mean loss into head_loss_sum_.
+  void HeadLoss(const HeadLossArgs<Real>& args) override;
+  double TakeHeadLoss() override {
+    const double sum = head_loss_sum_;
+    head_loss_sum_ = 0;
+    return sum;
+  }
   void SoftmaxStats(const Real* z, int64_t ld, int64_t rows, int64_t V, double* row_max, double* row_sum) override;
   void TargetLogits(const Real* z, int64_t ld, int64_t rows, const int64_t* target, double* out) override;
   void CrossEntropyGrad(Real* z, int64_t ld, int64_t rows, int64_t V, const double* lse, const int64_t* target,
@@ -86,6 +93,8 @@ class CpuKernelTable final : public KernelTable<Real> {
 
  private:
   FusedHead<Real> head_;
+  std::vector<double> head_lse_, head_target_logit_;  // HeadLoss's rows when the caller keeps none
+  double head_loss_sum_ = 0;                          // TakeHeadLoss's sum
   ScreeningWorkspace<Real> screening_ws_;
   std::vector<Real> coef_;
   // Whether products in `precision` run on the bf16 dot products (float, kBf16, Bf16GemmAvailable).

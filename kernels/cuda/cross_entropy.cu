@@ -100,6 +100,16 @@ __global__ void HeadRowKernel(float* z, int64_t V, double shift, const int64_t* 
   }
 }
 
+// One thread: the rows' HeadMeanLoss (kernels/kernel_table.h) in its order and rounding,
+// written to *sum (first) or added to it.
+__global__ void MeanLossKernel(const double* lse, const double* target_logit, int64_t rows, bool first, double* sum) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double loss = 0;
+  for (int64_t r = 0; r < rows; ++r) loss += lse[r] - target_logit[r];
+  loss /= double(rows);
+  *sum = first ? loss : *sum + loss;
+}
+
 // HeadRowKernel over a chunk of nr rows; z16 (16-bit gradient rows) null or in `precision`.
 void HeadRows(Precision precision, unsigned nr, float* z, int64_t V, double shift, const int64_t* target, float c,
               bool grad, double* lse, double* target_logit, uint16_t* z16, cudaStream_t stream) {
@@ -113,12 +123,12 @@ void HeadRows(Precision precision, unsigned nr, float* z, int64_t V, double shif
   MS_CUDA_CHECK_LAUNCH("HeadLoss");
 }
 
-// Uploads host [rows] targets into scratch.
+// Uploads host [rows] targets into scratch through pinned staging.
 const int64_t* UploadTargets(const char* op, const int64_t* target, int64_t rows, CrossEntropyScratch* scratch,
-                             cudaStream_t stream) {
+                             PinnedStaging* staging, cudaStream_t stream) {
   scratch->target.Resize(rows);
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->target.data(), target, rows * sizeof(int64_t), cudaMemcpyHostToDevice,
-                                    stream));
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->target.data(), staging->Stage(op, target, rows),
+                                    rows * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
   return scratch->target.data();
 }
 
@@ -191,10 +201,10 @@ void SoftmaxStats(const float* z, int64_t ld, int64_t rows, int64_t V, double* r
 }
 
 void TargetLogits(const float* z, int64_t ld, int64_t rows, const int64_t* target, double* out,
-                  CrossEntropyScratch* scratch, cudaStream_t stream) {
+                  CrossEntropyScratch* scratch, PinnedStaging* staging, cudaStream_t stream) {
   if (rows <= 0) return;
   const char* op = "TargetLogits";
-  const int64_t* target_dev = UploadTargets(op, target, rows, scratch, stream);
+  const int64_t* target_dev = UploadTargets(op, target, rows, scratch, staging, stream);
   scratch->first.Resize(rows);
   Launch<TargetKernel>(BlocksFor(rows), kThreads, 0, stream, z, ld, rows, target_dev, scratch->first.data());
   MS_CUDA_CHECK_LAUNCH(op);
@@ -206,12 +216,13 @@ void TargetLogits(const float* z, int64_t ld, int64_t rows, const int64_t* targe
 }
 
 void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const double* lse, const int64_t* target,
-                      float coef, CrossEntropyScratch* scratch, cudaStream_t stream) {
+                      float coef, CrossEntropyScratch* scratch, PinnedStaging* staging, cudaStream_t stream) {
   if (rows <= 0 || V <= 0) return;
   const char* op = "CrossEntropyGrad";
-  const int64_t* target_dev = UploadTargets(op, target, rows, scratch, stream);
+  const int64_t* target_dev = UploadTargets(op, target, rows, scratch, staging, stream);
   scratch->first.Resize(rows);
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->first.data(), lse, rows * sizeof(double), cudaMemcpyHostToDevice, stream));
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->first.data(), staging->Stage(op, lse, rows), rows * sizeof(double),
+                                    cudaMemcpyHostToDevice, stream));
   const unsigned col_blocks = static_cast<unsigned>(std::min<int64_t>((V + kThreads - 1) / kThreads, 1024));
   for (int64_t r0 = 0; r0 < rows; r0 += 65535) {  // gridDim.y is at most 65535
     const int64_t nr = std::min<int64_t>(65535, rows - r0);
@@ -227,12 +238,12 @@ int64_t HeadGroupRows(int64_t rows, int64_t V, int64_t elem_bytes, const HeadTil
   return std::min(rows, chunks * chunk);
 }
 
-void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream,
-              const HeadTiling& tiling) {
+void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, PinnedStaging* staging,
+              cudaStream_t stream, const HeadTiling& tiling) {
   const int64_t rows = args.rows, V = args.vocab, d_e = args.d_e;
   if (rows <= 0) return;
   const char* op = "HeadLoss";
-  const int64_t* target_dev = UploadTargets(op, args.target, rows, scratch, stream);
+  const int64_t* target_dev = UploadTargets(op, args.target, rows, scratch, staging, stream);
   scratch->first.Resize(rows);
   scratch->second.Resize(rows);
   const int64_t chunk = std::min(rows, std::max<int64_t>(1, tiling.chunk_rows));
@@ -263,9 +274,28 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
     HeadGroups<uint16_t>(args, scratch->y16.data(), e16, grad ? scratch->grad16.data() : nullptr,
                          scratch->logits.data(), target_dev, chunk, group, gemm, scratch, stream);
   }
+  if (args.lse == nullptr) {  // the loss stays on the device until TakeHeadLoss
+    scratch->loss_sum.Resize(1);
+    Launch<MeanLossKernel>(1, 1, 0, stream, scratch->first.data(), scratch->second.data(), rows,
+                           !scratch->loss_started, scratch->loss_sum.data());
+    MS_CUDA_CHECK_LAUNCH(op);
+    scratch->loss_started = true;
+    return;
+  }
   MS_CUDA_CHECK(op, cudaMemcpyAsync(args.lse, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,
                                     stream));
   DownloadDoubles(op, scratch->second.data(), rows, args.target_logit, stream);
+}
+
+double TakeHeadLoss(CrossEntropyScratch* scratch, cudaStream_t stream) {
+  if (!scratch->loss_started) return 0.0;
+  const char* op = "TakeHeadLoss";
+  double* host = static_cast<double*>(scratch->loss_read.Reserve(op, sizeof(double)));
+  DownloadDoubles(op, scratch->loss_sum.data(), 1, host, stream);
+  const double sum = *host;
+  scratch->loss_read.Release();  // waited for: the same pinned double on every take
+  scratch->loss_started = false;
+  return sum;
 }
 
 }  // namespace multiscreen::kernels::cuda

@@ -2,7 +2,9 @@
 // kernels/cpu/cross_entropy.h's SoftmaxStats and CrossEntropyGrad, the target-logit
 // gather, and the fused single-rank head of kernels/kernel_table.h's HeadLossArgs
 // (spec steps 14–15 after PLNorm). Per-row statistics and targets are host arrays,
-// copied in and out here; functions that return statistics wait for them. One block
+// copied in and out here (targets and lse uploaded from the table's pinned staging);
+// functions that return statistics wait for them, except the head when its caller keeps
+// none: then its mean loss stays in a device sum (HeadLoss, TakeHeadLoss). One block
 // per row: row max in fp32 (NaNs skipped, as the CPU's), Σ exp in fp64 over fp32
 // exponentials, both as fixed-order block trees. Failures are fatal (check.h).
 #pragma once
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/pinned_staging.h"
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
 
@@ -29,6 +32,11 @@ struct CrossEntropyScratch {
   // caller) and the gradient rows of a ∂Z group [group, V], each converted once.
   DeviceArray<uint16_t> y16{Device::kCuda}, e_bar16{Device::kCuda}, grad16{Device::kCuda};
   std::vector<double> host;                                         // [rows] staging
+  // HeadLoss's loss sum when its caller keeps no statistics (TakeHeadLoss), and whether a
+  // call added to it since the last take (the first writes it instead of adding).
+  DeviceArray<double> loss_sum{Device::kCuda};
+  bool loss_started = false;
+  PinnedStaging loss_read;  // the sum as read back: one pinned double
 };
 
 // Rows of logits the fused head computes at a time ([kHeadChunkRows, V] fp32 scratch).
@@ -59,16 +67,18 @@ void SoftmaxStats(const float* z, int64_t ld, int64_t rows, int64_t V, double* r
 
 // out[r] = z[r, target[r]] where target[r] ≥ 0 (others untouched). target, out: host [rows].
 void TargetLogits(const float* z, int64_t ld, int64_t rows, const int64_t* target, double* out,
-                  CrossEntropyScratch* scratch, cudaStream_t stream);
+                  CrossEntropyScratch* scratch, PinnedStaging* staging, cudaStream_t stream);
 
 // In place: z[r, v] ← exp(z[r, v] − lse[r]) · coef − [v == target[r]] · coef.
 // lse, target: host [rows] (target −1: in another shard).
 void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const double* lse, const int64_t* target,
-                      float coef, CrossEntropyScratch* scratch, cudaStream_t stream);
+                      float coef, CrossEntropyScratch* scratch, PinnedStaging* staging, cudaStream_t stream);
 
 // The fused single-rank head (HeadLossArgs), in chunks of tiling.chunk_rows rows:
 // z = scale · y Ēᵀ (fp32 GEMM into scratch), lse and target logits (row max or the
-// fixed shift, fp64 sums) copied to the host, and with args.dy the gradient
+// fixed shift, fp64 sums) kept on the device [rows] — the gradient rows read them there —
+// and copied to the host where args.lse is given (then it waits, once), else their
+// HeadMeanLoss added to scratch->loss_sum by one kernel, no wait; with args.dy the gradient
 // ∂z ← coef · scale · (softmax − onehot) of every chunk kept in a ∂Z group
 // (HeadGroupRows), then per group dy = ∂Z Ē and d_e_bar += ∂Zᵀ Y, one product each
 // (fp32 accumulation over the group's rows): the fp32 d_e_bar [V, d_e] is read and
@@ -76,8 +86,13 @@ void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const doubl
 // a product per chunk read and wrote it once per chunk. Under a 16-bit precision every
 // product reads 16-bit operands converted once: y for all rows, Ē (args.e_bar_packed
 // where given, else once per call), and the gradient rows, which the row pass writes in
-// 16 bits as it computes them (no conversion pass). Waits for lse, once.
-void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, cudaStream_t stream,
-              const HeadTiling& tiling = {});
+// 16 bits as it computes them (no conversion pass). args.target is uploaded from
+// `staging` (pinned).
+void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScratch* scratch, PinnedStaging* staging,
+              cudaStream_t stream, const HeadTiling& tiling = {});
+
+// KernelTable::TakeHeadLoss: the loss sum HeadLoss kept since the last take (0 if none),
+// read into pinned memory with one wait for `stream`; the next HeadLoss starts a new sum.
+double TakeHeadLoss(CrossEntropyScratch* scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

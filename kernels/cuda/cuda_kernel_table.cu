@@ -1,7 +1,9 @@
 // The CUDA kernel table (cuda_kernel_table.h): the factory's checks, then one call
 // per op into kernels/cuda's op families, on the legacy default stream, with the table's
 // scratch. Host⇄device copies happen here (Upload, Download, AddHost) and in the ops
-// that take host arrays.
+// that take host arrays; the per-step ones (AddHost, token ids, targets, the embedding
+// backward's CSR) go through the table's pinned staging, released at each of the table's
+// waits for its stream (Released).
 #include "kernels/cuda/cuda_kernel_table.h"
 
 #include <cuda_runtime.h>
@@ -23,6 +25,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/pinned_staging.h"
 #include "kernels/cuda/screening.h"
 #include "kernels/cuda/screening_tiled.h"
 #include "kernels/cuda/unit_rows.h"
@@ -54,6 +57,7 @@ class CudaKernelTable final : public KernelTable<float> {
     if (n <= 0) return;
     MS_CUDA_CHECK("Download", cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     MS_CUDA_CHECK("Download", cudaStreamSynchronize(stream_));
+    Released();
   }
   // One gather launch into staging, one copy, one wait; the ranges' table is uploaded
   // only when it differs from the last call's (a training step asks for the same ranges).
@@ -87,24 +91,26 @@ class CudaKernelTable final : public KernelTable<float> {
   void AddHost(const float* host, int64_t n, float* dst) override {
     if (n <= 0) return;
     host_staging_.Resize(n);
-    MS_CUDA_CHECK("AddHost",
-                  cudaMemcpyAsync(host_staging_.data(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    MS_CUDA_CHECK("AddHost", cudaMemcpyAsync(host_staging_.data(), staging_.Stage("AddHost", host, n),
+                                             n * sizeof(float), cudaMemcpyHostToDevice, stream_));
     cuda::AddInto(host_staging_.data(), n, dst, stream_);
   }
   void Copy2DJobs(const Copy2DJob<float>* jobs, int n, bool accumulate) override {
     cuda::Copy2DJobs(jobs, n, accumulate, stream_);
   }
-  double Dot(const float* a, const float* b, int64_t n) override { return cuda::Dot(a, b, n, Reduce(), stream_); }
+  double Dot(const float* a, const float* b, int64_t n) override {
+    return Released(cuda::Dot(a, b, n, Reduce(), stream_));
+  }
   void DotAddInto(const float* a, const float* b, int64_t n, float* dst) override {
     cuda::DotAddInto(a, b, n, dst, Reduce(), stream_);
   }
   double SumSquares(const float* x, int64_t n, double init = 0) override {
-    return init + cuda::SumSquares(x, n, Reduce(), stream_);
+    return init + Released(cuda::SumSquares(x, n, Reduce(), stream_));
   }
-  bool AllFinite(const float* x, int64_t n) override { return cuda::AllFinite(x, n, Reduce(), stream_); }
+  bool AllFinite(const float* x, int64_t n) override { return Released(cuda::AllFinite(x, n, Reduce(), stream_)); }
   int64_t Argmax(const float* x, int64_t n) override {
     if (argmax_.size() == 0) argmax_.Resize(1);
-    return cuda::Argmax(x, n, argmax_.data(), stream_);
+    return Released(cuda::Argmax(x, n, argmax_.data(), stream_));
   }
   void Scale(float* x, int64_t n, float factor) override { cuda::Scale(x, n, factor, stream_); }
   void RoundTo(Precision precision, float* x, int64_t n) override { cuda::RoundTo(precision, x, n, stream_); }
@@ -120,11 +126,11 @@ class CudaKernelTable final : public KernelTable<float> {
   }
   void EmbeddingForward(const float* table, int64_t v0, int64_t v1, int64_t d, const int32_t* ids, int64_t count,
                         float scale, float* out) override {
-    cuda::EmbeddingForward(table, v0, v1, d, ids, count, scale, out, &embedding_, stream_);
+    cuda::EmbeddingForward(table, v0, v1, d, ids, count, scale, out, &embedding_, &staging_, stream_);
   }
   void EmbeddingBackward(const float* dout, const int32_t* ids, int64_t count, int64_t v0, int64_t v1, int64_t d,
                          float scale, float* dtable) override {
-    cuda::EmbeddingBackward(dout, ids, count, v0, v1, d, scale, dtable, &embedding_, stream_);
+    cuda::EmbeddingBackward(dout, ids, count, v0, v1, d, scale, dtable, &embedding_, &staging_, stream_);
   }
   void Gemm(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
@@ -208,16 +214,22 @@ class CudaKernelTable final : public KernelTable<float> {
 
   // ---- the vocabulary head ----
   void PrepareHead(const float*, int64_t, int64_t) override {}  // the head reads Ē as given
-  void HeadLoss(const HeadLossArgs<float>& args) override { cuda::HeadLoss(args, gemm_.get(), &cross_entropy_, stream_); }
+  void HeadLoss(const HeadLossArgs<float>& args) override {
+    cuda::HeadLoss(args, gemm_.get(), &cross_entropy_, &staging_, stream_);
+    if (args.lse != nullptr) Released();  // it waited for its statistics
+  }
+  double TakeHeadLoss() override { return Released(cuda::TakeHeadLoss(&cross_entropy_, stream_)); }
   void SoftmaxStats(const float* z, int64_t ld, int64_t rows, int64_t V, double* row_max, double* row_sum) override {
     cuda::SoftmaxStats(z, ld, rows, V, row_max, row_sum, &cross_entropy_, stream_);
+    Released();
   }
   void TargetLogits(const float* z, int64_t ld, int64_t rows, const int64_t* target, double* out) override {
-    cuda::TargetLogits(z, ld, rows, target, out, &cross_entropy_, stream_);
+    cuda::TargetLogits(z, ld, rows, target, out, &cross_entropy_, &staging_, stream_);
+    Released();
   }
   void CrossEntropyGrad(float* z, int64_t ld, int64_t rows, int64_t V, const double* lse, const int64_t* target,
                         float coef) override {
-    cuda::CrossEntropyGrad(z, ld, rows, V, lse, target, coef, &cross_entropy_, stream_);
+    cuda::CrossEntropyGrad(z, ld, rows, V, lse, target, coef, &cross_entropy_, &staging_, stream_);
   }
 
   // ---- the optimizer ----
@@ -225,9 +237,21 @@ class CudaKernelTable final : public KernelTable<float> {
     cuda::AdamW(args, params, grads, m, v, n, stream_);
   }
 
-  void Synchronize() override { MS_CUDA_CHECK("Synchronize", cudaStreamSynchronize(stream_)); }
+  void Synchronize() override {
+    MS_CUDA_CHECK("Synchronize", cudaStreamSynchronize(stream_));
+    Released();
+  }
 
  private:
+  // After a wait for stream_ (every copy out of the staging has run): the staging's bytes
+  // may be handed out again. Returns `result`, for the ops that return what they waited for.
+  template <typename T>
+  T Released(T result) {
+    staging_.Release();
+    return result;
+  }
+  void Released() { staging_.Release(); }
+
   // *out set up as an operand of `precision` with n elements: src itself under kFp32
   // (false: nothing to pack), else out->half sized for the 16-bit copy (true).
   static bool HalfOperand(Precision precision, const float* src, int64_t n, PackedOperand<float>* out) {
@@ -247,6 +271,7 @@ class CudaKernelTable final : public KernelTable<float> {
   DeviceArray<unsigned> blocks_done_{Device::kCuda};  // their count of blocks done (0 between calls)
   ReduceScratch Reduce() { return {reduce_.data(), blocks_done_.data()}; }
   DeviceArray<float> host_staging_{Device::kCuda};  // AddHost's uploaded values
+  PinnedStaging staging_;                           // per-step host uploads (pinned)
   DeviceArray<int32_t> argmax_{Device::kCuda};      // Argmax's one index
   DeviceArray<int64_t> ranges_{Device::kCuda};      // DownloadRanges' table [count, 3] (begin, length, offset)
   std::vector<int64_t> host_ranges_;                // what ranges_ holds

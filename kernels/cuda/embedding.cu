@@ -20,9 +20,9 @@ __global__ void GatherKernel(const float* table, int64_t v0, int64_t v1, int64_t
 }
 
 // Block b owns table row rows[b]: adds scale · dout[p, :] for its positions p in order.
-__global__ void ScatterKernel(const float* dout, const int32_t* rows, const int64_t* offsets, const int64_t* positions,
+__global__ void ScatterKernel(const float* dout, const int64_t* rows, const int64_t* offsets, const int64_t* positions,
                               int64_t d, float scale, float* dtable) {
-  float* dst = dtable + int64_t(rows[blockIdx.x]) * d;
+  float* dst = dtable + rows[blockIdx.x] * d;
   const int64_t p0 = offsets[blockIdx.x], p1 = offsets[blockIdx.x + 1];
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     float acc = dst[c];
@@ -34,18 +34,21 @@ __global__ void ScatterKernel(const float* dout, const int32_t* rows, const int6
 }  // namespace
 
 void EmbeddingForward(const float* table, int64_t v0, int64_t v1, int64_t d, const int32_t* ids, int64_t count,
-                      float scale, float* out, EmbeddingScratch* scratch, cudaStream_t stream) {
+                      float scale, float* out, EmbeddingScratch* scratch, PinnedStaging* staging,
+                      cudaStream_t stream) {
   if (count <= 0 || d <= 0) return;
   scratch->ids.Resize(count);
-  MS_CUDA_CHECK("EmbeddingForward", cudaMemcpyAsync(scratch->ids.data(), ids, count * sizeof(int32_t),
-                                                    cudaMemcpyHostToDevice, stream));
+  MS_CUDA_CHECK("EmbeddingForward",
+                cudaMemcpyAsync(scratch->ids.data(), staging->Stage("EmbeddingForward", ids, count),
+                                count * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   Launch<GatherKernel>(BlocksFor(count * d), kThreads, 0, stream, table, v0, v1, d,
                        scratch->ids.data(), count, scale, out);
   MS_CUDA_CHECK_LAUNCH("EmbeddingForward");
 }
 
 void EmbeddingBackward(const float* dout, const int32_t* ids, int64_t count, int64_t v0, int64_t v1, int64_t d,
-                       float scale, float* dtable, EmbeddingScratch* scratch, cudaStream_t stream) {
+                       float scale, float* dtable, EmbeddingScratch* scratch, PinnedStaging* staging,
+                       cudaStream_t stream) {
   if (count <= 0 || d <= 0 || v1 <= v0) return;
   // Counting sort of the positions by shard-local row (stable: ascending n within a row).
   const int64_t vocab = v1 - v0;
@@ -57,33 +60,32 @@ void EmbeddingBackward(const float* dout, const int32_t* ids, int64_t count, int
   for (int64_t v = 0; v < vocab; ++v) start[v + 1] += start[v];
   const int64_t kept = start[vocab];
   if (kept == 0) return;
-  scratch->host_positions.resize(kept);
-  scratch->host_rows.clear();
-  scratch->host_offsets.clear();
+  int64_t touched = 0;
+  for (int64_t v = 0; v < vocab; ++v) touched += start[v + 1] > start[v] ? 1 : 0;
+  // The CSR [rows (touched) | offsets (touched + 1) | positions (kept)], written straight
+  // into pinned memory and uploaded in one copy.
+  const char* op = "EmbeddingBackward";
+  const int64_t csr_size = 2 * touched + 1 + kept;
+  int64_t* csr = static_cast<int64_t*>(staging->Reserve(op, csr_size * sizeof(int64_t)));
+  int64_t *rows = csr, *offsets = csr + touched, *positions = csr + 2 * touched + 1;
+  int64_t b = 0;
   for (int64_t v = 0; v < vocab; ++v) {
     if (start[v + 1] > start[v]) {
-      scratch->host_rows.push_back(static_cast<int32_t>(v));
-      scratch->host_offsets.push_back(start[v]);
+      rows[b] = v;
+      offsets[b++] = start[v];
     }
   }
-  scratch->host_offsets.push_back(kept);
+  offsets[touched] = kept;
   for (int64_t n = 0; n < count; ++n) {  // start[v] becomes the cursor of row v
-    if (ids[n] >= v0 && ids[n] < v1) scratch->host_positions[start[ids[n] - v0]++] = n;
+    if (ids[n] >= v0 && ids[n] < v1) positions[start[ids[n] - v0]++] = n;
   }
-  const int64_t touched = static_cast<int64_t>(scratch->host_rows.size());
-  scratch->rows.Resize(touched);
-  scratch->offsets.Resize(touched + 1);
-  scratch->positions.Resize(kept);
-  const char* op = "EmbeddingBackward";
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->rows.data(), scratch->host_rows.data(), touched * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice, stream));
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->offsets.data(), scratch->host_offsets.data(),
-                                    (touched + 1) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->positions.data(), scratch->host_positions.data(), kept * sizeof(int64_t),
-                                    cudaMemcpyHostToDevice, stream));
+  scratch->csr.Resize(csr_size);
+  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->csr.data(), csr, csr_size * sizeof(int64_t), cudaMemcpyHostToDevice,
+                                    stream));
+  const int64_t* dev = scratch->csr.data();
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, ((d + 31) / 32) * 32));
-  Launch<ScatterKernel>(static_cast<unsigned>(touched), threads, 0, stream, dout,
-                        scratch->rows.data(), scratch->offsets.data(), scratch->positions.data(), d, scale, dtable);
+  Launch<ScatterKernel>(static_cast<unsigned>(touched), threads, 0, stream, dout, dev, dev + touched,
+                        dev + 2 * touched + 1, d, scale, dtable);
   MS_CUDA_CHECK_LAUNCH(op);
 }
 

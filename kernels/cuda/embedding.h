@@ -2,7 +2,9 @@
 // rows [v0, v1) of the normalized table Ē on the device, token ids on the host.
 // The backward is deterministic without atomics: the ids are grouped on the host into
 // a CSR of positions per touched vocabulary row (ascending), and one block owns each
-// touched row, adding its positions' rows in that order (the CPU's order).
+// touched row, adding its positions' rows in that order (the CPU's order). Host ids and
+// the CSR reach the device from the table's pinned staging, one copy each.
+// (The CSR's size depends on the ids: a captured graph would need the grouping on the device.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,29 +12,31 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/pinned_staging.h"
 #include "kernels/device_array.h"
 
 namespace multiscreen::kernels::cuda {
 
 // Device and host staging memory of the embedding kernels, grown on demand and kept.
 struct EmbeddingScratch {
-  DeviceArray<int32_t> ids{Device::kCuda};        // [count] forward ids
-  DeviceArray<int32_t> rows{Device::kCuda};       // [touched] shard-local rows, ascending
-  DeviceArray<int64_t> offsets{Device::kCuda};    // [touched + 1] into positions
-  DeviceArray<int64_t> positions{Device::kCuda};  // token positions n, grouped by row
-  std::vector<int32_t> host_rows;
-  std::vector<int64_t> host_offsets, host_positions, host_start;
+  DeviceArray<int32_t> ids{Device::kCuda};  // [count] forward ids
+  // The backward's CSR, one array: [touched] shard-local rows (ascending), [touched + 1]
+  // offsets into the positions, [kept] token positions n grouped by row.
+  DeviceArray<int64_t> csr{Device::kCuda};
+  std::vector<int64_t> host_start;  // [rows + 1] counting sort's starts
 };
 
 // out[n, :] = scale · table[ids[n] − v0, :] if v0 ≤ ids[n] < v1, else 0.
 //   table: [v1 − v0, d] device; ids: [count] host; out: [count, d] device, written.
 void EmbeddingForward(const float* table, int64_t v0, int64_t v1, int64_t d, const int32_t* ids, int64_t count,
-                      float scale, float* out, EmbeddingScratch* scratch, cudaStream_t stream);
+                      float scale, float* out, EmbeddingScratch* scratch, PinnedStaging* staging,
+                      cudaStream_t stream);
 
 // dtable[ids[n] − v0, :] += scale · dout[n, :] for ids in the shard; repeated ids add
 // in ascending n, each product rounded before its sum (no FMA), as the CPU's loop.
 //   dout: [count, d] device; ids: [count] host; dtable: [v1 − v0, d] device.
 void EmbeddingBackward(const float* dout, const int32_t* ids, int64_t count, int64_t v0, int64_t v1, int64_t d,
-                       float scale, float* dtable, EmbeddingScratch* scratch, cudaStream_t stream);
+                       float scale, float* dtable, EmbeddingScratch* scratch, PinnedStaging* staging,
+                       cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

@@ -777,9 +777,62 @@ TEST_F(CudaHeadLossTest, HeadLossInGroupsOfChunksMatchesTheCpu) {
   absl::StatusOr<std::unique_ptr<kernels::cuda::GemmRunner>> gemm = kernels::cuda::GemmRunner::Create(cudaStreamLegacy);
   ASSERT_TRUE(gemm.ok()) << gemm.status();
   kernels::cuda::CrossEntropyScratch scratch;
+  kernels::cuda::PinnedStaging staging;
   ExpectHeadLossMatchesCpu(600, [&](const kernels::HeadLossArgs<float>& args) {
-    kernels::cuda::HeadLoss(args, gemm->get(), &scratch, cudaStreamLegacy, tiling);
+    kernels::cuda::HeadLoss(args, gemm->get(), &scratch, &staging, cudaStreamLegacy, tiling);
   });
+}
+
+// HeadLoss with no lse/target_logit arrays keeps the loss on the device (no download):
+// TakeHeadLoss returns 0 + each call's HeadMeanLoss of the statistics the same call with
+// arrays reads back, bit for bit, over calls of two row counts (more than a chunk), with
+// the same gradients; a take restarts the sum, and a take with no call since reads 0.
+TEST_F(CudaKernelTableTest, HeadLossKeptOnTheDeviceSumsAsTheHostWould) {
+  const int64_t V = 257, d_e = 32;
+  Floats e_bar = Random(V * d_e, 31);
+  kernels::cpu::UnitRowsForward<float>(e_bar.data(), d_e, e_bar.data(), d_e, nullptr, V, d_e);
+  const float* g_e_bar = Device(e_bar);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(testing::Message() << "precision " << int(precision));
+    double want = 0;
+    float* de_want = Device(Floats(V * d_e, 0.f));
+    float* de_got = Device(Floats(V * d_e, 0.f));
+    for (int64_t rows : {600, 77}) {
+      Floats y = Random(rows * d_e, 40 + rows);
+      kernels::cpu::UnitRowsForward<float>(y.data(), d_e, y.data(), d_e, nullptr, rows, d_e);
+      std::vector<int64_t> target(rows);
+      for (int64_t r = 0; r < rows; ++r) target[r] = r % 9 == 4 ? -1 : (r * 17) % V;
+      kernels::HeadLossArgs<float> args;
+      args.y = Device(y);
+      args.e_bar = g_e_bar;
+      args.rows = rows;
+      args.vocab = V;
+      args.d_e = d_e;
+      args.scale = 3.f;
+      args.shift = 3.03;
+      args.target = target.data();
+      args.coef = 1.f / rows;
+      args.precision = precision;
+      std::vector<double> lse(rows), tl(rows, 0.0);
+      args.lse = lse.data();
+      args.target_logit = tl.data();
+      args.dy = Empty(rows * d_e);
+      args.d_e_bar = de_want;
+      table_->PrepareHead(g_e_bar, V, d_e);
+      table_->HeadLoss(args);
+      want += kernels::HeadMeanLoss(lse.data(), tl.data(), rows);
+      const Floats dy_want = Host(args.dy, rows * d_e);
+      args.lse = args.target_logit = nullptr;
+      args.dy = Empty(rows * d_e);
+      args.d_e_bar = de_got;
+      table_->HeadLoss(args);
+      EXPECT_EQ(Host(args.dy, rows * d_e), dy_want);
+    }
+    EXPECT_EQ(Host(de_got, V * d_e), Host(de_want, V * d_e));
+    EXPECT_GT(want, 0.0);
+    EXPECT_EQ(table_->TakeHeadLoss(), want);
+    EXPECT_EQ(table_->TakeHeadLoss(), 0.0);
+  }
 }
 
 TEST_F(CudaKernelTableTest, AdamWMatchesTheTrainerStepByStep) {

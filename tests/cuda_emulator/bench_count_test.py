@@ -7,8 +7,9 @@ mma.sync and the simple one none; host synchronizations and copies show; --count
 is refused in one line. The model's GEMMs (launches, FLOPs) equal the counted ones on the bf16
 tiled path of tiny_tiled and tiny_transformer_tiled, and so do the bytes of the ops it models
 as the code runs them (BYTES_AGREE); a 20 % change of one of those in the model fails. The
-host synchronizations of a Multiscreen step equal the model's (3, at T = 256 and 1024), and its
-launches the counts pinned in LAUNCHES.
+host synchronizations of a Multiscreen step equal the model's (3, at T = 256 and 1024, and with
+two micro-batches: the loss is read once per step), and its launches the counts pinned in
+LAUNCHES; a micro-batch copies nothing from pageable host memory.
 
 Run: /usr/bin/python3 tests/cuda_emulator/bench_count_test.py --multiscreen=build-emulated/multiscreen --source=.
 """
@@ -96,39 +97,57 @@ def check_ops(model, c, ops):
 # backward's query and key passes finished the unit-norm backward in their epilogues; 63 and
 # 67 before the tiled forward normalized its rows in its own loads, one launch per layer
 # instead of NormalizeKernel's and the aggregate kernel's; at T = 1024, 65 before the head's
-# dy and ∂Ē products ran once per ∂Z group, the whole call here, instead of once per chunk). The
+# dy and ∂Ē products ran once per ∂Z group, the whole call here, instead of once per chunk;
+# 61, 105, 77 and 63 before the head's loss stayed on the device: one MeanLossKernel per
+# micro-batch sums its rows' losses there, where the host summed the downloaded statistics). The
 # model's launches still differ
 # (docs/performance.md, "The model against the counts"): these pin the code's, so that a
 # launch added to the step shows.
-LAUNCHES = {("tiny_tiled", "bf16", 256): 61, ("tiny_psi4", "bf16", 256): 105, ("tiny_psi4", "fp32", 256): 77,
-            ("tiny_tiled", "bf16", 1024): 63}  # T = 1024: two head chunks, one group, one wait still
-# cudaMemcpyAsync calls of the same steps: 27, 43, 45 and 27 before the screening tables were kept
-# on the device (issue 42, kernels/cuda/screening_table_cache.h: one upload per layer and step
-# instead of 7 per layer and micro-batch).
-ASYNC_COPIES = {("tiny_tiled", "bf16", 256): 15, ("tiny_psi4", "bf16", 256): 19, ("tiny_psi4", "fp32", 256): 21,
-                ("tiny_tiled", "bf16", 1024): 15}
+LAUNCHES = {("tiny_tiled", "bf16", 256): 62, ("tiny_psi4", "bf16", 256): 106, ("tiny_psi4", "fp32", 256): 78,
+            ("tiny_tiled", "bf16", 1024): 64}  # T = 1024: two head chunks, one group, one wait still
+# cudaMemcpyAsync calls of the same steps (from pinned and pageable host memory and device to
+# device): 27, 43, 45 and 27 before the screening tables were kept on the device (issue 42,
+# kernels/cuda/screening_table_cache.h: one upload per layer and step instead of 7 per layer and
+# micro-batch); 15, 19, 21 and 15 before the head's loss stayed on the device (its two downloads
+# of every row's log Σ exp and target logit became one read of the step's loss sum) and the
+# embedding backward's three index arrays went up as one pinned CSR.
+ASYNC_COPIES = {("tiny_tiled", "bf16", 256): 12, ("tiny_psi4", "bf16", 256): 16, ("tiny_psi4", "fp32", 256): 18,
+                ("tiny_tiled", "bf16", 1024): 12}
+PAGEABLE = "cudaMemcpyAsync (pageable host memory)"  # the emulator's name for those
 
 
 def async_copies(counted_json):
     """The counted step's cudaMemcpyAsync calls (uploads, downloads and device copies)."""
-    return sum(r["calls"] for r in counted_json["counted"]["ops"] if r["name"] == "cudaMemcpyAsync")
+    return sum(r["calls"] for r in counted_json["counted"]["ops"] if r["name"] in ("cudaMemcpyAsync", PAGEABLE))
+
+
+def pageable_copies(counted_json):
+    """The counted step's cudaMemcpyAsync calls between the device and pageable host memory."""
+    return sum(r["calls"] for r in counted_json["counted"]["ops"] if r["name"] == PAGEABLE)
 
 
 class BenchCountTest(unittest.TestCase):
-    def test_a_second_micro_batch_copies_its_tokens_and_no_tables(self):
+    def test_a_second_micro_batch_copies_its_tokens_and_no_tables_and_waits_for_nothing(self):
         # Issue 42: the screening tile tables are uploaded once per step and layer (the first
         # micro-batch's forward) and kept on the device (kernels/cuda/screening_table_cache.h). A
-        # second micro-batch (bench --grad_accum=2, T = 256, B = 1, bf16) adds 6 uploads (its token
-        # ids for the embedding, its targets for the head, the embedding backward's touched rows,
-        # offsets and positions), the head's 2 downloads, and device-to-device copies: each
-        # layer's kept input and the head's one: 9 + N_L. Before, each layer's forward and backward
-        # uploaded its tables again per micro-batch (7 copies per layer: 9 + 8 N_L, 25 and 41
-        # here; measured with the tables uploaded per call, 9 + 3 N_L).
+        # second micro-batch (bench --grad_accum=2, T = 256, B = 1, bf16) adds 4 uploads, all from
+        # pinned memory (its token ids twice: for the embedding and for the embedding backward's
+        # recomputed e^{s_E}·Ē[ids]; its targets for the head; the embedding backward's CSR of
+        # touched rows, offsets and positions), and device-to-device copies: each layer's kept
+        # input and the head's one: 5 + N_L; no host wait and no download (the head adds its loss
+        # to a device sum that the step reads once). Before, 9 + N_L: the CSR in three uploads and
+        # the head's 2 downloads and wait; before that, each layer's forward and backward uploaded
+        # its tables again per micro-batch (7 copies per layer: 9 + 8 N_L, 25 and 41 here).
         for model in ("tiny_tiled", "tiny_psi4"):
             with self.subTest(model=model):
                 layers = int(re.search(r"^psi: (\d+)", open(os.path.join(SRC, "configs", "models", model + ".textproto")).read(), re.M).group(1))
-                one, two = (async_copies(counted(model, "bf16", grad_accum=m)) for m in (1, 2))
-                self.assertEqual(two - one, 9 + layers)
+                one, two = (counted(model, "bf16", grad_accum=m) for m in (1, 2))
+                self.assertEqual(async_copies(two) - async_copies(one), 5 + layers)
+                self.assertEqual(two["counted"]["totals"]["syncs"], one["counted"]["totals"]["syncs"])
+                self.assertEqual(two["counted"]["totals"]["bytes_to_host"], one["counted"]["totals"]["bytes_to_host"])
+                # The one pageable copy of a step: BeginStep's scalars, read into a std::vector.
+                self.assertEqual(pageable_copies(one), 1)
+                self.assertEqual(pageable_copies(two), 1)
 
     def test_host_syncs_per_step_equal_the_models_and_launches_and_copies_stay_put(self):
         sys.path.insert(0, os.path.join(SRC, "tools"))
@@ -137,7 +156,8 @@ class BenchCountTest(unittest.TestCase):
             with self.subTest(model=model, precision=precision, seq=seq):
                 j = counted(model, precision, seq)
                 _, syncs = perf_model.model_ops_for(j, os.path.join(SRC, "configs", "models"))
-                # BeginStep's one read of the host scalars, the head's one (after its chunks), the step's end.
+                # BeginStep's one read of the host scalars, the step's end, the loss's one read
+                # (ModelStage::TakeLoss; the head keeps it on the device).
                 self.assertEqual(syncs, 3)
                 self.assertEqual(j["counted"]["totals"]["syncs"], syncs)
                 ops = j["counted"]["ops"]

@@ -2,6 +2,7 @@
 // definitions in kernels/kernel_table.h, written out as element loops.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -135,6 +136,51 @@ TEST(CpuKernelTableTest, GemmPackedIsGemmOnRoundedOperandsBitForBit) {
       EXPECT_EQ(packed.values, copy);  // repacked into the same memory
     }
   }
+}
+
+// HeadLoss with no lse/target_logit arrays keeps the loss in the table: TakeHeadLoss returns
+// 0 + each call's HeadMeanLoss, as a caller summing the host statistics gets, bit for bit;
+// the gradients are those of the call with arrays; a take restarts the sum.
+TEST(CpuKernelTableTest, HeadLossKeptInTheTableSumsAsTheCallerWould) {
+  CpuKernelTable<float> table;
+  const int64_t rows = 37, V = 101, d_e = 16;
+  const std::vector<float> e_bar = Random<float>(V * d_e, 3);
+  std::vector<int64_t> target(rows);
+  for (int64_t r = 0; r < rows; ++r) target[r] = r % 5 == 2 ? -1 : (r * 13) % V;
+  table.PrepareHead(e_bar.data(), V, d_e);
+  double want = 0;
+  std::vector<float> dy_want, dy_got, de_want(V * d_e, 0.f), de_got(V * d_e, 0.f);
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<float> y = Random<float>(rows * d_e, 10 + call);
+    HeadLossArgs<float> args;
+    args.y = y.data();
+    args.e_bar = e_bar.data();
+    args.rows = rows;
+    args.vocab = V;
+    args.d_e = d_e;
+    args.scale = 1.5f;
+    args.shift = std::nan("");
+    args.target = target.data();
+    args.coef = 1.f / rows;
+    std::vector<double> lse(rows), tl(rows, 0.0);
+    args.lse = lse.data();
+    args.target_logit = tl.data();
+    dy_want.assign(rows * d_e, 0.f);
+    args.dy = dy_want.data();
+    args.d_e_bar = de_want.data();
+    table.HeadLoss(args);
+    want += HeadMeanLoss(lse.data(), tl.data(), rows);
+    args.lse = args.target_logit = nullptr;
+    dy_got.assign(rows * d_e, 0.f);
+    args.dy = dy_got.data();
+    args.d_e_bar = de_got.data();
+    table.HeadLoss(args);
+    EXPECT_EQ(dy_got, dy_want);
+  }
+  EXPECT_EQ(de_got, de_want);
+  EXPECT_GT(want, 0.0);
+  EXPECT_EQ(table.TakeHeadLoss(), want);
+  EXPECT_EQ(table.TakeHeadLoss(), 0.0);
 }
 
 TEST(CpuKernelTableTest, BatchedCopyOfNoBlocksOrEmptyBlocksWritesNothing) {
