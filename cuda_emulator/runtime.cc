@@ -399,7 +399,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   size_t free_bytes = 0, total = 0;
   msemu::DeviceMemoryInfo(&free_bytes, &total);
   *prop = cudaDeviceProp{};
-  std::snprintf(prop->name, sizeof(prop->name), "Emulated NVIDIA H200 (sm_90, cuda_emulator)");
+  std::snprintf(prop->name, sizeof(prop->name), "Emulated NVIDIA H100/H200-like sm_90 (cuda_emulator)");
   prop->totalGlobalMem = total;
   prop->sharedMemPerBlock = size_t(48) << 10;
   prop->sharedMemPerBlockOptin = size_t(227) << 10;
