@@ -14,7 +14,7 @@ namespace multiscreen::kernels::cpu {
 
 namespace {
 
-// Vocabulary entries per product of the backward contractions (ZTimesEBar, AddYsTimesZ).
+// Vocabulary entries per product of the backward contractions (ZTimesEBar, AddZtTimesYs).
 constexpr int64_t kBackwardVocabBlock = 4096;
 
 // The head's two backward contractions over the vocabulary as products over blocks of
@@ -22,9 +22,11 @@ constexpr int64_t kBackwardVocabBlock = 4096;
 // bf16 bits). As single products over V = 50,257 they ran at 46–52 % (dy, k = V) and 63–66 %
 // (∂Ēᵀ, n = V) of the avx512 fp32 peak on oneDNN; in blocks of 4096, 78–81 % and 78 %
 // (tests/kernels/head_bench.cc, Ψ = 16's head, 2 threads, AMD EPYC Zen 5). OpenBLAS (the
-// avx2 path) runs both at 83–90 % of the avx2 peak either way.
+// avx2 path) runs both at 83–90 % of the avx2 peak either way. ∂Ē's product writes ∂Ē's
+// rows of the block directly (m = the block, A = z transposed), so no ∂Ēᵀ buffer is zeroed,
+// filled and moved (docs/performance.md, "∂Ē written directly").
 //   ZTimesEBar:  dy [rc, d_e] = z [rc, V] · Ē [V, d_e]      (row strides V, d_e; dy written)
-//   AddYsTimesZ: ∂Ēᵀ [d_e, V] += y_s [rc, d_e]ᵀ · z [rc, V]  (row strides d_e, V)
+//   AddZtTimesYs: ∂Ē [V, d_e] += z [rc, V]ᵀ · y_s [rc, d_e]  (row strides V, d_e; ∂Ē added to)
 template <typename T, typename Real, typename GemmFn>
 void ZTimesEBar(GemmFn gemm, int64_t rc, int64_t V, int64_t d_e, const T* z, const T* e_bar, Real* dy) {
   for (int64_t v0 = 0; v0 < V; v0 += kBackwardVocabBlock) {
@@ -33,10 +35,10 @@ void ZTimesEBar(GemmFn gemm, int64_t rc, int64_t V, int64_t d_e, const T* z, con
   }
 }
 template <typename T, typename Real, typename GemmFn>
-void AddYsTimesZ(GemmFn gemm, int64_t rc, int64_t V, int64_t d_e, const T* y_s, const T* z, Real* d_e_bar_t) {
+void AddZtTimesYs(GemmFn gemm, int64_t rc, int64_t V, int64_t d_e, const T* z, const T* y_s, Real* d_e_bar) {
   for (int64_t v0 = 0; v0 < V; v0 += kBackwardVocabBlock) {
-    gemm(true, false, d_e, std::min(kBackwardVocabBlock, V - v0), rc, Real(1), y_s, d_e, z + v0, V, Real(1),
-         d_e_bar_t + v0, V);
+    gemm(true, false, std::min(kBackwardVocabBlock, V - v0), d_e, rc, Real(1), z + v0, V, y_s, d_e, Real(1),
+         d_e_bar + v0 * d_e, d_e);
   }
 }
 
@@ -71,15 +73,9 @@ void FusedHead<Real>::Run(const HeadLossArgs<Real>& a) {
   const bool panels = !bf16 && !std::isnan(a.shift) && packed_ && PanelsAllowed(dE);
   const int64_t chunk = std::min(std::max<int64_t>(1, options_.head_chunk_rows), n);
   z_.resize(chunk * (panels ? HeadPanelCount(V) * kHeadPanel : V));
-  // ∂Ē is gathered in Ē's panels, or transposed, ∂Ēᵀ [d_E, V] (BLAS runs that shape
-  // faster), in a buffer that is all zeros between calls, and moved into d_e_bar at the end.
-  if (a.dy != nullptr) {
-    if (panels) {
-      d_e_bar_panels_.resize(e_bar_panels_.size());
-    } else {
-      d_e_bar_t_.resize(dE * V);
-    }
-  }
+  // ∂Ē is gathered in Ē's panels, in a buffer that is all zeros between calls, and moved
+  // into d_e_bar at the end; on whole rows it is added to d_e_bar directly.
+  if (a.dy != nullptr && panels) d_e_bar_panels_.resize(e_bar_panels_.size());
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
     if (a.dy != nullptr) {
@@ -93,12 +89,7 @@ void FusedHead<Real>::Run(const HeadLossArgs<Real>& a) {
       SoftmaxNumerators(z, V, rc, V, a.shift, a.target + r0, a.lse + r0, a.target_logit + r0, row_scale_.data());
     }
   }
-  if (a.dy == nullptr) return;
-  if (panels) {
-    UnpackHeadPanelsAdd(d_e_bar_panels_.data(), V, dE, a.d_e_bar);
-  } else {
-    MoveAddTransposed(d_e_bar_t_.data(), dE, V, V, a.d_e_bar, dE);
-  }
+  if (a.dy != nullptr && panels) UnpackHeadPanelsAdd(d_e_bar_panels_.data(), V, dE, a.d_e_bar);
 }
 
 template <typename Real>
@@ -176,13 +167,13 @@ void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_
     if constexpr (std::is_same_v<Real, float>) {
       y16_.resize(rc * dE);
       ToBf16(y_scaled_.data(), rc * dE, y16_.data(), nullptr);
-      AddYsTimesZ(GemmBf16, rc, V, dE, y16_.data(), z16_.data(), d_e_bar_t_.data());
+      AddZtTimesYs(GemmBf16, rc, V, dE, z16_.data(), y16_.data(), a.d_e_bar);
     }
   } else {
     if constexpr (std::is_same_v<Real, float>) {
       if (bf16) RoundToBf16(y_scaled_.data(), rc * dE);
     }
-    AddYsTimesZ(Gemm<Real>, rc, V, dE, y_scaled_.data(), z, d_e_bar_t_.data());
+    AddZtTimesYs(Gemm<Real>, rc, V, dE, z, y_scaled_.data(), a.d_e_bar);
   }
 }
 

@@ -57,7 +57,7 @@ class FusedHead {
 
   KernelOptions options_;
   bool packed_ = false;
-  std::vector<Real> z_, y_scaled_, d_e_bar_t_;
+  std::vector<Real> z_, y_scaled_;
   std::vector<Real> e_bar_panels_, d_e_bar_panels_;  // Ē and ∂L/∂Ē in head_panels.h's layout
   std::vector<double> row_scale_, block_sum_;
   std::vector<Real> block_dy_;

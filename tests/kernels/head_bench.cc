@@ -186,6 +186,14 @@ int main(int argc, char** argv) {
   Row("dE += z^T y_s (untransposed)", product,
       chunks * Seconds(threads, [&] { Gemm<float>(true, false, kVocab, kDe, chunk, 1, z.data(), kVocab, y.data(), kDe, 1, d_e_bar.data(), kDe); }),
       peak.fp32_gflops);
+  Row("dE += z^T y_s, vocabulary in 4096s", product,
+      chunks * Seconds(threads, [&] {
+        for (int64_t v0 = 0; v0 < kVocab; v0 += kBlock) {
+          Gemm<float>(true, false, std::min(kBlock, kVocab - v0), kDe, chunk, 1, z.data() + v0, kVocab, y.data(), kDe,
+                      1, d_e_bar.data() + v0 * kDe, kDe);
+        }
+      }),
+      peak.fp32_gflops);
   std::printf("%-34s %9.1f ms\n", "move dE^T into dE",
               1e3 * Seconds(threads, [&] { MoveAddTransposed(d_e_bar_t.data(), kDe, kVocab, kVocab, d_e_bar.data(), kDe); }));
   return 0;
