@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/table_stream.h"
 #include "parallel/fatal.h"
 #include "parallel/progress.h"
 
@@ -142,9 +143,9 @@ void NcclCommunicator::Complete(ncclResult_t issued, const char* what, progress:
 
 void NcclCommunicator::Begin(const char* what) {
   if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) Fail(what, cudaGetErrorString(e));
-  // The kernel tables issue on the legacy default stream; this stream is non-blocking,
-  // so it waits for their work explicitly.
-  if (cudaError_t e = cudaEventRecord(step_done_, cudaStreamLegacy); e != cudaSuccess) {
+  // The kernel tables issue on the table stream (kernels/cuda/table_stream.h); this
+  // stream is non-blocking, so it waits for their work explicitly.
+  if (cudaError_t e = cudaEventRecord(step_done_, kernels::cuda::TableStream()); e != cudaSuccess) {
     Fail(what, cudaGetErrorString(e));
   }
   if (cudaError_t e = cudaStreamWaitEvent(stream_, step_done_, 0); e != cudaSuccess) {

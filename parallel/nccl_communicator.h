@@ -5,8 +5,9 @@
 // Float buffers are CUDA memory on this rank's GPU; the double reductions and
 // Broadcast(void*) take host memory (kernels/communicator.h), staged through a
 // small device scratch of this communicator's. Every operation first waits for
-// the work issued before it on the step's stream (the legacy default stream,
-// which every kernel table uses: an event recorded there), runs on this
+// the work issued before it on the step's stream (the table stream of
+// kernels/cuda/table_stream.h, which every kernel table uses: an event recorded
+// there; it is blocking, so legacy-stream work before it is covered), runs on this
 // communicator's own stream, and is complete when it returns. It waits by polling the stream and ncclCommGetAsyncError; an NCCL
 // error or an operation outlasting the timeout (a peer that died or diverged)
 // aborts the communicator (ncclCommAbort) and then the job (FatalError), with

@@ -10,6 +10,7 @@
 #include "kernels/cuda/attention_row.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/table_stream.h"
 #include "kernels/device_array.h"
 
 namespace multiscreen::kernels::cuda {
@@ -119,7 +120,7 @@ class CudaAttentionCache final : public AttentionCache<float> {
       const dim3 grid(static_cast<unsigned>((shape_.heads + kWarpsPerBlock - 1) / kWarpsPerBlock),
                       static_cast<unsigned>(n));
       auto launch = [&](bool store, bool attend) {
-        Launch<AttentionDecodeKernel>(grid, dim3(kWarp, kWarpsPerBlock), 0, cudaStreamLegacy, qkv + first * ldqkv, ldqkv,
+        Launch<AttentionDecodeKernel>(grid, dim3(kWarp, kWarpsPerBlock), 0, TableStream(), qkv + first * ldqkv, ldqkv,
                                       static_cast<const double*>(freq_.data()),
                                       static_cast<const double*>(scale_.data()), k_.data(), v_.data(),
                                       o + first * ldo, ldo, pos0 + first, shape_.heads, shape_.d_h, shape_.kind,

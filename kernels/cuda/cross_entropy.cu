@@ -101,13 +101,14 @@ __global__ void HeadRowKernel(float* z, int64_t V, double shift, const int64_t* 
 }
 
 // One thread: the rows' HeadMeanLoss (kernels/kernel_table.h) in its order and rounding,
-// written to *sum (first) or added to it.
-__global__ void MeanLossKernel(const double* lse, const double* target_logit, int64_t rows, bool first, double* sum) {
+// added to *sum (zeroed by the take: +0 + loss is loss bit for bit, as a mean of
+// lse − target logit summed from +0 is never −0).
+__global__ void MeanLossKernel(const double* lse, const double* target_logit, int64_t rows, double* sum) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double loss = 0;
   for (int64_t r = 0; r < rows; ++r) loss += lse[r] - target_logit[r];
   loss /= double(rows);
-  *sum = first ? loss : *sum + loss;
+  *sum += loss;
 }
 
 // HeadRowKernel over a chunk of nr rows; z16 (16-bit gradient rows) null or in `precision`.
@@ -275,11 +276,13 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
                          scratch->logits.data(), target_dev, chunk, group, gemm, scratch, stream);
   }
   if (args.lse == nullptr) {  // the loss stays on the device until TakeHeadLoss
-    scratch->loss_sum.Resize(1);
+    if (scratch->loss_sum.size() == 0) {  // made once, zeroed: later each take zeroes it
+      scratch->loss_sum.Resize(1);
+      MS_CUDA_CHECK(op, cudaMemsetAsync(scratch->loss_sum.data(), 0, sizeof(double), stream));
+    }
     Launch<MeanLossKernel>(1, 1, 0, stream, scratch->first.data(), scratch->second.data(), rows,
-                           !scratch->loss_started, scratch->loss_sum.data());
+                           scratch->loss_sum.data());
     MS_CUDA_CHECK_LAUNCH(op);
-    scratch->loss_started = true;
     return;
   }
   MS_CUDA_CHECK(op, cudaMemcpyAsync(args.lse, scratch->first.data(), rows * sizeof(double), cudaMemcpyDeviceToHost,
@@ -288,13 +291,13 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
 }
 
 double TakeHeadLoss(CrossEntropyScratch* scratch, cudaStream_t stream) {
-  if (!scratch->loss_started) return 0.0;
+  if (scratch->loss_sum.size() == 0) return 0.0;  // no HeadLoss has kept its loss yet
   const char* op = "TakeHeadLoss";
   double* host = static_cast<double*>(scratch->loss_read.Reserve(op, sizeof(double)));
   DownloadDoubles(op, scratch->loss_sum.data(), 1, host, stream);
   const double sum = *host;
   scratch->loss_read.Release();  // waited for: the same pinned double on every take
-  scratch->loss_started = false;
+  MS_CUDA_CHECK(op, cudaMemsetAsync(scratch->loss_sum.data(), 0, sizeof(double), stream));
   return sum;
 }
 

@@ -32,10 +32,11 @@ struct CrossEntropyScratch {
   // caller) and the gradient rows of a ∂Z group [group, V], each converted once.
   DeviceArray<uint16_t> y16{Device::kCuda}, e_bar16{Device::kCuda}, grad16{Device::kCuda};
   std::vector<double> host;                                         // [rows] staging
-  // HeadLoss's loss sum when its caller keeps no statistics (TakeHeadLoss), and whether a
-  // call added to it since the last take (the first writes it instead of adding).
+  // HeadLoss's loss sum when its caller keeps no statistics (TakeHeadLoss): zeroed on
+  // the device when made and by each take, so every HeadLoss adds to it with the same
+  // launch (a replayed graph's loss node is the same on every micro-batch; issue 42).
+  // Empty until the first such HeadLoss.
   DeviceArray<double> loss_sum{Device::kCuda};
-  bool loss_started = false;
   PinnedStaging loss_read;  // the sum as read back: one pinned double
 };
 
@@ -92,7 +93,8 @@ void HeadLoss(const HeadLossArgs<float>& args, GemmRunner* gemm, CrossEntropyScr
               cudaStream_t stream, const HeadTiling& tiling = {});
 
 // KernelTable::TakeHeadLoss: the loss sum HeadLoss kept since the last take (0 if none),
-// read into pinned memory with one wait for `stream`; the next HeadLoss starts a new sum.
+// read into pinned memory with one wait for `stream`, then zeroed on the device
+// (cudaMemsetAsync, no wait); before the first HeadLoss that kept its loss, 0 with no wait.
 double TakeHeadLoss(CrossEntropyScratch* scratch, cudaStream_t stream);
 
 }  // namespace multiscreen::kernels::cuda

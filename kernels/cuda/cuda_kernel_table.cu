@@ -1,5 +1,5 @@
 // The CUDA kernel table (cuda_kernel_table.h): the factory's checks, then one call
-// per op into kernels/cuda's op families, on the legacy default stream, with the table's
+// per op into kernels/cuda's op families, on the process's table stream (table_stream.h), with the table's
 // scratch. Host⇄device copies happen here (Upload, Download, AddHost) and in the ops
 // that take host arrays; the per-step ones (AddHost, token ids, targets, the embedding
 // backward's CSR) go through the table's pinned staging, released at each of the table's
@@ -28,6 +28,7 @@
 #include "kernels/cuda/pinned_staging.h"
 #include "kernels/cuda/screening.h"
 #include "kernels/cuda/screening_tiled.h"
+#include "kernels/cuda/table_stream.h"
 #include "kernels/cuda/unit_rows.h"
 
 namespace multiscreen::kernels::cuda {
@@ -316,11 +317,13 @@ absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const Ke
   absl::StatusOr<bool> tiled = TiledScreening(options);
   if (!tiled.ok()) return tiled.status();
   if (absl::Status usable = CheckCudaDevice(); !usable.ok()) return usable;
-  // Every table of a process issues on the legacy default stream, so that the ops of
+  // Every table of a process issues on the one table stream, so that the ops of
   // different tables — the model's, the stage's parameter upload, bench's optimizer —
-  // run in the order the host issues them, as on the CPU. (Overlap through streams of
-  // their own comes with the communication streams of multi-GPU training.)
-  cudaStream_t stream = cudaStreamLegacy;
+  // run in the order the host issues them, as on the CPU; it is blocking, so it orders
+  // with legacy-stream work as the legacy stream itself did, and it can be captured.
+  // (Overlap through streams of their own comes with the communication streams of
+  // multi-GPU training.)
+  cudaStream_t stream = TableStream();
   absl::StatusOr<std::unique_ptr<GemmRunner>> gemm = GemmRunner::Create(stream);
   if (!gemm.ok()) return gemm.status();
   return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(stream, std::move(*gemm), *tiled));

@@ -1,5 +1,5 @@
 // The CUDA Transformer kernels (cuda_transformer_kernels.h): one call per op into the
-// op families, on the legacy default stream, with their scratch. The attention's host
+// op families, on the process's table stream (table_stream.h), with their scratch. The attention's host
 // arrays (scale, lse, d_scale) are copied inside attention.cu and attention_tiled.cu.
 // The attention's RoPE: fused into the tiled kernel where it takes the call (a table of
 // cosines and sines made once per length and scaling, no pass over q or k); elsewhere
@@ -20,6 +20,7 @@
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/swiglu.h"
+#include "kernels/cuda/table_stream.h"
 
 namespace multiscreen::kernels::cuda {
 namespace {
@@ -119,8 +120,8 @@ absl::StatusOr<std::unique_ptr<TransformerKernels<float>>> MakeCudaTransformerKe
   absl::StatusOr<bool> tiled = TiledAttention(options);
   if (!tiled.ok()) return tiled.status();
   if (absl::Status usable = CheckCudaDevice(); !usable.ok()) return usable;
-  // The legacy default stream, as the kernel table's (cuda_kernel_table.cu says why).
-  return std::unique_ptr<TransformerKernels<float>>(new CudaTransformerKernels(cudaStreamLegacy, *tiled));
+  // The table stream, as the kernel table's (cuda_kernel_table.cu says why).
+  return std::unique_ptr<TransformerKernels<float>>(new CudaTransformerKernels(TableStream(), *tiled));
 }
 
 }  // namespace multiscreen::kernels::cuda

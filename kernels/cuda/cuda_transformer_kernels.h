@@ -2,7 +2,7 @@
 // (kernels/transformer_kernels.h) over the op families rms_norm, rope, attention and
 // swiglu of kernels/cuda, each the twin of its kernels/cpu file and tested against it
 // (tests/cuda/transformer_kernels_cuda_test.cc). fp32 only, as the CUDA kernel table;
-// every op on the legacy default stream, so it is ordered with the table's ops.
+// every op on the table stream (table_stream.h), so it is ordered with the table's ops.
 #pragma once
 
 #include <memory>

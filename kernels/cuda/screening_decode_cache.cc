@@ -10,6 +10,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/softmask.h"
 #include "kernels/cuda/screening_decode.h"
+#include "kernels/cuda/table_stream.h"
 #include "kernels/device_array.h"
 
 namespace multiscreen::kernels::cuda {
@@ -59,7 +60,7 @@ class CudaScreeningCache final : public ScreeningCache<float> {
   void Step(const float* P, int64_t pos, float* U) override {
     Prepare(pos, 1);
     ScreenDecodeRows(dims_, P, dims_.tiles * dims_.p_cols, 1, units_.data(), pos, partial_.data(), U,
-                     dims_.tiles * shape_.d_v, cudaStreamLegacy);
+                     dims_.tiles * shape_.d_v, TableStream());
   }
 
   void StepRows(const float* P, int64_t ldp, int64_t rows, int64_t pos0, float* U, int64_t ldu) override {
@@ -67,7 +68,7 @@ class CudaScreeningCache final : public ScreeningCache<float> {
       const int64_t n = std::min(kDecodeRows, rows - first);
       Prepare(pos0 + first, n);
       ScreenDecodeRows(dims_, P + first * ldp, ldp, n, units_.data(), pos0 + first, partial_.data(), U + first * ldu,
-                       ldu, cudaStreamLegacy);
+                       ldu, TableStream());
     }
   }
   int64_t CachedKeys(int64_t tile, int64_t steps) const override {

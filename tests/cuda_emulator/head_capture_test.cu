@@ -4,7 +4,8 @@
 // products, the row pass, the loss kernel — and one replay leaves the loss sum and the
 // gradients the uncaptured call leaves, bit for bit; the head that reads its statistics back
 // to the host (args.lse given) waits inside the capture, which the emulator refuses as CUDA
-// does, and the head's fatal check names it.
+// does, and the head's fatal check names it. A captured head adds its loss to the device
+// sum on every replay; each take reads the sum and zeroes it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -89,6 +90,37 @@ TEST_F(HeadCaptureTest, TheHeadWithItsLossOnTheDeviceCapturesAndReplaysBitForBit
   EXPECT_EQ(cuda::TakeHeadLoss(&scratch, stream_), want);
   EXPECT_EQ(HostCopy(dy, kRows * kDe), dy_want);
   EXPECT_EQ(HostCopy(de, kV * kDe), de_want);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// The loss node is the same launch on every micro-batch (the take zeroes the device sum,
+// no first-call flag in the kernel's arguments): a head captured once adds its loss on
+// every replay, and each take reads the replays' sum since the last one.
+TEST_F(HeadCaptureTest, EachReplayAddsItsLossAndEachTakeStartsANewSum) {
+  auto gemm = cuda::GemmRunner::Create(stream_);
+  ASSERT_TRUE(gemm.ok());
+  cuda::CrossEntropyScratch scratch;
+  cuda::PinnedStaging staging;
+  float* dy = DeviceCopy(std::vector<float>(kRows * kDe, 0.f));
+  float* de = DeviceCopy(std::vector<float>(kV * kDe, 0.f));
+  EXPECT_EQ(cuda::TakeHeadLoss(&scratch, stream_), 0.0);  // nothing kept yet
+  cuda::HeadLoss(Args(dy, de), gemm->get(), &scratch, &staging, stream_);  // warm-up
+  const double want = cuda::TakeHeadLoss(&scratch, stream_);
+  ASSERT_GT(want, 0.0);
+  staging.Release();
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
+  cuda::HeadLoss(Args(dy, de), gemm->get(), &scratch, &staging, stream_);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+  EXPECT_EQ(cuda::TakeHeadLoss(&scratch, stream_), want + want);  // two micro-batches' sum
+  ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+  EXPECT_EQ(cuda::TakeHeadLoss(&scratch, stream_), want);  // a new sum after the take
+  EXPECT_EQ(cuda::TakeHeadLoss(&scratch, stream_), 0.0);   // zeroed, nothing added since
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 }
