@@ -112,9 +112,10 @@
 //   of static shared memory (q̃, k̃ hi/lo 64×16 and v̄, ∂L/∂h hi/lo 64×64, bf16, rows
 //   padded as the forward's), which allows 3 CTAs on sm_80 (164 KB) and 4 on sm_90;
 //   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py):
-//   query pass 163 registers on sm_90, 145 on sm_80, key pass 149 and 139 with the epilogues
-//   (163 / 146 and 146 / 136 without: the five-launch form); no spills; 40 bytes of stack (the epilogues' fp64 cos and sin,
-//   as NormalizeBackwardKernel's). Not yet measured on a GPU.
+//   query pass 168 registers on sm_90 and sm_80 with the output prologue and the epilogue (at
+//   the cap; 156 / 146 without the prologue: the four-launch form), key pass 150 and 142 with
+//   its epilogue (148 / 139 without: the five-launch form); no spills; 40 bytes of stack (the
+//   epilogues' fp64 cos and sin, as NormalizeBackwardKernel's). Not yet measured on a GPU.
 // Step loops (all three kernels): Trim's a by a multiply with −1/r (TrimNegReciprocal, once
 // per tile), positions as 32-bit integers (T < 2^27; longer sequences run the simple
 // kernels); the Softmask tables read once per distinct d of a lane's step (LaneTable: 6 of
