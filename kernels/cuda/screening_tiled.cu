@@ -526,9 +526,9 @@ constexpr int kFinishStrideV = kDv + 1;  // floats per staged row of ∂L/∂v̄
 // scale part (partial) and ∂L/∂h, which goes to dh [B, tiles, T, kDv] (global, for the key
 // pass) and, split as StageValueRows would stage it, to the row's shared dh_hi/dh_lo from
 // registers (no read-back). Rows at or past T: zeros staged, nothing written.
-__device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, int64_t t, int q0,
-                                                const float* P, const float* dU, const float* h, float* dP,
-                                                float* dh, double* partial, uint16_t* dh_hi, uint16_t* dh_lo) {
+__device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, int64_t t, int q0, const float* P,
+                                          const float* dU, const float* h, float* dP, float* dh, double* partial,
+                                          uint16_t* dh_hi, uint16_t* dh_lo) {
   const int r = threadIdx.x, T = int(s.seq), i = q0 + r;
   if (r >= kBlockQ) return;
   uint32_t* hi_row = reinterpret_cast<uint32_t*>(&dh_hi[r * kStrideV]);

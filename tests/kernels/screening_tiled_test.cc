@@ -609,7 +609,9 @@ TEST_F(ScreeningTiledTest, BackwardWithFusedOutputPassIsBitIdenticalToTheFourLau
     ASSERT_EQ(fused.dh.size(), four.dh.size());
     ASSERT_EQ(four.dh.size(), size_t(p.shape.batch * p.shape.tiles * T * p.shape.d_v));
     int64_t differing_dP = 0, differing_dh = 0, nonzero_dh = 0;
-    for (size_t e = 0; e < fused.dP.size(); ++e) differing_dP += std::memcmp(&fused.dP[e], &four.dP[e], sizeof(float)) != 0;
+    for (size_t e = 0; e < fused.dP.size(); ++e) {
+      differing_dP += std::memcmp(&fused.dP[e], &four.dP[e], sizeof(float)) != 0;
+    }
     for (size_t e = 0; e < fused.dh.size(); ++e) {
       differing_dh += std::memcmp(&fused.dh[e], &four.dh[e], sizeof(float)) != 0;
       nonzero_dh += four.dh[e] != 0.f;
