@@ -440,14 +440,18 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         # vd·d·4 more bytes here, d·pd·4 in the unpack), which "accumulating" leaves out.
         ops.append(Op("∂W_O = Uᵀ·∂x (GEMM, fp32, β = 0)", "gemm", n_l, 2 * n * d * vd,
                       n * vd * 2 + n * d * 2 + vd * d * 4))
-        ops.append(Op("screening backward: gate, TanhNorm → ∂h, ∂g", "mem", n_l, 0,
-                      nt * (64 * 2 + 64 * 2 + 64 * 4 + 64 * 4 + 64 * 2)))
+        # The query pass runs the output pass (steps 13–11 backward) in its prologue for its own
+        # rows (screening_tiled.h): it reads P's g columns, ∂U and the saved h (bf16, bf16,
+        # fp32), writes ∂h (fp32, for the key pass) and ∂P's g columns, and stages its ∂h from
+        # registers, where a separate pass wrote ∂h and the query pass read it back (64·4
+        # bytes per (token, tile) and a launch per layer more; issue 42 part 2).
         # The query and key passes finish their rows in their epilogues (the unit-norm and
         # MiPE backward, screening_tiled.h): besides the window's operands each reads its
         # rows' saved norms (q; k and v) and writes ∂P's q (k and v) columns in fp32, where
         # a separate pass read ∂q̃, ∂k̃, ∂v̄ back from scratch with q̃, k̃, v̄ (issue 42 part 2).
-        ops.append(tiled("screening backward, tiled query pass (∂q̃ → ∂P, ∂r, ∂w parts)", "query",
-                         nt * (32 * 4 + 64 * 4 + 64 * 4 + 1 * 4 + 16 * 4 + 5 * 8)))
+        ops.append(tiled("screening backward, tiled query pass (gate, TanhNorm → ∂h, ∂g; ∂q̃ → ∂P, ∂r, ∂w parts)",
+                         "query", nt * (64 * 2 + 64 * 2 + 64 * 4 + 64 * 4 + 64 * 2
+                                        + 32 * 4 + 64 * 4 + 1 * 4 + 16 * 4 + 5 * 8)))
         ops.append(tiled("screening backward, tiled key pass (∂k̃, ∂v̄ → ∂P)", "key",
                          nt * (32 * 4 + 64 * 4 + 64 * 4 + 2 * 4 + 16 * 4 + 64 * 4)))
         # the sums per (sequence, tile) of the per-token parts (4 fp64), then ∂s_w, ∂s_r,
@@ -490,9 +494,10 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         "x += U·W_O (GEMM, β = 1 into fp32 x)": [gemm(d, n, vd, "N", "N")],
         "∂U = ∂x·W_Oᵀ (GEMM)": [gemm(vd, n, d, "T", "N")],
         "∂W_O = Uᵀ·∂x (GEMM, fp32, β = 0)": [gemm(d, vd, n, "N", "T")],
-        "screening backward: gate, TanhNorm → ∂h, ∂g": [kernel("OutputBackwardKernel", "screening.cu")],
-        "screening backward, tiled query pass (∂q̃ → ∂P, ∂r, ∂w parts)": [kernel("TiledQueryBackwardKernel", "screening_tiled.cu"),
-                                                                   kernel("QueryBackwardKernel", "screening.cu")],
+        # the simple kernels' backward (fp32, fp16 and other widths) runs the output pass apart
+        "screening backward, tiled query pass (gate, TanhNorm → ∂h, ∂g; ∂q̃ → ∂P, ∂r, ∂w parts)": [
+            kernel("TiledQueryBackwardKernel", "screening_tiled.cu"), kernel("OutputBackwardKernel", "screening.cu"),
+            kernel("QueryBackwardKernel", "screening.cu")],
         "screening backward, tiled key pass (∂k̃, ∂v̄ → ∂P)": [kernel("TiledKeyBackwardKernel", "screening_tiled.cu"),
                                                         kernel("KeyBackwardKernel", "screening.cu")],
         "screening backward: tile-scalar sums": [kernel("ReducePartsKernel", "screening.cu"),

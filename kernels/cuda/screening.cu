@@ -138,31 +138,13 @@ __global__ void OutputBackwardKernel(Dims s, const float* P, const float* dU, co
   const ScreeningTileParams tp = params[tok.t];
   const int64_t C = s.p_cols(), ldp = s.tiles * C;
   const int64_t row = tok.b * s.seq + tok.i;
-  const float* hi = saved.h + idx * dv;
-  const float* g = P + row * ldp + tok.t * C + 2 * dk + dv;
-  const float* dUi = dU + row * s.tiles * dv + tok.t * dv;
-  float* dg = dP + row * ldp + tok.t * C + 2 * dk + dv;
-  float sq = 0.f;
+  float dh[DV > 0 ? DV : kMaxDv];  // ∂L/∂h (screening_rows.cuh's row arithmetic, the tiled prologue's)
+  partial[idx * kParts + kPartScale] =
+      OutputRowBackward<DV>(saved.h + idx * dv, P + row * ldp + tok.t * C + 2 * dk + dv,
+                            dU + row * s.tiles * dv + tok.t * dv, tp.scale, s.tanh_norm, s.gate,
+                            dP + row * ldp + tok.t * C + 2 * dk + dv, dh, dv);
   #pragma unroll
-  for (int c = 0; c < dv; ++c) sq += hi[c] * hi[c];
-  float f = 1.f, f_dn = 0.f;  // identity when the switch is off
-  if (s.tanh_norm) TanhNormScale(sqrtf(sq), &f, &f_dn);
-  double row_scale = 0;
-  float dot = 0.f;
-  float dh[DV > 0 ? DV : kMaxDv];  // ∂L/∂TanhNorm(h) first, then ∂L/∂h
-  #pragma unroll
-  for (int c = 0; c < dv; ++c) {
-    float gate = 1.f, gate_dg = 0.f;  // output_gate off: no gate and no dg columns
-    if (s.gate) GateForwardAndDerivative(g[c], &gate, &gate_dg);
-    const float tn = hi[c] * f;
-    row_scale += static_cast<double>(dUi[c]) * tn * gate;
-    dh[c] = tp.scale * dUi[c] * gate;
-    if (s.gate) dg[c] = tp.scale * dUi[c] * tn * gate_dg;
-    dot += hi[c] * dh[c];
-  }
-  #pragma unroll
-  for (int c = 0; c < dv; ++c) dh_out[idx * dv + c] = f * dh[c] + f_dn * dot * hi[c];
-  partial[idx * kParts + kPartScale] = row_scale;
+  for (int c = 0; c < dv; ++c) dh_out[idx * dv + c] = dh[c];
 }
 
 // Backward, query pass: the window's pairs are recomputed from ∂L/∂h_i (the output
@@ -489,19 +471,26 @@ void ScreeningUploadTables(const ScreeningShape& shape, const TileScalars* tiles
   Prepare("ScreeningForward", shape, tiles, scratch, stream);
 }
 
-bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
-                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
-                            ScreeningScratch* scratch, cudaStream_t stream) {
+bool ScreeningBackwardPrepare(const ScreeningShape& shape, const TileScalars* tiles, TileScalarGradsOut grads,
+                              ScreeningScratch* scratch, cudaStream_t stream) {
   const int64_t nt = shape.tiles;
   if (grads.grads != nullptr) {
     for (int64_t t = 0; t < nt; ++t) grads.grads[t] = TileScalarGrads{};
   }
   if (shape.batch <= 0 || shape.seq <= 0 || nt <= 0) return false;
-  const Dims s = Prepare("ScreeningBackward", shape, tiles, scratch, stream);
+  Prepare("ScreeningBackward", shape, tiles, scratch, stream);
   const int64_t tasks = shape.batch * nt, tokens = tasks * shape.seq;
   scratch->dh.Resize(tokens * shape.d_v);
   scratch->partial.Resize(tokens * kParts);
   scratch->sums.Resize(tasks * kParts);
+  return true;
+}
+
+bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                            const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
+                            ScreeningScratch* scratch, cudaStream_t stream) {
+  if (!ScreeningBackwardPrepare(shape, tiles, grads, scratch, stream)) return false;
+  const Dims s = DimsOf(shape, *scratch);
   if (FixedWidths(s)) {
     LaunchOutputBackward<16, 64>(s, P, dU, *scratch, saved, dP, stream);
   } else {

@@ -114,6 +114,13 @@ bool ScreeningBackwardBegin(const ScreeningShape& shape, const float* P, const T
                             const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream);
 
+// ScreeningBackwardPrepare: ScreeningBackwardBegin without its output pass (host grads
+// zeroed, the tables, scratch dh, partial and sums sized), for a backward that runs the
+// output pass itself (the tiled query pass's prologue, screening_tiled.h). Returns false
+// when the shape is empty.
+bool ScreeningBackwardPrepare(const ScreeningShape& shape, const TileScalars* tiles, TileScalarGradsOut grads,
+                              ScreeningScratch* scratch, cudaStream_t stream);
+
 // ScreeningBackwardFinish, after Begin and a window pass that wrote scratch->d_q, d_k, d_v
 // (complete ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄) and the r, w and rate parts of scratch->partial: steps
 // 6 and 5 backward (MiPE, the unit norms) into dP's q, k and v columns (written), then

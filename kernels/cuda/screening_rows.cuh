@@ -5,10 +5,14 @@
 // tiled backward's epilogues finish ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ into ∂L/∂P as
 // NormalizeBackwardKernel does), with the same fp32/fp64 arithmetic, bit for bit: the
 // MiPE angle's cos and sin, the ROPE turn, the unit norm and rotation of cpu::UnitRow
-// and cpu::MipeRotate, and the backward of cpu::NormalizeRotateBackwardRow.
+// and cpu::MipeRotate, and the backward of cpu::NormalizeRotateBackwardRow. Also the
+// backward of steps 13–11 on one token's row (OutputBackwardKernel and the tiled query
+// pass's prologue, so both write the same ∂L/∂h, ∂L/∂g and scale part).
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/device_math.cuh"
 
 namespace multiscreen::kernels::cuda {
 
@@ -118,6 +122,41 @@ __device__ inline void FinishKeyOrQueryRowBackward(const float* z, float norm, f
                                                    int d_rt) {
   NormalizeRotateBackwardRow<D>(z, norm, dz, rotate, c, s, dP_cols, d_rt);
   if (rope_freq != nullptr) RopeTurnRow(dP_cols, D > 0 ? D : d_rt, pos, -1.0, rope_freq);
+}
+
+// ---- Backward: spec steps 13–11 ---------------------------------------------------
+
+// One token's output backward (output scale and gate, steps 13–12; TanhNorm, step 11), the
+// arithmetic of cpu::ScreeningBackward's output part: h [D] the saved h_i, g [D] the token's
+// gate columns of P (read only when gate), dU [D] ∂L/∂U_i's tile columns, scale = e^{s_O}
+// (any memory spaces, read). Writes dg [D] = ∂L/∂g (when gate; any memory space) and
+// dh [D] = ∂L/∂h_i (a local array: ∂L/∂TanhNorm(h) first, then ∂L/∂h in place). Returns
+// the token's part of ∂L/∂scale, Σ_c ∂L/∂U_c · TanhNorm(h)_c · gate_c in fp64 (column order).
+// tanh_norm false: identity in place of TanhNorm. D: the width as a constant (0: d_rt).
+template <int D>
+__device__ inline double OutputRowBackward(const float* h, const float* g, const float* dU, float scale,
+                                           bool tanh_norm, bool gate, float* dg, float* dh, int d_rt) {
+  const int d = D > 0 ? D : d_rt;
+  float sq = 0.f;
+  #pragma unroll
+  for (int c = 0; c < d; ++c) sq += h[c] * h[c];
+  float f = 1.f, f_dn = 0.f;  // identity when the switch is off
+  if (tanh_norm) TanhNormScale(sqrtf(sq), &f, &f_dn);
+  double row_scale = 0;
+  float dot = 0.f;
+  #pragma unroll
+  for (int c = 0; c < d; ++c) {
+    float gv = 1.f, gate_dg = 0.f;  // output_gate off: no gate and no dg columns
+    if (gate) GateForwardAndDerivative(g[c], &gv, &gate_dg);
+    const float tn = h[c] * f;
+    row_scale += static_cast<double>(dU[c]) * tn * gv;
+    dh[c] = scale * dU[c] * gv;
+    if (gate) dg[c] = scale * dU[c] * tn * gate_dg;
+    dot += h[c] * dh[c];
+  }
+  #pragma unroll
+  for (int c = 0; c < d; ++c) dh[c] = f * dh[c] + f_dn * dot * h[c];
+  return row_scale;
 }
 
 }  // namespace multiscreen::kernels::cuda

@@ -1,9 +1,9 @@
 // Screening forward and backward tiled on tensor cores (screening_tiled.h): a flash-style
 // aggregate pass normalizing the P rows it loads (screening_rows.cuh's row arithmetic, as
 // the simple kernel's NormalizeKernel); the simple
-// kernel's output and reduction passes (ScreeningBackwardBegin/Reduce) around a flash-style
-// query pass and key pass whose epilogues finish the unit-norm and MiPE backward; mma.sync
-// m16n8k16 bf16.
+// kernel's reduction pass (ScreeningBackwardReduce) after a flash-style query pass, whose
+// prologue runs the output pass (screening_rows.cuh's row arithmetic, as OutputBackwardKernel),
+// and key pass, whose epilogues finish the unit-norm and MiPE backward; mma.sync m16n8k16 bf16.
 #include "kernels/cuda/screening_tiled.h"
 
 #include <cuda_bf16.h>
@@ -75,6 +75,17 @@ __device__ inline float2 UnpackBf16(uint32_t bits) {
   return __bfloat1622float2(pair);
 }
 
+// Four fp32 values of a row as staged bf16: hi (two PackBf16 registers) and, when lo is
+// given, lo = the rounding remainders x − bf16(x), likewise.
+__device__ inline void StageSplit4(float4 x, uint32_t* hi, uint32_t* lo) {
+  hi[0] = PackBf16(x.x, x.y);
+  hi[1] = PackBf16(x.z, x.w);
+  if (lo != nullptr) {
+    lo[0] = PackBf16(x.x - Bf16Value(Bf16Bits(x.x)), x.y - Bf16Value(Bf16Bits(x.y)));
+    lo[1] = PackBf16(x.z - Bf16Value(Bf16Bits(x.z)), x.w - Bf16Value(Bf16Bits(x.w)));
+  }
+}
+
 // Rows [row0, row0 + rows) of a [·, kDk] fp32 array into shared bf16 hi (and lo = the
 // rounding remainder, when kSplit) at kStrideK; rows at or past `valid` are zeros.
 // Every thread of the CTA calls it.
@@ -103,14 +114,8 @@ __device__ inline void StageValueRows(const float* src, int64_t row0, int64_t va
     const int r = e / (kDv / 4), c = 4 * (e % (kDv / 4));
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row0 + r < valid) x = *reinterpret_cast<const float4*>(src + (row0 + r) * kDv + c);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(&hi[r * kStrideV + c]);
-    dst[0] = PackBf16(x.x, x.y);
-    dst[1] = PackBf16(x.z, x.w);
-    if (lo != nullptr) {
-      uint32_t* rest = reinterpret_cast<uint32_t*>(&lo[r * kStrideV + c]);
-      rest[0] = PackBf16(x.x - Bf16Value(Bf16Bits(x.x)), x.y - Bf16Value(Bf16Bits(x.y)));
-      rest[1] = PackBf16(x.z - Bf16Value(Bf16Bits(x.z)), x.w - Bf16Value(Bf16Bits(x.w)));
-    }
+    StageSplit4(x, reinterpret_cast<uint32_t*>(&hi[r * kStrideV + c]),
+                lo != nullptr ? reinterpret_cast<uint32_t*>(&lo[r * kStrideV + c]) : nullptr);
   }
 }
 
@@ -514,6 +519,38 @@ __device__ inline void StageFragmentRows(const float (*acc)[4], float* rows, int
 constexpr int kFinishStrideK = kDk + 1;  // floats per staged row of ∂L/∂q̃, ∂L/∂k̃
 constexpr int kFinishStrideV = kDv + 1;  // floats per staged row of ∂L/∂v̄
 
+// The query pass's prologue (kFusedOutput): spec steps 13–11 backward for the CTA's own 64
+// rows q0 … q0 + 63 of task (b, t), one row per thread of threads 0–63 (64–127 return at
+// once): OutputRowBackward (screening_rows.cuh, OutputBackwardKernel's arithmetic, bit for
+// bit) on saved h, P's g columns and dU's tile columns gives ∂L/∂g (into dP's g columns), the
+// scale part (partial) and ∂L/∂h, which goes to dh [B, tiles, T, kDv] (global, for the key
+// pass) and, split as StageValueRows would stage it, to the row's shared dh_hi/dh_lo from
+// registers (no read-back). Rows at or past T: zeros staged, nothing written.
+__device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, int64_t t, int q0, const float* P,
+                                          const float* dU, const float* h, float* dP, float* dh, double* partial,
+                                          uint16_t* dh_hi, uint16_t* dh_lo) {
+  const int r = threadIdx.x, T = int(s.seq), i = q0 + r;
+  if (r >= kBlockQ) return;
+  uint32_t* hi_row = reinterpret_cast<uint32_t*>(&dh_hi[r * kStrideV]);
+  uint32_t* lo_row = reinterpret_cast<uint32_t*>(&dh_lo[r * kStrideV]);
+  if (i >= T) {
+    #pragma unroll 4
+    for (int c = 0; c < kDv; c += 4) StageSplit4(make_float4(0.f, 0.f, 0.f, 0.f), hi_row + c / 2, lo_row + c / 2);
+    return;
+  }
+  const int64_t C = s.p_cols(), ldp = s.tiles * C, row = b * T + i, idx = (b * s.tiles + t) * T + i;
+  float d[kDv];
+  partial[idx * kScreeningParts + kScreeningPartScale] =
+      OutputRowBackward<kDv>(h + idx * kDv, P + row * ldp + t * C + 2 * kDk + kDv, dU + row * s.tiles * kDv + t * kDv,
+                             scale, s.tanh_norm, /*gate=*/true, dP + row * ldp + t * C + 2 * kDk + kDv, d, kDv);
+  #pragma unroll
+  for (int c = 0; c < kDv; c += 4) {
+    const float4 x = make_float4(d[c], d[c + 1], d[c + 2], d[c + 3]);
+    *reinterpret_cast<float4*>(dh + idx * kDv + c) = x;
+    StageSplit4(x, hi_row + c / 2, lo_row + c / 2);
+  }
+}
+
 // Query pass: a CTA of 4 warps per (64-query block, tile, sequence), warp w owning
 // queries qw = q0 + 16w …, walks the 64-key blocks its window reaches (the forward's
 // walk) and per active 16×16 step recomputes s = q̃·k̃ᵀ (split), a and m, and
@@ -528,10 +565,14 @@ constexpr int kFinishStrideV = kDv + 1;  // floats per staged row of ∂L/∂v̄
 // Writes the three parts to partial and, kFinishRows, ∂L/∂q into dP's q columns (the epilogue:
 // MiPE and unit-norm backward of each finished row, one lane per row); otherwise ∂L/∂q̃ to d_q
 // for NormalizeBackwardKernel (the five-launch form, kept for the tests' bit-for-bit check).
-template <bool kFinishRows>
+// kFusedOutput: the prologue (OutputBackwardRows) runs the output pass for the CTA's rows from
+// P and dU and writes dh, dP's g columns and the scale parts; otherwise the CTA stages dh as
+// the simple kernel's output pass wrote it (the four- and five-launch forms; P, dU unread).
+template <bool kFinishRows, bool kFusedOutput>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledQueryBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
-                             ScreeningSaved<float> saved, const float* dh, float* d_q, float* dP, double* partial) {
+                             ScreeningSaved<float> saved, const float* P, const float* dU, float* dh, float* d_q,
+                             float* dP, double* partial) {
   __shared__ __align__(16) uint16_t q_hi[kBlockQ * kStrideK];
   __shared__ __align__(16) uint16_t q_lo[kBlockQ * kStrideK];
   __shared__ __align__(16) uint16_t dh_hi[kBlockQ * kStrideV];
@@ -557,7 +598,11 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const float* v_bar = saved.v_bar + bt * T * kDv;
 
   StageUnitRows<true>(saved.q_tilde + bt * T * kDk, q0, T, q_hi, q_lo);
-  StageValueRows(dh + bt * T * kDv, q0, T, dh_hi, dh_lo);
+  if constexpr (kFusedOutput) {
+    OutputBackwardRows(s, tp.scale, b, t, q0, P, dU, saved.h, dP, dh, partial, dh_hi, dh_lo);
+  } else {
+    StageValueRows(dh + bt * T * kDv, q0, T, dh_hi, dh_lo);
+  }
   __syncthreads();
   uint32_t qa_hi[4], qa_lo[4];
   LdmatrixX4(qa_hi, &q_hi[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
@@ -921,18 +966,30 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledForward");
 }
 
-// kFinishRows: four launches (output pass, query pass, key pass, reduction), the rows
-// finished in the window passes' epilogues; otherwise the five-launch form, the rows finished
-// by NormalizeBackwardKernel from scratch d_q, d_k, d_v.
-template <bool kFinishRows>
+// The backward's forms: kThree, the output pass in the query pass's prologue (the model's);
+// kFour, the simple kernel's output pass first; kFive, that and the rows finished by
+// NormalizeBackwardKernel from scratch d_q, d_k, d_v (the last two kept for the tests'
+// bit-for-bit checks of the fusions).
+enum class BackwardForm { kThree, kFour, kFive };
+
+// kThree: three launches (query pass with the output pass as its prologue, key pass,
+// reduction); kFour: four (output pass, query pass, key pass, reduction), the rows finished in
+// the window passes' epilogues; kFive: five, the rows finished by NormalizeBackwardKernel.
+template <BackwardForm kForm>
 void Backward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
               const float* dU, float* dP, TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
   if (!TiledShape(shape)) {
     ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
     return;
   }
-  // The simple kernel's output pass (∂L/∂h, ∂L/∂g, the scale parts; tables uploaded).
-  if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
+  constexpr bool kFinishRows = kForm != BackwardForm::kFive, kFusedOutput = kForm == BackwardForm::kThree;
+  if constexpr (kFusedOutput) {
+    // Tables uploaded, scratch sized; the query pass's prologue runs the output pass.
+    if (!ScreeningBackwardPrepare(shape, tiles, grads, scratch, stream)) return;
+  } else {
+    // The simple kernel's output pass (∂L/∂h, ∂L/∂g, the scale parts; tables uploaded).
+    if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
+  }
   if constexpr (!kFinishRows) {
     const int64_t tokens = shape.batch * shape.tiles * shape.seq;
     scratch->d_q.Resize(tokens * kDk);
@@ -942,9 +999,9 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
   const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->current->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledQueryBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
-                                                scratch->current->mask, scratch->current->dmask, saved, scratch->dh.data(),
-                                                scratch->d_q.data(), dP, scratch->partial.data());
+  Launch<TiledQueryBackwardKernel<kFinishRows, kFusedOutput>>(
+      grid, kThreadsPerCta, 0, stream, s, scratch->current->params, scratch->current->mask, scratch->current->dmask,
+      saved, P, dU, scratch->dh.data(), scratch->d_q.data(), dP, scratch->partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
   Launch<TiledKeyBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
                                               scratch->current->mask, saved, scratch->dh.data(), scratch->d_k.data(),
@@ -987,13 +1044,19 @@ void ScreeningTiledForwardPlainBf16SimilarityTwoLaunches(const ScreeningShape& s
 void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                             const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream) {
-  Backward<true>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
+  Backward<BackwardForm::kThree>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
+}
+
+void ScreeningTiledBackwardFourLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                        const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                                        TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
+  Backward<BackwardForm::kFour>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
 }
 
 void ScreeningTiledBackwardFiveLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                                         const ScreeningSaved<float>& saved, const float* dU, float* dP,
                                         TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
-  Backward<false>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
+  Backward<BackwardForm::kFive>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
 }
 
 }  // namespace multiscreen::kernels::cuda

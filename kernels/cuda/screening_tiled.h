@@ -57,10 +57,14 @@
 //   pipeline yet.
 // Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
 //
-// Backward (ScreeningTiledBackward), four launches, nothing [T, w] stored:
-//   1. The simple kernel's output pass (ScreeningBackwardBegin, one thread per token):
-//      steps 13–11 backward to ∂L/∂h (scratch dh), ∂L/∂g into dP, the scale parts.
-//   2. Query pass: a CTA of 4 warps per (64-query block, tile, sequence), walking the
+// Backward (ScreeningTiledBackward), three launches, nothing [T, w] stored:
+//   1. Query pass: a CTA of 4 warps per (64-query block, tile, sequence). Prologue: the
+//      output pass for the CTA's own 64 rows (each (query block, tile, sequence) has one
+//      CTA), one row per thread of threads 0–63: steps 13–11 backward from saved h, P's g
+//      columns and ∂U (kernels/cuda/screening_rows.cuh's OutputRowBackward, the arithmetic
+//      of the simple kernel's OutputBackwardKernel) to ∂L/∂h, written to scratch dh (the key
+//      pass reads it) and staged hi/lo from registers (no read-back), ∂L/∂g into dP, the
+//      scale parts. Then, walking the
 //      forward's key blocks; per 16×16 step whose pairs the window reaches, s (split),
 //      a = Trim base and the window recomputed in registers, the step skipped when no
 //      pair is accepted (warp vote), then ∂L/∂(αm) = ∂L/∂h·v̄ᵀ, ∂L/∂s = ∂L/∂(αm) m a 2/r,
@@ -73,15 +77,19 @@
 //      Epilogue: the CTA's finished ∂L/∂q̃ rows staged as fp32 in shared memory (dh_hi's
 //      bytes, after a barrier), then one lane per query applies MiPE's and the unit norm's
 //      backward (steps 6, 5; kernels/cuda/screening_rows.cuh) and writes dP's q columns.
-//   3. Key pass: a CTA per (64-key block, tile, sequence), walking the query blocks
+//   2. Key pass: a CTA per (64-key block, tile, sequence), walking the query blocks
 //      [k0, k_last + keys − 1] ∩ [0, T) in ascending order; sᵀ, the pairs and ∂L/∂(αm)ᵀ =
 //      v̄·∂L/∂hᵀ recomputed, ∂L/∂v̄ += (αm)ᵀ ∂L/∂h and ∂L/∂k̃ += ∂L/∂sᵀ q̃ on tensor cores.
 //      Epilogue as the query pass's: ∂L/∂k̃ rows staged in v_hi's bytes, ∂L/∂v̄ rows in
 //      dh_hi's and dh_lo's, one lane per key writes dP's k and v columns.
-//   4. The simple kernel's fixed-order reduction of the per-token partials
+//   3. The simple kernel's fixed-order reduction of the per-token partials
 //      (ScreeningBackwardReduce). No atomics: every sum has one order, so two runs are
 //      bit-identical (tested).
-//   The epilogues run the arithmetic of the simple kernel's NormalizeBackwardKernel on the
+//   The prologue runs OutputBackwardKernel's arithmetic on the same inputs, so dP, dh and the
+//   gradients are bit for bit those of the four-launch form (the simple kernel's output pass
+//   first, the query pass staging dh from memory: ScreeningTiledBackwardFourLaunches, tested
+//   on the emulated device), without dh's read-back (d_v floats per token and tile) and a
+//   launch. The epilogues run the arithmetic of the simple kernel's NormalizeBackwardKernel on the
 //   same fp32 rows, so dP and the gradients are bit for bit those of the five-launch form
 //   (the window passes writing ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ to scratch, that kernel finishing
 //   them: ScreeningTiledBackwardFiveLaunches, tested on the emulated device), without the
@@ -104,9 +112,10 @@
 //   of static shared memory (q̃, k̃ hi/lo 64×16 and v̄, ∂L/∂h hi/lo 64×64, bf16, rows
 //   padded as the forward's), which allows 3 CTAs on sm_80 (164 KB) and 4 on sm_90;
 //   __launch_bounds__(128, 3) caps registers at 168. ptxas (CUDA 13, tools/ptxas_usage.py):
-//   query pass 163 registers on sm_90, 145 on sm_80, key pass 149 and 139 with the epilogues
-//   (163 / 146 and 146 / 136 without: the five-launch form); no spills; 40 bytes of stack (the epilogues' fp64 cos and sin,
-//   as NormalizeBackwardKernel's). Not yet measured on a GPU.
+//   query pass 168 registers on sm_90 and sm_80 with the output prologue and the epilogue (at
+//   the cap; 156 / 146 without the prologue: the four-launch form), key pass 150 and 142 with
+//   its epilogue (148 / 139 without: the five-launch form); no spills; 40 bytes of stack (the
+//   epilogues' fp64 cos and sin, as NormalizeBackwardKernel's). Not yet measured on a GPU.
 // Step loops (all three kernels): Trim's a by a multiply with −1/r (TrimNegReciprocal, once
 // per tile), positions as 32-bit integers (T < 2^27; longer sequences run the simple
 // kernels); the Softmask tables read once per distinct d of a lane's step (LaneTable: 6 of
@@ -154,6 +163,14 @@ void ScreeningTiledForwardPlainBf16SimilarityTwoLaunches(const ScreeningShape& s
 void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                             const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream);
+
+// As ScreeningTiledBackward in its earlier four-launch form: the simple kernel's output pass
+// (ScreeningBackwardBegin) writes scratch dh, dP's g columns and the scale parts first, and the
+// query pass stages dh from memory. For the tests' bit-for-bit check of the fused prologue;
+// not for the model.
+void ScreeningTiledBackwardFourLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                        const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                                        TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
 
 // As ScreeningTiledBackward in its earlier five-launch form: the window passes write
 // ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ to scratch d_q, d_k, d_v and ScreeningBackwardFinish's

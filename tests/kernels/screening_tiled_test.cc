@@ -344,6 +344,7 @@ TEST_F(ScreeningTiledTest, ForwardFusedIsBitIdenticalToTheTwoLaunchForm) {
 // gradients of w, r and scale.
 struct Gradients {
   std::vector<float> dP;
+  std::vector<float> dh;  // scratch ∂L/∂h [B, tiles, T, d_v] as the backward left it
   std::vector<TileScalarGrads> grads;
 };
 
@@ -374,10 +375,11 @@ std::vector<TileScalarGrads> Fp64TileGrads(const Problem& p) {
   return grads;
 }
 
-// Which backward RunBackward runs: the simple kernels, the tiled one (four launches, the
-// rows finished in the window passes' epilogues) or its five-launch form (the rows
-// finished by the simple kernel's NormalizeBackwardKernel from scratch).
-enum class Backward { kSimple, kTiled, kTiledFiveLaunches };
+// Which backward RunBackward runs: the simple kernels, the tiled one (three launches: the
+// output pass in the query pass's prologue, the rows finished in the window passes'
+// epilogues), its four-launch form (the simple kernel's output pass first) or its five-launch
+// form (that, and the rows finished by the simple kernel's NormalizeBackwardKernel).
+enum class Backward { kSimple, kTiled, kTiledFourLaunches, kTiledFiveLaunches };
 
 // The simple forward (its saved buffers are the backward's input), then `which` backward
 // of MakeDU's dU on the same inputs.
@@ -407,6 +409,9 @@ Gradients RunBackward(const Problem& p, Backward which) {
   out.grads.resize(s.tiles);
   if (which == Backward::kTiled) {
     kernels::cuda::ScreeningTiledBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
+  } else if (which == Backward::kTiledFourLaunches) {
+    kernels::cuda::ScreeningTiledBackwardFourLaunches(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch,
+                                                      nullptr);
   } else if (which == Backward::kTiledFiveLaunches) {
     kernels::cuda::ScreeningTiledBackwardFiveLaunches(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch,
                                                       nullptr);
@@ -416,6 +421,9 @@ Gradients RunBackward(const Problem& p, Backward which) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   out.dP.resize(p.P.size());
   EXPECT_EQ(cudaMemcpy(out.dP.data(), dP, out.dP.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  out.dh.resize(scratch.dh.size());
+  EXPECT_EQ(cudaMemcpy(out.dh.data(), scratch.dh.data(), out.dh.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
   return out;
 }
 
@@ -584,6 +592,36 @@ TEST_F(ScreeningTiledTest, BackwardWithFusedEpiloguesIsBitIdenticalToTheFiveLaun
     EXPECT_GT(nonzero, int64_t(fused.dP.size() / 2)) << "T = " << T << ": too little gradient flowed to prove much";
     EXPECT_EQ(std::memcmp(fused.grads.data(), five.grads.data(), fused.grads.size() * sizeof(TileScalarGrads)), 0)
         << "T = " << T;
+  }
+}
+
+TEST_F(ScreeningTiledTest, BackwardWithFusedOutputPassIsBitIdenticalToTheFourLaunchForm) {
+  // The query pass's prologue runs OutputBackwardKernel's row arithmetic (screening_rows.cuh)
+  // on the same inputs and stages its ∂L/∂h from registers as the four-launch form stages the
+  // rows it read back: dP (every column, the g columns the prologue's), scratch ∂L/∂h (the key
+  // pass's input) and the tile gradients (the scale parts the prologue's) are the four-launch
+  // form's bit for bit. Shapes as the five-launch test's: T = 37 (one block cut short) and 300.
+  const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.02, 1.1}, {9.0, 0.999, 2.0}};
+  for (const int64_t T : {int64_t{37}, int64_t{300}}) {
+    const Problem p(2, T, tiles, /*clustered=*/true, 17 + T, /*pos0=*/70000);
+    const Gradients fused = RunBackward(p, Backward::kTiled), four = RunBackward(p, Backward::kTiledFourLaunches);
+    ASSERT_EQ(fused.dP.size(), four.dP.size());
+    ASSERT_EQ(fused.dh.size(), four.dh.size());
+    ASSERT_EQ(four.dh.size(), size_t(p.shape.batch * p.shape.tiles * T * p.shape.d_v));
+    int64_t differing_dP = 0, differing_dh = 0, nonzero_dh = 0;
+    for (size_t e = 0; e < fused.dP.size(); ++e) {
+      differing_dP += std::memcmp(&fused.dP[e], &four.dP[e], sizeof(float)) != 0;
+    }
+    for (size_t e = 0; e < fused.dh.size(); ++e) {
+      differing_dh += std::memcmp(&fused.dh[e], &four.dh[e], sizeof(float)) != 0;
+      nonzero_dh += four.dh[e] != 0.f;
+    }
+    EXPECT_EQ(differing_dP, 0) << "T = " << T << ": elements of dP differ";
+    EXPECT_EQ(differing_dh, 0) << "T = " << T << ": elements of scratch ∂L/∂h differ";
+    EXPECT_GT(nonzero_dh, int64_t(four.dh.size() * 9 / 10)) << "T = " << T << ": ∂L/∂h mostly zero proves little";
+    EXPECT_EQ(std::memcmp(fused.grads.data(), four.grads.data(), fused.grads.size() * sizeof(TileScalarGrads)), 0)
+        << "T = " << T;
+    for (size_t t = 0; t < tiles.size(); ++t) EXPECT_NE(four.grads[t].scale, 0.0) << "tile " << t;
   }
 }
 
