@@ -88,13 +88,23 @@ MMAS_PER_STEP = {"forward": 14, "query": 36, "key": 44}
 # key 319 on every step); then the interior arm (boundary steps 468 and 339). Before 32-bit
 # positions, 1/r and fp32 per-step sums in the query pass (it had 314 f64 instructions per
 # step): 324, 888, 513 (static). An estimate: no cuobjdump here to count the SASS itself.
-ISSUE_PER_STEP = {"forward": 203 + (514 - 440) // 4 + 2, "query": 358 + 40 + 5, "key": 345 + 40 + 2}
-ISSUE_PER_INTERIOR_STEP = {"forward": 143 + (514 - 440) // 4 + 2, "query": 293 + 40 + 5, "key": 286 + 40 + 2}
+# 2026-12-07 (issue 42: the backward passes recompute q̃, k̃, v̄ from P, the MiPE rate term's
+# k̃_j[0..1] read from shared memory instead of global): --step-loops, nvcc 13, sm_90, on the
+# recompiled kernels: forward 195 / 137 (its step loop's source unchanged: the compile moved),
+# query pass 376 / 272 without the rate arm, 13 / 3 64-bit integer operations on the longest
+# trip / interior trip (5 before), key pass 348 / 285; before: 203 / 143, 358 / 293, 345 / 286.
+# The backward's work per key or query block outside the step loop (the rows' staging, now
+# their normalization: one row per thread, fp64 cos and sin where rate ≠ 0) is not charged, as
+# before; its longest trip shrank (query pass 1121 − 423 → 717 − 424, key pass 1058 − 345 →
+# 999 − 348 PTX instructions: the fp32 staging loops' 64-bit addressing went).
+ISSUE_PER_STEP = {"forward": 195 + (514 - 440) // 4 + 2, "query": 376 + 40 + 13, "key": 348 + 40 + 2}
+ISSUE_PER_INTERIOR_STEP = {"forward": 137 + (514 - 440) // 4 + 2, "query": 272 + 40 + 3, "key": 285 + 40 + 2}
 # The query pass's MiPE rate arm (∂L/∂rate: four k̃ row loads, the pairs' (i − j)·(q̃ × k̃) terms,
 # two fp64 sums), which only the warps of tiles with w < w_th run (rate ≠ 0; warp-uniform): the
 # longest trip with it less the longest trip without it (--step-loops prints both), (other
-# steps, interior steps): 423 − 358 and 363 − 293.
-ISSUE_MIPE_RATE = {"query": (423 - 358, 363 - 293)}
+# steps, interior steps): 424 − 376 and 325 − 272 (423 − 358 and 363 − 293 when the k̃ heads
+# came from global memory).
+ISSUE_MIPE_RATE = {"query": (424 - 376, 325 - 272)}
 
 # ---- the Transformer's tiled attention (kernels/cuda/attention_tiled.h) -------------
 # Under bf16 the attention of head width 64 runs the tiled kernels with RoPE fused: q and k
@@ -399,15 +409,17 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         rate_other, rate_interior = ISSUE_MIPE_RATE.get(mmas, (0, 0))
         issue += (mipe_l - mipe_interior_l) * rate_other + mipe_interior_l * rate_interior
         return Op(name, "screen", n_l, steps_l * MMAS_PER_STEP[mmas] * MMA_FLOPS, nbytes, issue * issue_scale)
-    # screening's own arrays are fp32 as the kernels keep them (saved q̃, k̃, v̄, h; ∂h);
-    # per (token, tile): q̃, k̃ 16 fp32 each, v̄ and h 64 fp32, P's gate 64 bf16.
+    # screening's own arrays are fp32 as the kernels keep them (saved h; ∂h); per (token,
+    # tile): P's q, k, v (96) and g (64) columns bf16, h 64 fp32, U 64 bf16.
     # One launch (issue 42): the aggregate kernel normalizes and rotates the P rows it loads
-    # (steps 5–6) and writes each row's saved q̃, k̃, v̄ and 3 norms once, from the CTA owning
-    # its block: P's q, k, v and g columns read (bf16), the saved rows, h and U written. A
-    # separate normalize pass read P's q, k, v and wrote the saved rows, which the aggregate
-    # pass read back: (32 + 64) · 4 bytes per (token, tile) and a launch per layer more.
+    # (steps 5–6): P's q, k, v and g columns read (bf16), h and U written. Nothing else is
+    # saved: the backward's passes recompute q̃, k̃, v̄ from P's columns as the forward does
+    # (screening_tiled.h). Before, the forward also wrote each row's saved q̃, k̃, v̄ (fp32) and
+    # 3 norms, (32 + 64 + 3) · 4 bytes per (token, tile), which the backward read back; before
+    # that a separate normalize pass read P's q, k, v and wrote the saved rows, which the
+    # aggregate pass read back: (32 + 64) · 4 bytes per (token, tile) and a launch per layer more.
     ops.append(tiled("screening forward, tiled (steps 5–13, normalize fused)", "forward",
-                     nt * (96 * 2 + 64 * 2 + 32 * 4 + 64 * 4 + 3 * 4 + 64 * 4 + 64 * 2)))
+                     nt * (96 * 2 + 64 * 2 + 64 * 4 + 64 * 2)))
     ops.append(Op("x += U·W_O (GEMM, β = 1 into fp32 x)", "gemm", n_l, 2 * n * vd * d,
                   n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
     # The host waits (counted on the emulated device, docs/performance.md): once in BeginStep
@@ -446,14 +458,16 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         # registers, where a separate pass wrote ∂h and the query pass read it back (64·4
         # bytes per (token, tile) and a launch per layer more; issue 42 part 2).
         # The query and key passes finish their rows in their epilogues (the unit-norm and
-        # MiPE backward, screening_tiled.h): besides the window's operands each reads its
-        # rows' saved norms (q; k and v) and writes ∂P's q (k and v) columns in fp32, where
+        # MiPE backward, screening_tiled.h) and write ∂P's q (k and v) columns in fp32, where
         # a separate pass read ∂q̃, ∂k̃, ∂v̄ back from scratch with q̃, k̃, v̄ (issue 42 part 2).
+        # Both recompute q̃, k̃, v̄ and their norms from P's q, k, v columns (bf16, 96 · 2 bytes
+        # per (token, tile)) as the forward does, where they read the forward's saved rows (fp32)
+        # and norms: 32 · 4 + 64 · 4 + 1 · 4 (query pass) and 32 · 4 + 64 · 4 + 2 · 4 (key pass).
         ops.append(tiled("screening backward, tiled query pass (gate, TanhNorm → ∂h, ∂g; ∂q̃ → ∂P, ∂r, ∂w parts)",
                          "query", nt * (64 * 2 + 64 * 2 + 64 * 4 + 64 * 4 + 64 * 2
-                                        + 32 * 4 + 64 * 4 + 1 * 4 + 16 * 4 + 5 * 8)))
+                                        + 96 * 2 + 16 * 4 + 5 * 8)))
         ops.append(tiled("screening backward, tiled key pass (∂k̃, ∂v̄ → ∂P)", "key",
-                         nt * (32 * 4 + 64 * 4 + 64 * 4 + 2 * 4 + 16 * 4 + 64 * 4)))
+                         nt * (96 * 2 + 64 * 4 + 16 * 4 + 64 * 4)))
         # the sums per (sequence, tile) of the per-token parts (4 fp64), then ∂s_w, ∂s_r,
         # ∂s_O from them on the device
         ops.append(Op("screening backward: tile-scalar sums", "mem", n_l, 0, nt * 4 * 8, launches=2))

@@ -1,7 +1,8 @@
 // Device functions of screening's steps 5–6 on one token's row, forward and backward,
 // shared by the simple kernels (screening.cu) and the tiled kernels (screening_tiled.cu):
-// the forward's unit norm and MiPE rotation (NormalizeKernel and the tiled forward's
-// row loads, so both write the same saved q̃, k̃, v̄ and norms) and the backward's (the
+// the forward's unit norm and MiPE rotation (NormalizeKernel and the tiled kernels' row
+// loads: the tiled forward and backward passes compute from P the q̃, k̃, v̄ and norms that
+// NormalizeKernel saves, bit for bit, and save none) and the backward's (the
 // tiled backward's epilogues finish ∂L/∂q̃, ∂L/∂k̃, ∂L/∂v̄ into ∂L/∂P as
 // NormalizeBackwardKernel does), with the same fp32/fp64 arithmetic, bit for bit: the
 // MiPE angle's cos and sin, the ROPE turn, the unit norm and rotation of cpu::UnitRow

@@ -119,96 +119,114 @@ __device__ inline void StageValueRows(const float* src, int64_t row0, int64_t va
   }
 }
 
-// ---- The fused forward's row loads: spec steps 5–6 on P's rows (screening_rows.cuh) --------
+// ---- Row loads from P: spec steps 5–6 on P's rows (screening_rows.cuh) -------------------
+// The forward and both backward passes stage q̃, k̃ and v̄ by normalizing the P rows they load
+// (nothing saved: the backward recomputes the forward's rows with the same arithmetic, bit
+// for bit). A staged q̃ or k̃ row keeps its fp32 coordinates 0 and 1 in the row's padding
+// (columns kDk … kDk + 3 of kStrideK hold two floats; ldmatrix reads columns 0 … kDk − 1):
+// the query pass's MiPE rate term reads them (fp32 q̃_i[0..1], k̃_j[0..1]).
+static_assert(kStrideK - kDk >= 4, "a staged unit row's padding holds its two fp32 head coordinates");
+__device__ inline float2* RowHeadSlot(uint16_t* hi_row) { return reinterpret_cast<float2*>(hi_row + kDk); }
+__device__ inline float2 RowHead(const uint16_t* hi_row) { return *reinterpret_cast<const float2*>(hi_row + kDk); }
+
 // One row of P's q or k columns (x: kDk floats, 16-byte aligned, global) through the unit
-// norm and, when rotate, MiPE's rotation by (c, sn): NormalizeKernel's arithmetic, bit for
-// bit. The row goes to shared bf16 hi (and lo = the rounding remainder, when kSplit) as
-// StageUnitRows would stage the saved row; when z_out is given (the CTA's own block) the fp32
-// row and its norm are written there too (saved q̃ or k̃).
-template <bool kSplit>
-__device__ inline void NormalizeUnitRow(const float* x, bool rotate, double c, double sn, uint16_t* hi, uint16_t* lo,
-                                        float* z_out, float* norm_out) {
-  float xr[kDk], z[kDk];
+// norm and, when rotate, MiPE's rotation by (c, sn) (UnitRotateRow: NormalizeKernel's
+// arithmetic, bit for bit) into z [kDk] (fp32: the simple kernel's saved q̃ or k̃ row).
+// Returns ‖x‖ (the simple kernel's saved norm).
+__device__ inline float UnitRowFromP(const float* x, bool rotate, double c, double sn, float* z) {
+  float xr[kDk];
   #pragma unroll
   for (int i = 0; i < kDk; i += 4) {
     const float4 v = *reinterpret_cast<const float4*>(x + i);
     xr[i] = v.x, xr[i + 1] = v.y, xr[i + 2] = v.z, xr[i + 3] = v.w;
   }
-  const float n = UnitRotateRow<kDk>(xr, z, rotate, c, sn, kDk);
+  return UnitRotateRow<kDk>(xr, z, rotate, c, sn, kDk);
+}
+
+// UnitRowFromP's row (and its ‖x‖, returned), staged to
+// shared bf16 hi (and lo = the rounding remainder, when kSplit) as StageUnitRows stages a
+// saved row; kHead: z[0], z[1] into the row's padding too (RowHead). Returns ‖x‖.
+template <bool kSplit, bool kHead>
+__device__ inline float NormalizeUnitRow(const float* x, bool rotate, double c, double sn, uint16_t* hi, uint16_t* lo,
+                                         float* z) {
+  const float n = UnitRowFromP(x, rotate, c, sn, z);
   #pragma unroll
   for (int i = 0; i < kDk; ++i) {
     const uint16_t h = Bf16Bits(z[i]);
     hi[i] = h;
     if (kSplit) lo[i] = Bf16Bits(z[i] - Bf16Value(h));
   }
-  if (z_out != nullptr) {
-    #pragma unroll
-    for (int i = 0; i < kDk; i += 4) {
-      *reinterpret_cast<float4*>(z_out + i) = make_float4(z[i], z[i + 1], z[i + 2], z[i + 3]);
-    }
-    *norm_out = n;
+  if (kHead) *RowHeadSlot(hi) = make_float2(z[0], z[1]);
+  return n;
+}
+
+// A staged unit row past T: zeros (hi, lo when kSplit, and the padding's head when kHead).
+template <bool kSplit, bool kHead>
+__device__ inline void ZeroUnitRow(uint16_t* hi, uint16_t* lo) {
+  #pragma unroll
+  for (int i = 0; i < kDk; ++i) {
+    hi[i] = 0;
+    if (kSplit) lo[i] = 0;
   }
+  if (kHead) *RowHeadSlot(hi) = make_float2(0.f, 0.f);
+}
+
+// Row j (< T) of a task's q (col = 0) or k (col = kDk) columns normalized and MiPE-rotated at
+// position pos0 + j into a staged row, or zeros at or past T (NormalizeUnitRow, ZeroUnitRow).
+template <bool kSplit, bool kHead>
+__device__ inline void StageUnitRowFromP(const float* P, int64_t ldp, int col, int j, int T, double pos0, double rate,
+                                         uint16_t* hi, uint16_t* lo) {
+  if (j >= T) {
+    ZeroUnitRow<kSplit, kHead>(hi, lo);
+    return;
+  }
+  double c, sn;
+  MipeCosSin(rate, pos0 + j, &c, &sn);
+  float z[kDk];
+  NormalizeUnitRow<kSplit, kHead>(P + j * ldp + col, rate != 0, c, sn, hi, lo, z);
 }
 
 // One row of P's v columns (x: kDv floats, 16-byte aligned, global) through the unit norm
 // (RowNorm, UnitFactor: NormalizeKernel's arithmetic), read twice (the norm, then the scaled
-// row: no 64-float row held in registers), to shared bf16 `row` as StageValueRows would
-// stage the saved row; when v_out is given, the fp32 row and its norm too (saved v̄).
-__device__ inline void NormalizeValueRow(const float* x, uint16_t* row, float* v_out, float* norm_out) {
-  const float n = RowNorm<kDv>(x, kDv);
-  const float inv = UnitFactor(n);
+// row: no 64-float row held in registers), to shared bf16 `hi` (and `lo` = the rounding
+// remainder, when given) as StageValueRows stages the saved row (StageSplit4).
+__device__ inline void NormalizeValueRow(const float* x, uint16_t* hi, uint16_t* lo) {
+  const float inv = UnitFactor(RowNorm<kDv>(x, kDv));
   #pragma unroll 4
   for (int i = 0; i < kDv; i += 4) {
     const float4 v = *reinterpret_cast<const float4*>(x + i);
-    const float4 y = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(&row[i]);
-    dst[0] = PackBf16(y.x, y.y);
-    dst[1] = PackBf16(y.z, y.w);
-    if (v_out != nullptr) *reinterpret_cast<float4*>(v_out + i) = y;
+    StageSplit4(make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv), reinterpret_cast<uint32_t*>(&hi[i]),
+                lo != nullptr ? reinterpret_cast<uint32_t*>(&lo[i]) : nullptr);
   }
-  if (v_out != nullptr) *norm_out = n;
 }
 
-// Where the fused forward's row loads read and write: task (b, t)'s rows of P, of `saved`.
+// Where the row loads read: task (b, t)'s rows of P.
 struct TaskRows {
   const float* P;        // row i's block of tile t at P + i·ldp (q, k, v, g columns)
   int64_t ldp;           // tiles · p_cols()
-  ScreeningSaved<float> saved;  // every array offset to the task's first token
   double pos0, rate;     // MiPE: token i's angle (pos0 + i)·rate (rate 0: no rotation)
 };
 
 // Rows [row0, row0 + 64) of the task's k and v columns normalized (steps 5–6) into shared
-// k_hi/k_lo (kStrideK) and v_s (kStrideV), as StageUnitRows and StageValueRows stage the
-// saved k̃ and v̄; threads 0–63 take a k row each, 64–127 a v row; rows at or past T are
-// zeros. save: the rows' saved k̃, v̄ and norms are written too (the CTA's own block).
-// Every thread of the CTA calls it.
-template <bool kSplit>
-__device__ inline void NormalizeKeyRows(const TaskRows& task, int row0, int T, bool save, uint16_t* k_hi,
-                                        uint16_t* k_lo, uint16_t* v_s) {
+// k_hi/k_lo (kStrideK; kSplit) and v_hi/v_lo (kStrideV; v_lo null: hi only), as StageUnitRows
+// and StageValueRows stage the saved k̃ and v̄; threads 0–63 take a k row each (kHead: its
+// fp32 head too), 64–127 a v row; rows at or past T are zeros. Every thread of the CTA calls it.
+template <bool kSplit, bool kHead>
+__device__ inline void NormalizeKeyRows(const TaskRows& task, int row0, int T, uint16_t* k_hi, uint16_t* k_lo,
+                                        uint16_t* v_hi, uint16_t* v_lo) {
   const int r = threadIdx.x % kBlockK, j = row0 + r;
-  const bool key = threadIdx.x < kBlockK;
-  if (j >= T) {
-    if (key) {
-      #pragma unroll
-      for (int i = 0; i < kDk; ++i) {
-        k_hi[r * kStrideK + i] = 0;
-        if (kSplit) k_lo[r * kStrideK + i] = 0;
-      }
-    } else {
-      #pragma unroll
-      for (int i = 0; i < kDv; ++i) v_s[r * kStrideV + i] = 0;
+  if (threadIdx.x < kBlockK) {
+    StageUnitRowFromP<kSplit, kHead>(task.P, task.ldp, kDk, j, T, task.pos0, task.rate, &k_hi[r * kStrideK],
+                                     &k_lo[kSplit ? r * kStrideK : 0]);
+  } else if (j >= T) {
+    #pragma unroll
+    for (int i = 0; i < kDv; ++i) {
+      v_hi[r * kStrideV + i] = 0;
+      if (v_lo != nullptr) v_lo[r * kStrideV + i] = 0;
     }
-    return;
-  }
-  const float* x = task.P + j * task.ldp;
-  if (key) {
-    double c, sn;
-    MipeCosSin(task.rate, task.pos0 + j, &c, &sn);
-    NormalizeUnitRow<kSplit>(x + kDk, task.rate != 0, c, sn, &k_hi[r * kStrideK], &k_lo[kSplit ? r * kStrideK : 0],
-                             save ? task.saved.k_tilde + int64_t(j) * kDk : nullptr, task.saved.k_norm + j);
   } else {
-    NormalizeValueRow(x + 2 * kDk, &v_s[r * kStrideV], save ? task.saved.v_bar + int64_t(j) * kDv : nullptr,
-                      task.saved.v_norm + j);
+    NormalizeValueRow(task.P + j * task.ldp + 2 * kDk, &v_hi[r * kStrideV],
+                      v_lo != nullptr ? &v_lo[r * kStrideV] : nullptr);
   }
 }
 
@@ -331,9 +349,9 @@ __device__ inline void StepPairs(const float (&sim)[2][4], bool interior, int T,
 // holds, per n-tile of 8 columns, rows qw + g and qw + g + 8, columns 2u and 2u + 1 of
 // each accumulator (the C/D fragment of tensor_core.cuh).
 // kNormalize: the CTA loads P's q, k and v rows and normalizes them itself (steps 5–6,
-// NormalizeKeyRows), writing its own block's saved q̃, k̃, v̄ and norms (the diagonal key
-// block, which every CTA walks); otherwise it stages the saved rows NormalizeKernel wrote
-// (the two-launch form).
+// NormalizeKeyRows) and writes no saved row (the tiled backward recomputes them from P: only
+// saved h is written); otherwise it stages the saved rows NormalizeKernel wrote (the
+// two-launch form).
 template <bool kSplit, bool kNormalize>
 __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKernel(TiledDims s, const float* P,
                                                                        const ScreeningTileParams* params,
@@ -360,26 +378,13 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
   const float* v_bar = saved.v_bar + bt * T * kDv;
   const int64_t ldp = s.tiles * s.p_cols();
-  const TaskRows task{P + b * T * ldp + t * s.p_cols(), ldp,
-                      ScreeningSaved<float>{saved.q_tilde + bt * T * kDk, saved.k_tilde + bt * T * kDk,
-                                            saved.v_bar + bt * T * kDv, saved.q_norm + bt * T, saved.k_norm + bt * T,
-                                            saved.v_norm + bt * T, nullptr},
-                      double(s.pos0), tp.rate};
+  const TaskRows task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
 
-  if constexpr (kNormalize) {  // the block's q rows, one per thread of warps 0–1, saved
-    const int r = threadIdx.x, i = q0 + r;
-    if (r < kBlockQ && i < T) {
-      double c, sn;
-      MipeCosSin(task.rate, task.pos0 + i, &c, &sn);
-      NormalizeUnitRow<kSplit>(task.P + i * ldp, task.rate != 0, c, sn, &q_hi[r * kStrideK],
-                               &q_lo[kSplit ? r * kStrideK : 0], task.saved.q_tilde + int64_t(i) * kDk,
-                               task.saved.q_norm + i);
-    } else if (r < kBlockQ) {
-      #pragma unroll
-      for (int x = 0; x < kDk; ++x) {
-        q_hi[r * kStrideK + x] = 0;
-        if (kSplit) q_lo[r * kStrideK + x] = 0;
-      }
+  if constexpr (kNormalize) {  // the block's q rows, one per thread of warps 0–1
+    const int r = threadIdx.x;
+    if (r < kBlockQ) {
+      StageUnitRowFromP<kSplit, false>(task.P, ldp, 0, q0 + r, T, task.pos0, task.rate, &q_hi[r * kStrideK],
+                                       &q_lo[kSplit ? r * kStrideK : 0]);
     }
   } else {
     StageUnitRows<kSplit>(q_tilde, q0, T, q_hi, q_lo);
@@ -399,7 +404,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   for (int k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
     __syncthreads();  // every warp is done with the previous block
     if constexpr (kNormalize) {
-      NormalizeKeyRows<kSplit>(task, k0, T, /*save=*/k0 == q0, k_hi, k_lo, v_s);
+      NormalizeKeyRows<kSplit, false>(task, k0, T, k_hi, k_lo, v_s, nullptr);
     } else {
       StageUnitRows<kSplit>(k_tilde, k0, T, k_hi, k_lo);
       StageValueRows(v_bar, k0, T, v_s);
@@ -567,8 +572,14 @@ __device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, i
 // for NormalizeBackwardKernel (the five-launch form, kept for the tests' bit-for-bit check).
 // kFusedOutput: the prologue (OutputBackwardRows) runs the output pass for the CTA's rows from
 // P and dU and writes dh, dP's g columns and the scale parts; otherwise the CTA stages dh as
-// the simple kernel's output pass wrote it (the four- and five-launch forms; P, dU unread).
-template <bool kFinishRows, bool kFusedOutput>
+// the simple kernel's output pass wrote it (the four- and five-launch forms).
+// kFromP: q̃, k̃ and v̄ are recomputed from P's q, k, v columns as the forward computed them
+// (StageUnitRowFromP, NormalizeKeyRows; the q rows by threads 64–127 beside the prologue's
+// output rows), with their fp32 heads for the MiPE rate term in the staged rows' padding, and
+// the epilogue recomputes each row's q̃ and ‖q‖ (UnitRowFromP); nothing of `saved` but h is
+// read. Otherwise the saved rows and norms are read (the earlier forms, kept for the tests'
+// bit-for-bit check).
+template <bool kFinishRows, bool kFusedOutput, bool kFromP>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledQueryBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
                              ScreeningSaved<float> saved, const float* P, const float* dU, float* dh, float* d_q,
@@ -596,8 +607,18 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const double two_over_r2 = 2.0 / (double(tp.r) * tp.r);
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
   const float* v_bar = saved.v_bar + bt * T * kDv;
+  const int64_t ldp = s.tiles * s.p_cols();
+  const TaskRows task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
 
-  StageUnitRows<true>(saved.q_tilde + bt * T * kDk, q0, T, q_hi, q_lo);
+  if constexpr (kFromP) {
+    if (threadIdx.x >= kBlockQ) {  // threads 0–63 run the output rows (OutputBackwardRows)
+      const int r = threadIdx.x - kBlockQ;
+      StageUnitRowFromP<true, true>(task.P, ldp, 0, q0 + r, T, task.pos0, task.rate, &q_hi[r * kStrideK],
+                                    &q_lo[r * kStrideK]);
+    }
+  } else {
+    StageUnitRows<true>(saved.q_tilde + bt * T * kDk, q0, T, q_hi, q_lo);
+  }
   if constexpr (kFusedOutput) {
     OutputBackwardRows(s, tp.scale, b, t, q0, P, dU, saved.h, dP, dh, partial, dh_hi, dh_lo);
   } else {
@@ -613,8 +634,13 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = qw + g + 8 * half;
-    q01[half] = i < T ? make_float2(saved.q_tilde[(bt * T + i) * kDk], -saved.q_tilde[(bt * T + i) * kDk + 1])
-                      : make_float2(0.f, 0.f);
+    if constexpr (kFromP) {
+      const float2 head = RowHead(&q_hi[(i - q0) * kStrideK]);
+      q01[half] = i < T ? make_float2(head.x, -head.y) : make_float2(0.f, 0.f);
+    } else {
+      q01[half] = i < T ? make_float2(saved.q_tilde[(bt * T + i) * kDk], -saved.q_tilde[(bt * T + i) * kDk + 1])
+                        : make_float2(0.f, 0.f);
+    }
   }
   const bool rotate = tp.rate != 0;
 
@@ -622,8 +648,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const int j_first = q0 - keys + 1 > 0 ? q0 - keys + 1 : 0;
   for (int k0 = j_first / kBlockK * kBlockK; k0 <= q_last; k0 += kBlockK) {
     __syncthreads();  // every warp is done with the previous block
-    StageUnitRows<true>(k_tilde, k0, T, k_hi, k_lo);
-    StageValueRows(v_bar, k0, T, v_hi, v_lo);
+    if constexpr (kFromP) {
+      NormalizeKeyRows<true, true>(task, k0, T, k_hi, k_lo, v_hi, v_lo);
+    } else {
+      StageUnitRows<true>(k_tilde, k0, T, k_hi, k_lo);
+      StageValueRows(v_bar, k0, T, v_hi, v_lo);
+    }
     __syncthreads();
     #pragma unroll 1
     for (int step = 0; step < kBlockK / 16; ++step) {
@@ -691,16 +721,20 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
           // a PTX comment: no instruction; tools/ptxas_usage.py --step-loops counts trips without it
           asm volatile("// screening step: MiPE rate");
 #endif
-          // k̃_j[0], k̃_j[1] of the step's four keys of this lane (j = kj + 8n + 2u + c), fp32
-          // from global memory (cached; a shared copy would pass the 48 KB of static shared
-          // memory), for ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]).
+          // k̃_j[0], k̃_j[1] of the step's four keys of this lane (j = kj + 8n + 2u + c), fp32,
+          // for ∂s_ij/∂rate = (i − j)(q̃_i[0] k̃_j[1] − q̃_i[1] k̃_j[0]): kFromP from the staged
+          // rows' padding (RowHead; zeros past T), otherwise from saved k̃ in global memory.
           float2 kv[2][2];
           #pragma unroll
           for (int n = 0; n < 2; ++n) {
             #pragma unroll
             for (int c = 0; c < 2; ++c) {
               const int j = kj + 8 * n + 2 * u + c;
-              kv[n][c] = j < T ? *reinterpret_cast<const float2*>(k_tilde + j * kDk) : make_float2(0.f, 0.f);
+              if constexpr (kFromP) {
+                kv[n][c] = RowHead(&k_hi[(16 * step + 8 * n + 2 * u + c) * kStrideK]);
+              } else {
+                kv[n][c] = j < T ? *reinterpret_cast<const float2*>(k_tilde + j * kDk) : make_float2(0.f, 0.f);
+              }
             }
           }
           float step_rate[2] = {0.f, 0.f};
@@ -766,7 +800,9 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     double c, sn;
     MipeCosSin(tp.rate, pos, &c, &sn);
     const int64_t C = s.p_cols();
-    FinishKeyOrQueryRowBackward<kDk>(saved.q_tilde + (bt * T + i) * kDk, saved.q_norm[bt * T + i],
+    float z[kDk];  // kFromP: q̃_i and ‖q_i‖ as the forward computed them
+    const float norm = kFromP ? UnitRowFromP(task.P + i * ldp, rotate, c, sn, z) : saved.q_norm[bt * T + i];
+    FinishKeyOrQueryRowBackward<kDk>(kFromP ? z : saved.q_tilde + (bt * T + i) * kDk, norm,
                                      rows + lane * kFinishStrideK, rotate, c, sn, pos, nullptr,
                                      dP + (b * T + i) * s.tiles * C + t * C, kDk);
   }
@@ -782,10 +818,15 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
 // kFinishRows: writes ∂L/∂k and ∂L/∂v into dP's k and v columns (the epilogue: MiPE and
 // unit-norm backward of k̃'s finished rows, unit-norm backward of v̄'s, one lane per key);
 // otherwise ∂L/∂k̃ to d_k and ∂L/∂v̄ to d_v for NormalizeBackwardKernel (the five-launch form).
-template <bool kFinishRows>
+// kFromP: k̃, v̄ and q̃ recomputed from P's k, v and q columns as the forward computed them
+// (NormalizeKeyRows, StageUnitRowFromP by threads 0–63 per query block), and in the epilogue
+// each key's k̃, v̄ and norms (UnitRowFromP, UnitRotateRow); nothing of `saved` is read.
+// Otherwise the saved rows and norms are read (the earlier forms, for the tests).
+template <bool kFinishRows, bool kFromP>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledKeyBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask,
-                           ScreeningSaved<float> saved, const float* dh, float* d_k, float* d_v, float* dP) {
+                           ScreeningSaved<float> saved, const float* P, const float* dh, float* d_k, float* d_v,
+                           float* dP) {
   __shared__ __align__(16) uint16_t k_hi[kBlockK * kStrideK];
   __shared__ __align__(16) uint16_t k_lo[kBlockK * kStrideK];
   __shared__ __align__(16) uint16_t v_hi[kBlockK * kStrideV];
@@ -807,9 +848,15 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const float two_over_r = 2.f / tp.r;
   const float* q_tilde = saved.q_tilde + bt * T * kDk;
   const float* dh_t = dh + bt * T * kDv;
+  const int64_t ldp = s.tiles * s.p_cols();
+  const TaskRows task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
 
-  StageUnitRows<true>(saved.k_tilde + bt * T * kDk, k0, T, k_hi, k_lo);
-  StageValueRows(saved.v_bar + bt * T * kDv, k0, T, v_hi, v_lo);
+  if constexpr (kFromP) {
+    NormalizeKeyRows<true, false>(task, k0, T, k_hi, k_lo, v_hi, v_lo);
+  } else {
+    StageUnitRows<true>(saved.k_tilde + bt * T * kDk, k0, T, k_hi, k_lo);
+    StageValueRows(saved.v_bar + bt * T * kDv, k0, T, v_hi, v_lo);
+  }
   __syncthreads();
   uint32_t ka_hi[4], ka_lo[4];
   LdmatrixX4(ka_hi, &k_hi[(16 * warp + lane % 16) * kStrideK + 8 * (lane / 16)]);
@@ -823,7 +870,14 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const int i_last = k_last + keys - 1 < T - 1 ? k_last + keys - 1 : T - 1;
   for (int q0 = k0; q0 <= i_last; q0 += kBlockQ) {
     __syncthreads();  // every warp is done with the previous block
-    StageUnitRows<true>(q_tilde, q0, T, q_hi, q_lo);
+    if constexpr (kFromP) {
+      if (threadIdx.x < kBlockQ) {
+        StageUnitRowFromP<true, false>(task.P, ldp, 0, q0 + int(threadIdx.x), T, task.pos0, task.rate,
+                                       &q_hi[threadIdx.x * kStrideK], &q_lo[threadIdx.x * kStrideK]);
+      }
+    } else {
+      StageUnitRows<true>(q_tilde, q0, T, q_hi, q_lo);
+    }
     StageValueRows(dh_t, q0, T, dh_hi, dh_lo);
     __syncthreads();
     #pragma unroll 1
@@ -909,11 +963,20 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     MipeCosSin(tp.rate, pos, &c, &sn);
     const int64_t C = s.p_cols();
     float* dPj = dP + (b * T + j) * s.tiles * C + t * C;
-    FinishKeyOrQueryRowBackward<kDk>(saved.k_tilde + (bt * T + j) * kDk, saved.k_norm[bt * T + j],
-                                     k_rows + lane * kFinishStrideK, tp.rate != 0, c, sn, pos, nullptr, dPj + kDk,
-                                     kDk);
-    NormalizeRotateBackwardRow<kDv>(saved.v_bar + (bt * T + j) * kDv, saved.v_norm[bt * T + j],
-                                    v_rows + lane * kFinishStrideV, false, 1, 0, dPj + 2 * kDk, kDv);
+    if constexpr (kFromP) {  // k̃_j, v̄_j and their norms as the forward computed them
+      float z[kDk], v[kDv];
+      const float k_norm = UnitRowFromP(task.P + j * ldp + kDk, tp.rate != 0, c, sn, z);
+      FinishKeyOrQueryRowBackward<kDk>(z, k_norm, k_rows + lane * kFinishStrideK, tp.rate != 0, c, sn, pos, nullptr,
+                                       dPj + kDk, kDk);
+      const float v_norm = UnitRotateRow<kDv>(task.P + j * ldp + 2 * kDk, v, false, 1, 0, kDv);
+      NormalizeRotateBackwardRow<kDv>(v, v_norm, v_rows + lane * kFinishStrideV, false, 1, 0, dPj + 2 * kDk, kDv);
+    } else {
+      FinishKeyOrQueryRowBackward<kDk>(saved.k_tilde + (bt * T + j) * kDk, saved.k_norm[bt * T + j],
+                                       k_rows + lane * kFinishStrideK, tp.rate != 0, c, sn, pos, nullptr, dPj + kDk,
+                                       kDk);
+      NormalizeRotateBackwardRow<kDv>(saved.v_bar + (bt * T + j) * kDv, saved.v_norm[bt * T + j],
+                                      v_rows + lane * kFinishStrideV, false, 1, 0, dPj + 2 * kDk, kDv);
+    }
   } else {
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -970,7 +1033,9 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
 // kFour, the simple kernel's output pass first; kFive, that and the rows finished by
 // NormalizeBackwardKernel from scratch d_q, d_k, d_v (the last two kept for the tests'
 // bit-for-bit checks of the fusions).
-enum class BackwardForm { kThree, kFour, kFive };
+// kThreeSavedRows: kThree reading the saved q̃, k̃, v̄ and norms (the form before the passes
+// recomputed them from P; kept for the tests' bit-for-bit check).
+enum class BackwardForm { kThree, kThreeSavedRows, kFour, kFive };
 
 // kThree: three launches (query pass with the output pass as its prologue, key pass,
 // reduction); kFour: four (output pass, query pass, key pass, reduction), the rows finished in
@@ -982,7 +1047,9 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
     ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
     return;
   }
-  constexpr bool kFinishRows = kForm != BackwardForm::kFive, kFusedOutput = kForm == BackwardForm::kThree;
+  constexpr bool kFinishRows = kForm != BackwardForm::kFive;
+  constexpr bool kFusedOutput = kForm == BackwardForm::kThree || kForm == BackwardForm::kThreeSavedRows;
+  constexpr bool kFromP = kForm == BackwardForm::kThree;
   if constexpr (kFusedOutput) {
     // Tables uploaded, scratch sized; the query pass's prologue runs the output pass.
     if (!ScreeningBackwardPrepare(shape, tiles, grads, scratch, stream)) return;
@@ -999,13 +1066,13 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
   const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->current->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledQueryBackwardKernel<kFinishRows, kFusedOutput>>(
+  Launch<TiledQueryBackwardKernel<kFinishRows, kFusedOutput, kFromP>>(
       grid, kThreadsPerCta, 0, stream, s, scratch->current->params, scratch->current->mask, scratch->current->dmask,
       saved, P, dU, scratch->dh.data(), scratch->d_q.data(), dP, scratch->partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
-  Launch<TiledKeyBackwardKernel<kFinishRows>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
-                                              scratch->current->mask, saved, scratch->dh.data(), scratch->d_k.data(),
-                                              scratch->d_v.data(), dP);
+  Launch<TiledKeyBackwardKernel<kFinishRows, kFromP>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
+                                                      scratch->current->mask, saved, P, scratch->dh.data(),
+                                                      scratch->d_k.data(), scratch->d_v.data(), dP);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
   if constexpr (kFinishRows) {
     ScreeningBackwardReduce(shape, grads, scratch, stream);  // the fixed-order reduction
@@ -1045,6 +1112,12 @@ void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const T
                             const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream) {
   Backward<BackwardForm::kThree>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
+}
+
+void ScreeningTiledBackwardSavedRows(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                     const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                                     TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
+  Backward<BackwardForm::kThreeSavedRows>(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
 }
 
 void ScreeningTiledBackwardFourLaunches(const ScreeningShape& shape, const float* P, const TileScalars* tiles,

@@ -15,15 +15,15 @@
 //      query block and, per key block it walks, P's k and v rows, and normalizes them
 //      itself (unit length; q̃, k̃ MiPE-rotated in fp64) with the simple kernel's own row
 //      arithmetic (kernels/cuda/screening_rows.cuh, which NormalizeKernel calls too) before
-//      staging them as bf16. The CTA owning a query block writes that block's saved q̃, k̃,
-//      v̄ and norms (its diagonal key block, which every CTA walks), bit for bit what
-//      ScreeningForward writes there. A key block is normalized again by each CTA that
-//      walks it (an fp64 cos and sin per k row, v̄'s norm per v row), which reads P's k
+//      staging them as bf16. It writes no saved q̃, k̃, v̄ or norms (of `saved` only h): the
+//      backward recomputes them from P (below). A key block is normalized again by each CTA
+//      that walks it (an fp64 cos and sin per k row, v̄'s norm per v row), which reads P's k
 //      and v columns where the two-launch form read saved k̃, v̄ (the same 80 floats a row);
-//      what goes is the separate pass's read of P's q, k, v, the read-back of q̃, and a
-//      launch. The two-launch form (the simple kernel's normalize pass, then the aggregate
-//      kernel on the saved rows: ScreeningTiledForwardTwoLaunches) gives U, h and every
-//      saved array bit for bit as the one-launch form (tested on the emulated device).
+//      what goes is the separate pass's read of P's q, k, v, the saved rows' write and
+//      read-back, and a launch. The two-launch form (the simple kernel's normalize pass, then
+//      the aggregate kernel on the saved rows: ScreeningTiledForwardTwoLaunches, which does
+//      write them) gives U and h bit for bit as the one-launch form (tested on the emulated
+//      device).
 //   Aggregate (steps 7–13): a CTA of 4 warps per (64-query block, tile, sequence).
 //      Each warp owns 16 queries. The CTA walks only the 64-key blocks its Softmask
 //      window reaches, [max(0, q0 − keys + 1), q_last] (block-sparse over the causal
@@ -49,15 +49,28 @@
 //   threads with 21,504 bytes of static shared memory (q̃ hi/lo 64×16, k̃ hi/lo 64×16,
 //   v̄ 64×64, bf16, rows padded to 48 and 144 bytes: 16-byte multiples, not 32-byte
 //   ones, so ldmatrix's eight rows fall in distinct banks) and __launch_bounds__(128, 4)
-//   caps registers at 128 per thread (ptxas, CUDA 13, the one-launch form: 126 on sm_90,
-//   127 on sm_80, no spills, 40 bytes of stack for the fp64 cos and sin; the two-launch
+//   caps registers at 128 per thread (ptxas, CUDA 13, the one-launch form: 124 on sm_90,
+//   126 on sm_80 since it writes no saved rows (126, 127 before), no spills, 40 bytes of
+//   stack for the fp64 cos and sin; the two-launch
 //   form's kernel 128 and 127), so the register file allows exactly 4 CTAs; shared memory
 //   (unchanged by the fusion) would allow 7 (sm_80) or 10 (sm_90). Staging is plain loads
 //   from fp32 P (normalized and rounded to bf16 on the way), one buffer, no cp.async
 //   pipeline yet.
 // Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
 //
-// Backward (ScreeningTiledBackward), three launches, nothing [T, w] stored:
+// Backward (ScreeningTiledBackward), three launches, nothing [T, w] stored. Neither pass reads
+// the saved q̃, k̃, v̄ or norms (the forward writes none): each recomputes the rows it stages
+// from P's q, k, v columns with the forward's row arithmetic (screening_rows.cuh: the q rows
+// of the query pass's own block by threads 64–127 beside the prologue's output rows, each
+// walked key block's k and v rows as the forward's; the key pass's own k and v rows and each
+// walked query block's q rows), and the epilogues recompute their rows' q̃, k̃, v̄ and norms
+// the same way. The MiPE rate term's fp32 q̃_i[0..1] and k̃_j[0..1] sit in the staged rows'
+// padding (columns 16–19 of a 24-column bf16 row, which ldmatrix never reads) rather than in
+// global memory. So the values are the saved rows' bit for bit, and dP, ∂L/∂h and the tile
+// gradients equal those of the form that read the saved rows (ScreeningTiledBackwardSavedRows,
+// tested on the emulated device with the saved rows NaN for the recomputing form). Bytes: P's
+// q, k, v columns read (96 values a row) where the saved rows and norms were (99 fp32): equal
+// in this code's fp32 P, half in tools/perf_model.py's bf16 P; the forward's writes of them go.
 //   1. Query pass: a CTA of 4 warps per (64-query block, tile, sequence). Prologue: the
 //      output pass for the CTA's own 64 rows (each (query block, tile, sequence) has one
 //      CTA), one row per thread of threads 0–63: steps 13–11 backward from saved h, P's g
@@ -115,7 +128,10 @@
 //   query pass 168 registers on sm_90 and sm_80 with the output prologue and the epilogue (at
 //   the cap; 156 / 146 without the prologue: the four-launch form), key pass 150 and 142 with
 //   its epilogue (148 / 139 without: the five-launch form); no spills; 40 bytes of stack (the
-//   epilogues' fp64 cos and sin, as NormalizeBackwardKernel's). Not yet measured on a GPU.
+//   epilogues' fp64 cos and sin, as NormalizeBackwardKernel's). Those are the saved-row forms'
+//   (ScreeningTiledBackwardSavedRows' kernels keep them); recomputing from P (2026-12-07):
+//   query pass 168 on sm_90 and 167 on sm_80, key pass 150 and 149, no spills, 40 bytes of stack.
+//   Not yet measured on a GPU.
 // Step loops (all three kernels): Trim's a by a multiply with −1/r (TrimNegReciprocal, once
 // per tile), positions as 32-bit integers (T < 2^27; longer sequences run the simple
 // kernels); the Softmask tables read once per distinct d of a lane's step (LaneTable: 6 of
@@ -123,7 +139,8 @@
 // apart for interior steps (StepPairs), bf16 pairs packed by one cvt.rn.bf16x2.f32.
 // `tools/ptxas_usage.py --step-loops` counts their PTX (docs/performance.md).
 // Inputs and outputs as ScreeningForward: P [B·T, tiles·p_cols()] device, read; tiles
-// [tiles] host; U [B·T, tiles·d_v] device, written; every buffer of `saved` written.
+// [tiles] host; U [B·T, tiles·d_v] device, written; saved.h written, the other buffers of
+// `saved` untouched (the two-launch forms write them all).
 // Precision: bf16 operands (α·m and v̄ rounded once each), fp32 accumulation; U and h
 // within 1e-2 of the simple kernel, row by row, ‖got − ref‖/‖ref‖ (measured worst
 // 5.4e-3 on the emulated device; tests/kernels/screening_tiled_test.cc). Rows every
@@ -158,11 +175,19 @@ void ScreeningTiledForwardPlainBf16SimilarityTwoLaunches(const ScreeningShape& s
                                                          float* U, ScreeningScratch* scratch, cudaStream_t stream);
 
 // Backward (see the header comment above): the same arguments, outputs and errors as
-// ScreeningBackward. saved as its forward wrote it; dU [B·T, tiles·d_v] device, read;
+// ScreeningBackward. Of saved only h is read (as the forward wrote it); dU [B·T, tiles·d_v] device, read;
 // dP [B·T, tiles·p_cols()] device, written; grads as ScreeningBackward's (host: waits).
 void ScreeningTiledBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                             const ScreeningSaved<float>& saved, const float* dU, float* dP, TileScalarGradsOut grads,
                             ScreeningScratch* scratch, cudaStream_t stream);
+
+// As ScreeningTiledBackward in its earlier form reading the saved q̃, k̃, v̄ and norms (which the
+// simple forward, ScreeningTiledForwardTwoLaunches or ScreeningNormalize must have written),
+// where ScreeningTiledBackward recomputes them from P. For the tests' bit-for-bit check; not
+// for the model.
+void ScreeningTiledBackwardSavedRows(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
+                                     const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                                     TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
 
 // As ScreeningTiledBackward in its earlier four-launch form: the simple kernel's output pass
 // (ScreeningBackwardBegin) writes scratch dh, dP's g columns and the scale parts first, and the

@@ -183,6 +183,24 @@ class BenchCountTest(unittest.TestCase):
                 self.assertEqual(c[name]["model_launches"], launches)
                 self.assertAlmostEqual(c[name]["counted_bytes"], c[name]["model_bytes"], delta=0.01 * c[name]["model_bytes"])
 
+    def test_the_tiled_forward_writes_h_and_u_only_and_the_backward_reads_no_saved_rows(self):
+        # Issue 42: the tiled backward recomputes q̃, k̃, v̄ and their norms from P's columns
+        # (kernels/cuda/screening_tiled.h), so the one-launch forward writes only saved h and
+        # U, 64 + 64 fp32 per (token, tile), where it also wrote q̃, k̃, v̄ and 3 norms (99 fp32
+        # more: 929,792 bytes here before, 524,288 now). The passes read P's q, k, v columns
+        # (fp32 in this code) where they read the saved rows (fp32): the same bytes but the
+        # norms, 1 fp32 (query pass) and 2 (key pass) per (token, tile): 1,184,512 → 1,180,416
+        # and 664,000 → 655,808 bytes read here (32-byte sectors of 16+ float columns: exact).
+        text = open(os.path.join(SRC, "configs", "models", "tiny_tiled.textproto")).read()
+        psi = int(re.search(r"^psi: (\d+)", text, re.M).group(1))
+        token_tiles = 256 * psi  # T = 256, B = 1, Ψ tiles per layer
+        ops = {r["name"].split(" (")[0]: r for r in counted("tiny_tiled", "bf16")["counted"]["ops"]}
+        forward = ops["TiledAggregateKernel<true, true>"]
+        self.assertEqual(forward["calls"], psi)  # one per layer
+        self.assertEqual(forward["bytes_written"], psi * token_tiles * (64 + 64) * 4)
+        self.assertEqual(ops["TiledQueryBackwardKernel<true, true, true>"]["bytes_read"], 1180416)
+        self.assertEqual(ops["TiledKeyBackwardKernel<true, true>"]["bytes_read"], 655808)
+
     def test_the_models_gemms_and_agreeing_bytes_equal_the_counts(self):
         for model in BYTES_AGREE:
             with self.subTest(model=model):

@@ -168,6 +168,21 @@ class PerfModelTest(unittest.TestCase):
                     + perf_model.interior_steps(keys, T) * inner) if w in mipe else 0
             self.assertAlmostEqual(query_issue([w] * 16), 16 * (base + rate), delta=1e-6 * (base + rate), msg=f"w={w}")
 
+    def test_the_tiled_screening_ops_move_p_columns_not_saved_rows(self):
+        # Issue 42: the tiled backward recomputes q̃, k̃, v̄ from P's q, k, v columns (bf16 in
+        # the model), so no op writes or reads the saved fp32 rows and norms. Per (token, tile):
+        # forward P's q, k, v, g (160 bf16), h (64 fp32) and U (64 bf16); query pass P's g and
+        # ∂U (bf16) and h in, ∂h (fp32) and ∂P's g (bf16) out, P's q, k, v in, ∂P's q (16 fp32)
+        # and 5 fp64 parts out; key pass P's q, k, v and ∂h in, ∂P's k (16) and v (64 fp32)
+        # out. With the saved rows these were 1,100, 1,388 and 968 bytes.
+        T, psi = 4096, 32
+        ops, _, _, _ = perf_model.multiscreen_ops(psi, T, 1, perf_model.initial_windows(psi, psi), 512, 1.0)
+        per_row = {op.name.split(" (")[0]: op.bytes / (T * psi) for op in ops if op.kind == "screen"}
+        self.assertEqual(per_row, {
+            "screening forward, tiled": 160 * 2 + 64 * 4 + 64 * 2,
+            "screening backward, tiled query pass": 64 * 2 * 3 + 64 * 4 * 2 + 96 * 2 + 16 * 4 + 5 * 8,
+            "screening backward, tiled key pass": 96 * 2 + 64 * 4 + 16 * 4 + 64 * 4})
+
     def test_initial_windows_span_two_to_w_th_plus_one(self):
         w = perf_model.initial_windows(4, 16)
         self.assertEqual(len(w), 64)
