@@ -442,11 +442,12 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
     // The same --precision computing in another precision here (bf16 resumed on a CPU with,
     // or without, bf16 dot products): the recipe lines above do not see it.
     const std::string effective = PrecisionName(step_precision_);
+    const nlohmann::json asked = RecipeOf(run_)["precision"];
     if (identity.is_object() && identity.value("effective_precision", nlohmann::json()).is_string() &&
         identity["effective_precision"] != effective && recipe.is_object() &&
-        recipe.value("precision", nlohmann::json()) == RecipeOf(run_)["precision"]) {
-      LogWarning("the step now computes in ", effective, " (--precision=", RecipeOf(run_)["precision"].get<std::string>(),
-                 "); it started in ", identity["effective_precision"].get<std::string>(), " (", run_.run_dir(),
+        recipe.value("precision", nlohmann::json()) == asked) {
+      LogWarning("the step now computes in ", effective, " (--precision=", asked.get<std::string>(), "); it started in ",
+                 identity["effective_precision"].get<std::string>(), " (", run_.run_dir(),
                  "/run.json): its trajectory changes here");
     }
     if (const auto started = started_with("steps"); started && *started != run_.steps() && m.step < run_.steps()) {
