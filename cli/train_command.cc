@@ -34,6 +34,7 @@
 #include "kernels/buffer.h"
 #include "cli/device.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/precision_name.h"
 #include "model/multiscreen.h"
 #include "nlohmann/json.hpp"
 #include "parallel/fatal.h"
@@ -591,11 +592,14 @@ int TrainCommand(int argc, char** argv) {
             " x ", run->micro_batch(), " x ", run->seq_len(), " tokens into ", run->run_dir(), "; build ",
             BuildDescription());
     if (*device == Device::kCpu) {
-      LogInfo("device: cpu; CPU kernels: ", kernels::cpu::IsaDescription(), "; head: ",
+      // The precision the step computes in (run.json's effective_precision), and the one
+      // asked for where the CPU path falls back.
+      const Precision step = (*trainer)->step_precision();
+      const bool falls_back = run->precision() == config::RunConfig::BF16 && step != Precision::kBf16;
+      LogInfo("device: cpu; CPU kernels: ", kernels::cpu::IsaDescription(), "; step precision: ", PrecisionName(step),
+              falls_back ? " (--precision=bf16 falls back)" : "", "; head: ",
               HeadPathName<float>(*dims, grid->shape().tp, HeadPath::kPanels,
-                                  CpuStepPrecision(run->precision() == config::RunConfig::BF16 ? Precision::kBf16
-                                                                                             : Precision::kFp32,
-                                                   nullptr)),
+                                  step == Precision::kBf16 ? Precision::kBf16 : Precision::kFp32),
               comm_note);
     } else {
       LogInfo("device: ", DeviceName(*device), " (", bound_device,

@@ -17,18 +17,6 @@
 
 namespace multiscreen::eval {
 
-std::string PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
-
 absl::StatusOr<RunnerDevice> ParseRunnerDevice(const std::string* device, const std::string* precision,
                                                const char* command) {
   RunnerDevice d;

@@ -22,6 +22,7 @@
 #include "checkpoint/weights_file.h"
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
+#include "kernels/precision_name.h"
 #include "model/decoder.h"
 #include "model/model_stage.h"
 #include "model/tile_weights.h"
@@ -34,8 +35,8 @@ struct RunnerDevice {
   Precision precision = Precision::kFp32;  // kFp32 or kBf16
 };
 
-// "fp32" | "bf16" | "fp16".
-std::string PrecisionName(Precision precision);
+// "fp32" | "bf16" | "fp16" (kernels/precision_name.h).
+using ::multiscreen::PrecisionName;
 
 // The device and precision an inference command's --device and --precision name (null:
 // the flag was not given: cpu, fp32, whatever train's --device default is): cpu or cuda

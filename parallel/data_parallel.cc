@@ -48,11 +48,9 @@ int64_t DataParallel::BucketLow(int64_t b) const {
 
 void DataParallel::ReduceBucket(Communicator& comm, float* grads, int64_t b) {
   const int64_t n = comm.size();
-  const float inv = 1.0f / static_cast<float>(n);
   if (!options_.zero1) {
     const int64_t off = b * options_.bucket_elements, len = std::min(options_.bucket_elements, size_ - off);
     comm.AllReduce(grads + off, len, ReduceOp::kSum);
-    ops_->Scale(grads + off, len, inv);
     return;
   }
   // Bucket b packs the b-th piece of every rank's shard side by side ([dp, len],
@@ -70,7 +68,6 @@ void DataParallel::ReduceBucket(Communicator& comm, float* grads, int64_t b) {
   comm.ReduceScatter(scratch_.data(), mine, len, ReduceOp::kSum);
   const int64_t begin = std::min(own_end, own_begin + k), end = std::min(own_end, own_begin + k + len);
   ops_->Copy(mine, end - begin, grads + begin);
-  ops_->Scale(grads + begin, end - begin, inv);
 }
 
 void DataParallel::ReduceGradients(float* grads) {

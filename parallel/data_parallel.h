@@ -1,9 +1,13 @@
 // Data parallelism over the dp group (DESIGN "Data flow of one training step",
 // last line): after the last micro-batch, every replica's gradient buffer is
-// averaged over dp, either whole on every rank (all-reduce, in buckets) or,
-// under ZeRO-1, reduce-scattered so that each dp rank holds the mean of a
+// summed over dp, either whole on every rank (all-reduce, in buckets) or,
+// under ZeRO-1, reduce-scattered so that each dp rank holds the sum of a
 // contiguous shard of the flat buffer, updates that shard with its optimizer
 // state, and all-gathers the updated parameters.
+//
+// A sum, not a mean: the step (parallel/step.cc ComputeGradients) already weighs each
+// micro-batch by 1/(M·dp), so that every rank's backward carries the gradients at the
+// magnitude one process's would (the same fp16 overflows whatever the layout).
 //
 // The flat buffer is cut into dp shards of S = ⌈size/dp⌉ elements: rank r owns
 // [r·S, min((r+1)·S, size)). Collectives move buckets of about
@@ -62,8 +66,8 @@ class DataParallel {
   // Whether buckets are reduced on the communication thread (options.overlap, dp > 1).
   bool overlapped() const { return worker_.joinable(); }
 
-  // grads [size] (device) ← the mean over the dp group. Plain: all of it, on every rank.
-  // ZeRO-1: only ShardRange(own rank) holds the mean afterwards; the rest of
+  // grads [size] (device) ← the sum over the dp group. Plain: all of it, on every rank.
+  // ZeRO-1: only ShardRange(own rank) holds the sum afterwards; the rest of
   // grads keeps this rank's unreduced values. Blocking, on the calling thread.
   void ReduceGradients(float* grads);
 
@@ -97,7 +101,7 @@ class DataParallel {
   int64_t Buckets() const;
   // The lowest buffer offset bucket b reads (it is final once this is).
   int64_t BucketLow(int64_t b) const;
-  // Bucket b's collective over `comm` and its 1/dp scaling: the unit both paths share.
+  // Bucket b's collective over `comm`: the unit both paths share.
   void ReduceBucket(Communicator& comm, float* grads, int64_t b);
   void WorkerLoop();
 

@@ -72,10 +72,18 @@ absl::StatusOr<double> ComputeGradients(ProcessGrid& grid, ParallelModel& model,
                                         double loss_scale) {
   const ParamLayout& layout = model.layout();
   // No fill here: the stage readies grads itself (ModelStage::ZeroGradientsBeforeStep).
-  // Each micro-batch's loss is a mean over its B·T positions; 1/M makes the
-  // replica's gradient that of its M-micro-batch mean, and DataParallel's
-  // mean over dp that of the global batch.
-  const double grad_scale = loss_scale / static_cast<double>(std::max<int64_t>(1, shape.micro_batches));
+  // Each micro-batch's loss is a mean over its B·T positions; 1/(M·dp) weighs it as
+  // one of the global batch's M·dp micro-batches, and DataParallel's sum over dp adds
+  // the replicas. Weighing before the backward (not dividing by dp after the
+  // reduction) makes every rank's backward carry each micro-batch's gradients at the
+  // magnitude one process running all M·dp of them would: fp16's backward operands
+  // overflow (and the step is skipped) for the same loss scale whatever the layout.
+  // tp and pp pass grad_scale through unchanged (each stage and each tp shard computes
+  // its part of the same micro-batch's backward). For dp a power of two the weights
+  // differ from 1/M by an exact power of two: in fp32 and bf16 the same bits as 1/M then
+  // 1/dp after the reduction (barring subnormals); fp16 rounds as one process does.
+  const int64_t global_micro_batches = std::max<int64_t>(1, shape.micro_batches) * grid.shape().dp;
+  const double grad_scale = loss_scale / static_cast<double>(global_micro_batches);
   DataParallel& dp = model.data_parallel();
   dp.BeginReduce(grads);
   // Overlapped: each layer the last backward finishes is tp-synchronized (its

@@ -27,6 +27,7 @@
 #include "common/status.h"
 #include "common/text_file.h"
 #include "kernels/cpu/fma_peak.h"
+#include "kernels/precision_name.h"
 #include "model/init.h"
 #include "nlohmann/json.hpp"
 #include "parallel/progress.h"
@@ -169,6 +170,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::RunConfig
     options.precision = CpuStepPrecision(options.precision, &notice);
     if (!notice.empty() && t->is_logger()) LogWarning(notice);
   }
+  t->step_precision_ = options.precision;
   DataParallelOptions dp_options;
   dp_options.zero1 = run.parallel().zero() == 1;
   dp_options.overlap = run.parallel().dp_overlap() != "off";
@@ -437,6 +439,17 @@ absl::Status Trainer::ResumeIfPresent(bool restart) {
     // And another recipe (trainer/recipe_change.h: lr, precision, AdamW, clipping, schedule).
     const nlohmann::json recipe = identity.is_object() ? identity.value("recipe", nlohmann::json()) : nlohmann::json();
     for (const std::string& line : RecipeChanges(recipe, RecipeOf(run_), run_.run_dir() + "/run.json")) LogWarning(line);
+    // The same --precision computing in another precision here (bf16 resumed on a CPU with,
+    // or without, bf16 dot products): the recipe lines above do not see it.
+    const std::string effective = PrecisionName(step_precision_);
+    const nlohmann::json asked = RecipeOf(run_)["precision"];
+    if (identity.is_object() && identity.value("effective_precision", nlohmann::json()).is_string() &&
+        identity["effective_precision"] != effective && recipe.is_object() &&
+        recipe.value("precision", nlohmann::json()) == asked) {
+      LogWarning("the step now computes in ", effective, " (--precision=", asked.get<std::string>(), "); it started in ",
+                 identity["effective_precision"].get<std::string>(), " (", run_.run_dir(),
+                 "/run.json): its trajectory changes here");
+    }
     if (const auto started = started_with("steps"); started && *started != run_.steps() && m.step < run_.steps()) {
       const config::ScheduleConfig& schedule = run_.schedule();
       const double peak = run_.optimizer().lr();
@@ -605,6 +618,7 @@ absl::Status Trainer::CheckSameRun(const absl::Status& why_no_checkpoint) const 
     saved.erase("val_windows");
     saved.erase("recipe");
     saved.erase("build");
+    saved.erase("effective_precision");
   }
   if (has_metrics && saved != RunIdentity()) {
     // Metrics of another run (or of one we cannot tell is this one): keep them.
@@ -631,7 +645,11 @@ absl::Status Trainer::StartFresh(const absl::Status& why_no_checkpoint, const st
   nlohmann::json identity = RunIdentity();
   identity["steps"] = run_.steps();
   if (!val_loaders_.empty()) identity["val_windows"] = ValidationWindows();
+  // The recipe keeps the requested precision (what a resume's flags compare with, and what
+  // a resume on a CPU with bf16 dot products gets back); beside it what the step computes
+  // in here (bf16 falls back to fp32 on a CPU path without bf16 dot products).
   identity["recipe"] = RecipeOf(run_);
+  identity["effective_precision"] = PrecisionName(step_precision_);
   // The build that started the run (not part of the identity: a rebuilt binary resumes it).
   identity["build"] = {{"version", ThisBuild().version}, {"commit", ThisBuild().commit}};
   // Written beside and renamed into place (as status.json): a crash mid-write leaves the

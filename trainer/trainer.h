@@ -27,6 +27,7 @@
 #include "trainer/validation_data.h"
 #include "data/loader.h"
 #include "kernels/device_array.h"
+#include "kernels/kernel_table.h"
 
 namespace multiscreen {
 
@@ -137,6 +138,11 @@ class Trainer {
   bool stopped_by_signal() const { return stopped_by_signal_; }
   bool resumed() const { return resumed_; }
   int64_t steps_run() const { return run_steps_; }  // optimizer steps taken by Run() in this process
+  // What the step computes in here: run.precision(), except bf16 on a CPU path without bf16
+  // dot products, which runs the fp32 step (trainer/cpu_precision.h). run.json records it at
+  // the start beside the requested one ("effective_precision"); a resume that computes in
+  // another one says so.
+  Precision step_precision() const { return step_precision_; }
 
  private:
   Trainer(const config::RunConfig& run, const ModelDims& dims, ProcessGrid* grid);
@@ -203,6 +209,7 @@ class Trainer {
   bool validation_owed_ = false;
   nlohmann::json data_;  // the training sources' identity, saved in every manifest (CheckpointMeta::data)
   bool allow_data_change_ = false;
+  Precision step_precision_ = Precision::kFp32;
   std::unique_ptr<FileLock> lock_;  // <run_dir>/.lock, held by world rank 0
   double run_seconds_ = 0;
   double comm_exposed_s_ = 0;  // this rank's last step: communication waited for after compute (metrics)

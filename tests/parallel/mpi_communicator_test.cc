@@ -220,16 +220,20 @@ TEST(DataParallelTest, ZeroOneRoundTripEqualsThePlainAllReduce) {
   }
 }
 
-TEST(DataParallelTest, PlainReductionIsTheMeanOverRanks) {
+// A sum, not a mean: the step weighs each micro-batch by 1/(M·dp) before the backward
+// (parallel/step.cc), so that fp16 overflows alike under every dp.
+TEST(DataParallelTest, PlainAndZeroOneReductionsAreTheSumOverRanks) {
   auto c = World();
   const int n = c->size(), r = c->rank();
-  std::vector<float> g = {float(r), 2.0f * r, 1.0f};
-  DataParallel dp(c.get(), 3, DataParallelOptions{false, 2});
-  dp.ReduceGradients(g.data());
-  const float mean = (n - 1) / 2.0f;
-  EXPECT_FLOAT_EQ(g[0], mean);
-  EXPECT_FLOAT_EQ(g[1], 2 * mean);
-  EXPECT_FLOAT_EQ(g[2], 1.0f);
+  const float sum = n * (n - 1) / 2.0f;  // Σ_r r
+  for (bool zero1 : {false, true}) {
+    std::vector<float> g = {float(r), 2.0f * r, 1.0f};
+    DataParallel dp(c.get(), 3, DataParallelOptions{zero1, 2});
+    dp.ReduceGradients(g.data());
+    const std::vector<float> want = {sum, 2 * sum, float(n)};
+    const auto [begin, end] = zero1 ? dp.OwnedRange() : std::pair<int64_t, int64_t>{0, 3};
+    for (int64_t i = begin; i < end; ++i) EXPECT_EQ(g[i], want[i]) << "zero1 " << zero1 << " element " << i;
+  }
 }
 
 }  // namespace

@@ -626,6 +626,40 @@ class TrainTest(SyntheticCorpusCase):
         self.assertIn("the step runs in fp32", notices[0])
         self.assertEqual(train_losses(a), train_losses(b))
 
+    def test_run_json_records_the_requested_and_the_effective_precision(self):
+        # bf16 asked on a path without bf16 dot products runs the fp32 step: run.json's recipe
+        # keeps the requested bf16 (what a resume's flags compare with, and what a resume on a
+        # CPU with bf16 dot products gets back), effective_precision what the step computed
+        # in, and the device line says both.
+        d = self.run_dir("effective_precision")
+        r = self.train(d, "--steps=2", "--eval_every=0", "--isa=generic", "--precision=bf16")
+        run_json = os.path.join(d, "run.json")
+        with open(run_json) as f:
+            started = json.load(f)
+        self.assertEqual((started["recipe"]["precision"], started["effective_precision"]), ("bf16", "fp32"))
+        self.assertIn("; step precision: fp32 (--precision=bf16 falls back); head: ", r.stderr)
+        # Resumed with the same flags on the default path: where it has bf16 dot products the
+        # step computes in bf16 from here, said in one line (no recipe line: --precision is
+        # unchanged); where it has none, nothing changes and nothing is said.
+        r = self.train(d, "--steps=4", "--eval_every=0", "--precision=bf16")
+        self.assertIn("resumed from", r.stderr)
+        self.assertNotIn("--precision is now", r.stderr)
+        changed = [l for l in r.stderr.splitlines() if "the step now computes in" in l]
+        if "has no bf16 dot products" in r.stderr:
+            self.assertEqual(changed, [])
+            self.assertIn("; step precision: fp32 (--precision=bf16 falls back); head: ", r.stderr)
+        else:
+            self.assertEqual(changed, [f"[W] the step now computes in bf16 (--precision=bf16); it started in fp32 "
+                                       f"({run_json}): its trajectory changes here"])
+            self.assertIn("; step precision: bf16; head: ", r.stderr)
+        with open(run_json) as f:
+            self.assertEqual(json.load(f), started)  # written at the start only
+        # fp32 asked and run: no fallback said.
+        r = self.train(self.run_dir("effective_fp32"), "--steps=1", "--eval_every=0")
+        with open(os.path.join(self.run_dir("effective_fp32"), "run.json")) as f:
+            self.assertEqual(json.load(f)["effective_precision"], "fp32")
+        self.assertIn("; step precision: fp32; head: ", r.stderr)
+
     def test_zero_1_without_data_parallel_ranks_says_it_does_nothing(self):
         # A field report: --zero=1 on a layout with dp = 1 ran without ZeRO-1, in silence.
         r = self.train(self.run_dir("zero_dp1"), "--steps=1", "--eval_every=0", "--zero=1")
