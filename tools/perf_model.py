@@ -694,8 +694,9 @@ def graphed_report(ops, micro, model_flops, launches, hw):
     eager = (launches - once_launches) * hw.launch_s  # the micro-batch's launches, uncaptured
     graphed = graphed_micro_overhead(ops, hw)
     micro_graphed = micro - eager + graphed  # the step's waits and once-per-step launches stay, as in micro
-    return {"graph_node_us": hw.graph_node_s * 1e6, "micro_overhead_ms": eager * 1e3, "micro_overhead_graphed_ms": graphed * 1e3,
-            "micro_ms_graphed": micro_graphed * 1e3, "mfu_accumulating_graphed": model_flops / (micro_graphed * hw.peak)}
+    return {"graph_node_us": hw.graph_node_s * 1e6, "micro_overhead_ms": eager * 1e3,
+            "micro_overhead_graphed_ms": graphed * 1e3, "micro_ms_graphed": micro_graphed * 1e3,
+            "mfu_accumulating_graphed": model_flops / (micro_graphed * hw.peak)}
 
 
 def kind_has_no_graph(ops):

@@ -86,7 +86,8 @@ class BenchGraphsTest(unittest.TestCase):
         self.assertEqual(graphed["totals"]["bytes_to_device"], plain["totals"]["bytes_to_device"])
 
     def test_graphs_without_a_capturing_device_or_for_the_transformer_are_refused_in_one_line(self):
-        for args, message in ((("--model=tiny_psi4", "--device=cpu"), "--graphs captures CUDA graphs: add --device=cuda"),
+        for args, message in ((("--model=tiny_psi4", "--device=cpu"),
+                               "--graphs captures CUDA graphs: add --device=cuda"),
                               (("--model=tiny_transformer", "--device=cuda"),
                                "--graphs captures the micro-step of a Multiscreen model on one CUDA device")):
             with self.subTest(args=args):
