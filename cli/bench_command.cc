@@ -1,5 +1,5 @@
 // `multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64]
-//   [--steps=N --warmup=N --threads=N --json --grad_accum=M]`: warm-up steps, then timed training
+//   [--steps=N --warmup=N --threads=N --json --grad_accum=M --graphs]`: warm-up steps, then timed training
 // steps (forward, backward and AdamW on random tokens; with --grad_accum=M, M micro-batches
 // of B sequences per step, composed from the stage pieces as a pipeline stage calls them:
 // one BeginStep, per micro-batch Embed … EmbedBackward, one EndStep). Prints tokens/s, achieved GFLOP/s
@@ -68,6 +68,10 @@ ABSL_FLAG(bool, count, false,
 ABSL_FLAG(bool, op_times, false,
           "bench train: time the last step's every kernel and cuBLAS product on the device with CUDA events "
           "(--device=cuda), by the names --count uses; tools/perf_model.py --measured puts them beside the model's ops");
+ABSL_FLAG(bool, graphs, false,
+          "bench train: run each micro-batch after a step's first as one CUDA graph (--device=cuda, a Multiscreen "
+          "model on one device; tp, pp, dp and the Transformer run uncaptured): the second captured, the later "
+          "ones replayed, once per step");
 ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");
@@ -112,6 +116,7 @@ struct TrainResult {
   nlohmann::json counted;  // --count: the last step's work on the emulated device (bench_count.h)
   nlohmann::json op_times;  // --op_times: the last step's device time per kernel and product (bench_op_times.h)
   std::vector<double> step_seconds, losses;
+  std::vector<double> grad_norms;  // ‖gradient‖₂ of each timed step, read after the step's time
   std::vector<double> step_thread_cpu_seconds;  // each timed step on the calling thread's CPU clock
   std::vector<StepProfile> profiles;
   std::vector<double> windows;  // w of every tile at initialization (the FLOP count's windows)
@@ -143,21 +148,51 @@ void OptimizerStep(kernels::KernelTable<double>&, BenchOptimizer& opt, double* p
 // (ZeroGradientsBeforeStep). The micro-batches' losses stay summed where the head runs:
 // the caller reads them once (ModelStage::TakeLoss) and divides by micro; x, dx: the
 // activations' buffers.
+//
+// With `ops` (--graphs; model.CanCaptureMicroStep()), every micro-batch after the first
+// runs as one CUDA graph: the second's micro-step (Embed … LayersBackward, and
+// EmbedScaleBackward) is captured once and launched, and replayed for the later ones,
+// each launch preceded by the copy of its ids and targets to the fixed buffers the graph
+// reads (ModelStage::PreloadInputs) and followed by the embedding table's scatter, whose
+// grid and CSR depend on the ids (EmbedTableBackward, uncaptured, on the same stream). The
+// first micro-batch runs uncaptured: its backward writes the gradients the later ones add
+// to (other kernels), and it grows the scratch arrays the capture then finds in place. The
+// graph is dropped at the step's end: the kernels' scalar arguments (e^{s_E}, the tiles'
+// windows) and tile tables are the step's, read by BeginStep.
 template <typename Real>
 void AccumulatedStep(ModelStage<Real>& model, const Real* params, const int32_t* tokens, int64_t B, int64_t T,
-                     int64_t micro, Real* grads, DeviceArray<Real>* x, DeviceArray<Real>* dx) {
+                     int64_t micro, Real* grads, DeviceArray<Real>* x, DeviceArray<Real>* dx,
+                     kernels::KernelTable<Real>* graph_ops = nullptr) {
   const int64_t rows = B * T, dE = model.dims().d_e;
   x->Resize(rows * dE);
   dx->Resize(rows * dE);
   std::vector<int32_t> inputs, targets;
+  std::unique_ptr<kernels::CapturedGraph> graph;
+  const double grad_scale = 1.0 / double(micro);
   model.BeginStep(params);
-  for (int64_t m = 0; m < micro; ++m) {
-    SplitWindows(tokens + m * B * (T + 1), B, T, &inputs, &targets);
+  // Embed … LayersBackward of the micro-batch in inputs, targets.
+  auto through_layers_backward = [&] {
     model.Embed(params, inputs.data(), rows, x->data());
     model.LayersForward(params, B, T, x->data());
-    model.HeadLossDeferred(params, x->data(), targets.data(), rows, dx->data(), grads, 1.0 / double(micro));
+    model.HeadLossDeferred(params, x->data(), targets.data(), rows, dx->data(), grads, grad_scale);
     model.LayersBackward(params, dx->data(), grads);
-    model.EmbedBackward(params, inputs.data(), rows, dx->data(), grads);
+  };
+  for (int64_t m = 0; m < micro; ++m) {
+    SplitWindows(tokens + m * B * (T + 1), B, T, &inputs, &targets);
+    if (graph_ops == nullptr || m == 0) {
+      through_layers_backward();
+      model.EmbedBackward(params, inputs.data(), rows, dx->data(), grads);
+      continue;
+    }
+    model.PreloadInputs(inputs.data(), targets.data(), rows);  // before the launch, on the same stream
+    if (graph == nullptr) {
+      graph_ops->BeginCapture();
+      through_layers_backward();
+      model.EmbedScaleBackward(params, inputs.data(), rows, dx->data(), grads);
+      graph = graph_ops->EndCapture();
+    }
+    graph_ops->LaunchGraph(*graph);
+    model.EmbedTableBackward(params, inputs.data(), rows, dx->data());
   }
   model.EndStep(grads);
 }
@@ -165,7 +200,7 @@ void AccumulatedStep(ModelStage<Real>& model, const Real* params, const int32_t*
 template <typename Real>
 TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions options, int64_t B, int64_t T,
                      int64_t warmup, int64_t steps, uint64_t seed, double lr, bool count = false,
-                     bool op_times = false, int64_t grad_accum = 1) {
+                     bool op_times = false, int64_t grad_accum = 1, bool graphs = false) {
   StepProfile profile;
   options.precision = precision;
   options.profile = &profile;
@@ -179,8 +214,15 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     std::exit(1);
   }
   kernels::KernelTable<Real>& ops = **made;
+  if (graphs && !model.CanCaptureMicroStep()) {
+    std::fprintf(stderr,
+                 "multiscreen bench train: --graphs captures the micro-step of a Multiscreen model on one CUDA "
+                 "device (tp, pp, dp and the Transformer run uncaptured)\n");
+    std::exit(1);
+  }
   // Phases of a GPU step timed by their kernels, not their launches (model/step_profile.h).
-  if (options.device != Device::kCpu) profile.synchronize = [&ops] { ops.Synchronize(); };
+  // Not under --graphs: a wait inside a capture is an error (the phases are not timed then).
+  if (options.device != Device::kCpu && !graphs) profile.synchronize = [&ops] { ops.Synchronize(); };
   std::vector<float> master(n);
   InitParams(layout, seed, master.data());
   const std::vector<Real> initial(master.begin(), master.end());
@@ -225,7 +267,8 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     const double cpu_start = ThreadCpuSeconds();
     model.ZeroGradientsBeforeStep(grads.data());
     // The same pieces and bits as ForwardBackward at --grad_accum=1.
-    AccumulatedStep(model, params.data(), tokens.data(), B, T, grad_accum, grads.data(), &x, &dx);
+    AccumulatedStep(model, params.data(), tokens.data(), B, T, grad_accum, grads.data(), &x, &dx,
+                    graphs ? &ops : nullptr);
     {
       PhaseTimer timer(&profile, StepProfile::kOptimizer);
       OptimizerStep(ops, opt, params.data(), grads.data(), n);
@@ -244,6 +287,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
       result.op_times = *std::move(times);
     }
     if (step < warmup) continue;
+    result.grad_norms.push_back(std::sqrt(ops.SumSquares(grads.data(), n)));  // a wait, after the step's time
     result.step_seconds.push_back(seconds);
     result.step_thread_cpu_seconds.push_back(cpu_seconds);
     result.losses.push_back(loss);
@@ -311,7 +355,7 @@ int BenchTrain(int argc, char** argv) {
       "multiscreen bench train --model=psi8 --seq_len=T --micro_batch=B [--precision=fp32|bf16|fp16|fp64 --steps=N "
       "--warmup=N --threads=N --seed=S --lr=X --head_chunk_rows=N --head_vocab_block=N --isa=PATH "
       "--head_path=panels|blas --compare_paths --device=cpu|cuda|auto --peak_tflops=X --count --op_times --json "
-      "--grad_accum=M]";
+      "--grad_accum=M --graphs]";
   // bench train's own defaults (train's --steps and --seq_len default to the run file's):
   // set before parsing, so that --help shows them and a flag given replaces them.
   absl::SetFlag(&FLAGS_steps, 10);
@@ -319,7 +363,7 @@ int BenchTrain(int argc, char** argv) {
   if (auto s = ParseFlags(argc, argv, usage,
                           {"model", "seq_len", "micro_batch", "precision", "steps", "warmup", "threads", "json", "seed",
                            "lr", "head_chunk_rows", "head_vocab_block", "isa", "head_path", "compare_paths", "device",
-                           "peak_tflops", "count", "op_times", "grad_accum"});
+                           "peak_tflops", "count", "op_times", "grad_accum", "graphs"});
       !s.ok()) {
     return Fail("bench train", s);
   }
@@ -406,11 +450,16 @@ int BenchTrain(int argc, char** argv) {
                                    "--op_times times the device's kernels: add --device=cuda (fp64 runs on the CPU) "
                                    "in a build with CUDA"));
   }
+  const bool graphs = absl::GetFlag(FLAGS_graphs);
+  if (graphs && (*device == Device::kCpu || precision == "fp64")) {
+    return Fail("bench train", absl::InvalidArgumentError(
+                                   "--graphs captures CUDA graphs: add --device=cuda (fp64 runs on the CPU)"));
+  }
   auto run = [&](const ModelOptions& options) {
     return precision == "fp64"
                ? RunTrain<double>(*dims, p, options, B, T, warmup, steps, seed, lr, count, op_times, grad_accum)
                : RunTrain<float>(*dims, step_precision(), options, B, T, warmup, steps, seed, lr, count, op_times,
-                                 grad_accum);
+                                 grad_accum, graphs);
   };
   auto head_used = [&](const ModelOptions& options) {
     if (dims->transformer()) return "blas";  // its head takes each row's max: the BLAS path (model/transformer.cc)
@@ -520,6 +569,9 @@ int BenchTrain(int argc, char** argv) {
                         {"peak_device_bytes", gpu ? peak_device : 0},
                         {"loss_first", r.losses.front()},
                         {"loss_last", r.losses.back()},
+                        {"losses", r.losses},
+                        {"grad_norms", r.grad_norms},
+                        {"graphs", graphs},
                         {"breakdown_seconds", breakdown},
                         {"breakdown_thread_cpu_seconds", breakdown_cpu}};
     if (count) j["counted"] = r.counted;

@@ -27,7 +27,7 @@ std::string ShortName(std::string name) {
 // The counted fields, in the table's order (JSON keys; "name" and "kind" apart).
 constexpr const char* kFields[] = {"calls",    "threads",   "bytes_read", "bytes_written", "gemm_mnk",
                                    "gemm_flops", "mma",     "mma_flops",  "ldmatrix",      "cp_async",
-                                   "syncs",    "bytes_to_host", "bytes_to_device"};
+                                   "syncs",    "bytes_to_host", "bytes_to_device", "graph_nodes"};
 
 std::map<std::string, msemu::WorkTally>& Before() {
   static auto* before = new std::map<std::string, msemu::WorkTally>;
@@ -41,6 +41,7 @@ const char* KindName(msemu::WorkKind kind) {
     case msemu::WorkKind::kCopy: return "copy";
     case msemu::WorkKind::kMemset: return "memset";
     case msemu::WorkKind::kSync: return "sync";
+    case msemu::WorkKind::kGraph: return "graph";
   }
   return "?";
 }
@@ -62,7 +63,7 @@ nlohmann::json EndDeviceCount() {
   constexpr uint64_t kMmaFlops = 2 * 16 * 8 * 16;  // m16n8k16
   nlohmann::json ops = nlohmann::json::array(), totals = nlohmann::json::object();
   for (const char* f : kFields) totals[f] = uint64_t{0};
-  for (int kind = 0; kind <= int(msemu::WorkKind::kSync); ++kind) {
+  for (int kind = 0; kind <= int(msemu::WorkKind::kGraph); ++kind) {
     for (const auto& [name, t] : work) {
       if (int(t.kind) != kind) continue;
       nlohmann::json row = {{"name", name},
@@ -79,7 +80,8 @@ nlohmann::json EndDeviceCount() {
                             {"cp_async", t.cp_async},
                             {"syncs", t.syncs},
                             {"bytes_to_host", t.bytes_to_host},
-                            {"bytes_to_device", t.bytes_to_device}};
+                            {"bytes_to_device", t.bytes_to_device},
+                            {"graph_nodes", t.graph_nodes}};
       for (const char* f : kFields) totals[f] = totals[f].get<uint64_t>() + row[f].get<uint64_t>();
       ops.push_back(std::move(row));
     }
@@ -95,13 +97,14 @@ nlohmann::json EndDeviceCount() { return nlohmann::json::object(); }
 void PrintDeviceCount(const nlohmann::json& counted) {
   std::printf("  counted on the emulated device (one step; global memory in %d-byte sectors, once per call):\n",
               counted.value("granularity_bytes", 32));
-  std::printf("  %7s %11s %13s %13s %13s %9s %9s %9s %5s %9s %9s  %s\n", "calls", "threads", "bytes read",
-              "bytes written", "GEMM m*n*k", "mma.sync", "ldmatrix", "cp.async", "syncs", "to host", "to device", "op");
+  std::printf("  %7s %11s %13s %13s %13s %9s %9s %9s %5s %9s %9s %7s  %s\n", "calls", "threads", "bytes read",
+              "bytes written", "GEMM m*n*k", "mma.sync", "ldmatrix", "cp.async", "syncs", "to host", "to device",
+              "in graph", "op");
   auto row = [](const nlohmann::json& r, const std::string& name) {
     auto u = [&](const char* f) { return static_cast<unsigned long long>(r[f].get<uint64_t>()); };
-    std::printf("  %7llu %11llu %13llu %13llu %13llu %9llu %9llu %9llu %5llu %9llu %9llu  %s\n", u("calls"),
+    std::printf("  %7llu %11llu %13llu %13llu %13llu %9llu %9llu %9llu %5llu %9llu %9llu %7llu  %s\n", u("calls"),
                 u("threads"), u("bytes_read"), u("bytes_written"), u("gemm_mnk"), u("mma"), u("ldmatrix"),
-                u("cp_async"), u("syncs"), u("bytes_to_host"), u("bytes_to_device"), name.c_str());
+                u("cp_async"), u("syncs"), u("bytes_to_host"), u("bytes_to_device"), u("graph_nodes"), name.c_str());
   };
   for (const nlohmann::json& r : counted["ops"]) {
     row(r, r["kind"].get<std::string>() == "kernel" ? ShortName(r["name"].get<std::string>())

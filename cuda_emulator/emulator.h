@@ -98,12 +98,14 @@ class ScopedCapture {
 // bf16,bf16->f32 beta=0"), copies ("cudaMemcpy", "cudaMemcpyAsync", every direction),
 // memsets ("cudaMemset", "cudaMemsetAsync") and host synchronizations
 // ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"; a blocking
-// cudaMemcpy to the host counts one in its own entry). A call the emulator refuses (a bad
+// cudaMemcpy to the host counts one in its own entry) and graph launches ("cudaGraphLaunch",
+// kind kGraph; the nodes a launch runs count under their own names as well, and in their
+// graph_nodes). A call the emulator refuses (a bad
 // launch configuration, an invalid argument) is not counted. Tests read it before and
 // after a call to count what the call launched (tests/cuda/decoder_cuda_test.cc), and
 // `bench train --count` prints it for one training step (docs/emulated_device.md,
 // "Counting what the code does").
-enum class WorkKind : uint8_t { kKernel, kLibrary, kCopy, kMemset, kSync };
+enum class WorkKind : uint8_t { kKernel, kLibrary, kCopy, kMemset, kSync, kGraph };
 struct WorkTally {
   WorkKind kind = WorkKind::kKernel;
   uint64_t calls = 0;
@@ -116,6 +118,7 @@ struct WorkTally {
   uint64_t mma = 0;              // mma.sync m16n8k16 warp instructions
   uint64_t ldmatrix = 0;         // ldmatrix .x4 warp instructions
   uint64_t cp_async = 0;         // cp.async 16-byte copies (one per thread that issues it)
+  uint64_t graph_nodes = 0;      // of the calls, those a cudaGraphLaunch ran as nodes of its graph
   // Only while counting is on (SetCounting): global memory touched, in 32-byte sectors
   // (aligned to the allocation's start) counted once per call and direction: a sector a
   // call reads (writes) any byte of adds 32 bytes read (written), however often it is

@@ -252,6 +252,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   // Launched into a capturing stream: the whole graph is one node of that capture.
   auto nodes = std::make_shared<const std::vector<GraphNode>>(exec->nodes);
   auto replay = [nodes](cudaStream_t s) {
+    msemu::AddWork("cudaGraphLaunch", msemu::WorkTally{.kind = msemu::WorkKind::kGraph, .calls = 1});
+    struct Replaying {  // the nodes' work tallied as graph nodes (work_tally.cc)
+      Replaying() { ++msemu::t_graph_replays; }
+      ~Replaying() { --msemu::t_graph_replays; }
+    } replaying;
     for (size_t i = 0; i < nodes->size(); ++i) {
       const GraphNode& node = (*nodes)[i];
       bool intact = true;

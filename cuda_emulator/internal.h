@@ -68,6 +68,9 @@ struct CallCounts {
 };
 // The running call's counts (null outside one).
 extern thread_local CallCounts* t_counts;
+// How many cudaGraphLaunch replays this host thread is inside (graph.cc): the work AddWork
+// tallies meanwhile ran as graph nodes (WorkTally::graph_nodes).
+extern thread_local int t_graph_replays;
 // A fresh stamp for a call's sector marks when counting is on, else 0 (work_tally.cc).
 uint32_t NextCountStamp();
 // Counts the sectors of [offset, offset + bytes) of `al` not yet marked read (write) by

@@ -41,6 +41,7 @@ void Add(WorkTally& t, const WorkTally& w) {
   t.mma += w.mma;
   t.ldmatrix += w.ldmatrix;
   t.cp_async += w.cp_async;
+  t.graph_nodes += w.graph_nodes;
   t.bytes_read += w.bytes_read;
   t.bytes_written += w.bytes_written;
 }
@@ -48,6 +49,7 @@ void Add(WorkTally& t, const WorkTally& w) {
 }  // namespace
 
 thread_local CallCounts* t_counts = nullptr;
+thread_local int t_graph_replays = 0;
 
 std::map<std::string, WorkTally> WorkTallies() {
   std::lock_guard lock(g_tally_mutex);
@@ -55,8 +57,10 @@ std::map<std::string, WorkTally> WorkTallies() {
 }
 
 void AddWork(const std::string& name, const WorkTally& work) {
+  WorkTally w = work;
+  if (t_graph_replays > 0) w.graph_nodes = w.calls;
   std::lock_guard lock(g_tally_mutex);
-  Add(Tallies()[name], work);
+  Add(Tallies()[name], w);
 }
 
 std::map<std::string, WorkTally> WorkBetween(const std::map<std::string, WorkTally>& before,
@@ -76,6 +80,7 @@ std::map<std::string, WorkTally> WorkBetween(const std::map<std::string, WorkTal
       d.mma -= b.mma;
       d.ldmatrix -= b.ldmatrix;
       d.cp_async -= b.cp_async;
+      d.graph_nodes -= b.graph_nodes;
       d.bytes_read -= b.bytes_read;
       d.bytes_written -= b.bytes_written;
     }

@@ -182,6 +182,12 @@ inline void CheckCopy2DJobs(int n) {
   std::abort();
 }
 
+// An executable graph of a device's ops (KernelTable::EndCapture), released with it.
+class CapturedGraph {
+ public:
+  virtual ~CapturedGraph() = default;
+};
+
 template <typename Real>
 class KernelTable {
  public:
@@ -382,6 +388,38 @@ class KernelTable {
 
   // Waits for every op issued so far (for timers; host results already wait).
   virtual void Synchronize() = 0;
+
+  // ---- one captured micro-step (CUDA graphs; `bench train --graphs`, issue 42) ----------
+  // A micro-batch's token ids and the head's targets (shard-local columns, −1: none), [n]
+  // each (host), copied now to the buffers EmbeddingForward and HeadLoss read; their next
+  // calls given the same values copy nothing, so a micro-step captured after this reads
+  // inputs copied by the next micro-batch's PreloadInputs, issued before its launch. The
+  // CPU reads the host arrays: nothing to do.
+  virtual void PreloadInputs(const int32_t* ids, const int64_t* targets, int64_t n) {
+    (void)ids, (void)targets, (void)n;
+  }
+  // Whether BeginCapture, EndCapture and LaunchGraph work here (a CUDA device: yes).
+  virtual bool CanCapture() const { return false; }
+  // From BeginCapture to EndCapture the device's stream (every table of the device issues
+  // on it) records the ops issued instead of running them; EndCapture returns them as an
+  // executable graph that LaunchGraph runs, each op with the arguments and addresses of
+  // its capture. A host wait in between is an error of the device's (fatal, naming
+  // EndCapture). A device without capture aborts (a caller's bug: ask CanCapture).
+  virtual void BeginCapture() { NoCapture("BeginCapture"); }
+  virtual std::unique_ptr<CapturedGraph> EndCapture() {
+    NoCapture("EndCapture");
+    return nullptr;
+  }
+  virtual void LaunchGraph(const CapturedGraph& graph) {
+    (void)graph;
+    NoCapture("LaunchGraph");
+  }
+
+ private:
+  [[noreturn]] static void NoCapture(const char* op) {
+    std::fprintf(stderr, "multiscreen: internal error: KernelTable::%s on a device without graph capture\n", op);
+    std::abort();
+  }
 };
 
 }  // namespace kernels

@@ -107,6 +107,29 @@ class ModelStage {
   // Moves the tied table's gradient gathered over the step into W_E's slot of grads.
   virtual void EndStep(Real* grads) = 0;
 
+  // ---- one captured micro-step (`bench train --graphs`, issue 42) ---------------------
+  // Whether Embed, LayersForward, HeadLossDeferred, LayersBackward and EmbedScaleBackward
+  // of a micro-batch issue only device work without host waits or host-dependent sizes once
+  // PreloadInputs gave them their inputs, so that they can be captured as one graph and
+  // replayed for the step's later micro-batches (kernels' scalar arguments are the step's:
+  // a graph is valid until the next BeginStep). Multiscreen on one rank with embedding and
+  // head, on a device that captures; not the Transformer, tp, or a stage of a pipeline.
+  virtual bool CanCaptureMicroStep() const { return false; }
+  // A micro-batch's ids and targets [n] (host) copied to where Embed and HeadLossDeferred,
+  // given the same values, read them (KernelTable::PreloadInputs).
+  virtual void PreloadInputs(const int32_t* ids, const int32_t* targets, int64_t n) {
+    (void)ids, (void)targets, (void)n;
+  }
+  // EmbedBackward in two parts, together the same bits: the table's gradient, whose work
+  // depends on the ids' values (a device groups them on the host, kernels/cuda/embedding.h),
+  // and the rest (fixed shapes: capturable). Defaults: the whole of it in the second part.
+  virtual void EmbedTableBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx) {
+    (void)params, (void)ids, (void)n, (void)dx;
+  }
+  virtual void EmbedScaleBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) {
+    EmbedBackward(params, ids, n, dx, grads);
+  }
+
   // A hook for overlapping communication with the backward (parallel/pipeline.h):
   // while set, LayersBackward calls it with the global index of each layer as soon as
   // that layer's gradients in `grads` are written for this call (last layer first),

@@ -17,6 +17,14 @@ namespace {
 // step's GEMMs read every operand packed once (GemmBothPacked): weights per step,
 // activations and gradients per micro-batch; their values are those Gemm reads.
 constexpr auto kAsGemm = kernels::PackedGemmA::kAsGemm;
+
+// The head's targets [n] as columns of the shard's vocabulary rows (−1: another shard's).
+void LocalTargets(const ShardSpec& shard, const int32_t* targets, int64_t n, std::vector<int64_t>* out) {
+  out->resize(n);
+  for (int64_t r = 0; r < n; ++r) {
+    (*out)[r] = targets[r] >= shard.vocab_begin && targets[r] < shard.vocab_end ? targets[r] - shard.vocab_begin : -1;
+  }
+}
 }  // namespace
 
 
@@ -278,11 +286,7 @@ double Multiscreen<Real>::HeadPass(const Real* x, const int32_t* targets, int64_
     hb.lse.resize(n);
     hb.target_logit.assign(n, 0.0);
   }
-  hb.local_target.resize(n);
-  for (int64_t r = 0; r < n; ++r) {
-    hb.local_target[r] =
-        targets[r] >= shard.vocab_begin && targets[r] < shard.vocab_end ? targets[r] - shard.vocab_begin : -1;
-  }
+  LocalTargets(shard, targets, n, &hb.local_target);
   hb.dy.Resize(dx != nullptr ? n * dE : 0);
   const Real coef = static_cast<Real>(grad_scale / double(n));
   kernels::HeadLossArgs<Real> args;
@@ -382,20 +386,44 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
 
 template <typename Real>
 void Multiscreen<Real>::EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) {
+  EmbedTableBackward(params, ids, n, dx);
+  EmbedScaleBackward(params, ids, n, dx, grads);
+}
+
+template <typename Real>
+void Multiscreen<Real>::EmbedTableBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx) {
+  (void)params;  // s_E was read by BeginStep
   const ShardSpec& shard = layout_.shard();
+  const Real scale = static_cast<Real>(std::exp(double(s_e_)));
+  PhaseTimer timer(options_.profile, StepProfile::kEmbed);
+  ops_->EmbeddingBackward(dx, ids, n, shard.vocab_begin, shard.vocab_end, dims().d_e, scale, d_e_bar_.data());
+}
+
+template <typename Real>
+void Multiscreen<Real>::EmbedScaleBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx,
+                                           Real* grads) {
   const int64_t dE = dims().d_e;
   const int64_t s_e = layout_.Find("embed/s_E")->buffer_offset;
-  const Real scale = static_cast<Real>(std::exp(double(s_e_)));
-  {
-    PhaseTimer timer(options_.profile, StepProfile::kEmbed);
-    ops_->EmbeddingBackward(dx, ids, n, shard.vocab_begin, shard.vocab_end, dE, scale, d_e_bar_.data());
-  }
   // ∂L/∂s_E = Σ dx · x⁰ with x⁰ = e^{s_E} Ē[ids]; dx and x⁰ are replicated over tp,
-  // so the local rows alone would miss the other shards' ids: recompute x⁰ whole.
+  // so the local rows alone would miss the other shards' ids: recompute x⁰ whole (a
+  // device reads the ids Embed uploaded, KernelTable::EmbeddingForward's table copying
+  // none when they are the same).
   step_x0_.Resize(n * dE);
   Embed(params, ids, n, step_x0_.data());
   PhaseTimer timer(options_.profile, StepProfile::kEmbed);
   ops_->DotAddInto(dx, step_x0_.data(), n * dE, grads + s_e);
+}
+
+template <typename Real>
+bool Multiscreen<Real>::CanCaptureMicroStep() const {
+  const ShardSpec& shard = layout_.shard();
+  return ops_->CanCapture() && tp_->size() == 1 && shard.embed && shard.head;
+}
+
+template <typename Real>
+void Multiscreen<Real>::PreloadInputs(const int32_t* ids, const int32_t* targets, int64_t n) {
+  LocalTargets(layout_.shard(), targets, n, &head_.local_target);
+  ops_->PreloadInputs(ids, head_.local_target.data(), n);
 }
 
 template <typename Real>

@@ -102,6 +102,12 @@ class Multiscreen final : public ModelStage<Real> {
   void LayersBackward(const Real* params, Real* dx, Real* grads) override;
   // Adds the embedding's gradients (s_E, and W_E through Ē) from dx [n, d_E].
   void EmbedBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) override;
+  // One rank holding embedding and head, on a table that captures (ModelStage).
+  bool CanCaptureMicroStep() const override;
+  void PreloadInputs(const int32_t* ids, const int32_t* targets, int64_t n) override;
+  // ∂Ē += e^{s_E}·dx scattered by id; ∂s_E += Σ dx·x⁰ with x⁰ = e^{s_E}·Ē[ids] recomputed.
+  void EmbedTableBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx) override;
+  void EmbedScaleBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) override;
   // Moves the Ē gradient gathered by HeadLoss/EmbedBackward into W_E's slot of grads
   // (added; written when ZeroGradientsBeforeStep flagged this call).
   void EndStep(Real* grads) override;

@@ -139,6 +139,13 @@ def parse_args(argv=None):
                    help="scales the screening kernels' instructions per step (ISSUE_PER_STEP)")
     p.add_argument("--launch-us", type=float, default=2.0, help="device time lost per kernel launch (µs)")
     p.add_argument("--sync-us", type=float, default=10.0, help="time lost per host synchronization (µs)")
+    # No per-node cost of a replayed CUDA graph is cited here (docs/performance.md, "One CUDA graph
+    # per micro-step": the searched sources gave no figure), so the graph term is off unless a
+    # figure is given; it is then an assumption, and the report says so.
+    p.add_argument("--graph-node-us", type=float, default=None,
+                   help="ASSUMED device time per kernel or product replayed as a node of a CUDA graph (µs); given, "
+                        "each step's table adds the overhead of a micro-batch run as bench train --graphs runs the "
+                        "later ones (its launches graph nodes but the embedding scatter's, plus one graph launch)")
     p.add_argument("--head-chunk-rows", type=int, default=512, help="rows of logits per head chunk (kHeadChunkRows)")
     p.add_argument("--long-fraction", type=float, default=0.125,
                    help="'trained' windows: fraction of tiles whose w exceeds T (the rest log-uniform in [2, T])")
@@ -173,6 +180,8 @@ def parse_args(argv=None):
     for name in ("gemm_eff", "bw_eff", "fa2_eff", "mma_eff", "issue_eff"):
         if not 0 < getattr(args, name) <= 1:
             p.error(f"{flag(name)} is a fraction of a peak: it must lie in (0, 1], got {getattr(args, name)}")
+    if args.graph_node_us is not None and not (math.isfinite(args.graph_node_us) and args.graph_node_us >= 0):
+        p.error(f"--graph-node-us must be a finite number >= 0, got {args.graph_node_us}")
     for name in ("issue_scale", "launch_us", "sync_us"):
         if getattr(args, name) < 0:
             p.error(f"{flag(name)} must not be negative, got {getattr(args, name)}")
@@ -197,6 +206,8 @@ class Hardware:
         self.gemm_eff, self.bw_eff, self.fa2_eff = a.gemm_eff, a.bw_eff, a.fa2_eff
         self.mma_eff, self.issue_eff = a.mma_eff, a.issue_eff
         self.launch_s, self.sync_s = a.launch_us * 1e-6, a.sync_us * 1e-6
+        graph_node_us = getattr(a, "graph_node_us", None)
+        self.graph_node_s = None if graph_node_us is None else graph_node_us * 1e-6  # an assumption when set
 
 
 class Op:
@@ -660,6 +671,21 @@ def totals(ops, syncs, hw):
     return rows, t, overhead, launches, once
 
 
+# The ops whose launch `bench train --graphs` leaves outside the graph (kernels/cuda/embedding.h:
+# the scatter's grid and CSR depend on the ids), each with how many of its launches stay direct.
+UNCAPTURED_LAUNCHES = {"∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E": 1}
+
+
+def graphed_micro_overhead(ops, hw):
+    """Launch overhead of one micro-batch run as `bench train --graphs` runs the step's later
+    ones (seconds): its ops' launches (all but the once-per-step ops) as graph nodes at the
+    assumed hw.graph_node_s each, but the embedding scatter's (a launch, as before), plus the
+    cudaGraphLaunch itself (a launch); no host wait (the step's waits are once per step)."""
+    launches = sum(op.calls * op.launches for op in ops if not op.once)
+    direct = sum(op.calls * UNCAPTURED_LAUNCHES.get(op.name, 0) for op in ops if not op.once)
+    return (launches - direct) * hw.graph_node_s + (direct + 1) * hw.launch_s
+
+
 def step_report(kind, label, ops, syncs, model_flops_per_token, tokens, hw):
     rows, busy, overhead, launches, once = totals(ops, syncs, hw)
     step = busy + overhead
@@ -669,7 +695,27 @@ def step_report(kind, label, ops, syncs, model_flops_per_token, tokens, hw):
             "launches": launches, "syncs": syncs, "step_ms": step * 1e3, "tokens_per_s": tokens / step,
             "model_flops_per_token": model_flops_per_token, "model_tflop": model_flops / 1e12,
             "executed_tflop": sum(r["gflop"] for r in rows) / 1e3, "mfu": model_flops / (step * hw.peak),
-            "micro_ms": micro * 1e3, "mfu_accumulating": model_flops / (micro * hw.peak)}
+            "micro_ms": micro * 1e3, "mfu_accumulating": model_flops / (micro * hw.peak),
+            **graphed_report(ops, micro, model_flops, launches, hw)}
+
+
+def graphed_report(ops, micro, model_flops, launches, hw):
+    """With --graph-node-us: a micro-batch's overhead and time run as a graph (the once-per-step
+    ops' launches and the step's waits left out, as "accumulating" leaves out their time)."""
+    if hw.graph_node_s is None or kind_has_no_graph(ops):
+        return {}
+    once_launches = sum(op.calls * op.launches for op in ops if op.once)
+    eager = (launches - once_launches) * hw.launch_s  # the micro-batch's launches, uncaptured
+    graphed = graphed_micro_overhead(ops, hw)
+    micro_graphed = micro - eager + graphed  # the step's waits and once-per-step launches stay, as in micro
+    return {"graph_node_us": hw.graph_node_s * 1e6, "micro_overhead_ms": eager * 1e3,
+            "micro_overhead_graphed_ms": graphed * 1e3, "micro_ms_graphed": micro_graphed * 1e3,
+            "mfu_accumulating_graphed": model_flops / (micro_graphed * hw.peak)}
+
+
+def kind_has_no_graph(ops):
+    """The Transformer's step (no scatter op of Multiscreen's) runs uncaptured (bench train --graphs)."""
+    return not any(op.name in UNCAPTURED_LAUNCHES for op in ops)
 
 
 def print_step(r):
@@ -684,6 +730,11 @@ def print_step(r):
     print(f"\nmodel FLOPs {r['model_tflop']:.3f} TFLOP/step ({r['model_flops_per_token']:.4g} per token), "
           f"{r['tokens_per_s']:,.0f} tokens/s, **MFU {100 * r['mfu']:.1f} %**; without the once-per-step ops "
           f"(many micro-batches per optimizer step) {r['micro_ms']:.2f} ms, MFU {100 * r['mfu_accumulating']:.1f} %")
+    if "micro_ms_graphed" in r:
+        print(f"\nwith the later micro-batches as one CUDA graph each (bench train --graphs) at an ASSUMED "
+              f"{r['graph_node_us']:g} µs per node: launch overhead per micro-batch {r['micro_overhead_ms']:.3f} → "
+              f"{r['micro_overhead_graphed_ms']:.3f} ms, {r['micro_ms_graphed']:.2f} ms, "
+              f"MFU accumulating {100 * r['mfu_accumulating_graphed']:.1f} %")
 
 
 def ttft(psi, seq, windows, chunk_rows, issue_scale, hw):

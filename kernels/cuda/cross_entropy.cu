@@ -124,13 +124,10 @@ void HeadRows(Precision precision, unsigned nr, float* z, int64_t V, double shif
   MS_CUDA_CHECK_LAUNCH("HeadLoss");
 }
 
-// Uploads host [rows] targets into scratch through pinned staging.
+// Host [rows] targets on the device through pinned staging (no copy if the same as the last).
 const int64_t* UploadTargets(const char* op, const int64_t* target, int64_t rows, CrossEntropyScratch* scratch,
                              PinnedStaging* staging, cudaStream_t stream) {
-  scratch->target.Resize(rows);
-  MS_CUDA_CHECK(op, cudaMemcpyAsync(scratch->target.data(), staging->Stage(op, target, rows),
-                                    rows * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
-  return scratch->target.data();
+  return scratch->target.Upload(op, target, rows, staging, stream);
 }
 
 // Copies [rows] device doubles to the host and waits.

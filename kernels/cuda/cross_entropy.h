@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/mirrored_upload.h"
 #include "kernels/cuda/pinned_staging.h"
 #include "kernels/device_array.h"
 #include "kernels/kernel_table.h"
@@ -24,7 +25,7 @@ namespace multiscreen::kernels::cuda {
 // Device and host staging memory of the cross-entropy kernels, grown and kept.
 struct CrossEntropyScratch {
   DeviceArray<double> first{Device::kCuda}, second{Device::kCuda};  // [rows] statistics
-  DeviceArray<int64_t> target{Device::kCuda};                       // [rows]
+  MirroredUpload<int64_t> target;  // [rows], not copied again while the same (mirrored_upload.h)
   // The head's fp32 logits: [chunk, V]; under fp32 with a backward the gradient rows of a
   // ∂Z group, [group, V], each chunk's logits computed in place within it (HeadTiling).
   DeviceArray<float> logits{Device::kCuda};

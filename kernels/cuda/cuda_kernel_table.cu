@@ -28,6 +28,7 @@
 #include "kernels/cuda/pinned_staging.h"
 #include "kernels/cuda/screening.h"
 #include "kernels/cuda/screening_tiled.h"
+#include "kernels/cuda/stream_graph.h"
 #include "kernels/cuda/table_stream.h"
 #include "kernels/cuda/unit_rows.h"
 
@@ -242,6 +243,16 @@ class CudaKernelTable final : public KernelTable<float> {
     MS_CUDA_CHECK("Synchronize", cudaStreamSynchronize(stream_));
     Released();
   }
+
+  // ---- one captured micro-step ----
+  void PreloadInputs(const int32_t* ids, const int64_t* targets, int64_t n) override {
+    embedding_.ids.Upload("PreloadInputs", ids, n, &staging_, stream_);
+    cross_entropy_.target.Upload("PreloadInputs", targets, n, &staging_, stream_);
+  }
+  bool CanCapture() const override { return true; }
+  void BeginCapture() override { BeginStreamCapture(stream_); }
+  std::unique_ptr<CapturedGraph> EndCapture() override { return EndStreamCapture(stream_); }
+  void LaunchGraph(const CapturedGraph& graph) override { LaunchStreamGraph(graph, stream_); }
 
  private:
   // After a wait for stream_ (every copy out of the staging has run): the staging's bytes

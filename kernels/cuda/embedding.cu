@@ -37,12 +37,8 @@ void EmbeddingForward(const float* table, int64_t v0, int64_t v1, int64_t d, con
                       float scale, float* out, EmbeddingScratch* scratch, PinnedStaging* staging,
                       cudaStream_t stream) {
   if (count <= 0 || d <= 0) return;
-  scratch->ids.Resize(count);
-  MS_CUDA_CHECK("EmbeddingForward",
-                cudaMemcpyAsync(scratch->ids.data(), staging->Stage("EmbeddingForward", ids, count),
-                                count * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-  Launch<GatherKernel>(BlocksFor(count * d), kThreads, 0, stream, table, v0, v1, d,
-                       scratch->ids.data(), count, scale, out);
+  const int32_t* ids_dev = scratch->ids.Upload("EmbeddingForward", ids, count, staging, stream);
+  Launch<GatherKernel>(BlocksFor(count * d), kThreads, 0, stream, table, v0, v1, d, ids_dev, count, scale, out);
   MS_CUDA_CHECK_LAUNCH("EmbeddingForward");
 }
 

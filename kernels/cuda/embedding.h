@@ -3,8 +3,10 @@
 // The backward is deterministic without atomics: the ids are grouped on the host into
 // a CSR of positions per touched vocabulary row (ascending), and one block owns each
 // touched row, adding its positions' rows in that order (the CPU's order). Host ids and
-// the CSR reach the device from the table's pinned staging, one copy each.
-// (The CSR's size depends on the ids: a captured graph would need the grouping on the device.)
+// the CSR reach the device from the table's pinned staging, one copy each; ids equal to the
+// last uploaded ones (the backward's recomputed e^{s_E}·Ē[ids], a preloaded micro-batch)
+// are not copied again (mirrored_upload.h). The CSR's size depends on the ids, so
+// `bench train --graphs` runs EmbeddingBackward outside its captured micro-step.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/mirrored_upload.h"
 #include "kernels/cuda/pinned_staging.h"
 #include "kernels/device_array.h"
 
@@ -19,7 +22,7 @@ namespace multiscreen::kernels::cuda {
 
 // Device and host staging memory of the embedding kernels, grown on demand and kept.
 struct EmbeddingScratch {
-  DeviceArray<int32_t> ids{Device::kCuda};  // [count] forward ids
+  MirroredUpload<int32_t> ids;  // [count] forward ids
   // The backward's CSR, one array: [touched] shard-local rows (ascending), [touched + 1]
   // offsets into the positions, [kept] token positions n grouped by row.
   DeviceArray<int64_t> csr{Device::kCuda};

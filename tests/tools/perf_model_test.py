@@ -42,13 +42,30 @@ class PerfModelTest(unittest.TestCase):
                               (["--sync-us=nan"], "--sync-us must be a finite number, got nan"),
                               (["--launch-us=-5"], "--launch-us must not be negative, got -5.0"),
                               (["--gemm-eff=5"], "--gemm-eff is a fraction of a peak: it must lie in (0, 1], got 5.0"),
-                              (["--ttft-psi=64"], "--ttft-psi=64: no matched Transformer for Ψ = 64")):
+                              (["--ttft-psi=64"], "--ttft-psi=64: no matched Transformer for Ψ = 64"),
+                              (["--graph-node-us=-1"], "--graph-node-us must be a finite number >= 0, got -1.0")):
             r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "perf_model.py"), *args], capture_output=True,
                                text=True, timeout=60)
             self.assertEqual(r.returncode, 2, args)
             self.assertIn(message, r.stderr.strip().splitlines()[-1])
         # Any Ψ >= 2 is modelled (the help says so); only the matched Transformer needs a table.
         self.assertEqual(perf_model.parse_args(["--psi=7"]).psi, [7])
+
+    def test_a_graphed_micro_batch_launches_its_nodes_the_scatter_and_the_graph(self):
+        # bench train --graphs: a later micro-batch's launches (the once-per-step ops' apart) run
+        # as graph nodes, but the embedding scatter's, plus one cudaGraphLaunch. At a node cost
+        # equal to a launch's the overhead is the eager one plus that one launch; at 0, two launches.
+        ops, _, _, _ = perf_model.multiscreen_ops(32, 4096, 1, perf_model.initial_windows(32, 32), 512, 1.0)
+        micro = sum(op.calls * op.launches for op in ops if not op.once)
+        self.assertGreater(micro, 400)
+        for node_us, expected in ((2.0, (micro + 1) * 2e-6), (0.0, 2 * 2e-6), (1.0, (micro - 1) * 1e-6 + 2 * 2e-6)):
+            with self.subTest(node_us=node_us):
+                hw = perf_model.Hardware(perf_model.parse_args([f"--graph-node-us={node_us}"]))
+                self.assertAlmostEqual(perf_model.graphed_micro_overhead(ops, hw), expected, delta=1e-12)
+        # Without --graph-node-us (no cited figure) the report has no graph term.
+        hw = perf_model.Hardware(perf_model.parse_args([]))
+        r = perf_model.step_report("multiscreen", "x", ops, 3, 1.0, 4096, hw)
+        self.assertNotIn("micro_ms_graphed", r)
 
     def test_model_flops_equal_bench_train(self):
         for model, psi, T in (("psi8", 8, 300), ("psi16", 16, 64)):
