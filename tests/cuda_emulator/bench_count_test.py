@@ -58,7 +58,13 @@ BYTES_AGREE = {
                    "dy = ∂Z·Ē (GEMM per ∂Z group)", "∂Ē += ∂Zᵀ·Y (GEMM, fp32 accumulate per ∂Z group)",
                    "∂W_O = Uᵀ·∂x (GEMM, fp32, β = 0)", "∂W_cat = x_inᵀ·∂P (GEMM, fp32)",
                    "∂x += ∂P·W_catᵀ (GEMM, β = 1)", "AdamW (fp32 master, m, v)",
-                   "pack W_cat, W_O from the parameters into bf16 (BeginStep)", "unpack ∂W_cat into the gradients"],
+                   "pack W_cat, W_O from the parameters into bf16 (BeginStep)", "unpack ∂W_cat into the gradients",
+                   # P, U and ∂U at the code's fp32 (issue 42 part 1, 2026-12-07: the model had them
+                   # bf16, 0.36, 0.72, 1.22, 0.79, 0.16 MB against 0.69, 1.18, 1.80, 0.98, 0.29)
+                   "P = x_in·W_cat (GEMM)", "∂U = ∂x·W_Oᵀ (GEMM)",
+                   "screening forward, tiled (steps 5–13, normalize fused)",
+                   "screening backward, tiled query pass (gate, TanhNorm → ∂h, ∂g; ∂q̃ → ∂P, ∂r, ∂w parts)",
+                   "screening backward, tiled key pass (∂k̃, ∂v̄ → ∂P)"],
     "tiny_transformer_tiled": ["x += o·W_O (GEMM, β = 1)", "x += h·W_down (GEMM, β = 1)",
                                "logits z = e^{s_F}·y·Ēᵀ (GEMM, fp32 out)", "dy = ∂Z·Ē (GEMM per ∂Z group)",
                                "∂Ē += ∂Zᵀ·Y (GEMM, fp32 accumulate per ∂Z group)", "AdamW (fp32 master, m, v)"],
