@@ -116,17 +116,20 @@ ISSUE_MIPE_RATE = {"query": (424 - 376, 325 - 272)}
 FUSED_ROPE_HEAD = 64
 
 # ---- the widths the code stores screening's arrays in (model/multiscreen.cc, CUDA table) ----
-# P = x_in·W_cat is the GEMM's fp32 C, rounded to bf16 in place by one more pass
-# (Multiscreen::RoundToCompute: RoundKernel reads and writes it, fp32), and the tiled kernels
-# read its q, k, v and g columns as fp32 (`const float* P`, screening_tiled.h). U and ∂U are
+# P = x_in·W_cat: on the bf16 path of the tiled kernels the CUDA table's ScreeningProjection
+# has cuBLASLt write it in bf16 (a bf16 D, fp32 compute) and the tiled kernels read its q, k,
+# v and g columns as bf16 (ScreeningTiledForwardBf16P, ScreeningTiledBackwardBf16P). Before
+# (2026-12-07) the GEMM wrote fp32 P, one more pass rounded it to bf16 in place
+# (RoundToCompute: RoundKernel read and wrote it, fp32) and the kernels read fp32: P_BYTES = 4,
+# P_ROUND_PASS = True; the simple kernels and the CPU still do so. U and ∂U are
 # fp32 too (the forward's output and the ∂U GEMM's C); U goes to its bf16 GEMM operand by a
 # pass (PackRounded: RoundPackKernel reads U, writes it back rounded and its bf16 copy) and ∂P
 # by another (PackAsGemm: PackKernel reads ∂P, writes the bf16 copy). Until 2026-12-07 the
 # model charged P, U and ∂U as bf16 and none of those three passes (issue 42 part 1: the
 # counted bytes showed P 0.69 against 0.36 MB, the forward 1.18 against 0.72, the query
 # pass 1.80 against 1.22, the key pass 0.98 against 0.79 at tiny_tiled, T = 256).
-P_BYTES = 4             # P's element as the tiled screening kernels read it
-P_ROUND_PASS = True     # P rounded in place after its GEMM (read and written at P_BYTES)
+P_BYTES = 2             # P's element as the GEMM writes it and the tiled screening kernels read it
+P_ROUND_PASS = False    # P rounded in place after its GEMM (read and written at P_BYTES)
 U_BYTES = DU_BYTES = 4  # U as the forward writes it, ∂U as its GEMM writes it
 
 

@@ -177,21 +177,22 @@ class PerfModelTest(unittest.TestCase):
         # q, k, v and ∂h in, ∂P's k (16) and v (64 fp32) out: 1,152, 1,760 and 960 bytes, the
         # emulated device's counts at tiny_tiled (bench_count_test's BYTES_AGREE). Before
         # (2026-12-07) the model took P, U and ∂U as bf16 and 5 parts: 704, 1,192 and 768; with
-        # the saved rows 1,100, 1,388 and 968.
+        # the saved rows 1,100, 1,388 and 968. P in bf16 (the GEMM's bf16 D, the kernels' bf16
+        # reads, 2026-12-07): 832, 1,440 and 768, where fp32 P gave 1,152, 1,760 and 960.
         T, psi = 4096, 32
         ops, _, _, _ = perf_model.multiscreen_ops(psi, T, 1, perf_model.initial_windows(psi, psi), 512, 1.0)
         per_row = {op.name.split(" (")[0]: op.bytes / (T * psi) for op in ops if op.kind == "screen"}
-        self.assertEqual((perf_model.P_BYTES, perf_model.U_BYTES, perf_model.DU_BYTES), (4, 4, 4))
+        self.assertEqual((perf_model.P_BYTES, perf_model.U_BYTES, perf_model.DU_BYTES), (2, 4, 4))
         self.assertEqual(per_row, {
-            "screening forward, tiled": 1152,
-            "screening backward, tiled query pass": 1760,
-            "screening backward, tiled key pass": 960})
-        # P's GEMM writes fp32 P and one pass rounds it in place (read and written); U and ∂P
-        # each go to their bf16 operands by a pass of their own.
+            "screening forward, tiled": 832,
+            "screening backward, tiled query pass": 1440,
+            "screening backward, tiled key pass": 768})
+        # P's GEMM writes bf16 P (no rounding pass); U and ∂P each go to their bf16 operands by
+        # a pass of their own.
         by_name = {op.name: op for op in ops}
         n, pd, vd = T, psi * (2 * 16 + 2 * 64), psi * 64
-        self.assertEqual(by_name["P = x_in·W_cat (GEMM)"].bytes, n * psi * psi * 2 + psi * psi * pd * 2 + n * pd * 4)
-        self.assertEqual(by_name["P rounded to bf16 in place (RoundToCompute)"].bytes, n * pd * 8)
+        self.assertEqual(by_name["P = x_in·W_cat (GEMM)"].bytes, n * psi * psi * 2 + psi * psi * pd * 2 + n * pd * 2)
+        self.assertNotIn("P rounded to bf16 in place (RoundToCompute)", by_name)
         self.assertEqual(by_name["U → bf16 operand (PackRounded)"].bytes, n * vd * 10)
         self.assertEqual(by_name["bf16(∂P) for the projections' GEMMs"].bytes, n * pd * 6)
 
