@@ -258,7 +258,8 @@ struct Product {
   Operand a, b, c, d;   // c is not read when beta == 0
 };
 
-// D = alpha · op(A) · op(B) + beta · C: fp32 products summed in fp32 in order of k. Every
+// D = alpha · op(A) · op(B) + beta · C: fp32 products summed in fp32 in order of k, then
+// stored in D's type (a 16-bit D rounded to nearest even once, from the fp32 value). Every
 // read happens before the first write, so D may be C.
 void Compute(const Product& g) {
   const int64_t m = g.m, n = g.n, k = g.read_ab ? g.k : 0;
@@ -287,9 +288,17 @@ void Compute(const Product& g) {
       out[i + j * m] = value;
     }
   }
-  float* d = static_cast<float*>(const_cast<void*>(g.d.p));
+  void* d = const_cast<void*>(g.d.p);
   for (int64_t j = 0; j < n; ++j) {
-    for (int64_t i = 0; i < m; ++i) d[i + j * g.d.ld] = out[i + j * m];
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t at = i + j * g.d.ld;
+      const float v = out[i + j * m];
+      switch (g.d.type) {
+        case CUDA_R_16BF: static_cast<__nv_bfloat16*>(d)[at] = __float2bfloat16_rn(v); break;
+        case CUDA_R_16F: static_cast<__half*>(d)[at] = __float2half_rn(v); break;
+        default: static_cast<float*>(d)[at] = v;
+      }
+    }
   }
 }
 
@@ -378,12 +387,14 @@ bool OnHandleDevice(const char* fn, int device) {
 
 // ---- cuBLASLt's supported combination --------------------------------------------------
 
-// The combination the emulated cuBLASLt runs: CUBLAS_COMPUTE_32F with CUDA_R_32F scale,
-// A and B both CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F, C and D CUDA_R_32F, no empty dimension.
+// The combinations the emulated cuBLASLt runs, those of cuBLASLt's table for
+// CUBLAS_COMPUTE_32F with CUDA_R_32F scale (cublasLtMatmul, "Datatypes Supported"): A and B
+// both CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F; C and D CUDA_R_32F, or both of A's 16-bit type
+// (D rounded to nearest even from the fp32 alpha·AB + beta·C); no empty dimension.
 bool Supported(const MatmulDesc& desc, const Layout& a, const Layout& b, const Layout& c, const Layout& d) {
   if (desc.compute != CUBLAS_COMPUTE_32F || desc.scale != CUDA_R_32F) return false;
   if (a.type != b.type || ElementSize(a.type) == 0) return false;
-  if (c.type != CUDA_R_32F || d.type != CUDA_R_32F) return false;
+  if (c.type != d.type || (d.type != CUDA_R_32F && d.type != a.type)) return false;
   return a.rows > 0 && a.cols > 0 && b.rows > 0 && b.cols > 0 && d.rows > 0 && d.cols > 0;
 }
 
@@ -658,7 +669,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 // a less aligned pointer is NOT_SUPPORTED. INVALID_VALUE for requestedAlgoCount ≤ 0, a null
 // argument, or inconsistent layouts (op(A) m × k, op(B) k × n, C and D m × n, ld ≥ rows);
 // NOT_SUPPORTED (no heuristic) for any other combination than CUBLAS_COMPUTE_32F with
-// CUDA_R_32F scale, A and B both CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F, C and D CUDA_R_32F.
+// CUDA_R_32F scale, A and B both CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F, C and D CUDA_R_32F
+// or both A's 16-bit type (Supported).
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a_desc, cublasLtMatrixLayout_t b_desc,
                                               cublasLtMatrixLayout_t c_desc, cublasLtMatrixLayout_t d_desc,

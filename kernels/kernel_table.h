@@ -332,6 +332,19 @@ class KernelTable {
                               Real beta, Real* c, int64_t ldc) = 0;
   // b[j, i] += a[i, j], then a = 0 (kernels/cpu/gemm.h).
   virtual void MoveAddTransposed(Real* a, int64_t rows, int64_t cols, int64_t lda, Real* b, int64_t ldb) = 0;
+  // P = x·W_cat (spec step 3; x [rows, k] and w [k, cols] packed in one precision, row
+  // strides k and cols) into P's memory for ScreeningForward and ScreeningBackward of `shape`,
+  // in the format this table's screening kernels read: true when it wrote bf16 (the caller
+  // sets shape.p_bf16 for those calls), false when fp32 holding the values rounded to the
+  // operands' precision. The default: GemmBothPacked, then RoundTo (false). The values are
+  // the same either way (a 16-bit D is the fp32 product rounded once to nearest even).
+  virtual bool ScreeningProjection(const ScreeningShape& shape, int64_t rows, int64_t cols, int64_t k,
+                                   const PackedOperand<Real>& x, const PackedOperand<Real>& w, Real* P) {
+    (void)shape;
+    GemmBothPacked(false, false, rows, cols, k, Real(1), x, k, w, cols, Real(0), P, cols);
+    RoundTo(x.precision, P, rows * cols);
+    return false;
+  }
   // kernels/cpu/screening.h: tiles and grads are host arrays of shape.tiles.
   virtual void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                                 const ScreeningSaved<Real>& saved, Real* U) = 0;

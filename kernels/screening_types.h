@@ -61,6 +61,10 @@ struct ScreeningShape {
   // Columns per tile in P: [q (d_k) | k (d_k) | v (d_v) | g (d_v)], without g when the
   // output gate is off.
   int64_t p_cols() const { return 2 * d_k + (output_gate ? 2 : 1) * d_v; }
+  // P's elements are bf16 (2 bytes each from P's start, the same row-major layout), as the
+  // kernel table's ScreeningProjection wrote them when it returned true; only that table's
+  // screening calls read P so. False: fp32 (every table's screening kernels read it).
+  bool p_bf16 = false;
 };
 
 // One tile's learned scalars, already mapped: w = e^{s_w} + 1 (or +inf when the

@@ -224,14 +224,17 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     a.q_norm.Resize(rows * nt);
     a.k_norm.Resize(rows * nt);
     a.v_norm.Resize(rows * nt);
-    // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3). The
-    // stored x_in and U are the GEMM operands, so they hold the compute precision.
+    // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3), its values
+    // rounded to the compute precision, in the format the table's screening kernels read
+    // (a device may write it in bf16: ScreeningProjection). The stored x_in and U are the
+    // GEMM operands, so they hold the compute precision.
     ops_->PackRounded(options_.precision, a.x_in.data(), rows * dE, &a.x_in_op);
-    ops_->GemmBothPacked(false, false, rows, nt * C, dE, 1, a.x_in_op, dE, w.w_cat_op, nt * C, 0, a.P.data(), nt * C);
-    RoundToCompute(a.P.data(), rows * nt * C);
+    a.p_bf16 = ops_->ScreeningProjection(ShapeOf(B, T), rows, nt * C, dE, a.x_in_op, w.w_cat_op, a.P.data());
     timer.emplace(profile, StepProfile::kScreeningForward);
     const auto tiles = TileScalarsOf(li, inference);
-    ops_->ScreeningForward(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), a.U.data());
+    kernels::ScreeningShape shape = ShapeOf(B, T);
+    shape.p_bf16 = a.p_bf16;
+    ops_->ScreeningForward(shape, a.P.data(), tiles.data(), a.saved(), a.U.data());
     ops_->PackRounded(options_.precision, a.U.data(), rows * nt * dV, &a.u_op);
     timer.emplace(profile, StepProfile::kOutputGemm);
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
@@ -370,7 +373,9 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     const auto tiles = TileScalarsOf(li, nullptr);
     // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}; the table adds their
     // gradients into grads where it computes them (on a device: no wait).
-    ops_->ScreeningBackwardAddParamGrads(ShapeOf(B, T), a.P.data(), tiles.data(), a.saved(), d_u_.data(),
+    kernels::ScreeningShape shape = ShapeOf(B, T);
+    shape.p_bf16 = a.p_bf16;
+    ops_->ScreeningBackwardAddParamGrads(shape, a.P.data(), tiles.data(), a.saved(), d_u_.data(),
                                          d_p_.data(), grads + slot(kSw), grads + slot(kSr), grads + slot(kSO));
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
     timer.emplace(options_.profile, StepProfile::kProjections);

@@ -121,6 +121,9 @@ class Multiscreen final : public ModelStage<Real> {
     // x_in and U as the GEMMs read them (PackRounded: converted once, read by the forward's
     // product and the backward's weight gradient).
     kernels::PackedOperand<Real> x_in_op, u_op;
+    // P's format as the table's ScreeningProjection wrote it (ScreeningShape::p_bf16), for
+    // this layer's screening calls.
+    bool p_bf16 = false;
     Array q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
     kernels::ScreeningSaved<Real> saved();
   };

@@ -115,6 +115,23 @@ ISSUE_MIPE_RATE = {"query": (424 - 376, 325 - 272)}
 # backward: one before it and one over ∂q, ∂k after).
 FUSED_ROPE_HEAD = 64
 
+# ---- the widths the code stores screening's arrays in (model/multiscreen.cc, CUDA table) ----
+# P = x_in·W_cat: on the bf16 path of the tiled kernels the CUDA table's ScreeningProjection
+# has cuBLASLt write it in bf16 (a bf16 D, fp32 compute) and the tiled kernels read its q, k,
+# v and g columns as bf16 (ScreeningTiledForwardBf16P, ScreeningTiledBackwardBf16P). Before
+# (2026-12-07) the GEMM wrote fp32 P, one more pass rounded it to bf16 in place
+# (RoundToCompute: RoundKernel read and wrote it, fp32) and the kernels read fp32: P_BYTES = 4,
+# P_ROUND_PASS = True; the simple kernels and the CPU still do so. U and ∂U are
+# fp32 too (the forward's output and the ∂U GEMM's C); U goes to its bf16 GEMM operand by a
+# pass (PackRounded: RoundPackKernel reads U, writes it back rounded and its bf16 copy) and ∂P
+# by another (PackAsGemm: PackKernel reads ∂P, writes the bf16 copy). Until 2026-12-07 the
+# model charged P, U and ∂U as bf16 and none of those three passes (issue 42 part 1: the
+# counted bytes showed P 0.69 against 0.36 MB, the forward 1.18 against 0.72, the query
+# pass 1.80 against 1.22, the key pass 0.98 against 0.79 at tiny_tiled, T = 256).
+P_BYTES = 2             # P's element as the GEMM writes it and the tiled screening kernels read it
+P_ROUND_PASS = False    # P rounded in place after its GEMM (read and written at P_BYTES)
+U_BYTES = DU_BYTES = 4  # U as the forward writes it, ∂U as its GEMM writes it
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
@@ -414,14 +431,19 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     if embed:
         ops.append(Op("x⁰ = e^{s_E}·Ē[t] (gather)", "mem", 1, 0, n * d * (2 + 4)))
     ops.append(Op("x_in = bf16(x)", "mem", n_l, 0, n * d * (4 + 2)))
-    ops.append(Op("P = x_in·W_cat (GEMM)", "gemm", n_l, 2 * n * d * pd, n * d * 2 + d * pd * 2 + n * pd * 2))
+    ops.append(Op("P = x_in·W_cat (GEMM)", "gemm", n_l, 2 * n * d * pd, n * d * 2 + d * pd * 2 + n * pd * P_BYTES))
+    if P_ROUND_PASS:
+        # RoundKernel's count also holds the head's bf16 y (one launch, n·d·8 bytes), which the
+        # PLNorm op models as part of its own write: this op's counted row is that much higher.
+        ops.append(Op("P rounded to bf16 in place (RoundToCompute)", "mem", n_l, 0, n * pd * P_BYTES * 2,
+                      kernels=[kernel("RoundKernel", "elementwise.cu")]))
     def tiled(name, mmas, nbytes):
         issue = (steps_l - interior_l) * ISSUE_PER_STEP[mmas] + interior_l * ISSUE_PER_INTERIOR_STEP[mmas]
         rate_other, rate_interior = ISSUE_MIPE_RATE.get(mmas, (0, 0))
         issue += (mipe_l - mipe_interior_l) * rate_other + mipe_interior_l * rate_interior
         return Op(name, "screen", n_l, steps_l * MMAS_PER_STEP[mmas] * MMA_FLOPS, nbytes, issue * issue_scale)
     # screening's own arrays are fp32 as the kernels keep them (saved h; ∂h); per (token,
-    # tile): P's q, k, v (96) and g (64) columns bf16, h 64 fp32, U 64 bf16.
+    # tile): P's q, k, v (96) and g (64) columns at P_BYTES, h 64 fp32, U 64 at U_BYTES.
     # One launch (issue 42): the aggregate kernel normalizes and rotates the P rows it loads
     # (steps 5–6): P's q, k, v and g columns read (bf16), h and U written. Nothing else is
     # saved: the backward's passes recompute q̃, k̃, v̄ from P's columns as the forward does
@@ -430,7 +452,12 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     # that a separate normalize pass read P's q, k, v and wrote the saved rows, which the
     # aggregate pass read back: (32 + 64) · 4 bytes per (token, tile) and a launch per layer more.
     ops.append(tiled("screening forward, tiled (steps 5–13, normalize fused)", "forward",
-                     nt * (96 * 2 + 64 * 2 + 64 * 4 + 64 * 2)))
+                     nt * (96 * P_BYTES + 64 * P_BYTES + 64 * 4 + 64 * U_BYTES)))
+    # U rounded in place and packed into bf16 for W_O's GEMM (PackRounded: RoundPackKernel,
+    # whose counted row also holds x_in's and BeginStep's Ē's packs, n·d·10 per layer and
+    # V·d·10 bytes, 3 launches, which the model has inside the x_in and Ē ops).
+    ops.append(Op("U → bf16 operand (PackRounded)", "mem", n_l, 0, n * vd * (U_BYTES * 2 + 2),
+                  kernels=[kernel("RoundPackKernel", "gemm.cu")]))
     ops.append(Op("x += U·W_O (GEMM, β = 1 into fp32 x)", "gemm", n_l, 2 * n * vd * d,
                   n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
     # The host waits (counted on the emulated device, docs/performance.md): once in BeginStep
@@ -457,7 +484,7 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
             # (KernelTable::DotAddInto; ∂s_E's dot, in the scatter op below, is the same kernel)
             ops.append(Op("∂s_F = Σ y·∂y (one-launch dot)", "mem", 1, 0, n * d * 4 * 2))
         ops.append(Op("bf16(∂x) for the layer's GEMMs", "mem", n_l, 0, n * d * (4 + 2)))
-        ops.append(Op("∂U = ∂x·W_Oᵀ (GEMM)", "gemm", n_l, 2 * n * d * vd, n * d * 2 + vd * d * 2 + n * vd * 2))
+        ops.append(Op("∂U = ∂x·W_Oᵀ (GEMM)", "gemm", n_l, 2 * n * d * vd, n * d * 2 + vd * d * 2 + n * vd * DU_BYTES))
         # The step's first backward writes the layers' matrix gradients (β = 0, a copy:
         # Multiscreen::ZeroGradientsBeforeStep); later micro-batches add (β = 1, read back:
         # vd·d·4 more bytes here, d·pd·4 in the unpack), which "accumulating" leaves out.
@@ -471,17 +498,22 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         # The query and key passes finish their rows in their epilogues (the unit-norm and
         # MiPE backward, screening_tiled.h) and write ∂P's q (k and v) columns in fp32, where
         # a separate pass read ∂q̃, ∂k̃, ∂v̄ back from scratch with q̃, k̃, v̄ (issue 42 part 2).
-        # Both recompute q̃, k̃, v̄ and their norms from P's q, k, v columns (bf16, 96 · 2 bytes
+        # Both recompute q̃, k̃, v̄ and their norms from P's q, k, v columns (96 · P_BYTES bytes
         # per (token, tile)) as the forward does, where they read the forward's saved rows (fp32)
         # and norms: 32 · 4 + 64 · 4 + 1 · 4 (query pass) and 32 · 4 + 64 · 4 + 2 · 4 (key pass).
+        # ∂P is fp32 (the kernels' `float* dP`); the per-token parts are kScreeningParts = 4
+        # fp64 (scale, r, w, rate: kernels/cuda/screening.h; the model had 5 until 2026-12-07).
         ops.append(tiled("screening backward, tiled query pass (gate, TanhNorm → ∂h, ∂g; ∂q̃ → ∂P, ∂r, ∂w parts)",
-                         "query", nt * (64 * 2 + 64 * 2 + 64 * 4 + 64 * 4 + 64 * 2
-                                        + 96 * 2 + 16 * 4 + 5 * 8)))
+                         "query", nt * (64 * P_BYTES + 64 * DU_BYTES + 64 * 4 + 64 * 4 + 64 * 4
+                                        + 96 * P_BYTES + 16 * 4 + 4 * 8)))
         ops.append(tiled("screening backward, tiled key pass (∂k̃, ∂v̄ → ∂P)", "key",
-                         nt * (96 * 2 + 64 * 4 + 16 * 4 + 64 * 4)))
+                         nt * (96 * P_BYTES + 64 * 4 + 16 * 4 + 64 * 4)))
         # the sums per (sequence, tile) of the per-token parts (4 fp64), then ∂s_w, ∂s_r,
         # ∂s_O from them on the device
         ops.append(Op("screening backward: tile-scalar sums", "mem", n_l, 0, nt * 4 * 8, launches=2))
+        # ∂P (fp32) into its bf16 GEMM operand (PackAsGemm: PackKernel, counted with the
+        # other packs under x_in's op: no kernel named here).
+        ops.append(Op("bf16(∂P) for the projections' GEMMs", "mem", n_l, 0, n * pd * (4 + 2)))
         ops.append(Op("∂W_cat = x_inᵀ·∂P (GEMM, fp32)", "gemm", n_l, 2 * n * d * pd,
                       n * d * 2 + n * pd * 2 + d * pd * 4))
         # ∂W_cat written into the four gradients: one launch (KernelTable::Copy2DJobs)

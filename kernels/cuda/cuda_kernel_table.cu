@@ -184,9 +184,25 @@ class CudaKernelTable final : public KernelTable<float> {
   void MoveAddTransposed(float* a, int64_t rows, int64_t cols, int64_t lda, float* b, int64_t ldb) override {
     cuda::MoveAddTransposed(a, rows, cols, lda, b, ldb, stream_);
   }
+  // Under bf16 for the shapes the tiled kernels take: P written in bf16 by the GEMM
+  // (cuBLASLt's bf16 D, fp32 compute) and read so by them (issue 42: half P's bytes, and no
+  // RoundTo pass); otherwise the default (fp32 P, rounded in place).
+  bool ScreeningProjection(const ScreeningShape& shape, int64_t rows, int64_t cols, int64_t k,
+                           const PackedOperand<float>& x, const PackedOperand<float>& w, float* P) override {
+    CheckSamePrecision(x, w);
+    if (!(tiled_screening_ && x.precision == Precision::kBf16 && cuda::ScreeningTiledShape(shape))) {
+      return KernelTable<float>::ScreeningProjection(shape, rows, cols, k, x, w, P);
+    }
+    gemm_->RunPackedTo16(x.precision, false, false, rows, cols, k, 1.f, x.half.data(), k, w.half.data(), cols,
+                         reinterpret_cast<uint16_t*>(P), cols);
+    return true;
+  }
   void ScreeningForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                         const ScreeningSaved<float>& saved, float* U) override {
-    if (tiled_screening_) {
+    if (shape.p_bf16) {
+      cuda::ScreeningTiledForwardBf16P(shape, reinterpret_cast<const uint16_t*>(P), tiles, saved, U, &screening_,
+                                       stream_);
+    } else if (tiled_screening_) {
       cuda::ScreeningTiledForward(shape, P, tiles, saved, U, &screening_, stream_);  // simple at other widths
     } else {
       cuda::ScreeningForward(shape, P, tiles, saved, U, &screening_, stream_);
@@ -195,7 +211,10 @@ class CudaKernelTable final : public KernelTable<float> {
   void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                          const ScreeningSaved<float>& saved, const float* dU, float* dP,
                          TileScalarGrads* grads) override {
-    if (tiled_screening_) {
+    if (shape.p_bf16) {
+      cuda::ScreeningTiledBackwardBf16P(shape, reinterpret_cast<const uint16_t*>(P), tiles, saved, dU, dP, grads,
+                                        &screening_, stream_);
+    } else if (tiled_screening_) {
       cuda::ScreeningTiledBackward(shape, P, tiles, saved, dU, dP, grads, &screening_, stream_);
     } else {
       cuda::ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, &screening_, stream_);
@@ -207,7 +226,10 @@ class CudaKernelTable final : public KernelTable<float> {
                                       const ScreeningSaved<float>& saved, const float* dU, float* dP, float* g_sw,
                                       float* g_sr, float* g_so) override {
     const TileScalarGradsOut out(g_sw, g_sr, g_so);
-    if (tiled_screening_) {
+    if (shape.p_bf16) {
+      cuda::ScreeningTiledBackwardBf16P(shape, reinterpret_cast<const uint16_t*>(P), tiles, saved, dU, dP, out,
+                                        &screening_, stream_);
+    } else if (tiled_screening_) {
       cuda::ScreeningTiledBackward(shape, P, tiles, saved, dU, dP, out, &screening_, stream_);
     } else {
       cuda::ScreeningBackward(shape, P, tiles, saved, dU, dP, out, &screening_, stream_);

@@ -166,14 +166,15 @@ GemmRunner::~GemmRunner() {
 
 GemmRunner::Plan& GemmRunner::PlanFor(const Key& key, Precision precision, bool trans_a, bool trans_b, int64_t m,
                                       int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int align_a,
-                                      int align_b, int align_c) {
+                                      int align_b, int align_c, bool out16) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   const char* op = "Gemm";
   Plan& plan = plans_[key];
   const cudaDataType_t ab_type =
       precision == Precision::kFp32 ? CUDA_R_32F : (precision == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F);
-  plan.name = ProductName("cublasLtMatmul", trans_a, trans_b, m, n, k,
-                          precision == Precision::kFp32 ? "f32" : (precision == Precision::kBf16 ? "bf16" : "f16"));
+  const char* type_name =
+      precision == Precision::kFp32 ? "f32" : (precision == Precision::kBf16 ? "bf16" : "f16");
+  plan.name = ProductName("cublasLtMatmul", trans_a, trans_b, m, n, k, type_name, out16 ? type_name : "f32");
   MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Column-major view: A' = B (op trans_b), B' = A (op trans_a), C' = Cᵀ [n, m].
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -184,7 +185,7 @@ GemmRunner::Plan& GemmRunner::PlanFor(const Key& key, Precision precision, bool 
   // Stored shapes: B is [k, n] row-major ([n, k] when trans_b) = column-major [n, k] ([k, n]).
   MS_CUBLAS_CHECK(op, cublas_.cublasLtMatrixLayoutCreate(&plan.a, ab_type, trans_b ? k : n, trans_b ? n : k, ldb));
   MS_CUBLAS_CHECK(op, cublas_.cublasLtMatrixLayoutCreate(&plan.b, ab_type, trans_a ? m : k, trans_a ? k : m, lda));
-  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, n, m, ldc));
+  MS_CUBLAS_CHECK(op, cublas_.cublasLtMatrixLayoutCreate(&plan.c, out16 ? ab_type : CUDA_R_32F, n, m, ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   MS_CUBLAS_CHECK(op, cublas_.cublasLtMatmulPreferenceCreate(&pref));
@@ -216,10 +217,10 @@ GemmRunner::Plan& GemmRunner::PlanFor(const Key& key, Precision precision, bool 
 }
 
 std::string GemmRunner::ProductName(const char* fn, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                                    const char* type) {
+                                    const char* type, const char* out_type) {
   // The library's column-major view (A' = B, B' = A, C' = Cᵀ), as the emulated cuBLAS names it.
-  return absl::StrFormat("%s %dx%dx%d op(A)=%s op(B)=%s %s,%s->f32", fn, n, m, k, trans_b ? "T" : "N",
-                         trans_a ? "T" : "N", type, type);
+  return absl::StrFormat("%s %dx%dx%d op(A)=%s op(B)=%s %s,%s->%s", fn, n, m, k, trans_b ? "T" : "N",
+                         trans_a ? "T" : "N", type, type, out_type);
 }
 
 void GemmRunner::Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -230,12 +231,13 @@ void GemmRunner::Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
                                                  &beta, c, ldc));
   if (timed) {
-    KernelTimesEnd(absl::StrFormat("%s beta=%g", ProductName("cublasSgemm", trans_a, trans_b, m, n, k, "f32"), beta),
+    KernelTimesEnd(absl::StrFormat("%s beta=%g", ProductName("cublasSgemm", trans_a, trans_b, m, n, k, "f32", "f32"),
+                                   beta),
                    stream_);
   }
 }
 
-bool GemmRunner::Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, float* c) {
+bool GemmRunner::Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, void* c) {
   const bool timed = KernelTimesOn();
   if (timed) KernelTimesBegin(stream_);
   const cublasStatus_t s =
@@ -261,8 +263,9 @@ void GemmRunner::Run(Precision precision, bool trans_a, bool trans_b, int64_t m,
   const int64_t lda_used = half ? cols_a : lda, ldb_used = half ? cols_b : ldb;
   const int align_a = half ? 256 : Alignment(a), align_b = half ? 256 : Alignment(b), align_c = Alignment(c);
   const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda_used, ldb_used, ldc,
-                align_a, align_b, align_c};
-  Plan& plan = PlanFor(key, precision, trans_a, trans_b, m, n, k, lda_used, ldb_used, ldc, align_a, align_b, align_c);
+                align_a, align_b, align_c, false};
+  Plan& plan =
+      PlanFor(key, precision, trans_a, trans_b, m, n, k, lda_used, ldb_used, ldc, align_a, align_b, align_c, false);
   if (!plan.has_algo) return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   const void* a_used = a;
   const void* b_used = b;
@@ -283,8 +286,9 @@ void GemmRunner::RunPacked(Precision precision, bool trans_a, bool trans_b, int6
   const int64_t rows_b = trans_b ? n : k, cols_b = trans_b ? k : n;
   const int align_a = Alignment(a16), align_b = Alignment(b16), align_c = Alignment(c);
   if (k > 0) {
-    const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c};
-    Plan& plan = PlanFor(key, precision, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c);
+    const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c,
+                  false};
+    Plan& plan = PlanFor(key, precision, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, false);
     if (plan.has_algo && Matmul(plan, alpha, a16, b16, beta, c)) return;
   }
   // No algorithm for the shape (or k = 0: C = beta · C): the same values in fp32.
@@ -292,6 +296,25 @@ void GemmRunner::RunPacked(Precision precision, bool trans_a, bool trans_b, int6
   const float* b = Widen(precision, b16, ldb, rows_b, cols_b, &b32_, stream_);
   Sgemm(trans_a, trans_b, m, n, k, alpha, a, std::max<int64_t>(cols_a, 1), b, std::max<int64_t>(cols_b, 1), beta, c,
         ldc);
+}
+
+void GemmRunner::RunPackedTo16(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                               float alpha, const uint16_t* a16, int64_t lda, const uint16_t* b16, int64_t ldb,
+                               uint16_t* c16, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  const int align_a = Alignment(a16), align_b = Alignment(b16), align_c = Alignment(c16);
+  if (k > 0) {
+    const Key key{static_cast<int>(precision), trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c,
+                  true};
+    Plan& plan = PlanFor(key, precision, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, true);
+    if (plan.has_algo && Matmul(plan, alpha, a16, b16, 0.f, c16)) return;
+  }
+  // No algorithm for a 16-bit D: the fp32 product (RunPacked's), then rounded into c16 as
+  // the library rounds D (nearest even).
+  if (ldc != n) FatalCudaError("Gemm", "RunPackedTo16 without a cuBLASLt algorithm needs a compact C (ldc == n)");
+  c32_.Resize(m * n);
+  RunPacked(precision, trans_a, trans_b, m, n, k, alpha, a16, lda, b16, ldb, 0.f, c32_.data(), n);
+  Pack(precision, c32_.data(), m * n, c16);
 }
 
 void GemmRunner::RunPackedB(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -53,6 +53,12 @@ class GemmRunner {
   void RunPacked(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const uint16_t* a16, int64_t lda, const uint16_t* b16, int64_t ldb, float beta, float* c,
                  int64_t ldc);
+  // RunPacked with beta = 0 and C in the operands' 16-bit format (c16, row stride ldc): cuBLASLt
+  // stores the fp32 result rounded once to nearest even (a bf16 D under CUBLAS_COMPUTE_32F);
+  // where it has no algorithm, RunPacked's fp32 product into scratch, then packed (ldc must
+  // equal n there). The same values as RunPacked followed by RoundTo, in one product.
+  void RunPackedTo16(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const uint16_t* a16, int64_t lda, const uint16_t* b16, int64_t ldb, uint16_t* c16, int64_t ldc);
   // RunPacked with A fp32, converted alone (one launch, A's elements): the decoders' rows.
   void RunPackedB(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, const uint16_t* b16, int64_t ldb, float beta, float* c, int64_t ldc);
@@ -64,8 +70,8 @@ class GemmRunner {
   void PackRounded(Precision precision, float* x, int64_t n, uint16_t* dst);
 
  private:
-  // What a cached plan depends on: precision, transposes, sizes, strides, alignments.
-  using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  // What a cached plan depends on: precision, transposes, sizes, strides, alignments, C 16-bit.
+  using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, bool>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // the column-major A', B', C
@@ -75,15 +81,16 @@ class GemmRunner {
   };
 
   GemmRunner(const CublasLibrary& cublas, cudaStream_t stream, cublasLtHandle_t lt, cublasHandle_t blas);
-  // "FN NxMxK op(A)=.. op(B)=.. T,T->f32" of the row-major product m×n×k (kernel_times.h).
+  // "FN NxMxK op(A)=.. op(B)=.. T,T->OUT" of the row-major product m×n×k (kernel_times.h).
   static std::string ProductName(const char* fn, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                                 const char* type);
+                                 const char* type, const char* out_type);
+  // out16: C and D in the operands' 16-bit type (RunPackedTo16), else fp32.
   Plan& PlanFor(const Key& key, Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                int64_t lda, int64_t ldb, int64_t ldc, int align_a, int align_b, int align_c);
+                int64_t lda, int64_t ldb, int64_t ldc, int align_a, int align_b, int align_c, bool out16);
   // The plan's product on operands as the library reads them (a and b swapped into its
   // column-major view), with the plan's algorithm or, where it has none, the library's
   // choice; false when the plan's algorithm refuses the call (then dropped from the plan).
-  bool Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, float* c);
+  bool Matmul(Plan& plan, float alpha, const void* a, const void* b, float beta, void* c);
   // The [rows, cols] block of src (row stride ld) packed into dst (compact), one launch.
   void Pack(Precision precision, const float* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst);
   void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -96,6 +103,7 @@ class GemmRunner {
   DeviceArray<uint8_t> workspace_{Device::kCuda};
   DeviceArray<uint16_t> a16_{Device::kCuda}, b16_{Device::kCuda};  // packed 16-bit operand copies
   DeviceArray<float> a32_{Device::kCuda}, b32_{Device::kCuda};      // RunPacked's widened fallback operands
+  DeviceArray<float> c32_{Device::kCuda};                           // RunPackedTo16's fallback fp32 product
   std::map<Key, Plan> plans_;
 };
 

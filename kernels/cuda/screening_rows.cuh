@@ -21,6 +21,12 @@ namespace multiscreen::kernels::cuda {
 // clamped by spec step 5's unit norm.
 constexpr float kScreeningUnitFloor = 1e-12f;
 
+// An element of P as fp32: itself, or a bf16 one widened (exact). The row functions below
+// read P through it, so that the tiled kernels take P in fp32 or in bf16 (the CUDA table's
+// bf16 path: its GEMM writes P in bf16) with the same arithmetic on the same values.
+__device__ inline float RowValue(float x) { return x; }
+__device__ inline float RowValue(__nv_bfloat16 x) { return __bfloat162float(x); }
+
 // cos and sin of token `pos`'s MiPE angle pos · rate (c = 1, sn = 0 when rate = 0), fp64.
 __device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn) {
   *c = 1;
@@ -34,12 +40,15 @@ __device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn
 // ---- Forward: spec steps 5–6 -----------------------------------------------------
 
 // ‖x‖ of one row x [D] (D = 0: d_rt), the squares summed in fp32 in column order (as cpu::UnitRow).
-template <int D>
-__device__ inline float RowNorm(const float* x, int d_rt) {
+template <int D, typename T = float>
+__device__ inline float RowNorm(const T* x, int d_rt) {
   const int d = D > 0 ? D : d_rt;
   float sq = 0.f;
   #pragma unroll
-  for (int c = 0; c < d; ++c) sq += x[c] * x[c];
+  for (int c = 0; c < d; ++c) {
+    const float v = RowValue(x[c]);
+    sq += v * v;
+  }
   return sqrtf(sq);
 }
 
@@ -58,13 +67,13 @@ __device__ inline void RotateRow(float* z, double c, double s) {
 
 // Steps 5–6 on one q or k row: z [D] = x [D] / max(‖x‖, floor) (any memory spaces), then,
 // when rotate, RotateRow by (c, s). Returns ‖x‖ (saved for the backward). D = 0: d_rt.
-template <int D>
-__device__ inline float UnitRotateRow(const float* x, float* z, bool rotate, double c, double s, int d_rt) {
+template <int D, typename T = float>
+__device__ inline float UnitRotateRow(const T* x, float* z, bool rotate, double c, double s, int d_rt) {
   const int d = D > 0 ? D : d_rt;
   const float n = RowNorm<D>(x, d);
   const float inv = UnitFactor(n);
   #pragma unroll
-  for (int i = 0; i < d; ++i) z[i] = x[i] * inv;
+  for (int i = 0; i < d; ++i) z[i] = RowValue(x[i]) * inv;
   if (rotate) RotateRow(z, c, s);
   return n;
 }
@@ -134,8 +143,8 @@ __device__ inline void FinishKeyOrQueryRowBackward(const float* z, float norm, f
 // dh [D] = ∂L/∂h_i (a local array: ∂L/∂TanhNorm(h) first, then ∂L/∂h in place). Returns
 // the token's part of ∂L/∂scale, Σ_c ∂L/∂U_c · TanhNorm(h)_c · gate_c in fp64 (column order).
 // tanh_norm false: identity in place of TanhNorm. D: the width as a constant (0: d_rt).
-template <int D>
-__device__ inline double OutputRowBackward(const float* h, const float* g, const float* dU, float scale,
+template <int D, typename G = float>
+__device__ inline double OutputRowBackward(const float* h, const G* g, const float* dU, float scale,
                                            bool tanh_norm, bool gate, float* dg, float* dh, int d_rt) {
   const int d = D > 0 ? D : d_rt;
   float sq = 0.f;
@@ -148,7 +157,7 @@ __device__ inline double OutputRowBackward(const float* h, const float* g, const
   #pragma unroll
   for (int c = 0; c < d; ++c) {
     float gv = 1.f, gate_dg = 0.f;  // output_gate off: no gate and no dg columns
-    if (gate) GateForwardAndDerivative(g[c], &gv, &gate_dg);
+    if (gate) GateForwardAndDerivative(RowValue(g[c]), &gv, &gate_dg);
     const float tn = h[c] * f;
     row_scale += static_cast<double>(dU[c]) * tn * gv;
     dh[c] = scale * dU[c] * gv;

@@ -129,15 +129,26 @@ static_assert(kStrideK - kDk >= 4, "a staged unit row's padding holds its two fp
 __device__ inline float2* RowHeadSlot(uint16_t* hi_row) { return reinterpret_cast<float2*>(hi_row + kDk); }
 __device__ inline float2 RowHead(const uint16_t* hi_row) { return *reinterpret_cast<const float2*>(hi_row + kDk); }
 
-// One row of P's q or k columns (x: kDk floats, 16-byte aligned, global) through the unit
-// norm and, when rotate, MiPE's rotation by (c, sn) (UnitRotateRow: NormalizeKernel's
-// arithmetic, bit for bit) into z [kDk] (fp32: the simple kernel's saved q̃ or k̃ row).
-// Returns ‖x‖ (the simple kernel's saved norm).
-__device__ inline float UnitRowFromP(const float* x, bool rotate, double c, double sn, float* z) {
+// Elements x[0..3] of a row of P as fp32: one 16-byte load of fp32 P, one 8-byte load of bf16
+// P (x 16- or 8-byte aligned: P's column blocks start at multiples of 4 elements).
+__device__ inline float4 LoadRow4(const float* x) { return *reinterpret_cast<const float4*>(x); }
+__device__ inline float4 LoadRow4(const __nv_bfloat16* x) {
+  const uint2 bits = *reinterpret_cast<const uint2*>(x);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// One row of P's q or k columns (x: kDk elements of PT, fp32 or bf16, global) through the
+// unit norm and, when rotate, MiPE's rotation by (c, sn) (UnitRotateRow: NormalizeKernel's
+// arithmetic, bit for bit on fp32 P) into z [kDk] (fp32: the simple kernel's saved q̃ or k̃
+// row). Returns ‖x‖ (the simple kernel's saved norm).
+template <typename PT>
+__device__ inline float UnitRowFromP(const PT* x, bool rotate, double c, double sn, float* z) {
   float xr[kDk];
   #pragma unroll
   for (int i = 0; i < kDk; i += 4) {
-    const float4 v = *reinterpret_cast<const float4*>(x + i);
+    const float4 v = LoadRow4(x + i);
     xr[i] = v.x, xr[i + 1] = v.y, xr[i + 2] = v.z, xr[i + 3] = v.w;
   }
   return UnitRotateRow<kDk>(xr, z, rotate, c, sn, kDk);
@@ -146,8 +157,8 @@ __device__ inline float UnitRowFromP(const float* x, bool rotate, double c, doub
 // UnitRowFromP's row (and its ‖x‖, returned), staged to
 // shared bf16 hi (and lo = the rounding remainder, when kSplit) as StageUnitRows stages a
 // saved row; kHead: z[0], z[1] into the row's padding too (RowHead). Returns ‖x‖.
-template <bool kSplit, bool kHead>
-__device__ inline float NormalizeUnitRow(const float* x, bool rotate, double c, double sn, uint16_t* hi, uint16_t* lo,
+template <bool kSplit, bool kHead, typename PT>
+__device__ inline float NormalizeUnitRow(const PT* x, bool rotate, double c, double sn, uint16_t* hi, uint16_t* lo,
                                          float* z) {
   const float n = UnitRowFromP(x, rotate, c, sn, z);
   #pragma unroll
@@ -173,8 +184,8 @@ __device__ inline void ZeroUnitRow(uint16_t* hi, uint16_t* lo) {
 
 // Row j (< T) of a task's q (col = 0) or k (col = kDk) columns normalized and MiPE-rotated at
 // position pos0 + j into a staged row, or zeros at or past T (NormalizeUnitRow, ZeroUnitRow).
-template <bool kSplit, bool kHead>
-__device__ inline void StageUnitRowFromP(const float* P, int64_t ldp, int col, int j, int T, double pos0, double rate,
+template <bool kSplit, bool kHead, typename PT>
+__device__ inline void StageUnitRowFromP(const PT* P, int64_t ldp, int col, int j, int T, double pos0, double rate,
                                          uint16_t* hi, uint16_t* lo) {
   if (j >= T) {
     ZeroUnitRow<kSplit, kHead>(hi, lo);
@@ -186,23 +197,26 @@ __device__ inline void StageUnitRowFromP(const float* P, int64_t ldp, int col, i
   NormalizeUnitRow<kSplit, kHead>(P + j * ldp + col, rate != 0, c, sn, hi, lo, z);
 }
 
-// One row of P's v columns (x: kDv floats, 16-byte aligned, global) through the unit norm
-// (RowNorm, UnitFactor: NormalizeKernel's arithmetic), read twice (the norm, then the scaled
-// row: no 64-float row held in registers), to shared bf16 `hi` (and `lo` = the rounding
-// remainder, when given) as StageValueRows stages the saved row (StageSplit4).
-__device__ inline void NormalizeValueRow(const float* x, uint16_t* hi, uint16_t* lo) {
+// One row of P's v columns (x: kDv elements of PT, global) through the unit norm (RowNorm,
+// UnitFactor: NormalizeKernel's arithmetic), read twice (the norm, then the scaled row: no
+// 64-float row held in registers), to shared bf16 `hi` (and `lo` = the rounding remainder,
+// when given) as StageValueRows stages the saved row (StageSplit4).
+template <typename PT>
+__device__ inline void NormalizeValueRow(const PT* x, uint16_t* hi, uint16_t* lo) {
   const float inv = UnitFactor(RowNorm<kDv>(x, kDv));
   #pragma unroll 4
   for (int i = 0; i < kDv; i += 4) {
-    const float4 v = *reinterpret_cast<const float4*>(x + i);
+    const float4 v = LoadRow4(x + i);
     StageSplit4(make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv), reinterpret_cast<uint32_t*>(&hi[i]),
                 lo != nullptr ? reinterpret_cast<uint32_t*>(&lo[i]) : nullptr);
   }
 }
 
-// Where the row loads read: task (b, t)'s rows of P.
+// Where the row loads read: task (b, t)'s rows of P (PT: float, or __nv_bfloat16 where the
+// table's GEMM wrote P in bf16).
+template <typename PT>
 struct TaskRows {
-  const float* P;        // row i's block of tile t at P + i·ldp (q, k, v, g columns)
+  const PT* P;           // row i's block of tile t at P + i·ldp (q, k, v, g columns)
   int64_t ldp;           // tiles · p_cols()
   double pos0, rate;     // MiPE: token i's angle (pos0 + i)·rate (rate 0: no rotation)
 };
@@ -211,8 +225,8 @@ struct TaskRows {
 // k_hi/k_lo (kStrideK; kSplit) and v_hi/v_lo (kStrideV; v_lo null: hi only), as StageUnitRows
 // and StageValueRows stage the saved k̃ and v̄; threads 0–63 take a k row each (kHead: its
 // fp32 head too), 64–127 a v row; rows at or past T are zeros. Every thread of the CTA calls it.
-template <bool kSplit, bool kHead>
-__device__ inline void NormalizeKeyRows(const TaskRows& task, int row0, int T, uint16_t* k_hi, uint16_t* k_lo,
+template <bool kSplit, bool kHead, typename PT>
+__device__ inline void NormalizeKeyRows(const TaskRows<PT>& task, int row0, int T, uint16_t* k_hi, uint16_t* k_lo,
                                         uint16_t* v_hi, uint16_t* v_lo) {
   const int r = threadIdx.x % kBlockK, j = row0 + r;
   if (threadIdx.x < kBlockK) {
@@ -352,8 +366,8 @@ __device__ inline void StepPairs(const float (&sim)[2][4], bool interior, int T,
 // NormalizeKeyRows) and writes no saved row (the tiled backward recomputes them from P: only
 // saved h is written); otherwise it stages the saved rows NormalizeKernel wrote (the
 // two-launch form).
-template <bool kSplit, bool kNormalize>
-__global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKernel(TiledDims s, const float* P,
+template <bool kSplit, bool kNormalize, typename PT>
+__global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKernel(TiledDims s, const PT* P,
                                                                        const ScreeningTileParams* params,
                                                                        const float* mask,
                                                                        ScreeningSaved<float> saved, float* U) {
@@ -378,7 +392,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
   const float* v_bar = saved.v_bar + bt * T * kDv;
   const int64_t ldp = s.tiles * s.p_cols();
-  const TaskRows task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
+  const TaskRows<PT> task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
 
   if constexpr (kNormalize) {  // the block's q rows, one per thread of warps 0–1
     const int r = threadIdx.x;
@@ -485,7 +499,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
     if (i >= T) continue;
     float f = 1.f, unused;
     if (s.tanh_norm) TanhNormScale(sqrtf(sq[half]), &f, &unused);
-    const float* gate_in = P + (b * T + i) * s.tiles * C + t * C + 2 * kDk + kDv;
+    const PT* gate_in = P + (b * T + i) * s.tiles * C + t * C + 2 * kDk + kDv;
     float* h_out = saved.h + (bt * T + i) * kDv;
     float* out = U + (b * T + i) * s.tiles * kDv + t * kDv;
     #pragma unroll
@@ -495,7 +509,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
         const int c = 8 * n + 2 * u + e;
         const float hv = h[n][2 * half + e];
         float gate, gate_dg;
-        GateForwardAndDerivative(gate_in[c], &gate, &gate_dg);
+        GateForwardAndDerivative(RowValue(gate_in[c]), &gate, &gate_dg);
         h_out[c] = hv;
         out[c] = tp.scale * hv * f * gate;
       }
@@ -531,7 +545,8 @@ constexpr int kFinishStrideV = kDv + 1;  // floats per staged row of ∂L/∂v̄
 // scale part (partial) and ∂L/∂h, which goes to dh [B, tiles, T, kDv] (global, for the key
 // pass) and, split as StageValueRows would stage it, to the row's shared dh_hi/dh_lo from
 // registers (no read-back). Rows at or past T: zeros staged, nothing written.
-__device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, int64_t t, int q0, const float* P,
+template <typename PT>
+__device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, int64_t t, int q0, const PT* P,
                                           const float* dU, const float* h, float* dP, float* dh, double* partial,
                                           uint16_t* dh_hi, uint16_t* dh_lo) {
   const int r = threadIdx.x, T = int(s.seq), i = q0 + r;
@@ -579,10 +594,10 @@ __device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, i
 // the epilogue recomputes each row's q̃ and ‖q‖ (UnitRowFromP); nothing of `saved` but h is
 // read. Otherwise the saved rows and norms are read (the earlier forms, kept for the tests'
 // bit-for-bit check).
-template <bool kFinishRows, bool kFusedOutput, bool kFromP>
+template <bool kFinishRows, bool kFusedOutput, bool kFromP, typename PT>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledQueryBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
-                             ScreeningSaved<float> saved, const float* P, const float* dU, float* dh, float* d_q,
+                             ScreeningSaved<float> saved, const PT* P, const float* dU, float* dh, float* d_q,
                              float* dP, double* partial) {
   __shared__ __align__(16) uint16_t q_hi[kBlockQ * kStrideK];
   __shared__ __align__(16) uint16_t q_lo[kBlockQ * kStrideK];
@@ -608,7 +623,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const float* k_tilde = saved.k_tilde + bt * T * kDk;
   const float* v_bar = saved.v_bar + bt * T * kDv;
   const int64_t ldp = s.tiles * s.p_cols();
-  const TaskRows task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
+  const TaskRows<PT> task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
 
   if constexpr (kFromP) {
     if (threadIdx.x >= kBlockQ) {  // threads 0–63 run the output rows (OutputBackwardRows)
@@ -822,10 +837,10 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
 // (NormalizeKeyRows, StageUnitRowFromP by threads 0–63 per query block), and in the epilogue
 // each key's k̃, v̄ and norms (UnitRowFromP, UnitRotateRow); nothing of `saved` is read.
 // Otherwise the saved rows and norms are read (the earlier forms, for the tests).
-template <bool kFinishRows, bool kFromP>
+template <bool kFinishRows, bool kFromP, typename PT>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledKeyBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask,
-                           ScreeningSaved<float> saved, const float* P, const float* dh, float* d_k, float* d_v,
+                           ScreeningSaved<float> saved, const PT* P, const float* dh, float* d_k, float* d_v,
                            float* dP) {
   __shared__ __align__(16) uint16_t k_hi[kBlockK * kStrideK];
   __shared__ __align__(16) uint16_t k_lo[kBlockK * kStrideK];
@@ -849,7 +864,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
   const float* q_tilde = saved.q_tilde + bt * T * kDk;
   const float* dh_t = dh + bt * T * kDv;
   const int64_t ldp = s.tiles * s.p_cols();
-  const TaskRows task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
+  const TaskRows<PT> task{P + b * T * ldp + t * s.p_cols(), ldp, double(s.pos0), tp.rate};
 
   if constexpr (kFromP) {
     NormalizeKeyRows<true, false>(task, k0, T, k_hi, k_lo, v_hi, v_lo);
@@ -1008,13 +1023,20 @@ bool TiledShape(const ScreeningShape& shape) {
 // kNormalize: one launch, the aggregate kernel normalizing the rows it loads (the tile tables
 // uploaded first); otherwise the two-launch form, the simple kernel's normalize pass
 // (ScreeningNormalize, which uploads the tables) then the aggregate kernel on saved rows.
-template <bool kSplit, bool kNormalize>
-void Forward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
+// PT: P's element, float, or __nv_bfloat16 (the one-launch form only; the simple kernels
+// read fp32 P, so a bf16 P of a shape they would take is a caller's bug: fatal).
+template <bool kSplit, bool kNormalize, typename PT>
+void Forward(const ScreeningShape& shape, const PT* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
              float* U, ScreeningScratch* scratch, cudaStream_t stream) {
+  static_assert(std::is_same_v<PT, float> || kNormalize, "the two-launch form reads fp32 P");
   if (shape.batch <= 0 || shape.seq <= 0 || shape.tiles <= 0) return;
   if (!TiledShape(shape)) {
-    ScreeningForward(shape, P, tiles, saved, U, scratch, stream);
-    return;
+    if constexpr (std::is_same_v<PT, float>) {
+      ScreeningForward(shape, P, tiles, saved, U, scratch, stream);
+      return;
+    } else {
+      FatalCudaError("ScreeningTiledForward", "a bf16 P for a shape the tiled kernels do not take (ScreeningTiledShape)");
+    }
   }
   if constexpr (kNormalize) {
     ScreeningUploadTables(shape, tiles, scratch, stream);
@@ -1024,7 +1046,7 @@ void Forward(const ScreeningShape& shape, const float* P, const TileScalars* til
   const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->current->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledAggregateKernel<kSplit, kNormalize>>(grid, kThreadsPerCta, 0, stream, s, P, scratch->current->params,
+  Launch<TiledAggregateKernel<kSplit, kNormalize, PT>>(grid, kThreadsPerCta, 0, stream, s, P, scratch->current->params,
                                                    scratch->current->mask, saved, U);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledForward");
 }
@@ -1040,12 +1062,18 @@ enum class BackwardForm { kThree, kThreeSavedRows, kFour, kFive };
 // kThree: three launches (query pass with the output pass as its prologue, key pass,
 // reduction); kFour: four (output pass, query pass, key pass, reduction), the rows finished in
 // the window passes' epilogues; kFive: five, the rows finished by NormalizeBackwardKernel.
-template <BackwardForm kForm>
-void Backward(const ScreeningShape& shape, const float* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
+// PT as Forward's: a bf16 P for the three-launch form from P only.
+template <BackwardForm kForm, typename PT>
+void Backward(const ScreeningShape& shape, const PT* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
               const float* dU, float* dP, TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
+  static_assert(std::is_same_v<PT, float> || kForm == BackwardForm::kThree, "the earlier forms read fp32 P");
   if (!TiledShape(shape)) {
-    ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
-    return;
+    if constexpr (std::is_same_v<PT, float>) {
+      ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
+      return;
+    } else {
+      FatalCudaError("ScreeningTiledBackward", "a bf16 P for a shape the tiled kernels do not take (ScreeningTiledShape)");
+    }
   }
   constexpr bool kFinishRows = kForm != BackwardForm::kFive;
   constexpr bool kFusedOutput = kForm == BackwardForm::kThree || kForm == BackwardForm::kThreeSavedRows;
@@ -1053,7 +1081,7 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
   if constexpr (kFusedOutput) {
     // Tables uploaded, scratch sized; the query pass's prologue runs the output pass.
     if (!ScreeningBackwardPrepare(shape, tiles, grads, scratch, stream)) return;
-  } else {
+  } else if constexpr (std::is_same_v<PT, float>) {
     // The simple kernel's output pass (∂L/∂h, ∂L/∂g, the scale parts; tables uploaded).
     if (!ScreeningBackwardBegin(shape, P, tiles, saved, dU, dP, grads, scratch, stream)) return;
   }
@@ -1066,11 +1094,11 @@ void Backward(const ScreeningShape& shape, const float* P, const TileScalars* ti
   const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->current->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledQueryBackwardKernel<kFinishRows, kFusedOutput, kFromP>>(
+  Launch<TiledQueryBackwardKernel<kFinishRows, kFusedOutput, kFromP, PT>>(
       grid, kThreadsPerCta, 0, stream, s, scratch->current->params, scratch->current->mask, scratch->current->dmask,
       saved, P, dU, scratch->dh.data(), scratch->d_q.data(), dP, scratch->partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
-  Launch<TiledKeyBackwardKernel<kFinishRows, kFromP>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
+  Launch<TiledKeyBackwardKernel<kFinishRows, kFromP, PT>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
                                                       scratch->current->mask, saved, P, scratch->dh.data(),
                                                       scratch->d_k.data(), scratch->d_v.data(), dP);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
@@ -1088,6 +1116,21 @@ void ScreeningTiledForward(const ScreeningShape& shape, const float* P, const Ti
                            const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
                            cudaStream_t stream) {
   Forward<true, true>(shape, P, tiles, saved, U, scratch, stream);
+}
+
+bool ScreeningTiledShape(const ScreeningShape& shape) { return TiledShape(shape); }
+
+void ScreeningTiledForwardBf16P(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
+                                const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
+                                cudaStream_t stream) {
+  Forward<true, true>(shape, reinterpret_cast<const __nv_bfloat16*>(P16), tiles, saved, U, scratch, stream);
+}
+
+void ScreeningTiledBackwardBf16P(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
+                                 const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                                 TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
+  Backward<BackwardForm::kThree>(shape, reinterpret_cast<const __nv_bfloat16*>(P16), tiles, saved, dU, dP, grads,
+                                 scratch, stream);
 }
 
 void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const float* P, const TileScalars* tiles,

@@ -56,6 +56,11 @@
 //   (unchanged by the fusion) would allow 7 (sm_80) or 10 (sm_90). Staging is plain loads
 //   from fp32 P (normalized and rounded to bf16 on the way), one buffer, no cp.async
 //   pipeline yet.
+//   P in fp32 or in bf16 (issue 42): under --precision=bf16 the CUDA kernel table has cuBLASLt
+//   write P in bf16 (KernelTable::ScreeningProjection; ScreeningShape::p_bf16 says so) and runs
+//   the *Bf16P entry points below, whose row loads widen it (exact): the values P held in fp32
+//   after RoundTo, so U, h, dP and the gradients are bit for bit those of fp32 P rounded to bf16
+//   (tested on the emulated device), with P's bytes read halved and no rounding pass.
 // Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
 //
 // Backward (ScreeningTiledBackward), three launches, nothing [T, w] stored. Neither pass reads
@@ -70,7 +75,7 @@
 // gradients equal those of the form that read the saved rows (ScreeningTiledBackwardSavedRows,
 // tested on the emulated device with the saved rows NaN for the recomputing form). Bytes: P's
 // q, k, v columns read (96 values a row) where the saved rows and norms were (99 fp32): equal
-// in this code's fp32 P, half in tools/perf_model.py's bf16 P; the forward's writes of them go.
+// in fp32 P, half in bf16 P (the CUDA table's bf16 path, below); the forward's writes of them go.
 //   1. Query pass: a CTA of 4 warps per (64-query block, tile, sequence). Prologue: the
 //      output pass for the CTA's own 64 rows (each (query block, tile, sequence) has one
 //      CTA), one row per thread of threads 0–63: steps 13–11 backward from saved h, P's g
@@ -149,6 +154,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/screening.h"
 #include "kernels/screening_types.h"
 
@@ -157,6 +164,22 @@ namespace multiscreen::kernels::cuda {
 void ScreeningTiledForward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                            const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
                            cudaStream_t stream);
+
+// Whether the tiled kernels take `shape` (d_K = 16, d_V = 64, MiPE, the output gate,
+// T < 2^27); the others run the simple kernels, which read fp32 P.
+bool ScreeningTiledShape(const ScreeningShape& shape);
+
+// ScreeningTiledForward and ScreeningTiledBackward on P in bf16 (P16: the bits of
+// [B·T, tiles·p_cols()] bf16 values, row-major, as a GEMM with a bf16 D writes them; issue 42):
+// the same arithmetic on the same values, so U, h, dP and the gradients are those of the fp32
+// calls on P rounded to bf16, bit for bit; P's bytes read halve. For a shape
+// ScreeningTiledShape takes only (otherwise fatal: the simple kernels read fp32 P).
+void ScreeningTiledForwardBf16P(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
+                                const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
+                                cudaStream_t stream);
+void ScreeningTiledBackwardBf16P(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
+                                 const ScreeningSaved<float>& saved, const float* dU, float* dP,
+                                 TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
 
 // As ScreeningTiledForward with q̃·k̃ᵀ from plain bf16 operands (one product, not three):
 // for the tests' measurement of what the split buys; not for the model.

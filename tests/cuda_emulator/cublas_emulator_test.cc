@@ -434,6 +434,49 @@ TEST_F(CublasLtTest, InconsistentShapesAreInvalidValue) {
   EXPECT_EQ(Matmul(in_place, 1.f, p, p + 256, 1.f, p + 512, p + 512), CUBLAS_STATUS_INVALID_VALUE);
 }
 
+// A 16-bit C and D (A and B of their type, CUBLAS_COMPUTE_32F): D is the fp32 product's
+// alpha·AB + beta·C rounded once to nearest even, bit for bit what the fp32-D call gives
+// rounded on the host; C read as its 16-bit values; D's padding and the bytes past its
+// 2-byte elements untouched; only D's elements marked written.
+TEST_F(CublasLtTest, SixteenBitOutputIsTheFp32ResultRoundedOnce) {
+  for (cudaDataType_t type : {CUDA_R_16BF, CUDA_R_16F}) {
+    for (float beta : {0.f, 0.5f}) {
+      SCOPED_TRACE(std::string(type == CUDA_R_16BF ? "bf16" : "fp16") + " beta " + std::to_string(beta));
+      const int64_t m = 9, n = 5, k = 24, ld_d = m + 3;
+      const Matrix a = RandomMatrix(m, k, m, 11), b = RandomMatrix(k, n, k, 12);
+      const Matrix c = RoundedMatrix(RandomMatrix(m, n, ld_d, 13), type);
+      DeviceBuffer da(Bytes(a, type)), db(Bytes(b, type)), dc16(Bytes(c, type)), dc32(Bytes(c, CUDA_R_32F));
+      DeviceBuffer d16(ld_d * n * 2), d32(ld_d * n * 4);
+      Upload(a, type, da.get());
+      Upload(b, type, db.get());
+      Upload(c, type, dc16.get());
+      Upload(c, CUDA_R_32F, dc32.get());
+      const LtPlan wide(CUBLAS_OP_N, CUBLAS_OP_N, {type, m, k, m}, {type, k, n, k}, {CUDA_R_32F, m, n, ld_d},
+                        {CUDA_R_32F, m, n, ld_d});
+      const LtPlan narrow(CUBLAS_OP_N, CUBLAS_OP_N, {type, m, k, m}, {type, k, n, k}, {type, m, n, ld_d},
+                          {type, m, n, ld_d});
+      cublasLtMatmulAlgo_t algo{};
+      ASSERT_EQ(Heuristic(narrow, 256, &algo), CUBLAS_STATUS_SUCCESS);
+      msemu::ScopedCapture capture;
+      ASSERT_EQ(Matmul(wide, 1.25f, da.get(), db.get(), beta, dc32.get(), d32.get()), CUBLAS_STATUS_SUCCESS);
+      ASSERT_EQ(Matmul(narrow, 1.25f, da.get(), db.get(), beta, dc16.get(), d16.get(), &algo), CUBLAS_STATUS_SUCCESS);
+      EXPECT_TRUE(capture.reports().empty()) << AllReports(capture);
+      const Matrix want = Download(d32.get(), m, n, ld_d);
+      const uint8_t* got = static_cast<const uint8_t*>(d16.get());
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < m; ++i) {
+          uint16_t bits;
+          std::memcpy(&bits, got + (i + j * ld_d) * 2, 2);
+          EXPECT_EQ(bits, ToBits(want(i, j), type)) << "element (" << i << ", " << j << ")";
+        }
+        for (int64_t byte = m * 2; byte < ld_d * 2; ++byte) EXPECT_EQ(got[j * ld_d * 2 + byte], 0xff);
+        EXPECT_EQ(msemu::FirstUninitialized(got + j * ld_d * 2, m * 2), -1);
+      }
+      EXPECT_EQ(msemu::FirstUninitialized(got + m * 2, (ld_d - m) * 2), 0);  // padding never written
+    }
+  }
+}
+
 TEST_F(CublasLtTest, MixedOrUnsupportedTypesAreNotSupported) {
   DeviceBuffer buf(4096);
   float* p = buf.f32();
@@ -442,9 +485,16 @@ TEST_F(CublasLtTest, MixedOrUnsupportedTypesAreNotSupported) {
                      {CUDA_R_32F, 4, 2, 4});
   EXPECT_EQ(Heuristic(mixed, 256, &algo), CUBLAS_STATUS_NOT_SUPPORTED);
   EXPECT_EQ(Matmul(mixed, 1.f, p, p + 256, 0.f, p + 512, p + 512), CUBLAS_STATUS_NOT_SUPPORTED);
-  const LtPlan bf16_output(CUBLAS_OP_N, CUBLAS_OP_N, {CUDA_R_16BF, 4, 3, 4}, {CUDA_R_16BF, 3, 2, 3},
-                           {CUDA_R_16BF, 4, 2, 4}, {CUDA_R_16BF, 4, 2, 4});
-  EXPECT_EQ(Heuristic(bf16_output, 256, &algo), CUBLAS_STATUS_NOT_SUPPORTED);
+  // A 16-bit D needs A and B of its type (cuBLASLt's table for CUBLAS_COMPUTE_32F), and C of D's.
+  const LtPlan fp32_in_bf16_out(CUBLAS_OP_N, CUBLAS_OP_N, {CUDA_R_32F, 4, 3, 4}, {CUDA_R_32F, 3, 2, 3},
+                                {CUDA_R_16BF, 4, 2, 4}, {CUDA_R_16BF, 4, 2, 4});
+  EXPECT_EQ(Heuristic(fp32_in_bf16_out, 256, &algo), CUBLAS_STATUS_NOT_SUPPORTED);
+  const LtPlan bf16_in_fp16_out(CUBLAS_OP_N, CUBLAS_OP_N, {CUDA_R_16BF, 4, 3, 4}, {CUDA_R_16BF, 3, 2, 3},
+                                {CUDA_R_16F, 4, 2, 4}, {CUDA_R_16F, 4, 2, 4});
+  EXPECT_EQ(Heuristic(bf16_in_fp16_out, 256, &algo), CUBLAS_STATUS_NOT_SUPPORTED);
+  const LtPlan c_not_d(CUBLAS_OP_N, CUBLAS_OP_N, {CUDA_R_16BF, 4, 3, 4}, {CUDA_R_16BF, 3, 2, 3},
+                       {CUDA_R_32F, 4, 2, 4}, {CUDA_R_16BF, 4, 2, 4});
+  EXPECT_EQ(Heuristic(c_not_d, 256, &algo), CUBLAS_STATUS_NOT_SUPPORTED);
   const LtPlan tf32_compute(CUBLAS_OP_N, CUBLAS_OP_N, {CUDA_R_32F, 4, 3, 4}, {CUDA_R_32F, 3, 2, 3},
                             {CUDA_R_32F, 4, 2, 4}, {CUDA_R_32F, 4, 2, 4}, CUBLAS_COMPUTE_32F_FAST_TF32);
   EXPECT_EQ(Heuristic(tf32_compute, 256, &algo), CUBLAS_STATUS_NOT_SUPPORTED);

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/buffer.h"
@@ -81,6 +82,31 @@ struct Problem {
   }
 };
 
+// P's elements as bf16 bits, rounded to nearest even (exact where P holds bf16 values).
+std::vector<uint16_t> Bf16Bits(const std::vector<float>& P) {
+  std::vector<uint16_t> bits(P.size());
+  for (size_t e = 0; e < P.size(); ++e) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(P[e]);
+    std::memcpy(&bits[e], &h, 2);
+  }
+  return bits;
+}
+
+// P (bf16 bits) on the device, in `arrays16`; null-free.
+const uint16_t* UploadBf16(const std::vector<float>& P, std::vector<DeviceArray<uint16_t>>* arrays16) {
+  const std::vector<uint16_t> bits = Bf16Bits(P);
+  arrays16->emplace_back(Device::kCuda);
+  arrays16->back().Resize(bits.size());
+  EXPECT_EQ(cudaMemcpy(arrays16->back().data(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  return arrays16->back().data();
+}
+
+// p with P rounded to bf16 (the values a GEMM with a bf16 D leaves).
+Problem RoundedToBf16(Problem p) {
+  for (float& x : p.P) x = __bfloat162float(__float2bfloat16_rn(x));
+  return p;
+}
+
 // What one forward writes: U and every saved buffer, on the host.
 struct Outputs {
   std::vector<float> U, q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
@@ -88,7 +114,8 @@ struct Outputs {
 
 // kTiled*TwoLaunches: the tiled forward's two-launch form (the simple kernel's normalize
 // pass, then the aggregate kernel on the saved rows), which the one-launch form replaced.
-enum class Kernel { kSimple, kTiled, kTiledPlainBf16, kTiledTwoLaunches, kTiledPlainBf16TwoLaunches };
+// kTiledBf16P: the tiled forward reading P as bf16 (P rounded to nearest even on upload).
+enum class Kernel { kSimple, kTiled, kTiledPlainBf16, kTiledTwoLaunches, kTiledPlainBf16TwoLaunches, kTiledBf16P };
 
 Outputs RunForward(const Problem& p, Kernel kernel) {
   const ScreeningShape& s = p.shape;
@@ -106,8 +133,13 @@ Outputs RunForward(const Problem& p, Kernel kernel) {
                                              array(rows),         array(rows),         array(rows),
                                              array(rows * s.d_v)};
   EXPECT_EQ(cudaMemcpy(P, p.P.data(), p.P.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<DeviceArray<uint16_t>> arrays16;
   kernels::cuda::ScreeningScratch scratch;
   switch (kernel) {
+    case Kernel::kTiledBf16P:
+      kernels::cuda::ScreeningTiledForwardBf16P(s, UploadBf16(p.P, &arrays16), p.tiles.data(), saved, U, &scratch,
+                                                nullptr);
+      break;
     case Kernel::kSimple:
       kernels::cuda::ScreeningForward(s, P, p.tiles.data(), saved, U, &scratch, nullptr);
       break;
@@ -369,7 +401,8 @@ std::vector<TileScalarGrads> Fp64TileGrads(const Problem& p) {
 // epilogues, q̃, k̃, v̄ recomputed from P), its form reading the saved q̃, k̃, v̄ and norms,
 // its four-launch form (the simple kernel's output pass first) or its five-launch form (that,
 // and the rows finished by the simple kernel's NormalizeBackwardKernel).
-enum class Backward { kSimple, kTiled, kTiledSavedRows, kTiledFourLaunches, kTiledFiveLaunches };
+// kTiledBf16P: kTiled reading P as bf16 (rounded to nearest even on upload).
+enum class Backward { kSimple, kTiled, kTiledSavedRows, kTiledFourLaunches, kTiledFiveLaunches, kTiledBf16P };
 
 // The simple forward (its saved buffers are the backward's input), then `which` backward
 // of MakeDU's dU on the same inputs. For kTiled the saved q̃, k̃, v̄ and norms are overwritten
@@ -399,12 +432,18 @@ Gradients RunBackward(const Problem& p, Backward which) {
   kernels::cuda::ScreeningForward(s, P, p.tiles.data(), saved, U, &scratch, nullptr);
   Gradients out;
   out.grads.resize(s.tiles);
-  if (which == Backward::kTiled) {
+  std::vector<DeviceArray<uint16_t>> arrays16;
+  if (which == Backward::kTiled || which == Backward::kTiledBf16P) {
     const std::pair<float*, int64_t> unread[] = {{saved.q_tilde, rows * s.d_k}, {saved.k_tilde, rows * s.d_k},
                                                  {saved.v_bar, rows * s.d_v},   {saved.q_norm, rows},
                                                  {saved.k_norm, rows},          {saved.v_norm, rows}};
     for (const auto& [a, n] : unread) EXPECT_EQ(cudaMemset(a, 0xff, n * sizeof(float)), cudaSuccess);  // NaN
-    kernels::cuda::ScreeningTiledBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
+    if (which == Backward::kTiled) {
+      kernels::cuda::ScreeningTiledBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
+    } else {
+      kernels::cuda::ScreeningTiledBackwardBf16P(s, UploadBf16(p.P, &arrays16), p.tiles.data(), saved, dU, dP,
+                                                 out.grads.data(), &scratch, nullptr);
+    }
   } else if (which == Backward::kTiledSavedRows) {
     kernels::cuda::ScreeningTiledBackwardSavedRows(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch,
                                                    nullptr);
@@ -662,6 +701,40 @@ TEST_F(ScreeningTiledTest, BackwardFromPIsBitIdenticalToTheSavedRowForm) {
           << "T = " << T << ", tile " << t << ": dw " << a.w << " vs " << b.w << ", dr " << a.r << " vs " << b.r
           << ", dscale " << a.scale << " vs " << b.scale;
     }
+  }
+}
+
+TEST_F(ScreeningTiledTest, Bf16PIsTheFp32PathOnTheRoundedPBitForBit) {
+  // Issue 42: the CUDA table's bf16 GEMM writes P in bf16, and the tiled kernels read it so
+  // (LoadRow4, RowValue): widening a bf16 value is exact, so on P rounded to bf16 (what the
+  // fp32 path's RoundToCompute leaves) U, h, dP (every column), scratch ∂L/∂h and the tile
+  // gradients equal the fp32-P kernels' bit for bit. Shapes as the fused-form tests': T = 37
+  // (one block cut short) and 300 (several blocks each way), B = 2, pos0 = 70000, windows
+  // inside and past a block, w = ∞, r small and near 1.
+  const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.02, 1.1}, {9.0, 0.999, 2.0}};
+  auto differing = [](const std::vector<float>& a, const std::vector<float>& b, int64_t* nonzero) {
+    EXPECT_EQ(a.size(), b.size());
+    int64_t n = 0;
+    for (size_t e = 0; e < std::min(a.size(), b.size()); ++e) {
+      n += std::memcmp(&a[e], &b[e], sizeof(float)) != 0;
+      *nonzero += b[e] != 0.f;
+    }
+    return n;
+  };
+  for (const int64_t T : {int64_t{37}, int64_t{300}}) {
+    const Problem p = RoundedToBf16(Problem(2, T, tiles, /*clustered=*/true, 31 + T, /*pos0=*/70000));
+    const Outputs wide = RunForward(p, Kernel::kTiled), narrow = RunForward(p, Kernel::kTiledBf16P);
+    int64_t nonzero_u = 0, nonzero_h = 0, nonzero_dp = 0, nonzero_dh = 0;
+    EXPECT_EQ(differing(narrow.U, wide.U, &nonzero_u), 0) << "T = " << T << ": elements of U differ";
+    EXPECT_EQ(differing(narrow.h, wide.h, &nonzero_h), 0) << "T = " << T << ": elements of h differ";
+    EXPECT_GT(nonzero_u, int64_t(wide.U.size() / 2)) << "T = " << T << ": U mostly zero proves little";
+    const Gradients gw = RunBackward(p, Backward::kTiled), gn = RunBackward(p, Backward::kTiledBf16P);
+    EXPECT_EQ(differing(gn.dP, gw.dP, &nonzero_dp), 0) << "T = " << T << ": elements of dP differ";
+    EXPECT_EQ(differing(gn.dh, gw.dh, &nonzero_dh), 0) << "T = " << T << ": elements of scratch ∂L/∂h differ";
+    EXPECT_GT(nonzero_dp, int64_t(gw.dP.size() / 2)) << "T = " << T << ": too little gradient flowed to prove much";
+    ASSERT_EQ(gn.grads.size(), gw.grads.size());
+    EXPECT_EQ(std::memcmp(gn.grads.data(), gw.grads.data(), gw.grads.size() * sizeof(TileScalarGrads)), 0)
+        << "T = " << T;
   }
 }
 

@@ -186,19 +186,32 @@ class PerfModelTest(unittest.TestCase):
             self.assertAlmostEqual(query_issue([w] * 16), 16 * (base + rate), delta=1e-6 * (base + rate), msg=f"w={w}")
 
     def test_the_tiled_screening_ops_move_p_columns_not_saved_rows(self):
-        # Issue 42: the tiled backward recomputes q̃, k̃, v̄ from P's q, k, v columns (bf16 in
-        # the model), so no op writes or reads the saved fp32 rows and norms. Per (token, tile):
-        # forward P's q, k, v, g (160 bf16), h (64 fp32) and U (64 bf16); query pass P's g and
-        # ∂U (bf16) and h in, ∂h (fp32) and ∂P's g (bf16) out, P's q, k, v in, ∂P's q (16 fp32)
-        # and 5 fp64 parts out; key pass P's q, k, v and ∂h in, ∂P's k (16) and v (64 fp32)
-        # out. With the saved rows these were 1,100, 1,388 and 968 bytes.
+        # Issue 42: the tiled backward recomputes q̃, k̃, v̄ from P's q, k, v columns, so no op
+        # writes or reads the saved fp32 rows and norms. Per (token, tile), at the widths the
+        # code stores (P, U, ∂U, ∂P fp32: P_BYTES, U_BYTES, DU_BYTES): forward P's q, k, v, g
+        # (160), h (64 fp32) and U (64); query pass P's g, ∂U and h in, ∂h and ∂P's g out
+        # (64 fp32 each), P's q, k, v in, ∂P's q (16 fp32) and 4 fp64 parts out; key pass P's
+        # q, k, v and ∂h in, ∂P's k (16) and v (64 fp32) out: 1,152, 1,760 and 960 bytes, the
+        # emulated device's counts at tiny_tiled (bench_count_test's BYTES_AGREE). Before
+        # (2026-12-07) the model took P, U and ∂U as bf16 and 5 parts: 704, 1,192 and 768; with
+        # the saved rows 1,100, 1,388 and 968. P in bf16 (the GEMM's bf16 D, the kernels' bf16
+        # reads, 2026-12-07): 832, 1,440 and 768, where fp32 P gave 1,152, 1,760 and 960.
         T, psi = 4096, 32
         ops, _, _, _ = perf_model.multiscreen_ops(psi, T, 1, perf_model.initial_windows(psi, psi), 512, 1.0)
         per_row = {op.name.split(" (")[0]: op.bytes / (T * psi) for op in ops if op.kind == "screen"}
+        self.assertEqual((perf_model.P_BYTES, perf_model.U_BYTES, perf_model.DU_BYTES), (2, 4, 4))
         self.assertEqual(per_row, {
-            "screening forward, tiled": 160 * 2 + 64 * 4 + 64 * 2,
-            "screening backward, tiled query pass": 64 * 2 * 3 + 64 * 4 * 2 + 96 * 2 + 16 * 4 + 5 * 8,
-            "screening backward, tiled key pass": 96 * 2 + 64 * 4 + 16 * 4 + 64 * 4})
+            "screening forward, tiled": 832,
+            "screening backward, tiled query pass": 1440,
+            "screening backward, tiled key pass": 768})
+        # P's GEMM writes bf16 P (no rounding pass); U and ∂P each go to their bf16 operands by
+        # a pass of their own.
+        by_name = {op.name: op for op in ops}
+        n, pd, vd = T, psi * (2 * 16 + 2 * 64), psi * 64
+        self.assertEqual(by_name["P = x_in·W_cat (GEMM)"].bytes, n * psi * psi * 2 + psi * psi * pd * 2 + n * pd * 2)
+        self.assertNotIn("P rounded to bf16 in place (RoundToCompute)", by_name)
+        self.assertEqual(by_name["U → bf16 operand (PackRounded)"].bytes, n * vd * 10)
+        self.assertEqual(by_name["bf16(∂P) for the projections' GEMMs"].bytes, n * pd * 6)
 
     def test_initial_windows_span_two_to_w_th_plus_one(self):
         w = perf_model.initial_windows(4, 16)
