@@ -965,6 +965,10 @@ def main(argv=None):
         if "counted" not in counted:
             raise SystemExit(f"perf_model.py --counted={a.counted}: no 'counted' object (the output of "
                              "`multiscreen bench train --device=cuda --count --json` in the emulated build)")
+        if counted.get("graphs"):
+            # The model's launches are each the host's; a --graphs count runs most as graph nodes.
+            raise SystemExit(f"perf_model.py --counted={a.counted}: counted with --graphs, whose later micro-batches "
+                             "run as graph nodes, not launches: count without --graphs")
         return beside_model(a, counted, lambda ops, syncs: compare_counted(counted, ops, syncs), print_counted)
     hw = Hardware(a)
     out = {"constants": vars(a), "steps": [], "ttft": []}

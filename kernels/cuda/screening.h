@@ -53,8 +53,8 @@ struct ScreeningScratch {
   ScreeningTableCache tables;
   const ScreeningTables* current = nullptr;  // this call's tables (params, mask, dmask, chain, rope_freq)
   DeviceArray<float> dh{Device::kCuda};                     // [B, tiles, T, d_v]: ∂L/∂h
-  DeviceArray<double> partial{Device::kCuda};               // [B, tiles, T, 5] per-token gradient parts
-  DeviceArray<double> sums{Device::kCuda};                  // [B, tiles, 5]
+  DeviceArray<double> partial{Device::kCuda};               // [B, tiles, T, kScreeningParts] per-token gradient parts
+  DeviceArray<double> sums{Device::kCuda};                  // [B, tiles, kScreeningParts]
   // ∂L/∂q̃, ∂L/∂k̃ [B, tiles, T, d_k] and ∂L/∂v̄ [B, tiles, T, d_v], as the tiled backward's
   // five-launch form leaves them for ScreeningBackwardFinish (sized by that backward; unused
   // by the simple one and by the tiled one, whose epilogues finish the rows themselves).

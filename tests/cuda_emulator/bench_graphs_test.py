@@ -6,8 +6,9 @@ graphs (tiny_tiled bf16 and tiny_psi4 fp32, one and three micro-batches, T = 64 
 steps); `--count` shows each later micro-batch's kernels and products run as nodes of one
 cudaGraphLaunch, with the embedding backward's scatter (its CSR depends on the ids) the one
 kernel launched beside it, and no host wait more. The emulator fails a capture with a host
-wait inside (the proof that the captured micro-step has none). --graphs without a device,
-and for the Transformer, is refused in one line.
+wait inside (the proof that the captured micro-step has none), and the phases are not timed
+(their waits). --graphs without a device, for the Transformer, and with --op_times (whose
+events would miss the replayed nodes) is refused in one line.
 
 Run: /usr/bin/python3 tests/cuda_emulator/bench_graphs_test.py --multiscreen=build-emulated/multiscreen --source=.
 """
@@ -16,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 BIN = SRC = None
@@ -57,12 +59,16 @@ class BenchGraphsTest(unittest.TestCase):
                 self.assertEqual(graphed["losses"], plain["losses"])
                 self.assertEqual(graphed["grad_norms"], plain["grad_norms"])
                 self.assertGreater(min(plain["grad_norms"]), 0)
+                # Phases are timed by waits, which a capture forbids: none reported, not host times.
+                self.assertIsNone(graphed["breakdown_seconds"])
+                self.assertIsNotNone(plain["breakdown_seconds"])
 
     def test_count_shows_later_micro_batches_as_one_graph_launch_each(self):
         common = ("--model=tiny_tiled", "--precision=bf16", "--seq_len=256", "--count")
         one = run(*common, "--grad_accum=1")["counted"]
         plain = run(*common, "--grad_accum=3")["counted"]
-        graphed = run(*common, "--grad_accum=3", "--graphs")["counted"]
+        graphed_json = run(*common, "--grad_accum=3", "--graphs")
+        graphed = graphed_json["counted"]
         by_name = {r["name"]: r for r in graphed["ops"]}
         # Micro-batches 2 and 3: one capture, two launches; the first runs uncaptured.
         self.assertEqual(by_name["cudaGraphLaunch"]["calls"], 2)
@@ -84,12 +90,22 @@ class BenchGraphsTest(unittest.TestCase):
         self.assertEqual(graphed["totals"]["syncs"], 3)
         self.assertEqual(plain["totals"]["syncs"], 3)
         self.assertEqual(graphed["totals"]["bytes_to_device"], plain["totals"]["bytes_to_device"])
+        # The model's launches are the host's: perf_model --counted refuses a --graphs count.
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(graphed_json, f)
+            f.flush()
+            r = subprocess.run(["/usr/bin/python3", os.path.join(SRC, "tools", "perf_model.py"), f"--counted={f.name}"],
+                               capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("counted with --graphs", r.stderr)
 
-    def test_graphs_without_a_capturing_device_or_for_the_transformer_are_refused_in_one_line(self):
+    def test_graphs_without_a_capturing_device_for_the_transformer_or_with_op_times_are_refused_in_one_line(self):
         for args, message in ((("--model=tiny_psi4", "--device=cpu"),
                                "--graphs captures CUDA graphs: add --device=cuda"),
                               (("--model=tiny_transformer", "--device=cuda"),
-                               "--graphs captures the micro-step of a Multiscreen model on one CUDA device")):
+                               "--graphs captures the micro-step of a Multiscreen model on one CUDA device"),
+                              (("--model=tiny_tiled", "--device=cuda", "--op_times"),
+                               "--op_times times the calls the host launches, not a graph's replayed nodes")):
             with self.subTest(args=args):
                 r = bench(*args, "--graphs", "--steps=1", "--warmup=0", "--seq_len=64")
                 self.assertNotEqual(r.returncode, 0)
