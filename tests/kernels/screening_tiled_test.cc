@@ -107,6 +107,19 @@ Problem RoundedToBf16(Problem p) {
   return p;
 }
 
+// The bit-identity tests' tally: the elements of `got` whose bits differ from `ref`'s (the
+// sizes are expected equal; the shorter is compared), and, where `nonzero` is given, ref's
+// nonzero elements added to it (a test of zeros proves little).
+int64_t DifferingElements(const std::vector<float>& got, const std::vector<float>& ref, int64_t* nonzero = nullptr) {
+  EXPECT_EQ(got.size(), ref.size());
+  int64_t n = 0;
+  for (size_t e = 0; e < std::min(got.size(), ref.size()); ++e) {
+    n += std::memcmp(&got[e], &ref[e], sizeof(float)) != 0;
+    if (nonzero != nullptr) *nonzero += ref[e] != 0.f;
+  }
+  return n;
+}
+
 // What one forward writes: U and every saved buffer, on the host.
 struct Outputs {
   std::vector<float> U, q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
@@ -347,12 +360,8 @@ TEST_F(ScreeningTiledTest, ForwardFusedIsBitIdenticalToTheTwoLaunchForm) {
         const std::vector<float>& got = *pair.first;
         const std::vector<float>& ref = *pair.second;
         ASSERT_EQ(got.size(), ref.size()) << what << ", " << name;
-        int64_t differing = 0, nonzero = 0;
-        for (size_t e = 0; e < got.size(); ++e) {
-          differing += std::memcmp(&got[e], &ref[e], sizeof(float)) != 0;
-          nonzero += ref[e] != 0.f;
-        }
-        EXPECT_EQ(differing, 0) << what << ": elements of " << name << " differ";
+        int64_t nonzero = 0;
+        EXPECT_EQ(DifferingElements(got, ref, &nonzero), 0) << what << ": elements of " << name << " differ";
         EXPECT_GT(nonzero, int64_t(got.size() / 2)) << what << ": " << name << " mostly zero, the test proves little";
       }
     }
@@ -621,12 +630,8 @@ TEST_F(ScreeningTiledTest, BackwardWithFusedEpiloguesIsBitIdenticalToTheFiveLaun
     const Problem p(2, T, tiles, /*clustered=*/true, 17 + T, /*pos0=*/70000);
     const Gradients fused = RunBackward(p, Backward::kTiled), five = RunBackward(p, Backward::kTiledFiveLaunches);
     ASSERT_EQ(fused.dP.size(), five.dP.size());
-    int64_t differing = 0, nonzero = 0;
-    for (size_t e = 0; e < fused.dP.size(); ++e) {
-      differing += std::memcmp(&fused.dP[e], &five.dP[e], sizeof(float)) != 0;
-      nonzero += five.dP[e] != 0.f;
-    }
-    EXPECT_EQ(differing, 0) << "T = " << T << ": elements of dP differ";
+    int64_t nonzero = 0;
+    EXPECT_EQ(DifferingElements(fused.dP, five.dP, &nonzero), 0) << "T = " << T << ": elements of dP differ";
     EXPECT_GT(nonzero, int64_t(fused.dP.size() / 2)) << "T = " << T << ": too little gradient flowed to prove much";
     EXPECT_EQ(std::memcmp(fused.grads.data(), five.grads.data(), fused.grads.size() * sizeof(TileScalarGrads)), 0)
         << "T = " << T;
@@ -646,16 +651,10 @@ TEST_F(ScreeningTiledTest, BackwardWithFusedOutputPassIsBitIdenticalToTheFourLau
     ASSERT_EQ(fused.dP.size(), four.dP.size());
     ASSERT_EQ(fused.dh.size(), four.dh.size());
     ASSERT_EQ(four.dh.size(), size_t(p.shape.batch * p.shape.tiles * T * p.shape.d_v));
-    int64_t differing_dP = 0, differing_dh = 0, nonzero_dh = 0;
-    for (size_t e = 0; e < fused.dP.size(); ++e) {
-      differing_dP += std::memcmp(&fused.dP[e], &four.dP[e], sizeof(float)) != 0;
-    }
-    for (size_t e = 0; e < fused.dh.size(); ++e) {
-      differing_dh += std::memcmp(&fused.dh[e], &four.dh[e], sizeof(float)) != 0;
-      nonzero_dh += four.dh[e] != 0.f;
-    }
-    EXPECT_EQ(differing_dP, 0) << "T = " << T << ": elements of dP differ";
-    EXPECT_EQ(differing_dh, 0) << "T = " << T << ": elements of scratch ∂L/∂h differ";
+    int64_t nonzero_dh = 0;
+    EXPECT_EQ(DifferingElements(fused.dP, four.dP), 0) << "T = " << T << ": elements of dP differ";
+    EXPECT_EQ(DifferingElements(fused.dh, four.dh, &nonzero_dh), 0)
+        << "T = " << T << ": elements of scratch ∂L/∂h differ";
     EXPECT_GT(nonzero_dh, int64_t(four.dh.size() * 9 / 10)) << "T = " << T << ": ∂L/∂h mostly zero proves little";
     EXPECT_EQ(std::memcmp(fused.grads.data(), four.grads.data(), fused.grads.size() * sizeof(TileScalarGrads)), 0)
         << "T = " << T;
@@ -679,21 +678,18 @@ TEST_F(ScreeningTiledTest, BackwardFromPIsBitIdenticalToTheSavedRowForm) {
     ASSERT_EQ(fromP.dh.size(), saved.dh.size());
     const int64_t C = p.shape.p_cols();
     // Differing elements per column group (q, k, v, g), then of ∂L/∂h.
-    int64_t differing[4] = {0, 0, 0, 0}, nonzero = 0, differing_dh = 0;
+    int64_t differing[4] = {0, 0, 0, 0}, nonzero = 0;
     for (size_t e = 0; e < fromP.dP.size(); ++e) {
       const int64_t c = int64_t(e) % C;
       const int group = c < p.shape.d_k ? 0 : c < 2 * p.shape.d_k ? 1 : c < 2 * p.shape.d_k + p.shape.d_v ? 2 : 3;
       differing[group] += std::memcmp(&fromP.dP[e], &saved.dP[e], sizeof(float)) != 0;
       nonzero += saved.dP[e] != 0.f;
     }
-    for (size_t e = 0; e < fromP.dh.size(); ++e) {
-      differing_dh += std::memcmp(&fromP.dh[e], &saved.dh[e], sizeof(float)) != 0;
-    }
     const char* names[4] = {"q", "k", "v", "g"};
     for (int group = 0; group < 4; ++group) {
       EXPECT_EQ(differing[group], 0) << "T = " << T << ": elements of dP's " << names[group] << " columns differ";
     }
-    EXPECT_EQ(differing_dh, 0) << "T = " << T << ": elements of scratch ∂L/∂h differ";
+    EXPECT_EQ(DifferingElements(fromP.dh, saved.dh), 0) << "T = " << T << ": elements of scratch ∂L/∂h differ";
     EXPECT_GT(nonzero, int64_t(saved.dP.size() / 2)) << "T = " << T << ": too little gradient flowed to prove much";
     for (size_t t = 0; t < tiles.size(); ++t) {
       const TileScalarGrads &a = fromP.grads[t], &b = saved.grads[t];
@@ -712,25 +708,16 @@ TEST_F(ScreeningTiledTest, Bf16PIsTheFp32PathOnTheRoundedPBitForBit) {
   // (one block cut short) and 300 (several blocks each way), B = 2, pos0 = 70000, windows
   // inside and past a block, w = ∞, r small and near 1.
   const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.02, 1.1}, {9.0, 0.999, 2.0}};
-  auto differing = [](const std::vector<float>& a, const std::vector<float>& b, int64_t* nonzero) {
-    EXPECT_EQ(a.size(), b.size());
-    int64_t n = 0;
-    for (size_t e = 0; e < std::min(a.size(), b.size()); ++e) {
-      n += std::memcmp(&a[e], &b[e], sizeof(float)) != 0;
-      *nonzero += b[e] != 0.f;
-    }
-    return n;
-  };
   for (const int64_t T : {int64_t{37}, int64_t{300}}) {
     const Problem p = RoundedToBf16(Problem(2, T, tiles, /*clustered=*/true, 31 + T, /*pos0=*/70000));
     const Outputs wide = RunForward(p, Kernel::kTiled), narrow = RunForward(p, Kernel::kTiledBf16P);
     int64_t nonzero_u = 0, nonzero_h = 0, nonzero_dp = 0, nonzero_dh = 0;
-    EXPECT_EQ(differing(narrow.U, wide.U, &nonzero_u), 0) << "T = " << T << ": elements of U differ";
-    EXPECT_EQ(differing(narrow.h, wide.h, &nonzero_h), 0) << "T = " << T << ": elements of h differ";
+    EXPECT_EQ(DifferingElements(narrow.U, wide.U, &nonzero_u), 0) << "T = " << T << ": elements of U differ";
+    EXPECT_EQ(DifferingElements(narrow.h, wide.h, &nonzero_h), 0) << "T = " << T << ": elements of h differ";
     EXPECT_GT(nonzero_u, int64_t(wide.U.size() / 2)) << "T = " << T << ": U mostly zero proves little";
     const Gradients gw = RunBackward(p, Backward::kTiled), gn = RunBackward(p, Backward::kTiledBf16P);
-    EXPECT_EQ(differing(gn.dP, gw.dP, &nonzero_dp), 0) << "T = " << T << ": elements of dP differ";
-    EXPECT_EQ(differing(gn.dh, gw.dh, &nonzero_dh), 0) << "T = " << T << ": elements of scratch ∂L/∂h differ";
+    EXPECT_EQ(DifferingElements(gn.dP, gw.dP, &nonzero_dp), 0) << "T = " << T << ": elements of dP differ";
+    EXPECT_EQ(DifferingElements(gn.dh, gw.dh, &nonzero_dh), 0) << "T = " << T << ": elements of scratch ∂L/∂h differ";
     EXPECT_GT(nonzero_dp, int64_t(gw.dP.size() / 2)) << "T = " << T << ": too little gradient flowed to prove much";
     ASSERT_EQ(gn.grads.size(), gw.grads.size());
     EXPECT_EQ(std::memcmp(gn.grads.data(), gw.grads.data(), gw.grads.size() * sizeof(TileScalarGrads)), 0)
