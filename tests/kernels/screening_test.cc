@@ -383,7 +383,7 @@ template <typename Real>
 void CheckSavedGate(double gate_tol, double same_tol) {
   Problem<Real> kept(2, 40, SomeTiles(), 9), recomputed(2, 40, SomeTiles(), 9);
   recomputed.keep_gate = false;
-  // Gate inputs at the edges of SigmoidAndGate's ranges (the clamps of both exps, SiLU's
+  // Gate inputs at the edges of the gate's ranges (the clamps of both exps, SiLU's
   // minimum at g = −1.2785, tanh's switch at x = 0.625) in the first rows of every tile, so
   // that they run through the vector loops of each path.
   const std::vector<double> edges = {-1e30, -100, -88.8, -88.6, -87.4, -87.3, -20, -1.2785, -0.5, -1e-20, 0, 1e-20,
@@ -437,7 +437,7 @@ TEST_P(ScreeningKernelTest, TheSavedGateIsTheGateAndTheBackwardFromItMatchesTheR
   CheckSavedGate<float>(4e-7, 1e-6);
 }
 
-// The fp32 gate (SigmoidAndGate's shortened steps) against tanh(SiLU(g)) in fp64 at the
+// The fp32 gate (ExpFast and TanhFast composed) against tanh(SiLU(g)) in fp64 at the
 // edges, ±∞ and NaN included (scalar code here; the vector loops in CheckSavedGate).
 TEST(GateTest, Fp32GateFollowsTanhOfSiluAtTheEdges) {
   const float inf = std::numeric_limits<float>::infinity();
