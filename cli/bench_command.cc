@@ -690,8 +690,10 @@ int BenchScreening(int argc, char** argv) {
   for (float& x : P) x = normal(rng);
   for (float& x : dU) x = normal(rng);
   std::vector<float> qt(rows * nt * dk), kt(rows * nt * dk), vb(rows * nt * dv), qn(rows * nt), kn(rows * nt),
-      vn(rows * nt), h(rows * nt * dv);
-  const kernels::cpu::ScreeningSaved<float> saved{qt.data(), kt.data(), vb.data(), qn.data(), kn.data(), vn.data(), h.data()};
+      vn(rows * nt), h(rows * nt * dv), gate(rows * nt * 2 * dv);
+  // As the model's CPU step calls them: the forward keeps the gate and its derivative.
+  const kernels::cpu::ScreeningSaved<float> saved{qt.data(), kt.data(), vb.data(), qn.data(), kn.data(), vn.data(), h.data(),
+                                                  gate.data()};
   std::vector<kernels::cpu::TileScalars> scalars(nt, kernels::cpu::TileScalars{w, r, 1.0, w});
   std::vector<kernels::cpu::TileScalarGrads> grads(nt);
   kernels::cpu::ScreeningWorkspace<float> workspace;

@@ -114,6 +114,12 @@ struct ScreeningSaved {
   Real* k_norm = nullptr;
   Real* v_norm = nullptr;
   Real* h = nullptr;        // [B, tiles, T, d_v]
+  // Optional, read by the CPU kernels only (kernels/cpu/screening.h; the CUDA kernels
+  // ignore it): [B, tiles, T, 2·d_v], per token the gate ĝ = tanh(SiLU(g)) (d_v values)
+  // then dĝ/dg (d_v), written by the forward so that the backward does not compute them
+  // again (spec step 12). Null: the backward computes them from g in P. Unused when
+  // ScreeningShape::output_gate is false.
+  Real* gate = nullptr;
 };
 
 }  // namespace multiscreen::kernels

@@ -30,7 +30,8 @@ void LocalTargets(const ShardSpec& shard, const int32_t* targets, int64_t n, std
 
 template <typename Real>
 kernels::ScreeningSaved<Real> Multiscreen<Real>::LayerActivations::saved() {
-  return {q_tilde.data(), k_tilde.data(), v_bar.data(), q_norm.data(), k_norm.data(), v_norm.data(), h.data()};
+  return {q_tilde.data(), k_tilde.data(), v_bar.data(), q_norm.data(), k_norm.data(), v_norm.data(), h.data(),
+          gate.empty() ? nullptr : gate.data()};
 }
 
 template <typename Real>
@@ -224,6 +225,10 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     a.q_norm.Resize(rows * nt);
     a.k_norm.Resize(rows * nt);
     a.v_norm.Resize(rows * nt);
+    // For a backward (no InferenceOptions) the CPU kernels keep the gate and its derivative
+    // (2·d_V a token and tile, as much as h and v̄ together); the CUDA kernels recompute them.
+    const bool keep_gate = ops_->device() == Device::kCpu && d.output_gate && inference == nullptr;
+    a.gate.Resize(keep_gate ? rows * nt * 2 * dV : 0);
     // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3), its values
     // rounded to the compute precision, in the format the table's screening kernels read
     // (a device may write it in bf16: ScreeningProjection). The stored x_in and U are the

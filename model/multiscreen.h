@@ -116,7 +116,7 @@ class Multiscreen final : public ModelStage<Real> {
   using Array = DeviceArray<Real>;
   struct LayerActivations {
     explicit LayerActivations(Device d)
-        : x_in(d), P(d), U(d), q_tilde(d), k_tilde(d), v_bar(d), q_norm(d), k_norm(d), v_norm(d), h(d) {}
+        : x_in(d), P(d), U(d), q_tilde(d), k_tilde(d), v_bar(d), q_norm(d), k_norm(d), v_norm(d), h(d), gate(d) {}
     Array x_in, P, U;
     // x_in and U as the GEMMs read them (PackRounded: converted once, read by the forward's
     // product and the backward's weight gradient).
@@ -125,6 +125,9 @@ class Multiscreen final : public ModelStage<Real> {
     // this layer's screening calls.
     bool p_bf16 = false;
     Array q_tilde, k_tilde, v_bar, q_norm, k_norm, v_norm, h;
+    // The gate ĝ and dĝ/dg per token [rows, tiles, 2·d_V] (ScreeningSaved::gate): on the
+    // CPU with the output gate on; empty otherwise (the CUDA kernels do not read it).
+    Array gate;
     kernels::ScreeningSaved<Real> saved();
   };
   struct LayerWeights {

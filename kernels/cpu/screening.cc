@@ -229,6 +229,8 @@ struct ForwardTask {
     Real* kn = call.saved.k_norm + task * T;
     Real* vn = call.saved.v_norm + task * T;
     Real* h = call.saved.h + task * T * dv;
+    // ĝ and dĝ/dg per token for the backward ([T, 2·d_v]), when the caller keeps them.
+    Real* gate_saved = call.saved.gate != nullptr && shape.output_gate ? call.saved.gate + task * T * 2 * dv : nullptr;
     const bool rotate = ws.rate[t] != 0;
     const double* rot = ws.rotation.data() + t * T * 2;
     const double* rope = shape.position == PositionKind::kRope ? ws.rope.data() : nullptr;
@@ -291,7 +293,22 @@ struct ForwardTask {
       if (shape.tanh_norm) TanhNormScale(std::sqrt(sq), &f, &unused);
       Real* out = call.U + (b * T + i) * ldu + t * dv;
       Real* h_out = h + i * dv;
-      if (shape.output_gate) {
+      if (shape.output_gate && gate_saved != nullptr) {
+        // The gate and its derivative once, kept for the backward (one exp and one tanh
+        // either way; the derivative is a few products more).
+        const Real* g = row + 2 * dk + dv;
+        Real* gate = gate_saved + i * 2 * dv;
+        Real* gate_dg = gate + dv;
+#pragma omp simd
+        for (int64_t c = 0; c < dv; ++c) {
+          Real gc, dgc;
+          GateForwardAndDerivative(g[c], &gc, &dgc);
+          gate[c] = gc;
+          gate_dg[c] = dgc;
+          h_out[c] = hi[c];
+          out[c] = scale * hi[c] * f * gc;
+        }
+      } else if (shape.output_gate) {
         const Real* g = row + 2 * dk + dv;
 #pragma omp simd
         for (int64_t c = 0; c < dv; ++c) {
@@ -331,6 +348,9 @@ struct BackwardTask {
     const Real* kn = call.saved.k_norm + task * T;
     const Real* vn = call.saved.v_norm + task * T;
     const Real* h = call.saved.h + task * T * dv;
+    // The forward's ĝ and dĝ/dg ([T, 2·d_v]), or null: computed here from g.
+    const Real* gate_saved =
+        call.saved.gate != nullptr && shape.output_gate ? call.saved.gate + task * T * 2 * dv : nullptr;
     const bool rotate = ws.rate[t] != 0;
     const double* rot = ws.rotation.data() + t * T * 2;
     const double* rope = shape.position == PositionKind::kRope ? ws.rope.data() : nullptr;
@@ -378,7 +398,11 @@ struct BackwardTask {
     for (int64_t i = 0; i < T; ++i) {
       if (i + kAhead < T) {
         const int64_t ia = i + kAhead;
-        if (shape.output_gate) PrefetchRow(Pb + ia * ldp + 2 * dk + dv, dv);
+        if (gate_saved != nullptr) {
+          PrefetchRow(gate_saved + ia * 2 * dv, 2 * dv);
+        } else if (shape.output_gate) {
+          PrefetchRow(Pb + ia * ldp + 2 * dk + dv, dv);
+        }
         PrefetchRow(call.dU + (b * T + ia) * ldu + t * dv, dv);
         PrefetchRow(h + ia * dv, dv);
         PrefetchRow(vb + ia * dv, dv);
@@ -401,21 +425,28 @@ struct BackwardTask {
       double row_scale = 0;
       Real dot = 0;
       if (shape.output_gate) {
-        const Real* g = Pb + i * ldp + 2 * dk + dv;
         Real* dg = dPb + i * ldp + 2 * dk + dv;
-        // The gate alone in its own loop: with the fp64 sum below in the same loop the
-        // compiler ran the exp and tanh one lane at a time (most of the backward's time).
+        const Real* gi = gate;  // ĝ_i
+        const Real* gi_dg = gate_dg;  // dĝ/dg at g_i
+        if (gate_saved != nullptr) {  // the forward's
+          gi = gate_saved + i * 2 * dv;
+          gi_dg = gi + dv;
+        } else {
+          const Real* g = Pb + i * ldp + 2 * dk + dv;
+          // The gate alone in its own loop: with the fp64 sum below in the same loop the
+          // compiler ran the exp and tanh one lane at a time (most of the backward's time).
 #pragma omp simd
-        for (int64_t c = 0; c < dv; ++c) GateForwardAndDerivative(g[c], &gate[c], &gate_dg[c]);
+          for (int64_t c = 0; c < dv; ++c) GateForwardAndDerivative(g[c], &gate[c], &gate_dg[c]);
+        }
 #pragma omp simd reduction(+ : dot)
         for (int64_t c = 0; c < dv; ++c) {
-          d_tn[c] = scale * dUi[c] * gate[c];
-          dg[c] = scale * dUi[c] * (hi[c] * f) * gate_dg[c];
+          d_tn[c] = scale * dUi[c] * gi[c];
+          dg[c] = scale * dUi[c] * (hi[c] * f) * gi_dg[c];
           dot += hi[c] * d_tn[c];
         }
         // The fp64 sum in a loop of its own.
 #pragma omp simd reduction(+ : row_scale)
-        for (int64_t c = 0; c < dv; ++c) row_scale += static_cast<double>(dUi[c]) * (hi[c] * f) * gate[c];
+        for (int64_t c = 0; c < dv; ++c) row_scale += static_cast<double>(dUi[c]) * (hi[c] * f) * gi[c];
       } else {  // output_gate off: the gate is 1 and has no columns
 #pragma omp simd reduction(+ : dot)
         for (int64_t c = 0; c < dv; ++c) {

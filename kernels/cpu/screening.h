@@ -50,7 +50,9 @@ struct ScreeningWorkspace {
 };
 
 // Forward. P: [B·T, tiles·p_cols()] read. U: [B·T, tiles·d_v] written,
-// U = scale · TanhNorm(h) ⊙ tanh(SiLU(g)). `saved` buffers are all written.
+// U = scale · TanhNorm(h) ⊙ tanh(SiLU(g)). `saved` buffers are all written; saved.gate
+// (optional) only when it is not null and shape.output_gate: the gate and its derivative,
+// so that the backward skips their two exps and two divides per value.
 // ws: scratch kept by the caller (null: a temporary one, allocated per call).
 template <typename Real>
 void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
@@ -60,6 +62,8 @@ void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScal
 // (q, k, v and g columns). grads[tile] receives (=, not +=) the tile's
 // gradients with respect to w (through Softmask and MiPE), r and scale,
 // accumulated in fp64 in an order that does not depend on the threads.
+// saved.gate, when not null, must hold what the forward of the same P wrote there
+// (the result is the same as with null, which recomputes the gate from g).
 template <typename Real>
 void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                        const ScreeningSaved<Real>& saved, const Real* dU, Real* dP,

@@ -10,11 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <numbers>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/gate.h"
 #include "kernels/cpu/mipe.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/screening.h"
@@ -43,6 +45,8 @@ struct Problem {
   std::vector<TileScalars> tiles;
   std::vector<Real> P;
   std::vector<Real> U, qt, kt, vb, qn, kn, vn, h;
+  std::vector<Real> gate;  // ScreeningSaved::gate: [B, tiles, T, 2·d_v]
+  bool keep_gate = true;   // false: saved.gate null (the backward recomputes the gate)
   std::vector<Real> dP;
   std::vector<TileScalarGrads> grads;
 
@@ -77,11 +81,13 @@ struct Problem {
     kn.resize(rows * nt);
     vn.resize(rows * nt);
     h.resize(rows * nt * kDv);
+    gate.resize(rows * nt * 2 * kDv);
     dP.resize(P.size());
     grads.resize(nt);
   }
   ScreeningSaved<Real> saved() {
-    return {qt.data(), kt.data(), vb.data(), qn.data(), kn.data(), vn.data(), h.data()};
+    return {qt.data(), kt.data(), vb.data(), qn.data(), kn.data(), vn.data(), h.data(),
+            keep_gate ? gate.data() : nullptr};
   }
   void Forward(ScreeningWorkspace<Real>* ws = nullptr) {
     ScreeningForward(shape, P.data(), tiles.data(), saved(), U.data(), ws);
@@ -367,6 +373,94 @@ TEST_P(ScreeningKernelTest, Fp32RateGradientAgreesWithFp64FarFromPositionZero) {
       EXPECT_NEAR(got, ref, 1e-5 * std::abs(ref)) << "pos0 " << pos0 << ", tile " << t;
     }
   }
+}
+
+// The forward keeps ĝ = tanh(SiLU(g)) and dĝ/dg per token (ScreeningSaved::gate; the other
+// tests run with it, the central differences above through it): its values against the
+// formulas in fp64, and the backward from them against the backward that recomputes the
+// gate from g (saved.gate null), fp32 and fp64, on every path.
+template <typename Real>
+void CheckSavedGate(double gate_tol, double same_tol) {
+  Problem<Real> kept(2, 40, SomeTiles(), 9), recomputed(2, 40, SomeTiles(), 9);
+  recomputed.keep_gate = false;
+  // Gate inputs at the edges of the gate's ranges (the clamps of both exps, SiLU's
+  // minimum at g = −1.2785, tanh's switch at x = 0.625) in the first rows of every tile, so
+  // that they run through the vector loops of each path.
+  const std::vector<double> edges = {-1e30, -100, -88.8, -88.6, -87.4, -87.3, -20, -1.2785, -0.5, -1e-20, 0, 1e-20,
+                                     0.3, 0.8, 0.9, 0.95, 1, 3, 20, 44.5, 87.4, 88.8, 100, 1e30};
+  for (Problem<Real>* p : {&kept, &recomputed}) {
+    const int64_t C = p->shape.p_cols(), ld = p->shape.tiles * C;
+    for (int64_t t = 0; t < p->shape.tiles; ++t) {
+      for (size_t e = 0; e < edges.size(); ++e) {
+        p->P[(e / kDv) * ld + t * C + 2 * kDk + kDv + e % kDv] = static_cast<Real>(edges[e]);
+        p->P[(3 + e / 16) * ld + t * C + 2 * kDk + kDv + 16 * (e % 4) + e % 3] = static_cast<Real>(edges[e]);
+      }
+    }
+  }
+  std::mt19937_64 rng(10);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<Real> dU(kept.U.size());
+  for (Real& x : dU) x = static_cast<Real>(normal(rng));
+  kept.Forward();
+  kept.Backward(dU);
+  recomputed.Forward();
+  recomputed.Backward(dU);
+  const ScreeningShape& s = kept.shape;
+  const int64_t T = s.seq, nt = s.tiles, C = s.p_cols();
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t t = 0; t < nt; ++t) {
+      for (int64_t i = 0; i < T; ++i) {
+        const Real* saved = kept.gate.data() + ((b * nt + t) * T + i) * 2 * kDv;
+        for (int64_t c = 0; c < kDv; ++c) {
+          const double g = kept.P[(b * T + i) * nt * C + t * C + 2 * kDk + kDv + c];
+          const double sig = 1 / (1 + std::exp(-g)), gate = std::tanh(g * sig);
+          const double dgate = (1 - gate * gate) * sig * (1 + g * (1 - sig));
+          ASSERT_NEAR(saved[c], gate, gate_tol) << b << "," << t << "," << i << "," << c;
+          ASSERT_NEAR(saved[kDv + c], dgate, gate_tol) << b << "," << t << "," << i << "," << c;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kept.U, recomputed.U);
+  for (size_t i = 0; i < kept.dP.size(); ++i) {
+    ASSERT_NEAR(kept.dP[i], recomputed.dP[i], same_tol * std::max(1.0, std::abs(double(recomputed.dP[i])))) << i;
+  }
+  for (int64_t t = 0; t < nt; ++t) {
+    EXPECT_NEAR(kept.grads[t].scale, recomputed.grads[t].scale, same_tol * std::max(1.0, std::abs(recomputed.grads[t].scale)));
+    EXPECT_NEAR(kept.grads[t].r, recomputed.grads[t].r, same_tol * std::max(1.0, std::abs(recomputed.grads[t].r)));
+    EXPECT_NEAR(kept.grads[t].w, recomputed.grads[t].w, same_tol * std::max(1.0, std::abs(recomputed.grads[t].w)));
+  }
+}
+
+TEST_P(ScreeningKernelTest, TheSavedGateIsTheGateAndTheBackwardFromItMatchesTheRecomputedOne) {
+  CheckSavedGate<double>(1e-15, 1e-14);
+  CheckSavedGate<float>(4e-7, 1e-6);
+}
+
+// The fp32 gate (ExpFast and TanhFast composed) against tanh(SiLU(g)) in fp64 at the
+// edges, ±∞ and NaN included (scalar code here; the vector loops in CheckSavedGate).
+TEST(GateTest, Fp32GateFollowsTanhOfSiluAtTheEdges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float g : {-inf, -1e30f, -100.f, -88.8f, -87.4f, -87.3f, -20.f, -1.2785f, -0.5f, -1e-20f, 0.f, -0.f,
+                        1e-20f, 0.3f, 0.8f, 0.95f, 1.f, 3.f, 20.f, 44.5f, 87.4f, 88.8f, 100.f, 1e30f, inf}) {
+    const double gd = g, sig = 1 / (1 + std::exp(-gd));
+    const double want = std::isinf(gd) ? (gd > 0 ? 1.0 : -1.0) : std::tanh(gd * sig);
+    float gate, derivative;
+    GateForwardAndDerivative(g, &gate, &derivative);
+    EXPECT_NEAR(gate, want, 2e-7) << g;  // |ĝ| ≤ 1: about 3 ulp near 1
+    EXPECT_EQ(GateForward(g), gate) << g;
+    if (std::isfinite(g)) {
+      const double want_d = (1 - want * want) * sig * (1 + gd * (1 - sig));
+      EXPECT_NEAR(derivative, want_d, 4e-7 * std::max(1.0, std::abs(want_d))) << g;
+      EXPECT_EQ(GateDerivative(g), derivative) << g;
+    }
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float gate, derivative;
+  GateForwardAndDerivative(nan, &gate, &derivative);
+  EXPECT_TRUE(std::isnan(gate));
+  EXPECT_TRUE(std::isnan(derivative));
+  EXPECT_TRUE(std::isnan(GateForward(-nan)));
 }
 
 TEST_P(ScreeningKernelTest, AReusedWorkspaceGivesTheResultsOfAFreshOne) {
