@@ -16,6 +16,8 @@ namespace {
 
 // Vocabulary entries per product of the backward contractions (ZTimesEBar, AddZtTimesYs).
 constexpr int64_t kBackwardVocabBlock = 4096;
+// d_E's columns per thread's range of the targets' one-hot part of ∂Ē (one 64-byte line of fp32).
+constexpr int64_t kOneHotColumns = 16;
 
 // The head's two backward contractions over the vocabulary as products over blocks of
 // kBackwardVocabBlock entries, in order: `gemm` is Gemm<Real> or GemmBf16 (z, Ē and y_s then
@@ -143,19 +145,28 @@ void FusedHead<Real>::FusedChunk(const HeadLossArgs<Real>& a, int64_t r0, int64_
   } else {
     PanelSoftmax(a, r0, rc, dy);
   }
-  for (int64_t r = 0; r < rc; ++r) {  // c e^{s_F}/Σ_r, then the one-hot part
+  // c e^{s_F}/Σ_r, then the one-hot part: each row on its own, so the threads take rows.
+  const Real c_target = scale * a.coef;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rc; ++r) {
     const Real c = static_cast<Real>(double(scale) * double(a.coef) * row_scale_[r]);
     for (int64_t j = 0; j < dE; ++j) {
       y_scaled_[r * dE + j] = c * y[r * dE + j];
       dy[r * dE + j] *= c;
     }
     if (target[r] < 0) continue;
-    const Real c_target = scale * a.coef;
     const Real* e_t = e_bar + target[r] * dE;
-    Real* de_t = a.d_e_bar + target[r] * dE;
-    for (int64_t j = 0; j < dE; ++j) {
-      dy[r * dE + j] -= c_target * e_t[j];
-      de_t[j] -= c_target * y[r * dE + j];
+    for (int64_t j = 0; j < dE; ++j) dy[r * dE + j] -= c_target * e_t[j];
+  }
+  // ∂Ē's one-hot part: rows may share a target, so the threads take ranges of d_E's columns
+  // and each adds its rows in row order (the serial loop's bits, whatever the threads).
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < dE; j0 += kOneHotColumns) {
+    const int64_t j1 = std::min(dE, j0 + kOneHotColumns);
+    for (int64_t r = 0; r < rc; ++r) {
+      if (target[r] < 0) continue;
+      Real* de_t = a.d_e_bar + target[r] * dE;
+      for (int64_t j = j0; j < j1; ++j) de_t[j] -= c_target * y[r * dE + j];
     }
   }
   if (panels) {
@@ -203,6 +214,8 @@ void FusedHead<Real>::PanelSoftmax(const HeadLossArgs<Real>& a, int64_t r0, int6
                    block_sum_.data() + blk * rc);
     if (dy != nullptr) HeadNumeratorsEBar(z_block, rc, dE, e_bar, p0, p1, V, block_dy_.data() + blk * rc * dE);
   }
+  // Each row's statistics on their own (its blocks' sums in block order): the threads take rows.
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rc; ++r) {
     double sum = 0;
     for (int64_t blk = 0; blk < nb; ++blk) sum += block_sum_[blk * rc + r];
