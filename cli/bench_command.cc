@@ -120,6 +120,7 @@ struct TrainResult {
   std::vector<double> step_thread_cpu_seconds;  // each timed step on the calling thread's CPU clock
   std::vector<StepProfile> profiles;
   std::vector<double> windows;  // w of every tile at initialization (the FLOP count's windows)
+  int64_t graph_instantiations = 0, graph_updates = 0;  // --graphs: captures into new graphs, into updates
 };
 
 // The step's optimizer on the model's device: AdamW through the kernel table over the
@@ -141,6 +142,16 @@ void OptimizerStep(kernels::KernelTable<double>&, BenchOptimizer& opt, double* p
   std::copy(opt.master.begin(), opt.master.end(), params);
 }
 
+// The executable graphs `bench train --graphs` keeps from step to step (AccumulatedStep):
+// one of a step's first micro-batch (its backward writes the gradients: β = 0 products and
+// other kernels) and one of the later ones (they add), each instantiated at its first
+// capture and updated in place by the captures of later steps.
+struct MicroStepGraphs {
+  std::unique_ptr<kernels::CapturedGraph> first, later;
+  bool warmed = false;  // a micro-batch has run uncaptured (it grew the scratch arrays)
+  int64_t instantiations = 0, updates = 0;  // captures made into a new graph, into an update
+};
+
 // One step of `micro` micro-batches of B windows of T + 1 tokens each (tokens [micro, B,
 // T + 1], host), as a pipeline stage runs them (model/model_stage.h): BeginStep once, per
 // micro-batch Embed, LayersForward, HeadLossDeferred (gradients scaled by 1/micro),
@@ -149,25 +160,26 @@ void OptimizerStep(kernels::KernelTable<double>&, BenchOptimizer& opt, double* p
 // the caller reads them once (ModelStage::TakeLoss) and divides by micro; x, dx: the
 // activations' buffers.
 //
-// With `ops` (--graphs; model.CanCaptureMicroStep()), every micro-batch after the first
-// runs as one CUDA graph: the second's micro-step (Embed … LayersBackward, and
-// EmbedScaleBackward) is captured once and launched, and replayed for the later ones,
-// each launch preceded by the copy of its ids and targets to the fixed buffers the graph
-// reads (ModelStage::PreloadInputs) and followed by the embedding table's scatter, whose
-// grid and CSR depend on the ids (EmbedTableBackward, uncaptured, on the same stream). The
-// first micro-batch runs uncaptured: its backward writes the gradients the later ones add
-// to (other kernels), and it grows the scratch arrays the capture then finds in place. The
-// graph is dropped at the step's end: the kernels' scalar arguments (e^{s_E}, the tiles'
-// windows) and tile tables are the step's, read by BeginStep.
+// With `ops` and `graphs` (--graphs; model.CanCaptureMicroStep()), every micro-batch runs
+// as one CUDA graph but the run's very first (uncaptured: it grows every scratch array,
+// which a capture may not allocate). Each step captures its first micro-batch's micro-step
+// (Embed … LayersBackward, and EmbedScaleBackward) into graphs->first and its second's into
+// graphs->later, updating the graph of the step before (cudaGraphExecUpdate: the same ops,
+// this step's kernel arguments: e^{s_E}, e^{s_F}, the tiles' windows and tile tables, read
+// by BeginStep) or, when the runtime refuses (another topology), instantiating anew; the
+// third and later micro-batches replay graphs->later. Before the step's first capture
+// PrepareMicroStep uploads the tile tables, so no capture holds their copy. Each launch is
+// preceded by the copy of its ids and targets to the fixed buffers the graph reads
+// (ModelStage::PreloadInputs) and followed by the embedding table's scatter, whose grid and
+// CSR depend on the ids (EmbedTableBackward, uncaptured, on the same stream).
 template <typename Real>
 void AccumulatedStep(ModelStage<Real>& model, const Real* params, const int32_t* tokens, int64_t B, int64_t T,
                      int64_t micro, Real* grads, DeviceArray<Real>* x, DeviceArray<Real>* dx,
-                     kernels::KernelTable<Real>* graph_ops = nullptr) {
+                     kernels::KernelTable<Real>* graph_ops = nullptr, MicroStepGraphs* graphs = nullptr) {
   const int64_t rows = B * T, dE = model.dims().d_e;
   x->Resize(rows * dE);
   dx->Resize(rows * dE);
   std::vector<int32_t> inputs, targets;
-  std::unique_ptr<kernels::CapturedGraph> graph;
   const double grad_scale = 1.0 / double(micro);
   model.BeginStep(params);
   // Embed … LayersBackward of the micro-batch in inputs, targets.
@@ -177,19 +189,26 @@ void AccumulatedStep(ModelStage<Real>& model, const Real* params, const int32_t*
     model.HeadLossDeferred(params, x->data(), targets.data(), rows, dx->data(), grads, grad_scale);
     model.LayersBackward(params, dx->data(), grads);
   };
+  bool prepared = false;
   for (int64_t m = 0; m < micro; ++m) {
     SplitWindows(tokens + m * B * (T + 1), B, T, &inputs, &targets);
-    if (graph_ops == nullptr || m == 0) {
+    if (graph_ops == nullptr || !graphs->warmed) {
       through_layers_backward();
       model.EmbedBackward(params, inputs.data(), rows, dx->data(), grads);
+      if (graphs != nullptr) graphs->warmed = true;
       continue;
     }
+    if (!prepared) {
+      model.PrepareMicroStep(B, T);
+      prepared = true;
+    }
     model.PreloadInputs(inputs.data(), targets.data(), rows);  // before the launch, on the same stream
-    if (graph == nullptr) {
+    std::unique_ptr<kernels::CapturedGraph>& graph = m == 0 ? graphs->first : graphs->later;
+    if (m <= 1) {  // the step's first use of this graph: its kernels' arguments are this step's
       graph_ops->BeginCapture();
       through_layers_backward();
       model.EmbedScaleBackward(params, inputs.data(), rows, dx->data(), grads);
-      graph = graph_ops->EndCapture();
+      ++(graph_ops->EndCaptureInto(&graph) ? graphs->updates : graphs->instantiations);
     }
     graph_ops->LaunchGraph(*graph);
     model.EmbedTableBackward(params, inputs.data(), rows, dx->data());
@@ -248,6 +267,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(dims.vocab - 1));
   std::vector<int32_t> tokens(grad_accum * B * (T + 1));
   DeviceArray<Real> x(options.device), dx(options.device);  // the stage pieces' activations
+  MicroStepGraphs micro_graphs;  // --graphs: kept from step to step
   for (int64_t step = 0; step < warmup + steps; ++step) {
     for (int32_t& t : tokens) t = id(rng);
     profile.Clear();
@@ -268,7 +288,7 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     model.ZeroGradientsBeforeStep(grads.data());
     // The same pieces and bits as ForwardBackward at --grad_accum=1.
     AccumulatedStep(model, params.data(), tokens.data(), B, T, grad_accum, grads.data(), &x, &dx,
-                    graphs ? &ops : nullptr);
+                    graphs ? &ops : nullptr, &micro_graphs);
     {
       PhaseTimer timer(&profile, StepProfile::kOptimizer);
       OptimizerStep(ops, opt, params.data(), grads.data(), n);
@@ -294,6 +314,8 @@ TrainResult RunTrain(const ModelDims& dims, Precision precision, ModelOptions op
     result.profiles.push_back(profile);
     result.profiles.back().synchronize = nullptr;  // the times only; the table does not outlive this
   }
+  result.graph_instantiations = micro_graphs.instantiations;
+  result.graph_updates = micro_graphs.updates;
   return result;
 }
 
@@ -582,6 +604,9 @@ int BenchTrain(int argc, char** argv) {
                         {"losses", r.losses},
                         {"grad_norms", r.grad_norms},
                         {"graphs", graphs},
+                        // --graphs: captures made into new executable graphs, and into updates of the last.
+                        {"graph_instantiations", r.graph_instantiations},
+                        {"graph_updates", r.graph_updates},
                         // Under --graphs the phases are not timed (their waits would fall inside a capture).
                         {"breakdown_seconds", graphs ? nlohmann::json(nullptr) : breakdown},
                         {"breakdown_thread_cpu_seconds", graphs ? nlohmann::json(nullptr) : breakdown_cpu}};

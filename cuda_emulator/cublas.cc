@@ -351,7 +351,8 @@ cublasStatus_t CheckAndRun(const char* fn, const Product& g, cudaStream_t stream
   }
   // Captured (graph.cc): the product with its scalars as given now, run at each replay.
   if (RecordNode(stream, fn, [fn, g](cudaStream_t s) { CheckAndRun(fn, g, s); }, nullptr, 0,
-                 {g.read_ab ? g.a.p : nullptr, g.read_ab ? g.b.p : nullptr, read_c ? g.c.p : nullptr, g.d.p})) {
+                 {g.read_ab ? g.a.p : nullptr, g.read_ab ? g.b.p : nullptr, read_c ? g.c.p : nullptr, g.d.p},
+                 GraphNode::Type::kKernel)) {
     return CUBLAS_STATUS_SUCCESS;
   }
   if (LegacyWorkDuringCapture(stream) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;

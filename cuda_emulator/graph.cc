@@ -27,6 +27,9 @@
 // a second stream into a capture (cudaStreamWaitEvent on another stream of a captured
 // event), thread-local and relaxed capture modes' differences.
 //
+// cudaGraphExecUpdate (below) gives an executable graph the parameters of a new capture of
+// the same topology, with the runtime's failure results for one that is not.
+//
 // A replay checks what a GPU cannot: every device pointer a node was captured with (each
 // aligned 8-byte word of its copied parameters that pointed into a live allocation then,
 // so pointers inside argument structs count too, and the pointers of copies, memsets and
@@ -99,9 +102,11 @@ bool Capturing(cudaStream_t stream) {
 }
 
 bool RecordNode(cudaStream_t stream, std::string what, std::function<void(cudaStream_t)> replay,
-                std::shared_ptr<const void> params, size_t params_bytes, const std::vector<const void*>& pointers) {
+                std::shared_ptr<const void> params, size_t params_bytes, const std::vector<const void*>& pointers,
+                GraphNode::Type type, int copy_kind) {
   if (!Capturing(stream)) return false;
-  GraphNode node{.what = std::move(what), .replay = std::move(replay), .params = std::move(params)};
+  GraphNode node{.what = std::move(what), .type = type, .copy_kind = copy_kind, .replay = std::move(replay),
+                 .params = std::move(params)};
   // Device pointers among the copied parameters: aligned words that point into memory.
   const auto* bytes = static_cast<const unsigned char*>(node.params.get());
   for (size_t offset = 0; bytes != nullptr && offset + sizeof(uintptr_t) <= params_bytes; offset += sizeof(uintptr_t)) {
@@ -243,6 +248,48 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t*
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
   if (exec == nullptr || graph == nullptr || flags != 0) return cudaErrorInvalidValue;
   *exec = new CUgraphExec_st{graph->nodes};
+  msemu::AddWork("cudaGraphInstantiate", msemu::WorkTally{.kind = msemu::WorkKind::kGraph, .calls = 1});
+  return cudaSuccess;
+}
+
+// cudaGraphExecUpdate with the runtime API's rules for what a captured stream makes (a
+// linear chain, so equal node counts mean equal edges): the node counts differ →
+// cudaGraphExecUpdateErrorTopologyChanged; node i's type differs →
+// cudaGraphExecUpdateErrorNodeTypeChanged; a copy's direction (its source or destination
+// memory type) differs → cudaGraphExecUpdateErrorParametersChanged; a node the emulator
+// records as neither kernel, product, copy, memset nor host function (a captured graph
+// launch, an NCCL group) → cudaGraphExecUpdateErrorNotSupported. Each returns
+// cudaErrorGraphExecUpdateFailure and leaves the executable graph as it was. Kernel
+// arguments, pointers, launch shapes, products' scalars and a changed kernel function
+// (allowed since CUDA 11.2 within one context) update. Launches already issued keep the
+// nodes they were issued with (cudaGraphLaunch copies them). resultInfo's node handles are
+// null: node handles are not emulated. Counted as "cudaGraphExecUpdate" (kind graph).
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info) {
+  if (info != nullptr) *info = cudaGraphExecUpdateResultInfo{cudaGraphExecUpdateError, nullptr, nullptr};
+  if (exec == nullptr || graph == nullptr) return cudaErrorInvalidValue;
+  msemu::AddWork("cudaGraphExecUpdate", msemu::WorkTally{.kind = msemu::WorkKind::kGraph, .calls = 1});
+  cudaGraphExecUpdateResult result = cudaGraphExecUpdateSuccess;
+  if (exec->nodes.size() != graph->nodes.size()) {
+    result = cudaGraphExecUpdateErrorTopologyChanged;
+  } else {
+    for (size_t i = 0; i < graph->nodes.size() && result == cudaGraphExecUpdateSuccess; ++i) {
+      const GraphNode& was = exec->nodes[i];
+      const GraphNode& now = graph->nodes[i];
+      if (was.type != now.type) {
+        result = cudaGraphExecUpdateErrorNodeTypeChanged;
+      } else if (now.type == GraphNode::Type::kOther) {
+        result = cudaGraphExecUpdateErrorNotSupported;
+      } else if (now.type == GraphNode::Type::kMemcpy && was.copy_kind != now.copy_kind) {
+        result = cudaGraphExecUpdateErrorParametersChanged;
+      }
+    }
+  }
+  if (info != nullptr) info->result = result;
+  if (result != cudaGraphExecUpdateSuccess) {
+    msemu::SetLastError(cudaErrorGraphExecUpdateFailure);
+    return cudaErrorGraphExecUpdateFailure;
+  }
+  exec->nodes = graph->nodes;
   return cudaSuccess;
 }
 
@@ -278,7 +325,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
       node.replay(s);
     }
   };
-  if (msemu::RecordNode(stream, "cudaGraphLaunch", replay, nullptr, 0, {})) return cudaSuccess;
+  if (msemu::RecordNode(stream, "cudaGraphLaunch", replay, nullptr, 0, {}, GraphNode::Type::kOther)) return cudaSuccess;
   if (const cudaError_t e = msemu::LegacyWorkDuringCapture(stream); e != cudaSuccess) {
     msemu::SetLastError(e);
     return e;

@@ -129,6 +129,9 @@ void SetMaxDynamicShared(const void* kernel, int bytes);
 // `params` (may be null) its copied parameters, kept alive with it; `pointers` the device
 // allocations it was captured with (checked at each replay).
 struct GraphNode {
+  // What cudaGraphExecUpdate compares (graph.cc): the node's type, and for a copy its
+  // direction (the source and destination memory types may not change).
+  enum class Type : uint8_t { kKernel, kMemcpy, kMemset, kHost, kOther };
   struct Pointer {
     size_t offset = 0;  // of the word in params, or ~i for the i-th explicit pointer
     const void* value = nullptr;
@@ -136,15 +139,19 @@ struct GraphNode {
     uint64_t serial = 0;
   };
   std::string what;
+  Type type = Type::kOther;
+  int copy_kind = 0;  // kMemcpy: its cudaMemcpyKind
   std::function<void(cudaStream_t)> replay;
   std::shared_ptr<const void> params;
   std::vector<Pointer> pointers;
 };
-// While `stream` is being captured: records `replay` as its next node, named `what`, with
-// the device pointers among `params` (params_bytes; every aligned 8-byte word that points
-// into a live allocation) and `pointers`; returns true. Otherwise false (run it now).
+// While `stream` is being captured: records `replay` as its next node, named `what`, of
+// `type` (and `copy_kind`, a copy's cudaMemcpyKind), with the device pointers among `params`
+// (params_bytes; every aligned 8-byte word that points into a live allocation) and
+// `pointers`; returns true. Otherwise false (run it now).
 bool RecordNode(cudaStream_t stream, std::string what, std::function<void(cudaStream_t)> replay,
-                std::shared_ptr<const void> params, size_t params_bytes, const std::vector<const void*>& pointers);
+                std::shared_ptr<const void> params, size_t params_bytes, const std::vector<const void*>& pointers,
+                GraphNode::Type type, int copy_kind = 0);
 // True while `stream` (any, for AnyCapture) is being captured.
 bool Capturing(cudaStream_t stream);
 bool AnyCapture();

@@ -969,7 +969,7 @@ void Launch(const std::shared_ptr<CommState>& c, std::vector<Op> ops) {
       for (Op& op : again) op.stream = s;
       Launch(c, std::move(again));
     };
-    if (msemu::RecordNode(captured, "nccl group", replay, nullptr, 0, {})) return;
+    if (msemu::RecordNode(captured, "nccl group", replay, nullptr, 0, {}, msemu::GraphNode::Type::kOther)) return;
   }
   std::lock_guard<std::mutex> lock(c->issue_mu);
   const uint64_t ticket = ++c->issued;

@@ -172,7 +172,7 @@ cudaError_t MemcpyOn(const char* api, cudaStream_t stream, void* dst, const void
   if (std::string_view(api) == "cudaMemcpy") {  // blocking, on the legacy stream
     if (const cudaError_t e = CaptureForbids(nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
   } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemcpyOn(api, s, dst, src, bytes, kind); }, nullptr, 0,
-                        {dst, src})) {
+                        {dst, src}, GraphNode::Type::kMemcpy, int(kind))) {
     return cudaSuccess;
   } else if (const cudaError_t e = LegacyWorkDuringCapture(stream); e != cudaSuccess) {
     return Fail(e);
@@ -210,7 +210,8 @@ cudaError_t MemsetOn(const char* api, cudaStream_t stream, void* dst, int value,
   }
   if (std::string_view(api) == "cudaMemset") {  // on the legacy stream
     if (const cudaError_t e = CaptureForbids(nullptr, cudaErrorStreamCaptureImplicit); e != cudaSuccess) return Fail(e);
-  } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemsetOn(api, s, dst, value, bytes); }, nullptr, 0, {dst})) {
+  } else if (RecordNode(stream, api, [=](cudaStream_t s) { MemsetOn(api, s, dst, value, bytes); }, nullptr, 0, {dst},
+                        GraphNode::Type::kMemset)) {
     return cudaSuccess;
   } else if (const cudaError_t e = LegacyWorkDuringCapture(stream); e != cudaSuccess) {
     return Fail(e);
@@ -603,7 +604,9 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data)
   if (fn == nullptr) return Fail(cudaErrorInvalidValue);
   if (const cudaError_t e = msemu::LegacyWorkDuringCapture(stream); e != cudaSuccess) return Fail(e);
   auto replay = [fn, data](cudaStream_t s) { msemu::Enqueue(s, [fn, data] { fn(data); }); };
-  if (msemu::RecordNode(stream, "cudaLaunchHostFunc", replay, nullptr, 0, {})) return cudaSuccess;
+  if (msemu::RecordNode(stream, "cudaLaunchHostFunc", replay, nullptr, 0, {}, msemu::GraphNode::Type::kHost)) {
+    return cudaSuccess;
+  }
   msemu::Enqueue(stream, [fn, data] { fn(data); });
   return cudaSuccess;
 }

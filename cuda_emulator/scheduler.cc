@@ -457,7 +457,9 @@ cudaError_t LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 b
     auto replay = [=](cudaStream_t s) {
       LaunchKernel(name, kernel, grid, block, shared_bytes, s, entry, own, nullptr, 0);
     };
-    if (RecordNode(stream, name, replay, std::move(copy), params_bytes, {})) return cudaSuccess;
+    if (RecordNode(stream, name, replay, std::move(copy), params_bytes, {}, GraphNode::Type::kKernel)) {
+      return cudaSuccess;
+    }
   }
   if (const cudaError_t e = LegacyWorkDuringCapture(stream); e != cudaSuccess) return SetLastError(e), e;
   WaitStream(stream);

@@ -362,6 +362,14 @@ class KernelTable {
   // ones of earlier steps from here on; nothing to do on the CPU. Called by the models'
   // BeginStep; calls that never follow one stay correct (the tables are matched by content).
   virtual void BeginScreeningStep() {}
+  // Makes ready now what ScreeningForward and ScreeningBackward of (shape, tiles) would
+  // otherwise prepare at their first call: a device that keeps the per-tile tables (the CUDA
+  // table's cache) uploads them here when it has none of this content, so that the calls
+  // then copy nothing and can be captured into a graph that is the same every step (bench
+  // train --graphs, before a step's first micro-batch is captured). Nothing on the CPU.
+  virtual void PrepareScreeningTables(const ScreeningShape& shape, const TileScalars* tiles) {
+    (void)shape, (void)tiles;
+  }
   virtual void ScreeningBackwardAddParamGrads(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                                               const ScreeningSaved<Real>& saved, const Real* dU, Real* dP, Real* g_sw,
                                               Real* g_sr, Real* g_so) {
@@ -426,6 +434,16 @@ class KernelTable {
   virtual void LaunchGraph(const CapturedGraph& graph) {
     (void)graph;
     NoCapture("LaunchGraph");
+  }
+  // EndCapture into *graph, which may hold an executable graph of an earlier capture: that
+  // one is updated in place from this capture (cudaGraphExecUpdate: the same ops in the same
+  // order, their arguments, scalars and addresses this capture's) and true returned; when
+  // *graph is empty, or the update is refused (the ops differ: another topology), *graph
+  // becomes a new instantiation of this capture and false is returned. Launches issued
+  // before run the graph they were issued with. Other failures are fatal, as EndCapture's.
+  virtual bool EndCaptureInto(std::unique_ptr<CapturedGraph>* graph) {
+    (void)graph;
+    NoCapture("EndCaptureInto");
   }
 
  private:

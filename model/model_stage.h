@@ -112,9 +112,14 @@ class ModelStage {
   // of a micro-batch issue only device work without host waits or host-dependent sizes once
   // PreloadInputs gave them their inputs, so that they can be captured as one graph and
   // replayed for the step's later micro-batches (kernels' scalar arguments are the step's:
-  // a graph is valid until the next BeginStep). Multiscreen on one rank with embedding and
+  // a graph is valid until the next BeginStep, which a capture of the next step updates). Multiscreen on one rank with embedding and
   // head, on a device that captures; not the Transformer, tp, or a stage of a pipeline.
   virtual bool CanCaptureMicroStep() const { return false; }
+  // Before capturing a micro-step of B windows of T tokens: does now, uncaptured, the device
+  // work its calls would issue only on their first call of the step (the screening tile
+  // tables' upload, KernelTable::PrepareScreeningTables), so that the capture holds the same
+  // ops every step and can update the graph of the step before. After BeginStep.
+  virtual void PrepareMicroStep(int64_t B, int64_t T) { (void)B, (void)T; }
   // A micro-batch's ids and targets [n] (host) copied to where Embed and HeadLossDeferred,
   // given the same values, read them (KernelTable::PreloadInputs).
   virtual void PreloadInputs(const int32_t* ids, const int32_t* targets, int64_t n) {

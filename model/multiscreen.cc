@@ -431,6 +431,17 @@ bool Multiscreen<Real>::CanCaptureMicroStep() const {
 }
 
 template <typename Real>
+void Multiscreen<Real>::PrepareMicroStep(int64_t B, int64_t T) {
+  // The shape LayersForward(B, T) and its backward give the screening calls (rope_scaling_
+  // as LayersForward sets it), so that their table lookups hit what is uploaded here.
+  rope_scaling_ = MultiscreenShape(dims(), layout_.shard().tiles(), B, T, nullptr).rope_scaling;
+  for (int64_t li = 0; li < layout_.shard().layers(); ++li) {
+    const auto tiles = TileScalarsOf(li, nullptr);
+    ops_->PrepareScreeningTables(ShapeOf(B, T), tiles.data());
+  }
+}
+
+template <typename Real>
 void Multiscreen<Real>::PreloadInputs(const int32_t* ids, const int32_t* targets, int64_t n) {
   LocalTargets(layout_.shard(), targets, n, &head_.local_target);
   ops_->PreloadInputs(ids, head_.local_target.data(), n);

@@ -105,6 +105,8 @@ class Multiscreen final : public ModelStage<Real> {
   // One rank holding embedding and head, on a table that captures (ModelStage).
   bool CanCaptureMicroStep() const override;
   void PreloadInputs(const int32_t* ids, const int32_t* targets, int64_t n) override;
+  // Every layer's tile tables for this step's scalars and (B, T), uploaded now (ModelStage).
+  void PrepareMicroStep(int64_t B, int64_t T) override;
   // ∂Ē += e^{s_E}·dx scattered by id; ∂s_E += Σ dx·x⁰ with x⁰ = e^{s_E}·Ē[ids] recomputed.
   void EmbedTableBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx) override;
   void EmbedScaleBackward(const Real* params, const int32_t* ids, int64_t n, const Real* dx, Real* grads) override;

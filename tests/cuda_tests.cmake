@@ -97,6 +97,14 @@ if(MS_CUDA_EMULATED)
   ms_emulated_cuda_sources(tensor_core_test kernels/tensor_core_test.cu)
 endif()
 
+# The per-node cost of a replayed CUDA graph against one-by-one launches (issue 42): on the
+# emulated device the code path (every launch and node runs), on a GPU the µs per node that
+# scripts/gpu_check's graph_probe stage prints for tools/perf_model.py --graph-node-us.
+ms_add_gtest(graph_node_probe_test cuda SOURCES kernels/graph_node_probe_test.cu LIBS CUDA::cudart)
+if(MS_CUDA_EMULATED)
+  ms_emulated_cuda_sources(graph_node_probe_test kernels/graph_node_probe_test.cu)
+endif()
+
 # The tiled tensor-core screening forward and backward (kernels/cuda/screening_tiled.h)
 # against the simple CUDA kernel at ragged lengths, every window kind, r near 0 and 1 (issue 29).
 ms_add_gtest(screening_tiled_test cuda SOURCES kernels/screening_tiled_test.cc LIBS ms_kernels_cuda ms_kernels_cpu ms_buffer)

@@ -156,13 +156,16 @@ def parse_args(argv=None):
                    help="scales the screening kernels' instructions per step (ISSUE_PER_STEP)")
     p.add_argument("--launch-us", type=float, default=2.0, help="device time lost per kernel launch (µs)")
     p.add_argument("--sync-us", type=float, default=10.0, help="time lost per host synchronization (µs)")
-    # No per-node cost of a replayed CUDA graph is cited here (docs/performance.md, "One CUDA graph
-    # per micro-step": the searched sources gave no figure), so the graph term is off unless a
-    # figure is given; it is then an assumption, and the report says so.
-    p.add_argument("--graph-node-us", type=float, default=None,
-                   help="ASSUMED device time per kernel or product replayed as a node of a CUDA graph (µs); given, "
-                        "each step's table adds the overhead of a micro-batch run as bench train --graphs runs the "
-                        "later ones (its launches graph nodes but the embedding scatter's, plus one graph launch)")
+    # The per-node cost of a replayed CUDA graph: the one measured figure found (docs/performance.md,
+    # "Every micro-batch as one CUDA graph"), github.com/ahrefs/ocannl/issues/488 (2026-07-30): a
+    # chain of N no-op kernels stream-captured and replayed costs ~15 µs fixed plus ~0.58 µs per
+    # node (N = 8 to 117, median of 200; RTX 5070 Ti Laptop, sm_120, CUDA 13.3, WSL2). Not an
+    # H100's: scripts/gpu_check's graph_probe stage measures it there.
+    p.add_argument("--graph-node-us", type=float, default=GRAPH_NODE_US_CITED,
+                   help="device time per kernel or product replayed as a node of a CUDA graph (µs; default: the "
+                        "cited 0.58, measured on an RTX 5070 Ti Laptop, not an H100): each step's table adds the "
+                        "overhead of the step and of a micro-batch run as bench train --graphs runs them (their "
+                        "launches graph nodes but the embedding scatter's, plus one graph launch per micro-batch)")
     p.add_argument("--head-chunk-rows", type=int, default=512, help="rows of logits per head chunk (kHeadChunkRows)")
     p.add_argument("--long-fraction", type=float, default=0.125,
                    help="'trained' windows: fraction of tiles whose w exceeds T (the rest log-uniform in [2, T])")
@@ -213,6 +216,10 @@ def parse_args(argv=None):
     return args
 
 
+# µs per replayed graph node, cited above (parse_args' --graph-node-us).
+GRAPH_NODE_US_CITED = 0.58
+
+
 class Hardware:
     """The device's constants and the achievable fractions, from the flags."""
 
@@ -224,7 +231,7 @@ class Hardware:
         self.mma_eff, self.issue_eff = a.mma_eff, a.issue_eff
         self.launch_s, self.sync_s = a.launch_us * 1e-6, a.sync_us * 1e-6
         graph_node_us = getattr(a, "graph_node_us", None)
-        self.graph_node_s = None if graph_node_us is None else graph_node_us * 1e-6  # an assumption when set
+        self.graph_node_s = None if graph_node_us is None else graph_node_us * 1e-6
 
 
 class Op:
@@ -708,14 +715,23 @@ def totals(ops, syncs, hw):
 UNCAPTURED_LAUNCHES = {"∂Ē[t] += e^{s_E}·∂x⁰ (scatter) and ∂s_E": 1}
 
 
-def graphed_micro_overhead(ops, hw):
-    """Launch overhead of one micro-batch run as `bench train --graphs` runs the step's later
-    ones (seconds): its ops' launches (all but the once-per-step ops) as graph nodes at the
-    assumed hw.graph_node_s each, but the embedding scatter's (a launch, as before), plus the
-    cudaGraphLaunch itself (a launch); no host wait (the step's waits are once per step)."""
+def graphed_launches(ops):
+    """(graph nodes, launches left outside) of one micro-batch run as `bench train --graphs`
+    runs it: its ops' launches (all but the once-per-step ops) as nodes of one graph, but the
+    embedding scatter's; the cudaGraphLaunch itself not included."""
     launches = sum(op.calls * op.launches for op in ops if not op.once)
     direct = sum(op.calls * UNCAPTURED_LAUNCHES.get(op.name, 0) for op in ops if not op.once)
-    return (launches - direct) * hw.graph_node_s + (direct + 1) * hw.launch_s
+    return launches - direct, direct
+
+
+def graphed_micro_overhead(ops, hw):
+    """Launch overhead of one micro-batch run as `bench train --graphs` runs it (seconds): its
+    graph nodes at hw.graph_node_s each, the scatter's launch and the cudaGraphLaunch at
+    hw.launch_s each; no host wait (the step's waits are once per step). The host's capture and
+    cudaGraphExecUpdate (once per step and graph) are not charged: they run while the device
+    works through the micro-batch before."""
+    nodes, direct = graphed_launches(ops)
+    return nodes * hw.graph_node_s + (direct + 1) * hw.launch_s
 
 
 def step_report(kind, label, ops, syncs, model_flops_per_token, tokens, hw):
@@ -728,21 +744,27 @@ def step_report(kind, label, ops, syncs, model_flops_per_token, tokens, hw):
             "model_flops_per_token": model_flops_per_token, "model_tflop": model_flops / 1e12,
             "executed_tflop": sum(r["gflop"] for r in rows) / 1e3, "mfu": model_flops / (step * hw.peak),
             "micro_ms": micro * 1e3, "mfu_accumulating": model_flops / (micro * hw.peak),
-            **graphed_report(ops, micro, model_flops, launches, hw)}
+            **graphed_report(ops, syncs, step, micro, model_flops, launches, hw)}
 
 
-def graphed_report(ops, micro, model_flops, launches, hw):
-    """With --graph-node-us: a micro-batch's overhead and time run as a graph (the once-per-step
-    ops' launches and the step's waits left out, as "accumulating" leaves out their time)."""
+def graphed_report(ops, syncs, step, micro, model_flops, launches, hw):
+    """With a node cost (--graph-node-us): the step (one micro-batch, G = 1) and an accumulated
+    micro-batch as `bench train --graphs` runs them, the micro-batch one graph: the step keeps
+    its once-per-step launches and waits; a micro-batch leaves them out, as "accumulating" does."""
     if hw.graph_node_s is None or kind_has_no_graph(ops):
         return {}
     once_launches = sum(op.calls * op.launches for op in ops if op.once)
     eager = (launches - once_launches) * hw.launch_s  # the micro-batch's launches, uncaptured
     graphed = graphed_micro_overhead(ops, hw)
     micro_graphed = micro - eager + graphed  # the step's waits and once-per-step launches stay, as in micro
+    step_overhead = launches * hw.launch_s + syncs * hw.sync_s
+    step_overhead_graphed = once_launches * hw.launch_s + graphed + syncs * hw.sync_s
+    step_graphed = step - step_overhead + step_overhead_graphed
     return {"graph_node_us": hw.graph_node_s * 1e6, "micro_overhead_ms": eager * 1e3,
             "micro_overhead_graphed_ms": graphed * 1e3, "micro_ms_graphed": micro_graphed * 1e3,
-            "mfu_accumulating_graphed": model_flops / (micro_graphed * hw.peak)}
+            "mfu_accumulating_graphed": model_flops / (micro_graphed * hw.peak),
+            "overhead_graphed_ms": step_overhead_graphed * 1e3, "step_ms_graphed": step_graphed * 1e3,
+            "mfu_graphed": model_flops / (step_graphed * hw.peak)}
 
 
 def kind_has_no_graph(ops):
@@ -763,8 +785,10 @@ def print_step(r):
           f"{r['tokens_per_s']:,.0f} tokens/s, **MFU {100 * r['mfu']:.1f} %**; without the once-per-step ops "
           f"(many micro-batches per optimizer step) {r['micro_ms']:.2f} ms, MFU {100 * r['mfu_accumulating']:.1f} %")
     if "micro_ms_graphed" in r:
-        print(f"\nwith the later micro-batches as one CUDA graph each (bench train --graphs) at an ASSUMED "
-              f"{r['graph_node_us']:g} µs per node: launch overhead per micro-batch {r['micro_overhead_ms']:.3f} → "
+        print(f"\nwith every micro-batch as one CUDA graph (bench train --graphs) at {r['graph_node_us']:g} µs per "
+              f"node (cited: RTX 5070 Ti Laptop, not H100; --graph-node-us): launch gaps and syncs per step "
+              f"{r['overhead_ms']:.3f} → {r['overhead_graphed_ms']:.3f} ms, step {r['step_ms_graphed']:.2f} ms, "
+              f"MFU {100 * r['mfu_graphed']:.1f} %; per accumulated micro-batch {r['micro_overhead_ms']:.3f} → "
               f"{r['micro_overhead_graphed_ms']:.3f} ms, {r['micro_ms_graphed']:.2f} ms, "
               f"MFU accumulating {100 * r['mfu_accumulating_graphed']:.1f} %")
 
@@ -844,9 +868,19 @@ def compare_counted(counted, ops, syncs):
                     "kernels": sorted(r["name"] for r in mine)})
     unmatched = [r for r in rows if r["op"] is None and r["kind"] in ("kernel", "library", "memset")]
     totals = counted["counted"]["totals"]
-    return {"ops": out, "unmatched": unmatched, "model_syncs": syncs, "counted_syncs": totals["syncs"],
-            "model_launches": sum(o["model_launches"] for o in out),
-            "counted_launches": sum(r["calls"] for r in rows if r["kind"] in ("kernel", "library", "memset"))}
+    c = {"ops": out, "unmatched": unmatched, "model_syncs": syncs, "counted_syncs": totals["syncs"],
+         "model_launches": sum(o["model_launches"] for o in out),
+         "counted_launches": sum(r["calls"] for r in rows if r["kind"] in ("kernel", "library", "memset"))}
+    if counted.get("graphs"):
+        # bench train --graphs (G = 1): the micro-batch's launches as nodes of one graph, the rest
+        # (the once-per-step ops', the scatter's) launched by the host, and one cudaGraphLaunch.
+        nodes, _ = graphed_launches(ops)
+        counted_nodes = sum(r["graph_nodes"] for r in rows if r["kind"] in ("kernel", "library", "memset"))
+        c.update(model_graph_nodes=nodes, counted_graph_nodes=counted_nodes,
+                 model_direct_launches=c["model_launches"] - nodes,
+                 counted_direct_launches=c["counted_launches"] - counted_nodes, model_graph_launches=1,
+                 counted_graph_launches=sum(r["calls"] for r in rows if r["name"] == "cudaGraphLaunch"))
+    return c
 
 
 def print_counted(c, label):
@@ -860,6 +894,11 @@ def print_counted(c, label):
         print(f"| (not in the model) {r['name']} | — | {r['calls']} | — | {(r['bytes_read'] + r['bytes_written']) / 1e6:.4f} "
               f"| — | {(r['gemm_flops'] + r['mma_flops']) / 1e9:.4f} |")
     print(f"| **launches** | {c['model_launches']:g} | {c['counted_launches']} | | | | |")
+    if "model_graph_nodes" in c:
+        print(f"| of them graph nodes (--graphs) | {c['model_graph_nodes']:g} | {c['counted_graph_nodes']} | | | | |")
+        print(f"| of them launched by the host | {c['model_direct_launches']:g} | {c['counted_direct_launches']} "
+              "| | | | |")
+        print(f"| **graph launches** | {c['model_graph_launches']} | {c['counted_graph_launches']} | | | | |")
     print(f"| **host synchronizations** | {c['model_syncs']} | {c['counted_syncs']} | | | | |")
 
 
@@ -965,10 +1004,10 @@ def main(argv=None):
         if "counted" not in counted:
             raise SystemExit(f"perf_model.py --counted={a.counted}: no 'counted' object (the output of "
                              "`multiscreen bench train --device=cuda --count --json` in the emulated build)")
-        if counted.get("graphs"):
-            # The model's launches are each the host's; a --graphs count runs most as graph nodes.
-            raise SystemExit(f"perf_model.py --counted={a.counted}: counted with --graphs, whose later micro-batches "
-                             "run as graph nodes, not launches: count without --graphs")
+        if counted.get("graphs") and counted.get("grad_accum", 1) != 1:
+            # The model's step is one micro-batch; a --graphs count of G of them holds G graphs.
+            raise SystemExit(f"perf_model.py --counted={a.counted}: counted with --graphs and "
+                             f"--grad_accum={counted.get('grad_accum')}: count one micro-batch per step (--grad_accum=1)")
         return beside_model(a, counted, lambda ops, syncs: compare_counted(counted, ops, syncs), print_counted)
     hw = Hardware(a)
     out = {"constants": vars(a), "steps": [], "ttft": []}

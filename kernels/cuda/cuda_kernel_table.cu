@@ -222,6 +222,9 @@ class CudaKernelTable final : public KernelTable<float> {
   }
 
   void BeginScreeningStep() override { screening_.tables.MarkStale(); }
+  void PrepareScreeningTables(const ScreeningShape& shape, const TileScalars* tiles) override {
+    screening_.tables.Get("PrepareScreeningTables", shape, tiles, stream_);
+  }
   void ScreeningBackwardAddParamGrads(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                                       const ScreeningSaved<float>& saved, const float* dU, float* dP, float* g_sw,
                                       float* g_sr, float* g_so) override {
@@ -275,6 +278,7 @@ class CudaKernelTable final : public KernelTable<float> {
   void BeginCapture() override { BeginStreamCapture(stream_); }
   std::unique_ptr<CapturedGraph> EndCapture() override { return EndStreamCapture(stream_); }
   void LaunchGraph(const CapturedGraph& graph) override { LaunchStreamGraph(graph, stream_); }
+  bool EndCaptureInto(std::unique_ptr<CapturedGraph>* graph) override { return EndStreamCaptureInto(stream_, graph); }
 
  private:
   // After a wait for stream_ (every copy out of the staging has run): the staging's bytes

@@ -1,4 +1,4 @@
-// BeginStreamCapture, EndStreamCapture, LaunchStreamGraph (stream_graph.h).
+// BeginStreamCapture, EndStreamCapture(Into), LaunchStreamGraph (stream_graph.h).
 #include "kernels/cuda/stream_graph.h"
 
 #include "kernels/cuda/check.h"
@@ -23,13 +23,35 @@ void BeginStreamCapture(cudaStream_t stream) {
 }
 
 std::unique_ptr<CapturedGraph> EndStreamCapture(cudaStream_t stream) {
-  cudaGraph_t graph = nullptr;
-  MS_CUDA_CHECK("EndCapture", cudaStreamEndCapture(stream, &graph));
+  std::unique_ptr<CapturedGraph> graph;
+  EndStreamCaptureInto(stream, &graph);
+  return graph;
+}
+
+bool EndStreamCaptureInto(cudaStream_t stream, std::unique_ptr<CapturedGraph>* graph) {
+  cudaGraph_t captured = nullptr;
+  MS_CUDA_CHECK("EndCapture", cudaStreamEndCapture(stream, &captured));
+  if (*graph != nullptr) {
+    cudaGraphExecUpdateResultInfo info{};
+    const cudaError_t updated = cudaGraphExecUpdate(static_cast<StreamGraph&>(**graph).exec(), captured, &info);
+    if (updated == cudaSuccess) {
+      cudaGraphDestroy(captured);
+      return true;
+    }
+    if (updated != cudaErrorGraphExecUpdateFailure) {
+      cudaGraphDestroy(captured);
+      MS_CUDA_CHECK("EndCapture", updated);
+    }
+    // Refused (another topology): an answer, not an error. Clear it from cudaGetLastError, so
+    // that the next launch check does not report it, and instantiate anew.
+    (void)cudaGetLastError();
+  }
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+  const cudaError_t made = cudaGraphInstantiate(&exec, captured, 0);
+  cudaGraphDestroy(captured);  // the executable graph keeps what it needs
   MS_CUDA_CHECK("EndCapture", made);
-  return std::make_unique<StreamGraph>(exec);
+  *graph = std::make_unique<StreamGraph>(exec);
+  return false;
 }
 
 void LaunchStreamGraph(const CapturedGraph& graph, cudaStream_t stream) {

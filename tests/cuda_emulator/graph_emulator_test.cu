@@ -4,7 +4,8 @@
 // is at each launch; the capture rules of the CUDA runtime return its errors (a
 // synchronization or a blocking copy inside a capture, an allocation, a captured event
 // used by the host, a wait on uncaptured work) and invalidate the capture; and a replay
-// whose captured pointers point into memory freed since is a report naming the node.
+// whose captured pointers point into memory freed since is a report naming the node;
+// cudaGraphExecUpdate takes a capture of the same topology and refuses another.
 #include <cublas_v2.h>
 #include <gtest/gtest.h>
 
@@ -246,6 +247,81 @@ TEST_F(GraphTest, AReplayOnMemoryFreedSinceTheCaptureIsNamed) {
   EXPECT_EQ(HostCopy(dy, n), std::vector<float>(n, 0.f));  // the node did not run
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// cudaGraphExecUpdate (issue 42: one graph per micro-step, its arguments renewed each step):
+// a capture of the same ops with other arguments, scalars and pointers updates the
+// executable graph, whose next launch runs the new ones while a launch issued before runs
+// the old; one more node, another node type, or a copy in the other direction is refused
+// with cudaErrorGraphExecUpdateFailure and the runtime's result, the graph left as it was.
+TEST_F(GraphTest, AnUpdateTakesTheArgumentsOfACaptureWithTheSameTopology) {
+  const int n = 4;
+  float* dx = DeviceCopy(std::vector<float>{1.f, 2.f, 3.f, 4.f});
+  float* dx2 = DeviceCopy(std::vector<float>{10.f, 20.f, 30.f, 40.f});
+  float* dy = DeviceCopy(std::vector<float>(n, 0.f));
+  float* dz = DeviceCopy(std::vector<float>(n, 0.f));
+  auto axpy_then_copy = [&](const float* x, float a) {
+    return Capture([&] {
+      Launch<AxpyKernel>(dim3(1), dim3(32), 0, stream_, Scaled{x, a}, dy, n);
+      EXPECT_EQ(cudaMemcpyAsync(dz, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), cudaSuccess);
+    });
+  };
+  cudaGraph_t first = axpy_then_copy(dx, 1.f);
+  ASSERT_NE(first, nullptr);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, first, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);  // issued before the update: y = x
+  cudaGraph_t second = axpy_then_copy(dx2, 0.5f);          // another pointer and scalar
+  ASSERT_NE(second, nullptr);
+  const auto before = msemu::WorkTallies();
+  cudaGraphExecUpdateResultInfo info{};
+  ASSERT_EQ(cudaGraphExecUpdate(exec, second, &info), cudaSuccess);
+  EXPECT_EQ(info.result, cudaGraphExecUpdateSuccess);
+  EXPECT_EQ(msemu::WorkTallies()["cudaGraphExecUpdate"].calls, before.count("cudaGraphExecUpdate") != 0
+                                                                     ? before.at("cudaGraphExecUpdate").calls + 1
+                                                                     : 1u);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);  // y = x + 0.5·x2
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(HostCopy(dy, n), (std::vector<float>{6.f, 12.f, 18.f, 24.f}));
+  EXPECT_EQ(HostCopy(dz, n), HostCopy(dy, n));
+
+  // Refused: one node more (topology), a memset for the kernel (type), a copy to the host
+  // for the device-to-device one (its memory types). Each leaves the graph as it was.
+  std::vector<float> host(n);
+  const std::vector<std::pair<cudaGraph_t, cudaGraphExecUpdateResult>> refused = {
+      {Capture([&] {
+         Launch<AxpyKernel>(dim3(1), dim3(32), 0, stream_, Scaled{dx, 100.f}, dy, n);
+         EXPECT_EQ(cudaMemcpyAsync(dz, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), cudaSuccess);
+         EXPECT_EQ(cudaMemsetAsync(dz, 0, sizeof(float), stream_), cudaSuccess);
+       }),
+       cudaGraphExecUpdateErrorTopologyChanged},
+      {Capture([&] {
+         EXPECT_EQ(cudaMemsetAsync(dy, 0, n * sizeof(float), stream_), cudaSuccess);
+         EXPECT_EQ(cudaMemcpyAsync(dz, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), cudaSuccess);
+       }),
+       cudaGraphExecUpdateErrorNodeTypeChanged},
+      {Capture([&] {
+         Launch<AxpyKernel>(dim3(1), dim3(32), 0, stream_, Scaled{dx, 100.f}, dy, n);
+         EXPECT_EQ(cudaMemcpyAsync(host.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+       }),
+       cudaGraphExecUpdateErrorParametersChanged}};
+  for (const auto& [graph, result] : refused) {
+    ASSERT_NE(graph, nullptr);
+    info = {};
+    EXPECT_EQ(cudaGraphExecUpdate(exec, graph, &info), cudaErrorGraphExecUpdateFailure);
+    EXPECT_EQ(info.result, result);
+    EXPECT_EQ(info.errorNode, nullptr);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorGraphExecUpdateFailure);
+    cudaGraphDestroy(graph);
+  }
+  ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);  // still x2, 0.5: y += 0.5·x2
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(HostCopy(dy, n), (std::vector<float>{11.f, 22.f, 33.f, 44.f}));
+  EXPECT_EQ(HostCopy(dz, n), HostCopy(dy, n));
+  EXPECT_EQ(host, std::vector<float>(n, 0.f));  // the refused graph's copy never ran
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(first);
+  cudaGraphDestroy(second);
 }
 
 }  // namespace

@@ -62,10 +62,17 @@ class PerfModelTest(unittest.TestCase):
             with self.subTest(node_us=node_us):
                 hw = perf_model.Hardware(perf_model.parse_args([f"--graph-node-us={node_us}"]))
                 self.assertAlmostEqual(perf_model.graphed_micro_overhead(ops, hw), expected, delta=1e-12)
-        # Without --graph-node-us (no cited figure) the report has no graph term.
+        # By default the cited node cost (0.58 µs): the step at G = 1 runs its micro-batch as one
+        # graph too, keeping the once-per-step launches and the waits.
         hw = perf_model.Hardware(perf_model.parse_args([]))
+        self.assertEqual(hw.graph_node_s, 0.58e-6)
         r = perf_model.step_report("multiscreen", "x", ops, 3, 1.0, 4096, hw)
-        self.assertNotIn("micro_ms_graphed", r)
+        once = sum(op.calls * op.launches for op in ops if op.once)
+        self.assertAlmostEqual(r["overhead_graphed_ms"] * 1e-3,
+                               once * 2e-6 + perf_model.graphed_micro_overhead(ops, hw) + 3 * 10e-6, delta=1e-12)
+        self.assertAlmostEqual(r["step_ms"] - r["step_ms_graphed"], r["overhead_ms"] - r["overhead_graphed_ms"],
+                               delta=1e-9)
+        self.assertAlmostEqual(r["micro_overhead_graphed_ms"] * 1e-3, (micro - 1) * 0.58e-6 + 2 * 2e-6, delta=1e-12)
 
     def test_model_flops_equal_bench_train(self):
         for model, psi, T in (("psi8", 8, 300), ("psi16", 16, 64)):
