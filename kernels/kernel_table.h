@@ -79,6 +79,10 @@ struct KernelOptions {
   // The CUDA Transformer kernels' attention (kernels/transformer_kernels.h), as
   // screening_kernel: kAuto gives way to MULTISCREEN_ATTENTION_KERNEL (auto|simple|tiled).
   AttentionKernel attention_kernel = AttentionKernel::kAuto;
+  // The CUDA table under kBf16 on the tiled screening kernels: the forward writes U as W_O's
+  // bf16 GEMM operand itself (KernelTable::ScreeningForwardOperand; issue 42). false: fp32 U,
+  // then PackRounded (the earlier form, the same bits; kept for the tests' bit-for-bit check).
+  bool screening_u_operand = true;
 };
 
 namespace kernels {
@@ -348,6 +352,22 @@ class KernelTable {
   // kernels/cpu/screening.h: tiles and grads are host arrays of shape.tiles.
   virtual void ScreeningForward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                                 const ScreeningSaved<Real>& saved, Real* U) = 0;
+  // The forward as the step runs it (spec steps 5–13, then U as the operand of step 13's
+  // Δ = U·W_O): ScreeningForward into U [B·T, tiles·d_V] (shape.batch·shape.seq rows), then
+  // PackRounded(precision, U, that many elements, u_op), so that U·W_O and the backward's
+  // Uᵀ·∂x read *u_op. That is the default (U holds the values rounded to `precision`). A
+  // table may instead have its screening kernel write the operand itself (the CUDA table
+  // under kBf16 on the tiled kernels, shape.p_bf16: the forward's epilogue stores U in bf16,
+  // each value rounded once to nearest even, the bits PackRounded writes; issue 42) and
+  // leave U unwritten (u_op->values null, as PackJobsRounded leaves dst): nothing may read U
+  // after this call but through *u_op; saved (h) is written either way. Keep U alive and
+  // unchanged while *u_op is used.
+  virtual void ScreeningForwardOperand(Precision precision, const ScreeningShape& shape, const Real* P,
+                                       const TileScalars* tiles, const ScreeningSaved<Real>& saved, Real* U,
+                                       PackedOperand<Real>* u_op) {
+    ScreeningForward(shape, P, tiles, saved, U);
+    PackRounded(precision, U, shape.batch * shape.seq * shape.tiles * shape.d_v, u_op);
+  }
   virtual void ScreeningBackward(const ScreeningShape& shape, const Real* P, const TileScalars* tiles,
                                  const ScreeningSaved<Real>& saved, const Real* dU, Real* dP,
                                  TileScalarGrads* grads) = 0;

@@ -35,6 +35,9 @@ struct ModelOptions {
   // The CUDA table's screening kernels (KernelOptions::screening_kernel): kAuto, tiled
   // under bf16 and simple otherwise; tests pin one to compare the two.
   ScreeningKernel screening_kernel = ScreeningKernel::kAuto;
+  // KernelOptions::screening_u_operand: the tiled bf16 forward writes U's bf16 GEMM operand
+  // itself (true), or fp32 U then PackRounded (false: the tests' bit-for-bit reference).
+  bool screening_u_operand = true;
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
   // No backward piece (HeadLoss with dx, LayersBackward, EmbedBackward, EndStep) will be
   // called: gradient buffers the forward does not need are not allocated (Multiscreen:

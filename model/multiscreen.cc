@@ -232,15 +232,16 @@ void Multiscreen<Real>::LayersForward(const Real* params, int64_t B, int64_t T, 
     // P = x · [W_Q|W_K|W_V|W_G] for all local tiles: one GEMM (spec step 3), its values
     // rounded to the compute precision, in the format the table's screening kernels read
     // (a device may write it in bf16: ScreeningProjection). The stored x_in and U are the
-    // GEMM operands, so they hold the compute precision.
+    // GEMM operands, so they hold the compute precision (a device may write U's operand
+    // alone: ScreeningForwardOperand; only a.u_op is read after it).
     ops_->PackRounded(options_.precision, a.x_in.data(), rows * dE, &a.x_in_op);
     a.p_bf16 = ops_->ScreeningProjection(ShapeOf(B, T), rows, nt * C, dE, a.x_in_op, w.w_cat_op, a.P.data());
     timer.emplace(profile, StepProfile::kScreeningForward);
     const auto tiles = TileScalarsOf(li, inference);
     kernels::ScreeningShape shape = ShapeOf(B, T);
     shape.p_bf16 = a.p_bf16;
-    ops_->ScreeningForward(shape, a.P.data(), tiles.data(), a.saved(), a.U.data());
-    ops_->PackRounded(options_.precision, a.U.data(), rows * nt * dV, &a.u_op);
+    ops_->ScreeningForwardOperand(options_.precision, shape, a.P.data(), tiles.data(), a.saved(), a.U.data(),
+                                  &a.u_op);
     timer.emplace(profile, StepProfile::kOutputGemm);
     // Δ = U · W_O (step 13), summed over the tp group's tiles; x += Δ (step 2).
     AddProductAcrossTp(*ops_, *tp_, false, false, rows, dE, nt * dV, a.u_op, nt * dV, w.w_o_op, dE, scratch_x_, x);

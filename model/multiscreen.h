@@ -120,8 +120,9 @@ class Multiscreen final : public ModelStage<Real> {
     explicit LayerActivations(Device d)
         : x_in(d), P(d), U(d), q_tilde(d), k_tilde(d), v_bar(d), q_norm(d), k_norm(d), v_norm(d), h(d), gate(d) {}
     Array x_in, P, U;
-    // x_in and U as the GEMMs read them (PackRounded: converted once, read by the forward's
-    // product and the backward's weight gradient).
+    // x_in and U as the GEMMs read them (PackRounded, ScreeningForwardOperand: converted
+    // once, read by the forward's product and the backward's weight gradient; U itself may
+    // stay unwritten where the table writes u_op alone).
     kernels::PackedOperand<Real> x_in_op, u_op;
     // P's format as the table's ScreeningProjection wrote it (ScreeningShape::p_bf16), for
     // this layer's screening calls.

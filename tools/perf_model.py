@@ -128,9 +128,16 @@ FUSED_ROPE_HEAD = 64
 # model charged P, U and ∂U as bf16 and none of those three passes (issue 42 part 1: the
 # counted bytes showed P 0.69 against 0.36 MB, the forward 1.18 against 0.72, the query
 # pass 1.80 against 1.22, the key pass 0.98 against 0.79 at tiny_tiled, T = 256).
+# U likewise (2026-12-07, issue 42): the CUDA table's ScreeningForwardOperand has the tiled
+# forward's epilogue write U as W_O's bf16 GEMM operand itself (each value rounded once to
+# nearest even: the bits PackRounded made), so U is written in bf16 and no pass packs it.
+# Before: U_BYTES = 4 and U_PACK_PASS = True (RoundPackKernel read the fp32 U, wrote it back
+# rounded and wrote its bf16 copy); the simple kernels and the CPU still do so.
 P_BYTES = 2             # P's element as the GEMM writes it and the tiled screening kernels read it
 P_ROUND_PASS = False    # P rounded in place after its GEMM (read and written at P_BYTES)
-U_BYTES = DU_BYTES = 4  # U as the forward writes it, ∂U as its GEMM writes it
+U_BYTES = 2             # U as the forward writes it (W_O's GEMM operand)
+U_PACK_PASS = False     # U packed into its bf16 operand after the forward (read, written back, bf16 written)
+DU_BYTES = 4            # ∂U as its GEMM writes it
 
 
 def parse_args(argv=None):
@@ -450,7 +457,8 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         issue += (mipe_l - mipe_interior_l) * rate_other + mipe_interior_l * rate_interior
         return Op(name, "screen", n_l, steps_l * MMAS_PER_STEP[mmas] * MMA_FLOPS, nbytes, issue * issue_scale)
     # screening's own arrays are fp32 as the kernels keep them (saved h; ∂h); per (token,
-    # tile): P's q, k, v (96) and g (64) columns at P_BYTES, h 64 fp32, U 64 at U_BYTES.
+    # tile): P's q, k, v (96) and g (64) columns at P_BYTES, h 64 fp32, U 64 at U_BYTES
+    # (bf16 since 2026-12-07: the GEMM operand itself; 4 before).
     # One launch (issue 42): the aggregate kernel normalizes and rotates the P rows it loads
     # (steps 5–6): P's q, k, v and g columns read (bf16), h and U written. Nothing else is
     # saved: the backward's passes recompute q̃, k̃, v̄ from P's columns as the forward does
@@ -460,11 +468,12 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
     # aggregate pass read back: (32 + 64) · 4 bytes per (token, tile) and a launch per layer more.
     ops.append(tiled("screening forward, tiled (steps 5–13, normalize fused)", "forward",
                      nt * (96 * P_BYTES + 64 * P_BYTES + 64 * 4 + 64 * U_BYTES)))
-    # U rounded in place and packed into bf16 for W_O's GEMM (PackRounded: RoundPackKernel,
-    # whose counted row also holds x_in's and BeginStep's Ē's packs, n·d·10 per layer and
-    # V·d·10 bytes, 3 launches, which the model has inside the x_in and Ē ops).
-    ops.append(Op("U → bf16 operand (PackRounded)", "mem", n_l, 0, n * vd * (U_BYTES * 2 + 2),
-                  kernels=[kernel("RoundPackKernel", "gemm.cu")]))
+    if U_PACK_PASS:
+        # U rounded in place and packed into bf16 for W_O's GEMM (PackRounded: RoundPackKernel,
+        # whose counted row also holds x_in's and BeginStep's Ē's packs, n·d·10 per layer and
+        # V·d·10 bytes, 3 launches, which the model has inside the x_in and Ē ops).
+        ops.append(Op("U → bf16 operand (PackRounded)", "mem", n_l, 0, n * vd * (U_BYTES * 2 + 2),
+                      kernels=[kernel("RoundPackKernel", "gemm.cu")]))
     ops.append(Op("x += U·W_O (GEMM, β = 1 into fp32 x)", "gemm", n_l, 2 * n * vd * d,
                   n * vd * 2 + vd * d * 2 + n * d * 4 * 2))
     # The host waits (counted on the emulated device, docs/performance.md): once in BeginStep
@@ -549,7 +558,10 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         "pack W_cat, W_O from the parameters into bf16 (BeginStep)": [
             kernel("Copy2DJobsRoundPackKernel", "elementwise.cu", "__nv_bfloat16")],
         "x⁰ = e^{s_E}·Ē[t] (gather)": [kernel("GatherKernel", "embedding.cu")],
-        "x_in = bf16(x)": [kernel("PackKernel", "gemm.cu")],
+        # x_in's pack is PackRounded's RoundPackKernel (its counted row also holds BeginStep's Ē;
+        # U's op names it while U_PACK_PASS); PackKernel is ∂x's and ∂P's packs (PackAsGemm)
+        "x_in = bf16(x)": [kernel("PackKernel", "gemm.cu")]
+                          + ([] if U_PACK_PASS else [kernel("RoundPackKernel", "gemm.cu")]),
         "P = x_in·W_cat (GEMM)": [gemm(pd, n, d, "N", "N")],
         # the simple kernels' forward (fp32, fp16 and other widths) is two: normalize, aggregate
         "screening forward, tiled (steps 5–13, normalize fused)": [

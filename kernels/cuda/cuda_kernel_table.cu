@@ -37,8 +37,8 @@ namespace {
 
 class CudaKernelTable final : public KernelTable<float> {
  public:
-  CudaKernelTable(cudaStream_t stream, std::unique_ptr<GemmRunner> gemm, bool tiled_screening)
-      : stream_(stream), gemm_(std::move(gemm)), tiled_screening_(tiled_screening) {
+  CudaKernelTable(cudaStream_t stream, std::unique_ptr<GemmRunner> gemm, bool tiled_screening, bool u_operand)
+      : stream_(stream), gemm_(std::move(gemm)), tiled_screening_(tiled_screening), u_operand_(u_operand) {
     reduce_.Resize(kReduceScratch);
     blocks_done_.Resize(1);
     MS_CUDA_CHECK("MakeCudaKernelTable", cudaMemsetAsync(blocks_done_.data(), 0, sizeof(unsigned), stream_));
@@ -208,6 +208,19 @@ class CudaKernelTable final : public KernelTable<float> {
       cuda::ScreeningForward(shape, P, tiles, saved, U, &screening_, stream_);
     }
   }
+  // On the bf16 path of the tiled kernels (P in bf16: shape.p_bf16) the forward's epilogue
+  // writes U as W_O's bf16 operand itself (issue 42: the fp32 U's write and PackRounded's
+  // read, rounded write-back and bf16 write go); U stays unwritten. Otherwise the default.
+  void ScreeningForwardOperand(Precision precision, const ScreeningShape& shape, const float* P,
+                               const TileScalars* tiles, const ScreeningSaved<float>& saved, float* U,
+                               PackedOperand<float>* u_op) override {
+    if (!(u_operand_ && shape.p_bf16 && precision == Precision::kBf16)) {
+      return KernelTable<float>::ScreeningForwardOperand(precision, shape, P, tiles, saved, U, u_op);
+    }
+    HalfOperand(precision, U, shape.batch * shape.seq * shape.tiles * shape.d_v, u_op);
+    cuda::ScreeningTiledForwardBf16PU(shape, reinterpret_cast<const uint16_t*>(P), tiles, saved, u_op->half.data(),
+                                      &screening_, stream_);
+  }
   void ScreeningBackward(const ScreeningShape& shape, const float* P, const TileScalars* tiles,
                          const ScreeningSaved<float>& saved, const float* dU, float* dP,
                          TileScalarGrads* grads) override {
@@ -305,6 +318,7 @@ class CudaKernelTable final : public KernelTable<float> {
   cudaStream_t stream_;
   std::unique_ptr<GemmRunner> gemm_;
   bool tiled_screening_;  // ScreeningTiledForward/Backward, else the simple kernels
+  bool u_operand_;        // KernelOptions::screening_u_operand
   DeviceArray<double> reduce_{Device::kCuda};       // kReduceScratch doubles for Dot and friends
   DeviceArray<unsigned> blocks_done_{Device::kCuda};  // their count of blocks done (0 between calls)
   ReduceScratch Reduce() { return {reduce_.data(), blocks_done_.data()}; }
@@ -363,7 +377,7 @@ absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const Ke
   cudaStream_t stream = TableStream();
   absl::StatusOr<std::unique_ptr<GemmRunner>> gemm = GemmRunner::Create(stream);
   if (!gemm.ok()) return gemm.status();
-  return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(stream, std::move(*gemm), *tiled));
+  return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(stream, std::move(*gemm), *tiled, options.screening_u_operand));
 }
 
 }  // namespace multiscreen::kernels::cuda

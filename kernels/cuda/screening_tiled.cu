@@ -366,11 +366,13 @@ __device__ inline void StepPairs(const float (&sim)[2][4], bool interior, int T,
 // NormalizeKeyRows) and writes no saved row (the tiled backward recomputes them from P: only
 // saved h is written); otherwise it stages the saved rows NormalizeKernel wrote (the
 // two-launch form).
-template <bool kSplit, bool kNormalize, typename PT>
+// UT: U's element, float, or __nv_bfloat16 (issue 42: W_O's GEMM operand itself, each value
+// the fp32 one rounded once to nearest even, as PackRounded rounds the fp32 U).
+template <bool kSplit, bool kNormalize, typename PT, typename UT>
 __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKernel(TiledDims s, const PT* P,
                                                                        const ScreeningTileParams* params,
                                                                        const float* mask,
-                                                                       ScreeningSaved<float> saved, float* U) {
+                                                                       ScreeningSaved<float> saved, UT* U) {
   __shared__ __align__(16) uint16_t q_hi[kBlockQ * kStrideK];
   __shared__ __align__(16) uint16_t q_lo[kSplit ? kBlockQ * kStrideK : 8];
   __shared__ __align__(16) uint16_t k_hi[kBlockK * kStrideK];
@@ -501,9 +503,10 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
     if (s.tanh_norm) TanhNormScale(sqrtf(sq[half]), &f, &unused);
     const PT* gate_in = P + (b * T + i) * s.tiles * C + t * C + 2 * kDk + kDv;
     float* h_out = saved.h + (bt * T + i) * kDv;
-    float* out = U + (b * T + i) * s.tiles * kDv + t * kDv;
+    UT* out = U + (b * T + i) * s.tiles * kDv + t * kDv;
     #pragma unroll
     for (int n = 0; n < kDv / 8; ++n) {
+      float value[2];
       #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int c = 8 * n + 2 * u + e;
@@ -511,7 +514,15 @@ __global__ void __launch_bounds__(kThreadsPerCta, kCtasPerSm) TiledAggregateKern
         float gate, gate_dg;
         GateForwardAndDerivative(RowValue(gate_in[c]), &gate, &gate_dg);
         h_out[c] = hv;
-        out[c] = tp.scale * hv * f * gate;
+        value[e] = tp.scale * hv * f * gate;
+      }
+      const int c = 8 * n + 2 * u;  // even: a bf16 pair is one aligned 32-bit store
+      if constexpr (std::is_same_v<UT, float>) {
+        out[c] = value[0];
+        out[c + 1] = value[1];
+      } else {
+        static_assert(std::is_same_v<UT, __nv_bfloat16>, "U is fp32 or bf16");
+        *reinterpret_cast<__nv_bfloat162*>(out + c) = __floats2bfloat162_rn(value[0], value[1]);
       }
     }
   }
@@ -1024,18 +1035,21 @@ bool TiledShape(const ScreeningShape& shape) {
 // uploaded first); otherwise the two-launch form, the simple kernel's normalize pass
 // (ScreeningNormalize, which uploads the tables) then the aggregate kernel on saved rows.
 // PT: P's element, float, or __nv_bfloat16 (the one-launch form only; the simple kernels
-// read fp32 P, so a bf16 P of a shape they would take is a caller's bug: fatal).
-template <bool kSplit, bool kNormalize, typename PT>
+// read fp32 P, so a bf16 P of a shape they would take is a caller's bug: fatal). UT: U's
+// element, float, or __nv_bfloat16 (likewise: the simple kernels write fp32 U).
+template <bool kSplit, bool kNormalize, typename PT, typename UT = float>
 void Forward(const ScreeningShape& shape, const PT* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
-             float* U, ScreeningScratch* scratch, cudaStream_t stream) {
+             UT* U, ScreeningScratch* scratch, cudaStream_t stream) {
   static_assert(std::is_same_v<PT, float> || kNormalize, "the two-launch form reads fp32 P");
+  static_assert(std::is_same_v<UT, float> || kNormalize, "the two-launch form writes fp32 U");
   if (shape.batch <= 0 || shape.seq <= 0 || shape.tiles <= 0) return;
   if (!TiledShape(shape)) {
-    if constexpr (std::is_same_v<PT, float>) {
+    if constexpr (std::is_same_v<PT, float> && std::is_same_v<UT, float>) {
       ScreeningForward(shape, P, tiles, saved, U, scratch, stream);
       return;
     } else {
-      FatalCudaError("ScreeningTiledForward", "a bf16 P for a shape the tiled kernels do not take (ScreeningTiledShape)");
+      FatalCudaError("ScreeningTiledForward",
+                     "a bf16 P or U for a shape the tiled kernels do not take (ScreeningTiledShape)");
     }
   }
   if constexpr (kNormalize) {
@@ -1046,8 +1060,8 @@ void Forward(const ScreeningShape& shape, const PT* P, const TileScalars* tiles,
   const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->current->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledAggregateKernel<kSplit, kNormalize, PT>>(grid, kThreadsPerCta, 0, stream, s, P, scratch->current->params,
-                                                   scratch->current->mask, saved, U);
+  Launch<TiledAggregateKernel<kSplit, kNormalize, PT, UT>>(grid, kThreadsPerCta, 0, stream, s, P,
+                                                           scratch->current->params, scratch->current->mask, saved, U);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledForward");
 }
 
@@ -1124,6 +1138,13 @@ void ScreeningTiledForwardBf16P(const ScreeningShape& shape, const uint16_t* P16
                                 const ScreeningSaved<float>& saved, float* U, ScreeningScratch* scratch,
                                 cudaStream_t stream) {
   Forward<true, true>(shape, reinterpret_cast<const __nv_bfloat16*>(P16), tiles, saved, U, scratch, stream);
+}
+
+void ScreeningTiledForwardBf16PU(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
+                                 const ScreeningSaved<float>& saved, uint16_t* U16, ScreeningScratch* scratch,
+                                 cudaStream_t stream) {
+  Forward<true, true>(shape, reinterpret_cast<const __nv_bfloat16*>(P16), tiles, saved,
+                      reinterpret_cast<__nv_bfloat16*>(U16), scratch, stream);
 }
 
 void ScreeningTiledBackwardBf16P(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,

@@ -61,6 +61,10 @@
 //   the *Bf16P entry points below, whose row loads widen it (exact): the values P held in fp32
 //   after RoundTo, so U, h, dP and the gradients are bit for bit those of fp32 P rounded to bf16
 //   (tested on the emulated device), with P's bytes read halved and no rounding pass.
+//   U in bf16 too (issue 42): the CUDA table under bf16 has this forward store U as W_O's
+//   bf16 GEMM operand (KernelTable::ScreeningForwardOperand, ScreeningTiledForwardBf16PU),
+//   each value rounded once to nearest even in the epilogue (the bits PackRounded made of the
+//   fp32 U), so the fp32 U and PackRounded's pass go; h stays fp32.
 // Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
 //
 // Backward (ScreeningTiledBackward), three launches, nothing [T, w] stored. Neither pass reads
@@ -180,6 +184,16 @@ void ScreeningTiledForwardBf16P(const ScreeningShape& shape, const uint16_t* P16
 void ScreeningTiledBackwardBf16P(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
                                  const ScreeningSaved<float>& saved, const float* dU, float* dP,
                                  TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
+
+// ScreeningTiledForwardBf16P writing U in bf16 (U16: [B·T, tiles·d_V] bf16 bits, row-major,
+// W_O's GEMM operand as KernelTable::PackRounded holds it; issue 42): each U value is the
+// fp32 one ScreeningTiledForwardBf16P writes, rounded once to nearest even, so U16 holds the
+// bits PackRounded(kBf16) makes of that fp32 U (tested on the emulated device), h is the same,
+// and neither the fp32 U nor PackRounded's pass over it (read, rounded write-back, bf16 write)
+// is needed. For a shape ScreeningTiledShape takes only (otherwise fatal).
+void ScreeningTiledForwardBf16PU(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
+                                 const ScreeningSaved<float>& saved, uint16_t* U16, ScreeningScratch* scratch,
+                                 cudaStream_t stream);
 
 // As ScreeningTiledForward with q̃·k̃ᵀ from plain bf16 operands (one product, not three):
 // for the tests' measurement of what the split buys; not for the model.

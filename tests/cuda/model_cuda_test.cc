@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -54,11 +55,12 @@ struct Result {
 
 Result RunModel(Device device, const ModelDims& dims, Precision precision, const std::vector<float>& params,
            const std::vector<int32_t>& tokens, int64_t B, int64_t T,
-           ScreeningKernel screening = ScreeningKernel::kAuto) {
+           ScreeningKernel screening = ScreeningKernel::kAuto, bool screening_u_operand = true) {
   ModelOptions options;
   options.device = device;
   options.precision = precision;
   options.screening_kernel = screening;
+  options.screening_u_operand = screening_u_operand;
   auto model = MakeModelStage<float>(dims, ShardSpec::Full(dims), options);  // either family
   const int64_t n = model->layout().size();
   auto staging = HostStaging<float>::Create(device);
@@ -346,8 +348,8 @@ class TiledScreeningModelTest : public CudaTest {
     }
     tokens_ = RandomTokens(dims_.vocab, kB * (kT + 1), 22);
   }
-  Result Run(Precision precision, ScreeningKernel screening) const {
-    return RunModel(Device::kCuda, dims_, precision, params_, tokens_, kB, kT, screening);
+  Result Run(Precision precision, ScreeningKernel screening, bool screening_u_operand = true) const {
+    return RunModel(Device::kCuda, dims_, precision, params_, tokens_, kB, kT, screening, screening_u_operand);
   }
   ModelDims dims_;
   std::vector<float> params_;
@@ -399,6 +401,34 @@ TEST_F(TiledScreeningModelTest, AutoRunsTiledUnderBf16AndSimpleOtherwise) {
     EXPECT_EQ(auto_other.grads, Run(precision, ScreeningKernel::kSimple).grads);
     EXPECT_NE(auto_other.grads, Run(precision, ScreeningKernel::kTiled).grads);
   }
+}
+
+// Issue 42: under bf16 the tiled forward writes U as W_O's bf16 GEMM operand itself
+// (KernelTable::ScreeningForwardOperand); the step is bit for bit the one that wrote fp32 U
+// and packed it (screening_u_operand = false): the loss, every token's loss and every
+// parameter's gradient (W_O's through Uᵀ·∂x, the rest through U·W_O's forward).
+TEST_F(TiledScreeningModelTest, Bf16UOperandStepIsTheFp32UStepBitForBit) {
+  const Result fused = Run(Precision::kBf16, ScreeningKernel::kTiled);
+  const Result packed = Run(Precision::kBf16, ScreeningKernel::kTiled, /*screening_u_operand=*/false);
+  EXPECT_EQ(std::memcmp(&fused.loss, &packed.loss, sizeof(double)), 0) << fused.loss << " vs " << packed.loss;
+  ASSERT_EQ(fused.token_losses.size(), packed.token_losses.size());
+  ASSERT_EQ(fused.grads.size(), packed.grads.size());
+  int64_t differ = 0, nonzero = 0;
+  for (size_t i = 0; i < fused.token_losses.size(); ++i) {
+    differ += std::memcmp(&fused.token_losses[i], &packed.token_losses[i], sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differ, 0) << "token losses differ";
+  const ParamLayout layout(dims_, ShardSpec::Full(dims_));
+  for (const ParamEntry& e : layout.entries()) {
+    differ = 0;
+    for (int64_t i = e.buffer_offset; i < e.buffer_offset + e.size(); ++i) {
+      differ += std::memcmp(&fused.grads[i], &packed.grads[i], sizeof(float)) != 0;
+      nonzero += packed.grads[i] != 0.f;
+    }
+    EXPECT_EQ(differ, 0) << e.name << ": elements of the gradient differ";
+  }
+  EXPECT_GT(nonzero, int64_t(packed.grads.size() / 2)) << "gradients mostly zero prove little";
+  for (float g : fused.grads) ASSERT_TRUE(std::isfinite(g));
 }
 
 // MULTISCREEN_SCREENING_KERNEL overrides auto (and only auto); another value is refused.

@@ -29,6 +29,7 @@
 
 #include "kernels/buffer.h"
 #include "kernels/cpu/screening.h"
+#include "kernels/cuda/cuda_kernel_table.h"
 #include "kernels/cuda/screening.h"
 #include "kernels/cuda/screening_tiled.h"
 #include "kernels/device_array.h"
@@ -722,6 +723,81 @@ TEST_F(ScreeningTiledTest, Bf16PIsTheFp32PathOnTheRoundedPBitForBit) {
     ASSERT_EQ(gn.grads.size(), gw.grads.size());
     EXPECT_EQ(std::memcmp(gn.grads.data(), gw.grads.data(), gw.grads.size() * sizeof(TileScalarGrads)), 0)
         << "T = " << T;
+  }
+}
+
+TEST_F(ScreeningTiledTest, Bf16UOperandIsTheFp32UPackRoundedBitForBit) {
+  // Issue 42: on the CUDA table's bf16 tiled path the forward's epilogue writes U as W_O's
+  // bf16 GEMM operand itself (ScreeningForwardOperand: ScreeningTiledForwardBf16PU). Against
+  // the same table with that off (screening_u_operand = false: ScreeningForward's fp32 U, then
+  // PackRounded's RoundPackKernel) the operand's bf16 bits and h are equal bit for bit, and the
+  // fp32 U is left as it was (only the operand is read after the call). Shapes as the bf16-P
+  // test's: T = 37 and 300, B = 2, pos0 = 70000, four windows.
+  const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.02, 1.1}, {9.0, 0.999, 2.0}};
+  KernelOptions options{.precision = Precision::kBf16, .screening_kernel = ScreeningKernel::kTiled};
+  auto fused = kernels::cuda::MakeCudaKernelTable(options);
+  options.screening_u_operand = false;
+  auto packed = kernels::cuda::MakeCudaKernelTable(options);
+  ASSERT_TRUE(fused.ok() && packed.ok()) << fused.status() << " " << packed.status();
+  for (const int64_t T : {int64_t{37}, int64_t{300}}) {
+    Problem p = RoundedToBf16(Problem(2, T, tiles, /*clustered=*/true, 41 + T, /*pos0=*/70000));
+    p.shape.p_bf16 = true;
+    const ScreeningShape& s = p.shape;
+    const int64_t rows = s.batch * s.seq * s.tiles, n = rows * s.d_v;
+    std::vector<DeviceArray<uint16_t>> arrays16;
+    const float* P16 = reinterpret_cast<const float*>(UploadBf16(p.P, &arrays16));  // the table's P when p_bf16
+    struct Run {
+      std::vector<float> U, h;
+      std::vector<uint16_t> op;
+      bool values_null = false;
+    };
+    auto run = [&](kernels::KernelTable<float>& table) {
+      std::vector<DeviceArray<float>> arrays;
+      auto array = [&](int64_t count) {
+        arrays.emplace_back(Device::kCuda);
+        arrays.back().Resize(count);
+        EXPECT_EQ(cudaMemset(arrays.back().data(), 0x7f, count * sizeof(float)), cudaSuccess);  // 3.4e38: unwritten
+        return arrays.back().data();
+      };
+      arrays.reserve(8);
+      float* U = array(n);
+      const kernels::ScreeningSaved<float> saved{array(rows * s.d_k), array(rows * s.d_k), array(rows * s.d_v),
+                                                 array(rows),         array(rows),         array(rows),
+                                                 array(rows * s.d_v)};
+      kernels::PackedOperand<float> u_op;
+      table.ScreeningForwardOperand(Precision::kBf16, s, P16, p.tiles.data(), saved, U, &u_op);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      Run r{std::vector<float>(n), std::vector<float>(n), std::vector<uint16_t>(n), u_op.values == nullptr};
+      EXPECT_EQ(u_op.precision, Precision::kBf16);
+      EXPECT_EQ(u_op.size, n);
+      EXPECT_EQ(u_op.half.size(), n);
+      EXPECT_EQ(cudaMemcpy(r.U.data(), U, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(r.h.data(), saved.h, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(r.op.data(), u_op.half.data(), n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      return r;
+    };
+    const Run want = run(**packed), got = run(**fused);
+    int64_t differ = 0, nonzero = 0, nonzero_h = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      differ += got.op[e] != want.op[e];
+      nonzero += (want.op[e] & 0x7fff) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "T = " << T << ": elements of U's bf16 operand differ";
+    EXPECT_GT(nonzero, n / 2) << "T = " << T << ": U mostly zero proves little";
+    EXPECT_EQ(DifferingElements(got.h, want.h, &nonzero_h), 0) << "T = " << T << ": elements of h differ";
+    // The reference's fp32 U holds the operand's values (PackRounded rounds it in place); the
+    // fused table's is untouched.
+    int64_t widened = 0, untouched = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      const uint32_t bits = uint32_t(want.op[e]) << 16;
+      widened += std::memcmp(&want.U[e], &bits, 4) == 0;
+      uint32_t fill;
+      std::memcpy(&fill, &got.U[e], 4);
+      untouched += fill == 0x7f7f7f7fu;
+    }
+    EXPECT_EQ(widened, n) << "T = " << T;
+    EXPECT_EQ(untouched, n) << "T = " << T << ": the fused path wrote the fp32 U";
+    EXPECT_TRUE(got.values_null);
   }
 }
 

@@ -202,22 +202,24 @@ class PerfModelTest(unittest.TestCase):
         # emulated device's counts at tiny_tiled (bench_count_test's BYTES_AGREE). Before
         # (2026-12-07) the model took P, U and ∂U as bf16 and 5 parts: 704, 1,192 and 768; with
         # the saved rows 1,100, 1,388 and 968. P in bf16 (the GEMM's bf16 D, the kernels' bf16
-        # reads, 2026-12-07): 832, 1,440 and 768, where fp32 P gave 1,152, 1,760 and 960.
+        # reads, 2026-12-07): 832, 1,440 and 768, where fp32 P gave 1,152, 1,760 and 960. U in
+        # bf16 (the forward writes W_O's operand itself, 2026-12-07): the forward 832 → 704.
         T, psi = 4096, 32
         ops, _, _, _ = perf_model.multiscreen_ops(psi, T, 1, perf_model.initial_windows(psi, psi), 512, 1.0)
         per_row = {op.name.split(" (")[0]: op.bytes / (T * psi) for op in ops if op.kind == "screen"}
-        self.assertEqual((perf_model.P_BYTES, perf_model.U_BYTES, perf_model.DU_BYTES), (2, 4, 4))
+        self.assertEqual((perf_model.P_BYTES, perf_model.U_BYTES, perf_model.DU_BYTES), (2, 2, 4))
         self.assertEqual(per_row, {
-            "screening forward, tiled": 832,
+            "screening forward, tiled": 704,
             "screening backward, tiled query pass": 1440,
             "screening backward, tiled key pass": 768})
-        # P's GEMM writes bf16 P (no rounding pass); U and ∂P each go to their bf16 operands by
-        # a pass of their own.
+        # P's GEMM writes bf16 P (no rounding pass), the forward U's bf16 operand (no packing
+        # pass, U_PACK_PASS False); ∂P goes to its bf16 operand by a pass of its own.
         by_name = {op.name: op for op in ops}
-        n, pd, vd = T, psi * (2 * 16 + 2 * 64), psi * 64
+        n, pd = T, psi * (2 * 16 + 2 * 64)
         self.assertEqual(by_name["P = x_in·W_cat (GEMM)"].bytes, n * psi * psi * 2 + psi * psi * pd * 2 + n * pd * 2)
         self.assertNotIn("P rounded to bf16 in place (RoundToCompute)", by_name)
-        self.assertEqual(by_name["U → bf16 operand (PackRounded)"].bytes, n * vd * 10)
+        self.assertFalse(perf_model.U_PACK_PASS)
+        self.assertNotIn("U → bf16 operand (PackRounded)", by_name)
         self.assertEqual(by_name["bf16(∂P) for the projections' GEMMs"].bytes, n * pd * 6)
 
     def test_initial_windows_span_two_to_w_th_plus_one(self):
