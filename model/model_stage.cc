@@ -21,6 +21,7 @@ KernelOptions KernelOptionsOf(const ModelOptions& options) {
   k.head_vocab_block = options.head_vocab_block;
   k.precision = options.precision;  // the CUDA tables' screening and attention kernels follow it
   k.screening_kernel = options.screening_kernel;
+  k.screening_gradient_operand = options.screening_gradient_operand;
   return k;
 }
 

@@ -35,6 +35,10 @@ struct ModelOptions {
   // The CUDA table's screening kernels (KernelOptions::screening_kernel): kAuto, tiled
   // under bf16 and simple otherwise; tests pin one to compare the two.
   ScreeningKernel screening_kernel = ScreeningKernel::kAuto;
+  // KernelOptions::screening_gradient_operand: the CUDA table's bf16 tiled backward writes
+  // ∂L/∂P as the projections' bf16 operand; tests turn it off to compare with the fp32 ∂L/∂P
+  // packed after (the same bits).
+  bool screening_gradient_operand = true;
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
   // No backward piece (HeadLoss with dx, LayersBackward, EmbedBackward, EndStep) will be
   // called: gradient buffers the forward does not need are not allocated (Multiscreen:
