@@ -83,6 +83,10 @@ struct KernelOptions {
   // bf16 GEMM operand itself (KernelTable::ScreeningForwardOperand; issue 42). false: fp32 U,
   // then PackRounded (the earlier form, the same bits; kept for the tests' bit-for-bit check).
   bool screening_u_operand = true;
+  // Whether the CUDA table's bf16 tiled backward writes ∂L/∂P straight as the projections'
+  // bf16 GEMM operand (KernelTable::ScreeningBackwardToOperand; issue 42). false: in fp32, for
+  // the caller to pack, the form that replaced, which tests compare with it bit for bit.
+  bool screening_gradient_operand = true;
 };
 
 namespace kernels {
@@ -401,6 +405,26 @@ class KernelTable {
     AddHost(g.data(), nt, g_sw);
     AddHost(g.data() + nt, nt, g_sr);
     if (g_so != nullptr) AddHost(g.data() + 2 * nt, nt, g_so);
+  }
+  // ScreeningBackwardAddParamGrads with ∂L/∂P wanted as the operand of the projections' two
+  // GEMMs (∂W_cat = x_inᵀ·∂P, ∂x += ∂P·W_catᵀ; spec step 3 backward) in `precision`, the
+  // step's. Returns false when it wrote ∂L/∂P [B·T, tiles·p_cols()] in fp32 into *dP (resized
+  // to that; the default: ScreeningBackwardAddParamGrads), *dp_op untouched: the caller makes
+  // the operand (PackAsGemm, after any rounding its precision asks for). Returns true when the
+  // screening backward wrote the operand itself into *dp_op, bit for bit what
+  // PackAsGemm(precision, ·) makes of the fp32 ∂L/∂P (each value rounded once to nearest
+  // even), and left *dP untouched (not even resized): the CUDA table under bf16 with P in bf16
+  // (shape.p_bf16) unless KernelOptions::screening_gradient_operand is off, no fp32 ∂L/∂P and
+  // no pack pass (issue 42). The tile scalars' gradients are added as
+  // ScreeningBackwardAddParamGrads adds them either way.
+  virtual bool ScreeningBackwardToOperand(const ScreeningShape& shape, Precision precision, const Real* P,
+                                          const TileScalars* tiles, const ScreeningSaved<Real>& saved,
+                                          const Real* dU, DeviceArray<Real>* dP, PackedOperand<Real>* dp_op,
+                                          Real* g_sw, Real* g_sr, Real* g_so) {
+    (void)precision, (void)dp_op;
+    dP->Resize(shape.batch * shape.seq * shape.tiles * shape.p_cols());
+    ScreeningBackwardAddParamGrads(shape, P, tiles, saved, dU, dP->data(), g_sw, g_sr, g_so);
+    return false;
   }
 
   // ---- the vocabulary head ------------------------------------------------------------

@@ -22,6 +22,7 @@ KernelOptions KernelOptionsOf(const ModelOptions& options) {
   k.precision = options.precision;  // the CUDA tables' screening and attention kernels follow it
   k.screening_kernel = options.screening_kernel;
   k.screening_u_operand = options.screening_u_operand;
+  k.screening_gradient_operand = options.screening_gradient_operand;
   return k;
 }
 

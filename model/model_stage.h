@@ -38,6 +38,10 @@ struct ModelOptions {
   // KernelOptions::screening_u_operand: the tiled bf16 forward writes U's bf16 GEMM operand
   // itself (true), or fp32 U then PackRounded (false: the tests' bit-for-bit reference).
   bool screening_u_operand = true;
+  // KernelOptions::screening_gradient_operand: the CUDA table's bf16 tiled backward writes
+  // ∂L/∂P as the projections' bf16 operand; tests turn it off to compare with the fp32 ∂L/∂P
+  // packed after (the same bits).
+  bool screening_gradient_operand = true;
   StepProfile* profile = nullptr;  // when set, each phase's wall time is added to it
   // No backward piece (HeadLoss with dx, LayersBackward, EmbedBackward, EndStep) will be
   // called: gradient buffers the forward does not need are not allocated (Multiscreen:

@@ -352,7 +352,6 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
   const int64_t B = batch_, T = seq_, rows = B * T, C = ShapeOf(batch_, seq_).p_cols();
   const auto& entries = layout_.entries();
   d_u_.Resize(rows * nt * dV);
-  d_p_.Resize(rows * nt * C);
   d_w_cat_.Resize(dE * nt * C);
   // The step's first backward writes W_O, W_Q, W_K, W_V, W_G (ZeroGradientsBeforeStep).
   const bool overwrite = overwrite_layer_grads_;
@@ -379,14 +378,19 @@ void Multiscreen<Real>::LayersBackward(const Real* params, Real* dx, Real* grads
     const auto tiles = TileScalarsOf(li, nullptr);
     // Scalars: w = e^{s_w} + 1, r = σ(s_r), scale = e^{s_O}; the table adds their
     // gradients into grads where it computes them (on a device: no wait).
+    // dP as the projections' GEMMs read it: written so by the table's backward where it can
+    // (ScreeningBackwardToOperand: a device's bf16 path), else fp32 in d_p_, rounded and packed.
     kernels::ScreeningShape shape = ShapeOf(B, T);
     shape.p_bf16 = a.p_bf16;
-    ops_->ScreeningBackwardAddParamGrads(shape, a.P.data(), tiles.data(), a.saved(), d_u_.data(),
-                                         d_p_.data(), grads + slot(kSw), grads + slot(kSr), grads + slot(kSO));
+    const bool dp_packed = ops_->ScreeningBackwardToOperand(shape, options_.precision, a.P.data(), tiles.data(),
+                                                            a.saved(), d_u_.data(), &d_p_, &d_p_op_, grads + slot(kSw),
+                                                            grads + slot(kSr), grads + slot(kSO));
     // P = x · W_cat: dW_cat = xᵀ dP (unpacked per tile), dx += dP · W_catᵀ (tp-summed).
     timer.emplace(options_.profile, StepProfile::kProjections);
-    RoundGradientToCompute(d_p_.data(), rows * nt * C);
-    ops_->PackAsGemm(options_.precision, d_p_.data(), rows * nt * C, &d_p_op_);
+    if (!dp_packed) {
+      RoundGradientToCompute(d_p_.data(), rows * nt * C);
+      ops_->PackAsGemm(options_.precision, d_p_.data(), rows * nt * C, &d_p_op_);
+    }
     ops_->GemmBothPacked(true, false, dE, nt * C, rows, 1, a.x_in_op, dE, d_p_op_, nt * C, 0, d_w_cat_.data(), nt * C);
     UnpackProjections(*ops_, layout_, d_w_cat_.data(), layout_.shard().layer_begin + li, grads, !overwrite);
     AddProductAcrossTp(*ops_, *tp_, false, true, rows, dE, nt * C, d_p_op_, nt * C, w.w_cat_op, nt * C, scratch_x_,

@@ -179,7 +179,9 @@ class Multiscreen final : public ModelStage<Real> {
   std::vector<LayerWeights> weights_;
   std::vector<LayerActivations> acts_;
   Array d_u_, d_p_, d_w_cat_, d_delta_, scratch_x_;
-  kernels::PackedOperand<Real> d_delta_op_, d_p_op_;  // ∂Δ and ∂P as both of their GEMMs read them (PackAsGemm)
+  // ∂Δ and ∂P as both of their GEMMs read them (PackAsGemm; ∂P: or ScreeningBackwardToOperand,
+  // d_p_ then unused)
+  kernels::PackedOperand<Real> d_delta_op_, d_p_op_;
   HeadBuffers head_;
   Array zero_;  // [1] = 0: the source ZeroGradientsBeforeStep copies from
   // Set by ZeroGradientsBeforeStep, cleared by the LayersBackward and EndStep they flag:

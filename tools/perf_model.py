@@ -123,8 +123,9 @@ FUSED_ROPE_HEAD = 64
 # (RoundToCompute: RoundKernel read and wrote it, fp32) and the kernels read fp32: P_BYTES = 4,
 # P_ROUND_PASS = True; the simple kernels and the CPU still do so. U and ∂U are
 # fp32 too (the forward's output and the ∂U GEMM's C); U goes to its bf16 GEMM operand by a
-# pass (PackRounded: RoundPackKernel reads U, writes it back rounded and its bf16 copy) and ∂P
-# by another (PackAsGemm: PackKernel reads ∂P, writes the bf16 copy). Until 2026-12-07 the
+# pass (PackRounded: RoundPackKernel reads U, writes it back rounded and its bf16 copy); ∂P went
+# by another (PackAsGemm: PackKernel read ∂P, wrote the bf16 copy) until the passes wrote it
+# in bf16 (DP_BYTES below). Until 2026-12-07 the
 # model charged P, U and ∂U as bf16 and none of those three passes (issue 42 part 1: the
 # counted bytes showed P 0.69 against 0.36 MB, the forward 1.18 against 0.72, the query
 # pass 1.80 against 1.22, the key pass 0.98 against 0.79 at tiny_tiled, T = 256).
@@ -138,6 +139,14 @@ P_ROUND_PASS = False    # P rounded in place after its GEMM (read and written at
 U_BYTES = 2             # U as the forward writes it (W_O's GEMM operand)
 U_PACK_PASS = False     # U packed into its bf16 operand after the forward (read, written back, bf16 written)
 DU_BYTES = 4            # ∂U as its GEMM writes it
+# ∂P: on the same bf16 tiled path the query and key passes write it straight as the
+# projections' bf16 GEMM operand (KernelTable::ScreeningBackwardToOperand,
+# ScreeningTiledBackwardBf16PDP), each value rounded once as it is stored. Before
+# (2026-12-07) they wrote fp32 ∂P and a pass packed it into bf16 (PackAsGemm: PackKernel read
+# 4 and wrote 2 bytes an element): DP_BYTES = 4, DP_PACK_PASS = True; the simple kernels, fp32,
+# fp16 and the CPU still do so.
+DP_BYTES = 2            # ∂P's element as the query and key passes write it
+DP_PACK_PASS = False    # ∂P packed into its bf16 GEMM operand by a pass of its own
 
 
 def parse_args(argv=None):
@@ -517,19 +526,20 @@ def multiscreen_ops(psi, seq, batch, windows, chunk_rows, issue_scale, train=Tru
         # Both recompute q̃, k̃, v̄ and their norms from P's q, k, v columns (96 · P_BYTES bytes
         # per (token, tile)) as the forward does, where they read the forward's saved rows (fp32)
         # and norms: 32 · 4 + 64 · 4 + 1 · 4 (query pass) and 32 · 4 + 64 · 4 + 2 · 4 (key pass).
-        # ∂P is fp32 (the kernels' `float* dP`); the per-token parts are kScreeningParts = 4
+        # ∂P's g, q (k, v) columns at DP_BYTES; the per-token parts are kScreeningParts = 4
         # fp64 (scale, r, w, rate: kernels/cuda/screening.h; the model had 5 until 2026-12-07).
         ops.append(tiled("screening backward, tiled query pass (gate, TanhNorm → ∂h, ∂g; ∂q̃ → ∂P, ∂r, ∂w parts)",
-                         "query", nt * (64 * P_BYTES + 64 * DU_BYTES + 64 * 4 + 64 * 4 + 64 * 4
-                                        + 96 * P_BYTES + 16 * 4 + 4 * 8)))
+                         "query", nt * (64 * P_BYTES + 64 * DU_BYTES + 64 * 4 + 64 * 4 + 64 * DP_BYTES
+                                        + 96 * P_BYTES + 16 * DP_BYTES + 4 * 8)))
         ops.append(tiled("screening backward, tiled key pass (∂k̃, ∂v̄ → ∂P)", "key",
-                         nt * (96 * P_BYTES + 64 * 4 + 16 * 4 + 64 * 4)))
+                         nt * (96 * P_BYTES + 64 * 4 + 16 * DP_BYTES + 64 * DP_BYTES)))
         # the sums per (sequence, tile) of the per-token parts (4 fp64), then ∂s_w, ∂s_r,
         # ∂s_O from them on the device
         ops.append(Op("screening backward: tile-scalar sums", "mem", n_l, 0, nt * 4 * 8, launches=2))
-        # ∂P (fp32) into its bf16 GEMM operand (PackAsGemm: PackKernel, counted with the
-        # other packs under x_in's op: no kernel named here).
-        ops.append(Op("bf16(∂P) for the projections' GEMMs", "mem", n_l, 0, n * pd * (4 + 2)))
+        if DP_PACK_PASS:
+            # ∂P (fp32) into its bf16 GEMM operand (PackAsGemm: PackKernel, counted with the
+            # other packs under x_in's op: no kernel named here).
+            ops.append(Op("bf16(∂P) for the projections' GEMMs", "mem", n_l, 0, n * pd * (DP_BYTES + 2)))
         ops.append(Op("∂W_cat = x_inᵀ·∂P (GEMM, fp32)", "gemm", n_l, 2 * n * d * pd,
                       n * d * 2 + n * pd * 2 + d * pd * 4))
         # ∂W_cat written into the four gradients: one launch (KernelTable::Copy2DJobs)

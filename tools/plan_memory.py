@@ -55,8 +55,9 @@ TERMS = {
     "bf16_copies": "per slot: the 16-bit GEMM operands of W_cat, W_O, Ē (HalfOperand; none under fp32)",
     "activations": "per slot and local layer: x_in [rows, d_E], P, U, q̃, k̃, v̄, h, 3 norms, and x_in, U as 16-bit "
                    "operands (multiscreen.cc LayersForward); x, ∂x [rows, d_E] (pipeline.cc)",
-    "backward_buffers": "per slot: ∂U, ∂P [rows, nt·(d_V, C)], ∂W_cat [d_E, nt·C], ∂Δ and ∂P 16-bit, the tp "
-                        "product scratch [rows, d_E], the embedding's x⁰ (multiscreen.cc LayersBackward)",
+    "backward_buffers": "per slot: ∂U, ∂P [rows, nt·(d_V, C)] (no fp32 ∂P on the tiled bf16 path), ∂W_cat "
+                        "[d_E, nt·C], ∂Δ and ∂P 16-bit, the tp product scratch [rows, d_E], the embedding's x⁰ "
+                        "(multiscreen.cc LayersBackward)",
     "head": "last stage: PLNorm's y, its rounded copy, ∂y [rows, d_E]; the logits chunk [512, V_l] fp32, the ∂Z "
             "group [group, V_l] 16-bit (fp32, holding the logits, under fp32; group: whole chunks within 512 MiB), "
             "y 16-bit (cross_entropy.cu HeadLoss); with tp > 1 z [512, V_l], Ēᵀ's gradient "
@@ -144,6 +145,14 @@ def screening_tables(dims, tiles, seq):
     return align(32 * tiles) + 2 * align(4 * tiles * keys) + align(8 * 6 * tiles) + align(8 * pairs)
 
 
+def gradient_operand_only(dims, sh):
+    """Whether the step holds ∂P only as its 16-bit GEMM operand, no fp32 ∂P: the CUDA table's
+    bf16 path with the tiled screening kernels (their widths d_K 16, d_V 64, MiPE and the gate),
+    whose query and key passes write ∂P as that operand (KernelTable::ScreeningBackwardToOperand)."""
+    return (sh.precision == "bf16" and dims["d_k"] == 16 and dims["d_v"] == 64 and dims.get("output_gate", True)
+            and str(dims.get("position", "MIPE")).upper() == "MIPE" and sh.seq < 2 ** 27)
+
+
 def multiscreen_slot(dims, sh):
     """A Multiscreen instance's terms (model/multiscreen.cc) and its shard's parameter count."""
     d_e, d_k, d_v, nt, rows, half = dims["d_e"], dims["d_k"], dims["d_v"], sh.tiles, sh.rows, sh.half
@@ -156,8 +165,10 @@ def multiscreen_slot(dims, sh):
     t["bf16_copies"] = half * (sh.layers * w_layer + (sh.vocab * d_e if sh.head else 0))
     # Per layer: x_in; P; U, v̄, h; q̃, k̃; three norms (fp32); x_in and U 16-bit.
     t["activations"] = sh.layers * (4 * rows * (d_e + nt * (C + 3 * d_v + 2 * d_k + 3)) + half * rows * (d_e + nt * d_v))
-    # ∂U, ∂P, ∂W_cat; ∂Δ and ∂P 16-bit; fp16's ∂Δ copy; the tp product scratch; the embedding's x⁰.
-    t["backward_buffers"] = (4 * rows * nt * (d_v + C) + 4 * d_e * nt * C + half * rows * (d_e + nt * C)
+    # ∂U, ∂P (none on the tiled bf16 path), ∂W_cat; ∂Δ and ∂P 16-bit; fp16's ∂Δ copy; the tp product scratch;
+    # the embedding's x⁰.
+    dp = 0 if gradient_operand_only(dims, sh) else C
+    t["backward_buffers"] = (4 * rows * nt * (d_v + dp) + 4 * d_e * nt * C + half * rows * (d_e + nt * C)
                              + (4 * rows * d_e if sh.precision == "fp16" else 0) + (4 * rows * d_e if sh.tp > 1 else 0)
                              + (4 * rows * d_e if sh.embed else 0))
     # The screening backward's ∂h, parts and their sums (the tiled kernels keep no ∂q̃ ∂k̃ ∂v̄: their query and key

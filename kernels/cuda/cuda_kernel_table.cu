@@ -37,8 +37,13 @@ namespace {
 
 class CudaKernelTable final : public KernelTable<float> {
  public:
-  CudaKernelTable(cudaStream_t stream, std::unique_ptr<GemmRunner> gemm, bool tiled_screening, bool u_operand)
-      : stream_(stream), gemm_(std::move(gemm)), tiled_screening_(tiled_screening), u_operand_(u_operand) {
+  CudaKernelTable(cudaStream_t stream, std::unique_ptr<GemmRunner> gemm, bool tiled_screening, bool u_operand,
+                  bool gradient_operand)
+      : stream_(stream),
+        gemm_(std::move(gemm)),
+        tiled_screening_(tiled_screening),
+        u_operand_(u_operand),
+        gradient_operand_(gradient_operand) {
     reduce_.Resize(kReduceScratch);
     blocks_done_.Resize(1);
     MS_CUDA_CHECK("MakeCudaKernelTable", cudaMemsetAsync(blocks_done_.data(), 0, sizeof(unsigned), stream_));
@@ -251,6 +256,22 @@ class CudaKernelTable final : public KernelTable<float> {
       cuda::ScreeningBackward(shape, P, tiles, saved, dU, dP, out, &screening_, stream_);
     }
   }
+  // P in bf16 (ScreeningProjection's bf16 path) under bf16: the tiled passes write ∂L/∂P as
+  // the projections' bf16 operand (ScreeningTiledBackwardBf16PDP; issue 42); otherwise fp32.
+  bool ScreeningBackwardToOperand(const ScreeningShape& shape, Precision precision, const float* P,
+                                  const TileScalars* tiles, const ScreeningSaved<float>& saved, const float* dU,
+                                  DeviceArray<float>* dP, PackedOperand<float>* dp_op, float* g_sw, float* g_sr,
+                                  float* g_so) override {
+    if (!(shape.p_bf16 && precision == Precision::kBf16 && gradient_operand_)) {
+      return KernelTable<float>::ScreeningBackwardToOperand(shape, precision, P, tiles, saved, dU, dP, dp_op, g_sw,
+                                                            g_sr, g_so);
+    }
+    HalfOperand(precision, nullptr, shape.batch * shape.seq * shape.tiles * shape.p_cols(), dp_op);
+    cuda::ScreeningTiledBackwardBf16PDP(shape, reinterpret_cast<const uint16_t*>(P), tiles, saved, dU,
+                                        dp_op->half.data(), TileScalarGradsOut(g_sw, g_sr, g_so), &screening_,
+                                        stream_);
+    return true;
+  }
 
   // ---- the vocabulary head ----
   void PrepareHead(const float*, int64_t, int64_t) override {}  // the head reads Ē as given
@@ -318,7 +339,8 @@ class CudaKernelTable final : public KernelTable<float> {
   cudaStream_t stream_;
   std::unique_ptr<GemmRunner> gemm_;
   bool tiled_screening_;  // ScreeningTiledForward/Backward, else the simple kernels
-  bool u_operand_;        // KernelOptions::screening_u_operand
+  bool u_operand_;         // KernelOptions::screening_u_operand
+  bool gradient_operand_;  // KernelOptions::screening_gradient_operand
   DeviceArray<double> reduce_{Device::kCuda};       // kReduceScratch doubles for Dot and friends
   DeviceArray<unsigned> blocks_done_{Device::kCuda};  // their count of blocks done (0 between calls)
   ReduceScratch Reduce() { return {reduce_.data(), blocks_done_.data()}; }
@@ -377,7 +399,8 @@ absl::StatusOr<std::unique_ptr<KernelTable<float>>> MakeCudaKernelTable(const Ke
   cudaStream_t stream = TableStream();
   absl::StatusOr<std::unique_ptr<GemmRunner>> gemm = GemmRunner::Create(stream);
   if (!gemm.ok()) return gemm.status();
-  return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(stream, std::move(*gemm), *tiled, options.screening_u_operand));
+  return std::unique_ptr<KernelTable<float>>(new CudaKernelTable(
+      stream, std::move(*gemm), *tiled, options.screening_u_operand, options.screening_gradient_operand));
 }
 
 }  // namespace multiscreen::kernels::cuda

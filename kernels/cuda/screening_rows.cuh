@@ -13,6 +13,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/device_math.cuh"
 
 namespace multiscreen::kernels::cuda {
@@ -26,6 +28,14 @@ constexpr float kScreeningUnitFloor = 1e-12f;
 // bf16 path: its GEMM writes P in bf16) with the same arithmetic on the same values.
 __device__ inline float RowValue(float x) { return x; }
 __device__ inline float RowValue(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// A value of ∂L/∂P stored to its element: itself (fp32), or rounded once to nearest even
+// into bf16 (StoreHalf: the bits gemm.h's packing makes of the fp32 value). The backward row
+// functions below write ∂L/∂P through it, so that the tiled backward writes ∂L/∂P in fp32 or
+// straight as the projections' bf16 GEMM operand (the CUDA table's bf16 path; issue 42) from
+// the same fp32 arithmetic.
+__device__ inline void RowStore(float x, float* dst) { *dst = x; }
+__device__ inline void RowStore(float x, __nv_bfloat16* dst) { StoreHalf(x, dst); }
 
 // cos and sin of token `pos`'s MiPE angle pos · rate (c = 1, sn = 0 when rate = 0), fp64.
 __device__ inline void MipeCosSin(double rate, double pos, double* c, double* sn) {
@@ -96,11 +106,12 @@ __device__ inline void RopeTurnRow(float* z, int d, double pos, double sign, con
 // Backward of the unit norm (step 5) then the MiPE rotation (step 6) for one row
 // (cpu::NormalizeRotateBackwardRow): z [d] the saved z̃ (read), norm its ‖x‖ (saved),
 // dz [d] ∂L/∂z̃ (read, then overwritten: any memory space, e.g. a CTA's shared staging
-// row), rotate with the angle's cos c and sin s (MipeCosSin), dx [d] = ∂L/∂x (written).
-// D: the width as a constant (0: d_rt). ∂L/∂rate is the window pass's, pair by pair.
-template <int D>
+// row), rotate with the angle's cos c and sin s (MipeCosSin), dx [d] = ∂L/∂x (written, each
+// element once, through RowStore: DX float or __nv_bfloat16). D: the width as a constant
+// (0: d_rt). ∂L/∂rate is the window pass's, pair by pair.
+template <int D, typename DX = float>
 __device__ inline void NormalizeRotateBackwardRow(const float* z, float norm, float* dz, bool rotate, double c,
-                                                  double s, float* dx, int d_rt) {
+                                                  double s, DX* dx, int d_rt) {
   const int d = D > 0 ? D : d_rt;
   float y0 = z[0], y1 = d > 1 ? z[1] : 0.f;
   if (rotate) {
@@ -117,21 +128,32 @@ __device__ inline void NormalizeRotateBackwardRow(const float* z, float norm, fl
     dot = y0 * dz[0] + (d > 1 ? y1 * dz[1] : 0.f);
     for (int i = 2; i < d; ++i) dot += z[i] * dz[i];
   }
-  dx[0] = (dz[0] - y0 * dot) * inv;
-  if (d > 1) dx[1] = (dz[1] - y1 * dot) * inv;
-  for (int i = 2; i < d; ++i) dx[i] = (dz[i] - z[i] * dot) * inv;
+  RowStore((dz[0] - y0 * dot) * inv, &dx[0]);
+  if (d > 1) RowStore((dz[1] - y1 * dot) * inv, &dx[1]);
+  for (int i = 2; i < d; ++i) RowStore((dz[i] - z[i] * dot) * inv, &dx[i]);
 }
 
 // One token's q̃ or k̃ row finished into ∂L/∂P's d columns at dP_cols (written): the
 // unit-norm and MiPE backward above, then, for position ROPE (rope_freq non-null), the
 // turn back by −pos (the unit-norm backward runs in the turned frame; a rotation keeps
-// dots). dz, c, s as NormalizeRotateBackwardRow's (dz overwritten).
-template <int D>
+// dots). dz, c, s as NormalizeRotateBackwardRow's (dz overwritten). DX: dP_cols' element,
+// float or __nv_bfloat16 (then D > 0 and each column is the fp32 one rounded once, RowStore).
+template <int D, typename DX = float>
 __device__ inline void FinishKeyOrQueryRowBackward(const float* z, float norm, float* dz, bool rotate, double c,
-                                                   double s, double pos, const double* rope_freq, float* dP_cols,
+                                                   double s, double pos, const double* rope_freq, DX* dP_cols,
                                                    int d_rt) {
-  NormalizeRotateBackwardRow<D>(z, norm, dz, rotate, c, s, dP_cols, d_rt);
-  if (rope_freq != nullptr) RopeTurnRow(dP_cols, D > 0 ? D : d_rt, pos, -1.0, rope_freq);
+  if constexpr (std::is_same_v<DX, float>) {
+    NormalizeRotateBackwardRow<D>(z, norm, dz, rotate, c, s, dP_cols, d_rt);
+    if (rope_freq != nullptr) RopeTurnRow(dP_cols, D > 0 ? D : d_rt, pos, -1.0, rope_freq);
+  } else {
+    static_assert(D > 0, "a 16-bit ∂L/∂P row is finished at a constant width");
+    if (rope_freq == nullptr) return NormalizeRotateBackwardRow<D>(z, norm, dz, rotate, c, s, dP_cols, D);
+    float row[D];  // the turn reads the fp32 row back: rounded after it
+    NormalizeRotateBackwardRow<D>(z, norm, dz, rotate, c, s, row, D);
+    RopeTurnRow(row, D, pos, -1.0, rope_freq);
+    #pragma unroll
+    for (int i = 0; i < D; ++i) RowStore(row[i], &dP_cols[i]);
+  }
 }
 
 // ---- Backward: spec steps 13–11 ---------------------------------------------------
@@ -139,13 +161,14 @@ __device__ inline void FinishKeyOrQueryRowBackward(const float* z, float norm, f
 // One token's output backward (output scale and gate, steps 13–12; TanhNorm, step 11), the
 // arithmetic of cpu::ScreeningBackward's output part: h [D] the saved h_i, g [D] the token's
 // gate columns of P (read only when gate), dU [D] ∂L/∂U_i's tile columns, scale = e^{s_O}
-// (any memory spaces, read). Writes dg [D] = ∂L/∂g (when gate; any memory space) and
+// (any memory spaces, read). Writes dg [D] = ∂L/∂g (when gate; any memory space; DG float or
+// __nv_bfloat16, each element once through RowStore) and
 // dh [D] = ∂L/∂h_i (a local array: ∂L/∂TanhNorm(h) first, then ∂L/∂h in place). Returns
 // the token's part of ∂L/∂scale, Σ_c ∂L/∂U_c · TanhNorm(h)_c · gate_c in fp64 (column order).
 // tanh_norm false: identity in place of TanhNorm. D: the width as a constant (0: d_rt).
-template <int D, typename G = float>
+template <int D, typename G = float, typename DG = float>
 __device__ inline double OutputRowBackward(const float* h, const G* g, const float* dU, float scale,
-                                           bool tanh_norm, bool gate, float* dg, float* dh, int d_rt) {
+                                           bool tanh_norm, bool gate, DG* dg, float* dh, int d_rt) {
   const int d = D > 0 ? D : d_rt;
   float sq = 0.f;
   #pragma unroll
@@ -161,7 +184,7 @@ __device__ inline double OutputRowBackward(const float* h, const G* g, const flo
     const float tn = h[c] * f;
     row_scale += static_cast<double>(dU[c]) * tn * gv;
     dh[c] = scale * dU[c] * gv;
-    if (gate) dg[c] = scale * dU[c] * tn * gate_dg;
+    if (gate) RowStore(scale * dU[c] * tn * gate_dg, &dg[c]);
     dot += h[c] * dh[c];
   }
   #pragma unroll

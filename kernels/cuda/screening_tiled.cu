@@ -555,10 +555,11 @@ constexpr int kFinishStrideV = kDv + 1;  // floats per staged row of ∂L/∂v̄
 // bit) on saved h, P's g columns and dU's tile columns gives ∂L/∂g (into dP's g columns), the
 // scale part (partial) and ∂L/∂h, which goes to dh [B, tiles, T, kDv] (global, for the key
 // pass) and, split as StageValueRows would stage it, to the row's shared dh_hi/dh_lo from
-// registers (no read-back). Rows at or past T: zeros staged, nothing written.
-template <typename PT>
+// registers (no read-back). Rows at or past T: zeros staged, nothing written. DT: dP's
+// element (float, or __nv_bfloat16: ∂L/∂g rounded once, RowStore).
+template <typename PT, typename DT>
 __device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, int64_t t, int q0, const PT* P,
-                                          const float* dU, const float* h, float* dP, float* dh, double* partial,
+                                          const float* dU, const float* h, DT* dP, float* dh, double* partial,
                                           uint16_t* dh_hi, uint16_t* dh_lo) {
   const int r = threadIdx.x, T = int(s.seq), i = q0 + r;
   if (r >= kBlockQ) return;
@@ -605,11 +606,13 @@ __device__ inline void OutputBackwardRows(TiledDims s, float scale, int64_t b, i
 // the epilogue recomputes each row's q̃ and ‖q‖ (UnitRowFromP); nothing of `saved` but h is
 // read. Otherwise the saved rows and norms are read (the earlier forms, kept for the tests'
 // bit-for-bit check).
-template <bool kFinishRows, bool kFusedOutput, bool kFromP, typename PT>
+// DT: dP's element: float, or __nv_bfloat16 (the CUDA table's bf16 path: ∂L/∂P written as the
+// projections' GEMM operand, each value the fp32 one rounded once to nearest even, RowStore).
+template <bool kFinishRows, bool kFusedOutput, bool kFromP, typename PT, typename DT>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledQueryBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask, const float* dmask,
                              ScreeningSaved<float> saved, const PT* P, const float* dU, float* dh, float* d_q,
-                             float* dP, double* partial) {
+                             DT* dP, double* partial) {
   __shared__ __align__(16) uint16_t q_hi[kBlockQ * kStrideK];
   __shared__ __align__(16) uint16_t q_lo[kBlockQ * kStrideK];
   __shared__ __align__(16) uint16_t dh_hi[kBlockQ * kStrideV];
@@ -848,11 +851,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
 // (NormalizeKeyRows, StageUnitRowFromP by threads 0–63 per query block), and in the epilogue
 // each key's k̃, v̄ and norms (UnitRowFromP, UnitRotateRow); nothing of `saved` is read.
 // Otherwise the saved rows and norms are read (the earlier forms, for the tests).
-template <bool kFinishRows, bool kFromP, typename PT>
+// DT: dP's element, as the query pass's.
+template <bool kFinishRows, bool kFromP, typename PT, typename DT>
 __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     TiledKeyBackwardKernel(TiledDims s, const ScreeningTileParams* params, const float* mask,
                            ScreeningSaved<float> saved, const PT* P, const float* dh, float* d_k, float* d_v,
-                           float* dP) {
+                           DT* dP) {
   __shared__ __align__(16) uint16_t k_hi[kBlockK * kStrideK];
   __shared__ __align__(16) uint16_t k_lo[kBlockK * kStrideK];
   __shared__ __align__(16) uint16_t v_hi[kBlockK * kStrideV];
@@ -988,7 +992,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, kBackwardCtasPerSm)
     double c, sn;
     MipeCosSin(tp.rate, pos, &c, &sn);
     const int64_t C = s.p_cols();
-    float* dPj = dP + (b * T + j) * s.tiles * C + t * C;
+    DT* dPj = dP + (b * T + j) * s.tiles * C + t * C;
     if constexpr (kFromP) {  // k̃_j, v̄_j and their norms as the forward computed them
       float z[kDk], v[kDv];
       const float k_norm = UnitRowFromP(task.P + j * ldp + kDk, tp.rate != 0, c, sn, z);
@@ -1076,11 +1080,14 @@ enum class BackwardForm { kThree, kThreeSavedRows, kFour, kFive };
 // kThree: three launches (query pass with the output pass as its prologue, key pass,
 // reduction); kFour: four (output pass, query pass, key pass, reduction), the rows finished in
 // the window passes' epilogues; kFive: five, the rows finished by NormalizeBackwardKernel.
-// PT as Forward's: a bf16 P for the three-launch form from P only.
-template <BackwardForm kForm, typename PT>
+// PT as Forward's: a bf16 P for the three-launch form from P only. DT: dP's element, float or
+// __nv_bfloat16 (from a bf16 P only: the three-launch form writes every element of dP in its
+// two passes, the earlier forms and the simple kernels fp32).
+template <BackwardForm kForm, typename PT, typename DT = float>
 void Backward(const ScreeningShape& shape, const PT* P, const TileScalars* tiles, const ScreeningSaved<float>& saved,
-              const float* dU, float* dP, TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
+              const float* dU, DT* dP, TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
   static_assert(std::is_same_v<PT, float> || kForm == BackwardForm::kThree, "the earlier forms read fp32 P");
+  static_assert(std::is_same_v<DT, float> || !std::is_same_v<PT, float>, "a bf16 dP from a bf16 P only");
   if (!TiledShape(shape)) {
     if constexpr (std::is_same_v<PT, float>) {
       ScreeningBackward(shape, P, tiles, saved, dU, dP, grads, scratch, stream);
@@ -1108,13 +1115,14 @@ void Backward(const ScreeningShape& shape, const PT* P, const TileScalars* tiles
   const TiledDims s{shape.batch, shape.seq, shape.tiles, shape.pos0, scratch->current->mask_ld, shape.tanh_norm};
   const dim3 grid(static_cast<unsigned>((s.seq + kBlockQ - 1) / kBlockQ), static_cast<unsigned>(s.tiles),
                   static_cast<unsigned>(s.batch));
-  Launch<TiledQueryBackwardKernel<kFinishRows, kFusedOutput, kFromP, PT>>(
+  Launch<TiledQueryBackwardKernel<kFinishRows, kFusedOutput, kFromP, PT, DT>>(
       grid, kThreadsPerCta, 0, stream, s, scratch->current->params, scratch->current->mask, scratch->current->dmask,
       saved, P, dU, scratch->dh.data(), scratch->d_q.data(), dP, scratch->partial.data());
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
-  Launch<TiledKeyBackwardKernel<kFinishRows, kFromP, PT>>(grid, kThreadsPerCta, 0, stream, s, scratch->current->params,
-                                                      scratch->current->mask, saved, P, scratch->dh.data(),
-                                                      scratch->d_k.data(), scratch->d_v.data(), dP);
+  Launch<TiledKeyBackwardKernel<kFinishRows, kFromP, PT, DT>>(grid, kThreadsPerCta, 0, stream, s,
+                                                          scratch->current->params, scratch->current->mask, saved, P,
+                                                          scratch->dh.data(), scratch->d_k.data(),
+                                                          scratch->d_v.data(), dP);
   MS_CUDA_CHECK_LAUNCH("ScreeningTiledBackward");
   if constexpr (kFinishRows) {
     ScreeningBackwardReduce(shape, grads, scratch, stream);  // the fixed-order reduction
@@ -1152,6 +1160,13 @@ void ScreeningTiledBackwardBf16P(const ScreeningShape& shape, const uint16_t* P1
                                  TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
   Backward<BackwardForm::kThree>(shape, reinterpret_cast<const __nv_bfloat16*>(P16), tiles, saved, dU, dP, grads,
                                  scratch, stream);
+}
+
+void ScreeningTiledBackwardBf16PDP(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
+                                   const ScreeningSaved<float>& saved, const float* dU, uint16_t* dP16,
+                                   TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream) {
+  Backward<BackwardForm::kThree>(shape, reinterpret_cast<const __nv_bfloat16*>(P16), tiles, saved, dU,
+                                 reinterpret_cast<__nv_bfloat16*>(dP16), grads, scratch, stream);
 }
 
 void ScreeningTiledForwardPlainBf16Similarity(const ScreeningShape& shape, const float* P, const TileScalars* tiles,

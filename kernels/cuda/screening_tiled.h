@@ -64,7 +64,10 @@
 //   U in bf16 too (issue 42): the CUDA table under bf16 has this forward store U as W_O's
 //   bf16 GEMM operand (KernelTable::ScreeningForwardOperand, ScreeningTiledForwardBf16PU),
 //   each value rounded once to nearest even in the epilogue (the bits PackRounded made of the
-//   fp32 U), so the fp32 U and PackRounded's pass go; h stays fp32.
+//   fp32 U), so the fp32 U and PackRounded's pass go; h stays fp32. Its backward writes ∂L/∂P
+//   in bf16 too (ScreeningTiledBackwardBf16PDP, the table's ScreeningBackwardToOperand): the
+//   epilogues' fp32 values rounded once as they are stored, the bf16 GEMM operand the
+//   projections' products read, with no fp32 ∂L/∂P and no pack pass.
 // Widths other than d_K = 16, d_V = 64 take ScreeningForward (the simple kernel).
 //
 // Backward (ScreeningTiledBackward), three launches, nothing [T, w] stored. Neither pass reads
@@ -184,6 +187,16 @@ void ScreeningTiledForwardBf16P(const ScreeningShape& shape, const uint16_t* P16
 void ScreeningTiledBackwardBf16P(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
                                  const ScreeningSaved<float>& saved, const float* dU, float* dP,
                                  TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
+// ScreeningTiledBackwardBf16P writing ∂L/∂P in bf16 (dP16: [B·T, tiles·p_cols()] bf16 bits,
+// row-major, every element written; issue 42): the query pass's prologue and epilogue and the
+// key pass's epilogue round each fp32 value they would write once to nearest even, so dP16
+// holds the bits a pack of ScreeningTiledBackwardBf16P's fp32 dP into bf16 makes (gemm.h's
+// Pack, PackAsGemm under bf16), bit for bit, and the tile gradients are the same: the
+// projections' bf16 GEMM operand without the fp32 ∂L/∂P and the pass over it. ∂L/∂P's
+// bytes written halve. For a shape ScreeningTiledShape takes only (otherwise fatal).
+void ScreeningTiledBackwardBf16PDP(const ScreeningShape& shape, const uint16_t* P16, const TileScalars* tiles,
+                                   const ScreeningSaved<float>& saved, const float* dU, uint16_t* dP16,
+                                   TileScalarGradsOut grads, ScreeningScratch* scratch, cudaStream_t stream);
 
 // ScreeningTiledForwardBf16P writing U in bf16 (U16: [B·T, tiles·d_V] bf16 bits, row-major,
 // W_O's GEMM operand as KernelTable::PackRounded holds it; issue 42): each U value is the

@@ -55,12 +55,14 @@ struct Result {
 
 Result RunModel(Device device, const ModelDims& dims, Precision precision, const std::vector<float>& params,
            const std::vector<int32_t>& tokens, int64_t B, int64_t T,
-           ScreeningKernel screening = ScreeningKernel::kAuto, bool screening_u_operand = true) {
+           ScreeningKernel screening = ScreeningKernel::kAuto, bool screening_u_operand = true,
+           bool gradient_operand = true) {
   ModelOptions options;
   options.device = device;
   options.precision = precision;
   options.screening_kernel = screening;
   options.screening_u_operand = screening_u_operand;
+  options.screening_gradient_operand = gradient_operand;
   auto model = MakeModelStage<float>(dims, ShardSpec::Full(dims), options);  // either family
   const int64_t n = model->layout().size();
   auto staging = HostStaging<float>::Create(device);
@@ -348,8 +350,10 @@ class TiledScreeningModelTest : public CudaTest {
     }
     tokens_ = RandomTokens(dims_.vocab, kB * (kT + 1), 22);
   }
-  Result Run(Precision precision, ScreeningKernel screening, bool screening_u_operand = true) const {
-    return RunModel(Device::kCuda, dims_, precision, params_, tokens_, kB, kT, screening, screening_u_operand);
+  Result Run(Precision precision, ScreeningKernel screening, bool screening_u_operand = true,
+             bool gradient_operand = true) const {
+    return RunModel(Device::kCuda, dims_, precision, params_, tokens_, kB, kT, screening, screening_u_operand,
+                    gradient_operand);
   }
   ModelDims dims_;
   std::vector<float> params_;
@@ -386,6 +390,44 @@ TEST_F(TiledScreeningModelTest, LossAndEveryGradientMatchTheSimpleKernels) {
     for (float g : tiled.grads) ASSERT_TRUE(std::isfinite(g));
     // The tiled kernels ran: their bf16 α·v̄ differs from the simple kernels' fp32.
     EXPECT_NE(tiled.loss, simple.loss);
+  }
+}
+
+// Issue 42: under bf16 the tiled query and key passes write ∂L/∂P straight as the projections'
+// bf16 GEMM operand (KernelTable::ScreeningBackwardToOperand), each value rounded once to
+// nearest even as they store it, where they wrote fp32 ∂L/∂P for PackAsGemm's pack pass
+// (ModelOptions::screening_gradient_operand off): the same operand bits, so the loss, every
+// token's loss and every parameter's gradient of the step are the same bits. On the emulated
+// device the direct form also runs one pack launch fewer per layer, and packs
+// B·T·tiles·p_cols() elements fewer per layer (the tally: one thread per element).
+TEST_F(TiledScreeningModelTest, Bf16GradientOperandIsTheFp32GradientPackedBitForBit) {
+#ifdef MULTISCREEN_CUDA_EMULATED
+  const StepWork start = StepTally();
+#endif
+  const Result direct = Run(Precision::kBf16, ScreeningKernel::kTiled);
+#ifdef MULTISCREEN_CUDA_EMULATED
+  const StepWork middle = StepTally();
+#endif
+  const Result packed =
+      Run(Precision::kBf16, ScreeningKernel::kTiled, /*screening_u_operand=*/true, /*gradient_operand=*/false);
+#ifdef MULTISCREEN_CUDA_EMULATED
+  const StepWork end = StepTally();
+  const int64_t L = dims_.n_layers, C = 2 * dims_.d_k + 2 * dims_.d_v, rows = kB * kT * dims_.n_heads;
+  EXPECT_EQ((end.pack_launches - middle.pack_launches) - (middle.pack_launches - start.pack_launches), uint64_t(L));
+  EXPECT_EQ((end.packed - middle.packed) - (middle.packed - start.packed),
+            uint64_t(L * ((rows * C + 255) / 256 * 256)));
+#endif
+  EXPECT_EQ(direct.loss, packed.loss);
+  EXPECT_EQ(direct.token_losses, packed.token_losses);
+  const ParamLayout layout(dims_, ShardSpec::Full(dims_));
+  for (const ParamEntry& e : layout.entries()) {
+    int64_t differ = 0, nonzero = 0;
+    for (int64_t i = e.buffer_offset; i < e.buffer_offset + e.size(); ++i) {
+      differ += std::memcmp(&direct.grads[i], &packed.grads[i], sizeof(float)) != 0;
+      nonzero += packed.grads[i] != 0.f;
+    }
+    EXPECT_EQ(differ, 0) << e.name << ": " << differ << " of " << e.size() << " elements differ";
+    EXPECT_GT(nonzero, 0) << e.name << ": an all-zero gradient proves little";
   }
 }
 

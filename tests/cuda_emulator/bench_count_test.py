@@ -61,7 +61,8 @@ BYTES_AGREE = {
                    "pack W_cat, W_O from the parameters into bf16 (BeginStep)", "unpack ∂W_cat into the gradients",
                    # P, U and ∂U at the code's widths (issue 42 part 1, 2026-12-07: the model had them
                    # all bf16, 0.36, 0.72, 1.22, 0.79, 0.16 MB against the fp32 code's 0.69, 1.18,
-                   # 1.80, 0.98, 0.29; P and U are now bf16 in both, ∂U fp32)
+                   # 1.80, 0.98, 0.29; P and U are now bf16 in both, ∂U fp32; the passes' ∂P bf16
+                   # in both since 2026-12-07)
                    "P = x_in·W_cat (GEMM)", "∂U = ∂x·W_Oᵀ (GEMM)",
                    "screening forward, tiled (steps 5–13, normalize fused)",
                    "screening backward, tiled query pass (gate, TanhNorm → ∂h, ∂g; ∂q̃ → ∂P, ∂r, ∂w parts)",
@@ -112,13 +113,15 @@ def check_ops(model, c, ops):
 # ran in the query pass's prologue, one launch per layer instead of OutputBackwardKernel's
 # and the query pass's; tiny_tiled 59 and 61 before P's GEMM wrote it in bf16, the RoundKernel
 # pass over P per layer gone (issue 42); tiny_tiled 57 and 59 before the tiled forward wrote U
-# as W_O's bf16 operand itself, the RoundPackKernel pass over U per layer gone (issue 42);
+# as W_O's bf16 operand itself, the RoundPackKernel pass over U per layer gone (issue 42), and
+# 55 and 57 before the query and key passes wrote ∂P as the projections' bf16 operand, the
+# PackKernel pass over ∂P per layer gone;
 # tiny_psi4, d_K = 8, runs the simple kernels). The
 # model's launches still differ
 # (docs/performance.md, "The model against the counts"): these pin the code's, so that a
 # launch added to the step shows.
-LAUNCHES = {("tiny_tiled", "bf16", 256): 55, ("tiny_psi4", "bf16", 256): 105, ("tiny_psi4", "fp32", 256): 78,
-            ("tiny_tiled", "bf16", 1024): 57}  # T = 1024: two head chunks, one group, one wait still
+LAUNCHES = {("tiny_tiled", "bf16", 256): 53, ("tiny_psi4", "bf16", 256): 105, ("tiny_psi4", "fp32", 256): 78,
+            ("tiny_tiled", "bf16", 1024): 55}  # T = 1024: two head chunks, one group, one wait still
 # cudaMemcpyAsync calls of the same steps (from pinned and pageable host memory and device to
 # device): 27, 43, 45 and 27 before the screening tables were kept on the device (issue 42,
 # kernels/cuda/screening_table_cache.h: one upload per layer and step instead of 7 per layer and
@@ -210,7 +213,11 @@ class BenchCountTest(unittest.TestCase):
         # columns), the forward's 655,808 → 328,128; and the kernels run on bf16 P (their names
         # end in __nv_bfloat16). Since the forward writes U as W_O's bf16 operand itself
         # (2026-12-07), its writes are h fp32 and U bf16: 524,288 → 393,216 (its name's last
-        # argument, U's element, __nv_bfloat16).
+        # argument, U's element, __nv_bfloat16). Since the passes write ∂P in bf16 as the
+        # projections' operand (2026-12-07; their last template argument), ∂P's writes halve: the
+        # query pass's ∂P g and q columns 80 · 4 → 80 · 2 bytes per (token, tile) beside ∂h's
+        # 64 · 4 and the 4 fp64 parts, 622,592 → 458,752 bytes written; the key pass's ∂P k and v
+        # columns 80 · 4 → 80 · 2, 327,680 → 163,840.
         text = open(os.path.join(SRC, "configs", "models", "tiny_tiled.textproto")).read()
         psi = int(re.search(r"^psi: (\d+)", text, re.M).group(1))
         token_tiles = 256 * psi  # T = 256, B = 1, Ψ tiles per layer
@@ -219,8 +226,12 @@ class BenchCountTest(unittest.TestCase):
         self.assertEqual(forward["calls"], psi)  # one per layer
         self.assertEqual(forward["bytes_written"], psi * token_tiles * (64 * 4 + 64 * 2))
         self.assertEqual(forward["bytes_read"], 328128)
-        self.assertEqual(ops["TiledQueryBackwardKernel<true, true, true, __nv_bfloat16>"]["bytes_read"], 852736)
-        self.assertEqual(ops["TiledKeyBackwardKernel<true, true, __nv_bfloat16>"]["bytes_read"], 459200)
+        query = ops["TiledQueryBackwardKernel<true, true, true, __nv_bfloat16, __nv_bfloat16>"]
+        key = ops["TiledKeyBackwardKernel<true, true, __nv_bfloat16, __nv_bfloat16>"]
+        self.assertEqual(query["bytes_read"], 852736)
+        self.assertEqual(key["bytes_read"], 459200)
+        self.assertEqual(query["bytes_written"], psi * token_tiles * (64 * 4 + 80 * 2 + 4 * 8))
+        self.assertEqual(key["bytes_written"], psi * token_tiles * 80 * 2)
 
     def test_the_models_gemms_and_agreeing_bytes_equal_the_counts(self):
         for model in BYTES_AGREE:

@@ -375,6 +375,7 @@ TEST_F(ScreeningTiledTest, ForwardFusedIsBitIdenticalToTheTwoLaunchForm) {
 // gradients of w, r and scale.
 struct Gradients {
   std::vector<float> dP;
+  std::vector<uint16_t> dP16;  // kTiledBf16PDP: dP's bf16 bits as the kernels wrote them (dP empty)
   std::vector<float> dh;  // scratch ∂L/∂h [B, tiles, T, d_v] as the backward left it
   std::vector<TileScalarGrads> grads;
 };
@@ -411,8 +412,12 @@ std::vector<TileScalarGrads> Fp64TileGrads(const Problem& p) {
 // epilogues, q̃, k̃, v̄ recomputed from P), its form reading the saved q̃, k̃, v̄ and norms,
 // its four-launch form (the simple kernel's output pass first) or its five-launch form (that,
 // and the rows finished by the simple kernel's NormalizeBackwardKernel).
-// kTiledBf16P: kTiled reading P as bf16 (rounded to nearest even on upload).
-enum class Backward { kSimple, kTiled, kTiledSavedRows, kTiledFourLaunches, kTiledFiveLaunches, kTiledBf16P };
+// kTiledBf16P: kTiled reading P as bf16 (rounded to nearest even on upload); kTiledBf16PDP:
+// that, writing dP in bf16 (into Gradients::dP16, preset to 0xffff, a NaN, so that an element
+// left unwritten shows).
+enum class Backward {
+  kSimple, kTiled, kTiledSavedRows, kTiledFourLaunches, kTiledFiveLaunches, kTiledBf16P, kTiledBf16PDP
+};
 
 // The simple forward (its saved buffers are the backward's input), then `which` backward
 // of MakeDU's dU on the same inputs. For kTiled the saved q̃, k̃, v̄ and norms are overwritten
@@ -443,16 +448,22 @@ Gradients RunBackward(const Problem& p, Backward which) {
   Gradients out;
   out.grads.resize(s.tiles);
   std::vector<DeviceArray<uint16_t>> arrays16;
-  if (which == Backward::kTiled || which == Backward::kTiledBf16P) {
+  DeviceArray<uint16_t> dP16(Device::kCuda);
+  if (which == Backward::kTiled || which == Backward::kTiledBf16P || which == Backward::kTiledBf16PDP) {
     const std::pair<float*, int64_t> unread[] = {{saved.q_tilde, rows * s.d_k}, {saved.k_tilde, rows * s.d_k},
                                                  {saved.v_bar, rows * s.d_v},   {saved.q_norm, rows},
                                                  {saved.k_norm, rows},          {saved.v_norm, rows}};
     for (const auto& [a, n] : unread) EXPECT_EQ(cudaMemset(a, 0xff, n * sizeof(float)), cudaSuccess);  // NaN
     if (which == Backward::kTiled) {
       kernels::cuda::ScreeningTiledBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
-    } else {
+    } else if (which == Backward::kTiledBf16P) {
       kernels::cuda::ScreeningTiledBackwardBf16P(s, UploadBf16(p.P, &arrays16), p.tiles.data(), saved, dU, dP,
                                                  out.grads.data(), &scratch, nullptr);
+    } else {
+      dP16.Resize(p.P.size());
+      EXPECT_EQ(cudaMemset(dP16.data(), 0xff, dP16.size() * 2), cudaSuccess);
+      kernels::cuda::ScreeningTiledBackwardBf16PDP(s, UploadBf16(p.P, &arrays16), p.tiles.data(), saved, dU,
+                                                   dP16.data(), out.grads.data(), &scratch, nullptr);
     }
   } else if (which == Backward::kTiledSavedRows) {
     kernels::cuda::ScreeningTiledBackwardSavedRows(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch,
@@ -467,8 +478,13 @@ Gradients RunBackward(const Problem& p, Backward which) {
     kernels::cuda::ScreeningBackward(s, P, p.tiles.data(), saved, dU, dP, out.grads.data(), &scratch, nullptr);
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  out.dP.resize(p.P.size());
-  EXPECT_EQ(cudaMemcpy(out.dP.data(), dP, out.dP.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  if (which == Backward::kTiledBf16PDP) {
+    out.dP16.resize(dP16.size());
+    EXPECT_EQ(cudaMemcpy(out.dP16.data(), dP16.data(), dP16.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  } else {
+    out.dP.resize(p.P.size());
+    EXPECT_EQ(cudaMemcpy(out.dP.data(), dP, out.dP.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
   out.dh.resize(scratch.dh.size());
   EXPECT_EQ(cudaMemcpy(out.dh.data(), scratch.dh.data(), out.dh.size() * sizeof(float), cudaMemcpyDeviceToHost),
             cudaSuccess);
@@ -798,6 +814,39 @@ TEST_F(ScreeningTiledTest, Bf16UOperandIsTheFp32UPackRoundedBitForBit) {
     EXPECT_EQ(widened, n) << "T = " << T;
     EXPECT_EQ(untouched, n) << "T = " << T << ": the fused path wrote the fp32 U";
     EXPECT_TRUE(got.values_null);
+  }
+}
+
+TEST_F(ScreeningTiledTest, Bf16DPIsTheFp32DPRoundedToNearestEvenBitForBit) {
+  // Issue 42: on the CUDA table's bf16 path the query and key passes write ∂L/∂P straight as
+  // the projections' bf16 GEMM operand (ScreeningTiledBackwardBf16PDP), rounding each fp32
+  // value once as they store it (RowStore): every element's bits are those of the fp32-dP
+  // kernel's value rounded to nearest even (what the pack of the fp32 ∂L/∂P made, PackAsGemm;
+  // model_cuda_test checks that pack in a whole step), and scratch ∂L/∂h and the tile
+  // gradients are the same bits. dP16 starts as NaN (0xffff), so an element the passes leave
+  // unwritten differs. Shapes as Bf16PIsTheFp32PathOnTheRoundedPBitForBit's.
+  const std::vector<Tile> tiles = {{40.0, 0.5, 1.0}, {kInf, 0.7, 0.8}, {130.0, 0.02, 1.1}, {9.0, 0.999, 2.0}};
+  for (const int64_t T : {int64_t{37}, int64_t{300}}) {
+    const Problem p = RoundedToBf16(Problem(2, T, tiles, /*clustered=*/true, 31 + T, /*pos0=*/70000));
+    const Gradients wide = RunBackward(p, Backward::kTiledBf16P), narrow = RunBackward(p, Backward::kTiledBf16PDP);
+    const std::vector<uint16_t> ref = Bf16Bits(wide.dP);
+    ASSERT_EQ(narrow.dP16.size(), ref.size());
+    int64_t differ = 0, nonzero = 0, first = -1;
+    for (size_t e = 0; e < ref.size(); ++e) {
+      const bool d = narrow.dP16[e] != ref[e];
+      if (d && first < 0) first = int64_t(e);
+      differ += d;
+      nonzero += (ref[e] & 0x7fff) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "T = " << T << ": elements of bf16 dP differ from the rounded fp32 dP (first at "
+                         << first << " of " << ref.size() << ")";
+    EXPECT_GT(nonzero, int64_t(ref.size() / 2)) << "T = " << T << ": too little gradient flowed to prove much";
+    int64_t nonzero_dh = 0;
+    EXPECT_EQ(DifferingElements(narrow.dh, wide.dh, &nonzero_dh), 0) << "T = " << T << ": scratch ∂L/∂h differs";
+    EXPECT_GT(nonzero_dh, int64_t(wide.dh.size() / 2)) << "T = " << T;
+    ASSERT_EQ(narrow.grads.size(), wide.grads.size());
+    EXPECT_EQ(std::memcmp(narrow.grads.data(), wide.grads.data(), wide.grads.size() * sizeof(TileScalarGrads)), 0)
+        << "T = " << T << ": the tile gradients differ";
   }
 }
 

@@ -195,7 +195,7 @@ class PerfModelTest(unittest.TestCase):
     def test_the_tiled_screening_ops_move_p_columns_not_saved_rows(self):
         # Issue 42: the tiled backward recomputes q̃, k̃, v̄ from P's q, k, v columns, so no op
         # writes or reads the saved fp32 rows and norms. Per (token, tile), at the widths the
-        # code stores (P, U, ∂U, ∂P fp32: P_BYTES, U_BYTES, DU_BYTES): forward P's q, k, v, g
+        # code stores (P, U, ∂U, ∂P: P_BYTES, U_BYTES, DU_BYTES, DP_BYTES): forward P's q, k, v, g
         # (160), h (64 fp32) and U (64); query pass P's g, ∂U and h in, ∂h and ∂P's g out
         # (64 fp32 each), P's q, k, v in, ∂P's q (16 fp32) and 4 fp64 parts out; key pass P's
         # q, k, v and ∂h in, ∂P's k (16) and v (64 fp32) out: 1,152, 1,760 and 960 bytes, the
@@ -203,24 +203,28 @@ class PerfModelTest(unittest.TestCase):
         # (2026-12-07) the model took P, U and ∂U as bf16 and 5 parts: 704, 1,192 and 768; with
         # the saved rows 1,100, 1,388 and 968. P in bf16 (the GEMM's bf16 D, the kernels' bf16
         # reads, 2026-12-07): 832, 1,440 and 768, where fp32 P gave 1,152, 1,760 and 960. U in
-        # bf16 (the forward writes W_O's operand itself, 2026-12-07): the forward 832 → 704.
+        # bf16 (the forward writes W_O's operand itself, 2026-12-07): the forward 832 → 704. ∂P in
+        # bf16 (the passes write the projections' bf16 operand, 2026-12-07): ∂P's g, q (k, v)
+        # columns at 2 bytes, the query pass 1,440 → 1,280 and the key pass 768 → 608.
         T, psi = 4096, 32
         ops, _, _, _ = perf_model.multiscreen_ops(psi, T, 1, perf_model.initial_windows(psi, psi), 512, 1.0)
         per_row = {op.name.split(" (")[0]: op.bytes / (T * psi) for op in ops if op.kind == "screen"}
-        self.assertEqual((perf_model.P_BYTES, perf_model.U_BYTES, perf_model.DU_BYTES), (2, 2, 4))
+        self.assertEqual((perf_model.P_BYTES, perf_model.U_BYTES, perf_model.DU_BYTES, perf_model.DP_BYTES),
+                         (2, 2, 4, 2))
         self.assertEqual(per_row, {
             "screening forward, tiled": 704,
-            "screening backward, tiled query pass": 1440,
-            "screening backward, tiled key pass": 768})
+            "screening backward, tiled query pass": 1280,
+            "screening backward, tiled key pass": 608})
         # P's GEMM writes bf16 P (no rounding pass), the forward U's bf16 operand (no packing
-        # pass, U_PACK_PASS False); ∂P goes to its bf16 operand by a pass of its own.
+        # pass, U_PACK_PASS False), the passes ∂P's (no pack pass, DP_PACK_PASS False).
         by_name = {op.name: op for op in ops}
         n, pd = T, psi * (2 * 16 + 2 * 64)
         self.assertEqual(by_name["P = x_in·W_cat (GEMM)"].bytes, n * psi * psi * 2 + psi * psi * pd * 2 + n * pd * 2)
         self.assertNotIn("P rounded to bf16 in place (RoundToCompute)", by_name)
         self.assertFalse(perf_model.U_PACK_PASS)
         self.assertNotIn("U → bf16 operand (PackRounded)", by_name)
-        self.assertEqual(by_name["bf16(∂P) for the projections' GEMMs"].bytes, n * pd * 6)
+        self.assertNotIn("bf16(∂P) for the projections' GEMMs", by_name)
+        self.assertFalse(perf_model.DP_PACK_PASS)
 
     def test_initial_windows_span_two_to_w_th_plus_one(self):
         w = perf_model.initial_windows(4, 16)

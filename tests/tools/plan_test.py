@@ -116,6 +116,18 @@ class MemoryTest(unittest.TestCase):
         # RoPE's frequencies [d_K/2] double in each layer's screening tables, a 256-byte section of their own.
         self.assertEqual(rope["workspaces"], fp32["workspaces"] + 2 * 256)
 
+    def test_the_tiled_bf16_path_holds_no_fp32_gradient_of_p(self):
+        # The tiled query and key passes write ∂P as its bf16 GEMM operand under bf16
+        # (KernelTable::ScreeningBackwardToOperand): no fp32 ∂P [rows, nt·C] (4 · 256 · 2 · 160
+        # bytes here); fp32, and bf16 on the simple kernels (RoPE), keep it.
+        tiled = dict(TINY, name="tiny_tiled", n_layers=2, n_heads=2, d_k=16, d_v=64, w_th=32.0)
+        rows, nt, C, d_e = 4 * 64, 2, 2 * 16 + 2 * 64, 16
+        bf16, _ = plan_memory.stage_memory(tiled, 64, 4, 1, 1, 1, 1, 0, "bf16", 0)
+        fp32, _ = plan_memory.stage_memory(tiled, 64, 4, 1, 1, 1, 1, 0, "fp32", 0)
+        rope, _ = plan_memory.stage_memory(dict(tiled, position="rope"), 64, 4, 1, 1, 1, 1, 0, "bf16", 0)
+        self.assertEqual(bf16["backward_buffers"], fp32["backward_buffers"] - 4 * rows * nt * C + 2 * rows * (d_e + nt * C))
+        self.assertEqual(rope["backward_buffers"], bf16["backward_buffers"] + 4 * rows * nt * C)
+
     def test_the_first_stage_keeps_a_model_per_micro_batch_in_flight(self):
         # pp = 2, grad_accum 4: stage 0 holds min(2, 4) = 2 instances, the last stage one.
         first, f0 = plan_memory.stage_memory(TINY, 8, 2, 4, 2, 2, 1, 0, "bf16", 0)
