@@ -32,6 +32,19 @@ class GpuCheckTargetsTest(unittest.TestCase):
         listed = set(m.group(1).split()) | set(m.group(2).split())
         self.assertEqual(sorted(made - listed), [], "cuda test executables scripts/gpu_check does not build")
 
+    def test_the_script_runs_test_executables_where_the_build_puts_them(self):
+        # The build writes test executables under tests/ (tests/CMakeLists.txt); the
+        # graph_probe stage looked for build/graph_node_probe_test until 2026-12-07 and would
+        # have failed on the first GPU without measuring anything.
+        with open(os.path.join(SRC, "tests", "cuda_tests.cmake")) as f:
+            made = set(re.findall(r"ms_add_(?:mpi_)?gtest\((\w+)", f.read()))
+        with open(os.path.join(SRC, "scripts", "gpu_check")) as f:
+            script = f.read()
+        paths = set(re.findall(r'\$BUILD/([\w./-]+)', script))
+        self.assertIn("multiscreen", paths)  # the parse finds what it should
+        wrong = sorted(p for p in paths if os.path.basename(p) in made and p != "tests/" + os.path.basename(p))
+        self.assertEqual(wrong, [], "scripts/gpu_check runs these as $BUILD/<path>; the build makes them in tests/")
+
     def test_the_script_parses(self):
         r = subprocess.run(["bash", "-n", os.path.join(SRC, "scripts", "gpu_check")], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
