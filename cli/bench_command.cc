@@ -69,9 +69,9 @@ ABSL_FLAG(bool, op_times, false,
           "bench train: time the last step's every kernel and cuBLAS product on the device with CUDA events "
           "(--device=cuda), by the names --count uses; tools/perf_model.py --measured puts them beside the model's ops");
 ABSL_FLAG(bool, graphs, false,
-          "bench train: run each micro-batch after a step's first as one CUDA graph (--device=cuda, a Multiscreen "
-          "model on one device; tp, pp, dp and the Transformer run uncaptured): the second captured, the later "
-          "ones replayed, once per step");
+          "bench train: run every micro-batch but the run's first as one CUDA graph (--device=cuda, a Multiscreen "
+          "model on one device; refused for the Transformer, tp, pp, dp and --op_times): a step's first and second "
+          "captured into two graphs kept across steps and updated (cudaGraphExecUpdate), the later ones replayed");
 ABSL_FLAG(int64_t, T, 1024, "bench screening: tokens per sequence");
 ABSL_FLAG(double, w, 64, "bench screening: window of every tile (inf: the whole sequence)");
 ABSL_FLAG(int64_t, tiles, 8, "bench screening: tiles per layer call");

@@ -807,8 +807,10 @@ def print_step(r):
           f"{r['tokens_per_s']:,.0f} tokens/s, **MFU {100 * r['mfu']:.1f} %**; without the once-per-step ops "
           f"(many micro-batches per optimizer step) {r['micro_ms']:.2f} ms, MFU {100 * r['mfu_accumulating']:.1f} %")
     if "micro_ms_graphed" in r:
+        source = ("cited: RTX 5070 Ti Laptop, not H100" if abs(r["graph_node_us"] - GRAPH_NODE_US_CITED) < 1e-9
+                  else "as given")
         print(f"\nwith every micro-batch as one CUDA graph (bench train --graphs) at {r['graph_node_us']:g} µs per "
-              f"node (cited: RTX 5070 Ti Laptop, not H100; --graph-node-us): launch gaps and syncs per step "
+              f"node ({source}; --graph-node-us): launch gaps and syncs per step "
               f"{r['overhead_ms']:.3f} → {r['overhead_graphed_ms']:.3f} ms, step {r['step_ms_graphed']:.2f} ms, "
               f"MFU {100 * r['mfu_graphed']:.1f} %; per accumulated micro-batch {r['micro_overhead_ms']:.3f} → "
               f"{r['micro_overhead_graphed_ms']:.3f} ms, {r['micro_ms_graphed']:.2f} ms, "
