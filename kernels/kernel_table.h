@@ -260,8 +260,9 @@ class KernelTable {
     AddHost(&sum, 1, dst);
   }
   // init + Σ_i x_i² in fp64 (the global gradient norm's part of this buffer; init carries
-  // the sum over the buffers before it). The CPU adds the terms to init in order
-  // i = 0, 1, …; a device reduces Σ its own way and adds init.
+  // the sum over the buffers before it). The CPU sums blocks of 2^16 terms on its threads and
+  // adds them to init in order (kernels/cpu/sum_squares.h: the same bits for any thread
+  // count); a device reduces Σ its own way and adds init.
   virtual double SumSquares(const Real* x, int64_t n, double init = 0) = 0;
   // Whether every x_i is finite (fp16 loss scaling's overflow check).
   virtual bool AllFinite(const Real* x, int64_t n) = 0;

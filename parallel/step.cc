@@ -127,8 +127,8 @@ double GlobalGradNorm(ProcessGrid& grid, ParallelModel& model, const float* grad
   const ParamLayout& layout = model.layout();
   const auto [begin, end] = model.data_parallel().OwnedRange();
   // The counted ranges, merged where one ends where the next begins (all of them on a
-  // single process): one SumSquares, one reduction on a device, per run. On the CPU the
-  // terms are added in the same order either way, so the sum is the same bit for bit.
+  // single process): one SumSquares, one reduction on a device or one threaded pass on the
+  // CPU, per run.
   double sum = 0;
   int64_t run_begin = 0, run_end = 0;
   for (const ParamEntry& e : layout.entries()) {

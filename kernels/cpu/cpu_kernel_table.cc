@@ -11,6 +11,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/sum_squares.h"
 #include "kernels/cpu/unit_rows.h"
 
 namespace multiscreen::kernels::cpu {
@@ -60,9 +61,7 @@ double CpuKernelTable<Real>::Dot(const Real* a, const Real* b, int64_t n) {
 
 template <typename Real>
 double CpuKernelTable<Real>::SumSquares(const Real* x, int64_t n, double init) {
-  double sum = init;
-  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
-  return sum;
+  return SumSquaresBlocked(x, n, init);  // threaded; its order fixed (kernels/cpu/sum_squares.h)
 }
 
 template <typename Real>
