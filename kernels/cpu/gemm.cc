@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -32,6 +34,34 @@ void RowTimesMatrix(Gemv gemv, bool trans_a, bool trans_b, int64_t n, int64_t k,
   }
 }
 
+// C = alpha · op(A) op(B) + beta · C through the BLAS's gemm (cblas_sgemm or cblas_dgemm) as
+// fixed blocks of kBlasBlock rows of C (columns where n > m), each block one call on one
+// OpenMP thread: inside an active parallel region OpenBLAS's OpenMP build runs a call
+// single-threaded, so an element's sums depend on the shape alone, not on the thread count.
+// A lone block runs with the calling thread's OpenMP thread count set to 1 for the call.
+template <typename Real, typename BlasGemm>
+void BlockedBlasGemm(BlasGemm gemm, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
+                     const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc) {
+  const bool by_rows = m >= n;
+  const int64_t total = by_rows ? m : n, blocks = (total + kBlasBlock - 1) / kBlasBlock;
+  auto block = [&](int64_t i) {
+    const int64_t lo = i * kBlasBlock, len = std::min(kBlasBlock, total - lo);
+    const Real* a_i = by_rows ? a + (trans_a ? lo : lo * lda) : a;
+    const Real* b_i = by_rows ? b : b + (trans_b ? lo * ldb : lo);
+    gemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, by_rows ? len : m,
+         by_rows ? n : len, k, alpha, a_i, lda, b_i, ldb, beta, c + (by_rows ? lo * ldc : lo), ldc);
+  };
+  if (blocks == 1 || omp_in_parallel()) {
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    for (int64_t i = 0; i < blocks; ++i) block(i);
+    omp_set_num_threads(threads);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < blocks; ++i) block(i);
+}
+
 }  // namespace
 
 template <>
@@ -49,8 +79,7 @@ void Gemm<float>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
       OnednnMatmul(MatmulOperands::kF32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta == 1.f, c, ldc)) {
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  BlockedBlasGemm(cblas_sgemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <>
@@ -59,8 +88,7 @@ void Gemm<double>(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, d
                   int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (m == 1 && k > 0) return RowTimesMatrix(cblas_dgemv, trans_a, trans_b, n, k, alpha, a, lda, b, ldb, beta, c);
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  BlockedBlasGemm(cblas_dgemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <typename Real>

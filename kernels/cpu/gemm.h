@@ -2,13 +2,19 @@
 // library (issue 44). fp32 on the avx512 path (kernels/cpu/isa.h ActiveIsa) with alpha finite
 // and nonzero and beta 0 or 1 (every product of the training step): oneDNN's matmul, whose kernels do
 // not depend on OPENBLAS_CORETYPE; else OpenBLAS (cblas), and a single row (m = 1) as
-// OpenBLAS's gemv. The libraries round differently in the last bits; on one path and
-// thread count a product is deterministic.
+// OpenBLAS's gemv. The libraries round differently in the last bits; on one path a product
+// is deterministic whatever the thread count: OpenBLAS's products run as fixed blocks of C
+// (kBlasBlock rows or columns), one single-threaded call per block on the OpenMP threads,
+// since OpenBLAS's own threading splits a product by the thread count and its kernels' sums
+// depend on the split (docs/performance.md, "OpenBLAS's products in fixed blocks").
 #pragma once
 
 #include <cstdint>
 
 namespace multiscreen::kernels::cpu {
+
+// The rows (or, where C has more columns than rows, the columns) of C in one OpenBLAS call.
+inline constexpr int64_t kBlasBlock = 256;
 
 // C[M, N] = alpha · op(A) · op(B) + beta · C, all row-major.
 //   op(A) is [M, K] (A stored [K, M] when trans_a), op(B) is [K, N] (B stored
