@@ -1004,6 +1004,16 @@ def beside_model(a, run, compare, print_table, label_tail=""):
     return c
 
 
+def one_micro_batch(bench, flag, what):
+    """Refuses, in one line, a bench JSON of more than one micro-batch a step: the model's
+    ops are one micro-batch's (and the step's once-per-step ops), so a step of G of them,
+    captured as graphs or not, would sit beside a model of a G-th of its work."""
+    g = bench.get("grad_accum", 1)
+    if g != 1:
+        raise SystemExit(f"perf_model.py {flag}: {what} with --grad_accum={g}{' and --graphs' if bench.get('graphs') else ''}"
+                         f": the model is of one micro-batch a step; run bench train with --grad_accum=1")
+
+
 def main(argv=None):
     a = parse_args(argv)
     if a.measured is not None:
@@ -1018,6 +1028,7 @@ def main(argv=None):
         if not (rows_ok and fields_ok and isinstance(times.get("total_ms"), (int, float))):
             raise SystemExit(f"perf_model.py --measured={a.measured}: not the output of {how} (its op_times rows, "
                              "model, precision, seq_len, micro_batch or head_chunk_rows are missing or malformed)")
+        one_micro_batch(bench, f"--measured={a.measured}", "timed")
         return beside_model(a, bench, lambda ops, syncs: compare_measured(bench, ops, syncs, Hardware(a)),
                             print_measured, f", {bench.get('device', 'device')}")
     if a.counted is not None:
@@ -1028,10 +1039,7 @@ def main(argv=None):
         if "counted" not in counted:
             raise SystemExit(f"perf_model.py --counted={a.counted}: no 'counted' object (the output of "
                              "`multiscreen bench train --device=cuda --count --json` in the emulated build)")
-        if counted.get("graphs") and counted.get("grad_accum", 1) != 1:
-            # The model's step is one micro-batch; a --graphs count of G of them holds G graphs.
-            raise SystemExit(f"perf_model.py --counted={a.counted}: counted with --graphs and "
-                             f"--grad_accum={counted.get('grad_accum')}: count one micro-batch per step (--grad_accum=1)")
+        one_micro_batch(counted, f"--counted={a.counted}", "counted")
         return beside_model(a, counted, lambda ops, syncs: compare_counted(counted, ops, syncs), print_counted)
     hw = Hardware(a)
     out = {"constants": vars(a), "steps": [], "ttft": []}

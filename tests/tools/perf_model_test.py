@@ -51,6 +51,24 @@ class PerfModelTest(unittest.TestCase):
         # Any Ψ >= 2 is modelled (the help says so); only the matched Transformer needs a table.
         self.assertEqual(perf_model.parse_args(["--psi=7"]).psi, [7])
 
+    def test_counts_and_times_of_several_micro_batches_are_refused_in_one_line(self):
+        # The model is one micro-batch a step: a --grad_accum=2 count or timing (uncaptured or
+        # --graphs) would sit beside a model of half its work.
+        import tempfile
+        for flag, key in (("--counted", "counted"), ("--measured", "op_times")):
+            for graphs in (False, True):
+                with self.subTest(flag=flag, graphs=graphs), tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+                    json.dump({key: {"ops": [], "totals": {"syncs": 0}, "total_ms": 0.0}, "model": "tiny_tiled",
+                               "precision": "bf16", "seq_len": 256, "micro_batch": 1, "head_chunk_rows": 512,
+                               "grad_accum": 2, "graphs": graphs}, f)
+                    f.flush()
+                    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "perf_model.py"), f"{flag}={f.name}"],
+                                       capture_output=True, text=True, timeout=60)
+                    self.assertNotEqual(r.returncode, 0)
+                    last = r.stderr.strip().splitlines()[-1]
+                    self.assertIn(f"with --grad_accum=2{' and --graphs' if graphs else ''}: the model is of one "
+                                  "micro-batch a step", last)
+
     def test_a_graphed_micro_batch_launches_its_nodes_the_scatter_and_the_graph(self):
         # bench train --graphs: a later micro-batch's launches (the once-per-step ops' apart) run
         # as graph nodes, but the embedding scatter's, plus one cudaGraphLaunch. At a node cost
