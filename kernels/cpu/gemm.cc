@@ -14,52 +14,64 @@ namespace multiscreen::kernels::cpu {
 
 namespace {
 
-// C[1, n] = alpha · op(A)[1, k] · op(B) + beta · C as one matrix-vector product. sgemm
+// Runs block(0 … blocks − 1) on the OpenMP threads, each thread's OpenMP count set to 1 while
+// it runs them, so that a BLAS call inside runs single-threaded (OpenBLAS's OpenMP build sizes
+// its own threading by omp_get_max_threads()), whatever team OpenMP gives the loop: a team of
+// one (OMP_THREAD_LIMIT=1, OMP_DYNAMIC, or a call from inside a parallel region) is not an
+// active region, and a threaded OpenBLAS call inside one spun forever.
+template <typename Block>
+void SingleThreadedBlasBlocks(int64_t blocks, Block block) {
+#pragma omp parallel if (blocks > 1)
+  {
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < blocks; ++i) block(i);
+    omp_set_num_threads(threads);
+  }
+}
+
+// C[1, n] = alpha · op(A)[1, k] · op(B) + beta · C as matrix-vector products. sgemm
 // copies the whole of B into its panels for a single row (OpenBLAS 0.3.21's
 // sgemm_itcopy: 25 % of a Ψ = 16 decoder's time, more than the products themselves); a
 // decoded token (model/decoder.h: one row per GEMM) now reads each weight once — Ψ = 16
 // decodes 5× faster on one core (docs/evaluation.md). k = 0 stays with gemm (gemv returns
 // at once without scaling C); beta = 0 clears C first, so that C is never read, as gemm
-// promises, whatever the BLAS's gemv makes of 0 · NaN.
+// promises, whatever the BLAS's gemv makes of 0 · NaN. C's n outputs go in fixed blocks of
+// kBlasBlock, one single-threaded gemv each (OpenBLAS's threaded gemv gave other bits on 3
+// threads than on 1, 2 or 4): the same bits whatever the thread count.
 template <typename Real, typename Gemv>
 void RowTimesMatrix(Gemv gemv, bool trans_a, bool trans_b, int64_t n, int64_t k, Real alpha, const Real* a,
                     int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c) {
   if (beta == Real(0)) std::fill(c, c + n, Real(0));
   // op(A)'s one row: contiguous, or A's first column (stored [k, 1], stride lda).
   const int64_t inc_a = trans_a ? lda : 1;
-  if (trans_b) {  // B stored [n, k]: c = alpha · B a
-    gemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b, ldb, a, inc_a, beta, c, 1);
-  } else {        // B stored [k, n]: c = alpha · Bᵀ a
-    gemv(CblasRowMajor, CblasTrans, k, n, alpha, b, ldb, a, inc_a, beta, c, 1);
-  }
+  SingleThreadedBlasBlocks((n + kBlasBlock - 1) / kBlasBlock, [&](int64_t i) {
+    const int64_t lo = i * kBlasBlock, len = std::min(kBlasBlock, n - lo);
+    if (trans_b) {  // B stored [n, k]: c = alpha · B a, rows lo … lo + len of B
+      gemv(CblasRowMajor, CblasNoTrans, len, k, alpha, b + lo * ldb, ldb, a, inc_a, beta, c + lo, 1);
+    } else {        // B stored [k, n]: c = alpha · Bᵀ a, columns lo … lo + len of B
+      gemv(CblasRowMajor, CblasTrans, k, len, alpha, b + lo, ldb, a, inc_a, beta, c + lo, 1);
+    }
+  });
 }
 
 // C = alpha · op(A) op(B) + beta · C through the BLAS's gemm (cblas_sgemm or cblas_dgemm) as
-// fixed blocks of kBlasBlock rows of C (columns where n > m), each block one call on one
-// OpenMP thread: inside an active parallel region OpenBLAS's OpenMP build runs a call
-// single-threaded, so an element's sums depend on the shape alone, not on the thread count.
-// A lone block runs with the calling thread's OpenMP thread count set to 1 for the call.
+// fixed blocks of kBlasBlock rows of C (columns where n > m), one single-threaded call each on
+// the OpenMP threads (SingleThreadedBlasBlocks), so an element's sums depend on the shape
+// alone, not on the thread count.
 template <typename Real, typename BlasGemm>
 void BlockedBlasGemm(BlasGemm gemm, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha,
                      const Real* a, int64_t lda, const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc) {
   const bool by_rows = m >= n;
-  const int64_t total = by_rows ? m : n, blocks = (total + kBlasBlock - 1) / kBlasBlock;
-  auto block = [&](int64_t i) {
+  const int64_t total = by_rows ? m : n;
+  SingleThreadedBlasBlocks((total + kBlasBlock - 1) / kBlasBlock, [&](int64_t i) {
     const int64_t lo = i * kBlasBlock, len = std::min(kBlasBlock, total - lo);
     const Real* a_i = by_rows ? a + (trans_a ? lo : lo * lda) : a;
     const Real* b_i = by_rows ? b : b + (trans_b ? lo * ldb : lo);
     gemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, by_rows ? len : m,
          by_rows ? n : len, k, alpha, a_i, lda, b_i, ldb, beta, c + (by_rows ? lo * ldc : lo), ldc);
-  };
-  if (blocks == 1 || omp_in_parallel()) {
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    for (int64_t i = 0; i < blocks; ++i) block(i);
-    omp_set_num_threads(threads);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < blocks; ++i) block(i);
+  });
 }
 
 }  // namespace

@@ -2,11 +2,13 @@
 // library (issue 44). fp32 on the avx512 path (kernels/cpu/isa.h ActiveIsa) with alpha finite
 // and nonzero and beta 0 or 1 (every product of the training step): oneDNN's matmul, whose kernels do
 // not depend on OPENBLAS_CORETYPE; else OpenBLAS (cblas), and a single row (m = 1) as
-// OpenBLAS's gemv. The libraries round differently in the last bits; on one path a product
-// is deterministic whatever the thread count: OpenBLAS's products run as fixed blocks of C
-// (kBlasBlock rows or columns), one single-threaded call per block on the OpenMP threads,
-// since OpenBLAS's own threading splits a product by the thread count and its kernels' sums
-// depend on the split (docs/performance.md, "OpenBLAS's products in fixed blocks").
+// OpenBLAS's gemv. The libraries round differently in the last bits. OpenBLAS's products
+// (gemm and gemv) run as fixed blocks of C (kBlasBlock rows or columns), one single-threaded
+// call per block on the OpenMP threads, since OpenBLAS's own threading splits a product by
+// the thread count and its kernels' sums depend on the split: their bits do not depend on the
+// thread count (docs/performance.md, "A quiet sitting"). oneDNN's (the avx512 path's fp32 and
+// bf16 products) may: it splits the reduction of a product with a small C and a long k (a
+// tiny model's weight gradients at T ≥ 2048) by the thread count.
 #pragma once
 
 #include <cstdint>

@@ -22,10 +22,15 @@ struct Case {
 };
 
 // Products past OpenBLAS's threading threshold (m·n·k > 2^18): tall, wide, thin, both
-// transposes, a partial last block, β = 0 and 1, and one that fits in a single block.
+// transposes, a partial last block, β = 0 and 1, one that fits in a single block, and
+// single rows (OpenBLAS's gemv: its own threading gave other bits on 3 threads).
+// tests/CMakeLists.txt runs these under OMP_THREAD_LIMIT=1 too, where a loop's team is one
+// thread: a threaded OpenBLAS call inside one spun forever.
 const Case kCases[] = {
     {false, false, 600, 520, 64, 0}, {true, false, 64, 1280, 300, 1}, {false, true, 300, 48, 2560, 1},
     {true, true, 130, 700, 90, 0},   {false, false, 200, 180, 800, 1},
+    // One row (a decoded token's products: gemv), B either way, past a block.
+    {false, false, 1, 1280, 640, 0}, {false, true, 1, 1500, 512, 1},
 };
 
 template <typename Real>
