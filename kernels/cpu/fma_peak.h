@@ -4,9 +4,10 @@
 // runs half-width kernels (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU) reads half the
 // hardware; this probe reads neither.
 //
-// The probe: on each OpenMP thread, 12 independent chains of vector multiply-adds
-// (acc = acc·b + c, b and c hidden from the compiler; 12 chains cover 2 pipes × 6 cycles of
-// latency), of the path's width: fp32 FMA (vfmadd) on avx512 (16 lanes) and avx2 (8 lanes);
+// The probe: on each OpenMP thread, independent chains of vector multiply-adds (acc = acc·b +
+// c, b and c hidden from the compiler; 12 chains on generic and avx2, which cover 2 pipes × 6
+// cycles of latency in their 16 registers, 24 on avx512, whose vdpbf16ps read 10 % low with
+// 12 on Zen 5), of the path's width: fp32 FMA (vfmadd) on avx512 (16 lanes) and avx2 (8 lanes);
 // on generic (SSE2, no FMA) a multiply then an add (4 lanes; 2 FLOPs per pair, as an FMA).
 // The bf16 dot-product probe runs vdpbf16ps (16 lanes × 2 products, 64 FLOPs an instruction)
 // on the avx512 path where the CPU has AVX512_BF16. Each is timed on the thread's own CPU
