@@ -6,9 +6,10 @@
 // (gemm and gemv) run as fixed blocks of C (kBlasBlock rows or columns), one single-threaded
 // call per block on the OpenMP threads, since OpenBLAS's own threading splits a product by
 // the thread count and its kernels' sums depend on the split: their bits do not depend on the
-// thread count (docs/performance.md, "A quiet sitting"). oneDNN's (the avx512 path's fp32 and
-// bf16 products) may: it splits the reduction of a product with a small C and a long k (a
-// tiny model's weight gradients at T ≥ 2048) by the thread count.
+// thread count (docs/performance.md, "A quiet sitting"). Nor do oneDNN's (the avx512 path's
+// fp32 and bf16 products) but for one kind the step never runs (kernels/cpu/onednn_matmul.h:
+// long weight-gradient reductions in fixed chunks, scales applied after where oneDNN's follow
+// the thread count; both operands transposed with a small C and a long k still do).
 #pragma once
 
 #include <cstdint>

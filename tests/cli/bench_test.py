@@ -175,6 +175,26 @@ class BenchTest(OneLineErrors):
             self.assertIn(f"{isa} path", notices[0])
             self.assertIn("runs in fp32", notices[0])
 
+    def test_a_step_is_the_same_bits_on_any_thread_count(self):
+        # Resume on another machine is bit-exact only if the step's bits do not follow --threads:
+        # tiny_psi2 at T = 2048, B = 2 has weight gradients of k = 4096 rows and a small C, whose
+        # reduction oneDNN split over the threads on the avx512 path (fp32: the second loss and
+        # gradient norm differed on 1, 2 and 3 threads) until kernels/cpu/onednn_matmul.h cut
+        # it into fixed chunks. The CPU's own path (avx512 here) in fp32 and bf16, and avx2.
+        for isa, precision in ((None, "fp32"), (None, "bf16"), ("avx2", "fp32")):
+            got = {}
+            for threads in (1, 2, 3):
+                r = run("train", "--model=tiny_psi2", "--seq_len=2048", "--micro_batch=2", "--steps=2", "--warmup=0",
+                        f"--threads={threads}", f"--precision={precision}", "--json",
+                        *([f"--isa={isa}"] if isa else []))
+                if r.returncode != 0 and isa == "avx2" and "avx2" in r.stderr:
+                    self.skipTest("this CPU has no avx2 path")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                j = json.loads(r.stdout)
+                got[threads] = (j["losses"], j["grad_norms"])
+            for threads in (2, 3):
+                self.assertEqual(got[threads], got[1], f"{isa or j['isa']} {precision}: {threads} threads against 1")
+
     def test_screening_json_counts_the_pairs_in_the_window(self):
         r = run("screening", "--T=64", "--w=8", "--tiles=2", "--micro_batch=2", "--min_seconds=0.01", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
