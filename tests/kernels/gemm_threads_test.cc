@@ -1,7 +1,9 @@
-// kernels/cpu/gemm.h: a product's bits do not depend on the OpenMP thread count, on every
-// path — OpenBLAS's own threading split products by the thread count and its Haswell kernels'
-// sums changed with the split (the avx2 and generic paths' losses differed between 1 and 2
-// threads in the last digits).
+// kernels/cpu/gemm.h and gemm_bf16.h: a product's bits do not depend on the OpenMP thread count,
+// on every path — OpenBLAS's own threading split products by the thread count and its Haswell
+// kernels' sums changed with the split (the avx2 and generic paths' losses differed between 1
+// and 2 threads in the last digits), and oneDNN (the avx512 path's fp32 products, every bf16
+// one) split long weight-gradient reductions and scaled some products differently
+// (kernels/cpu/onednn_matmul.h).
 #include <gtest/gtest.h>
 #include <omp.h>
 
