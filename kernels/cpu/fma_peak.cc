@@ -1,7 +1,6 @@
 #include "kernels/cpu/fma_peak.h"
 
 #include <omp.h>
-#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -178,9 +177,10 @@ HardwarePeak MeasureHardwarePeak(Isa isa, double seconds, int local_processes) {
   }
   // Threads past the CPUs share them, each rate of its own CPU time: the CPUs' peak is the
   // mean thread's rate times their number (--threads=8 on 2 vCPUs read 4x the machine).
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) peak.cpus = CPU_COUNT(&set);
+  // OpenMP's count of them, taken from the process's affinity when it started: under
+  // OMP_PROC_BIND the main thread is bound to one CPU by now, and sched_getaffinity read 1 (the
+  // peak halved on 2 vCPUs: the fresh-eyes pass).
+  peak.cpus = omp_get_num_procs();
   // Ranks of one node that may all run on its every CPU share them (a rank bound to its own
   // cores sees only those, no more than its share).
   peak.cpu_share = peak.cpus;

@@ -13,7 +13,7 @@
 // on the avx512 path where the CPU has AVX512_BF16. Each is timed on the thread's own CPU
 // clock (CLOCK_THREAD_CPUTIME_ID), so that time the thread was not running does not count;
 // the best of many 5 ms trials per thread, summed over threads; with more threads than the
-// CPUs the process may run on (sched_getaffinity), the sum is scaled by CPUs / threads
+// CPUs the process may run on (omp_get_num_procs), the sum is scaled by CPUs / threads
 // (each thread's rate is of its own CPU time, so threads sharing a core each counted it).
 // The clock: a chain of dependent integer adds (`add r, r`, one cycle each on every x86
 // core) on the same CPU clock gives cycles per second, so FLOPs per cycle can be checked

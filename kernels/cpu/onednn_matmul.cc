@@ -126,12 +126,38 @@ class OnednnMatmuls {
   std::unordered_map<Key, std::optional<dnnl::matmul>, KeyHash> cache_;  // nullopt: refused
 };
 
+// oneDNN plans a product for omp_get_max_threads() threads and each thread of its region
+// computes its planned share of C: a region that gets fewer threads (a call inside another
+// region, OMP_DYNAMIC, OMP_THREAD_LIMIT below the count) left the missing threads' shares
+// unwritten (the fresh-eyes pass: tiny_psi4's bf16 loss 5.125 for 5.336 under
+// OMP_THREAD_LIMIT=1). While it lives, the calling thread's count is the team a region
+// started here gets (1 inside a region; at most the thread limit) and dynamic teams are off,
+// so that the plan and the team agree; the settings are restored after.
+class PlannedTeam {
+ public:
+  PlannedTeam() : threads_(omp_get_max_threads()), dynamic_(omp_get_dynamic()) {
+    const int team = omp_in_parallel() ? 1 : std::min(threads_, omp_get_thread_limit());
+    if (dynamic_) omp_set_dynamic(0);
+    if (team != threads_) omp_set_num_threads(team);
+  }
+  ~PlannedTeam() {
+    if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+    if (dynamic_) omp_set_dynamic(dynamic_);
+  }
+  PlannedTeam(const PlannedTeam&) = delete;
+  PlannedTeam& operator=(const PlannedTeam&) = delete;
+
+ private:
+  int threads_, dynamic_;
+};
+
 }  // namespace
 
 bool OnednnMatmul(MatmulOperands type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   OnednnMatmuls* matmuls = OnednnMatmuls::Get();
   if (matmuls == nullptr || k <= 0) return false;
+  const PlannedTeam team;
   // A long weight-gradient reduction in chunks along k, added into the sum in order. The scale
   // applied once to the whole sum where the chunks would each round their scaled part, and where
   // oneDNN's own scaling follows the thread count (onednn_matmul.h): the sum (in C, or beside it
