@@ -5,7 +5,9 @@
 // OpenMP runtime the other kernels use (Debian's build links libgomp), so its threads are
 // ours. One primitive per shape, operand type and OpenMP thread count (oneDNN plans a product's
 // threading when it makes the primitive), made on first use and kept (a step reuses a handful
-// of shapes); safe to call from several threads.
+// of shapes); safe to call from several threads. Each call plans for the team it gets: 1 thread
+// inside a parallel region, at most OMP_THREAD_LIMIT, dynamic teams off for the call (planned
+// for more threads than its team, oneDNN left the missing threads' shares of C unwritten).
 #pragma once
 
 #include <cstdint>
